@@ -1,0 +1,22 @@
+// Package ports declares the seams between the Vantage engine and its storage
+// backends: the domain values they exchange, the port interfaces with their
+// contracts, the sentinel errors, and the Clock.
+//
+// The engine (package core) talks only to these interfaces. Two adapters
+// implement every port: adapters/postgres for production and adapters/memory
+// for tests, examples and embedded use. The conformance package verifies any
+// implementation against the contracts documented here.
+//
+// # Time
+//
+// Every parameter struct whose operation depends on the current time carries a
+// Now field. A zero Now means "the backend's own clock" (the database clock on
+// PostgreSQL, the injected Clock in memory). The engine fills Now only when the
+// host injected a Clock, so tests drive time on every backend alike while
+// production instances share the database's notion of time.
+//
+// # Concurrency
+//
+// All port implementations must be safe for concurrent use by multiple
+// goroutines and, for shared backends, by multiple engine instances.
+package ports

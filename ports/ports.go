@@ -1,0 +1,350 @@
+package ports
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// WorkClaimer coordinates instances: heartbeats, stale-instance abandonment,
+// claiming work per stream, lease renewal and graceful deregistration.
+//
+// Liveness: an instance is live while its last heartbeat is newer than
+// Now - StaleThreshold. Stream affinity: a stream is pinned to at most one
+// live instance at a time; claims never take a stream pinned to a live other.
+type WorkClaimer interface {
+	// InstanceHeartbeat upserts the caller's instance row and refreshes its
+	// heartbeat. Instances whose heartbeat is older than Now-StaleThreshold
+	// are abandoned in the same call: their rows are deleted, every lease
+	// they hold is released and their stream pins are cleared, so others can
+	// claim the work at once. It returns the abandoned instance ids.
+	// Idempotent; safe to call concurrently from many instances.
+	InstanceHeartbeat(ctx context.Context, params *InstanceHeartbeatParams) (*InstanceHeartbeatResult, error)
+
+	// InstanceDeregister releases every lease and stream pin of the instance
+	// and deletes its row (graceful shutdown). Deregistering an unknown
+	// instance is a no-op.
+	InstanceDeregister(ctx context.Context, instanceID uuid.UUID) error
+
+	// InstancesList returns the recorded instances ordered by id.
+	InstancesList(ctx context.Context) ([]Instance, error)
+
+	// WorkClaim leases work to the caller and returns the streams it should
+	// drain. Returns ErrInstanceNotAlive if the caller has no live heartbeat.
+	//
+	// A pending row is a candidate when it is unleased or its lease expired,
+	// it is not scheduled in the future, its stream is pinned to the caller
+	// or (unpinned, or pinned to a dead instance, and the stream's partition
+	// modulo the live-instance count equals the caller's rank among live
+	// instances ordered by id), and no earlier row (lower version) of the
+	// same (stream, perspective) is leased to someone else or scheduled in
+	// the future (the ordering guard). Up to MaxStreams candidate streams are
+	// selected and every candidate row of a selected stream is leased to the
+	// caller (attempts+1 each), and the stream is pinned to the caller.
+	//
+	// The result lists every stream with pending rows leased to the caller,
+	// smallest backlog first, at most MaxStreams; the same stream is returned
+	// on every call until its rows complete. HasMore is true when the limit
+	// was reached.
+	WorkClaim(ctx context.Context, params *WorkClaimParams) (*WorkClaimResult, error)
+
+	// WorkRenewLeases extends the leases of the listed rows that are pending
+	// and still leased to the caller (fenced). It returns how many it renewed.
+	WorkRenewLeases(ctx context.Context, params *WorkRenewLeasesParams) (int, error)
+}
+
+// InstanceHeartbeatParams are the inputs of InstanceHeartbeat.
+type InstanceHeartbeatParams struct {
+	InstanceID     uuid.UUID
+	ServiceName    string
+	HostName       string
+	ProcessID      int
+	Metadata       map[string]string
+	StaleThreshold time.Duration
+	Now            time.Time
+}
+
+// InstanceHeartbeatResult is the output of InstanceHeartbeat.
+type InstanceHeartbeatResult struct {
+	// Abandoned lists the stale instances removed by this call.
+	Abandoned []uuid.UUID
+}
+
+// WorkClaimParams are the inputs of WorkClaim.
+type WorkClaimParams struct {
+	InstanceID     uuid.UUID
+	MaxStreams     int
+	PartitionCount int
+	LeaseDuration  time.Duration
+	StaleThreshold time.Duration
+	Now            time.Time
+}
+
+// WorkClaimResult is the output of WorkClaim.
+type WorkClaimResult struct {
+	StreamIDs []uuid.UUID
+	HasMore   bool
+}
+
+// WorkRenewLeasesParams are the inputs of WorkRenewLeases.
+type WorkRenewLeasesParams struct {
+	InstanceID    uuid.UUID
+	WorkIDs       []uuid.UUID
+	LeaseDuration time.Duration
+	Now           time.Time
+}
+
+// EventFetcher claims and fetches the pending events of streams, and reads
+// whole streams for rewinds.
+type EventFetcher interface {
+	// EventsFetchPending first leases to the caller every pending row of the
+	// given streams that is unleased, lease-expired or already the caller's,
+	// not scheduled in the future, whose stream is not pinned to a different
+	// live instance, and that passes the ordering guard (see WorkClaim).
+	// Attempts grow by one for each row whose holder changes (or whose own
+	// expired lease is taken again); extending the caller's live lease does
+	// not count. Streams are pinned to the caller.
+	//
+	// It then returns, per (stream, perspective), the longest prefix in
+	// version order of pending rows leased to the caller: a row held
+	// elsewhere or scheduled in the future ends the prefix, so nothing is
+	// ever returned ahead of an earlier unfinished event. Work is ordered by
+	// stream, perspective, version; Events holds each referenced event once,
+	// ordered by stream and version. MaxRows, when positive, bounds the
+	// number of work rows returned (the rest stay leased for a refetch).
+	EventsFetchPending(ctx context.Context, params *EventsFetchPendingParams) (*EventsFetchPendingResult, error)
+
+	// EventsReadStream returns the events of a stream with a version greater
+	// than AfterVersion, in version order, at most Limit when positive.
+	EventsReadStream(ctx context.Context, params *EventsReadStreamParams) ([]Event, error)
+}
+
+// EventsFetchPendingParams are the inputs of EventsFetchPending.
+type EventsFetchPendingParams struct {
+	InstanceID     uuid.UUID
+	StreamIDs      []uuid.UUID
+	LeaseDuration  time.Duration
+	StaleThreshold time.Duration
+	MaxRows        int
+	Now            time.Time
+}
+
+// EventsFetchPendingResult is the output of EventsFetchPending.
+type EventsFetchPendingResult struct {
+	Events []Event
+	Work   []WorkItem
+}
+
+// EventsReadStreamParams are the inputs of EventsReadStream.
+type EventsReadStreamParams struct {
+	StreamID     uuid.UUID
+	AfterVersion int64
+	Limit        int
+}
+
+// CursorStore reads cursors and records the outcome of processing.
+type CursorStore interface {
+	// CursorsGet returns the cursors of the given streams, restricted to one
+	// perspective when Perspective is set. Missing cursors are simply absent.
+	CursorsGet(ctx context.Context, params *CursorsGetParams) ([]Cursor, error)
+
+	// WorkComplete records completions in one atomic step. For every
+	// completion it deletes exactly the listed work rows of that
+	// (stream, perspective) that are pending and leased to the caller (in
+	// DebugMode it keeps them, marked processed and unleased, invisible to
+	// claims); it never touches rows of other perspectives. Then it upserts
+	// each cursor from the payload: the position only moves forward, status
+	// becomes Completed (CatchingUp, Failed and the error are cleared), and
+	// the rewind columns are cleared. Then, for each cursor, a pending row of
+	// the pair below the new position (a straggler) sets RewindRequired with
+	// the smallest such event as trigger. All deletions of the call happen
+	// before any cursor is examined. Finally streams of the call with no
+	// pending rows are unpinned. Idempotent: completing missing rows is a
+	// no-op and cursor writes are set-to-value.
+	WorkComplete(ctx context.Context, params *WorkCompleteParams) (*WorkCompleteResult, error)
+
+	// WorkFail records failures in one atomic step: applied rows complete as
+	// in WorkComplete, the cursor advances to LastVersion (when set), gets the
+	// Failed flag and the error text; failed rows still leased to the caller
+	// keep the error, lose their lease and are scheduled at RetryAt. Attempts
+	// are not changed (they count claims).
+	WorkFail(ctx context.Context, params *WorkFailParams) error
+}
+
+// CursorsGetParams are the inputs of CursorsGet.
+type CursorsGetParams struct {
+	StreamIDs   []uuid.UUID
+	Perspective string
+}
+
+// WorkCompleteParams are the inputs of WorkComplete.
+type WorkCompleteParams struct {
+	InstanceID  uuid.UUID
+	Completions []Completion
+	DebugMode   bool
+	Now         time.Time
+}
+
+// WorkCompleteResult is the output of WorkComplete.
+type WorkCompleteResult struct {
+	// Completed counts the work rows deleted (or marked, in debug mode).
+	Completed int
+	// RewindsFlagged counts cursors that got RewindRequired from stragglers.
+	RewindsFlagged int
+}
+
+// WorkFailParams are the inputs of WorkFail.
+type WorkFailParams struct {
+	InstanceID uuid.UUID
+	Failures   []Failure
+	DebugMode  bool
+	Now        time.Time
+}
+
+// Notifier carries wake-up hints. Notifications are best effort: polling is
+// the correctness floor.
+type Notifier interface {
+	// NotifierListen subscribes to wake signals. The returned channel has a
+	// buffer of one and coalesces bursts; it is closed once ctx is done.
+	NotifierListen(ctx context.Context) (<-chan Wake, error)
+	// NotifierPublish wakes every listener of this backend (service).
+	NotifierPublish(ctx context.Context) error
+	// NotifierHealthy reports whether notifications are currently delivered
+	// (the engine relaxes its poll cadence only while true).
+	NotifierHealthy() bool
+}
+
+// DeadLetterStore keeps work rows that exhausted their attempts.
+type DeadLetterStore interface {
+	// DeadLetterMove atomically deletes a pending work row and records it as
+	// a dead letter. It reports false, with no error, when the row is already
+	// gone (idempotent under retry).
+	DeadLetterMove(ctx context.Context, params *DeadLetterMoveParams) (DeadLetter, bool, error)
+	// DeadLettersList returns dead letters, oldest first, filtered by the
+	// non-zero fields of params.
+	DeadLettersList(ctx context.Context, params *DeadLettersListParams) ([]DeadLetter, error)
+	// DeadLetterRequeue deletes the dead letter and stores its work row again,
+	// pending, unleased, with zero attempts. If the pair's cursor is already
+	// past the event, the cursor is flagged RewindRequired. Returns
+	// ErrNotFound for an unknown id.
+	DeadLetterRequeue(ctx context.Context, params *DeadLetterRequeueParams) error
+}
+
+// DeadLetterMoveParams are the inputs of DeadLetterMove.
+type DeadLetterMoveParams struct {
+	WorkID     uuid.UUID
+	InstanceID uuid.UUID
+	Reason     string
+	Error      string
+	Now        time.Time
+}
+
+// DeadLettersListParams filter DeadLettersList.
+type DeadLettersListParams struct {
+	Perspective string
+	StreamID    uuid.UUID
+	Limit       int
+}
+
+// DeadLetterRequeueParams are the inputs of DeadLetterRequeue.
+type DeadLetterRequeueParams struct {
+	ID  uuid.UUID
+	Now time.Time
+}
+
+// EventStore appends events and fans them out to perspectives.
+type EventStore interface {
+	// EventsAppend stores events in a stream and, atomically with them, one
+	// pending unleased work row per perspective subscribed to each event's
+	// type; after commit it publishes a wake notification.
+	//
+	// ExpectedVersion 0 skips the concurrency check, ExpectNoStream requires
+	// an empty stream, and a positive value must equal the stream's current
+	// version; otherwise ErrVersionConflict. Events without an explicit
+	// Version get consecutive versions after the stream head; an explicit
+	// version that is taken is ErrVersionConflict. An event id that is
+	// already stored is ErrVersionConflict too. A stored event below a
+	// perspective's cursor flags that cursor RewindRequired.
+	EventsAppend(ctx context.Context, params *EventsAppendParams) (*EventsAppendResult, error)
+
+	// SubscriptionsRegister records which perspectives apply which event
+	// types. Additive and idempotent; affects appends made after it returns.
+	SubscriptionsRegister(ctx context.Context, subscriptions []Subscription) error
+}
+
+// ExpectNoStream is the ExpectedVersion that requires an empty stream.
+const ExpectNoStream int64 = -1
+
+// EventsAppendParams are the inputs of EventsAppend.
+type EventsAppendParams struct {
+	StreamID        uuid.UUID
+	ExpectedVersion int64
+	Events          []NewEvent
+	Now             time.Time
+}
+
+// EventsAppendResult is the output of EventsAppend.
+type EventsAppendResult struct {
+	// Events are the stored events with their ids and versions.
+	Events []Event
+	// WorkRows counts the work rows stored.
+	WorkRows int
+}
+
+// ModelStore keeps each perspective's model per stream together with its
+// cursor position, so a re-delivered event can never be applied twice to a
+// stored model.
+type ModelStore interface {
+	// ModelLoad returns the stored model, or ErrNotFound.
+	ModelLoad(ctx context.Context, streamID uuid.UUID, perspective string) (StoredModel, error)
+	// ModelSave stores the model and moves the cursor to LastEventID and
+	// LastVersion in one atomic step (creating the cursor with status
+	// Processing when missing). ExpectedVersion is the cursor version the
+	// caller loaded (0 for none); if the stored position differs it returns
+	// ErrVersionConflict and stores nothing.
+	ModelSave(ctx context.Context, params *ModelSaveParams) error
+}
+
+// ModelSaveParams are the inputs of ModelSave.
+type ModelSaveParams struct {
+	StreamID        uuid.UUID
+	Perspective     string
+	Data            []byte
+	LastEventID     uuid.UUID
+	LastVersion     int64
+	ExpectedVersion int64
+	Now             time.Time
+}
+
+// Backend bundles the ports one engine instance needs. Adapters return one
+// from their Backend method.
+type Backend struct {
+	Claimer     WorkClaimer
+	Fetcher     EventFetcher
+	Cursors     CursorStore
+	Notifier    Notifier
+	DeadLetters DeadLetterStore
+	Events      EventStore
+	Models      ModelStore
+}
+
+// Validate reports, by name, every port that is missing.
+func (b Backend) Validate() error {
+	var errs []error
+	check := func(name string, missing bool) {
+		if missing {
+			errs = append(errs, fmt.Errorf("ports.Backend.%s is nil", name))
+		}
+	}
+	check("Claimer", b.Claimer == nil)
+	check("Fetcher", b.Fetcher == nil)
+	check("Cursors", b.Cursors == nil)
+	check("Notifier", b.Notifier == nil)
+	check("DeadLetters", b.DeadLetters == nil)
+	check("Events", b.Events == nil)
+	check("Models", b.Models == nil)
+	return errors.Join(errs...)
+}

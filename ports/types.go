@@ -1,0 +1,239 @@
+package ports
+
+import (
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// CursorStatus is the flags value stored on a cursor. Several flags may be set
+// at once (Failed|RewindRequired, say).
+type CursorStatus uint16
+
+// Cursor status flags. The numeric values are stored and must not change.
+const (
+	CursorNone           CursorStatus = 0
+	CursorProcessing     CursorStatus = 1
+	CursorCompleted      CursorStatus = 2
+	CursorFailed         CursorStatus = 4
+	CursorCatchingUp     CursorStatus = 8
+	CursorRewindRequired CursorStatus = 32
+)
+
+// Has reports whether every flag of f is set in s.
+func (s CursorStatus) Has(f CursorStatus) bool { return s&f == f && f != 0 }
+
+// String lists the set flags, "None" when none is set.
+func (s CursorStatus) String() string {
+	if s == CursorNone {
+		return "None"
+	}
+	var parts []string
+	for _, f := range []struct {
+		flag CursorStatus
+		name string
+	}{
+		{CursorProcessing, "Processing"},
+		{CursorCompleted, "Completed"},
+		{CursorFailed, "Failed"},
+		{CursorCatchingUp, "CatchingUp"},
+		{CursorRewindRequired, "RewindRequired"},
+	} {
+		if s.Has(f.flag) {
+			parts = append(parts, f.name)
+		}
+	}
+	if len(parts) == 0 {
+		return "Unknown"
+	}
+	return strings.Join(parts, "|")
+}
+
+// Scope is the security scope an event was appended under.
+type Scope struct {
+	// TenantID identifies the tenant, empty when the host is single-tenant.
+	TenantID string `json:"t,omitempty"`
+	// UserID identifies the acting user, empty for system actions.
+	UserID string `json:"u,omitempty"`
+	// Extras carries further claims the host wants to propagate.
+	Extras map[string]string `json:"x,omitempty"`
+}
+
+// Metadata travels with an event: tracing ids, the scope, free-form headers.
+type Metadata struct {
+	// CorrelationID ties together every event caused by one request.
+	CorrelationID uuid.UUID `json:"correlation_id,omitzero"`
+	// CausationID is the id of the message that caused this event.
+	CausationID uuid.UUID `json:"causation_id,omitzero"`
+	// Scope is the security scope, nil when none was known.
+	Scope *Scope `json:"scope,omitempty"`
+	// Headers carries free-form string metadata.
+	Headers map[string]string `json:"headers,omitempty"`
+}
+
+// Event is a stored event.
+type Event struct {
+	// ID is the event's unique id (UUIDv7).
+	ID uuid.UUID
+	// StreamID is the stream (aggregate) the event belongs to.
+	StreamID uuid.UUID
+	// Type is the registered event type name, the key that selects perspectives.
+	Type string
+	// Version is the 1-based position of the event in its stream. Within a
+	// stream, Version is the processing order.
+	Version int64
+	// Data is the JSON payload.
+	Data []byte
+	// Metadata carries correlation, causation, scope and headers.
+	Metadata Metadata
+	// CreatedAt is when the backend stored the event.
+	CreatedAt time.Time
+}
+
+// NewEvent is an event to append.
+type NewEvent struct {
+	// ID is the event id. Zero means the backend assigns a UUIDv7.
+	ID uuid.UUID
+	// Type is the event type name. Required.
+	Type string
+	// Version places the event explicitly (imports). Zero means the next
+	// version of the stream. An explicit version below the stream's head that
+	// is still free is stored as a late arrival: perspectives whose cursor is
+	// past it are flagged RewindRequired.
+	Version int64
+	// Data is the JSON payload. Required (use "{}" for an empty payload).
+	Data []byte
+	// Metadata is stored with the event.
+	Metadata Metadata
+}
+
+// WorkItem is one pending (stream, perspective, event) work row.
+type WorkItem struct {
+	// WorkID identifies the work row; completions and dedup refer to it.
+	WorkID uuid.UUID
+	// StreamID is the event's stream.
+	StreamID uuid.UUID
+	// Perspective is the name of the perspective that must apply the event.
+	Perspective string
+	// EventID is the event to apply.
+	EventID uuid.UUID
+	// EventVersion is the event's version in its stream.
+	EventVersion int64
+	// Attempts counts how many times the row was claimed (1 after the first
+	// claim). A failure report does not change it.
+	Attempts int
+}
+
+// Cursor records how far a perspective has applied a stream.
+type Cursor struct {
+	StreamID    uuid.UUID
+	Perspective string
+	// LastEventID is the last applied event, zero when none was applied.
+	LastEventID uuid.UUID
+	// LastVersion is the version of LastEventID, zero when none was applied.
+	LastVersion int64
+	// Status holds the CursorStatus flags.
+	Status CursorStatus
+	// Error is the last failure text, empty after a success.
+	Error string
+	// RewindTriggerEventID is the earliest late event that forces a rewind.
+	RewindTriggerEventID uuid.UUID
+	// RewindTriggerVersion is the version of RewindTriggerEventID.
+	RewindTriggerVersion int64
+	// RewindFlaggedAt is the last time a late event was detected (sliding
+	// debounce edge); zero when not flagged.
+	RewindFlaggedAt time.Time
+	// RewindFirstFlaggedAt is the first detection (debounce cap anchor).
+	RewindFirstFlaggedAt time.Time
+	// UpdatedAt is the last time the cursor changed.
+	UpdatedAt time.Time
+}
+
+// Completion reports that a perspective applied events of a stream.
+type Completion struct {
+	StreamID    uuid.UUID
+	Perspective string
+	// LastEventID and LastVersion are the last event now reflected in the
+	// stored model.
+	LastEventID uuid.UUID
+	LastVersion int64
+	// WorkIDs are exactly the work rows to complete: rows of this perspective
+	// whose events are applied (or were already at or below the cursor).
+	WorkIDs []uuid.UUID
+}
+
+// Failure reports that a perspective failed on an event of a stream.
+type Failure struct {
+	StreamID    uuid.UUID
+	Perspective string
+	// LastEventID and LastVersion are the last event successfully applied and
+	// saved before the failure; zero when none was.
+	LastEventID uuid.UUID
+	LastVersion int64
+	// AppliedWorkIDs are rows applied before the failure; they complete.
+	AppliedWorkIDs []uuid.UUID
+	// FailedWorkIDs are the failing row and the rows after it that were not
+	// applied; their leases are released and they are scheduled at RetryAt.
+	FailedWorkIDs []uuid.UUID
+	// Error is the failure text stored on the cursor and the failed rows.
+	Error string
+	// RetryAt is the earliest time the failed rows may be claimed again.
+	RetryAt time.Time
+}
+
+// Instance is a live engine instance as recorded by heartbeats.
+type Instance struct {
+	ID              uuid.UUID
+	ServiceName     string
+	HostName        string
+	ProcessID       int
+	Metadata        map[string]string
+	StartedAt       time.Time
+	LastHeartbeatAt time.Time
+}
+
+// DeadLetter is a work row that exhausted its attempts.
+type DeadLetter struct {
+	ID             uuid.UUID
+	WorkID         uuid.UUID
+	StreamID       uuid.UUID
+	Perspective    string
+	EventID        uuid.UUID
+	EventVersion   int64
+	Attempts       int
+	Reason         string
+	Error          string
+	InstanceID     uuid.UUID
+	DeadLetteredAt time.Time
+}
+
+// Dead-letter reasons recorded by the engine.
+const (
+	ReasonMaxAttemptsExceeded = "max_attempts_exceeded"
+)
+
+// StoredModel is a perspective's model for one stream with its cursor position.
+type StoredModel struct {
+	StreamID    uuid.UUID
+	Perspective string
+	// Data is the JSON encoding of the model.
+	Data []byte
+	// LastEventID and LastVersion are the last event reflected in Data.
+	LastEventID uuid.UUID
+	LastVersion int64
+	UpdatedAt   time.Time
+}
+
+// Subscription declares that a perspective applies events of a type.
+type Subscription struct {
+	EventType   string
+	Perspective string
+}
+
+// Wake is a notification that new work may be available.
+type Wake struct {
+	// Reconnected is true when the listener reconnected and notifications may
+	// have been missed; the receiver should poll.
+	Reconnected bool
+}
