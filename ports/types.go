@@ -173,8 +173,10 @@ type Failure struct {
 	LastVersion int64
 	// AppliedWorkIDs are rows applied before the failure; they complete.
 	AppliedWorkIDs []uuid.UUID
-	// FailedWorkIDs are the failing row and the rows after it that were not
-	// applied; their leases are released and they are scheduled at RetryAt.
+	// FailedWorkIDs are the rows that failed (the engine reports one): their
+	// leases are released and they are scheduled at RetryAt. Later rows of
+	// the pair are not listed: they stay leased to the caller and wait
+	// behind the ordering guard, so they gain no attempts meanwhile.
 	FailedWorkIDs []uuid.UUID
 	// Error is the failure text stored on the cursor and the failed rows.
 	Error string

@@ -1,0 +1,230 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// pairKey names one (stream, perspective).
+type pairKey struct {
+	streamID    uuid.UUID
+	perspective string
+}
+
+// CursorsGet implements ports.CursorStore. Cursors come back ordered by
+// stream id, then perspective.
+func (s *Store) CursorsGet(ctx context.Context, params *ports.CursorsGetParams) ([]ports.Cursor, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+
+	var out []ports.Cursor
+	for _, id := range uniqueSorted(params.StreamIDs) {
+		st := s.streams[id]
+		if st == nil {
+			continue
+		}
+		if params.Perspective != "" {
+			if cur := st.cursors[params.Perspective]; cur != nil {
+				out = append(out, *cur)
+			}
+			continue
+		}
+		names := make([]string, 0, len(st.cursors))
+		for name := range st.cursors {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			out = append(out, *st.cursors[name])
+		}
+	}
+	return out, nil
+}
+
+// WorkComplete implements ports.CursorStore. A completion's rows count only
+// when they belong to its (stream, perspective), are pending and are held by
+// the caller, whether or not the lease has expired since (nobody took them
+// over). The same pair may appear in several completions of one call; its
+// cursor then ends at the highest position. It returns
+// ports.ErrInvalidArgument, and changes nothing, when a completion has a nil
+// stream id, an empty perspective or a negative LastVersion.
+func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompleteParams) (*ports.WorkCompleteResult, error) {
+	for _, c := range params.Completions {
+		if err := validatePair(c.StreamID, c.Perspective, c.LastVersion); err != nil {
+			return nil, fmt.Errorf("completing work: %w", err)
+		}
+	}
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+
+	now := s.now(params.Now)
+	result := &ports.WorkCompleteResult{}
+	// Every deletion of the call happens before any cursor is examined, so a
+	// row completed by a later entry of the call is never seen as a straggler.
+	for _, c := range params.Completions {
+		result.Completed += s.finishRows(params.InstanceID, c.StreamID, c.Perspective, c.WorkIDs, params.DebugMode, now)
+	}
+	var pairs []pairKey
+	for _, c := range params.Completions {
+		st := s.streamFor(c.StreamID)
+		cur := s.cursorFor(st, c.Perspective, now)
+		if c.LastVersion > cur.LastVersion {
+			cur.LastEventID, cur.LastVersion = c.LastEventID, c.LastVersion
+		}
+		cur.Status = ports.CursorCompleted
+		cur.Error = ""
+		cur.RewindTriggerEventID, cur.RewindTriggerVersion = uuid.Nil, 0
+		cur.RewindFlaggedAt, cur.RewindFirstFlaggedAt = time.Time{}, time.Time{}
+		cur.UpdatedAt = now
+		pairs = append(pairs, pairKey{c.StreamID, c.Perspective})
+	}
+	for _, k := range uniquePairs(pairs) {
+		if s.flagStragglers(k, now) {
+			result.RewindsFlagged++
+		}
+	}
+	for _, k := range pairs {
+		s.unpinIfDrained(s.streams[k.streamID])
+	}
+	return result, nil
+}
+
+// WorkFail implements ports.CursorStore. Applied rows complete as in
+// WorkComplete. Failed rows must belong to the failure's (stream,
+// perspective) and be held by the caller; they keep Error, lose their lease
+// and are scheduled at RetryAt (a zero RetryAt makes them claimable at once).
+// The cursor is upserted: its position moves forward to LastVersion when that
+// is higher, Completed is replaced by Failed and Error is stored; rewind
+// columns are left alone. When the position moved, pending rows below it flag
+// RewindRequired as in WorkComplete, keeping an earlier trigger. Streams left
+// without pending rows are unpinned. It returns ports.ErrInvalidArgument, and
+// changes nothing, when a failure has a nil stream id, an empty perspective
+// or a negative LastVersion.
+func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) error {
+	for _, f := range params.Failures {
+		if err := validatePair(f.StreamID, f.Perspective, f.LastVersion); err != nil {
+			return fmt.Errorf("recording failures: %w", err)
+		}
+	}
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+
+	now := s.now(params.Now)
+	for _, f := range params.Failures {
+		s.finishRows(params.InstanceID, f.StreamID, f.Perspective, f.AppliedWorkIDs, params.DebugMode, now)
+	}
+	var moved []pairKey
+	for _, f := range params.Failures {
+		st := s.streamFor(f.StreamID)
+		for _, id := range f.FailedWorkIDs {
+			r := s.work[id]
+			if !heldRowOf(r, params.InstanceID, f.StreamID, f.Perspective) {
+				continue
+			}
+			s.release(st, r)
+			r.err = f.Error
+			r.scheduled = f.RetryAt
+		}
+		cur := s.cursorFor(st, f.Perspective, now)
+		if f.LastVersion > cur.LastVersion {
+			cur.LastEventID, cur.LastVersion = f.LastEventID, f.LastVersion
+			moved = append(moved, pairKey{f.StreamID, f.Perspective})
+		}
+		cur.Status = cur.Status&^ports.CursorCompleted | ports.CursorFailed
+		cur.Error = f.Error
+		cur.UpdatedAt = now
+	}
+	for _, k := range uniquePairs(moved) {
+		s.flagStragglers(k, now)
+	}
+	for _, f := range params.Failures {
+		s.unpinIfDrained(s.streams[f.StreamID])
+	}
+	return nil
+}
+
+// finishRows completes the listed rows of one (stream, perspective) held by
+// instance and returns how many it completed.
+func (s *Store) finishRows(instance, streamID uuid.UUID, perspective string, ids []uuid.UUID, debug bool, now time.Time) int {
+	n := 0
+	for _, id := range ids {
+		r := s.work[id]
+		if !heldRowOf(r, instance, streamID, perspective) {
+			continue
+		}
+		s.finishRow(s.streams[streamID], r, debug, now)
+		n++
+	}
+	return n
+}
+
+// heldRowOf reports whether r is a pending row of (streamID, perspective)
+// held by instance: the fence of every completion and failure.
+func heldRowOf(r *workRow, instance, streamID uuid.UUID, perspective string) bool {
+	return r != nil && instance != uuid.Nil && r.holder == instance &&
+		r.streamID == streamID && r.perspective == perspective
+}
+
+// cursorFor returns the cursor of (st, perspective), creating an empty one
+// when missing.
+func (s *Store) cursorFor(st *stream, perspective string, now time.Time) *ports.Cursor {
+	cur := st.cursors[perspective]
+	if cur == nil {
+		cur = &ports.Cursor{StreamID: st.id, Perspective: perspective, UpdatedAt: now}
+		st.cursors[perspective] = cur
+	}
+	return cur
+}
+
+// flagStragglers flags the cursor of k RewindRequired when a pending row of
+// the pair lies below its position, with the smallest such row as trigger.
+// It reports whether it flagged.
+func (s *Store) flagStragglers(k pairKey, now time.Time) bool {
+	st := s.streams[k.streamID]
+	cur := st.cursors[k.perspective]
+	p := st.pairs[k.perspective]
+	if p == nil || len(p.rows) == 0 || p.rows[0].version >= cur.LastVersion {
+		return false
+	}
+	flagRewind(cur, p.rows[0].eventID, p.rows[0].version, now)
+	return true
+}
+
+// uniquePairs returns the distinct pairs of keys in first-seen order.
+func uniquePairs(keys []pairKey) []pairKey {
+	seen := make(map[pairKey]struct{}, len(keys))
+	out := make([]pairKey, 0, len(keys))
+	for _, k := range keys {
+		if _, ok := seen[k]; !ok {
+			seen[k] = struct{}{}
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// validatePair checks the identity and position fields shared by completions,
+// failures and model saves.
+func validatePair(streamID uuid.UUID, perspective string, lastVersion int64) error {
+	switch {
+	case streamID == uuid.Nil:
+		return fmt.Errorf("nil stream id: %w", ports.ErrInvalidArgument)
+	case perspective == "":
+		return fmt.Errorf("empty perspective for stream %s: %w", streamID, ports.ErrInvalidArgument)
+	case lastVersion < 0:
+		return fmt.Errorf("negative last version %d for stream %s: %w", lastVersion, streamID, ports.ErrInvalidArgument)
+	}
+	return nil
+}

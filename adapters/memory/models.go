@@ -1,0 +1,83 @@
+package memory
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// ModelLoad implements ports.ModelStore. It returns a copy of the stored
+// model, or an error wrapping ports.ErrNotFound.
+func (s *Store) ModelLoad(ctx context.Context, streamID uuid.UUID, perspective string) (ports.StoredModel, error) {
+	if err := s.lock(ctx); err != nil {
+		return ports.StoredModel{}, err
+	}
+	defer s.mu.Unlock()
+
+	if st := s.streams[streamID]; st != nil {
+		if m := st.models[perspective]; m != nil {
+			out := *m
+			out.Data = bytes.Clone(m.Data)
+			return out, nil
+		}
+	}
+	return ports.StoredModel{}, fmt.Errorf("loading model %q of stream %s: %w", perspective, streamID, ports.ErrNotFound)
+}
+
+// ModelSave implements ports.ModelStore. The stored position is the cursor's
+// LastVersion (0 without a cursor); the cursor's status and rewind columns
+// are kept, except that a missing cursor is created with status Processing.
+// It returns ports.ErrInvalidArgument for a nil stream id, an empty
+// perspective, a negative version or Data that is not a JSON document, and
+// ports.ErrVersionConflict when ExpectedVersion differs from the stored
+// position; in both cases nothing is stored.
+func (s *Store) ModelSave(ctx context.Context, params *ports.ModelSaveParams) error {
+	if err := validatePair(params.StreamID, params.Perspective, params.LastVersion); err != nil {
+		return fmt.Errorf("saving model: %w", err)
+	}
+	if params.ExpectedVersion < 0 {
+		return fmt.Errorf("saving model %q of stream %s: negative expected version %d: %w", params.Perspective, params.StreamID, params.ExpectedVersion, ports.ErrInvalidArgument)
+	}
+	if len(params.Data) == 0 || !json.Valid(params.Data) {
+		return fmt.Errorf("saving model %q of stream %s: data is not a JSON document: %w", params.Perspective, params.StreamID, ports.ErrInvalidArgument)
+	}
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+
+	var stored int64
+	if st := s.streams[params.StreamID]; st != nil {
+		if cur := st.cursors[params.Perspective]; cur != nil {
+			stored = cur.LastVersion
+		}
+	}
+	if stored != params.ExpectedVersion {
+		return fmt.Errorf("saving model %q of stream %s: expected version %d, cursor is at %d: %w",
+			params.Perspective, params.StreamID, params.ExpectedVersion, stored, ports.ErrVersionConflict)
+	}
+
+	now := s.now(params.Now)
+	st := s.streamFor(params.StreamID)
+	st.models[params.Perspective] = &ports.StoredModel{
+		StreamID:    params.StreamID,
+		Perspective: params.Perspective,
+		Data:        bytes.Clone(params.Data),
+		LastEventID: params.LastEventID,
+		LastVersion: params.LastVersion,
+		UpdatedAt:   now,
+	}
+	cur := st.cursors[params.Perspective]
+	if cur == nil {
+		cur = s.cursorFor(st, params.Perspective, now)
+		cur.Status = ports.CursorProcessing
+	}
+	cur.LastEventID, cur.LastVersion = params.LastEventID, params.LastVersion
+	cur.UpdatedAt = now
+	return nil
+}

@@ -1,0 +1,73 @@
+package core
+
+import (
+	"github.com/google/uuid"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// Hooks are callbacks the Worker invokes synchronously from its loops. Keep
+// them fast and non-blocking; they must be safe for concurrent calls. Nil
+// hooks are skipped.
+type Hooks struct {
+	// OnWorkProcessingStarted fires on the idle → active transition.
+	OnWorkProcessingStarted func()
+	// OnWorkProcessingIdle fires on the active → idle transition, after
+	// IdleThresholdPolls consecutive empty polls.
+	OnWorkProcessingIdle func()
+	// OnBatchCycleComplete fires after every consumer cycle, including idle
+	// ticks that found no work.
+	OnBatchCycleComplete func(BatchCycle)
+	// OnPerspectiveEventProcessed fires after a perspective applied at least
+	// one event of a stream and its completion was buffered.
+	OnPerspectiveEventProcessed func(PerspectiveEventProcessed)
+	// OnFailure fires when a perspective failed on an event; the event is
+	// retried at Failure.RetryAt.
+	OnFailure func(ports.Failure)
+	// OnDeadLettered fires when a work row moved to dead letters.
+	OnDeadLettered func(ports.DeadLetter)
+	// OnCompletionsFlushed fires after the backend acknowledged a batch of
+	// completions (or failures, with Failures set).
+	OnCompletionsFlushed func(CompletionsFlushed)
+	// DedupObserver observes the processed-event cache.
+	DedupObserver DedupObserver
+}
+
+// BatchCycle describes one consumer cycle.
+type BatchCycle struct {
+	// Streams is how many stream ids the cycle drained; 0 for an idle tick.
+	Streams int
+	// Applied is how many events were applied across perspectives.
+	Applied int
+}
+
+// PerspectiveEventProcessed describes events applied by one perspective to
+// one stream.
+type PerspectiveEventProcessed struct {
+	Perspective string
+	StreamID    uuid.UUID
+	EventCount  int
+	// LastVersion is the stream version the perspective reached.
+	LastVersion int64
+}
+
+// CompletionsFlushed describes an acknowledged flush.
+type CompletionsFlushed struct {
+	Completions []ports.Completion
+	Failures    []ports.Failure
+}
+
+// DedupObserver observes the processed-event cache (for metrics, debugging
+// and tests). Methods are called synchronously; keep them fast.
+type DedupObserver interface {
+	// OnEventsMarkedInFlight reports work ids added as InFlight.
+	OnEventsMarkedInFlight(workIDs []uuid.UUID)
+	// OnRetentionActivated reports how many entries started their TTL.
+	OnRetentionActivated(count int)
+	// OnEvicted reports how many expired entries were removed.
+	OnEvicted(count int)
+	// OnEventsRemoved reports work ids force-removed (rewind, rebuild).
+	OnEventsRemoved(workIDs []uuid.UUID)
+	// OnEventsDeduped reports work ids skipped as already processed.
+	OnEventsDeduped(workIDs []uuid.UUID, perspective string, streamID uuid.UUID)
+}

@@ -1,0 +1,401 @@
+package dedup_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/vantage-go/vantage/core/internal/dedup"
+	"github.com/vantage-go/vantage/internal/clocktest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+const retention = 5 * time.Minute
+
+// recordingObserver records every callback.
+type recordingObserver struct {
+	mu        sync.Mutex
+	inFlight  [][]uuid.UUID
+	activated []int
+	evicted   []int
+	removed   [][]uuid.UUID
+}
+
+func (o *recordingObserver) OnEventsMarkedInFlight(ids []uuid.UUID) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.inFlight = append(o.inFlight, ids)
+}
+
+func (o *recordingObserver) OnRetentionActivated(count int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.activated = append(o.activated, count)
+}
+
+func (o *recordingObserver) OnEvicted(count int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.evicted = append(o.evicted, count)
+}
+
+func (o *recordingObserver) OnEventsRemoved(ids []uuid.UUID) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.removed = append(o.removed, ids)
+}
+
+func (o *recordingObserver) OnEventsDeduped([]uuid.UUID, string, uuid.UUID) {}
+
+type testBundle struct {
+	cache    *dedup.Cache
+	clock    *clocktest.Fake
+	observer *recordingObserver
+}
+
+func setup(t *testing.T, opts dedup.Options) *testBundle {
+	t.Helper()
+	b := &testBundle{clock: clocktest.NewFake(), observer: &recordingObserver{}}
+	if opts.Retention == 0 {
+		opts.Retention = retention
+	}
+	opts.Clock = b.clock
+	opts.Observer = b.observer
+	b.cache = dedup.New(opts)
+	return b
+}
+
+func ids(n int) []uuid.UUID {
+	out := make([]uuid.UUID, n)
+	for i := range out {
+		out[i] = uuid.New()
+	}
+	return out
+}
+
+func TestCache(t *testing.T) {
+	t.Parallel()
+
+	// SPEC §4.3 scenarios, in catalogue order.
+
+	t.Run("AddRangeInFlightContainsReturnsTrue", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, dedup.Options{})
+		id := uuid.New()
+		b.cache.AddRange([]uuid.UUID{id})
+		require.True(t, b.cache.Contains(id))
+	})
+
+	t.Run("InFlightNeverExpiresUntilActivated", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, dedup.Options{})
+		id := uuid.New()
+		b.cache.AddRange([]uuid.UUID{id})
+		b.clock.Advance(time.Hour)
+		b.cache.EvictExpired()
+		require.True(t, b.cache.Contains(id))
+	})
+
+	t.Run("ActivateRetentionStartsCountdown", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, dedup.Options{})
+		id := uuid.New()
+		b.cache.AddRange([]uuid.UUID{id})
+		b.cache.ActivateRetention()
+		b.clock.Advance(retention + time.Second)
+		b.cache.EvictExpired()
+		require.False(t, b.cache.Contains(id))
+	})
+
+	t.Run("RetainedBeforeTTLExpiresContainsReturnsTrue", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, dedup.Options{})
+		id := uuid.New()
+		b.cache.AddRange([]uuid.UUID{id})
+		b.cache.ActivateRetention()
+		b.clock.Advance(retention - time.Second)
+		require.True(t, b.cache.Contains(id))
+	})
+
+	t.Run("RetainedAfterTTLExpiresContainsReturnsFalse", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, dedup.Options{})
+		id := uuid.New()
+		b.cache.AddRange([]uuid.UUID{id})
+		b.cache.ActivateRetention()
+		b.clock.Advance(retention + time.Second)
+		require.False(t, b.cache.Contains(id), "expiry is lazy: no EvictExpired needed")
+		require.Equal(t, 1, b.cache.Count(), "the expired entry is still stored until evicted")
+	})
+
+	t.Run("ActivateRetentionOnlyAffectsInFlight", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, dedup.Options{})
+		a, c := uuid.New(), uuid.New()
+		b.cache.AddRange([]uuid.UUID{a})
+		b.cache.ActivateRetention()
+		b.clock.Advance(time.Minute)
+		b.cache.AddRange([]uuid.UUID{c})
+		b.cache.ActivateRetention()
+		b.clock.Advance(4*time.Minute + time.Second)
+		require.False(t, b.cache.Contains(a), "A's timer must not be reset by the second activation")
+		require.True(t, b.cache.Contains(c))
+	})
+
+	t.Run("EvictExpiredRemovesOnlyRetainedPastTTL", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, dedup.Options{})
+		a, c := uuid.New(), uuid.New()
+		b.cache.AddRange([]uuid.UUID{a})
+		b.cache.ActivateRetention()
+		b.clock.Advance(retention + time.Second)
+		b.cache.AddRange([]uuid.UUID{c})
+		b.cache.EvictExpired()
+		require.False(t, b.cache.Contains(a))
+		require.True(t, b.cache.Contains(c))
+		require.Equal(t, 1, b.cache.Count())
+	})
+
+	t.Run("EvictExpiredIgnoresInFlightEntries", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, dedup.Options{})
+		b.cache.AddRange(ids(2))
+		b.clock.Advance(time.Hour)
+		b.cache.EvictExpired()
+		require.Equal(t, 2, b.cache.Count())
+		require.Empty(t, b.observer.evicted)
+	})
+
+	t.Run("AddRangeDuplicateIDDoesNotPanic", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, dedup.Options{})
+		id := uuid.New()
+		b.cache.AddRange([]uuid.UUID{id})
+		b.cache.AddRange([]uuid.UUID{id})
+		require.True(t, b.cache.Contains(id))
+		require.Equal(t, 1, b.cache.Count())
+		require.Equal(t, [][]uuid.UUID{{id}}, b.observer.inFlight, "the second add changed nothing")
+	})
+
+	t.Run("ContainsEmptyCacheReturnsFalse", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, dedup.Options{})
+		require.False(t, b.cache.Contains(uuid.New()))
+		require.Zero(t, b.cache.Count())
+	})
+
+	t.Run("RemoveClearsEntryForRewind", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, dedup.Options{})
+		id := uuid.New()
+		b.cache.AddRange([]uuid.UUID{id})
+		b.cache.Remove(id)
+		require.False(t, b.cache.Contains(id))
+		require.Equal(t, [][]uuid.UUID{{id}}, b.observer.removed)
+	})
+
+	t.Run("CountExcludesExpiredEntries", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, dedup.Options{})
+		b.cache.AddRange(ids(2))
+		b.cache.ActivateRetention()
+		b.clock.Advance(retention + time.Second)
+		b.cache.EvictExpired()
+		b.cache.AddRange(ids(1))
+		require.Equal(t, 1, b.cache.Count())
+	})
+
+	t.Run("ObserverOnEventsMarkedInFlightCalled", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, dedup.Options{})
+		added := ids(2)
+		b.cache.AddRange(added)
+		require.Equal(t, [][]uuid.UUID{added}, b.observer.inFlight)
+	})
+
+	t.Run("ObserverOnRetentionActivatedCalled", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, dedup.Options{})
+		b.cache.AddRange(ids(2))
+		b.cache.ActivateRetention()
+		require.Equal(t, []int{2}, b.observer.activated)
+
+		b.cache.ActivateRetention()
+		require.Equal(t, []int{2}, b.observer.activated, "nothing activated: no callback")
+	})
+
+	t.Run("ObserverOnEvictedCalled", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, dedup.Options{})
+		b.cache.AddRange(ids(1))
+		b.cache.ActivateRetention()
+		b.clock.Advance(retention + time.Second)
+		b.cache.EvictExpired()
+		require.Equal(t, []int{1}, b.observer.evicted)
+
+		b.cache.EvictExpired()
+		require.Equal(t, []int{1}, b.observer.evicted, "nothing evicted: no callback")
+	})
+
+	t.Run("ObserverOnEventsRemovedCalled", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, dedup.Options{})
+		id := uuid.New()
+		b.cache.AddRange([]uuid.UUID{id})
+		b.cache.Remove(id)
+		require.Len(t, b.observer.removed, 1)
+		require.Contains(t, b.observer.removed[0], id)
+	})
+
+	// Go additions.
+
+	t.Run("ActivateRetentionForLeavesOtherInFlight", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, dedup.Options{})
+		acked, other, unknown := uuid.New(), uuid.New(), uuid.New()
+		b.cache.AddRange([]uuid.UUID{acked, other})
+		b.cache.ActivateRetentionFor([]uuid.UUID{acked, unknown})
+		require.Equal(t, []int{1}, b.observer.activated, "only the InFlight listed id counts")
+
+		b.clock.Advance(retention)
+		b.cache.EvictExpired()
+		require.False(t, b.cache.Contains(acked))
+		require.True(t, b.cache.Contains(other), "an id not acknowledged stays InFlight")
+		require.Equal(t, 1, b.cache.Count())
+	})
+
+	t.Run("AddRangeRetainedStartsCountdownAtOnce", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, dedup.Options{})
+		inFlight, fresh := uuid.New(), uuid.New()
+		b.cache.AddRange([]uuid.UUID{inFlight})
+		b.cache.AddRangeRetained([]uuid.UUID{inFlight, fresh})
+		require.Equal(t, [][]uuid.UUID{{inFlight}, {fresh}}, b.observer.inFlight)
+		require.Equal(t, []int{1}, b.observer.activated)
+
+		b.clock.Advance(retention)
+		require.False(t, b.cache.Contains(fresh))
+		require.True(t, b.cache.Contains(inFlight), "a present InFlight entry is left untouched")
+	})
+
+	t.Run("CapacityEvictsOldestRetainedNeverInFlight", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, dedup.Options{Capacity: 2})
+		retained := ids(3)
+		for _, id := range retained {
+			b.cache.AddRange([]uuid.UUID{id})
+			b.cache.ActivateRetention()
+			b.clock.Advance(time.Second)
+		}
+		inFlight := ids(5)
+		b.cache.AddRange(inFlight)
+
+		require.False(t, b.cache.Contains(retained[0]), "the oldest retained entry made room")
+		require.True(t, b.cache.Contains(retained[1]))
+		require.True(t, b.cache.Contains(retained[2]))
+		for _, id := range inFlight {
+			require.True(t, b.cache.Contains(id), "InFlight entries are not bounded")
+		}
+		require.Equal(t, 7, b.cache.Count())
+		require.Equal(t, []int{1}, b.observer.evicted)
+	})
+
+	t.Run("ConcurrentUse", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, dedup.Options{Capacity: 50})
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for range 100 {
+					batch := ids(3)
+					b.cache.AddRange(batch)
+					_ = b.cache.Contains(batch[0])
+					b.cache.ActivateRetentionFor(batch[:1])
+					b.cache.AddRangeRetained(ids(1))
+					b.cache.RemoveRange(batch[1:2])
+					b.cache.EvictExpired()
+					b.clock.Advance(time.Second)
+					_ = b.cache.Count()
+				}
+				b.cache.ActivateRetention()
+			})
+		}
+		wg.Wait()
+		b.clock.Advance(retention)
+		b.cache.EvictExpired()
+		require.Zero(t, b.cache.Count())
+	})
+
+	t.Run("DefaultsApply", func(t *testing.T) {
+		t.Parallel()
+		clock := clocktest.NewFake()
+		cache := dedup.New(dedup.Options{Clock: clock})
+		id := uuid.New()
+		cache.AddRangeRetained([]uuid.UUID{id})
+		clock.Advance(dedup.RetentionDefault - time.Nanosecond)
+		require.True(t, cache.Contains(id))
+		clock.Advance(time.Nanosecond)
+		require.False(t, cache.Contains(id))
+	})
+
+	t.Run("ExpiredRetainedEntryIsReAddedInFlight", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, dedup.Options{})
+		id := uuid.New()
+		b.cache.AddRangeRetained([]uuid.UUID{id})
+		b.clock.Advance(retention)
+		require.False(t, b.cache.Contains(id))
+
+		b.cache.AddRange([]uuid.UUID{id})
+		b.clock.Advance(time.Hour)
+		require.True(t, b.cache.Contains(id), "logically absent, so it was added InFlight again")
+		require.Equal(t, 1, b.cache.Count())
+	})
+
+	t.Run("NegativeOptionsPanic", func(t *testing.T) {
+		t.Parallel()
+		require.PanicsWithValue(t, "dedup.Options.Retention must not be negative, got -1s", func() {
+			dedup.New(dedup.Options{Retention: -time.Second})
+		})
+		require.PanicsWithValue(t, "dedup.Options.Capacity must not be negative, got -1", func() {
+			dedup.New(dedup.Options{Capacity: -1})
+		})
+	})
+
+	t.Run("ReAddingRetainedDoesNotResetTimer", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, dedup.Options{})
+		id := uuid.New()
+		b.cache.AddRange([]uuid.UUID{id})
+		b.cache.ActivateRetention()
+		b.clock.Advance(4 * time.Minute)
+		b.cache.AddRange([]uuid.UUID{id})
+		b.cache.AddRangeRetained([]uuid.UUID{id})
+		b.cache.ActivateRetention()
+		require.Len(t, b.observer.inFlight, 1, "re-adding a live Retained id adds nothing")
+
+		b.clock.Advance(time.Minute)
+		require.False(t, b.cache.Contains(id), "expires 5 min after the first activation")
+	})
+
+	t.Run("RemoveRangeReportsOnlyPresentIDs", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, dedup.Options{})
+		inFlight, retained, absent := uuid.New(), uuid.New(), uuid.New()
+		b.cache.AddRangeRetained([]uuid.UUID{retained})
+		b.cache.AddRange([]uuid.UUID{inFlight})
+		b.cache.RemoveRange([]uuid.UUID{absent, retained, inFlight})
+		require.Equal(t, [][]uuid.UUID{{retained, inFlight}}, b.observer.removed)
+		require.Zero(t, b.cache.Count())
+
+		b.cache.RemoveRange([]uuid.UUID{absent})
+		require.Len(t, b.observer.removed, 1, "nothing removed: no callback")
+	})
+}

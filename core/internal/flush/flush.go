@@ -1,0 +1,541 @@
+// Package flush implements the engine's BatchFlusher: a bounded FIFO buffer
+// drained by one goroutine that hands items to a flush function in batches,
+// retrying a failing batch in place before giving up on it.
+//
+// # Batching
+//
+// Once the loop sees a first item it coalesces more until the batch reaches
+// ImmediateAt items (or MaxBatch), or until the Coalesce window elapses,
+// whichever comes first; Flush and Close end the window at once. A batch
+// holds at most MaxBatch items, and items keep their Add order across
+// batches.
+//
+// # Failures
+//
+// A failing flush is called again with the same batch, in the same order,
+// after an exponential backoff (RetryBase, doubling, capped at RetryMax, no
+// jitter), up to MaxAttempts calls in all. The next batch waits meanwhile,
+// so nothing is reordered. After the last failure the batch is dropped:
+// OnDropped is called and an Error is logged. For the engine that is safe
+// but slow: the rows stay leased until their lease expires and are then
+// re-delivered, so flush functions must be idempotent.
+//
+// # Lifecycle
+//
+// New is inert. Start launches the loop; Close stops accepting items, drains
+// what is queued within DrainTimeout and then cancels the flush in progress,
+// dropping what is left. Every wait (coalescing, backoff, drain) uses the
+// injected ports.Clock.
+package flush
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// Defaults of Options, those of the engine's completion flusher.
+const (
+	MaxBatchDefault     = 1000
+	CoalesceDefault     = 25 * time.Millisecond
+	ImmediateAtDefault  = 500
+	CapacityDefault     = 20_000
+	MaxAttemptsDefault  = 5
+	RetryBaseDefault    = 100 * time.Millisecond
+	RetryMaxDefault     = 5 * time.Second
+	DrainTimeoutDefault = 5 * time.Second
+)
+
+// ErrDrainTimeout is returned by Close when queued items could not be
+// flushed within Options.DrainTimeout; they were dropped.
+var ErrDrainTimeout = errors.New("drain timeout")
+
+// Options configure a Flusher of items of type T. The zero value is valid:
+// every zero field takes its default. Negative values are rejected by New.
+type Options[T any] struct {
+	// MaxBatch is the most items handed to one flush call. Defaults to
+	// MaxBatchDefault.
+	MaxBatch int
+	// Coalesce is how long the loop waits for more items after the first
+	// one of a batch. Defaults to CoalesceDefault.
+	Coalesce time.Duration
+	// ImmediateAt ends the coalescing window as soon as this many items are
+	// queued; a value above MaxBatch acts as MaxBatch. Defaults to
+	// ImmediateAtDefault.
+	ImmediateAt int
+	// Capacity bounds the items queued and not yet taken into a batch; Add
+	// blocks while the buffer is full. Defaults to CapacityDefault.
+	Capacity int
+	// MaxAttempts is how many times one batch is handed to flush before it
+	// is dropped; 1 disables retries. Defaults to MaxAttemptsDefault.
+	MaxAttempts int
+	// RetryBase is the wait before the first retry; each later wait doubles,
+	// up to RetryMax. Defaults to RetryBaseDefault.
+	RetryBase time.Duration
+	// RetryMax caps the wait between retries. Must not be below RetryBase.
+	// Defaults to RetryMaxDefault.
+	RetryMax time.Duration
+	// DrainTimeout bounds how long Close lets the loop flush queued items
+	// before cancelling it. Defaults to DrainTimeoutDefault.
+	DrainTimeout time.Duration
+	// Clock drives the coalescing window, the retry backoff and the drain
+	// timeout. Defaults to ports.SystemClock.
+	Clock ports.Clock
+	// Logger receives retry warnings, drop errors and debug lifecycle
+	// messages. Defaults to slog.Default().
+	Logger *slog.Logger
+	// OnFlushed, when set, is called with every batch flush accepted. It
+	// runs on the loop goroutine before the next batch starts, so it must
+	// be quick, and must not call Close.
+	OnFlushed func(batch []T)
+	// OnDropped, when set, is called with every batch given up on, with the
+	// last error. It runs on the loop goroutine like OnFlushed.
+	OnDropped func(batch []T, err error)
+}
+
+// Flusher buffers items and flushes them in batches on one goroutine. The
+// zero value is not usable; call New. Safe for concurrent use.
+type Flusher[T any] struct {
+	name   string
+	opts   Options[T] // defaults applied
+	flush  func(ctx context.Context, batch []T) error
+	logger *slog.Logger
+	// threshold ends a coalescing window: min(ImmediateAt, MaxBatch).
+	threshold int
+
+	closing chan struct{} // closed by the first Close; wakes blocked Adds
+	wake    chan struct{} // buffer of one; nudges the loop
+
+	mu     sync.Mutex
+	queue  []T // accepted, not yet taken into a batch
+	closed bool
+	cancel context.CancelCauseFunc
+	done   chan struct{} // nil until started; closed when the loop returns
+	space  chan struct{} // closed and replaced whenever the loop takes items
+	// The counters number items in Add order, which is also flush order.
+	enqueued uint64 // accepted by Add
+	taken    uint64 // taken into a batch by the loop
+	settled  uint64 // flushed or dropped
+	force    uint64 // the loop skips coalescing while taken < force
+	// stopDropped counts items dropped because the loop was cancelled.
+	stopDropped int
+	waiters     []*waiter
+}
+
+// waiter is a Flush call waiting for the items before target to settle.
+type waiter struct {
+	target uint64
+	err    error // set under Flusher.mu before ch is closed
+	ch     chan struct{}
+}
+
+// New returns a Flusher named name (used in logs and errors) that hands
+// batches to flush. flush gets the loop's context, cancelled only when Close
+// gives up draining, and must return promptly once it is. It must not modify
+// batch; OnFlushed and OnDropped may keep it. New returns an error naming
+// the field for an invalid option.
+func New[T any](name string, opts Options[T], flush func(ctx context.Context, batch []T) error) (*Flusher[T], error) {
+	var errs []error
+	if name == "" {
+		errs = append(errs, errors.New("flush.New: name must not be empty"))
+	}
+	if flush == nil {
+		errs = append(errs, errors.New("flush.New: flush func must not be nil"))
+	}
+	num := func(field string, v *int, def int) {
+		if *v < 0 {
+			errs = append(errs, fmt.Errorf("flush.Options.%s must not be negative, got %d", field, *v))
+		}
+		*v = cmp.Or(*v, def)
+	}
+	dur := func(field string, v *time.Duration, def time.Duration) {
+		if *v < 0 {
+			errs = append(errs, fmt.Errorf("flush.Options.%s must not be negative, got %s", field, *v))
+		}
+		*v = cmp.Or(*v, def)
+	}
+	// opts is a copy: filling in defaults never touches the caller's value.
+	num("MaxBatch", &opts.MaxBatch, MaxBatchDefault)
+	dur("Coalesce", &opts.Coalesce, CoalesceDefault)
+	num("ImmediateAt", &opts.ImmediateAt, ImmediateAtDefault)
+	num("Capacity", &opts.Capacity, CapacityDefault)
+	num("MaxAttempts", &opts.MaxAttempts, MaxAttemptsDefault)
+	dur("RetryBase", &opts.RetryBase, RetryBaseDefault)
+	dur("RetryMax", &opts.RetryMax, RetryMaxDefault)
+	dur("DrainTimeout", &opts.DrainTimeout, DrainTimeoutDefault)
+	if opts.RetryBase >= 0 && opts.RetryMax >= 0 && opts.RetryMax < opts.RetryBase {
+		errs = append(errs, fmt.Errorf("flush.Options.RetryMax (%s) must not be below flush.Options.RetryBase (%s)", opts.RetryMax, opts.RetryBase))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	opts.Clock = cmp.Or[ports.Clock](opts.Clock, ports.SystemClock{})
+	opts.Logger = cmp.Or(opts.Logger, slog.Default())
+	return &Flusher[T]{
+		name:      name,
+		opts:      opts,
+		flush:     flush,
+		logger:    opts.Logger.With(slog.String("component", "flush"), slog.String("flusher", name)),
+		threshold: min(opts.ImmediateAt, opts.MaxBatch),
+		closing:   make(chan struct{}),
+		wake:      make(chan struct{}, 1),
+		space:     make(chan struct{}),
+	}, nil
+}
+
+// Start launches the loop goroutine. It is idempotent. The loop keeps ctx's
+// values but not its cancellation: only Close stops it. Start returns
+// ports.ErrClosed after Close.
+func (f *Flusher[T]) Start(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return fmt.Errorf("starting %s flusher: %w", f.name, ports.ErrClosed)
+	}
+	f.startLocked(ctx)
+	return nil
+}
+
+func (f *Flusher[T]) startLocked(ctx context.Context) {
+	if f.done != nil {
+		return
+	}
+	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	f.cancel, f.done = cancel, done
+	go func() {
+		defer close(done)
+		f.run(runCtx)
+	}()
+}
+
+// Add queues items in order. It blocks while the buffer lacks room for them
+// and returns ctx's error if ctx ends first, or ports.ErrClosed once Close
+// was called. Up to Capacity items are queued all or nothing; a longer slice
+// is queued in Capacity-sized chunks, so an error may leave a prefix queued.
+// Items are accepted before Start too; they wait for the loop.
+func (f *Flusher[T]) Add(ctx context.Context, items ...T) error {
+	for {
+		f.mu.Lock()
+		if f.closed {
+			f.mu.Unlock()
+			return fmt.Errorf("adding to %s flusher: %w", f.name, ports.ErrClosed)
+		}
+		chunk := items[:min(len(items), f.opts.Capacity)]
+		if f.opts.Capacity-len(f.queue) >= len(chunk) {
+			f.queue = append(f.queue, chunk...)
+			f.enqueued += uint64(len(chunk))
+			f.mu.Unlock()
+			f.signal()
+			if items = items[len(chunk):]; len(items) == 0 {
+				return nil
+			}
+			continue
+		}
+		space := f.space
+		f.mu.Unlock()
+		select {
+		case <-space:
+		case <-f.closing:
+			return fmt.Errorf("adding to %s flusher: %w", f.name, ports.ErrClosed)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Flush ends the current coalescing window and waits until every item
+// queued before the call was flushed or dropped (OnFlushed and OnDropped have
+// run by then). It returns an error if any of them was dropped, ctx's error
+// if ctx ends first, and ports.ErrClosed after Close. Before Start it waits
+// for Start.
+func (f *Flusher[T]) Flush(ctx context.Context) error {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return fmt.Errorf("flushing %s flusher: %w", f.name, ports.ErrClosed)
+	}
+	if f.settled >= f.enqueued {
+		f.mu.Unlock()
+		return nil
+	}
+	w := &waiter{target: f.enqueued, ch: make(chan struct{})}
+	f.waiters = append(f.waiters, w)
+	f.force = max(f.force, w.target)
+	f.mu.Unlock()
+	f.signal()
+
+	select {
+	case <-w.ch:
+		return w.err
+	case <-ctx.Done():
+		f.mu.Lock()
+		for i, x := range f.waiters {
+			if x == w {
+				f.waiters = append(f.waiters[:i], f.waiters[i+1:]...)
+				break
+			}
+		}
+		f.mu.Unlock()
+		return ctx.Err()
+	}
+}
+
+// Close stops accepting items, lets the loop flush everything queued (even
+// if Start was never called) and waits for it to return. If that takes
+// longer than DrainTimeout, or ctx ends first, it cancels the loop, whose
+// remaining items are dropped, waits for it to return and reports
+// ErrDrainTimeout or ctx's error. Close is idempotent and safe to call
+// concurrently; a Close after a completed one returns nil. It must not be
+// called from OnFlushed or OnDropped.
+func (f *Flusher[T]) Close(ctx context.Context) error {
+	f.mu.Lock()
+	if !f.closed {
+		f.closed = true
+		close(f.closing)
+		if len(f.queue) > 0 {
+			f.startLocked(ctx) // drain what was queued before Start
+		}
+	}
+	done, cancel := f.done, f.cancel
+	f.mu.Unlock()
+	if done == nil {
+		return nil // never started, nothing queued
+	}
+	f.signal()
+
+	select {
+	case <-done:
+		return nil
+	default:
+	}
+	timer := f.opts.Clock.NewTimer(f.opts.DrainTimeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-timer.C():
+		err := fmt.Errorf("closing %s flusher: queued items not flushed within %s: %w", f.name, f.opts.DrainTimeout, ErrDrainTimeout)
+		cancel(err)
+		return f.awaitStopped(done, err)
+	case <-ctx.Done():
+		cancel(context.Cause(ctx))
+		return f.awaitStopped(done, ctx.Err())
+	}
+}
+
+// awaitStopped waits for the cancelled loop and returns err, or nil if the
+// loop had drained everything before the cancellation could drop anything.
+func (f *Flusher[T]) awaitStopped(done <-chan struct{}, err error) error {
+	<-done
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopDropped == 0 {
+		return nil
+	}
+	return err
+}
+
+func (f *Flusher[T]) signal() {
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (f *Flusher[T]) run(ctx context.Context) {
+	f.logger.DebugContext(ctx, "flusher started")
+	for {
+		batch, ok := f.next(ctx)
+		if !ok {
+			break
+		}
+		f.flushBatch(ctx, batch)
+	}
+	if ctx.Err() != nil {
+		f.dropRemaining(ctx)
+	}
+	f.logger.DebugContext(ctx, "flusher stopped")
+}
+
+// next waits for the next batch. It reports false once the Flusher is
+// closed and empty, or ctx is done.
+func (f *Flusher[T]) next(ctx context.Context) ([]T, bool) {
+	var (
+		timer   ports.Timer
+		timerC  <-chan time.Time
+		elapsed bool
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		if ctx.Err() != nil {
+			return nil, false
+		}
+		f.mu.Lock()
+		n := len(f.queue)
+		if n > 0 && (elapsed || f.closed || f.force > f.taken || n >= f.threshold) {
+			batch := f.takeLocked(f.opts.MaxBatch)
+			f.mu.Unlock()
+			return batch, true
+		}
+		if n == 0 && f.closed {
+			f.mu.Unlock()
+			return nil, false
+		}
+		f.mu.Unlock()
+		if n > 0 && timer == nil {
+			timer = f.opts.Clock.NewTimer(f.opts.Coalesce)
+			timerC = timer.C()
+		}
+		select {
+		case <-f.wake:
+		case <-timerC:
+			elapsed = true
+		case <-ctx.Done():
+		}
+	}
+}
+
+// takeLocked removes up to limit items from the head of the queue and
+// returns them in a new slice.
+func (f *Flusher[T]) takeLocked(limit int) []T {
+	k := min(len(f.queue), limit)
+	batch := make([]T, k)
+	copy(batch, f.queue)
+	clear(f.queue[:k]) // let the GC reclaim what the items point to
+	f.queue = f.queue[k:]
+	if len(f.queue) == 0 {
+		f.queue = nil
+	}
+	f.taken += uint64(k)
+	close(f.space)
+	f.space = make(chan struct{})
+	return batch
+}
+
+// flushBatch calls flush with batch until it succeeds, MaxAttempts calls
+// failed, or ctx is done.
+func (f *Flusher[T]) flushBatch(ctx context.Context, batch []T) {
+	bo := &backoff.ExponentialBackOff{
+		InitialInterval: f.opts.RetryBase,
+		Multiplier:      2,
+		MaxInterval:     f.opts.RetryMax,
+		Stop:            backoff.Stop,
+		Clock:           f.opts.Clock,
+		// RandomizationFactor 0: no jitter, so waits are deterministic.
+		// MaxElapsedTime 0: MaxAttempts bounds the retries instead.
+	}
+	bo.Reset()
+	for attempt := 1; ; attempt++ {
+		err := f.flush(ctx, batch)
+		if err == nil {
+			if f.opts.OnFlushed != nil {
+				f.opts.OnFlushed(batch)
+			}
+			f.settle(len(batch), nil)
+			return
+		}
+		if attempt >= f.opts.MaxAttempts || ctx.Err() != nil {
+			f.drop(ctx, batch, attempt, err)
+			return
+		}
+		wait := bo.NextBackOff()
+		f.logger.WarnContext(ctx, "flush failed; retrying the same batch",
+			slog.Int("attempt", attempt),
+			slog.Int("max_attempts", f.opts.MaxAttempts),
+			slog.Int("batch_size", len(batch)),
+			slog.Duration("retry_in", wait),
+			slog.String("error", err.Error()))
+		if !f.sleep(ctx, wait) {
+			f.drop(ctx, batch, attempt, err)
+			return
+		}
+	}
+}
+
+// sleep waits d on the injected clock. It reports false if ctx ended first.
+func (f *Flusher[T]) sleep(ctx context.Context, d time.Duration) bool {
+	timer := f.opts.Clock.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C():
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// drop gives up on batch after attempts failed calls, the last with err.
+func (f *Flusher[T]) drop(ctx context.Context, batch []T, attempts int, err error) {
+	attrs := []any{
+		slog.Int("batch_size", len(batch)),
+		slog.Int("attempts", attempts),
+		slog.String("error", err.Error()),
+	}
+	if cause := context.Cause(ctx); cause != nil {
+		attrs = append(attrs, slog.String("stopped", cause.Error()))
+		f.mu.Lock()
+		f.stopDropped += len(batch)
+		f.mu.Unlock()
+	}
+	f.logger.ErrorContext(ctx, "dropping batch after its last flush attempt; "+
+		"its rows stay leased until their lease expires and are re-delivered", attrs...)
+	if f.opts.OnDropped != nil {
+		f.opts.OnDropped(batch, err)
+	}
+	f.settle(len(batch), fmt.Errorf("flushing %s flusher: dropped a batch of %d after %d attempts: %w", f.name, len(batch), attempts, err))
+}
+
+// dropRemaining drops every item still queued once the loop was cancelled.
+func (f *Flusher[T]) dropRemaining(ctx context.Context) {
+	f.mu.Lock()
+	rest := f.takeLocked(len(f.queue))
+	f.stopDropped += len(rest)
+	f.mu.Unlock()
+	if len(rest) == 0 {
+		return
+	}
+	err := context.Cause(ctx)
+	f.logger.ErrorContext(ctx, "dropping queued items: flusher stopped before flushing them; "+
+		"their rows stay leased until their lease expires and are re-delivered",
+		slog.Int("batch_size", len(rest)),
+		slog.String("error", err.Error()))
+	if f.opts.OnDropped != nil {
+		f.opts.OnDropped(rest, err)
+	}
+	f.settle(len(rest), fmt.Errorf("flushing %s flusher: dropped %d queued items: %w", f.name, len(rest), err))
+}
+
+// settle records that the next n items were flushed (err nil) or dropped,
+// and releases the Flush calls waiting for them.
+func (f *Flusher[T]) settle(n int, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	start := f.settled
+	f.settled += uint64(n)
+	keep := f.waiters[:0]
+	for _, w := range f.waiters {
+		if err != nil && w.err == nil && w.target > start {
+			w.err = err
+		}
+		if w.target <= f.settled {
+			close(w.ch)
+		} else {
+			keep = append(keep, w)
+		}
+	}
+	clear(f.waiters[len(keep):])
+	f.waiters = keep
+}

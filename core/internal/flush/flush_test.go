@@ -1,0 +1,589 @@
+package flush_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/vantage-go/vantage/core/internal/flush"
+	"github.com/vantage-go/vantage/internal/clocktest"
+	"github.com/vantage-go/vantage/ports"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// waitLimit bounds every wait on the code under test, so a bug fails the
+// test instead of hanging it. It is never used to let time pass.
+const waitLimit = 10 * time.Second
+
+var errFlush = errors.New("database unavailable")
+
+// recv returns the next value of ch, failing the test after waitLimit.
+func recv[V any](t *testing.T, ch <-chan V) V {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(waitLimit):
+		t.Fatalf("nothing received within %s", waitLimit)
+		panic("unreachable")
+	}
+}
+
+// requireNone fails if ch holds a value right now.
+func requireNone[V any](t *testing.T, ch <-chan V, msg string) {
+	t.Helper()
+	select {
+	case v := <-ch:
+		t.Fatalf("%s: got %v", msg, v)
+	default:
+	}
+}
+
+// wait blocks until ch is closed, failing the test after waitLimit.
+func wait(t *testing.T, ch <-chan struct{}) {
+	t.Helper()
+	recv(t, ch)
+}
+
+// logRecorder is a slog.Handler that keeps every record and echoes it to
+// the test log.
+type logRecorder struct {
+	t       *testing.T
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (h *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.records = append(h.records, r.Clone())
+	h.t.Log(r.Level, r.Message)
+	return nil
+}
+
+func (h *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *logRecorder) WithGroup(string) slog.Handler      { return h }
+
+// messages returns the messages logged at level.
+func (h *logRecorder) messages(level slog.Level) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, r := range h.records {
+		if r.Level == level {
+			out = append(out, r.Message)
+		}
+	}
+	return out
+}
+
+type dropped struct {
+	batch []int
+	err   error
+}
+
+type testBundle struct {
+	clock   *clocktest.Fake
+	flusher *flush.Flusher[int]
+	logs    *logRecorder
+	// calls receives the batch of every flush call; the call then blocks
+	// until the test sends its result on results.
+	calls   chan []int
+	results chan error
+	flushed chan []int
+	dropped chan dropped
+}
+
+// answer receives the next flush call and makes it return err.
+func (b *testBundle) answer(t *testing.T, err error) []int {
+	t.Helper()
+	batch := recv(t, b.calls)
+	select {
+	case b.results <- err:
+	case <-time.After(waitLimit):
+		t.Fatal("flush call did not take its result")
+	}
+	return batch
+}
+
+// setup builds a Flusher of ints driven by a fake clock, with flush calls
+// scripted through the bundle. Unless flushFunc is given, flush hands its
+// batch to the test and returns what the test answers. The Flusher is not
+// started; it is closed at cleanup.
+func setup(t *testing.T, opts flush.Options[int], flushFunc func(context.Context, []int) error) *testBundle {
+	t.Helper()
+	b := &testBundle{
+		clock:   clocktest.NewFake(),
+		calls:   make(chan []int),
+		results: make(chan error),
+		flushed: make(chan []int, 100),
+		dropped: make(chan dropped, 100),
+	}
+	b.logs = &logRecorder{t: t}
+	if flushFunc == nil {
+		flushFunc = func(ctx context.Context, batch []int) error {
+			select {
+			case b.calls <- batch:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			select {
+			case err := <-b.results:
+				return err
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	opts.Clock = b.clock
+	opts.Logger = slog.New(b.logs)
+	opts.OnFlushed = func(batch []int) { b.flushed <- batch }
+	opts.OnDropped = func(batch []int, err error) { b.dropped <- dropped{batch, err} }
+	f, err := flush.New("test", opts, flushFunc)
+	require.NoError(t, err)
+	b.flusher = f
+	t.Cleanup(func() {
+		// Tests that check Close call it themselves. Here a done context
+		// stops the loop at once, even if a scripted flush call is left
+		// unanswered, so goleak sees no goroutine behind.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_ = f.Close(ctx)
+	})
+	return b
+}
+
+// started is setup followed by Start.
+func started(t *testing.T, opts flush.Options[int]) *testBundle {
+	t.Helper()
+	b := setup(t, opts, nil)
+	require.NoError(t, b.flusher.Start(t.Context()))
+	return b
+}
+
+// flushAsync runs Flush in a goroutine and returns its result channel.
+func flushAsync(ctx context.Context, f *flush.Flusher[int]) <-chan error {
+	res := make(chan error, 1)
+	go func() { res <- f.Flush(ctx) }()
+	return res
+}
+
+func TestFlusher(t *testing.T) {
+	t.Parallel()
+
+	t.Run("AddAfterCloseReturnsErrClosed", func(t *testing.T) {
+		t.Parallel()
+		b := started(t, flush.Options[int]{})
+		require.NoError(t, b.flusher.Close(t.Context()))
+		require.ErrorIs(t, b.flusher.Add(t.Context(), 1), ports.ErrClosed)
+		require.ErrorIs(t, b.flusher.Add(t.Context()), ports.ErrClosed)
+		require.ErrorIs(t, b.flusher.Flush(t.Context()), ports.ErrClosed)
+		require.ErrorIs(t, b.flusher.Start(t.Context()), ports.ErrClosed)
+	})
+
+	t.Run("AddBlocksWhenFullUntilContextDone", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, flush.Options[int]{Capacity: 2}, nil) // not started: nothing frees room
+		require.NoError(t, b.flusher.Add(t.Context(), 1, 2))
+
+		ctx, cancel := context.WithCancel(t.Context())
+		res := make(chan error, 1)
+		go func() { res <- b.flusher.Add(ctx, 3) }()
+		requireNone(t, res, "Add must block while the buffer is full")
+		cancel()
+		require.ErrorIs(t, recv(t, res), context.Canceled)
+
+		// The rejected item was not queued: only 1 and 2 are flushed.
+		require.NoError(t, b.flusher.Start(t.Context()))
+		flushed := flushAsync(t.Context(), b.flusher)
+		require.Equal(t, []int{1, 2}, b.answer(t, nil))
+		require.NoError(t, recv(t, flushed))
+	})
+
+	t.Run("AddBlockedReturnsErrClosedOnClose", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, flush.Options[int]{Capacity: 1}, nil)
+		require.NoError(t, b.flusher.Add(t.Context(), 1))
+		res := make(chan error, 1)
+		go func() { res <- b.flusher.Add(t.Context(), 2) }()
+
+		closed := make(chan error, 1)
+		go func() { closed <- b.flusher.Close(t.Context()) }()
+		require.ErrorIs(t, recv(t, res), ports.ErrClosed)
+		require.Equal(t, []int{1}, b.answer(t, nil), "Close drains what was queued, even unstarted")
+		require.NoError(t, recv(t, closed))
+	})
+
+	t.Run("AddUnblocksWhenRoomFrees", func(t *testing.T) {
+		t.Parallel()
+		b := started(t, flush.Options[int]{Capacity: 2, ImmediateAt: 2})
+		require.NoError(t, b.flusher.Add(t.Context(), 1, 2))
+		require.Equal(t, []int{1, 2}, recv(t, b.calls), "the loop took 1 and 2 and is flushing")
+		require.NoError(t, b.flusher.Add(t.Context(), 3, 4)) // buffer full again
+
+		res := make(chan error, 1)
+		go func() { res <- b.flusher.Add(t.Context(), 5) }()
+		requireNone(t, res, "Add must block while the buffer is full")
+		b.results <- nil
+		require.Equal(t, []int{3, 4}, b.answer(t, nil))
+		require.NoError(t, recv(t, res))
+
+		flushed := flushAsync(t.Context(), b.flusher)
+		require.Equal(t, []int{5}, b.answer(t, nil))
+		require.NoError(t, recv(t, flushed))
+	})
+
+	t.Run("AddLongerThanCapacityQueuesInChunks", func(t *testing.T) {
+		t.Parallel()
+		b := started(t, flush.Options[int]{Capacity: 2, ImmediateAt: 2})
+		res := make(chan error, 1)
+		go func() { res <- b.flusher.Add(t.Context(), 1, 2, 3, 4, 5) }()
+		require.Equal(t, []int{1, 2}, b.answer(t, nil))
+		require.Equal(t, []int{3, 4}, b.answer(t, nil))
+		require.NoError(t, recv(t, res))
+
+		flushed := flushAsync(t.Context(), b.flusher)
+		require.Equal(t, []int{5}, b.answer(t, nil))
+		require.NoError(t, recv(t, flushed))
+	})
+
+	t.Run("AlwaysFailingDropsAfterMaxAttempts", func(t *testing.T) {
+		t.Parallel()
+		b := started(t, flush.Options[int]{})
+		require.NoError(t, b.flusher.Add(t.Context(), 1, 2))
+		// Only Flush can end the coalescing window while the clock stands
+		// still, so the first call proves this Flush waits for the batch.
+		flushed := flushAsync(t.Context(), b.flusher)
+
+		// Waits between the 5 attempts: 100, 200, 400, 800 ms.
+		waits := []time.Duration{100, 200, 400, 800}
+		for attempt := range flush.MaxAttemptsDefault {
+			require.Equal(t, []int{1, 2}, b.answer(t, errFlush), "attempt %d", attempt+1)
+			if attempt == len(waits) {
+				break
+			}
+			wait(t, b.clock.WaitTimers(1))
+			b.clock.Advance(waits[attempt]*time.Millisecond - time.Nanosecond)
+			requireNone(t, b.calls, "retried before its backoff elapsed")
+			b.clock.Advance(time.Nanosecond)
+		}
+
+		d := recv(t, b.dropped)
+		require.Equal(t, []int{1, 2}, d.batch)
+		require.ErrorIs(t, d.err, errFlush)
+		requireNone(t, b.flushed, "nothing was flushed")
+		require.Len(t, b.logs.messages(slog.LevelWarn), flush.MaxAttemptsDefault-1)
+		errs := b.logs.messages(slog.LevelError)
+		require.Len(t, errs, 1)
+		require.Contains(t, errs[0], "rows stay leased until their lease expires and are re-delivered")
+		require.ErrorIs(t, recv(t, flushed), errFlush, "Flush reports the drop")
+
+		// No sixth call: the next call carries the next batch.
+		require.NoError(t, b.flusher.Add(t.Context(), 3))
+		flushed = flushAsync(t.Context(), b.flusher)
+		require.Equal(t, []int{3}, b.answer(t, nil))
+		require.NoError(t, recv(t, flushed))
+	})
+
+	t.Run("CloseCancelsAfterDrainTimeout", func(t *testing.T) {
+		t.Parallel()
+		entered := make(chan []int, 10)
+		b := setup(t, flush.Options[int]{ImmediateAt: 1}, func(ctx context.Context, batch []int) error {
+			entered <- batch
+			<-ctx.Done() // a flush that hangs until cancelled
+			return ctx.Err()
+		})
+		require.NoError(t, b.flusher.Start(t.Context()))
+		require.NoError(t, b.flusher.Add(t.Context(), 1))
+		require.Equal(t, []int{1}, recv(t, entered))
+		require.NoError(t, b.flusher.Add(t.Context(), 2))
+
+		closed := make(chan error, 1)
+		go func() { closed <- b.flusher.Close(t.Context()) }()
+		wait(t, b.clock.WaitTimers(1))
+		b.clock.Advance(flush.DrainTimeoutDefault)
+
+		require.ErrorIs(t, recv(t, closed), flush.ErrDrainTimeout)
+		d := recv(t, b.dropped)
+		require.Equal(t, []int{1}, d.batch, "the hung batch is dropped")
+		require.ErrorIs(t, d.err, context.Canceled)
+		d = recv(t, b.dropped)
+		require.Equal(t, []int{2}, d.batch, "queued items are dropped")
+		require.ErrorIs(t, d.err, flush.ErrDrainTimeout)
+		require.Len(t, b.logs.messages(slog.LevelError), 2)
+	})
+
+	t.Run("CloseDrainsQueuedItems", func(t *testing.T) {
+		t.Parallel()
+		b := started(t, flush.Options[int]{MaxBatch: 2})
+		require.NoError(t, b.flusher.Add(t.Context(), 1))
+		wait(t, b.clock.WaitTimers(1)) // coalescing; the window never elapses
+		require.NoError(t, b.flusher.Add(t.Context(), 2, 3))
+
+		closed := make(chan error, 1)
+		go func() { closed <- b.flusher.Close(t.Context()) }()
+		require.Equal(t, []int{1, 2}, b.answer(t, nil))
+		require.Equal(t, []int{3}, b.answer(t, nil))
+		require.NoError(t, recv(t, closed))
+		require.Equal(t, []int{1, 2}, recv(t, b.flushed))
+		require.Equal(t, []int{3}, recv(t, b.flushed))
+		requireNone(t, b.dropped, "nothing dropped")
+	})
+
+	t.Run("CloseIsIdempotent", func(t *testing.T) {
+		t.Parallel()
+		b := started(t, flush.Options[int]{})
+		require.NoError(t, b.flusher.Close(t.Context()))
+		require.NoError(t, b.flusher.Close(t.Context()))
+
+		unstarted := setup(t, flush.Options[int]{}, nil)
+		require.NoError(t, unstarted.flusher.Close(t.Context()))
+		require.NoError(t, unstarted.flusher.Close(t.Context()))
+	})
+
+	t.Run("CloseReturnsWhenContextDone", func(t *testing.T) {
+		t.Parallel()
+		b := started(t, flush.Options[int]{ImmediateAt: 1})
+		require.NoError(t, b.flusher.Add(t.Context(), 1))
+		require.Equal(t, []int{1}, recv(t, b.calls)) // never answered
+
+		ctx, cancel := context.WithCancel(t.Context())
+		closed := make(chan error, 1)
+		go func() { closed <- b.flusher.Close(ctx) }()
+		wait(t, b.clock.WaitTimers(1))
+		cancel()
+		require.ErrorIs(t, recv(t, closed), context.Canceled)
+		d := recv(t, b.dropped)
+		require.Equal(t, []int{1}, d.batch)
+	})
+
+	t.Run("CoalescesUntilThreshold", func(t *testing.T) {
+		t.Parallel()
+		b := started(t, flush.Options[int]{ImmediateAt: 3})
+		require.NoError(t, b.flusher.Add(t.Context(), 1, 2))
+		wait(t, b.clock.WaitTimers(1))
+		requireNone(t, b.calls, "below the threshold the window is still open")
+		require.NoError(t, b.flusher.Add(t.Context(), 3))
+		require.Equal(t, []int{1, 2, 3}, b.answer(t, nil), "the threshold flushes without the clock moving")
+		require.Equal(t, []int{1, 2, 3}, recv(t, b.flushed))
+	})
+
+	t.Run("CoalescesUntilMaxBatch", func(t *testing.T) {
+		t.Parallel()
+		b := started(t, flush.Options[int]{MaxBatch: 2}) // ImmediateAt 500 acts as 2
+		require.NoError(t, b.flusher.Add(t.Context(), 1, 2, 3, 4, 5))
+		require.Equal(t, []int{1, 2}, b.answer(t, nil))
+		require.Equal(t, []int{3, 4}, b.answer(t, nil))
+
+		wait(t, b.clock.WaitTimers(1))
+		requireNone(t, b.calls, "one item waits for its window")
+		b.clock.Advance(flush.CoalesceDefault)
+		require.Equal(t, []int{5}, b.answer(t, nil))
+	})
+
+	t.Run("CoalescesUntilWindowElapses", func(t *testing.T) {
+		t.Parallel()
+		b := started(t, flush.Options[int]{})
+		require.NoError(t, b.flusher.Add(t.Context(), 1))
+		wait(t, b.clock.WaitTimers(1))
+		require.NoError(t, b.flusher.Add(t.Context(), 2))
+		require.NoError(t, b.flusher.Add(t.Context(), 3))
+
+		b.clock.Advance(flush.CoalesceDefault - time.Nanosecond)
+		requireNone(t, b.calls, "flushed before the window elapsed")
+		b.clock.Advance(time.Nanosecond)
+		require.Equal(t, []int{1, 2, 3}, b.answer(t, nil))
+		require.Equal(t, []int{1, 2, 3}, recv(t, b.flushed))
+	})
+
+	t.Run("FailOnceRetriesSameBatch", func(t *testing.T) {
+		t.Parallel()
+		b := started(t, flush.Options[int]{ImmediateAt: 3})
+		require.NoError(t, b.flusher.Add(t.Context(), 1, 2, 3))
+		require.Equal(t, []int{1, 2, 3}, b.answer(t, errFlush))
+
+		wait(t, b.clock.WaitTimers(1)) // backing off
+		require.NoError(t, b.flusher.Add(t.Context(), 4, 5))
+		b.clock.Advance(flush.RetryBaseDefault)
+		require.Equal(t, []int{1, 2, 3}, b.answer(t, nil), "same batch, same order")
+
+		flushed := flushAsync(t.Context(), b.flusher)
+		require.Equal(t, []int{4, 5}, b.answer(t, nil), "later items follow, unmixed")
+		require.NoError(t, recv(t, flushed))
+
+		require.Equal(t, []int{1, 2, 3}, recv(t, b.flushed))
+		require.Equal(t, []int{4, 5}, recv(t, b.flushed))
+		requireNone(t, b.dropped, "nothing dropped")
+		warns := b.logs.messages(slog.LevelWarn)
+		require.Len(t, warns, 1)
+		require.Contains(t, warns[0], "retrying")
+		require.Empty(t, b.logs.messages(slog.LevelError))
+	})
+
+	t.Run("FlushReportsDroppedItems", func(t *testing.T) {
+		t.Parallel()
+		b := started(t, flush.Options[int]{MaxAttempts: 1})
+		require.NoError(t, b.flusher.Add(t.Context(), 1))
+		flushed := flushAsync(t.Context(), b.flusher)
+		require.Equal(t, []int{1}, b.answer(t, errFlush))
+		err := recv(t, flushed)
+		require.ErrorIs(t, err, errFlush)
+		require.ErrorContains(t, err, "dropped a batch of 1 after 1 attempts")
+	})
+
+	t.Run("FlushReturnsAtOnceWhenNothingQueued", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, flush.Options[int]{}, nil) // not even started
+		require.NoError(t, b.flusher.Flush(t.Context()))
+	})
+
+	t.Run("FlushReturnsWhenContextDone", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, flush.Options[int]{}, nil) // not started: the item waits
+		require.NoError(t, b.flusher.Add(t.Context(), 1))
+		ctx, cancel := context.WithCancel(t.Context())
+		flushed := flushAsync(ctx, b.flusher)
+		cancel()
+		require.ErrorIs(t, recv(t, flushed), context.Canceled)
+	})
+
+	t.Run("FlushWaitsUntilFlushed", func(t *testing.T) {
+		t.Parallel()
+		b := started(t, flush.Options[int]{})
+		require.NoError(t, b.flusher.Add(t.Context(), 1, 2))
+		flushed := flushAsync(t.Context(), b.flusher)
+
+		require.Equal(t, []int{1, 2}, recv(t, b.calls), "Flush ends the window without the clock moving")
+		requireNone(t, flushed, "Flush returned while the batch was still being flushed")
+		b.results <- nil
+		require.NoError(t, recv(t, flushed))
+		require.Equal(t, []int{1, 2}, recv(t, b.flushed), "OnFlushed ran before Flush returned")
+	})
+
+	t.Run("InvalidOptions", func(t *testing.T) {
+		t.Parallel()
+		noop := func(context.Context, []int) error { return nil }
+		for _, tc := range []struct {
+			opts flush.Options[int]
+			want string
+		}{
+			{flush.Options[int]{MaxBatch: -1}, "flush.Options.MaxBatch must not be negative, got -1"},
+			{flush.Options[int]{Coalesce: -1}, "flush.Options.Coalesce must not be negative"},
+			{flush.Options[int]{ImmediateAt: -1}, "flush.Options.ImmediateAt must not be negative"},
+			{flush.Options[int]{Capacity: -1}, "flush.Options.Capacity must not be negative"},
+			{flush.Options[int]{MaxAttempts: -1}, "flush.Options.MaxAttempts must not be negative"},
+			{flush.Options[int]{RetryBase: -1}, "flush.Options.RetryBase must not be negative"},
+			{flush.Options[int]{RetryMax: -1}, "flush.Options.RetryMax must not be negative"},
+			{flush.Options[int]{DrainTimeout: -1}, "flush.Options.DrainTimeout must not be negative"},
+			{flush.Options[int]{RetryBase: time.Minute}, "flush.Options.RetryMax (5s) must not be below flush.Options.RetryBase (1m0s)"},
+		} {
+			f, err := flush.New("test", tc.opts, noop)
+			require.ErrorContains(t, err, tc.want)
+			require.Nil(t, f)
+		}
+
+		_, err := flush.New[int]("", flush.Options[int]{}, nil)
+		require.ErrorContains(t, err, "name must not be empty")
+		require.ErrorContains(t, err, "flush func must not be nil")
+	})
+
+	t.Run("KeepsFIFOOrderAcrossBatches", func(t *testing.T) {
+		t.Parallel()
+		b := started(t, flush.Options[int]{MaxBatch: 3})
+		var want []int
+		for i := range 10 {
+			require.NoError(t, b.flusher.Add(t.Context(), i))
+			want = append(want, i)
+		}
+		flushed := flushAsync(t.Context(), b.flusher)
+		var got []int
+		for len(got) < len(want) {
+			batch := b.answer(t, nil)
+			require.LessOrEqual(t, len(batch), 3)
+			got = append(got, batch...)
+		}
+		require.NoError(t, recv(t, flushed))
+		require.Equal(t, want, got)
+	})
+
+	t.Run("StartIsIdempotent", func(t *testing.T) {
+		t.Parallel()
+		b := started(t, flush.Options[int]{ImmediateAt: 1})
+		require.NoError(t, b.flusher.Start(t.Context()))
+		require.NoError(t, b.flusher.Add(t.Context(), 1))
+		require.Equal(t, []int{1}, b.answer(t, nil))
+	})
+
+	t.Run("StartContextCancellationDoesNotStopLoop", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, flush.Options[int]{ImmediateAt: 1}, nil)
+		ctx, cancel := context.WithCancel(t.Context())
+		require.NoError(t, b.flusher.Start(ctx))
+		cancel()
+		require.NoError(t, b.flusher.Add(t.Context(), 1))
+		require.Equal(t, []int{1}, b.answer(t, nil))
+	})
+
+	t.Run("ConcurrentAddersLoseNothing", func(t *testing.T) {
+		t.Parallel()
+		var mu sync.Mutex
+		var got []int
+		b := setup(t, flush.Options[int]{MaxBatch: 7, Capacity: 16, ImmediateAt: 5}, func(_ context.Context, batch []int) error {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, batch...)
+			return nil
+		})
+		require.NoError(t, b.flusher.Start(t.Context()))
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Go(func() {
+				for i := range 50 {
+					_ = b.flusher.Add(t.Context(), g*1000+i)
+				}
+			})
+		}
+		wg.Wait()
+		require.NoError(t, b.flusher.Flush(t.Context()))
+
+		mu.Lock()
+		defer mu.Unlock()
+		require.Len(t, got, 200)
+		for g := range 4 { // each adder's items keep their order
+			var mine []int
+			for _, v := range got {
+				if v/1000 == g {
+					mine = append(mine, v)
+				}
+			}
+			require.True(t, slices.IsSorted(mine), "adder %d reordered", g)
+			require.Len(t, mine, 50)
+		}
+	})
+}
+
+func TestDropLogNamesLeaseConsequence(t *testing.T) {
+	t.Parallel()
+
+	b := started(t, flush.Options[int]{MaxAttempts: 1, ImmediateAt: 1})
+	require.NoError(t, b.flusher.Add(t.Context(), 7))
+	require.Equal(t, []int{7}, b.answer(t, errFlush))
+	recv(t, b.dropped)
+	errs := b.logs.messages(slog.LevelError)
+	require.Len(t, errs, 1)
+	require.True(t, strings.Contains(errs[0], "lease"), errs[0])
+	require.Empty(t, b.logs.messages(slog.LevelWarn), "no retry with MaxAttempts 1")
+}

@@ -1,0 +1,112 @@
+package core
+
+import (
+	"sync"
+
+	"github.com/google/uuid"
+)
+
+// drainQueue is the drain channel: an unbounded FIFO of stream ids with
+// set semantics (a queued id is not queued twice) and an in-flight set. A
+// stream pushed while it is being drained is marked dirty and queued again
+// when its drain ends, so re-emission is harmless and no signal is lost.
+type drainQueue struct {
+	signal chan struct{} // buffered 1; non-empty queue ⇒ a signal is pending or a reader is awake
+
+	mu       sync.Mutex
+	order    []uuid.UUID
+	queued   map[uuid.UUID]struct{}
+	inFlight map[uuid.UUID]bool // value: dirty
+}
+
+func newDrainQueue() *drainQueue {
+	return &drainQueue{
+		signal:   make(chan struct{}, 1),
+		queued:   map[uuid.UUID]struct{}{},
+		inFlight: map[uuid.UUID]bool{},
+	}
+}
+
+// Push queues stream ids.
+func (q *drainQueue) Push(ids ...uuid.UUID) {
+	q.mu.Lock()
+	added := false
+	for _, id := range ids {
+		if _, ok := q.inFlight[id]; ok {
+			q.inFlight[id] = true
+			continue
+		}
+		if _, ok := q.queued[id]; ok {
+			continue
+		}
+		q.queued[id] = struct{}{}
+		q.order = append(q.order, id)
+		added = true
+	}
+	q.mu.Unlock()
+	if added {
+		q.notify()
+	}
+}
+
+func (q *drainQueue) notify() {
+	select {
+	case q.signal <- struct{}{}:
+	default:
+	}
+}
+
+// Take removes up to n queued ids and marks them in flight.
+func (q *drainQueue) Take(n int) []uuid.UUID {
+	q.mu.Lock()
+	if n > len(q.order) {
+		n = len(q.order)
+	}
+	ids := make([]uuid.UUID, n)
+	copy(ids, q.order[:n])
+	q.order = q.order[n:]
+	if len(q.order) == 0 {
+		q.order = nil
+	}
+	for _, id := range ids {
+		delete(q.queued, id)
+		q.inFlight[id] = false
+	}
+	more := len(q.order) > 0
+	q.mu.Unlock()
+	if more {
+		q.notify() // wake another reader for the rest
+	}
+	return ids
+}
+
+// Done ends the drain of ids; dirty ones are queued again.
+func (q *drainQueue) Done(ids []uuid.UUID) {
+	var again []uuid.UUID
+	q.mu.Lock()
+	for _, id := range ids {
+		if dirty := q.inFlight[id]; dirty {
+			again = append(again, id)
+		}
+		delete(q.inFlight, id)
+	}
+	q.mu.Unlock()
+	if len(again) > 0 {
+		q.Push(again...)
+	}
+}
+
+// IsInFlight reports whether a stream is being drained.
+func (q *drainQueue) IsInFlight(id uuid.UUID) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	_, ok := q.inFlight[id]
+	return ok
+}
+
+// Len returns the number of queued ids.
+func (q *drainQueue) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.order)
+}

@@ -1,0 +1,65 @@
+package core
+
+import (
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+)
+
+func TestDrainQueue(t *testing.T) {
+	t.Parallel()
+
+	a, b, c := uuid.New(), uuid.New(), uuid.New()
+
+	t.Run("PushIsIdempotentAndSignals", func(t *testing.T) {
+		t.Parallel()
+		q := newDrainQueue()
+		q.Push(a, b, a)
+		require.Equal(t, 2, q.Len())
+		select {
+		case <-q.signal:
+		default:
+			t.Fatal("push did not signal")
+		}
+		require.Equal(t, []uuid.UUID{a, b}, q.Take(10))
+		require.Zero(t, q.Len())
+	})
+
+	t.Run("TakeBoundedResignalsRemainder", func(t *testing.T) {
+		t.Parallel()
+		q := newDrainQueue()
+		q.Push(a, b, c)
+		<-q.signal
+		require.Equal(t, []uuid.UUID{a}, q.Take(1))
+		select {
+		case <-q.signal:
+		default:
+			t.Fatal("remaining ids were not signalled")
+		}
+	})
+
+	t.Run("InFlightFlag", func(t *testing.T) {
+		t.Parallel()
+		q := newDrainQueue()
+		require.False(t, q.IsInFlight(a))
+		q.Push(a)
+		ids := q.Take(5)
+		require.True(t, q.IsInFlight(a))
+		q.Done(ids)
+		require.False(t, q.IsInFlight(a))
+		require.Zero(t, q.Len())
+	})
+
+	t.Run("PushWhileInFlightRequeuesOnDone", func(t *testing.T) {
+		t.Parallel()
+		q := newDrainQueue()
+		q.Push(a)
+		ids := q.Take(5)
+		q.Push(a) // re-emitted by the claim loop during the drain
+		require.Zero(t, q.Len(), "not queued twice while in flight")
+		q.Done(ids)
+		require.Equal(t, 1, q.Len(), "queued again once the drain ended")
+		require.Equal(t, []uuid.UUID{a}, q.Take(5))
+	})
+}

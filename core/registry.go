@@ -1,0 +1,389 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"sync"
+
+	"github.com/google/uuid"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// Registry errors. Compare with errors.Is.
+var (
+	// ErrUnknownEventType reports an event type name or Go type that was not
+	// registered with RegisterEvent.
+	ErrUnknownEventType = errors.New("unknown event type")
+	// ErrDuplicate reports a second registration of the same name or type.
+	ErrDuplicate = errors.New("duplicate registration")
+	// ErrNoHandler reports an event a perspective has no apply function for.
+	ErrNoHandler = errors.New("no apply function")
+)
+
+// Registry holds the event types and perspectives of an application. Register
+// everything before the Worker starts; a Registry is safe for concurrent use.
+type Registry struct {
+	mu           sync.RWMutex
+	byName       map[string]*eventType
+	byGoType     map[reflect.Type]*eventType
+	perspectives map[string]perspective
+
+	subscribedMu sync.Mutex
+	subscribed   map[ports.EventStore]bool
+}
+
+type eventType struct {
+	name   string
+	goType reflect.Type
+	decode func(data []byte) (any, error)
+}
+
+// NewRegistry returns an empty Registry.
+func NewRegistry() *Registry {
+	return &Registry{
+		byName:       map[string]*eventType{},
+		byGoType:     map[reflect.Type]*eventType{},
+		perspectives: map[string]perspective{},
+		subscribed:   map[ports.EventStore]bool{},
+	}
+}
+
+// RegisterSubscriptions records with the store which perspectives apply
+// which event types, so appends fan out work rows for them. Worker.Start and
+// the first Append through a store call it; call it yourself when events are
+// appended by other means before any worker started.
+func (r *Registry) RegisterSubscriptions(ctx context.Context, store ports.EventStore) error {
+	if err := store.SubscriptionsRegister(ctx, r.Subscriptions()); err != nil {
+		return fmt.Errorf("registering subscriptions: %w", err)
+	}
+	if reflect.TypeOf(store).Comparable() {
+		r.subscribedMu.Lock()
+		r.subscribed[store] = true
+		r.subscribedMu.Unlock()
+	}
+	return nil
+}
+
+func (r *Registry) ensureSubscribed(ctx context.Context, store ports.EventStore) error {
+	if !reflect.TypeOf(store).Comparable() {
+		return r.RegisterSubscriptions(ctx, store)
+	}
+	r.subscribedMu.Lock()
+	done := r.subscribed[store]
+	r.subscribedMu.Unlock()
+	if done {
+		return nil
+	}
+	return r.RegisterSubscriptions(ctx, store)
+}
+
+// RegisterEvent registers the Go type E under a stable type name, the name
+// stored with every event and used to route it to perspectives. Payloads are
+// JSON. It returns ErrDuplicate if the name or the type is already registered.
+func RegisterEvent[E any](r *Registry, name string) error {
+	if r == nil {
+		return fmt.Errorf("registering event %q: nil registry", name)
+	}
+	if name == "" {
+		return fmt.Errorf("registering event %T: empty type name", *new(E))
+	}
+	t := reflect.TypeFor[E]()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.byName[name]; ok {
+		return fmt.Errorf("registering event %q: %w: name already registered", name, ErrDuplicate)
+	}
+	if prev, ok := r.byGoType[t]; ok {
+		return fmt.Errorf("registering event %q: %w: %s already registered as %q", name, ErrDuplicate, t, prev.name)
+	}
+	et := &eventType{name: name, goType: t, decode: func(data []byte) (any, error) {
+		var e E
+		if err := json.Unmarshal(data, &e); err != nil {
+			return nil, err
+		}
+		return e, nil
+	}}
+	r.byName[name] = et
+	r.byGoType[t] = et
+	return nil
+}
+
+// MustRegisterEvent is RegisterEvent that panics on error, for package-level
+// set-up code.
+func MustRegisterEvent[E any](r *Registry, name string) {
+	if err := RegisterEvent[E](r, name); err != nil {
+		panic(err)
+	}
+}
+
+// TypeName returns the registered name of event's Go type.
+func (r *Registry) TypeName(event any) (string, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	et, ok := r.byGoType[reflect.TypeOf(event)]
+	if !ok {
+		return "", fmt.Errorf("%w: %T", ErrUnknownEventType, event)
+	}
+	return et.name, nil
+}
+
+// Encode turns a registered event value into a NewEvent ready to append.
+func (r *Registry) Encode(event any) (ports.NewEvent, error) {
+	name, err := r.TypeName(event)
+	if err != nil {
+		return ports.NewEvent{}, err
+	}
+	data, err := json.Marshal(event)
+	if err != nil {
+		return ports.NewEvent{}, fmt.Errorf("encoding %s: %w", name, err)
+	}
+	return ports.NewEvent{Type: name, Data: data}, nil
+}
+
+// Decode turns a stored event into its registered Go value.
+func (r *Registry) Decode(e ports.Event) (any, error) {
+	r.mu.RLock()
+	et, ok := r.byName[e.Type]
+	r.mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownEventType, e.Type)
+	}
+	v, err := et.decode(e.Data)
+	if err != nil {
+		return nil, fmt.Errorf("decoding %s event %s: %w", e.Type, e.ID, err)
+	}
+	return v, nil
+}
+
+// Append encodes events with the registry and appends them to a stream.
+// The scope in ctx (see WithScope) is stored with each event. The first
+// Append through a store registers the registry's subscriptions with it.
+// expectedVersion follows ports.EventsAppendParams.ExpectedVersion.
+func (r *Registry) Append(ctx context.Context, store ports.EventStore, streamID uuid.UUID, expectedVersion int64, events ...any) (*ports.EventsAppendResult, error) {
+	if len(events) == 0 {
+		return nil, fmt.Errorf("appending to stream %s: %w: no events", streamID, ports.ErrInvalidArgument)
+	}
+	news := make([]ports.NewEvent, 0, len(events))
+	for _, e := range events {
+		ne, err := r.Encode(e)
+		if err != nil {
+			return nil, fmt.Errorf("appending to stream %s: %w", streamID, err)
+		}
+		ne.Metadata = metadataFromContext(ctx)
+		news = append(news, ne)
+	}
+	if err := r.ensureSubscribed(ctx, store); err != nil {
+		return nil, err
+	}
+	return store.EventsAppend(ctx, &ports.EventsAppendParams{StreamID: streamID, ExpectedVersion: expectedVersion, Events: news})
+}
+
+// Perspective is the set of apply functions that build a model of type M
+// from the events of one stream. M is stored as JSON, so its exported fields
+// (or its MarshalJSON) define what is persisted.
+type Perspective[M any] struct {
+	name     string
+	mu       sync.Mutex
+	handlers map[reflect.Type]func(ctx context.Context, m M, e any) (M, error)
+	byName   map[string]func(ctx context.Context, m M, e any) (M, error)
+}
+
+// NewPerspective returns an empty perspective with a stable name (stored with
+// every work row and cursor; renaming it starts over).
+func NewPerspective[M any](name string) *Perspective[M] {
+	return &Perspective[M]{name: name, handlers: map[reflect.Type]func(context.Context, M, any) (M, error){}}
+}
+
+// Name returns the perspective's name.
+func (p *Perspective[M]) Name() string { return p.name }
+
+// Handle adds the apply function for events of type E. The function receives
+// the model so far and returns the next one; an error fails the event (it is
+// retried with backoff, then dead-lettered). Use EventFromContext for the
+// event's id, stream, version and metadata. Handle returns ErrDuplicate if E
+// already has a function.
+func Handle[M, E any](p *Perspective[M], apply func(ctx context.Context, model M, event E) (M, error)) error {
+	if p == nil || apply == nil {
+		return errors.New("core.Handle: nil perspective or apply function")
+	}
+	t := reflect.TypeFor[E]()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.byName != nil {
+		return fmt.Errorf("perspective %q: handlers cannot be added after the perspective was registered", p.name)
+	}
+	if _, ok := p.handlers[t]; ok {
+		return fmt.Errorf("perspective %q: %w: apply function for %s", p.name, ErrDuplicate, t)
+	}
+	p.handlers[t] = func(ctx context.Context, m M, e any) (M, error) { return apply(ctx, m, e.(E)) }
+	return nil
+}
+
+// MustHandle is Handle that panics on error, for set-up code.
+func MustHandle[M, E any](p *Perspective[M], apply func(ctx context.Context, model M, event E) (M, error)) {
+	if err := Handle(p, apply); err != nil {
+		panic(err)
+	}
+}
+
+// perspective is the type-erased view of a Perspective the engine runs.
+type perspective interface {
+	Name() string
+	bind(r *Registry) ([]string, error)
+	eventTypes() []string
+	decodeModel(data []byte) (any, error)
+	encodeModel(model any) ([]byte, error)
+	apply(ctx context.Context, model any, typ string, event any) (any, error)
+}
+
+// Registrable is implemented by *Perspective[M] for every M.
+type Registrable interface {
+	perspective
+}
+
+func (p *Perspective[M]) bind(r *Registry) ([]string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.byName != nil {
+		return nil, fmt.Errorf("perspective %q: %w: already registered", p.name, ErrDuplicate)
+	}
+	if len(p.handlers) == 0 {
+		return nil, fmt.Errorf("perspective %q has no apply functions", p.name)
+	}
+	byName := make(map[string]func(context.Context, M, any) (M, error), len(p.handlers))
+	for t, h := range p.handlers {
+		et, ok := r.byGoType[t]
+		if !ok {
+			return nil, fmt.Errorf("perspective %q handles %s: %w (call RegisterEvent first)", p.name, t, ErrUnknownEventType)
+		}
+		byName[et.name] = h
+	}
+	p.byName = byName
+	return p.eventTypesLocked(), nil
+}
+
+func (p *Perspective[M]) eventTypes() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.eventTypesLocked()
+}
+
+func (p *Perspective[M]) eventTypesLocked() []string {
+	names := make([]string, 0, len(p.byName))
+	for n := range p.byName {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func (p *Perspective[M]) decodeModel(data []byte) (any, error) {
+	var m M
+	if len(data) == 0 {
+		return m, nil
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("decoding model of perspective %q: %w", p.name, err)
+	}
+	return m, nil
+}
+
+func (p *Perspective[M]) encodeModel(model any) ([]byte, error) {
+	data, err := json.Marshal(model.(M))
+	if err != nil {
+		return nil, fmt.Errorf("encoding model of perspective %q: %w", p.name, err)
+	}
+	return data, nil
+}
+
+func (p *Perspective[M]) apply(ctx context.Context, model any, typ string, event any) (next any, err error) {
+	h, ok := p.byName[typ] // immutable after bind
+	if !ok {
+		return model, fmt.Errorf("perspective %q, event type %q: %w", p.name, typ, ErrNoHandler)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			next, err = model, fmt.Errorf("perspective %q panicked applying %q: %v", p.name, typ, r)
+		}
+	}()
+	return h(ctx, model.(M), event)
+}
+
+// AddPerspective registers a perspective built with NewPerspective and
+// Handle. Every event type it handles must be registered first. It returns
+// ErrDuplicate for a second perspective of the same name.
+func (r *Registry) AddPerspective(p Registrable) error {
+	if p == nil || reflect.ValueOf(p).IsNil() {
+		return errors.New("adding perspective: nil perspective")
+	}
+	if p.Name() == "" {
+		return errors.New("adding perspective: empty name")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.perspectives[p.Name()]; ok {
+		return fmt.Errorf("adding perspective %q: %w", p.Name(), ErrDuplicate)
+	}
+	if _, err := p.bind(r); err != nil {
+		return fmt.Errorf("adding perspective: %w", err)
+	}
+	r.perspectives[p.Name()] = p
+	r.subscribedMu.Lock()
+	clear(r.subscribed) // stores must learn the new subscriptions
+	r.subscribedMu.Unlock()
+	return nil
+}
+
+// Perspectives returns the registered perspective names, sorted.
+func (r *Registry) Perspectives() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	names := make([]string, 0, len(r.perspectives))
+	for n := range r.perspectives {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Subscriptions returns every (event type, perspective) pair, sorted.
+func (r *Registry) Subscriptions() []ports.Subscription {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var subs []ports.Subscription
+	for _, p := range r.perspectives {
+		for _, t := range p.eventTypes() {
+			subs = append(subs, ports.Subscription{EventType: t, Perspective: p.Name()})
+		}
+	}
+	sort.Slice(subs, func(i, j int) bool {
+		if subs[i].EventType != subs[j].EventType {
+			return subs[i].EventType < subs[j].EventType
+		}
+		return subs[i].Perspective < subs[j].Perspective
+	})
+	return subs
+}
+
+func (r *Registry) perspective(name string) (perspective, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	p, ok := r.perspectives[name]
+	return p, ok
+}
+
+// PerspectivesFor returns the perspectives that apply events of a type.
+func (r *Registry) PerspectivesFor(eventType string) []string {
+	var out []string
+	for _, s := range r.Subscriptions() {
+		if s.EventType == eventType {
+			out = append(out, s.Perspective)
+		}
+	}
+	return out
+}

@@ -1,0 +1,141 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+type placed struct {
+	ID string `json:"id"`
+}
+
+type shipped struct {
+	By string `json:"by"`
+}
+
+type unregistered struct{}
+
+type counter struct {
+	N    int      `json:"n"`
+	Seen []string `json:"seen"`
+}
+
+func newTestRegistry(t *testing.T) *Registry {
+	t.Helper()
+	r := NewRegistry()
+	require.NoError(t, RegisterEvent[placed](r, "placed"))
+	require.NoError(t, RegisterEvent[shipped](r, "shipped"))
+	return r
+}
+
+func TestRegisterEvent(t *testing.T) {
+	t.Parallel()
+
+	r := newTestRegistry(t)
+	require.ErrorIs(t, RegisterEvent[placed](r, "other"), ErrDuplicate, "same Go type twice")
+	require.ErrorIs(t, RegisterEvent[unregistered](r, "placed"), ErrDuplicate, "same name twice")
+	require.Error(t, RegisterEvent[unregistered](r, ""), "empty name")
+	require.Error(t, RegisterEvent[unregistered](nil, "x"), "nil registry")
+
+	ne, err := r.Encode(placed{ID: "o-1"})
+	require.NoError(t, err)
+	require.Equal(t, "placed", ne.Type)
+	require.JSONEq(t, `{"id":"o-1"}`, string(ne.Data))
+
+	_, err = r.Encode(unregistered{})
+	require.ErrorIs(t, err, ErrUnknownEventType)
+
+	v, err := r.Decode(ports.Event{Type: "placed", Data: []byte(`{"id":"o-2"}`)})
+	require.NoError(t, err)
+	require.Equal(t, placed{ID: "o-2"}, v)
+
+	_, err = r.Decode(ports.Event{Type: "nope", Data: []byte(`{}`)})
+	require.ErrorIs(t, err, ErrUnknownEventType)
+	_, err = r.Decode(ports.Event{Type: "placed", Data: []byte(`{"id":1}`)})
+	require.ErrorContains(t, err, "decoding placed event")
+}
+
+func TestPerspectiveRegistration(t *testing.T) {
+	t.Parallel()
+
+	t.Run("HandlesOnlyRegisteredTypes", func(t *testing.T) {
+		t.Parallel()
+		r := newTestRegistry(t)
+		p := NewPerspective[counter]("c")
+		require.NoError(t, Handle(p, func(_ context.Context, m counter, _ unregistered) (counter, error) { return m, nil }))
+		require.ErrorIs(t, r.AddPerspective(p), ErrUnknownEventType)
+	})
+
+	t.Run("DuplicateHandlerAndName", func(t *testing.T) {
+		t.Parallel()
+		r := newTestRegistry(t)
+		p := NewPerspective[counter]("c")
+		h := func(_ context.Context, m counter, _ placed) (counter, error) { return m, nil }
+		require.NoError(t, Handle(p, h))
+		require.ErrorIs(t, Handle(p, h), ErrDuplicate)
+		require.NoError(t, r.AddPerspective(p))
+		q := NewPerspective[counter]("c")
+		require.NoError(t, Handle(q, h))
+		require.ErrorIs(t, r.AddPerspective(q), ErrDuplicate)
+		require.Error(t, Handle(p, func(_ context.Context, m counter, _ shipped) (counter, error) { return m, nil }), "no handlers after registration")
+	})
+
+	t.Run("NilAndEmpty", func(t *testing.T) {
+		t.Parallel()
+		r := newTestRegistry(t)
+		var nilP *Perspective[counter]
+		require.Error(t, r.AddPerspective(nilP))
+		require.Error(t, r.AddPerspective(NewPerspective[counter]("")))
+		require.ErrorContains(t, r.AddPerspective(NewPerspective[counter]("empty")), "no apply functions")
+		require.Error(t, Handle[counter, placed](nil, nil))
+	})
+
+	t.Run("SubscriptionsAndApply", func(t *testing.T) {
+		t.Parallel()
+		r := newTestRegistry(t)
+		p := NewPerspective[counter]("c")
+		MustHandle(p, func(ctx context.Context, m counter, e placed) (counter, error) {
+			ev, ok := EventFromContext(ctx)
+			if !ok {
+				return m, errors.New("no event in context")
+			}
+			m.N++
+			m.Seen = append(m.Seen, e.ID+"@"+ev.Type)
+			return m, nil
+		})
+		MustHandle(p, func(_ context.Context, m counter, _ shipped) (counter, error) {
+			panic("boom")
+		})
+		require.NoError(t, r.AddPerspective(p))
+		require.Equal(t, []ports.Subscription{{EventType: "placed", Perspective: "c"}, {EventType: "shipped", Perspective: "c"}}, r.Subscriptions())
+		require.Equal(t, []string{"c"}, r.PerspectivesFor("placed"))
+
+		rp, ok := r.perspective("c")
+		require.True(t, ok)
+		m, err := rp.decodeModel(nil)
+		require.NoError(t, err)
+		ev := ports.Event{ID: uuid.New(), Type: "placed"}
+		m, err = rp.apply(withEvent(t.Context(), ev), m, "placed", placed{ID: "x"})
+		require.NoError(t, err)
+		require.Equal(t, counter{N: 1, Seen: []string{"x@placed"}}, m)
+
+		_, err = rp.apply(t.Context(), m, "shipped", shipped{})
+		require.ErrorContains(t, err, "panicked")
+		_, err = rp.apply(t.Context(), m, "other", nil)
+		require.ErrorIs(t, err, ErrNoHandler)
+
+		data, err := rp.encodeModel(m)
+		require.NoError(t, err)
+		back, err := rp.decodeModel(data)
+		require.NoError(t, err)
+		require.Equal(t, m, back)
+		_, err = rp.decodeModel([]byte(`{"n":"x"}`))
+		require.Error(t, err)
+	})
+}

@@ -1,0 +1,576 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/vantage-go/vantage/core/internal/completion"
+	"github.com/vantage-go/vantage/core/internal/dedup"
+	"github.com/vantage-go/vantage/core/internal/flush"
+	"github.com/vantage-go/vantage/ports"
+)
+
+// ErrStopped is the cause of the contexts cancelled by Stop, and the error of
+// Start on a Worker that was stopped.
+var ErrStopped = errors.New("vantage: worker stopped")
+
+// deregisterTimeout bounds the graceful deregistration at Stop.
+const deregisterTimeout = 5 * time.Second
+
+// Worker materializes perspectives: it heartbeats, claims work per stream,
+// drains each stream's pending events in order through the registered
+// perspectives and reports completions and failures to the backend.
+//
+// Construct it with New, then Start it; Stop drains in-flight work, flushes
+// completions, deregisters the instance and waits for every goroutine. A
+// Worker runs once: after Stop, build a new one. Its methods are safe for
+// concurrent use.
+type Worker struct {
+	backend ports.Backend
+	reg     *Registry
+	opts    Options
+	clock   ports.Clock
+	passNow bool
+	log     *slog.Logger
+
+	cache       *dedup.Cache
+	strategy    completion.Strategy
+	completions *flush.Flusher[completion.Tracked[ports.Completion]]
+	failures    *flush.Flusher[completion.Tracked[ports.Failure]]
+	queue       *drainQueue
+	gates       *gates
+
+	parkedMu sync.Mutex
+	parked   map[pairKey]parking
+
+	flushMu sync.Mutex // serializes moving strategy items into the flushers
+
+	claimWake     chan struct{}
+	consumerWakes []chan struct{}
+	listening     atomic.Bool
+
+	idle       atomic.Bool
+	emptyPolls atomic.Int64
+
+	progressMu sync.Mutex
+	progress   chan struct{} // closed and replaced on every acknowledged flush
+
+	mu         sync.Mutex
+	started    bool
+	cancelRun  context.CancelCauseFunc
+	cancelWork context.CancelCauseFunc
+	loops      sync.WaitGroup
+	stopOnce   sync.Once
+	done       chan struct{}
+}
+
+// New builds a Worker over backend for the perspectives of registry. It
+// validates every option and returns an error naming each invalid field. New
+// starts nothing.
+func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, error) {
+	if err := backend.Validate(); err != nil {
+		return nil, fmt.Errorf("building worker: %w", err)
+	}
+	if registry == nil {
+		return nil, errors.New("building worker: nil registry")
+	}
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("building worker: %w", err)
+	}
+	w := &Worker{
+		backend:   backend,
+		reg:       registry,
+		opts:      o,
+		clock:     o.Clock,
+		passNow:   o.Clock != nil,
+		log:       o.Logger.With(slog.String("component", "vantage.worker"), slog.String("instance_id", o.InstanceID.String())),
+		queue:     newDrainQueue(),
+		gates:     newGates(),
+		parked:    map[pairKey]parking{},
+		claimWake: make(chan struct{}, 1),
+		progress:  make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+	if w.clock == nil {
+		w.clock = ports.SystemClock{}
+	}
+	w.idle.Store(true)
+	for range o.MaxConcurrentDrainConsumers {
+		w.consumerWakes = append(w.consumerWakes, make(chan struct{}, 1))
+	}
+	var observer dedup.Observer
+	if o.Hooks.DedupObserver != nil {
+		observer = o.Hooks.DedupObserver
+	}
+	w.cache = dedup.New(dedup.Options{Retention: o.LeaseDuration, Clock: w.clock, Observer: observer})
+	if o.Completion == CompletionInstant {
+		w.strategy = completion.NewInstant(instantReporter{w})
+	} else {
+		w.strategy, err = completion.NewBatched(completion.BatchedOptions{
+			BaseTimeout:               o.Retry.RetryTimeout,
+			Multiplier:                o.Retry.BackoffMultiplier,
+			MaxTimeout:                o.Retry.MaxBackoff,
+			DisableExponentialBackoff: o.Retry.DisableExponentialBackoff,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("building worker: %w", err)
+		}
+	}
+	w.completions, err = flush.New("completions", flush.Options[completion.Tracked[ports.Completion]]{
+		MaxAttempts: o.Retry.MaxFlushAttempts,
+		Clock:       w.clock,
+		Logger:      w.log,
+		OnFlushed:   w.completionsAcknowledged,
+	}, w.flushCompletions)
+	if err != nil {
+		return nil, fmt.Errorf("building worker: %w", err)
+	}
+	w.failures, err = flush.New("failures", flush.Options[completion.Tracked[ports.Failure]]{
+		MaxAttempts: o.Retry.MaxFlushAttempts,
+		Clock:       w.clock,
+		Logger:      w.log,
+		OnFlushed:   w.failuresAcknowledged,
+	}, w.flushFailures)
+	if err != nil {
+		return nil, fmt.Errorf("building worker: %w", err)
+	}
+	return w, nil
+}
+
+// InstanceID returns the id this worker heartbeats and claims under.
+func (w *Worker) InstanceID() uuid.UUID { return w.opts.InstanceID }
+
+// IsIdle reports whether the worker is idle (no work for IdleThresholdPolls
+// consecutive polls). A new worker is idle.
+func (w *Worker) IsIdle() bool { return w.idle.Load() }
+
+// ConsecutiveEmptyPolls returns the number of consecutive polls that found no
+// work, shared across consumer loops.
+func (w *Worker) ConsecutiveEmptyPolls() int { return int(w.emptyPolls.Load()) }
+
+// RequestImmediatePoll wakes the claim loop and every consumer now instead of
+// at their next interval. Safe from any goroutine; redundant calls coalesce.
+func (w *Worker) RequestImmediatePoll() { w.wakeAll() }
+
+func (w *Worker) wakeAll() {
+	signal(w.claimWake)
+	for _, c := range w.consumerWakes {
+		signal(c)
+	}
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// now is the engine's time; paramNow is what it passes to the backend: its
+// own time only when the host injected a Clock.
+func (w *Worker) now() time.Time { return w.clock.Now() }
+
+func (w *Worker) paramNow() time.Time {
+	if w.passNow {
+		return w.clock.Now()
+	}
+	return time.Time{}
+}
+
+// Start registers the perspectives' subscriptions and the instance with the
+// backend, then launches the heartbeat, claim, listener and consumer loops.
+// ctx bounds only this start-up; the loops run until Stop. Start on a running
+// worker is a no-op; on a stopped one it returns ErrStopped.
+func (w *Worker) Start(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	select {
+	case <-w.done:
+		return ErrStopped
+	default:
+	}
+	if w.started {
+		return nil
+	}
+	if err := w.reg.RegisterSubscriptions(ctx, w.backend.Events); err != nil {
+		return fmt.Errorf("starting worker: %w", err)
+	}
+	if err := w.heartbeat(ctx); err != nil {
+		return fmt.Errorf("starting worker: %w", err)
+	}
+	runCtx, cancelRun := context.WithCancelCause(context.WithoutCancel(ctx))
+	workCtx, cancelWork := context.WithCancelCause(context.WithoutCancel(ctx))
+	w.cancelRun, w.cancelWork = cancelRun, cancelWork
+
+	if err := errors.Join(w.completions.Start(workCtx), w.failures.Start(workCtx)); err != nil {
+		cancelRun(err)
+		cancelWork(err)
+		return fmt.Errorf("starting worker: %w", err)
+	}
+	w.started = true
+	if wakes, err := w.backend.Notifier.NotifierListen(runCtx); err != nil {
+		w.log.WarnContext(ctx, "notifications unavailable; polling only", slog.Any("error", err))
+	} else {
+		w.listening.Store(true)
+		w.loops.Go(func() { w.listenLoop(runCtx, wakes) })
+	}
+	w.loops.Go(func() { w.heartbeatLoop(runCtx) })
+	w.loops.Go(func() { w.claimLoop(runCtx) })
+	for _, wake := range w.consumerWakes {
+		w.loops.Go(func() { w.consumeLoop(runCtx, workCtx, wake) })
+	}
+	w.log.DebugContext(ctx, "worker started", slog.Int("consumers", len(w.consumerWakes)))
+	return nil
+}
+
+// Stop ends the loops, lets in-flight batches finish, flushes every buffered
+// completion and failure, deregisters the instance (releasing its leases) and
+// waits for all goroutines. If ctx ends first, in-flight applies are cancelled
+// and Stop returns ctx.Err(); calling Stop again waits for the rest. Stop on a
+// worker that never started is a no-op.
+func (w *Worker) Stop(ctx context.Context) error {
+	w.mu.Lock()
+	started := w.started
+	w.mu.Unlock()
+	if !started {
+		w.stopOnce.Do(func() { close(w.done) })
+		return nil
+	}
+	w.stopOnce.Do(func() { go w.shutdown(ctx) })
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		w.cancelWork(ErrStopped)
+		return ctx.Err()
+	}
+}
+
+func (w *Worker) shutdown(ctx context.Context) {
+	defer close(w.done)
+	w.cancelRun(ErrStopped)
+	w.loops.Wait()
+	// The work context stays alive for the drain of buffered completions,
+	// unless the caller's Stop deadline passed (then it is cancelled).
+	workCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stopWatch := context.AfterFunc(ctx, cancel)
+	defer stopWatch()
+	defer cancel()
+	w.flushPending(workCtx)
+	if err := w.completions.Close(workCtx); err != nil {
+		w.log.ErrorContext(ctx, "draining completions at stop", slog.Any("error", err))
+	}
+	if err := w.failures.Close(workCtx); err != nil {
+		w.log.ErrorContext(ctx, "draining failures at stop", slog.Any("error", err))
+	}
+	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), deregisterTimeout)
+	defer dcancel()
+	if err := w.backend.Claimer.InstanceDeregister(dctx, w.opts.InstanceID); err != nil {
+		w.log.ErrorContext(ctx, "deregistering instance", slog.Any("error", err))
+	}
+	w.cancelWork(ErrStopped)
+	w.log.DebugContext(ctx, "worker stopped")
+}
+
+func (w *Worker) heartbeat(ctx context.Context) error {
+	res, err := w.backend.Claimer.InstanceHeartbeat(ctx, &ports.InstanceHeartbeatParams{
+		InstanceID:     w.opts.InstanceID,
+		ServiceName:    w.opts.ServiceName,
+		HostName:       w.opts.HostName,
+		ProcessID:      os.Getpid(),
+		Metadata:       w.opts.InstanceMetadata,
+		StaleThreshold: w.opts.StaleInstanceThreshold,
+		Now:            w.paramNow(),
+	})
+	if err != nil {
+		return fmt.Errorf("recording heartbeat: %w", err)
+	}
+	if len(res.Abandoned) > 0 {
+		w.log.InfoContext(ctx, "abandoned stale instances", slog.Int("count", len(res.Abandoned)))
+		signal(w.claimWake) // their work is claimable now
+	}
+	return nil
+}
+
+func (w *Worker) heartbeatLoop(ctx context.Context) {
+	t := w.clock.NewTimer(w.opts.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		if err := w.heartbeat(ctx); err != nil && ctx.Err() == nil {
+			w.log.ErrorContext(ctx, "heartbeat failed; retrying", slog.Any("error", err))
+		}
+		t.Reset(w.opts.HeartbeatInterval)
+	}
+}
+
+func (w *Worker) notificationsHealthy() bool {
+	return w.listening.Load() && w.backend.Notifier.NotifierHealthy()
+}
+
+func (w *Worker) listenLoop(ctx context.Context, wakes <-chan ports.Wake) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-wakes:
+			if !ok {
+				if ctx.Err() == nil {
+					w.listening.Store(false)
+					w.log.WarnContext(ctx, "notification channel closed; polling only")
+				}
+				return
+			}
+			// A reconnect (possibly missed notifications) and a plain
+			// notification both mean: poll now.
+			w.wakeAll()
+		}
+	}
+}
+
+func (w *Worker) claimLoop(ctx context.Context) {
+	t := w.clock.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		case <-w.claimWake:
+		}
+		hasMore := w.claimOnce(ctx)
+		interval := w.opts.ClaimInterval
+		if w.notificationsHealthy() {
+			interval = w.opts.ClaimNotifyHealthyInterval
+		}
+		if hasMore {
+			interval = 0
+		}
+		resetTimer(t, interval)
+	}
+}
+
+func (w *Worker) claimOnce(ctx context.Context) bool {
+	res, err := w.backend.Claimer.WorkClaim(ctx, &ports.WorkClaimParams{
+		InstanceID:     w.opts.InstanceID,
+		MaxStreams:     w.opts.MaxStreamsPerBatch,
+		PartitionCount: w.opts.PartitionCount,
+		LeaseDuration:  w.opts.LeaseDuration,
+		StaleThreshold: w.opts.StaleInstanceThreshold,
+		Now:            w.paramNow(),
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return false
+		}
+		if errors.Is(err, ports.ErrInstanceNotAlive) {
+			// We were abandoned (a pause longer than the stale threshold):
+			// heartbeat again and claim afresh.
+			w.log.WarnContext(ctx, "instance was considered stale; re-registering")
+			if herr := w.heartbeat(ctx); herr != nil {
+				w.log.ErrorContext(ctx, "re-registering instance", slog.Any("error", herr))
+			}
+			return false
+		}
+		w.log.ErrorContext(ctx, "claiming work failed; retrying", slog.Any("error", err))
+		return false
+	}
+	w.queue.Push(res.StreamIDs...)
+	return res.HasMore
+}
+
+func resetTimer(t ports.Timer, d time.Duration) {
+	if !t.Stop() {
+		select {
+		case <-t.C():
+		default:
+		}
+	}
+	t.Reset(d)
+}
+
+func (w *Worker) idleTimeout() time.Duration {
+	if w.notificationsHealthy() {
+		return max(w.opts.PollingInterval, w.opts.NotifyHealthyPollingInterval)
+	}
+	return w.opts.PollingInterval
+}
+
+// consumeLoop waits for any of: stream ids in the drain queue, a wake
+// (notification or RequestImmediatePoll), or the idle timeout; then it drains
+// a sliding-window batch or runs an idle tick.
+func (w *Worker) consumeLoop(runCtx, workCtx context.Context, wake chan struct{}) {
+	t := w.clock.NewTimer(w.idleTimeout())
+	defer t.Stop()
+	for {
+		ids := w.queue.Take(w.opts.DrainBatcher.MaxSize)
+		if len(ids) == 0 {
+			timedOut := false
+			resetTimer(t, w.idleTimeout())
+			select {
+			case <-runCtx.Done():
+				return
+			case <-w.queue.signal:
+			case <-wake:
+			case <-t.C():
+				timedOut = true
+			}
+			ids = w.queue.Take(w.opts.DrainBatcher.MaxSize)
+			if len(ids) == 0 {
+				w.idleTick(workCtx, timedOut)
+				continue
+			}
+		}
+		if len(ids) < w.opts.DrainBatcher.MaxSize {
+			ids = w.collectWindow(runCtx, ids)
+		}
+		w.processBatch(workCtx, ids)
+		if runCtx.Err() != nil {
+			return
+		}
+	}
+}
+
+// collectWindow extends a batch while drain signals keep arriving: it waits
+// up to SlidingWindow after the latest arrival, at most MaxWait after the
+// first, for at most MaxSize ids.
+func (w *Worker) collectWindow(ctx context.Context, ids []uuid.UUID) []uuid.UUID {
+	first := w.now()
+	last := first
+	for len(ids) < w.opts.DrainBatcher.MaxSize {
+		now := w.now()
+		remaining := min(w.opts.DrainBatcher.SlidingWindow-now.Sub(last), w.opts.DrainBatcher.MaxWait-now.Sub(first))
+		if remaining <= 0 {
+			return ids
+		}
+		t := w.clock.NewTimer(remaining)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ids
+		case <-t.C():
+			return ids
+		case <-w.queue.signal:
+			t.Stop()
+			if more := w.queue.Take(w.opts.DrainBatcher.MaxSize - len(ids)); len(more) > 0 {
+				ids = append(ids, more...)
+				last = w.now()
+			}
+		}
+	}
+	return ids
+}
+
+// idleTick flushes buffered completions and records an empty poll when the
+// idle timeout expired.
+func (w *Worker) idleTick(ctx context.Context, timedOut bool) {
+	w.cache.EvictExpired()
+	w.flushPending(ctx)
+	if timedOut {
+		w.recordPoll(false)
+	}
+	if h := w.opts.Hooks.OnBatchCycleComplete; h != nil {
+		h(BatchCycle{})
+	}
+}
+
+func (w *Worker) recordPoll(hasWork bool) {
+	if hasWork {
+		w.emptyPolls.Store(0)
+		if w.idle.CompareAndSwap(true, false) {
+			if h := w.opts.Hooks.OnWorkProcessingStarted; h != nil {
+				h()
+			}
+		}
+		return
+	}
+	n := w.emptyPolls.Add(1)
+	if n >= int64(w.opts.IdleThresholdPolls) && w.idle.CompareAndSwap(false, true) {
+		if h := w.opts.Hooks.OnWorkProcessingIdle; h != nil {
+			h()
+		}
+	}
+}
+
+// WaitForStream blocks until every named perspective (every registered one
+// when none is named) has applied the events of the stream up to version that
+// it handles, so a caller can read its own writes. It returns ctx.Err() if
+// ctx ends first.
+func (w *Worker) WaitForStream(ctx context.Context, streamID uuid.UUID, version int64, perspectives ...string) error {
+	if len(perspectives) == 0 {
+		perspectives = w.reg.Perspectives()
+	}
+	events, err := w.backend.Fetcher.EventsReadStream(ctx, &ports.EventsReadStreamParams{StreamID: streamID})
+	if err != nil {
+		return fmt.Errorf("waiting for stream %s: %w", streamID, err)
+	}
+	// Each perspective must reach the last event at or below version that
+	// it handles; one that handles none of them has nothing to wait for.
+	targets := map[string]int64{}
+	for _, e := range events {
+		if e.Version > version {
+			break
+		}
+		for _, p := range w.reg.PerspectivesFor(e.Type) {
+			targets[p] = e.Version
+		}
+	}
+	for {
+		w.progressMu.Lock()
+		progressed := w.progress
+		w.progressMu.Unlock()
+		ok, err := w.caughtUp(ctx, streamID, targets, perspectives)
+		if err != nil || ok {
+			return err
+		}
+		t := w.clock.NewTimer(w.opts.PollingInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-progressed:
+		case <-t.C():
+		}
+		t.Stop()
+	}
+}
+
+func (w *Worker) caughtUp(ctx context.Context, streamID uuid.UUID, targets map[string]int64, perspectives []string) (bool, error) {
+	for _, p := range perspectives {
+		target, ok := targets[p]
+		if !ok {
+			continue
+		}
+		m, err := w.backend.Models.ModelLoad(ctx, streamID, p)
+		if errors.Is(err, ports.ErrNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("waiting for stream %s: %w", streamID, err)
+		}
+		if m.LastVersion < target {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+func (w *Worker) signalProgress() {
+	w.progressMu.Lock()
+	close(w.progress)
+	w.progress = make(chan struct{})
+	w.progressMu.Unlock()
+}

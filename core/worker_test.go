@@ -1,0 +1,354 @@
+package core_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vantage-go/vantage/adapters/memory"
+	"github.com/vantage-go/vantage/core"
+	"github.com/vantage-go/vantage/ports"
+)
+
+const waitTimeout = 20 * time.Second
+
+type added struct {
+	N int `json:"n"`
+}
+
+type total struct {
+	Sum    int     `json:"sum"`
+	Events int     `json:"events"`
+	Seen   []int64 `json:"seen"`
+}
+
+func testRegistry(t *testing.T) *core.Registry {
+	t.Helper()
+	reg := core.NewRegistry()
+	require.NoError(t, core.RegisterEvent[added](reg, "added"))
+	p := core.NewPerspective[total]("total")
+	core.MustHandle(p, func(ctx context.Context, m total, e added) (total, error) {
+		ev, _ := core.EventFromContext(ctx)
+		m.Sum += e.N
+		m.Events++
+		m.Seen = append(m.Seen, ev.Version)
+		return m, nil
+	})
+	require.NoError(t, reg.AddPerspective(p))
+	return reg
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func quietOptions(t *testing.T) core.Options {
+	return core.Options{
+		Logger:                       slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		PollingInterval:              10 * time.Millisecond,
+		NotifyHealthyPollingInterval: 10 * time.Millisecond,
+		ClaimInterval:                10 * time.Millisecond,
+		ClaimNotifyHealthyInterval:   10 * time.Millisecond,
+		HeartbeatInterval:            100 * time.Millisecond,
+		DrainBatcher:                 core.DrainBatcherOptions{SlidingWindow: time.Millisecond, MaxWait: 5 * time.Millisecond},
+	}
+}
+
+func startWorker(t *testing.T, b ports.Backend, reg *core.Registry, opts core.Options) *core.Worker {
+	t.Helper()
+	w, err := core.New(b, reg, &opts)
+	require.NoError(t, err)
+	require.NoError(t, w.Start(t.Context()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		require.NoError(t, w.Stop(ctx))
+	})
+	return w
+}
+
+func waitFor[T any](t *testing.T, c <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(waitTimeout):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}
+
+func loadTotal(t *testing.T, b ports.Backend, stream uuid.UUID) total {
+	t.Helper()
+	m, err := b.Models.ModelLoad(t.Context(), stream, "total")
+	require.NoError(t, err)
+	var tot total
+	require.NoError(t, json.Unmarshal(m.Data, &tot))
+	return tot
+}
+
+func TestNewValidates(t *testing.T) {
+	t.Parallel()
+
+	reg := testRegistry(t)
+	_, err := core.New(ports.Backend{}, reg, nil)
+	require.ErrorContains(t, err, "ports.Backend.Claimer is nil")
+	require.ErrorContains(t, err, "ports.Backend.Models is nil")
+
+	b := memory.New(memory.Options{}).Backend()
+	_, err = core.New(b, nil, nil)
+	require.ErrorContains(t, err, "nil registry")
+
+	_, err = core.New(b, reg, &core.Options{MaxStreamsPerBatch: -1})
+	require.ErrorContains(t, err, "Options.MaxStreamsPerBatch must be positive")
+}
+
+func TestStartStopLifecycle(t *testing.T) {
+	t.Parallel()
+
+	b := memory.New(memory.Options{}).Backend()
+	w, err := core.New(b, testRegistry(t), ptr(quietOptions(t)))
+	require.NoError(t, err)
+	require.True(t, w.IsIdle(), "a new worker is idle")
+	require.NoError(t, w.Start(t.Context()))
+	require.NoError(t, w.Start(t.Context()), "second Start is a no-op")
+	instances, err := b.Claimer.InstancesList(t.Context())
+	require.NoError(t, err)
+	require.Len(t, instances, 1)
+	require.Equal(t, w.InstanceID(), instances[0].ID)
+
+	require.NoError(t, w.Stop(t.Context()))
+	require.NoError(t, w.Stop(t.Context()), "second Stop is a no-op")
+	require.ErrorIs(t, w.Start(t.Context()), core.ErrStopped)
+	instances, err = b.Claimer.InstancesList(t.Context())
+	require.NoError(t, err)
+	require.Empty(t, instances, "Stop deregisters the instance")
+
+	never, err := core.New(b, testRegistry(t), nil)
+	require.NoError(t, err)
+	require.NoError(t, never.Stop(t.Context()), "Stop without Start")
+}
+
+func TestConcurrentStartStop(t *testing.T) {
+	t.Parallel()
+
+	b := memory.New(memory.Options{}).Backend()
+	w, err := core.New(b, testRegistry(t), ptr(quietOptions(t)))
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Go(func() { _ = w.Start(t.Context()) })
+		wg.Go(func() { _ = w.Stop(t.Context()) })
+	}
+	wg.Wait()
+	require.NoError(t, w.Stop(t.Context()))
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// silentNotifier never wakes anyone, so only polls and explicit requests do.
+type silentNotifier struct{}
+
+func (silentNotifier) NotifierListen(ctx context.Context) (<-chan ports.Wake, error) {
+	return nil, errors.New("notifications disabled in this test")
+}
+func (silentNotifier) NotifierPublish(context.Context) error { return nil }
+func (silentNotifier) NotifierHealthy() bool                 { return false }
+
+func TestRequestImmediatePollWakes(t *testing.T) {
+	t.Parallel()
+
+	b := memory.New(memory.Options{}).Backend()
+	b.Notifier = silentNotifier{}
+	processed := make(chan core.PerspectiveEventProcessed, 10)
+	opts := quietOptions(t)
+	opts.PollingInterval = time.Hour
+	opts.ClaimInterval = time.Hour
+	opts.HeartbeatInterval = time.Minute
+	opts.StaleInstanceThreshold = time.Hour
+	opts.Hooks.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) { processed <- e }
+	reg := testRegistry(t)
+	w := startWorker(t, b, reg, opts)
+
+	stream := uuid.New()
+	// The first claim runs at start; make sure it has before appending, so
+	// only the explicit request can pick the event up.
+	idle := make(chan struct{}, 1)
+	_ = idle
+	_, err := reg.Append(t.Context(), b.Events, stream, 0, added{N: 5})
+	require.NoError(t, err)
+	w.RequestImmediatePoll()
+	w.RequestImmediatePoll() // redundant calls coalesce
+	e := waitFor(t, processed, "the requested poll to apply the event")
+	require.Equal(t, stream, e.StreamID)
+	require.Equal(t, 5, loadTotal(t, b, stream).Sum)
+}
+
+func TestNotificationWakes(t *testing.T) {
+	t.Parallel()
+
+	b := memory.New(memory.Options{}).Backend()
+	processed := make(chan core.PerspectiveEventProcessed, 10)
+	opts := quietOptions(t)
+	opts.PollingInterval = time.Hour
+	opts.NotifyHealthyPollingInterval = time.Hour
+	opts.ClaimInterval = time.Hour
+	opts.ClaimNotifyHealthyInterval = time.Hour
+	opts.HeartbeatInterval = time.Minute
+	opts.StaleInstanceThreshold = time.Hour
+	opts.Hooks.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) { processed <- e }
+	reg := testRegistry(t)
+	startWorker(t, b, reg, opts)
+
+	stream := uuid.New()
+	_, err := reg.Append(t.Context(), b.Events, stream, 0, added{N: 1}, added{N: 2})
+	require.NoError(t, err)
+	e := waitFor(t, processed, "the append's notification to wake the worker")
+	require.Equal(t, 2, e.EventCount)
+}
+
+func TestIdleHooks(t *testing.T) {
+	t.Parallel()
+
+	b := memory.New(memory.Options{}).Backend()
+	started := make(chan struct{}, 10)
+	idle := make(chan struct{}, 10)
+	idleTicks := make(chan struct{}, 1)
+	opts := quietOptions(t)
+	opts.Hooks.OnWorkProcessingStarted = func() { started <- struct{}{} }
+	opts.Hooks.OnWorkProcessingIdle = func() { idle <- struct{}{} }
+	opts.Hooks.OnBatchCycleComplete = func(c core.BatchCycle) {
+		if c.Streams == 0 {
+			select {
+			case idleTicks <- struct{}{}:
+			default:
+			}
+		}
+	}
+	reg := testRegistry(t)
+	w := startWorker(t, b, reg, opts)
+	waitFor(t, idleTicks, "OnBatchCycleComplete on an idle tick")
+
+	_, err := reg.Append(t.Context(), b.Events, uuid.New(), 0, added{N: 1})
+	require.NoError(t, err)
+	waitFor(t, started, "OnWorkProcessingStarted")
+	waitFor(t, idle, "OnWorkProcessingIdle")
+	require.True(t, w.IsIdle())
+	require.GreaterOrEqual(t, w.ConsecutiveEmptyPolls(), 2)
+}
+
+// countingModels counts saves, to check PerspectiveBatchSize.
+type countingModels struct {
+	ports.ModelStore
+	saves atomic.Int64
+}
+
+func (c *countingModels) ModelSave(ctx context.Context, p *ports.ModelSaveParams) error {
+	c.saves.Add(1)
+	return c.ModelStore.ModelSave(ctx, p)
+}
+
+func TestPerspectiveBatchSizeChunksSaves(t *testing.T) {
+	t.Parallel()
+
+	b := memory.New(memory.Options{}).Backend()
+	models := &countingModels{ModelStore: b.Models}
+	b.Models = models
+	reg := testRegistry(t)
+	stream := uuid.New()
+	evs := make([]any, 10)
+	for i := range evs {
+		evs[i] = added{N: i}
+	}
+	// Appended before the worker starts, so one fetch sees all ten.
+	_, err := reg.Append(t.Context(), b.Events, stream, 0, evs...)
+	require.NoError(t, err)
+	processed := make(chan core.PerspectiveEventProcessed, 10)
+	opts := quietOptions(t)
+	opts.PerspectiveBatchSize = 3
+	opts.Hooks.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) { processed <- e }
+	startWorker(t, b, reg, opts)
+	e := waitFor(t, processed, "the stream to be applied")
+	require.Equal(t, 10, e.EventCount)
+	require.Equal(t, int64(4), models.saves.Load(), "3+3+3+1")
+	require.Equal(t, []int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, loadTotal(t, b, stream).Seen)
+}
+
+func TestInstantCompletion(t *testing.T) {
+	t.Parallel()
+
+	b := memory.New(memory.Options{}).Backend()
+	flushed := make(chan core.CompletionsFlushed, 10)
+	opts := quietOptions(t)
+	opts.Completion = core.CompletionInstant
+	opts.Hooks.OnCompletionsFlushed = func(c core.CompletionsFlushed) { flushed <- c }
+	reg := testRegistry(t)
+	startWorker(t, b, reg, opts)
+	stream := uuid.New()
+	_, err := reg.Append(t.Context(), b.Events, stream, 0, added{N: 1}, added{N: 2})
+	require.NoError(t, err)
+	c := waitFor(t, flushed, "an instant completion")
+	require.Len(t, c.Completions, 1)
+	require.Equal(t, int64(2), c.Completions[0].LastVersion)
+	cursors, err := b.Cursors.CursorsGet(t.Context(), &ports.CursorsGetParams{StreamIDs: []uuid.UUID{stream}})
+	require.NoError(t, err)
+	require.Len(t, cursors, 1)
+	require.True(t, cursors[0].Status.Has(ports.CursorCompleted))
+}
+
+func TestWaitForStream(t *testing.T) {
+	t.Parallel()
+
+	b := memory.New(memory.Options{}).Backend()
+	reg := testRegistry(t)
+	w := startWorker(t, b, reg, quietOptions(t))
+	stream := uuid.New()
+	res, err := reg.Append(t.Context(), b.Events, stream, 0, added{N: 1}, added{N: 2}, added{N: 3})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	require.NoError(t, w.WaitForStream(ctx, stream, res.Events[2].Version))
+	require.Equal(t, 6, loadTotal(t, b, stream).Sum, "the caller reads its own writes")
+
+	expired, cancel2 := context.WithCancel(t.Context())
+	cancel2()
+	require.ErrorIs(t, w.WaitForStream(expired, uuid.New(), 1), context.Canceled)
+}
+
+func TestStopFlushesCompletions(t *testing.T) {
+	t.Parallel()
+
+	b := memory.New(memory.Options{}).Backend()
+	processed := make(chan core.PerspectiveEventProcessed, 10)
+	opts := quietOptions(t)
+	// Nothing flushes before Stop: idle ticks are an hour apart.
+	opts.PollingInterval = time.Hour
+	opts.NotifyHealthyPollingInterval = time.Hour
+	opts.Hooks.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) { processed <- e }
+	reg := testRegistry(t)
+	w, err := core.New(b, reg, &opts)
+	require.NoError(t, err)
+	require.NoError(t, w.Start(t.Context()))
+	stream := uuid.New()
+	_, err = reg.Append(t.Context(), b.Events, stream, 0, added{N: 1})
+	require.NoError(t, err)
+	waitFor(t, processed, "the event to be applied")
+	require.NoError(t, w.Stop(t.Context()))
+	cursors, err := b.Cursors.CursorsGet(t.Context(), &ports.CursorsGetParams{StreamIDs: []uuid.UUID{stream}})
+	require.NoError(t, err)
+	require.Len(t, cursors, 1)
+	require.True(t, cursors[0].Status.Has(ports.CursorCompleted), "the completion was flushed at Stop")
+	require.Equal(t, int64(1), cursors[0].LastVersion)
+}

@@ -1,0 +1,266 @@
+// Command orders is the Vantage demo: customers place orders, add items and
+// ship them; two perspectives (an order summary and per-customer statistics)
+// are materialized in the background by one or more engine instances. It
+// prints progress, then a check line comparing events appended with events
+// applied per perspective, and exits non-zero if they differ.
+//
+//	go run ./examples/orders                 # in-memory backend
+//	go run ./examples/orders -customers 2000 -instances 3
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/vantage-go/vantage/adapters/memory"
+	"github.com/vantage-go/vantage/core"
+	"github.com/vantage-go/vantage/ports"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "orders:", err)
+		os.Exit(1)
+	}
+}
+
+// config holds the command-line flags.
+type config struct {
+	customers int
+	orders    int
+	items     int
+	instances int
+	writers   int
+	timeout   time.Duration
+	verbose   bool
+	profile   string
+}
+
+func parseFlags(args []string, out io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("orders", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.IntVar(&c.customers, "customers", 500, "number of customers (one stream each)")
+	fs.IntVar(&c.orders, "orders", 4, "orders per customer")
+	fs.IntVar(&c.items, "items", 3, "items added per order")
+	fs.IntVar(&c.instances, "instances", 1, "engine instances sharing the backend")
+	fs.IntVar(&c.writers, "writers", 8, "concurrent appenders")
+	fs.DurationVar(&c.timeout, "timeout", 2*time.Minute, "give up if not caught up by then")
+	fs.BoolVar(&c.verbose, "v", false, "log the engine's warnings and errors")
+	fs.StringVar(&c.profile, "cpuprofile", "", "write a CPU profile to this file")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"customers", c.customers}, {"orders", c.orders}, {"items", c.items}, {"instances", c.instances}, {"writers", c.writers}} {
+		if f.v < 1 {
+			return c, fmt.Errorf("-%s must be at least 1, got %d", f.name, f.v)
+		}
+	}
+	if c.timeout <= 0 {
+		return c, fmt.Errorf("-timeout must be positive, got %s", c.timeout)
+	}
+	return c, nil
+}
+
+func run(ctx context.Context, args []string, out io.Writer) error {
+	cfg, err := parseFlags(args, out)
+	if err != nil {
+		return err
+	}
+	reg, err := newRegistry()
+	if err != nil {
+		return err
+	}
+	if cfg.profile != "" {
+		f, err := os.Create(cfg.profile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	store := memory.New(memory.Options{})
+	backends := make([]ports.Backend, cfg.instances)
+	for i := range backends {
+		backends[i] = store.Backend()
+	}
+	fmt.Fprintf(out, "orders: %d customers × %d orders × (%d items + place + ship) on the memory backend, %d instance(s)\n",
+		cfg.customers, cfg.orders, cfg.items, cfg.instances)
+	return runDemo(ctx, cfg, reg, backends, out)
+}
+
+func runDemo(ctx context.Context, cfg config, reg *core.Registry, backends []ports.Backend, out io.Writer) error {
+	logLevel := slog.LevelError + 4 // silent unless -v
+	if cfg.verbose {
+		logLevel = slog.LevelWarn
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel}))
+
+	var applied [2]atomic.Int64 // by perspective index
+	perspectiveIndex := map[string]int{orderSummaryName: 0, customerStatsName: 1}
+	progress := make(chan struct{}, 1)
+	workers := make([]*core.Worker, 0, len(backends))
+	for _, b := range backends {
+		w, err := core.New(b, reg, &core.Options{
+			Logger: logger,
+			Hooks: core.Hooks{OnPerspectiveEventProcessed: func(e core.PerspectiveEventProcessed) {
+				applied[perspectiveIndex[e.Perspective]].Add(int64(e.EventCount))
+				select {
+				case progress <- struct{}{}:
+				default:
+				}
+			}},
+		})
+		if err != nil {
+			return err
+		}
+		if err := w.Start(ctx); err != nil {
+			return err
+		}
+		workers = append(workers, w)
+	}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		for _, w := range workers {
+			if err := w.Stop(stopCtx); err != nil {
+				fmt.Fprintln(out, "orders: stopping worker:", err)
+			}
+		}
+	}()
+
+	start := time.Now()
+	customers, appended, err := appendOrders(ctx, cfg, reg, backends[0].Events)
+	if err != nil {
+		return err
+	}
+	appendTime := time.Since(start)
+	fmt.Fprintf(out, "appended %d events to %d streams in %s (%.0f events/s)\n", appended, len(customers), appendTime.Round(time.Millisecond), float64(appended)/appendTime.Seconds())
+
+	deadline := time.NewTimer(cfg.timeout)
+	defer deadline.Stop()
+	report := time.NewTicker(500 * time.Millisecond)
+	defer report.Stop()
+	for applied[0].Load() < appended || applied[1].Load() < appended {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			return fmt.Errorf("not caught up after %s: applied %d and %d of %d", cfg.timeout, applied[0].Load(), applied[1].Load(), appended)
+		case <-report.C:
+			fmt.Fprintf(out, "  progress: %s %d/%d, %s %d/%d\n", orderSummaryName, applied[0].Load(), appended, customerStatsName, applied[1].Load(), appended)
+		case <-progress:
+		}
+	}
+	elapsed := time.Since(start)
+	fmt.Fprintf(out, "caught up in %s: %.0f events/s appended and applied by both perspectives\n", elapsed.Round(time.Millisecond), float64(appended)/elapsed.Seconds())
+
+	// The check reads the stored models: each counts the events it applied.
+	summaries, stats, err := countStored(ctx, backends[0].Models, customers)
+	if err != nil {
+		return err
+	}
+	ok := summaries == appended && stats == appended
+	verdict := "OK"
+	if !ok {
+		verdict = "MISMATCH"
+	}
+	fmt.Fprintf(out, "check: appended=%d %s=%d %s=%d %s\n", appended, orderSummaryName, summaries, customerStatsName, stats, verdict)
+	if !ok {
+		return errors.New("applied events do not match appended events")
+	}
+	return nil
+}
+
+// appendOrders appends every customer's orders with cfg.writers concurrent
+// writers and returns the streams and the number of events appended.
+func appendOrders(ctx context.Context, cfg config, reg *core.Registry, store ports.EventStore) ([]uuid.UUID, int64, error) {
+	customers := make([]uuid.UUID, cfg.customers)
+	for i := range customers {
+		customers[i] = uuid.Must(uuid.NewV7())
+	}
+	var appended atomic.Int64
+	var firstErr error
+	var once sync.Once
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for range cfg.writers {
+		wg.Go(func() {
+			for i := range jobs {
+				n, err := appendCustomer(ctx, cfg, reg, store, customers[i], i)
+				appended.Add(n)
+				if err != nil {
+					once.Do(func() { firstErr = err })
+				}
+			}
+		})
+	}
+	for i := range customers {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	return customers, appended.Load(), firstErr
+}
+
+func appendCustomer(ctx context.Context, cfg config, reg *core.Registry, store ports.EventStore, customer uuid.UUID, seed int) (int64, error) {
+	var n int64
+	version := int64(0)
+	for o := range cfg.orders {
+		order := uuid.Must(uuid.NewV7())
+		events := []any{OrderPlaced{OrderID: order, CustomerID: customer}}
+		for i := range cfg.items {
+			events = append(events, ItemAdded{OrderID: order, SKU: fmt.Sprintf("SKU-%03d", (seed+o+i)%250), Quantity: 1 + i%3, PriceCents: int64(199 + 100*((seed+i)%7))})
+		}
+		events = append(events, OrderShipped{OrderID: order, Carrier: carriers[(seed+o)%len(carriers)]})
+		expected := version
+		if expected == 0 {
+			expected = ports.ExpectNoStream
+		}
+		res, err := reg.Append(ctx, store, customer, expected, events...)
+		if err != nil {
+			return n, fmt.Errorf("appending order %d of customer %s: %w", o, customer, err)
+		}
+		version = res.Events[len(res.Events)-1].Version
+		n += int64(len(res.Events))
+	}
+	return n, nil
+}
+
+var carriers = []string{"post", "courier", "freight"}
+
+func countStored(ctx context.Context, models ports.ModelStore, customers []uuid.UUID) (summaries, stats int64, err error) {
+	for _, c := range customers {
+		s, err := loadModel[OrderBook](ctx, models, c, orderSummaryName)
+		if err != nil {
+			return 0, 0, err
+		}
+		summaries += s.Events
+		st, err := loadModel[CustomerStats](ctx, models, c, customerStatsName)
+		if err != nil {
+			return 0, 0, err
+		}
+		stats += st.Events
+	}
+	return summaries, stats, nil
+}
