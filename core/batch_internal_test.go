@@ -1,0 +1,159 @@
+package core
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vantage-go/vantage/adapters/memory"
+	"github.com/vantage-go/vantage/ports"
+)
+
+// spyBackend counts the calls the batch tests care about.
+type spyBackend struct {
+	claims, fetches, completes atomic.Int64
+}
+
+type spyClaimer struct {
+	ports.WorkClaimer
+	spy *spyBackend
+}
+
+func (c spyClaimer) WorkClaim(ctx context.Context, p *ports.WorkClaimParams) (*ports.WorkClaimResult, error) {
+	c.spy.claims.Add(1)
+	return c.WorkClaimer.WorkClaim(ctx, p)
+}
+
+type spyFetcher struct {
+	ports.EventFetcher
+	spy *spyBackend
+}
+
+func (f spyFetcher) EventsFetchPending(ctx context.Context, p *ports.EventsFetchPendingParams) (*ports.EventsFetchPendingResult, error) {
+	f.spy.fetches.Add(1)
+	return f.EventFetcher.EventsFetchPending(ctx, p)
+}
+
+type spyCursors struct {
+	ports.CursorStore
+	spy  *spyBackend
+	last atomic.Pointer[ports.WorkCompleteParams]
+}
+
+func (c *spyCursors) WorkComplete(ctx context.Context, p *ports.WorkCompleteParams) (*ports.WorkCompleteResult, error) {
+	c.spy.completes.Add(1)
+	c.last.Store(p)
+	return c.CursorStore.WorkComplete(ctx, p)
+}
+
+type batchBundle struct {
+	w       *Worker
+	spy     *spyBackend
+	cursors *spyCursors
+	backend ports.Backend
+	applied *atomic.Int64
+}
+
+// setupBatch builds a worker that is not started: the tests drive its batch
+// entry points directly, with its flushers running.
+func setupBatch(t *testing.T) *batchBundle {
+	t.Helper()
+	store := memory.New(memory.Options{})
+	b := store.Backend()
+	spy := &spyBackend{}
+	cursors := &spyCursors{CursorStore: b.Cursors, spy: spy}
+	b.Claimer = spyClaimer{b.Claimer, spy}
+	b.Fetcher = spyFetcher{b.Fetcher, spy}
+	b.Cursors = cursors
+
+	applied := &atomic.Int64{}
+	reg := newTestRegistry(t)
+	p := NewPerspective[counter]("c")
+	MustHandle(p, func(_ context.Context, m counter, _ placed) (counter, error) {
+		applied.Add(1)
+		m.N++
+		return m, nil
+	})
+	require.NoError(t, reg.AddPerspective(p))
+	w, err := New(b, reg, &Options{})
+	require.NoError(t, err)
+	require.NoError(t, w.completions.Start(t.Context()))
+	require.NoError(t, w.failures.Start(t.Context()))
+	t.Cleanup(func() {
+		require.NoError(t, w.completions.Close(context.Background()))
+		require.NoError(t, w.failures.Close(context.Background()))
+	})
+	require.NoError(t, reg.RegisterSubscriptions(t.Context(), b.Events))
+	_, err = b.Claimer.InstanceHeartbeat(t.Context(), &ports.InstanceHeartbeatParams{InstanceID: w.InstanceID(), StaleThreshold: w.opts.StaleInstanceThreshold})
+	require.NoError(t, err)
+	return &batchBundle{w: w, spy: spy, cursors: cursors, backend: b, applied: applied}
+}
+
+// SPEC 4.1 #1: an idle tick pushes a pending completion to the backend and
+// never claims.
+func TestIdleTickRoutesPendingCompletion(t *testing.T) {
+	t.Parallel()
+
+	bb := setupBatch(t)
+	c := ports.Completion{StreamID: uuid.New(), Perspective: "c", LastEventID: uuid.New(), LastVersion: 1}
+	require.NoError(t, bb.w.strategy.ReportCompletion(t.Context(), c))
+	bb.w.idleTick(t.Context(), false)
+	require.NoError(t, bb.w.completions.Flush(t.Context()))
+	require.Equal(t, int64(1), bb.spy.completes.Load())
+	require.Equal(t, []ports.Completion{c}, bb.cursors.last.Load().Completions)
+	require.Zero(t, bb.spy.claims.Load(), "the batch path never claims")
+	require.Empty(t, bb.w.strategy.PendingCompletions(), "acknowledged items are cleared")
+}
+
+// SPEC 4.1 #2: a drain stream id with nothing behind it is accepted quietly.
+func TestBatchWithEmptyStream(t *testing.T) {
+	t.Parallel()
+
+	bb := setupBatch(t)
+	bb.w.processBatch(t.Context(), []uuid.UUID{uuid.New()})
+	require.Equal(t, int64(1), bb.spy.fetches.Load())
+	require.Zero(t, bb.spy.claims.Load())
+	require.Zero(t, bb.applied.Load())
+}
+
+// SPEC 4.7 #1: a drain stream id with work fetches, applies and completes.
+func TestBatchDrainsStream(t *testing.T) {
+	t.Parallel()
+
+	bb := setupBatch(t)
+	stream := uuid.New()
+	_, err := bb.w.reg.Append(t.Context(), bb.backend.Events, stream, 0, placed{ID: "a"}, placed{ID: "b"})
+	require.NoError(t, err)
+	bb.w.processBatch(t.Context(), []uuid.UUID{stream})
+	require.GreaterOrEqual(t, bb.spy.fetches.Load(), int64(1))
+	require.Equal(t, int64(2), bb.applied.Load())
+	require.NoError(t, bb.w.completions.Flush(t.Context()))
+	require.Equal(t, int64(1), bb.spy.completes.Load())
+
+	// A second batch for the same stream sees nothing new: no double apply.
+	bb.w.processBatch(t.Context(), []uuid.UUID{stream})
+	require.Equal(t, int64(2), bb.applied.Load())
+}
+
+// Rows fetched again before their completion is acknowledged are skipped
+// by the dedup cache, and the observer hears about it (SPEC H1).
+func TestDedupSkipsUnacknowledgedRows(t *testing.T) {
+	t.Parallel()
+
+	bb := setupBatch(t)
+	stream := uuid.New()
+	_, err := bb.w.reg.Append(t.Context(), bb.backend.Events, stream, 0, placed{ID: "a"})
+	require.NoError(t, err)
+	res, err := bb.w.fetch(t.Context(), []uuid.UUID{stream})
+	require.NoError(t, err)
+	require.Equal(t, 1, bb.w.drainStreams(t.Context(), res))
+	// Same rows again (the completion is still only buffered).
+	res, err = bb.w.fetch(t.Context(), []uuid.UUID{stream})
+	require.NoError(t, err)
+	require.Len(t, res.Work, 1, "the row is still pending in the backend")
+	require.Zero(t, bb.w.drainStreams(t.Context(), res))
+	require.Equal(t, int64(1), bb.applied.Load())
+}

@@ -1,0 +1,187 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vantage-go/vantage/adapters/memory"
+	"github.com/vantage-go/vantage/core"
+	"github.com/vantage-go/vantage/ports"
+)
+
+// H10: a failure carries the last applied event and the rows applied before
+// it, so the cursor records progress and the error; only the failing row is
+// released for retry.
+func TestFailureCarriesLastAppliedEvent(t *testing.T) {
+	t.Parallel()
+
+	b := memory.New(memory.Options{}).Backend()
+	reg := core.NewRegistry()
+	require.NoError(t, core.RegisterEvent[added](reg, "added"))
+	p := core.NewPerspective[total]("total")
+	core.MustHandle(p, func(_ context.Context, m total, e added) (total, error) {
+		if e.N < 0 {
+			return m, errors.New("negative amounts are not allowed")
+		}
+		m.Sum += e.N
+		return m, nil
+	})
+	require.NoError(t, reg.AddPerspective(p))
+	stream := uuid.New()
+	res, err := reg.Append(t.Context(), b.Events, stream, 0, added{N: 1}, added{N: 2}, added{N: -1}, added{N: 4})
+	require.NoError(t, err)
+
+	failures := make(chan ports.Failure, 10)
+	flushed := make(chan core.CompletionsFlushed, 10)
+	opts := quietOptions(t)
+	opts.FailureRetryBase = time.Hour // one failure is enough here
+	opts.FailureRetryMax = time.Hour
+	opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
+	opts.Hooks.OnCompletionsFlushed = func(c core.CompletionsFlushed) {
+		if len(c.Failures) > 0 {
+			flushed <- c
+		}
+	}
+	startWorker(t, b, reg, opts)
+
+	f := waitFor(t, failures, "the failure")
+	require.Equal(t, res.Events[1].ID, f.LastEventID)
+	require.Equal(t, int64(2), f.LastVersion)
+	require.Len(t, f.AppliedWorkIDs, 2)
+	require.Len(t, f.FailedWorkIDs, 1)
+	require.Contains(t, f.Error, "negative amounts are not allowed")
+	require.True(t, f.RetryAt.After(time.Now().Add(30*time.Minute)))
+
+	waitFor(t, flushed, "the failure to be acknowledged")
+	cursors, err := b.Cursors.CursorsGet(t.Context(), &ports.CursorsGetParams{StreamIDs: []uuid.UUID{stream}})
+	require.NoError(t, err)
+	require.Len(t, cursors, 1)
+	require.True(t, cursors[0].Status.Has(ports.CursorFailed))
+	require.Contains(t, cursors[0].Error, "negative amounts")
+	require.Equal(t, int64(2), cursors[0].LastVersion)
+	require.Equal(t, 3, loadTotal(t, b, stream).Sum, "events before the failure are saved")
+}
+
+// H11: an apply that hangs is cancelled at the lease deadline and reported
+// as a failure, instead of holding the lease forever.
+func TestHungApplyHitsLeaseDeadline(t *testing.T) {
+	t.Parallel()
+
+	b := memory.New(memory.Options{}).Backend()
+	reg := core.NewRegistry()
+	require.NoError(t, core.RegisterEvent[added](reg, "added"))
+	p := core.NewPerspective[total]("total")
+	core.MustHandle(p, func(ctx context.Context, m total, _ added) (total, error) {
+		<-ctx.Done()
+		return m, ctx.Err()
+	})
+	require.NoError(t, reg.AddPerspective(p))
+	failures := make(chan ports.Failure, 10)
+	opts := quietOptions(t)
+	opts.LeaseDuration = 2 * time.Second
+	opts.LeaseGrace = 1500 * time.Millisecond // deadline: max(1s, 0.5s) = 1s
+	opts.FailureRetryBase = time.Hour
+	opts.FailureRetryMax = time.Hour
+	opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
+	startWorker(t, b, reg, opts)
+	_, err := reg.Append(t.Context(), b.Events, uuid.New(), 0, added{N: 1})
+	require.NoError(t, err)
+	f := waitFor(t, failures, "the lease deadline failure")
+	require.Contains(t, f.Error, "lease deadline exceeded")
+}
+
+// flakyCursors fails the first n completion flushes, as a dropped
+// connection would.
+type flakyCursors struct {
+	ports.CursorStore
+	failuresLeft atomic.Int64
+	calls        atomic.Int64
+}
+
+func (c *flakyCursors) WorkComplete(ctx context.Context, p *ports.WorkCompleteParams) (*ports.WorkCompleteResult, error) {
+	c.calls.Add(1)
+	if c.failuresLeft.Add(-1) >= 0 {
+		return nil, errors.New("connection reset by peer")
+	}
+	return c.CursorStore.WorkComplete(ctx, p)
+}
+
+// H7: a failing completion flush is retried and nothing is lost or applied
+// twice; the cursor completes once the backend answers again.
+func TestCompletionFlushRetried(t *testing.T) {
+	t.Parallel()
+
+	b := memory.New(memory.Options{}).Backend()
+	cursors := &flakyCursors{CursorStore: b.Cursors}
+	cursors.failuresLeft.Store(2)
+	b.Cursors = cursors
+	flushed := make(chan core.CompletionsFlushed, 10)
+	var applied atomic.Int64
+	opts := quietOptions(t)
+	opts.Hooks.OnCompletionsFlushed = func(c core.CompletionsFlushed) { flushed <- c }
+	opts.Hooks.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) { applied.Add(int64(e.EventCount)) }
+	reg := testRegistry(t)
+	startWorker(t, b, reg, opts)
+	stream := uuid.New()
+	_, err := reg.Append(t.Context(), b.Events, stream, 0, added{N: 1}, added{N: 2})
+	require.NoError(t, err)
+	c := waitFor(t, flushed, "the completion to be flushed after retries")
+	require.Len(t, c.Completions, 1)
+	require.GreaterOrEqual(t, cursors.calls.Load(), int64(3))
+	require.Equal(t, int64(2), applied.Load(), "no event applied twice while the flush was failing")
+	require.Equal(t, []int64{1, 2}, loadTotal(t, b, stream).Seen)
+}
+
+// H2: concurrent batches on one stream (re-emitted ids, several consumers)
+// never apply a pair concurrently or twice.
+func TestManyConsumersOneStream(t *testing.T) {
+	t.Parallel()
+
+	b := memory.New(memory.Options{}).Backend()
+	var inside, overlaps atomic.Int64
+	var calls atomic.Int64
+	reg := core.NewRegistry()
+	require.NoError(t, core.RegisterEvent[added](reg, "added"))
+	p := core.NewPerspective[total]("total")
+	core.MustHandle(p, func(ctx context.Context, m total, e added) (total, error) {
+		if inside.Add(1) > 1 {
+			overlaps.Add(1)
+		}
+		defer inside.Add(-1)
+		calls.Add(1)
+		ev, _ := core.EventFromContext(ctx)
+		m.Seen = append(m.Seen, ev.Version)
+		m.Sum += e.N
+		return m, nil
+	})
+	require.NoError(t, reg.AddPerspective(p))
+	done := make(chan struct{})
+	var applied atomic.Int64
+	const n = 200
+	opts := quietOptions(t)
+	opts.MaxConcurrentDrainConsumers = 8
+	opts.DrainLoopMaxIterations = 1
+	opts.PerspectiveBatchSize = 7
+	opts.Hooks.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) {
+		if applied.Add(int64(e.EventCount)) == n {
+			close(done)
+		}
+	}
+	w := startWorker(t, b, reg, opts)
+	stream := uuid.New()
+	for i := range n {
+		_, err := reg.Append(t.Context(), b.Events, stream, 0, added{N: i})
+		require.NoError(t, err)
+		w.RequestImmediatePoll()
+	}
+	waitFor(t, done, "all events applied")
+	require.Zero(t, overlaps.Load(), "the pair was never applied concurrently")
+	require.Equal(t, int64(n), calls.Load(), "each event applied once")
+	require.Equal(t, n*(n-1)/2, loadTotal(t, b, stream).Sum)
+}
