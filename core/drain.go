@@ -572,6 +572,9 @@ func (w *Worker) completionsAcknowledged(batch []completion.Tracked[ports.Comple
 	w.strategy.ClearAcknowledged()
 	w.cache.ActivateRetentionFor(workIDs)
 	w.signalProgress()
+	if w.claimHasMore.Load() {
+		signal(w.claimWake) // room was freed for more of the backlog
+	}
 	if h := w.opts.Hooks.OnCompletionsFlushed; h != nil {
 		h(CompletionsFlushed{Completions: items})
 	}

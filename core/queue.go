@@ -27,10 +27,11 @@ func newDrainQueue() *drainQueue {
 	}
 }
 
-// Push queues stream ids.
-func (q *drainQueue) Push(ids ...uuid.UUID) {
+// Push queues stream ids and reports how many were newly queued (neither
+// queued already nor in flight).
+func (q *drainQueue) Push(ids ...uuid.UUID) int {
 	q.mu.Lock()
-	added := false
+	added := 0
 	for _, id := range ids {
 		if _, ok := q.inFlight[id]; ok {
 			q.inFlight[id] = true
@@ -41,12 +42,13 @@ func (q *drainQueue) Push(ids ...uuid.UUID) {
 		}
 		q.queued[id] = struct{}{}
 		q.order = append(q.order, id)
-		added = true
+		added++
 	}
 	q.mu.Unlock()
-	if added {
+	if added > 0 {
 		q.notify()
 	}
+	return added
 }
 
 func (q *drainQueue) notify() {

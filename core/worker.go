@@ -56,6 +56,7 @@ type Worker struct {
 	claimWake     chan struct{}
 	consumerWakes []chan struct{}
 	listening     atomic.Bool
+	claimHasMore  atomic.Bool
 
 	idle       atomic.Bool
 	emptyPolls atomic.Int64
@@ -388,8 +389,13 @@ func (w *Worker) claimOnce(ctx context.Context) bool {
 		w.log.ErrorContext(ctx, "claiming work failed; retrying", slog.Any("error", err))
 		return false
 	}
-	w.queue.Push(res.StreamIDs...)
-	return res.HasMore
+	added := w.queue.Push(res.StreamIDs...)
+	w.claimHasMore.Store(res.HasMore)
+	// Re-poll at once only while claims keep finding new streams. When the
+	// backlog is larger than what we hold, the next claim is woken by an
+	// acknowledged completion flush, which frees room (no hot loop
+	// re-claiming the streams we are already draining).
+	return res.HasMore && added > 0
 }
 
 func resetTimer(t ports.Timer, d time.Duration) {

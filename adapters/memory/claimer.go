@@ -91,10 +91,17 @@ func (s *Store) InstancesList(ctx context.Context) ([]ports.Instance, error) {
 
 // WorkClaim implements ports.WorkClaimer.
 //
+// The result lists the streams the caller can drain now: those where some
+// perspective's first pending row is under the caller's live lease (what
+// EventsFetchPending would return). A stream whose held rows all wait behind
+// a failed row scheduled for later is left out until the retry time.
+//
 // Candidate streams are selected oldest pending work first (the insertion
 // order of their oldest candidate row), so a stream never starves behind
-// newer ones. HasMore is true when the caller holds more streams than
-// MaxStreams or when candidate streams were left unselected.
+// newer ones, and only as long as the result stays within MaxStreams: a
+// caller already draining MaxStreams streams leases no new stream, only new
+// rows of the streams it drains. HasMore is true when candidate streams were
+// left unselected or the result was cut at MaxStreams.
 //
 // It returns ports.ErrInvalidArgument for a nil instance id or a
 // non-positive MaxStreams, LeaseDuration or StaleThreshold, and
@@ -156,12 +163,31 @@ func (s *Store) WorkClaim(ctx context.Context, params *ports.WorkClaimParams) (*
 		candidates = append(candidates, candidate{st: st, rows: rows, first: first})
 	}
 	slices.SortFunc(candidates, func(a, b candidate) int { return cmp.Compare(a.first, b.first) })
-	unselected := len(candidates) > params.MaxStreams
-	if unselected {
-		candidates = candidates[:params.MaxStreams]
+
+	// Streams the caller can already drain take their new rows for free.
+	// Other streams are selected only while the caller would still be told
+	// to drain at most MaxStreams streams: leasing more would leave leases
+	// ticking on streams nobody drains, and their expiry would count
+	// attempts against events that never ran. A selected stream is drainable
+	// once leased: its candidate rows start some perspective's pending rows.
+	draining := make([]*stream, 0, len(s.held[caller]))
+	for id := range s.held[caller] {
+		if st := s.streams[id]; drainable(st, caller, now) {
+			draining = append(draining, st)
+		}
 	}
+	capacity := params.MaxStreams - len(draining)
+	unselected := false
 	expiry := now.Add(params.LeaseDuration)
 	for _, c := range candidates {
+		if !drainable(c.st, caller, now) {
+			if capacity <= 0 {
+				unselected = true
+				continue
+			}
+			capacity--
+			draining = append(draining, c.st)
+		}
 		for _, r := range c.rows {
 			s.take(c.st, r, caller, expiry)
 			r.attempts++
@@ -169,18 +195,28 @@ func (s *Store) WorkClaim(ctx context.Context, params *ports.WorkClaimParams) (*
 		s.pin(c.st, caller)
 	}
 
-	heldStreams := make([]*stream, 0, len(s.held[caller]))
-	for id := range s.held[caller] {
-		heldStreams = append(heldStreams, s.streams[id])
-	}
-	slices.SortFunc(heldStreams, func(a, b *stream) int {
+	slices.SortFunc(draining, func(a, b *stream) int {
 		return cmp.Or(cmp.Compare(a.pending, b.pending), compareUUID(a.id, b.id))
 	})
-	result := &ports.WorkClaimResult{HasMore: unselected || len(heldStreams) > params.MaxStreams}
-	for _, st := range heldStreams[:min(len(heldStreams), params.MaxStreams)] {
+	result := &ports.WorkClaimResult{HasMore: unselected || len(draining) > params.MaxStreams}
+	for _, st := range draining[:min(len(draining), params.MaxStreams)] {
 		result.StreamIDs = append(result.StreamIDs, st.id)
 	}
 	return result, nil
+}
+
+// drainable reports whether a fetch by caller at now would return work of
+// st: some perspective's first pending row is under the caller's live lease.
+// Held rows waiting behind a failed row scheduled for later (or behind an
+// expired lease of their own) do not make the stream drainable, so such
+// streams neither fill the result nor keep HasMore set.
+func drainable(st *stream, caller uuid.UUID, now time.Time) bool {
+	for _, p := range st.pairs {
+		if r := p.rows[0]; r.holder == caller && r.expiry.After(now) {
+			return true
+		}
+	}
+	return false
 }
 
 // claimCandidates returns the rows of st that the caller may lease in a claim

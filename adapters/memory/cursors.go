@@ -53,7 +53,8 @@ func (s *Store) CursorsGet(ctx context.Context, params *ports.CursorsGetParams) 
 // when they belong to its (stream, perspective), are pending and are held by
 // the caller, whether or not the lease has expired since (nobody took them
 // over). The same pair may appear in several completions of one call; its
-// cursor then ends at the highest position. It returns
+// cursor then ends at the highest position. Rows completed in DebugMode stay
+// in memory, invisible to every port, for the life of the store. It returns
 // ports.ErrInvalidArgument, and changes nothing, when a completion has a nil
 // stream id, an empty perspective or a negative LastVersion.
 func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompleteParams) (*ports.WorkCompleteResult, error) {

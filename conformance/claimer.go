@@ -1,0 +1,524 @@
+package conformance
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// runClaimer verifies ports.WorkClaimer.
+func runClaimer(t *testing.T, newBackend NewBackendFunc) {
+	t.Helper()
+
+	group(t, "InstanceDeregister", map[string]func(t *testing.T){
+		"ReleasesLeasesAndPins": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			ins := tb.instances(t, 2)
+			a, b := ins[0], ins[1]
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 2)
+			a.heartbeat(t, at(0))
+			require.Equal(t, []uuid.UUID{stream}, a.claim(t, at(0)))
+			b.heartbeat(t, at(time.Second))
+
+			require.NoError(t, a.b.Claimer.InstanceDeregister(t.Context(), a.id))
+
+			list, err := tb.backend.Claimer.InstancesList(t.Context())
+			require.NoError(t, err)
+			require.Len(t, list, 1)
+			require.Equal(t, b.id, list[0].ID)
+			// a is live again: had its pin survived, b could not fetch the
+			// stream; had its leases survived, the rows would be a's until
+			// they expire.
+			a.heartbeat(t, at(2*time.Second))
+			res := b.fetch(t, at(2*time.Second), stream)
+			require.Equal(t, []int64{1, 2}, versionsOf(res.Work))
+			require.Equal(t, []int{2, 2}, attemptsOf(res.Work), "the re-lease counts as a claim")
+		},
+		"UnknownInstanceIsNoOp": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			a.heartbeat(t, at(0))
+
+			require.NoError(t, tb.backend.Claimer.InstanceDeregister(t.Context(), newID(t)))
+
+			list, err := tb.backend.Claimer.InstancesList(t.Context())
+			require.NoError(t, err)
+			require.Len(t, list, 1)
+			require.Equal(t, a.id, list[0].ID)
+		},
+	})
+
+	group(t, "InstanceHeartbeat", map[string]func(t *testing.T){
+		"AbandonsStaleInstances": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			ins := tb.instances(t, 2)
+			a, b := ins[0], ins[1]
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 1)
+			a.heartbeat(t, at(0))
+			require.Equal(t, []uuid.UUID{stream}, a.claim(t, at(0)))
+
+			require.Empty(t, b.heartbeat(t, at(10*time.Second)).Abandoned, "a is still live")
+			res := b.heartbeat(t, at(31*time.Second))
+
+			require.Equal(t, []uuid.UUID{a.id}, res.Abandoned)
+			list, err := tb.backend.Claimer.InstancesList(t.Context())
+			require.NoError(t, err)
+			require.Len(t, list, 1)
+			require.Equal(t, b.id, list[0].ID)
+			// a's lease ran until at(5m); it was released with the instance.
+			require.Equal(t, []uuid.UUID{stream}, b.claim(t, at(31*time.Second)))
+			require.Equal(t, []int{2}, attemptsOf(b.fetch(t, at(31*time.Second), stream).Work))
+		},
+		"KeepsLiveInstances": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			ins := tb.instances(t, 2)
+			ins[0].heartbeat(t, at(0))
+
+			res := ins[1].heartbeat(t, at(29*time.Second))
+
+			require.Empty(t, res.Abandoned)
+			list, err := tb.backend.Claimer.InstancesList(t.Context())
+			require.NoError(t, err)
+			require.Len(t, list, 2)
+		},
+		"RecordsInstances": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			ins := tb.instances(t, 2)
+			record := func(in *instance, now time.Time, zone string) {
+				t.Helper()
+				_, err := in.b.Claimer.InstanceHeartbeat(t.Context(), &ports.InstanceHeartbeatParams{
+					InstanceID:     in.id,
+					ServiceName:    "billing",
+					HostName:       "host-" + zone,
+					ProcessID:      42,
+					Metadata:       map[string]string{"zone": zone},
+					StaleThreshold: staleThreshold,
+					Now:            now,
+				})
+				require.NoError(t, err)
+			}
+			record(ins[1], at(0), "b")
+			record(ins[0], at(time.Second), "a")
+			record(ins[0], at(10*time.Second), "c")
+
+			list, err := tb.backend.Claimer.InstancesList(t.Context())
+
+			require.NoError(t, err)
+			require.Len(t, list, 2)
+			require.Equal(t, ins[0].id, list[0].ID, "ordered by id")
+			require.Equal(t, ins[1].id, list[1].ID)
+			require.Equal(t, "billing", list[0].ServiceName)
+			require.Equal(t, "host-c", list[0].HostName)
+			require.Equal(t, 42, list[0].ProcessID)
+			require.Equal(t, map[string]string{"zone": "c"}, list[0].Metadata)
+			requireTime(t, at(time.Second), list[0].StartedAt, "StartedAt")
+			requireTime(t, at(10*time.Second), list[0].LastHeartbeatAt, "LastHeartbeatAt")
+			requireTime(t, at(0), list[1].StartedAt, "StartedAt")
+			requireTime(t, at(0), list[1].LastHeartbeatAt, "LastHeartbeatAt")
+		},
+		"ReleasesPinsOfStaleInstances": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			ins := tb.instances(t, 2)
+			a, b := ins[0], ins[1]
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 1)
+			a.heartbeat(t, at(0))
+			require.Equal(t, []uuid.UUID{stream}, a.claim(t, at(0)))
+			require.Equal(t, []uuid.UUID{a.id}, b.heartbeat(t, at(31*time.Second)).Abandoned)
+
+			// a comes back: a surviving pin would make it the stream's live
+			// owner and keep b out.
+			a.heartbeat(t, at(32*time.Second))
+			res := b.fetch(t, at(32*time.Second), stream)
+
+			require.Equal(t, []int64{1}, versionsOf(res.Work))
+			require.Empty(t, a.claim(t, at(33*time.Second)), "b now owns the stream")
+		},
+	})
+
+	group(t, "WorkClaim", map[string]func(t *testing.T){
+		"CountsEveryClaimAsAnAttempt": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			ins := tb.instances(t, 2)
+			a, b := ins[0], ins[1]
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 1)
+			lease := time.Minute
+			observe := func(in *instance, now time.Time) int {
+				t.Helper()
+				res := in.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: lease, Now: now})
+				require.Len(t, res.Work, 1)
+				return res.Work[0].Attempts
+			}
+
+			a.heartbeat(t, at(0))
+			require.Equal(t, []uuid.UUID{stream}, a.claimWith(t, ports.WorkClaimParams{LeaseDuration: lease, Now: at(0)}).StreamIDs)
+			require.Equal(t, 1, observe(a, at(0)), "first claim")
+
+			a.heartbeat(t, at(2*time.Minute))
+			require.Equal(t, []uuid.UUID{stream}, a.claimWith(t, ports.WorkClaimParams{LeaseDuration: lease, Now: at(2 * time.Minute)}).StreamIDs)
+			require.Equal(t, 2, observe(a, at(2*time.Minute)), "re-claim of its own expired lease")
+
+			// a's lease ends at(3m) and a is dead after at(2m30s).
+			b.heartbeat(t, at(4*time.Minute))
+			require.Equal(t, []uuid.UUID{stream}, b.claimWith(t, ports.WorkClaimParams{LeaseDuration: lease, Now: at(4 * time.Minute)}).StreamIDs)
+			require.Equal(t, 3, observe(b, at(4*time.Minute)), "re-claim by another instance")
+		},
+		"DistributesOrphansByPartitionModulo": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			ins := tb.instances(t, 3)
+			subscribe(t, tb.backend, eventType, perspective)
+			streams := newIDs(t, 30)
+			for _, s := range streams {
+				appendN(t, tb.backend, s, at(0), eventType, 1)
+			}
+			for _, in := range ins {
+				in.heartbeat(t, at(0))
+			}
+
+			owner := make(map[uuid.UUID]uuid.UUID)
+			for _, in := range ins {
+				claimed := in.claim(t, at(time.Second))
+				require.Less(t, len(claimed), len(streams), "the other live instances count in the distribution")
+				for _, s := range claimed {
+					prev, taken := owner[s]
+					require.False(t, taken, "stream %s claimed by %s and %s", s, prev, in.id)
+					owner[s] = in.id
+				}
+			}
+			require.Len(t, owner, len(streams), "every orphaned stream has a claimer")
+		},
+		"EmptyWithoutWork": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			a.heartbeat(t, at(0))
+
+			res := a.claimWith(t, ports.WorkClaimParams{Now: at(0)})
+
+			require.Empty(t, res.StreamIDs)
+			require.False(t, res.HasMore)
+		},
+		"HasMoreWhenLimitReached": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			streams := newIDs(t, 3)
+			for _, s := range streams {
+				appendN(t, tb.backend, s, at(0), eventType, 1)
+			}
+			a.heartbeat(t, at(0))
+
+			first := a.claimWith(t, ports.WorkClaimParams{MaxStreams: 2, Now: at(0)})
+			require.Len(t, first.StreamIDs, 2)
+			require.True(t, first.HasMore)
+
+			all := a.claimWith(t, ports.WorkClaimParams{MaxStreams: 5, Now: at(time.Second)})
+			require.ElementsMatch(t, streams, all.StreamIDs)
+			require.False(t, all.HasMore)
+
+			held := a.claimWith(t, ports.WorkClaimParams{MaxStreams: 2, Now: at(2 * time.Second)})
+			require.Len(t, held.StreamIDs, 2)
+			require.True(t, held.HasMore, "a holds three streams")
+		},
+		"LeasesNoMoreStreamsThanItReturns": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			ins := tb.instances(t, 2)
+			a, b := ins[0], ins[1]
+			subscribe(t, tb.backend, eventType, perspective)
+			streams := newIDs(t, 3)
+			for _, s := range streams {
+				appendN(t, tb.backend, s, at(0), eventType, 1)
+			}
+			a.heartbeat(t, at(0))
+			first := a.claimWith(t, ports.WorkClaimParams{MaxStreams: 2, Now: at(0)}).StreamIDs
+			require.Len(t, first, 2)
+
+			// a drains two streams already: claiming again leases nothing new.
+			again := a.claimWith(t, ports.WorkClaimParams{MaxStreams: 2, Now: at(time.Second)})
+			require.ElementsMatch(t, first, again.StreamIDs)
+			require.True(t, again.HasMore)
+			var left uuid.UUID
+			for _, s := range streams {
+				if !slices.Contains(first, s) {
+					left = s
+				}
+			}
+			b.heartbeat(t, at(2*time.Second))
+			res := b.fetch(t, at(2*time.Second), left)
+			require.Equal(t, []int{1}, attemptsOf(res.Work), "the third stream was neither leased nor pinned by a")
+		},
+		"LeasesEveryCandidateRowOfSelectedStreams": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			ins := tb.instances(t, 2)
+			a, b := ins[0], ins[1]
+			subscribe(t, tb.backend, eventType, perspective, perspective2)
+			stream := newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 3)
+			a.heartbeat(t, at(0))
+			require.Equal(t, []uuid.UUID{stream}, a.claimWith(t, ports.WorkClaimParams{LeaseDuration: 45 * time.Second, Now: at(0)}).StreamIDs)
+
+			// From at(30s) a is dead, so its pin no longer keeps b out; its
+			// leases still do, for every row of both perspectives.
+			b.heartbeat(t, at(20*time.Second))
+			requireNoWork(t, b.fetch(t, at(35*time.Second), stream))
+
+			// Once they expire, each row comes back with one attempt
+			// counted per claim: the first claim leased all six.
+			res := b.fetch(t, at(46*time.Second), stream)
+			require.Len(t, res.Work, 6)
+			require.Equal(t, slices.Repeat([]int{2}, 6), attemptsOf(res.Work))
+		},
+		"NewInstanceDoesNotStealPinnedStreams": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			ins := tb.instances(t, 2)
+			a, b := ins[0], ins[1]
+			subscribe(t, tb.backend, eventType, perspective)
+			streams := newIDs(t, 20)
+			for _, s := range streams {
+				appendN(t, tb.backend, s, at(0), eventType, 1)
+			}
+			a.heartbeat(t, at(0))
+			claimed := a.claimWith(t, ports.WorkClaimParams{LeaseDuration: 10 * time.Second, Now: at(0)}).StreamIDs
+			require.ElementsMatch(t, streams, claimed, "a alone owns every partition")
+			b.heartbeat(t, at(time.Second))
+
+			// a's leases expired at(10s) but a is live: its pins keep b out
+			// of every stream, whatever b's partitions.
+			a.heartbeat(t, at(15*time.Second))
+			require.Empty(t, b.claim(t, at(20*time.Second)))
+			requireNoWork(t, b.fetch(t, at(20*time.Second), streams...))
+			require.ElementsMatch(t, streams, a.claim(t, at(20*time.Second)))
+			require.Equal(t, slices.Repeat([]int{2}, 20), attemptsOf(a.fetch(t, at(20*time.Second), streams...).Work))
+		},
+		"OrderingGuardBlocksLaterRows": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			ins := tb.instances(t, 2)
+			a, b := ins[0], ins[1]
+			subscribe(t, tb.backend, eventType, perspective)
+			stream, control := newID(t), newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 1)
+			a.heartbeat(t, at(0))
+			require.Equal(t, []uuid.UUID{stream}, a.claimWith(t, ports.WorkClaimParams{LeaseDuration: 45 * time.Second, Now: at(0)}).StreamIDs)
+			appendN(t, tb.backend, stream, at(time.Second), eventType, 1)
+			appendN(t, tb.backend, control, at(time.Second), eventType, 1)
+			b.heartbeat(t, at(20*time.Second))
+
+			// a is dead from at(30s), so its pin does not protect the
+			// stream; its live lease on version 1 blocks version 2. Had b
+			// leased version 2 now, its short lease would have expired and
+			// version 2 been retaken (a second attempt) by at(46s).
+			short := 5 * time.Second
+			require.Equal(t, []uuid.UUID{control}, b.claimWith(t, ports.WorkClaimParams{LeaseDuration: short, Now: at(35 * time.Second)}).StreamIDs)
+			requireNoWork(t, b.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: short, Now: at(35 * time.Second)}))
+
+			// Once the lease expires both rows go to b, smaller backlog first.
+			require.Equal(t, []uuid.UUID{control, stream}, b.claim(t, at(46*time.Second)))
+			res := b.fetch(t, at(46*time.Second), stream)
+			require.Equal(t, []int64{1, 2}, versionsOf(res.Work))
+			require.Equal(t, []int{2, 1}, attemptsOf(res.Work))
+		},
+		"ReclaimsExpiredLeasesOfDeadInstances": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			ins := tb.instances(t, 2)
+			a, b := ins[0], ins[1]
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 2)
+			a.heartbeat(t, at(0))
+			require.Equal(t, []uuid.UUID{stream}, a.claimWith(t, ports.WorkClaimParams{LeaseDuration: 40 * time.Second, Now: at(0)}).StreamIDs)
+			b.heartbeat(t, at(20*time.Second))
+
+			require.Empty(t, b.claim(t, at(35*time.Second)), "a is dead but its leases run until at(40s)")
+			require.Equal(t, []uuid.UUID{stream}, b.claim(t, at(45*time.Second)))
+			require.Equal(t, []int{2, 2}, attemptsOf(b.fetch(t, at(45*time.Second), stream).Work))
+		},
+		"RequiresLiveHeartbeat": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+
+			_, err := a.tryClaim(t, ports.WorkClaimParams{Now: at(0)})
+			require.ErrorIs(t, err, ports.ErrInstanceNotAlive, "never heartbeated")
+
+			a.heartbeat(t, at(0))
+			_, err = a.tryClaim(t, ports.WorkClaimParams{Now: at(29 * time.Second)})
+			require.NoError(t, err)
+			_, err = a.tryClaim(t, ports.WorkClaimParams{Now: at(31 * time.Second)})
+			require.ErrorIs(t, err, ports.ErrInstanceNotAlive, "heartbeat older than the threshold")
+		},
+		"ReturnsHeldStreamsOnEveryCall": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 2)
+			a.heartbeat(t, at(0))
+
+			require.Equal(t, []uuid.UUID{stream}, a.claim(t, at(0)))
+			require.Equal(t, []uuid.UUID{stream}, a.claim(t, at(time.Second)))
+			require.Equal(t, []uuid.UUID{stream}, a.claim(t, at(2*time.Second)))
+			require.Equal(t, []int{1, 1}, attemptsOf(a.fetch(t, at(2*time.Second), stream).Work), "held rows are not claimed again")
+		},
+		"ScheduledRetryBlocksLaterRows": func(t *testing.T) {
+			_, a, stream := setupScheduledRetry(t, newBackend)
+
+			// Version 3 arrived after the failure. Neither a claim nor a fetch
+			// may lease it while version 1 waits for at(60s): had either taken
+			// it with its short lease, it would have expired and been retaken
+			// (a second attempt) by at(61s).
+			a.claimWith(t, ports.WorkClaimParams{LeaseDuration: 20 * time.Second, Now: at(10 * time.Second)})
+			requireNoWork(t, a.fetchWith(t, ports.EventsFetchPendingParams{
+				StreamIDs: []uuid.UUID{stream}, LeaseDuration: 20 * time.Second, Now: at(10 * time.Second),
+			}))
+
+			a.heartbeat(t, at(61*time.Second))
+			a.claim(t, at(61*time.Second))
+			res := a.fetch(t, at(61*time.Second), stream)
+			require.Equal(t, []int64{1, 2, 3}, versionsOf(res.Work))
+			require.Equal(t, []int{2, 1, 1}, attemptsOf(res.Work))
+		},
+		"ScheduledRetryExpiresAndUnblocks": func(t *testing.T) {
+			_, a, stream := setupScheduledRetry(t, newBackend)
+
+			a.heartbeat(t, at(61*time.Second))
+			require.Equal(t, []uuid.UUID{stream}, a.claim(t, at(61*time.Second)))
+			res := a.fetch(t, at(61*time.Second), stream)
+			require.Equal(t, []int64{1, 2, 3}, versionsOf(res.Work))
+			require.Equal(t, []int{2, 1, 1}, attemptsOf(res.Work), "the failure itself did not count")
+		},
+		"ScheduledRetryHoldsOwnLaterRowsWithoutAttempts": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 2)
+			a.heartbeat(t, at(0))
+			lease := 30 * time.Second
+			require.Equal(t, []uuid.UUID{stream}, a.claimWith(t, ports.WorkClaimParams{LeaseDuration: lease, Now: at(0)}).StreamIDs)
+			work := a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: lease, Now: at(0)}).Work
+			require.Len(t, work, 2)
+			a.fail(t, at(time.Second), ports.Failure{
+				StreamID: stream, Perspective: perspective,
+				FailedWorkIDs: workIDs(work[:1]), Error: "boom", RetryAt: at(2 * time.Minute),
+			})
+
+			// Version 2's lease ends at(30s) while version 1 waits: claims and
+			// fetches before the retry time must leave it alone.
+			a.heartbeat(t, at(45*time.Second))
+			a.claimWith(t, ports.WorkClaimParams{LeaseDuration: lease, Now: at(45 * time.Second)})
+			requireNoWork(t, a.fetch(t, at(45*time.Second), stream))
+			a.heartbeat(t, at(90*time.Second))
+			a.claimWith(t, ports.WorkClaimParams{LeaseDuration: lease, Now: at(90 * time.Second)})
+
+			a.heartbeat(t, at(121*time.Second))
+			require.Equal(t, []uuid.UUID{stream}, a.claim(t, at(121*time.Second)))
+			res := a.fetch(t, at(121*time.Second), stream)
+			require.Equal(t, []int64{1, 2}, versionsOf(res.Work))
+			require.Equal(t, []int{2, 2}, attemptsOf(res.Work), "one claim before the failure, one after the retry time")
+		},
+		"SmallestBacklogFirst": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			large, small, medium := newID(t), newID(t), newID(t)
+			appendN(t, tb.backend, large, at(0), eventType, 5)
+			appendN(t, tb.backend, small, at(0), eventType, 1)
+			appendN(t, tb.backend, medium, at(0), eventType, 3)
+			a.heartbeat(t, at(0))
+
+			require.Equal(t, []uuid.UUID{small, medium, large}, a.claim(t, at(0)))
+		},
+	})
+
+	group(t, "WorkRenewLeases", map[string]func(t *testing.T){
+		"ExtendsOwnLeases": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			ins := tb.instances(t, 2)
+			a, c := ins[0], ins[1]
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 2)
+			a.heartbeat(t, at(0))
+			lease := 45 * time.Second
+			require.Equal(t, []uuid.UUID{stream}, a.claimWith(t, ports.WorkClaimParams{LeaseDuration: lease, Now: at(0)}).StreamIDs)
+			ids := workIDs(a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: lease, Now: at(0)}).Work)
+			c.heartbeat(t, at(25*time.Second))
+
+			require.Equal(t, 2, a.renew(t, at(29*time.Second), lease, ids...))
+
+			// a is dead from at(30s); without the renewal its leases would
+			// have ended at(45s), with it they run until at(74s).
+			require.Empty(t, c.claim(t, at(50*time.Second)))
+			c.heartbeat(t, at(60*time.Second))
+			require.Equal(t, []uuid.UUID{stream}, c.claim(t, at(76*time.Second)))
+			require.Equal(t, []int{2, 2}, attemptsOf(c.fetch(t, at(76*time.Second), stream).Work))
+		},
+		"FencedToHolder": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			ins := tb.instances(t, 2)
+			a, b := ins[0], ins[1]
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			events := appendN(t, tb.backend, stream, at(0), eventType, 2)
+			a.heartbeat(t, at(0))
+			require.Equal(t, []uuid.UUID{stream}, a.claim(t, at(0)))
+			work := a.fetch(t, at(0), stream).Work
+			require.Len(t, work, 2)
+
+			require.Zero(t, b.renew(t, at(time.Second), time.Minute, workIDs(work)...), "not b's rows")
+			require.Zero(t, a.renew(t, at(time.Second), time.Minute, newID(t)), "unknown row")
+			a.complete(t, at(2*time.Second), ports.Completion{
+				StreamID: stream, Perspective: perspective,
+				LastEventID: events[0].ID, LastVersion: 1, WorkIDs: workIDs(work[:1]),
+			})
+			require.Equal(t, 1, a.renew(t, at(3*time.Second), time.Minute, workIDs(work)...), "completed rows are not pending")
+		},
+		"FencedAfterTakeover": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			ins := tb.instances(t, 2)
+			a, b := ins[0], ins[1]
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 1)
+			a.heartbeat(t, at(0))
+			require.Equal(t, []uuid.UUID{stream}, a.claimWith(t, ports.WorkClaimParams{LeaseDuration: 40 * time.Second, Now: at(0)}).StreamIDs)
+			b.heartbeat(t, at(20*time.Second))
+			work := b.fetch(t, at(45*time.Second), stream).Work
+			require.Len(t, work, 1, "b took over the expired lease of dead a")
+
+			require.Zero(t, a.renew(t, at(46*time.Second), time.Minute, workIDs(work)...))
+		},
+	})
+}
+
+// setupScheduledRetry prepares a stream whose version 1 failed on a and is
+// scheduled for at(60s), whose version 2 is still leased to a (until at(5m))
+// and whose version 3 arrived after the failure.
+func setupScheduledRetry(t *testing.T, newBackend NewBackendFunc) (*testBundle, *instance, uuid.UUID) {
+	t.Helper()
+	tb := setup(t, newBackend)
+	a := tb.instance(t)
+	subscribe(t, tb.backend, eventType, perspective)
+	stream := newID(t)
+	appendN(t, tb.backend, stream, at(0), eventType, 2)
+	a.heartbeat(t, at(0))
+	require.Equal(t, []uuid.UUID{stream}, a.claim(t, at(0)))
+	work := a.fetch(t, at(0), stream).Work
+	require.Len(t, work, 2)
+	a.fail(t, at(time.Second), ports.Failure{
+		StreamID: stream, Perspective: perspective,
+		FailedWorkIDs: workIDs(work[:1]), Error: "boom", RetryAt: at(60 * time.Second),
+	})
+	appendN(t, tb.backend, stream, at(2*time.Second), eventType, 1)
+	return tb, a, stream
+}

@@ -1,0 +1,90 @@
+// Package conformance is the contract suite of the Vantage ports. Every
+// adapter runs it from its own tests, and so can a third-party adapter:
+//
+//	func TestConformance(t *testing.T) {
+//		t.Parallel()
+//
+//		conformance.Run(t, func(t *testing.T) conformance.Opener {
+//			store := memory.New(memory.Options{})
+//			t.Cleanup(func() { _ = store.Close() })
+//			return func(*testing.T) ports.Backend { return store.Backend() }
+//		}, conformance.Features{})
+//	}
+//
+// The suite tests only through the ports. Each case is a parallel subtest,
+// named Port method/Behaviour (WorkClaim/OrderingGuardBlocksLaterRows), on a
+// fresh backend, and passes an explicit Now in every parameter struct that has
+// one, derived by hand from a fixed base time, so lease expiry and instance
+// staleness are deterministic on every backend: a backend must use the given
+// Now, never its own clock, when Now is set.
+//
+// Several engine instances are simulated by opening several handles on the
+// same backend (one Opener call each), so a backend whose handles are
+// separate connections or pools is exercised as in production.
+package conformance
+
+import (
+	"testing"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// Features declares optional behaviour of the adapter under test.
+type Features struct {
+	// SharedClock is true when the backend's own clock, the one it reads
+	// whenever a params Now is zero, is the clock the scenario under test
+	// drives, as with the memory adapter built on the test's clocktest
+	// clock. When false (PostgreSQL reads the database clock), scenarios that
+	// leave Now zero must not rely on moving time. The port contract tests
+	// never depend on it: they always pass an explicit Now.
+	SharedClock bool
+}
+
+// Opener returns another handle (one simulated engine instance's view) on the
+// same backend. Handles of one backend share all state. The backend, not the
+// caller, releases a handle's resources, through t.Cleanup.
+type Opener func(t *testing.T) ports.Backend
+
+// NewBackendFunc creates a fresh, isolated backend for one test and registers
+// its cleanup with t.Cleanup. Backends of different tests share nothing: the
+// suite runs its tests in parallel.
+type NewBackendFunc func(t *testing.T) Opener
+
+// Run verifies an adapter against every contract documented in package
+// ports, then runs the engine scenarios on it. It runs subtests in parallel
+// and returns before they finish, like any parallel t.Run.
+func Run(t *testing.T, newBackend NewBackendFunc, features Features) {
+	t.Helper()
+	runPorts(t, newBackend, features)
+	runEngine(t, newBackend, features)
+}
+
+// runPorts runs the contract tests of every port, one group per port method.
+func runPorts(t *testing.T, newBackend NewBackendFunc, features Features) {
+	t.Helper()
+	_ = features // no port contract is optional yet
+
+	runClaimer(t, newBackend)
+	runFetcher(t, newBackend)
+	runCursors(t, newBackend)
+	runNotifier(t, newBackend)
+	runDeadLetters(t, newBackend)
+	runEvents(t, newBackend)
+	runModels(t, newBackend)
+}
+
+// group runs the cases of one port method as parallel subtests of a parallel
+// subtest named name.
+func group(t *testing.T, name string, cases map[string]func(t *testing.T)) {
+	t.Helper()
+	t.Run(name, func(t *testing.T) {
+		t.Parallel()
+		for _, caseName := range sortedKeys(cases) {
+			test := cases[caseName]
+			t.Run(caseName, func(t *testing.T) {
+				t.Parallel()
+				test(t)
+			})
+		}
+	})
+}

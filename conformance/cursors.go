@@ -1,0 +1,400 @@
+package conformance
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// drainFixture is a stream whose work rows are all leased to a.
+type drainFixture struct {
+	tb     *testBundle
+	a      *instance
+	stream uuid.UUID
+	events []ports.Event
+	work   []ports.WorkItem // in version order
+}
+
+// setupDrain appends n events for one perspective and has a claim and fetch
+// them at(0).
+func setupDrain(t *testing.T, newBackend NewBackendFunc, n int) *drainFixture {
+	t.Helper()
+	tb := setup(t, newBackend)
+	a := tb.instance(t)
+	subscribe(t, tb.backend, eventType, perspective)
+	stream := newID(t)
+	events := appendN(t, tb.backend, stream, at(0), eventType, n)
+	a.heartbeat(t, at(0))
+	require.Equal(t, []uuid.UUID{stream}, a.claim(t, at(0)))
+	work := a.fetch(t, at(0), stream).Work
+	require.Len(t, work, n)
+	return &drainFixture{tb: tb, a: a, stream: stream, events: events, work: work}
+}
+
+// completion reports the rows of versions as applied, with the cursor moved
+// to the event at last (0 for none).
+func (f *drainFixture) completion(last int64, versions ...int64) ports.Completion {
+	c := ports.Completion{StreamID: f.stream, Perspective: perspective, WorkIDs: []uuid.UUID{}}
+	if last > 0 {
+		c.LastEventID, c.LastVersion = f.events[last-1].ID, last
+	}
+	for _, v := range versions {
+		c.WorkIDs = append(c.WorkIDs, f.work[v-1].WorkID)
+	}
+	return c
+}
+
+// cursor returns the perspective's cursor of the stream.
+func (f *drainFixture) cursor(t *testing.T) ports.Cursor {
+	t.Helper()
+	return mustCursor(t, f.tb.backend, f.stream, perspective)
+}
+
+// runCursors verifies ports.CursorStore.
+func runCursors(t *testing.T, newBackend NewBackendFunc) {
+	t.Helper()
+
+	group(t, "CursorsGet", map[string]func(t *testing.T){
+		"FiltersByStreamAndPerspective": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			streams := newIDs(t, 3)
+			save := func(stream uuid.UUID, name string) {
+				t.Helper()
+				require.NoError(t, tb.backend.Models.ModelSave(t.Context(), &ports.ModelSaveParams{
+					StreamID: stream, Perspective: name, Data: []byte(`{}`),
+					LastEventID: newID(t), LastVersion: 1, Now: at(0),
+				}))
+			}
+			save(streams[0], perspective)
+			save(streams[0], perspective2)
+			save(streams[1], perspective)
+			get := func(name string, ids ...uuid.UUID) []string {
+				t.Helper()
+				cursors, err := tb.backend.Cursors.CursorsGet(t.Context(), &ports.CursorsGetParams{StreamIDs: ids, Perspective: name})
+				require.NoError(t, err)
+				var got []string
+				for _, c := range cursors {
+					got = append(got, c.StreamID.String()+"/"+c.Perspective)
+				}
+				return got
+			}
+			key := func(stream uuid.UUID, name string) string { return stream.String() + "/" + name }
+
+			require.ElementsMatch(t, []string{key(streams[0], perspective), key(streams[0], perspective2)}, get("", streams[0]))
+			require.ElementsMatch(t, []string{key(streams[0], perspective2)}, get(perspective2, streams[0]))
+			require.ElementsMatch(t, []string{key(streams[0], perspective), key(streams[1], perspective)}, get(perspective, streams...))
+			require.Empty(t, get("", streams[2]), "missing cursors are absent")
+		},
+	})
+
+	group(t, "WorkComplete", map[string]func(t *testing.T){
+		"AdvancesCursorAndDeletesRows": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 3)
+			_, exists := cursorOf(t, f.tb.backend, f.stream, perspective)
+			require.False(t, exists)
+
+			res := f.a.complete(t, at(time.Second), f.completion(3, 1, 2, 3))
+
+			require.Equal(t, 3, res.Completed)
+			require.Zero(t, res.RewindsFlagged)
+			cur := f.cursor(t)
+			require.Equal(t, f.events[2].ID, cur.LastEventID)
+			require.Equal(t, int64(3), cur.LastVersion)
+			require.Equal(t, ports.CursorCompleted, cur.Status)
+			require.Empty(t, cur.Error)
+			requireTime(t, at(time.Second), cur.UpdatedAt, "UpdatedAt")
+			requireNoRewind(t, cur)
+			require.Empty(t, f.a.claim(t, at(2*time.Second)))
+			requireNoWork(t, f.a.fetch(t, at(2*time.Second), f.stream))
+		},
+		"ClearsFailure": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 2)
+			f.a.fail(t, at(time.Second), ports.Failure{
+				StreamID: f.stream, Perspective: perspective,
+				FailedWorkIDs: workIDs(f.work[1:]), Error: "boom", RetryAt: at(time.Second),
+			})
+			require.True(t, f.cursor(t).Status.Has(ports.CursorFailed))
+
+			f.a.complete(t, at(2*time.Second), f.completion(1, 1))
+
+			cur := f.cursor(t)
+			require.Equal(t, ports.CursorCompleted, cur.Status)
+			require.Empty(t, cur.Error)
+		},
+		"ClearsRewindColumns": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			events := appendEvents(t, tb.backend, stream, at(0), newEvent(eventType, 1), newEvent(eventType, 3)).Events
+			a.heartbeat(t, at(0))
+			work := a.fetch(t, at(0), stream).Work
+			a.complete(t, at(time.Second), ports.Completion{
+				StreamID: stream, Perspective: perspective,
+				LastEventID: events[1].ID, LastVersion: 3, WorkIDs: workIDs(work),
+			})
+			late := appendEvents(t, tb.backend, stream, at(2*time.Second), newEvent(eventType, 2)).Events[0]
+			requireRewind(t, mustCursor(t, tb.backend, stream, perspective), late, at(2*time.Second), at(2*time.Second))
+
+			// The rewind applied every event again, the late one included.
+			lateWork := a.fetch(t, at(3*time.Second), stream).Work
+			require.Equal(t, []int64{2}, versionsOf(lateWork))
+			res := a.complete(t, at(4*time.Second), ports.Completion{
+				StreamID: stream, Perspective: perspective,
+				LastEventID: events[1].ID, LastVersion: 3, WorkIDs: workIDs(lateWork),
+			})
+
+			require.Equal(t, 1, res.Completed)
+			require.Zero(t, res.RewindsFlagged)
+			cur := mustCursor(t, tb.backend, stream, perspective)
+			requireNoRewind(t, cur)
+			require.Equal(t, ports.CursorCompleted, cur.Status)
+		},
+		"CompletesOnlyListedRows": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 4)
+
+			res := f.a.complete(t, at(time.Second), f.completion(4, 3, 4))
+
+			require.Equal(t, 2, res.Completed)
+			require.Equal(t, 1, res.RewindsFlagged, "versions 1 and 2 are pending below the cursor")
+			cur := f.cursor(t)
+			require.Equal(t, int64(4), cur.LastVersion)
+			requireRewind(t, cur, f.events[0], at(time.Second), at(time.Second))
+			require.Equal(t, []int64{1, 2}, versionsOf(f.a.fetch(t, at(2*time.Second), f.stream).Work))
+		},
+		"CursorMovesOnlyForward": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 3)
+			f.a.complete(t, at(time.Second), f.completion(3, 1, 2, 3))
+
+			f.a.complete(t, at(2*time.Second), f.completion(1))
+
+			cur := f.cursor(t)
+			require.Equal(t, int64(3), cur.LastVersion)
+			require.Equal(t, f.events[2].ID, cur.LastEventID)
+		},
+		"DebugModeKeepsRowsInvisible": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 2)
+
+			res := f.a.completeWith(t, ports.WorkCompleteParams{
+				Completions: []ports.Completion{f.completion(2, 1, 2)}, DebugMode: true, Now: at(time.Second),
+			})
+
+			require.Equal(t, 2, res.Completed)
+			require.Equal(t, int64(2), f.cursor(t).LastVersion)
+			require.Empty(t, f.a.claim(t, at(2*time.Second)))
+			requireNoWork(t, f.a.fetch(t, at(2*time.Second), f.stream))
+			require.Zero(t, f.a.renew(t, at(2*time.Second), time.Minute, workIDs(f.work)...))
+			require.Zero(t, f.a.complete(t, at(3*time.Second), f.completion(2, 1, 2)).Completed, "processed rows are not pending")
+			_, moved := f.a.deadLetter(t, at(3*time.Second), f.work[0].WorkID)
+			require.False(t, moved)
+		},
+		"DeletesBeforeCheckingStragglers": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 2)
+
+			res := f.a.complete(t, at(time.Second), f.completion(2, 2), f.completion(1, 1))
+
+			require.Equal(t, 2, res.Completed)
+			require.Zero(t, res.RewindsFlagged, "version 1 is deleted by the same call")
+			cur := f.cursor(t)
+			require.Equal(t, int64(2), cur.LastVersion)
+			requireNoRewind(t, cur)
+		},
+		"EmptyListStillFlagsStragglers": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 3)
+
+			res := f.a.complete(t, at(time.Second), f.completion(3))
+
+			require.Zero(t, res.Completed)
+			require.Equal(t, 1, res.RewindsFlagged)
+			requireRewind(t, f.cursor(t), f.events[0], at(time.Second), at(time.Second))
+			require.Equal(t, []int64{1, 2, 3}, versionsOf(f.a.fetch(t, at(2*time.Second), f.stream).Work))
+		},
+		"FencedAfterTakeover": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			ins := tb.instances(t, 2)
+			a, b := ins[0], ins[1]
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			events := appendN(t, tb.backend, stream, at(0), eventType, 1)
+			a.heartbeat(t, at(0))
+			work := a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: 40 * time.Second, Now: at(0)}).Work
+			b.heartbeat(t, at(20*time.Second))
+			require.Equal(t, []int{2}, attemptsOf(b.fetch(t, at(45*time.Second), stream).Work), "b took over the expired lease of dead a")
+
+			res := a.complete(t, at(46*time.Second), ports.Completion{
+				StreamID: stream, Perspective: perspective,
+				LastEventID: events[0].ID, LastVersion: 1, WorkIDs: workIDs(work),
+			})
+
+			require.Zero(t, res.Completed)
+			require.Equal(t, []int{2}, attemptsOf(b.fetch(t, at(47*time.Second), stream).Work), "the row is still b's")
+		},
+		"FencedToHolder": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 2)
+			b := f.tb.instance(t)
+			b.heartbeat(t, at(time.Second))
+
+			res := b.complete(t, at(time.Second), f.completion(2, 1, 2))
+
+			require.Zero(t, res.Completed)
+			require.Equal(t, []int{1, 1}, attemptsOf(f.a.fetch(t, at(2*time.Second), f.stream).Work), "the rows are still a's")
+		},
+		"FullListLeavesNoRewind": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 3)
+
+			res := f.a.complete(t, at(time.Second), f.completion(3, 1, 2, 3))
+
+			require.Equal(t, 3, res.Completed)
+			require.Zero(t, res.RewindsFlagged)
+			requireNoRewind(t, f.cursor(t))
+		},
+		"IdempotentForMissingRows": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 2)
+			require.Equal(t, 2, f.a.complete(t, at(time.Second), f.completion(2, 1, 2)).Completed)
+
+			res := f.a.complete(t, at(2*time.Second), f.completion(2, 1, 2))
+
+			require.Zero(t, res.Completed)
+			require.Zero(t, res.RewindsFlagged)
+			cur := f.cursor(t)
+			require.Equal(t, int64(2), cur.LastVersion)
+			require.Equal(t, ports.CursorCompleted, cur.Status)
+		},
+		"KeepsPinWhileRowsPending": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 2)
+			b := f.tb.instance(t)
+			b.heartbeat(t, at(time.Second))
+			f.a.complete(t, at(time.Second), f.completion(1, 1))
+			// Release version 2 without completing it.
+			f.a.fail(t, at(2*time.Second), ports.Failure{
+				StreamID: f.stream, Perspective: perspective, LastEventID: f.events[0].ID, LastVersion: 1,
+				FailedWorkIDs: workIDs(f.work[1:]), Error: "boom", RetryAt: at(2 * time.Second),
+			})
+
+			requireNoWork(t, b.fetch(t, at(3*time.Second), f.stream))
+			require.Equal(t, []int{2}, attemptsOf(f.a.fetch(t, at(3*time.Second), f.stream).Work))
+		},
+		"NeverCompletesOtherPerspectives": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective, perspective2)
+			stream := newID(t)
+			events := appendN(t, tb.backend, stream, at(0), eventType, 1)
+			a.heartbeat(t, at(0))
+			work := a.fetch(t, at(0), stream).Work
+			require.Len(t, work, 2)
+
+			// The rows of both perspectives, reported by the first one.
+			res := a.complete(t, at(time.Second), ports.Completion{
+				StreamID: stream, Perspective: perspective,
+				LastEventID: events[0].ID, LastVersion: 1, WorkIDs: workIDs(work),
+			})
+
+			require.Equal(t, 1, res.Completed)
+			require.Equal(t, ofPerspective(work, perspective2), a.fetch(t, at(2*time.Second), stream).Work)
+			_, exists := cursorOf(t, tb.backend, stream, perspective2)
+			require.False(t, exists)
+		},
+		"NeverCompletesOtherStreams": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			streams := newIDs(t, 2)
+			for _, s := range streams {
+				appendN(t, tb.backend, s, at(0), eventType, 1)
+			}
+			a.heartbeat(t, at(0))
+			other := a.fetch(t, at(0), streams[1]).Work
+			require.Len(t, other, 1)
+
+			res := a.complete(t, at(time.Second), ports.Completion{
+				StreamID: streams[0], Perspective: perspective, WorkIDs: workIDs(other),
+			})
+
+			require.Zero(t, res.Completed)
+			require.Equal(t, other, a.fetch(t, at(2*time.Second), streams[1]).Work)
+		},
+		"UnpinsDrainedStreams": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 1)
+			b := f.tb.instance(t)
+			b.heartbeat(t, at(time.Second))
+			f.a.complete(t, at(time.Second), f.completion(1, 1))
+			appendN(t, f.tb.backend, f.stream, at(2*time.Second), eventType, 1)
+
+			res := b.fetch(t, at(3*time.Second), f.stream)
+
+			require.Equal(t, []int64{2}, versionsOf(res.Work), "a is live but no longer owns the stream")
+		},
+	})
+
+	group(t, "WorkFail", map[string]func(t *testing.T){
+		"DoesNotCountAsAttempt": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 1)
+			f.a.fail(t, at(time.Second), ports.Failure{
+				StreamID: f.stream, Perspective: perspective,
+				FailedWorkIDs: workIDs(f.work), Error: "boom", RetryAt: at(2 * time.Second),
+			})
+
+			require.Equal(t, []uuid.UUID{f.stream}, f.a.claim(t, at(3*time.Second)))
+			require.Equal(t, []int{2}, attemptsOf(f.a.fetch(t, at(3*time.Second), f.stream).Work), "two claims, one failure")
+		},
+		"FencedToHolder": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 2)
+			b := f.tb.instance(t)
+			b.heartbeat(t, at(time.Second))
+
+			b.fail(t, at(time.Second), ports.Failure{
+				StreamID: f.stream, Perspective: perspective,
+				AppliedWorkIDs: workIDs(f.work[:1]), FailedWorkIDs: workIDs(f.work[1:]),
+				Error: "boom", RetryAt: at(time.Hour),
+			})
+
+			res := f.a.fetch(t, at(2*time.Second), f.stream)
+			require.Equal(t, []int64{1, 2}, versionsOf(res.Work), "neither completed nor released")
+			require.Equal(t, []int{1, 1}, attemptsOf(res.Work))
+		},
+		"KeepsPositionWithoutLastVersion": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 2)
+			f.a.complete(t, at(time.Second), f.completion(1, 1))
+
+			f.a.fail(t, at(2*time.Second), ports.Failure{
+				StreamID: f.stream, Perspective: perspective,
+				FailedWorkIDs: workIDs(f.work[1:]), Error: "second failed", RetryAt: at(time.Minute),
+			})
+
+			cur := f.cursor(t)
+			require.Equal(t, int64(1), cur.LastVersion)
+			require.Equal(t, f.events[0].ID, cur.LastEventID)
+			require.True(t, cur.Status.Has(ports.CursorFailed))
+			require.Equal(t, "second failed", cur.Error)
+		},
+		"RecordsErrorAndSchedulesRetry": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 3)
+
+			f.a.fail(t, at(time.Second), ports.Failure{
+				StreamID: f.stream, Perspective: perspective,
+				LastEventID: f.events[0].ID, LastVersion: 1,
+				AppliedWorkIDs: workIDs(f.work[:1]), FailedWorkIDs: workIDs(f.work[1:2]),
+				Error: "boom", RetryAt: at(time.Minute),
+			})
+
+			cur := f.cursor(t)
+			require.Equal(t, int64(1), cur.LastVersion)
+			require.Equal(t, f.events[0].ID, cur.LastEventID)
+			require.True(t, cur.Status.Has(ports.CursorFailed), "status %s", cur.Status)
+			require.Equal(t, "boom", cur.Error)
+			requireTime(t, at(time.Second), cur.UpdatedAt, "UpdatedAt")
+			requireNoWork(t, f.a.fetch(t, at(10*time.Second), f.stream))
+
+			f.a.heartbeat(t, at(61*time.Second))
+			require.Equal(t, []uuid.UUID{f.stream}, f.a.claim(t, at(61*time.Second)))
+			res := f.a.fetch(t, at(61*time.Second), f.stream)
+			require.Equal(t, []int64{2, 3}, versionsOf(res.Work), "version 1 completed")
+			require.Equal(t, []int{2, 1}, attemptsOf(res.Work), "version 3 stayed leased to a")
+		},
+	})
+}

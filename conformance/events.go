@@ -1,0 +1,251 @@
+package conformance
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// runEvents verifies ports.EventStore.
+func runEvents(t *testing.T, newBackend NewBackendFunc) {
+	t.Helper()
+
+	group(t, "EventsAppend", map[string]func(t *testing.T){
+		"AssignsVersionsAndIDs": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			stream := newID(t)
+			meta := ports.Metadata{
+				CorrelationID: newID(t),
+				CausationID:   newID(t),
+				Scope:         &ports.Scope{TenantID: "tenant", UserID: "user", Extras: map[string]string{"role": "admin"}},
+				Headers:       map[string]string{"trace": "abc"},
+			}
+			placed := ports.NewEvent{Type: eventType, Data: []byte(`{"total": 42}`), Metadata: meta}
+
+			first := appendEvents(t, tb.backend, stream, at(0), placed, newEvent(otherType, 0)).Events
+			second := appendEvents(t, tb.backend, stream, at(time.Second), newEvent(eventType, 0)).Events
+
+			stored := append(append([]ports.Event{}, first...), second...)
+			for i, e := range stored {
+				require.Equal(t, int64(i+1), e.Version)
+				require.Equal(t, stream, e.StreamID)
+				require.NotEqual(t, uuid.Nil, e.ID)
+				require.Equal(t, uuid.Version(7), e.ID.Version(), "ids are UUIDv7")
+			}
+			require.Equal(t, eventType, first[0].Type)
+			require.JSONEq(t, `{"total": 42}`, string(first[0].Data))
+			require.Equal(t, meta, first[0].Metadata)
+			requireTime(t, at(0), first[0].CreatedAt, "CreatedAt")
+			requireTime(t, at(time.Second), second[0].CreatedAt, "CreatedAt")
+			read, err := tb.backend.Fetcher.EventsReadStream(t.Context(), &ports.EventsReadStreamParams{StreamID: stream})
+			require.NoError(t, err)
+			require.Len(t, read, len(stored))
+			for i := range stored {
+				requireEvent(t, stored[i], read[i])
+			}
+		},
+		"ChecksExpectedVersion": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			stream := newID(t)
+			try := func(expected int64) error {
+				t.Helper()
+				_, err := tb.backend.Events.EventsAppend(t.Context(), &ports.EventsAppendParams{
+					StreamID: stream, ExpectedVersion: expected, Events: []ports.NewEvent{newEvent(eventType, 0)}, Now: at(0),
+				})
+				return err
+			}
+			length := func() int {
+				t.Helper()
+				events, err := tb.backend.Fetcher.EventsReadStream(t.Context(), &ports.EventsReadStreamParams{StreamID: stream})
+				require.NoError(t, err)
+				return len(events)
+			}
+
+			require.ErrorIs(t, try(1), ports.ErrVersionConflict, "the stream is empty")
+			require.NoError(t, try(ports.ExpectNoStream))
+			require.ErrorIs(t, try(ports.ExpectNoStream), ports.ErrVersionConflict)
+			require.ErrorIs(t, try(2), ports.ErrVersionConflict, "the head is 1")
+			require.Equal(t, 1, length(), "conflicts store nothing")
+			require.NoError(t, try(1))
+			require.NoError(t, try(0), "0 skips the check")
+			require.Equal(t, 3, length())
+		},
+		"DoesNotFlagInOrderEvents": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 1)
+			f.a.complete(t, at(time.Second), f.completion(1, 1))
+
+			appendN(t, f.tb.backend, f.stream, at(2*time.Second), eventType, 1)
+
+			requireNoRewind(t, f.cursor(t))
+		},
+		"FansOutToSubscribedPerspectives": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective, perspective2)
+			subscribe(t, tb.backend, otherType, perspective2)
+			stream := newID(t)
+
+			res := appendEvents(t, tb.backend, stream, at(0), newEvent(eventType, 0), newEvent(otherType, 0), newEvent("Unrelated", 0))
+
+			require.Equal(t, 3, res.WorkRows)
+			a.heartbeat(t, at(0))
+			work := a.fetch(t, at(0), stream).Work
+			require.Equal(t, []int64{1}, versionsOf(ofPerspective(work, perspective)))
+			require.Equal(t, []int64{1, 2}, versionsOf(ofPerspective(work, perspective2)))
+			require.Len(t, work, 3)
+			for _, w := range work {
+				require.Equal(t, res.Events[w.EventVersion-1].ID, w.EventID)
+				require.Equal(t, 1, w.Attempts, "stored with zero attempts, claimed once")
+			}
+		},
+		"FlagsLateArrivals": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			events := appendEvents(t, tb.backend, stream, at(0), newEvent(eventType, 1), newEvent(eventType, 5), newEvent(eventType, 6)).Events
+			a.heartbeat(t, at(0))
+			a.complete(t, at(time.Second), ports.Completion{
+				StreamID: stream, Perspective: perspective,
+				LastEventID: events[2].ID, LastVersion: 6, WorkIDs: workIDs(a.fetch(t, at(0), stream).Work),
+			})
+			requireNoRewind(t, mustCursor(t, tb.backend, stream, perspective))
+
+			late3 := appendEvents(t, tb.backend, stream, at(2*time.Second), newEvent(eventType, 3)).Events[0]
+			requireRewind(t, mustCursor(t, tb.backend, stream, perspective), late3, at(2*time.Second), at(2*time.Second))
+
+			appendEvents(t, tb.backend, stream, at(3*time.Second), newEvent(eventType, 4))
+			requireRewind(t, mustCursor(t, tb.backend, stream, perspective), late3, at(3*time.Second), at(2*time.Second))
+
+			late2 := appendEvents(t, tb.backend, stream, at(4*time.Second), newEvent(eventType, 2)).Events[0]
+			cur := mustCursor(t, tb.backend, stream, perspective)
+			requireRewind(t, cur, late2, at(4*time.Second), at(2*time.Second))
+			require.Equal(t, int64(6), cur.LastVersion, "a flag does not move the cursor")
+		},
+		"FlagsOnlySubscribedPerspectives": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			events := appendEvents(t, tb.backend, stream, at(0), newEvent(eventType, 1), newEvent(otherType, 4)).Events
+			for _, name := range []string{perspective, perspective2} {
+				require.NoError(t, tb.backend.Models.ModelSave(t.Context(), &ports.ModelSaveParams{
+					StreamID: stream, Perspective: name, Data: []byte(`{}`),
+					LastEventID: events[1].ID, LastVersion: 4, Now: at(time.Second),
+				}))
+			}
+
+			late := appendEvents(t, tb.backend, stream, at(2*time.Second), newEvent(eventType, 2))
+
+			require.Equal(t, 1, late.WorkRows)
+			requireRewind(t, mustCursor(t, tb.backend, stream, perspective), late.Events[0], at(2*time.Second), at(2*time.Second))
+			requireNoRewind(t, mustCursor(t, tb.backend, stream, perspective2))
+		},
+		"PlacesExplicitVersions": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			stream := newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 2)
+
+			_, err := tb.backend.Events.EventsAppend(t.Context(), &ports.EventsAppendParams{
+				StreamID: stream, Events: []ports.NewEvent{newEvent(eventType, 2)}, Now: at(time.Second),
+			})
+			require.ErrorIs(t, err, ports.ErrVersionConflict, "version 2 is taken")
+
+			require.Equal(t, int64(5), appendEvents(t, tb.backend, stream, at(time.Second), newEvent(eventType, 5)).Events[0].Version)
+			require.Equal(t, int64(6), appendEvents(t, tb.backend, stream, at(time.Second), newEvent(eventType, 0)).Events[0].Version)
+			require.Equal(t, int64(3), appendEvents(t, tb.backend, stream, at(time.Second), newEvent(eventType, 3)).Events[0].Version, "a free version below the head")
+		},
+		"RejectsDuplicateEventIDs": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			first, other := newID(t), newID(t)
+			taken := newID(t)
+			withID := func(id uuid.UUID) ports.NewEvent {
+				e := newEvent(eventType, 0)
+				e.ID = id
+				return e
+			}
+			stored := appendEvents(t, tb.backend, first, at(0), withID(taken)).Events
+			require.Equal(t, taken, stored[0].ID, "a given id is kept")
+			try := func(stream uuid.UUID, events ...ports.NewEvent) error {
+				t.Helper()
+				_, err := tb.backend.Events.EventsAppend(t.Context(), &ports.EventsAppendParams{StreamID: stream, Events: events, Now: at(time.Second)})
+				return err
+			}
+			fresh := newID(t)
+
+			require.ErrorIs(t, try(other, withID(taken)), ports.ErrVersionConflict, "stored in another stream")
+			require.ErrorIs(t, try(first, withID(fresh), withID(taken)), ports.ErrVersionConflict)
+			require.ErrorIs(t, try(other, withID(fresh), withID(fresh)), ports.ErrVersionConflict, "repeated in the batch")
+			require.NoError(t, try(first, withID(fresh)), "the failed batches stored nothing")
+		},
+		"RejectsInvalidArguments": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			stream := newID(t)
+			valid := newEvent(eventType, 0)
+			for name, params := range map[string]ports.EventsAppendParams{
+				"NilStream":          {Events: []ports.NewEvent{valid}},
+				"EmptyType":          {StreamID: stream, Events: []ports.NewEvent{{Data: []byte(`{}`)}}},
+				"NilData":            {StreamID: stream, Events: []ports.NewEvent{{Type: eventType}}},
+				"MalformedData":      {StreamID: stream, Events: []ports.NewEvent{{Type: eventType, Data: []byte(`{"total":`)}}},
+				"NegativeVersion":    {StreamID: stream, Events: []ports.NewEvent{{Type: eventType, Version: -1, Data: []byte(`{}`)}}},
+				"BadExpectedVersion": {StreamID: stream, ExpectedVersion: -2, Events: []ports.NewEvent{valid}},
+			} {
+				params.Now = at(0)
+				_, err := tb.backend.Events.EventsAppend(t.Context(), &params)
+				require.ErrorIs(t, err, ports.ErrInvalidArgument, name)
+			}
+			events, err := tb.backend.Fetcher.EventsReadStream(t.Context(), &ports.EventsReadStreamParams{StreamID: stream})
+			require.NoError(t, err)
+			require.Empty(t, events)
+		},
+		"StoresNoWorkWithoutSubscribers": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, otherType, perspective)
+			stream := newID(t)
+
+			res := appendEvents(t, tb.backend, stream, at(0), newEvent(eventType, 0))
+
+			require.Zero(t, res.WorkRows)
+			a.heartbeat(t, at(0))
+			require.Empty(t, a.claim(t, at(0)))
+		},
+	})
+
+	group(t, "SubscriptionsRegister", map[string]func(t *testing.T){
+		"AdditiveAndIdempotent": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			stream := newID(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			subscribe(t, tb.backend, eventType, perspective)
+			require.Equal(t, 1, appendEvents(t, tb.backend, stream, at(0), newEvent(eventType, 0)).WorkRows)
+
+			subscribe(t, tb.backend, eventType, perspective2, perspective)
+
+			require.Equal(t, 2, appendEvents(t, tb.backend, stream, at(0), newEvent(eventType, 0)).WorkRows)
+		},
+		"AffectsOnlyLaterAppends": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			stream := newID(t)
+			require.Zero(t, appendEvents(t, tb.backend, stream, at(0), newEvent(eventType, 0)).WorkRows)
+
+			subscribe(t, tb.backend, eventType, perspective)
+			appendEvents(t, tb.backend, stream, at(time.Second), newEvent(eventType, 0))
+
+			a.heartbeat(t, at(time.Second))
+			require.Equal(t, []int64{2}, versionsOf(a.fetch(t, at(time.Second), stream).Work))
+		},
+		"RejectsEmptyNames": func(t *testing.T) {
+			tb := setup(t, newBackend)
+
+			for _, sub := range []ports.Subscription{{EventType: eventType}, {Perspective: perspective}} {
+				err := tb.backend.Events.SubscriptionsRegister(t.Context(), []ports.Subscription{sub})
+				require.ErrorIs(t, err, ports.ErrInvalidArgument)
+			}
+		},
+	})
+}

@@ -1,0 +1,261 @@
+package conformance
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// runFetcher verifies ports.EventFetcher.
+func runFetcher(t *testing.T, newBackend NewBackendFunc) {
+	t.Helper()
+
+	group(t, "EventsFetchPending", map[string]func(t *testing.T){
+		"BoundsRowsByMaxRows": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			events := appendN(t, tb.backend, stream, at(0), eventType, 5)
+			a.heartbeat(t, at(0))
+
+			res := a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, MaxRows: 2, Now: at(0)})
+			require.Equal(t, []int64{1, 2}, versionsOf(res.Work))
+			require.Equal(t, []uuid.UUID{events[0].ID, events[1].ID}, eventIDs(res.Events))
+
+			// The rest stayed leased: fetching them again extends the lease
+			// and counts no attempt.
+			all := a.fetch(t, at(time.Second), stream)
+			require.Equal(t, []int64{1, 2, 3, 4, 5}, versionsOf(all.Work))
+			require.Equal(t, []int{1, 1, 1, 1, 1}, attemptsOf(all.Work))
+		},
+		"EndsPrefixAtScheduledRow": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			events := appendN(t, tb.backend, stream, at(0), eventType, 3)
+			a.heartbeat(t, at(0))
+			work := a.fetch(t, at(0), stream).Work
+			require.Len(t, work, 3)
+			a.fail(t, at(time.Second), ports.Failure{
+				StreamID: stream, Perspective: perspective,
+				FailedWorkIDs: workIDs(work[1:2]), Error: "boom", RetryAt: at(time.Hour),
+			})
+
+			res := a.fetch(t, at(2*time.Second), stream)
+			require.Equal(t, []int64{1}, versionsOf(res.Work), "version 3 is a's but waits behind version 2")
+			require.Equal(t, []uuid.UUID{events[0].ID}, eventIDs(res.Events))
+
+			a.complete(t, at(3*time.Second), ports.Completion{
+				StreamID: stream, Perspective: perspective,
+				LastEventID: events[0].ID, LastVersion: 1, WorkIDs: workIDs(work[:1]),
+			})
+			requireNoWork(t, a.fetch(t, at(4*time.Second), stream))
+		},
+		"ExtendsOwnLeaseWithoutAttempt": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			ins := tb.instances(t, 2)
+			a, b := ins[0], ins[1]
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 1)
+			a.heartbeat(t, at(0))
+			fetch := func(in *instance, now time.Time) []ports.WorkItem {
+				t.Helper()
+				return in.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: 20 * time.Second, Now: now}).Work
+			}
+
+			require.Equal(t, []int{1}, attemptsOf(fetch(a, at(0))))
+			require.Equal(t, []int{1}, attemptsOf(fetch(a, at(15*time.Second))), "extending a live lease is no new attempt")
+
+			// a is dead from at(30s); the first lease ended at(20s), the
+			// extended one ends at(35s).
+			b.heartbeat(t, at(25*time.Second))
+			require.Empty(t, fetch(b, at(32*time.Second)))
+			require.Equal(t, []int{2}, attemptsOf(fetch(b, at(36*time.Second))))
+		},
+		"IgnoresUnknownStreams": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			a.heartbeat(t, at(0))
+
+			requireNoWork(t, a.fetch(t, at(0), newID(t)))
+		},
+		"LeasesAndPinsWithoutClaim": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			ins := tb.instances(t, 2)
+			a, b := ins[0], ins[1]
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 2)
+			a.heartbeat(t, at(0))
+
+			res := a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: 10 * time.Second, Now: at(0)})
+			require.Equal(t, []int64{1, 2}, versionsOf(res.Work))
+			require.Equal(t, []int{1, 1}, attemptsOf(res.Work))
+
+			// a's leases expired at(10s) but a is live: its pin keeps b out.
+			b.heartbeat(t, at(time.Second))
+			a.heartbeat(t, at(15*time.Second))
+			require.Empty(t, b.claim(t, at(20*time.Second)))
+			requireNoWork(t, b.fetch(t, at(20*time.Second), stream))
+			require.Equal(t, []int{2, 2}, attemptsOf(a.fetch(t, at(20*time.Second), stream).Work))
+		},
+		"OrdersWorkAndEvents": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective, perspective2)
+			streams := newIDs(t, 2)
+			first := appendN(t, tb.backend, streams[0], at(0), eventType, 2)
+			second := appendN(t, tb.backend, streams[1], at(0), eventType, 2)
+			a.heartbeat(t, at(0))
+
+			res := a.fetch(t, at(0), streams[1], streams[0], streams[1])
+
+			type key struct {
+				stream      uuid.UUID
+				perspective string
+				version     int64
+			}
+			var got []key
+			for _, w := range res.Work {
+				got = append(got, key{w.StreamID, w.Perspective, w.EventVersion})
+			}
+			require.Equal(t, []key{
+				{streams[0], perspective, 1}, {streams[0], perspective, 2},
+				{streams[0], perspective2, 1}, {streams[0], perspective2, 2},
+				{streams[1], perspective, 1}, {streams[1], perspective, 2},
+				{streams[1], perspective2, 1}, {streams[1], perspective2, 2},
+			}, got)
+			byVersion := map[uuid.UUID][]ports.Event{streams[0]: first, streams[1]: second}
+			for _, w := range res.Work {
+				require.Equal(t, byVersion[w.StreamID][w.EventVersion-1].ID, w.EventID)
+				require.NotEqual(t, uuid.Nil, w.WorkID)
+			}
+			want := append(append([]ports.Event{}, first...), second...)
+			require.Len(t, res.Events, len(want), "each event once")
+			for i := range want {
+				requireEvent(t, want[i], res.Events[i])
+			}
+		},
+		"RetakesOwnExpiredLeaseWithAttempt": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 1)
+			a.heartbeat(t, at(0))
+			fetch := func(now time.Time) []ports.WorkItem {
+				t.Helper()
+				return a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: 10 * time.Second, Now: now}).Work
+			}
+
+			require.Equal(t, []int{1}, attemptsOf(fetch(at(0))))
+			a.heartbeat(t, at(20*time.Second))
+			require.Equal(t, []int{2}, attemptsOf(fetch(at(20*time.Second))))
+		},
+		"ReturnsPrefixPerPerspective": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective, perspective2)
+			stream := newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 2)
+			a.heartbeat(t, at(0))
+			work := a.fetch(t, at(0), stream).Work
+			require.Len(t, work, 4)
+			a.fail(t, at(time.Second), ports.Failure{
+				StreamID: stream, Perspective: perspective,
+				FailedWorkIDs: workIDs(ofPerspective(work, perspective)[:1]), Error: "boom", RetryAt: at(time.Hour),
+			})
+
+			res := a.fetch(t, at(2*time.Second), stream)
+
+			require.Equal(t, ofPerspective(work, perspective2), res.Work, "a poison event parks only its own perspective")
+			require.Len(t, res.Events, 2)
+		},
+		"SkipsStreamsPinnedToLiveOthers": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			ins := tb.instances(t, 2)
+			a, b := ins[0], ins[1]
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 1)
+			a.heartbeat(t, at(0))
+			require.Equal(t, []uuid.UUID{stream}, a.claim(t, at(0)))
+			b.heartbeat(t, at(time.Second))
+
+			requireNoWork(t, b.fetch(t, at(2*time.Second), stream))
+			require.Equal(t, []int{1}, attemptsOf(a.fetch(t, at(3*time.Second), stream).Work), "b changed nothing")
+		},
+	})
+
+	group(t, "EventsReadStream", map[string]func(t *testing.T){
+		"AppliesAfterVersionAndLimit": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			stream := newID(t)
+			events := appendN(t, tb.backend, stream, at(0), eventType, 5)
+			read := func(after int64, limit int) []uuid.UUID {
+				t.Helper()
+				got, err := tb.backend.Fetcher.EventsReadStream(t.Context(), &ports.EventsReadStreamParams{StreamID: stream, AfterVersion: after, Limit: limit})
+				require.NoError(t, err)
+				return eventIDs(got)
+			}
+
+			require.Equal(t, eventIDs(events), read(0, 0))
+			require.Equal(t, eventIDs(events[2:]), read(2, 0))
+			require.Equal(t, eventIDs(events[2:4]), read(2, 2))
+			require.Empty(t, read(5, 0))
+		},
+		"ReturnsVersionOrder": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			stream := newID(t)
+			appendEvents(t, tb.backend, stream, at(0), newEvent(eventType, 4))
+			appendEvents(t, tb.backend, stream, at(time.Second), newEvent(eventType, 2), newEvent(eventType, 0))
+			appendEvents(t, tb.backend, stream, at(2*time.Second), newEvent(eventType, 1))
+
+			got, err := tb.backend.Fetcher.EventsReadStream(t.Context(), &ports.EventsReadStreamParams{StreamID: stream})
+
+			require.NoError(t, err)
+			var versions []int64
+			for _, e := range got {
+				versions = append(versions, e.Version)
+			}
+			require.Equal(t, []int64{1, 2, 4, 5}, versions)
+		},
+		"UnknownStreamIsEmpty": func(t *testing.T) {
+			tb := setup(t, newBackend)
+
+			got, err := tb.backend.Fetcher.EventsReadStream(t.Context(), &ports.EventsReadStreamParams{StreamID: newID(t)})
+
+			require.NoError(t, err)
+			require.Empty(t, got)
+		},
+	})
+}
+
+// eventIDs returns the ids of events.
+func eventIDs(events []ports.Event) []uuid.UUID {
+	out := make([]uuid.UUID, len(events))
+	for i, e := range events {
+		out[i] = e.ID
+	}
+	return out
+}
+
+// requireEvent fails t unless got is want as stored: JSON payloads compare
+// by value, since backends may normalize their encoding.
+func requireEvent(t *testing.T, want, got ports.Event) {
+	t.Helper()
+	require.Equal(t, want.ID, got.ID)
+	require.Equal(t, want.StreamID, got.StreamID)
+	require.Equal(t, want.Type, got.Type)
+	require.Equal(t, want.Version, got.Version)
+	require.JSONEq(t, string(want.Data), string(got.Data))
+	require.Equal(t, want.Metadata, got.Metadata)
+	requireTime(t, want.CreatedAt, got.CreatedAt, "CreatedAt")
+}

@@ -1,0 +1,100 @@
+package conformance
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// runNotifier verifies ports.Notifier.
+func runNotifier(t *testing.T, newBackend NewBackendFunc) {
+	t.Helper()
+
+	group(t, "NotifierHealthy", map[string]func(t *testing.T){
+		"TrueWhileDelivering": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			wakes := listen(t.Context(), t, tb.backend)
+			require.NoError(t, tb.backend.Notifier.NotifierPublish(t.Context()))
+			requireWake(t, wakes)
+
+			require.True(t, tb.backend.Notifier.NotifierHealthy())
+		},
+	})
+
+	group(t, "NotifierListen", map[string]func(t *testing.T){
+		"ClosesChannelWhenContextDone": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			ctx, cancel := context.WithCancel(t.Context())
+			wakes := listen(ctx, t, tb.backend)
+
+			cancel()
+
+			deadline := time.After(wakeTimeout)
+			for {
+				select {
+				case _, ok := <-wakes:
+					if !ok {
+						return
+					}
+				case <-deadline:
+					require.FailNow(t, "the channel was not closed after the context ended")
+				}
+			}
+		},
+		"CoalescesBursts": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			wakes := listen(t.Context(), t, tb.backend)
+			require.Equal(t, 1, cap(wakes))
+
+			// Nobody reads: publishing must neither block nor fail.
+			for range 20 {
+				require.NoError(t, tb.backend.Notifier.NotifierPublish(t.Context()))
+			}
+
+			requireWake(t, wakes)
+		},
+		"WakesEveryListener": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			first := listen(t.Context(), t, tb.open(t))
+			second := listen(t.Context(), t, tb.open(t))
+
+			require.NoError(t, tb.open(t).Notifier.NotifierPublish(t.Context()))
+
+			requireWake(t, first)
+			requireWake(t, second)
+		},
+		"WakesOnAppend": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			wakes := listen(t.Context(), t, tb.open(t))
+			subscribe(t, tb.backend, eventType, perspective)
+
+			appendN(t, tb.open(t), newID(t), at(0), eventType, 1)
+
+			requireWake(t, wakes)
+		},
+	})
+}
+
+// listen subscribes to b's wakes until ctx is done.
+func listen(ctx context.Context, t *testing.T, b ports.Backend) <-chan ports.Wake {
+	t.Helper()
+	wakes, err := b.Notifier.NotifierListen(ctx)
+	require.NoError(t, err)
+	require.NotNil(t, wakes)
+	return wakes
+}
+
+// requireWake waits for one wake on wakes.
+func requireWake(t *testing.T, wakes <-chan ports.Wake) {
+	t.Helper()
+	select {
+	case _, ok := <-wakes:
+		require.True(t, ok, "the channel was closed instead of woken")
+	case <-time.After(wakeTimeout):
+		require.FailNow(t, "no wake within "+wakeTimeout.String())
+	}
+}
