@@ -196,6 +196,7 @@ func (o *Options) withDefaults() (Options, error) {
 	var errs []error
 	dur := func(name string, v *time.Duration, def time.Duration) {
 		if *v < 0 {
+			//lint:ignore ST1005 the message starts with the Go field name
 			errs = append(errs, fmt.Errorf("Options.%s must not be negative, got %s", name, *v))
 		}
 		if *v == 0 {
@@ -204,6 +205,7 @@ func (o *Options) withDefaults() (Options, error) {
 	}
 	num := func(name string, v *int, def int, allowUnlimited bool) {
 		if *v < 0 && !(allowUnlimited && *v == Unlimited) {
+			//lint:ignore ST1005 the message starts with the Go field name
 			errs = append(errs, fmt.Errorf("Options.%s must be positive, got %d", name, *v))
 		}
 		if *v == 0 {

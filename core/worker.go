@@ -61,6 +61,10 @@ type Worker struct {
 	idle       atomic.Bool
 	emptyPolls atomic.Int64
 
+	// windowHook, when set (tests), is called each time the sliding window
+	// took more ids or closed.
+	windowHook func(took int, closed bool)
+
 	progressMu sync.Mutex
 	progress   chan struct{} // closed and replaced on every acknowledged flush
 
@@ -456,6 +460,11 @@ func (w *Worker) consumeLoop(runCtx, workCtx context.Context, wake chan struct{}
 func (w *Worker) collectWindow(ctx context.Context, ids []uuid.UUID) []uuid.UUID {
 	first := w.now()
 	last := first
+	defer func() {
+		if w.windowHook != nil {
+			w.windowHook(0, true)
+		}
+	}()
 	for len(ids) < w.opts.DrainBatcher.MaxSize {
 		now := w.now()
 		remaining := min(w.opts.DrainBatcher.SlidingWindow-now.Sub(last), w.opts.DrainBatcher.MaxWait-now.Sub(first))
@@ -474,6 +483,9 @@ func (w *Worker) collectWindow(ctx context.Context, ids []uuid.UUID) []uuid.UUID
 			if more := w.queue.Take(w.opts.DrainBatcher.MaxSize - len(ids)); len(more) > 0 {
 				ids = append(ids, more...)
 				last = w.now()
+				if w.windowHook != nil {
+					w.windowHook(len(more), false)
+				}
 			}
 		}
 	}

@@ -1,0 +1,80 @@
+package core_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vantage-go/vantage/adapters/memory"
+	"github.com/vantage-go/vantage/core"
+	"github.com/vantage-go/vantage/ports"
+)
+
+type shippedOut struct{}
+
+type removed struct {
+	N int `json:"n"`
+}
+
+// A rolling deploy: another version of the service registered "total" for
+// more event types than this instance knows. Work for an event type this
+// instance cannot decode, or has no apply function for, fails with a clear
+// error and is dead-lettered; the events around it are applied.
+func TestUnknownTypesAreDeadLettered(t *testing.T) {
+	t.Parallel()
+
+	b := memory.New(memory.Options{}).Backend()
+	newer := core.NewRegistry()
+	require.NoError(t, core.RegisterEvent[added](newer, "added"))
+	require.NoError(t, core.RegisterEvent[removed](newer, "removed"))
+	require.NoError(t, core.RegisterEvent[shippedOut](newer, "shipped_out"))
+	p := core.NewPerspective[total]("total")
+	core.MustHandle(p, func(_ context.Context, m total, e added) (total, error) { m.Sum += e.N; return m, nil })
+	core.MustHandle(p, func(_ context.Context, m total, e removed) (total, error) { m.Sum -= e.N; return m, nil })
+	core.MustHandle(p, func(_ context.Context, m total, _ shippedOut) (total, error) { return m, nil })
+	require.NoError(t, newer.AddPerspective(p))
+
+	// This instance knows "removed" as an event type but its "total" has no
+	// apply function for it, and does not know "shipped_out" at all.
+	older := testRegistry(t)
+	require.NoError(t, core.RegisterEvent[removed](older, "removed"))
+
+	stream := uuid.New()
+	_, err := newer.Append(t.Context(), b.Events, stream, 0, added{N: 1}, removed{N: 5}, shippedOut{}, added{N: 2})
+	require.NoError(t, err)
+
+	failures := make(chan ports.Failure, 20)
+	deadLetters := make(chan ports.DeadLetter, 20)
+	done := make(chan struct{})
+	opts := quietOptions(t)
+	opts.MaxPerspectiveEventAttempts = 1
+	opts.FailureRetryBase = 1
+	opts.FailureRetryMax = 1
+	opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
+	opts.Hooks.OnDeadLettered = func(d ports.DeadLetter) { deadLetters <- d }
+	opts.Hooks.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) {
+		if e.LastVersion == 4 {
+			close(done)
+		}
+	}
+	startWorker(t, b, older, opts)
+
+	f1 := waitFor(t, failures, "the first failure")
+	require.Contains(t, f1.Error, `event type "removed"`)
+	require.Contains(t, f1.Error, "no apply function")
+	waitFor(t, deadLetters, "the first dead letter")
+	f2 := waitFor(t, failures, "the second failure")
+	require.Contains(t, f2.Error, `unknown event type: "shipped_out"`)
+	waitFor(t, deadLetters, "the second dead letter")
+	waitFor(t, done, "the events after them to be applied")
+	require.Equal(t, 3, loadTotal(t, b, stream).Sum)
+	dls, err := b.DeadLetters.DeadLettersList(t.Context(), &ports.DeadLettersListParams{StreamID: stream})
+	require.NoError(t, err)
+	require.Len(t, dls, 2)
+	for _, d := range dls {
+		require.True(t, strings.Contains(d.Error, "after 2 attempts (max 1)"), d.Error)
+	}
+}

@@ -1,0 +1,120 @@
+package core
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vantage-go/vantage/adapters/memory"
+	"github.com/vantage-go/vantage/internal/clocktest"
+)
+
+type windowBundle struct {
+	w     *Worker
+	clock *clocktest.Fake
+	took  chan int
+	out   chan []uuid.UUID
+}
+
+// setupWindow runs collectWindow on a fake clock with the default window
+// (300ms sliding, 3s cap) and maxSize ids at most.
+func setupWindow(t *testing.T, maxSize int, first ...uuid.UUID) *windowBundle {
+	t.Helper()
+	clock := clocktest.NewFake()
+	w, err := New(memory.New(memory.Options{Clock: clock}).Backend(), NewRegistry(), &Options{Clock: clock, DrainBatcher: DrainBatcherOptions{MaxSize: maxSize}})
+	require.NoError(t, err)
+	wb := &windowBundle{w: w, clock: clock, took: make(chan int, 100), out: make(chan []uuid.UUID, 1)}
+	w.windowHook = func(n int, closed bool) {
+		if !closed {
+			wb.took <- n
+		}
+	}
+	go func() { wb.out <- w.collectWindow(t.Context(), first) }()
+	<-clock.WaitTimers(1)
+	return wb
+}
+
+// push queues ids and waits until the window took them and re-armed.
+func (wb *windowBundle) push(t *testing.T, ids ...uuid.UUID) {
+	t.Helper()
+	wb.w.queue.Push(ids...)
+	select {
+	case <-wb.took:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the window did not take the pushed ids")
+	}
+}
+
+func (wb *windowBundle) result(t *testing.T) []uuid.UUID {
+	t.Helper()
+	select {
+	case ids := <-wb.out:
+		return ids
+	case <-time.After(10 * time.Second):
+		t.Fatal("the window did not close")
+		return nil
+	}
+}
+
+func (wb *windowBundle) requireOpen(t *testing.T) {
+	t.Helper()
+	select {
+	case ids := <-wb.out:
+		t.Fatalf("the window closed early with %d ids", len(ids))
+	default:
+	}
+}
+
+func TestSlidingWindow(t *testing.T) {
+	t.Parallel()
+
+	a, b, c := uuid.New(), uuid.New(), uuid.New()
+
+	t.Run("ClosesAfterQuietWindow", func(t *testing.T) {
+		t.Parallel()
+		wb := setupWindow(t, 1000, a)
+		wb.clock.Advance(299 * time.Millisecond)
+		wb.requireOpen(t)
+		wb.clock.Advance(time.Millisecond)
+		require.Equal(t, []uuid.UUID{a}, wb.result(t))
+	})
+
+	t.Run("ArrivalSlidesTheWindow", func(t *testing.T) {
+		t.Parallel()
+		wb := setupWindow(t, 1000, a)
+		wb.clock.Advance(200 * time.Millisecond)
+		wb.push(t, b)
+		<-wb.clock.WaitTimers(1)
+		wb.clock.Advance(250 * time.Millisecond) // 450ms after the first arrival
+		wb.requireOpen(t)
+		wb.push(t, c)
+		<-wb.clock.WaitTimers(1)
+		wb.clock.Advance(300 * time.Millisecond)
+		require.Equal(t, []uuid.UUID{a, b, c}, wb.result(t))
+	})
+
+	t.Run("MaxWaitCapsTheWindow", func(t *testing.T) {
+		t.Parallel()
+		wb := setupWindow(t, 1000, a)
+		// An arrival every 250ms keeps the window sliding, until 3s.
+		for range 11 {
+			wb.clock.Advance(250 * time.Millisecond)
+			wb.push(t, uuid.New())
+			<-wb.clock.WaitTimers(1)
+		}
+		// 2750ms elapsed: 250ms remain of the cap, not a fresh 300ms.
+		wb.clock.Advance(250 * time.Millisecond)
+		require.Len(t, wb.result(t), 12)
+	})
+
+	t.Run("MaxSizeClosesAtOnce", func(t *testing.T) {
+		t.Parallel()
+		wb := setupWindow(t, 3, a)
+		wb.w.queue.Push(b, c, uuid.New())
+		ids := wb.result(t)
+		require.Equal(t, []uuid.UUID{a, b, c}, ids)
+		require.Equal(t, 1, wb.w.queue.Len(), "the id beyond MaxSize stays queued")
+	})
+}
