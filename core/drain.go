@@ -318,7 +318,11 @@ func (r *pairRun) apply(ctx context.Context, row ports.WorkItem, ev ports.Event)
 	if err != nil {
 		return err
 	}
-	next, err := r.p.apply(withEvent(ctx, ev), r.model, ev.Type, decoded)
+	actx, err := r.w.establishSecurity(ctx, ev)
+	if err != nil {
+		return err
+	}
+	next, err := r.p.apply(actx, r.model, ev.Type, decoded)
 	if err != nil {
 		return err
 	}

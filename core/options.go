@@ -184,6 +184,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Hooks are callbacks for monitoring and tests.
 	Hooks Hooks
+	// Security configures the security context every apply function and
+	// receptor runs under.
+	Security SecurityOptions
 }
 
 // withDefaults returns a copy of o with defaults applied, or an error naming

@@ -1,0 +1,126 @@
+package core
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// SecurityProvider establishes the security scope under which an event is
+// processed, typically from the event's metadata (a token, a tenant header).
+// Return nil, nil to fall back to the event's own scope.
+type SecurityProvider interface {
+	EstablishScope(ctx context.Context, event ports.Event) (*ports.Scope, error)
+}
+
+// SecurityProviderFunc adapts a function to SecurityProvider.
+type SecurityProviderFunc func(ctx context.Context, event ports.Event) (*ports.Scope, error)
+
+// EstablishScope calls f.
+func (f SecurityProviderFunc) EstablishScope(ctx context.Context, event ports.Event) (*ports.Scope, error) {
+	return f(ctx, event)
+}
+
+// SecurityCallback is told about a scope established from an event's own
+// metadata (when the provider returned none). A provider that returns a
+// scope is responsible for its own side effects, so callbacks do not run for
+// it: every established scope is announced exactly once.
+type SecurityCallback func(ctx context.Context, sc SecurityContext, event ports.Event) error
+
+// SecurityOptions configure security-context establishment. The zero value
+// uses each event's own scope and runs no callbacks.
+type SecurityOptions struct {
+	// Provider establishes the scope per event. Nil uses the event's scope.
+	Provider SecurityProvider
+	// Callbacks run, in order, when the event's own scope is promoted.
+	Callbacks []SecurityCallback
+}
+
+// Scope sources of a SecurityContext.
+const (
+	ScopeFromProvider = "provider"
+	ScopeFromEvent    = "event"
+)
+
+// SecurityContext is the identity an apply function or receptor runs under.
+type SecurityContext struct {
+	// Scope holds tenant, user and extra claims.
+	Scope ports.Scope
+	// Source is ScopeFromProvider or ScopeFromEvent.
+	Source string
+	// Propagating is true for a scope promoted from the event: it flows into
+	// events appended while handling this one.
+	Propagating bool
+}
+
+type securityKey struct{}
+
+// SecurityFromContext returns the security context of the event being
+// processed.
+func SecurityFromContext(ctx context.Context) (SecurityContext, bool) {
+	sc, ok := ctx.Value(securityKey{}).(SecurityContext)
+	return sc, ok
+}
+
+// TenantID returns the tenant of the scope in ctx, empty when none.
+func TenantID(ctx context.Context) string {
+	s, _ := ScopeFromContext(ctx)
+	return s.TenantID
+}
+
+// UserID returns the user of the scope in ctx, empty when none.
+func UserID(ctx context.Context) string {
+	s, _ := ScopeFromContext(ctx)
+	return s.UserID
+}
+
+// establishSecurity returns ctx carrying the event and its security context.
+// Each event gets its own context, so batches that mix tenants and users
+// never leak one event's identity into another's handler.
+func (w *Worker) establishSecurity(ctx context.Context, event ports.Event) (context.Context, error) {
+	ctx = withEvent(ctx, event)
+	sec := w.opts.Security
+	var sc SecurityContext
+	established := false
+	if sec.Provider != nil {
+		scope, err := sec.Provider.EstablishScope(ctx, event)
+		if err != nil {
+			return ctx, fmt.Errorf("establishing security context: %w", err)
+		}
+		if scope != nil {
+			sc = SecurityContext{Scope: copyScope(*scope), Source: ScopeFromProvider}
+			established = true
+		}
+	}
+	if !established && event.Metadata.Scope != nil {
+		sc = SecurityContext{Scope: copyScope(*event.Metadata.Scope), Source: ScopeFromEvent, Propagating: true}
+		established = true
+		for _, cb := range sec.Callbacks {
+			if err := ctx.Err(); err != nil {
+				return ctx, err
+			}
+			if err := cb(ctx, sc, event); err != nil {
+				return ctx, fmt.Errorf("security callback: %w", err)
+			}
+		}
+	}
+	if !established {
+		// No provider scope and none on the event: process without one,
+		// and make sure no outer scope leaks in.
+		return context.WithValue(context.WithValue(ctx, scopeKey{}, nil), securityKey{}, nil), nil
+	}
+	ctx = context.WithValue(ctx, securityKey{}, sc)
+	return WithScope(ctx, sc.Scope), nil
+}
+
+func copyScope(s ports.Scope) ports.Scope {
+	if s.Extras != nil {
+		extras := make(map[string]string, len(s.Extras))
+		for k, v := range s.Extras {
+			extras[k] = v
+		}
+		s.Extras = extras
+	}
+	return s
+}
