@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -32,7 +31,9 @@ func (w *Worker) processBatch(ctx context.Context, ids []uuid.UUID) {
 			w.log.ErrorContext(ctx, "fetching pending events failed", slog.Int("streams", len(ids)), slog.Any("error", err))
 		}
 	} else {
-		applied = w.drainStreams(ctx, res)
+		var events []ports.Event
+		applied, events = w.drainStreams(ctx, res)
+		w.life.afterBatch(ctx, events)
 	}
 	w.flushPending(ctx)
 	if h := w.opts.Hooks.OnBatchCycleComplete; h != nil {
@@ -79,9 +80,16 @@ func splitByStream(res *ports.EventsFetchPendingResult) (map[uuid.UUID]*streamWo
 	return byStream, order
 }
 
-func (w *Worker) drainStreams(ctx context.Context, res *ports.EventsFetchPendingResult) int {
+// drainStreams drains every stream of a fetch result and returns the number
+// of (event, perspective) applications and the distinct events applied.
+func (w *Worker) drainStreams(ctx context.Context, res *ports.EventsFetchPendingResult) (int, []ports.Event) {
 	byStream, order := splitByStream(res)
-	var applied atomic.Int64
+	cursors := w.cursorsOf(ctx, order)
+	var (
+		mu      sync.Mutex
+		applied int
+		events  []ports.Event
+	)
 	sem := make(chan struct{}, w.opts.MaxConcurrentPerspectives)
 	var wg sync.WaitGroup
 	for _, id := range order {
@@ -92,39 +100,55 @@ func (w *Worker) drainStreams(ctx context.Context, res *ports.EventsFetchPending
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			applied.Add(int64(w.drainStream(ctx, id, sw)))
+			n, evs := w.drainStream(ctx, id, sw, cursors)
+			mu.Lock()
+			applied += n
+			events = append(events, evs...)
+			mu.Unlock()
 		})
 	}
 	wg.Wait()
-	return int(applied.Load())
+	return applied, events
 }
 
 // drainStream applies a stream's pending events perspective by perspective,
-// refetching while each pass still finds enough work.
-func (w *Worker) drainStream(ctx context.Context, streamID uuid.UUID, sw *streamWork) int {
+// refetching while each pass still finds enough work. It returns the number
+// of applications and the distinct events applied.
+func (w *Worker) drainStream(ctx context.Context, streamID uuid.UUID, sw *streamWork, cursors map[pairKey]ports.Cursor) (int, []ports.Event) {
 	total := 0
+	seen := map[uuid.UUID]bool{}
+	var events []ports.Event
 	for iter := 1; ; iter++ {
 		n := 0
 		for _, group := range groupByPerspective(sw.work) {
-			n += w.drainPair(ctx, streamID, group, sw.events)
+			c, ok := cursors[pairKey{stream: streamID, perspective: group[0].Perspective}]
+			applied := w.drainPair(ctx, streamID, group, sw.events, c, ok)
+			n += len(applied)
+			for _, e := range applied {
+				if !seen[e.ID] {
+					seen[e.ID] = true
+					events = append(events, e)
+				}
+			}
 		}
 		total += n
 		if n < w.opts.DrainLoopRefetchMinBatch || iter >= w.opts.DrainLoopMaxIterations || ctx.Err() != nil {
-			return total
+			return total, events
 		}
 		res, err := w.fetch(ctx, []uuid.UUID{streamID})
 		if err != nil {
 			if ctx.Err() == nil {
 				w.log.ErrorContext(ctx, "refetching stream failed", slog.String("stream_id", streamID.String()), slog.Any("error", err))
 			}
-			return total
+			return total, events
 		}
 		byStream, _ := splitByStream(res)
 		next, ok := byStream[streamID]
 		if !ok || len(next.work) == 0 {
-			return total
+			return total, events
 		}
 		sw = next
+		cursors = w.cursorsOf(ctx, []uuid.UUID{streamID})
 	}
 }
 
@@ -178,6 +202,13 @@ func (w *Worker) park(k pairKey, until time.Time) {
 	w.parked[k] = parking{until: until}
 }
 
+// parkFor holds a pair back until until (a debounce or a lock retry).
+func (w *Worker) parkFor(k pairKey, until time.Time) {
+	w.parkedMu.Lock()
+	defer w.parkedMu.Unlock()
+	w.parked[k] = parking{until: until, acked: true}
+}
+
 func (w *Worker) parkAcked(k pairKey) {
 	w.parkedMu.Lock()
 	defer w.parkedMu.Unlock()
@@ -202,15 +233,15 @@ func (w *Worker) failureRetryDelay(attempts int) time.Duration {
 // skip events at or below its position, apply the rest, save model and
 // cursor every PerspectiveBatchSize events and at the end, and buffer the
 // completion (or the failure). It returns the number of events applied.
-func (w *Worker) drainPair(ctx context.Context, streamID uuid.UUID, rows []ports.WorkItem, events map[uuid.UUID]ports.Event) int {
+func (w *Worker) drainPair(ctx context.Context, streamID uuid.UUID, rows []ports.WorkItem, events map[uuid.UUID]ports.Event, cursor ports.Cursor, hasCursor bool) []ports.Event {
 	name := rows[0].Perspective
 	key := pairKey{stream: streamID, perspective: name}
 	if _, parked := w.parkedUntil(key); parked {
-		return 0
+		return nil
 	}
 	release, err := w.gates.acquire(ctx, key, nil)
 	if err != nil {
-		return 0
+		return nil
 	}
 	defer release()
 
@@ -230,31 +261,41 @@ func (w *Worker) drainPair(ctx context.Context, streamID uuid.UUID, rows []ports
 	}
 	rows = w.deadLetterExhausted(ctx, fresh)
 	if len(rows) == 0 {
-		return 0
+		return nil
 	}
 
 	p, ok := w.reg.perspective(name)
 	if !ok {
 		w.fail(ctx, key, rows, nil, uuid.Nil, 0, fmt.Errorf("no perspective named %q is registered in this instance", name))
-		return 0
+		return nil
+	}
+	if hasCursor && cursor.Status.Has(ports.CursorRewindRequired) && w.rewindEnabled() {
+		return w.rewindPair(ctx, p, key, rows, cursor, false)
 	}
 	stored, err := w.backend.Models.ModelLoad(ctx, streamID, name)
 	if err != nil && !errors.Is(err, ports.ErrNotFound) {
 		if ctx.Err() == nil {
 			w.log.ErrorContext(ctx, "loading model failed", slog.String("perspective", name), slog.String("stream_id", streamID.String()), slog.Any("error", err))
 		}
-		return 0
+		return nil
 	}
 	model, err := p.decodeModel(stored.Data)
 	if err != nil {
 		w.fail(ctx, key, rows, nil, stored.LastEventID, stored.LastVersion, err)
-		return 0
+		return nil
 	}
 
 	run := pairRun{w: w, p: p, key: key, stored: stored, savedVersion: stored.LastVersion, model: model}
 	deadline := max(time.Second, w.opts.LeaseDuration-w.opts.LeaseGrace)
 	actx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
+	var toApply []ports.Event
+	for _, r := range rows {
+		if ev, ok := events[r.EventID]; ok && r.EventVersion > stored.LastVersion {
+			toApply = append(toApply, ev)
+		}
+	}
+	w.life.prePerspective(actx, toApply)
 	unsavedFrom := -1
 	for i, r := range rows {
 		if r.EventVersion <= stored.LastVersion {
@@ -266,35 +307,37 @@ func (w *Worker) drainPair(ctx context.Context, streamID uuid.UUID, rows []ports
 		ev, ok := events[r.EventID]
 		if !ok {
 			run.failAt(actx, rows[i:], fmt.Errorf("event %s of work row %s is missing from the fetch", r.EventID, r.WorkID))
-			return run.applied
+			return run.finish(ctx)
 		}
 		if err := run.apply(actx, r, ev); err != nil {
 			if ctx.Err() != nil {
-				return run.applied // shutting down: the rows stay leased and are re-delivered
+				return run.finish(ctx) // shutting down: the rows stay leased and are re-delivered
 			}
 			if actx.Err() != nil {
 				err = fmt.Errorf("lease deadline exceeded: %w", err)
 			}
 			run.failAt(actx, rows[i:], err)
-			return run.applied
+			return run.finish(ctx)
 		}
 		if unsavedFrom < 0 {
 			unsavedFrom = i
 		}
 		if run.unsaved >= w.opts.PerspectiveBatchSize {
 			if err := run.save(ctx); err != nil {
-				return run.saveFailed(ctx, rows[unsavedFrom:], err)
+				run.saveFailed(ctx, rows[unsavedFrom:], err)
+				return run.finish(ctx)
 			}
 			unsavedFrom = -1
 		}
 	}
 	if run.unsaved > 0 {
 		if err := run.save(ctx); err != nil {
-			return run.saveFailed(ctx, rows[unsavedFrom:], err)
+			run.saveFailed(ctx, rows[unsavedFrom:], err)
+			return run.finish(ctx)
 		}
 	}
 	run.complete(ctx)
-	return run.applied
+	return run.finish(ctx)
 }
 
 // pairRun is the state of one drainPair.
@@ -310,6 +353,8 @@ type pairRun struct {
 	applied      int
 	saved        []uuid.UUID // applied and saved work ids, plus rows already at or below the stored position
 	pending      []uuid.UUID // applied, not yet saved
+	savedEvents  []ports.Event
+	pendingEvts  []ports.Event
 	done         []uuid.UUID // rows at or below the stored position
 }
 
@@ -331,7 +376,15 @@ func (r *pairRun) apply(ctx context.Context, row ports.WorkItem, ev ports.Event)
 	r.unsaved++
 	r.applied++
 	r.pending = append(r.pending, row.WorkID)
+	r.pendingEvts = append(r.pendingEvts, ev)
 	return nil
+}
+
+// finish fires PostPerspective for the events whose model is saved and
+// returns them.
+func (r *pairRun) finish(ctx context.Context) []ports.Event {
+	r.w.life.fire(ctx, PostPerspective, r.key.perspective, r.savedEvents)
+	return r.savedEvents
 }
 
 func (r *pairRun) save(ctx context.Context) error {
@@ -353,7 +406,9 @@ func (r *pairRun) save(ctx context.Context) error {
 	}
 	r.savedVersion = r.last.Version
 	r.saved = append(r.saved, r.pending...)
+	r.savedEvents = append(r.savedEvents, r.pendingEvts...)
 	r.pending = nil
+	r.pendingEvts = nil
 	r.unsaved = 0
 	return nil
 }
@@ -365,6 +420,7 @@ func (r *pairRun) save(ctx context.Context) error {
 func (r *pairRun) saveFailed(ctx context.Context, unsaved []ports.WorkItem, err error) int {
 	r.applied -= len(r.pending)
 	r.pending = nil
+	r.pendingEvts = nil
 	r.unsaved = 0
 	if errors.Is(err, ports.ErrVersionConflict) {
 		r.w.log.WarnContext(ctx, "model moved under this run; dropping its unsaved part", slog.String("perspective", r.key.perspective), slog.String("stream_id", r.key.stream.String()))
@@ -421,6 +477,7 @@ func (r *pairRun) failAt(ctx context.Context, rest []ports.WorkItem, cause error
 			r.w.log.ErrorContext(ctx, "saving model before failure", slog.Any("error", err))
 			r.applied -= len(r.pending)
 			r.pending = nil
+			r.pendingEvts = nil
 		}
 	}
 	if r.applied > 0 {

@@ -1,6 +1,8 @@
 package core
 
 import (
+	"time"
+
 	"github.com/google/uuid"
 
 	"github.com/vantage-go/vantage/ports"
@@ -29,6 +31,14 @@ type Hooks struct {
 	// OnCompletionsFlushed fires after the backend acknowledged a batch of
 	// completions (or failures, with Failures set).
 	OnCompletionsFlushed func(CompletionsFlushed)
+	// OnLifecycleCompleted fires with the events whose PostLifecycle stage
+	// this instance just ran (their durable completion marker is written).
+	OnLifecycleCompleted func(events []ports.Event)
+	// OnRewind fires after a (stream, perspective) was rewound.
+	OnRewind func(RewindInfo)
+	// OnStartupScanComplete fires once the startup reconciliation and rewind
+	// scan finished (see Worker.StartupScanComplete).
+	OnStartupScanComplete func()
 	// DedupObserver observes the processed-event cache.
 	DedupObserver DedupObserver
 }
@@ -49,6 +59,23 @@ type PerspectiveEventProcessed struct {
 	EventCount  int
 	// LastVersion is the stream version the perspective reached.
 	LastVersion int64
+}
+
+// RewindInfo describes a finished rewind.
+type RewindInfo struct {
+	StreamID    uuid.UUID
+	Perspective string
+	// FromVersion is the version replay started after (a snapshot's, or 0).
+	FromVersion int64
+	// TriggerVersion is the earliest late event's version.
+	TriggerVersion int64
+	// Replayed counts the events applied by the replay.
+	Replayed int
+	// New counts the replayed events that had never been applied.
+	New      int
+	Duration time.Duration
+	// Rebuild is true for a rebuild rather than a rewind.
+	Rebuild bool
 }
 
 // CompletionsFlushed describes an acknowledged flush.

@@ -184,6 +184,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Hooks are callbacks for monitoring and tests.
 	Hooks Hooks
+	// Rewind configures rewinds of perspectives after late events.
+	Rewind RewindOptions
 	// Security configures the security context every apply function and
 	// receptor runs under.
 	Security SecurityOptions
@@ -254,6 +256,7 @@ func (o *Options) withDefaults() (Options, error) {
 	num("FetchMaxRows", &c.FetchMaxRows, FetchMaxRowsDefault, false)
 	num("DrainBatcher.MaxSize", &c.DrainBatcher.MaxSize, MaxSizeDefault, false)
 	num("Retry.MaxFlushAttempts", &c.Retry.MaxFlushAttempts, MaxFlushAttemptsDefault, false)
+	c.Rewind.withDefaults(&errs)
 	if c.Retry.BackoffMultiplier == 0 {
 		c.Retry.BackoffMultiplier = BackoffMultiplierDefault
 	}

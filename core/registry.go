@@ -33,6 +33,8 @@ type Registry struct {
 	byGoType     map[reflect.Type]*eventType
 	perspectives map[string]perspective
 
+	receptors []receptor
+
 	subscribedMu sync.Mutex
 	subscribed   map[ports.EventStore]bool
 }

@@ -47,6 +47,11 @@ type Worker struct {
 	failures    *flush.Flusher[completion.Tracked[ports.Failure]]
 	queue       *drainQueue
 	gates       *gates
+	life        *lifecycle
+	rewindSem   chan struct{}
+
+	startupOnce sync.Once
+	startupDone chan struct{}
 
 	parkedMu sync.Mutex
 	parked   map[pairKey]parking
@@ -104,7 +109,11 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		claimWake: make(chan struct{}, 1),
 		progress:  make(chan struct{}),
 		done:      make(chan struct{}),
+
+		rewindSem:   make(chan struct{}, o.Rewind.MaxConcurrentRewinds),
+		startupDone: make(chan struct{}),
 	}
+	w.life = newLifecycle(w)
 	if w.clock == nil {
 		w.clock = ports.SystemClock{}
 	}
@@ -233,6 +242,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	for _, wake := range w.consumerWakes {
 		w.loops.Go(func() { w.consumeLoop(runCtx, workCtx, wake) })
 	}
+	w.loops.Go(func() { w.startupScan(runCtx) })
 	w.log.DebugContext(ctx, "worker started", slog.Int("consumers", len(w.consumerWakes)))
 	return nil
 }
@@ -270,6 +280,10 @@ func (w *Worker) shutdown(ctx context.Context) {
 	stopWatch := context.AfterFunc(ctx, cancel)
 	defer stopWatch()
 	defer cancel()
+	w.finishStartupScan()
+	if err := w.life.wait(workCtx); err != nil {
+		w.log.ErrorContext(ctx, "waiting for lifecycle receptors at stop", slog.Any("error", err))
+	}
 	w.flushPending(workCtx)
 	if err := w.completions.Close(workCtx); err != nil {
 		w.log.ErrorContext(ctx, "draining completions at stop", slog.Any("error", err))

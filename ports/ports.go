@@ -45,10 +45,13 @@ type WorkClaimer interface {
 	// selected and every candidate row of a selected stream is leased to the
 	// caller (attempts+1 each), and the stream is pinned to the caller.
 	//
-	// The result lists every stream with pending rows leased to the caller,
-	// smallest backlog first, at most MaxStreams; the same stream is returned
-	// on every call until its rows complete. HasMore is true when the limit
-	// was reached.
+	// The result lists every stream the caller can drain now (some
+	// perspective's first pending row is under the caller's live lease), at
+	// most MaxStreams; the same stream is returned on every call until its
+	// rows complete. New streams are leased only while the result stays
+	// within MaxStreams, so no lease ticks on a stream nobody drains.
+	// HasMore is true when candidate streams were left out or the result was
+	// cut at MaxStreams.
 	WorkClaim(ctx context.Context, params *WorkClaimParams) (*WorkClaimResult, error)
 
 	// WorkRenewLeases extends the leases of the listed rows that are pending
@@ -320,7 +323,8 @@ type ModelSaveParams struct {
 }
 
 // Backend bundles the ports one engine instance needs. Adapters return one
-// from their Backend method.
+// from their Backend method. Lifecycle, Rewind and Snapshots are optional:
+// the engine degrades gracefully without them (see their docs).
 type Backend struct {
 	Claimer     WorkClaimer
 	Fetcher     EventFetcher
@@ -329,6 +333,9 @@ type Backend struct {
 	DeadLetters DeadLetterStore
 	Events      EventStore
 	Models      ModelStore
+	Lifecycle   LifecycleStore
+	Rewind      RewindStore
+	Snapshots   SnapshotStore
 }
 
 // Validate reports, by name, every port that is missing.

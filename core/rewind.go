@@ -1,0 +1,520 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// StartupScanMode says whether the startup rewind scan holds the startup
+// signal until every interrupted rewind is repaired.
+type StartupScanMode int
+
+const (
+	// StartupScanBlocking repairs interrupted rewinds before
+	// StartupScanComplete is signalled (bounded: 100 polls).
+	StartupScanBlocking StartupScanMode = iota
+	// StartupScanBackground signals at once and repairs in the background.
+	StartupScanBackground
+	// StartupScanDisabled skips the scan.
+	StartupScanDisabled
+)
+
+// Defaults of RewindOptions (the seed's).
+const (
+	RewindDebounceDefault          = 5 * time.Second
+	RewindMaxDebounceDefault       = 30 * time.Second
+	RewindLockTimeoutDefault       = 30 * time.Second
+	RewindKeepAliveDefault         = 10 * time.Second
+	MaxConcurrentRewindsDefault    = 3
+	rewindStartupPolls             = 100
+	rewindLockRetryDelay           = time.Second
+	lockReasonRewind, lockReasonRB = "rewind", "rebuild"
+)
+
+// RewindOptions configure rewinds: replaying a (stream, perspective) after
+// an event arrived below its cursor.
+type RewindOptions struct {
+	// Disabled turns rewinds off (late events then stay flagged).
+	Disabled bool
+	// StartupScan selects the startup scan mode. Defaults to
+	// StartupScanBlocking.
+	StartupScan StartupScanMode
+	// MaxConcurrentRewinds bounds rewinds running at once. Defaults to 3.
+	MaxConcurrentRewinds int
+	// Debounce is the sliding window after the latest late event before a
+	// rewind starts, so a burst of late events causes one rewind. Defaults
+	// to 5s.
+	Debounce time.Duration
+	// MaxDebounce caps the wait from the first late event. Defaults to 30s.
+	MaxDebounce time.Duration
+	// LockTimeout is how long the rewind lock lasts without renewal.
+	// Defaults to 30s.
+	LockTimeout time.Duration
+	// KeepAlive is how often a running rewind renews its lock. Defaults to
+	// 10s; must be below LockTimeout.
+	KeepAlive time.Duration
+	// SnapshotEvery takes a model snapshot every that many events applied by
+	// a rewind or rebuild, so later rewinds start from the latest snapshot
+	// before their trigger. 0 disables snapshots.
+	SnapshotEvery int
+}
+
+func (o *RewindOptions) withDefaults(errs *[]error) {
+	dur := func(name string, v *time.Duration, def time.Duration) {
+		if *v < 0 {
+			//lint:ignore ST1005 the message starts with the Go field name
+			*errs = append(*errs, fmt.Errorf("Options.Rewind.%s must not be negative, got %s", name, *v))
+		}
+		if *v == 0 {
+			*v = def
+		}
+	}
+	dur("Debounce", &o.Debounce, RewindDebounceDefault)
+	dur("MaxDebounce", &o.MaxDebounce, RewindMaxDebounceDefault)
+	dur("LockTimeout", &o.LockTimeout, RewindLockTimeoutDefault)
+	dur("KeepAlive", &o.KeepAlive, RewindKeepAliveDefault)
+	if o.MaxConcurrentRewinds < 0 {
+		//lint:ignore ST1005 the message starts with the Go field name
+		*errs = append(*errs, fmt.Errorf("Options.Rewind.MaxConcurrentRewinds must be positive, got %d", o.MaxConcurrentRewinds))
+	}
+	if o.MaxConcurrentRewinds == 0 {
+		o.MaxConcurrentRewinds = MaxConcurrentRewindsDefault
+	}
+	if o.SnapshotEvery < 0 {
+		//lint:ignore ST1005 the message starts with the Go field name
+		*errs = append(*errs, fmt.Errorf("Options.Rewind.SnapshotEvery must not be negative, got %d", o.SnapshotEvery))
+	}
+	if o.KeepAlive >= o.LockTimeout {
+		//lint:ignore ST1005 the message starts with the Go field name
+		*errs = append(*errs, fmt.Errorf("Options.Rewind.KeepAlive (%s) must be below Options.Rewind.LockTimeout (%s)", o.KeepAlive, o.LockTimeout))
+	}
+	if o.Debounce > o.MaxDebounce {
+		//lint:ignore ST1005 the message starts with the Go field name
+		*errs = append(*errs, fmt.Errorf("Options.Rewind.Debounce (%s) must not exceed Options.Rewind.MaxDebounce (%s)", o.Debounce, o.MaxDebounce))
+	}
+	if o.StartupScan < StartupScanBlocking || o.StartupScan > StartupScanDisabled {
+		//lint:ignore ST1005 the message starts with the Go field name
+		*errs = append(*errs, fmt.Errorf("Options.Rewind.StartupScan has unknown value %d", o.StartupScan))
+	}
+}
+
+func (w *Worker) rewindEnabled() bool {
+	return w.backend.Rewind != nil && !w.opts.Rewind.Disabled
+}
+
+// cursorsOf reads the cursors of streams, when rewinds are enabled.
+func (w *Worker) cursorsOf(ctx context.Context, streams []uuid.UUID) map[pairKey]ports.Cursor {
+	if !w.rewindEnabled() || len(streams) == 0 {
+		return nil
+	}
+	cs, err := w.backend.Cursors.CursorsGet(ctx, &ports.CursorsGetParams{StreamIDs: streams})
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.ErrorContext(ctx, "reading cursors failed; rewinds wait for the next batch", slog.Any("error", err))
+		}
+		return nil
+	}
+	out := make(map[pairKey]ports.Cursor, len(cs))
+	for _, c := range cs {
+		out[pairKey{stream: c.StreamID, perspective: c.Perspective}] = c
+	}
+	return out
+}
+
+// rewindDue reports whether a flagged cursor's debounce window is over and,
+// if not, when it will be.
+func (w *Worker) rewindDue(c ports.Cursor) (bool, time.Time) {
+	now := w.now()
+	o := w.opts.Rewind
+	if c.RewindFlaggedAt.IsZero() {
+		return true, time.Time{}
+	}
+	slide := c.RewindFlaggedAt.Add(o.Debounce)
+	capAt := c.RewindFirstFlaggedAt.Add(o.MaxDebounce)
+	if c.RewindFirstFlaggedAt.IsZero() {
+		capAt = slide
+	}
+	due := slide
+	if capAt.Before(due) {
+		due = capAt
+	}
+	return !now.Before(due), due
+}
+
+// rewindPair replays a (stream, perspective) whose cursor has
+// RewindRequired, under the cooperative rewind lock: from the latest
+// snapshot before the trigger (or from the start), every event the
+// perspective handles up to the newest pending row, then saves the model and
+// completes the pending rows (which clears the flag). Only events that were
+// never applied (the pending rows) fire handlers. The caller holds the
+// pair's gate. It returns the new events applied.
+func (w *Worker) rewindPair(ctx context.Context, p perspective, key pairKey, rows []ports.WorkItem, cursor ports.Cursor, force bool) []ports.Event {
+	if !force {
+		if due, at := w.rewindDue(cursor); !due {
+			w.parkFor(key, at)
+			return nil
+		}
+	}
+	select {
+	case w.rewindSem <- struct{}{}:
+		defer func() { <-w.rewindSem }()
+	case <-ctx.Done():
+		return nil
+	}
+	release, ok := w.lockPair(ctx, key, lockReasonRewind)
+	if !ok {
+		w.parkFor(key, w.now().Add(rewindLockRetryDelay))
+		return nil
+	}
+	defer release()
+
+	start := time.Now()
+	trigger := cursor.RewindTriggerVersion
+	if trigger == 0 && len(rows) > 0 {
+		trigger = rows[0].EventVersion
+	}
+	res, err := w.replay(ctx, p, key, trigger, rows)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if len(rows) > 0 {
+			w.fail(ctx, key, rows, nil, uuid.Nil, 0, fmt.Errorf("rewinding from version %d: %w", trigger, err))
+		} else {
+			w.log.ErrorContext(ctx, "rewind failed", slog.String("perspective", key.perspective), slog.String("stream_id", key.stream.String()), slog.Any("error", err))
+		}
+		return nil
+	}
+	w.log.InfoContext(ctx, "rewound perspective", slog.String("perspective", key.perspective), slog.String("stream_id", key.stream.String()),
+		slog.Int64("trigger_version", trigger), slog.Int64("from_version", res.from), slog.Int("replayed", res.replayed), slog.Int("new", len(res.fresh)))
+	if h := w.opts.Hooks.OnRewind; h != nil {
+		h(RewindInfo{StreamID: key.stream, Perspective: key.perspective, FromVersion: res.from, TriggerVersion: trigger, Replayed: res.replayed, New: len(res.fresh), Duration: time.Since(start)})
+	}
+	return res.fresh
+}
+
+// lockPair takes the pair's cooperative lock and keeps it alive until the
+// returned release is called.
+func (w *Worker) lockPair(ctx context.Context, key pairKey, reason string) (func(), bool) {
+	o := w.opts.Rewind
+	params := &ports.StreamLockParams{StreamID: key.stream, Perspective: key.perspective, InstanceID: w.opts.InstanceID, Reason: reason, Duration: o.LockTimeout, Now: w.paramNow()}
+	ok, err := w.backend.Rewind.StreamLockAcquire(ctx, params)
+	if err != nil || !ok {
+		if err != nil && ctx.Err() == nil {
+			w.log.ErrorContext(ctx, "acquiring stream lock", slog.Any("error", err))
+		}
+		return nil, false
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := w.clock.NewTimer(o.KeepAlive)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C():
+			}
+			p := *params
+			p.Now = w.paramNow()
+			if ok, err := w.backend.Rewind.StreamLockAcquire(ctx, &p); err != nil || !ok {
+				w.log.WarnContext(ctx, "renewing stream lock failed", slog.Bool("held", ok), slog.Any("error", err))
+			}
+			t.Reset(o.KeepAlive)
+		}
+	}()
+	return func() {
+		close(stop)
+		<-done
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deregisterTimeout)
+		defer cancel()
+		if err := w.backend.Rewind.StreamLockRelease(rctx, params); err != nil {
+			w.log.WarnContext(ctx, "releasing stream lock", slog.Any("error", err))
+		}
+	}, true
+}
+
+type replayResult struct {
+	from     int64
+	replayed int
+	fresh    []ports.Event
+}
+
+// replay rebuilds the pair's model from the latest snapshot before trigger
+// (0: from the start), through the newest of the pending rows or the stored
+// position, saves it and completes rows.
+func (w *Worker) replay(ctx context.Context, p perspective, key pairKey, trigger int64, rows []ports.WorkItem) (replayResult, error) {
+	var res replayResult
+	stored, err := w.backend.Models.ModelLoad(ctx, key.stream, key.perspective)
+	if err != nil && !errors.Is(err, ports.ErrNotFound) {
+		return res, fmt.Errorf("loading model: %w", err)
+	}
+	model, err := p.decodeModel(nil)
+	if err != nil {
+		return res, err
+	}
+	lastID, lastVersion := uuid.Nil, int64(0)
+	snaps := w.backend.Snapshots
+	if snaps != nil && trigger > 0 {
+		snap, err := snaps.SnapshotLatestBefore(ctx, key.stream, key.perspective, trigger)
+		switch {
+		case err == nil:
+			if model, err = p.decodeModel(snap.Data); err != nil {
+				return res, err
+			}
+			res.from, lastID, lastVersion = snap.Version, snap.EventID, snap.Version
+		case !errors.Is(err, ports.ErrNotFound):
+			return res, fmt.Errorf("loading snapshot: %w", err)
+		}
+		// Snapshots at or past the trigger no longer describe history.
+		if _, err := snaps.SnapshotsDeleteFrom(ctx, key.stream, key.perspective, trigger); err != nil {
+			return res, fmt.Errorf("deleting stale snapshots: %w", err)
+		}
+	}
+	upTo := stored.LastVersion
+	pending := make(map[uuid.UUID]bool, len(rows))
+	for _, r := range rows {
+		upTo = max(upTo, r.EventVersion)
+		pending[r.EventID] = true
+	}
+	events, err := w.backend.Fetcher.EventsReadStream(ctx, &ports.EventsReadStreamParams{StreamID: key.stream, AfterVersion: res.from})
+	if err != nil {
+		return res, fmt.Errorf("reading stream: %w", err)
+	}
+	handles := map[string]bool{}
+	for _, t := range p.eventTypes() {
+		handles[t] = true
+	}
+	var toFire []ports.Event
+	for _, e := range events {
+		if e.Version > upTo {
+			break
+		}
+		if !handles[e.Type] {
+			continue
+		}
+		if pending[e.ID] {
+			toFire = append(toFire, e)
+		}
+	}
+	w.life.prePerspective(ctx, toFire)
+	sinceSnap := 0
+	for _, e := range events {
+		if e.Version > upTo {
+			break
+		}
+		if !handles[e.Type] {
+			continue
+		}
+		decoded, err := w.reg.Decode(e)
+		if err != nil {
+			return res, err
+		}
+		actx, err := w.establishSecurity(ctx, e)
+		if err != nil {
+			return res, err
+		}
+		if model, err = p.apply(actx, model, e.Type, decoded); err != nil {
+			return res, fmt.Errorf("applying version %d: %w", e.Version, err)
+		}
+		res.replayed++
+		lastID, lastVersion = e.ID, e.Version
+		if pending[e.ID] {
+			res.fresh = append(res.fresh, e)
+		}
+		sinceSnap++
+		if every := w.opts.Rewind.SnapshotEvery; snaps != nil && every > 0 && sinceSnap >= every {
+			sinceSnap = 0
+			data, err := p.encodeModel(model)
+			if err != nil {
+				return res, err
+			}
+			if err := snaps.SnapshotSave(ctx, ports.Snapshot{StreamID: key.stream, Perspective: key.perspective, Version: e.Version, EventID: e.ID, Data: data, CreatedAt: w.now()}); err != nil {
+				return res, fmt.Errorf("saving snapshot: %w", err)
+			}
+		}
+	}
+	data, err := p.encodeModel(model)
+	if err != nil {
+		return res, err
+	}
+	if lastVersion < stored.LastVersion {
+		// Nothing the perspective handles up to its position: keep it.
+		lastID, lastVersion = stored.LastEventID, stored.LastVersion
+	}
+	if err := w.backend.Models.ModelSave(ctx, &ports.ModelSaveParams{
+		StreamID: key.stream, Perspective: key.perspective, Data: data,
+		LastEventID: lastID, LastVersion: lastVersion, ExpectedVersion: stored.LastVersion, Now: w.paramNow(),
+	}); err != nil {
+		return res, fmt.Errorf("saving rewound model: %w", err)
+	}
+	ids := make([]uuid.UUID, 0, len(rows))
+	for _, r := range rows {
+		if r.EventVersion <= lastVersion {
+			ids = append(ids, r.WorkID)
+		}
+	}
+	// Replayed rows must not be suppressed by the dedup cache later.
+	w.cache.RemoveRange(ids)
+	w.cache.AddRange(ids)
+	c := ports.Completion{StreamID: key.stream, Perspective: key.perspective, LastEventID: lastID, LastVersion: lastVersion, WorkIDs: ids}
+	if err := w.strategy.ReportCompletion(ctx, c); err != nil && ctx.Err() == nil {
+		w.log.ErrorContext(ctx, "reporting rewind completion failed", slog.Any("error", err))
+	}
+	if len(ids) == 0 {
+		// Nothing pending: clear the flag directly.
+		if _, err := w.backend.Cursors.WorkComplete(ctx, &ports.WorkCompleteParams{InstanceID: w.opts.InstanceID, Completions: []ports.Completion{c}, DebugMode: w.opts.DebugMode, Now: w.paramNow()}); err != nil {
+			return res, fmt.Errorf("clearing the rewind flag: %w", err)
+		}
+	}
+	w.life.fire(ctx, PostPerspective, key.perspective, res.fresh)
+	w.signalProgress()
+	return res, nil
+}
+
+// startupScan reconciles interrupted lifecycles and repairs interrupted
+// rewinds, then closes the startup signal.
+func (w *Worker) startupScan(ctx context.Context) {
+	defer w.finishStartupScan()
+	w.life.reconcile(ctx)
+	if !w.rewindEnabled() || w.opts.Rewind.StartupScan == StartupScanDisabled {
+		return
+	}
+	if w.opts.Rewind.StartupScan == StartupScanBackground {
+		w.finishStartupScan()
+	}
+	for range rewindStartupPolls {
+		cursors, err := w.backend.Rewind.CursorsRewindRequired(ctx, &ports.CursorsRewindRequiredParams{Limit: 1000})
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.ErrorContext(ctx, "startup rewind scan", slog.Any("error", err))
+			}
+			return
+		}
+		if len(cursors) == 0 {
+			return
+		}
+		w.log.InfoContext(ctx, "repairing interrupted rewinds", slog.Int("cursors", len(cursors)))
+		for _, c := range cursors {
+			if ctx.Err() != nil {
+				return
+			}
+			p, ok := w.reg.perspective(c.Perspective)
+			if !ok {
+				continue
+			}
+			key := pairKey{stream: c.StreamID, perspective: c.Perspective}
+			release, err := w.gates.acquire(ctx, key, nil)
+			if err != nil {
+				return
+			}
+			w.rewindPair(ctx, p, key, nil, c, true)
+			release()
+		}
+		t := w.clock.NewTimer(w.opts.PollingInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+	}
+}
+
+func (w *Worker) finishStartupScan() {
+	w.startupOnce.Do(func() {
+		close(w.startupDone)
+		if h := w.opts.Hooks.OnStartupScanComplete; h != nil {
+			h()
+		}
+	})
+}
+
+// StartupScanComplete returns a channel closed once the startup
+// reconciliation of interrupted lifecycles and the rewind scan finished (in
+// StartupScanBackground mode: once the scan started).
+func (w *Worker) StartupScanComplete() <-chan struct{} { return w.startupDone }
+
+// WaitLifecycle blocks until the lifecycle work started so far (the latest
+// batch's PostAllPerspectives/PostLifecycle task and every detached
+// receptor) finished, or ctx ends.
+func (w *Worker) WaitLifecycle(ctx context.Context) error { return w.life.wait(ctx) }
+
+// Rebuild replays one perspective from scratch for the given streams (every
+// stream with events it handles when none is given) while the worker keeps
+// serving everything else. Each stream is rebuilt under its pair's gate and
+// rebuild lock; handlers do not fire (nothing is new). It needs a backend
+// with a RewindStore.
+func (w *Worker) Rebuild(ctx context.Context, perspectiveName string, streams ...uuid.UUID) (int, error) {
+	if w.backend.Rewind == nil {
+		return 0, errors.New("rebuilding: the backend has no RewindStore")
+	}
+	p, ok := w.reg.perspective(perspectiveName)
+	if !ok {
+		return 0, fmt.Errorf("rebuilding: no perspective named %q", perspectiveName)
+	}
+	rebuilt := 0
+	rebuild := func(stream uuid.UUID) error {
+		key := pairKey{stream: stream, perspective: perspectiveName}
+		release, err := w.gates.acquire(ctx, key, nil)
+		if err != nil {
+			return err
+		}
+		defer release()
+		unlock, ok := w.lockPair(ctx, key, lockReasonRB)
+		if !ok {
+			return fmt.Errorf("rebuilding stream %s: its lock is held by another instance", stream)
+		}
+		defer unlock()
+		start := time.Now()
+		if w.backend.Snapshots != nil {
+			if _, err := w.backend.Snapshots.SnapshotsDeleteFrom(ctx, stream, perspectiveName, 0); err != nil {
+				return fmt.Errorf("rebuilding stream %s: %w", stream, err)
+			}
+		}
+		res, err := w.replay(ctx, p, key, 0, nil)
+		if err != nil {
+			return fmt.Errorf("rebuilding stream %s: %w", stream, err)
+		}
+		rebuilt++
+		if h := w.opts.Hooks.OnRewind; h != nil {
+			h(RewindInfo{StreamID: stream, Perspective: perspectiveName, Replayed: res.replayed, Duration: time.Since(start), Rebuild: true})
+		}
+		return nil
+	}
+	if len(streams) > 0 {
+		for _, s := range streams {
+			if err := rebuild(s); err != nil {
+				return rebuilt, err
+			}
+		}
+		return rebuilt, nil
+	}
+	after := uuid.Nil
+	for {
+		page, err := w.backend.Rewind.StreamsWithEventTypes(ctx, &ports.StreamsWithEventTypesParams{EventTypes: p.eventTypes(), After: after, Limit: 500})
+		if err != nil {
+			return rebuilt, fmt.Errorf("rebuilding: listing streams: %w", err)
+		}
+		for _, s := range page {
+			if err := rebuild(s); err != nil {
+				return rebuilt, err
+			}
+		}
+		if len(page) < 500 {
+			return rebuilt, nil
+		}
+		after = page[len(page)-1]
+	}
+}
