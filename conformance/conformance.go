@@ -60,9 +60,11 @@ func Run(t *testing.T, newBackend NewBackendFunc, features Features) {
 }
 
 // runPorts runs the contract tests of every port, one group per port method.
+// The groups of an optional port are skipped when the adapter leaves its
+// Backend field nil.
 func runPorts(t *testing.T, newBackend NewBackendFunc, features Features) {
 	t.Helper()
-	_ = features // no port contract is optional yet
+	_ = features // optional ports are detected from the Backend, not declared
 
 	runClaimer(t, newBackend)
 	runFetcher(t, newBackend)
@@ -71,6 +73,11 @@ func runPorts(t *testing.T, newBackend NewBackendFunc, features Features) {
 	runDeadLetters(t, newBackend)
 	runEvents(t, newBackend)
 	runModels(t, newBackend)
+
+	probe := newBackend(t)(t) // tells which optional ports the adapter implements
+	runLifecycle(t, newBackend, probe.Lifecycle != nil)
+	runRewind(t, newBackend, probe.Rewind != nil)
+	runSnapshots(t, newBackend, probe.Snapshots != nil)
 }
 
 // group runs the cases of one port method as parallel subtests of a parallel
@@ -86,5 +93,19 @@ func group(t *testing.T, name string, cases map[string]func(t *testing.T)) {
 				test(t)
 			})
 		}
+	})
+}
+
+// optionalGroup is group for a method of an optional port: when the adapter
+// does not implement the port, the group is skipped with the port's name.
+func optionalGroup(t *testing.T, name, port string, implemented bool, cases map[string]func(t *testing.T)) {
+	t.Helper()
+	if implemented {
+		group(t, name, cases)
+		return
+	}
+	t.Run(name, func(t *testing.T) {
+		t.Parallel()
+		t.Skip("adapter does not implement ports." + port)
 	})
 }

@@ -58,6 +58,7 @@ func runEngine(t *testing.T, newBackend NewBackendFunc, _ Features) {
 			testUndecodable(t, newBackend)
 		})
 	})
+	runEngineLifecycle(t, newBackend)
 }
 
 // Events and model of the scenarios.
@@ -291,9 +292,13 @@ func allCaughtUp(t *testing.T, b ports.Backend, streams []uuid.UUID, n map[uuid.
 	}
 	cursors, err := b.Cursors.CursorsGet(t.Context(), &ports.CursorsGetParams{StreamIDs: streams})
 	require.NoError(t, err)
+	wanted := map[string]bool{}
+	for _, p := range perspectives {
+		wanted[p] = true
+	}
 	reached := 0
 	for _, c := range cursors {
-		if c.LastVersion == n[c.StreamID] && c.Status.Has(ports.CursorCompleted) {
+		if wanted[c.Perspective] && c.LastVersion == n[c.StreamID] && c.Status.Has(ports.CursorCompleted) {
 			reached++
 		}
 	}

@@ -404,6 +404,7 @@ func (r *pairRun) save(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	r.w.maybeSnapshot(ctx, r.key, r.savedVersion, r.last, data)
 	r.savedVersion = r.last.Version
 	r.saved = append(r.saved, r.pending...)
 	r.savedEvents = append(r.savedEvents, r.pendingEvts...)

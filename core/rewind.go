@@ -60,9 +60,10 @@ type RewindOptions struct {
 	// KeepAlive is how often a running rewind renews its lock. Defaults to
 	// 10s; must be below LockTimeout.
 	KeepAlive time.Duration
-	// SnapshotEvery takes a model snapshot every that many events applied by
-	// a rewind or rebuild, so later rewinds start from the latest snapshot
-	// before their trigger. 0 disables snapshots.
+	// SnapshotEvery stores a model snapshot whenever a saved model crosses a
+	// multiple of that many stream versions (in normal processing, rewinds
+	// and rebuilds), so a rewind replays from the latest snapshot before its
+	// trigger instead of from the start. 0 disables snapshots.
 	SnapshotEvery int
 }
 
@@ -309,7 +310,7 @@ func (w *Worker) replay(ctx context.Context, p perspective, key pairKey, trigger
 		}
 	}
 	w.life.prePerspective(ctx, toFire)
-	sinceSnap := 0
+	prevVersion := res.from
 	for _, e := range events {
 		if e.Version > upTo {
 			break
@@ -333,9 +334,7 @@ func (w *Worker) replay(ctx context.Context, p perspective, key pairKey, trigger
 		if pending[e.ID] {
 			res.fresh = append(res.fresh, e)
 		}
-		sinceSnap++
-		if every := w.opts.Rewind.SnapshotEvery; snaps != nil && every > 0 && sinceSnap >= every {
-			sinceSnap = 0
+		if every := int64(w.opts.Rewind.SnapshotEvery); snaps != nil && every > 0 && e.Version/every > prevVersion/every {
 			data, err := p.encodeModel(model)
 			if err != nil {
 				return res, err
@@ -344,6 +343,7 @@ func (w *Worker) replay(ctx context.Context, p perspective, key pairKey, trigger
 				return res, fmt.Errorf("saving snapshot: %w", err)
 			}
 		}
+		prevVersion = e.Version
 	}
 	data, err := p.encodeModel(model)
 	if err != nil {
@@ -429,6 +429,20 @@ func (w *Worker) startupScan(ctx context.Context) {
 			return
 		case <-t.C():
 		}
+	}
+}
+
+// maybeSnapshot stores a snapshot when a save moved the model across a
+// multiple of SnapshotEvery stream versions. A failed snapshot only costs a
+// longer replay later, so it is logged, not returned.
+func (w *Worker) maybeSnapshot(ctx context.Context, key pairKey, from int64, last ports.Event, data []byte) {
+	every := int64(w.opts.Rewind.SnapshotEvery)
+	if w.backend.Snapshots == nil || every <= 0 || last.Version/every <= from/every {
+		return
+	}
+	err := w.backend.Snapshots.SnapshotSave(ctx, ports.Snapshot{StreamID: key.stream, Perspective: key.perspective, Version: last.Version, EventID: last.ID, Data: data, CreatedAt: w.now()})
+	if err != nil && ctx.Err() == nil {
+		w.log.WarnContext(ctx, "saving snapshot failed", slog.Any("error", err))
 	}
 }
 

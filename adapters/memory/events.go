@@ -104,6 +104,7 @@ func (s *Store) EventsAppend(ctx context.Context, params *ports.EventsAppendPara
 		i, _ := st.eventIndex(e.Version)
 		st.events = slices.Insert(st.events, i, e)
 		s.eventIDs[e.ID] = struct{}{}
+		s.indexEvent(&e)
 		for _, perspective := range s.subs[e.Type] {
 			s.addRow(st, &workRow{
 				id:          workIDs[result.WorkRows],

@@ -21,7 +21,8 @@
 // Pending work rows are indexed by stream and by (stream, perspective) in
 // version order, held rows by instance, and stream pins by instance, so claims,
 // fetches, completions and abandonment touch only the streams and rows they
-// concern, never the whole store.
+// concern, never the whole store. Events are indexed by type, both by stream
+// and by creation, for rebuild paging and lifecycle reconciliation.
 package memory
 
 import (
@@ -76,6 +77,12 @@ type Store struct {
 	subs        map[string][]string                  // event type -> perspectives, sorted
 	deadLetters map[uuid.UUID]*deadLetter            // by dead letter id
 	listeners   map[*listener]struct{}               // open NotifierListen channels
+
+	// State of the optional ports.
+	types       map[string]*typeIndex                     // event type -> its streams and events
+	lifecycle   map[uuid.UUID]*lifecycleRecord            // event id -> recorded lifecycle stages
+	streamLocks map[uuid.UUID]map[string]ports.StreamLock // stream -> perspective -> lock holder
+	snapshots   map[pairKey][]ports.Snapshot              // (stream, perspective) -> snapshots by version
 }
 
 // stream is everything stored for one stream id. It is reached through
@@ -136,6 +143,9 @@ var (
 	_ ports.DeadLetterStore = (*Store)(nil)
 	_ ports.EventStore      = (*Store)(nil)
 	_ ports.ModelStore      = (*Store)(nil)
+	_ ports.LifecycleStore  = (*Store)(nil)
+	_ ports.RewindStore     = (*Store)(nil)
+	_ ports.SnapshotStore   = (*Store)(nil)
 )
 
 // New returns an empty Store configured by opts. It starts nothing: the store
@@ -155,6 +165,10 @@ func New(opts Options) *Store {
 		subs:           make(map[string][]string),
 		deadLetters:    make(map[uuid.UUID]*deadLetter),
 		listeners:      make(map[*listener]struct{}),
+		types:          make(map[string]*typeIndex),
+		lifecycle:      make(map[uuid.UUID]*lifecycleRecord),
+		streamLocks:    make(map[uuid.UUID]map[string]ports.StreamLock),
+		snapshots:      make(map[pairKey][]ports.Snapshot),
 	}
 	if s.partitionCount < 1 {
 		s.partitionCount = PartitionCountDefault
@@ -162,8 +176,9 @@ func New(opts Options) *Store {
 	return s
 }
 
-// Backend returns the store as every port of a ports.Backend. Every engine
-// instance sharing the store may use the same Backend value.
+// Backend returns the store as every port of a ports.Backend, the optional
+// ones included. Every engine instance sharing the store may use the same
+// Backend value.
 func (s *Store) Backend() ports.Backend {
 	return ports.Backend{
 		Claimer:     s,
@@ -173,6 +188,9 @@ func (s *Store) Backend() ports.Backend {
 		DeadLetters: s,
 		Events:      s,
 		Models:      s,
+		Lifecycle:   s,
+		Rewind:      s,
+		Snapshots:   s,
 	}
 }
 

@@ -1,0 +1,97 @@
+package memory
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/google/uuid"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// SnapshotSave implements ports.SnapshotStore. A zero CreatedAt is set from
+// the injected clock. It returns ports.ErrInvalidArgument, and stores
+// nothing, for a nil stream or event id, an empty perspective, a version
+// below 1 or Data that is not a JSON document.
+func (s *Store) SnapshotSave(ctx context.Context, snapshot ports.Snapshot) error {
+	switch {
+	case snapshot.StreamID == uuid.Nil:
+		return fmt.Errorf("saving snapshot: nil stream id: %w", ports.ErrInvalidArgument)
+	case snapshot.Perspective == "":
+		return fmt.Errorf("saving snapshot of stream %s: empty perspective: %w", snapshot.StreamID, ports.ErrInvalidArgument)
+	case snapshot.Version < 1:
+		return fmt.Errorf("saving snapshot %q of stream %s: version %d must be positive: %w", snapshot.Perspective, snapshot.StreamID, snapshot.Version, ports.ErrInvalidArgument)
+	case snapshot.EventID == uuid.Nil:
+		return fmt.Errorf("saving snapshot %q of stream %s: nil event id: %w", snapshot.Perspective, snapshot.StreamID, ports.ErrInvalidArgument)
+	case len(snapshot.Data) == 0 || !json.Valid(snapshot.Data):
+		return fmt.Errorf("saving snapshot %q of stream %s: data is not a JSON document: %w", snapshot.Perspective, snapshot.StreamID, ports.ErrInvalidArgument)
+	}
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+
+	snapshot.Data = bytes.Clone(snapshot.Data)
+	snapshot.CreatedAt = s.now(snapshot.CreatedAt)
+	k := pairKey{snapshot.StreamID, snapshot.Perspective}
+	snaps := s.snapshots[k]
+	if i, found := searchSnapshots(snaps, snapshot.Version); found {
+		snaps[i] = snapshot
+	} else {
+		s.snapshots[k] = slices.Insert(snaps, i, snapshot)
+	}
+	return nil
+}
+
+// SnapshotLatestBefore implements ports.SnapshotStore. It returns a copy, or
+// an error wrapping ports.ErrNotFound.
+func (s *Store) SnapshotLatestBefore(ctx context.Context, streamID uuid.UUID, perspective string, version int64) (ports.Snapshot, error) {
+	if err := s.lock(ctx); err != nil {
+		return ports.Snapshot{}, err
+	}
+	defer s.mu.Unlock()
+
+	snaps := s.snapshots[pairKey{streamID, perspective}]
+	// i is the first snapshot at or above version; the one before it is the
+	// latest strictly below.
+	if i, _ := searchSnapshots(snaps, version); i > 0 {
+		out := snaps[i-1]
+		out.Data = bytes.Clone(out.Data)
+		return out, nil
+	}
+	return ports.Snapshot{}, fmt.Errorf("loading snapshot %q of stream %s before version %d: %w", perspective, streamID, version, ports.ErrNotFound)
+}
+
+// SnapshotsDeleteFrom implements ports.SnapshotStore. A version below 1
+// deletes every snapshot of the pair.
+func (s *Store) SnapshotsDeleteFrom(ctx context.Context, streamID uuid.UUID, perspective string, version int64) (int, error) {
+	if err := s.lock(ctx); err != nil {
+		return 0, err
+	}
+	defer s.mu.Unlock()
+
+	k := pairKey{streamID, perspective}
+	snaps := s.snapshots[k]
+	i, _ := searchSnapshots(snaps, version)
+	deleted := len(snaps) - i
+	if i == 0 {
+		delete(s.snapshots, k)
+	} else {
+		// Clear the tail so the deleted snapshots' data can be collected.
+		clear(snaps[i:])
+		s.snapshots[k] = snaps[:i]
+	}
+	return deleted, nil
+}
+
+// searchSnapshots returns the index of the first snapshot at or above
+// version, and whether it is exactly at version.
+func searchSnapshots(snaps []ports.Snapshot, version int64) (int, bool) {
+	return slices.BinarySearchFunc(snaps, version, func(sn ports.Snapshot, v int64) int {
+		return cmp.Compare(sn.Version, v)
+	})
+}
