@@ -161,6 +161,26 @@ func runLifecycle(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 
 			requireEvents(t, events, got)
 		},
+		"ExcludesEventsWithPendingWork": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			events := appendN(t, tb.backend, stream, at(0), eventType, 1)
+			// The cursor is past the event but its row is still pending (a
+			// late event awaiting its rewind): its lifecycle is not due.
+			a.moveCursor(t, at(time.Second), perspective, events[0])
+			expected := map[string][]string{eventType: {perspective}}
+			require.Empty(t, orphans(t, tb.backend, ports.LifecycleOrphansParams{Expected: expected}))
+
+			a.heartbeat(t, at(2*time.Second))
+			res := a.fetch(t, at(2*time.Second), stream)
+			require.Len(t, res.Work, 1)
+			a.complete(t, at(3*time.Second), ports.Completion{
+				StreamID: stream, Perspective: perspective, LastEventID: events[0].ID, LastVersion: 1, WorkIDs: workIDs(res.Work),
+			})
+			requireEvents(t, events, orphans(t, tb.backend, ports.LifecycleOrphansParams{Expected: expected}))
+		},
 		"IgnoresTypesAbsentFromExpected": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			a := tb.instance(t)

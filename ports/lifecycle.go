@@ -37,12 +37,15 @@ type LifecycleStore interface {
 	// has any; events with none are absent.
 	LifecycleStages(ctx context.Context, eventIDs []uuid.UUID) (map[uuid.UUID]LifecycleStage, error)
 
-	// LifecycleOrphans returns events created at or after Since whose
-	// StagePostLifecycle is not recorded although every perspective that
-	// Expected lists for the event's type has a cursor at or past the
-	// event's version in its stream (all perspectives applied it). Events
-	// of types absent from Expected are never returned. Oldest first (by
-	// creation, then stream and version), at most Limit when positive.
+	// LifecycleOrphans returns events created at or after Since (a zero
+	// Since: no bound) whose StagePostLifecycle is not recorded although
+	// every perspective that Expected lists for the event's type has a
+	// cursor at or past the event's version in its stream and no pending
+	// work row for the event (all perspectives applied it; a pending row
+	// below a cursor is a late event awaiting its rewind). Events of types
+	// absent from Expected, or mapped to no perspective, are never returned.
+	// A perspective listed twice counts once. Oldest first (by creation,
+	// then stream id bytes, then version), at most Limit when positive.
 	LifecycleOrphans(ctx context.Context, params *LifecycleOrphansParams) ([]Event, error)
 }
 

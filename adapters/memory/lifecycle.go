@@ -173,6 +173,15 @@ func (s *Store) isOrphan(ref eventRef, perspectives []string) bool {
 		if cur == nil || cur.LastVersion < ref.version {
 			return false
 		}
+		// A pending row below the cursor is a late event a rewind has not
+		// applied yet: not complete.
+		if pr := st.pairs[p]; pr != nil {
+			for _, r := range pr.rows {
+				if r.version == ref.version && r.processedAt.IsZero() {
+					return false
+				}
+			}
+		}
 	}
 	e := s.eventAt(ref)
 	rec := s.lifecycle[e.ID]
