@@ -394,6 +394,9 @@ func (w *Worker) startupScan(ctx context.Context) {
 	if w.opts.Rewind.StartupScan == StartupScanBackground {
 		w.finishStartupScan()
 	}
+	// Pairs whose pending rows are leased elsewhere are left to their
+	// holder: rewinding them here would only re-flag them.
+	skip := map[pairKey]bool{}
 	for range rewindStartupPolls {
 		cursors, err := w.backend.Rewind.CursorsRewindRequired(ctx, &ports.CursorsRewindRequiredParams{Limit: 1000})
 		if err != nil {
@@ -402,25 +405,24 @@ func (w *Worker) startupScan(ctx context.Context) {
 			}
 			return
 		}
-		if len(cursors) == 0 {
+		var todo []ports.Cursor
+		for _, c := range cursors {
+			if !skip[pairKey{stream: c.StreamID, perspective: c.Perspective}] {
+				todo = append(todo, c)
+			}
+		}
+		if len(todo) == 0 {
 			return
 		}
-		w.log.InfoContext(ctx, "repairing interrupted rewinds", slog.Int("cursors", len(cursors)))
-		for _, c := range cursors {
+		w.log.InfoContext(ctx, "repairing interrupted rewinds", slog.Int("cursors", len(todo)))
+		for _, c := range todo {
 			if ctx.Err() != nil {
 				return
 			}
-			p, ok := w.reg.perspective(c.Perspective)
-			if !ok {
-				continue
-			}
 			key := pairKey{stream: c.StreamID, perspective: c.Perspective}
-			release, err := w.gates.acquire(ctx, key, nil)
-			if err != nil {
-				return
+			if !w.repairRewind(ctx, key, c) {
+				skip[key] = true
 			}
-			w.rewindPair(ctx, p, key, nil, c, true)
-			release()
 		}
 		t := w.clock.NewTimer(w.opts.PollingInterval)
 		select {
@@ -430,6 +432,44 @@ func (w *Worker) startupScan(ctx context.Context) {
 		case <-t.C():
 		}
 	}
+}
+
+// repairRewind rewinds a flagged pair now, with its pending rows when this
+// instance can lease them. It reports false when the pair stays flagged
+// because its rows are held elsewhere (or it is unknown here).
+func (w *Worker) repairRewind(ctx context.Context, key pairKey, c ports.Cursor) bool {
+	p, ok := w.reg.perspective(key.perspective)
+	if !ok {
+		return false
+	}
+	release, err := w.gates.acquire(ctx, key, nil)
+	if err != nil {
+		return false
+	}
+	defer release()
+	res, err := w.fetch(ctx, []uuid.UUID{key.stream})
+	if err != nil {
+		return false
+	}
+	var rows []ports.WorkItem
+	for _, r := range res.Work {
+		if r.Perspective == key.perspective && !w.cache.Contains(r.WorkID) {
+			rows = append(rows, r)
+		}
+	}
+	rows = w.deadLetterExhausted(ctx, rows)
+	fresh := w.rewindPair(ctx, p, key, rows, c, true)
+	w.life.afterBatch(ctx, fresh)
+	// Flush now, so the next poll sees the flag cleared.
+	w.flushPending(ctx)
+	if err := w.completions.Flush(ctx); err != nil && ctx.Err() == nil {
+		w.log.WarnContext(ctx, "flushing the repaired rewind", slog.Any("error", err))
+	}
+	if len(rows) > 0 {
+		return true
+	}
+	after := w.cursorsOf(ctx, []uuid.UUID{key.stream})
+	return !after[key].Status.Has(ports.CursorRewindRequired)
 }
 
 // maybeSnapshot stores a snapshot when a save moved the model across a

@@ -1,0 +1,164 @@
+package core_test
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vantage-go/vantage/adapters/memory"
+	"github.com/vantage-go/vantage/core"
+	"github.com/vantage-go/vantage/ports"
+)
+
+func rewindOptions(t *testing.T) core.Options {
+	o := quietOptions(t)
+	o.Rewind.Debounce = 20 * time.Millisecond
+	o.Rewind.MaxDebounce = 100 * time.Millisecond
+	o.Rewind.LockTimeout = 5 * time.Second
+	o.Rewind.KeepAlive = time.Second
+	return o
+}
+
+// appendAt appends added events at explicit versions.
+func appendAt(t *testing.T, reg *core.Registry, b ports.Backend, stream uuid.UUID, versions ...int64) {
+	t.Helper()
+	require.NoError(t, reg.RegisterSubscriptions(t.Context(), b.Events))
+	evs := make([]ports.NewEvent, 0, len(versions))
+	for _, v := range versions {
+		ne, err := reg.Encode(added{N: int(v)})
+		require.NoError(t, err)
+		ne.Version = v
+		evs = append(evs, ne)
+	}
+	_, err := b.Events.EventsAppend(t.Context(), &ports.EventsAppendParams{StreamID: stream, Events: evs})
+	require.NoError(t, err)
+}
+
+func cursorOf(t *testing.T, b ports.Backend, stream uuid.UUID) ports.Cursor {
+	t.Helper()
+	cs, err := b.Cursors.CursorsGet(t.Context(), &ports.CursorsGetParams{StreamIDs: []uuid.UUID{stream}, Perspective: "total"})
+	require.NoError(t, err)
+	require.Len(t, cs, 1)
+	return cs[0]
+}
+
+// A burst of late events within the debounce window causes one rewind.
+func TestRewindDebounceCoalescesBurst(t *testing.T) {
+	t.Parallel()
+
+	b := memory.New(memory.Options{}).Backend()
+	reg := testRegistry(t)
+	stream := uuid.New()
+	processed := make(chan core.PerspectiveEventProcessed, 100)
+	rewinds := make(chan core.RewindInfo, 10)
+	var rewindCount atomic.Int64
+	opts := rewindOptions(t)
+	opts.Rewind.Debounce = 300 * time.Millisecond
+	opts.Rewind.MaxDebounce = 2 * time.Second
+	opts.Hooks.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) { processed <- e }
+	opts.Hooks.OnRewind = func(i core.RewindInfo) { rewindCount.Add(1); rewinds <- i }
+	startWorker(t, b, reg, opts)
+	appendAt(t, reg, b, stream, 1, 4, 6)
+	for e := waitFor(t, processed, "the first events"); e.LastVersion != 6; e = waitFor(t, processed, "the first events") {
+	}
+	appendAt(t, reg, b, stream, 2)
+	appendAt(t, reg, b, stream, 3)
+	appendAt(t, reg, b, stream, 5)
+	info := waitFor(t, rewinds, "the rewind")
+	require.Equal(t, int64(2), info.TriggerVersion, "the earliest late event triggers")
+	require.Equal(t, 3, info.New, "one rewind applied the whole burst")
+	require.Equal(t, []int64{1, 2, 3, 4, 5, 6}, loadTotal(t, b, stream).Seen)
+	require.Equal(t, int64(1), rewindCount.Load())
+}
+
+// A rewind waits while another instance holds the pair's lock.
+func TestRewindDeferredWhileLocked(t *testing.T) {
+	t.Parallel()
+
+	b := memory.New(memory.Options{}).Backend()
+	reg := testRegistry(t)
+	stream := uuid.New()
+	processed := make(chan core.PerspectiveEventProcessed, 100)
+	rewinds := make(chan core.RewindInfo, 10)
+	var released atomic.Bool
+	var rewoundWhileLocked atomic.Bool
+	opts := rewindOptions(t)
+	opts.Hooks.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) { processed <- e }
+	opts.Hooks.OnRewind = func(i core.RewindInfo) {
+		if !released.Load() {
+			rewoundWhileLocked.Store(true)
+		}
+		rewinds <- i
+	}
+	other := uuid.New()
+	lock := &ports.StreamLockParams{StreamID: stream, Perspective: "total", InstanceID: other, Reason: "rewind", Duration: time.Hour}
+	ok, err := b.Rewind.StreamLockAcquire(t.Context(), lock)
+	require.NoError(t, err)
+	require.True(t, ok)
+	idleTicks := make(chan struct{}, 1)
+	opts.Hooks.OnBatchCycleComplete = func(core.BatchCycle) {
+		select {
+		case idleTicks <- struct{}{}:
+		default:
+		}
+	}
+	startWorker(t, b, reg, opts)
+	appendAt(t, reg, b, stream, 1, 3)
+	for e := waitFor(t, processed, "the first events"); e.LastVersion != 3; e = waitFor(t, processed, "the first events") {
+	}
+	appendAt(t, reg, b, stream, 2)
+	// Let several cycles pass with the lock held.
+	for range 5 {
+		waitFor(t, idleTicks, "a cycle")
+	}
+	require.True(t, cursorOf(t, b, stream).Status.Has(ports.CursorRewindRequired))
+	released.Store(true)
+	require.NoError(t, b.Rewind.StreamLockRelease(t.Context(), lock))
+	waitFor(t, rewinds, "the deferred rewind")
+	require.False(t, rewoundWhileLocked.Load())
+	require.Equal(t, []int64{1, 2, 3}, loadTotal(t, b, stream).Seen)
+}
+
+// The blocking startup scan repairs a rewind a previous instance left
+// behind before it signals StartupScanComplete.
+func TestStartupScanRepairsInterruptedRewind(t *testing.T) {
+	t.Parallel()
+
+	for _, mode := range []core.StartupScanMode{core.StartupScanBlocking, core.StartupScanBackground} {
+		t.Run(map[core.StartupScanMode]string{core.StartupScanBlocking: "Blocking", core.StartupScanBackground: "Background"}[mode], func(t *testing.T) {
+			t.Parallel()
+			b := memory.New(memory.Options{}).Backend()
+			reg := testRegistry(t)
+			stream := uuid.New()
+			processed := make(chan core.PerspectiveEventProcessed, 100)
+			opts := rewindOptions(t)
+			opts.Hooks.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) { processed <- e }
+			first, err := core.New(b, reg, ptr(opts))
+			require.NoError(t, err)
+			require.NoError(t, first.Start(t.Context()))
+			appendAt(t, reg, b, stream, 1, 3)
+			for e := waitFor(t, processed, "the first events"); e.LastVersion != 3; e = waitFor(t, processed, "the first events") {
+			}
+			require.NoError(t, first.Stop(t.Context()))
+			// The late event arrives while no instance runs, and its work
+			// is dead-lettered, as if a crash had left the flag behind.
+			appendAt(t, reg, b, stream, 2)
+			require.True(t, cursorOf(t, b, stream).Status.Has(ports.CursorRewindRequired))
+
+			rewinds := make(chan core.RewindInfo, 10)
+			opts2 := rewindOptions(t)
+			opts2.Rewind.StartupScan = mode
+			opts2.Hooks.OnRewind = func(i core.RewindInfo) { rewinds <- i }
+			second := startWorker(t, b, reg, opts2)
+			waitFor(t, second.StartupScanComplete(), "the startup scan")
+			if mode == core.StartupScanBlocking {
+				require.False(t, cursorOf(t, b, stream).Status.Has(ports.CursorRewindRequired), "repaired before the signal")
+				require.Equal(t, []int64{1, 2, 3}, loadTotal(t, b, stream).Seen)
+			}
+			waitFor(t, rewinds, "the repair")
+		})
+	}
+}
