@@ -6,6 +6,7 @@
 //
 //	go run ./examples/orders                 # in-memory backend
 //	go run ./examples/orders -customers 2000 -instances 3
+//	go run ./examples/orders -postgres postgres://localhost/test -instances 3
 package main
 
 import (
@@ -24,7 +25,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/vantage-go/vantage/adapters/memory"
+	"github.com/vantage-go/vantage/adapters/postgres"
 	"github.com/vantage-go/vantage/core"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -48,6 +52,8 @@ type config struct {
 	timeout   time.Duration
 	verbose   bool
 	profile   string
+	postgres  string
+	schema    string
 }
 
 func parseFlags(args []string, out io.Writer) (config, error) {
@@ -62,6 +68,8 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.DurationVar(&c.timeout, "timeout", 2*time.Minute, "give up if not caught up by then")
 	fs.BoolVar(&c.verbose, "v", false, "log the engine's warnings and errors")
 	fs.StringVar(&c.profile, "cpuprofile", "", "write a CPU profile to this file")
+	fs.StringVar(&c.postgres, "postgres", os.Getenv("DATABASE_URL"), "PostgreSQL connection string (default $DATABASE_URL); empty runs in memory")
+	fs.StringVar(&c.schema, "schema", "orders_demo", "PostgreSQL schema of the demo")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -99,13 +107,23 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	store := memory.New(memory.Options{})
 	backends := make([]ports.Backend, cfg.instances)
-	for i := range backends {
-		backends[i] = store.Backend()
+	where := "the memory backend"
+	if cfg.postgres == "" {
+		store := memory.New(memory.Options{})
+		for i := range backends {
+			backends[i] = store.Backend()
+		}
+	} else {
+		closeAll, err := openPostgres(ctx, cfg, backends)
+		if err != nil {
+			return err
+		}
+		defer closeAll()
+		where = fmt.Sprintf("PostgreSQL (schema %q, one pool per instance)", cfg.schema)
 	}
-	fmt.Fprintf(out, "orders: %d customers × %d orders × (%d items + place + ship) on the memory backend, %d instance(s)\n",
-		cfg.customers, cfg.orders, cfg.items, cfg.instances)
+	fmt.Fprintf(out, "orders: %d customers × %d orders × (%d items + place + ship) on %s, %d instance(s)\n",
+		cfg.customers, cfg.orders, cfg.items, where, cfg.instances)
 	return runDemo(ctx, cfg, reg, backends, out)
 }
 
@@ -263,4 +281,37 @@ func countStored(ctx context.Context, models ports.ModelStore, customers []uuid.
 		stats += st.Events
 	}
 	return summaries, stats, nil
+}
+
+// openPostgres migrates the schema and fills backends with one Store per
+// instance, each on its own pool, as separate processes would have.
+func openPostgres(ctx context.Context, cfg config, backends []ports.Backend) (func(), error) {
+	var closers []func()
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	for i := range backends {
+		pool, err := pgxpool.New(ctx, cfg.postgres)
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("connecting to PostgreSQL: %w", err)
+		}
+		closers = append(closers, pool.Close)
+		if i == 0 {
+			if err := postgres.Migrate(ctx, pool, cfg.schema); err != nil {
+				closeAll()
+				return nil, fmt.Errorf("migrating schema %q: %w", cfg.schema, err)
+			}
+		}
+		store, err := postgres.New(pool, postgres.Options{Schema: cfg.schema})
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		closers = append(closers, func() { _ = store.Close() })
+		backends[i] = store.Backend()
+	}
+	return closeAll, nil
 }
