@@ -244,6 +244,10 @@ func (w *Worker) drainPair(ctx context.Context, streamID uuid.UUID, rows []ports
 		return nil
 	}
 	defer release()
+	// Check again: a run that held the gate may just have parked the pair.
+	if _, parked := w.parkedUntil(key); parked {
+		return nil
+	}
 
 	// Rows applied by an earlier batch whose completion is not acknowledged
 	// yet come back on every fetch: skip them.

@@ -70,7 +70,6 @@ type RewindOptions struct {
 func (o *RewindOptions) withDefaults(errs *[]error) {
 	dur := func(name string, v *time.Duration, def time.Duration) {
 		if *v < 0 {
-			//lint:ignore ST1005 the message starts with the Go field name
 			*errs = append(*errs, fmt.Errorf("Options.Rewind.%s must not be negative, got %s", name, *v))
 		}
 		if *v == 0 {
@@ -82,26 +81,21 @@ func (o *RewindOptions) withDefaults(errs *[]error) {
 	dur("LockTimeout", &o.LockTimeout, RewindLockTimeoutDefault)
 	dur("KeepAlive", &o.KeepAlive, RewindKeepAliveDefault)
 	if o.MaxConcurrentRewinds < 0 {
-		//lint:ignore ST1005 the message starts with the Go field name
 		*errs = append(*errs, fmt.Errorf("Options.Rewind.MaxConcurrentRewinds must be positive, got %d", o.MaxConcurrentRewinds))
 	}
 	if o.MaxConcurrentRewinds == 0 {
 		o.MaxConcurrentRewinds = MaxConcurrentRewindsDefault
 	}
 	if o.SnapshotEvery < 0 {
-		//lint:ignore ST1005 the message starts with the Go field name
 		*errs = append(*errs, fmt.Errorf("Options.Rewind.SnapshotEvery must not be negative, got %d", o.SnapshotEvery))
 	}
 	if o.KeepAlive >= o.LockTimeout {
-		//lint:ignore ST1005 the message starts with the Go field name
 		*errs = append(*errs, fmt.Errorf("Options.Rewind.KeepAlive (%s) must be below Options.Rewind.LockTimeout (%s)", o.KeepAlive, o.LockTimeout))
 	}
 	if o.Debounce > o.MaxDebounce {
-		//lint:ignore ST1005 the message starts with the Go field name
 		*errs = append(*errs, fmt.Errorf("Options.Rewind.Debounce (%s) must not exceed Options.Rewind.MaxDebounce (%s)", o.Debounce, o.MaxDebounce))
 	}
 	if o.StartupScan < StartupScanBlocking || o.StartupScan > StartupScanDisabled {
-		//lint:ignore ST1005 the message starts with the Go field name
 		*errs = append(*errs, fmt.Errorf("Options.Rewind.StartupScan has unknown value %d", o.StartupScan))
 	}
 }

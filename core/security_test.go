@@ -111,7 +111,7 @@ func TestSecurityProviderAndCallbacks(t *testing.T) {
 		observed <- obs{e.Text, core.TenantID(ctx), core.UserID(ctx), sc.Source, sc.Propagating}
 		if e.Text == "echo" {
 			// Events appended from a handler inherit its scope.
-			if _, err := reg.Append(ctx, b.Events, echoStream, 0, echoed{Text: e.Text}); err != nil {
+			if _, err := reg.Append(ctx, b.Events, echoStream, 0, echoed(e)); err != nil {
 				return m, err
 			}
 		}

@@ -1,0 +1,452 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// PartitionCountDefault is the number of stream partitions used to distribute
+// orphaned streams over live instances when WorkClaimParams.PartitionCount is
+// not positive.
+const PartitionCountDefault = 10000
+
+// Shared SQL fragments. Every statement that needs the current time starts
+// with the clock CTE: the caller's Now when set, else the database's now().
+
+// sqlCandidate is the predicate of a row that may be leased: pending, not
+// under a live lease, not scheduled in the future. w is the row, $1 the
+// caller.
+const sqlCandidate = `w.processed_at IS NULL
+      AND (w.lease_expiry IS NULL OR w.lease_expiry <= clock.now)
+      AND (w.scheduled_for IS NULL OR w.scheduled_for <= clock.now)`
+
+// sqlOrderingGuard holds back a row while an earlier row of its (stream,
+// perspective) is under another holder's live lease or scheduled in the
+// future. It uses vantage_work_pending_idx.
+const sqlOrderingGuard = `NOT EXISTS (
+          SELECT 1 FROM /* SCHEMA */.vantage_work e
+          WHERE e.stream_id = w.stream_id
+            AND e.perspective = w.perspective
+            AND e.processed_at IS NULL
+            AND e.event_version < w.event_version
+            AND ((e.lease_expiry > clock.now AND e.instance_id <> $1) OR e.scheduled_for > clock.now))`
+
+// sqlPin pins the streams of the CTE named "picked" to the caller ($1): a
+// missing row is inserted, a row that is unpinned or pinned to the caller or
+// to an instance missing from the "live" CTE is taken over, and a row pinned
+// to a live other instance is left alone. ON CONFLICT locks the pin row even
+// when it does not update it, so claims and fetches of one stream serialise
+// on it; rows are taken in stream id order, so two callers pinning
+// overlapping sets cannot deadlock. RETURNING lists exactly the streams now
+// pinned to the caller.
+const sqlPin = `pinned AS (
+    INSERT INTO /* SCHEMA */.vantage_active_streams AS a (stream_id, instance_id, last_activity_at, created_at)
+    SELECT p.stream_id, $1::uuid, clock.now, clock.now FROM picked p, clock
+    ORDER BY p.stream_id
+    ON CONFLICT (stream_id) DO UPDATE
+    SET instance_id = excluded.instance_id, last_activity_at = excluded.last_activity_at
+    WHERE a.instance_id IS NULL
+       OR a.instance_id = excluded.instance_id
+       OR a.instance_id NOT IN (SELECT instance_id FROM live)
+    RETURNING a.stream_id
+)`
+
+// sqlClock is the clock CTE of statements whose $2 is params.Now.
+const sqlClock = `clock AS (SELECT coalesce($2::timestamptz, now()) AS now)`
+
+// Heartbeat statements, sent as one batch. Parameters: $1 caller, $2 now,
+// and for sqlHeartbeat $3 service, $4 host, $5 pid, $6 metadata; for the
+// abandonment statements $3 is the stale threshold.
+//
+// Lock order: every statement that waits for locks on both work rows and
+// stream pins takes the work rows first (completions, failures, dead
+// letters, abandonment, deregistration), and takes several pins in stream id
+// order. Claims and fetches take pins first, but never wait for work rows
+// (SKIP LOCKED). So none of them deadlock: a deadlock would stall the
+// heartbeat for deadlock_timeout and could make the caller itself look
+// stale. Each statement finds the stale instances again; the caller is never
+// one, whatever its stored heartbeat says.
+const (
+	sqlHeartbeat = `WITH ` + sqlClock + `
+INSERT INTO /* SCHEMA */.vantage_instances AS i
+    (instance_id, service_name, host_name, process_id, metadata, started_at, last_heartbeat_at)
+SELECT $1::uuid, $3::text, $4::text, $5::integer, $6::jsonb, clock.now, clock.now FROM clock
+ON CONFLICT (instance_id) DO UPDATE
+SET service_name = excluded.service_name,
+    host_name = excluded.host_name,
+    process_id = excluded.process_id,
+    metadata = excluded.metadata,
+    last_heartbeat_at = excluded.last_heartbeat_at`
+
+	sqlAbandonLeases = `WITH ` + sqlClock + `
+UPDATE /* SCHEMA */.vantage_work w
+SET instance_id = NULL, lease_expiry = NULL
+FROM /* SCHEMA */.vantage_instances i, clock
+WHERE w.instance_id = i.instance_id AND w.processed_at IS NULL
+  AND i.last_heartbeat_at < clock.now - $3::interval AND i.instance_id <> $1`
+
+	sqlAbandonPins = `WITH ` + sqlClock + `
+DELETE FROM /* SCHEMA */.vantage_active_streams a
+WHERE a.stream_id IN (
+    SELECT p.stream_id
+    FROM /* SCHEMA */.vantage_active_streams p
+    JOIN /* SCHEMA */.vantage_instances i ON i.instance_id = p.instance_id
+    CROSS JOIN clock
+    WHERE i.last_heartbeat_at < clock.now - $3::interval AND i.instance_id <> $1
+    ORDER BY p.stream_id
+    FOR UPDATE OF p
+)`
+
+	sqlAbandonInstances = `WITH ` + sqlClock + `
+DELETE FROM /* SCHEMA */.vantage_instances i
+USING clock
+WHERE i.last_heartbeat_at < clock.now - $3::interval AND i.instance_id <> $1
+RETURNING i.instance_id`
+)
+
+// InstanceHeartbeat implements ports.WorkClaimer in one round trip: the
+// upsert and the abandonment go as one batch in one implicit transaction.
+// Liveness boundaries: an instance is live while last_heartbeat_at > Now -
+// StaleThreshold and abandoned once last_heartbeat_at < Now -
+// StaleThreshold. It returns ports.ErrInvalidArgument for a nil instance id
+// or a non-positive StaleThreshold.
+func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHeartbeatParams) (*ports.InstanceHeartbeatResult, error) {
+	switch {
+	case params.InstanceID == uuid.Nil:
+		return nil, fmt.Errorf("recording heartbeat: %w", invalid("nil instance id"))
+	case params.StaleThreshold <= 0:
+		return nil, fmt.Errorf("recording heartbeat: %w", invalid("stale threshold %s must be positive", params.StaleThreshold))
+	}
+	meta, err := jsonMap(params.Metadata)
+	if err != nil {
+		return nil, fmt.Errorf("recording heartbeat: encoding metadata: %w", err)
+	}
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	now := nowArg(params.Now)
+	b := &pgx.Batch{}
+	b.Queue(s.sql(sqlHeartbeat), params.InstanceID, now, params.ServiceName, params.HostName, params.ProcessID, meta)
+	b.Queue(s.sql(sqlAbandonLeases), params.InstanceID, now, params.StaleThreshold)
+	b.Queue(s.sql(sqlAbandonPins), params.InstanceID, now, params.StaleThreshold)
+	b.Queue(s.sql(sqlAbandonInstances), params.InstanceID, now, params.StaleThreshold)
+	result := &ports.InstanceHeartbeatResult{}
+	err = sendBatch(ctx, s.pool, b, func(br pgx.BatchResults) error {
+		for range 3 {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		result.Abandoned, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("recording heartbeat of %s: %w", params.InstanceID, translate(err))
+	}
+	slices.SortFunc(result.Abandoned, compareUUID)
+	return result, nil
+}
+
+// Deregistration statements ($1 the instance), sent as one batch: leases,
+// then pins in stream id order, then the instance row (the lock order of
+// abandonment).
+const (
+	sqlDeregisterLeases = `UPDATE /* SCHEMA */.vantage_work
+SET instance_id = NULL, lease_expiry = NULL
+WHERE instance_id = $1 AND processed_at IS NULL`
+
+	sqlDeregisterPins = `DELETE FROM /* SCHEMA */.vantage_active_streams a
+WHERE a.stream_id IN (
+    SELECT p.stream_id FROM /* SCHEMA */.vantage_active_streams p
+    WHERE p.instance_id = $1
+    ORDER BY p.stream_id
+    FOR UPDATE
+)`
+
+	sqlDeregister = `DELETE FROM /* SCHEMA */.vantage_instances WHERE instance_id = $1`
+)
+
+// InstanceDeregister implements ports.WorkClaimer in one round trip (a batch
+// in one implicit transaction).
+func (s *Store) InstanceDeregister(ctx context.Context, instanceID uuid.UUID) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	b.Queue(s.sql(sqlDeregisterLeases), instanceID)
+	b.Queue(s.sql(sqlDeregisterPins), instanceID)
+	b.Queue(s.sql(sqlDeregister), instanceID)
+	err := sendBatch(ctx, s.pool, b, func(br pgx.BatchResults) error {
+		for range b.Len() {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("deregistering instance %s: %w", instanceID, translate(err))
+	}
+	return nil
+}
+
+const sqlInstancesList = `SELECT instance_id, service_name, host_name, process_id, metadata, started_at, last_heartbeat_at
+FROM /* SCHEMA */.vantage_instances ORDER BY instance_id`
+
+// InstancesList implements ports.WorkClaimer.
+func (s *Store) InstancesList(ctx context.Context) ([]ports.Instance, error) {
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, s.sql(sqlInstancesList))
+	if err != nil {
+		return nil, fmt.Errorf("listing instances: %w", translate(err))
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ports.Instance, error) {
+		var (
+			inst          ports.Instance
+			meta          []byte
+			started, beat pgtype.Timestamptz
+		)
+		if err := row.Scan(&inst.ID, &inst.ServiceName, &inst.HostName, &inst.ProcessID, &meta, &started, &beat); err != nil {
+			return inst, err
+		}
+		if err := json.Unmarshal(meta, &inst.Metadata); err != nil {
+			return inst, fmt.Errorf("decoding metadata of instance %s: %w", inst.ID, err)
+		}
+		inst.StartedAt, inst.LastHeartbeatAt = fromTime(started), fromTime(beat)
+		return inst, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing instances: %w", translate(err))
+	}
+	return out, nil
+}
+
+// sqlClaimAlive reports whether the caller ($1) is live at now ($2) given the
+// stale threshold ($3).
+const sqlClaimAlive = `WITH ` + sqlClock + `
+SELECT EXISTS (
+    SELECT 1 FROM /* SCHEMA */.vantage_instances i, clock
+    WHERE i.instance_id = $1 AND i.last_heartbeat_at > clock.now - $3::interval
+)`
+
+// sqlDrainable lists the streams the caller ($1) can drain now: those where
+// some perspective's first pending row is under the caller's live lease,
+// which is what EventsFetchPending would return. Held rows that wait behind
+// a row scheduled for later (or behind their own expired lease) do not count.
+const sqlDrainable = `drainable AS (
+    SELECT DISTINCT h.stream_id
+    FROM (
+        SELECT DISTINCT w.stream_id
+        FROM /* SCHEMA */.vantage_work w
+        WHERE w.instance_id = $1 AND w.processed_at IS NULL
+    ) h
+    CROSS JOIN clock
+    CROSS JOIN LATERAL (
+        SELECT DISTINCT ON (p.perspective) p.instance_id, p.lease_expiry
+        FROM /* SCHEMA */.vantage_work p
+        WHERE p.stream_id = h.stream_id AND p.processed_at IS NULL
+        ORDER BY p.perspective, p.event_version
+    ) f
+    WHERE f.instance_id = $1 AND f.lease_expiry > clock.now
+)`
+
+// sqlClaim leases work to the caller ($1). Parameters: $2 now, $3 stale
+// threshold, $4 lease duration, $5 MaxStreams, $6 partition count.
+//
+//   - drainable are the streams the caller drains already; they take their
+//     new candidate rows without counting against MaxStreams.
+//   - ranked takes, oldest pending work first, as many other candidate
+//     streams as MaxStreams leaves room for, plus one to learn whether any
+//     was left over, from vantage_claim_candidates (see the migration): it
+//     walks the rows with the caller's rank, the partition rule and the
+//     ordering guard, and stops as soon as it has found enough. It returns
+//     nothing when the caller is not live, and then the whole statement
+//     changes nothing.
+//   - pinned pins the selected and the drainable streams (see sqlPin).
+//   - leasable locks, SKIP LOCKED, every candidate row of the pinned streams,
+//     which the UPDATE leases with attempts + 1.
+const sqlClaim = `WITH ` + sqlClock + `,
+live AS (
+    SELECT i.instance_id
+    FROM /* SCHEMA */.vantage_instances i, clock
+    WHERE i.last_heartbeat_at > clock.now - $3::interval
+),
+` + sqlDrainable + `,
+room AS (
+    SELECT greatest($5 - (SELECT count(*) FROM drainable), 0)::integer AS n
+),
+ranked AS (
+    SELECT c.candidate_stream AS stream_id, row_number() OVER (ORDER BY min(c.candidate_seq)) AS rn
+    FROM clock, room,
+         /* SCHEMA */.vantage_claim_candidates($1, clock.now, $3::interval, $6, room.n + 1,
+                                               ARRAY(SELECT stream_id FROM drainable)) c
+    GROUP BY c.candidate_stream
+    ORDER BY min(c.candidate_seq)
+    LIMIT (SELECT n + 1 FROM room)
+),
+picked AS (
+    SELECT stream_id FROM ranked WHERE rn <= (SELECT n FROM room)
+    UNION
+    SELECT stream_id FROM drainable
+),
+` + sqlPin + `,
+leasable AS (
+    SELECT w.work_id
+    FROM /* SCHEMA */.vantage_work w, clock
+    WHERE w.stream_id IN (SELECT stream_id FROM pinned)
+      AND ` + sqlCandidate + `
+      AND ` + sqlOrderingGuard + `
+    FOR UPDATE OF w SKIP LOCKED
+),
+leased AS (
+    UPDATE /* SCHEMA */.vantage_work w
+    SET instance_id = $1, lease_expiry = clock.now + $4::interval, attempts = w.attempts + 1
+    FROM clock
+    WHERE w.work_id = ANY (ARRAY(SELECT work_id FROM leasable))
+    RETURNING w.work_id
+)
+SELECT (SELECT count(*) FROM ranked) > (SELECT n FROM room), (SELECT count(*) FROM leased)`
+
+// sqlClaimHeld lists the streams the caller can drain (see sqlDrainable),
+// smallest backlog (pending rows of the stream) first, with how many there
+// are in all. Parameters: $1 caller, $2 now, $3 MaxStreams.
+const sqlClaimHeld = `WITH ` + sqlClock + `,
+` + sqlDrainable + `
+SELECT d.stream_id, count(*) OVER ()
+FROM drainable d
+CROSS JOIN LATERAL (
+    SELECT count(*) AS pending
+    FROM /* SCHEMA */.vantage_work p
+    WHERE p.stream_id = d.stream_id AND p.processed_at IS NULL
+) b
+ORDER BY b.pending, d.stream_id
+LIMIT $3`
+
+// WorkClaim implements ports.WorkClaimer in one round trip: a batch of three
+// statements in one implicit transaction (liveness check, claim, result).
+//
+// The result lists the streams the caller can drain now: those where some
+// perspective's first pending row is under the caller's live lease (what
+// EventsFetchPending would return). A stream whose held rows all wait behind
+// a failed row scheduled for later is left out until the retry time.
+//
+// Candidate streams are selected oldest pending work first, so no stream
+// starves, and only as long as the result stays within MaxStreams: a caller
+// already draining MaxStreams streams leases no new stream, only new rows of
+// the streams it drains (leasing more would leave leases ticking on streams
+// nobody drains, whose expiry would count attempts against events that never
+// ran). HasMore is true when candidate streams were left unselected or the
+// result was cut at MaxStreams. A non-positive PartitionCount selects
+// PartitionCountDefault. It returns ports.ErrInvalidArgument for a nil
+// instance id or a non-positive MaxStreams, LeaseDuration or StaleThreshold,
+// and ports.ErrInstanceNotAlive when the caller has no live heartbeat (the
+// claim then changes nothing).
+func (s *Store) WorkClaim(ctx context.Context, params *ports.WorkClaimParams) (*ports.WorkClaimResult, error) {
+	switch {
+	case params.InstanceID == uuid.Nil:
+		return nil, fmt.Errorf("claiming work: %w", invalid("nil instance id"))
+	case params.MaxStreams <= 0:
+		return nil, fmt.Errorf("claiming work: %w", invalid("max streams %d must be positive", params.MaxStreams))
+	case params.LeaseDuration <= 0:
+		return nil, fmt.Errorf("claiming work: %w", invalid("lease duration %s must be positive", params.LeaseDuration))
+	case params.StaleThreshold <= 0:
+		return nil, fmt.Errorf("claiming work: %w", invalid("stale threshold %s must be positive", params.StaleThreshold))
+	}
+	partitions := params.PartitionCount
+	if partitions <= 0 {
+		partitions = PartitionCountDefault
+	}
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	now := nowArg(params.Now)
+	b := &pgx.Batch{}
+	b.Queue(s.sql(sqlClaimAlive), params.InstanceID, now, params.StaleThreshold)
+	b.Queue(s.sql(sqlClaim), params.InstanceID, now, params.StaleThreshold, params.LeaseDuration, params.MaxStreams, partitions)
+	b.Queue(s.sql(sqlClaimHeld), params.InstanceID, now, params.MaxStreams)
+
+	var (
+		alive, unselected bool
+		leased            int
+		result            = &ports.WorkClaimResult{}
+	)
+	err := sendBatch(ctx, s.pool, b, func(br pgx.BatchResults) error {
+		if err := br.QueryRow().Scan(&alive); err != nil {
+			return err
+		}
+		if err := br.QueryRow().Scan(&unselected, &leased); err != nil {
+			return err
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		var held int
+		for rows.Next() {
+			var id uuid.UUID
+			if err := rows.Scan(&id, &held); err != nil {
+				rows.Close()
+				return err
+			}
+			result.StreamIDs = append(result.StreamIDs, id)
+		}
+		rows.Close()
+		result.HasMore = unselected || held > params.MaxStreams
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claiming work for instance %s: %w", params.InstanceID, translate(err))
+	}
+	if !alive {
+		return nil, fmt.Errorf("claiming work for instance %s: %w", params.InstanceID, ports.ErrInstanceNotAlive)
+	}
+	return result, nil
+}
+
+const sqlRenewLeases = `WITH ` + sqlClock + `
+UPDATE /* SCHEMA */.vantage_work w
+SET lease_expiry = clock.now + $3::interval
+FROM clock
+WHERE w.work_id = ANY($4::uuid[]) AND w.instance_id = $1 AND w.processed_at IS NULL`
+
+// WorkRenewLeases implements ports.WorkClaimer. A row whose lease expired but
+// that nobody took over is still the caller's and is renewed. It returns
+// ports.ErrInvalidArgument for a non-positive LeaseDuration.
+func (s *Store) WorkRenewLeases(ctx context.Context, params *ports.WorkRenewLeasesParams) (int, error) {
+	if params.LeaseDuration <= 0 {
+		return 0, fmt.Errorf("renewing leases: %w", invalid("lease duration %s must be positive", params.LeaseDuration))
+	}
+	if len(params.WorkIDs) == 0 || params.InstanceID == uuid.Nil {
+		return 0, nil
+	}
+	if err := s.ready(ctx); err != nil {
+		return 0, err
+	}
+	tag, err := s.pool.Exec(ctx, s.sql(sqlRenewLeases), params.InstanceID, nowArg(params.Now), params.LeaseDuration, params.WorkIDs)
+	if err != nil {
+		return 0, fmt.Errorf("renewing leases of instance %s: %w", params.InstanceID, translate(err))
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// jsonMap encodes m as a JSON object ("{}" for nil).
+func jsonMap(m map[string]string) ([]byte, error) {
+	if m == nil {
+		return []byte("{}"), nil
+	}
+	return json.Marshal(m)
+}

@@ -1,0 +1,464 @@
+package postgres
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// Cursor status flags as SQL literals (ports.CursorStatus values).
+const (
+	sqlStatusCompleted      = "2"
+	sqlStatusFailed         = "4"
+	sqlStatusRewindRequired = "32"
+)
+
+const sqlCursorColumns = `stream_id, perspective, last_event_id, last_version, status, error,
+       rewind_trigger_event_id, rewind_trigger_version, rewind_flagged_at, rewind_first_flagged_at, updated_at`
+
+const sqlCursorsGet = `SELECT ` + sqlCursorColumns + `
+FROM /* SCHEMA */.vantage_cursors
+WHERE stream_id = ANY($1::uuid[]) AND ($2 = '' OR perspective = $2)
+ORDER BY stream_id, perspective COLLATE "C"`
+
+// CursorsGet implements ports.CursorStore. Cursors come back ordered by
+// stream id, then perspective.
+func (s *Store) CursorsGet(ctx context.Context, params *ports.CursorsGetParams) ([]ports.Cursor, error) {
+	if len(params.StreamIDs) == 0 {
+		return nil, nil
+	}
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, s.sql(sqlCursorsGet), params.StreamIDs, params.Perspective)
+	if err != nil {
+		return nil, fmt.Errorf("reading cursors: %w", translate(err))
+	}
+	out, err := pgx.CollectRows(rows, scanCursor)
+	if err != nil {
+		return nil, fmt.Errorf("reading cursors: %w", translate(err))
+	}
+	return out, nil
+}
+
+func scanCursor(row pgx.CollectableRow) (ports.Cursor, error) {
+	var (
+		c                          ports.Cursor
+		lastEvent, triggerEvent    pgtype.UUID
+		status                     int16
+		errText                    pgtype.Text
+		triggerVersion             pgtype.Int8
+		flagged, firstFlagged, upd pgtype.Timestamptz
+	)
+	err := row.Scan(&c.StreamID, &c.Perspective, &lastEvent, &c.LastVersion, &status, &errText,
+		&triggerEvent, &triggerVersion, &flagged, &firstFlagged, &upd)
+	if err != nil {
+		return c, err
+	}
+	c.LastEventID = fromUUID(lastEvent)
+	c.Status = ports.CursorStatus(status)
+	c.Error = fromText(errText)
+	c.RewindTriggerEventID = fromUUID(triggerEvent)
+	c.RewindTriggerVersion = fromInt8(triggerVersion)
+	c.RewindFlaggedAt = fromTime(flagged)
+	c.RewindFirstFlaggedAt = fromTime(firstFlagged)
+	c.UpdatedAt = fromTime(upd)
+	return c, nil
+}
+
+// sqlFinish completes the listed rows: $1 caller, $2 work ids with their
+// (stream, perspective) in $3 and $4. Only pending rows of that pair held by
+// the caller count (the fence); the lease may have expired as long as nobody
+// took the row over.
+const sqlFinish = `DELETE FROM /* SCHEMA */.vantage_work w
+USING unnest($2::uuid[], $3::uuid[], $4::text[]) AS c(work_id, stream_id, perspective)
+WHERE w.work_id = c.work_id AND w.stream_id = c.stream_id AND w.perspective = c.perspective
+  AND w.processed_at IS NULL AND w.instance_id = $1`
+
+// sqlFinishDebug is sqlFinish for debug mode: rows are kept, marked processed
+// at $5 and unleased, which hides them from every pending-row query.
+const sqlFinishDebug = `UPDATE /* SCHEMA */.vantage_work w
+SET processed_at = coalesce($5::timestamptz, now()), instance_id = NULL, lease_expiry = NULL
+FROM unnest($2::uuid[], $3::uuid[], $4::text[]) AS c(work_id, stream_id, perspective)
+WHERE w.work_id = c.work_id AND w.stream_id = c.stream_id AND w.perspective = c.perspective
+  AND w.processed_at IS NULL AND w.instance_id = $1`
+
+// sqlCompleteCursors upserts one cursor per pair from the payload: $1 now,
+// $2 streams, $3 perspectives, $4 last event ids, $5 last versions. The
+// position only moves forward; status becomes exactly Completed and the
+// error and rewind columns are cleared.
+const sqlCompleteCursors = `WITH clock AS (SELECT coalesce($1::timestamptz, now()) AS now)
+INSERT INTO /* SCHEMA */.vantage_cursors AS c
+    (stream_id, perspective, last_event_id, last_version, status, updated_at)
+SELECT u.stream_id, u.perspective, nullif(u.last_event_id, '00000000-0000-0000-0000-000000000000'), u.last_version, ` + sqlStatusCompleted + `, clock.now
+FROM unnest($2::uuid[], $3::text[], $4::uuid[], $5::bigint[]) AS u(stream_id, perspective, last_event_id, last_version), clock
+ON CONFLICT (stream_id, perspective) DO UPDATE
+SET last_event_id = CASE WHEN excluded.last_version > c.last_version THEN excluded.last_event_id ELSE c.last_event_id END,
+    last_version = greatest(c.last_version, excluded.last_version),
+    status = ` + sqlStatusCompleted + `,
+    error = NULL,
+    rewind_trigger_event_id = NULL,
+    rewind_trigger_version = NULL,
+    rewind_flagged_at = NULL,
+    rewind_first_flagged_at = NULL,
+    updated_at = excluded.updated_at`
+
+// sqlFlagRewind is the SET list that flags cursor c RewindRequired for a late
+// event f (event_id, event_version) at clock.now: the trigger keeps the
+// smallest version, rewind_flagged_at moves on every detection (debounce
+// edge), rewind_first_flagged_at is set once (debounce cap anchor).
+const sqlFlagRewind = `status = c.status | ` + sqlStatusRewindRequired + `,
+    rewind_trigger_event_id = CASE WHEN c.rewind_trigger_version IS NULL OR f.event_version < c.rewind_trigger_version
+                                   THEN f.event_id ELSE c.rewind_trigger_event_id END,
+    rewind_trigger_version = least(c.rewind_trigger_version, f.event_version),
+    rewind_flagged_at = clock.now,
+    rewind_first_flagged_at = coalesce(c.rewind_first_flagged_at, clock.now),
+    updated_at = clock.now`
+
+// sqlFlagStragglers flags the cursors of the pairs ($2, $3) that have a
+// pending row strictly below the position their completion reports ($4);
+// the smallest is the trigger. It runs after the call's deletions.
+//
+// The completion's own position, not the stored one, is the bound: the
+// engine saves models (which moves the stored cursor) before it flushes the
+// completions of earlier batches, so rows applied and saved but not yet
+// completed would otherwise look like stragglers on every batched flush and
+// trigger phantom rewinds (SPEC H5). A row at the position is not a
+// straggler either (it was applied; its deletion is merely late).
+const sqlFlagStragglers = `WITH clock AS (SELECT coalesce($1::timestamptz, now()) AS now),
+pairs AS (
+    SELECT p.stream_id, p.perspective, max(p.last_version) AS last_version
+    FROM unnest($2::uuid[], $3::text[], $4::bigint[]) AS p(stream_id, perspective, last_version)
+    GROUP BY p.stream_id, p.perspective
+),
+f AS (
+    SELECT p.stream_id, p.perspective, s.event_id, s.event_version
+    FROM pairs p
+    CROSS JOIN LATERAL (
+        SELECT w.event_id, w.event_version
+        FROM /* SCHEMA */.vantage_work w
+        WHERE w.stream_id = p.stream_id AND w.perspective = p.perspective
+          AND w.processed_at IS NULL AND w.event_version < p.last_version
+        ORDER BY w.event_version
+        LIMIT 1
+    ) s
+)
+UPDATE /* SCHEMA */.vantage_cursors c
+SET ` + sqlFlagRewind + `
+FROM f, clock
+WHERE c.stream_id = f.stream_id AND c.perspective = f.perspective`
+
+// sqlUnpinDrained unpins the streams $1 that have no pending row left. It
+// locks the pin rows in stream id order, as claims and fetches do (see
+// sqlPin), so the two never deadlock.
+const sqlUnpinDrained = `DELETE FROM /* SCHEMA */.vantage_active_streams a
+WHERE a.stream_id IN (
+    SELECT p.stream_id
+    FROM /* SCHEMA */.vantage_active_streams p
+    WHERE p.stream_id = ANY($1::uuid[])
+      AND NOT EXISTS (
+          SELECT 1 FROM /* SCHEMA */.vantage_work w
+          WHERE w.stream_id = p.stream_id AND w.processed_at IS NULL)
+    ORDER BY p.stream_id
+    FOR UPDATE
+)`
+
+// finishArgs flattens the rows to complete of a call.
+type finishArgs struct {
+	workIDs      []uuid.UUID
+	streams      []uuid.UUID
+	perspectives []string
+}
+
+func (f *finishArgs) add(streamID uuid.UUID, perspective string, ids []uuid.UUID) {
+	for _, id := range ids {
+		f.workIDs = append(f.workIDs, id)
+		f.streams = append(f.streams, streamID)
+		f.perspectives = append(f.perspectives, perspective)
+	}
+}
+
+// queue queues the statement completing the rows.
+func (f *finishArgs) queue(s *Store, b *pgx.Batch, instanceID uuid.UUID, debug bool, now any) {
+	if debug {
+		b.Queue(s.sql(sqlFinishDebug), instanceID, f.workIDs, f.streams, f.perspectives, now)
+	} else {
+		b.Queue(s.sql(sqlFinish), instanceID, f.workIDs, f.streams, f.perspectives)
+	}
+}
+
+// pairKey names one (stream, perspective).
+type pairKey struct {
+	streamID    uuid.UUID
+	perspective string
+}
+
+// position is a cursor position reported for a pair, with the failure text
+// when it comes from a failure.
+type position struct {
+	eventID uuid.UUID
+	version int64
+	err     string
+}
+
+// positions collects one position per pair in first-seen order; a pair seen
+// twice keeps the highest position and the latest error.
+type positions struct {
+	order []pairKey
+	byKey map[pairKey]*position
+}
+
+func (p *positions) add(k pairKey, pos position) {
+	if p.byKey == nil {
+		p.byKey = map[pairKey]*position{}
+	}
+	cur, ok := p.byKey[k]
+	if !ok {
+		p.order = append(p.order, k)
+		p.byKey[k] = &pos
+		return
+	}
+	if pos.version > cur.version {
+		cur.eventID, cur.version = pos.eventID, pos.version
+	}
+	cur.err = pos.err
+}
+
+// columns returns the pairs and positions as parallel arrays, ordered by
+// stream and perspective so that concurrent calls lock cursors in one order.
+func (p *positions) columns() (streams []uuid.UUID, perspectives []string, eventIDs []uuid.UUID, versions []int64, errs []string) {
+	slices.SortFunc(p.order, func(a, b pairKey) int {
+		return cmp.Or(compareUUID(a.streamID, b.streamID), strings.Compare(a.perspective, b.perspective))
+	})
+	for _, k := range p.order {
+		pos := p.byKey[k]
+		streams = append(streams, k.streamID)
+		perspectives = append(perspectives, k.perspective)
+		eventIDs = append(eventIDs, pos.eventID)
+		versions = append(versions, pos.version)
+		errs = append(errs, pos.err)
+	}
+	return streams, perspectives, eventIDs, versions, errs
+}
+
+// uniqueStreams returns the distinct streams of the pairs.
+func (p *positions) uniqueStreams() []uuid.UUID {
+	seen := map[uuid.UUID]bool{}
+	var out []uuid.UUID
+	for _, k := range p.order {
+		if !seen[k.streamID] {
+			seen[k.streamID] = true
+			out = append(out, k.streamID)
+		}
+	}
+	return out
+}
+
+// WorkComplete implements ports.CursorStore in one round trip: a batch of
+// four statements in one implicit transaction, in this order: complete the
+// listed rows, upsert the cursors, flag stragglers, unpin drained streams.
+// Every deletion of the call thus precedes every cursor check. A pair listed
+// in several completions ends at its highest position. Stragglers are rows
+// below the position the completions report, not below a stored position
+// that a ModelSave moved further (see sqlFlagStragglers). It returns
+// ports.ErrInvalidArgument, and changes nothing, when a completion has a nil
+// stream id, an empty perspective or a negative LastVersion.
+func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompleteParams) (*ports.WorkCompleteResult, error) {
+	var (
+		finish finishArgs
+		pos    positions
+	)
+	for _, c := range params.Completions {
+		if err := validatePair(c.StreamID, c.Perspective, c.LastVersion); err != nil {
+			return nil, fmt.Errorf("completing work: %w", err)
+		}
+		finish.add(c.StreamID, c.Perspective, c.WorkIDs)
+		pos.add(pairKey{c.StreamID, c.Perspective}, position{eventID: c.LastEventID, version: c.LastVersion})
+	}
+	result := &ports.WorkCompleteResult{}
+	if len(pos.order) == 0 {
+		return result, nil
+	}
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	now := nowArg(params.Now)
+	streams, perspectives, eventIDs, versions, _ := pos.columns()
+	b := &pgx.Batch{}
+	finish.queue(s, b, params.InstanceID, params.DebugMode, now)
+	b.Queue(s.sql(sqlCompleteCursors), now, streams, perspectives, eventIDs, versions)
+	b.Queue(s.sql(sqlFlagStragglers), now, streams, perspectives, versions)
+	b.Queue(s.sql(sqlUnpinDrained), pos.uniqueStreams())
+	err := sendBatch(ctx, s.pool, b, func(br pgx.BatchResults) error {
+		tag, err := br.Exec()
+		if err != nil {
+			return err
+		}
+		result.Completed = int(tag.RowsAffected())
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		if tag, err = br.Exec(); err != nil {
+			return err
+		}
+		result.RewindsFlagged = int(tag.RowsAffected())
+		_, err = br.Exec()
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("completing work of instance %s: %w", params.InstanceID, translate(err))
+	}
+	return result, nil
+}
+
+// sqlFailRows releases the failed rows still held by the caller ($1), stores
+// their error and schedules them: $2 work ids, $3 streams, $4 perspectives,
+// $5 errors, $6 retry times (NULL: claimable at once). Attempts stay.
+const sqlFailRows = `UPDATE /* SCHEMA */.vantage_work w
+SET instance_id = NULL, lease_expiry = NULL, error = f.error, scheduled_for = f.retry_at
+FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::timestamptz[])
+     AS f(work_id, stream_id, perspective, error, retry_at)
+WHERE w.work_id = f.work_id AND w.stream_id = f.stream_id AND w.perspective = f.perspective
+  AND w.processed_at IS NULL AND w.instance_id = $1`
+
+// sqlFailCursors upserts one cursor per failed pair: $1 now, $2 streams, $3
+// perspectives, $4 last event ids, $5 last versions, $6 errors. The position
+// moves forward only; Completed is replaced by Failed and the error stored.
+// When the position moves, the smallest pending row below the new position
+// (found by the LATERAL join and carried in the excluded row's trigger
+// columns) flags RewindRequired as in WorkComplete; otherwise the rewind
+// columns stay as they are.
+const sqlFailCursors = `WITH clock AS (SELECT coalesce($1::timestamptz, now()) AS now)
+INSERT INTO /* SCHEMA */.vantage_cursors AS c
+    (stream_id, perspective, last_event_id, last_version, status, error,
+     rewind_trigger_event_id, rewind_trigger_version, rewind_flagged_at, rewind_first_flagged_at, updated_at)
+SELECT f.stream_id, f.perspective, nullif(f.last_event_id, '00000000-0000-0000-0000-000000000000'), f.last_version,
+       ` + sqlStatusFailed + ` | CASE WHEN s.event_version IS NULL THEN 0 ELSE ` + sqlStatusRewindRequired + ` END,
+       f.error, s.event_id, s.event_version,
+       CASE WHEN s.event_version IS NOT NULL THEN clock.now END,
+       CASE WHEN s.event_version IS NOT NULL THEN clock.now END,
+       clock.now
+FROM unnest($2::uuid[], $3::text[], $4::uuid[], $5::bigint[], $6::text[])
+     AS f(stream_id, perspective, last_event_id, last_version, error)
+CROSS JOIN clock
+LEFT JOIN LATERAL (
+    SELECT w.event_id, w.event_version
+    FROM /* SCHEMA */.vantage_work w
+    WHERE w.stream_id = f.stream_id AND w.perspective = f.perspective
+      AND w.processed_at IS NULL AND w.event_version < f.last_version
+    ORDER BY w.event_version
+    LIMIT 1
+) s ON true
+ON CONFLICT (stream_id, perspective) DO UPDATE
+SET last_event_id = CASE WHEN excluded.last_version > c.last_version THEN excluded.last_event_id ELSE c.last_event_id END,
+    last_version = greatest(c.last_version, excluded.last_version),
+    status = (c.status & ~` + sqlStatusCompleted + `) | ` + sqlStatusFailed + `
+             | CASE WHEN excluded.last_version > c.last_version AND excluded.rewind_trigger_version IS NOT NULL
+                    THEN ` + sqlStatusRewindRequired + ` ELSE 0 END,
+    error = excluded.error,
+    rewind_trigger_event_id = CASE WHEN excluded.last_version > c.last_version AND excluded.rewind_trigger_version IS NOT NULL
+                                        AND (c.rewind_trigger_version IS NULL OR excluded.rewind_trigger_version < c.rewind_trigger_version)
+                                   THEN excluded.rewind_trigger_event_id ELSE c.rewind_trigger_event_id END,
+    rewind_trigger_version = CASE WHEN excluded.last_version > c.last_version AND excluded.rewind_trigger_version IS NOT NULL
+                                  THEN least(c.rewind_trigger_version, excluded.rewind_trigger_version)
+                                  ELSE c.rewind_trigger_version END,
+    rewind_flagged_at = CASE WHEN excluded.last_version > c.last_version AND excluded.rewind_trigger_version IS NOT NULL
+                             THEN excluded.rewind_flagged_at ELSE c.rewind_flagged_at END,
+    rewind_first_flagged_at = CASE WHEN excluded.last_version > c.last_version AND excluded.rewind_trigger_version IS NOT NULL
+                                   THEN coalesce(c.rewind_first_flagged_at, excluded.rewind_first_flagged_at)
+                                   ELSE c.rewind_first_flagged_at END,
+    updated_at = excluded.updated_at`
+
+// WorkFail implements ports.CursorStore in one round trip: a batch of four
+// statements in one implicit transaction: complete the applied rows, release
+// and schedule the failed rows (fenced like completions), upsert the cursors,
+// unpin drained streams. A zero RetryAt makes the failed rows claimable at
+// once. It returns ports.ErrInvalidArgument, and changes nothing, when a
+// failure has a nil stream id, an empty perspective or a negative
+// LastVersion.
+func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) error {
+	var (
+		finish finishArgs
+		pos    positions
+		failed struct {
+			workIDs, streams []uuid.UUID
+			perspectives     []string
+			errs             []string
+			retryAt          []pgtype.Timestamptz
+		}
+	)
+	for _, f := range params.Failures {
+		if err := validatePair(f.StreamID, f.Perspective, f.LastVersion); err != nil {
+			return fmt.Errorf("recording failures: %w", err)
+		}
+		finish.add(f.StreamID, f.Perspective, f.AppliedWorkIDs)
+		for _, id := range f.FailedWorkIDs {
+			failed.workIDs = append(failed.workIDs, id)
+			failed.streams = append(failed.streams, f.StreamID)
+			failed.perspectives = append(failed.perspectives, f.Perspective)
+			failed.errs = append(failed.errs, f.Error)
+			failed.retryAt = append(failed.retryAt, timestamptz(f.RetryAt))
+		}
+		pos.add(pairKey{f.StreamID, f.Perspective}, position{eventID: f.LastEventID, version: f.LastVersion, err: f.Error})
+	}
+	if len(pos.order) == 0 {
+		return nil
+	}
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	now := nowArg(params.Now)
+	streams, perspectives, eventIDs, versions, errs := pos.columns()
+	b := &pgx.Batch{}
+	finish.queue(s, b, params.InstanceID, params.DebugMode, now)
+	b.Queue(s.sql(sqlFailRows), params.InstanceID, failed.workIDs, failed.streams, failed.perspectives, failed.errs, failed.retryAt)
+	b.Queue(s.sql(sqlFailCursors), now, streams, perspectives, eventIDs, versions, errs)
+	b.Queue(s.sql(sqlUnpinDrained), pos.uniqueStreams())
+	err := sendBatch(ctx, s.pool, b, func(br pgx.BatchResults) error {
+		for range b.Len() {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("recording failures of instance %s: %w", params.InstanceID, translate(err))
+	}
+	return nil
+}
+
+// validatePair checks the identity and position fields shared by
+// completions, failures and model saves.
+func validatePair(streamID uuid.UUID, perspective string, lastVersion int64) error {
+	switch {
+	case streamID == uuid.Nil:
+		return invalid("nil stream id")
+	case perspective == "":
+		return invalid("empty perspective for stream %s", streamID)
+	case lastVersion < 0:
+		return invalid("negative last version %d for stream %s", lastVersion, streamID)
+	}
+	return nil
+}
+
+// timestamptz converts t for a timestamptz[] parameter (zero is NULL).
+func timestamptz(t time.Time) pgtype.Timestamptz {
+	if t.IsZero() {
+		return pgtype.Timestamptz{}
+	}
+	return pgtype.Timestamptz{Time: t.Truncate(time.Microsecond), Valid: true}
+}
+
+// compareUUID orders uuids by their bytes, as PostgreSQL orders uuid values.
+func compareUUID(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) }

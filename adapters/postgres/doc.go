@@ -1,0 +1,63 @@
+// Package postgres is the PostgreSQL backend of Vantage: every port of
+// package ports, the optional lifecycle, rewind and snapshot stores
+// included, on a pgx v5 pool, with wake-ups through a lib/pq listener.
+//
+// # Setup
+//
+// The application owns the pool. Migrate the schema, then build the Store:
+//
+//	if err := postgres.Migrate(ctx, pool, "vantage"); err != nil { ... }
+//	store, err := postgres.New(pool, postgres.Options{Schema: "vantage"})
+//	if err != nil { ... }
+//	defer store.Close()
+//	backend := store.Backend()
+//
+// Under fx, Module does the same: it migrates on start and holds every SQL
+// call on a Gate until the migrations finished.
+//
+// # Schema
+//
+// All tables live in one schema per service (SchemaDefault unless
+// configured), so several services can share a database without sharing
+// work. The migrations are embedded (package sql/migrations), versioned and
+// append-only; Migrator applies each version with its row in
+// vantage_migrations in one transaction under an advisory lock, so
+// instances starting together migrate once.
+//
+// # Transactions and round trips
+//
+// Operations that touch several tables run as one pgx.Batch, which
+// PostgreSQL executes as one implicit transaction: one network round trip,
+// and an error in any statement rolls back all of them. Claims lock their
+// rows with FOR UPDATE SKIP LOCKED and serialise per stream on the stream's
+// pin row, so concurrent instances never lease the same rows. Appends take a
+// per-stream advisory lock for the rest of their transaction, so within a
+// stream version order is commit order and a late commit can never land
+// below an event already processed. AppendTx appends inside the caller's
+// transaction, so business writes and events commit together.
+//
+// Statements that wait for locks take them in one order (work rows before
+// stream pins, several pins or cursors in key order), so instances never
+// deadlock each other; claims and fetches never wait for a work row.
+//
+// # Time
+//
+// A zero Now in a parameter struct means the database clock (now(), the
+// start of the transaction); a set Now is used as given, truncated to the
+// microseconds PostgreSQL keeps. Times come back in UTC.
+//
+// # Notifications
+//
+// Appends, requeues and NotifierPublish NOTIFY the schema's channel (see
+// Store.Channel) when they commit. NotifierListen starts one lib/pq Listener
+// per Store on first use; a reconnect, after which notifications may have
+// been lost, arrives as ports.Wake{Reconnected: true}. NOTIFY is a hint:
+// the engine polls regardless.
+//
+// # Errors
+//
+// Errors are translated at the edge into ports sentinels: no rows is
+// ports.ErrNotFound, a unique violation (taken version or event id) is
+// ports.ErrVersionConflict, malformed input is ports.ErrInvalidArgument, a
+// closed Store or pool is ports.ErrClosed.
+package postgres

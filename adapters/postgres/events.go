@@ -1,0 +1,299 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// sqlAppendLock serialises appends to one stream for the rest of the
+// transaction: $1 the schema's lock class, $2 the stream. Versions are read
+// and assigned under it, so within a stream version order is commit order
+// and a committed version is never below one still in flight. Two streams
+// whose ids collide in hashtext merely share the lock.
+const sqlAppendLock = `SELECT pg_advisory_xact_lock(hashtext($1::text), hashtext($2::text))`
+
+// sqlAppend stores events and their work rows in one statement. Parameters:
+// $1 stream, $2 now, $3 expected version, $4 event ids, $5 types, $6
+// explicit versions (0 for none), $7 data, $8 metadata, $9 NOTIFY channel.
+//
+//   - ok is the stream head when the ExpectedVersion check passes, else empty
+//     (which makes every write below a no-op).
+//   - numbered places the events in order: an explicit version is kept; an
+//     implicit one continues after the highest version stored or placed so
+//     far. With c the running count of implicit events, that is c plus the
+//     larger of the head and every earlier explicit version minus its c.
+//   - stored inserts them; a taken version or event id is a unique
+//     violation, which aborts the transaction (ErrVersionConflict).
+//   - work fans out one pending, unleased row per subscribed perspective.
+//   - late flags the cursors already past a new row (late arrival), with the
+//     smallest such event as trigger.
+//   - notified queues a NOTIFY, delivered when the transaction commits.
+const sqlAppend = `WITH ` + sqlClock + `,
+head AS (
+    SELECT coalesce(max(version), 0) AS version FROM /* SCHEMA */.vantage_events WHERE stream_id = $1
+),
+ok AS (
+    SELECT version FROM head
+    WHERE $3::bigint = 0 OR ($3::bigint = -1 AND version = 0) OR version = $3::bigint
+),
+input AS (
+    SELECT i.*, sum(CASE WHEN i.explicit > 0 THEN 0 ELSE 1 END) OVER (ORDER BY i.ord) AS c
+    FROM unnest($4::uuid[], $5::text[], $6::bigint[], $7::text[], $8::text[])
+         WITH ORDINALITY AS i(id, type, explicit, data, metadata, ord)
+),
+numbered AS (
+    SELECT i.id, i.type, i.data, i.metadata,
+           CASE WHEN i.explicit > 0 THEN i.explicit
+                ELSE i.c + greatest(ok.version, max(CASE WHEN i.explicit > 0 THEN i.explicit - i.c END)
+                                                    OVER (ORDER BY i.ord ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))
+           END AS version
+    FROM input i CROSS JOIN ok
+),
+stored AS (
+    INSERT INTO /* SCHEMA */.vantage_events (id, stream_id, type, version, data, metadata, created_at)
+    SELECT n.id, $1, n.type, n.version, n.data::jsonb, n.metadata::jsonb, clock.now
+    FROM numbered n, clock
+    RETURNING id, type, version, created_at
+),
+work AS (
+    INSERT INTO /* SCHEMA */.vantage_work (work_id, stream_id, perspective, event_id, event_version, created_at)
+    SELECT /* SCHEMA */.vantage_uuid_v7(), $1, sub.perspective, st.id, st.version, clock.now
+    FROM stored st
+    JOIN /* SCHEMA */.vantage_subscriptions sub ON sub.event_type = st.type
+    CROSS JOIN clock
+    ORDER BY st.version, sub.perspective COLLATE "C"
+    RETURNING perspective, event_id, event_version
+),
+late AS (
+    UPDATE /* SCHEMA */.vantage_cursors c
+    SET ` + sqlFlagRewind + `
+    FROM (
+        SELECT DISTINCT ON (perspective) perspective, event_id, event_version
+        FROM work
+        ORDER BY perspective, event_version
+    ) f, clock
+    WHERE c.stream_id = $1 AND c.perspective = f.perspective AND f.event_version < c.last_version
+      AND c.perspective IN (
+          -- Lock the stream's cursors in perspective order, as completions do.
+          SELECT l.perspective FROM /* SCHEMA */.vantage_cursors l
+          WHERE l.stream_id = $1 AND l.perspective IN (SELECT perspective FROM work)
+          ORDER BY l.perspective COLLATE "C"
+          FOR UPDATE)
+    RETURNING 1
+),
+notified AS (
+    SELECT pg_notify($9, '') FROM ok
+)
+SELECT h.version, st.id, st.version, st.created_at,
+       (SELECT count(*) FROM work), (SELECT count(*) FROM late), (SELECT count(*) FROM notified)
+FROM head h
+LEFT JOIN stored st ON true`
+
+// EventsAppend implements ports.EventStore in one round trip: the stream
+// lock and the append statement go as one batch in one implicit transaction.
+// The wake notification is sent on commit.
+//
+// Events are placed in order: one without a Version gets the version after
+// the highest one stored or placed so far, so in a batch an implicit event
+// following an explicit one continues after it. It returns
+// ports.ErrInvalidArgument for a nil stream id, no events, an
+// ExpectedVersion below ExpectNoStream, an event with an empty type, a
+// negative version, or data that is not a JSON document; and
+// ports.ErrVersionConflict for a failed ExpectedVersion check, a taken
+// version or a stored (or repeated) event id. On error nothing is stored.
+func (s *Store) EventsAppend(ctx context.Context, params *ports.EventsAppendParams) (*ports.EventsAppendResult, error) {
+	return s.append(ctx, s.pool, params)
+}
+
+// AppendTx is EventsAppend inside the caller's transaction, so business
+// writes and events commit together; the wake notification is sent when tx
+// commits, and nothing is stored if it rolls back. The stream's lock is held
+// until then: keep such transactions short. Use it in READ COMMITTED
+// transactions: a REPEATABLE READ or SERIALIZABLE snapshot taken before the
+// lock may miss a concurrent append, which then surfaces as
+// ports.ErrVersionConflict. After an error the transaction may be aborted
+// (a unique violation aborts it); roll it back.
+func (s *Store) AppendTx(ctx context.Context, tx pgx.Tx, params *ports.EventsAppendParams) (*ports.EventsAppendResult, error) {
+	return s.append(ctx, tx, params)
+}
+
+func (s *Store) append(ctx context.Context, db interface {
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+}, params *ports.EventsAppendParams,
+) (*ports.EventsAppendResult, error) {
+	if err := validateAppend(params); err != nil {
+		return nil, err
+	}
+	n := len(params.Events)
+	var (
+		ids      = make([]uuid.UUID, n)
+		types    = make([]string, n)
+		versions = make([]int64, n)
+		data     = make([]string, n)
+		metadata = make([]string, n)
+		byID     = make(map[uuid.UUID]int, n)
+	)
+	for i, e := range params.Events {
+		id := e.ID
+		if id == uuid.Nil {
+			var err error
+			if id, err = uuid.NewV7(); err != nil {
+				return nil, fmt.Errorf("appending to stream %s: generating event id: %w", params.StreamID, err)
+			}
+		}
+		if _, dup := byID[id]; dup {
+			return nil, fmt.Errorf("appending to stream %s: event %s appears twice: %w", params.StreamID, id, ports.ErrVersionConflict)
+		}
+		meta, err := json.Marshal(e.Metadata)
+		if err != nil {
+			return nil, fmt.Errorf("appending to stream %s: encoding metadata of event %d: %w", params.StreamID, i, err)
+		}
+		ids[i], types[i], versions[i], data[i], metadata[i] = id, e.Type, e.Version, string(e.Data), string(meta)
+		byID[id] = i
+	}
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+
+	b := &pgx.Batch{}
+	b.Queue(sqlAppendLock, "vantage_append:"+s.opts.Schema, params.StreamID)
+	b.Queue(s.sql(sqlAppend), params.StreamID, nowArg(params.Now), params.ExpectedVersion,
+		ids, types, versions, data, metadata, s.channel)
+
+	result := &ports.EventsAppendResult{Events: make([]ports.Event, n)}
+	var head int64
+	stored := 0
+	err := sendBatch(ctx, db, b, func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				id            pgtype.UUID
+				version       pgtype.Int8
+				created       pgtype.Timestamptz
+				work, l, note int
+			)
+			if err := rows.Scan(&head, &id, &version, &created, &work, &l, &note); err != nil {
+				return err
+			}
+			result.WorkRows = work
+			if !id.Valid {
+				continue // the ExpectedVersion check failed: nothing stored
+			}
+			i := byID[id.Bytes]
+			e := params.Events[i]
+			result.Events[i] = ports.Event{
+				ID:        id.Bytes,
+				StreamID:  params.StreamID,
+				Type:      e.Type,
+				Version:   version.Int64,
+				Data:      bytes.Clone(e.Data),
+				Metadata:  copyMetadata(e.Metadata),
+				CreatedAt: fromTime(created),
+			}
+			stored++
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("appending to stream %s: %w", params.StreamID, translate(err))
+	}
+	if stored != n {
+		want := "no stream"
+		if params.ExpectedVersion > 0 {
+			want = fmt.Sprintf("version %d", params.ExpectedVersion)
+		}
+		return nil, fmt.Errorf("appending to stream %s: expected %s, found version %d: %w",
+			params.StreamID, want, head, ports.ErrVersionConflict)
+	}
+	return result, nil
+}
+
+// validateAppend checks an append's arguments before any state is read.
+func validateAppend(params *ports.EventsAppendParams) error {
+	switch {
+	case params.StreamID == uuid.Nil:
+		return fmt.Errorf("appending events: %w", invalid("nil stream id"))
+	case len(params.Events) == 0:
+		return fmt.Errorf("appending to stream %s: %w", params.StreamID, invalid("no events"))
+	case params.ExpectedVersion < ports.ExpectNoStream:
+		return fmt.Errorf("appending to stream %s: %w", params.StreamID, invalid("expected version %d is invalid", params.ExpectedVersion))
+	}
+	for i, e := range params.Events {
+		switch {
+		case e.Type == "":
+			return fmt.Errorf("appending to stream %s: %w", params.StreamID, invalid("event %d has an empty type", i))
+		case e.Version < 0:
+			return fmt.Errorf("appending to stream %s: %w", params.StreamID, invalid("event %d has negative version %d", i, e.Version))
+		case len(e.Data) == 0 || !json.Valid(e.Data):
+			return fmt.Errorf("appending to stream %s: %w", params.StreamID, invalid("event %d data is not a JSON document", i))
+		}
+	}
+	return nil
+}
+
+const sqlSubscriptionsRegister = `INSERT INTO /* SCHEMA */.vantage_subscriptions (event_type, perspective)
+SELECT * FROM unnest($1::text[], $2::text[])
+ON CONFLICT DO NOTHING`
+
+// SubscriptionsRegister implements ports.EventStore. Registering a known
+// subscription again is a no-op. It returns ports.ErrInvalidArgument, and
+// records nothing, when a subscription has an empty event type or
+// perspective.
+func (s *Store) SubscriptionsRegister(ctx context.Context, subscriptions []ports.Subscription) error {
+	types := make([]string, 0, len(subscriptions))
+	perspectives := make([]string, 0, len(subscriptions))
+	for _, sub := range subscriptions {
+		if sub.EventType == "" || sub.Perspective == "" {
+			return fmt.Errorf("registering subscription %+v: %w", sub, invalid("empty event type or perspective"))
+		}
+		types = append(types, sub.EventType)
+		perspectives = append(perspectives, sub.Perspective)
+	}
+	if len(types) == 0 {
+		return nil
+	}
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	if _, err := s.pool.Exec(ctx, s.sql(sqlSubscriptionsRegister), types, perspectives); err != nil {
+		return fmt.Errorf("registering subscriptions: %w", translate(err))
+	}
+	return nil
+}
+
+// copyMetadata returns a deep copy of m.
+func copyMetadata(m ports.Metadata) ports.Metadata {
+	if m.Scope != nil {
+		scope := *m.Scope
+		scope.Extras = copyMap(scope.Extras)
+		m.Scope = &scope
+	}
+	m.Headers = copyMap(m.Headers)
+	return m
+}
+
+func copyMap(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,50 @@
+package postgres
+
+// Test-only access to the adapter's SQL, for the index-usage test.
+
+// Render returns a query of the package with the Store's schema filled in.
+func (s *Store) Render(text string) string { return s.sql(text) }
+
+// Queries of the package, by name.
+var Queries = map[string]string{
+	"ClaimAlive":        sqlClaimAlive,
+	"Claim":             sqlClaim,
+	"ClaimHeld":         sqlClaimHeld,
+	"Heartbeat":         sqlHeartbeat,
+	"AbandonPins":       sqlAbandonPins,
+	"AbandonLeases":     sqlAbandonLeases,
+	"AbandonInstances":  sqlAbandonInstances,
+	"DeregisterPins":    sqlDeregisterPins,
+	"DeregisterLeases":  sqlDeregisterLeases,
+	"Deregister":        sqlDeregister,
+	"RenewLeases":       sqlRenewLeases,
+	"FetchLease":        sqlFetchLease,
+	"FetchRows":         sqlFetchRows,
+	"ReadStream":        sqlReadStream,
+	"CursorsGet":        sqlCursorsGet,
+	"Finish":            sqlFinish,
+	"FinishDebug":       sqlFinishDebug,
+	"CompleteCursors":   sqlCompleteCursors,
+	"FlagStragglers":    sqlFlagStragglers,
+	"UnpinDrained":      sqlUnpinDrained,
+	"FailRows":          sqlFailRows,
+	"FailCursors":       sqlFailCursors,
+	"Append":            sqlAppend,
+	"ModelLoad":         sqlModelLoad,
+	"ModelSave":         sqlModelSave,
+	"DeadLetterMove":    sqlDeadLetterMove,
+	"DeadLettersList":   sqlDeadLettersList,
+	"DeadLetterRequeue": sqlDeadLetterRequeue,
+
+	"CursorsRewindRequired": sqlCursorsRewindRequired,
+	"StreamLockAcquire":     sqlStreamLockAcquire,
+	"StreamLockRelease":     sqlStreamLockRelease,
+	"StreamLocks":           sqlStreamLocks,
+	"StreamsWithEventTypes": sqlStreamsWithEventTypes,
+	"SnapshotSave":          sqlSnapshotSave,
+	"SnapshotLatestBefore":  sqlSnapshotLatestBefore,
+	"SnapshotsDeleteFrom":   sqlSnapshotsDeleteFrom,
+	"LifecycleClaim":        sqlLifecycleClaim,
+	"LifecycleStages":       sqlLifecycleStages,
+	"LifecycleOrphans":      sqlLifecycleOrphans,
+}

@@ -1,0 +1,223 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// sqlFetchLease is the leasing step of EventsFetchPending. Parameters: $1
+// caller, $2 now, $3 stale threshold, $4 lease duration, $5 stream ids.
+//
+// picked are the requested streams with a row the caller may lease: pending,
+// not scheduled in the future, unleased, lease-expired or already the
+// caller's, and past the ordering guard. pinned keeps those not pinned to a
+// live other instance (see sqlPin). Their leasable rows are locked SKIP
+// LOCKED and leased; attempts grow only when the holder changes or an
+// expired lease is taken again, not when the caller's live lease is
+// extended.
+const sqlFetchLease = `WITH ` + sqlClock + `,
+live AS (
+    SELECT i.instance_id
+    FROM /* SCHEMA */.vantage_instances i, clock
+    WHERE i.last_heartbeat_at > clock.now - $3::interval
+),
+picked AS (
+    SELECT DISTINCT w.stream_id
+    FROM /* SCHEMA */.vantage_work w, clock
+    WHERE w.stream_id = ANY($5::uuid[])
+      AND ` + sqlLeasableByCaller + `
+      AND ` + sqlOrderingGuard + `
+),
+` + sqlPin + `,
+leasable AS (
+    SELECT w.work_id
+    FROM /* SCHEMA */.vantage_work w, clock
+    WHERE w.stream_id IN (SELECT stream_id FROM pinned)
+      AND ` + sqlLeasableByCaller + `
+      AND ` + sqlOrderingGuard + `
+    FOR UPDATE OF w SKIP LOCKED
+)
+UPDATE /* SCHEMA */.vantage_work w
+SET instance_id = $1,
+    lease_expiry = clock.now + $4::interval,
+    attempts = w.attempts + CASE WHEN w.instance_id IS DISTINCT FROM $1 OR w.lease_expiry <= clock.now THEN 1 ELSE 0 END
+FROM clock
+WHERE w.work_id = ANY (ARRAY(SELECT work_id FROM leasable))`
+
+// sqlLeasableByCaller is sqlCandidate widened to rows under the caller's own
+// live lease, which a fetch extends.
+const sqlLeasableByCaller = `w.processed_at IS NULL
+      AND (w.lease_expiry IS NULL OR w.lease_expiry <= clock.now OR w.instance_id = $1)
+      AND (w.scheduled_for IS NULL OR w.scheduled_for <= clock.now)`
+
+// sqlFetchRows returns, per (stream, perspective), the longest version-order
+// prefix of pending rows under the caller's live lease: the running bool_and
+// turns false at the first row held elsewhere, unleased or scheduled, and
+// stays false. Parameters: $1 caller, $2 now, $3 stream ids, $4 row limit
+// (NULL for none). Each event's payload is sent once, on its first row.
+const sqlFetchRows = `WITH ` + sqlClock + `,
+prefix AS (
+    SELECT w.work_id, w.stream_id, w.perspective, w.event_id, w.event_version, w.attempts,
+           bool_and(coalesce(w.instance_id = $1 AND w.lease_expiry > clock.now
+                             AND (w.scheduled_for IS NULL OR w.scheduled_for <= clock.now), false))
+               OVER (PARTITION BY w.stream_id, w.perspective ORDER BY w.event_version) AS mine
+    FROM /* SCHEMA */.vantage_work w, clock
+    WHERE w.stream_id = ANY($3::uuid[]) AND w.processed_at IS NULL
+),
+picked AS (
+    SELECT * FROM prefix
+    WHERE mine
+    ORDER BY stream_id, perspective COLLATE "C", event_version
+    LIMIT $4::bigint
+),
+marked AS (
+    SELECT picked.*, row_number() OVER (PARTITION BY event_id ORDER BY perspective COLLATE "C") = 1 AS first
+    FROM picked
+)
+SELECT p.work_id, p.stream_id, p.perspective, p.event_id, p.event_version, p.attempts, p.first,
+       CASE WHEN p.first THEN e.type END,
+       CASE WHEN p.first THEN e.data END,
+       CASE WHEN p.first THEN e.metadata END,
+       e.created_at
+FROM marked p
+JOIN /* SCHEMA */.vantage_events e ON e.id = p.event_id
+ORDER BY p.stream_id, p.perspective COLLATE "C", p.event_version`
+
+// EventsFetchPending implements ports.EventFetcher in one round trip: the
+// lease and fetch statements go as one batch in one implicit transaction.
+// The caller need not be live; only a live other owner's pin stops the
+// leasing step. Duplicate stream ids are ignored.
+//
+// It returns ports.ErrInvalidArgument for a nil instance id, a non-positive
+// LeaseDuration or StaleThreshold, or a negative MaxRows.
+func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetchPendingParams) (*ports.EventsFetchPendingResult, error) {
+	switch {
+	case params.InstanceID == uuid.Nil:
+		return nil, fmt.Errorf("fetching pending events: %w", invalid("nil instance id"))
+	case params.LeaseDuration <= 0:
+		return nil, fmt.Errorf("fetching pending events: %w", invalid("lease duration %s must be positive", params.LeaseDuration))
+	case params.StaleThreshold <= 0:
+		return nil, fmt.Errorf("fetching pending events: %w", invalid("stale threshold %s must be positive", params.StaleThreshold))
+	case params.MaxRows < 0:
+		return nil, fmt.Errorf("fetching pending events: %w", invalid("max rows %d is negative", params.MaxRows))
+	}
+	result := &ports.EventsFetchPendingResult{}
+	if len(params.StreamIDs) == 0 {
+		return result, nil
+	}
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	var limit any
+	if params.MaxRows > 0 {
+		limit = params.MaxRows
+	}
+	now := nowArg(params.Now)
+	b := &pgx.Batch{}
+	b.Queue(s.sql(sqlFetchLease), params.InstanceID, now, params.StaleThreshold, params.LeaseDuration, params.StreamIDs)
+	b.Queue(s.sql(sqlFetchRows), params.InstanceID, now, params.StreamIDs, limit)
+
+	err := sendBatch(ctx, s.pool, b, func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				item    ports.WorkItem
+				first   bool
+				ev      ports.Event
+				evType  pgtype.Text
+				meta    []byte
+				created pgtype.Timestamptz
+			)
+			if err := rows.Scan(&item.WorkID, &item.StreamID, &item.Perspective, &item.EventID, &item.EventVersion,
+				&item.Attempts, &first, &evType, &ev.Data, &meta, &created); err != nil {
+				return err
+			}
+			result.Work = append(result.Work, item)
+			if !first {
+				continue
+			}
+			ev.ID, ev.StreamID, ev.Type, ev.Version, ev.CreatedAt = item.EventID, item.StreamID, fromText(evType), item.EventVersion, fromTime(created)
+			if err := json.Unmarshal(meta, &ev.Metadata); err != nil {
+				return fmt.Errorf("decoding metadata of event %s: %w", ev.ID, err)
+			}
+			result.Events = append(result.Events, ev)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fetching pending events for instance %s: %w", params.InstanceID, translate(err))
+	}
+	slices.SortFunc(result.Events, func(a, b ports.Event) int {
+		if c := compareUUID(a.StreamID, b.StreamID); c != 0 {
+			return c
+		}
+		return int(a.Version - b.Version)
+	})
+	return result, nil
+}
+
+const sqlReadStream = `SELECT id, stream_id, type, version, data, metadata, created_at
+FROM /* SCHEMA */.vantage_events
+WHERE stream_id = $1 AND version > $2
+ORDER BY version
+LIMIT $3::bigint`
+
+// EventsReadStream implements ports.EventFetcher. An unknown stream has no
+// events. It returns ports.ErrInvalidArgument for a nil stream id or a
+// negative Limit.
+func (s *Store) EventsReadStream(ctx context.Context, params *ports.EventsReadStreamParams) ([]ports.Event, error) {
+	switch {
+	case params.StreamID == uuid.Nil:
+		return nil, fmt.Errorf("reading stream: %w", invalid("nil stream id"))
+	case params.Limit < 0:
+		return nil, fmt.Errorf("reading stream %s: %w", params.StreamID, invalid("limit %d is negative", params.Limit))
+	}
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	var limit any
+	if params.Limit > 0 {
+		limit = params.Limit
+	}
+	rows, err := s.pool.Query(ctx, s.sql(sqlReadStream), params.StreamID, params.AfterVersion, limit)
+	if err != nil {
+		return nil, fmt.Errorf("reading stream %s: %w", params.StreamID, translate(err))
+	}
+	events, err := pgx.CollectRows(rows, scanEvent)
+	if err != nil {
+		return nil, fmt.Errorf("reading stream %s: %w", params.StreamID, translate(err))
+	}
+	return events, nil
+}
+
+// scanEvent scans id, stream_id, type, version, data, metadata, created_at.
+func scanEvent(row pgx.CollectableRow) (ports.Event, error) {
+	var (
+		ev      ports.Event
+		meta    []byte
+		created pgtype.Timestamptz
+	)
+	if err := row.Scan(&ev.ID, &ev.StreamID, &ev.Type, &ev.Version, &ev.Data, &meta, &created); err != nil {
+		return ev, err
+	}
+	if err := json.Unmarshal(meta, &ev.Metadata); err != nil {
+		return ev, fmt.Errorf("decoding metadata of event %s: %w", ev.ID, err)
+	}
+	ev.CreatedAt = fromTime(created)
+	return ev, nil
+}

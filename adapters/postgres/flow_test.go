@@ -1,0 +1,106 @@
+package postgres_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// TestFlow walks one event through every port: append, heartbeat, claim,
+// fetch, complete, with model save and cursor read. It is a smoke test; the
+// conformance suite owns the contracts.
+func TestFlow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	be := b.backend
+
+	require.NoError(t, be.Events.SubscriptionsRegister(ctx, []ports.Subscription{
+		{EventType: "OrderPlaced", Perspective: "orders"},
+		{EventType: "OrderPlaced", Perspective: "totals"},
+	}))
+	stream := uuid.New()
+	res, err := be.Events.EventsAppend(ctx, &ports.EventsAppendParams{
+		StreamID:        stream,
+		ExpectedVersion: ports.ExpectNoStream,
+		Events: []ports.NewEvent{
+			{Type: "OrderPlaced", Data: []byte(`{"n":1}`)},
+			{Type: "OrderPlaced", Data: []byte(`{"n":2}`)},
+		},
+		Now: base,
+	})
+	require.NoError(t, err)
+	require.Equal(t, 4, res.WorkRows)
+	require.Equal(t, int64(1), res.Events[0].Version)
+	require.Equal(t, int64(2), res.Events[1].Version)
+
+	_, err = be.Events.EventsAppend(ctx, &ports.EventsAppendParams{
+		StreamID: stream, ExpectedVersion: 1, Now: base,
+		Events: []ports.NewEvent{{Type: "OrderPlaced", Data: []byte(`{}`)}},
+	})
+	require.ErrorIs(t, err, ports.ErrVersionConflict)
+
+	inst := uuid.New()
+	_, err = be.Claimer.WorkClaim(ctx, &ports.WorkClaimParams{InstanceID: inst, MaxStreams: 10, LeaseDuration: time.Minute, StaleThreshold: 30 * time.Second, Now: base})
+	require.ErrorIs(t, err, ports.ErrInstanceNotAlive)
+
+	_, err = be.Claimer.InstanceHeartbeat(ctx, &ports.InstanceHeartbeatParams{InstanceID: inst, StaleThreshold: 30 * time.Second, Now: base})
+	require.NoError(t, err)
+	claim, err := be.Claimer.WorkClaim(ctx, &ports.WorkClaimParams{InstanceID: inst, MaxStreams: 10, LeaseDuration: time.Minute, StaleThreshold: 30 * time.Second, Now: base})
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{stream}, claim.StreamIDs)
+	require.False(t, claim.HasMore)
+
+	fetched, err := be.Fetcher.EventsFetchPending(ctx, &ports.EventsFetchPendingParams{
+		InstanceID: inst, StreamIDs: []uuid.UUID{stream}, LeaseDuration: time.Minute, StaleThreshold: 30 * time.Second, Now: base,
+	})
+	require.NoError(t, err)
+	require.Len(t, fetched.Work, 4)
+	require.Len(t, fetched.Events, 2)
+	require.JSONEq(t, `{"n":1}`, string(fetched.Events[0].Data))
+	for _, w := range fetched.Work {
+		require.Equal(t, 1, w.Attempts)
+	}
+
+	var orders []uuid.UUID
+	for _, w := range fetched.Work {
+		if w.Perspective == "orders" {
+			orders = append(orders, w.WorkID)
+		}
+	}
+	require.NoError(t, be.Models.ModelSave(ctx, &ports.ModelSaveParams{
+		StreamID: stream, Perspective: "orders", Data: []byte(`{"count":2}`),
+		LastEventID: res.Events[1].ID, LastVersion: 2, Now: base,
+	}))
+	err = be.Models.ModelSave(ctx, &ports.ModelSaveParams{
+		StreamID: stream, Perspective: "orders", Data: []byte(`{"count":2}`),
+		LastEventID: res.Events[1].ID, LastVersion: 2, Now: base,
+	})
+	require.ErrorIs(t, err, ports.ErrVersionConflict)
+	done, err := be.Cursors.WorkComplete(ctx, &ports.WorkCompleteParams{
+		InstanceID: inst, Now: base,
+		Completions: []ports.Completion{{StreamID: stream, Perspective: "orders", LastEventID: res.Events[1].ID, LastVersion: 2, WorkIDs: orders}},
+	})
+	require.NoError(t, err)
+	require.Equal(t, 2, done.Completed)
+	require.Equal(t, 0, done.RewindsFlagged)
+
+	cursors, err := be.Cursors.CursorsGet(ctx, &ports.CursorsGetParams{StreamIDs: []uuid.UUID{stream}})
+	require.NoError(t, err)
+	require.Len(t, cursors, 1)
+	require.Equal(t, ports.CursorCompleted, cursors[0].Status)
+	require.Equal(t, int64(2), cursors[0].LastVersion)
+
+	model, err := be.Models.ModelLoad(ctx, stream, "orders")
+	require.NoError(t, err)
+	require.JSONEq(t, `{"count":2}`, string(model.Data))
+
+	events, err := be.Fetcher.EventsReadStream(ctx, &ports.EventsReadStreamParams{StreamID: stream, AfterVersion: 1})
+	require.NoError(t, err)
+	require.Len(t, events, 1)
+	require.Equal(t, res.Events[1].ID, events[0].ID)
+}

@@ -1,0 +1,243 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vantage-go/vantage/adapters/postgres"
+	"github.com/vantage-go/vantage/internal/pgtest"
+	"github.com/vantage-go/vantage/ports"
+)
+
+// freshSchema returns an unused schema name that is dropped in t.Cleanup.
+func freshSchema(t *testing.T) string {
+	t.Helper()
+	name := pgtest.NewSchemaName(t)
+	pool := pgtest.Pool(t)
+	t.Cleanup(func() {
+		_, err := pool.Exec(context.WithoutCancel(t.Context()), `DROP SCHEMA IF EXISTS `+pgx.Identifier{name}.Sanitize()+` CASCADE`)
+		require.NoError(t, err)
+	})
+	return name
+}
+
+// tables lists the tables of schema.
+func tables(t *testing.T, schema string) []string {
+	t.Helper()
+	rows, err := pgtest.Pool(t).Query(t.Context(),
+		`SELECT table_name::text FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1`, schema)
+	require.NoError(t, err)
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return names
+}
+
+func TestMigrator(t *testing.T) {
+	t.Parallel()
+
+	t.Run("UpDownUp", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool := pgtest.Pool(t)
+		schema := freshSchema(t)
+		m, err := postgres.NewMigrator(nil, schema)
+		require.NoError(t, err)
+		require.Equal(t, 1, m.Latest())
+
+		v, err := m.Version(ctx, pool)
+		require.NoError(t, err)
+		require.Zero(t, v, "a missing schema is at version 0")
+
+		require.NoError(t, m.Up(ctx, pool))
+		v, err = m.Version(ctx, pool)
+		require.NoError(t, err)
+		require.Equal(t, m.Latest(), v)
+		require.Equal(t, []string{
+			"vantage_active_streams", "vantage_cursors", "vantage_dead_letters", "vantage_events",
+			"vantage_instances", "vantage_lifecycle", "vantage_migrations", "vantage_models",
+			"vantage_snapshots", "vantage_subscriptions", "vantage_work",
+		}, tables(t, schema))
+
+		require.NoError(t, m.Up(ctx, pool), "Up is idempotent")
+
+		require.NoError(t, m.Down(ctx, pool, 0))
+		v, err = m.Version(ctx, pool)
+		require.NoError(t, err)
+		require.Zero(t, v)
+		require.Equal(t, []string{"vantage_migrations"}, tables(t, schema))
+
+		require.NoError(t, m.Up(ctx, pool))
+		v, err = m.Version(ctx, pool)
+		require.NoError(t, err)
+		require.Equal(t, m.Latest(), v)
+
+		// The round-tripped schema works.
+		b := newStore(t, schema)
+		_, err = b.backend.Events.EventsAppend(ctx, &ports.EventsAppendParams{
+			StreamID: newUUID(t), Events: []ports.NewEvent{{Type: "T", Data: []byte(`{}`)}}, Now: base,
+		})
+		require.NoError(t, err)
+	})
+
+	t.Run("ConcurrentMigratorsApplyEachVersionOnce", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		schema := freshSchema(t)
+		const migrators = 6
+		var (
+			wg   sync.WaitGroup
+			errs = make([]error, migrators)
+		)
+		for i := range migrators {
+			pool := pgtest.NewPool(t, 2)
+			wg.Go(func() { errs[i] = postgres.Migrate(ctx, pool, schema) })
+		}
+		wg.Wait()
+		require.NoError(t, errors.Join(errs...))
+
+		var versions []int
+		rows, err := pgtest.Pool(t).Query(ctx, `SELECT version FROM `+schema+`.vantage_migrations ORDER BY version`)
+		require.NoError(t, err)
+		versions, err = pgx.CollectRows(rows, pgx.RowTo[int])
+		require.NoError(t, err)
+		require.Equal(t, []int{1}, versions)
+	})
+
+	t.Run("InjectedMigrationsInOrder", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool := pgtest.Pool(t)
+		schema := freshSchema(t)
+		fsys := fstest.MapFS{
+			"001_a.up.sql":   {Data: []byte(`CREATE TABLE /* SCHEMA */.a (id int PRIMARY KEY);`)},
+			"001_a.down.sql": {Data: []byte(`DROP TABLE /* SCHEMA */.a;`)},
+			"002_b.up.sql":   {Data: []byte(`CREATE TABLE /* SCHEMA */.b (id int REFERENCES /* SCHEMA */.a (id)); INSERT INTO /* SCHEMA */.a VALUES (1);`)},
+			"002_b.down.sql": {Data: []byte(`DROP TABLE /* SCHEMA */.b;`)},
+			"README.md":      {Data: []byte(`ignored`)},
+		}
+		m, err := postgres.NewMigrator(fsys, schema)
+		require.NoError(t, err)
+		require.Equal(t, 2, m.Latest())
+		require.NoError(t, m.Up(ctx, pool))
+		require.Equal(t, []string{"a", "b", "vantage_migrations"}, tables(t, schema))
+		require.NoError(t, m.Down(ctx, pool, 1))
+		require.Equal(t, []string{"a", "vantage_migrations"}, tables(t, schema))
+		require.Error(t, m.Down(ctx, pool, -1))
+	})
+
+	t.Run("FailedVersionRollsBackWithItsRow", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool := pgtest.Pool(t)
+		schema := freshSchema(t)
+		fsys := fstest.MapFS{
+			"001_a.up.sql":   {Data: []byte(`CREATE TABLE /* SCHEMA */.a (id int);`)},
+			"001_a.down.sql": {Data: []byte(`DROP TABLE /* SCHEMA */.a;`)},
+			"002_b.up.sql":   {Data: []byte(`CREATE TABLE /* SCHEMA */.b (id int); SELECT 1/0;`)},
+			"002_b.down.sql": {Data: []byte(`DROP TABLE /* SCHEMA */.b;`)},
+		}
+		m, err := postgres.NewMigrator(fsys, schema)
+		require.NoError(t, err)
+		err = m.Up(ctx, pool)
+		require.ErrorContains(t, err, "002_b")
+		v, err := m.Version(ctx, pool)
+		require.NoError(t, err)
+		require.Equal(t, 1, v)
+		require.Equal(t, []string{"a", "vantage_migrations"}, tables(t, schema))
+	})
+
+	t.Run("RejectsMalformedMigrationSets", func(t *testing.T) {
+		t.Parallel()
+		up := &fstest.MapFile{Data: []byte(`SELECT 1;`)}
+		for name, fsys := range map[string]fstest.MapFS{
+			"gap":          {"001_a.up.sql": up, "001_a.down.sql": up, "003_c.up.sql": up, "003_c.down.sql": up},
+			"missing down": {"001_a.up.sql": up},
+			"missing up":   {"001_a.down.sql": up},
+			"bad name":     {"1_a.up.sql": up, "1_a.down.sql": up},
+			"two names":    {"001_a.up.sql": up, "001_b.down.sql": up},
+		} {
+			_, err := postgres.NewMigrator(fsys, "vantage")
+			require.Error(t, err, name)
+		}
+	})
+}
+
+func TestValidateSchema(t *testing.T) {
+	t.Parallel()
+
+	for _, name := range []string{"vantage", "_x", "svc_2", strings.Repeat("a", 63)} {
+		require.NoError(t, postgres.ValidateSchema(name), name)
+	}
+	for _, name := range []string{"", "Vantage", "1abc", "a-b", "a b", `a"b`, strings.Repeat("a", 64), "pg_temp", "information_schema"} {
+		require.Error(t, postgres.ValidateSchema(name), name)
+	}
+	_, err := postgres.NewMigrator(nil, "Bad-Name")
+	require.ErrorContains(t, err, "Bad-Name")
+	_, err = postgres.New(pgtest.Pool(t), postgres.Options{Schema: "Bad-Name"})
+	require.ErrorContains(t, err, "Options.Schema")
+}
+
+func TestNewValidatesOptions(t *testing.T) {
+	t.Parallel()
+
+	pool := pgtest.Pool(t)
+	_, err := postgres.New(nil, postgres.Options{})
+	require.Error(t, err)
+	_, err = postgres.New(pool, postgres.Options{ListenerMinReconnect: time.Second, ListenerMaxReconnect: time.Millisecond})
+	require.ErrorContains(t, err, "ListenerMaxReconnect")
+	_, err = postgres.New(pool, postgres.Options{ListenerMinReconnect: -time.Second})
+	require.ErrorContains(t, err, "ListenerMinReconnect")
+	s, err := postgres.New(pool, postgres.Options{})
+	require.NoError(t, err)
+	require.Equal(t, postgres.SchemaDefault, s.Schema())
+	require.NoError(t, s.Backend().Validate())
+	require.NoError(t, s.Close())
+}
+
+func TestGate(t *testing.T) {
+	t.Parallel()
+
+	t.Run("HoldsCallsUntilMigrated", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		schema := freshSchema(t)
+		gate := postgres.NewGate()
+		pool := pgtest.NewPool(t, 2)
+		store, err := postgres.New(pool, postgres.Options{Schema: schema, Gate: gate, ConnString: pgtest.ConnString(t), Logger: testLogger(t)})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, store.Close()) })
+
+		shortCtx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		_, err = store.InstancesList(shortCtx)
+		require.ErrorIs(t, err, context.DeadlineExceeded, "calls wait while the gate is closed")
+
+		listed := make(chan error, 1)
+		go func() {
+			_, err := store.InstancesList(ctx)
+			listed <- err
+		}()
+		require.NoError(t, postgres.Migrate(ctx, pool, schema))
+		gate.Open()
+		require.NoError(t, wait(t, listed, "the held call"))
+		require.True(t, gate.Ready())
+	})
+
+	t.Run("FailReleasesWaitersWithTheError", func(t *testing.T) {
+		t.Parallel()
+		gate := postgres.NewGate()
+		boom := errors.New("boom")
+		gate.Fail(boom)
+		gate.Open() // the first outcome wins
+		require.ErrorIs(t, gate.Wait(t.Context()), boom)
+		require.False(t, gate.Ready())
+	})
+}

@@ -1,0 +1,111 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+const sqlModelLoad = `SELECT data, last_event_id, last_version, updated_at
+FROM /* SCHEMA */.vantage_models
+WHERE stream_id = $1 AND perspective = $2`
+
+// ModelLoad implements ports.ModelStore. It returns an error wrapping
+// ports.ErrNotFound when no model is stored.
+func (s *Store) ModelLoad(ctx context.Context, streamID uuid.UUID, perspective string) (ports.StoredModel, error) {
+	m := ports.StoredModel{StreamID: streamID, Perspective: perspective}
+	if err := s.ready(ctx); err != nil {
+		return ports.StoredModel{}, err
+	}
+	var (
+		lastEvent pgtype.UUID
+		updated   pgtype.Timestamptz
+	)
+	err := s.pool.QueryRow(ctx, s.sql(sqlModelLoad), streamID, perspective).Scan(&m.Data, &lastEvent, &m.LastVersion, &updated)
+	if err != nil {
+		return ports.StoredModel{}, fmt.Errorf("loading model %q of stream %s: %w", perspective, streamID, translate(err))
+	}
+	m.LastEventID, m.UpdatedAt = fromUUID(lastEvent), fromTime(updated)
+	return m, nil
+}
+
+// sqlModelSave moves the cursor and stores the model in one statement:
+// $1 stream, $2 now, $3 perspective, $4 data, $5 last event id, $6 last
+// version, $7 expected version.
+//
+//   - moved updates an existing cursor whose position is the expected one;
+//     the row lock makes a concurrent save wait and then fail the check.
+//   - created inserts a missing cursor (status Processing) when the
+//     expected position is 0; a concurrent insert wins the conflict and
+//     this one stores nothing.
+//   - the model is upserted only when one of them wrote, so a failed check
+//     stores nothing.
+const sqlModelSave = `WITH ` + sqlClock + `,
+moved AS (
+    UPDATE /* SCHEMA */.vantage_cursors c
+    SET last_event_id = $5, last_version = $6, updated_at = clock.now
+    FROM clock
+    WHERE c.stream_id = $1 AND c.perspective = $3 AND c.last_version = $7
+    RETURNING 1
+),
+created AS (
+    INSERT INTO /* SCHEMA */.vantage_cursors (stream_id, perspective, last_event_id, last_version, status, updated_at)
+    SELECT $1::uuid, $3::text, $5::uuid, $6::bigint, 1, clock.now
+    FROM clock
+    WHERE $7 = 0 AND NOT EXISTS (SELECT 1 FROM moved)
+    ON CONFLICT (stream_id, perspective) DO NOTHING
+    RETURNING 1
+),
+saved AS (
+    INSERT INTO /* SCHEMA */.vantage_models AS m (stream_id, perspective, data, last_event_id, last_version, updated_at)
+    SELECT $1::uuid, $3::text, $4::jsonb, $5::uuid, $6::bigint, clock.now
+    FROM clock
+    WHERE EXISTS (SELECT 1 FROM moved) OR EXISTS (SELECT 1 FROM created)
+    ON CONFLICT (stream_id, perspective) DO UPDATE
+    SET data = excluded.data, last_event_id = excluded.last_event_id,
+        last_version = excluded.last_version, updated_at = excluded.updated_at
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM saved),
+       (SELECT last_version FROM /* SCHEMA */.vantage_cursors WHERE stream_id = $1 AND perspective = $3)`
+
+// ModelSave implements ports.ModelStore in one statement. The stored
+// position is the cursor's LastVersion (0 without a cursor); the cursor's
+// status and rewind columns are kept, except that a missing cursor is
+// created with status Processing. It returns ports.ErrInvalidArgument for a
+// nil stream id, an empty perspective, a negative version or Data that is
+// not a JSON document, and ports.ErrVersionConflict when ExpectedVersion
+// differs from the stored position; in both cases nothing is stored.
+func (s *Store) ModelSave(ctx context.Context, params *ports.ModelSaveParams) error {
+	if err := validatePair(params.StreamID, params.Perspective, params.LastVersion); err != nil {
+		return fmt.Errorf("saving model: %w", err)
+	}
+	if params.ExpectedVersion < 0 {
+		return fmt.Errorf("saving model %q of stream %s: %w", params.Perspective, params.StreamID, invalid("negative expected version %d", params.ExpectedVersion))
+	}
+	if len(params.Data) == 0 || !json.Valid(params.Data) {
+		return fmt.Errorf("saving model %q of stream %s: %w", params.Perspective, params.StreamID, invalid("data is not a JSON document"))
+	}
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	var (
+		saved  int
+		stored pgtype.Int8
+	)
+	err := s.pool.QueryRow(ctx, s.sql(sqlModelSave), params.StreamID, nowArg(params.Now), params.Perspective,
+		string(params.Data), uuidArg(params.LastEventID), params.LastVersion, params.ExpectedVersion).Scan(&saved, &stored)
+	if err != nil {
+		return fmt.Errorf("saving model %q of stream %s: %w", params.Perspective, params.StreamID, translate(err))
+	}
+	if saved == 0 {
+		return fmt.Errorf("saving model %q of stream %s: expected version %d, cursor is at %d: %w",
+			params.Perspective, params.StreamID, params.ExpectedVersion, fromInt8(stored), ports.ErrVersionConflict)
+	}
+	return nil
+}

@@ -1,0 +1,88 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+var _ ports.SnapshotStore = (*Store)(nil)
+
+const sqlSnapshotSave = `INSERT INTO /* SCHEMA */.vantage_snapshots
+    (stream_id, perspective, event_version, event_id, data, created_at)
+VALUES ($1, $2, $3, $4, $5::jsonb, coalesce($6::timestamptz, now()))
+ON CONFLICT (stream_id, perspective, event_version) DO UPDATE
+SET event_id = excluded.event_id, data = excluded.data, created_at = excluded.created_at`
+
+// SnapshotSave implements ports.SnapshotStore: a snapshot of the same
+// version is replaced. A zero CreatedAt is the database clock. It returns
+// ports.ErrInvalidArgument, and stores nothing, for a nil stream or event
+// id, an empty perspective, a version below 1 or Data that is not a JSON
+// document.
+func (s *Store) SnapshotSave(ctx context.Context, snapshot ports.Snapshot) error {
+	switch {
+	case snapshot.StreamID == uuid.Nil:
+		return fmt.Errorf("saving snapshot: %w", invalid("nil stream id"))
+	case snapshot.Perspective == "":
+		return fmt.Errorf("saving snapshot of stream %s: %w", snapshot.StreamID, invalid("empty perspective"))
+	case snapshot.Version < 1:
+		return fmt.Errorf("saving snapshot %q of stream %s: %w", snapshot.Perspective, snapshot.StreamID, invalid("version %d must be positive", snapshot.Version))
+	case snapshot.EventID == uuid.Nil:
+		return fmt.Errorf("saving snapshot %q of stream %s: %w", snapshot.Perspective, snapshot.StreamID, invalid("nil event id"))
+	case len(snapshot.Data) == 0 || !json.Valid(snapshot.Data):
+		return fmt.Errorf("saving snapshot %q of stream %s: %w", snapshot.Perspective, snapshot.StreamID, invalid("data is not a JSON document"))
+	}
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	_, err := s.pool.Exec(ctx, s.sql(sqlSnapshotSave), snapshot.StreamID, snapshot.Perspective, snapshot.Version,
+		snapshot.EventID, string(snapshot.Data), nowArg(snapshot.CreatedAt))
+	if err != nil {
+		return fmt.Errorf("saving snapshot %q of stream %s at version %d: %w", snapshot.Perspective, snapshot.StreamID, snapshot.Version, translate(err))
+	}
+	return nil
+}
+
+const sqlSnapshotLatestBefore = `SELECT event_version, event_id, data, created_at
+FROM /* SCHEMA */.vantage_snapshots
+WHERE stream_id = $1 AND perspective = $2 AND event_version < $3
+ORDER BY event_version DESC
+LIMIT 1`
+
+// SnapshotLatestBefore implements ports.SnapshotStore. It returns an error
+// wrapping ports.ErrNotFound when no snapshot lies below version.
+func (s *Store) SnapshotLatestBefore(ctx context.Context, streamID uuid.UUID, perspective string, version int64) (ports.Snapshot, error) {
+	if err := s.ready(ctx); err != nil {
+		return ports.Snapshot{}, err
+	}
+	snap := ports.Snapshot{StreamID: streamID, Perspective: perspective}
+	var created pgtype.Timestamptz
+	err := s.pool.QueryRow(ctx, s.sql(sqlSnapshotLatestBefore), streamID, perspective, version).
+		Scan(&snap.Version, &snap.EventID, &snap.Data, &created)
+	if err != nil {
+		return ports.Snapshot{}, fmt.Errorf("loading snapshot %q of stream %s before version %d: %w", perspective, streamID, version, translate(err))
+	}
+	snap.CreatedAt = fromTime(created)
+	return snap, nil
+}
+
+const sqlSnapshotsDeleteFrom = `DELETE FROM /* SCHEMA */.vantage_snapshots
+WHERE stream_id = $1 AND perspective = $2 AND event_version >= $3`
+
+// SnapshotsDeleteFrom implements ports.SnapshotStore. A version below 1
+// deletes every snapshot of the pair.
+func (s *Store) SnapshotsDeleteFrom(ctx context.Context, streamID uuid.UUID, perspective string, version int64) (int, error) {
+	if err := s.ready(ctx); err != nil {
+		return 0, err
+	}
+	tag, err := s.pool.Exec(ctx, s.sql(sqlSnapshotsDeleteFrom), streamID, perspective, version)
+	if err != nil {
+		return 0, fmt.Errorf("deleting snapshots %q of stream %s from version %d: %w", perspective, streamID, version, translate(err))
+	}
+	return int(tag.RowsAffected()), nil
+}

@@ -1,0 +1,267 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// Defaults of Options.
+const (
+	ListenerMinReconnectDefault = 100 * time.Millisecond
+	ListenerMaxReconnectDefault = 10 * time.Second
+)
+
+// Options configures a Store. The zero value is valid.
+type Options struct {
+	// ConnString is the connection string the notification listener dials
+	// (lib/pq syntax: URL or key=value). Defaults to the pool's connection
+	// string without pgx-only parameters (pool_*, statement_cache_capacity,
+	// ...) and with sslmode=prefer when it names none (pgx's default; lib/pq
+	// would otherwise require TLS). Set it when the pool's configuration was
+	// built in code rather than parsed from a string.
+	ConnString string
+	// Gate holds every SQL call until the schema is migrated. Defaults to an
+	// open gate: the host migrated the schema before using the Store.
+	Gate *Gate
+	// ListenerMinReconnect is the listener's first reconnect delay after a
+	// lost connection; it doubles up to ListenerMaxReconnect. Defaults to
+	// ListenerMinReconnectDefault. Must be positive.
+	ListenerMinReconnect time.Duration
+	// ListenerMaxReconnect caps the reconnect delay. Defaults to
+	// ListenerMaxReconnectDefault. Must be at least ListenerMinReconnect.
+	ListenerMaxReconnect time.Duration
+	// Logger receives the listener's connection events. Defaults to
+	// slog.Default().
+	Logger *slog.Logger
+	// Schema holds the adapter's tables. Defaults to SchemaDefault. Must
+	// satisfy ValidateSchema.
+	Schema string
+}
+
+// Store is the PostgreSQL implementation of every Vantage port, the optional
+// ones included. Create it with
+// New; it is safe for concurrent use by many goroutines, and several Stores
+// (engine instances, in several processes) may share one schema.
+//
+// The caller owns the pool and must close it only after Close returned.
+type Store struct {
+	pool     *pgxpool.Pool
+	opts     Options
+	channel  string   // NOTIFY channel of the schema
+	rendered sync.Map // query text -> text with the schema filled in
+
+	notifier *notifier
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+}
+
+var (
+	_ ports.WorkClaimer     = (*Store)(nil)
+	_ ports.EventFetcher    = (*Store)(nil)
+	_ ports.CursorStore     = (*Store)(nil)
+	_ ports.Notifier        = (*Store)(nil)
+	_ ports.DeadLetterStore = (*Store)(nil)
+	_ ports.EventStore      = (*Store)(nil)
+	_ ports.ModelStore      = (*Store)(nil)
+)
+
+// New returns a Store on pool. It does not touch the database: SQL calls wait
+// on opts.Gate, and the notification listener starts on the first
+// NotifierListen.
+func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
+	if pool == nil {
+		return nil, errors.New("postgres.New: pool is nil")
+	}
+	o := Options{
+		ConnString:           opts.ConnString,
+		Gate:                 opts.Gate,
+		ListenerMinReconnect: cmp.Or(opts.ListenerMinReconnect, ListenerMinReconnectDefault),
+		ListenerMaxReconnect: cmp.Or(opts.ListenerMaxReconnect, ListenerMaxReconnectDefault),
+		Logger:               cmp.Or(opts.Logger, slog.Default()),
+		Schema:               cmp.Or(opts.Schema, SchemaDefault),
+	}
+	if err := ValidateSchema(o.Schema); err != nil {
+		return nil, fmt.Errorf("Options.Schema: %w", err)
+	}
+	if o.ListenerMinReconnect < 0 {
+		return nil, fmt.Errorf("Options.ListenerMinReconnect must be positive, got %s", o.ListenerMinReconnect)
+	}
+	if o.ListenerMaxReconnect < o.ListenerMinReconnect {
+		return nil, fmt.Errorf("Options.ListenerMaxReconnect must be at least ListenerMinReconnect (%s), got %s", o.ListenerMinReconnect, o.ListenerMaxReconnect)
+	}
+	if o.Gate == nil {
+		o.Gate = openGate()
+	}
+	if o.ConnString == "" {
+		cs, err := listenerConnString(pool.Config().ConnConfig.ConnString())
+		if err != nil {
+			return nil, fmt.Errorf("deriving Options.ConnString from the pool: %w", err)
+		}
+		o.ConnString = cs
+	}
+	s := &Store{
+		pool:    pool,
+		opts:    o,
+		channel: notifyChannel(o.Schema),
+	}
+	s.notifier = newNotifier(s)
+	return s, nil
+}
+
+// Backend returns the ports the Store implements.
+func (s *Store) Backend() ports.Backend {
+	return ports.Backend{
+		Claimer:     s,
+		Fetcher:     s,
+		Cursors:     s,
+		Notifier:    s,
+		DeadLetters: s,
+		Events:      s,
+		Models:      s,
+		Lifecycle:   s,
+		Rewind:      s,
+		Snapshots:   s,
+	}
+}
+
+// Schema returns the schema the Store works in.
+func (s *Store) Schema() string { return s.opts.Schema }
+
+// Channel returns the NOTIFY channel of the Store's schema: appends, requeues
+// and NotifierPublish notify it, and NotifierListen listens on it. It is
+// vantage_<schema>_work, or vantage_work_<hash of the schema> when that
+// would exceed PostgreSQL's 63-byte identifier limit.
+func (s *Store) Channel() string { return s.channel }
+
+// Close stops the notification listener, closes every subscription channel
+// and makes every later port call return ports.ErrClosed. It does not close
+// the pool. Idempotent; later calls return nil.
+func (s *Store) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		err = s.notifier.close()
+	})
+	return err
+}
+
+// notifyChannel is the schema's NOTIFY channel. Channel names are identifiers
+// (at most 63 bytes), so a long schema name is replaced by its hash.
+func notifyChannel(schema string) string {
+	name := "vantage_" + schema + "_work"
+	if len(name) <= 63 {
+		return name
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(schema))
+	return fmt.Sprintf("vantage_work_%016x", h.Sum64())
+}
+
+// ready fails once the Store is closed, then waits on the schema gate.
+func (s *Store) ready(ctx context.Context) error {
+	if s.closed.Load() {
+		return ports.ErrClosed
+	}
+	if err := s.opts.Gate.Wait(ctx); err != nil {
+		return fmt.Errorf("waiting for schema %q: %w", s.opts.Schema, err)
+	}
+	return nil
+}
+
+// sendBatch sends b as one implicit transaction (one round trip; an error in
+// any statement rolls back all of them) and hands the results to read, which
+// must consume them in queue order.
+func sendBatch(ctx context.Context, db interface {
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+}, b *pgx.Batch, read func(pgx.BatchResults) error,
+) (err error) {
+	br := db.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	return read(br)
+}
+
+// Parameter helpers. A zero time or UUID is stored as NULL, so the database
+// clock (now()) applies and no all-zero id is ever written.
+
+// nowArg is params.Now for SQL: NULL when zero (the query uses now()), else
+// truncated to the microseconds PostgreSQL keeps.
+func nowArg(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.Truncate(time.Microsecond)
+}
+
+func uuidArg(id uuid.UUID) any {
+	if id == uuid.Nil {
+		return nil
+	}
+	return id
+}
+
+// Scan helpers: NULL becomes the zero value, times come back in UTC.
+
+func fromUUID(u pgtype.UUID) uuid.UUID {
+	if !u.Valid {
+		return uuid.Nil
+	}
+	return u.Bytes
+}
+
+func fromTime(t pgtype.Timestamptz) time.Time {
+	if !t.Valid {
+		return time.Time{}
+	}
+	return t.Time.UTC()
+}
+
+func fromText(t pgtype.Text) string {
+	if !t.Valid {
+		return ""
+	}
+	return t.String
+}
+
+func fromInt8(i pgtype.Int8) int64 {
+	if !i.Valid {
+		return 0
+	}
+	return i.Int64
+}
+
+// invalid returns an ErrInvalidArgument with detail.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ports.ErrInvalidArgument, fmt.Sprintf(format, args...))
+}
+
+// sql returns text (a query constant of this package) with the schema marker
+// replaced by the Store's quoted schema. Rendered texts are cached, so pgx
+// sees the same string every time and its statement cache works.
+func (s *Store) sql(text string) string {
+	if r, ok := s.rendered.Load(text); ok {
+		return r.(string)
+	}
+	r := strings.ReplaceAll(text, schemaMarker, quoteSchema(s.opts.Schema))
+	s.rendered.Store(text, r)
+	return r
+}
