@@ -1,0 +1,100 @@
+// Package enginebench holds benchmark bodies shared by the backends'
+// benchmarks, so each backend measures the same scenario.
+package enginebench
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vantage-go/vantage/core"
+	"github.com/vantage-go/vantage/ports"
+)
+
+type tick struct {
+	N int `json:"n"`
+}
+
+type sum struct {
+	Total  int `json:"total"`
+	Events int `json:"events"`
+}
+
+// Rewind appends n events (leaving a gap near the end), lets a
+// worker apply them, then per iteration appends one late event into a gap
+// and waits for its rewind.
+func Rewind(b *testing.B, backend ports.Backend, n int64, snapshotEvery int) {
+	reg := core.NewRegistry()
+	require.NoError(b, core.RegisterEvent[tick](reg, "tick"))
+	p := core.NewPerspective[sum]("sum")
+	core.MustHandle(p, func(_ context.Context, m sum, e tick) (sum, error) {
+		m.Total += e.N
+		m.Events++
+		return m, nil
+	})
+	require.NoError(b, reg.AddPerspective(p))
+	require.NoError(b, reg.RegisterSubscriptions(b.Context(), backend.Events))
+
+	stream := uuid.New()
+	gaps := int64(b.N) + 1
+	const chunk = 1000
+	var evs []ports.NewEvent
+	for v := int64(1); v <= n; v++ {
+		if v > n-gaps-10 && v <= n-10 {
+			continue // room for one late event per iteration
+		}
+		ne, err := reg.Encode(tick{N: 1})
+		require.NoError(b, err)
+		ne.Version = v
+		evs = append(evs, ne)
+		if len(evs) == chunk {
+			_, err := backend.Events.EventsAppend(b.Context(), &ports.EventsAppendParams{StreamID: stream, Events: evs})
+			require.NoError(b, err)
+			evs = nil
+		}
+	}
+	if len(evs) > 0 {
+		_, err := backend.Events.EventsAppend(b.Context(), &ports.EventsAppendParams{StreamID: stream, Events: evs})
+		require.NoError(b, err)
+	}
+	processed := make(chan core.PerspectiveEventProcessed, 1000)
+	rewinds := make(chan core.RewindInfo, 10)
+	opts := core.Options{
+		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+		PollingInterval: 5 * time.Millisecond, ClaimInterval: 5 * time.Millisecond, ClaimNotifyHealthyInterval: 5 * time.Millisecond,
+		DrainBatcher:         core.DrainBatcherOptions{SlidingWindow: time.Millisecond, MaxWait: 2 * time.Millisecond},
+		PerspectiveBatchSize: 1000,
+		Rewind:               core.RewindOptions{Debounce: time.Millisecond, MaxDebounce: time.Millisecond, SnapshotEvery: snapshotEvery},
+		Hooks: core.Hooks{
+			OnPerspectiveEventProcessed: func(e core.PerspectiveEventProcessed) { processed <- e },
+			OnRewind:                    func(i core.RewindInfo) { rewinds <- i },
+		},
+	}
+	w, err := core.New(backend, reg, &opts)
+	require.NoError(b, err)
+	require.NoError(b, w.Start(b.Context()))
+	defer func() { require.NoError(b, w.Stop(context.Background())) }()
+	for e := range processed {
+		if e.LastVersion == n {
+			break
+		}
+	}
+	b.ResetTimer()
+	replayed := 0
+	for i := range b.N {
+		late, err := reg.Encode(tick{N: 1})
+		require.NoError(b, err)
+		late.Version = n - 10 - int64(i)
+		_, err = backend.Events.EventsAppend(b.Context(), &ports.EventsAppendParams{StreamID: stream, Events: []ports.NewEvent{late}})
+		require.NoError(b, err)
+		info := <-rewinds
+		replayed += info.Replayed
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(replayed)/float64(b.N), "replayed/op")
+}
