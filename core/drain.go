@@ -626,18 +626,12 @@ func (w *Worker) flushFailures(ctx context.Context, batch []completion.Tracked[p
 }
 
 func (w *Worker) completionsAcknowledged(batch []completion.Tracked[ports.Completion]) {
-	ids := make([]uuid.UUID, len(batch))
-	items := make([]ports.Completion, len(batch))
+	items, ids := untrack(batch)
 	var workIDs []uuid.UUID
-	for i, t := range batch {
-		ids[i] = t.ID
-		items[i] = t.Item
-		workIDs = append(workIDs, t.Item.WorkIDs...)
+	for _, c := range items {
+		workIDs = append(workIDs, c.WorkIDs...)
 	}
-	w.strategy.MarkAcknowledged(ids)
-	w.strategy.ClearAcknowledged()
-	w.cache.ActivateRetentionFor(workIDs)
-	w.signalProgress()
+	w.acknowledge(ids, workIDs)
 	if w.claimHasMore.Load() {
 		signal(w.claimWake) // room was freed for more of the backlog
 	}
@@ -647,22 +641,42 @@ func (w *Worker) completionsAcknowledged(batch []completion.Tracked[ports.Comple
 }
 
 func (w *Worker) failuresAcknowledged(batch []completion.Tracked[ports.Failure]) {
-	ids := make([]uuid.UUID, len(batch))
-	items := make([]ports.Failure, len(batch))
+	items, ids := untrack(batch)
 	var workIDs []uuid.UUID
-	for i, t := range batch {
-		ids[i] = t.ID
-		items[i] = t.Item
-		workIDs = append(workIDs, t.Item.AppliedWorkIDs...)
-		w.parkAcked(pairKey{stream: t.Item.StreamID, perspective: t.Item.Perspective})
+	for _, f := range items {
+		workIDs = append(workIDs, f.AppliedWorkIDs...)
+		w.parkAcked(pairKey{stream: f.StreamID, perspective: f.Perspective})
 	}
-	w.strategy.MarkAcknowledged(ids)
-	w.strategy.ClearAcknowledged()
-	w.cache.ActivateRetentionFor(workIDs)
-	w.signalProgress()
+	w.acknowledge(ids, workIDs)
 	if h := w.opts.Hooks.OnCompletionsFlushed; h != nil {
 		h(CompletionsFlushed{Failures: items})
 	}
+}
+
+// acknowledge settles acknowledged items by identity and starts the dedup
+// retention of their work rows.
+func (w *Worker) acknowledge(trackingIDs, workIDs []uuid.UUID) {
+	w.strategy.MarkAcknowledged(trackingIDs)
+	w.strategy.ClearAcknowledged()
+	w.cache.ActivateRetentionFor(workIDs)
+	w.signalProgress()
+}
+
+func untrack[T any](batch []completion.Tracked[T]) ([]T, []uuid.UUID) {
+	items := make([]T, len(batch))
+	ids := make([]uuid.UUID, len(batch))
+	for i, t := range batch {
+		items[i], ids[i] = t.Item, t.ID
+	}
+	return items, ids
+}
+
+func track[T any](items []T) []completion.Tracked[T] {
+	tracked := make([]completion.Tracked[T], len(items))
+	for i, it := range items {
+		tracked[i] = completion.Tracked[T]{Item: it}
+	}
+	return tracked
 }
 
 // instantReporter is the Reporter of the Instant strategy: one backend call
@@ -670,10 +684,7 @@ func (w *Worker) failuresAcknowledged(batch []completion.Tracked[ports.Failure])
 type instantReporter struct{ w *Worker }
 
 func (r instantReporter) Complete(ctx context.Context, items []ports.Completion) error {
-	tracked := make([]completion.Tracked[ports.Completion], len(items))
-	for i, c := range items {
-		tracked[i] = completion.Tracked[ports.Completion]{Item: c}
-	}
+	tracked := track(items)
 	if err := r.w.flushCompletions(ctx, tracked); err != nil {
 		return err
 	}
@@ -682,10 +693,7 @@ func (r instantReporter) Complete(ctx context.Context, items []ports.Completion)
 }
 
 func (r instantReporter) Fail(ctx context.Context, items []ports.Failure) error {
-	tracked := make([]completion.Tracked[ports.Failure], len(items))
-	for i, f := range items {
-		tracked[i] = completion.Tracked[ports.Failure]{Item: f}
-	}
+	tracked := track(items)
 	if err := r.w.flushFailures(ctx, tracked); err != nil {
 		return err
 	}

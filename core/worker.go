@@ -139,25 +139,24 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 			return nil, fmt.Errorf("building worker: %w", err)
 		}
 	}
-	w.completions, err = flush.New("completions", flush.Options[completion.Tracked[ports.Completion]]{
-		MaxAttempts: o.Retry.MaxFlushAttempts,
-		Clock:       w.clock,
-		Logger:      w.log,
-		OnFlushed:   w.completionsAcknowledged,
-	}, w.flushCompletions)
-	if err != nil {
+	if w.completions, err = newFlusher(w, "completions", w.flushCompletions, w.completionsAcknowledged); err != nil {
 		return nil, fmt.Errorf("building worker: %w", err)
 	}
-	w.failures, err = flush.New("failures", flush.Options[completion.Tracked[ports.Failure]]{
-		MaxAttempts: o.Retry.MaxFlushAttempts,
-		Clock:       w.clock,
-		Logger:      w.log,
-		OnFlushed:   w.failuresAcknowledged,
-	}, w.flushFailures)
-	if err != nil {
+	if w.failures, err = newFlusher(w, "failures", w.flushFailures, w.failuresAcknowledged); err != nil {
 		return nil, fmt.Errorf("building worker: %w", err)
 	}
 	return w, nil
+}
+
+// newFlusher builds the flusher of one kind of outcome: it hands batches to
+// flushFn and reports acknowledged batches to acked.
+func newFlusher[T any](w *Worker, name string, flushFn func(context.Context, []completion.Tracked[T]) error, acked func([]completion.Tracked[T])) (*flush.Flusher[completion.Tracked[T]], error) {
+	return flush.New(name, flush.Options[completion.Tracked[T]]{
+		MaxAttempts: w.opts.Retry.MaxFlushAttempts,
+		Clock:       w.clock,
+		Logger:      w.log,
+		OnFlushed:   acked,
+	}, flushFn)
 }
 
 // InstanceID returns the id this worker heartbeats and claims under.
