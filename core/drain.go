@@ -276,7 +276,7 @@ func (w *Worker) drainPair(ctx context.Context, streamID uuid.UUID, rows []ports
 	if hasCursor && cursor.Status.Has(ports.CursorRewindRequired) && w.rewindEnabled() {
 		return w.rewindPair(ctx, p, key, rows, cursor, false)
 	}
-	stored, err := w.backend.Models.ModelLoad(ctx, streamID, name)
+	stored, err := w.loadModel(ctx, key)
 	if err != nil && !errors.Is(err, ports.ErrNotFound) {
 		if ctx.Err() == nil {
 			w.log.ErrorContext(ctx, "loading model failed", slog.String("perspective", name), slog.String("stream_id", streamID.String()), slog.Any("error", err))
@@ -396,7 +396,7 @@ func (r *pairRun) save(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	err = r.w.backend.Models.ModelSave(ctx, &ports.ModelSaveParams{
+	err = r.w.saveModel(ctx, &ports.ModelSaveParams{
 		StreamID:        r.key.stream,
 		Perspective:     r.key.perspective,
 		Data:            data,

@@ -161,6 +161,10 @@ type Options struct {
 	// DrainLoopRefetchMinBatch is the fewest events an iteration must apply to
 	// refetch. Defaults to 2.
 	DrainLoopRefetchMinBatch int
+	// ModelCacheSize is how many (stream, perspective) models this instance
+	// keeps, encoded, after saving them, so draining a pair it owns needs no
+	// load round trip. Defaults to 10000; Unlimited (-1) disables the cache.
+	ModelCacheSize int
 	// FetchMaxRows bounds the work rows one fetch returns. Defaults to 10000.
 	FetchMaxRows int
 	// DrainBatcher configures the sliding window over drain signals.
@@ -254,6 +258,7 @@ func (o *Options) withDefaults() (Options, error) {
 	num("DrainLoopMaxIterations", &c.DrainLoopMaxIterations, DrainLoopMaxIterationsDefault, false)
 	num("DrainLoopRefetchMinBatch", &c.DrainLoopRefetchMinBatch, DrainLoopRefetchMinBatchDefault, false)
 	num("FetchMaxRows", &c.FetchMaxRows, FetchMaxRowsDefault, false)
+	num("ModelCacheSize", &c.ModelCacheSize, ModelCacheSizeDefault, true)
 	num("DrainBatcher.MaxSize", &c.DrainBatcher.MaxSize, MaxSizeDefault, false)
 	num("Retry.MaxFlushAttempts", &c.Retry.MaxFlushAttempts, MaxFlushAttemptsDefault, false)
 	c.Rewind.withDefaults(&errs)

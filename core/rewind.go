@@ -251,6 +251,8 @@ type replayResult struct {
 // position, saves it and completes rows.
 func (w *Worker) replay(ctx context.Context, p perspective, key pairKey, trigger int64, rows []ports.WorkItem) (replayResult, error) {
 	var res replayResult
+	// A rewind reads the store, not the cache: it starts from the truth.
+	w.models.drop(key)
 	stored, err := w.backend.Models.ModelLoad(ctx, key.stream, key.perspective)
 	if err != nil && !errors.Is(err, ports.ErrNotFound) {
 		return res, fmt.Errorf("loading model: %w", err)
@@ -347,7 +349,7 @@ func (w *Worker) replay(ctx context.Context, p perspective, key pairKey, trigger
 		// Nothing the perspective handles up to its position: keep it.
 		lastID, lastVersion = stored.LastEventID, stored.LastVersion
 	}
-	if err := w.backend.Models.ModelSave(ctx, &ports.ModelSaveParams{
+	if err := w.saveModel(ctx, &ports.ModelSaveParams{
 		StreamID: key.stream, Perspective: key.perspective, Data: data,
 		LastEventID: lastID, LastVersion: lastVersion, ExpectedVersion: stored.LastVersion, Now: w.paramNow(),
 	}); err != nil {

@@ -48,6 +48,7 @@ type Worker struct {
 	queue       *drainQueue
 	gates       *gates
 	life        *lifecycle
+	models      *modelCache
 	rewindSem   chan struct{}
 
 	startupOnce sync.Once
@@ -114,6 +115,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		startupDone: make(chan struct{}),
 	}
 	w.life = newLifecycle(w)
+	w.models = newModelCache(o.ModelCacheSize)
 	if w.clock == nil {
 		w.clock = ports.SystemClock{}
 	}

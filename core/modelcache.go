@@ -1,0 +1,84 @@
+package core
+
+import (
+	"context"
+	"sync"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// ModelCacheSizeDefault is the default of Options.ModelCacheSize.
+const ModelCacheSizeDefault = 10_000
+
+// modelCache keeps the last model this instance saved per (stream,
+// perspective), encoded, so the next drain of a pair it owns needs no load
+// round trip. Stream affinity makes the cache almost always right; when it is
+// not (another instance moved the pair), the save's version check fails, the
+// entry is dropped and the next drain loads from the store. Entries are
+// encoded bytes, never live model values, so a failed apply cannot corrupt
+// them.
+type modelCache struct {
+	mu  sync.Mutex
+	lru *simplelru.LRU[pairKey, ports.StoredModel]
+}
+
+func newModelCache(size int) *modelCache {
+	if size <= 0 {
+		return nil
+	}
+	lru, err := simplelru.NewLRU[pairKey, ports.StoredModel](size, nil)
+	if err != nil {
+		return nil
+	}
+	return &modelCache{lru: lru}
+}
+
+func (c *modelCache) get(k pairKey) (ports.StoredModel, bool) {
+	if c == nil {
+		return ports.StoredModel{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lru.Get(k)
+}
+
+func (c *modelCache) put(k pairKey, m ports.StoredModel) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lru.Add(k, m)
+}
+
+func (c *modelCache) drop(k pairKey) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lru.Remove(k)
+}
+
+// loadModel returns the pair's model: from the cache when this instance
+// saved it last, else from the store (ports.ErrNotFound when none).
+func (w *Worker) loadModel(ctx context.Context, k pairKey) (ports.StoredModel, error) {
+	if m, ok := w.models.get(k); ok {
+		return m, nil
+	}
+	return w.backend.Models.ModelLoad(ctx, k.stream, k.perspective)
+}
+
+// saveModel saves a model with its cursor and keeps it in the cache; a
+// failed save drops the cache entry.
+func (w *Worker) saveModel(ctx context.Context, p *ports.ModelSaveParams) error {
+	k := pairKey{stream: p.StreamID, perspective: p.Perspective}
+	if err := w.backend.Models.ModelSave(ctx, p); err != nil {
+		w.models.drop(k)
+		return err
+	}
+	w.models.put(k, ports.StoredModel{StreamID: p.StreamID, Perspective: p.Perspective, Data: p.Data, LastEventID: p.LastEventID, LastVersion: p.LastVersion})
+	return nil
+}
