@@ -3,8 +3,8 @@ package memory
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -36,6 +36,8 @@ func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHea
 	if inst == nil {
 		inst = &ports.Instance{ID: params.InstanceID, StartedAt: now}
 		s.instances[params.InstanceID] = inst
+		i, _ := slices.BinarySearchFunc(s.instanceIDs, params.InstanceID, compareUUID)
+		s.instanceIDs = slices.Insert(s.instanceIDs, i, params.InstanceID)
 	}
 	inst.ServiceName = params.ServiceName
 	inst.HostName = params.HostName
@@ -52,8 +54,8 @@ func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHea
 	}
 	slices.SortFunc(result.Abandoned, compareUUID)
 	for _, id := range result.Abandoned {
-		s.releaseInstance(id)
-		delete(s.instances, id)
+		s.releaseInstance(id, now)
+		s.deleteInstance(id)
 	}
 	return result, nil
 }
@@ -66,9 +68,18 @@ func (s *Store) InstanceDeregister(ctx context.Context, instanceID uuid.UUID) er
 	}
 	defer s.mu.Unlock()
 
-	s.releaseInstance(instanceID)
-	delete(s.instances, instanceID)
+	s.releaseInstance(instanceID, s.now(time.Time{}))
+	s.deleteInstance(instanceID)
 	return nil
+}
+
+// deleteInstance deletes the row of an instance whose leases and pins are
+// released.
+func (s *Store) deleteInstance(id uuid.UUID) {
+	if i, ok := slices.BinarySearchFunc(s.instanceIDs, id, compareUUID); ok {
+		s.instanceIDs = slices.Delete(s.instanceIDs, i, i+1)
+	}
+	delete(s.instances, id)
 }
 
 // InstancesList implements ports.WorkClaimer: the recorded instances, ordered
@@ -79,9 +90,8 @@ func (s *Store) InstancesList(ctx context.Context) ([]ports.Instance, error) {
 	}
 	defer s.mu.Unlock()
 
-	ids := slices.SortedFunc(maps.Keys(s.instances), compareUUID)
-	out := make([]ports.Instance, 0, len(ids))
-	for _, id := range ids {
+	out := make([]ports.Instance, 0, len(s.instanceIDs))
+	for _, id := range s.instanceIDs {
 		inst := *s.instances[id]
 		inst.Metadata = copyMap(inst.Metadata)
 		out = append(out, inst)
@@ -97,11 +107,20 @@ func (s *Store) InstancesList(ctx context.Context) ([]ports.Instance, error) {
 // a failed row scheduled for later is left out until the retry time.
 //
 // Candidate streams are selected oldest pending work first (the insertion
-// order of their oldest candidate row), so a stream never starves behind
-// newer ones, and only as long as the result stays within MaxStreams: a
-// caller already draining MaxStreams streams leases no new stream, only new
-// rows of the streams it drains. HasMore is true when candidate streams were
-// left unselected or the result was cut at MaxStreams.
+// order of the oldest first pending row, per perspective, that the claim can
+// lease), so a stream never starves behind newer ones, and only as long as
+// the result stays within MaxStreams: a caller already draining MaxStreams
+// streams leases no new stream, only new rows of the streams it drains.
+// HasMore is true when candidate streams were left unselected or the result
+// was cut at MaxStreams.
+//
+// The cost is that of the streams the caller holds and the rows it leases,
+// plus O(log n) per stream for the claim index: it does not depend on the
+// backlog of other streams. Streams pinned to a dead instance that was not
+// yet abandoned are the exception: the claim looks at every claimable one of
+// them until a heartbeat abandons the instance. Instances sharing a store
+// should pass the same PartitionCount; a change re-buckets the unpinned
+// claimable streams, as does a change in the number of live instances.
 //
 // It returns ports.ErrInvalidArgument for a nil instance id or a
 // non-positive MaxStreams, LeaseDuration or StaleThreshold, and
@@ -124,8 +143,7 @@ func (s *Store) WorkClaim(ctx context.Context, params *ports.WorkClaimParams) (*
 
 	now := s.now(params.Now)
 	caller := params.InstanceID
-	live := s.liveInstances(now, params.StaleThreshold)
-	rank := live.rank(caller)
+	live, rank := s.liveAt(now, params.StaleThreshold, caller)
 	if rank < 0 {
 		return nil, fmt.Errorf("claiming work for instance %s: %w", caller, ports.ErrInstanceNotAlive)
 	}
@@ -133,76 +151,97 @@ func (s *Store) WorkClaim(ctx context.Context, params *ports.WorkClaimParams) (*
 	if params.PartitionCount > 0 {
 		partitions = uint32(params.PartitionCount)
 	}
-
-	type candidate struct {
-		st    *stream
-		rows  []*workRow
-		first uint64
-	}
-	var candidates []candidate
-	for _, st := range s.active {
-		if owner := st.pinnedTo; owner != caller {
-			if owner != uuid.Nil && live.live(owner) {
-				continue // a live other owner's stream is never taken
-			}
-			if int(st.hash%partitions)%len(live.ids) != rank {
-				continue
-			}
-		}
-		if st.unleased == 0 && st.leaseFloor.After(now) {
-			continue // every pending row is under a live lease
-		}
-		rows := s.claimCandidates(st, caller, now)
-		if len(rows) == 0 {
-			continue
-		}
-		first := rows[0].seq
-		for _, r := range rows[1:] {
-			first = min(first, r.seq)
-		}
-		candidates = append(candidates, candidate{st: st, rows: rows, first: first})
-	}
-	slices.SortFunc(candidates, func(a, b candidate) int { return cmp.Compare(a.first, b.first) })
+	s.claims.arrange(partitions, live.count)
+	s.wakeDue(now)
+	expiry := now.Add(params.LeaseDuration)
 
 	// Streams the caller can already drain take their new rows for free.
 	// Other streams are selected only while the caller would still be told
 	// to drain at most MaxStreams streams: leasing more would leave leases
 	// ticking on streams nobody drains, and their expiry would count
 	// attempts against events that never ran. A selected stream is drainable
-	// once leased: its candidate rows start some perspective's pending rows.
-	draining := make([]*stream, 0, len(s.held[caller]))
-	for id := range s.held[caller] {
-		if st := s.streams[id]; drainable(st, caller, now) {
-			draining = append(draining, st)
+	// once leased: its leased rows start some perspective's pending rows.
+	draining := s.draining[:0]
+	for st := range s.held[caller] {
+		if !drainable(st, caller, now) {
+			continue
 		}
-	}
-	capacity := params.MaxStreams - len(draining)
-	unselected := false
-	expiry := now.Add(params.LeaseDuration)
-	for _, c := range candidates {
-		if !drainable(c.st, caller, now) {
-			if capacity <= 0 {
-				unselected = true
-				continue
-			}
-			capacity--
-			draining = append(draining, c.st)
+		draining = append(draining, st)
+		if s.claimable(st, caller, live, rank) {
+			s.claimStream(st, caller, now, expiry)
 		}
-		for _, r := range c.rows {
-			s.take(c.st, r, caller, expiry)
-			r.attempts++
-		}
-		s.pin(c.st, caller)
 	}
 
-	slices.SortFunc(draining, func(a, b *stream) int {
-		return cmp.Or(cmp.Compare(a.pending, b.pending), compareUUID(a.id, b.id))
-	})
-	result := &ports.WorkClaimResult{HasMore: unselected || len(draining) > params.MaxStreams}
-	for _, st := range draining[:min(len(draining), params.MaxStreams)] {
-		result.StreamIDs = append(result.StreamIDs, st.id)
+	// Then the claimable streams the caller may take, oldest work first: its
+	// own, the orphans of its rank and those of its rank pinned to dead
+	// instances. The loop above served every one the caller drains, so each
+	// stream selected here takes capacity; the drainable check only guards
+	// that invariant.
+	capacity := params.MaxStreams - len(draining)
+	unselected := false
+	orphaned := s.orphanedOfDead(caller, live, rank, now)
+	for {
+		st := s.nextClaimable(caller, rank, orphaned)
+		if st == nil {
+			break
+		}
+		if len(orphaned) > 0 && st == orphaned[0].st {
+			orphaned = orphaned[1:] // checked as of now by orphanedOfDead
+		} else if key, ok, _ := st.claimState(now); !ok || key != st.readyKey {
+			s.touch(st, now) // filed as of another Now: refile and look again
+			continue
+		}
+		if !drainable(st, caller, now) {
+			if capacity <= 0 {
+				unselected = true
+				break
+			}
+			capacity--
+			draining = append(draining, st)
+		}
+		s.claimStream(st, caller, now, expiry)
 	}
+
+	// Smallest backlog first. Sorting copies of the keys, not the scattered
+	// streams, keeps the comparisons in cache.
+	order := s.drainOrder[:0]
+	for _, st := range draining {
+		order = append(order, drainKey{
+			pending: st.pending,
+			hi:      binary.BigEndian.Uint64(st.id[:8]),
+			lo:      binary.BigEndian.Uint64(st.id[8:]),
+			st:      st,
+		})
+	}
+	slices.SortFunc(order, compareDrainKeys)
+	n := min(len(order), params.MaxStreams)
+	result := &ports.WorkClaimResult{StreamIDs: make([]uuid.UUID, n), HasMore: unselected || len(order) > n}
+	for i, k := range order[:n] {
+		result.StreamIDs[i] = k.st.id
+	}
+	clear(draining)
+	s.draining, s.drainOrder = draining[:0], order[:0]
 	return result, nil
+}
+
+// drainKey is the sort key of a stream in WorkClaim's result: its backlog,
+// then its id as two big-endian words (byte order).
+type drainKey struct {
+	pending int
+	hi, lo  uint64
+	st      *stream
+}
+
+// compareDrainKeys orders smallest backlog first, then by stream id.
+func compareDrainKeys(a, b drainKey) int {
+	switch {
+	case a.pending != b.pending:
+		return cmp.Compare(a.pending, b.pending)
+	case a.hi != b.hi:
+		return cmp.Compare(a.hi, b.hi)
+	default:
+		return cmp.Compare(a.lo, b.lo)
+	}
 }
 
 // drainable reports whether a fetch by caller at now would return work of
@@ -212,56 +251,127 @@ func (s *Store) WorkClaim(ctx context.Context, params *ports.WorkClaimParams) (*
 // streams neither fill the result nor keep HasMore set.
 func drainable(st *stream, caller uuid.UUID, now time.Time) bool {
 	for _, p := range st.pairs {
-		if r := p.rows[0]; r.holder == caller && r.expiry.After(now) {
+		if r := p.first(); r.holder == caller && r.expiry.After(now) {
 			return true
 		}
 	}
 	return false
 }
 
-// claimCandidates returns the rows of st that the caller may lease in a claim
-// or fetch: per perspective, in version order, every row that is unleased or
+// claimable reports whether caller, of the given rank among the live
+// instances, may lease rows of st: st is pinned to the caller, or it is
+// unpinned or pinned to a dead instance and its partition falls to the
+// caller's rank.
+func (s *Store) claimable(st *stream, caller uuid.UUID, live liveness, rank int) bool {
+	switch owner := st.pinnedTo; {
+	case owner == caller:
+		return true
+	case owner != uuid.Nil && live.live(owner):
+		return false // a live other owner's stream is never taken
+	default:
+		return s.claims.bucket(st) == rank
+	}
+}
+
+// orphanCandidate is a claimable stream pinned to a dead instance, with its
+// claim key as of the current claim.
+type orphanCandidate struct {
+	st  *stream
+	key uint64
+}
+
+// orphanedOfDead returns the claimable streams of the caller's rank that are
+// pinned to dead instances other than the caller, oldest work first. Dead
+// instances lose their pins when a heartbeat abandons them, so this is
+// usually empty.
+func (s *Store) orphanedOfDead(caller uuid.UUID, live liveness, rank int, now time.Time) []orphanCandidate {
+	var out []orphanCandidate
+	for owner, q := range s.claims.owned {
+		if owner == caller || live.live(owner) {
+			continue
+		}
+		for _, st := range q.streams {
+			if s.claims.bucket(st) != rank {
+				continue
+			}
+			if key, ok, _ := st.claimState(now); ok {
+				out = append(out, orphanCandidate{st: st, key: key})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b orphanCandidate) int { return cmp.Compare(a.key, b.key) })
+	return out
+}
+
+// nextClaimable returns the claimable stream with the oldest work among the
+// caller's own ready queue, its rank's orphan queue and orphaned, nil when
+// all are empty. It does not remove it: claiming it or refiling it does.
+func (s *Store) nextClaimable(caller uuid.UUID, rank int, orphaned []orphanCandidate) *stream {
+	best := s.claims.owned[caller].peek()
+	if st := s.claims.orphans[rank].peek(); st != nil && (best == nil || st.readyKey < best.readyKey) {
+		best = st
+	}
+	if len(orphaned) > 0 && (best == nil || orphaned[0].key < best.readyKey) {
+		best = orphaned[0].st
+	}
+	return best
+}
+
+// claimStream leases to caller, until expiry, the rows of st a claim may
+// take: per perspective, in version order, every row that is unleased or
 // whose lease expired, stopping at the first row scheduled in the future or
 // under another holder's live lease (the ordering guard). Rows under the
-// caller's own live lease are passed over. When the walk visits every row and
-// finds no candidate, it sets st.leaseFloor to the earliest live expiry, so
-// later claims skip the stream until a lease can have expired.
-func (s *Store) claimCandidates(st *stream, caller uuid.UUID, now time.Time) []*workRow {
-	var (
-		out      []*workRow
-		complete = true
-		floor    time.Time
-	)
+// caller's own live lease are passed over. Each leased row counts an attempt.
+// When it leases a row it pins st to the caller and refiles it in the claim
+// index.
+//
+// A perspective whose rows are all under live leases is skipped without a
+// walk (see pair.leaseFloor); a walk that finds every row under the caller's
+// live lease resets the floor to the earliest expiry.
+func (s *Store) claimStream(st *stream, caller uuid.UUID, now, expiry time.Time) {
+	leased := false
 	for _, p := range st.pairs {
+		if p.unleased == 0 && p.leaseFloor.After(now) {
+			continue
+		}
+		complete := true
+		var floor time.Time
 	rows:
-		for _, r := range p.rows {
+		for _, r := range p.pending() {
 			switch {
 			case r.scheduled.After(now):
 				complete = false
 				break rows
 			case r.holder != uuid.Nil && r.expiry.After(now):
-				if floor.IsZero() || r.expiry.Before(floor) {
-					floor = r.expiry
-				}
 				if r.holder != caller {
 					complete = false
 					break rows
 				}
 			default:
-				out = append(out, r)
+				s.take(st, p, r, caller, expiry)
+				r.attempts++
+				leased = true
+			}
+			if floor.IsZero() || r.expiry.Before(floor) {
+				floor = r.expiry
 			}
 		}
+		if complete && !floor.IsZero() {
+			p.leaseFloor = floor // every row of p is the caller's, leased until floor or later
+		}
 	}
-	if complete && len(out) == 0 && !floor.IsZero() {
-		st.leaseFloor = floor
+	if leased {
+		s.pin(st, caller)
+		s.touch(st, now)
 	}
-	return out
 }
 
 // WorkRenewLeases implements ports.WorkClaimer: it extends to Now +
 // LeaseDuration the leases of the listed rows that are pending and held by
 // the caller, and returns how many it renewed. A row whose lease expired but
-// that nobody took over is still held by the caller and is renewed.
+// that nobody took over is still held by the caller and is renewed. Now +
+// LeaseDuration may come before the current expiry: the lease is then
+// shortened, and the stream is refiled in the claim index.
 func (s *Store) WorkRenewLeases(ctx context.Context, params *ports.WorkRenewLeasesParams) (int, error) {
 	if params.LeaseDuration <= 0 {
 		return 0, fmt.Errorf("renewing leases: lease duration %s must be positive: %w", params.LeaseDuration, ports.ErrInvalidArgument)
@@ -271,15 +381,22 @@ func (s *Store) WorkRenewLeases(ctx context.Context, params *ports.WorkRenewLeas
 	}
 	defer s.mu.Unlock()
 
-	expiry := s.now(params.Now).Add(params.LeaseDuration)
+	now := s.now(params.Now)
+	expiry := now.Add(params.LeaseDuration)
 	renewed := 0
 	for _, id := range uniqueSorted(params.WorkIDs) {
 		r := s.work[id]
 		if r == nil || params.InstanceID == uuid.Nil || r.holder != params.InstanceID {
 			continue
 		}
-		s.extend(s.streams[r.streamID], r, expiry)
+		st := s.streams[r.streamID]
+		p := st.pair(r.perspective)
+		shortened := expiry.Before(r.expiry)
+		extend(p, r, expiry)
 		renewed++
+		if shortened && r == p.first() {
+			s.touch(st, now) // the first row may unblock sooner than its timer says
+		}
 	}
 	return renewed, nil
 }

@@ -95,7 +95,9 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 		}
 	}
 	for _, k := range pairs {
-		s.unpinIfDrained(s.streams[k.streamID])
+		st := s.streams[k.streamID]
+		s.unpinIfDrained(st)
+		s.touch(st, now)
 	}
 	return result, nil
 }
@@ -134,7 +136,7 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 			if !heldRowOf(r, params.InstanceID, f.StreamID, f.Perspective) {
 				continue
 			}
-			s.release(st, r)
+			s.release(st, st.pair(f.Perspective), r)
 			r.err = f.Error
 			r.scheduled = f.RetryAt
 		}
@@ -151,7 +153,9 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 		s.flagStragglers(k, now)
 	}
 	for _, f := range params.Failures {
-		s.unpinIfDrained(s.streams[f.StreamID])
+		st := s.streams[f.StreamID]
+		s.unpinIfDrained(st)
+		s.touch(st, now)
 	}
 	return nil
 }
@@ -195,11 +199,11 @@ func (s *Store) cursorFor(st *stream, perspective string, now time.Time) *ports.
 func (s *Store) flagStragglers(k pairKey, now time.Time) bool {
 	st := s.streams[k.streamID]
 	cur := st.cursors[k.perspective]
-	p := st.pairs[k.perspective]
-	if p == nil || len(p.rows) == 0 || p.rows[0].version >= cur.LastVersion {
+	p := st.pair(k.perspective)
+	if p == nil || p.first().version >= cur.LastVersion {
 		return false
 	}
-	flagRewind(cur, p.rows[0].eventID, p.rows[0].version, now)
+	flagRewind(cur, p.first().eventID, p.first().version, now)
 	return true
 }
 

@@ -30,9 +30,11 @@ func (s *Store) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMove
 	if err != nil {
 		return ports.DeadLetter{}, false, fmt.Errorf("moving work %s to dead letters: generating id: %w", params.WorkID, err)
 	}
+	now := s.now(params.Now)
 	st := s.streams[r.streamID]
 	s.removeRow(st, r)
 	s.unpinIfDrained(st)
+	s.touch(st, now)
 	dl := &deadLetter{
 		DeadLetter: ports.DeadLetter{
 			ID:             id,
@@ -45,7 +47,7 @@ func (s *Store) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMove
 			Reason:         params.Reason,
 			Error:          params.Error,
 			InstanceID:     params.InstanceID,
-			DeadLetteredAt: s.now(params.Now),
+			DeadLetteredAt: now,
 		},
 		seq: s.nextSeq(),
 	}
@@ -120,6 +122,7 @@ func (s *Store) DeadLetterRequeue(ctx context.Context, params *ports.DeadLetterR
 		seq:         s.nextSeq(),
 		createdAt:   now,
 	})
+	s.touch(st, now)
 	if cur := st.cursors[dl.Perspective]; cur != nil && cur.LastVersion > dl.EventVersion {
 		flagRewind(cur, dl.EventID, dl.EventVersion, now)
 	}

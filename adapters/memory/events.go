@@ -122,6 +122,9 @@ func (s *Store) EventsAppend(ctx context.Context, params *ports.EventsAppendPara
 		}
 		result.Events = append(result.Events, copyEvent(e))
 	}
+	if result.WorkRows > 0 {
+		s.touch(st, now)
+	}
 	s.publishLocked()
 	return result, nil
 }

@@ -3,6 +3,8 @@ package memory
 import (
 	"context"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -36,12 +38,12 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 
 	now := s.now(params.Now)
 	caller := params.InstanceID
-	live := s.liveInstances(now, params.StaleThreshold)
+	live, _ := s.liveAt(now, params.StaleThreshold, uuid.Nil)
 	expiry := now.Add(params.LeaseDuration)
 
 	var streams []*stream
 	for _, id := range uniqueSorted(params.StreamIDs) {
-		if st := s.active[id]; st != nil {
+		if st := s.pendingStream(id); st != nil {
 			streams = append(streams, st)
 		}
 	}
@@ -52,35 +54,26 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 		if owner := st.pinnedTo; owner != uuid.Nil && owner != caller && live.live(owner) {
 			continue
 		}
-		leased := false
-		for _, p := range st.pairs {
-			for _, r := range p.rows {
-				if r.scheduled.After(now) {
-					break
-				}
-				liveLease := r.holder != uuid.Nil && r.expiry.After(now)
-				if liveLease && r.holder != caller {
-					break
-				}
-				if !liveLease {
-					r.attempts++
-				}
-				s.take(st, r, caller, expiry)
-				leased = true
-			}
-		}
-		if leased {
+		if s.fetchLease(st, caller, now, expiry) {
 			s.pin(st, caller)
+			s.touch(st, now)
 		}
 	}
 
 	// Fetch: per (stream, perspective) the prefix of rows under the caller's
 	// live lease, bounded by MaxRows over the whole result.
-	result := &ports.EventsFetchPendingResult{}
+	bound := 0
 	for _, st := range streams {
-		var versions []int64
-		for _, name := range st.sortedPerspectives() {
-			for _, r := range st.pairs[name].rows {
+		bound += st.pending
+	}
+	if params.MaxRows > 0 {
+		bound = min(bound, params.MaxRows)
+	}
+	result := &ports.EventsFetchPendingResult{Work: make([]ports.WorkItem, 0, bound)}
+	for _, st := range streams {
+		versions := s.versions[:0]
+		for _, p := range st.pairs {
+			for _, r := range p.pending() {
 				if r.holder != caller || !r.expiry.After(now) {
 					break
 				}
@@ -98,25 +91,52 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 				versions = append(versions, r.version)
 			}
 		}
-		result.Events = append(result.Events, st.eventsAt(versions)...)
+		result.Events = st.appendEventsAt(result.Events, versions)
+		s.versions = versions[:0]
 	}
 	return result, nil
 }
 
-// eventsAt returns copies of the events with the given versions (in any
-// order, repeats allowed), each once, in version order.
-func (st *stream) eventsAt(versions []int64) []ports.Event {
-	if len(versions) == 0 {
-		return nil
+// fetchLease leases to caller, until expiry, every row of st a fetch may
+// take: per perspective, in version order, rows that are unleased, whose
+// lease expired or that are under the caller's live lease, stopping at the
+// first row scheduled in the future or under another holder's live lease.
+// Rows taken anew count an attempt; extending the caller's live lease does
+// not. It reports whether it leased any row.
+func (s *Store) fetchLease(st *stream, caller uuid.UUID, now, expiry time.Time) bool {
+	leased := false
+	for _, p := range st.pairs {
+		complete := true
+		for _, r := range p.pending() {
+			if r.scheduled.After(now) {
+				complete = false
+				break
+			}
+			liveLease := r.holder != uuid.Nil && r.expiry.After(now)
+			if liveLease && r.holder != caller {
+				complete = false
+				break
+			}
+			if !liveLease {
+				r.attempts++
+			}
+			s.take(st, p, r, caller, expiry)
+			leased = true
+		}
+		if complete {
+			p.leaseFloor = expiry // every row of p is now the caller's until expiry
+		}
 	}
-	want := make(map[int64]struct{}, len(versions))
-	for _, v := range versions {
-		want[v] = struct{}{}
-	}
-	out := make([]ports.Event, 0, len(want))
-	for _, e := range st.events {
-		if _, ok := want[e.Version]; ok {
-			out = append(out, copyEvent(e))
+	return leased
+}
+
+// appendEventsAt appends to out copies of the events of st with the given
+// versions, each once, in version order. It sorts versions in place.
+func (st *stream) appendEventsAt(out []ports.Event, versions []int64) []ports.Event {
+	slices.Sort(versions)
+	for _, v := range slices.Compact(versions) {
+		if i, ok := st.eventIndex(v); ok {
+			out = append(out, copyEvent(st.events[i]))
 		}
 	}
 	return out

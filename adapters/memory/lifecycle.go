@@ -15,9 +15,52 @@ import (
 // typeIndex lists the stored events of one type two ways: the streams having
 // any, for StreamsWithEventTypes, and the events in creation order, for
 // LifecycleOrphans. Events are never deleted, so both only grow.
+//
+// Entries usually arrive in order (creation times and UUIDv7 stream ids
+// grow) and are appended. The others (random stream ids, equal creation
+// times) wait in an unsorted tail that the next read sorts and merges in, so
+// an append costs O(1) amortized whatever the order, as EventsAppend must,
+// and a read pays O(n + k log k) once after k out-of-order appends.
 type typeIndex struct {
-	streams []uuid.UUID // distinct, in byte order
-	events  []eventRef  // ordered by compareRefs
+	streams     []uuid.UUID            // distinct, in byte order; read with sortedStreams
+	lateStreams []uuid.UUID            // out of order, not yet merged into streams
+	streamSet   map[uuid.UUID]struct{} // every stream of streams and lateStreams
+	events      []eventRef             // ordered by compareRefs; read with sortedEvents
+	lateEvents  []eventRef             // out of order, not yet merged into events
+}
+
+// sortedStreams returns the streams in byte order, merging the tail first.
+func (idx *typeIndex) sortedStreams() []uuid.UUID {
+	if len(idx.lateStreams) > 0 {
+		idx.streams = mergeSorted(idx.streams, idx.lateStreams, compareUUID)
+		idx.lateStreams = idx.lateStreams[:0]
+	}
+	return idx.streams
+}
+
+// sortedEvents returns the events ordered by compareRefs, merging the tail
+// first.
+func (idx *typeIndex) sortedEvents() []eventRef {
+	if len(idx.lateEvents) > 0 {
+		idx.events = mergeSorted(idx.events, idx.lateEvents, compareRefs)
+		idx.lateEvents = idx.lateEvents[:0]
+	}
+	return idx.events
+}
+
+// mergeSorted sorts late and returns a new slice with the elements of sorted
+// (already in order) and late, in order.
+func mergeSorted[E any](sorted, late []E, compare func(a, b E) int) []E {
+	slices.SortFunc(late, compare)
+	out := make([]E, 0, len(sorted)+len(late))
+	for len(sorted) > 0 && len(late) > 0 {
+		if compare(late[0], sorted[0]) < 0 {
+			out, late = append(out, late[0]), late[1:]
+		} else {
+			out, sorted = append(out, sorted[0]), sorted[1:]
+		}
+	}
+	return append(append(out, sorted...), late...)
 }
 
 // eventRef locates a stored event (st.events moves on inserts, so it holds
@@ -34,20 +77,28 @@ func compareRefs(a, b eventRef) int {
 	return cmp.Or(a.createdAt.Compare(b.createdAt), compareUUID(a.streamID, b.streamID), cmp.Compare(a.version, b.version))
 }
 
-// indexEvent adds a newly stored event to the index of its type. Creation
-// times and stream ids mostly grow, so both inserts usually append.
+// indexEvent adds a newly stored event to the index of its type: an append
+// when it sorts after every indexed entry, else an entry of the unsorted tail.
 func (s *Store) indexEvent(e *ports.Event) {
 	idx := s.types[e.Type]
 	if idx == nil {
-		idx = &typeIndex{}
+		idx = &typeIndex{streamSet: make(map[uuid.UUID]struct{})}
 		s.types[e.Type] = idx
 	}
-	if i, found := slices.BinarySearchFunc(idx.streams, e.StreamID, compareUUID); !found {
-		idx.streams = slices.Insert(idx.streams, i, e.StreamID)
+	if _, known := idx.streamSet[e.StreamID]; !known {
+		idx.streamSet[e.StreamID] = struct{}{}
+		if n := len(idx.streams); len(idx.lateStreams) == 0 && (n == 0 || compareUUID(idx.streams[n-1], e.StreamID) < 0) {
+			idx.streams = append(idx.streams, e.StreamID)
+		} else {
+			idx.lateStreams = append(idx.lateStreams, e.StreamID)
+		}
 	}
 	ref := eventRef{createdAt: e.CreatedAt, streamID: e.StreamID, version: e.Version}
-	i, _ := slices.BinarySearchFunc(idx.events, ref, compareRefs)
-	idx.events = slices.Insert(idx.events, i, ref)
+	if n := len(idx.events); len(idx.lateEvents) == 0 && (n == 0 || compareRefs(idx.events[n-1], ref) <= 0) {
+		idx.events = append(idx.events, ref)
+	} else {
+		idx.lateEvents = append(idx.lateEvents, ref)
+	}
 }
 
 // lifecycleRecord holds the stages recorded for one event and the latest
@@ -139,11 +190,12 @@ func (s *Store) LifecycleOrphans(ctx context.Context, params *ports.LifecycleOrp
 		if idx == nil || len(perspectives) == 0 {
 			continue
 		}
-		start, _ := slices.BinarySearchFunc(idx.events, params.Since, func(r eventRef, since time.Time) int {
+		events := idx.sortedEvents()
+		start, _ := slices.BinarySearchFunc(events, params.Since, func(r eventRef, since time.Time) int {
 			return r.createdAt.Compare(since)
 		})
 		found := 0
-		for _, ref := range idx.events[start:] {
+		for _, ref := range events[start:] {
 			if params.Limit > 0 && found == params.Limit {
 				break
 			}
@@ -175,11 +227,9 @@ func (s *Store) isOrphan(ref eventRef, perspectives []string) bool {
 		}
 		// A pending row below the cursor is a late event a rewind has not
 		// applied yet: not complete.
-		if pr := st.pairs[p]; pr != nil {
-			for _, r := range pr.rows {
-				if r.version == ref.version && r.processedAt.IsZero() {
-					return false
-				}
+		if pr := st.pair(p); pr != nil {
+			if _, pending := pr.rowIndex(ref.version); pending {
+				return false
 			}
 		}
 	}

@@ -141,11 +141,12 @@ func (s *Store) StreamsWithEventTypes(ctx context.Context, params *ports.Streams
 		if idx == nil {
 			continue
 		}
-		i, found := slices.BinarySearchFunc(idx.streams, params.After, compareUUID)
+		streams := idx.sortedStreams()
+		i, found := slices.BinarySearchFunc(streams, params.After, compareUUID)
 		if found {
 			i++
 		}
-		page := idx.streams[i:]
+		page := streams[i:]
 		if params.Limit > 0 && len(page) > params.Limit {
 			page = page[:params.Limit]
 		}

@@ -1,0 +1,610 @@
+package memory
+
+import (
+	"cmp"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vantage-go/vantage/internal/clocktest"
+	"github.com/vantage-go/vantage/ports"
+)
+
+// TestClaimIndexMatchesFullScan drives two stores with the same random
+// operations from several instances: one claims through the claim index
+// (WorkClaim), the other through referenceClaim, a full scan of every stream
+// that is the claim contract written out directly. Every claim must return
+// the same result and, after every operation, both stores must hold the same
+// rows, leases, attempts and pins. Operations include lease expiry, stale
+// instances, abandonment, deregistration, failures with retry times, dead
+// letters, out-of-order versions, a changing partition count and Now moving
+// backwards, so the index's lazy refiling is exercised on every path.
+func TestClaimIndexMatchesFullScan(t *testing.T) {
+	t.Parallel()
+
+	for seed := range uint64(16) {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			t.Parallel()
+			tw := newTwin(t, seed)
+			for step := range 1500 {
+				op := tw.step()
+				tw.requireSameState(fmt.Sprintf("step %d (%s)", step, op))
+				tw.fast.requireIndexConsistent(t, tw.now)
+			}
+		})
+	}
+}
+
+// twin is a pair of stores receiving identical operations.
+type twin struct {
+	t         *testing.T
+	rng       *rand.Rand
+	fast, ref *Store
+	now       time.Time
+	instances []uuid.UUID // in id order
+	streams   []uuid.UUID
+}
+
+func newTwin(t *testing.T, seed uint64) *twin {
+	t.Helper()
+	tw := &twin{
+		t:    t,
+		rng:  rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)),
+		fast: New(Options{Clock: clocktest.NewFake(), PartitionCount: 16}),
+		ref:  New(Options{Clock: clocktest.NewFake(), PartitionCount: 16}),
+		now:  clocktest.Start,
+	}
+	for range 3 {
+		tw.instances = append(tw.instances, tw.newID())
+	}
+	slices.SortFunc(tw.instances, compareUUID)
+	for range 10 {
+		tw.streams = append(tw.streams, tw.newID())
+	}
+	subs := []ports.Subscription{
+		{EventType: "A", Perspective: "p1"},
+		{EventType: "A", Perspective: "p2"},
+		{EventType: "B", Perspective: "p2"},
+	}
+	for _, s := range tw.stores() {
+		require.NoError(t, s.SubscriptionsRegister(t.Context(), subs))
+	}
+	return tw
+}
+
+// newID returns a random id drawn from the seeded generator, so a seed
+// replays the same scenario.
+func (tw *twin) newID() uuid.UUID {
+	var id uuid.UUID
+	binary.BigEndian.PutUint64(id[:8], tw.rng.Uint64())
+	binary.BigEndian.PutUint64(id[8:], tw.rng.Uint64())
+	return id
+}
+
+func (tw *twin) stores() []*Store { return []*Store{tw.fast, tw.ref} }
+
+func (tw *twin) pick(n int) int { return tw.rng.IntN(n) }
+
+func (tw *twin) instance() uuid.UUID { return tw.instances[tw.pick(len(tw.instances))] }
+
+func (tw *twin) duration(maxSeconds int) time.Duration {
+	return time.Duration(1+tw.pick(maxSeconds)) * time.Second
+}
+
+// step applies one random operation to both stores and names it.
+func (tw *twin) step() string {
+	switch n := tw.pick(100); {
+	case n < 22:
+		return tw.append()
+	case n < 34:
+		return tw.heartbeat()
+	case n < 54:
+		return tw.claim()
+	case n < 66:
+		return tw.fetch()
+	case n < 76:
+		return tw.complete()
+	case n < 81:
+		return tw.fail()
+	case n < 85:
+		return tw.renew()
+	case n < 88:
+		return tw.deadLetter()
+	case n < 90:
+		return tw.requeue()
+	case n < 91:
+		return tw.deregister()
+	case n < 93:
+		tw.now = tw.now.Add(-tw.duration(5))
+		return "back"
+	default:
+		tw.now = tw.now.Add(tw.duration(20))
+		return "advance"
+	}
+}
+
+func (tw *twin) append() string {
+	id := tw.streams[tw.pick(len(tw.streams))]
+	var events []ports.NewEvent
+	for range 1 + tw.pick(3) {
+		events = append(events, ports.NewEvent{ID: tw.newID(), Type: []string{"A", "B"}[tw.pick(2)], Data: []byte(`{}`)})
+	}
+	switch st := tw.fast.streams[id]; {
+	case tw.pick(8) == 0:
+		events[0].Version = st.head() + 2 // leaves a gap
+	case st != nil && tw.pick(4) == 0:
+		for v := int64(1); v < st.head(); v++ {
+			if _, ok := st.eventIndex(v); !ok {
+				events = events[:1]
+				events[0].Version = v // fills a gap: a row below pending ones
+				break
+			}
+		}
+	}
+	results := tw.both(func(s *Store) (any, error) {
+		res, err := s.EventsAppend(tw.t.Context(), &ports.EventsAppendParams{StreamID: id, Events: events, Now: tw.now})
+		if res == nil {
+			return nil, err
+		}
+		return res.WorkRows, err
+	})
+	require.Equal(tw.t, results[0], results[1], "append")
+	return "append"
+}
+
+func (tw *twin) heartbeat() string {
+	id := tw.instance()
+	for _, s := range tw.stores() {
+		_, err := s.InstanceHeartbeat(tw.t.Context(), &ports.InstanceHeartbeatParams{InstanceID: id, StaleThreshold: 30 * time.Second, Now: tw.now})
+		require.NoError(tw.t, err)
+	}
+	return "heartbeat"
+}
+
+func (tw *twin) deregister() string {
+	id := tw.instance()
+	for _, s := range tw.stores() {
+		require.NoError(tw.t, s.InstanceDeregister(tw.t.Context(), id))
+	}
+	return "deregister"
+}
+
+func (tw *twin) claim() string {
+	params := ports.WorkClaimParams{
+		InstanceID:     tw.instance(),
+		MaxStreams:     1 + tw.pick(4),
+		LeaseDuration:  tw.duration(60),
+		StaleThreshold: 30 * time.Second,
+		Now:            tw.now,
+	}
+	if tw.pick(10) == 0 {
+		params.PartitionCount = 7 // re-buckets the orphans, then back
+	}
+	fast, fastErr := tw.fast.WorkClaim(tw.t.Context(), &params)
+	ref, refErr := tw.ref.referenceClaim(&params)
+	require.Equal(tw.t, refErr, fastErr, "claim error")
+	if refErr == nil {
+		require.Equal(tw.t, ref.StreamIDs, fast.StreamIDs, "claimed streams")
+		require.Equal(tw.t, ref.HasMore, fast.HasMore, "HasMore")
+	}
+	return "claim"
+}
+
+func (tw *twin) fetch() string {
+	params := ports.EventsFetchPendingParams{
+		InstanceID:     tw.instance(),
+		LeaseDuration:  tw.duration(60),
+		StaleThreshold: 30 * time.Second,
+		MaxRows:        tw.pick(6),
+		Now:            tw.now,
+	}
+	for range 1 + tw.pick(4) {
+		params.StreamIDs = append(params.StreamIDs, tw.streams[tw.pick(len(tw.streams))])
+	}
+	results := tw.both(func(s *Store) (any, error) {
+		res, err := s.EventsFetchPending(tw.t.Context(), &params)
+		if err != nil {
+			return nil, err
+		}
+		var got []string
+		for _, w := range res.Work {
+			got = append(got, fmt.Sprintf("%s/%s/%d#%d", w.StreamID, w.Perspective, w.EventVersion, w.Attempts))
+		}
+		for _, e := range res.Events {
+			got = append(got, e.ID.String())
+		}
+		return got, nil
+	})
+	require.Equal(tw.t, results[0], results[1], "fetch")
+	return "fetch"
+}
+
+// rowKey names a work row the same way in both stores, whose work ids differ.
+type rowKey struct {
+	stream      uuid.UUID
+	perspective string
+	version     int64
+}
+
+// heldRuns returns, per (stream, perspective), the pending rows of the fast
+// store held by instance, in version order.
+func (tw *twin) heldRuns(instance uuid.UUID) [][]rowKey {
+	var runs [][]rowKey
+	for _, id := range tw.streams {
+		st := tw.fast.streams[id]
+		if st == nil {
+			continue
+		}
+		for _, p := range st.pairs {
+			var run []rowKey
+			for _, r := range p.pending() {
+				if r.holder == instance {
+					run = append(run, rowKey{id, p.perspective, r.version})
+				}
+			}
+			if len(run) > 0 {
+				runs = append(runs, run)
+			}
+		}
+	}
+	return runs
+}
+
+// row returns the pending row of s named by k, nil when there is none.
+func (s *Store) row(k rowKey) *workRow {
+	if st := s.streams[k.stream]; st != nil {
+		if p := st.pair(k.perspective); p != nil {
+			if i, ok := p.rowIndex(k.version); ok {
+				return p.pending()[i]
+			}
+		}
+	}
+	return nil
+}
+
+// workIDs translates keys to s's work ids (a fresh id for a missing row).
+func (s *Store) workIDs(keys []rowKey) []uuid.UUID {
+	out := make([]uuid.UUID, len(keys))
+	for i, k := range keys {
+		if r := s.row(k); r != nil {
+			out[i] = r.id
+		} else {
+			out[i] = uuid.New()
+		}
+	}
+	return out
+}
+
+func (tw *twin) complete() string {
+	instance := tw.instance()
+	runs := tw.heldRuns(instance)
+	if len(runs) == 0 {
+		return "complete (nothing held)"
+	}
+	run := runs[tw.pick(len(runs))]
+	run = run[:1+tw.pick(len(run))]
+	last := run[len(run)-1]
+	debug := tw.pick(10) == 0
+	results := tw.both(func(s *Store) (any, error) {
+		res, err := s.WorkComplete(tw.t.Context(), &ports.WorkCompleteParams{
+			InstanceID: instance,
+			Completions: []ports.Completion{{
+				StreamID: last.stream, Perspective: last.perspective,
+				LastEventID: s.eventID(last), LastVersion: last.version, WorkIDs: s.workIDs(run),
+			}},
+			DebugMode: debug,
+			Now:       tw.now,
+		})
+		return res, err
+	})
+	require.Equal(tw.t, results[0], results[1], "complete")
+	return "complete"
+}
+
+// eventID returns the id of the event k refers to.
+func (s *Store) eventID(k rowKey) uuid.UUID {
+	st := s.streams[k.stream]
+	i, _ := st.eventIndex(k.version)
+	return st.events[i].ID
+}
+
+func (tw *twin) fail() string {
+	instance := tw.instance()
+	runs := tw.heldRuns(instance)
+	if len(runs) == 0 {
+		return "fail (nothing held)"
+	}
+	run := runs[tw.pick(len(runs))]
+	failed := tw.pick(len(run))
+	var retryAt time.Time
+	if tw.pick(2) == 0 {
+		retryAt = tw.now.Add(tw.duration(40))
+	}
+	for _, s := range tw.stores() {
+		f := ports.Failure{
+			StreamID: run[0].stream, Perspective: run[0].perspective,
+			AppliedWorkIDs: s.workIDs(run[:failed]), FailedWorkIDs: s.workIDs(run[failed : failed+1]),
+			Error: "boom", RetryAt: retryAt,
+		}
+		if failed > 0 {
+			f.LastEventID, f.LastVersion = s.eventID(run[failed-1]), run[failed-1].version
+		}
+		require.NoError(tw.t, s.WorkFail(tw.t.Context(), &ports.WorkFailParams{InstanceID: instance, Failures: []ports.Failure{f}, Now: tw.now}))
+	}
+	return "fail"
+}
+
+func (tw *twin) renew() string {
+	instance := tw.instance()
+	var keys []rowKey
+	for _, run := range tw.heldRuns(instance) {
+		if tw.pick(2) == 0 {
+			keys = append(keys, run...)
+		}
+	}
+	lease := tw.duration(60)
+	results := tw.both(func(s *Store) (any, error) {
+		return s.WorkRenewLeases(tw.t.Context(), &ports.WorkRenewLeasesParams{InstanceID: instance, WorkIDs: s.workIDs(keys), LeaseDuration: lease, Now: tw.now})
+	})
+	require.Equal(tw.t, results[0], results[1], "renew")
+	return "renew"
+}
+
+func (tw *twin) deadLetter() string {
+	var keys []rowKey
+	for _, id := range tw.streams {
+		if st := tw.fast.streams[id]; st != nil {
+			for _, p := range st.pairs {
+				for _, r := range p.pending() {
+					keys = append(keys, rowKey{id, p.perspective, r.version})
+				}
+			}
+		}
+	}
+	if len(keys) == 0 {
+		return "dead letter (nothing pending)"
+	}
+	k := keys[tw.pick(len(keys))]
+	for _, s := range tw.stores() {
+		_, moved, err := s.DeadLetterMove(tw.t.Context(), &ports.DeadLetterMoveParams{WorkID: s.workIDs([]rowKey{k})[0], InstanceID: tw.instance(), Now: tw.now})
+		require.NoError(tw.t, err)
+		require.True(tw.t, moved)
+	}
+	return "dead letter"
+}
+
+func (tw *twin) requeue() string {
+	var keys []rowKey
+	for _, dl := range tw.fast.deadLetters {
+		keys = append(keys, rowKey{dl.StreamID, dl.Perspective, dl.EventVersion})
+	}
+	if len(keys) == 0 {
+		return "requeue (no dead letter)"
+	}
+	slices.SortFunc(keys, func(a, b rowKey) int {
+		return cmp.Or(compareUUID(a.stream, b.stream), cmp.Compare(a.perspective, b.perspective), cmp.Compare(a.version, b.version))
+	})
+	k := keys[tw.pick(len(keys))]
+	for _, s := range tw.stores() {
+		var id uuid.UUID
+		for _, dl := range s.deadLetters {
+			if (rowKey{dl.StreamID, dl.Perspective, dl.EventVersion}) == k {
+				id = dl.ID
+			}
+		}
+		require.NoError(tw.t, s.DeadLetterRequeue(tw.t.Context(), &ports.DeadLetterRequeueParams{ID: id, Now: tw.now}))
+	}
+	return "requeue"
+}
+
+// both runs call on each store and returns the results, failing on an error
+// that only one of them returned.
+func (tw *twin) both(call func(s *Store) (any, error)) [2]any {
+	var out [2]any
+	var errs [2]error
+	for i, s := range tw.stores() {
+		out[i], errs[i] = call(s)
+	}
+	require.Equal(tw.t, errs[0] == nil, errs[1] == nil, "errors %v and %v", errs[0], errs[1])
+	return out
+}
+
+// requireSameState fails unless both stores hold the same rows, leases,
+// attempts, schedules and pins.
+func (tw *twin) requireSameState(when string) {
+	tw.t.Helper()
+	want, got := tw.ref.snapshot(tw.streams, tw.instances), tw.fast.snapshot(tw.streams, tw.instances)
+	if !slices.Equal(want, got) {
+		require.Equal(tw.t, want, got, when)
+	}
+}
+
+// rowState is one line of a snapshot: a stream's pin and backlog (version
+// 0), one of its pending rows, or an instance's held and pinned counts
+// (stream id nil).
+type rowState struct {
+	stream, holder      uuid.UUID
+	perspective, err    string
+	version             int64
+	expiry, scheduled   int64 // Unix nanoseconds
+	attempts, pending   int
+	heldBy, pinnedCount int
+}
+
+// snapshot returns the rows, leases and pins of the given streams and the
+// held and pinned counts of the given instances.
+func (s *Store) snapshot(streams, instances []uuid.UUID) []rowState {
+	var out []rowState
+	for _, id := range streams {
+		st := s.streams[id]
+		if st == nil {
+			continue
+		}
+		out = append(out, rowState{stream: id, holder: st.pinnedTo, pending: st.pending})
+		for _, p := range st.pairs {
+			for _, r := range p.pending() {
+				out = append(out, rowState{
+					stream: id, holder: r.holder, perspective: p.perspective, err: r.err, version: r.version,
+					expiry: r.expiry.UnixNano(), scheduled: r.scheduled.UnixNano(), attempts: r.attempts,
+				})
+			}
+		}
+	}
+	for _, id := range instances {
+		out = append(out, rowState{holder: id, heldBy: len(s.held[id]), pinnedCount: len(s.pins[id])})
+	}
+	return out
+}
+
+// requireIndexConsistent checks the claim index's bookkeeping as of now:
+// every queued stream knows its queue and position, sits in the queue its pin
+// and bucket call for, no queue breaks the heap order, and every stream
+// claimable at now is queued or has a due timer.
+func (s *Store) requireIndexConsistent(t *testing.T, now time.Time) {
+	t.Helper()
+	c := &s.claims
+	check := func(q *readyQueue) {
+		for i, st := range q.streams {
+			switch {
+			case st.ready != q || st.readyIdx != i:
+				t.Fatalf("stream %s at %d of a queue records %p at %d", st.id, i, st.ready, st.readyIdx)
+			case c.queueFor(st) != q:
+				t.Fatalf("stream %s is filed under the wrong owner or bucket", st.id)
+			case st.pending == 0:
+				t.Fatalf("stream %s without pending rows is queued", st.id)
+			case i > 0 && q.streams[(i-1)/2].readyKey > st.readyKey:
+				t.Fatalf("ready queue out of heap order at %d", i)
+			}
+		}
+	}
+	for _, q := range c.orphans {
+		check(q)
+	}
+	for owner, q := range c.owned {
+		if owner != q.owner || q.Len() == 0 {
+			t.Fatalf("owner queue of %s: owner %s, %d streams", owner, q.owner, q.Len())
+		}
+		check(q)
+	}
+	for i, st := range c.timers {
+		if st.timerIdx != i || i > 0 && st.wake.Before(c.timers[(i-1)/2].wake) {
+			t.Fatalf("timer queue broken at %d", i)
+		}
+	}
+	for _, st := range s.streams {
+		if st.ready != nil && st.ready.streams[st.readyIdx] != st || st.timerIdx >= 0 && c.timers[st.timerIdx] != st {
+			t.Fatalf("stream %s records a position it does not hold", st.id)
+		}
+		if _, ok, _ := st.claimState(now); ok && st.ready == nil && (st.timerIdx < 0 || st.wake.After(now)) {
+			t.Fatalf("claimable stream %s is neither queued nor due", st.id)
+		}
+	}
+}
+
+// referenceClaim is WorkClaim as a full scan: it looks at every stream with
+// pending rows, collects each eligible stream's candidate rows, orders the
+// streams by the oldest claimable first row and selects them as WorkClaim
+// documents. It shares no claim index code, only the row helpers.
+func (s *Store) referenceClaim(params *ports.WorkClaimParams) (*ports.WorkClaimResult, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	now := s.now(params.Now)
+	caller := params.InstanceID
+	live, rank := s.liveAt(now, params.StaleThreshold, caller)
+	if rank < 0 {
+		return nil, fmt.Errorf("claiming work for instance %s: %w", caller, ports.ErrInstanceNotAlive)
+	}
+	partitions := uint32(s.partitionCount)
+	if params.PartitionCount > 0 {
+		partitions = uint32(params.PartitionCount)
+	}
+
+	type candidate struct {
+		st   *stream
+		rows []*workRow
+		key  uint64
+	}
+	var candidates []candidate
+	for _, st := range s.streams {
+		if st.pending == 0 {
+			continue
+		}
+		if owner := st.pinnedTo; owner != caller {
+			if owner != uuid.Nil && live.live(owner) {
+				continue
+			}
+			if int(st.hash%partitions)%live.count != rank {
+				continue
+			}
+		}
+		var rows []*workRow
+		key, keyed := uint64(0), false
+		for _, p := range st.pairs {
+		walk:
+			for i, r := range p.pending() {
+				switch {
+				case r.scheduled.After(now):
+					break walk
+				case r.holder != uuid.Nil && r.expiry.After(now):
+					if r.holder != caller {
+						break walk
+					}
+				default:
+					rows = append(rows, r)
+					if i == 0 && (!keyed || r.seq < key) {
+						key, keyed = r.seq, true
+					}
+				}
+			}
+		}
+		if len(rows) == 0 {
+			continue
+		}
+		if !keyed && !drainable(st, caller, now) {
+			panic("a stream the caller does not drain has candidates but no claimable first row")
+		}
+		candidates = append(candidates, candidate{st: st, rows: rows, key: key})
+	}
+	slices.SortFunc(candidates, func(a, b candidate) int { return cmp.Compare(a.key, b.key) })
+
+	var draining []*stream
+	for st := range s.held[caller] {
+		if drainable(st, caller, now) {
+			draining = append(draining, st)
+		}
+	}
+	capacity := params.MaxStreams - len(draining)
+	unselected := false
+	expiry := now.Add(params.LeaseDuration)
+	for _, c := range candidates {
+		if !drainable(c.st, caller, now) {
+			if capacity <= 0 {
+				unselected = true
+				continue
+			}
+			capacity--
+			draining = append(draining, c.st)
+		}
+		for _, r := range c.rows {
+			s.take(c.st, c.st.pair(r.perspective), r, caller, expiry)
+			r.attempts++
+		}
+		s.pin(c.st, caller)
+	}
+	slices.SortFunc(draining, func(a, b *stream) int {
+		return cmp.Or(cmp.Compare(a.pending, b.pending), compareUUID(a.id, b.id))
+	})
+	result := &ports.WorkClaimResult{HasMore: unselected || len(draining) > params.MaxStreams}
+	result.StreamIDs = []uuid.UUID{}
+	for _, st := range draining[:min(len(draining), params.MaxStreams)] {
+		result.StreamIDs = append(result.StreamIDs, st.id)
+	}
+	return result, nil
+}
