@@ -459,7 +459,10 @@ func (w *Worker) consumeLoop(runCtx, workCtx context.Context, wake chan struct{}
 				continue
 			}
 		}
-		if len(ids) < w.opts.DrainBatcher.MaxSize {
+		// The window coalesces bursts of live appends. While the claim loop
+		// reports a backlog larger than what this instance holds, waiting
+		// gains nothing: the ids came in bulk from a claim, so drain now.
+		if len(ids) < w.opts.DrainBatcher.MaxSize && !w.claimHasMore.Load() {
 			ids = w.collectWindow(runCtx, ids)
 		}
 		w.processBatch(workCtx, ids)
