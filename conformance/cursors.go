@@ -111,6 +111,27 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			require.Empty(t, f.a.claim(t, at(2*time.Second)))
 			requireNoWork(t, f.a.fetch(t, at(2*time.Second), f.stream))
 		},
+		"PendingRowsAboveReportedPositionAreNotStragglers": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 3)
+			// The engine saved the model through version 3 before the
+			// completions of versions 2 and 3 arrived.
+			require.NoError(t, f.tb.backend.Models.ModelSave(t.Context(), &ports.ModelSaveParams{
+				StreamID: f.stream, Perspective: perspective, Data: []byte(`{}`),
+				LastEventID: f.events[2].ID, LastVersion: 3, Now: at(time.Second),
+			}))
+
+			res := f.a.complete(t, at(2*time.Second), f.completion(1, 1))
+
+			require.Zero(t, res.RewindsFlagged, "rows 2 and 3 are applied, their completions are on their way")
+			requireNoRewind(t, f.cursor(t))
+			require.Equal(t, int64(3), f.cursor(t).LastVersion, "the position never moves back")
+
+			// A completion reporting version 3 while row 2 is still pending
+			// does reveal a straggler.
+			res = f.a.complete(t, at(3*time.Second), f.completion(3, 3))
+			require.Equal(t, 1, res.RewindsFlagged)
+			requireRewind(t, f.cursor(t), f.events[1], at(3*time.Second), at(3*time.Second))
+		},
 		"ClearsFailure": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 2)
 			f.a.fail(t, at(time.Second), ports.Failure{

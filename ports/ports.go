@@ -162,9 +162,11 @@ type CursorStore interface {
 	// each cursor from the payload: the position only moves forward, status
 	// becomes Completed (CatchingUp, Failed and the error are cleared), and
 	// the rewind columns are cleared. Then, for each cursor, a pending row of
-	// the pair below the new position (a straggler) sets RewindRequired with
-	// the smallest such event as trigger. All deletions of the call happen
-	// before any cursor is examined. Finally streams of the call with no
+	// the pair below the position this call reports for it (a straggler)
+	// sets RewindRequired with the smallest such event as trigger. Rows below
+	// the stored cursor but not below the reported position are rows applied
+	// earlier whose completions are still on their way, not stragglers. All
+	// deletions of the call happen before any cursor is examined. Finally streams of the call with no
 	// pending rows are unpinned. Idempotent: completing missing rows is a
 	// no-op and cursor writes are set-to-value.
 	WorkComplete(ctx context.Context, params *WorkCompleteParams) (*WorkCompleteResult, error)

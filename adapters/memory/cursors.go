@@ -76,6 +76,7 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 		result.Completed += s.finishRows(params.InstanceID, c.StreamID, c.Perspective, c.WorkIDs, params.DebugMode, now)
 	}
 	var pairs []pairKey
+	reported := map[pairKey]int64{}
 	for _, c := range params.Completions {
 		st := s.streamFor(c.StreamID)
 		cur := s.cursorFor(st, c.Perspective, now)
@@ -87,10 +88,12 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 		cur.RewindTriggerEventID, cur.RewindTriggerVersion = uuid.Nil, 0
 		cur.RewindFlaggedAt, cur.RewindFirstFlaggedAt = time.Time{}, time.Time{}
 		cur.UpdatedAt = now
-		pairs = append(pairs, pairKey{c.StreamID, c.Perspective})
+		k := pairKey{c.StreamID, c.Perspective}
+		pairs = append(pairs, k)
+		reported[k] = max(reported[k], c.LastVersion)
 	}
 	for _, k := range uniquePairs(pairs) {
-		if s.flagStragglers(k, now) {
+		if s.flagStragglers(k, reported[k], now) {
 			result.RewindsFlagged++
 		}
 	}
@@ -129,6 +132,7 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 		s.finishRows(params.InstanceID, f.StreamID, f.Perspective, f.AppliedWorkIDs, params.DebugMode, now)
 	}
 	var moved []pairKey
+	reported := map[pairKey]int64{}
 	for _, f := range params.Failures {
 		st := s.streamFor(f.StreamID)
 		for _, id := range f.FailedWorkIDs {
@@ -143,14 +147,16 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 		cur := s.cursorFor(st, f.Perspective, now)
 		if f.LastVersion > cur.LastVersion {
 			cur.LastEventID, cur.LastVersion = f.LastEventID, f.LastVersion
-			moved = append(moved, pairKey{f.StreamID, f.Perspective})
+			k := pairKey{f.StreamID, f.Perspective}
+			moved = append(moved, k)
+			reported[k] = max(reported[k], f.LastVersion)
 		}
 		cur.Status = cur.Status&^ports.CursorCompleted | ports.CursorFailed
 		cur.Error = f.Error
 		cur.UpdatedAt = now
 	}
 	for _, k := range uniquePairs(moved) {
-		s.flagStragglers(k, now)
+		s.flagStragglers(k, reported[k], now)
 	}
 	for _, f := range params.Failures {
 		st := s.streams[f.StreamID]
@@ -194,13 +200,15 @@ func (s *Store) cursorFor(st *stream, perspective string, now time.Time) *ports.
 }
 
 // flagStragglers flags the cursor of k RewindRequired when a pending row of
-// the pair lies below its position, with the smallest such row as trigger.
-// It reports whether it flagged.
-func (s *Store) flagStragglers(k pairKey, now time.Time) bool {
+// the pair lies below the position a completion or failure of this call
+// reported (reported). Rows below the stored cursor but not below what the
+// call reports are rows applied by earlier batches whose completions are
+// still on their way: flagging them would cause phantom rewinds.
+func (s *Store) flagStragglers(k pairKey, reported int64, now time.Time) bool {
 	st := s.streams[k.streamID]
 	cur := st.cursors[k.perspective]
 	p := st.pair(k.perspective)
-	if p == nil || p.first().version >= cur.LastVersion {
+	if p == nil || p.first().version >= reported {
 		return false
 	}
 	flagRewind(cur, p.first().eventID, p.first().version, now)
