@@ -3,7 +3,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: help demo test test-race test-short bench lint cover tools
+.PHONY: help demo test test-race test-short bench bench-go lint cover tools
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -19,7 +19,17 @@ test-race: test ## alias of test
 test-short: ## run the tests without the race detector
 	$(GO) test -count=1 $(PKGS)
 
-bench: ## run the Go benchmarks of the hot core pieces
+# make bench: Vantage vs River vs the raw SQL pipeline on PostgreSQL
+# ($$DATABASE_URL, default postgres://postgres@127.0.0.1:5432/test), plus the
+# memory catch-up, live latency and failover, sized to finish in minutes on
+# 2 cores. The full runs of BENCHMARKS.md use the program's defaults, e.g.
+#   cd bench && go run ./cmd/bench -scenario catchup -events 200000 -instances 1,2,4
+# Extra flags: make bench BENCH_FLAGS='-json -profile /tmp/vantage-profile'
+BENCH_FLAGS ?=
+bench: ## benchmark Vantage against River and the raw SQL pipeline (bench/, see BENCHMARKS.md)
+	cd bench && $(GO) run ./cmd/bench -scenario all -events 20000 -instances 1,2 -duration 15s -stale 10s -kill-after 5s -drain-wait 60s -timeout 5m $(BENCH_FLAGS)
+
+bench-go: ## run the Go benchmarks of the hot core pieces
 	$(GO) test -run '^$$' -bench . -benchmem ./core/...
 
 lint: ## gofmt, go vet and staticcheck

@@ -34,6 +34,11 @@ func (w *Worker) processBatch(ctx context.Context, ids []uuid.UUID) {
 		var events []ports.Event
 		applied, events = w.drainStreams(ctx, res)
 		w.life.afterBatch(ctx, events)
+		if len(res.Work) >= w.opts.FetchMaxRows {
+			// The fetch was cut at FetchMaxRows: drain these streams again
+			// right after this batch instead of at the next claim tick.
+			w.queue.Push(ids...)
+		}
 	}
 	w.flushPending(ctx)
 	if h := w.opts.Hooks.OnBatchCycleComplete; h != nil {
@@ -572,7 +577,12 @@ func (w *Worker) flushPending(ctx context.Context) {
 	w.flushMu.Lock()
 	defer w.flushMu.Unlock()
 	now := w.now()
-	w.strategy.ResetStale(now)
+	// Unacknowledged items are re-sent only once the flushers settled
+	// everything they were given: an item still queued or being flushed
+	// (a slow round trip, retries in place) is not lost, only late.
+	if !w.completions.Busy() && !w.failures.Busy() {
+		w.strategy.ResetStale(now)
+	}
 	cs := w.strategy.PendingCompletions()
 	fs := w.strategy.PendingFailures()
 	if len(cs) == 0 && len(fs) == 0 {

@@ -130,6 +130,14 @@ type Flusher[T any] struct {
 	waiters     []*waiter
 }
 
+// Busy reports whether items are queued or being flushed (accepted but not
+// yet flushed or dropped).
+func (f *Flusher[T]) Busy() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.settled < f.enqueued
+}
+
 // waiter is a Flush call waiting for the items before target to settle.
 type waiter struct {
 	target uint64

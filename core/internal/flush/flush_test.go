@@ -587,3 +587,26 @@ func TestDropLogNamesLeaseConsequence(t *testing.T) {
 	require.True(t, strings.Contains(errs[0], "lease"), errs[0])
 	require.Empty(t, b.logs.messages(slog.LevelWarn), "no retry with MaxAttempts 1")
 }
+
+func TestBusy(t *testing.T) {
+	t.Parallel()
+
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	f, err := flush.New("busy", flush.Options[int]{MaxBatch: 1, Clock: clocktest.NewFake()}, func(ctx context.Context, batch []int) error {
+		entered <- struct{}{}
+		<-release
+		return nil
+	})
+	require.NoError(t, err)
+	require.False(t, f.Busy(), "a new flusher is idle")
+	require.NoError(t, f.Start(t.Context()))
+	require.NoError(t, f.Add(t.Context(), 1))
+	require.True(t, f.Busy(), "an accepted item keeps it busy")
+	<-entered
+	require.True(t, f.Busy(), "a flush in progress keeps it busy")
+	close(release)
+	require.NoError(t, f.Flush(t.Context()))
+	require.False(t, f.Busy(), "idle once everything settled")
+	require.NoError(t, f.Close(t.Context()))
+}

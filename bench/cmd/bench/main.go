@@ -1,0 +1,460 @@
+// Command bench measures Vantage against two references on the same
+// database in the same run: River (one no-op job per work row) and the raw
+// limit (the same work done by the shortest correct SQL pipeline, package
+// raw). See BENCHMARKS.md at the repository root for the figures and how to
+// read them.
+//
+//	go run ./cmd/bench -scenario all                       # make bench
+//	go run ./cmd/bench -scenario catchup -events 200000 -instances 1,2,4
+//	go run ./cmd/bench -scenario catchup -backend memory -events 200000
+//	go run ./cmd/bench -scenario live -rate 1000 -duration 30s
+//	go run ./cmd/bench -scenario failover
+//
+// Every run executes in a child process of its own (the same binary,
+// re-executed), so its peak RSS (VmHWM) is its own; the child seeds a fresh
+// schema, measures, checks the stored models and drops the schema.
+// Progress goes to stderr, the table to stdout; with -json, one JSON object
+// per result line goes to stdout and the table to stderr.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if len(os.Args) == 3 && os.Args[1] == childFlag {
+		if err := runChild(ctx, os.Args[2], os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "bench child:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// childFlag marks a re-executed child; its argument is the JSON spec.
+const childFlag = "-child-spec"
+
+// resultPrefix starts the line on which a child reports its result.
+const resultPrefix = "RESULT "
+
+type config struct {
+	backend       string
+	database      string
+	scenario      string
+	events        []int
+	streams       int
+	perspectives  int
+	instances     []int
+	rate          int
+	failoverRate  int
+	duration      time.Duration
+	warmup        time.Duration
+	json          bool
+	compare       string
+	pool          int
+	rawWorkers    int
+	riverWorkers  int
+	riverDefaults bool
+	appendBatch   int
+	appenders     int
+	settings      []string
+	stale         time.Duration
+	killAfter     time.Duration
+	timeout       time.Duration
+	drainWait     time.Duration
+	profileDir    string
+	pgLog         string
+	options       map[string]string
+}
+
+func parseFlags(args []string, out io.Writer) (config, error) {
+	var c config
+	var events, instances, settings, options string
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(out)
+	defaultDB := os.Getenv("DATABASE_URL")
+	if defaultDB == "" {
+		defaultDB = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	}
+	fs.StringVar(&c.backend, "backend", "", "memory or postgres; empty: postgres, plus the memory catch-up under -scenario all")
+	fs.StringVar(&c.database, "database", defaultDB, "PostgreSQL connection URL (default $DATABASE_URL)")
+	fs.StringVar(&c.scenario, "scenario", "all", "catchup, live, failover or all")
+	fs.StringVar(&events, "events", "200000", "catch-up backlog: events already appended (comma list allowed)")
+	fs.IntVar(&c.streams, "streams", 1000, "streams the events are spread over")
+	fs.IntVar(&c.perspectives, "perspectives", 2, "perspectives applying every event (work rows = events × perspectives)")
+	fs.StringVar(&instances, "instances", "1,2,4", "engine instances of the catch-up (comma list); live uses the first, failover 3")
+	fs.IntVar(&c.rate, "rate", 1000, "live: events appended per second")
+	fs.IntVar(&c.failoverRate, "failover-rate", 100, "failover: events appended per second (a rate the instances sustain, so that recovery is what is measured)")
+	fs.DurationVar(&c.duration, "duration", 30*time.Second, "live: measured appending time (after -warmup)")
+	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "live and failover: appending time before measuring")
+	fs.BoolVar(&c.json, "json", false, "write one JSON object per result line to stdout (the table goes to stderr)")
+	fs.StringVar(&c.compare, "compare", "auto", "run the raw and River references too: on, off, or auto (on for the PostgreSQL catch-up)")
+	fs.IntVar(&c.pool, "pool", 8, "PostgreSQL connections per engine instance (pgxpool MaxConns)")
+	fs.IntVar(&c.rawWorkers, "raw-workers", 0, "raw pipeline workers; 0: instances × -pool, the engine's connections")
+	fs.IntVar(&c.riverWorkers, "river-workers", 2000, "River MaxWorkers per client (one client per instance); 2000 as River's own benchmark")
+	fs.BoolVar(&c.riverDefaults, "river-defaults", false, "run River with its default fetch cadence (FetchCooldown 100ms, FetchPollInterval 1s) instead of its benchmark's (2ms, 20ms)")
+	fs.IntVar(&c.appendBatch, "append-batch", 50, "events per append when seeding")
+	fs.IntVar(&c.appenders, "appenders", 4, "concurrent appenders (seeding, live)")
+	fs.StringVar(&settings, "settings", settingDefaults+","+settingLowLatency, "live: engine settings to measure (defaults, low-latency)")
+	fs.DurationVar(&c.stale, "stale", 0, "failover: Options.StaleInstanceThreshold (0: the engine's default, 30s)")
+	fs.DurationVar(&c.killAfter, "kill-after", 10*time.Second, "failover: appending time before one instance is killed")
+	fs.DurationVar(&c.drainWait, "drain-wait", 2*time.Minute, "live and failover: how long to wait, after the appends, for every event to be applied")
+	fs.DurationVar(&c.timeout, "timeout", 15*time.Minute, "give up on one run after this long")
+	fs.StringVar(&options, "opt", "", "override core.Options of every Vantage run: Field=value[,Struct.Field=value...], e.g. FetchMaxRows=50000,DrainBatcher.SlidingWindow=20ms")
+	fs.StringVar(&c.pgLog, "pglog", "/var/log/postgresql/postgresql-15-main.log", "PostgreSQL server log, read for auto_explain plans when profiling")
+	fs.StringVar(&c.profileDir, "profile", "", "write a CPU profile and a SQL/PostgreSQL report of each run into this directory")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	var err error
+	if c.events, err = intList("events", events); err != nil {
+		return c, err
+	}
+	if c.instances, err = intList("instances", instances); err != nil {
+		return c, err
+	}
+	if options != "" {
+		c.options = map[string]string{}
+		for _, kv := range strings.Split(options, ",") {
+			k, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
+			if !ok {
+				return c, fmt.Errorf("-opt: %q is not Field=value", kv)
+			}
+			c.options[k] = val
+		}
+	}
+	for _, s := range strings.Split(settings, ",") {
+		s = strings.TrimSpace(s)
+		if s != settingDefaults && s != settingLowLatency {
+			return c, fmt.Errorf("-settings: unknown setting %q", s)
+		}
+		c.settings = append(c.settings, s)
+	}
+	switch c.backend {
+	case "", "memory", "postgres":
+	default:
+		return c, fmt.Errorf("-backend must be memory or postgres, got %q", c.backend)
+	}
+	switch c.scenario {
+	case "all", scenarioCatchup, scenarioLive, scenarioFailover:
+	default:
+		return c, fmt.Errorf("-scenario must be catchup, live, failover or all, got %q", c.scenario)
+	}
+	switch c.compare {
+	case "auto", "on", "off":
+	default:
+		return c, fmt.Errorf("-compare must be on, off or auto, got %q", c.compare)
+	}
+	for name, v := range map[string]int{"streams": c.streams, "perspectives": c.perspectives, "rate": c.rate, "failover-rate": c.failoverRate, "pool": c.pool, "append-batch": c.appendBatch, "appenders": c.appenders} {
+		if v < 1 {
+			return c, fmt.Errorf("-%s must be at least 1, got %d", name, v)
+		}
+	}
+	return c, nil
+}
+
+func intList(name, s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("-%s: %q is not a positive number", name, f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// plan lists the runs of the configuration in order.
+func plan(c config) []spec {
+	base := spec{
+		Database: c.database, Streams: c.streams, Perspectives: c.perspectives,
+		Pool: c.pool, AppendBatch: c.appendBatch, Appenders: c.appenders,
+		Timeout: c.timeout, ProfileDir: c.profileDir, Warmup: c.warmup,
+		Options: c.options, PGLog: c.pgLog, DrainWait: c.drainWait,
+	}
+	all := c.scenario == "all"
+	pg := c.backend == "" || c.backend == "postgres"
+	var out []spec
+	if all || c.scenario == scenarioCatchup {
+		compare := c.compare == "on" || (c.compare == "auto" && pg)
+		for _, events := range c.events {
+			for _, n := range c.instances {
+				s := base
+				s.Scenario, s.Events, s.Instances = scenarioCatchup, events, n
+				if pg {
+					s.Backend = "postgres"
+					s.Impl = implVantage
+					out = append(out, s)
+					if compare {
+						raw := s
+						raw.Impl, raw.Workers = implRaw, c.rawWorkers
+						if raw.Workers == 0 {
+							raw.Workers = n * c.pool
+						}
+						river := s
+						river.Impl, river.Workers, river.RiverDefaults = implRiver, c.riverWorkers, c.riverDefaults
+						out = append(out, raw, river)
+					}
+				}
+				if c.backend == "memory" || (all && c.backend == "") {
+					m := s
+					m.Backend, m.Impl = "memory", implVantage
+					out = append(out, m)
+				}
+			}
+		}
+	}
+	backend := "postgres"
+	if c.backend == "memory" {
+		backend = "memory"
+	}
+	if all || c.scenario == scenarioLive {
+		for _, setting := range c.settings {
+			s := base
+			s.Scenario, s.Impl, s.Backend, s.Setting = scenarioLive, implVantage, backend, setting
+			s.Instances, s.Rate, s.Duration = c.instances[0], c.rate, c.duration
+			out = append(out, s)
+		}
+	}
+	if (all || c.scenario == scenarioFailover) && backend == "postgres" {
+		s := base
+		s.Scenario, s.Impl, s.Backend, s.Setting = scenarioFailover, implVantage, backend, settingDefaults
+		s.Instances, s.Rate, s.Stale, s.KillAfter = 3, c.failoverRate, c.stale, c.killAfter
+		out = append(out, s)
+	}
+	return out
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c, err := parseFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	runs := plan(c)
+	if len(runs) == 0 {
+		return errors.New("nothing to run (failover needs -backend postgres)")
+	}
+	if c.profileDir != "" {
+		if err := os.MkdirAll(c.profileDir, 0o755); err != nil {
+			return err
+		}
+	}
+	var admin *pgxpool.Pool
+	for _, s := range runs {
+		if s.Backend == "postgres" {
+			if admin, err = pgxpool.New(ctx, c.database); err != nil {
+				return fmt.Errorf("connecting to PostgreSQL: %w", err)
+			}
+			defer admin.Close()
+			if err := admin.Ping(ctx); err != nil {
+				return fmt.Errorf("connecting to PostgreSQL: %w", err)
+			}
+			break
+		}
+	}
+	fmt.Fprintf(stderr, "bench: %d runs, each in a child process\n", len(runs))
+	var results []*result
+	for i, s := range runs {
+		if s.Backend == "postgres" {
+			s.Schema = "bench_" + s.Impl + "_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+		}
+		fmt.Fprintf(stderr, "bench: [%d/%d] %s\n", i+1, len(runs), s.name())
+		r, err := runInChild(ctx, s, stderr)
+		if s.Schema != "" && admin != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			if _, derr := admin.Exec(dctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{s.Schema}.Sanitize()+" CASCADE"); derr != nil {
+				fmt.Fprintf(stderr, "bench: dropping schema %s: %v\n", s.Schema, derr)
+			}
+			cancel()
+		}
+		if err != nil {
+			r = newResult(s)
+			r.Error = err.Error()
+		}
+		results = append(results, r)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	compareResults(results)
+	if c.json {
+		enc := json.NewEncoder(stdout)
+		for _, r := range results {
+			if err := enc.Encode(r); err != nil {
+				return err
+			}
+		}
+		printTable(stderr, results)
+	} else {
+		printTable(stdout, results)
+	}
+	for _, r := range results {
+		if r.Error != "" {
+			return fmt.Errorf("%d of %d runs failed", countErrors(results), len(results))
+		}
+	}
+	return nil
+}
+
+func countErrors(rs []*result) int {
+	n := 0
+	for _, r := range rs {
+		if r.Error != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// runInChild re-executes this binary for s and returns the result it
+// reports.
+func runInChild(ctx context.Context, s spec, stderr io.Writer) (*result, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.Timeout+2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, exe, childFlag, string(b))
+	cmd.Stderr = stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	var r *result
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if rest, ok := strings.CutPrefix(line, resultPrefix); ok {
+			r = &result{}
+			if err := json.Unmarshal([]byte(rest), r); err != nil {
+				return nil, fmt.Errorf("reading the child's result: %w", err)
+			}
+			continue
+		}
+		fmt.Fprintln(stderr, line)
+	}
+	werr := cmd.Wait()
+	if r == nil {
+		if werr == nil {
+			werr = errors.New("the child reported no result")
+		}
+		return nil, werr
+	}
+	return r, nil
+}
+
+// compareResults fills the comparison fields of Vantage's PostgreSQL
+// catch-up lines from the raw and River lines of the same backlog and
+// instance count.
+func compareResults(rs []*result) {
+	type key struct {
+		events    int64
+		instances int
+	}
+	raw, river := map[key]*result{}, map[key]*result{}
+	for _, r := range rs {
+		if r.Scenario != scenarioCatchup || r.Error != "" {
+			continue
+		}
+		k := key{r.Events, r.Instances}
+		switch r.Impl {
+		case implRaw:
+			raw[k] = r
+		case implRiver:
+			river[k] = r
+		}
+	}
+	for _, r := range rs {
+		if r.Scenario != scenarioCatchup || r.Impl != implVantage || r.Backend != "postgres" || r.Error != "" {
+			continue
+		}
+		k := key{r.Events, r.Instances}
+		if x := raw[k]; x != nil && x.EventsPerS > 0 {
+			r.RawEventsPerS = x.EventsPerS
+			r.RatioVsRaw = r.EventsPerS / x.EventsPerS
+		}
+		if x := river[k]; x != nil && x.WorkRowsPerS > 0 {
+			r.RiverJobsPerS = x.WorkRowsPerS
+			r.RatioVsRiver = r.WorkRowsPerS / x.WorkRowsPerS
+		}
+	}
+}
+
+func printTable(w io.Writer, rs []*result) {
+	fmt.Fprintf(w, "\n%-9s %-8s %-8s %-11s %4s %8s %9s %8s %10s %11s %9s %9s %8s %7s %8s  %s\n",
+		"scenario", "backend", "impl", "setting", "inst", "events", "work_rows", "seconds", "events/s", "work_rows/s", "p50_ms", "p99_ms", "rss_mb", "vs_raw", "vs_river", "notes")
+	for _, r := range rs {
+		notes := ""
+		switch {
+		case r.Error != "":
+			notes = "ERROR: " + r.Error
+		case r.Checked:
+			notes = fmt.Sprintf("skipped=%d double=%d pending=%d", r.Skipped, r.DoubleApplied, r.PendingAfter)
+		}
+		if r.Error != "" && r.Checked {
+			notes += fmt.Sprintf("; skipped=%d double=%d pending=%d", r.Skipped, r.DoubleApplied, r.PendingAfter)
+		}
+		if r.Scenario == scenarioFailover {
+			notes += fmt.Sprintf(" victim_streams=%d recovery_max=%.0fms p50=%.0fms (from last heartbeat %.0fms) target=%.0fms not_recovered=%d",
+				r.VictimStreams, r.RecoveryMaxMs, r.RecoveryP50Ms, r.RecoveryFromLastBeatMs, r.TargetMs, r.NotRecovered)
+		}
+		if r.Scenario != scenarioCatchup {
+			notes += fmt.Sprintf(" rate=%.0f/s samples=%d max=%.0fms", r.AchievedRate, r.Samples, r.MaxMs)
+		}
+		if r.Seconds > 0 {
+			notes += fmt.Sprintf(" cpu: go=%.1fs pg=%.1fs others=%.1fs machine=%.0f%%", r.GoCPUSeconds, r.PGCPUSeconds, r.OtherCPUSeconds, r.MachineCPUPercent)
+		}
+		if r.Deferred > 0 {
+			notes += fmt.Sprintf(" deferred=%d", r.Deferred)
+		}
+		setting := r.Setting
+		if setting == "" {
+			setting = "-"
+		}
+		fmt.Fprintf(w, "%-9s %-8s %-8s %-11s %4d %8d %9d %8.2f %10.0f %11.0f %9.1f %9.1f %8.1f %7s %8s  %s\n",
+			r.Scenario, r.Backend, r.Impl, setting, r.Instances, r.Events, r.WorkRows, r.Seconds, r.EventsPerS, r.WorkRowsPerS,
+			r.P50Ms, r.P99Ms, r.PeakRSSMB, ratio(r.RatioVsRaw), ratio(r.RatioVsRiver), strings.TrimSpace(notes))
+	}
+}
+
+func ratio(v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f×", v)
+}

@@ -1,0 +1,189 @@
+// Package measure holds the benchmark's instruments: latency percentiles,
+// the process's peak resident set size and CPU time, and the CPU time of
+// PostgreSQL backend processes.
+package measure
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Latencies collects durations from many goroutines.
+type Latencies struct {
+	mu sync.Mutex
+	ds []time.Duration
+}
+
+// Add records one duration.
+func (l *Latencies) Add(d time.Duration) {
+	l.mu.Lock()
+	l.ds = append(l.ds, d)
+	l.mu.Unlock()
+}
+
+// Len returns the number of durations recorded.
+func (l *Latencies) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.ds)
+}
+
+// Percentiles returns the p-quantiles (0 < p ≤ 1, nearest rank) of the
+// recorded durations in milliseconds; zeros when none were recorded.
+func (l *Latencies) Percentiles(ps ...float64) []float64 {
+	l.mu.Lock()
+	ds := slices.Clone(l.ds)
+	l.mu.Unlock()
+	slices.Sort(ds)
+	out := make([]float64, len(ps))
+	if len(ds) == 0 {
+		return out
+	}
+	for i, p := range ps {
+		rank := int(p*float64(len(ds))+0.999999) - 1
+		rank = min(max(rank, 0), len(ds)-1)
+		out[i] = float64(ds[rank]) / float64(time.Millisecond)
+	}
+	return out
+}
+
+// PeakRSSMB returns the process's peak resident set size (VmHWM) in MiB.
+func PeakRSSMB() (float64, error) { return statusKB("VmHWM:") }
+
+// RSSMB returns the process's current resident set size (VmRSS) in MiB.
+func RSSMB() (float64, error) { return statusKB("VmRSS:") }
+
+func statusKB(field string) (float64, error) {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, field) {
+			continue
+		}
+		fields := strings.Fields(line[len(field):])
+		if len(fields) == 0 {
+			break
+		}
+		kb, err := strconv.ParseFloat(fields[0], 64)
+		if err != nil {
+			return 0, err
+		}
+		return kb / 1024, nil
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("no %s line in /proc/self/status", field)
+}
+
+// ResetPeakRSS resets VmHWM to the current RSS (Linux 4.0+), so the peak
+// measured afterwards excludes what came before (seeding, for instance).
+func ResetPeakRSS() error {
+	return os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
+}
+
+// ProcessCPU returns the user and system CPU time the process used so far.
+func ProcessCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat times; 100 on every
+// Linux platform Go supports.
+const clockTicks = 100
+
+// PIDCPU returns the CPU time (user + system) of process pid, read from
+// /proc/<pid>/stat; 0 if it is gone.
+func PIDCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name is in parentheses and may hold spaces: split after it.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / clockTicks
+}
+
+// PostgresAuxCPU returns the summed CPU time of the PostgreSQL processes
+// that are not client backends (WAL writer, checkpointer, background
+// writer, autovacuum, ...), recognised by their process titles.
+func PostgresAuxCPU() time.Duration {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	var total time.Duration
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			continue
+		}
+		title := string(cmd)
+		if !strings.HasPrefix(title, "postgres: ") {
+			continue
+		}
+		for _, aux := range []string{"walwriter", "checkpointer", "background writer", "autovacuum", "logical replication launcher", "stats"} {
+			if strings.Contains(title, aux) {
+				total += PIDCPU(pid)
+				break
+			}
+		}
+	}
+	return total
+}
+
+// MachineBusy returns the CPU time all processes of the machine spent
+// busy (not idle, not waiting for I/O) since boot, from /proc/stat.
+func MachineBusy() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0
+	}
+	var busy int64
+	for i, v := range f[1:] {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		if i >= 8 { // guest times are included in user already
+			break
+		}
+		busy += n
+	}
+	return time.Duration(busy) * time.Second / clockTicks
+}
