@@ -147,15 +147,32 @@ func TestDedupSkipsUnacknowledgedRows(t *testing.T) {
 	stream := uuid.New()
 	_, err := bb.w.reg.Append(t.Context(), bb.backend.Events, stream, 0, placed{ID: "a"})
 	require.NoError(t, err)
-	res, err := bb.w.fetch(t.Context(), []uuid.UUID{stream})
+	res, seq, err := bb.w.fetch(t.Context(), []uuid.UUID{stream})
 	require.NoError(t, err)
-	n, _ := bb.w.drainStreams(t.Context(), res)
+	n, _ := bb.w.drainStreams(t.Context(), res, seq)
 	require.Equal(t, 1, n)
 	// Same rows again (the completion is still only buffered).
-	res, err = bb.w.fetch(t.Context(), []uuid.UUID{stream})
+	res, seq, err = bb.w.fetch(t.Context(), []uuid.UUID{stream})
 	require.NoError(t, err)
 	require.Len(t, res.Work, 1, "the row is still pending in the backend")
-	n, _ = bb.w.drainStreams(t.Context(), res)
+	n, _ = bb.w.drainStreams(t.Context(), res, seq)
 	require.Zero(t, n)
 	require.Equal(t, int64(1), bb.applied.Load())
+}
+
+// Rows fetched before a failure of their pair was acknowledged are stale:
+// the backend released the failed row since, so they are not applied again
+// (which would repeat the failure without counting an attempt).
+func TestStaleFetchAfterFailureAck(t *testing.T) {
+	t.Parallel()
+
+	bb := setupBatch(t)
+	k := pairKey{stream: uuid.New(), perspective: "c"}
+	before := bb.w.fetchSeq.Add(1)
+	bb.w.park(k, bb.w.now())
+	bb.w.parkAcked(k)
+	require.True(t, bb.w.staleFetch(k, before), "fetched before the acknowledgement")
+	after := bb.w.fetchSeq.Add(1)
+	require.False(t, bb.w.staleFetch(k, after), "fetched after it")
+	require.False(t, bb.w.staleFetch(k, before), "the mark is cleared once fresh rows were seen")
 }

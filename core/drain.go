@@ -24,7 +24,7 @@ func (w *Worker) processBatch(ctx context.Context, ids []uuid.UUID) {
 	w.flushPending(ctx)
 	w.recordPoll(true)
 
-	res, err := w.fetch(ctx, ids)
+	res, seq, err := w.fetch(ctx, ids)
 	applied := 0
 	if err != nil {
 		if ctx.Err() == nil {
@@ -32,7 +32,7 @@ func (w *Worker) processBatch(ctx context.Context, ids []uuid.UUID) {
 		}
 	} else {
 		var events []ports.Event
-		applied, events = w.drainStreams(ctx, res)
+		applied, events = w.drainStreams(ctx, res, seq)
 		w.life.afterBatch(ctx, events)
 		if len(res.Work) >= w.opts.FetchMaxRows {
 			// The fetch was cut at FetchMaxRows: drain these streams again
@@ -46,8 +46,13 @@ func (w *Worker) processBatch(ctx context.Context, ids []uuid.UUID) {
 	}
 }
 
-func (w *Worker) fetch(ctx context.Context, ids []uuid.UUID) (*ports.EventsFetchPendingResult, error) {
-	return w.backend.Fetcher.EventsFetchPending(ctx, &ports.EventsFetchPendingParams{
+// fetch claims and fetches the pending events of streams. It returns the
+// fetch's sequence number, taken before the call: results of a fetch that
+// started before a failure of a pair was acknowledged are stale for that
+// pair (see staleFetch).
+func (w *Worker) fetch(ctx context.Context, ids []uuid.UUID) (*ports.EventsFetchPendingResult, uint64, error) {
+	seq := w.fetchSeq.Add(1)
+	res, err := w.backend.Fetcher.EventsFetchPending(ctx, &ports.EventsFetchPendingParams{
 		InstanceID:     w.opts.InstanceID,
 		StreamIDs:      ids,
 		LeaseDuration:  w.opts.LeaseDuration,
@@ -55,21 +60,23 @@ func (w *Worker) fetch(ctx context.Context, ids []uuid.UUID) (*ports.EventsFetch
 		MaxRows:        w.opts.FetchMaxRows,
 		Now:            w.paramNow(),
 	})
+	return res, seq, err
 }
 
 // streamWork is one stream's share of a fetch result.
 type streamWork struct {
 	events map[uuid.UUID]ports.Event
 	work   []ports.WorkItem // ordered by perspective, version
+	seq    uint64           // the fetch's sequence number (see Worker.fetchSeq)
 }
 
-func splitByStream(res *ports.EventsFetchPendingResult) (map[uuid.UUID]*streamWork, []uuid.UUID) {
+func splitByStream(res *ports.EventsFetchPendingResult, seq uint64) (map[uuid.UUID]*streamWork, []uuid.UUID) {
 	byStream := map[uuid.UUID]*streamWork{}
 	var order []uuid.UUID
 	get := func(id uuid.UUID) *streamWork {
 		sw, ok := byStream[id]
 		if !ok {
-			sw = &streamWork{events: map[uuid.UUID]ports.Event{}}
+			sw = &streamWork{events: map[uuid.UUID]ports.Event{}, seq: seq}
 			byStream[id] = sw
 			order = append(order, id)
 		}
@@ -87,8 +94,8 @@ func splitByStream(res *ports.EventsFetchPendingResult) (map[uuid.UUID]*streamWo
 
 // drainStreams drains every stream of a fetch result and returns the number
 // of (event, perspective) applications and the distinct events applied.
-func (w *Worker) drainStreams(ctx context.Context, res *ports.EventsFetchPendingResult) (int, []ports.Event) {
-	byStream, order := splitByStream(res)
+func (w *Worker) drainStreams(ctx context.Context, res *ports.EventsFetchPendingResult, seq uint64) (int, []ports.Event) {
+	byStream, order := splitByStream(res, seq)
 	cursors := w.cursorsOf(ctx, order)
 	var (
 		mu      sync.Mutex
@@ -127,7 +134,7 @@ func (w *Worker) drainStream(ctx context.Context, streamID uuid.UUID, sw *stream
 		n := 0
 		for _, group := range groupByPerspective(sw.work) {
 			c, ok := cursors[pairKey{stream: streamID, perspective: group[0].Perspective}]
-			applied := w.drainPair(ctx, streamID, group, sw.events, c, ok)
+			applied := w.drainPair(ctx, streamID, group, sw, c, ok)
 			n += len(applied)
 			for _, e := range applied {
 				if !seen[e.ID] {
@@ -140,14 +147,14 @@ func (w *Worker) drainStream(ctx context.Context, streamID uuid.UUID, sw *stream
 		if n < w.opts.DrainLoopRefetchMinBatch || iter >= w.opts.DrainLoopMaxIterations || ctx.Err() != nil {
 			return total, events
 		}
-		res, err := w.fetch(ctx, []uuid.UUID{streamID})
+		res, seq, err := w.fetch(ctx, []uuid.UUID{streamID})
 		if err != nil {
 			if ctx.Err() == nil {
 				w.log.ErrorContext(ctx, "refetching stream failed", slog.String("stream_id", streamID.String()), slog.Any("error", err))
 			}
 			return total, events
 		}
-		byStream, _ := splitByStream(res)
+		byStream, _ := splitByStream(res, seq)
 		next, ok := byStream[streamID]
 		if !ok || len(next.work) == 0 {
 			return total, events
@@ -214,9 +221,26 @@ func (w *Worker) parkFor(k pairKey, until time.Time) {
 	w.parked[k] = parking{until: until, acked: true}
 }
 
+// staleFetch reports whether a fetch (by its sequence number) started before
+// the latest acknowledged failure of the pair.
+func (w *Worker) staleFetch(k pairKey, seq uint64) bool {
+	w.parkedMu.Lock()
+	defer w.parkedMu.Unlock()
+	acked, ok := w.failAcked[k]
+	if !ok {
+		return false
+	}
+	if seq <= acked {
+		return true
+	}
+	delete(w.failAcked, k) // fresh rows from now on
+	return false
+}
+
 func (w *Worker) parkAcked(k pairKey) {
 	w.parkedMu.Lock()
 	defer w.parkedMu.Unlock()
+	w.failAcked[k] = w.fetchSeq.Load()
 	if p, ok := w.parked[k]; ok {
 		p.acked = true
 		w.parked[k] = p
@@ -238,7 +262,8 @@ func (w *Worker) failureRetryDelay(attempts int) time.Duration {
 // skip events at or below its position, apply the rest, save model and
 // cursor every PerspectiveBatchSize events and at the end, and buffer the
 // completion (or the failure). It returns the number of events applied.
-func (w *Worker) drainPair(ctx context.Context, streamID uuid.UUID, rows []ports.WorkItem, events map[uuid.UUID]ports.Event, cursor ports.Cursor, hasCursor bool) []ports.Event {
+func (w *Worker) drainPair(ctx context.Context, streamID uuid.UUID, rows []ports.WorkItem, sw *streamWork, cursor ports.Cursor, hasCursor bool) []ports.Event {
+	events := sw.events
 	name := rows[0].Perspective
 	key := pairKey{stream: streamID, perspective: name}
 	if _, parked := w.parkedUntil(key); parked {
@@ -249,8 +274,10 @@ func (w *Worker) drainPair(ctx context.Context, streamID uuid.UUID, rows []ports
 		return nil
 	}
 	defer release()
-	// Check again: a run that held the gate may just have parked the pair.
-	if _, parked := w.parkedUntil(key); parked {
+	// Check again: a run that held the gate may just have parked the pair;
+	// and rows fetched before its failure was acknowledged are stale (the
+	// backend released the failed row since).
+	if _, parked := w.parkedUntil(key); parked || w.staleFetch(key, sw.seq) {
 		return nil
 	}
 

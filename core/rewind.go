@@ -443,7 +443,7 @@ func (w *Worker) repairRewind(ctx context.Context, key pairKey, c ports.Cursor) 
 		return false
 	}
 	defer release()
-	res, err := w.fetch(ctx, []uuid.UUID{key.stream})
+	res, _, err := w.fetch(ctx, []uuid.UUID{key.stream})
 	if err != nil {
 		return false
 	}

@@ -56,6 +56,10 @@ type Worker struct {
 
 	parkedMu sync.Mutex
 	parked   map[pairKey]parking
+	// failAcked holds, per pair, the fetch sequence number current when its
+	// latest failure was acknowledged; fetchSeq numbers fetches.
+	failAcked map[pairKey]uint64
+	fetchSeq  atomic.Uint64
 
 	flushMu sync.Mutex // serializes moving strategy items into the flushers
 
@@ -107,6 +111,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		queue:     newDrainQueue(),
 		gates:     newGates(),
 		parked:    map[pairKey]parking{},
+		failAcked: map[pairKey]uint64{},
 		claimWake: make(chan struct{}, 1),
 		progress:  make(chan struct{}),
 		done:      make(chan struct{}),
