@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -293,7 +294,17 @@ func openPostgres(ctx context.Context, cfg config, backends []ports.Backend) (fu
 		}
 	}
 	for i := range backends {
-		pool, err := pgxpool.New(ctx, cfg.postgres)
+		pc, err := pgxpool.ParseConfig(cfg.postgres)
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("parsing -postgres: %w", err)
+		}
+		if !strings.Contains(cfg.postgres, "pool_max_conns") {
+			// The engine drains up to MaxConcurrentPerspectives pairs at
+			// once; pgxpool's default (4 connections) would serialize them.
+			pc.MaxConns = 16
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, pc)
 		if err != nil {
 			closeAll()
 			return nil, fmt.Errorf("connecting to PostgreSQL: %w", err)
