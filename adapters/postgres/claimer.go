@@ -28,17 +28,6 @@ const sqlCandidate = `w.processed_at IS NULL
       AND (w.lease_expiry IS NULL OR w.lease_expiry <= clock.now)
       AND (w.scheduled_for IS NULL OR w.scheduled_for <= clock.now)`
 
-// sqlOrderingGuard holds back a row while an earlier row of its (stream,
-// perspective) is under another holder's live lease or scheduled in the
-// future. It uses vantage_work_pending_idx.
-const sqlOrderingGuard = `NOT EXISTS (
-          SELECT 1 FROM /* SCHEMA */.vantage_work e
-          WHERE e.stream_id = w.stream_id
-            AND e.perspective = w.perspective
-            AND e.processed_at IS NULL
-            AND e.event_version < w.event_version
-            AND ((e.lease_expiry > clock.now AND e.instance_id <> $1) OR e.scheduled_for > clock.now))`
-
 // sqlPin pins the streams of the CTE named "picked" to the caller ($1): a
 // missing row is inserted, a row that is unpinned or pinned to the caller or
 // to an instance missing from the "live" CTE is taken over, and a row pinned
@@ -139,7 +128,7 @@ func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHea
 	b.Queue(s.sql(sqlAbandonPins), params.InstanceID, now, params.StaleThreshold)
 	b.Queue(s.sql(sqlAbandonInstances), params.InstanceID, now, params.StaleThreshold)
 	result := &ports.InstanceHeartbeatResult{}
-	err = sendBatch(ctx, s.pool, b, func(br pgx.BatchResults) error {
+	err = s.sendWork(ctx, b, func(br pgx.BatchResults) error {
 		for range 3 {
 			if _, err := br.Exec(); err != nil {
 				return err
@@ -188,7 +177,7 @@ func (s *Store) InstanceDeregister(ctx context.Context, instanceID uuid.UUID) er
 	b.Queue(s.sql(sqlDeregisterLeases), instanceID)
 	b.Queue(s.sql(sqlDeregisterPins), instanceID)
 	b.Queue(s.sql(sqlDeregister), instanceID)
-	err := sendBatch(ctx, s.pool, b, func(br pgx.BatchResults) error {
+	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error {
 		for range b.Len() {
 			if _, err := br.Exec(); err != nil {
 				return err
@@ -247,21 +236,30 @@ SELECT EXISTS (
 // some perspective's first pending row is under the caller's live lease,
 // which is what EventsFetchPending would return. Held rows that wait behind
 // a row scheduled for later (or behind their own expired lease) do not count.
-const sqlDrainable = `drainable AS (
+// held is a skip scan over vantage_work_holder_idx (one probe per stream the
+// caller holds rows of), held_heads the first row of each of their pairs
+// (see sqlPairHeads), so the cost does not depend on how many rows it holds.
+// The statement must begin WITH RECURSIVE.
+var sqlDrainable = `held AS (
+    (SELECT w.stream_id
+     FROM /* SCHEMA */.vantage_work w
+     WHERE w.instance_id = $1 AND w.processed_at IS NULL
+     ORDER BY w.stream_id
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT w.stream_id
+            FROM /* SCHEMA */.vantage_work w
+            WHERE w.instance_id = $1 AND w.processed_at IS NULL AND w.stream_id > h.stream_id
+            ORDER BY w.stream_id
+            LIMIT 1)
+    FROM held h
+    WHERE h.stream_id IS NOT NULL
+),
+` + sqlPairHeads("held_heads", "(SELECT h.stream_id FROM held h WHERE h.stream_id IS NOT NULL)") + `,
+drainable AS (
     SELECT DISTINCT h.stream_id
-    FROM (
-        SELECT DISTINCT w.stream_id
-        FROM /* SCHEMA */.vantage_work w
-        WHERE w.instance_id = $1 AND w.processed_at IS NULL
-    ) h
-    CROSS JOIN clock
-    CROSS JOIN LATERAL (
-        SELECT DISTINCT ON (p.perspective) p.instance_id, p.lease_expiry
-        FROM /* SCHEMA */.vantage_work p
-        WHERE p.stream_id = h.stream_id AND p.processed_at IS NULL
-        ORDER BY p.perspective, p.event_version
-    ) f
-    WHERE f.instance_id = $1 AND f.lease_expiry > clock.now
+    FROM held_heads h, clock
+    WHERE h.instance_id = $1 AND h.lease_expiry > clock.now
 )`
 
 // sqlClaim leases work to the caller ($1). Parameters: $2 now, $3 stale
@@ -277,9 +275,15 @@ const sqlDrainable = `drainable AS (
 //     nothing when the caller is not live, and then the whole statement
 //     changes nothing.
 //   - pinned pins the selected and the drainable streams (see sqlPin).
-//   - leasable locks, SKIP LOCKED, every candidate row of the pinned streams,
-//     which the UPDATE leases with attempts + 1.
-const sqlClaim = `WITH ` + sqlClock + `,
+//   - guarded bounds each pair of the pinned streams by its ordering guard
+//     (see sqlGuardBound), and candidate reads, up to that bound, the pair's
+//     unleased rows (vantage_work_stream_unleased_idx) and its lease-expired
+//     rows (vantage_work_stream_leased_idx, per holder range, so the caller's
+//     live rows are not read): only rows the claim leases.
+//   - leasable locks them, SKIP LOCKED, checking again that each is still a
+//     candidate, and leased leases them with attempts + 1 (clearing a past
+//     retry time, see vantage_work_schedule_check).
+var sqlClaim = `WITH RECURSIVE ` + sqlClock + `,
 live AS (
     SELECT i.instance_id
     FROM /* SCHEMA */.vantage_instances i, clock
@@ -304,34 +308,75 @@ picked AS (
     SELECT stream_id FROM drainable
 ),
 ` + sqlPin + `,
+` + sqlPairHeads("heads", "pinned") + `,
+guarded AS MATERIALIZED (
+    SELECT p.stream_id, p.perspective, ` + sqlGuardBound + ` AS bound
+    FROM heads p, clock
+),
+candidate AS (
+    SELECT c.work_id
+    FROM guarded g
+    CROSS JOIN clock
+    CROSS JOIN LATERAL (
+        SELECT w.work_id FROM /* SCHEMA */.vantage_work w
+        WHERE w.stream_id = g.stream_id AND w.perspective = g.perspective AND w.processed_at IS NULL
+          AND w.instance_id IS NULL AND w.event_version <= g.bound
+          AND (w.scheduled_for IS NULL OR w.scheduled_for <= clock.now)
+        UNION ALL ` + sqlExpiredRows("<") + `
+        UNION ALL ` + sqlExpiredRows("=") + `
+        UNION ALL ` + sqlExpiredRows(">") + `
+    ) c
+),
 leasable AS (
     SELECT w.work_id
     FROM /* SCHEMA */.vantage_work w, clock
-    WHERE w.stream_id IN (SELECT stream_id FROM pinned)
+    WHERE w.work_id = ANY (ARRAY(SELECT work_id FROM candidate))
       AND ` + sqlCandidate + `
-      AND ` + sqlOrderingGuard + `
     FOR UPDATE OF w SKIP LOCKED
 ),
 leased AS (
     UPDATE /* SCHEMA */.vantage_work w
-    SET instance_id = $1, lease_expiry = clock.now + $4::interval, attempts = w.attempts + 1
+    SET instance_id = $1, lease_expiry = clock.now + $4::interval, attempts = w.attempts + 1, scheduled_for = NULL
     FROM clock
     WHERE w.work_id = ANY (ARRAY(SELECT work_id FROM leasable))
     RETURNING w.work_id
 )
 SELECT (SELECT count(*) FROM ranked) > (SELECT n FROM room), (SELECT count(*) FROM leased)`
 
+// sqlExpiredRows reads the rows of the pair g (see sqlClaim) up to its guard
+// bound whose lease expired, held by instances whose id compares to the
+// caller's ($1) by op: one bounded range of vantage_work_stream_leased_idx
+// per op, so the caller's live rows, between the others', are never read.
+// Like sqlMinLeased, it tests no processed_at (leased rows are pending).
+func sqlExpiredRows(op string) string {
+	return `
+        SELECT w.work_id FROM /* SCHEMA */.vantage_work w
+        WHERE w.stream_id = g.stream_id AND w.perspective = g.perspective
+          AND w.instance_id ` + op + ` $1 AND w.lease_expiry <= clock.now AND w.event_version <= g.bound`
+}
+
+// sqlBacklogCap bounds the count of a stream's pending rows by which
+// sqlClaimHeld orders its result, so that ordering costs at most this many
+// index entries per stream however long the backlog: streams with at least
+// this many pending rows rank as equally long, by stream id.
+const sqlBacklogCap = `100`
+
 // sqlClaimHeld lists the streams the caller can drain (see sqlDrainable),
-// smallest backlog (pending rows of the stream) first, with how many there
-// are in all. Parameters: $1 caller, $2 now, $3 MaxStreams.
-const sqlClaimHeld = `WITH ` + sqlClock + `,
+// smallest backlog (pending rows of the stream, counted up to
+// sqlBacklogCap) first, with how many there are in all. Parameters: $1
+// caller, $2 now, $3 MaxStreams.
+var sqlClaimHeld = `WITH RECURSIVE ` + sqlClock + `,
 ` + sqlDrainable + `
 SELECT d.stream_id, count(*) OVER ()
 FROM drainable d
 CROSS JOIN LATERAL (
     SELECT count(*) AS pending
-    FROM /* SCHEMA */.vantage_work p
-    WHERE p.stream_id = d.stream_id AND p.processed_at IS NULL
+    FROM (
+        SELECT 1
+        FROM /* SCHEMA */.vantage_work p
+        WHERE p.stream_id = d.stream_id AND p.processed_at IS NULL
+        LIMIT ` + sqlBacklogCap + `
+    ) p
 ) b
 ORDER BY b.pending, d.stream_id
 LIMIT $3`
@@ -350,11 +395,13 @@ LIMIT $3`
 // the streams it drains (leasing more would leave leases ticking on streams
 // nobody drains, whose expiry would count attempts against events that never
 // ran). HasMore is true when candidate streams were left unselected or the
-// result was cut at MaxStreams. A non-positive PartitionCount selects
-// PartitionCountDefault. It returns ports.ErrInvalidArgument for a nil
-// instance id or a non-positive MaxStreams, LeaseDuration or StaleThreshold,
-// and ports.ErrInstanceNotAlive when the caller has no live heartbeat (the
-// claim then changes nothing).
+// result was cut at MaxStreams. The result lists the smallest backlogs
+// first (pending rows counted up to sqlBacklogCap, then by stream id). A
+// non-positive PartitionCount selects PartitionCountDefault. It returns
+// ports.ErrInvalidArgument for a nil instance id or a non-positive
+// MaxStreams, LeaseDuration or StaleThreshold, and
+// ports.ErrInstanceNotAlive when the caller has no live heartbeat (the claim
+// then changes nothing).
 func (s *Store) WorkClaim(ctx context.Context, params *ports.WorkClaimParams) (*ports.WorkClaimResult, error) {
 	switch {
 	case params.InstanceID == uuid.Nil:
@@ -384,7 +431,7 @@ func (s *Store) WorkClaim(ctx context.Context, params *ports.WorkClaimParams) (*
 		leased            int
 		result            = &ports.WorkClaimResult{}
 	)
-	err := sendBatch(ctx, s.pool, b, func(br pgx.BatchResults) error {
+	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error {
 		if err := br.QueryRow().Scan(&alive); err != nil {
 			return err
 		}
@@ -417,11 +464,22 @@ func (s *Store) WorkClaim(ctx context.Context, params *ports.WorkClaimParams) (*
 	return result, nil
 }
 
+// sqlRenewLeases extends the leases of the rows $4 held by the caller $1
+// (see sqlHeldByCaller) to $2 + $3.
 const sqlRenewLeases = `WITH ` + sqlClock + `
 UPDATE /* SCHEMA */.vantage_work w
 SET lease_expiry = clock.now + $3::interval
 FROM clock
-WHERE w.work_id = ANY($4::uuid[]) AND w.instance_id = $1 AND w.processed_at IS NULL`
+WHERE w.work_id = ANY($4::uuid[]) AND ` + sqlHeldByCaller + ` AND w.processed_at IS NULL`
+
+// sqlHeldByCaller is the fence of the statements that find rows by id: the
+// row w is leased to $1. It is written so that no index serves it (a
+// coalesce is not indexable): the statistics of a queue table lag behind,
+// and after a burst of appends they make the rows leased to $1 look rare
+// just when the caller holds the whole backlog; the planner would then read
+// them all through an index on instance_id, testing each against the listed
+// ids, instead of looking the ids up in the primary key (see sqlFinish).
+const sqlHeldByCaller = `coalesce(w.instance_id = $1, false)`
 
 // WorkRenewLeases implements ports.WorkClaimer. A row whose lease expired but
 // that nobody took over is still the caller's and is renewed. It returns

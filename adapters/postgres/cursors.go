@@ -80,18 +80,26 @@ func scanCursor(row pgx.CollectableRow) (ports.Cursor, error) {
 // (stream, perspective) in $3 and $4. Only pending rows of that pair held by
 // the caller count (the fence); the lease may have expired as long as nobody
 // took the row over.
+//
+// The list drives the statement, one primary key probe per id. The id is
+// the only condition an index can serve: the pair is compared with IS NOT
+// DISTINCT FROM and the holder with sqlHeldByCaller, neither indexable.
+// Queue statistics lag behind the table, and with "=" the planner, taking a
+// (stream, perspective) or the rows of a holder for a handful of rows, would
+// probe vantage_work_pending_idx or an index on instance_id per listed id
+// instead, reading the whole backlog of a long stream for each.
 const sqlFinish = `DELETE FROM /* SCHEMA */.vantage_work w
 USING unnest($2::uuid[], $3::uuid[], $4::text[]) AS c(work_id, stream_id, perspective)
-WHERE w.work_id = c.work_id AND w.stream_id = c.stream_id AND w.perspective = c.perspective
-  AND w.processed_at IS NULL AND w.instance_id = $1`
+WHERE w.work_id = c.work_id AND (w.stream_id, w.perspective) IS NOT DISTINCT FROM (c.stream_id, c.perspective)
+  AND w.processed_at IS NULL AND ` + sqlHeldByCaller
 
 // sqlFinishDebug is sqlFinish for debug mode: rows are kept, marked processed
 // at $5 and unleased, which hides them from every pending-row query.
 const sqlFinishDebug = `UPDATE /* SCHEMA */.vantage_work w
 SET processed_at = coalesce($5::timestamptz, now()), instance_id = NULL, lease_expiry = NULL
 FROM unnest($2::uuid[], $3::uuid[], $4::text[]) AS c(work_id, stream_id, perspective)
-WHERE w.work_id = c.work_id AND w.stream_id = c.stream_id AND w.perspective = c.perspective
-  AND w.processed_at IS NULL AND w.instance_id = $1`
+WHERE w.work_id = c.work_id AND (w.stream_id, w.perspective) IS NOT DISTINCT FROM (c.stream_id, c.perspective)
+  AND w.processed_at IS NULL AND ` + sqlHeldByCaller
 
 // sqlCompleteCursors upserts one cursor per pair from the payload: $1 now,
 // $2 streams, $3 perspectives, $4 last event ids, $5 last versions. The
@@ -299,7 +307,7 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 	b.Queue(s.sql(sqlCompleteCursors), now, streams, perspectives, eventIDs, versions)
 	b.Queue(s.sql(sqlFlagStragglers), now, streams, perspectives, versions)
 	b.Queue(s.sql(sqlUnpinDrained), pos.uniqueStreams())
-	err := sendBatch(ctx, s.pool, b, func(br pgx.BatchResults) error {
+	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error {
 		tag, err := br.Exec()
 		if err != nil {
 			return err
@@ -323,13 +331,14 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 
 // sqlFailRows releases the failed rows still held by the caller ($1), stores
 // their error and schedules them: $2 work ids, $3 streams, $4 perspectives,
-// $5 errors, $6 retry times (NULL: claimable at once). Attempts stay.
+// $5 errors, $6 retry times (NULL: claimable at once). Attempts stay. Rows
+// are found by id, as in sqlFinish.
 const sqlFailRows = `UPDATE /* SCHEMA */.vantage_work w
 SET instance_id = NULL, lease_expiry = NULL, error = f.error, scheduled_for = f.retry_at
 FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::timestamptz[])
      AS f(work_id, stream_id, perspective, error, retry_at)
-WHERE w.work_id = f.work_id AND w.stream_id = f.stream_id AND w.perspective = f.perspective
-  AND w.processed_at IS NULL AND w.instance_id = $1`
+WHERE w.work_id = f.work_id AND (w.stream_id, w.perspective) IS NOT DISTINCT FROM (f.stream_id, f.perspective)
+  AND w.processed_at IS NULL AND ` + sqlHeldByCaller
 
 // sqlFailCursors upserts one cursor per failed pair: $1 now, $2 streams, $3
 // perspectives, $4 last event ids, $5 last versions, $6 errors. The position
@@ -424,7 +433,7 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 	b.Queue(s.sql(sqlFailRows), params.InstanceID, failed.workIDs, failed.streams, failed.perspectives, failed.errs, failed.retryAt)
 	b.Queue(s.sql(sqlFailCursors), now, streams, perspectives, eventIDs, versions, errs)
 	b.Queue(s.sql(sqlUnpinDrained), pos.uniqueStreams())
-	err := sendBatch(ctx, s.pool, b, func(br pgx.BatchResults) error {
+	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error {
 		for range b.Len() {
 			if _, err := br.Exec(); err != nil {
 				return err

@@ -40,6 +40,18 @@
 // stream pins, several pins or cursors in key order), so instances never
 // deadlock each other; claims and fetches never wait for a work row.
 //
+// # Cost
+//
+// The work statements cost O((pairs + rows they touch) · log n), however
+// long a stream's backlog: per (stream, perspective) they find the rows that
+// decide what they may take (the first pending row, the first row the
+// ordering guard waits for, the end of the caller's prefix) with bounded
+// index probes, then range-scan only the rows they lease, return or delete
+// (see pairs.go and the indexes of the migration). The rows a fetch touches
+// include every row the caller holds in the fetched streams, whose leases
+// it extends as the contract requires. Their batches run with JIT
+// compilation off (see sendWork).
+//
 // # Time
 //
 // A zero Now in a parameter struct means the database clock (now(), the

@@ -16,39 +16,61 @@ import (
 // sqlFetchLease is the leasing step of EventsFetchPending. Parameters: $1
 // caller, $2 now, $3 stale threshold, $4 lease duration, $5 stream ids.
 //
-// picked are the requested streams with a row the caller may lease: pending,
-// not scheduled in the future, unleased, lease-expired or already the
-// caller's, and past the ordering guard. pinned keeps those not pinned to a
-// live other instance (see sqlPin). Their leasable rows are locked SKIP
-// LOCKED and leased; attempts grow only when the holder changes or an
-// expired lease is taken again, not when the caller's live lease is
-// extended.
-const sqlFetchLease = `WITH ` + sqlClock + `,
+// heads lists the pairs of the requested streams (see sqlPairHeads), and
+// guarded bounds each by its ordering guard (see sqlGuardBound). candidate
+// reads, per pair, the rows up to that bound that the caller may lease:
+// pending, not scheduled in the future, unleased, lease-expired or already
+// the caller's. Every pending row up to the first blocking row is one of
+// them, so this reads exactly the rows the statement leases (all the rows
+// the caller holds there included: a fetch extends their leases).
+// picked are the streams with a candidate row, and pinned keeps those not
+// pinned to a live other instance (see sqlPin). Their candidate rows are
+// locked SKIP LOCKED, checked again and leased; attempts grow only when the
+// holder changes or an expired lease is taken again, not when the caller's
+// live lease is extended, and a past retry time is cleared (see
+// vantage_work_schedule_check).
+var sqlFetchLease = `WITH RECURSIVE ` + sqlClock + `,
 live AS (
     SELECT i.instance_id
     FROM /* SCHEMA */.vantage_instances i, clock
     WHERE i.last_heartbeat_at > clock.now - $3::interval
 ),
+requested AS (
+    SELECT DISTINCT r.stream_id FROM unnest($5::uuid[]) AS r(stream_id)
+),
+` + sqlPairHeads("heads", "requested") + `,
+guarded AS MATERIALIZED (
+    SELECT p.stream_id, p.perspective, ` + sqlGuardBound + ` AS bound
+    FROM heads p, clock
+),
+candidate AS (
+    SELECT w.work_id, w.stream_id
+    FROM guarded g
+    CROSS JOIN clock
+    CROSS JOIN LATERAL (
+        SELECT w.work_id, w.stream_id
+        FROM /* SCHEMA */.vantage_work w
+        WHERE w.stream_id = g.stream_id AND w.perspective = g.perspective AND w.event_version <= g.bound
+          AND ` + sqlLeasableByCaller + `
+    ) w
+),
 picked AS (
-    SELECT DISTINCT w.stream_id
-    FROM /* SCHEMA */.vantage_work w, clock
-    WHERE w.stream_id = ANY($5::uuid[])
-      AND ` + sqlLeasableByCaller + `
-      AND ` + sqlOrderingGuard + `
+    SELECT DISTINCT stream_id FROM candidate
 ),
 ` + sqlPin + `,
 leasable AS (
     SELECT w.work_id
     FROM /* SCHEMA */.vantage_work w, clock
-    WHERE w.stream_id IN (SELECT stream_id FROM pinned)
+    WHERE w.work_id = ANY (ARRAY(
+              SELECT c.work_id FROM candidate c WHERE c.stream_id IN (SELECT stream_id FROM pinned)))
       AND ` + sqlLeasableByCaller + `
-      AND ` + sqlOrderingGuard + `
     FOR UPDATE OF w SKIP LOCKED
 )
 UPDATE /* SCHEMA */.vantage_work w
 SET instance_id = $1,
     lease_expiry = clock.now + $4::interval,
-    attempts = w.attempts + CASE WHEN w.instance_id IS DISTINCT FROM $1 OR w.lease_expiry <= clock.now THEN 1 ELSE 0 END
+    attempts = w.attempts + CASE WHEN w.instance_id IS DISTINCT FROM $1 OR w.lease_expiry <= clock.now THEN 1 ELSE 0 END,
+    scheduled_for = NULL
 FROM clock
 WHERE w.work_id = ANY (ARRAY(SELECT work_id FROM leasable))`
 
@@ -59,23 +81,35 @@ const sqlLeasableByCaller = `w.processed_at IS NULL
       AND (w.scheduled_for IS NULL OR w.scheduled_for <= clock.now)`
 
 // sqlFetchRows returns, per (stream, perspective), the longest version-order
-// prefix of pending rows under the caller's live lease: the running bool_and
-// turns false at the first row held elsewhere, unleased or scheduled, and
-// stays false. Parameters: $1 caller, $2 now, $3 stream ids, $4 row limit
-// (NULL for none). Each event's payload is sent once, on its first row.
-const sqlFetchRows = `WITH ` + sqlClock + `,
-prefix AS (
-    SELECT w.work_id, w.stream_id, w.perspective, w.event_id, w.event_version, w.attempts,
-           bool_and(coalesce(w.instance_id = $1 AND w.lease_expiry > clock.now
-                             AND (w.scheduled_for IS NULL OR w.scheduled_for <= clock.now), false))
-               OVER (PARTITION BY w.stream_id, w.perspective ORDER BY w.event_version) AS mine
-    FROM /* SCHEMA */.vantage_work w, clock
-    WHERE w.stream_id = ANY($3::uuid[]) AND w.processed_at IS NULL
+// prefix of pending rows under the caller's live lease. Parameters: $1
+// caller, $2 now, $3 stream ids, $4 row limit (NULL for none).
+//
+// bounded finds where each pair's prefix ends with a few index probes (see
+// sqlPrefixEnd), and picked reads the prefix by a range scan, at most $4
+// rows a pair, before the rows of all pairs are ordered and cut at $4: a
+// fetch reads the rows it returns, not the backlog behind them. Each event's
+// payload is sent once, on its first row.
+var sqlFetchRows = `WITH RECURSIVE ` + sqlClock + `,
+requested AS (
+    SELECT DISTINCT r.stream_id FROM unnest($3::uuid[]) AS r(stream_id)
+),
+` + sqlPairHeads("heads", "requested") + `,
+bounded AS MATERIALIZED (
+    SELECT p.stream_id, p.perspective, ` + sqlPrefixEnd + ` AS prefix_end
+    FROM heads p, clock
 ),
 picked AS (
-    SELECT * FROM prefix
-    WHERE mine
-    ORDER BY stream_id, perspective COLLATE "C", event_version
+    SELECT w.*
+    FROM bounded b
+    CROSS JOIN LATERAL (
+        SELECT w.work_id, w.stream_id, w.perspective, w.event_id, w.event_version, w.attempts
+        FROM /* SCHEMA */.vantage_work w
+        WHERE w.stream_id = b.stream_id AND w.perspective = b.perspective AND w.processed_at IS NULL
+          AND w.event_version < b.prefix_end
+        ORDER BY w.event_version
+        LIMIT $4::bigint
+    ) w
+    ORDER BY w.stream_id, w.perspective COLLATE "C", w.event_version
     LIMIT $4::bigint
 ),
 marked AS (
@@ -125,7 +159,7 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 	b.Queue(s.sql(sqlFetchLease), params.InstanceID, now, params.StaleThreshold, params.LeaseDuration, params.StreamIDs)
 	b.Queue(s.sql(sqlFetchRows), params.InstanceID, now, params.StreamIDs, limit)
 
-	err := sendBatch(ctx, s.pool, b, func(br pgx.BatchResults) error {
+	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
 			return err
 		}

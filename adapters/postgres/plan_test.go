@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
@@ -118,4 +119,105 @@ ANALYZE `+s+`.vantage_events; ANALYZE `+s+`.vantage_work; ANALYZE `+s+`.vantage_
 		})
 		require.NoError(t, err, name)
 	}
+}
+
+// TestWorkStatementsReadBoundedRows runs the per-pair work statements with
+// EXPLAIN ANALYZE on a stream whose two perspectives hold a backlog of 6,000
+// rows leased to the caller (plus 20 new unleased rows), and checks that
+// each reads a bounded number of work rows (rows and index entries returned
+// or filtered out, over all loops), not the backlog: a scan of the stream
+// reads thousands, a per-row correlated scan millions. EventsFetchPending's
+// leasing step is the exception: the contract makes it extend the lease of
+// every row the caller holds in the stream, so it may read each a few times
+// (finding, locking, updating), but no more.
+func TestWorkStatementsReadBoundedRows(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t)
+	s := pgx.Identifier{b.schema}.Sanitize()
+	const (
+		events = 3000
+		fresh  = 10 // events whose rows are not leased yet
+		limit  = 500
+	)
+	stream, instance := uuid.New(), uuid.New()
+	seed := &pgx.Batch{}
+	seed.Queue(`INSERT INTO `+s+`.vantage_events (id, stream_id, type, version, data)
+		SELECT gen_random_uuid(), $1, 'T', v, '{}' FROM generate_series(1, $2::integer) v`, stream, events)
+	seed.Queue(`INSERT INTO `+s+`.vantage_work (work_id, stream_id, perspective, event_id, event_version, instance_id, lease_expiry, attempts)
+		SELECT gen_random_uuid(), e.stream_id, x.p, e.id, e.version,
+		       CASE WHEN e.version <= $2 THEN $3::uuid END, CASE WHEN e.version <= $2 THEN now() + interval '1 hour' END, 1
+		FROM `+s+`.vantage_events e, (VALUES ('a'), ('b')) x(p) WHERE e.stream_id = $1`, stream, events-fresh, instance)
+	seed.Queue(`INSERT INTO `+s+`.vantage_instances (instance_id, started_at, last_heartbeat_at) VALUES ($1, now(), now())`, instance)
+	seed.Queue(`INSERT INTO `+s+`.vantage_active_streams (stream_id, instance_id, last_activity_at) VALUES ($1, $2, now())`, stream, instance)
+	seed.Queue(`INSERT INTO `+s+`.vantage_cursors (stream_id, perspective, last_version) VALUES ($1, 'a', 5), ($1, 'b', 5)`, stream)
+	seed.Queue(`ANALYZE ` + s + `.vantage_work`)
+	seed.Queue(`ANALYZE ` + s + `.vantage_events`)
+	require.NoError(t, b.pool.SendBatch(ctx, seed).Close())
+	rows, err := b.pool.Query(ctx, `SELECT work_id FROM `+s+`.vantage_work WHERE perspective = 'a' ORDER BY event_version LIMIT 10`)
+	require.NoError(t, err)
+	first, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	require.NoError(t, err)
+
+	var (
+		minute  = time.Minute
+		ten     = func(v any) []any { return []any{v, v, v, v, v, v, v, v, v, v} }
+		streams = ten(stream)
+		persps  = ten("a")
+	)
+	cases := map[string][]any{
+		"Append":          {stream, nil, int64(0), []uuid.UUID{uuid.New()}, []string{"T"}, []int64{0}, []string{"{}"}, []string{"{}"}, b.store.Channel()},
+		"Claim":           {instance, nil, minute, minute, 10, 100},
+		"ClaimHeld":       {instance, nil, 10},
+		"CompleteCursors": {nil, []uuid.UUID{stream}, []string{"a"}, []uuid.UUID{uuid.New()}, []int64{10}},
+		"FailCursors":     {nil, []uuid.UUID{stream}, []string{"a"}, []uuid.UUID{uuid.New()}, []int64{10}, []string{"boom"}},
+		"FailRows":        {instance, first, streams, persps, ten("boom"), ten(pgtype.Timestamptz{})},
+		"FetchLease":      {instance, nil, minute, minute, []uuid.UUID{stream}},
+		"FetchRows":       {instance, nil, []uuid.UUID{stream}, 10},
+		"Finish":          {instance, first, streams, persps},
+		"FlagStragglers":  {nil, []uuid.UUID{stream, stream}, []string{"a", "b"}, []int64{10, 10}},
+		"RenewLeases":     {instance, nil, minute, first},
+		"UnpinDrained":    {[]uuid.UUID{stream}},
+	}
+	for name, args := range cases {
+		err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SET LOCAL jit = off`); err != nil {
+				return err
+			}
+			var plan []map[string]any
+			if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+b.store.Render(postgres.Queries[name]), args...).Scan(&plan); err != nil {
+				return err
+			}
+			read, bound := workRowsRead(plan[0]["Plan"].(map[string]any)), float64(limit)
+			if name == "FetchLease" {
+				bound = 10 * 2 * events
+			}
+			t.Logf("%s reads %.0f work rows", name, read)
+			require.Less(t, read, bound, "%s reads the backlog:\n%v", name, plan)
+			return tx.Rollback(ctx)
+		})
+		if !errors.Is(err, pgx.ErrTxClosed) {
+			require.NoError(t, err, name)
+		}
+	}
+}
+
+// workRowsRead sums, over a JSON plan tree, the rows that scans of
+// vantage_work and its indexes returned or filtered out, over all loops.
+func workRowsRead(node map[string]any) float64 {
+	var read float64
+	relation, _ := node["Relation Name"].(string)
+	index, _ := node["Index Name"].(string)
+	if relation == "vantage_work" || (relation == "" && strings.HasPrefix(index, "vantage_work")) {
+		loops, _ := node["Actual Loops"].(float64)
+		for _, key := range []string{"Actual Rows", "Rows Removed by Filter", "Rows Removed by Index Recheck"} {
+			n, _ := node[key].(float64)
+			read += n * loops
+		}
+	}
+	children, _ := node["Plans"].([]any)
+	for _, c := range children {
+		read += workRowsRead(c.(map[string]any))
+	}
+	return read
 }

@@ -200,6 +200,32 @@ func sendBatch(ctx context.Context, db interface {
 	return read(br)
 }
 
+// sqlNoJIT turns JIT compilation off for the rest of a batch's implicit
+// transaction. The work statements run in milliseconds, but the planner's
+// estimates for their per-pair probes (recursive CTEs, LATERAL joins) pass
+// jit_above_cost once the work table holds a few thousand rows, and
+// compiling a claim took one to two seconds, a hundred times its run time.
+// It is set_config(..., true), the function form of SET LOCAL, which does
+// not warn (in the server log, on every call) that an implicit transaction
+// is no transaction block.
+const sqlNoJIT = `SELECT set_config('jit', 'off', true)`
+
+// sendWork is sendBatch on the Store's pool for the work statements: b runs
+// after sqlNoJIT, in the same implicit transaction, so the setting ends with
+// it. Not for batches in a caller's transaction (AppendTx), where the
+// setting would outlive the call.
+func (s *Store) sendWork(ctx context.Context, b *pgx.Batch, read func(pgx.BatchResults) error) error {
+	wb := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, b.Len()+1)}
+	wb.Queue(sqlNoJIT)
+	wb.QueuedQueries = append(wb.QueuedQueries, b.QueuedQueries...)
+	return sendBatch(ctx, s.pool, wb, func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		return read(br)
+	})
+}
+
 // Parameter helpers. A zero time or UUID is stored as NULL, so the database
 // clock (now()) applies and no all-zero id is ever written.
 

@@ -1,6 +1,6 @@
 -- 001_init: drop every table and function of the up migration.
 DROP FUNCTION /* SCHEMA */.vantage_claim_candidates(uuid, timestamptz, interval, integer, integer, uuid[]);
-DROP FUNCTION /* SCHEMA */.vantage_claimable(uuid, text, bigint, uuid, timestamptz, uuid[], integer, integer);
+DROP FUNCTION /* SCHEMA */.vantage_guard_open(uuid, text, bigint, uuid, timestamptz);
 DROP TABLE /* SCHEMA */.vantage_snapshots;
 DROP TABLE /* SCHEMA */.vantage_lifecycle;
 DROP TABLE /* SCHEMA */.vantage_dead_letters;

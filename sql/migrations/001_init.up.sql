@@ -70,19 +70,59 @@ CREATE TABLE /* SCHEMA */.vantage_work (
     processed_at  timestamptz,
     created_at    timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT vantage_work_event_key UNIQUE (stream_id, perspective, event_id),
-    CONSTRAINT vantage_work_lease_check CHECK ((instance_id IS NULL) = (lease_expiry IS NULL))
+    CONSTRAINT vantage_work_lease_check CHECK ((instance_id IS NULL) = (lease_expiry IS NULL)),
+    -- A retry time applies to a released row only: leasing clears it. So a
+    -- row scheduled in the future is always unleased, and the per-pair
+    -- probes below find such rows in vantage_work_stream_unleased_idx.
+    CONSTRAINT vantage_work_schedule_check CHECK (scheduled_for IS NULL OR instance_id IS NULL),
+    -- Rows kept by debug mode are released when processed: a leased row is
+    -- always pending (see vantage_work_stream_leased_idx).
+    CONSTRAINT vantage_work_processed_check CHECK (processed_at IS NULL OR instance_id IS NULL)
 );
--- In-stream order: ordering guard, fetch, straggler detection, "has pending".
+-- The statements on the rows of a (stream, perspective) work through the
+-- three indexes below, one pair at a time, with probes and bounded range
+-- scans (first row, first blocking row, rows below a version), never by
+-- comparing each row with the rows before it: a pair costs the rows a
+-- statement returns or changes, times log n, whatever its backlog.
+--
+-- In-stream order: a pair's first pending row and the distinct perspectives
+-- of a stream (skip scan), the prefix a fetch leases and returns, straggler
+-- detection, "has pending".
 CREATE INDEX vantage_work_pending_idx ON /* SCHEMA */.vantage_work (stream_id, perspective, event_version)
     WHERE processed_at IS NULL;
--- Claims walk the candidate rows oldest first: unleased rows by insertion
--- order, leased rows by lease expiry (the expired ones).
-CREATE INDEX vantage_work_unleased_idx ON /* SCHEMA */.vantage_work (seq)
+-- Unleased rows of a pair in version order: the rows a claim takes, the
+-- first row scheduled in the future (ordering guard) and the first unleased
+-- row, which ends a fetch's prefix.
+CREATE INDEX vantage_work_stream_unleased_idx ON /* SCHEMA */.vantage_work (stream_id, perspective, event_version)
     WHERE processed_at IS NULL AND instance_id IS NULL;
+-- Leased rows of a pair by holder, then expiry: the rows under another
+-- holder's live lease (ordering guard: the ranges below and above the
+-- caller's id), and the caller's own expired rows, without walking the rows
+-- the caller holds. Leased rows are pending (vantage_work_processed_check),
+-- so the predicate and the statements using it need no processed_at test;
+-- the statements leave it out so that vantage_work_pending_idx, whose
+-- predicate it is, cannot serve them (the planner would walk the whole pair
+-- in version order for a min that finds nothing). The lease_expiry term,
+-- implied by the lease check, admits only statements that test the expiry:
+-- the skip scan over the streams a caller holds must go through
+-- vantage_work_holder_idx, bounded by the caller, not through this index in
+-- stream order.
+CREATE INDEX vantage_work_stream_leased_idx ON /* SCHEMA */.vantage_work (stream_id, perspective, instance_id, lease_expiry)
+    WHERE instance_id IS NOT NULL AND lease_expiry IS NOT NULL;
+-- Claims walk the candidate rows oldest first: unleased rows by insertion
+-- order, leased rows by lease expiry (the expired ones). The seq > 0 term,
+-- always true, keeps the per-pair statements, which do not mention seq, off
+-- this index: with statistics that underestimate the unleased rows, the
+-- planner could otherwise filter the whole index once per pair.
+CREATE INDEX vantage_work_unleased_idx ON /* SCHEMA */.vantage_work (seq)
+    WHERE processed_at IS NULL AND instance_id IS NULL AND seq > 0;
 CREATE INDEX vantage_work_lease_expiry_idx ON /* SCHEMA */.vantage_work (lease_expiry)
     WHERE processed_at IS NULL AND instance_id IS NOT NULL;
--- Rows held by one instance: claim result, abandonment, deregistration.
-CREATE INDEX vantage_work_holder_idx ON /* SCHEMA */.vantage_work (instance_id, stream_id)
+-- Rows held by one instance: the streams a claim returns (skip scan),
+-- abandonment, deregistration. The expiry keeps a probe for the caller's
+-- own expired rows of a stream bounded whichever of this index and
+-- vantage_work_stream_leased_idx the planner picks.
+CREATE INDEX vantage_work_holder_idx ON /* SCHEMA */.vantage_work (instance_id, stream_id, lease_expiry)
     WHERE processed_at IS NULL AND instance_id IS NOT NULL;
 -- Purging rows kept by debug mode.
 CREATE INDEX vantage_work_processed_idx ON /* SCHEMA */.vantage_work (processed_at)
@@ -186,24 +226,30 @@ CREATE TABLE /* SCHEMA */.vantage_snapshots (
     PRIMARY KEY (stream_id, perspective, event_version)
 );
 
--- vantage_claimable reports whether a pending, unleased or lease-expired row
--- (given by its stream, perspective and version) may be claimed by
--- p_instance: see vantage_claim_candidates.
-CREATE FUNCTION /* SCHEMA */.vantage_claimable(
-    p_stream uuid, p_perspective text, p_version bigint,
-    p_instance uuid, p_now timestamptz, p_live uuid[], p_rank integer, p_partitions integer)
+-- vantage_guard_open reports whether the ordering guard lets p_instance
+-- claim the row of (p_stream, p_perspective) at p_version: no earlier row of
+-- the pair is under another holder's live lease or scheduled in the future.
+-- It is three index probes: the holder ranges below and above p_instance in
+-- vantage_work_stream_leased_idx (leased rows are pending, so the probes
+-- test no processed_at) and the rows scheduled in the future, which are
+-- unleased (vantage_work_stream_unleased_idx); none walks the rows the
+-- caller holds itself.
+CREATE FUNCTION /* SCHEMA */.vantage_guard_open(
+    p_stream uuid, p_perspective text, p_version bigint, p_instance uuid, p_now timestamptz)
 RETURNS boolean
 LANGUAGE sql STABLE AS $$
-    SELECT (a.instance_id IS NOT DISTINCT FROM p_instance
-            OR ((a.instance_id IS NULL OR a.instance_id <> ALL (p_live))
-                AND /* SCHEMA */.vantage_partition(p_stream, p_partitions) % cardinality(p_live) = p_rank))
+    SELECT NOT EXISTS (
+               SELECT 1 FROM /* SCHEMA */.vantage_work e
+               WHERE e.stream_id = p_stream AND e.perspective = p_perspective
+                 AND e.instance_id < p_instance AND e.lease_expiry > p_now AND e.event_version < p_version)
        AND NOT EXISTS (
-           SELECT 1 FROM /* SCHEMA */.vantage_work e
-           WHERE e.stream_id = p_stream AND e.perspective = p_perspective
-             AND e.processed_at IS NULL AND e.event_version < p_version
-             AND ((e.lease_expiry > p_now AND e.instance_id <> p_instance) OR e.scheduled_for > p_now))
-    FROM (SELECT NULL::uuid) dummy
-    LEFT JOIN /* SCHEMA */.vantage_active_streams a ON a.stream_id = p_stream
+               SELECT 1 FROM /* SCHEMA */.vantage_work e
+               WHERE e.stream_id = p_stream AND e.perspective = p_perspective
+                 AND e.instance_id > p_instance AND e.lease_expiry > p_now AND e.event_version < p_version)
+       AND NOT EXISTS (
+               SELECT 1 FROM /* SCHEMA */.vantage_work e
+               WHERE e.stream_id = p_stream AND e.perspective = p_perspective AND e.processed_at IS NULL
+                 AND e.instance_id IS NULL AND e.scheduled_for > p_now AND e.event_version < p_version)
 $$;
 
 -- vantage_claim_candidates returns up to p_limit streams, other than those in
@@ -219,11 +265,15 @@ $$;
 -- returns nothing when the caller is not live.
 --
 -- It walks rows oldest first and stops as soon as it has enough streams, so
--- a claim's cost does not grow with the backlog: a single SQL query cannot
--- stop a "distinct streams, oldest first" search early, and the planner
--- cannot estimate the rank and guard filters, so it would sort the whole
--- backlog. The unleased walk goes through vantage_work_unleased_idx in
--- chunks (a LIMIT keeps the plan an ordered index scan).
+-- a claim's cost grows with the rows it passes over, not with the backlog
+-- behind the streams it finds: a single SQL query cannot stop a "distinct
+-- streams, oldest first" search early, and the planner cannot estimate the
+-- rank and guard filters, so it would sort the whole backlog. The walk
+-- queries drop the rows of streams the caller may not take (pinned to a
+-- live other, or in another rank's partition) themselves, a pin probe each;
+-- only the rows left cost a call of vantage_guard_open. The unleased walk
+-- goes through vantage_work_unleased_idx in chunks (a LIMIT keeps the plan
+-- an ordered index scan).
 CREATE FUNCTION /* SCHEMA */.vantage_claim_candidates(
     p_instance uuid, p_now timestamptz, p_stale interval, p_partitions integer, p_limit integer, p_skip uuid[])
 RETURNS TABLE (candidate_stream uuid, candidate_seq bigint)
@@ -234,7 +284,6 @@ DECLARE
     v_found uuid[];
     v_after bigint := 0;
     v_rows  integer;
-    v_owner uuid;
     r       record;
 BEGIN
     SELECT array_agg(i.instance_id ORDER BY i.instance_id) INTO v_live
@@ -250,13 +299,16 @@ BEGIN
     FOR r IN
         SELECT w.stream_id, w.perspective, w.event_version, w.seq
         FROM /* SCHEMA */.vantage_work w
+        LEFT JOIN /* SCHEMA */.vantage_active_streams a ON a.stream_id = w.stream_id
         WHERE w.processed_at IS NULL AND w.instance_id IS NOT NULL AND w.lease_expiry <= p_now
           AND (w.scheduled_for IS NULL OR w.scheduled_for <= p_now)
+          AND (a.instance_id IS NOT DISTINCT FROM p_instance
+               OR ((a.instance_id IS NULL OR a.instance_id <> ALL (v_live))
+                   AND /* SCHEMA */.vantage_partition(w.stream_id, p_partitions) % cardinality(v_live) = v_rank))
         ORDER BY w.seq
     LOOP
         CONTINUE WHEN r.stream_id = ANY (v_found);
-        CONTINUE WHEN NOT /* SCHEMA */.vantage_claimable(r.stream_id, r.perspective, r.event_version,
-                                                          p_instance, p_now, v_live, v_rank, p_partitions);
+        CONTINUE WHEN NOT /* SCHEMA */.vantage_guard_open(r.stream_id, r.perspective, r.event_version, p_instance, p_now);
         v_found := v_found || r.stream_id;
         candidate_stream := r.stream_id;
         candidate_seq := r.seq;
@@ -271,16 +323,19 @@ BEGIN
         FOR r IN
             SELECT w.stream_id, w.perspective, w.event_version, w.seq
             FROM /* SCHEMA */.vantage_work w
-            WHERE w.processed_at IS NULL AND w.instance_id IS NULL AND w.seq > v_after
+            LEFT JOIN /* SCHEMA */.vantage_active_streams a ON a.stream_id = w.stream_id
+            WHERE w.processed_at IS NULL AND w.instance_id IS NULL AND w.seq > 0 AND w.seq > v_after
               AND (w.scheduled_for IS NULL OR w.scheduled_for <= p_now)
+              AND (a.instance_id IS NOT DISTINCT FROM p_instance
+                   OR ((a.instance_id IS NULL OR a.instance_id <> ALL (v_live))
+                       AND /* SCHEMA */.vantage_partition(w.stream_id, p_partitions) % cardinality(v_live) = v_rank))
             ORDER BY w.seq
             LIMIT 1000
         LOOP
             v_rows := v_rows + 1;
             v_after := r.seq;
             CONTINUE WHEN r.stream_id = ANY (v_found);
-            CONTINUE WHEN NOT /* SCHEMA */.vantage_claimable(r.stream_id, r.perspective, r.event_version,
-                                                              p_instance, p_now, v_live, v_rank, p_partitions);
+            CONTINUE WHEN NOT /* SCHEMA */.vantage_guard_open(r.stream_id, r.perspective, r.event_version, p_instance, p_now);
             v_found := v_found || r.stream_id;
             candidate_stream := r.stream_id;
             candidate_seq := r.seq;
