@@ -10,7 +10,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vantage-go/vantage/adapters/memory"
 	"github.com/vantage-go/vantage/internal/clocktest"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -68,7 +67,7 @@ func BenchmarkDrainQueueInFlight(b *testing.B) {
 func newWindowWorker(b *testing.B, maxSize int) (*Worker, *clocktest.Fake) {
 	b.Helper()
 	clock := clocktest.NewFake()
-	w, err := New(memory.New(memory.Options{Clock: clock}).Backend(), NewRegistry(), &Options{
+	w, err := New(newIdleBackend(), NewRegistry(), &Options{
 		Clock:        clock,
 		DrainBatcher: DrainBatcherOptions{MaxSize: maxSize},
 	})

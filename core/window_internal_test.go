@@ -7,7 +7,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vantage-go/vantage/adapters/memory"
 	"github.com/vantage-go/vantage/internal/clocktest"
 )
 
@@ -23,7 +22,7 @@ type windowBundle struct {
 func setupWindow(t *testing.T, maxSize int, first ...uuid.UUID) *windowBundle {
 	t.Helper()
 	clock := clocktest.NewFake()
-	w, err := New(memory.New(memory.Options{Clock: clock}).Backend(), NewRegistry(), &Options{Clock: clock, DrainBatcher: DrainBatcherOptions{MaxSize: maxSize}})
+	w, err := New(newIdleBackend(), NewRegistry(), &Options{Clock: clock, DrainBatcher: DrainBatcherOptions{MaxSize: maxSize}})
 	require.NoError(t, err)
 	wb := &windowBundle{w: w, clock: clock, took: make(chan int, 100), out: make(chan []uuid.UUID, 1)}
 	w.windowHook = func(n int, closed bool) {
