@@ -90,6 +90,48 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			require.NoError(t, err)
 			require.Len(t, list, 2)
 		},
+		"NextStaleAtIgnoresOwnHeartbeat": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			ins := tb.instances(t, 2)
+			a, b := ins[0], ins[1]
+
+			require.True(t, a.heartbeat(t, at(0)).NextStaleAt.IsZero(), "alone")
+			require.True(t, a.heartbeat(t, at(10*time.Second)).NextStaleAt.IsZero(), "still alone")
+			b.heartbeat(t, at(20*time.Second))
+			// a's clock is behind b's: its own deadline, at(40s), comes before
+			// b's, at(50s), and must not count.
+			res := a.heartbeat(t, at(10*time.Second))
+
+			requireTime(t, at(20*time.Second+staleThreshold), res.NextStaleAt, "NextStaleAt")
+		},
+		"NextStaleAtIsEarliestOtherDeadline": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			ins := tb.instances(t, 3)
+			a, b, c := ins[0], ins[1], ins[2]
+			a.heartbeat(t, at(0))
+
+			requireTime(t, at(staleThreshold), b.heartbeat(t, at(10*time.Second)).NextStaleAt, "b sees a")
+			c.heartbeat(t, at(5*time.Second))
+			requireTime(t, at(staleThreshold), b.heartbeat(t, at(15*time.Second)).NextStaleAt, "b sees a before c")
+			requireTime(t, at(5*time.Second+staleThreshold), a.heartbeat(t, at(20*time.Second)).NextStaleAt, "a sees c before b")
+		},
+		"NextStaleAtTracksAbandonment": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			ins := tb.instances(t, 2)
+			a, b := ins[0], ins[1]
+			a.heartbeat(t, at(0))
+			requireTime(t, at(staleThreshold), b.heartbeat(t, at(10*time.Second)).NextStaleAt, "a is live")
+
+			// At the boundary a is no longer live but not yet abandoned: it is
+			// still the next to abandon.
+			res := b.heartbeat(t, at(staleThreshold))
+			require.Empty(t, res.Abandoned)
+			requireTime(t, at(staleThreshold), res.NextStaleAt, "a at the boundary")
+
+			res = b.heartbeat(t, at(staleThreshold+time.Millisecond))
+			require.Equal(t, []uuid.UUID{a.id}, res.Abandoned)
+			require.True(t, res.NextStaleAt.IsZero(), "no other instance left, got %s", res.NextStaleAt)
+		},
 		"RecordsInstances": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			ins := tb.instances(t, 2)

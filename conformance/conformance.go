@@ -78,6 +78,8 @@ func runPorts(t *testing.T, newBackend NewBackendFunc, features Features) {
 	runLifecycle(t, newBackend, probe.Lifecycle != nil)
 	runRewind(t, newBackend, probe.Rewind != nil)
 	runSnapshots(t, newBackend, probe.Snapshots != nil)
+	_, batchModels := probe.Models.(ports.ModelBatchStore)
+	runModelBatch(t, newBackend, batchModels)
 }
 
 // group runs the cases of one port method as parallel subtests of a parallel

@@ -79,6 +79,33 @@ func runFetcher(t *testing.T, newBackend NewBackendFunc) {
 			require.Empty(t, fetch(b, at(32*time.Second)))
 			require.Equal(t, []int{2}, attemptsOf(fetch(b, at(36*time.Second))))
 		},
+		"ExtendsOwnLeaseOnlyPastHalf": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			ins := tb.instances(t, 2)
+			a, b := ins[0], ins[1]
+			subscribe(t, tb.backend, eventType, perspective)
+			streams := newIDs(t, 2)
+			appendN(t, tb.backend, streams[0], at(0), eventType, 1)
+			appendN(t, tb.backend, streams[1], at(0), eventType, 1)
+			a.heartbeat(t, at(0))
+			fetch := func(in *instance, now time.Time, stream uuid.UUID) []ports.WorkItem {
+				t.Helper()
+				return in.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: 28 * time.Second, Now: now}).Work
+			}
+			require.Len(t, fetch(a, at(0), streams[0]), 1)
+			require.Len(t, fetch(a, at(0), streams[1]), 1)
+
+			// With more than half of the lease left a fetch returns the row
+			// and leaves its lease as it is (ends at(28s)); with less than
+			// half left it extends it (ends at(48s)).
+			require.Equal(t, []int{1}, attemptsOf(fetch(a, at(13*time.Second), streams[0])))
+			require.Equal(t, []int{1}, attemptsOf(fetch(a, at(20*time.Second), streams[1])))
+
+			// a is dead from at(30s); nobody abandoned it yet.
+			b.heartbeat(t, at(25*time.Second))
+			require.Equal(t, []int{2}, attemptsOf(fetch(b, at(31*time.Second), streams[0])), "the lease was not extended at(13s)")
+			require.Empty(t, fetch(b, at(31*time.Second), streams[1]), "the lease was extended at(20s)")
+		},
 		"IgnoresUnknownStreams": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			a := tb.instance(t)

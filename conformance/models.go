@@ -93,3 +93,131 @@ func saveModel(t *testing.T, b ports.Backend, stream uuid.UUID, expected int64, 
 		Now:             at(time.Second),
 	})
 }
+
+// runModelBatch verifies the optional ports.ModelBatchStore.
+func runModelBatch(t *testing.T, newBackend NewBackendFunc, implemented bool) {
+	t.Helper()
+	const port = "ModelBatchStore"
+	batch := func(t *testing.T, b ports.Backend) ports.ModelBatchStore {
+		t.Helper()
+		mb, ok := b.Models.(ports.ModelBatchStore)
+		require.True(t, ok, "every handle of the backend implements ports.ModelBatchStore")
+		return mb
+	}
+	params := func(stream uuid.UUID, name string, expected int64, last uuid.UUID, version int64, data string) *ports.ModelSaveParams {
+		return &ports.ModelSaveParams{
+			StreamID: stream, Perspective: name, Data: []byte(data),
+			LastEventID: last, LastVersion: version, ExpectedVersion: expected, Now: at(time.Second),
+		}
+	}
+
+	optionalGroup(t, "ModelLoadMany", port, implemented, map[string]func(t *testing.T){
+		"ReturnsStoredModelsOnly": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			streams := newIDs(t, 3)
+			last := newID(t)
+			require.NoError(t, saveModel(t, tb.backend, streams[0], 0, last, 2, `{"n":2}`))
+			require.NoError(t, saveModel(t, tb.backend, streams[1], 0, last, 5, `{"n":5}`))
+
+			got, err := batch(t, tb.backend).ModelLoadMany(t.Context(), []ports.Pair{
+				{StreamID: streams[0], Perspective: perspective},
+				{StreamID: streams[1], Perspective: perspective},
+				{StreamID: streams[1], Perspective: perspective}, // duplicate
+				{StreamID: streams[1], Perspective: perspective2},
+				{StreamID: streams[2], Perspective: perspective},
+			})
+			require.NoError(t, err)
+			require.Len(t, got, 2)
+			byStream := map[uuid.UUID]ports.StoredModel{}
+			for _, m := range got {
+				byStream[m.StreamID] = m
+			}
+			for i, want := range []struct {
+				data    string
+				version int64
+			}{{`{"n":2}`, 2}, {`{"n":5}`, 5}} {
+				m, ok := byStream[streams[i]]
+				require.True(t, ok, "model of stream %d", i)
+				require.Equal(t, perspective, m.Perspective)
+				require.JSONEq(t, want.data, string(m.Data))
+				require.Equal(t, last, m.LastEventID)
+				require.Equal(t, want.version, m.LastVersion)
+				requireTime(t, at(time.Second), m.UpdatedAt, "UpdatedAt")
+			}
+		},
+		"EmptyForNoPairs": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			got, err := batch(t, tb.backend).ModelLoadMany(t.Context(), nil)
+			require.NoError(t, err)
+			require.Empty(t, got)
+		},
+	})
+
+	optionalGroup(t, "ModelSaveMany", port, implemented, map[string]func(t *testing.T){
+		"EachEntryAsModelSave": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			streams := newIDs(t, 4)
+			last := newID(t)
+			require.NoError(t, saveModel(t, tb.backend, streams[1], 0, last, 2, `{"n":2}`))
+			require.NoError(t, saveModel(t, tb.backend, streams[2], 0, last, 2, `{"n":2}`))
+
+			errs, err := batch(t, tb.backend).ModelSaveMany(t.Context(), []*ports.ModelSaveParams{
+				params(streams[0], perspective, 0, last, 1, `{"n":1}`),  // new
+				params(streams[1], perspective, 2, last, 4, `{"n":4}`),  // moves
+				params(streams[2], perspective, 1, last, 3, `{"n":3}`),  // stale expectation
+				params(streams[3], perspective, 0, last, 1, `not json`), // invalid
+				params(streams[0], perspective2, 0, last, 1, `{"p":2}`), // another perspective
+			})
+			require.NoError(t, err)
+			require.Len(t, errs, 5)
+			require.NoError(t, errs[0])
+			require.NoError(t, errs[1])
+			require.ErrorIs(t, errs[2], ports.ErrVersionConflict)
+			require.ErrorIs(t, errs[3], ports.ErrInvalidArgument)
+			require.NoError(t, errs[4])
+
+			load := func(stream uuid.UUID, name string) ports.StoredModel {
+				t.Helper()
+				m, err := tb.backend.Models.ModelLoad(t.Context(), stream, name)
+				require.NoError(t, err)
+				return m
+			}
+			require.JSONEq(t, `{"n":1}`, string(load(streams[0], perspective).Data))
+			require.JSONEq(t, `{"n":4}`, string(load(streams[1], perspective).Data))
+			require.JSONEq(t, `{"n":2}`, string(load(streams[2], perspective).Data), "a conflict stores nothing")
+			require.JSONEq(t, `{"p":2}`, string(load(streams[0], perspective2).Data))
+			_, err = tb.backend.Models.ModelLoad(t.Context(), streams[3], perspective)
+			require.ErrorIs(t, err, ports.ErrNotFound, "an invalid entry stores nothing")
+
+			cur := mustCursor(t, tb.backend, streams[0], perspective)
+			require.Equal(t, int64(1), cur.LastVersion)
+			require.True(t, cur.Status.Has(ports.CursorProcessing), "status %s", cur.Status)
+			require.Equal(t, int64(4), mustCursor(t, tb.backend, streams[1], perspective).LastVersion)
+			require.Equal(t, int64(2), mustCursor(t, tb.backend, streams[2], perspective).LastVersion)
+		},
+		"LaterEntriesSeeEarlierOnes": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			stream, last := newID(t), newID(t)
+
+			errs, err := batch(t, tb.backend).ModelSaveMany(t.Context(), []*ports.ModelSaveParams{
+				params(stream, perspective, 0, last, 2, `{"n":2}`),
+				params(stream, perspective, 2, last, 3, `{"n":3}`),
+				params(stream, perspective, 2, last, 4, `{"n":4}`),
+			})
+			require.NoError(t, err)
+			require.NoError(t, errs[0])
+			require.NoError(t, errs[1])
+			require.ErrorIs(t, errs[2], ports.ErrVersionConflict)
+			m, err := tb.backend.Models.ModelLoad(t.Context(), stream, perspective)
+			require.NoError(t, err)
+			require.JSONEq(t, `{"n":3}`, string(m.Data))
+			require.Equal(t, int64(3), m.LastVersion)
+		},
+		"EmptyForNoEntries": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			errs, err := batch(t, tb.backend).ModelSaveMany(t.Context(), nil)
+			require.NoError(t, err)
+			require.Empty(t, errs)
+		},
+	})
+}

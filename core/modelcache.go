@@ -63,19 +63,28 @@ func (c *modelCache) drop(k pairKey) {
 }
 
 // loadModel returns the pair's model: from the cache when this instance
-// saved it last, else from the store (ports.ErrNotFound when none).
+// saved it last, else from the store (ports.ErrNotFound when none), grouped
+// with concurrent loads when the store implements ports.ModelBatchStore.
 func (w *Worker) loadModel(ctx context.Context, k pairKey) (ports.StoredModel, error) {
 	if m, ok := w.models.get(k); ok {
 		return m, nil
+	}
+	if w.batches != nil {
+		return w.batches.load(ctx, k)
 	}
 	return w.backend.Models.ModelLoad(ctx, k.stream, k.perspective)
 }
 
 // saveModel saves a model with its cursor and keeps it in the cache; a
-// failed save drops the cache entry.
+// failed save drops the cache entry. Concurrent saves go together in one
+// call when the store implements ports.ModelBatchStore.
 func (w *Worker) saveModel(ctx context.Context, p *ports.ModelSaveParams) error {
 	k := pairKey{stream: p.StreamID, perspective: p.Perspective}
-	if err := w.backend.Models.ModelSave(ctx, p); err != nil {
+	save := w.backend.Models.ModelSave
+	if w.batches != nil {
+		save = w.batches.save
+	}
+	if err := save(ctx, p); err != nil {
 		w.models.drop(k)
 		return err
 	}

@@ -25,6 +25,14 @@ var ErrStopped = errors.New("vantage: worker stopped")
 // deregisterTimeout bounds the graceful deregistration at Stop.
 const deregisterTimeout = 5 * time.Second
 
+// A heartbeat aimed at a peer's staleness runs staleMargin after it, and
+// never sooner than heartbeatMinDelay after the previous one (see
+// heartbeatDelay).
+const (
+	staleMargin       = 50 * time.Millisecond
+	heartbeatMinDelay = 10 * time.Millisecond
+)
+
 // Worker materializes perspectives: it heartbeats, claims work per stream,
 // drains each stream's pending events in order through the registered
 // perspectives and reports completions and failures to the backend.
@@ -49,6 +57,7 @@ type Worker struct {
 	gates       *gates
 	life        *lifecycle
 	models      *modelCache
+	batches     *modelBatches // nil unless the model store batches
 	rewindSem   chan struct{}
 
 	startupOnce sync.Once
@@ -66,6 +75,7 @@ type Worker struct {
 	claimWake     chan struct{}
 	consumerWakes []chan struct{}
 	listening     atomic.Bool
+	wakeCount     atomic.Uint64 // notifications received (see drainStream)
 	claimHasMore  atomic.Bool
 
 	idle       atomic.Bool
@@ -121,6 +131,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	}
 	w.life = newLifecycle(w)
 	w.models = newModelCache(o.ModelCacheSize)
+	w.batches = newModelBatches(backend.Models, o.LeaseGrace)
 	if w.clock == nil {
 		w.clock = ports.SystemClock{}
 	}
@@ -224,7 +235,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err := w.reg.RegisterSubscriptions(ctx, w.backend.Events); err != nil {
 		return fmt.Errorf("starting worker: %w", err)
 	}
-	if err := w.heartbeat(ctx); err != nil {
+	beat, err := w.heartbeat(ctx)
+	if err != nil {
 		return fmt.Errorf("starting worker: %w", err)
 	}
 	runCtx, cancelRun := context.WithCancelCause(context.WithoutCancel(ctx))
@@ -243,7 +255,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.listening.Store(true)
 		w.loops.Go(func() { w.listenLoop(runCtx, wakes) })
 	}
-	w.loops.Go(func() { w.heartbeatLoop(runCtx) })
+	w.loops.Go(func() { w.heartbeatLoop(runCtx, beat) })
 	w.loops.Go(func() { w.claimLoop(runCtx) })
 	for _, wake := range w.consumerWakes {
 		w.loops.Go(func() { w.consumeLoop(runCtx, workCtx, wake) })
@@ -306,7 +318,9 @@ func (w *Worker) shutdown(ctx context.Context) {
 	w.log.DebugContext(ctx, "worker stopped")
 }
 
-func (w *Worker) heartbeat(ctx context.Context) error {
+// heartbeat records the instance's heartbeat. When it abandoned stale
+// instances it wakes the claim loop, since their streams are claimable now.
+func (w *Worker) heartbeat(ctx context.Context) (*ports.InstanceHeartbeatResult, error) {
 	res, err := w.backend.Claimer.InstanceHeartbeat(ctx, &ports.InstanceHeartbeatParams{
 		InstanceID:     w.opts.InstanceID,
 		ServiceName:    w.opts.ServiceName,
@@ -317,17 +331,19 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 		Now:            w.paramNow(),
 	})
 	if err != nil {
-		return fmt.Errorf("recording heartbeat: %w", err)
+		return nil, fmt.Errorf("recording heartbeat: %w", err)
 	}
 	if len(res.Abandoned) > 0 {
 		w.log.InfoContext(ctx, "abandoned stale instances", slog.Int("count", len(res.Abandoned)))
 		signal(w.claimWake) // their work is claimable now
 	}
-	return nil
+	return res, nil
 }
 
-func (w *Worker) heartbeatLoop(ctx context.Context) {
-	t := w.clock.NewTimer(w.opts.HeartbeatInterval)
+// heartbeatLoop heartbeats until ctx is done, starting from the result of
+// the heartbeat at Start.
+func (w *Worker) heartbeatLoop(ctx context.Context, first *ports.InstanceHeartbeatResult) {
+	t := w.clock.NewTimer(heartbeatDelay(w.opts.HeartbeatInterval, w.now(), first.NextStaleAt))
 	defer t.Stop()
 	for {
 		select {
@@ -335,11 +351,40 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 			return
 		case <-t.C():
 		}
-		if err := w.heartbeat(ctx); err != nil && ctx.Err() == nil {
-			w.log.ErrorContext(ctx, "heartbeat failed; retrying", slog.Any("error", err))
+		delay := w.opts.HeartbeatInterval
+		if res, err := w.heartbeat(ctx); err != nil {
+			if ctx.Err() == nil {
+				w.log.ErrorContext(ctx, "heartbeat failed; retrying", slog.Any("error", err))
+			}
+		} else {
+			delay = heartbeatDelay(w.opts.HeartbeatInterval, w.now(), res.NextStaleAt)
 		}
-		t.Reset(w.opts.HeartbeatInterval)
+		t.Reset(delay)
 	}
+}
+
+// heartbeatDelay returns how long after now to heartbeat next: the
+// interval, or staleMargin past nextStaleAt (when the next peer goes stale,
+// zero for none) if that comes sooner, so a peer that stopped heartbeating is
+// abandoned, and its streams claimed, right when it goes stale rather than up
+// to an interval later. Never less than heartbeatMinDelay.
+//
+// nextStaleAt is on the backend's clock, which on PostgreSQL without an
+// injected Clock is the database's. When our clock runs ahead of it, a
+// heartbeat aimed past nextStaleAt finds the peer not stale yet and reports
+// the same deadline, now behind us by at least staleMargin. Waiting as long
+// again as we are late then doubles the overshoot with each such heartbeat,
+// so a skew costs a few heartbeats, not one every heartbeatMinDelay until it
+// is made up.
+func heartbeatDelay(interval time.Duration, now, nextStaleAt time.Time) time.Duration {
+	if nextStaleAt.IsZero() {
+		return interval
+	}
+	d := nextStaleAt.Sub(now) + staleMargin
+	if late := now.Sub(nextStaleAt); late >= staleMargin {
+		d = late
+	}
+	return min(interval, max(d, heartbeatMinDelay))
 }
 
 func (w *Worker) notificationsHealthy() bool {
@@ -361,6 +406,7 @@ func (w *Worker) listenLoop(ctx context.Context, wakes <-chan ports.Wake) {
 			}
 			// A reconnect (possibly missed notifications) and a plain
 			// notification both mean: poll now.
+			w.wakeCount.Add(1)
 			w.wakeAll()
 		}
 	}
@@ -405,7 +451,7 @@ func (w *Worker) claimOnce(ctx context.Context) bool {
 			// We were abandoned (a pause longer than the stale threshold):
 			// heartbeat again and claim afresh.
 			w.log.WarnContext(ctx, "instance was considered stale; re-registering")
-			if herr := w.heartbeat(ctx); herr != nil {
+			if _, herr := w.heartbeat(ctx); herr != nil {
 				w.log.ErrorContext(ctx, "re-registering instance", slog.Any("error", herr))
 			}
 			return false

@@ -21,6 +21,18 @@ type WorkClaimer interface {
 	// are abandoned in the same call: their rows are deleted, every lease
 	// they hold is released and their stream pins are cleared, so others can
 	// claim the work at once. It returns the abandoned instance ids.
+	//
+	// In the same call it reports NextStaleAt, when the next other instance
+	// goes stale if it never heartbeats again: the earliest LastHeartbeatAt +
+	// StaleThreshold among the other instances the call left recorded (the
+	// live ones, and any whose heartbeat is exactly Now - StaleThreshold: no
+	// longer live, not yet abandoned), zero when there is none. The caller's
+	// own heartbeat never counts. It is on the clock of the staleness check
+	// (Now when set, else the backend's own), so a heartbeat with a Now after
+	// NextStaleAt abandons that instance unless it heartbeats first; callers
+	// use it to heartbeat as soon as a peer goes stale rather than at their
+	// next interval.
+	//
 	// Idempotent; safe to call concurrently from many instances.
 	InstanceHeartbeat(ctx context.Context, params *InstanceHeartbeatParams) (*InstanceHeartbeatResult, error)
 
@@ -74,6 +86,11 @@ type InstanceHeartbeatParams struct {
 type InstanceHeartbeatResult struct {
 	// Abandoned lists the stale instances removed by this call.
 	Abandoned []uuid.UUID
+	// NextStaleAt is when the next of the other remaining instances becomes
+	// stale if it never heartbeats again: the earliest LastHeartbeatAt +
+	// StaleThreshold among them, on the clock of the staleness check. Zero
+	// when no other instance remains.
+	NextStaleAt time.Time
 }
 
 // WorkClaimParams are the inputs of WorkClaim.
@@ -109,7 +126,11 @@ type EventFetcher interface {
 	// live instance, and that passes the ordering guard (see WorkClaim).
 	// Attempts grow by one for each row whose holder changes (or whose own
 	// expired lease is taken again); extending the caller's live lease does
-	// not count. Streams are pinned to the caller.
+	// not count. A row under the caller's live lease is extended only when
+	// less than half of LeaseDuration is left (otherwise it is left as it
+	// is, so a fetch right after a claim or an earlier fetch writes
+	// nothing); every row returned therefore has at least half a lease left.
+	// Streams are pinned to the caller.
 	//
 	// It then returns, per (stream, perspective), the longest prefix in
 	// version order of pending rows leased to the caller: a row held
@@ -311,6 +332,30 @@ type ModelStore interface {
 	// caller loaded (0 for none); if the stored position differs it returns
 	// ErrVersionConflict and stores nothing.
 	ModelSave(ctx context.Context, params *ModelSaveParams) error
+}
+
+// ModelBatchStore is an optional extension of ModelStore: it loads and
+// saves the models of many pairs in one round trip. When the Models port
+// also implements it, the engine groups the loads and the saves of the pairs
+// it drains concurrently into calls of these methods (one commit for many
+// saves instead of one each).
+type ModelBatchStore interface {
+	// ModelLoadMany returns the stored models of the given pairs, in no
+	// particular order; pairs without a stored model are absent from the
+	// result. Duplicate pairs are returned once.
+	ModelLoadMany(ctx context.Context, pairs []Pair) ([]StoredModel, error)
+	// ModelSaveMany saves each entry exactly as ModelSave would, in order:
+	// the result holds one error per entry (nil when saved; wrapping
+	// ErrVersionConflict or ErrInvalidArgument when that entry stored
+	// nothing, which does not affect the others). The successful saves are
+	// committed together. A call error means nothing was stored.
+	ModelSaveMany(ctx context.Context, params []*ModelSaveParams) ([]error, error)
+}
+
+// Pair names a perspective of a stream.
+type Pair struct {
+	StreamID    uuid.UUID
+	Perspective string
 }
 
 // ModelSaveParams are the inputs of ModelSave.

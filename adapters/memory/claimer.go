@@ -16,7 +16,8 @@ import (
 // InstanceHeartbeat implements ports.WorkClaimer. It upserts the caller's
 // instance and abandons every other instance whose heartbeat is older than
 // Now - StaleThreshold: their leases and pins are released and their rows
-// deleted. Abandoned ids are returned in id order. It returns
+// deleted. Abandoned ids are returned in id order, with the earliest
+// deadline of the remaining others as NextStaleAt. It returns
 // ports.ErrInvalidArgument for a nil instance id or a non-positive
 // StaleThreshold.
 func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHeartbeatParams) (*ports.InstanceHeartbeatResult, error) {
@@ -48,8 +49,14 @@ func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHea
 	cutoff := now.Add(-params.StaleThreshold)
 	result := &ports.InstanceHeartbeatResult{}
 	for id, other := range s.instances {
-		if id != params.InstanceID && other.LastHeartbeatAt.Before(cutoff) {
+		switch {
+		case id == params.InstanceID:
+		case other.LastHeartbeatAt.Before(cutoff):
 			result.Abandoned = append(result.Abandoned, id)
+		default:
+			if staleAt := other.LastHeartbeatAt.Add(params.StaleThreshold); result.NextStaleAt.IsZero() || staleAt.Before(result.NextStaleAt) {
+				result.NextStaleAt = staleAt
+			}
 		}
 	}
 	slices.SortFunc(result.Abandoned, compareUUID)

@@ -40,6 +40,7 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 	caller := params.InstanceID
 	live, _ := s.liveAt(now, params.StaleThreshold, uuid.Nil)
 	expiry := now.Add(params.LeaseDuration)
+	extendBefore := now.Add(params.LeaseDuration / 2)
 
 	var streams []*stream
 	for _, id := range uniqueSorted(params.StreamIDs) {
@@ -54,7 +55,7 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 		if owner := st.pinnedTo; owner != uuid.Nil && owner != caller && live.live(owner) {
 			continue
 		}
-		if s.fetchLease(st, caller, now, expiry) {
+		if s.fetchLease(st, caller, now, expiry, extendBefore) {
 			s.pin(st, caller)
 			s.touch(st, now)
 		}
@@ -99,14 +100,17 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 
 // fetchLease leases to caller, until expiry, every row of st a fetch may
 // take: per perspective, in version order, rows that are unleased, whose
-// lease expired or that are under the caller's live lease, stopping at the
-// first row scheduled in the future or under another holder's live lease.
-// Rows taken anew count an attempt; extending the caller's live lease does
-// not. It reports whether it leased any row.
-func (s *Store) fetchLease(st *stream, caller uuid.UUID, now, expiry time.Time) bool {
+// lease expired or that are under the caller's live lease ending before
+// extendBefore, stopping at the first row scheduled in the future or under
+// another holder's live lease. Rows taken anew count an attempt; extending
+// the caller's live lease does not, and the caller's leases ending at or
+// after extendBefore are left as they are. It reports whether it leased any
+// row.
+func (s *Store) fetchLease(st *stream, caller uuid.UUID, now, expiry, extendBefore time.Time) bool {
 	leased := false
 	for _, p := range st.pairs {
 		complete := true
+		floor := expiry
 		for _, r := range p.pending() {
 			if r.scheduled.After(now) {
 				complete = false
@@ -117,6 +121,10 @@ func (s *Store) fetchLease(st *stream, caller uuid.UUID, now, expiry time.Time) 
 				complete = false
 				break
 			}
+			if liveLease && !r.expiry.Before(extendBefore) {
+				floor = earliest(floor, r.expiry)
+				continue
+			}
 			if !liveLease {
 				r.attempts++
 			}
@@ -124,10 +132,17 @@ func (s *Store) fetchLease(st *stream, caller uuid.UUID, now, expiry time.Time) 
 			leased = true
 		}
 		if complete {
-			p.leaseFloor = expiry // every row of p is now the caller's until expiry
+			p.leaseFloor = floor // every row of p is now the caller's until floor or later
 		}
 	}
 	return leased
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // appendEventsAt appends to out copies of the events of st with the given

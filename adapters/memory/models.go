@@ -37,6 +37,60 @@ func (s *Store) ModelLoad(ctx context.Context, streamID uuid.UUID, perspective s
 // ports.ErrVersionConflict when ExpectedVersion differs from the stored
 // position; in both cases nothing is stored.
 func (s *Store) ModelSave(ctx context.Context, params *ports.ModelSaveParams) error {
+	if err := validateModelSave(params); err != nil {
+		return err
+	}
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	return s.saveModelLocked(params)
+}
+
+// ModelLoadMany implements ports.ModelBatchStore under one lock. It returns
+// copies of the stored models of pairs, each pair once.
+func (s *Store) ModelLoadMany(ctx context.Context, pairs []ports.Pair) ([]ports.StoredModel, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+
+	out := make([]ports.StoredModel, 0, len(pairs))
+	seen := make(map[ports.Pair]bool, len(pairs))
+	for _, p := range pairs {
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		if st := s.streams[p.StreamID]; st != nil {
+			if m := st.models[p.Perspective]; m != nil {
+				c := *m
+				c.Data = bytes.Clone(m.Data)
+				out = append(out, c)
+			}
+		}
+	}
+	return out, nil
+}
+
+// ModelSaveMany implements ports.ModelBatchStore: every entry is saved as by
+// ModelSave, in order, under one lock.
+func (s *Store) ModelSaveMany(ctx context.Context, params []*ports.ModelSaveParams) ([]error, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+
+	errs := make([]error, len(params))
+	for i, p := range params {
+		if errs[i] = validateModelSave(p); errs[i] == nil {
+			errs[i] = s.saveModelLocked(p)
+		}
+	}
+	return errs, nil
+}
+
+func validateModelSave(params *ports.ModelSaveParams) error {
 	if err := validatePair(params.StreamID, params.Perspective, params.LastVersion); err != nil {
 		return fmt.Errorf("saving model: %w", err)
 	}
@@ -46,11 +100,11 @@ func (s *Store) ModelSave(ctx context.Context, params *ports.ModelSaveParams) er
 	if len(params.Data) == 0 || !json.Valid(params.Data) {
 		return fmt.Errorf("saving model %q of stream %s: data is not a JSON document: %w", params.Perspective, params.StreamID, ports.ErrInvalidArgument)
 	}
-	if err := s.lock(ctx); err != nil {
-		return err
-	}
-	defer s.mu.Unlock()
+	return nil
+}
 
+// saveModelLocked is ModelSave for valid params, with s.mu held.
+func (s *Store) saveModelLocked(params *ports.ModelSaveParams) error {
 	var stored int64
 	if st := s.streams[params.StreamID]; st != nil {
 		if cur := st.cursors[params.Perspective]; cur != nil {

@@ -94,19 +94,32 @@ WHERE a.stream_id IN (
     FOR UPDATE OF p
 )`
 
-	sqlAbandonInstances = `WITH ` + sqlClock + `
-DELETE FROM /* SCHEMA */.vantage_instances i
-USING clock
-WHERE i.last_heartbeat_at < clock.now - $3::interval AND i.instance_id <> $1
-RETURNING i.instance_id`
+	// sqlAbandonInstances deletes the stale instances and returns one row:
+	// their ids and the NextStaleAt of the other instances it leaves (see
+	// ports.InstanceHeartbeatResult). The subquery sees the snapshot from
+	// before the DELETE, so it applies the complementary filter: on the
+	// same clock, an instance is either abandoned or counted, never both.
+	sqlAbandonInstances = `WITH ` + sqlClock + `,
+abandoned AS (
+    DELETE FROM /* SCHEMA */.vantage_instances i
+    USING clock
+    WHERE i.last_heartbeat_at < clock.now - $3::interval AND i.instance_id <> $1
+    RETURNING i.instance_id
+)
+SELECT
+    ARRAY(SELECT a.instance_id FROM abandoned a),
+    (SELECT min(i.last_heartbeat_at) + $3::interval
+     FROM /* SCHEMA */.vantage_instances i, clock
+     WHERE i.last_heartbeat_at >= clock.now - $3::interval AND i.instance_id <> $1)`
 )
 
 // InstanceHeartbeat implements ports.WorkClaimer in one round trip: the
-// upsert and the abandonment go as one batch in one implicit transaction.
-// Liveness boundaries: an instance is live while last_heartbeat_at > Now -
-// StaleThreshold and abandoned once last_heartbeat_at < Now -
-// StaleThreshold. It returns ports.ErrInvalidArgument for a nil instance id
-// or a non-positive StaleThreshold.
+// upsert, the abandonment and NextStaleAt go as one batch in one implicit
+// transaction. Liveness boundaries: an instance is live while
+// last_heartbeat_at > Now - StaleThreshold and abandoned once
+// last_heartbeat_at < Now - StaleThreshold. It returns
+// ports.ErrInvalidArgument for a nil instance id or a non-positive
+// StaleThreshold.
 func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHeartbeatParams) (*ports.InstanceHeartbeatResult, error) {
 	switch {
 	case params.InstanceID == uuid.Nil:
@@ -134,12 +147,12 @@ func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHea
 				return err
 			}
 		}
-		rows, err := br.Query()
-		if err != nil {
+		var nextStaleAt pgtype.Timestamptz
+		if err := br.QueryRow().Scan(&result.Abandoned, &nextStaleAt); err != nil {
 			return err
 		}
-		result.Abandoned, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-		return err
+		result.NextStaleAt = fromTime(nextStaleAt)
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("recording heartbeat of %s: %w", params.InstanceID, translate(err))

@@ -19,10 +19,9 @@ import (
 // heads lists the pairs of the requested streams (see sqlPairHeads), and
 // guarded bounds each by its ordering guard (see sqlGuardBound). candidate
 // reads, per pair, the rows up to that bound that the caller may lease:
-// pending, not scheduled in the future, unleased, lease-expired or already
-// the caller's. Every pending row up to the first blocking row is one of
-// them, so this reads exactly the rows the statement leases (all the rows
-// the caller holds there included: a fetch extends their leases).
+// pending, not scheduled in the future, unleased, lease-expired or the
+// caller's with less than half of the lease left (see sqlLeasableByCaller).
+// Rows the caller holds with more left are neither read nor written.
 // picked are the streams with a candidate row, and pinned keeps those not
 // pinned to a live other instance (see sqlPin). Their candidate rows are
 // locked SKIP LOCKED, checked again and leased; attempts grow only when the
@@ -75,9 +74,12 @@ FROM clock
 WHERE w.work_id = ANY (ARRAY(SELECT work_id FROM leasable))`
 
 // sqlLeasableByCaller is sqlCandidate widened to rows under the caller's own
-// live lease, which a fetch extends.
+// live lease with less than half of the lease duration ($4) left, which a
+// fetch extends. Rows with more left are not written: a fetch right after a
+// claim or an earlier fetch updates nothing.
 const sqlLeasableByCaller = `w.processed_at IS NULL
-      AND (w.lease_expiry IS NULL OR w.lease_expiry <= clock.now OR w.instance_id = $1)
+      AND (w.lease_expiry IS NULL OR w.lease_expiry <= clock.now
+           OR (w.instance_id = $1 AND w.lease_expiry < clock.now + $4::interval / 2))
       AND (w.scheduled_for IS NULL OR w.scheduled_for <= clock.now)`
 
 // sqlFetchRows returns, per (stream, perspective), the longest version-order
@@ -88,7 +90,10 @@ const sqlLeasableByCaller = `w.processed_at IS NULL
 // sqlPrefixEnd), and picked reads the prefix by a range scan, at most $4
 // rows a pair, before the rows of all pairs are ordered and cut at $4: a
 // fetch reads the rows it returns, not the backlog behind them. Each event's
-// payload is sent once, on its first row.
+// payload is sent once, on its first row. Events are looked up by primary
+// key row by row (the LATERAL ... LIMIT 1 keeps the planner from hashing the
+// whole events table, which it would otherwise pick for the row estimate of
+// a LIMIT $4 plan).
 var sqlFetchRows = `WITH RECURSIVE ` + sqlClock + `,
 requested AS (
     SELECT DISTINCT r.stream_id FROM unnest($3::uuid[]) AS r(stream_id)
@@ -122,7 +127,12 @@ SELECT p.work_id, p.stream_id, p.perspective, p.event_id, p.event_version, p.att
        CASE WHEN p.first THEN e.metadata END,
        e.created_at
 FROM marked p
-JOIN /* SCHEMA */.vantage_events e ON e.id = p.event_id
+CROSS JOIN LATERAL (
+    SELECT e.type, e.data, e.metadata, e.created_at
+    FROM /* SCHEMA */.vantage_events e
+    WHERE e.id = p.event_id
+    LIMIT 1
+) e
 ORDER BY p.stream_id, p.perspective COLLATE "C", p.event_version`
 
 // EventsFetchPending implements ports.EventFetcher in one round trip: the

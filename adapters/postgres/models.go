@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/vantage-go/vantage/ports"
@@ -82,6 +85,24 @@ SELECT (SELECT count(*) FROM saved),
 // not a JSON document, and ports.ErrVersionConflict when ExpectedVersion
 // differs from the stored position; in both cases nothing is stored.
 func (s *Store) ModelSave(ctx context.Context, params *ports.ModelSaveParams) error {
+	if err := validateModelSave(params); err != nil {
+		return err
+	}
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	var (
+		saved  int
+		stored pgtype.Int8
+	)
+	err := s.pool.QueryRow(ctx, s.sql(sqlModelSave), modelSaveArgs(params)...).Scan(&saved, &stored)
+	if err != nil {
+		return fmt.Errorf("saving model %q of stream %s: %w", params.Perspective, params.StreamID, translate(err))
+	}
+	return modelSaveResult(params, saved, stored)
+}
+
+func validateModelSave(params *ports.ModelSaveParams) error {
 	if err := validatePair(params.StreamID, params.Perspective, params.LastVersion); err != nil {
 		return fmt.Errorf("saving model: %w", err)
 	}
@@ -91,21 +112,103 @@ func (s *Store) ModelSave(ctx context.Context, params *ports.ModelSaveParams) er
 	if len(params.Data) == 0 || !json.Valid(params.Data) {
 		return fmt.Errorf("saving model %q of stream %s: %w", params.Perspective, params.StreamID, invalid("data is not a JSON document"))
 	}
-	if err := s.ready(ctx); err != nil {
-		return err
-	}
-	var (
-		saved  int
-		stored pgtype.Int8
-	)
-	err := s.pool.QueryRow(ctx, s.sql(sqlModelSave), params.StreamID, nowArg(params.Now), params.Perspective,
-		string(params.Data), uuidArg(params.LastEventID), params.LastVersion, params.ExpectedVersion).Scan(&saved, &stored)
-	if err != nil {
-		return fmt.Errorf("saving model %q of stream %s: %w", params.Perspective, params.StreamID, translate(err))
-	}
+	return nil
+}
+
+func modelSaveArgs(params *ports.ModelSaveParams) []any {
+	return []any{params.StreamID, nowArg(params.Now), params.Perspective,
+		string(params.Data), uuidArg(params.LastEventID), params.LastVersion, params.ExpectedVersion}
+}
+
+func modelSaveResult(params *ports.ModelSaveParams, saved int, stored pgtype.Int8) error {
 	if saved == 0 {
 		return fmt.Errorf("saving model %q of stream %s: expected version %d, cursor is at %d: %w",
 			params.Perspective, params.StreamID, params.ExpectedVersion, fromInt8(stored), ports.ErrVersionConflict)
 	}
 	return nil
+}
+
+const sqlModelLoadMany = `SELECT m.stream_id, m.perspective, m.data, m.last_event_id, m.last_version, m.updated_at
+FROM /* SCHEMA */.vantage_models m
+WHERE (m.stream_id, m.perspective) IN (SELECT * FROM unnest($1::uuid[], $2::text[]))`
+
+// ModelLoadMany implements ports.ModelBatchStore in one statement.
+func (s *Store) ModelLoadMany(ctx context.Context, pairs []ports.Pair) ([]ports.StoredModel, error) {
+	if len(pairs) == 0 {
+		return []ports.StoredModel{}, nil
+	}
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	streams := make([]uuid.UUID, len(pairs))
+	names := make([]string, len(pairs))
+	for i, p := range pairs {
+		streams[i], names[i] = p.StreamID, p.Perspective
+	}
+	rows, err := s.pool.Query(ctx, s.sql(sqlModelLoadMany), streams, names)
+	if err != nil {
+		return nil, fmt.Errorf("loading %d models: %w", len(pairs), translate(err))
+	}
+	models, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ports.StoredModel, error) {
+		var (
+			m         ports.StoredModel
+			lastEvent pgtype.UUID
+			updated   pgtype.Timestamptz
+		)
+		err := row.Scan(&m.StreamID, &m.Perspective, &m.Data, &lastEvent, &m.LastVersion, &updated)
+		m.LastEventID, m.UpdatedAt = fromUUID(lastEvent), fromTime(updated)
+		return m, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("loading %d models: %w", len(pairs), translate(err))
+	}
+	return models, nil
+}
+
+// ModelSaveMany implements ports.ModelBatchStore: the valid entries go as
+// one batch of sqlModelSave statements in one implicit transaction (one
+// round trip, one commit). They are sent ordered by pair (entries of the
+// same pair keep their order), so concurrent batches lock cursors in the
+// same order and cannot deadlock.
+func (s *Store) ModelSaveMany(ctx context.Context, params []*ports.ModelSaveParams) ([]error, error) {
+	errs := make([]error, len(params))
+	order := make([]int, 0, len(params))
+	for i, p := range params {
+		if errs[i] = validateModelSave(p); errs[i] == nil {
+			order = append(order, i)
+		}
+	}
+	if len(order) == 0 {
+		return errs, nil
+	}
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		if c := compareUUID(params[a].StreamID, params[b].StreamID); c != 0 {
+			return c
+		}
+		return strings.Compare(params[a].Perspective, params[b].Perspective)
+	})
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(order))}
+	for _, i := range order {
+		b.Queue(s.sql(sqlModelSave), modelSaveArgs(params[i])...)
+	}
+	err := sendBatch(ctx, s.pool, b, func(br pgx.BatchResults) error {
+		for _, i := range order {
+			var (
+				saved  int
+				stored pgtype.Int8
+			)
+			if err := br.QueryRow().Scan(&saved, &stored); err != nil {
+				return err
+			}
+			errs[i] = modelSaveResult(params[i], saved, stored)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("saving %d models: %w", len(order), translate(err))
+	}
+	return errs, nil
 }

@@ -1,0 +1,145 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// combiner groups concurrent calls into batches (group commit): a caller
+// that finds fewer than maxSenders batches in flight becomes a sender and
+// sends everything queued, in calls of at most limit requests, until the
+// queue is empty; the others wait for their result. An idle combiner adds no
+// delay (the first request is sent at once); under load, requests that
+// arrive while a batch is in flight go together in the next one.
+//
+// A batch is sent with the first sender's context detached from its
+// cancellation and bounded by timeout, so a shutting-down caller never
+// fails the requests of others it happens to carry.
+type combiner[Req, Res any] struct {
+	send       func(ctx context.Context, reqs []Req) ([]Res, error)
+	maxSenders int
+	limit      int
+	timeout    time.Duration
+
+	mu      sync.Mutex
+	queue   []*combined[Req, Res]
+	senders int
+}
+
+type combined[Req, Res any] struct {
+	req  Req
+	res  Res
+	err  error
+	done chan struct{}
+}
+
+func newCombiner[Req, Res any](maxSenders, limit int, timeout time.Duration, send func(context.Context, []Req) ([]Res, error)) *combiner[Req, Res] {
+	return &combiner[Req, Res]{send: send, maxSenders: maxSenders, limit: limit, timeout: timeout}
+}
+
+// do queues req and returns its result once a batch carrying it was sent.
+func (c *combiner[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
+	item := &combined[Req, Res]{req: req, done: make(chan struct{})}
+	c.mu.Lock()
+	c.queue = append(c.queue, item)
+	if c.senders >= c.maxSenders {
+		c.mu.Unlock()
+		<-item.done
+		return item.res, item.err
+	}
+	c.senders++
+	for len(c.queue) > 0 {
+		n := min(len(c.queue), c.limit)
+		batch := make([]*combined[Req, Res], n)
+		copy(batch, c.queue)
+		c.queue = append(c.queue[:0], c.queue[n:]...)
+		c.mu.Unlock()
+		c.sendBatch(ctx, batch)
+		c.mu.Lock()
+	}
+	c.senders--
+	c.mu.Unlock()
+	<-item.done
+	return item.res, item.err
+}
+
+func (c *combiner[Req, Res]) sendBatch(ctx context.Context, batch []*combined[Req, Res]) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
+	defer cancel()
+	reqs := make([]Req, len(batch))
+	for i, it := range batch {
+		reqs[i] = it.req
+	}
+	res, err := c.send(sctx, reqs)
+	if err == nil && len(res) != len(batch) {
+		err = fmt.Errorf("backend returned %d results for %d requests", len(res), len(batch))
+	}
+	for i, it := range batch {
+		if err != nil {
+			it.err = err
+		} else {
+			it.res = res[i]
+		}
+		close(it.done)
+	}
+}
+
+// modelCombineLimit bounds the pairs of one batched model load or save.
+const modelCombineLimit = 256
+
+// modelBatches groups model loads and saves when the backend's model store
+// implements ports.ModelBatchStore.
+type modelBatches struct {
+	loads *combiner[ports.Pair, ports.StoredModel]
+	saves *combiner[*ports.ModelSaveParams, error]
+}
+
+func newModelBatches(store ports.ModelStore, timeout time.Duration) *modelBatches {
+	mb, ok := store.(ports.ModelBatchStore)
+	if !ok {
+		return nil
+	}
+	return &modelBatches{
+		loads: newCombiner(2, modelCombineLimit, timeout, func(ctx context.Context, pairs []ports.Pair) ([]ports.StoredModel, error) {
+			found, err := mb.ModelLoadMany(ctx, pairs)
+			if err != nil {
+				return nil, err
+			}
+			byPair := make(map[ports.Pair]ports.StoredModel, len(found))
+			for _, m := range found {
+				byPair[ports.Pair{StreamID: m.StreamID, Perspective: m.Perspective}] = m
+			}
+			out := make([]ports.StoredModel, len(pairs))
+			for i, p := range pairs {
+				out[i] = byPair[p] // zero (no StreamID) when missing
+			}
+			return out, nil
+		}),
+		saves: newCombiner(2, modelCombineLimit, timeout, mb.ModelSaveMany),
+	}
+}
+
+// load returns the stored model of k, or an error wrapping ports.ErrNotFound.
+func (b *modelBatches) load(ctx context.Context, k pairKey) (ports.StoredModel, error) {
+	m, err := b.loads.do(ctx, ports.Pair{StreamID: k.stream, Perspective: k.perspective})
+	if err != nil {
+		return ports.StoredModel{}, fmt.Errorf("loading model %q of stream %s: %w", k.perspective, k.stream, err)
+	}
+	if m.StreamID != k.stream {
+		return ports.StoredModel{}, fmt.Errorf("loading model %q of stream %s: %w", k.perspective, k.stream, ports.ErrNotFound)
+	}
+	return m, nil
+}
+
+// save stores p as ModelSave would.
+func (b *modelBatches) save(ctx context.Context, p *ports.ModelSaveParams) error {
+	res, err := b.saves.do(ctx, p)
+	if err != nil {
+		return fmt.Errorf("saving model %q of stream %s: %w", p.Perspective, p.StreamID, err)
+	}
+	return res
+}
