@@ -35,7 +35,9 @@ const sqlAppendLock = `SELECT pg_advisory_xact_lock(hashtext($1::text), hashtext
 //   - work fans out one pending, unleased row per subscribed perspective.
 //   - late flags the cursors already past a new row (late arrival), with the
 //     smallest such event as trigger.
-//   - notified queues a NOTIFY, delivered when the transaction commits.
+//   - notified queues a NOTIFY, delivered when the transaction commits,
+//     when $9 is set (AppendTx); EventsAppend passes NULL and notifies after
+//     the commit instead (see publisher).
 const sqlAppend = `WITH ` + sqlClock + `,
 head AS (
     SELECT coalesce(max(version), 0) AS version FROM /* SCHEMA */.vantage_events WHERE stream_id = $1
@@ -90,7 +92,7 @@ late AS (
     RETURNING 1
 ),
 notified AS (
-    SELECT pg_notify($9, '') FROM ok
+    SELECT pg_notify($9, '') FROM ok WHERE $9::text IS NOT NULL
 )
 SELECT h.version, st.id, st.version, st.created_at,
        (SELECT count(*) FROM work), (SELECT count(*) FROM late), (SELECT count(*) FROM notified)
@@ -99,7 +101,9 @@ LEFT JOIN stored st ON true`
 
 // EventsAppend implements ports.EventStore in one round trip: the stream
 // lock and the append statement go as one batch in one implicit transaction.
-// The wake notification is sent on commit.
+// The wake notification is sent right after the commit, from outside the
+// transaction and coalesced with those of concurrent appends (see
+// publisher), so appends do not serialize on the notification queue.
 //
 // Events are placed in order: one without a Version gets the version after
 // the highest one stored or placed so far, so in a batch an implicit event
@@ -110,7 +114,11 @@ LEFT JOIN stored st ON true`
 // ports.ErrVersionConflict for a failed ExpectedVersion check, a taken
 // version or a stored (or repeated) event id. On error nothing is stored.
 func (s *Store) EventsAppend(ctx context.Context, params *ports.EventsAppendParams) (*ports.EventsAppendResult, error) {
-	return s.append(ctx, s.pool, params)
+	res, err := s.append(ctx, s.pool, params, "")
+	if err == nil {
+		s.publisher.wake()
+	}
+	return res, err
 }
 
 // AppendTx is EventsAppend inside the caller's transaction, so business
@@ -122,12 +130,12 @@ func (s *Store) EventsAppend(ctx context.Context, params *ports.EventsAppendPara
 // ports.ErrVersionConflict. After an error the transaction may be aborted
 // (a unique violation aborts it); roll it back.
 func (s *Store) AppendTx(ctx context.Context, tx pgx.Tx, params *ports.EventsAppendParams) (*ports.EventsAppendResult, error) {
-	return s.append(ctx, tx, params)
+	return s.append(ctx, tx, params, s.channel)
 }
 
 func (s *Store) append(ctx context.Context, db interface {
 	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
-}, params *ports.EventsAppendParams,
+}, params *ports.EventsAppendParams, channel string,
 ) (*ports.EventsAppendResult, error) {
 	if err := validateAppend(params); err != nil {
 		return nil, err
@@ -166,7 +174,7 @@ func (s *Store) append(ctx context.Context, db interface {
 	b := &pgx.Batch{}
 	b.Queue(sqlAppendLock, "vantage_append:"+s.opts.Schema, params.StreamID)
 	b.Queue(s.sql(sqlAppend), params.StreamID, nowArg(params.Now), params.ExpectedVersion,
-		ids, types, versions, data, metadata, s.channel)
+		ids, types, versions, data, metadata, textArg(channel))
 
 	result := &ports.EventsAppendResult{Events: make([]ports.Event, n)}
 	var head int64

@@ -65,7 +65,8 @@ type Store struct {
 	channel  string   // NOTIFY channel of the schema
 	rendered sync.Map // query text -> text with the schema filled in
 
-	notifier *notifier
+	notifier  *notifier
+	publisher publisher
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -121,6 +122,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 		channel: notifyChannel(o.Schema),
 	}
 	s.notifier = newNotifier(s)
+	s.publisher.s = s
 	return s, nil
 }
 
@@ -156,6 +158,7 @@ func (s *Store) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
+		s.publisher.wait()
 		err = s.notifier.close()
 	})
 	return err
@@ -290,4 +293,12 @@ func (s *Store) sql(text string) string {
 	r := strings.ReplaceAll(text, schemaMarker, quoteSchema(s.opts.Schema))
 	s.rendered.Store(text, r)
 	return r
+}
+
+// textArg is s for SQL, NULL when empty.
+func textArg(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }
