@@ -61,6 +61,12 @@ type batchBundle struct {
 // entry points directly, with its flushers running.
 func setupBatch(t *testing.T) *batchBundle {
 	t.Helper()
+	return setupBatchWith(t, &Options{})
+}
+
+// setupBatchWith is setupBatch with the worker's options.
+func setupBatchWith(t *testing.T, opts *Options) *batchBundle {
+	t.Helper()
 	store := memory.New(memory.Options{})
 	b := store.Backend()
 	spy := &spyBackend{}
@@ -78,7 +84,7 @@ func setupBatch(t *testing.T) *batchBundle {
 		return m, nil
 	})
 	require.NoError(t, reg.AddPerspective(p))
-	w, err := New(b, reg, &Options{})
+	w, err := New(b, reg, opts)
 	require.NoError(t, err)
 	require.NoError(t, w.completions.Start(t.Context()))
 	require.NoError(t, w.failures.Start(t.Context()))
@@ -90,6 +96,18 @@ func setupBatch(t *testing.T) *batchBundle {
 	_, err = b.Claimer.InstanceHeartbeat(t.Context(), &ports.InstanceHeartbeatParams{InstanceID: w.InstanceID(), StaleThreshold: w.opts.StaleInstanceThreshold})
 	require.NoError(t, err)
 	return &batchBundle{w: w, spy: spy, cursors: cursors, backend: b, applied: applied}
+}
+
+// drainFetched drains every stream of a fetch result and returns the number
+// of applications.
+func (bb *batchBundle) drainFetched(t *testing.T, res *ports.EventsFetchPendingResult, seq uint64) int {
+	t.Helper()
+	n := 0
+	for _, sw := range splitByStream(res, seq, bb.w.opts.FetchMaxRows) {
+		applied, _, _ := bb.w.drainStream(t.Context(), &sw, nil, false)
+		n += applied
+	}
+	return n
 }
 
 // SPEC 4.1 #1: an idle tick pushes a pending completion to the backend and
@@ -138,6 +156,34 @@ func TestBatchDrainsStream(t *testing.T) {
 	require.Equal(t, int64(2), bb.applied.Load())
 }
 
+// A fetch cut at FetchMaxRows covers a prefix of the batch's streams: the
+// batch fetches the rest itself, and a stream cut in the middle refetches
+// its remainder once what it applied is acknowledged, so one batch drains
+// everything, each event once.
+func TestBatchDrainsPastFetchLimit(t *testing.T) {
+	t.Parallel()
+
+	bb := setupBatchWith(t, &Options{FetchMaxRows: 3})
+	var streams []uuid.UUID
+	for range 5 {
+		stream := uuid.New()
+		_, err := bb.w.reg.Append(t.Context(), bb.backend.Events, stream, 0, placed{ID: "a"}, placed{ID: "b"}, placed{ID: "c"}, placed{ID: "d"})
+		require.NoError(t, err)
+		streams = append(streams, stream)
+	}
+	bb.w.processBatch(t.Context(), streams)
+	require.Equal(t, int64(20), bb.applied.Load())
+	require.NoError(t, bb.w.completions.Flush(t.Context()))
+	for _, stream := range streams {
+		m, err := bb.backend.Models.ModelLoad(t.Context(), stream, "c")
+		require.NoError(t, err)
+		require.Equal(t, int64(4), m.LastVersion)
+	}
+
+	bb.w.processBatch(t.Context(), streams)
+	require.Equal(t, int64(20), bb.applied.Load(), "nothing is applied twice")
+}
+
 // Rows fetched again before their completion is acknowledged are skipped
 // by the dedup cache, and the observer hears about it (SPEC H1).
 func TestDedupSkipsUnacknowledgedRows(t *testing.T) {
@@ -149,14 +195,12 @@ func TestDedupSkipsUnacknowledgedRows(t *testing.T) {
 	require.NoError(t, err)
 	res, seq, err := bb.w.fetch(t.Context(), []uuid.UUID{stream})
 	require.NoError(t, err)
-	n, _ := bb.w.drainStreams(t.Context(), res, seq)
-	require.Equal(t, 1, n)
+	require.Equal(t, 1, bb.drainFetched(t, res, seq))
 	// Same rows again (the completion is still only buffered).
 	res, seq, err = bb.w.fetch(t.Context(), []uuid.UUID{stream})
 	require.NoError(t, err)
 	require.Len(t, res.Work, 1, "the row is still pending in the backend")
-	n, _ = bb.w.drainStreams(t.Context(), res, seq)
-	require.Zero(t, n)
+	require.Zero(t, bb.drainFetched(t, res, seq))
 	require.Equal(t, int64(1), bb.applied.Load())
 }
 

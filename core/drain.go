@@ -1,46 +1,46 @@
 package core
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/vantage-go/vantage/core/internal/completion"
+	"github.com/vantage-go/vantage/core/internal/dedup"
 	"github.com/vantage-go/vantage/ports"
 )
 
-// processBatch drains a batch of streams: flush what is buffered, claim and
-// fetch the streams' pending events, drain every stream (in parallel, at most
-// MaxConcurrentPerspectives at once), flush again.
+// processBatch drains a batch of streams: flush what is buffered, fetch and
+// drain the streams (see drainBatch), flush again.
+//
+// The streams stay in flight, so no other batch takes them, until the
+// completions handed to the flusher by then are acknowledged: until then a
+// fetch would return the rows just applied again (they are still pending and
+// leased to us), only for the dedup cache to skip them. A stream pushed
+// meanwhile, by a claim or a notification, is drained again after that.
 func (w *Worker) processBatch(ctx context.Context, ids []uuid.UUID) {
-	defer w.queue.Done(ids)
 	w.cache.EvictExpired()
 	w.flushPending(ctx)
 	w.recordPoll(true)
 
-	res, seq, err := w.fetch(ctx, ids)
-	applied := 0
-	if err != nil {
-		if ctx.Err() == nil {
-			w.log.ErrorContext(ctx, "fetching pending events failed", slog.Int("streams", len(ids)), slog.Any("error", err))
-		}
-	} else {
-		var events []ports.Event
-		applied, events = w.drainStreams(ctx, res, seq)
-		w.life.afterBatch(ctx, events)
-		if len(res.Work) >= w.opts.FetchMaxRows {
-			// The fetch was cut at FetchMaxRows: drain these streams again
-			// right after this batch instead of at the next claim tick.
-			w.queue.Push(ids...)
-		}
+	applied, again := w.drainBatch(ctx, ids)
+	if len(again) > 0 {
+		// A stream still had rows past the fetch limit after its last
+		// refetch: drain it again once this batch is settled instead of at
+		// the next claim tick.
+		w.queue.Push(again...)
 	}
 	w.flushPending(ctx)
+	w.completions.AfterSettled(func() { w.queue.Done(ids) })
 	if h := w.opts.Hooks.OnBatchCycleComplete; h != nil {
 		h(BatchCycle{Streams: len(ids), Applied: applied})
 	}
@@ -63,127 +63,283 @@ func (w *Worker) fetch(ctx context.Context, ids []uuid.UUID) (*ports.EventsFetch
 	return res, seq, err
 }
 
-// streamWork is one stream's share of a fetch result.
-type streamWork struct {
-	events map[uuid.UUID]ports.Event
-	work   []ports.WorkItem // ordered by perspective, version
-	seq    uint64           // the fetch's sequence number (see Worker.fetchSeq)
-}
-
-func splitByStream(res *ports.EventsFetchPendingResult, seq uint64) (map[uuid.UUID]*streamWork, []uuid.UUID) {
-	byStream := map[uuid.UUID]*streamWork{}
-	var order []uuid.UUID
-	get := func(id uuid.UUID) *streamWork {
-		sw, ok := byStream[id]
-		if !ok {
-			sw = &streamWork{events: map[uuid.UUID]ports.Event{}, seq: seq}
-			byStream[id] = sw
-			order = append(order, id)
-		}
-		return sw
-	}
-	for _, e := range res.Events {
-		get(e.StreamID).events[e.ID] = e
-	}
-	for _, wi := range res.Work {
-		sw := get(wi.StreamID)
-		sw.work = append(sw.work, wi)
-	}
-	return byStream, order
-}
-
-// drainStreams drains every stream of a fetch result and returns the number
-// of (event, perspective) applications and the distinct events applied.
-func (w *Worker) drainStreams(ctx context.Context, res *ports.EventsFetchPendingResult, seq uint64) (int, []ports.Event) {
-	byStream, order := splitByStream(res, seq)
-	cursors := w.cursorsOf(ctx, order)
+// drainBatch fetches the pending events of streams and drains every stream
+// that has some, at most MaxConcurrentPerspectives at once. A fetch cut at
+// FetchMaxRows covers a prefix of the streams in id order; the streams past
+// the cut are fetched next, while the drains of the first ones run, until
+// every stream was fetched. It returns the number of (event, perspective)
+// applications and the streams that still had rows past the limit after
+// their last refetch.
+func (w *Worker) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []uuid.UUID) {
 	var (
 		mu      sync.Mutex
 		applied int
 		events  []ports.Event
+		again   []uuid.UUID
+		wg      sync.WaitGroup
 	)
+	collect := w.reg.hasReceptors(PostAllPerspectives, PostLifecycle)
 	sem := make(chan struct{}, w.opts.MaxConcurrentPerspectives)
-	var wg sync.WaitGroup
-	for _, id := range order {
-		sw := byStream[id]
-		if len(sw.work) == 0 {
-			continue
+	for remaining := ids; len(remaining) > 0 && ctx.Err() == nil; {
+		if len(remaining) < len(ids) {
+			w.flushPending(ctx) // let the drains' completions travel meanwhile
 		}
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			n, evs := w.drainStream(ctx, id, sw, cursors)
-			mu.Lock()
-			applied += n
-			events = append(events, evs...)
-			mu.Unlock()
-		})
+		res, seq, err := w.fetch(ctx, remaining)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.ErrorContext(ctx, "fetching pending events failed", slog.Int("streams", len(remaining)), slog.Any("error", err))
+			}
+			break
+		}
+		streams := splitByStream(res, seq, w.opts.FetchMaxRows)
+		cursors := w.cursorsOf(ctx, streamIDs(streams))
+		for i := range streams {
+			sw := &streams[i]
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				n, evs, more := w.drainStream(ctx, sw, cursors, collect)
+				mu.Lock()
+				applied += n
+				events = append(events, evs...)
+				if more {
+					again = append(again, sw.id)
+				}
+				mu.Unlock()
+			})
+		}
+		remaining = uncovered(remaining, streams)
 	}
 	wg.Wait()
-	return applied, events
+	w.life.afterBatch(ctx, events)
+	return applied, again
 }
 
-// drainStream applies a stream's pending events perspective by perspective,
-// refetching while each pass still finds enough work. It returns the number
-// of applications and the distinct events applied.
-func (w *Worker) drainStream(ctx context.Context, streamID uuid.UUID, sw *streamWork, cursors map[pairKey]ports.Cursor) (int, []ports.Event) {
+// uncovered returns the streams of ids a fetch with the given result did not
+// reach: none unless the fetch was cut, else those ordered after the stream
+// it was cut in (Work is ordered by stream id bytes).
+func uncovered(ids []uuid.UUID, streams []streamWork) []uuid.UUID {
+	if len(streams) == 0 || !streams[len(streams)-1].cut {
+		return nil
+	}
+	last := streams[len(streams)-1].id
+	var out []uuid.UUID
+	for _, id := range ids {
+		if bytes.Compare(id[:], last[:]) > 0 {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// streamWork is one stream's share of a fetch result. It is drained by one
+// goroutine at a time.
+type streamWork struct {
+	id     uuid.UUID
+	events []ports.Event    // ordered by version
+	work   []ports.WorkItem // ordered by perspective, version
+	seq    uint64           // the fetch's sequence number (see Worker.fetchSeq)
+	cut    bool             // the fetch may have stopped inside this stream's rows
+	// decoded caches, by index in events, decoded values every perspective
+	// may share; nil until the first decode.
+	decoded []decodedEvent
+}
+
+type decodedEvent struct {
+	value any
+	err   error
+	done  bool
+	boxed any // events[i] as an any, for the contexts of its applies
+}
+
+// boxed returns events[i] as an any, boxed once for every perspective
+// applying it (EventFromContext hands out copies).
+func (sw *streamWork) boxed(i int) any {
+	if sw.decoded == nil {
+		sw.decoded = make([]decodedEvent, len(sw.events))
+	}
+	d := &sw.decoded[i]
+	if d.boxed == nil {
+		d.boxed = sw.events[i]
+	}
+	return d.boxed
+}
+
+// decode returns the decoded value of events[i]. A value of a shareable
+// type (see eventType.shareable) is decoded once for all the perspectives
+// applying it; others are decoded afresh for each, since a handler may
+// mutate what its value refers to.
+func (sw *streamWork) decode(reg *Registry, i int) (any, error) {
+	if sw.decoded != nil && sw.decoded[i].done {
+		return sw.decoded[i].value, sw.decoded[i].err
+	}
+	v, shareable, err := reg.decode(sw.events[i])
+	if shareable {
+		if sw.decoded == nil {
+			sw.decoded = make([]decodedEvent, len(sw.events))
+		}
+		d := &sw.decoded[i]
+		d.value, d.err, d.done = v, err, true
+	}
+	return v, err
+}
+
+// event returns the index in sw.events of the event of row r, -1 when the
+// fetch did not return it. hint is where to look first: rows walked in
+// version order find their events at or just after the previous one's.
+func (sw *streamWork) event(r ports.WorkItem, hint int) int {
+	for i := hint; i < len(sw.events) && i <= hint+1; i++ {
+		if sw.events[i].Version == r.EventVersion && sw.events[i].ID == r.EventID {
+			return i
+		}
+	}
+	i, ok := slices.BinarySearchFunc(sw.events, r.EventVersion, func(e ports.Event, v int64) int {
+		return cmp.Compare(e.Version, v)
+	})
+	if ok && sw.events[i].ID == r.EventID {
+		return i
+	}
+	for i := range sw.events { // not where the port's ordering puts it
+		if sw.events[i].ID == r.EventID {
+			return i
+		}
+	}
+	return -1
+}
+
+// splitByStream cuts a fetch result into its streams, in stream id order,
+// dropping streams without work. The port orders Work by stream,
+// perspective and version and Events by stream and version, so each stream's
+// share is a sub-slice; a result ordered otherwise is sorted first (copies).
+// When the result holds maxRows rows the fetch may have been cut inside its
+// last stream, which is marked cut.
+func splitByStream(res *ports.EventsFetchPendingResult, seq uint64, maxRows int) []streamWork {
+	work, events := res.Work, res.Events
+	if !slices.IsSortedFunc(work, compareWork) {
+		work = slices.Clone(work)
+		slices.SortStableFunc(work, compareWork)
+	}
+	if !slices.IsSortedFunc(events, compareEvents) {
+		events = slices.Clone(events)
+		slices.SortStableFunc(events, compareEvents)
+	}
+	var out []streamWork
+	for i, j := 0, 0; i < len(work); {
+		id := work[i].StreamID
+		end := i + 1
+		for end < len(work) && work[end].StreamID == id {
+			end++
+		}
+		for j < len(events) && bytes.Compare(events[j].StreamID[:], id[:]) < 0 {
+			j++
+		}
+		evEnd := j
+		for evEnd < len(events) && events[evEnd].StreamID == id {
+			evEnd++
+		}
+		out = append(out, streamWork{id: id, events: events[j:evEnd:evEnd], work: work[i:end:end], seq: seq})
+		i, j = end, evEnd
+	}
+	if maxRows > 0 && len(work) >= maxRows && len(out) > 0 {
+		out[len(out)-1].cut = true
+	}
+	return out
+}
+
+func compareWork(a, b ports.WorkItem) int {
+	if c := bytes.Compare(a.StreamID[:], b.StreamID[:]); c != 0 {
+		return c
+	}
+	return cmp.Or(strings.Compare(a.Perspective, b.Perspective), cmp.Compare(a.EventVersion, b.EventVersion))
+}
+
+func compareEvents(a, b ports.Event) int {
+	if c := bytes.Compare(a.StreamID[:], b.StreamID[:]); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Version, b.Version)
+}
+
+func streamIDs(streams []streamWork) []uuid.UUID {
+	ids := make([]uuid.UUID, len(streams))
+	for i := range streams {
+		ids[i] = streams[i].id
+	}
+	return ids
+}
+
+// drainStream applies a stream's pending events perspective by perspective.
+// When the fetch may have been cut inside the stream it refetches the rest,
+// once what it applied is acknowledged (else the refetch would return it
+// again), while each pass still applies enough. It returns the number of
+// applications, the distinct events applied when collect is set, and
+// whether rows past the fetch limit may be left.
+func (w *Worker) drainStream(ctx context.Context, sw *streamWork, cursors map[pairKey]ports.Cursor, collect bool) (int, []ports.Event, bool) {
 	total := 0
-	seen := map[uuid.UUID]bool{}
-	var events []ports.Event
+	var (
+		seen   map[uuid.UUID]bool
+		events []ports.Event
+	)
+	if collect {
+		seen = map[uuid.UUID]bool{}
+	}
 	for iter := 1; ; iter++ {
 		n := 0
 		for _, group := range groupByPerspective(sw.work) {
-			c, ok := cursors[pairKey{stream: streamID, perspective: group[0].Perspective}]
-			applied := w.drainPair(ctx, streamID, group, sw, c, ok)
-			n += len(applied)
+			c, ok := cursors[pairKey{stream: sw.id, perspective: group[0].Perspective}]
+			k, applied := w.drainPair(ctx, sw, group, c, ok, collect)
+			n += k
 			for _, e := range applied {
-				if !seen[e.ID] {
+				if collect && !seen[e.ID] {
 					seen[e.ID] = true
 					events = append(events, e)
 				}
 			}
 		}
 		total += n
-		if n < w.opts.DrainLoopRefetchMinBatch || iter >= w.opts.DrainLoopMaxIterations || ctx.Err() != nil {
-			return total, events
+		if !sw.cut {
+			return total, events, false
 		}
-		res, seq, err := w.fetch(ctx, []uuid.UUID{streamID})
+		if n < w.opts.DrainLoopRefetchMinBatch || iter >= w.opts.DrainLoopMaxIterations || ctx.Err() != nil {
+			return total, events, ctx.Err() == nil
+		}
+		w.flushPending(ctx)
+		if err := w.completions.Flush(ctx); err != nil && ctx.Err() != nil {
+			return total, events, false
+		}
+		res, seq, err := w.fetch(ctx, []uuid.UUID{sw.id})
 		if err != nil {
 			if ctx.Err() == nil {
-				w.log.ErrorContext(ctx, "refetching stream failed", slog.String("stream_id", streamID.String()), slog.Any("error", err))
+				w.log.ErrorContext(ctx, "refetching stream failed", slog.String("stream_id", sw.id.String()), slog.Any("error", err))
 			}
-			return total, events
+			return total, events, false
 		}
-		byStream, _ := splitByStream(res, seq)
-		next, ok := byStream[streamID]
-		if !ok || len(next.work) == 0 {
-			return total, events
+		next := splitByStream(res, seq, w.opts.FetchMaxRows)
+		if len(next) == 0 || next[0].id != sw.id {
+			return total, events, false
 		}
-		sw = next
-		cursors = w.cursorsOf(ctx, []uuid.UUID{streamID})
+		sw = &next[0]
+		cursors = w.cursorsOf(ctx, []uuid.UUID{sw.id})
 	}
 }
 
+// groupByPerspective splits a stream's work into its perspectives' rows. The
+// rows are ordered by perspective and version (see splitByStream), so each
+// group is a sub-slice.
 func groupByPerspective(work []ports.WorkItem) [][]ports.WorkItem {
-	sorted := make([]ports.WorkItem, len(work))
-	copy(sorted, work)
-	sort.SliceStable(sorted, func(i, j int) bool {
-		if sorted[i].Perspective != sorted[j].Perspective {
-			return sorted[i].Perspective < sorted[j].Perspective
-		}
-		return sorted[i].EventVersion < sorted[j].EventVersion
-	})
 	var groups [][]ports.WorkItem
-	for i := 0; i < len(sorted); {
-		j := i
-		for j < len(sorted) && sorted[j].Perspective == sorted[i].Perspective {
+	for i := 0; i < len(work); {
+		j := i + 1
+		for j < len(work) && work[j].Perspective == work[i].Perspective {
 			j++
 		}
-		groups = append(groups, sorted[i:j])
+		groups = append(groups, work[i:j:j])
 		i = j
 	}
 	return groups
 }
+
+func workID(r *ports.WorkItem) uuid.UUID { return r.WorkID }
 
 // parking holds a failed pair back until its failure is acknowledged by the
 // backend (which releases the failed row and schedules it) and its retry
@@ -261,114 +417,106 @@ func (w *Worker) failureRetryDelay(attempts int) time.Duration {
 // under the pair's gate: dedup, dead-letter exhausted rows, load the model,
 // skip events at or below its position, apply the rest, save model and
 // cursor every PerspectiveBatchSize events and at the end, and buffer the
-// completion (or the failure). It returns the number of events applied.
-func (w *Worker) drainPair(ctx context.Context, streamID uuid.UUID, rows []ports.WorkItem, sw *streamWork, cursor ports.Cursor, hasCursor bool) []ports.Event {
-	events := sw.events
+// completion (or the failure). It returns the number of events applied and,
+// when collect is set, those events.
+func (w *Worker) drainPair(ctx context.Context, sw *streamWork, rows []ports.WorkItem, cursor ports.Cursor, hasCursor, collect bool) (int, []ports.Event) {
+	streamID := sw.id
 	name := rows[0].Perspective
 	key := pairKey{stream: streamID, perspective: name}
 	if _, parked := w.parkedUntil(key); parked {
-		return nil
+		return 0, nil
 	}
 	release, err := w.gates.acquire(ctx, key, nil)
 	if err != nil {
-		return nil
+		return 0, nil
 	}
 	defer release()
 	// Check again: a run that held the gate may just have parked the pair;
 	// and rows fetched before its failure was acknowledged are stale (the
 	// backend released the failed row since).
 	if _, parked := w.parkedUntil(key); parked || w.staleFetch(key, sw.seq) {
-		return nil
+		return 0, nil
 	}
 
 	// Rows applied by an earlier batch whose completion is not acknowledged
 	// yet come back on every fetch: skip them.
-	fresh := rows[:0:0]
-	var deduped []uuid.UUID
-	for _, r := range rows {
-		if w.cache.Contains(r.WorkID) {
-			deduped = append(deduped, r.WorkID)
-			continue
-		}
-		fresh = append(fresh, r)
-	}
+	fresh, deduped := dedup.Partition(w.cache, rows, workID)
 	if len(deduped) > 0 && w.opts.Hooks.DedupObserver != nil {
 		w.opts.Hooks.DedupObserver.OnEventsDeduped(deduped, name, streamID)
 	}
 	rows = w.deadLetterExhausted(ctx, fresh)
 	if len(rows) == 0 {
-		return nil
+		return 0, nil
 	}
 
 	p, ok := w.reg.perspective(name)
 	if !ok {
 		w.fail(ctx, key, rows, nil, uuid.Nil, 0, fmt.Errorf("no perspective named %q is registered in this instance", name))
-		return nil
+		return 0, nil
 	}
 	if hasCursor && cursor.Status.Has(ports.CursorRewindRequired) && w.rewindEnabled() {
-		return w.rewindPair(ctx, p, key, rows, cursor, false)
+		evs := w.rewindPair(ctx, p, key, rows, cursor, false)
+		return len(evs), evs
 	}
 	stored, err := w.loadModel(ctx, key)
 	if err != nil && !errors.Is(err, ports.ErrNotFound) {
 		if ctx.Err() == nil {
 			w.log.ErrorContext(ctx, "loading model failed", slog.String("perspective", name), slog.String("stream_id", streamID.String()), slog.Any("error", err))
 		}
-		return nil
+		return 0, nil
 	}
 	model, err := p.decodeModel(stored.Data)
 	if err != nil {
 		w.fail(ctx, key, rows, nil, stored.LastEventID, stored.LastVersion, err)
-		return nil
+		return 0, nil
 	}
 
-	run := pairRun{w: w, p: p, key: key, stored: stored, savedVersion: stored.LastVersion, model: model}
+	run := pairRun{w: w, p: p, key: key, sw: sw, rows: rows, stored: stored, savedVersion: stored.LastVersion, model: model, collect: collect}
 	deadline := max(time.Second, w.opts.LeaseDuration-w.opts.LeaseGrace)
 	actx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
-	var toApply []ports.Event
-	for _, r := range rows {
-		if ev, ok := events[r.EventID]; ok && r.EventVersion > stored.LastVersion {
-			toApply = append(toApply, ev)
+	if w.reg.hasReceptors(PrePerspective) {
+		var toApply []ports.Event
+		for _, r := range rows {
+			if i := sw.event(r, 0); i >= 0 && r.EventVersion > stored.LastVersion {
+				toApply = append(toApply, sw.events[i])
+			}
 		}
+		w.life.prePerspective(actx, toApply)
 	}
-	w.life.prePerspective(actx, toApply)
-	unsavedFrom := -1
+	ei := 0
 	for i, r := range rows {
 		if r.EventVersion <= stored.LastVersion {
 			// Already reflected in the stored model (a re-delivery after a
-			// crash or a lost completion): complete without applying.
-			run.done = append(run.done, r.WorkID)
+			// crash or a lost completion): complete without applying. Rows
+			// are in version order, so these are a prefix.
+			run.done, run.saved, run.applied = i+1, i+1, i+1
 			continue
 		}
-		ev, ok := events[r.EventID]
-		if !ok {
-			run.failAt(actx, rows[i:], fmt.Errorf("event %s of work row %s is missing from the fetch", r.EventID, r.WorkID))
+		if ei = sw.event(r, ei); ei < 0 {
+			run.failAt(actx, i, fmt.Errorf("event %s of work row %s is missing from the fetch", r.EventID, r.WorkID))
 			return run.finish(ctx)
 		}
-		if err := run.apply(actx, r, ev); err != nil {
+		if err := run.apply(actx, ei); err != nil {
 			if ctx.Err() != nil {
 				return run.finish(ctx) // shutting down: the rows stay leased and are re-delivered
 			}
 			if actx.Err() != nil {
 				err = fmt.Errorf("lease deadline exceeded: %w", err)
 			}
-			run.failAt(actx, rows[i:], err)
+			run.failAt(actx, i, err)
 			return run.finish(ctx)
 		}
-		if unsavedFrom < 0 {
-			unsavedFrom = i
-		}
-		if run.unsaved >= w.opts.PerspectiveBatchSize {
+		if run.unsaved() >= w.opts.PerspectiveBatchSize {
 			if err := run.save(ctx); err != nil {
-				run.saveFailed(ctx, rows[unsavedFrom:], err)
+				run.saveFailed(ctx, err)
 				return run.finish(ctx)
 			}
-			unsavedFrom = -1
 		}
 	}
-	if run.unsaved > 0 {
+	if run.unsaved() > 0 {
 		if err := run.save(ctx); err != nil {
-			run.saveFailed(ctx, rows[unsavedFrom:], err)
+			run.saveFailed(ctx, err)
 			return run.finish(ctx)
 		}
 	}
@@ -376,30 +524,41 @@ func (w *Worker) drainPair(ctx context.Context, streamID uuid.UUID, rows []ports
 	return run.finish(ctx)
 }
 
-// pairRun is the state of one drainPair.
+// pairRun is the state of one drainPair. Its rows are in version order and
+// processed front to back, so its progress is three marks: rows[:done] are
+// at or below the stored position, rows[done:saved] are applied and saved,
+// rows[saved:applied] are applied and not saved yet.
 type pairRun struct {
 	w            *Worker
 	p            perspective
 	key          pairKey
+	sw           *streamWork
+	rows         []ports.WorkItem
+	collect      bool // finish returns the events applied
 	stored       ports.StoredModel
 	model        any
 	savedVersion int64
-	last         ports.Event // last applied event
-	unsaved      int
+	last         *ports.Event // last applied event
+	lastSaved    *ports.Event // last saved event, nil until a save
+	done         int
+	saved        int
 	applied      int
-	saved        []uuid.UUID // applied and saved work ids, plus rows already at or below the stored position
-	pending      []uuid.UUID // applied, not yet saved
-	savedEvents  []ports.Event
-	pendingEvts  []ports.Event
-	done         []uuid.UUID // rows at or below the stored position
 }
 
-func (r *pairRun) apply(ctx context.Context, row ports.WorkItem, ev ports.Event) error {
-	decoded, err := r.w.reg.Decode(ev)
+// unsaved returns the number of applied rows not saved yet.
+func (r *pairRun) unsaved() int { return r.applied - r.saved }
+
+// savedCount returns the number of rows this run applied and saved.
+func (r *pairRun) savedCount() int { return r.saved - r.done }
+
+// apply applies sw.events[i], the event of rows[r.applied].
+func (r *pairRun) apply(ctx context.Context, i int) error {
+	ev := &r.sw.events[i]
+	decoded, err := r.sw.decode(r.w.reg, i)
 	if err != nil {
 		return err
 	}
-	actx, err := r.w.establishSecurity(ctx, ev)
+	actx, err := r.w.applyContext(ctx, r.sw, i)
 	if err != nil {
 		return err
 	}
@@ -409,18 +568,60 @@ func (r *pairRun) apply(ctx context.Context, row ports.WorkItem, ev ports.Event)
 	}
 	r.model = next
 	r.last = ev
-	r.unsaved++
 	r.applied++
-	r.pending = append(r.pending, row.WorkID)
-	r.pendingEvts = append(r.pendingEvts, ev)
 	return nil
 }
 
+// applyContext returns the context an apply function gets for sw.events[i], as
+// establishSecurity builds it. The common case, no SecurityProvider and no
+// scope on the event, takes one allocation instead of a chain of
+// context.WithValue.
+func (w *Worker) applyContext(ctx context.Context, sw *streamWork, i int) (context.Context, error) {
+	if w.opts.Security.Provider != nil || sw.events[i].Metadata.Scope != nil {
+		return w.establishSecurity(ctx, sw.events[i])
+	}
+	return &unscopedEventContext{Context: ctx, event: sw.boxed(i)}, nil
+}
+
+// unscopedEventContext carries the event being applied and no scope or
+// security context: both read as absent, whatever the parent holds (see
+// establishSecurity).
+type unscopedEventContext struct {
+	context.Context
+	event any // a ports.Event, boxed once
+}
+
+func (c *unscopedEventContext) Value(key any) any {
+	switch key.(type) {
+	case eventKey:
+		return c.event
+	case scopeKey, securityKey:
+		return nil
+	}
+	return c.Context.Value(key)
+}
+
 // finish fires PostPerspective for the events whose model is saved and
-// returns them.
-func (r *pairRun) finish(ctx context.Context) []ports.Event {
-	r.w.life.fire(ctx, PostPerspective, r.key.perspective, r.savedEvents)
-	return r.savedEvents
+// returns their number and, when the run collects them, the events.
+func (r *pairRun) finish(ctx context.Context) (int, []ports.Event) {
+	n := r.savedCount()
+	if n == 0 {
+		return 0, nil
+	}
+	fire := r.w.reg.hasReceptors(PostPerspective)
+	if !fire && !r.collect {
+		return n, nil
+	}
+	events := make([]ports.Event, 0, n)
+	ei := 0
+	for _, row := range r.rows[r.done:r.saved] {
+		ei = r.sw.event(row, ei) // found when applied
+		events = append(events, r.sw.events[ei])
+	}
+	if fire {
+		r.w.life.fire(ctx, PostPerspective, r.key.perspective, events)
+	}
+	return n, events
 }
 
 func (r *pairRun) save(ctx context.Context) error {
@@ -440,92 +641,90 @@ func (r *pairRun) save(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.w.maybeSnapshot(ctx, r.key, r.savedVersion, r.last, data)
+	r.w.maybeSnapshot(ctx, r.key, r.savedVersion, *r.last, data)
 	r.savedVersion = r.last.Version
-	r.saved = append(r.saved, r.pending...)
-	r.savedEvents = append(r.savedEvents, r.pendingEvts...)
-	r.pending = nil
-	r.pendingEvts = nil
-	r.unsaved = 0
+	r.lastSaved = r.last
+	r.saved = r.applied
 	return nil
 }
 
-// saveFailed handles a failed save of the rows from unsaved on. A version
-// conflict means another applier moved the cursor: what this run saved
-// completes, the rest comes back and is skipped. Any other error fails the
-// first unsaved row, so it is retried with backoff.
-func (r *pairRun) saveFailed(ctx context.Context, unsaved []ports.WorkItem, err error) int {
-	r.applied -= len(r.pending)
-	r.pending = nil
-	r.pendingEvts = nil
-	r.unsaved = 0
+// dropUnsaved forgets the applied rows not saved yet: they are neither
+// completed nor failed, and come back after their lease.
+func (r *pairRun) dropUnsaved() { r.applied = r.saved }
+
+// saveFailed handles a failed save of the unsaved rows. A version conflict
+// means another applier moved the cursor: what this run saved completes,
+// the rest comes back and is skipped. Any other error fails the first
+// unsaved row, so it is retried with backoff.
+func (r *pairRun) saveFailed(ctx context.Context, err error) {
+	r.dropUnsaved()
 	if errors.Is(err, ports.ErrVersionConflict) {
 		r.w.log.WarnContext(ctx, "model moved under this run; dropping its unsaved part", slog.String("perspective", r.key.perspective), slog.String("stream_id", r.key.stream.String()))
 		r.complete(ctx)
-		return r.applied
+		return
 	}
 	if ctx.Err() != nil {
-		return r.applied
+		return
 	}
-	r.failAt(ctx, unsaved, fmt.Errorf("saving model: %w", err))
-	return r.applied
+	r.failAt(ctx, r.saved, fmt.Errorf("saving model: %w", err))
 }
 
 // completedIDs returns the rows that may complete: saved ones and those at
 // or below the stored position.
 func (r *pairRun) completedIDs() []uuid.UUID {
-	ids := make([]uuid.UUID, 0, len(r.done)+len(r.saved))
-	ids = append(ids, r.done...)
-	return append(ids, r.saved...)
+	ids := make([]uuid.UUID, r.saved)
+	for i, row := range r.rows[:r.saved] {
+		ids[i] = row.WorkID
+	}
+	return ids
 }
 
-func (r *pairRun) lastSaved() (uuid.UUID, int64) {
-	if r.savedVersion == r.stored.LastVersion {
+// position returns the position the completed rows move the cursor to: the
+// last saved event, or the stored position when the run saved nothing.
+func (r *pairRun) position() (uuid.UUID, int64) {
+	if r.lastSaved == nil {
 		return r.stored.LastEventID, r.stored.LastVersion
 	}
-	return r.last.ID, r.savedVersion
+	return r.lastSaved.ID, r.lastSaved.Version
 }
 
 func (r *pairRun) complete(ctx context.Context) {
-	ids := r.completedIDs()
-	if len(ids) == 0 {
+	if r.saved == 0 {
 		return
 	}
-	lastID, lastVersion := r.lastSaved()
+	ids := r.completedIDs()
+	lastID, lastVersion := r.position()
 	c := ports.Completion{StreamID: r.key.stream, Perspective: r.key.perspective, LastEventID: lastID, LastVersion: lastVersion, WorkIDs: ids}
 	r.w.cache.AddRange(ids)
 	if err := r.w.strategy.ReportCompletion(ctx, c); err != nil && ctx.Err() == nil {
 		r.w.log.ErrorContext(ctx, "reporting completion failed; rows are re-delivered after their lease", slog.Any("error", err))
 	}
-	if r.applied > 0 {
+	if n := r.savedCount(); n > 0 {
 		r.w.signalProgress()
 		if h := r.w.opts.Hooks.OnPerspectiveEventProcessed; h != nil {
-			h(PerspectiveEventProcessed{Perspective: r.key.perspective, StreamID: r.key.stream, EventCount: r.applied, LastVersion: lastVersion})
+			h(PerspectiveEventProcessed{Perspective: r.key.perspective, StreamID: r.key.stream, EventCount: n, LastVersion: lastVersion})
 		}
 	}
 }
 
-// failAt saves what was applied before the failing row, then reports the
-// failure: applied rows complete, the failing row and the rest are released
-// and retried after a backoff; the pair is parked until then.
-func (r *pairRun) failAt(ctx context.Context, rest []ports.WorkItem, cause error) {
-	if r.unsaved > 0 {
+// failAt saves what was applied before rows[i], the failing row, then
+// reports the failure: applied rows complete, the failing row and the rest
+// are released and retried after a backoff; the pair is parked until then.
+func (r *pairRun) failAt(ctx context.Context, i int, cause error) {
+	if r.unsaved() > 0 {
 		if err := r.save(context.WithoutCancel(ctx)); err != nil {
 			r.w.log.ErrorContext(ctx, "saving model before failure", slog.Any("error", err))
-			r.applied -= len(r.pending)
-			r.pending = nil
-			r.pendingEvts = nil
+			r.dropUnsaved()
 		}
 	}
-	if r.applied > 0 {
+	lastID, lastVersion := r.position()
+	if r.savedCount() > 0 {
 		r.w.signalProgress()
 		if h := r.w.opts.Hooks.OnPerspectiveEventProcessed; h != nil {
-			_, v := r.lastSaved()
-			h(PerspectiveEventProcessed{Perspective: r.key.perspective, StreamID: r.key.stream, EventCount: r.applied, LastVersion: v})
+			h(PerspectiveEventProcessed{Perspective: r.key.perspective, StreamID: r.key.stream, EventCount: r.savedCount(), LastVersion: lastVersion})
 		}
 	}
-	lastID, lastVersion := r.lastSaved()
-	r.w.fail(context.WithoutCancel(ctx), r.key, rest, r.completedIDs(), lastID, lastVersion, cause)
+	r.w.fail(context.WithoutCancel(ctx), r.key, r.rows[i:], r.completedIDs(), lastID, lastVersion, cause)
 }
 
 // fail reports a failure of rows[0] (and releases the rows after it).
@@ -565,7 +764,7 @@ func (w *Worker) fail(ctx context.Context, key pairKey, rows []ports.WorkItem, a
 // and applying) and returns the others. A row whose move fails stays.
 func (w *Worker) deadLetterExhausted(ctx context.Context, rows []ports.WorkItem) []ports.WorkItem {
 	maxAttempts := w.opts.MaxPerspectiveEventAttempts
-	if maxAttempts == Unlimited {
+	if maxAttempts == Unlimited || !slices.ContainsFunc(rows, func(r ports.WorkItem) bool { return r.Attempts > maxAttempts }) {
 		return rows
 	}
 	keep := rows[:0:0]
@@ -664,11 +863,12 @@ func (w *Worker) flushFailures(ctx context.Context, batch []completion.Tracked[p
 
 func (w *Worker) completionsAcknowledged(batch []completion.Tracked[ports.Completion]) {
 	items, ids := untrack(batch)
-	var workIDs []uuid.UUID
+	w.strategy.MarkAcknowledged(ids)
+	w.strategy.ClearAcknowledged()
 	for _, c := range items {
-		workIDs = append(workIDs, c.WorkIDs...)
+		w.cache.ActivateRetentionFor(c.WorkIDs)
 	}
-	w.acknowledge(ids, workIDs)
+	w.signalProgress()
 	if w.claimHasMore.Load() {
 		signal(w.claimWake) // room was freed for more of the backlog
 	}

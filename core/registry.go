@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -43,6 +44,37 @@ type eventType struct {
 	name   string
 	goType reflect.Type
 	decode func(data []byte) (any, error)
+	// shareable is set when copies of a decoded value share nothing a
+	// handler could mutate (see immutable), so one decoded value may be
+	// handed to every perspective applying the event.
+	shareable bool
+}
+
+// immutable reports whether copies of a value of type t share nothing
+// mutable: t holds no pointer, slice, map, channel, function or interface,
+// directly or in its fields and elements. time.Time counts as immutable: its
+// *time.Location is never modified.
+func immutable(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+		reflect.Float32, reflect.Float64, reflect.Complex64, reflect.Complex128, reflect.String:
+		return true
+	case reflect.Array:
+		return immutable(t.Elem())
+	case reflect.Struct:
+		if t == reflect.TypeFor[time.Time]() {
+			return true
+		}
+		for i := range t.NumField() {
+			if !immutable(t.Field(i).Type) {
+				return false
+			}
+		}
+		return true
+	default:
+		return false
+	}
 }
 
 // NewRegistry returns an empty Registry.
@@ -103,7 +135,7 @@ func RegisterEvent[E any](r *Registry, name string) error {
 	if prev, ok := r.byGoType[t]; ok {
 		return fmt.Errorf("registering event %q: %w: %s already registered as %q", name, ErrDuplicate, t, prev.name)
 	}
-	et := &eventType{name: name, goType: t, decode: func(data []byte) (any, error) {
+	et := &eventType{name: name, goType: t, shareable: immutable(t), decode: func(data []byte) (any, error) {
 		var e E
 		if err := json.Unmarshal(data, &e); err != nil {
 			return nil, err
@@ -149,17 +181,24 @@ func (r *Registry) Encode(event any) (ports.NewEvent, error) {
 
 // Decode turns a stored event into its registered Go value.
 func (r *Registry) Decode(e ports.Event) (any, error) {
+	v, _, err := r.decode(e)
+	return v, err
+}
+
+// decode is Decode that also reports whether the value may be shared by
+// every perspective applying the event (see eventType.shareable).
+func (r *Registry) decode(e ports.Event) (any, bool, error) {
 	r.mu.RLock()
 	et, ok := r.byName[e.Type]
 	r.mu.RUnlock()
 	if !ok {
-		return nil, fmt.Errorf("%w: %q", ErrUnknownEventType, e.Type)
+		return nil, false, fmt.Errorf("%w: %q", ErrUnknownEventType, e.Type)
 	}
 	v, err := et.decode(e.Data)
 	if err != nil {
-		return nil, fmt.Errorf("decoding %s event %s: %w", e.Type, e.ID, err)
+		return nil, et.shareable, fmt.Errorf("decoding %s event %s: %w", e.Type, e.ID, err)
 	}
-	return v, nil
+	return v, et.shareable, nil
 }
 
 // Append encodes events with the registry and appends them to a stream.

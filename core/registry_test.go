@@ -2,8 +2,11 @@ package core
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"reflect"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -138,4 +141,58 @@ func TestPerspectiveRegistration(t *testing.T) {
 		_, err = rp.decodeModel([]byte(`{"n":"x"}`))
 		require.Error(t, err)
 	})
+}
+
+func TestImmutable(t *testing.T) {
+	t.Parallel()
+
+	type flat struct {
+		N  int64
+		S  string
+		At time.Time
+		ID uuid.UUID
+		A  [2]struct{ B bool }
+	}
+	type withSlice struct{ Items []string }
+	type withMap struct{ M map[string]int }
+	type withPointer struct{ P *int }
+	type withInterface struct{ V any }
+	type nested struct{ Inner withSlice }
+	require.True(t, immutable(reflect.TypeFor[flat]()))
+	require.True(t, immutable(reflect.TypeFor[placed]()))
+	require.True(t, immutable(reflect.TypeFor[struct{}]()))
+	for _, typ := range []reflect.Type{
+		reflect.TypeFor[withSlice](), reflect.TypeFor[withMap](), reflect.TypeFor[withPointer](),
+		reflect.TypeFor[withInterface](), reflect.TypeFor[nested](), reflect.TypeFor[json.RawMessage](),
+	} {
+		require.False(t, immutable(typ), typ.String())
+	}
+}
+
+// A decoded value is shared by the perspectives applying the event only
+// when nothing in it can be mutated through a copy.
+func TestStreamWorkDecodeSharing(t *testing.T) {
+	t.Parallel()
+
+	type tagged struct{ Tags []string }
+	r := newTestRegistry(t)
+	require.NoError(t, RegisterEvent[tagged](r, "tagged"))
+	sw := &streamWork{events: []ports.Event{
+		{ID: uuid.New(), Type: "placed", Version: 1, Data: []byte(`{"id":"a"}`)},
+		{ID: uuid.New(), Type: "tagged", Version: 2, Data: []byte(`{"Tags":["x"]}`)},
+	}}
+	a, err := sw.decode(r, 0)
+	require.NoError(t, err)
+	b, err := sw.decode(r, 0)
+	require.NoError(t, err)
+	require.Equal(t, placed{ID: "a"}, b)
+	require.True(t, sw.decoded[0].done, "placed holds only a string: decoded once")
+	require.Equal(t, a, b)
+
+	first, err := sw.decode(r, 1)
+	require.NoError(t, err)
+	first.(tagged).Tags[0] = "mutated by a handler"
+	second, err := sw.decode(r, 1)
+	require.NoError(t, err)
+	require.Equal(t, tagged{Tags: []string{"x"}}, second, "a slice is decoded afresh for each perspective")
 }

@@ -167,16 +167,46 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 }
 
 // finishRows completes the listed rows of one (stream, perspective) held by
-// instance and returns how many it completed.
+// instance and returns how many it completed. The rows are usually the
+// pair's first pending rows in version order, which come off its front in
+// O(1) each.
 func (s *Store) finishRows(instance, streamID uuid.UUID, perspective string, ids []uuid.UUID, debug bool, now time.Time) int {
+	st := s.streams[streamID]
+	if st == nil || instance == uuid.Nil {
+		return 0
+	}
+	pi, ok := st.pairIndex(perspective)
+	if !ok {
+		return 0
+	}
+	p := st.pairs[pi]
 	n := 0
 	for _, id := range ids {
 		r := s.work[id]
 		if !heldRowOf(r, instance, streamID, perspective) {
 			continue
 		}
-		s.finishRow(s.streams[streamID], r, debug, now)
+		// A held row is pending, so it is in p, and p is not empty.
+		if p.first() == r {
+			p.delete(0)
+		} else if i, ok := p.rowIndex(r.version); ok {
+			p.delete(i)
+		}
+		r.holder, r.expiry = uuid.Nil, time.Time{}
+		delete(s.work, id)
+		if debug {
+			r.processedAt = now
+			s.processed[id] = r
+		}
 		n++
+	}
+	if n == 0 {
+		return 0
+	}
+	st.pending -= n
+	s.dropHeld(instance, st, n)
+	if len(p.pending()) == 0 {
+		st.pairs = slices.Delete(st.pairs, pi, pi+1)
 	}
 	return n
 }

@@ -71,8 +71,13 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 		bound = min(bound, params.MaxRows)
 	}
 	result := &ports.EventsFetchPendingResult{Work: make([]ports.WorkItem, 0, bound)}
+	// The versions each stream's rows reference, stream after stream, then
+	// the events: counted first, so they are copied once, into one slice
+	// and one payload buffer.
+	versions := s.versions[:0]
+	spans := s.spans[:0]
 	for _, st := range streams {
-		versions := s.versions[:0]
+		from := len(versions)
 		for _, p := range st.pairs {
 			for _, r := range p.pending() {
 				if r.holder != caller || !r.expiry.After(now) {
@@ -92,10 +97,48 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 				versions = append(versions, r.version)
 			}
 		}
-		result.Events = st.appendEventsAt(result.Events, versions)
-		s.versions = versions[:0]
+		if len(versions) > from {
+			span := versions[from:]
+			slices.Sort(span)
+			versions = append(versions[:from], slices.Compact(span)...)
+			spans = append(spans, versionSpan{st: st, from: from, to: len(versions)})
+		}
 	}
+	size := 0
+	for _, sp := range spans {
+		for k, v := range versions[sp.from:sp.to] {
+			i, ok := sp.st.eventIndex(v)
+			if !ok {
+				i = -1
+			} else {
+				size += len(sp.st.events[i].Data)
+			}
+			versions[sp.from+k] = int64(i) // from here on, the event's index
+		}
+	}
+	result.Events = make([]ports.Event, 0, len(versions))
+	buf := make([]byte, 0, size)
+	for _, sp := range spans {
+		for _, i := range versions[sp.from:sp.to] {
+			if i >= 0 {
+				e := sp.st.events[i]
+				start := len(buf)
+				buf = append(buf, e.Data...)
+				e.Data = buf[start:len(buf):len(buf)] // a copy, capped so appends never reach the next
+				e.Metadata = copyMetadata(e.Metadata)
+				result.Events = append(result.Events, e)
+			}
+		}
+	}
+	clear(spans)
+	s.versions, s.spans = versions[:0], spans[:0]
 	return result, nil
+}
+
+// versionSpan is one stream's share of EventsFetchPending's version list.
+type versionSpan struct {
+	st       *stream
+	from, to int
 }
 
 // fetchLease leases to caller, until expiry, every row of st a fetch may
@@ -108,6 +151,7 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 // row.
 func (s *Store) fetchLease(st *stream, caller uuid.UUID, now, expiry, extendBefore time.Time) bool {
 	leased := false
+	taken := 0 // rows the caller did not hold before
 	for _, p := range st.pairs {
 		complete := true
 		floor := expiry
@@ -128,12 +172,21 @@ func (s *Store) fetchLease(st *stream, caller uuid.UUID, now, expiry, extendBefo
 			if !liveLease {
 				r.attempts++
 			}
-			s.take(st, p, r, caller, expiry)
+			if r.holder != caller {
+				s.release(st, p, r) // another holder's expired lease
+				r.holder = caller
+				p.unleased--
+				taken++
+			}
+			extend(p, r, expiry)
 			leased = true
 		}
 		if complete {
 			p.leaseFloor = floor // every row of p is now the caller's until floor or later
 		}
+	}
+	if taken > 0 {
+		s.addHeld(caller, st, taken)
 	}
 	return leased
 }
@@ -143,18 +196,6 @@ func earliest(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-// appendEventsAt appends to out copies of the events of st with the given
-// versions, each once, in version order. It sorts versions in place.
-func (st *stream) appendEventsAt(out []ports.Event, versions []int64) []ports.Event {
-	slices.Sort(versions)
-	for _, v := range slices.Compact(versions) {
-		if i, ok := st.eventIndex(v); ok {
-			out = append(out, copyEvent(st.events[i]))
-		}
-	}
-	return out
 }
 
 // EventsReadStream implements ports.EventFetcher. An unknown stream has no

@@ -91,6 +91,7 @@ type Store struct {
 	draining   []*stream
 	drainOrder []drainKey
 	versions   []int64
+	spans      []versionSpan
 
 	// State of the optional ports.
 	types       map[string]*typeIndex                     // event type -> its streams and events
@@ -407,16 +408,6 @@ func (s *Store) removeRow(st *stream, r *workRow) {
 	delete(s.work, r.id)
 }
 
-// finishRow completes a pending row: it is deleted, or in debug mode kept
-// unleased with processedAt set, invisible to every pending-row query.
-func (s *Store) finishRow(st *stream, r *workRow, debug bool, now time.Time) {
-	s.removeRow(st, r)
-	if debug {
-		r.processedAt = now
-		s.processed[r.id] = r
-	}
-}
-
 // take leases r, a row of pair p of st, to holder until expiry. The caller
 // adjusts attempts.
 func (s *Store) take(st *stream, p *pair, r *workRow, holder uuid.UUID, expiry time.Time) {
@@ -424,12 +415,7 @@ func (s *Store) take(st *stream, p *pair, r *workRow, holder uuid.UUID, expiry t
 		s.release(st, p, r)
 		r.holder = holder
 		p.unleased--
-		byStream := s.held[holder]
-		if byStream == nil {
-			byStream = make(map[*stream]int)
-			s.held[holder] = byStream
-		}
-		byStream[st]++
+		s.addHeld(holder, st, 1)
 	}
 	extend(p, r, expiry)
 }
@@ -449,17 +435,34 @@ func (s *Store) release(st *stream, p *pair, r *workRow) {
 	if r.holder == uuid.Nil {
 		return
 	}
-	if byStream := s.held[r.holder]; byStream != nil {
-		if byStream[st]--; byStream[st] <= 0 {
-			delete(byStream, st)
-		}
-		if len(byStream) == 0 {
-			delete(s.held, r.holder)
-		}
-	}
+	s.dropHeld(r.holder, st, 1)
 	r.holder = uuid.Nil
 	r.expiry = time.Time{}
 	p.unleased++
+}
+
+// addHeld records that holder took n more rows of st.
+func (s *Store) addHeld(holder uuid.UUID, st *stream, n int) {
+	byStream := s.held[holder]
+	if byStream == nil {
+		byStream = make(map[*stream]int)
+		s.held[holder] = byStream
+	}
+	byStream[st] += n
+}
+
+// dropHeld records that holder no longer holds n rows of st.
+func (s *Store) dropHeld(holder uuid.UUID, st *stream, n int) {
+	byStream := s.held[holder]
+	if byStream == nil {
+		return
+	}
+	if byStream[st] -= n; byStream[st] <= 0 {
+		delete(byStream, st)
+	}
+	if len(byStream) == 0 {
+		delete(s.held, holder)
+	}
 }
 
 // pin pins st to instance. The caller then updates the claim index with

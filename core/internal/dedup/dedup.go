@@ -29,7 +29,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/hashicorp/golang-lru/v2/simplelru"
 
 	"github.com/vantage-go/vantage/ports"
 )
@@ -89,16 +88,38 @@ type Cache struct {
 	capacity  int
 	clock     ports.Clock
 	observer  Observer
+	observed  bool // observer is not the no-op one: build the id lists it gets
+	// base is the clock's time at New; retention starts are kept as offsets
+	// from it, so entries hold no pointer for the garbage collector to
+	// follow and comparisons keep the clock's monotonic reading.
+	base time.Time
 
 	mu sync.Mutex
-	// inFlight holds the entries whose completion is not acknowledged yet.
-	inFlight map[uuid.UUID]struct{}
-	// retained maps an id to the time its retention started. Entries are
-	// only added, never promoted (lookups use Peek), so its order from
-	// oldest to newest is the order of those start times, which lets
-	// EvictExpired stop at the first live entry and capacity evictions drop
-	// the oldest acknowledgement. An id is never in both phases.
-	retained *simplelru.LRU[uuid.UUID, time.Time]
+	// entries holds every stored id, in either phase: one map lookup
+	// answers Contains, and moving an entry to Retained updates it in place.
+	entries map[uuid.UUID]entry
+	// order lists the Retained entries from order[head] on, oldest
+	// retention start first, as (id, gen). An element whose gen differs from
+	// its entry's (the entry was removed, or removed and added again) is
+	// stale and skipped. Entries are never promoted, so the order is that of
+	// their retention starts: EvictExpired stops at the first live entry and
+	// capacity evictions drop the oldest acknowledgement.
+	order    []retainedRef
+	head     int
+	retained int    // Retained entries stored (expired ones included)
+	gen      uint64 // the last gen handed out
+}
+
+// entry is one stored id: InFlight while gen is 0, else Retained since
+// base+at, gen being its place in the retention order.
+type entry struct {
+	gen uint64
+	at  time.Duration
+}
+
+type retainedRef struct {
+	id  uuid.UUID
+	gen uint64
 }
 
 // New returns an empty Cache. It panics, naming the field, if opts holds a
@@ -115,7 +136,8 @@ func New(opts Options) *Cache {
 		retention: opts.Retention,
 		clock:     opts.Clock,
 		observer:  opts.Observer,
-		inFlight:  make(map[uuid.UUID]struct{}),
+		observed:  opts.Observer != nil,
+		entries:   make(map[uuid.UUID]entry),
 	}
 	if c.retention == 0 {
 		c.retention = RetentionDefault
@@ -130,16 +152,12 @@ func New(opts Options) *Cache {
 	if c.capacity == 0 {
 		c.capacity = CapacityDefault
 	}
-	// No eviction callback: simplelru calls it on Remove too, and the cache
-	// counts its own evictions. simplelru starts no goroutine and keeps no
-	// time of its own, unlike the expirable package.
-	retained, err := simplelru.NewLRU[uuid.UUID, time.Time](c.capacity, nil)
-	if err != nil {
-		panic(fmt.Sprintf("dedup: creating retained set: %v", err)) // capacity is positive here
-	}
-	c.retained = retained
+	c.base = c.clock.Now()
 	return c
 }
+
+// since returns t as an offset from the cache's base time.
+func (c *Cache) since(t time.Time) time.Duration { return t.Sub(c.base) }
 
 // AddRange records ids as InFlight. Ids already present are left untouched:
 // an InFlight entry stays InFlight and a Retained entry keeps its original
@@ -169,17 +187,21 @@ func (c *Cache) AddRangeRetained(ids []uuid.UUID) {
 	}
 }
 
+// add stores the absent ids as InFlight and returns them when an observer
+// wants them.
 func (c *Cache) add(ids []uuid.UUID) []uuid.UUID {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := c.clock.Now()
+	now := c.since(c.clock.Now())
 	var added []uuid.UUID
 	for _, id := range ids {
 		if !c.absentLocked(id, now) {
 			continue
 		}
-		c.inFlight[id] = struct{}{}
-		added = append(added, id)
+		c.entries[id] = entry{}
+		if c.observed {
+			added = append(added, id)
+		}
 	}
 	return added
 }
@@ -187,7 +209,7 @@ func (c *Cache) add(ids []uuid.UUID) []uuid.UUID {
 func (c *Cache) addRetained(ids []uuid.UUID) (added []uuid.UUID, evicted int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := c.clock.Now()
+	now := c.since(c.clock.Now())
 	for _, id := range ids {
 		if !c.absentLocked(id, now) {
 			continue
@@ -201,32 +223,78 @@ func (c *Cache) addRetained(ids []uuid.UUID) (added []uuid.UUID, evicted int) {
 // absentLocked reports whether id may be added: it is neither InFlight nor
 // Retained with its retention still running. An expired Retained entry is
 // dropped on the way.
-func (c *Cache) absentLocked(id uuid.UUID, now time.Time) bool {
-	if _, ok := c.inFlight[id]; ok {
-		return false
-	}
-	ackedAt, ok := c.retained.Peek(id)
-	if !ok {
+func (c *Cache) absentLocked(id uuid.UUID, now time.Duration) bool {
+	e, ok := c.entries[id]
+	switch {
+	case !ok:
 		return true
-	}
-	if c.live(ackedAt, now) {
+	case e.gen == 0 || c.live(e.at, now):
 		return false
 	}
-	c.retained.Remove(id)
+	c.deleteLocked(id, e)
 	return true
 }
 
-// retainLocked stores id as Retained from now, evicting the oldest Retained
-// entry when the phase is full. It returns how many entries it evicted.
-func (c *Cache) retainLocked(id uuid.UUID, now time.Time) int {
+// deleteLocked drops the stored entry e of id. Its element in order, if
+// any, becomes stale.
+func (c *Cache) deleteLocked(id uuid.UUID, e entry) {
+	delete(c.entries, id)
+	if e.gen != 0 {
+		c.retained--
+	}
+}
+
+// retainLocked makes id Retained from now (it is absent or InFlight),
+// evicting the oldest Retained entry when the phase is full. It returns how
+// many entries it evicted.
+func (c *Cache) retainLocked(id uuid.UUID, now time.Duration) int {
 	evicted := 0
-	if c.retained.Len() >= c.capacity {
-		if _, _, ok := c.retained.RemoveOldest(); ok {
+	if c.retained >= c.capacity {
+		if _, ok := c.oldestLocked(); ok {
+			c.evictOldestLocked()
 			evicted++
 		}
 	}
-	c.retained.Add(id, now)
+	c.gen++
+	c.entries[id] = entry{gen: c.gen, at: now}
+	c.order = append(c.order, retainedRef{id: id, gen: c.gen})
+	c.retained++
 	return evicted
+}
+
+// oldestLocked returns the Retained entry with the oldest retention start,
+// dropping the stale elements in front of it.
+func (c *Cache) oldestLocked() (entry, bool) {
+	for c.head < len(c.order) {
+		ref := c.order[c.head]
+		if e, ok := c.entries[ref.id]; ok && e.gen == ref.gen {
+			return e, true
+		}
+		c.popLocked()
+	}
+	return entry{}, false
+}
+
+// evictOldestLocked removes the entry oldestLocked just returned.
+func (c *Cache) evictOldestLocked() {
+	ref := c.order[c.head]
+	c.popLocked()
+	delete(c.entries, ref.id)
+	c.retained--
+}
+
+// popLocked drops the front element of order, reclaiming the space in front
+// once it is the larger part.
+func (c *Cache) popLocked() {
+	c.order[c.head] = retainedRef{}
+	c.head++
+	switch {
+	case c.head == len(c.order):
+		c.order, c.head = c.order[:0], 0
+	case c.head > 1024 && 2*c.head > len(c.order):
+		n := copy(c.order, c.order[c.head:])
+		c.order, c.head = c.order[:n], 0
+	}
 }
 
 // Contains reports whether id was processed and should be skipped: true for
@@ -236,11 +304,53 @@ func (c *Cache) retainLocked(id uuid.UUID, now time.Time) int {
 func (c *Cache) Contains(id uuid.UUID) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.inFlight[id]; ok {
-		return true
+	return c.containsLocked(id)
+}
+
+func (c *Cache) containsLocked(id uuid.UUID) bool {
+	e, ok := c.entries[id]
+	if !ok {
+		return false
 	}
-	ackedAt, ok := c.retained.Peek(id)
-	return ok && c.live(ackedAt, c.clock.Now())
+	return e.gen == 0 || c.live(e.at, c.since(c.clock.Now()))
+}
+
+// Partition splits items, whose ids id returns, into those the cache does
+// not contain (fresh, in order) and the ids of those it does (skipped), as
+// Contains would per item, under one lock. fresh aliases items when nothing
+// is skipped.
+func Partition[T any](c *Cache, items []T, id func(*T) uuid.UUID) (fresh []T, skipped []uuid.UUID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.entries) == 0 {
+		return items, nil
+	}
+	var now time.Duration
+	haveNow := false
+	for i := range items {
+		k := id(&items[i])
+		e, ok := c.entries[k]
+		if ok && e.gen != 0 {
+			if !haveNow {
+				now, haveNow = c.since(c.clock.Now()), true
+			}
+			ok = c.live(e.at, now)
+		}
+		if !ok {
+			if skipped != nil {
+				fresh = append(fresh, items[i])
+			}
+			continue
+		}
+		if skipped == nil {
+			fresh = append(make([]T, 0, len(items)-1), items[:i]...)
+		}
+		skipped = append(skipped, k)
+	}
+	if skipped == nil {
+		return items, nil
+	}
+	return fresh, skipped
 }
 
 // ActivateRetention moves every InFlight entry to Retained with its
@@ -248,10 +358,12 @@ func (c *Cache) Contains(id uuid.UUID) bool {
 // start.
 func (c *Cache) ActivateRetention() {
 	c.mu.Lock()
-	now := c.clock.Now()
+	now := c.since(c.clock.Now())
 	activated, evicted := 0, 0
-	for id := range c.inFlight {
-		delete(c.inFlight, id)
+	for id, e := range c.entries {
+		if e.gen != 0 {
+			continue
+		}
 		evicted += c.retainLocked(id, now)
 		activated++
 	}
@@ -265,13 +377,12 @@ func (c *Cache) ActivateRetention() {
 // once a completion is really acknowledged.
 func (c *Cache) ActivateRetentionFor(ids []uuid.UUID) {
 	c.mu.Lock()
-	now := c.clock.Now()
+	now := c.since(c.clock.Now())
 	activated, evicted := 0, 0
 	for _, id := range ids {
-		if _, ok := c.inFlight[id]; !ok {
+		if e, ok := c.entries[id]; !ok || e.gen != 0 {
 			continue
 		}
-		delete(c.inFlight, id)
 		evicted += c.retainLocked(id, now)
 		activated++
 	}
@@ -292,14 +403,14 @@ func (c *Cache) notifyActivated(activated, evicted int) {
 // (now ≥ retention start + Retention). InFlight entries are never evicted.
 func (c *Cache) EvictExpired() {
 	c.mu.Lock()
-	now := c.clock.Now()
+	now := c.since(c.clock.Now())
 	evicted := 0
 	for {
-		_, ackedAt, ok := c.retained.GetOldest()
-		if !ok || c.live(ackedAt, now) {
+		e, ok := c.oldestLocked()
+		if !ok || c.live(e.at, now) {
 			break
 		}
-		c.retained.RemoveOldest()
+		c.evictOldestLocked()
 		evicted++
 	}
 	c.mu.Unlock()
@@ -319,12 +430,8 @@ func (c *Cache) RemoveRange(ids []uuid.UUID) {
 	c.mu.Lock()
 	var removed []uuid.UUID
 	for _, id := range ids {
-		if _, ok := c.inFlight[id]; ok {
-			delete(c.inFlight, id)
-			removed = append(removed, id)
-			continue
-		}
-		if c.retained.Remove(id) {
+		if e, ok := c.entries[id]; ok {
+			c.deleteLocked(id, e)
 			removed = append(removed, id)
 		}
 	}
@@ -339,13 +446,13 @@ func (c *Cache) RemoveRange(ids []uuid.UUID) {
 func (c *Cache) Count() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.inFlight) + c.retained.Len()
+	return len(c.entries)
 }
 
-// live reports whether a Retained entry started at ackedAt still counts as
-// contained at now.
-func (c *Cache) live(ackedAt, now time.Time) bool {
-	return now.Before(ackedAt.Add(c.retention))
+// live reports whether a Retained entry started at offset at still counts
+// as contained at offset now.
+func (c *Cache) live(at, now time.Duration) bool {
+	return now < at+c.retention
 }
 
 type nopObserver struct{}

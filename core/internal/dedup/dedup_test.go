@@ -399,3 +399,73 @@ func TestCache(t *testing.T) {
 		require.Len(t, b.observer.removed, 1, "nothing removed: no callback")
 	})
 }
+
+func TestPartition(t *testing.T) {
+	t.Parallel()
+
+	type row struct{ id uuid.UUID }
+	id := func(r *row) uuid.UUID { return r.id }
+
+	t.Run("EmptyCacheReturnsItems", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, dedup.Options{})
+		rows := []row{{uuid.New()}, {uuid.New()}}
+		fresh, skipped := dedup.Partition(b.cache, rows, id)
+		require.Equal(t, rows, fresh)
+		require.Empty(t, skipped)
+	})
+
+	t.Run("SplitsAsContainsDoes", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, dedup.Options{})
+		inFlight, retained, expired, absent := uuid.New(), uuid.New(), uuid.New(), uuid.New()
+		b.cache.AddRangeRetained([]uuid.UUID{expired})
+		b.clock.Advance(retention)
+		b.cache.AddRange([]uuid.UUID{inFlight})
+		b.cache.AddRangeRetained([]uuid.UUID{retained})
+		rows := []row{{inFlight}, {absent}, {expired}, {retained}}
+		for _, r := range rows {
+			_ = b.cache.Contains(r.id) // Contains and Partition must agree
+		}
+		fresh, skipped := dedup.Partition(b.cache, rows, id)
+		require.Equal(t, []row{{absent}, {expired}}, fresh)
+		require.Equal(t, []uuid.UUID{inFlight, retained}, skipped)
+		require.Equal(t, []row{{inFlight}, {absent}, {expired}, {retained}}, rows, "items are not modified")
+	})
+
+	t.Run("NothingContainedAliasesItems", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, dedup.Options{})
+		b.cache.AddRange([]uuid.UUID{uuid.New()})
+		rows := []row{{uuid.New()}, {uuid.New()}}
+		fresh, skipped := dedup.Partition(b.cache, rows, id)
+		require.Equal(t, rows, fresh)
+		require.Empty(t, skipped)
+	})
+}
+
+func TestCapacityAfterRemovals(t *testing.T) {
+	t.Parallel()
+
+	// Removed and re-added entries leave stale places in the retention
+	// order; evictions must skip them and still drop the oldest live entry.
+	b := setup(t, dedup.Options{Capacity: 3})
+	a, c, d, e := uuid.New(), uuid.New(), uuid.New(), uuid.New()
+	b.cache.AddRangeRetained([]uuid.UUID{a, c})
+	b.cache.Remove(a)
+	b.clock.Advance(time.Second)
+	b.cache.AddRangeRetained([]uuid.UUID{a, d}) // a is now newer than c
+	require.Equal(t, 3, b.cache.Count())
+	b.clock.Advance(time.Second)
+	b.cache.AddRangeRetained([]uuid.UUID{e}) // full: evicts c, the oldest
+	require.False(t, b.cache.Contains(c))
+	require.True(t, b.cache.Contains(a))
+	require.True(t, b.cache.Contains(d))
+	require.True(t, b.cache.Contains(e))
+	require.Equal(t, 3, b.cache.Count())
+
+	b.clock.Advance(retention - time.Second) // a and d (1s) expire, e (2s) not yet
+	b.cache.EvictExpired()
+	require.Equal(t, 1, b.cache.Count())
+	require.True(t, b.cache.Contains(e))
+}

@@ -138,11 +138,13 @@ func (f *Flusher[T]) Busy() bool {
 	return f.settled < f.enqueued
 }
 
-// waiter is a Flush call waiting for the items before target to settle.
+// waiter is a Flush call, or an AfterSettled callback, waiting for the
+// items before target to settle.
 type waiter struct {
 	target uint64
 	err    error // set under Flusher.mu before ch is closed
 	ch     chan struct{}
+	fn     func() // set for AfterSettled; ch is nil then
 }
 
 // New returns a Flusher named name (used in logs and errors) that hands
@@ -295,6 +297,23 @@ func (f *Flusher[T]) Flush(ctx context.Context) error {
 		f.mu.Unlock()
 		return ctx.Err()
 	}
+}
+
+// AfterSettled calls fn once every item queued before the call was flushed
+// or dropped: at once, on the calling goroutine, when nothing is pending;
+// otherwise on the loop goroutine, after the OnFlushed or OnDropped call of
+// the batch that settles the last of them. Unlike Flush it does not end the
+// coalescing window, and fn runs even after Close (Close settles everything
+// queued). fn must be quick and must not call Close.
+func (f *Flusher[T]) AfterSettled(fn func()) {
+	f.mu.Lock()
+	if f.settled >= f.enqueued {
+		f.mu.Unlock()
+		fn()
+		return
+	}
+	f.waiters = append(f.waiters, &waiter{target: f.enqueued, fn: fn})
+	f.mu.Unlock()
 }
 
 // Close stops accepting items, lets the loop flush everything queued (even
@@ -527,10 +546,11 @@ func (f *Flusher[T]) dropRemaining(ctx context.Context) {
 }
 
 // settle records that the next n items were flushed (err nil) or dropped,
-// and releases the Flush calls waiting for them.
+// releases the Flush calls waiting for them and then runs the AfterSettled
+// callbacks they satisfy, outside the lock.
 func (f *Flusher[T]) settle(n int, err error) {
+	var due []func()
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	start := f.settled
 	f.settled += uint64(n)
 	keep := f.waiters[:0]
@@ -538,12 +558,19 @@ func (f *Flusher[T]) settle(n int, err error) {
 		if err != nil && w.err == nil && w.target > start {
 			w.err = err
 		}
-		if w.target <= f.settled {
-			close(w.ch)
-		} else {
+		switch {
+		case w.target > f.settled:
 			keep = append(keep, w)
+		case w.fn != nil:
+			due = append(due, w.fn)
+		default:
+			close(w.ch)
 		}
 	}
 	clear(f.waiters[len(keep):])
 	f.waiters = keep
+	f.mu.Unlock()
+	for _, fn := range due {
+		fn()
+	}
 }

@@ -610,3 +610,53 @@ func TestBusy(t *testing.T) {
 	require.False(t, f.Busy(), "idle once everything settled")
 	require.NoError(t, f.Close(t.Context()))
 }
+
+func TestAfterSettled(t *testing.T) {
+	t.Parallel()
+
+	t.Run("NothingPendingRunsAtOnce", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, flush.Options[int]{}, nil)
+		ran := false
+		b.flusher.AfterSettled(func() { ran = true })
+		require.True(t, ran, "runs on the calling goroutine")
+	})
+
+	t.Run("RunsAfterTheBatchSettlingTheLastQueuedItem", func(t *testing.T) {
+		t.Parallel()
+		b := started(t, flush.Options[int]{ImmediateAt: 2, MaxBatch: 2})
+		require.NoError(t, b.flusher.Add(t.Context(), 1, 2, 3))
+		ran := make(chan struct{})
+		b.flusher.AfterSettled(func() { close(ran) })
+		require.NoError(t, b.flusher.Add(t.Context(), 4)) // queued after the call: not waited for
+		require.Equal(t, []int{1, 2}, b.answer(t, nil))
+		require.Equal(t, []int{1, 2}, recv(t, b.flushed))
+		requireNone(t, ran, "3 is not settled yet")
+		require.Equal(t, []int{3, 4}, b.answer(t, nil))
+		wait(t, ran)
+		require.Equal(t, []int{3, 4}, recv(t, b.flushed), "OnFlushed ran before")
+	})
+
+	t.Run("RunsForDroppedItems", func(t *testing.T) {
+		t.Parallel()
+		b := started(t, flush.Options[int]{MaxAttempts: 1, ImmediateAt: 1})
+		require.NoError(t, b.flusher.Add(t.Context(), 1))
+		ran := make(chan struct{})
+		b.flusher.AfterSettled(func() { close(ran) })
+		require.Equal(t, []int{1}, b.answer(t, errFlush))
+		wait(t, ran)
+	})
+
+	t.Run("RunsWhenCloseDrains", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, flush.Options[int]{}, nil) // never started
+		require.NoError(t, b.flusher.Add(t.Context(), 1))
+		ran := make(chan struct{})
+		b.flusher.AfterSettled(func() { close(ran) })
+		closed := make(chan error, 1)
+		go func() { closed <- b.flusher.Close(t.Context()) }()
+		require.Equal(t, []int{1}, b.answer(t, nil))
+		wait(t, ran)
+		require.NoError(t, recv(t, closed))
+	})
+}
