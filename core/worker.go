@@ -77,6 +77,11 @@ type Worker struct {
 	listening     atomic.Bool
 	wakeCount     atomic.Uint64 // notifications received (see drainStream)
 	claimHasMore  atomic.Bool
+	// recovering is set when a heartbeat abandoned stale instances; the
+	// next claim then sets windowSkip, so the streams it takes over are
+	// drained at once instead of waiting in the sliding window.
+	recovering atomic.Bool
+	windowSkip atomic.Bool
 
 	idle       atomic.Bool
 	emptyPolls atomic.Int64
@@ -335,6 +340,7 @@ func (w *Worker) heartbeat(ctx context.Context) (*ports.InstanceHeartbeatResult,
 	}
 	if len(res.Abandoned) > 0 {
 		w.log.InfoContext(ctx, "abandoned stale instances", slog.Int("count", len(res.Abandoned)))
+		w.recovering.Store(true)
 		signal(w.claimWake) // their work is claimable now
 	}
 	return res, nil
@@ -435,6 +441,7 @@ func (w *Worker) claimLoop(ctx context.Context) {
 }
 
 func (w *Worker) claimOnce(ctx context.Context) bool {
+	recovering := w.recovering.Swap(false)
 	res, err := w.backend.Claimer.WorkClaim(ctx, &ports.WorkClaimParams{
 		InstanceID:     w.opts.InstanceID,
 		MaxStreams:     w.opts.MaxStreamsPerBatch,
@@ -444,6 +451,9 @@ func (w *Worker) claimOnce(ctx context.Context) bool {
 		Now:            w.paramNow(),
 	})
 	if err != nil {
+		if recovering {
+			w.recovering.Store(true) // the next claim takes the streams over
+		}
 		if ctx.Err() != nil {
 			return false
 		}
@@ -458,6 +468,9 @@ func (w *Worker) claimOnce(ctx context.Context) bool {
 		}
 		w.log.ErrorContext(ctx, "claiming work failed; retrying", slog.Any("error", err))
 		return false
+	}
+	if recovering {
+		w.windowSkip.Store(true) // before the push, so the consumer taking the ids sees it
 	}
 	added := w.queue.Push(res.StreamIDs...)
 	w.claimHasMore.Store(res.HasMore)
@@ -513,7 +526,9 @@ func (w *Worker) consumeLoop(runCtx, workCtx context.Context, wake chan struct{}
 		// The window coalesces bursts of live appends. While the claim loop
 		// reports a backlog larger than what this instance holds, waiting
 		// gains nothing: the ids came in bulk from a claim, so drain now.
-		if len(ids) < w.opts.DrainBatcher.MaxSize && !w.claimHasMore.Load() {
+		// Nor do streams taken over from an abandoned instance wait: they
+		// have waited a stale threshold already.
+		if len(ids) < w.opts.DrainBatcher.MaxSize && !w.claimHasMore.Load() && !w.windowSkip.Swap(false) {
 			ids = w.collectWindow(runCtx, ids)
 		}
 		w.processBatch(workCtx, ids)
@@ -554,6 +569,9 @@ func (w *Worker) collectWindow(ctx context.Context, ids []uuid.UUID) []uuid.UUID
 				last = w.now()
 				if w.windowHook != nil {
 					w.windowHook(len(more), false)
+				}
+				if w.windowSkip.Swap(false) {
+					return ids // taken over from an abandoned instance: drain now
 				}
 			}
 		}

@@ -124,7 +124,8 @@ func TestStaleInstanceTakenOverAtThreshold(t *testing.T) {
 	opts.NotifyHealthyPollingInterval = time.Hour
 	opts.ClaimInterval = time.Hour
 	opts.ClaimNotifyHealthyInterval = time.Hour
-	opts.DrainBatcher.MaxSize = 1 // no sliding window, which would wait on the clock
+	// The default sliding window stays on: the streams of an abandoned
+	// instance must not wait for it (it would wait on the stopped clock).
 	opts.Hooks.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) { processed <- e }
 	w := startWorker(t, b, reg, opts)
 
