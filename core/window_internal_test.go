@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/internal/clocktest"
+	"github.com/vantage-go/vantage/ports"
 )
 
 type windowBundle struct {
@@ -115,5 +116,54 @@ func TestSlidingWindow(t *testing.T) {
 		ids := wb.result(t)
 		require.Equal(t, []uuid.UUID{a, b, c}, ids)
 		require.Equal(t, 1, wb.w.queue.Len(), "the id beyond MaxSize stays queued")
+	})
+}
+
+// healthyNotifier reports healthy notifications; nothing else is called.
+type healthyNotifier struct{ ports.Notifier }
+
+func (healthyNotifier) NotifierHealthy() bool { return true }
+
+func TestWantWindow(t *testing.T) {
+	t.Parallel()
+	build := func(t *testing.T, healthy bool) *Worker {
+		t.Helper()
+		b := newIdleBackend()
+		if healthy {
+			b.Notifier = healthyNotifier{}
+		}
+		w, err := New(b, NewRegistry(), &Options{Clock: clocktest.NewFake()})
+		require.NoError(t, err)
+		w.listening.Store(healthy)
+		return w
+	}
+
+	t.Run("PollingOnlyAlwaysWindows", func(t *testing.T) {
+		t.Parallel()
+		w := build(t, false)
+		var last uint64
+		require.True(t, w.wantWindow(1, &last))
+		require.True(t, w.wantWindow(1, &last), "no notifications to tell bursts by: the seed's window")
+	})
+	t.Run("WindowsOnlyAfterNotifications", func(t *testing.T) {
+		t.Parallel()
+		w := build(t, true)
+		var last uint64
+		require.False(t, w.wantWindow(1, &last), "no notification: a backlog or a periodic claim")
+		w.wakeCount.Add(1)
+		require.True(t, w.wantWindow(1, &last), "a notification since the last batch: live appends")
+		require.False(t, w.wantWindow(1, &last), "none since")
+	})
+	t.Run("SkipsFullBatchesBacklogAndTakeovers", func(t *testing.T) {
+		t.Parallel()
+		w := build(t, false)
+		var last uint64
+		require.False(t, w.wantWindow(w.opts.DrainBatcher.MaxSize, &last), "a full batch")
+		w.claimHasMore.Store(true)
+		require.False(t, w.wantWindow(1, &last), "claims report a backlog")
+		w.claimHasMore.Store(false)
+		w.windowSkip.Store(true)
+		require.False(t, w.wantWindow(1, &last), "streams taken over from an abandoned instance")
+		require.True(t, w.wantWindow(1, &last), "the takeover skips one window only")
 	})
 }

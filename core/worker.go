@@ -504,6 +504,7 @@ func (w *Worker) idleTimeout() time.Duration {
 func (w *Worker) consumeLoop(runCtx, workCtx context.Context, wake chan struct{}) {
 	t := w.clock.NewTimer(w.idleTimeout())
 	defer t.Stop()
+	var lastWakes uint64
 	for {
 		ids := w.queue.Take(w.opts.DrainBatcher.MaxSize)
 		if len(ids) == 0 {
@@ -523,12 +524,7 @@ func (w *Worker) consumeLoop(runCtx, workCtx context.Context, wake chan struct{}
 				continue
 			}
 		}
-		// The window coalesces bursts of live appends. While the claim loop
-		// reports a backlog larger than what this instance holds, waiting
-		// gains nothing: the ids came in bulk from a claim, so drain now.
-		// Nor do streams taken over from an abandoned instance wait: they
-		// have waited a stale threshold already.
-		if len(ids) < w.opts.DrainBatcher.MaxSize && !w.claimHasMore.Load() && !w.windowSkip.Swap(false) {
+		if w.wantWindow(len(ids), &lastWakes) {
 			ids = w.collectWindow(runCtx, ids)
 		}
 		w.processBatch(workCtx, ids)
@@ -536,6 +532,23 @@ func (w *Worker) consumeLoop(runCtx, workCtx context.Context, wake chan struct{}
 			return
 		}
 	}
+}
+
+// wantWindow reports whether a consumer holding n ids should extend them
+// into a sliding window. The window coalesces bursts of live appends, so it
+// is skipped where no burst can be coming: when n reached MaxSize; while the
+// claim loop reports a backlog larger than what this instance holds (the ids
+// came in bulk from a claim); for streams taken over from an abandoned
+// instance (they have waited a stale threshold already); and, while
+// notifications are healthy, when no notification arrived since this
+// consumer's last batch (a backlog being worked through or a periodic claim:
+// nothing to wait for). lastWakes is the consumer's notification count at
+// its last batch; wantWindow updates it.
+func (w *Worker) wantWindow(n int, lastWakes *uint64) bool {
+	wakes := w.wakeCount.Load()
+	live := wakes != *lastWakes || !w.notificationsHealthy()
+	*lastWakes = wakes
+	return n < w.opts.DrainBatcher.MaxSize && !w.claimHasMore.Load() && !w.windowSkip.Swap(false) && live
 }
 
 // collectWindow extends a batch while drain signals keep arriving: it waits

@@ -281,7 +281,7 @@ drainable AS (
 //   - drainable are the streams the caller drains already; they take their
 //     new candidate rows without counting against MaxStreams.
 //   - ranked takes, oldest pending work first, as many other candidate
-//     streams as MaxStreams leaves room for, plus one to learn whether any
+//     streams as MaxStreams leaves room for (at most sqlClaimChunk), plus one to learn whether any
 //     was left over, from vantage_claim_candidates (see the migration): it
 //     walks the rows with the caller's rank, the partition rule and the
 //     ordering guard, and stops as soon as it has found enough. It returns
@@ -304,7 +304,7 @@ live AS (
 ),
 ` + sqlDrainable + `,
 room AS (
-    SELECT greatest($5 - (SELECT count(*) FROM drainable), 0)::integer AS n
+    SELECT least(greatest($5 - (SELECT count(*) FROM drainable), 0), ` + sqlClaimChunk + `)::integer AS n
 ),
 ranked AS (
     SELECT c.candidate_stream AS stream_id, row_number() OVER (ORDER BY min(c.candidate_seq)) AS rn
@@ -355,6 +355,13 @@ leased AS (
     RETURNING w.work_id
 )
 SELECT (SELECT count(*) FROM ranked) > (SELECT n FROM room), (SELECT count(*) FROM leased)`
+
+// sqlClaimChunk bounds the new streams one claim takes. A claim leases every
+// candidate row of the streams it takes, in one statement, and nothing is
+// drained before it returns: with long backlogs, 300 streams are 100,000
+// rows and more, seconds of updates. Smaller claims report HasMore, and the
+// engine claims again at once while it drains what the first one took.
+const sqlClaimChunk = `64`
 
 // sqlExpiredRows reads the rows of the pair g (see sqlClaim) up to its guard
 // bound whose lease expired, held by instances whose id compares to the

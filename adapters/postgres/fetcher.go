@@ -21,7 +21,9 @@ import (
 // reads, per pair, the rows up to that bound that the caller may lease:
 // pending, not scheduled in the future, unleased, lease-expired or the
 // caller's with less than half of the lease left (see sqlLeasableByCaller).
-// Rows the caller holds with more left are neither read nor written.
+// Rows the caller holds with more left are not written. OFFSET 0 keeps the
+// per-pair range scan: flattened, the subquery became a hash join over the
+// whole work table.
 // picked are the streams with a candidate row, and pinned keeps those not
 // pinned to a live other instance (see sqlPin). Their candidate rows are
 // locked SKIP LOCKED, checked again and leased; attempts grow only when the
@@ -51,6 +53,7 @@ candidate AS (
         FROM /* SCHEMA */.vantage_work w
         WHERE w.stream_id = g.stream_id AND w.perspective = g.perspective AND w.event_version <= g.bound
           AND ` + sqlLeasableByCaller + `
+        OFFSET 0
     ) w
 ),
 picked AS (
