@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -15,6 +16,10 @@ import (
 // spyBackend counts the calls the batch tests care about.
 type spyBackend struct {
 	claims, fetches, completes atomic.Int64
+	// beforeFetch and afterFetch, when set before the test drives the
+	// worker, see each fetch's number and the rows it returned.
+	beforeFetch func(n int64)
+	afterFetch  func(rows int)
 }
 
 type spyClaimer struct {
@@ -33,8 +38,15 @@ type spyFetcher struct {
 }
 
 func (f spyFetcher) EventsFetchPending(ctx context.Context, p *ports.EventsFetchPendingParams) (*ports.EventsFetchPendingResult, error) {
-	f.spy.fetches.Add(1)
-	return f.EventFetcher.EventsFetchPending(ctx, p)
+	n := f.spy.fetches.Add(1)
+	if f.spy.beforeFetch != nil {
+		f.spy.beforeFetch(n)
+	}
+	res, err := f.EventFetcher.EventsFetchPending(ctx, p)
+	if err == nil && f.spy.afterFetch != nil {
+		f.spy.afterFetch(len(res.Work))
+	}
+	return res, err
 }
 
 type spyCursors struct {
@@ -55,6 +67,8 @@ type batchBundle struct {
 	cursors *spyCursors
 	backend ports.Backend
 	applied *atomic.Int64
+	// gate, when set, holds every apply until it is closed.
+	gate *atomic.Pointer[chan struct{}]
 }
 
 // setupBatch builds a worker that is not started: the tests drive its batch
@@ -76,9 +90,13 @@ func setupBatchWith(t *testing.T, opts *Options) *batchBundle {
 	b.Cursors = cursors
 
 	applied := &atomic.Int64{}
+	gate := &atomic.Pointer[chan struct{}]{}
 	reg := newTestRegistry(t)
 	p := NewPerspective[counter]("c")
 	MustHandle(p, func(_ context.Context, m counter, _ placed) (counter, error) {
+		if g := gate.Load(); g != nil {
+			<-*g
+		}
 		applied.Add(1)
 		m.N++
 		return m, nil
@@ -95,7 +113,7 @@ func setupBatchWith(t *testing.T, opts *Options) *batchBundle {
 	require.NoError(t, reg.RegisterSubscriptions(t.Context(), b.Events))
 	_, err = b.Claimer.InstanceHeartbeat(t.Context(), &ports.InstanceHeartbeatParams{InstanceID: w.InstanceID(), StaleThreshold: w.opts.StaleInstanceThreshold})
 	require.NoError(t, err)
-	return &batchBundle{w: w, spy: spy, cursors: cursors, backend: b, applied: applied}
+	return &batchBundle{w: w, spy: spy, cursors: cursors, backend: b, applied: applied, gate: gate}
 }
 
 // drainFetched drains every stream of a fetch result and returns the number
@@ -182,6 +200,44 @@ func TestBatchDrainsPastFetchLimit(t *testing.T) {
 
 	bb.w.processBatch(t.Context(), streams)
 	require.Equal(t, int64(20), bb.applied.Load(), "nothing is applied twice")
+}
+
+// A batch whose fetches are cut at FetchMaxRows fetches the streams past the
+// cut only once fewer than FetchMaxRows fetched rows wait to be drained, so
+// the rows it holds do not grow with the streams' backlogs.
+func TestBatchBoundsRowsInFlight(t *testing.T) {
+	t.Parallel()
+
+	const limit = 3
+	bb := setupBatchWith(t, &Options{FetchMaxRows: limit})
+	var streams []uuid.UUID
+	for range 6 {
+		stream := uuid.New()
+		_, err := bb.w.reg.Append(t.Context(), bb.backend.Events, stream, 0, placed{ID: "a"}, placed{ID: "b"}, placed{ID: "c"})
+		require.NoError(t, err)
+		streams = append(streams, stream)
+	}
+	// Applies wait until the batch either waits for drained rows (bounded)
+	// or fetches again regardless (unbounded); both release them.
+	gate := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	bb.gate.Store(&gate)
+	bb.w.fetchWaitHook = release
+	var fetched, worst atomic.Int64
+	bb.spy.afterFetch = func(rows int) { fetched.Add(int64(rows)) }
+	bb.spy.beforeFetch = func(n int64) {
+		if n > 1 {
+			if waiting := fetched.Load() - bb.applied.Load(); waiting > worst.Load() {
+				worst.Store(waiting)
+			}
+			release()
+		}
+	}
+
+	bb.w.processBatch(t.Context(), streams)
+	require.Equal(t, int64(18), bb.applied.Load())
+	require.Less(t, worst.Load(), int64(limit), "fetched rows waiting to be drained when a later fetch started")
 }
 
 // Rows fetched again before their completion is acknowledged are skipped

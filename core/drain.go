@@ -80,8 +80,23 @@ func (w *Worker) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []uuid.U
 	)
 	collect := w.reg.hasReceptors(PostAllPerspectives, PostLifecycle)
 	sem := make(chan struct{}, w.opts.MaxConcurrentPerspectives)
+	// inflight counts the rows of fetches some of whose streams are still
+	// draining (a fetch's rows share its result's memory). A fetch of the
+	// streams past a cut waits until they are fewer than FetchMaxRows, so a
+	// batch holds about two fetches' worth of rows however long the streams'
+	// backlogs are, not MaxConcurrentPerspectives streams' worth.
+	inflight := 0
+	settled := sync.NewCond(&mu)
 	for remaining := ids; len(remaining) > 0 && ctx.Err() == nil; {
 		if len(remaining) < len(ids) {
+			mu.Lock()
+			if inflight >= w.opts.FetchMaxRows && w.fetchWaitHook != nil {
+				w.fetchWaitHook()
+			}
+			for inflight >= w.opts.FetchMaxRows {
+				settled.Wait()
+			}
+			mu.Unlock()
 			w.flushPending(ctx) // let the drains' completions travel meanwhile
 		}
 		res, seq, err := w.fetch(ctx, remaining)
@@ -93,6 +108,12 @@ func (w *Worker) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []uuid.U
 		}
 		streams := splitByStream(res, seq, w.opts.FetchMaxRows)
 		cursors := w.cursorsOf(ctx, streamIDs(streams))
+		rows, left := len(res.Work), len(streams)
+		if left > 0 {
+			mu.Lock()
+			inflight += rows
+			mu.Unlock()
+		}
 		for i := range streams {
 			sw := &streams[i]
 			sem <- struct{}{}
@@ -104,6 +125,10 @@ func (w *Worker) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []uuid.U
 				events = append(events, evs...)
 				if more {
 					again = append(again, sw.id)
+				}
+				if left--; left == 0 {
+					inflight -= rows
+					settled.Broadcast()
 				}
 				mu.Unlock()
 			})

@@ -82,6 +82,9 @@ type Worker struct {
 	// drained at once instead of waiting in the sliding window.
 	recovering atomic.Bool
 	windowSkip atomic.Bool
+	// fetchWaitHook, for tests, runs when a batch waits for its fetched
+	// rows to drain before fetching more (see drainBatch).
+	fetchWaitHook func()
 
 	idle       atomic.Bool
 	emptyPolls atomic.Int64

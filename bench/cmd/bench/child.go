@@ -147,6 +147,34 @@ type phase struct {
 	profile         *os.File
 	logOffset       int64
 	busy0           time.Duration
+	stopHeap        chan struct{}
+	heapDone        chan struct{}
+}
+
+// watchHeap writes a heap profile to path each time the heap in use reaches
+// a new high (checked every 250ms), so the file shows the peak's contents.
+func watchHeap(path string, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	var peak uint64
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		if ms.HeapInuse <= peak+peak/10 {
+			continue
+		}
+		peak = ms.HeapInuse
+		if f, err := os.Create(path); err == nil {
+			_ = pprof.Lookup("heap").WriteTo(f, 0)
+			_ = f.Close()
+		}
+	}
 }
 
 func (e *env) startPhase(ctx context.Context) (*phase, error) {
@@ -173,6 +201,8 @@ func (e *env) startPhase(ctx context.Context) (*phase, error) {
 			return nil, err
 		}
 		p.profile = f
+		p.stopHeap, p.heapDone = make(chan struct{}), make(chan struct{})
+		go watchHeap(filepath.Join(e.spec.ProfileDir, e.spec.name()+".heap.pprof"), p.stopHeap, p.heapDone)
 	}
 	if e.sql != nil {
 		e.sql.Reset()
@@ -206,6 +236,8 @@ func (p *phase) end(ctx context.Context, r *result, events int64) {
 	if p.profile != nil {
 		pprof.StopCPUProfile()
 		_ = p.profile.Close()
+		close(p.stopHeap)
+		<-p.heapDone
 	}
 	w := p.e.report
 	if p.e.spec.ProfileDir == "" {
