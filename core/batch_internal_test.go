@@ -5,11 +5,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/adapters/memory"
+	"github.com/vantage-go/vantage/internal/clocktest"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -20,6 +22,8 @@ type spyBackend struct {
 	// worker, see each fetch's number and the rows it returned.
 	beforeFetch func(n int64)
 	afterFetch  func(rows int)
+	// claimed, when set, receives the Now of every claim.
+	claimed chan time.Time
 }
 
 type spyClaimer struct {
@@ -29,7 +33,11 @@ type spyClaimer struct {
 
 func (c spyClaimer) WorkClaim(ctx context.Context, p *ports.WorkClaimParams) (*ports.WorkClaimResult, error) {
 	c.spy.claims.Add(1)
-	return c.WorkClaimer.WorkClaim(ctx, p)
+	res, err := c.WorkClaimer.WorkClaim(ctx, p)
+	if c.spy.claimed != nil {
+		c.spy.claimed <- p.Now
+	}
+	return res, err
 }
 
 type spyFetcher struct {
@@ -275,4 +283,47 @@ func TestStaleFetchAfterFailureAck(t *testing.T) {
 	after := bb.w.fetchSeq.Add(1)
 	require.False(t, bb.w.staleFetch(k, after), "fetched after it")
 	require.False(t, bb.w.staleFetch(k, before), "the mark is cleared once fresh rows were seen")
+}
+
+// Notifications wake the claim loop at most once per ClaimInterval (every
+// instance hears every append); RequestImmediatePoll-style wakes claim at
+// once.
+func TestClaimLoopCoalescesNotifications(t *testing.T) {
+	t.Parallel()
+
+	clock := clocktest.NewFake()
+	bb := setupBatchWith(t, &Options{Clock: clock, ClaimInterval: 250 * time.Millisecond})
+	bb.spy.claimed = make(chan time.Time, 10)
+	deferred := make(chan time.Duration, 10)
+	bb.w.claimDeferHook = func(wait time.Duration) { deferred <- wait }
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); bb.w.claimLoop(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	next := func(what string) time.Time {
+		t.Helper()
+		select {
+		case at := <-bb.spy.claimed:
+			return at
+		case <-time.After(10 * time.Second):
+			t.Fatal("no claim: " + what)
+			return time.Time{}
+		}
+	}
+
+	start := next("the first claim")
+	<-clock.WaitTimers(1) // the loop re-armed its cadence
+	signal(bb.w.notifyWake)
+	select {
+	case wait := <-deferred:
+		require.Equal(t, 250*time.Millisecond, wait)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the notification was not deferred")
+	}
+	require.Equal(t, int64(1), bb.spy.claims.Load(), "no claim before the interval is up")
+	clock.Advance(250 * time.Millisecond)
+	require.Equal(t, start.Add(250*time.Millisecond), next("the deferred claim"))
+
+	signal(bb.w.claimWake)
+	require.Equal(t, start.Add(250*time.Millisecond), next("the immediate wake"), "claims at once, clock unmoved")
 }

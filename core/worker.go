@@ -73,6 +73,7 @@ type Worker struct {
 	flushMu sync.Mutex // serializes moving strategy items into the flushers
 
 	claimWake     chan struct{}
+	notifyWake    chan struct{} // notifications, coalesced to one claim per ClaimInterval
 	consumerWakes []chan struct{}
 	listening     atomic.Bool
 	wakeCount     atomic.Uint64 // notifications received (see drainStream)
@@ -85,6 +86,9 @@ type Worker struct {
 	// fetchWaitHook, for tests, runs when a batch waits for its fetched
 	// rows to drain before fetching more (see drainBatch).
 	fetchWaitHook func()
+	// claimDeferHook, for tests, sees each notification whose claim waits
+	// for the claim interval (see claimLoop).
+	claimDeferHook func(wait time.Duration)
 
 	idle       atomic.Bool
 	emptyPolls atomic.Int64
@@ -120,19 +124,20 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		return nil, fmt.Errorf("building worker: %w", err)
 	}
 	w := &Worker{
-		backend:   backend,
-		reg:       registry,
-		opts:      o,
-		clock:     o.Clock,
-		passNow:   o.Clock != nil,
-		log:       o.Logger.With(slog.String("component", "vantage.worker"), slog.String("instance_id", o.InstanceID.String())),
-		queue:     newDrainQueue(),
-		gates:     newGates(),
-		parked:    map[pairKey]parking{},
-		failAcked: map[pairKey]uint64{},
-		claimWake: make(chan struct{}, 1),
-		progress:  make(chan struct{}),
-		done:      make(chan struct{}),
+		backend:    backend,
+		reg:        registry,
+		opts:       o,
+		clock:      o.Clock,
+		passNow:    o.Clock != nil,
+		log:        o.Logger.With(slog.String("component", "vantage.worker"), slog.String("instance_id", o.InstanceID.String())),
+		queue:      newDrainQueue(),
+		gates:      newGates(),
+		parked:     map[pairKey]parking{},
+		failAcked:  map[pairKey]uint64{},
+		claimWake:  make(chan struct{}, 1),
+		notifyWake: make(chan struct{}, 1),
+		progress:   make(chan struct{}),
+		done:       make(chan struct{}),
 
 		rewindSem:   make(chan struct{}, o.Rewind.MaxConcurrentRewinds),
 		startupDone: make(chan struct{}),
@@ -416,21 +421,39 @@ func (w *Worker) listenLoop(ctx context.Context, wakes <-chan ports.Wake) {
 			// A reconnect (possibly missed notifications) and a plain
 			// notification both mean: poll now.
 			w.wakeCount.Add(1)
-			w.wakeAll()
+			signal(w.notifyWake)
+			for _, c := range w.consumerWakes {
+				signal(c)
+			}
 		}
 	}
 }
 
+// claimLoop claims on its cadence, at once while claims report more work,
+// and on wakes: at once for RequestImmediatePoll, freed room and abandoned
+// peers; for notifications at most once per ClaimInterval, since every
+// instance is woken by every append's notification and a claim per append
+// per instance cost more than the appends themselves.
 func (w *Worker) claimLoop(ctx context.Context) {
 	t := w.clock.NewTimer(0)
 	defer t.Stop()
+	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C():
 		case <-w.claimWake:
+		case <-w.notifyWake:
+			if wait := w.opts.ClaimInterval - w.now().Sub(last); !last.IsZero() && wait > 0 {
+				resetTimer(t, wait) // claim when the interval is up
+				if w.claimDeferHook != nil {
+					w.claimDeferHook(wait)
+				}
+				continue
+			}
 		}
+		last = w.now()
 		hasMore := w.claimOnce(ctx)
 		interval := w.opts.ClaimInterval
 		if w.notificationsHealthy() {
