@@ -211,22 +211,22 @@ func TestBatchDrainsPastFetchLimit(t *testing.T) {
 }
 
 // A batch whose fetches are cut at FetchMaxRows fetches the streams past the
-// cut only once fewer than FetchMaxRows fetched rows wait to be drained, so
-// the rows it holds do not grow with the streams' backlogs.
+// cut only once fewer than twice FetchMaxRows fetched rows wait to be
+// drained, so the rows it holds do not grow with the streams' backlogs.
 func TestBatchBoundsRowsInFlight(t *testing.T) {
 	t.Parallel()
 
 	const limit = 3
 	bb := setupBatchWith(t, &Options{FetchMaxRows: limit})
 	var streams []uuid.UUID
-	for range 6 {
+	for range 9 {
 		stream := uuid.New()
 		_, err := bb.w.reg.Append(t.Context(), bb.backend.Events, stream, 0, placed{ID: "a"}, placed{ID: "b"}, placed{ID: "c"})
 		require.NoError(t, err)
 		streams = append(streams, stream)
 	}
 	// Applies wait until the batch either waits for drained rows (bounded)
-	// or fetches again regardless (unbounded); both release them.
+	// or fetches a third time regardless (unbounded); both release them.
 	gate := make(chan struct{})
 	var once sync.Once
 	release := func() { once.Do(func() { close(gate) }) }
@@ -235,7 +235,7 @@ func TestBatchBoundsRowsInFlight(t *testing.T) {
 	var fetched, worst atomic.Int64
 	bb.spy.afterFetch = func(rows int) { fetched.Add(int64(rows)) }
 	bb.spy.beforeFetch = func(n int64) {
-		if n > 1 {
+		if n > 2 {
 			if waiting := fetched.Load() - bb.applied.Load(); waiting > worst.Load() {
 				worst.Store(waiting)
 			}
@@ -244,8 +244,8 @@ func TestBatchBoundsRowsInFlight(t *testing.T) {
 	}
 
 	bb.w.processBatch(t.Context(), streams)
-	require.Equal(t, int64(18), bb.applied.Load())
-	require.Less(t, worst.Load(), int64(limit), "fetched rows waiting to be drained when a later fetch started")
+	require.Equal(t, int64(27), bb.applied.Load())
+	require.Less(t, worst.Load(), int64(2*limit), "fetched rows waiting to be drained when a later fetch started")
 }
 
 // Rows fetched again before their completion is acknowledged are skipped

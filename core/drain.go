@@ -82,18 +82,19 @@ func (w *Worker) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []uuid.U
 	sem := make(chan struct{}, w.opts.MaxConcurrentPerspectives)
 	// inflight counts the rows of fetches some of whose streams are still
 	// draining (a fetch's rows share its result's memory). A fetch of the
-	// streams past a cut waits until they are fewer than FetchMaxRows, so a
-	// batch holds about two fetches' worth of rows however long the streams'
-	// backlogs are, not MaxConcurrentPerspectives streams' worth.
+	// streams past a cut waits until they are fewer than twice FetchMaxRows,
+	// so a batch holds about three fetches' worth of rows however long the
+	// streams' backlogs are, not MaxConcurrentPerspectives streams' worth
+	// (one fetch ahead of the drains was 20% slower in memory catch-ups).
 	inflight := 0
 	settled := sync.NewCond(&mu)
 	for remaining := ids; len(remaining) > 0 && ctx.Err() == nil; {
 		if len(remaining) < len(ids) {
 			mu.Lock()
-			if inflight >= w.opts.FetchMaxRows && w.fetchWaitHook != nil {
+			if inflight >= 2*w.opts.FetchMaxRows && w.fetchWaitHook != nil {
 				w.fetchWaitHook()
 			}
-			for inflight >= w.opts.FetchMaxRows {
+			for inflight >= 2*w.opts.FetchMaxRows {
 				settled.Wait()
 			}
 			mu.Unlock()
