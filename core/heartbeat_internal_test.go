@@ -44,3 +44,15 @@ func TestHeartbeatDelay(t *testing.T) {
 		require.Equal(t, []time.Duration{m, 2 * m, 4 * m, 8 * m, 16 * m, 32 * m, 64 * m, interval, interval}, waits)
 	})
 }
+
+func TestPeerGone(t *testing.T) {
+	t.Parallel()
+
+	at := func(d time.Duration) time.Time { return clocktest.Start.Add(d) }
+	due := at(30 * time.Second)
+	require.False(t, peerGone(time.Time{}, at(31*time.Second), time.Time{}), "no peer was due")
+	require.False(t, peerGone(due, at(29*time.Second), time.Time{}), "not due yet")
+	require.False(t, peerGone(due, at(31*time.Second), due), "still recorded: not abandoned yet")
+	require.True(t, peerGone(due, at(31*time.Second), time.Time{}), "abandoned, no peer left")
+	require.True(t, peerGone(due, due, at(40*time.Second)), "abandoned, the next peer is due later")
+}

@@ -359,6 +359,7 @@ func (w *Worker) heartbeat(ctx context.Context) (*ports.InstanceHeartbeatResult,
 func (w *Worker) heartbeatLoop(ctx context.Context, first *ports.InstanceHeartbeatResult) {
 	t := w.clock.NewTimer(heartbeatDelay(w.opts.HeartbeatInterval, w.now(), first.NextStaleAt))
 	defer t.Stop()
+	prev := first.NextStaleAt
 	for {
 		select {
 		case <-ctx.Done():
@@ -371,6 +372,13 @@ func (w *Worker) heartbeatLoop(ctx context.Context, first *ports.InstanceHeartbe
 				w.log.ErrorContext(ctx, "heartbeat failed; retrying", slog.Any("error", err))
 			}
 		} else {
+			if len(res.Abandoned) == 0 && peerGone(prev, w.now(), res.NextStaleAt) {
+				// Another survivor abandoned the peer first: its streams
+				// are ours to share all the same.
+				w.recovering.Store(true)
+				signal(w.claimWake)
+			}
+			prev = res.NextStaleAt
 			delay = heartbeatDelay(w.opts.HeartbeatInterval, w.now(), res.NextStaleAt)
 		}
 		t.Reset(delay)
@@ -390,6 +398,15 @@ func (w *Worker) heartbeatLoop(ctx context.Context, first *ports.InstanceHeartbe
 // again as we are late then doubles the overshoot with each such heartbeat,
 // so a skew costs a few heartbeats, not one every heartbeatMinDelay until it
 // is made up.
+// peerGone reports whether the peer that was due to go stale at prev (the
+// NextStaleAt of the previous heartbeat) is gone by now: prev has passed
+// and the new NextStaleAt differs. Then it was abandoned, by this instance
+// or by another survivor (or it heartbeat in time, which costs one early
+// claim).
+func peerGone(prev, now, next time.Time) bool {
+	return !prev.IsZero() && !now.Before(prev) && !next.Equal(prev)
+}
+
 func heartbeatDelay(interval time.Duration, now, nextStaleAt time.Time) time.Duration {
 	if nextStaleAt.IsZero() {
 		return interval
