@@ -2,6 +2,7 @@ package ports
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -310,6 +311,35 @@ type EventsAppendParams struct {
 	ExpectedVersion int64
 	Events          []NewEvent
 	Now             time.Time
+}
+
+// Validate reports the first reason every EventStore rejects params with
+// ErrInvalidArgument: a nil stream id, no events, an ExpectedVersion below
+// ExpectNoStream, an event with an empty type, a negative version, or data
+// that is not a JSON document. Adapters call it before they store anything.
+func (p *EventsAppendParams) Validate() error {
+	invalid := func(format string, args ...any) error {
+		return fmt.Errorf("appending to stream %s: %s: %w", p.StreamID, fmt.Sprintf(format, args...), ErrInvalidArgument)
+	}
+	switch {
+	case p.StreamID == uuid.Nil:
+		return fmt.Errorf("appending events: nil stream id: %w", ErrInvalidArgument)
+	case len(p.Events) == 0:
+		return invalid("no events")
+	case p.ExpectedVersion < ExpectNoStream:
+		return invalid("expected version %d is invalid", p.ExpectedVersion)
+	}
+	for i, e := range p.Events {
+		switch {
+		case e.Type == "":
+			return invalid("event %d has an empty type", i)
+		case e.Version < 0:
+			return invalid("event %d has negative version %d", i, e.Version)
+		case len(e.Data) == 0 || !json.Valid(e.Data):
+			return invalid("event %d data is not a JSON document", i)
+		}
+	}
+	return nil
 }
 
 // EventsAppendResult is the output of EventsAppend.

@@ -1,6 +1,7 @@
 package ports
 
 import (
+	"maps"
 	"strings"
 	"time"
 
@@ -70,6 +71,18 @@ type Metadata struct {
 	Scope *Scope `json:"scope,omitempty"`
 	// Headers carries free-form string metadata.
 	Headers map[string]string `json:"headers,omitempty"`
+}
+
+// Clone returns a deep copy of m: adapters keep and hand out copies, never
+// the caller's maps.
+func (m Metadata) Clone() Metadata {
+	if m.Scope != nil {
+		scope := *m.Scope
+		scope.Extras = maps.Clone(scope.Extras)
+		m.Scope = &scope
+	}
+	m.Headers = maps.Clone(m.Headers)
+	return m
 }
 
 // Event is a stored event.

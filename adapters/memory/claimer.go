@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -43,7 +44,7 @@ func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHea
 	inst.ServiceName = params.ServiceName
 	inst.HostName = params.HostName
 	inst.ProcessID = params.ProcessID
-	inst.Metadata = copyMap(params.Metadata)
+	inst.Metadata = maps.Clone(params.Metadata)
 	inst.LastHeartbeatAt = now
 
 	cutoff := now.Add(-params.StaleThreshold)
@@ -100,7 +101,7 @@ func (s *Store) InstancesList(ctx context.Context) ([]ports.Instance, error) {
 	out := make([]ports.Instance, 0, len(s.instanceIDs))
 	for _, id := range s.instanceIDs {
 		inst := *s.instances[id]
-		inst.Metadata = copyMap(inst.Metadata)
+		inst.Metadata = maps.Clone(inst.Metadata)
 		out = append(out, inst)
 	}
 	return out, nil

@@ -3,7 +3,6 @@ package memory
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -27,7 +26,7 @@ import (
 // ports.ErrVersionConflict for a failed ExpectedVersion check, a taken
 // version or a stored (or repeated) event id.
 func (s *Store) EventsAppend(ctx context.Context, params *ports.EventsAppendParams) (*ports.EventsAppendResult, error) {
-	if err := validateAppend(params); err != nil {
+	if err := params.Validate(); err != nil {
 		return nil, err
 	}
 	if err := s.lock(ctx); err != nil {
@@ -81,7 +80,7 @@ func (s *Store) EventsAppend(ctx context.Context, params *ports.EventsAppendPara
 			Type:      ne.Type,
 			Version:   version,
 			Data:      bytes.Clone(ne.Data),
-			Metadata:  copyMetadata(ne.Metadata),
+			Metadata:  ne.Metadata.Clone(),
 			CreatedAt: now,
 		})
 	}
@@ -135,29 +134,6 @@ func existingVersion(st *stream, version int64) (int, bool) {
 		return 0, false
 	}
 	return st.eventIndex(version)
-}
-
-// validateAppend checks an append's arguments before any state is read.
-func validateAppend(params *ports.EventsAppendParams) error {
-	switch {
-	case params.StreamID == uuid.Nil:
-		return fmt.Errorf("appending events: nil stream id: %w", ports.ErrInvalidArgument)
-	case len(params.Events) == 0:
-		return fmt.Errorf("appending to stream %s: no events: %w", params.StreamID, ports.ErrInvalidArgument)
-	case params.ExpectedVersion < ports.ExpectNoStream:
-		return fmt.Errorf("appending to stream %s: expected version %d is invalid: %w", params.StreamID, params.ExpectedVersion, ports.ErrInvalidArgument)
-	}
-	for i, e := range params.Events {
-		switch {
-		case e.Type == "":
-			return fmt.Errorf("appending to stream %s: event %d has an empty type: %w", params.StreamID, i, ports.ErrInvalidArgument)
-		case e.Version < 0:
-			return fmt.Errorf("appending to stream %s: event %d has negative version %d: %w", params.StreamID, i, e.Version, ports.ErrInvalidArgument)
-		case len(e.Data) == 0 || !json.Valid(e.Data):
-			return fmt.Errorf("appending to stream %s: event %d data is not a JSON document: %w", params.StreamID, i, ports.ErrInvalidArgument)
-		}
-	}
-	return nil
 }
 
 // SubscriptionsRegister implements ports.EventStore. Registering a known

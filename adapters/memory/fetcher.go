@@ -125,7 +125,7 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 				start := len(buf)
 				buf = append(buf, e.Data...)
 				e.Data = buf[start:len(buf):len(buf)] // a copy, capped so appends never reach the next
-				e.Metadata = copyMetadata(e.Metadata)
+				e.Metadata = e.Metadata.Clone()
 				result.Events = append(result.Events, e)
 			}
 		}

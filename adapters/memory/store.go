@@ -593,29 +593,6 @@ func flagRewind(cur *ports.Cursor, eventID uuid.UUID, version int64, now time.Ti
 // copyEvent returns a deep copy of e.
 func copyEvent(e ports.Event) ports.Event {
 	e.Data = bytes.Clone(e.Data)
-	e.Metadata = copyMetadata(e.Metadata)
+	e.Metadata = e.Metadata.Clone()
 	return e
-}
-
-// copyMetadata returns a deep copy of m.
-func copyMetadata(m ports.Metadata) ports.Metadata {
-	if m.Scope != nil {
-		scope := *m.Scope
-		scope.Extras = copyMap(scope.Extras)
-		m.Scope = &scope
-	}
-	m.Headers = copyMap(m.Headers)
-	return m
-}
-
-// copyMap returns a copy of m, nil when m is nil.
-func copyMap(m map[string]string) map[string]string {
-	if m == nil {
-		return nil
-	}
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }

@@ -137,7 +137,7 @@ func (s *Store) append(ctx context.Context, db interface {
 	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
 }, params *ports.EventsAppendParams, channel string,
 ) (*ports.EventsAppendResult, error) {
-	if err := validateAppend(params); err != nil {
+	if err := params.Validate(); err != nil {
 		return nil, err
 	}
 	n := len(params.Events)
@@ -210,7 +210,7 @@ func (s *Store) append(ctx context.Context, db interface {
 				Type:      e.Type,
 				Version:   version.Int64,
 				Data:      bytes.Clone(e.Data),
-				Metadata:  copyMetadata(e.Metadata),
+				Metadata:  e.Metadata.Clone(),
 				CreatedAt: fromTime(created),
 			}
 			stored++
@@ -229,29 +229,6 @@ func (s *Store) append(ctx context.Context, db interface {
 			params.StreamID, want, head, ports.ErrVersionConflict)
 	}
 	return result, nil
-}
-
-// validateAppend checks an append's arguments before any state is read.
-func validateAppend(params *ports.EventsAppendParams) error {
-	switch {
-	case params.StreamID == uuid.Nil:
-		return fmt.Errorf("appending events: %w", invalid("nil stream id"))
-	case len(params.Events) == 0:
-		return fmt.Errorf("appending to stream %s: %w", params.StreamID, invalid("no events"))
-	case params.ExpectedVersion < ports.ExpectNoStream:
-		return fmt.Errorf("appending to stream %s: %w", params.StreamID, invalid("expected version %d is invalid", params.ExpectedVersion))
-	}
-	for i, e := range params.Events {
-		switch {
-		case e.Type == "":
-			return fmt.Errorf("appending to stream %s: %w", params.StreamID, invalid("event %d has an empty type", i))
-		case e.Version < 0:
-			return fmt.Errorf("appending to stream %s: %w", params.StreamID, invalid("event %d has negative version %d", i, e.Version))
-		case len(e.Data) == 0 || !json.Valid(e.Data):
-			return fmt.Errorf("appending to stream %s: %w", params.StreamID, invalid("event %d data is not a JSON document", i))
-		}
-	}
-	return nil
 }
 
 const sqlSubscriptionsRegister = `INSERT INTO /* SCHEMA */.vantage_subscriptions (event_type, perspective)
@@ -282,26 +259,4 @@ func (s *Store) SubscriptionsRegister(ctx context.Context, subscriptions []ports
 		return fmt.Errorf("registering subscriptions: %w", translate(err))
 	}
 	return nil
-}
-
-// copyMetadata returns a deep copy of m.
-func copyMetadata(m ports.Metadata) ports.Metadata {
-	if m.Scope != nil {
-		scope := *m.Scope
-		scope.Extras = copyMap(scope.Extras)
-		m.Scope = &scope
-	}
-	m.Headers = copyMap(m.Headers)
-	return m
-}
-
-func copyMap(m map[string]string) map[string]string {
-	if m == nil {
-		return nil
-	}
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
