@@ -114,6 +114,8 @@ type Options struct {
 	// used). Defaults to 1s.
 	NotifyHealthyPollingInterval time.Duration
 	// ClaimInterval is the claim loop's tight cadence. Defaults to 250ms.
+	// It is also the least time between claims woken by notifications (at
+	// most 250ms), which coalesces the claims of a burst of appends.
 	ClaimInterval time.Duration
 	// ClaimNotifyHealthyInterval is the claim loop's relaxed cadence while
 	// notifications are healthy. Defaults to 5s.

@@ -446,11 +446,16 @@ func (w *Worker) listenLoop(ctx context.Context, wakes <-chan ports.Wake) {
 	}
 }
 
+// notifyClaimSpacing bounds how long a notification waits for its claim
+// (see claimLoop) when ClaimInterval is longer.
+const notifyClaimSpacing = 250 * time.Millisecond
+
 // claimLoop claims on its cadence, at once while claims report more work,
 // and on wakes: at once for RequestImmediatePoll, freed room and abandoned
-// peers; for notifications at most once per ClaimInterval, since every
-// instance is woken by every append's notification and a claim per append
-// per instance cost more than the appends themselves.
+// peers; for notifications at most once per ClaimInterval (or
+// notifyClaimSpacing if shorter), since every instance is woken by every
+// append's notification and a claim per append per instance cost more than
+// the appends themselves.
 func (w *Worker) claimLoop(ctx context.Context) {
 	t := w.clock.NewTimer(0)
 	defer t.Stop()
@@ -462,7 +467,7 @@ func (w *Worker) claimLoop(ctx context.Context) {
 		case <-t.C():
 		case <-w.claimWake:
 		case <-w.notifyWake:
-			if wait := w.opts.ClaimInterval - w.now().Sub(last); !last.IsZero() && wait > 0 {
+			if wait := min(w.opts.ClaimInterval, notifyClaimSpacing) - w.now().Sub(last); !last.IsZero() && wait > 0 {
 				resetTimer(t, wait) // claim when the interval is up
 				if w.claimDeferHook != nil {
 					w.claimDeferHook(wait)
