@@ -10,7 +10,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vantage-go/vantage/adapters/memory"
 	"github.com/vantage-go/vantage/internal/clocktest"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -89,8 +88,7 @@ func setupBatch(t *testing.T) *batchBundle {
 // setupBatchWith is setupBatch with the worker's options.
 func setupBatchWith(t *testing.T, opts *Options) *batchBundle {
 	t.Helper()
-	store := memory.New(memory.Options{})
-	b := store.Backend()
+	b := newWorkBackend()
 	spy := &spyBackend{}
 	cursors := &spyCursors{CursorStore: b.Cursors, spy: spy}
 	b.Claimer = spyClaimer{b.Claimer, spy}
