@@ -48,8 +48,12 @@ const sqlPin = `pinned AS (
     RETURNING a.stream_id
 )`
 
-// sqlClock is the clock CTE of statements whose $2 is params.Now.
-const sqlClock = `clock AS (SELECT coalesce($2::timestamptz, now()) AS now)`
+// sqlClock is the clock CTE of statements whose $2 is params.Now, sqlClock1
+// that of statements whose $1 is.
+const (
+	sqlClock  = `clock AS (SELECT coalesce($2::timestamptz, now()) AS now)`
+	sqlClock1 = `clock AS (SELECT coalesce($1::timestamptz, now()) AS now)`
+)
 
 // Heartbeat statements, sent as one batch. Parameters: $1 caller, $2 now,
 // and for sqlHeartbeat $3 service, $4 host, $5 pid, $6 metadata; for the
@@ -142,10 +146,8 @@ func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHea
 	b.Queue(s.sql(sqlAbandonInstances), params.InstanceID, now, params.StaleThreshold)
 	result := &ports.InstanceHeartbeatResult{}
 	err = s.sendWork(ctx, b, func(br pgx.BatchResults) error {
-		for range 3 {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
+		if err := execN(br, 3); err != nil {
+			return err
 		}
 		var nextStaleAt pgtype.Timestamptz
 		if err := br.QueryRow().Scan(&result.Abandoned, &nextStaleAt); err != nil {
@@ -190,14 +192,7 @@ func (s *Store) InstanceDeregister(ctx context.Context, instanceID uuid.UUID) er
 	b.Queue(s.sql(sqlDeregisterLeases), instanceID)
 	b.Queue(s.sql(sqlDeregisterPins), instanceID)
 	b.Queue(s.sql(sqlDeregister), instanceID)
-	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error {
-		for range b.Len() {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error { return execN(br, b.Len()) })
 	if err != nil {
 		return fmt.Errorf("deregistering instance %s: %w", instanceID, translate(err))
 	}
@@ -212,11 +207,7 @@ func (s *Store) InstancesList(ctx context.Context) ([]ports.Instance, error) {
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, s.sql(sqlInstancesList))
-	if err != nil {
-		return nil, fmt.Errorf("listing instances: %w", translate(err))
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ports.Instance, error) {
+	out, err := queryRows(ctx, s, sqlInstancesList, func(row pgx.CollectableRow) (ports.Instance, error) {
 		var (
 			inst          ports.Instance
 			meta          []byte
@@ -232,7 +223,7 @@ func (s *Store) InstancesList(ctx context.Context) ([]ports.Instance, error) {
 		return inst, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("listing instances: %w", translate(err))
+		return nil, fmt.Errorf("listing instances: %w", err)
 	}
 	return out, nil
 }
@@ -462,18 +453,16 @@ func (s *Store) WorkClaim(ctx context.Context, params *ports.WorkClaimParams) (*
 		if err != nil {
 			return err
 		}
-		var held int
-		for rows.Next() {
-			var id uuid.UUID
-			if err := rows.Scan(&id, &held); err != nil {
-				rows.Close()
-				return err
-			}
+		var (
+			id   uuid.UUID
+			held int
+		)
+		_, err = pgx.ForEachRow(rows, []any{&id, &held}, func() error {
 			result.StreamIDs = append(result.StreamIDs, id)
-		}
-		rows.Close()
+			return nil
+		})
 		result.HasMore = unselected || held > params.MaxStreams
-		return rows.Err()
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claiming work for instance %s: %w", params.InstanceID, translate(err))

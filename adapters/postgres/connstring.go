@@ -81,7 +81,7 @@ func parseKeywordValues(s string) ([][2]string, error) {
 	var out [][2]string
 	i := 0
 	skipSpace := func() {
-		for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
+		for i < len(s) && isSpace(s[i]) {
 			i++
 		}
 	}
@@ -120,7 +120,7 @@ func parseKeywordValues(s string) ([][2]string, error) {
 				val.WriteByte(c)
 			}
 		} else {
-			for i < len(s) && s[i] != ' ' && s[i] != '\t' && s[i] != '\n' && s[i] != '\r' {
+			for i < len(s) && !isSpace(s[i]) {
 				c := s[i]
 				i++
 				if c == '\\' && i < len(s) {
@@ -133,6 +133,8 @@ func parseKeywordValues(s string) ([][2]string, error) {
 		out = append(out, [2]string{key, val.String()})
 	}
 }
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 // quoteValue quotes a key=value value when needed.
 func quoteValue(v string) string {

@@ -40,13 +40,9 @@ func (s *Store) CursorsGet(ctx context.Context, params *ports.CursorsGetParams) 
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, s.sql(sqlCursorsGet), params.StreamIDs, params.Perspective)
+	out, err := queryRows(ctx, s, sqlCursorsGet, scanCursor, params.StreamIDs, params.Perspective)
 	if err != nil {
-		return nil, fmt.Errorf("reading cursors: %w", translate(err))
-	}
-	out, err := pgx.CollectRows(rows, scanCursor)
-	if err != nil {
-		return nil, fmt.Errorf("reading cursors: %w", translate(err))
+		return nil, fmt.Errorf("reading cursors: %w", err)
 	}
 	return out, nil
 }
@@ -89,15 +85,17 @@ func scanCursor(row pgx.CollectableRow) (ports.Cursor, error) {
 // probe vantage_work_pending_idx or an index on instance_id per listed id
 // instead, reading the whole backlog of a long stream for each.
 const sqlFinish = `DELETE FROM /* SCHEMA */.vantage_work w
-USING unnest($2::uuid[], $3::uuid[], $4::text[]) AS c(work_id, stream_id, perspective)
-WHERE w.work_id = c.work_id AND (w.stream_id, w.perspective) IS NOT DISTINCT FROM (c.stream_id, c.perspective)
-  AND w.processed_at IS NULL AND ` + sqlHeldByCaller
+USING ` + sqlFinishRows
 
 // sqlFinishDebug is sqlFinish for debug mode: rows are kept, marked processed
 // at $5 and unleased, which hides them from every pending-row query.
 const sqlFinishDebug = `UPDATE /* SCHEMA */.vantage_work w
 SET processed_at = coalesce($5::timestamptz, now()), instance_id = NULL, lease_expiry = NULL
-FROM unnest($2::uuid[], $3::uuid[], $4::text[]) AS c(work_id, stream_id, perspective)
+FROM ` + sqlFinishRows
+
+// sqlFinishRows is the row list and fence shared by sqlFinish and
+// sqlFinishDebug.
+const sqlFinishRows = `unnest($2::uuid[], $3::uuid[], $4::text[]) AS c(work_id, stream_id, perspective)
 WHERE w.work_id = c.work_id AND (w.stream_id, w.perspective) IS NOT DISTINCT FROM (c.stream_id, c.perspective)
   AND w.processed_at IS NULL AND ` + sqlHeldByCaller
 
@@ -105,7 +103,7 @@ WHERE w.work_id = c.work_id AND (w.stream_id, w.perspective) IS NOT DISTINCT FRO
 // $2 streams, $3 perspectives, $4 last event ids, $5 last versions. The
 // position only moves forward; status becomes exactly Completed and the
 // error and rewind columns are cleared.
-const sqlCompleteCursors = `WITH clock AS (SELECT coalesce($1::timestamptz, now()) AS now)
+const sqlCompleteCursors = `WITH ` + sqlClock1 + `
 INSERT INTO /* SCHEMA */.vantage_cursors AS c
     (stream_id, perspective, last_event_id, last_version, status, updated_at)
 SELECT u.stream_id, u.perspective, nullif(u.last_event_id, '00000000-0000-0000-0000-000000000000'), u.last_version, ` + sqlStatusCompleted + `, clock.now
@@ -143,7 +141,7 @@ const sqlFlagRewind = `status = c.status | ` + sqlStatusRewindRequired + `,
 // completed would otherwise look like stragglers on every batched flush and
 // trigger phantom rewinds (SPEC H5). A row at the position is not a
 // straggler either (it was applied; its deletion is merely late).
-const sqlFlagStragglers = `WITH clock AS (SELECT coalesce($1::timestamptz, now()) AS now),
+const sqlFlagStragglers = `WITH ` + sqlClock1 + `,
 pairs AS (
     SELECT p.stream_id, p.perspective, max(p.last_version) AS last_version
     FROM unnest($2::uuid[], $3::text[], $4::bigint[]) AS p(stream_id, perspective, last_version)
@@ -242,12 +240,16 @@ func (p *positions) add(k pairKey, pos position) {
 	cur.err = pos.err
 }
 
+// comparePair orders pairs by stream, then perspective: the order in which
+// statements lock cursors, so that concurrent calls cannot deadlock.
+func comparePair(a, b pairKey) int {
+	return cmp.Or(compareUUID(a.streamID, b.streamID), strings.Compare(a.perspective, b.perspective))
+}
+
 // columns returns the pairs and positions as parallel arrays, ordered by
 // stream and perspective so that concurrent calls lock cursors in one order.
 func (p *positions) columns() (streams []uuid.UUID, perspectives []string, eventIDs []uuid.UUID, versions []int64, errs []string) {
-	slices.SortFunc(p.order, func(a, b pairKey) int {
-		return cmp.Or(compareUUID(a.streamID, b.streamID), strings.Compare(a.perspective, b.perspective))
-	})
+	slices.SortFunc(p.order, comparePair)
 	for _, k := range p.order {
 		pos := p.byKey[k]
 		streams = append(streams, k.streamID)
@@ -257,19 +259,6 @@ func (p *positions) columns() (streams []uuid.UUID, perspectives []string, event
 		errs = append(errs, pos.err)
 	}
 	return streams, perspectives, eventIDs, versions, errs
-}
-
-// uniqueStreams returns the distinct streams of the pairs.
-func (p *positions) uniqueStreams() []uuid.UUID {
-	seen := map[uuid.UUID]bool{}
-	var out []uuid.UUID
-	for _, k := range p.order {
-		if !seen[k.streamID] {
-			seen[k.streamID] = true
-			out = append(out, k.streamID)
-		}
-	}
-	return out
 }
 
 // WorkComplete implements ports.CursorStore in one round trip: a batch of
@@ -306,7 +295,7 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 	finish.queue(s, b, params.InstanceID, params.DebugMode, now)
 	b.Queue(s.sql(sqlCompleteCursors), now, streams, perspectives, eventIDs, versions)
 	b.Queue(s.sql(sqlFlagStragglers), now, streams, perspectives, versions)
-	b.Queue(s.sql(sqlUnpinDrained), pos.uniqueStreams())
+	b.Queue(s.sql(sqlUnpinDrained), distinctStreams(streams))
 	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error {
 		tag, err := br.Exec()
 		if err != nil {
@@ -347,7 +336,7 @@ WHERE w.work_id = f.work_id AND (w.stream_id, w.perspective) IS NOT DISTINCT FRO
 // (found by the LATERAL join and carried in the excluded row's trigger
 // columns) flags RewindRequired as in WorkComplete; otherwise the rewind
 // columns stay as they are.
-const sqlFailCursors = `WITH clock AS (SELECT coalesce($1::timestamptz, now()) AS now)
+const sqlFailCursors = `WITH ` + sqlClock1 + `
 INSERT INTO /* SCHEMA */.vantage_cursors AS c
     (stream_id, perspective, last_event_id, last_version, status, error,
      rewind_trigger_event_id, rewind_trigger_version, rewind_flagged_at, rewind_first_flagged_at, updated_at)
@@ -372,21 +361,25 @@ ON CONFLICT (stream_id, perspective) DO UPDATE
 SET last_event_id = CASE WHEN excluded.last_version > c.last_version THEN excluded.last_event_id ELSE c.last_event_id END,
     last_version = greatest(c.last_version, excluded.last_version),
     status = (c.status & ~` + sqlStatusCompleted + `) | ` + sqlStatusFailed + `
-             | CASE WHEN excluded.last_version > c.last_version AND excluded.rewind_trigger_version IS NOT NULL
+             | CASE WHEN ` + sqlFailRewinds + `
                     THEN ` + sqlStatusRewindRequired + ` ELSE 0 END,
     error = excluded.error,
-    rewind_trigger_event_id = CASE WHEN excluded.last_version > c.last_version AND excluded.rewind_trigger_version IS NOT NULL
+    rewind_trigger_event_id = CASE WHEN ` + sqlFailRewinds + `
                                         AND (c.rewind_trigger_version IS NULL OR excluded.rewind_trigger_version < c.rewind_trigger_version)
                                    THEN excluded.rewind_trigger_event_id ELSE c.rewind_trigger_event_id END,
-    rewind_trigger_version = CASE WHEN excluded.last_version > c.last_version AND excluded.rewind_trigger_version IS NOT NULL
+    rewind_trigger_version = CASE WHEN ` + sqlFailRewinds + `
                                   THEN least(c.rewind_trigger_version, excluded.rewind_trigger_version)
                                   ELSE c.rewind_trigger_version END,
-    rewind_flagged_at = CASE WHEN excluded.last_version > c.last_version AND excluded.rewind_trigger_version IS NOT NULL
+    rewind_flagged_at = CASE WHEN ` + sqlFailRewinds + `
                              THEN excluded.rewind_flagged_at ELSE c.rewind_flagged_at END,
-    rewind_first_flagged_at = CASE WHEN excluded.last_version > c.last_version AND excluded.rewind_trigger_version IS NOT NULL
+    rewind_first_flagged_at = CASE WHEN ` + sqlFailRewinds + `
                                    THEN coalesce(c.rewind_first_flagged_at, excluded.rewind_first_flagged_at)
                                    ELSE c.rewind_first_flagged_at END,
     updated_at = excluded.updated_at`
+
+// sqlFailRewinds is true in sqlFailCursors' conflict branch when the failure
+// moves the position past a pending row, which then flags RewindRequired.
+const sqlFailRewinds = `excluded.last_version > c.last_version AND excluded.rewind_trigger_version IS NOT NULL`
 
 // WorkFail implements ports.CursorStore in one round trip: a batch of four
 // statements in one implicit transaction: complete the applied rows, release
@@ -400,10 +393,9 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 		finish finishArgs
 		pos    positions
 		failed struct {
-			workIDs, streams []uuid.UUID
-			perspectives     []string
-			errs             []string
-			retryAt          []pgtype.Timestamptz
+			finishArgs
+			errs    []string
+			retryAt []pgtype.Timestamptz
 		}
 	)
 	for _, f := range params.Failures {
@@ -411,10 +403,8 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 			return fmt.Errorf("recording failures: %w", err)
 		}
 		finish.add(f.StreamID, f.Perspective, f.AppliedWorkIDs)
-		for _, id := range f.FailedWorkIDs {
-			failed.workIDs = append(failed.workIDs, id)
-			failed.streams = append(failed.streams, f.StreamID)
-			failed.perspectives = append(failed.perspectives, f.Perspective)
+		failed.add(f.StreamID, f.Perspective, f.FailedWorkIDs)
+		for range f.FailedWorkIDs {
 			failed.errs = append(failed.errs, f.Error)
 			failed.retryAt = append(failed.retryAt, timestamptz(f.RetryAt))
 		}
@@ -432,15 +422,8 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 	finish.queue(s, b, params.InstanceID, params.DebugMode, now)
 	b.Queue(s.sql(sqlFailRows), params.InstanceID, failed.workIDs, failed.streams, failed.perspectives, failed.errs, failed.retryAt)
 	b.Queue(s.sql(sqlFailCursors), now, streams, perspectives, eventIDs, versions, errs)
-	b.Queue(s.sql(sqlUnpinDrained), pos.uniqueStreams())
-	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error {
-		for range b.Len() {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	b.Queue(s.sql(sqlUnpinDrained), distinctStreams(streams))
+	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error { return execN(br, b.Len()) })
 	if err != nil {
 		return fmt.Errorf("recording failures of instance %s: %w", params.InstanceID, translate(err))
 	}
@@ -459,6 +442,13 @@ func validatePair(streamID uuid.UUID, perspective string, lastVersion int64) err
 		return invalid("negative last version %d for stream %s", lastVersion, streamID)
 	}
 	return nil
+}
+
+// distinctStreams returns the distinct ids of streams, which must be sorted
+// (as columns returns them). It copies: the batch still holds streams as
+// another statement's argument.
+func distinctStreams(streams []uuid.UUID) []uuid.UUID {
+	return slices.Compact(slices.Clone(streams))
 }
 
 // timestamptz converts t for a timestamptz[] parameter (zero is NULL).

@@ -50,14 +50,10 @@ func (s *Store) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMove
 	if err := s.ready(ctx); err != nil {
 		return ports.DeadLetter{}, false, err
 	}
-	rows, err := s.pool.Query(ctx, s.sql(sqlDeadLetterMove), id, nowArg(params.Now), params.WorkID,
+	dls, err := queryRows(ctx, s, sqlDeadLetterMove, scanDeadLetter, id, nowArg(params.Now), params.WorkID,
 		uuidArg(params.InstanceID), params.Reason, params.Error)
 	if err != nil {
-		return ports.DeadLetter{}, false, fmt.Errorf("moving work %s to dead letters: %w", params.WorkID, translate(err))
-	}
-	dls, err := pgx.CollectRows(rows, scanDeadLetter)
-	if err != nil {
-		return ports.DeadLetter{}, false, fmt.Errorf("moving work %s to dead letters: %w", params.WorkID, translate(err))
+		return ports.DeadLetter{}, false, fmt.Errorf("moving work %s to dead letters: %w", params.WorkID, err)
 	}
 	if len(dls) == 0 {
 		return ports.DeadLetter{}, false, nil
@@ -82,17 +78,9 @@ func (s *Store) DeadLettersList(ctx context.Context, params *ports.DeadLettersLi
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
-	var limit any
-	if params.Limit > 0 {
-		limit = params.Limit
-	}
-	rows, err := s.pool.Query(ctx, s.sql(sqlDeadLettersList), params.Perspective, uuidArg(params.StreamID), limit)
+	out, err := queryRows(ctx, s, sqlDeadLettersList, scanDeadLetter, params.Perspective, uuidArg(params.StreamID), limitArg(params.Limit))
 	if err != nil {
-		return nil, fmt.Errorf("listing dead letters: %w", translate(err))
-	}
-	out, err := pgx.CollectRows(rows, scanDeadLetter)
-	if err != nil {
-		return nil, fmt.Errorf("listing dead letters: %w", translate(err))
+		return nil, fmt.Errorf("listing dead letters: %w", err)
 	}
 	return out, nil
 }

@@ -133,10 +133,7 @@ func (s *Store) AppendTx(ctx context.Context, tx pgx.Tx, params *ports.EventsApp
 	return s.append(ctx, tx, params, s.channel)
 }
 
-func (s *Store) append(ctx context.Context, db interface {
-	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
-}, params *ports.EventsAppendParams, channel string,
-) (*ports.EventsAppendResult, error) {
+func (s *Store) append(ctx context.Context, db batchSender, params *ports.EventsAppendParams, channel string) (*ports.EventsAppendResult, error) {
 	if err := params.Validate(); err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -163,14 +164,10 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
-	var limit any
-	if params.MaxRows > 0 {
-		limit = params.MaxRows
-	}
 	now := nowArg(params.Now)
 	b := &pgx.Batch{}
 	b.Queue(s.sql(sqlFetchLease), params.InstanceID, now, params.StaleThreshold, params.LeaseDuration, params.StreamIDs)
-	b.Queue(s.sql(sqlFetchRows), params.InstanceID, now, params.StreamIDs, limit)
+	b.Queue(s.sql(sqlFetchRows), params.InstanceID, now, params.StreamIDs, limitArg(params.MaxRows))
 
 	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
@@ -210,10 +207,7 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 		return nil, fmt.Errorf("fetching pending events for instance %s: %w", params.InstanceID, translate(err))
 	}
 	slices.SortFunc(result.Events, func(a, b ports.Event) int {
-		if c := compareUUID(a.StreamID, b.StreamID); c != 0 {
-			return c
-		}
-		return int(a.Version - b.Version)
+		return cmp.Or(compareUUID(a.StreamID, b.StreamID), cmp.Compare(a.Version, b.Version))
 	})
 	return result, nil
 }
@@ -237,17 +231,9 @@ func (s *Store) EventsReadStream(ctx context.Context, params *ports.EventsReadSt
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
-	var limit any
-	if params.Limit > 0 {
-		limit = params.Limit
-	}
-	rows, err := s.pool.Query(ctx, s.sql(sqlReadStream), params.StreamID, params.AfterVersion, limit)
+	events, err := queryRows(ctx, s, sqlReadStream, scanEvent, params.StreamID, params.AfterVersion, limitArg(params.Limit))
 	if err != nil {
-		return nil, fmt.Errorf("reading stream %s: %w", params.StreamID, translate(err))
-	}
-	events, err := pgx.CollectRows(rows, scanEvent)
-	if err != nil {
-		return nil, fmt.Errorf("reading stream %s: %w", params.StreamID, translate(err))
+		return nil, fmt.Errorf("reading stream %s: %w", params.StreamID, err)
 	}
 	return events, nil
 }

@@ -56,13 +56,9 @@ func (s *Store) LifecycleClaim(ctx context.Context, params *ports.LifecycleClaim
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, s.sql(sqlLifecycleClaim), params.InstanceID, nowArg(params.Now), params.EventIDs, int16(params.Stage))
+	won, err := queryRows(ctx, s, sqlLifecycleClaim, pgx.RowTo[uuid.UUID], params.InstanceID, nowArg(params.Now), params.EventIDs, int16(params.Stage))
 	if err != nil {
-		return nil, fmt.Errorf("claiming lifecycle stage %d: %w", params.Stage, translate(err))
-	}
-	won, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-	if err != nil {
-		return nil, fmt.Errorf("claiming lifecycle stage %d: %w", params.Stage, translate(err))
+		return nil, fmt.Errorf("claiming lifecycle stage %d: %w", params.Stage, err)
 	}
 	return won, nil
 }
@@ -82,18 +78,15 @@ func (s *Store) LifecycleStages(ctx context.Context, eventIDs []uuid.UUID) (map[
 	if err != nil {
 		return nil, fmt.Errorf("reading lifecycle stages: %w", translate(err))
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			id     uuid.UUID
-			stages int16
-		)
-		if err := rows.Scan(&id, &stages); err != nil {
-			return nil, fmt.Errorf("reading lifecycle stages: %w", translate(err))
-		}
+	var (
+		id     uuid.UUID
+		stages int16
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &stages}, func() error {
 		out[id] = ports.LifecycleStage(stages)
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("reading lifecycle stages: %w", translate(err))
 	}
 	return out, nil
@@ -157,13 +150,9 @@ func (s *Store) LifecycleOrphans(ctx context.Context, params *ports.LifecycleOrp
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, s.sql(sqlLifecycleOrphans), types, perspectives, nowArg(params.Since), limitArg(params.Limit))
+	out, err := queryRows(ctx, s, sqlLifecycleOrphans, scanEvent, types, perspectives, nowArg(params.Since), limitArg(params.Limit))
 	if err != nil {
-		return nil, fmt.Errorf("finding orphaned lifecycles: %w", translate(err))
-	}
-	out, err := pgx.CollectRows(rows, scanEvent)
-	if err != nil {
-		return nil, fmt.Errorf("finding orphaned lifecycles: %w", translate(err))
+		return nil, fmt.Errorf("finding orphaned lifecycles: %w", err)
 	}
 	return out, nil
 }

@@ -44,6 +44,11 @@ func ValidateSchema(schema string) error {
 // quoteSchema returns schema quoted for SQL text.
 func quoteSchema(schema string) string { return pgx.Identifier{schema}.Sanitize() }
 
+// renderSchema replaces the schema marker in text with the quoted schema.
+func renderSchema(text, schema string) string {
+	return strings.ReplaceAll(text, schemaMarker, quoteSchema(schema))
+}
+
 // Beginner starts transactions: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx (whose
 // Begin opens a savepoint) all qualify.
 type Beginner interface {
@@ -218,14 +223,14 @@ func (m *Migrator) step(ctx context.Context, db Beginner, target int) (done bool
 			return fmt.Errorf("schema %q is at version %d, newer than the latest known %d", m.schema, current, m.Latest())
 		case current < target:
 			mig := m.migrations[current] // version current+1
-			if _, err := tx.Exec(ctx, m.render(mig.Up)); err != nil {
+			if _, err := tx.Exec(ctx, renderSchema(mig.Up, m.schema)); err != nil {
 				return fmt.Errorf("applying %03d_%s: %w", mig.Version, mig.Name, err)
 			}
 			_, err := tx.Exec(ctx, `INSERT INTO `+quoteSchema(m.schema)+`.vantage_migrations (version, name) VALUES ($1, $2)`, mig.Version, mig.Name)
 			return err
 		default:
 			mig := m.migrations[current-1]
-			if _, err := tx.Exec(ctx, m.render(mig.Down)); err != nil {
+			if _, err := tx.Exec(ctx, renderSchema(mig.Down, m.schema)); err != nil {
 				return fmt.Errorf("reverting %03d_%s: %w", mig.Version, mig.Name, err)
 			}
 			_, err := tx.Exec(ctx, `DELETE FROM `+quoteSchema(m.schema)+`.vantage_migrations WHERE version = $1`, mig.Version)
@@ -267,10 +272,6 @@ func (m *Migrator) lockAndRead(ctx context.Context, tx pgx.Tx) (int, error) {
 		return 0, fmt.Errorf("reading the version: %w", err)
 	}
 	return current, nil
-}
-
-func (m *Migrator) render(sql string) string {
-	return strings.ReplaceAll(sql, schemaMarker, quoteSchema(m.schema))
 }
 
 // Migrate applies every embedded migration to schema (SchemaDefault when

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -145,11 +144,7 @@ func (s *Store) ModelLoadMany(ctx context.Context, pairs []ports.Pair) ([]ports.
 	for i, p := range pairs {
 		streams[i], names[i] = p.StreamID, p.Perspective
 	}
-	rows, err := s.pool.Query(ctx, s.sql(sqlModelLoadMany), streams, names)
-	if err != nil {
-		return nil, fmt.Errorf("loading %d models: %w", len(pairs), translate(err))
-	}
-	models, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ports.StoredModel, error) {
+	models, err := queryRows(ctx, s, sqlModelLoadMany, func(row pgx.CollectableRow) (ports.StoredModel, error) {
 		var (
 			m         ports.StoredModel
 			lastEvent pgtype.UUID
@@ -158,9 +153,9 @@ func (s *Store) ModelLoadMany(ctx context.Context, pairs []ports.Pair) ([]ports.
 		err := row.Scan(&m.StreamID, &m.Perspective, &m.Data, &lastEvent, &m.LastVersion, &updated)
 		m.LastEventID, m.UpdatedAt = fromUUID(lastEvent), fromTime(updated)
 		return m, err
-	})
+	}, streams, names)
 	if err != nil {
-		return nil, fmt.Errorf("loading %d models: %w", len(pairs), translate(err))
+		return nil, fmt.Errorf("loading %d models: %w", len(pairs), err)
 	}
 	return models, nil
 }
@@ -185,10 +180,7 @@ func (s *Store) ModelSaveMany(ctx context.Context, params []*ports.ModelSavePara
 		return nil, err
 	}
 	slices.SortStableFunc(order, func(a, b int) int {
-		if c := compareUUID(params[a].StreamID, params[b].StreamID); c != 0 {
-			return c
-		}
-		return strings.Compare(params[a].Perspective, params[b].Perspective)
+		return comparePair(pairKey{params[a].StreamID, params[a].Perspective}, pairKey{params[b].StreamID, params[b].Perspective})
 	})
 	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(order))}
 	for _, i := range order {

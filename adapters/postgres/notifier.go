@@ -230,10 +230,15 @@ func (n *notifier) unsubscribe(sub *subscription) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if _, ok := n.subs[sub]; ok {
-		delete(n.subs, sub)
-		sub.stop()
-		close(sub.ch)
+		n.removeLocked(sub)
 	}
+}
+
+// removeLocked unregisters sub and closes its channel. The caller holds n.mu.
+func (n *notifier) removeLocked(sub *subscription) {
+	delete(n.subs, sub)
+	sub.stop()
+	close(sub.ch)
 }
 
 func (n *notifier) isClosed() bool {
@@ -258,9 +263,7 @@ func (n *notifier) close() error {
 	}
 	n.closed = true
 	for sub := range n.subs {
-		delete(n.subs, sub)
-		sub.stop()
-		close(sub.ch)
+		n.removeLocked(sub)
 	}
 	l := n.listener
 	n.mu.Unlock()

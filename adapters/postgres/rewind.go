@@ -28,13 +28,9 @@ func (s *Store) CursorsRewindRequired(ctx context.Context, params *ports.Cursors
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, s.sql(sqlCursorsRewindRequired), limitArg(params.Limit))
+	out, err := queryRows(ctx, s, sqlCursorsRewindRequired, scanCursor, limitArg(params.Limit))
 	if err != nil {
-		return nil, fmt.Errorf("listing cursors requiring rewind: %w", translate(err))
-	}
-	out, err := pgx.CollectRows(rows, scanCursor)
-	if err != nil {
-		return nil, fmt.Errorf("listing cursors requiring rewind: %w", translate(err))
+		return nil, fmt.Errorf("listing cursors requiring rewind: %w", err)
 	}
 	return out, nil
 }
@@ -118,22 +114,18 @@ func (s *Store) StreamLocks(ctx context.Context, params *ports.StreamLocksParams
 	if err != nil {
 		return nil, fmt.Errorf("reading stream locks of stream %s: %w", params.StreamID, translate(err))
 	}
-	defer rows.Close()
 	out := map[string]ports.StreamLock{}
-	for rows.Next() {
-		var (
-			perspective string
-			lock        ports.StreamLock
-			reason      pgtype.Text
-			expiry      pgtype.Timestamptz
-		)
-		if err := rows.Scan(&perspective, &lock.InstanceID, &reason, &expiry); err != nil {
-			return nil, fmt.Errorf("reading stream locks of stream %s: %w", params.StreamID, translate(err))
-		}
-		lock.Reason, lock.Expiry = fromText(reason), fromTime(expiry)
-		out[perspective] = lock
-	}
-	if err := rows.Err(); err != nil {
+	var (
+		perspective string
+		instanceID  uuid.UUID
+		reason      pgtype.Text
+		expiry      pgtype.Timestamptz
+	)
+	_, err = pgx.ForEachRow(rows, []any{&perspective, &instanceID, &reason, &expiry}, func() error {
+		out[perspective] = ports.StreamLock{InstanceID: instanceID, Reason: fromText(reason), Expiry: fromTime(expiry)}
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("reading stream locks of stream %s: %w", params.StreamID, translate(err))
 	}
 	return out, nil
@@ -166,13 +158,9 @@ func (s *Store) StreamsWithEventTypes(ctx context.Context, params *ports.Streams
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, s.sql(sqlStreamsWithEventTypes), params.EventTypes, params.After, limitArg(params.Limit))
+	out, err := queryRows(ctx, s, sqlStreamsWithEventTypes, pgx.RowTo[uuid.UUID], params.EventTypes, params.After, limitArg(params.Limit))
 	if err != nil {
-		return nil, fmt.Errorf("listing streams with event types: %w", translate(err))
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-	if err != nil {
-		return nil, fmt.Errorf("listing streams with event types: %w", translate(err))
+		return nil, fmt.Errorf("listing streams with event types: %w", err)
 	}
 	return out, nil
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -187,13 +186,15 @@ func (s *Store) ready(ctx context.Context) error {
 	return nil
 }
 
+// batchSender sends batches: the pool, or the caller's transaction (AppendTx).
+type batchSender interface {
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+}
+
 // sendBatch sends b as one implicit transaction (one round trip; an error in
 // any statement rolls back all of them) and hands the results to read, which
 // must consume them in queue order.
-func sendBatch(ctx context.Context, db interface {
-	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
-}, b *pgx.Batch, read func(pgx.BatchResults) error,
-) (err error) {
+func sendBatch(ctx context.Context, db batchSender, b *pgx.Batch, read func(pgx.BatchResults) error) (err error) {
 	br := db.SendBatch(ctx, b)
 	defer func() {
 		if cerr := br.Close(); err == nil {
@@ -201,6 +202,16 @@ func sendBatch(ctx context.Context, db interface {
 		}
 	}()
 	return read(br)
+}
+
+// execN reads the next n results of br as statements without rows.
+func execN(br pgx.BatchResults, n int) error {
+	for range n {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // sqlNoJIT turns JIT compilation off for the rest of a batch's implicit
@@ -290,9 +301,24 @@ func (s *Store) sql(text string) string {
 	if r, ok := s.rendered.Load(text); ok {
 		return r.(string)
 	}
-	r := strings.ReplaceAll(text, schemaMarker, quoteSchema(s.opts.Schema))
+	r := renderSchema(text, s.opts.Schema)
 	s.rendered.Store(text, r)
 	return r
+}
+
+// queryRows runs query (a query constant of this package) on the pool and
+// collects its rows with scan. Errors are translated; the caller wraps them
+// with what it was doing.
+func queryRows[T any](ctx context.Context, s *Store, query string, scan pgx.RowToFunc[T], args ...any) ([]T, error) {
+	rows, err := s.pool.Query(ctx, s.sql(query), args...)
+	if err != nil {
+		return nil, translate(err)
+	}
+	out, err := pgx.CollectRows(rows, scan)
+	if err != nil {
+		return nil, translate(err)
+	}
+	return out, nil
 }
 
 // textArg is s for SQL, NULL when empty.
