@@ -49,7 +49,8 @@ func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHea
 
 	cutoff := now.Add(-params.StaleThreshold)
 	result := &ports.InstanceHeartbeatResult{}
-	for id, other := range s.instances {
+	for _, id := range s.instanceIDs { // in id order, so Abandoned needs no sort
+		other := s.instances[id]
 		switch {
 		case id == params.InstanceID:
 		case other.LastHeartbeatAt.Before(cutoff):
@@ -60,7 +61,6 @@ func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHea
 			}
 		}
 	}
-	slices.SortFunc(result.Abandoned, compareUUID)
 	for _, id := range result.Abandoned {
 		s.releaseInstance(id, now)
 		s.deleteInstance(id)
@@ -389,12 +389,15 @@ func (s *Store) WorkRenewLeases(ctx context.Context, params *ports.WorkRenewLeas
 	}
 	defer s.mu.Unlock()
 
+	if params.InstanceID == uuid.Nil {
+		return 0, nil // holds nothing
+	}
 	now := s.now(params.Now)
 	expiry := now.Add(params.LeaseDuration)
 	renewed := 0
 	for _, id := range uniqueSorted(params.WorkIDs) {
 		r := s.work[id]
-		if r == nil || params.InstanceID == uuid.Nil || r.holder != params.InstanceID {
+		if r == nil || r.holder != params.InstanceID {
 			continue
 		}
 		st := s.streams[r.streamID]

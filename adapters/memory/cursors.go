@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -37,12 +38,7 @@ func (s *Store) CursorsGet(ctx context.Context, params *ports.CursorsGetParams) 
 			}
 			continue
 		}
-		names := make([]string, 0, len(st.cursors))
-		for name := range st.cursors {
-			names = append(names, name)
-		}
-		slices.Sort(names)
-		for _, name := range names {
+		for _, name := range slices.Sorted(maps.Keys(st.cursors)) {
 			out = append(out, *st.cursors[name])
 		}
 	}
@@ -75,7 +71,7 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 	for _, c := range params.Completions {
 		result.Completed += s.finishRows(params.InstanceID, c.StreamID, c.Perspective, c.WorkIDs, params.DebugMode, now)
 	}
-	var pairs []pairKey
+	var pairs []pairKey // distinct, in first-seen order
 	reported := map[pairKey]int64{}
 	for _, c := range params.Completions {
 		st := s.streamFor(c.StreamID)
@@ -89,15 +85,15 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 		cur.RewindFlaggedAt, cur.RewindFirstFlaggedAt = time.Time{}, time.Time{}
 		cur.UpdatedAt = now
 		k := pairKey{c.StreamID, c.Perspective}
-		pairs = append(pairs, k)
+		if _, seen := reported[k]; !seen {
+			pairs = append(pairs, k)
+		}
 		reported[k] = max(reported[k], c.LastVersion)
 	}
-	for _, k := range uniquePairs(pairs) {
+	for _, k := range pairs {
 		if s.flagStragglers(k, reported[k], now) {
 			result.RewindsFlagged++
 		}
-	}
-	for _, k := range pairs {
 		st := s.streams[k.streamID]
 		s.unpinIfDrained(st)
 		s.touch(st, now)
@@ -131,7 +127,7 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 	for _, f := range params.Failures {
 		s.finishRows(params.InstanceID, f.StreamID, f.Perspective, f.AppliedWorkIDs, params.DebugMode, now)
 	}
-	var moved []pairKey
+	var moved []pairKey // distinct, in first-seen order
 	reported := map[pairKey]int64{}
 	for _, f := range params.Failures {
 		st := s.streamFor(f.StreamID)
@@ -148,14 +144,16 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 		if f.LastVersion > cur.LastVersion {
 			cur.LastEventID, cur.LastVersion = f.LastEventID, f.LastVersion
 			k := pairKey{f.StreamID, f.Perspective}
-			moved = append(moved, k)
+			if _, seen := reported[k]; !seen {
+				moved = append(moved, k)
+			}
 			reported[k] = max(reported[k], f.LastVersion)
 		}
 		cur.Status = cur.Status&^ports.CursorCompleted | ports.CursorFailed
 		cur.Error = f.Error
 		cur.UpdatedAt = now
 	}
-	for _, k := range uniquePairs(moved) {
+	for _, k := range moved {
 		s.flagStragglers(k, reported[k], now)
 	}
 	for _, f := range params.Failures {
@@ -186,12 +184,7 @@ func (s *Store) finishRows(instance, streamID uuid.UUID, perspective string, ids
 		if !heldRowOf(r, instance, streamID, perspective) {
 			continue
 		}
-		// A held row is pending, so it is in p, and p is not empty.
-		if p.first() == r {
-			p.delete(0)
-		} else if i, ok := p.rowIndex(r.version); ok {
-			p.delete(i)
-		}
+		p.remove(r) // a held row is pending, so it is in p
 		r.holder, r.expiry = uuid.Nil, time.Time{}
 		delete(s.work, id)
 		if debug {
@@ -243,19 +236,6 @@ func (s *Store) flagStragglers(k pairKey, reported int64, now time.Time) bool {
 	}
 	flagRewind(cur, p.first().eventID, p.first().version, now)
 	return true
-}
-
-// uniquePairs returns the distinct pairs of keys in first-seen order.
-func uniquePairs(keys []pairKey) []pairKey {
-	seen := make(map[pairKey]struct{}, len(keys))
-	out := make([]pairKey, 0, len(keys))
-	for _, k := range keys {
-		if _, ok := seen[k]; !ok {
-			seen[k] = struct{}{}
-			out = append(out, k)
-		}
-	}
-	return out
 }
 
 // validatePair checks the identity and position fields shared by completions,

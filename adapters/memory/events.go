@@ -67,8 +67,7 @@ func (s *Store) EventsAppend(ctx context.Context, params *ports.EventsAppendPara
 		if version == 0 {
 			version = next + 1
 		}
-		_, inBatch := versions[version]
-		if _, stored := existingVersion(existing, version); stored || inBatch {
+		if _, inBatch := versions[version]; inBatch || storesVersion(existing, version) {
 			return nil, fmt.Errorf("appending to stream %s: version %d is taken: %w", params.StreamID, version, ports.ErrVersionConflict)
 		}
 		ids[id] = struct{}{}
@@ -128,12 +127,13 @@ func (s *Store) EventsAppend(ctx context.Context, params *ports.EventsAppendPara
 	return result, nil
 }
 
-// existingVersion reports whether st (possibly nil) stores version.
-func existingVersion(st *stream, version int64) (int, bool) {
+// storesVersion reports whether st (possibly nil) stores version.
+func storesVersion(st *stream, version int64) bool {
 	if st == nil {
-		return 0, false
+		return false
 	}
-	return st.eventIndex(version)
+	_, ok := st.eventIndex(version)
+	return ok
 }
 
 // SubscriptionsRegister implements ports.EventStore. Registering a known

@@ -38,7 +38,7 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 
 	now := s.now(params.Now)
 	caller := params.InstanceID
-	live, _ := s.liveAt(now, params.StaleThreshold, uuid.Nil)
+	live := s.livenessAt(now, params.StaleThreshold)
 	expiry := now.Add(params.LeaseDuration)
 	extendBefore := now.Add(params.LeaseDuration / 2)
 
@@ -151,7 +151,6 @@ type versionSpan struct {
 // row.
 func (s *Store) fetchLease(st *stream, caller uuid.UUID, now, expiry, extendBefore time.Time) bool {
 	leased := false
-	taken := 0 // rows the caller did not hold before
 	for _, p := range st.pairs {
 		complete := true
 		floor := expiry
@@ -172,21 +171,12 @@ func (s *Store) fetchLease(st *stream, caller uuid.UUID, now, expiry, extendBefo
 			if !liveLease {
 				r.attempts++
 			}
-			if r.holder != caller {
-				s.release(st, p, r) // another holder's expired lease
-				r.holder = caller
-				p.unleased--
-				taken++
-			}
-			extend(p, r, expiry)
+			s.take(st, p, r, caller, expiry)
 			leased = true
 		}
 		if complete {
 			p.leaseFloor = floor // every row of p is now the caller's until floor or later
 		}
-	}
-	if taken > 0 {
-		s.addHeld(caller, st, taken)
 	}
 	return leased
 }

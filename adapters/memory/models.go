@@ -21,9 +21,7 @@ func (s *Store) ModelLoad(ctx context.Context, streamID uuid.UUID, perspective s
 
 	if st := s.streams[streamID]; st != nil {
 		if m := st.models[perspective]; m != nil {
-			out := *m
-			out.Data = bytes.Clone(m.Data)
-			return out, nil
+			return copyModel(m), nil
 		}
 	}
 	return ports.StoredModel{}, fmt.Errorf("loading model %q of stream %s: %w", perspective, streamID, ports.ErrNotFound)
@@ -64,9 +62,7 @@ func (s *Store) ModelLoadMany(ctx context.Context, pairs []ports.Pair) ([]ports.
 		seen[p] = true
 		if st := s.streams[p.StreamID]; st != nil {
 			if m := st.models[p.Perspective]; m != nil {
-				c := *m
-				c.Data = bytes.Clone(m.Data)
-				out = append(out, c)
+				out = append(out, copyModel(m))
 			}
 		}
 	}
@@ -88,6 +84,13 @@ func (s *Store) ModelSaveMany(ctx context.Context, params []*ports.ModelSavePara
 		}
 	}
 	return errs, nil
+}
+
+// copyModel returns a deep copy of m.
+func copyModel(m *ports.StoredModel) ports.StoredModel {
+	out := *m
+	out.Data = bytes.Clone(m.Data)
+	return out
 }
 
 func validateModelSave(params *ports.ModelSaveParams) error {

@@ -377,6 +377,16 @@ func (p *pair) delete(i int) {
 	}
 }
 
+// remove deletes r, a pending row of p. Callers usually remove the first
+// row, which is found without a search and comes off the front in O(1).
+func (p *pair) remove(r *workRow) {
+	if p.first() == r {
+		p.delete(0)
+	} else if i, ok := p.rowIndex(r.version); ok {
+		p.delete(i)
+	}
+}
+
 // addRow stores a new pending, unleased row in its stream's indexes. The
 // caller then updates the claim index with touch.
 func (s *Store) addRow(st *stream, r *workRow) {
@@ -397,9 +407,7 @@ func (s *Store) removeRow(st *stream, r *workRow) {
 	pi, _ := st.pairIndex(r.perspective)
 	p := st.pairs[pi]
 	s.release(st, p, r)
-	if i, ok := p.rowIndex(r.version); ok {
-		p.delete(i)
-	}
+	p.remove(r)
 	p.unleased--
 	if len(p.pending()) == 0 {
 		st.pairs = slices.Delete(st.pairs, pi, pi+1)
@@ -531,14 +539,20 @@ func (s *Store) releaseInstance(instance uuid.UUID, now time.Time) {
 type liveness struct {
 	instances map[uuid.UUID]*ports.Instance
 	cutoff    time.Time // instances with a heartbeat after cutoff are live
-	count     int       // live instances
+	count     int       // live instances, counted only by liveAt
 }
 
-// liveAt returns the live instances at now: those whose last heartbeat is
-// newer than now - threshold. It also returns the position of rankOf among
-// them in id order, -1 when rankOf is not live.
+// livenessAt returns the live instances at now: those whose last heartbeat
+// is newer than now - threshold. It does not count them (count is 0), so it
+// costs O(1).
+func (s *Store) livenessAt(now time.Time, threshold time.Duration) liveness {
+	return liveness{instances: s.instances, cutoff: now.Add(-threshold)}
+}
+
+// liveAt is livenessAt with the live instances counted. It also returns the
+// position of rankOf among them in id order, -1 when rankOf is not live.
 func (s *Store) liveAt(now time.Time, threshold time.Duration, rankOf uuid.UUID) (liveness, int) {
-	l := liveness{instances: s.instances, cutoff: now.Add(-threshold)}
+	l := s.livenessAt(now, threshold)
 	rank := -1
 	for _, id := range s.instanceIDs {
 		if s.instances[id].LastHeartbeatAt.After(l.cutoff) {
