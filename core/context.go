@@ -3,6 +3,8 @@ package core
 import (
 	"context"
 
+	"github.com/google/uuid"
+
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -40,7 +42,7 @@ func metadataFromContext(ctx context.Context) ports.Metadata {
 	if e, ok := EventFromContext(ctx); ok {
 		md.CausationID = e.ID
 		md.CorrelationID = e.Metadata.CorrelationID
-		if md.CorrelationID == [16]byte{} {
+		if md.CorrelationID == uuid.Nil {
 			md.CorrelationID = e.ID
 		}
 		if md.Scope == nil && e.Metadata.Scope != nil {

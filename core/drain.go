@@ -315,8 +315,11 @@ func (w *Worker) drainStream(ctx context.Context, sw *streamWork, cursors map[pa
 			c, ok := cursors[pairKey{stream: sw.id, perspective: group[0].Perspective}]
 			k, applied := w.drainPair(ctx, sw, group, c, ok, collect)
 			n += k
+			if !collect {
+				continue
+			}
 			for _, e := range applied {
-				if collect && !seen[e.ID] {
+				if !seen[e.ID] {
 					seen[e.ID] = true
 					events = append(events, e)
 				}
@@ -376,18 +379,20 @@ type parking struct {
 	acked bool
 }
 
-func (w *Worker) parkedUntil(k pairKey) (time.Time, bool) {
+// isParked reports whether the pair is held back, forgetting a parking that
+// is over.
+func (w *Worker) isParked(k pairKey) bool {
 	w.parkedMu.Lock()
 	defer w.parkedMu.Unlock()
 	p, ok := w.parked[k]
 	if !ok {
-		return time.Time{}, false
+		return false
 	}
 	if p.acked && !w.now().Before(p.until) {
 		delete(w.parked, k)
-		return time.Time{}, false
+		return false
 	}
-	return p.until, true
+	return true
 }
 
 func (w *Worker) park(k pairKey, until time.Time) {
@@ -449,7 +454,7 @@ func (w *Worker) drainPair(ctx context.Context, sw *streamWork, rows []ports.Wor
 	streamID := sw.id
 	name := rows[0].Perspective
 	key := pairKey{stream: streamID, perspective: name}
-	if _, parked := w.parkedUntil(key); parked {
+	if w.isParked(key) {
 		return 0, nil
 	}
 	release, err := w.gates.acquire(ctx, key, nil)
@@ -460,7 +465,7 @@ func (w *Worker) drainPair(ctx context.Context, sw *streamWork, rows []ports.Wor
 	// Check again: a run that held the gate may just have parked the pair;
 	// and rows fetched before its failure was acknowledged are stale (the
 	// backend released the failed row since).
-	if _, parked := w.parkedUntil(key); parked || w.staleFetch(key, sw.seq) {
+	if w.isParked(key) || w.staleFetch(key, sw.seq) {
 		return 0, nil
 	}
 
@@ -725,11 +730,19 @@ func (r *pairRun) complete(ctx context.Context) {
 	if err := r.w.strategy.ReportCompletion(ctx, c); err != nil && ctx.Err() == nil {
 		r.w.log.ErrorContext(ctx, "reporting completion failed; rows are re-delivered after their lease", slog.Any("error", err))
 	}
-	if n := r.savedCount(); n > 0 {
-		r.w.signalProgress()
-		if h := r.w.opts.Hooks.OnPerspectiveEventProcessed; h != nil {
-			h(PerspectiveEventProcessed{Perspective: r.key.perspective, StreamID: r.key.stream, EventCount: n, LastVersion: lastVersion})
-		}
+	r.announceSaved(lastVersion)
+}
+
+// announceSaved signals progress and fires OnPerspectiveEventProcessed when
+// the run saved events, lastVersion being the position it reached.
+func (r *pairRun) announceSaved(lastVersion int64) {
+	n := r.savedCount()
+	if n == 0 {
+		return
+	}
+	r.w.signalProgress()
+	if h := r.w.opts.Hooks.OnPerspectiveEventProcessed; h != nil {
+		h(PerspectiveEventProcessed{Perspective: r.key.perspective, StreamID: r.key.stream, EventCount: n, LastVersion: lastVersion})
 	}
 }
 
@@ -744,12 +757,7 @@ func (r *pairRun) failAt(ctx context.Context, i int, cause error) {
 		}
 	}
 	lastID, lastVersion := r.position()
-	if r.savedCount() > 0 {
-		r.w.signalProgress()
-		if h := r.w.opts.Hooks.OnPerspectiveEventProcessed; h != nil {
-			h(PerspectiveEventProcessed{Perspective: r.key.perspective, StreamID: r.key.stream, EventCount: r.savedCount(), LastVersion: lastVersion})
-		}
-	}
+	r.announceSaved(lastVersion)
 	r.w.fail(context.WithoutCancel(ctx), r.key, r.rows[i:], r.completedIDs(), lastID, lastVersion, cause)
 }
 
@@ -861,10 +869,7 @@ func (w *Worker) flushPending(ctx context.Context) {
 }
 
 func (w *Worker) flushCompletions(ctx context.Context, batch []completion.Tracked[ports.Completion]) error {
-	items := make([]ports.Completion, len(batch))
-	for i, t := range batch {
-		items[i] = t.Item
-	}
+	items := itemsOf(batch)
 	_, err := w.backend.Cursors.WorkComplete(ctx, &ports.WorkCompleteParams{
 		InstanceID:  w.opts.InstanceID,
 		Completions: items,
@@ -875,10 +880,7 @@ func (w *Worker) flushCompletions(ctx context.Context, batch []completion.Tracke
 }
 
 func (w *Worker) flushFailures(ctx context.Context, batch []completion.Tracked[ports.Failure]) error {
-	items := make([]ports.Failure, len(batch))
-	for i, t := range batch {
-		items[i] = t.Item
-	}
+	items := itemsOf(batch)
 	return w.backend.Cursors.WorkFail(ctx, &ports.WorkFailParams{
 		InstanceID: w.opts.InstanceID,
 		Failures:   items,
@@ -888,13 +890,18 @@ func (w *Worker) flushFailures(ctx context.Context, batch []completion.Tracked[p
 }
 
 func (w *Worker) completionsAcknowledged(batch []completion.Tracked[ports.Completion]) {
-	items, ids := untrack(batch)
-	w.strategy.MarkAcknowledged(ids)
-	w.strategy.ClearAcknowledged()
+	items := itemsOf(batch)
+	n := 0
 	for _, c := range items {
-		w.cache.ActivateRetentionFor(c.WorkIDs)
+		n += len(c.WorkIDs)
 	}
-	w.signalProgress()
+	workIDs := make([]uuid.UUID, 0, n)
+	for _, c := range items {
+		workIDs = append(workIDs, c.WorkIDs...)
+	}
+	// One ActivateRetentionFor for the batch: one hold of the dedup lock
+	// the drains contend for, not one per completion.
+	w.acknowledge(trackingIDs(batch), workIDs)
 	if w.claimHasMore.Load() {
 		signal(w.claimWake) // room was freed for more of the backlog
 	}
@@ -904,13 +911,13 @@ func (w *Worker) completionsAcknowledged(batch []completion.Tracked[ports.Comple
 }
 
 func (w *Worker) failuresAcknowledged(batch []completion.Tracked[ports.Failure]) {
-	items, ids := untrack(batch)
+	items := itemsOf(batch)
 	var workIDs []uuid.UUID
 	for _, f := range items {
 		workIDs = append(workIDs, f.AppliedWorkIDs...)
 		w.parkAcked(pairKey{stream: f.StreamID, perspective: f.Perspective})
 	}
-	w.acknowledge(ids, workIDs)
+	w.acknowledge(trackingIDs(batch), workIDs)
 	if h := w.opts.Hooks.OnCompletionsFlushed; h != nil {
 		h(CompletionsFlushed{Failures: items})
 	}
@@ -925,13 +932,20 @@ func (w *Worker) acknowledge(trackingIDs, workIDs []uuid.UUID) {
 	w.signalProgress()
 }
 
-func untrack[T any](batch []completion.Tracked[T]) ([]T, []uuid.UUID) {
+func itemsOf[T any](batch []completion.Tracked[T]) []T {
 	items := make([]T, len(batch))
+	for i, t := range batch {
+		items[i] = t.Item
+	}
+	return items
+}
+
+func trackingIDs[T any](batch []completion.Tracked[T]) []uuid.UUID {
 	ids := make([]uuid.UUID, len(batch))
 	for i, t := range batch {
-		items[i], ids[i] = t.Item, t.ID
+		ids[i] = t.ID
 	}
-	return items, ids
+	return ids
 }
 
 func track[T any](items []T) []completion.Tracked[T] {

@@ -107,6 +107,7 @@ func AddReceptor[E any](r *Registry, stage Stage, mode Mode, fn func(ctx context
 	r.receptors = append(r.receptors, receptor{stage: stage, mode: mode, goType: t, call: func(ctx context.Context, e any, info StageInfo) error {
 		return fn(ctx, e.(E), info)
 	}})
+	r.receptorStages.Or(1 << stage)
 	return nil
 }
 
@@ -128,15 +129,12 @@ func (r *Registry) receptorsFor(stage Stage, typ string) []receptor {
 }
 
 // hasReceptors reports whether any receptor is registered for any of the
-// stages.
+// stages. It takes no lock: the drain path asks it for every pair.
 func (r *Registry) hasReceptors(stages ...Stage) bool {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	for _, rc := range r.receptors {
-		for _, s := range stages {
-			if rc.stage == s {
-				return true
-			}
+	added := r.receptorStages.Load()
+	for _, s := range stages {
+		if added&(1<<s) != 0 {
+			return true
 		}
 	}
 	return false
@@ -243,18 +241,20 @@ func (l *lifecycle) fire(ctx context.Context, stage Stage, perspective string, e
 				})
 				continue
 			}
-			rctx, err := w.establishSecurity(ctx, e)
-			if err == nil {
-				err = callReceptor(rctx, rc, decoded, info)
-			}
-			if err != nil {
+			if err := l.callReceptor(ctx, rc, e, decoded, info); err != nil {
 				w.log.ErrorContext(ctx, "inline receptor failed", slog.String("stage", stage.String()), slog.String("event_id", e.ID.String()), slog.Any("error", err))
 			}
 		}
 	}
 }
 
-func callReceptor(ctx context.Context, rc receptor, decoded any, info StageInfo) (err error) {
+// callReceptor runs rc for e under e's security context, turning a panic
+// into an error.
+func (l *lifecycle) callReceptor(ctx context.Context, rc receptor, e ports.Event, decoded any, info StageInfo) (err error) {
+	ctx, err = l.w.establishSecurity(ctx, e)
+	if err != nil {
+		return err
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("receptor panicked: %v", r)
@@ -265,15 +265,22 @@ func callReceptor(ctx context.Context, rc receptor, decoded any, info StageInfo)
 
 // prePerspective fires PrePerspective for events about to be applied.
 func (l *lifecycle) prePerspective(ctx context.Context, events []ports.Event) {
-	if !l.w.reg.hasReceptors(PrePerspective) {
-		return
+	if l.w.reg.hasReceptors(PrePerspective) {
+		l.claimAndFire(ctx, PrePerspective, ports.StagePrePerspective, events)
 	}
-	won, err := l.claim(ctx, events, ports.StagePrePerspective)
+}
+
+// claimAndFire fires stage for the events whose durable stage this caller
+// claims and returns them. It reports false when the claim failed, which it
+// logs.
+func (l *lifecycle) claimAndFire(ctx context.Context, stage Stage, durable ports.LifecycleStage, events []ports.Event) ([]ports.Event, bool) {
+	won, err := l.claim(ctx, events, durable)
 	if err != nil {
-		l.w.log.ErrorContext(ctx, "PrePerspective skipped", slog.Any("error", err))
-		return
+		l.w.log.ErrorContext(ctx, stage.String()+" skipped", slog.Any("error", err))
+		return nil, false
 	}
-	l.fire(ctx, PrePerspective, "", won)
+	l.fire(ctx, stage, "", won)
+	return won, true
 }
 
 // afterBatch starts the batch's PostAllPerspectives/PostLifecycle task,
@@ -321,10 +328,11 @@ func (l *lifecycle) completeEvents(ctx context.Context, events []ports.Event) {
 	for _, c := range cursors {
 		pos[pairKey{stream: c.StreamID, perspective: c.Perspective}] = c.LastVersion
 	}
+	subscribers := w.reg.subscribers()
 	var ready []ports.Event
 	for _, e := range events {
 		all := true
-		for _, p := range w.reg.PerspectivesFor(e.Type) {
+		for _, p := range subscribers[e.Type] {
 			if pos[pairKey{stream: e.StreamID, perspective: p}] < e.Version {
 				all = false
 				break
@@ -340,20 +348,11 @@ func (l *lifecycle) completeEvents(ctx context.Context, events []ports.Event) {
 // runTerminalStages claims and fires PostAllPerspectives then PostLifecycle;
 // the PostLifecycle claim is the durable completion marker.
 func (l *lifecycle) runTerminalStages(ctx context.Context, events []ports.Event) {
-	w := l.w
-	won, err := l.claim(ctx, events, ports.StagePostAllPerspectives)
-	if err != nil {
-		w.log.ErrorContext(ctx, "PostAllPerspectives skipped", slog.Any("error", err))
+	if _, ok := l.claimAndFire(ctx, PostAllPerspectives, ports.StagePostAllPerspectives, events); !ok {
 		return
 	}
-	l.fire(ctx, PostAllPerspectives, "", won)
-	won, err = l.claim(ctx, events, ports.StagePostLifecycle)
-	if err != nil {
-		w.log.ErrorContext(ctx, "PostLifecycle skipped", slog.Any("error", err))
-		return
-	}
-	l.fire(ctx, PostLifecycle, "", won)
-	if h := w.opts.Hooks.OnLifecycleCompleted; h != nil && len(won) > 0 {
+	won, _ := l.claimAndFire(ctx, PostLifecycle, ports.StagePostLifecycle, events)
+	if h := l.w.opts.Hooks.OnLifecycleCompleted; h != nil && len(won) > 0 {
 		h(won)
 	}
 }
@@ -375,10 +374,7 @@ func (l *lifecycle) reconcile(ctx context.Context) int {
 	if store == nil || !w.reg.hasReceptors(PostAllPerspectives, PostLifecycle) {
 		return 0
 	}
-	expected := map[string][]string{}
-	for _, s := range w.reg.Subscriptions() {
-		expected[s.EventType] = append(expected[s.EventType], s.Perspective)
-	}
+	expected := w.reg.subscribers()
 	healed := 0
 	for range orphanPasses {
 		orphans, err := store.LifecycleOrphans(ctx, &ports.LifecycleOrphansParams{Expected: expected, Since: w.now().Add(-orphanLookback), Limit: orphanBatch})

@@ -206,22 +206,10 @@ func (o *Options) withDefaults() (Options, error) {
 	}
 	var errs []error
 	dur := func(name string, v *time.Duration, def time.Duration) {
-		if *v < 0 {
-			//lint:ignore ST1005 the message starts with the Go field name
-			errs = append(errs, fmt.Errorf("Options.%s must not be negative, got %s", name, *v))
-		}
-		if *v == 0 {
-			*v = def
-		}
+		defaultDuration(&errs, name, v, def)
 	}
 	num := func(name string, v *int, def int, allowUnlimited bool) {
-		if *v < 0 && !(allowUnlimited && *v == Unlimited) {
-			//lint:ignore ST1005 the message starts with the Go field name
-			errs = append(errs, fmt.Errorf("Options.%s must be positive, got %d", name, *v))
-		}
-		if *v == 0 {
-			*v = def
-		}
+		defaultCount(&errs, name, v, def, allowUnlimited)
 	}
 	if c.InstanceID == uuid.Nil {
 		id, err := uuid.NewV7()
@@ -289,4 +277,29 @@ func (o *Options) withDefaults() (Options, error) {
 		return c, fmt.Errorf("invalid options: %w", err)
 	}
 	return c, nil
+}
+
+// defaultDuration sets *v to def when it is zero and records an error naming
+// the field (Options.name) when it is negative.
+func defaultDuration(errs *[]error, name string, v *time.Duration, def time.Duration) {
+	if *v < 0 {
+		//lint:ignore ST1005 the message starts with the Go field name
+		*errs = append(*errs, fmt.Errorf("Options.%s must not be negative, got %s", name, *v))
+	}
+	if *v == 0 {
+		*v = def
+	}
+}
+
+// defaultCount sets *v to def when it is zero and records an error naming
+// the field (Options.name) when it is negative, unless allowUnlimited and it
+// is Unlimited.
+func defaultCount(errs *[]error, name string, v *int, def int, allowUnlimited bool) {
+	if *v < 0 && !(allowUnlimited && *v == Unlimited) {
+		//lint:ignore ST1005 the message starts with the Go field name
+		*errs = append(*errs, fmt.Errorf("Options.%s must be positive, got %d", name, *v))
+	}
+	if *v == 0 {
+		*v = def
+	}
 }

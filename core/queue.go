@@ -1,6 +1,7 @@
 package core
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/google/uuid"
@@ -61,11 +62,8 @@ func (q *drainQueue) notify() {
 // Take removes up to n queued ids and marks them in flight.
 func (q *drainQueue) Take(n int) []uuid.UUID {
 	q.mu.Lock()
-	if n > len(q.order) {
-		n = len(q.order)
-	}
-	ids := make([]uuid.UUID, n)
-	copy(ids, q.order[:n])
+	n = min(n, len(q.order))
+	ids := slices.Clone(q.order[:n])
 	q.order = q.order[n:]
 	if len(q.order) == 0 {
 		q.order = nil

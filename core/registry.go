@@ -1,13 +1,17 @@
 package core
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
-	"sort"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -35,6 +39,9 @@ type Registry struct {
 	perspectives map[string]perspective
 
 	receptors []receptor
+	// receptorStages has bit 1<<stage set once a receptor of that stage is
+	// added, so the drain path asks hasReceptors without taking mu.
+	receptorStages atomic.Uint32
 
 	subscribedMu sync.Mutex
 	subscribed   map[ports.EventStore]bool
@@ -104,14 +111,13 @@ func (r *Registry) RegisterSubscriptions(ctx context.Context, store ports.EventS
 }
 
 func (r *Registry) ensureSubscribed(ctx context.Context, store ports.EventStore) error {
-	if !reflect.TypeOf(store).Comparable() {
-		return r.RegisterSubscriptions(ctx, store)
-	}
-	r.subscribedMu.Lock()
-	done := r.subscribed[store]
-	r.subscribedMu.Unlock()
-	if done {
-		return nil
+	if reflect.TypeOf(store).Comparable() {
+		r.subscribedMu.Lock()
+		done := r.subscribed[store]
+		r.subscribedMu.Unlock()
+		if done {
+			return nil
+		}
 	}
 	return r.RegisterSubscriptions(ctx, store)
 }
@@ -315,12 +321,7 @@ func (p *Perspective[M]) eventTypes() []string {
 }
 
 func (p *Perspective[M]) eventTypesLocked() []string {
-	names := make([]string, 0, len(p.byName))
-	for n := range p.byName {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+	return slices.Sorted(maps.Keys(p.byName))
 }
 
 func (p *Perspective[M]) decodeModel(data []byte) (any, error) {
@@ -384,12 +385,7 @@ func (r *Registry) AddPerspective(p Registrable) error {
 func (r *Registry) Perspectives() []string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	names := make([]string, 0, len(r.perspectives))
-	for n := range r.perspectives {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+	return slices.Sorted(maps.Keys(r.perspectives))
 }
 
 // Subscriptions returns every (event type, perspective) pair, sorted.
@@ -402,11 +398,8 @@ func (r *Registry) Subscriptions() []ports.Subscription {
 			subs = append(subs, ports.Subscription{EventType: t, Perspective: p.Name()})
 		}
 	}
-	sort.Slice(subs, func(i, j int) bool {
-		if subs[i].EventType != subs[j].EventType {
-			return subs[i].EventType < subs[j].EventType
-		}
-		return subs[i].Perspective < subs[j].Perspective
+	slices.SortFunc(subs, func(a, b ports.Subscription) int {
+		return cmp.Or(strings.Compare(a.EventType, b.EventType), strings.Compare(a.Perspective, b.Perspective))
 	})
 	return subs
 }
@@ -416,6 +409,16 @@ func (r *Registry) perspective(name string) (perspective, bool) {
 	defer r.mu.RUnlock()
 	p, ok := r.perspectives[name]
 	return p, ok
+}
+
+// subscribers maps each event type to the perspectives that apply it,
+// sorted: PerspectivesFor of every type at once.
+func (r *Registry) subscribers() map[string][]string {
+	out := map[string][]string{}
+	for _, s := range r.Subscriptions() {
+		out[s.EventType] = append(out[s.EventType], s.Perspective)
+	}
+	return out
 }
 
 // PerspectivesFor returns the perspectives that apply events of a type.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/vantage-go/vantage/core/internal/dedup"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -34,6 +35,7 @@ const (
 	RewindKeepAliveDefault         = 10 * time.Second
 	MaxConcurrentRewindsDefault    = 3
 	rewindStartupPolls             = 100
+	rebuildPageSize                = 500
 	rewindLockRetryDelay           = time.Second
 	lockReasonRewind, lockReasonRB = "rewind", "rebuild"
 )
@@ -68,24 +70,11 @@ type RewindOptions struct {
 }
 
 func (o *RewindOptions) withDefaults(errs *[]error) {
-	dur := func(name string, v *time.Duration, def time.Duration) {
-		if *v < 0 {
-			*errs = append(*errs, fmt.Errorf("Options.Rewind.%s must not be negative, got %s", name, *v))
-		}
-		if *v == 0 {
-			*v = def
-		}
-	}
-	dur("Debounce", &o.Debounce, RewindDebounceDefault)
-	dur("MaxDebounce", &o.MaxDebounce, RewindMaxDebounceDefault)
-	dur("LockTimeout", &o.LockTimeout, RewindLockTimeoutDefault)
-	dur("KeepAlive", &o.KeepAlive, RewindKeepAliveDefault)
-	if o.MaxConcurrentRewinds < 0 {
-		*errs = append(*errs, fmt.Errorf("Options.Rewind.MaxConcurrentRewinds must be positive, got %d", o.MaxConcurrentRewinds))
-	}
-	if o.MaxConcurrentRewinds == 0 {
-		o.MaxConcurrentRewinds = MaxConcurrentRewindsDefault
-	}
+	defaultDuration(errs, "Rewind.Debounce", &o.Debounce, RewindDebounceDefault)
+	defaultDuration(errs, "Rewind.MaxDebounce", &o.MaxDebounce, RewindMaxDebounceDefault)
+	defaultDuration(errs, "Rewind.LockTimeout", &o.LockTimeout, RewindLockTimeoutDefault)
+	defaultDuration(errs, "Rewind.KeepAlive", &o.KeepAlive, RewindKeepAliveDefault)
+	defaultCount(errs, "Rewind.MaxConcurrentRewinds", &o.MaxConcurrentRewinds, MaxConcurrentRewindsDefault, false)
 	if o.SnapshotEvery < 0 {
 		*errs = append(*errs, fmt.Errorf("Options.Rewind.SnapshotEvery must not be negative, got %d", o.SnapshotEvery))
 	}
@@ -170,7 +159,7 @@ func (w *Worker) rewindPair(ctx context.Context, p perspective, key pairKey, row
 	}
 	defer release()
 
-	start := time.Now()
+	start := w.now()
 	trigger := cursor.RewindTriggerVersion
 	if trigger == 0 && len(rows) > 0 {
 		trigger = rows[0].EventVersion
@@ -190,7 +179,7 @@ func (w *Worker) rewindPair(ctx context.Context, p perspective, key pairKey, row
 	w.log.InfoContext(ctx, "rewound perspective", slog.String("perspective", key.perspective), slog.String("stream_id", key.stream.String()),
 		slog.Int64("trigger_version", trigger), slog.Int64("from_version", res.from), slog.Int("replayed", res.replayed), slog.Int("new", len(res.fresh)))
 	if h := w.opts.Hooks.OnRewind; h != nil {
-		h(RewindInfo{StreamID: key.stream, Perspective: key.perspective, FromVersion: res.from, TriggerVersion: trigger, Replayed: res.replayed, New: len(res.fresh), Duration: time.Since(start)})
+		h(RewindInfo{StreamID: key.stream, Perspective: key.perspective, FromVersion: res.from, TriggerVersion: trigger, Replayed: res.replayed, New: len(res.fresh), Duration: w.now().Sub(start)})
 	}
 	return res.fresh
 }
@@ -293,7 +282,7 @@ func (w *Worker) replay(ctx context.Context, p perspective, key pairKey, trigger
 	for _, t := range p.eventTypes() {
 		handles[t] = true
 	}
-	var toFire []ports.Event
+	var toReplay, toFire []ports.Event
 	for _, e := range events {
 		if e.Version > upTo {
 			break
@@ -301,19 +290,14 @@ func (w *Worker) replay(ctx context.Context, p perspective, key pairKey, trigger
 		if !handles[e.Type] {
 			continue
 		}
+		toReplay = append(toReplay, e)
 		if pending[e.ID] {
 			toFire = append(toFire, e)
 		}
 	}
 	w.life.prePerspective(ctx, toFire)
 	prevVersion := res.from
-	for _, e := range events {
-		if e.Version > upTo {
-			break
-		}
-		if !handles[e.Type] {
-			continue
-		}
+	for _, e := range toReplay {
 		decoded, err := w.reg.Decode(e)
 		if err != nil {
 			return res, err
@@ -330,7 +314,7 @@ func (w *Worker) replay(ctx context.Context, p perspective, key pairKey, trigger
 		if pending[e.ID] {
 			res.fresh = append(res.fresh, e)
 		}
-		if every := int64(w.opts.Rewind.SnapshotEvery); snaps != nil && every > 0 && e.Version/every > prevVersion/every {
+		if snaps != nil && w.snapshotDue(prevVersion, e.Version) {
 			data, err := p.encodeModel(model)
 			if err != nil {
 				return res, err
@@ -449,10 +433,11 @@ func (w *Worker) repairRewind(ctx context.Context, key pairKey, c ports.Cursor) 
 	}
 	var rows []ports.WorkItem
 	for _, r := range res.Work {
-		if r.Perspective == key.perspective && !w.cache.Contains(r.WorkID) {
+		if r.Perspective == key.perspective {
 			rows = append(rows, r)
 		}
 	}
+	rows, _ = dedup.Partition(w.cache, rows, workID)
 	rows = w.deadLetterExhausted(ctx, rows)
 	fresh := w.rewindPair(ctx, p, key, rows, c, true)
 	w.life.afterBatch(ctx, fresh)
@@ -472,14 +457,20 @@ func (w *Worker) repairRewind(ctx context.Context, key pairKey, c ports.Cursor) 
 // multiple of SnapshotEvery stream versions. A failed snapshot only costs a
 // longer replay later, so it is logged, not returned.
 func (w *Worker) maybeSnapshot(ctx context.Context, key pairKey, from int64, last ports.Event, data []byte) {
-	every := int64(w.opts.Rewind.SnapshotEvery)
-	if w.backend.Snapshots == nil || every <= 0 || last.Version/every <= from/every {
+	if w.backend.Snapshots == nil || !w.snapshotDue(from, last.Version) {
 		return
 	}
 	err := w.backend.Snapshots.SnapshotSave(ctx, ports.Snapshot{StreamID: key.stream, Perspective: key.perspective, Version: last.Version, EventID: last.ID, Data: data, CreatedAt: w.now()})
 	if err != nil && ctx.Err() == nil {
 		w.log.WarnContext(ctx, "saving snapshot failed", slog.Any("error", err))
 	}
+}
+
+// snapshotDue reports whether a model moving from version from to version
+// to crossed a multiple of SnapshotEvery.
+func (w *Worker) snapshotDue(from, to int64) bool {
+	every := int64(w.opts.Rewind.SnapshotEvery)
+	return every > 0 && to/every > from/every
 }
 
 func (w *Worker) finishStartupScan() {
@@ -527,7 +518,7 @@ func (w *Worker) Rebuild(ctx context.Context, perspectiveName string, streams ..
 			return fmt.Errorf("rebuilding stream %s: its lock is held by another instance", stream)
 		}
 		defer unlock()
-		start := time.Now()
+		start := w.now()
 		if w.backend.Snapshots != nil {
 			if _, err := w.backend.Snapshots.SnapshotsDeleteFrom(ctx, stream, perspectiveName, 0); err != nil {
 				return fmt.Errorf("rebuilding stream %s: %w", stream, err)
@@ -539,31 +530,30 @@ func (w *Worker) Rebuild(ctx context.Context, perspectiveName string, streams ..
 		}
 		rebuilt++
 		if h := w.opts.Hooks.OnRewind; h != nil {
-			h(RewindInfo{StreamID: stream, Perspective: perspectiveName, Replayed: res.replayed, Duration: time.Since(start), Rebuild: true})
+			h(RewindInfo{StreamID: stream, Perspective: perspectiveName, Replayed: res.replayed, Duration: w.now().Sub(start), Rebuild: true})
+		}
+		return nil
+	}
+	rebuildAll := func(streams []uuid.UUID) error {
+		for _, s := range streams {
+			if err := rebuild(s); err != nil {
+				return err
+			}
 		}
 		return nil
 	}
 	if len(streams) > 0 {
-		for _, s := range streams {
-			if err := rebuild(s); err != nil {
-				return rebuilt, err
-			}
-		}
-		return rebuilt, nil
+		err := rebuildAll(streams)
+		return rebuilt, err
 	}
-	after := uuid.Nil
-	for {
-		page, err := w.backend.Rewind.StreamsWithEventTypes(ctx, &ports.StreamsWithEventTypesParams{EventTypes: p.eventTypes(), After: after, Limit: 500})
+	types := p.eventTypes()
+	for after := uuid.Nil; ; {
+		page, err := w.backend.Rewind.StreamsWithEventTypes(ctx, &ports.StreamsWithEventTypesParams{EventTypes: types, After: after, Limit: rebuildPageSize})
 		if err != nil {
 			return rebuilt, fmt.Errorf("rebuilding: listing streams: %w", err)
 		}
-		for _, s := range page {
-			if err := rebuild(s); err != nil {
-				return rebuilt, err
-			}
-		}
-		if len(page) < 500 {
-			return rebuilt, nil
+		if err := rebuildAll(page); err != nil || len(page) < rebuildPageSize {
+			return rebuilt, err
 		}
 		after = page[len(page)-1]
 	}

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"maps"
 
 	"github.com/vantage-go/vantage/ports"
 )
@@ -114,13 +115,9 @@ func (w *Worker) establishSecurity(ctx context.Context, event ports.Event) (cont
 	return WithScope(ctx, sc.Scope), nil
 }
 
+// copyScope returns s with its own Extras, so a handler cannot change the
+// event's scope through its security context.
 func copyScope(s ports.Scope) ports.Scope {
-	if s.Extras != nil {
-		extras := make(map[string]string, len(s.Extras))
-		for k, v := range s.Extras {
-			extras[k] = v
-		}
-		s.Extras = extras
-	}
+	s.Extras = maps.Clone(s.Extras)
 	return s
 }

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -46,7 +47,6 @@ type Worker struct {
 	reg     *Registry
 	opts    Options
 	clock   ports.Clock
-	passNow bool
 	log     *slog.Logger
 
 	cache       *dedup.Cache
@@ -127,8 +127,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		backend:    backend,
 		reg:        registry,
 		opts:       o,
-		clock:      o.Clock,
-		passNow:    o.Clock != nil,
+		clock:      cmp.Or[ports.Clock](o.Clock, ports.SystemClock{}),
 		log:        o.Logger.With(slog.String("component", "vantage.worker"), slog.String("instance_id", o.InstanceID.String())),
 		queue:      newDrainQueue(),
 		gates:      newGates(),
@@ -145,18 +144,11 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	w.life = newLifecycle(w)
 	w.models = newModelCache(o.ModelCacheSize)
 	w.batches = newModelBatches(backend.Models, o.LeaseGrace)
-	if w.clock == nil {
-		w.clock = ports.SystemClock{}
-	}
 	w.idle.Store(true)
 	for range o.MaxConcurrentDrainConsumers {
 		w.consumerWakes = append(w.consumerWakes, make(chan struct{}, 1))
 	}
-	var observer dedup.Observer
-	if o.Hooks.DedupObserver != nil {
-		observer = o.Hooks.DedupObserver
-	}
-	w.cache = dedup.New(dedup.Options{Retention: o.LeaseDuration, Clock: w.clock, Observer: observer})
+	w.cache = dedup.New(dedup.Options{Retention: o.LeaseDuration, Clock: w.clock, Observer: o.Hooks.DedupObserver})
 	if o.Completion == CompletionInstant {
 		w.strategy = completion.NewInstant(instantReporter{w})
 	} else {
@@ -207,6 +199,10 @@ func (w *Worker) RequestImmediatePoll() { w.wakeAll() }
 
 func (w *Worker) wakeAll() {
 	signal(w.claimWake)
+	w.wakeConsumers()
+}
+
+func (w *Worker) wakeConsumers() {
 	for _, c := range w.consumerWakes {
 		signal(c)
 	}
@@ -224,7 +220,7 @@ func signal(c chan struct{}) {
 func (w *Worker) now() time.Time { return w.clock.Now() }
 
 func (w *Worker) paramNow() time.Time {
-	if w.passNow {
+	if w.opts.Clock != nil {
 		return w.clock.Now()
 	}
 	return time.Time{}
@@ -385,6 +381,15 @@ func (w *Worker) heartbeatLoop(ctx context.Context, first *ports.InstanceHeartbe
 	}
 }
 
+// peerGone reports whether the peer that was due to go stale at prev (the
+// NextStaleAt of the previous heartbeat) is gone by now: prev has passed
+// and the new NextStaleAt differs. Then it was abandoned, by this instance
+// or by another survivor (or it heartbeat in time, which costs one early
+// claim).
+func peerGone(prev, now, next time.Time) bool {
+	return !prev.IsZero() && !now.Before(prev) && !next.Equal(prev)
+}
+
 // heartbeatDelay returns how long after now to heartbeat next: the
 // interval, or staleMargin past nextStaleAt (when the next peer goes stale,
 // zero for none) if that comes sooner, so a peer that stopped heartbeating is
@@ -398,15 +403,6 @@ func (w *Worker) heartbeatLoop(ctx context.Context, first *ports.InstanceHeartbe
 // again as we are late then doubles the overshoot with each such heartbeat,
 // so a skew costs a few heartbeats, not one every heartbeatMinDelay until it
 // is made up.
-// peerGone reports whether the peer that was due to go stale at prev (the
-// NextStaleAt of the previous heartbeat) is gone by now: prev has passed
-// and the new NextStaleAt differs. Then it was abandoned, by this instance
-// or by another survivor (or it heartbeat in time, which costs one early
-// claim).
-func peerGone(prev, now, next time.Time) bool {
-	return !prev.IsZero() && !now.Before(prev) && !next.Equal(prev)
-}
-
 func heartbeatDelay(interval time.Duration, now, nextStaleAt time.Time) time.Duration {
 	if nextStaleAt.IsZero() {
 		return interval
@@ -439,9 +435,7 @@ func (w *Worker) listenLoop(ctx context.Context, wakes <-chan ports.Wake) {
 			// notification both mean: poll now.
 			w.wakeCount.Add(1)
 			signal(w.notifyWake)
-			for _, c := range w.consumerWakes {
-				signal(c)
-			}
+			w.wakeConsumers()
 		}
 	}
 }
@@ -685,12 +679,13 @@ func (w *Worker) WaitForStream(ctx context.Context, streamID uuid.UUID, version 
 	}
 	// Each perspective must reach the last event at or below version that
 	// it handles; one that handles none of them has nothing to wait for.
+	subscribers := w.reg.subscribers()
 	targets := map[string]int64{}
 	for _, e := range events {
 		if e.Version > version {
 			break
 		}
-		for _, p := range w.reg.PerspectivesFor(e.Type) {
+		for _, p := range subscribers[e.Type] {
 			targets[p] = e.Version
 		}
 	}

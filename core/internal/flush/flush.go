@@ -34,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -288,12 +289,7 @@ func (f *Flusher[T]) Flush(ctx context.Context) error {
 		return w.err
 	case <-ctx.Done():
 		f.mu.Lock()
-		for i, x := range f.waiters {
-			if x == w {
-				f.waiters = append(f.waiters[:i], f.waiters[i+1:]...)
-				break
-			}
-		}
+		f.waiters = slices.DeleteFunc(f.waiters, func(x *waiter) bool { return x == w })
 		f.mu.Unlock()
 		return ctx.Err()
 	}
