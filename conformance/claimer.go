@@ -18,8 +18,7 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 	group(t, "InstanceDeregister", map[string]func(t *testing.T){
 		"ReleasesLeasesAndPins": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			ins := tb.instances(t, 2)
-			a, b := ins[0], ins[1]
+			a, b := tb.pair(t)
 			subscribe(t, tb.backend, eventType, perspective)
 			stream := newID(t)
 			appendN(t, tb.backend, stream, at(0), eventType, 2)
@@ -58,8 +57,7 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 	group(t, "InstanceHeartbeat", map[string]func(t *testing.T){
 		"AbandonsStaleInstances": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			ins := tb.instances(t, 2)
-			a, b := ins[0], ins[1]
+			a, b := tb.pair(t)
 			subscribe(t, tb.backend, eventType, perspective)
 			stream := newID(t)
 			appendN(t, tb.backend, stream, at(0), eventType, 1)
@@ -92,8 +90,7 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 		},
 		"NextStaleAtIgnoresOwnHeartbeat": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			ins := tb.instances(t, 2)
-			a, b := ins[0], ins[1]
+			a, b := tb.pair(t)
 
 			require.True(t, a.heartbeat(t, at(0)).NextStaleAt.IsZero(), "alone")
 			require.True(t, a.heartbeat(t, at(10*time.Second)).NextStaleAt.IsZero(), "still alone")
@@ -117,8 +114,7 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 		},
 		"NextStaleAtTracksAbandonment": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			ins := tb.instances(t, 2)
-			a, b := ins[0], ins[1]
+			a, b := tb.pair(t)
 			a.heartbeat(t, at(0))
 			requireTime(t, at(staleThreshold), b.heartbeat(t, at(10*time.Second)).NextStaleAt, "a is live")
 
@@ -169,8 +165,7 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 		},
 		"ReleasesPinsOfStaleInstances": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			ins := tb.instances(t, 2)
-			a, b := ins[0], ins[1]
+			a, b := tb.pair(t)
 			subscribe(t, tb.backend, eventType, perspective)
 			stream := newID(t)
 			appendN(t, tb.backend, stream, at(0), eventType, 1)
@@ -191,8 +186,7 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 	group(t, "WorkClaim", map[string]func(t *testing.T){
 		"CountsEveryClaimAsAnAttempt": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			ins := tb.instances(t, 2)
-			a, b := ins[0], ins[1]
+			a, b := tb.pair(t)
 			subscribe(t, tb.backend, eventType, perspective)
 			stream := newID(t)
 			appendN(t, tb.backend, stream, at(0), eventType, 1)
@@ -275,8 +269,7 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 		},
 		"LeasesNoMoreStreamsThanItReturns": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			ins := tb.instances(t, 2)
-			a, b := ins[0], ins[1]
+			a, b := tb.pair(t)
 			subscribe(t, tb.backend, eventType, perspective)
 			streams := newIDs(t, 3)
 			for _, s := range streams {
@@ -302,8 +295,7 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 		},
 		"LeasesEveryCandidateRowOfSelectedStreams": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			ins := tb.instances(t, 2)
-			a, b := ins[0], ins[1]
+			a, b := tb.pair(t)
 			subscribe(t, tb.backend, eventType, perspective, perspective2)
 			stream := newID(t)
 			appendN(t, tb.backend, stream, at(0), eventType, 3)
@@ -323,8 +315,7 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 		},
 		"NewInstanceDoesNotStealPinnedStreams": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			ins := tb.instances(t, 2)
-			a, b := ins[0], ins[1]
+			a, b := tb.pair(t)
 			subscribe(t, tb.backend, eventType, perspective)
 			streams := newIDs(t, 20)
 			for _, s := range streams {
@@ -345,8 +336,7 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 		},
 		"OrderingGuardBlocksLaterRows": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			ins := tb.instances(t, 2)
-			a, b := ins[0], ins[1]
+			a, b := tb.pair(t)
 			subscribe(t, tb.backend, eventType, perspective)
 			stream, control := newID(t), newID(t)
 			appendN(t, tb.backend, stream, at(0), eventType, 1)
@@ -372,8 +362,7 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 		},
 		"ReclaimsExpiredLeasesOfDeadInstances": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			ins := tb.instances(t, 2)
-			a, b := ins[0], ins[1]
+			a, b := tb.pair(t)
 			subscribe(t, tb.backend, eventType, perspective)
 			stream := newID(t)
 			appendN(t, tb.backend, stream, at(0), eventType, 2)
@@ -507,8 +496,7 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 		},
 		"FencedToHolder": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			ins := tb.instances(t, 2)
-			a, b := ins[0], ins[1]
+			a, b := tb.pair(t)
 			subscribe(t, tb.backend, eventType, perspective)
 			stream := newID(t)
 			events := appendN(t, tb.backend, stream, at(0), eventType, 2)
@@ -527,8 +515,7 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 		},
 		"FencedAfterTakeover": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			ins := tb.instances(t, 2)
-			a, b := ins[0], ins[1]
+			a, b := tb.pair(t)
 			subscribe(t, tb.backend, eventType, perspective)
 			stream := newID(t)
 			appendN(t, tb.backend, stream, at(0), eventType, 1)

@@ -55,16 +55,16 @@ type NewBackendFunc func(t *testing.T) Opener
 // and returns before they finish, like any parallel t.Run.
 func Run(t *testing.T, newBackend NewBackendFunc, features Features) {
 	t.Helper()
-	runPorts(t, newBackend, features)
-	runEngine(t, newBackend, features)
+	_ = features // no case depends on it yet: optional ports are detected from the Backend
+	runPorts(t, newBackend)
+	runEngine(t, newBackend)
 }
 
 // runPorts runs the contract tests of every port, one group per port method.
 // The groups of an optional port are skipped when the adapter leaves its
 // Backend field nil.
-func runPorts(t *testing.T, newBackend NewBackendFunc, features Features) {
+func runPorts(t *testing.T, newBackend NewBackendFunc) {
 	t.Helper()
-	_ = features // optional ports are detected from the Backend, not declared
 
 	runClaimer(t, newBackend)
 	runFetcher(t, newBackend)

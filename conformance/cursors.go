@@ -236,8 +236,7 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 		},
 		"FencedAfterTakeover": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			ins := tb.instances(t, 2)
-			a, b := ins[0], ins[1]
+			a, b := tb.pair(t)
 			subscribe(t, tb.backend, eventType, perspective)
 			stream := newID(t)
 			events := appendN(t, tb.backend, stream, at(0), eventType, 1)

@@ -25,38 +25,16 @@ const scenarioTimeout = 60 * time.Second
 
 // runEngine runs the engine scenarios: real Workers on the backend under
 // test, synchronised through hooks (never sleeps).
-func runEngine(t *testing.T, newBackend NewBackendFunc, _ Features) {
+func runEngine(t *testing.T, newBackend NewBackendFunc) {
 	t.Helper()
-	t.Run("Engine", func(t *testing.T) {
-		t.Parallel()
-		t.Run("ExactlyOnceInOrderOneInstance", func(t *testing.T) {
-			t.Parallel()
-			testExactlyOnce(t, newBackend, 1)
-		})
-		t.Run("ExactlyOnceInOrderThreeInstances", func(t *testing.T) {
-			t.Parallel()
-			testExactlyOnce(t, newBackend, 3)
-		})
-		t.Run("StaleInstanceLosesItsStreams", func(t *testing.T) {
-			t.Parallel()
-			testStaleInstance(t, newBackend)
-		})
-		t.Run("PoisonEventDeadLetteredOthersFlow", func(t *testing.T) {
-			t.Parallel()
-			testPoisonEvent(t, newBackend)
-		})
-		t.Run("ConcurrentAppendsNothingSkipped", func(t *testing.T) {
-			t.Parallel()
-			testConcurrentAppends(t, newBackend)
-		})
-		t.Run("FailureOfOnePerspectiveKeepsItsWork", func(t *testing.T) {
-			t.Parallel()
-			testFailureKeepsOtherPerspectivesWork(t, newBackend)
-		})
-		t.Run("UndecodableEventDeadLettered", func(t *testing.T) {
-			t.Parallel()
-			testUndecodable(t, newBackend)
-		})
+	group(t, "Engine", map[string]func(t *testing.T){
+		"ExactlyOnceInOrderOneInstance":       func(t *testing.T) { testExactlyOnce(t, newBackend, 1) },
+		"ExactlyOnceInOrderThreeInstances":    func(t *testing.T) { testExactlyOnce(t, newBackend, 3) },
+		"StaleInstanceLosesItsStreams":        func(t *testing.T) { testStaleInstance(t, newBackend) },
+		"PoisonEventDeadLetteredOthersFlow":   func(t *testing.T) { testPoisonEvent(t, newBackend) },
+		"ConcurrentAppendsNothingSkipped":     func(t *testing.T) { testConcurrentAppends(t, newBackend) },
+		"FailureOfOnePerspectiveKeepsItsWork": func(t *testing.T) { testFailureKeepsOtherPerspectivesWork(t, newBackend) },
+		"UndecodableEventDeadLettered":        func(t *testing.T) { testUndecodable(t, newBackend) },
 	})
 	runEngineLifecycle(t, newBackend)
 }
@@ -258,17 +236,24 @@ func appendTicks(t *testing.T, reg *core.Registry, b ports.Backend, stream uuid.
 	require.NoError(t, err)
 }
 
+// loadModel returns the stored model of (stream, perspective), or the zero M
+// when there is none yet.
+func loadModel[M any](t *testing.T, b ports.Backend, stream uuid.UUID, perspective string) M {
+	t.Helper()
+	var m M
+	stored, err := b.Models.ModelLoad(t.Context(), stream, perspective)
+	if errors.Is(err, ports.ErrNotFound) {
+		return m
+	}
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(stored.Data, &m))
+	return m
+}
+
 // modelVersions returns the versions stored in a perspective's model.
 func modelVersions(t *testing.T, b ports.Backend, stream uuid.UUID, perspective string) []int64 {
 	t.Helper()
-	m, err := b.Models.ModelLoad(t.Context(), stream, perspective)
-	if errors.Is(err, ports.ErrNotFound) {
-		return nil
-	}
-	require.NoError(t, err)
-	var tr trail
-	require.NoError(t, json.Unmarshal(m.Data, &tr))
-	return tr.Versions
+	return loadModel[trail](t, b, stream, perspective).Versions
 }
 
 func seq(from, to int64) []int64 {

@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -21,36 +20,14 @@ import (
 // scenarios. Those needing an optional port skip when the backend lacks it.
 func runEngineLifecycle(t *testing.T, newBackend NewBackendFunc) {
 	t.Helper()
-	t.Run("EngineLifecycle", func(t *testing.T) {
-		t.Parallel()
-		t.Run("StagesFireOncePerEvent", func(t *testing.T) {
-			t.Parallel()
-			testStagesOnce(t, newBackend, 1)
-		})
-		t.Run("StagesFireOncePerEventThreeInstances", func(t *testing.T) {
-			t.Parallel()
-			testStagesOnce(t, newBackend, 3)
-		})
-		t.Run("CrashBeforePostLifecycleHealedOnRestart", func(t *testing.T) {
-			t.Parallel()
-			testLifecycleCrashHealed(t, newBackend)
-		})
-		t.Run("LateEventRewindsToCleanReplay", func(t *testing.T) {
-			t.Parallel()
-			testLateEventRewind(t, newBackend, 0)
-		})
-		t.Run("LateEventRewindFromSnapshot", func(t *testing.T) {
-			t.Parallel()
-			testLateEventRewind(t, newBackend, 4)
-		})
-		t.Run("RebuildMatchesFreshReplay", func(t *testing.T) {
-			t.Parallel()
-			testRebuild(t, newBackend)
-		})
-		t.Run("SecurityScopePerEventAcrossInstances", func(t *testing.T) {
-			t.Parallel()
-			testSecurityAcrossInstances(t, newBackend)
-		})
+	group(t, "EngineLifecycle", map[string]func(t *testing.T){
+		"StagesFireOncePerEvent":                  func(t *testing.T) { testStagesOnce(t, newBackend, 1) },
+		"StagesFireOncePerEventThreeInstances":    func(t *testing.T) { testStagesOnce(t, newBackend, 3) },
+		"CrashBeforePostLifecycleHealedOnRestart": func(t *testing.T) { testLifecycleCrashHealed(t, newBackend) },
+		"LateEventRewindsToCleanReplay":           func(t *testing.T) { testLateEventRewind(t, newBackend, 0) },
+		"LateEventRewindFromSnapshot":             func(t *testing.T) { testLateEventRewind(t, newBackend, 4) },
+		"RebuildMatchesFreshReplay":               func(t *testing.T) { testRebuild(t, newBackend) },
+		"SecurityScopePerEventAcrossInstances":    func(t *testing.T) { testSecurityAcrossInstances(t, newBackend) },
 	})
 }
 
@@ -360,16 +337,7 @@ func testRebuild(t *testing.T, newBackend NewBackendFunc) {
 		require.NoError(t, err)
 		n[s] = 3
 	}
-	scaled := func(s uuid.UUID) []int64 {
-		m, err := b.Models.ModelLoad(t.Context(), s, "scaled")
-		if errors.Is(err, ports.ErrNotFound) {
-			return nil
-		}
-		require.NoError(t, err)
-		var v versioned
-		require.NoError(t, json.Unmarshal(m.Data, &v))
-		return v.Values
-	}
+	scaled := func(s uuid.UUID) []int64 { return loadModel[versioned](t, b, s, "scaled").Values }
 	pr.waitUntil(t, "everything applied", func() bool {
 		for _, s := range streams {
 			if len(scaled(s)) < 3 {

@@ -59,8 +59,7 @@ func runFetcher(t *testing.T, newBackend NewBackendFunc) {
 		},
 		"ExtendsOwnLeaseWithoutAttempt": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			ins := tb.instances(t, 2)
-			a, b := ins[0], ins[1]
+			a, b := tb.pair(t)
 			subscribe(t, tb.backend, eventType, perspective)
 			stream := newID(t)
 			appendN(t, tb.backend, stream, at(0), eventType, 1)
@@ -81,8 +80,7 @@ func runFetcher(t *testing.T, newBackend NewBackendFunc) {
 		},
 		"ExtendsOwnLeaseOnlyPastHalf": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			ins := tb.instances(t, 2)
-			a, b := ins[0], ins[1]
+			a, b := tb.pair(t)
 			subscribe(t, tb.backend, eventType, perspective)
 			streams := newIDs(t, 2)
 			appendN(t, tb.backend, streams[0], at(0), eventType, 1)
@@ -115,8 +113,7 @@ func runFetcher(t *testing.T, newBackend NewBackendFunc) {
 		},
 		"LeasesAndPinsWithoutClaim": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			ins := tb.instances(t, 2)
-			a, b := ins[0], ins[1]
+			a, b := tb.pair(t)
 			subscribe(t, tb.backend, eventType, perspective)
 			stream := newID(t)
 			appendN(t, tb.backend, stream, at(0), eventType, 2)
@@ -207,8 +204,7 @@ func runFetcher(t *testing.T, newBackend NewBackendFunc) {
 		},
 		"SkipsStreamsPinnedToLiveOthers": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			ins := tb.instances(t, 2)
-			a, b := ins[0], ins[1]
+			a, b := tb.pair(t)
 			subscribe(t, tb.backend, eventType, perspective)
 			stream := newID(t)
 			appendN(t, tb.backend, stream, at(0), eventType, 1)

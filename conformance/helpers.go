@@ -70,6 +70,13 @@ func (tb *testBundle) instance(t *testing.T) *instance {
 	return tb.instances(t, 1)[0]
 }
 
+// pair returns two instances, a ranked before b, each with its own handle.
+func (tb *testBundle) pair(t *testing.T) (a, b *instance) {
+	t.Helper()
+	ins := tb.instances(t, 2)
+	return ins[0], ins[1]
+}
+
 // newIDs returns n UUIDv7 values ordered by their bytes.
 func newIDs(t *testing.T, n int) []uuid.UUID {
 	t.Helper()

@@ -21,8 +21,7 @@ func runLifecycle(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 	optionalGroup(t, "LifecycleClaim", port, implemented, map[string]func(t *testing.T){
 		"ClaimsOnceAcrossInstances": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			ins := tb.instances(t, 2)
-			a, b := ins[0], ins[1]
+			a, b := tb.pair(t)
 			ids := eventIDs(appendN(t, tb.backend, newID(t), at(0), eventType, 3))
 
 			require.Equal(t, ids[:2], a.claimStage(t, at(time.Second), ports.StagePostAllPerspectives, ids[:2]...))
@@ -214,11 +213,7 @@ func runLifecycle(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 		"LimitKeepsOldest": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			a := tb.instance(t)
-			stream := newID(t)
-			var events []ports.Event
-			for i := range 5 {
-				events = append(events, appendN(t, tb.backend, stream, at(time.Duration(i)*time.Second), eventType, 1)...)
-			}
+			events := appendSpaced(t, tb.backend, newID(t), 5, time.Second)
 			a.moveCursor(t, at(time.Minute), perspective, events[4])
 			a.moveCursor(t, at(time.Minute), perspective2, events[4])
 
@@ -287,11 +282,7 @@ func runLifecycle(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 		"SinceIsInclusive": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			a := tb.instance(t)
-			stream := newID(t)
-			var events []ports.Event
-			for i := range 3 {
-				events = append(events, appendN(t, tb.backend, stream, at(time.Duration(i)*10*time.Second), eventType, 1)...)
-			}
+			events := appendSpaced(t, tb.backend, newID(t), 3, 10*time.Second)
 			a.moveCursor(t, at(time.Minute), perspective, events[2])
 			a.moveCursor(t, at(time.Minute), perspective2, events[2])
 
@@ -319,6 +310,17 @@ func (in *instance) moveCursor(t *testing.T, now time.Time, perspective string, 
 	in.complete(t, now, ports.Completion{
 		StreamID: e.StreamID, Perspective: perspective, LastEventID: e.ID, LastVersion: e.Version,
 	})
+}
+
+// appendSpaced appends n events of eventType to stream one at a time, the
+// i-th at(i*every), so their creation times differ.
+func appendSpaced(t *testing.T, b ports.Backend, stream uuid.UUID, n int, every time.Duration) []ports.Event {
+	t.Helper()
+	var events []ports.Event
+	for i := range n {
+		events = append(events, appendN(t, b, stream, at(time.Duration(i)*every), eventType, 1)...)
+	}
+	return events
 }
 
 // stagesOf returns the recorded stages of ids.

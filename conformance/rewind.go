@@ -145,8 +145,7 @@ func runRewind(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 		},
 		"ContendedByAnotherInstance": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			ins := tb.instances(t, 2)
-			a, b := ins[0], ins[1]
+			a, b := tb.pair(t)
 			stream := newID(t)
 			require.True(t, a.acquireLock(t, at(0), stream, perspective))
 
@@ -158,8 +157,7 @@ func runRewind(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 		},
 		"ExpiryLetsOthersIn": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			ins := tb.instances(t, 2)
-			a, b := ins[0], ins[1]
+			a, b := tb.pair(t)
 			stream := newID(t)
 			require.True(t, a.acquireLock(t, at(0), stream, perspective))
 
@@ -173,8 +171,7 @@ func runRewind(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 		},
 		"HolderExtends": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			ins := tb.instances(t, 2)
-			a, b := ins[0], ins[1]
+			a, b := tb.pair(t)
 			stream := newID(t)
 			require.True(t, a.acquireLock(t, at(0), stream, perspective))
 
@@ -205,8 +202,7 @@ func runRewind(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 		},
 		"LocksArePerStreamAndPerspective": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			ins := tb.instances(t, 2)
-			a, b := ins[0], ins[1]
+			a, b := tb.pair(t)
 			streams := newIDs(t, 2)
 			require.True(t, a.acquireLock(t, at(0), streams[0], perspective))
 
@@ -260,8 +256,7 @@ func runRewind(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 	optionalGroup(t, "StreamLockRelease", port, implemented, map[string]func(t *testing.T){
 		"AfterTakeoverIsNoop": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			ins := tb.instances(t, 2)
-			a, b := ins[0], ins[1]
+			a, b := tb.pair(t)
 			stream := newID(t)
 			require.True(t, a.acquireLock(t, at(0), stream, perspective))
 			require.True(t, b.acquireLock(t, at(lockDuration), stream, perspective))
@@ -274,8 +269,7 @@ func runRewind(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 		},
 		"NonHolderIsNoop": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			ins := tb.instances(t, 2)
-			a, b := ins[0], ins[1]
+			a, b := tb.pair(t)
 			stream := newID(t)
 			require.True(t, a.acquireLock(t, at(0), stream, perspective))
 
@@ -299,8 +293,7 @@ func runRewind(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 		},
 		"ReleasesOwnLock": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			ins := tb.instances(t, 2)
-			a, b := ins[0], ins[1]
+			a, b := tb.pair(t)
 			stream := newID(t)
 			require.True(t, a.acquireLock(t, at(0), stream, perspective))
 
@@ -332,8 +325,7 @@ func runRewind(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 		},
 		"ListsUnexpiredHoldersByPerspective": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			ins := tb.instances(t, 2)
-			a, b := ins[0], ins[1]
+			a, b := tb.pair(t)
 			streams := newIDs(t, 2)
 			require.True(t, a.acquireLock(t, at(0), streams[0], perspective))
 			p := b.lockParams(streams[0], perspective2, at(0))

@@ -9,6 +9,7 @@ package riverref
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -59,12 +60,8 @@ func Setup(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 }
 
 func quiet() *slog.Logger {
-	return slog.New(slog.NewTextHandler(discard{}, &slog.HandlerOptions{Level: slog.LevelError + 4}))
+	return slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError + 4}))
 }
-
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // Options configure Seed and Run.
 type Options struct {

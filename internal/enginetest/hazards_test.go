@@ -22,20 +22,15 @@ func TestFailureCarriesLastAppliedEvent(t *testing.T) {
 	t.Parallel()
 
 	b := memory.New(memory.Options{}).Backend()
-	reg := core.NewRegistry()
-	require.NoError(t, core.RegisterEvent[added](reg, "added"))
-	p := core.NewPerspective[total]("total")
-	core.MustHandle(p, func(_ context.Context, m total, e added) (total, error) {
+	reg := registryWith(t, func(_ context.Context, m total, e added) (total, error) {
 		if e.N < 0 {
 			return m, errors.New("negative amounts are not allowed")
 		}
 		m.Sum += e.N
 		return m, nil
 	})
-	require.NoError(t, reg.AddPerspective(p))
 	stream := uuid.New()
-	res, err := reg.Append(t.Context(), b.Events, stream, 0, added{N: 1}, added{N: 2}, added{N: -1}, added{N: 4})
-	require.NoError(t, err)
+	res := appendAdded(t, reg, b, stream, 1, 2, -1, 4)
 
 	failures := make(chan ports.Failure, 10)
 	flushed := make(chan core.CompletionsFlushed, 10)
@@ -59,12 +54,10 @@ func TestFailureCarriesLastAppliedEvent(t *testing.T) {
 	require.True(t, f.RetryAt.After(time.Now().Add(30*time.Minute)))
 
 	waitFor(t, flushed, "the failure to be acknowledged")
-	cursors, err := b.Cursors.CursorsGet(t.Context(), &ports.CursorsGetParams{StreamIDs: []uuid.UUID{stream}})
-	require.NoError(t, err)
-	require.Len(t, cursors, 1)
-	require.True(t, cursors[0].Status.Has(ports.CursorFailed))
-	require.Contains(t, cursors[0].Error, "negative amounts")
-	require.Equal(t, int64(2), cursors[0].LastVersion)
+	cursor := cursorOf(t, b, stream)
+	require.True(t, cursor.Status.Has(ports.CursorFailed))
+	require.Contains(t, cursor.Error, "negative amounts")
+	require.Equal(t, int64(2), cursor.LastVersion)
 	require.Equal(t, 3, loadTotal(t, b, stream).Sum, "events before the failure are saved")
 }
 
@@ -74,14 +67,10 @@ func TestHungApplyHitsLeaseDeadline(t *testing.T) {
 	t.Parallel()
 
 	b := memory.New(memory.Options{}).Backend()
-	reg := core.NewRegistry()
-	require.NoError(t, core.RegisterEvent[added](reg, "added"))
-	p := core.NewPerspective[total]("total")
-	core.MustHandle(p, func(ctx context.Context, m total, _ added) (total, error) {
+	reg := registryWith(t, func(ctx context.Context, m total, _ added) (total, error) {
 		<-ctx.Done()
 		return m, ctx.Err()
 	})
-	require.NoError(t, reg.AddPerspective(p))
 	failures := make(chan ports.Failure, 10)
 	opts := quietOptions(t)
 	opts.LeaseDuration = 2 * time.Second
@@ -90,8 +79,7 @@ func TestHungApplyHitsLeaseDeadline(t *testing.T) {
 	opts.FailureRetryMax = time.Hour
 	opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
 	startWorker(t, b, reg, opts)
-	_, err := reg.Append(t.Context(), b.Events, uuid.New(), 0, added{N: 1})
-	require.NoError(t, err)
+	appendAdded(t, reg, b, uuid.New(), 1)
 	f := waitFor(t, failures, "the lease deadline failure")
 	require.Contains(t, f.Error, "lease deadline exceeded")
 }
@@ -129,8 +117,7 @@ func TestCompletionFlushRetried(t *testing.T) {
 	reg := testRegistry(t)
 	startWorker(t, b, reg, opts)
 	stream := uuid.New()
-	_, err := reg.Append(t.Context(), b.Events, stream, 0, added{N: 1}, added{N: 2})
-	require.NoError(t, err)
+	appendAdded(t, reg, b, stream, 1, 2)
 	c := waitFor(t, flushed, "the completion to be flushed after retries")
 	require.Len(t, c.Completions, 1)
 	require.GreaterOrEqual(t, cursors.calls.Load(), int64(3))
@@ -146,10 +133,7 @@ func TestManyConsumersOneStream(t *testing.T) {
 	b := memory.New(memory.Options{}).Backend()
 	var inside, overlaps atomic.Int64
 	var calls atomic.Int64
-	reg := core.NewRegistry()
-	require.NoError(t, core.RegisterEvent[added](reg, "added"))
-	p := core.NewPerspective[total]("total")
-	core.MustHandle(p, func(ctx context.Context, m total, e added) (total, error) {
+	reg := registryWith(t, func(ctx context.Context, m total, e added) (total, error) {
 		if inside.Add(1) > 1 {
 			overlaps.Add(1)
 		}
@@ -160,7 +144,6 @@ func TestManyConsumersOneStream(t *testing.T) {
 		m.Sum += e.N
 		return m, nil
 	})
-	require.NoError(t, reg.AddPerspective(p))
 	done := make(chan struct{})
 	var applied atomic.Int64
 	const n = 200
@@ -176,8 +159,7 @@ func TestManyConsumersOneStream(t *testing.T) {
 	w := startWorker(t, b, reg, opts)
 	stream := uuid.New()
 	for i := range n {
-		_, err := reg.Append(t.Context(), b.Events, stream, 0, added{N: i})
-		require.NoError(t, err)
+		appendAdded(t, reg, b, stream, i)
 		w.RequestImmediatePoll()
 	}
 	waitFor(t, done, "all events applied")

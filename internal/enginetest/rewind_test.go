@@ -37,12 +37,12 @@ func appendAt(t *testing.T, reg *core.Registry, b ports.Backend, stream uuid.UUI
 	require.NoError(t, err)
 }
 
-func cursorOf(t *testing.T, b ports.Backend, stream uuid.UUID) ports.Cursor {
+// waitForVersion waits until a batch applied through version v is reported
+// on processed.
+func waitForVersion(t *testing.T, processed <-chan core.PerspectiveEventProcessed, v int64) {
 	t.Helper()
-	cs, err := b.Cursors.CursorsGet(t.Context(), &ports.CursorsGetParams{StreamIDs: []uuid.UUID{stream}, Perspective: "total"})
-	require.NoError(t, err)
-	require.Len(t, cs, 1)
-	return cs[0]
+	for e := waitFor(t, processed, "the first events"); e.LastVersion != v; e = waitFor(t, processed, "the first events") {
+	}
 }
 
 // A burst of late events within the debounce window causes one rewind.
@@ -62,8 +62,7 @@ func TestRewindDebounceCoalescesBurst(t *testing.T) {
 	opts.Hooks.OnRewind = func(i core.RewindInfo) { rewindCount.Add(1); rewinds <- i }
 	startWorker(t, b, reg, opts)
 	appendAt(t, reg, b, stream, 1, 4, 6)
-	for e := waitFor(t, processed, "the first events"); e.LastVersion != 6; e = waitFor(t, processed, "the first events") {
-	}
+	waitForVersion(t, processed, 6)
 	appendAt(t, reg, b, stream, 2)
 	appendAt(t, reg, b, stream, 3)
 	appendAt(t, reg, b, stream, 5)
@@ -107,8 +106,7 @@ func TestRewindDeferredWhileLocked(t *testing.T) {
 	}
 	startWorker(t, b, reg, opts)
 	appendAt(t, reg, b, stream, 1, 3)
-	for e := waitFor(t, processed, "the first events"); e.LastVersion != 3; e = waitFor(t, processed, "the first events") {
-	}
+	waitForVersion(t, processed, 3)
 	appendAt(t, reg, b, stream, 2)
 	// Let several cycles pass with the lock held.
 	for range 5 {
@@ -140,8 +138,7 @@ func TestStartupScanRepairsInterruptedRewind(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, first.Start(t.Context()))
 			appendAt(t, reg, b, stream, 1, 3)
-			for e := waitFor(t, processed, "the first events"); e.LastVersion != 3; e = waitFor(t, processed, "the first events") {
-			}
+			waitForVersion(t, processed, 3)
 			require.NoError(t, first.Stop(t.Context()))
 			// The late event arrives while no instance runs, and its work
 			// is dead-lettered, as if a crash had left the flag behind.

@@ -31,20 +31,41 @@ type total struct {
 	Seen   []int64 `json:"seen"`
 }
 
+// testRegistry registers added and a "total" perspective that sums them and
+// records the versions it applied.
 func testRegistry(t *testing.T) *core.Registry {
 	t.Helper()
-	reg := core.NewRegistry()
-	require.NoError(t, core.RegisterEvent[added](reg, "added"))
-	p := core.NewPerspective[total]("total")
-	core.MustHandle(p, func(ctx context.Context, m total, e added) (total, error) {
+	return registryWith(t, func(ctx context.Context, m total, e added) (total, error) {
 		ev, _ := core.EventFromContext(ctx)
 		m.Sum += e.N
 		m.Events++
 		m.Seen = append(m.Seen, ev.Version)
 		return m, nil
 	})
+}
+
+// registryWith registers added and a "total" perspective that applies it
+// with apply.
+func registryWith(t *testing.T, apply func(context.Context, total, added) (total, error)) *core.Registry {
+	t.Helper()
+	reg := core.NewRegistry()
+	require.NoError(t, core.RegisterEvent[added](reg, "added"))
+	p := core.NewPerspective[total]("total")
+	core.MustHandle(p, apply)
 	require.NoError(t, reg.AddPerspective(p))
 	return reg
+}
+
+// appendAdded appends one added event per n to stream.
+func appendAdded(t *testing.T, reg *core.Registry, b ports.Backend, stream uuid.UUID, ns ...int) *ports.EventsAppendResult {
+	t.Helper()
+	evs := make([]any, len(ns))
+	for i, n := range ns {
+		evs[i] = added{N: n}
+	}
+	res, err := reg.Append(t.Context(), b.Events, stream, 0, evs...)
+	require.NoError(t, err)
+	return res
 }
 
 type tWriter struct{ t *testing.T }
@@ -97,6 +118,15 @@ func loadTotal(t *testing.T, b ports.Backend, stream uuid.UUID) total {
 	var tot total
 	require.NoError(t, json.Unmarshal(m.Data, &tot))
 	return tot
+}
+
+// cursorOf returns the one cursor of stream, the "total" perspective's.
+func cursorOf(t *testing.T, b ports.Backend, stream uuid.UUID) ports.Cursor {
+	t.Helper()
+	cs, err := b.Cursors.CursorsGet(t.Context(), &ports.CursorsGetParams{StreamIDs: []uuid.UUID{stream}, Perspective: "total"})
+	require.NoError(t, err)
+	require.Len(t, cs, 1)
+	return cs[0]
 }
 
 func TestNewValidates(t *testing.T) {
@@ -183,12 +213,7 @@ func TestRequestImmediatePollWakes(t *testing.T) {
 	w := startWorker(t, b, reg, opts)
 
 	stream := uuid.New()
-	// The first claim runs at start; make sure it has before appending, so
-	// only the explicit request can pick the event up.
-	idle := make(chan struct{}, 1)
-	_ = idle
-	_, err := reg.Append(t.Context(), b.Events, stream, 0, added{N: 5})
-	require.NoError(t, err)
+	appendAdded(t, reg, b, stream, 5)
 	w.RequestImmediatePoll()
 	w.RequestImmediatePoll() // redundant calls coalesce
 	e := waitFor(t, processed, "the requested poll to apply the event")
@@ -212,9 +237,7 @@ func TestNotificationWakes(t *testing.T) {
 	reg := testRegistry(t)
 	startWorker(t, b, reg, opts)
 
-	stream := uuid.New()
-	_, err := reg.Append(t.Context(), b.Events, stream, 0, added{N: 1}, added{N: 2})
-	require.NoError(t, err)
+	appendAdded(t, reg, b, uuid.New(), 1, 2)
 	e := waitFor(t, processed, "the append's notification to wake the worker")
 	require.Equal(t, 2, e.EventCount)
 }
@@ -241,8 +264,7 @@ func TestIdleHooks(t *testing.T) {
 	w := startWorker(t, b, reg, opts)
 	waitFor(t, idleTicks, "OnBatchCycleComplete on an idle tick")
 
-	_, err := reg.Append(t.Context(), b.Events, uuid.New(), 0, added{N: 1})
-	require.NoError(t, err)
+	appendAdded(t, reg, b, uuid.New(), 1)
 	waitFor(t, started, "OnWorkProcessingStarted")
 	waitFor(t, idle, "OnWorkProcessingIdle")
 	require.True(t, w.IsIdle())
@@ -268,13 +290,8 @@ func TestPerspectiveBatchSizeChunksSaves(t *testing.T) {
 	b.Models = models
 	reg := testRegistry(t)
 	stream := uuid.New()
-	evs := make([]any, 10)
-	for i := range evs {
-		evs[i] = added{N: i}
-	}
 	// Appended before the worker starts, so one fetch sees all ten.
-	_, err := reg.Append(t.Context(), b.Events, stream, 0, evs...)
-	require.NoError(t, err)
+	appendAdded(t, reg, b, stream, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9)
 	processed := make(chan core.PerspectiveEventProcessed, 10)
 	opts := quietOptions(t)
 	opts.PerspectiveBatchSize = 3
@@ -297,15 +314,11 @@ func TestInstantCompletion(t *testing.T) {
 	reg := testRegistry(t)
 	startWorker(t, b, reg, opts)
 	stream := uuid.New()
-	_, err := reg.Append(t.Context(), b.Events, stream, 0, added{N: 1}, added{N: 2})
-	require.NoError(t, err)
+	appendAdded(t, reg, b, stream, 1, 2)
 	c := waitFor(t, flushed, "an instant completion")
 	require.Len(t, c.Completions, 1)
 	require.Equal(t, int64(2), c.Completions[0].LastVersion)
-	cursors, err := b.Cursors.CursorsGet(t.Context(), &ports.CursorsGetParams{StreamIDs: []uuid.UUID{stream}})
-	require.NoError(t, err)
-	require.Len(t, cursors, 1)
-	require.True(t, cursors[0].Status.Has(ports.CursorCompleted))
+	require.True(t, cursorOf(t, b, stream).Status.Has(ports.CursorCompleted))
 }
 
 func TestWaitForStream(t *testing.T) {
@@ -315,8 +328,7 @@ func TestWaitForStream(t *testing.T) {
 	reg := testRegistry(t)
 	w := startWorker(t, b, reg, quietOptions(t))
 	stream := uuid.New()
-	res, err := reg.Append(t.Context(), b.Events, stream, 0, added{N: 1}, added{N: 2}, added{N: 3})
-	require.NoError(t, err)
+	res := appendAdded(t, reg, b, stream, 1, 2, 3)
 	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
 	defer cancel()
 	require.NoError(t, w.WaitForStream(ctx, stream, res.Events[2].Version))
@@ -342,13 +354,10 @@ func TestStopFlushesCompletions(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, w.Start(t.Context()))
 	stream := uuid.New()
-	_, err = reg.Append(t.Context(), b.Events, stream, 0, added{N: 1})
-	require.NoError(t, err)
+	appendAdded(t, reg, b, stream, 1)
 	waitFor(t, processed, "the event to be applied")
 	require.NoError(t, w.Stop(t.Context()))
-	cursors, err := b.Cursors.CursorsGet(t.Context(), &ports.CursorsGetParams{StreamIDs: []uuid.UUID{stream}})
-	require.NoError(t, err)
-	require.Len(t, cursors, 1)
-	require.True(t, cursors[0].Status.Has(ports.CursorCompleted), "the completion was flushed at Stop")
-	require.Equal(t, int64(1), cursors[0].LastVersion)
+	cursor := cursorOf(t, b, stream)
+	require.True(t, cursor.Status.Has(ports.CursorCompleted), "the completion was flushed at Stop")
+	require.Equal(t, int64(1), cursor.LastVersion)
 }

@@ -21,7 +21,7 @@ import (
 // startCluster creates and starts an ephemeral cluster with the local
 // initdb and pg_ctl, in a temporary directory removed by stop. As root (CI
 // containers) it runs them as the postgres user, since initdb refuses root.
-func startCluster(ctx context.Context) (*server, error) {
+func startCluster(ctx context.Context) (_ *server, err error) {
 	initdb, pgctl, err := findBinaries()
 	if err != nil {
 		return nil, err
@@ -35,15 +35,18 @@ func startCluster(ctx context.Context) (*server, error) {
 		return nil, err
 	}
 	cleanupDir := func() { _ = os.RemoveAll(dir) }
+	defer func() {
+		if err != nil {
+			cleanupDir()
+		}
+	}()
 	if cred != nil {
 		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			cleanupDir()
 			return nil, err
 		}
 	}
 	port, err := freePort()
 	if err != nil {
-		cleanupDir()
 		return nil, err
 	}
 	data := filepath.Join(dir, "data")
@@ -60,14 +63,12 @@ func startCluster(ctx context.Context) (*server, error) {
 		return nil
 	}
 	if err := run(ctx, initdb, "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"); err != nil {
-		cleanupDir()
 		return nil, err
 	}
 	// fsync off: the cluster is thrown away. Enough connections for
 	// parallel tests that each open their own pools and listeners.
 	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300", port, dir)
 	if err := run(ctx, pgctl, "-D", data, "-l", filepath.Join(dir, "log"), "-o", opts, "-w", "-t", "60", "start"); err != nil {
-		cleanupDir()
 		return nil, err
 	}
 	stop := func() {

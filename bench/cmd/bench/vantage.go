@@ -260,7 +260,7 @@ func (v *vantage) check(ctx context.Context, r *result, streams []uuid.UUID, hea
 				case err != nil:
 					return fmt.Errorf("checking: %w", err)
 				default:
-					if model, err = decodeModel(m.Data); err != nil {
+					if err := json.Unmarshal(m.Data, &model); err != nil {
 						return fmt.Errorf("checking: %w", err)
 					}
 				}
@@ -722,12 +722,6 @@ func (v *vantage) victimStreams(ctx context.Context, instance uuid.UUID, index m
 		return nil, time.Time{}, err
 	}
 	return victims, beat, nil
-}
-
-func decodeModel(data []byte) (workload.Model, error) {
-	var m workload.Model
-	err := json.Unmarshal(data, &m)
-	return m, err
 }
 
 // applyOverrides sets core.Options fields named in overrides ("Field=value"
