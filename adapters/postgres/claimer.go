@@ -374,7 +374,11 @@ const sqlBacklogCap = `100`
 
 // sqlClaimHeld lists the streams the caller can drain (see sqlDrainable),
 // smallest backlog (pending rows of the stream, counted up to
-// sqlBacklogCap) first, with how many there are in all. Parameters: $1
+// sqlBacklogCap) first, with how many there are in all. The count reads
+// the stream's rows in vantage_work_pending_idx order, so that it is a
+// bounded range scan of that index whatever the statistics say (a limited
+// sequential scan looks as cheap to a planner that sees few rows, and reads
+// the whole table for a stream with fewer rows than the cap). Parameters: $1
 // caller, $2 now, $3 MaxStreams.
 var sqlClaimHeld = `WITH RECURSIVE ` + sqlClock + `,
 ` + sqlDrainable + `
@@ -386,6 +390,7 @@ CROSS JOIN LATERAL (
         SELECT 1
         FROM /* SCHEMA */.vantage_work p
         WHERE p.stream_id = d.stream_id AND p.processed_at IS NULL
+        ORDER BY p.perspective, p.event_version
         LIMIT ` + sqlBacklogCap + `
     ) p
 ) b

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"errors"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -220,4 +221,130 @@ func workRowsRead(node map[string]any) float64 {
 		read += workRowsRead(c.(map[string]any))
 	}
 	return read
+}
+
+// TestClaimCandidatesReadBoundedBuffers calls vantage_claim_candidates,
+// the walk behind every claim, on a backlog of 10,000 unleased rows and
+// again after 150,000 more rows arrived behind them (the statistics still
+// from the first), and checks that its reads (the shared buffers of the
+// function and the statements it runs) do not grow with the backlog: the
+// walk stops once it has found enough streams among the oldest rows. A plan
+// that filters and sorts the whole backlog reads 2.5 times as much at the
+// second call as at the first.
+func TestClaimCandidatesReadBoundedBuffers(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t)
+	s := pgx.Identifier{b.schema}.Sanitize()
+	instance := uuid.New()
+	seed := func(streams int) {
+		t.Helper()
+		_, err := b.pool.Exec(ctx, `
+INSERT INTO `+s+`.vantage_work (work_id, stream_id, perspective, event_id, event_version)
+SELECT gen_random_uuid(), st.id, x.p, gen_random_uuid(), v
+FROM (SELECT gen_random_uuid() AS id, n FROM generate_series(1, $1::integer) n) st,
+     (VALUES ('a'), ('b')) x(p), generate_series(1, 10) v
+ORDER BY v, st.n, x.p`, streams)
+		require.NoError(t, err)
+	}
+	buffers := func() float64 {
+		t.Helper()
+		var plan []map[string]any
+		require.NoError(t, b.pool.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
+SELECT count(*) FROM `+s+`.vantage_claim_candidates($1, now(), '30 seconds', 10000, 65, '{}')`, instance).Scan(&plan))
+		root := plan[0]["Plan"].(map[string]any)
+		hit, _ := root["Shared Hit Blocks"].(float64)
+		read, _ := root["Shared Read Blocks"].(float64)
+		return hit + read
+	}
+	_, err := b.pool.Exec(ctx, `INSERT INTO `+s+`.vantage_instances (instance_id, started_at, last_heartbeat_at) VALUES ($1, now(), now())`, instance)
+	require.NoError(t, err)
+	seed(500)
+	_, err = b.pool.Exec(ctx, `ANALYZE `+s+`.vantage_work`)
+	require.NoError(t, err)
+	small := buffers()
+	seed(7500)
+	large := buffers()
+
+	t.Logf("buffers read: %.0f with 10,000 rows, %.0f with 160,000", small, large)
+	require.Less(t, large, 2*small, "the claim walk reads the backlog")
+}
+
+// TestClaimReadsBoundedRowsWithStaleStatistics leases a backlog that the
+// table statistics saw unleased (as after a burst of appends, before
+// autovacuum analyzes the table again) and checks that the statements of a
+// claim still read a bounded number of work rows, with the plan made for
+// the call's values and with the generic plan that the server switches a
+// prepared statement (pgx prepares every statement it sends) to after a few
+// calls: the skip scan over the streams the caller holds must go through
+// vantage_work_holder_idx, one probe per stream, and the backlog count
+// through vantage_work_pending_idx, never reading the caller's leased rows
+// once per stream.
+func TestClaimReadsBoundedRowsWithStaleStatistics(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t)
+	s := pgx.Identifier{b.schema}.Sanitize()
+	const streams, versions, held = 200, 100, 40
+	instance := uuid.New()
+	seed := &pgx.Batch{}
+	seed.Queue(`INSERT INTO `+s+`.vantage_work (work_id, stream_id, perspective, event_id, event_version)
+		SELECT gen_random_uuid(), st.id, x.p, gen_random_uuid(), v
+		FROM (SELECT gen_random_uuid() AS id, n FROM generate_series(1, $1::integer) n) st,
+		     (VALUES ('a'), ('b')) x(p), generate_series(1, $2::integer) v
+		ORDER BY v, st.n, x.p`, streams, versions)
+	seed.Queue(`INSERT INTO `+s+`.vantage_instances (instance_id, started_at, last_heartbeat_at) VALUES ($1, now(), now())`, instance)
+	seed.Queue(`ANALYZE ` + s + `.vantage_work`)
+	seed.Queue(`WITH h AS (SELECT DISTINCT stream_id FROM `+s+`.vantage_work ORDER BY stream_id LIMIT $2)
+		UPDATE `+s+`.vantage_work w SET instance_id = $1, lease_expiry = now() + interval '1 hour', attempts = 1
+		FROM h WHERE w.stream_id = h.stream_id`, instance, held)
+	seed.Queue(`INSERT INTO `+s+`.vantage_active_streams (stream_id, instance_id, last_activity_at)
+		SELECT DISTINCT stream_id, $1::uuid, now() FROM `+s+`.vantage_work WHERE instance_id IS NOT NULL`, instance)
+	require.NoError(t, b.pool.SendBatch(ctx, seed).Close())
+
+	// The claim has room for two new streams and reads each row it leases
+	// a few times (finding, checking, locking, updating), and the rows of
+	// its held streams' heads: 3,000 to 12,000 row reads as measured; the
+	// held-streams count reads up to 100 rows per held stream (4,000). A
+	// sort of the caller's leased rows per held stream reads held × held ×
+	// 2 × versions = 320,000, a limited sequential scan per held stream
+	// 20,000.
+	bounds := map[string]float64{"Claim": 40000, "ClaimHeld": 10000}
+	id := "'" + instance.String() + "'::uuid"
+	for name, args := range map[string][]string{
+		"Claim":     {id, "NULL", "'1 minute'", "'1 minute'", strconv.Itoa(held + 2), "100"},
+		"ClaimHeld": {id, "NULL", strconv.Itoa(held + 2)},
+	} {
+		for _, generic := range []bool{false, true} {
+			err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+				mode := "force_custom_plan"
+				if generic {
+					mode = "force_generic_plan"
+				}
+				if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = `+mode); err != nil {
+					return err
+				}
+				// PREPARE outlives the transaction: DEALLOCATE it.
+				if _, err := tx.Exec(ctx, `PREPARE stale_stats_probe AS `+b.store.Render(postgres.Queries[name])); err != nil {
+					return err
+				}
+				var plan []map[string]any
+				explain := `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE stale_stats_probe(` + strings.Join(args, ", ") + `)`
+				err := tx.QueryRow(ctx, explain).Scan(&plan)
+				if _, derr := tx.Exec(ctx, `DEALLOCATE stale_stats_probe`); err == nil {
+					err = derr
+				}
+				if err != nil {
+					return err
+				}
+				read := workRowsRead(plan[0]["Plan"].(map[string]any))
+				t.Logf("%s (%s) reads %.0f work rows", name, mode, read)
+				require.Less(t, read, bounds[name], "%s (%s) reads the leased rows once per stream:\n%v", name, mode, plan)
+				return tx.Rollback(ctx)
+			})
+			if !errors.Is(err, pgx.ErrTxClosed) {
+				require.NoError(t, err, name)
+			}
+		}
+	}
 }

@@ -116,8 +116,13 @@ CREATE INDEX vantage_work_stream_leased_idx ON /* SCHEMA */.vantage_work (stream
 -- planner could otherwise filter the whole index once per pair.
 CREATE INDEX vantage_work_unleased_idx ON /* SCHEMA */.vantage_work (seq)
     WHERE processed_at IS NULL AND instance_id IS NULL AND seq > 0;
+-- The lease_expiry term, implied by the lease check, keeps statements that
+-- do not test the expiry off this index: the skip scan over the streams a
+-- caller holds (vantage_work_holder_idx) would otherwise, with statistics
+-- that see few leased rows, be planned as a sort of every leased row per
+-- probe.
 CREATE INDEX vantage_work_lease_expiry_idx ON /* SCHEMA */.vantage_work (lease_expiry)
-    WHERE processed_at IS NULL AND instance_id IS NOT NULL;
+    WHERE processed_at IS NULL AND instance_id IS NOT NULL AND lease_expiry IS NOT NULL;
 -- Rows held by one instance: the streams a claim returns (skip scan),
 -- abandonment, deregistration. The expiry keeps a probe for the caller's
 -- own expired rows of a stream bounded whichever of this index and
@@ -316,25 +321,35 @@ BEGIN
         EXIT WHEN cardinality(v_found) - cardinality(coalesce(p_skip, '{}')) >= p_limit;
     END LOOP;
 
-    -- Unleased rows, oldest first, a chunk at a time.
+    -- Unleased rows, oldest first, a chunk at a time. The chunk is read in
+    -- a subquery of its own, ordered and limited by seq alone, so that it
+    -- is always an ordered scan of vantage_work_unleased_idx that stops
+    -- after the chunk: with the pin and partition filters in the same
+    -- query, the planner (which cannot estimate them) may read and sort
+    -- every unleased row instead. The filters are evaluated per row of the
+    -- chunk (eligible), so the walk still advances over the rows they drop.
     v_found := coalesce(p_skip, '{}');
     LOOP
         v_rows := 0;
         FOR r IN
-            SELECT w.stream_id, w.perspective, w.event_version, w.seq
-            FROM /* SCHEMA */.vantage_work w
+            SELECT w.stream_id, w.perspective, w.event_version, w.seq,
+                   (w.scheduled_for IS NULL OR w.scheduled_for <= p_now)
+                   AND (a.instance_id IS NOT DISTINCT FROM p_instance
+                        OR ((a.instance_id IS NULL OR a.instance_id <> ALL (v_live))
+                            AND /* SCHEMA */.vantage_partition(w.stream_id, p_partitions) % cardinality(v_live) = v_rank)) AS eligible
+            FROM (
+                SELECT w.stream_id, w.perspective, w.event_version, w.seq, w.scheduled_for
+                FROM /* SCHEMA */.vantage_work w
+                WHERE w.processed_at IS NULL AND w.instance_id IS NULL AND w.seq > 0 AND w.seq > v_after
+                ORDER BY w.seq
+                LIMIT 1000
+            ) w
             LEFT JOIN /* SCHEMA */.vantage_active_streams a ON a.stream_id = w.stream_id
-            WHERE w.processed_at IS NULL AND w.instance_id IS NULL AND w.seq > 0 AND w.seq > v_after
-              AND (w.scheduled_for IS NULL OR w.scheduled_for <= p_now)
-              AND (a.instance_id IS NOT DISTINCT FROM p_instance
-                   OR ((a.instance_id IS NULL OR a.instance_id <> ALL (v_live))
-                       AND /* SCHEMA */.vantage_partition(w.stream_id, p_partitions) % cardinality(v_live) = v_rank))
             ORDER BY w.seq
-            LIMIT 1000
         LOOP
             v_rows := v_rows + 1;
             v_after := r.seq;
-            CONTINUE WHEN r.stream_id = ANY (v_found);
+            CONTINUE WHEN r.eligible IS NOT TRUE OR r.stream_id = ANY (v_found);
             CONTINUE WHEN NOT /* SCHEMA */.vantage_guard_open(r.stream_id, r.perspective, r.event_version, p_instance, p_now);
             v_found := v_found || r.stream_id;
             candidate_stream := r.stream_id;
