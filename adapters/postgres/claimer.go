@@ -278,7 +278,14 @@ drainable AS (
 //     ordering guard, and stops as soon as it has found enough. It returns
 //     nothing when the caller is not live, and then the whole statement
 //     changes nothing.
-//   - pinned pins the selected and the drainable streams (see sqlPin).
+//   - refresh keeps the drainable streams that have rows to lease: a pair
+//     with an unleased row or a lease-expired row (four index probes per
+//     pair, none reading the caller's live rows). The others are pinned to
+//     the caller already and have nothing to lease, so the steps below,
+//     whose cost grows with the pairs they visit, skip them: most held
+//     streams of a claim, whether live appends reach a few of them between
+//     two claims or a catch-up holds streams whose rows it leased at once.
+//   - pinned pins the selected and the refreshed streams (see sqlPin).
 //   - guarded bounds each pair of the pinned streams by its ordering guard
 //     (see sqlGuardBound), and candidate reads, up to that bound, the pair's
 //     unleased rows (vantage_work_stream_unleased_idx) and its lease-expired
@@ -306,10 +313,19 @@ ranked AS (
     ORDER BY min(c.candidate_seq)
     LIMIT (SELECT n + 1 FROM room)
 ),
+refresh AS (
+    SELECT DISTINCT p.stream_id
+    FROM held_heads p, clock
+    WHERE p.stream_id IN (SELECT stream_id FROM drainable)
+      AND (` + sqlMinUnleased("") + ` IS NOT NULL
+           OR ` + sqlMinLeased("<", "<= clock.now") + ` IS NOT NULL
+           OR ` + sqlMinLeased("=", "<= clock.now") + ` IS NOT NULL
+           OR ` + sqlMinLeased(">", "<= clock.now") + ` IS NOT NULL)
+),
 picked AS (
     SELECT stream_id FROM ranked WHERE rn <= (SELECT n FROM room)
     UNION
-    SELECT stream_id FROM drainable
+    SELECT stream_id FROM refresh
 ),
 ` + sqlPin + `,
 ` + sqlPairHeads("heads", "pinned") + `,

@@ -76,6 +76,11 @@ type SQLStats struct {
 
 	mu      sync.Mutex
 	byLabel map[string]*SQLStat
+
+	// labels caches Classify per statement text: the statements are few
+	// and repeat, and classifying each call (normalising the text) would
+	// make a profiled run spend a large share of its CPU here.
+	labels sync.Map // string -> string
 }
 
 type queryKey struct{}
@@ -98,10 +103,15 @@ var _ interface {
 } = (*SQLStats)(nil)
 
 func (s *SQLStats) label(sql string) string {
-	if s.Classify != nil {
-		return s.Classify(sql)
+	if l, ok := s.labels.Load(sql); ok {
+		return l.(string)
 	}
-	return firstWords(sql, 6)
+	l := firstWords(sql, 6)
+	if s.Classify != nil {
+		l = s.Classify(sql)
+	}
+	s.labels.Store(sql, l)
+	return l
 }
 
 func (s *SQLStats) record(label string, calls, trips int64, d time.Duration, rows int64) {
