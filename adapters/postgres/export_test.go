@@ -48,3 +48,6 @@ var Queries = map[string]string{
 	"LifecycleStages":       sqlLifecycleStages,
 	"LifecycleOrphans":      sqlLifecycleOrphans,
 }
+
+// WorkSettings is the statement that opens every batch of work statements.
+const WorkSettings = sqlWorkSettings

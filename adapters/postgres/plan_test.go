@@ -348,3 +348,58 @@ func TestClaimReadsBoundedRowsWithStaleStatistics(t *testing.T) {
 		}
 	}
 }
+
+// TestFinishLooksUpItsRowsByKey completes 2,000 of 200,000 leased rows with
+// EXPLAIN ANALYZE, under the settings of a work batch, and checks that the
+// statement reads about the rows it deletes: found by primary key, not by
+// reading the whole work table into a hash (what the planner chose with the
+// default random_page_cost once a completion flush carried a few thousand
+// ids).
+func TestFinishLooksUpItsRowsByKey(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t)
+	s := pgx.Identifier{b.schema}.Sanitize()
+	const rows, completed = 200000, 2000
+	instance := uuid.New()
+	seed := &pgx.Batch{}
+	seed.Queue(`INSERT INTO `+s+`.vantage_work (work_id, stream_id, perspective, event_id, event_version, instance_id, lease_expiry, attempts)
+		SELECT gen_random_uuid(), st.id, x.p, gen_random_uuid(), v, $2::uuid, now() + interval '1 hour', 1
+		FROM (SELECT gen_random_uuid() AS id FROM generate_series(1, $1::integer / 200)) st,
+		     (VALUES ('a'), ('b')) x(p), generate_series(1, 100) v`, rows, instance)
+	seed.Queue(`ANALYZE ` + s + `.vantage_work`)
+	require.NoError(t, b.pool.SendBatch(ctx, seed).Close())
+	var (
+		ids, streams []uuid.UUID
+		perspectives []string
+	)
+	picked, err := b.pool.Query(ctx, `SELECT work_id, stream_id, perspective FROM `+s+`.vantage_work ORDER BY random() LIMIT $1`, completed)
+	require.NoError(t, err)
+	var (
+		id, stream  uuid.UUID
+		perspective string
+	)
+	_, err = pgx.ForEachRow(picked, []any{&id, &stream, &perspective}, func() error {
+		ids, streams, perspectives = append(ids, id), append(streams, stream), append(perspectives, perspective)
+		return nil
+	})
+	require.NoError(t, err)
+
+	err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, postgres.WorkSettings); err != nil {
+			return err
+		}
+		var plan []map[string]any
+		if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+b.store.Render(postgres.Queries["Finish"]),
+			instance, ids, streams, perspectives).Scan(&plan); err != nil {
+			return err
+		}
+		read := workRowsRead(plan[0]["Plan"].(map[string]any))
+		t.Logf("Finish of %d rows reads %.0f work rows", completed, read)
+		require.Less(t, read, float64(3*completed), "Finish reads the work table:\n%v", plan)
+		return tx.Rollback(ctx)
+	})
+	if !errors.Is(err, pgx.ErrTxClosed) {
+		require.NoError(t, err)
+	}
+}

@@ -320,6 +320,7 @@ var spaces = regexp.MustCompile(`\s+`)
 // sqlLabels name the statements of the PostgreSQL adapter, matched on their
 // whitespace-normalised text in this order.
 var sqlLabels = []struct{ match, label string }{
+	{"set_config('jit', 'off', true)", "work settings"},
 	{"pg_advisory_xact_lock", "append: stream lock"},
 	{"stored AS (", "append: events + work rows"},
 	{"ORDER BY b.pending", "claim: held streams"},
