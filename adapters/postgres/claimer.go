@@ -524,7 +524,7 @@ func (s *Store) WorkRenewLeases(ctx context.Context, params *ports.WorkRenewLeas
 	if err := s.ready(ctx); err != nil {
 		return 0, err
 	}
-	tag, err := s.pool.Exec(ctx, s.sql(sqlRenewLeases), params.InstanceID, nowArg(params.Now), params.LeaseDuration, params.WorkIDs)
+	tag, err := s.pool.Exec(ctx, s.sql(sqlRenewLeases), params.InstanceID, nowArg(params.Now), params.LeaseDuration, uuidsArg(params.WorkIDs))
 	if err != nil {
 		return 0, fmt.Errorf("renewing leases of instance %s: %w", params.InstanceID, translate(err))
 	}

@@ -40,7 +40,7 @@ func (s *Store) CursorsGet(ctx context.Context, params *ports.CursorsGetParams) 
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
-	out, err := queryRows(ctx, s, sqlCursorsGet, scanCursor, params.StreamIDs, params.Perspective)
+	out, err := queryRows(ctx, s, sqlCursorsGet, scanCursor, uuidsArg(params.StreamIDs), params.Perspective)
 	if err != nil {
 		return nil, fmt.Errorf("reading cursors: %w", err)
 	}
@@ -197,9 +197,9 @@ func (f *finishArgs) add(streamID uuid.UUID, perspective string, ids []uuid.UUID
 // queue queues the statement completing the rows.
 func (f *finishArgs) queue(s *Store, b *pgx.Batch, instanceID uuid.UUID, debug bool, now any) {
 	if debug {
-		b.Queue(s.sql(sqlFinishDebug), instanceID, f.workIDs, f.streams, f.perspectives, now)
+		b.Queue(s.sql(sqlFinishDebug), instanceID, uuidsArg(f.workIDs), uuidsArg(f.streams), f.perspectives, now)
 	} else {
-		b.Queue(s.sql(sqlFinish), instanceID, f.workIDs, f.streams, f.perspectives)
+		b.Queue(s.sql(sqlFinish), instanceID, uuidsArg(f.workIDs), uuidsArg(f.streams), f.perspectives)
 	}
 }
 
@@ -293,9 +293,9 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 	streams, perspectives, eventIDs, versions, _ := pos.columns()
 	b := &pgx.Batch{}
 	finish.queue(s, b, params.InstanceID, params.DebugMode, now)
-	b.Queue(s.sql(sqlCompleteCursors), now, streams, perspectives, eventIDs, versions)
-	b.Queue(s.sql(sqlFlagStragglers), now, streams, perspectives, versions)
-	b.Queue(s.sql(sqlUnpinDrained), distinctStreams(streams))
+	b.Queue(s.sql(sqlCompleteCursors), now, uuidsArg(streams), perspectives, uuidsArg(eventIDs), versions)
+	b.Queue(s.sql(sqlFlagStragglers), now, uuidsArg(streams), perspectives, versions)
+	b.Queue(s.sql(sqlUnpinDrained), uuidsArg(distinctStreams(streams)))
 	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error {
 		tag, err := br.Exec()
 		if err != nil {
@@ -420,9 +420,9 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 	streams, perspectives, eventIDs, versions, errs := pos.columns()
 	b := &pgx.Batch{}
 	finish.queue(s, b, params.InstanceID, params.DebugMode, now)
-	b.Queue(s.sql(sqlFailRows), params.InstanceID, failed.workIDs, failed.streams, failed.perspectives, failed.errs, failed.retryAt)
-	b.Queue(s.sql(sqlFailCursors), now, streams, perspectives, eventIDs, versions, errs)
-	b.Queue(s.sql(sqlUnpinDrained), distinctStreams(streams))
+	b.Queue(s.sql(sqlFailRows), params.InstanceID, uuidsArg(failed.workIDs), uuidsArg(failed.streams), failed.perspectives, failed.errs, failed.retryAt)
+	b.Queue(s.sql(sqlFailCursors), now, uuidsArg(streams), perspectives, uuidsArg(eventIDs), versions, errs)
+	b.Queue(s.sql(sqlUnpinDrained), uuidsArg(distinctStreams(streams)))
 	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error { return execN(br, b.Len()) })
 	if err != nil {
 		return fmt.Errorf("recording failures of instance %s: %w", params.InstanceID, translate(err))

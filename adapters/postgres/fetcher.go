@@ -166,8 +166,8 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 	}
 	now := nowArg(params.Now)
 	b := &pgx.Batch{}
-	b.Queue(s.sql(sqlFetchLease), params.InstanceID, now, params.StaleThreshold, params.LeaseDuration, params.StreamIDs)
-	b.Queue(s.sql(sqlFetchRows), params.InstanceID, now, params.StreamIDs, limitArg(params.MaxRows))
+	b.Queue(s.sql(sqlFetchLease), params.InstanceID, now, params.StaleThreshold, params.LeaseDuration, uuidsArg(params.StreamIDs))
+	b.Queue(s.sql(sqlFetchRows), params.InstanceID, now, uuidsArg(params.StreamIDs), limitArg(params.MaxRows))
 
 	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {

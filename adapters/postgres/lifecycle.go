@@ -56,7 +56,7 @@ func (s *Store) LifecycleClaim(ctx context.Context, params *ports.LifecycleClaim
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
-	won, err := queryRows(ctx, s, sqlLifecycleClaim, pgx.RowTo[uuid.UUID], params.InstanceID, nowArg(params.Now), params.EventIDs, int16(params.Stage))
+	won, err := queryRows(ctx, s, sqlLifecycleClaim, pgx.RowTo[uuid.UUID], params.InstanceID, nowArg(params.Now), uuidsArg(params.EventIDs), int16(params.Stage))
 	if err != nil {
 		return nil, fmt.Errorf("claiming lifecycle stage %d: %w", params.Stage, err)
 	}
@@ -74,7 +74,7 @@ func (s *Store) LifecycleStages(ctx context.Context, eventIDs []uuid.UUID) (map[
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, s.sql(sqlLifecycleStages), eventIDs)
+	rows, err := s.pool.Query(ctx, s.sql(sqlLifecycleStages), uuidsArg(eventIDs))
 	if err != nil {
 		return nil, fmt.Errorf("reading lifecycle stages: %w", translate(err))
 	}

@@ -153,7 +153,7 @@ func (s *Store) ModelLoadMany(ctx context.Context, pairs []ports.Pair) ([]ports.
 		err := row.Scan(&m.StreamID, &m.Perspective, &m.Data, &lastEvent, &m.LastVersion, &updated)
 		m.LastEventID, m.UpdatedAt = fromUUID(lastEvent), fromTime(updated)
 		return m, err
-	}, streams, names)
+	}, uuidsArg(streams), names)
 	if err != nil {
 		return nil, fmt.Errorf("loading %d models: %w", len(pairs), err)
 	}
