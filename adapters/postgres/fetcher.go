@@ -187,7 +187,7 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 				meta    []byte
 				created pgtype.Timestamptz
 			)
-			if err := rows.Scan(&item.WorkID, &item.StreamID, &item.Perspective, &item.EventID, &item.EventVersion,
+			if err := rows.Scan(uuidDest(&item.WorkID), uuidDest(&item.StreamID), &item.Perspective, uuidDest(&item.EventID), &item.EventVersion,
 				&item.Attempts, &first, &evType, &ev.Data, &meta, &created); err != nil {
 				return err
 			}
@@ -245,7 +245,7 @@ func scanEvent(row pgx.CollectableRow) (ports.Event, error) {
 		meta    []byte
 		created pgtype.Timestamptz
 	)
-	if err := row.Scan(&ev.ID, &ev.StreamID, &ev.Type, &ev.Version, &ev.Data, &meta, &created); err != nil {
+	if err := row.Scan(uuidDest(&ev.ID), uuidDest(&ev.StreamID), &ev.Type, &ev.Version, &ev.Data, &meta, &created); err != nil {
 		return ev, err
 	}
 	if err := json.Unmarshal(meta, &ev.Metadata); err != nil {

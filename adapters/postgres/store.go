@@ -273,6 +273,10 @@ func uuidsArg(ids []uuid.UUID) [][16]byte {
 	return out
 }
 
+// uuidDest is a scan target for a uuid column that pgx fills directly; into
+// a *uuid.UUID it goes through sql.Scanner, by way of text.
+func uuidDest(u *uuid.UUID) *[16]byte { return (*[16]byte)(u) }
+
 func uuidArg(id uuid.UUID) any {
 	if id == uuid.Nil {
 		return nil

@@ -54,3 +54,15 @@ func BenchmarkUUIDArray(b *testing.B) {
 		})
 	}
 }
+
+// TestUUIDDestScansUUIDs checks that a uuid scanned through uuidDest is the
+// uuid encoded.
+func TestUUIDDestScansUUIDs(t *testing.T) {
+	m := pgtype.NewMap()
+	id := uuid.New()
+	buf, err := m.Encode(pgtype.UUIDOID, pgtype.BinaryFormatCode, uuidsArg([]uuid.UUID{id})[0], nil)
+	require.NoError(t, err)
+	var got uuid.UUID
+	require.NoError(t, m.Scan(pgtype.UUIDOID, pgtype.BinaryFormatCode, buf, uuidDest(&got)))
+	require.Equal(t, id, got)
+}
