@@ -129,3 +129,65 @@ func TestConcurrentClaimers(t *testing.T) {
 		pgx.Identifier{first.schema}.Sanitize()+`.vantage_work`).Scan(&holders))
 	require.Equal(t, 2*streams, holders, "each stream's rows have one holder")
 }
+
+// TestClaimRefreshesHeldStreams checks the rows and pins a claim writes for
+// the streams the caller already drains, which it skips when they have
+// nothing to lease: a row appended to a held stream is leased by the next
+// claim, a held stream whose pin was lost is pinned again, and a claim by a
+// caller that is no longer live changes neither.
+func TestClaimRefreshesHeldStreams(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t)
+	subscribe(t, b, testPerspective)
+	s := pgx.Identifier{b.schema}.Sanitize()
+	stream, instance := newUUID(t), uuid.New()
+	appendAt := func(at time.Time) {
+		t.Helper()
+		_, err := b.backend.Events.EventsAppend(ctx, &ports.EventsAppendParams{StreamID: stream, Events: newEvents(1), Now: at})
+		require.NoError(t, err)
+	}
+	claim := func(at time.Time) error {
+		t.Helper()
+		_, err := b.backend.Claimer.WorkClaim(ctx, &ports.WorkClaimParams{
+			InstanceID: instance, MaxStreams: 10, LeaseDuration: time.Hour, StaleThreshold: time.Minute, Now: at,
+		})
+		return err
+	}
+	leasedTo := func() []any {
+		t.Helper()
+		rows, err := b.pool.Query(ctx, `SELECT instance_id FROM `+s+`.vantage_work ORDER BY event_version`)
+		require.NoError(t, err)
+		holders, err := pgx.CollectRows(rows, pgx.RowTo[any])
+		require.NoError(t, err)
+		return holders
+	}
+	pinned := func() bool {
+		t.Helper()
+		var ok bool
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+s+`.vantage_active_streams WHERE stream_id = $1 AND instance_id = $2)`, stream, instance).Scan(&ok))
+		return ok
+	}
+	holder := [16]byte(instance)
+	_, err := b.backend.Claimer.InstanceHeartbeat(ctx, &ports.InstanceHeartbeatParams{InstanceID: instance, StaleThreshold: time.Minute, Now: base})
+	require.NoError(t, err)
+	appendAt(base)
+	require.NoError(t, claim(base))
+	require.Equal(t, []any{holder}, leasedTo())
+
+	appendAt(base.Add(time.Second))
+	require.NoError(t, claim(base.Add(2*time.Second)))
+	require.Equal(t, []any{holder, holder}, leasedTo(), "the appended row of the held stream")
+
+	_, err = b.pool.Exec(ctx, `DELETE FROM `+s+`.vantage_active_streams WHERE stream_id = $1`, stream)
+	require.NoError(t, err)
+	require.NoError(t, claim(base.Add(3*time.Second)))
+	require.True(t, pinned(), "the held stream is pinned again")
+
+	_, err = b.pool.Exec(ctx, `DELETE FROM `+s+`.vantage_active_streams WHERE stream_id = $1`, stream)
+	require.NoError(t, err)
+	appendAt(base.Add(4 * time.Second))
+	require.ErrorIs(t, claim(base.Add(2*time.Minute)), ports.ErrInstanceNotAlive)
+	require.False(t, pinned(), "a claim of a caller that is not live pins nothing")
+	require.Equal(t, []any{holder, holder, nil}, leasedTo(), "and leases nothing")
+}

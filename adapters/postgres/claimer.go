@@ -278,13 +278,16 @@ drainable AS (
 //     ordering guard, and stops as soon as it has found enough. It returns
 //     nothing when the caller is not live, and then the whole statement
 //     changes nothing.
-//   - refresh keeps the drainable streams that have rows to lease: a pair
-//     with an unleased row or a lease-expired row (four index probes per
-//     pair, none reading the caller's live rows). The others are pinned to
-//     the caller already and have nothing to lease, so the steps below,
-//     whose cost grows with the pairs they visit, skip them: most held
-//     streams of a claim, whether live appends reach a few of them between
-//     two claims or a catch-up holds streams whose rows it leased at once.
+//   - refresh keeps, when the caller is live, the drainable streams that
+//     have rows to lease (a pair with an unleased row or a lease-expired
+//     row: four index probes per pair, none reading the caller's live rows)
+//     or that are not pinned to the caller (a completion's unpin can race
+//     with a claim that leases a row appended meanwhile; re-pinning repairs
+//     it). The others are pinned to the caller and have nothing to lease,
+//     so the steps below, whose cost grows with the pairs they visit, skip
+//     them: most held streams of a claim, whether live appends reach a few
+//     of them between two claims or a catch-up holds streams whose rows it
+//     leased at once.
 //   - pinned pins the selected and the refreshed streams (see sqlPin).
 //   - guarded bounds each pair of the pinned streams by its ordering guard
 //     (see sqlGuardBound), and candidate reads, up to that bound, the pair's
@@ -317,10 +320,13 @@ refresh AS (
     SELECT DISTINCT p.stream_id
     FROM held_heads p, clock
     WHERE p.stream_id IN (SELECT stream_id FROM drainable)
+      AND EXISTS (SELECT 1 FROM live l WHERE l.instance_id = $1)
       AND (` + sqlMinUnleased("") + ` IS NOT NULL
            OR ` + sqlMinLeased("<", "<= clock.now") + ` IS NOT NULL
            OR ` + sqlMinLeased("=", "<= clock.now") + ` IS NOT NULL
-           OR ` + sqlMinLeased(">", "<= clock.now") + ` IS NOT NULL)
+           OR ` + sqlMinLeased(">", "<= clock.now") + ` IS NOT NULL
+           OR NOT EXISTS (SELECT 1 FROM /* SCHEMA */.vantage_active_streams a
+                          WHERE a.stream_id = p.stream_id AND a.instance_id = $1))
 ),
 picked AS (
     SELECT stream_id FROM ranked WHERE rn <= (SELECT n FROM room)

@@ -194,13 +194,41 @@ func (f *finishArgs) add(streamID uuid.UUID, perspective string, ids []uuid.UUID
 	}
 }
 
-// queue queues the statement completing the rows.
+// sqlJoinsByKey and sqlJoinsAny bracket the statement completing the rows.
+// A completion flush carries thousands of ids; from a few percent of the
+// work table on, the planner joins them by reading the whole table into a
+// hash (or sorting it for a merge join), a cost that grows with the backlog
+// instead of with the flush. Between the two, the only join left is the
+// nested loop, one primary-key probe per id.
+const (
+	sqlJoinsByKey = `SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)`
+	sqlJoinsAny   = `SELECT set_config('enable_hashjoin', 'on', true), set_config('enable_mergejoin', 'on', true)`
+)
+
+// queue queues the statements completing the rows; read reads their
+// results and returns the count of rows completed.
 func (f *finishArgs) queue(s *Store, b *pgx.Batch, instanceID uuid.UUID, debug bool, now any) {
+	b.Queue(sqlJoinsByKey)
 	if debug {
 		b.Queue(s.sql(sqlFinishDebug), instanceID, uuidsArg(f.workIDs), uuidsArg(f.streams), f.perspectives, now)
 	} else {
 		b.Queue(s.sql(sqlFinish), instanceID, uuidsArg(f.workIDs), uuidsArg(f.streams), f.perspectives)
 	}
+	b.Queue(sqlJoinsAny)
+}
+
+func (f *finishArgs) read(br pgx.BatchResults) (int, error) {
+	if _, err := br.Exec(); err != nil {
+		return 0, err
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return 0, err
+	}
+	if _, err := br.Exec(); err != nil {
+		return 0, err
+	}
+	return int(tag.RowsAffected()), nil
 }
 
 // pairKey names one (stream, perspective).
@@ -263,7 +291,8 @@ func (p *positions) columns() (streams []uuid.UUID, perspectives []string, event
 
 // WorkComplete implements ports.CursorStore in one round trip: a batch of
 // four statements in one implicit transaction, in this order: complete the
-// listed rows, upsert the cursors, flag stragglers, unpin drained streams.
+// listed rows (between sqlJoinsByKey and sqlJoinsAny), upsert the cursors,
+// flag stragglers, unpin drained streams.
 // Every deletion of the call thus precedes every cursor check. A pair listed
 // in several completions ends at its highest position. Stragglers are rows
 // below the position the completions report, not below a stored position
@@ -297,15 +326,15 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 	b.Queue(s.sql(sqlFlagStragglers), now, uuidsArg(streams), perspectives, versions)
 	b.Queue(s.sql(sqlUnpinDrained), uuidsArg(distinctStreams(streams)))
 	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error {
-		tag, err := br.Exec()
-		if err != nil {
+		var err error
+		if result.Completed, err = finish.read(br); err != nil {
 			return err
 		}
-		result.Completed = int(tag.RowsAffected())
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
-		if tag, err = br.Exec(); err != nil {
+		tag, err := br.Exec()
+		if err != nil {
 			return err
 		}
 		result.RewindsFlagged = int(tag.RowsAffected())
@@ -445,8 +474,7 @@ func validatePair(streamID uuid.UUID, perspective string, lastVersion int64) err
 }
 
 // distinctStreams returns the distinct ids of streams, which must be sorted
-// (as columns returns them). It copies: the batch still holds streams as
-// another statement's argument.
+// (as columns returns them), in a new slice: the caller's stays as it was.
 func distinctStreams(streams []uuid.UUID) []uuid.UUID {
 	return slices.Compact(slices.Clone(streams))
 }

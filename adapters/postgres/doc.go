@@ -50,7 +50,7 @@
 // (see pairs.go and the indexes of the migration). The rows a fetch touches
 // include every row the caller holds in the fetched streams, whose leases
 // it extends as the contract requires. Their batches run with JIT
-// compilation off (see sendWork).
+// compilation off and random_page_cost at 1.1 (see sqlWorkSettings).
 //
 // # Time
 //

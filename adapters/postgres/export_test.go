@@ -51,3 +51,6 @@ var Queries = map[string]string{
 
 // WorkSettings is the statement that opens every batch of work statements.
 const WorkSettings = sqlWorkSettings
+
+// JoinsByKey is the statement that precedes the completion of rows.
+const JoinsByKey = sqlJoinsByKey

@@ -245,27 +245,29 @@ func TestGate(t *testing.T) {
 }
 
 // TestPendingWorkIsUniquePerEvent checks the key of pending work: a second
-// pending row for the same (stream, perspective, event version) is refused,
-// while a row kept processed by debug mode does not count.
+// pending row for the same (stream, perspective, version) is refused by
+// vantage_work_pending_idx (the version stands for the event, whatever id
+// the row names), while a row kept processed by debug mode does not count.
 func TestPendingWorkIsUniquePerEvent(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	b := setup(t)
 	s := pgx.Identifier{b.schema}.Sanitize()
-	stream, event := uuid.New(), uuid.New()
+	stream := uuid.New()
 	insert := func(processed bool) error {
 		var at any
 		if processed {
 			at = time.Now()
 		}
 		_, err := b.pool.Exec(ctx, `INSERT INTO `+s+`.vantage_work (work_id, stream_id, perspective, event_id, event_version, processed_at)
-			VALUES ($1, $2, 'p', $3, 1, $4)`, uuid.New(), stream, event, at)
+			VALUES ($1, $2, 'p', $3, 1, $4)`, uuid.New(), stream, uuid.New(), at)
 		return err
 	}
 
 	require.NoError(t, insert(true), "a processed row kept by debug mode")
 	require.NoError(t, insert(false))
 	var pgErr *pgconn.PgError
-	require.ErrorAs(t, insert(false), &pgErr, "a second pending row for the event")
+	require.ErrorAs(t, insert(false), &pgErr, "a second pending row for the version")
 	require.Equal(t, "23505", pgErr.Code)
+	require.Equal(t, "vantage_work_pending_idx", pgErr.ConstraintName)
 }

@@ -278,11 +278,11 @@ $$;
 -- behind the streams it finds: a single SQL query cannot stop a "distinct
 -- streams, oldest first" search early, and the planner cannot estimate the
 -- rank and guard filters, so it would sort the whole backlog. The walk
--- queries drop the rows of streams the caller may not take (pinned to a
--- live other, or in another rank's partition) themselves, a pin probe each;
--- only the rows left cost a call of vantage_guard_open. The unleased walk
--- goes through vantage_work_unleased_idx in chunks (a LIMIT keeps the plan
--- an ordered index scan).
+-- queries tell the rows of streams the caller may not take (pinned to a
+-- live other, or in another rank's partition) by a pin probe each, and the
+-- loops drop them; only the rows left cost a call of vantage_guard_open.
+-- The unleased walk goes through vantage_work_unleased_idx in chunks (an
+-- ordered, limited subquery keeps the plan an ordered index scan).
 CREATE FUNCTION /* SCHEMA */.vantage_claim_candidates(
     p_instance uuid, p_now timestamptz, p_stale interval, p_partitions integer, p_limit integer, p_skip uuid[])
 RETURNS TABLE (candidate_stream uuid, candidate_seq bigint)

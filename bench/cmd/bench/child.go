@@ -321,6 +321,8 @@ var spaces = regexp.MustCompile(`\s+`)
 // whitespace-normalised text in this order.
 var sqlLabels = []struct{ match, label string }{
 	{"set_config('jit', 'off', true)", "work settings"},
+	{"set_config('enable_hashjoin', 'off', true)", "joins by key"},
+	{"set_config('enable_hashjoin', 'on', true)", "joins any"},
 	{"pg_advisory_xact_lock", "append: stream lock"},
 	{"stored AS (", "append: events + work rows"},
 	{"ORDER BY b.pending", "claim: held streams"},
