@@ -170,7 +170,7 @@ func (s *Store) append(ctx context.Context, db batchSender, params *ports.Events
 
 	b := &pgx.Batch{}
 	b.Queue(sqlAppendLock, "vantage_append:"+s.opts.Schema, params.StreamID)
-	b.Queue(s.sql(sqlAppend), params.StreamID, nowArg(params.Now), params.ExpectedVersion,
+	b.Queue(s.sql(sqlAppend), [16]byte(params.StreamID), nowArg(params.Now), params.ExpectedVersion,
 		uuidsArg(ids), types, versions, data, metadata, textArg(channel))
 
 	result := &ports.EventsAppendResult{Events: make([]ports.Event, n)}

@@ -115,7 +115,7 @@ func validateModelSave(params *ports.ModelSaveParams) error {
 }
 
 func modelSaveArgs(params *ports.ModelSaveParams) []any {
-	return []any{params.StreamID, nowArg(params.Now), params.Perspective,
+	return []any{[16]byte(params.StreamID), nowArg(params.Now), params.Perspective,
 		string(params.Data), uuidArg(params.LastEventID), params.LastVersion, params.ExpectedVersion}
 }
 

@@ -277,11 +277,13 @@ func uuidsArg(ids []uuid.UUID) [][16]byte {
 // a *uuid.UUID it goes through sql.Scanner, by way of text.
 func uuidDest(u *uuid.UUID) *[16]byte { return (*[16]byte)(u) }
 
+// uuidArg is id for a uuid parameter, NULL when nil, as a [16]byte (see
+// uuidsArg).
 func uuidArg(id uuid.UUID) any {
 	if id == uuid.Nil {
 		return nil
 	}
-	return id
+	return [16]byte(id)
 }
 
 // Scan helpers: NULL becomes the zero value, times come back in UTC.
