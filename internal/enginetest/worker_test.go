@@ -197,11 +197,31 @@ func (silentNotifier) NotifierListen(ctx context.Context) (<-chan ports.Wake, er
 func (silentNotifier) NotifierPublish(context.Context) error { return nil }
 func (silentNotifier) NotifierHealthy() bool                 { return false }
 
+// claimWatcher reports the streams of every claim once it returned.
+type claimWatcher struct {
+	ports.WorkClaimer
+	claims chan []uuid.UUID
+}
+
+func (c claimWatcher) WorkClaim(ctx context.Context, params *ports.WorkClaimParams) (*ports.WorkClaimResult, error) {
+	res, err := c.WorkClaimer.WorkClaim(ctx, params)
+	if err == nil {
+		c.claims <- res.StreamIDs
+	}
+	return res, err
+}
+
+// TestRequestImmediatePollWakes appends once the worker's start-up claim
+// found nothing: with notifications off and hour-long poll and claim
+// intervals, only RequestImmediatePoll can make it claim and apply the
+// event.
 func TestRequestImmediatePollWakes(t *testing.T) {
 	t.Parallel()
 
 	b := memory.New(memory.Options{}).Backend()
 	b.Notifier = silentNotifier{}
+	claims := make(chan []uuid.UUID, 10)
+	b.Claimer = claimWatcher{WorkClaimer: b.Claimer, claims: claims}
 	processed := make(chan core.PerspectiveEventProcessed, 10)
 	opts := quietOptions(t)
 	opts.PollingInterval = time.Hour
@@ -211,11 +231,13 @@ func TestRequestImmediatePollWakes(t *testing.T) {
 	opts.Hooks.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) { processed <- e }
 	reg := testRegistry(t)
 	w := startWorker(t, b, reg, opts)
+	require.Empty(t, waitFor(t, claims, "the start-up claim"))
 
 	stream := uuid.New()
 	appendAdded(t, reg, b, stream, 5)
 	w.RequestImmediatePoll()
 	w.RequestImmediatePoll() // redundant calls coalesce
+	require.Equal(t, []uuid.UUID{stream}, waitFor(t, claims, "the requested claim"))
 	e := waitFor(t, processed, "the requested poll to apply the event")
 	require.Equal(t, stream, e.StreamID)
 	require.Equal(t, 5, loadTotal(t, b, stream).Sum)
