@@ -51,11 +51,11 @@ func (s Stage) String() string {
 type Mode int
 
 const (
-	// Inline receptors are awaited, in registration order; an error is
-	// logged and the next receptor still runs.
+	// Inline receptors are awaited, in registration order; an error (or a
+	// panic, recovered) is logged and the next receptor still runs.
 	Inline Mode = iota
-	// Detached receptors run in the background; their errors are logged.
-	// Stop waits for them.
+	// Detached receptors run in the background; their errors and panics
+	// are logged. Stop waits for them.
 	Detached
 )
 
@@ -213,8 +213,8 @@ func (l *lifecycle) claim(ctx context.Context, events []ports.Event, stage ports
 
 // fire runs the receptors of stage for each event: detached ones in the
 // background, inline ones awaited in order. Each event gets its own security
-// context. Errors are logged, never returned: a receptor cannot block
-// perspectives.
+// context. Errors, and panics turned into errors, are logged, never
+// returned: a receptor cannot block perspectives.
 func (l *lifecycle) fire(ctx context.Context, stage Stage, perspective string, events []ports.Event) {
 	w := l.w
 	for _, e := range events {
@@ -231,11 +231,7 @@ func (l *lifecycle) fire(ctx context.Context, stage Stage, perspective string, e
 			info := StageInfo{Stage: stage, Mode: rc.mode, Event: e, Perspective: perspective}
 			if rc.mode == Detached {
 				l.detached.Go(func() {
-					dctx, err := w.establishSecurity(context.WithoutCancel(ctx), e)
-					if err == nil {
-						err = rc.call(dctx, decoded, info)
-					}
-					if err != nil {
+					if err := l.callReceptor(context.WithoutCancel(ctx), rc, e, decoded, info); err != nil {
 						w.log.ErrorContext(ctx, "detached receptor failed", slog.String("stage", stage.String()), slog.String("event_id", e.ID.String()), slog.Any("error", err))
 					}
 				})
