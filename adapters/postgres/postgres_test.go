@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
@@ -91,13 +90,5 @@ func newUUID(t *testing.T) uuid.UUID {
 
 // testLogger routes a Store's logs to t.Log.
 func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Helper()
-	w.t.Log(strings.TrimSuffix(string(p), "\n"))
-	return len(p), nil
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -68,16 +67,9 @@ func appendAdded(t *testing.T, reg *core.Registry, b ports.Backend, stream uuid.
 	return res
 }
 
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
 func quietOptions(t *testing.T) core.Options {
 	return core.Options{
-		Logger:                       slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:                       slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
 		PollingInterval:              10 * time.Millisecond,
 		NotifyHealthyPollingInterval: 10 * time.Millisecond,
 		ClaimInterval:                10 * time.Millisecond,
