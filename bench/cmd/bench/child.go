@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/vantage-go/vantage/bench/measure"
+	"github.com/vantage-go/vantage/bench/internal/measure"
 )
 
 // runChild executes one run and writes its result line to out.

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/vantage-go/vantage/bench/measure"
-	"github.com/vantage-go/vantage/bench/raw"
-	"github.com/vantage-go/vantage/bench/riverref"
-	"github.com/vantage-go/vantage/bench/workload"
+	"github.com/vantage-go/vantage/bench/internal/measure"
+	"github.com/vantage-go/vantage/bench/internal/raw"
+	"github.com/vantage-go/vantage/bench/internal/riverref"
+	"github.com/vantage-go/vantage/bench/internal/workload"
 )
 
 // heads returns the last version of every stream of the catch-up backlog.

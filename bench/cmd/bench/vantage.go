@@ -19,9 +19,9 @@ import (
 
 	"github.com/vantage-go/vantage/adapters/memory"
 	"github.com/vantage-go/vantage/adapters/postgres"
-	"github.com/vantage-go/vantage/bench/measure"
-	"github.com/vantage-go/vantage/bench/raw"
-	"github.com/vantage-go/vantage/bench/workload"
+	"github.com/vantage-go/vantage/bench/internal/measure"
+	"github.com/vantage-go/vantage/bench/internal/raw"
+	"github.com/vantage-go/vantage/bench/internal/workload"
 	"github.com/vantage-go/vantage/core"
 	"github.com/vantage-go/vantage/ports"
 )

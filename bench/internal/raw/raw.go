@@ -32,7 +32,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/vantage-go/vantage/bench/workload"
+	"github.com/vantage-go/vantage/bench/internal/workload"
 )
 
 // ClaimSizeDefault is the rows one claim takes.
