@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
@@ -145,36 +144,42 @@ type phase struct {
 	cpu0, pg0, aux0 time.Duration
 	snap0           measure.PGSnapshot
 	profile         *os.File
+	stopHeap        func()
 	logOffset       int64
 	busy0           time.Duration
-	stopHeap        chan struct{}
-	heapDone        chan struct{}
 }
 
-// watchHeap writes a heap profile to path each time the heap in use reaches
-// a new high (checked every 250ms), so the file shows the peak's contents.
-func watchHeap(path string, stop <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
-	var peak uint64
-	t := time.NewTicker(250 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
+// watchHeap overwrites path with a heap profile whenever the heap in use
+// (read every 250ms) exceeds the largest yet written by more than 10%, so
+// the last file written shows the heap near its peak (as of the garbage
+// collection before, as heap profiles do). The returned stop ends the
+// watch and returns once it ended.
+func watchHeap(path string) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		var peak uint64
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+			}
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			if ms.HeapInuse <= peak+peak/10 {
+				continue
+			}
+			peak = ms.HeapInuse
+			if f, err := os.Create(path); err == nil {
+				_ = pprof.Lookup("heap").WriteTo(f, 0)
+				_ = f.Close()
+			}
 		}
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		if ms.HeapInuse <= peak+peak/10 {
-			continue
-		}
-		peak = ms.HeapInuse
-		if f, err := os.Create(path); err == nil {
-			_ = pprof.Lookup("heap").WriteTo(f, 0)
-			_ = f.Close()
-		}
-	}
+	}()
+	return func() { close(quit); <-done }
 }
 
 func (e *env) startPhase(ctx context.Context) (*phase, error) {
@@ -184,14 +189,14 @@ func (e *env) startPhase(ctx context.Context) (*phase, error) {
 		fmt.Fprintf(os.Stderr, "  (cannot reset the peak RSS: %v; it includes seeding)\n", err)
 	}
 	p := &phase{e: e}
-	if e.admin != nil && e.spec.ProfileDir != "" {
-		e.flushStats(ctx) // the seeding's counters, before the baseline
-		var err error
-		if p.snap0, err = measure.TakePGSnapshot(ctx, e.admin, e.spec.Schema); err != nil {
-			return nil, fmt.Errorf("reading PostgreSQL statistics: %w", err)
-		}
-	}
 	if e.spec.ProfileDir != "" {
+		if e.admin != nil {
+			e.flushStats(ctx) // the seeding's counters, before the baseline
+			var err error
+			if p.snap0, err = measure.TakePGSnapshot(ctx, e.admin, e.spec.Schema); err != nil {
+				return nil, fmt.Errorf("reading PostgreSQL statistics: %w", err)
+			}
+		}
 		f, err := os.Create(filepath.Join(e.spec.ProfileDir, e.spec.name()+".cpu.pprof"))
 		if err != nil {
 			return nil, err
@@ -201,13 +206,8 @@ func (e *env) startPhase(ctx context.Context) (*phase, error) {
 			return nil, err
 		}
 		p.profile = f
-		p.stopHeap, p.heapDone = make(chan struct{}), make(chan struct{})
-		go watchHeap(filepath.Join(e.spec.ProfileDir, e.spec.name()+".heap.pprof"), p.stopHeap, p.heapDone)
-	}
-	if e.sql != nil {
+		p.stopHeap = watchHeap(filepath.Join(e.spec.ProfileDir, e.spec.name()+".heap.pprof"))
 		e.sql.Reset()
-	}
-	if e.spec.ProfileDir != "" {
 		p.logOffset = logSize(e.spec.PGLog)
 	}
 	p.cpu0, p.pg0, p.aux0, p.busy0 = measure.ProcessCPU(), e.backends.CPU(), measure.PostgresAuxCPU(), measure.MachineBusy()
@@ -217,7 +217,7 @@ func (e *env) startPhase(ctx context.Context) (*phase, error) {
 
 // end stops the clock and records the CPU times and the peak RSS into r;
 // events is the per-event denominator of the report.
-func (p *phase) end(ctx context.Context, r *result, events int64) {
+func (p *phase) end(r *result, events int64) {
 	elapsed := time.Since(p.start)
 	r.Seconds = elapsed.Seconds()
 	goCPU := measure.ProcessCPU() - p.cpu0
@@ -233,16 +233,13 @@ func (p *phase) end(ctx context.Context, r *result, events int64) {
 	if rss, err := measure.PeakRSSMB(); err == nil {
 		r.PeakRSSMB = rss
 	}
-	if p.profile != nil {
-		pprof.StopCPUProfile()
-		_ = p.profile.Close()
-		close(p.stopHeap)
-		<-p.heapDone
-	}
-	w := p.e.report
 	if p.e.spec.ProfileDir == "" {
 		return
 	}
+	pprof.StopCPUProfile()
+	_ = p.profile.Close()
+	p.stopHeap()
+	w := p.e.report
 	fmt.Fprintf(w, "measured phase: %s wall, %d events\n", elapsed.Round(time.Millisecond), events)
 	fmt.Fprintf(w, "CPU: bench process (Go) %.2fs = %.0f%% of one core; PostgreSQL backends of this run %.2fs = %.0f%%; PostgreSQL auxiliary processes (WAL writer, checkpointer, autovacuum ...) %.2fs\n",
 		goCPU.Seconds(), 100*goCPU.Seconds()/elapsed.Seconds(), pgCPU.Seconds(), 100*pgCPU.Seconds()/elapsed.Seconds(), aux.Seconds())
@@ -315,9 +312,8 @@ func progress(ctx context.Context, stop <-chan struct{}, name string, line func(
 	}
 }
 
-var spaces = regexp.MustCompile(`\s+`)
-
-// sqlLabels name the statements of the PostgreSQL adapter, matched on their
+// sqlLabels name the statements of the PostgreSQL adapter, then those of
+// the raw pipeline and any other insert, matched on their
 // whitespace-normalised text in this order.
 var sqlLabels = []struct{ match, label string }{
 	{"set_config('jit', 'off', true)", "work settings"},
@@ -347,37 +343,28 @@ var sqlLabels = []struct{ match, label string }{
 	{"vantage_snapshots", "snapshots"},
 	{"status & 32", "rewind: scan"},
 	{"stream_lock", "rewind: lock"},
+	{"FOR UPDATE SKIP LOCKED", "raw: claim + fetch"},
+	{".work WHERE seq = ANY", "raw: delete work rows"},
+	{".cursors AS c", "raw: upsert cursors"},
+	{".models AS m", "raw: upsert models"},
+	{"INSERT INTO", "insert"},
 }
 
-// classifySQL labels a statement for the SQL report.
+// classifySQL labels a statement for the SQL report: River's by their sqlc
+// name, the others by sqlLabels, the rest by their first eight words.
 func classifySQL(sql string) string {
-	norm := strings.TrimSpace(spaces.ReplaceAllString(sql, " "))
+	words := strings.Fields(sql)
+	norm := strings.Join(words, " ")
 	if rest, ok := strings.CutPrefix(norm, "-- name: "); ok { // River's sqlc queries
-		if f := strings.Fields(rest); len(f) > 0 {
-			return "river: " + f[0]
-		}
+		name, _, _ := strings.Cut(rest, " ")
+		return "river: " + name
 	}
 	for _, l := range sqlLabels {
 		if strings.Contains(norm, l.match) {
 			return l.label
 		}
 	}
-	for _, raw := range []struct{ match, label string }{
-		{"FOR UPDATE SKIP LOCKED", "raw: claim + fetch"},
-		{".work WHERE seq = ANY", "raw: delete work rows"},
-		{".cursors AS c", "raw: upsert cursors"},
-		{".models AS m", "raw: upsert models"},
-		{"INSERT INTO", "insert"},
-	} {
-		if strings.Contains(norm, raw.match) {
-			return raw.label
-		}
-	}
-	f := strings.Fields(norm)
-	if len(f) > 8 {
-		f = f[:8]
-	}
-	return strings.Join(f, " ")
+	return strings.Join(words[:min(len(words), 8)], " ")
 }
 
 // quoted returns the schema of the run, quoted for SQL text.

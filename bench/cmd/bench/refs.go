@@ -32,6 +32,13 @@ func streamLatencies(r *result, doneAt []time.Duration) {
 	r.P50Ms, r.P99Ms, r.MaxMs = ps[0], ps[1], ps[2]
 }
 
+// recordCheck puts the verdict over the stored models and the work rows
+// left pending into r and the profile report.
+func (e *env) recordCheck(r *result, check workload.Check, pending int64) {
+	r.Skipped, r.DoubleApplied, r.PendingAfter, r.Checked = check.Skipped, check.DoubleApplied, pending, true
+	fmt.Fprintf(e.report, "\ncheck: %s, %d work rows pending\n", check, pending)
+}
+
 // runRaw measures the raw SQL pipeline's catch-up.
 func runRaw(ctx context.Context, s spec) (*result, error) {
 	if s.Scenario != scenarioCatchup || s.Backend != "postgres" {
@@ -77,7 +84,7 @@ func runRaw(ctx context.Context, s spec) (*result, error) {
 	}, &stats)
 	close(stop)
 	r.Events, r.WorkRows = int64(s.Events), stats.Applied.Load()
-	ph.end(ctx, r, r.Events)
+	ph.end(r, r.Events)
 	r.Deferred = stats.Deferred.Load()
 	ph.report(ctx, r.Events)
 	if err != nil {
@@ -88,8 +95,7 @@ func runRaw(ctx context.Context, s spec) (*result, error) {
 	if err != nil {
 		return r, fmt.Errorf("checking: %w", err)
 	}
-	r.Skipped, r.DoubleApplied, r.PendingAfter, r.Checked = check.Skipped, check.DoubleApplied, pending, true
-	fmt.Fprintf(e.report, "\ncheck: %s, %d work rows pending\n", check, pending)
+	e.recordCheck(r, check, pending)
 	return r, nil
 }
 
@@ -132,7 +138,7 @@ func runRiver(ctx context.Context, s spec) (*result, error) {
 		return r, err
 	}
 	r.Events, r.WorkRows = int64(s.Events), int64(total)
-	doneAt, err := riverref.Run(ctx, opts, total, &stats, func() { ph.end(ctx, r, r.Events) })
+	doneAt, err := riverref.Run(ctx, opts, total, &stats, func() { ph.end(r, r.Events) })
 	close(stop)
 	ph.report(ctx, r.Events)
 	if err != nil {

@@ -55,12 +55,9 @@ func (l *Latencies) Percentiles(ps ...float64) []float64 {
 }
 
 // PeakRSSMB returns the process's peak resident set size (VmHWM) in MiB.
-func PeakRSSMB() (float64, error) { return statusKB("VmHWM:") }
+func PeakRSSMB() (float64, error) { return statusMiB("VmHWM:") }
 
-// RSSMB returns the process's current resident set size (VmRSS) in MiB.
-func RSSMB() (float64, error) { return statusKB("VmRSS:") }
-
-func statusKB(field string) (float64, error) {
+func statusMiB(field string) (float64, error) {
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
 		return 0, err

@@ -106,9 +106,11 @@ func (s *SQLStats) label(sql string) string {
 	if l, ok := s.labels.Load(sql); ok {
 		return l.(string)
 	}
-	l := firstWords(sql, 6)
+	var l string
 	if s.Classify != nil {
 		l = s.Classify(sql)
+	} else {
+		l = firstWords(sql, 6)
 	}
 	s.labels.Store(sql, l)
 	return l
@@ -216,14 +218,9 @@ func (s *SQLStats) Report(w io.Writer, events int64) {
 	}
 }
 
-var spaces = regexp.MustCompile(`\s+`)
-
 func firstWords(sql string, n int) string {
-	f := strings.Fields(spaces.ReplaceAllString(sql, " "))
-	if len(f) > n {
-		f = f[:n]
-	}
-	return strings.Join(f, " ")
+	f := strings.Fields(sql)
+	return strings.Join(f[:min(len(f), n)], " ")
 }
 
 func truncate(s string, n int) string {

@@ -35,8 +35,8 @@ import (
 	"github.com/vantage-go/vantage/bench/internal/workload"
 )
 
-// ClaimSizeDefault is the rows one claim takes.
-const ClaimSizeDefault = 500
+// claimSize is the rows one claim takes.
+const claimSize = 500
 
 // Setup creates the pipeline's tables in a new schema.
 func Setup(ctx context.Context, pool *pgxpool.Pool, schema string) error {
@@ -134,8 +134,6 @@ type Options struct {
 	Perspectives int
 	// Workers is the number of concurrent claim loops (connections).
 	Workers int
-	// ClaimSize is the rows one claim takes. Defaults to ClaimSizeDefault.
-	ClaimSize int
 }
 
 // Stats are the counters of a Run, safe to read while it runs.
@@ -152,10 +150,6 @@ type Stats struct {
 // Run drains the work table with opts.Workers workers and returns, per
 // stream, the time from the start at which its last pair reached its head.
 func Run(ctx context.Context, opts Options, stats *Stats) ([]time.Duration, error) {
-	claimSize := opts.ClaimSize
-	if claimSize <= 0 {
-		claimSize = ClaimSizeDefault
-	}
 	s := pgx.Identifier{opts.Schema}.Sanitize()
 	claimSQL := fmt.Sprintf(`WITH c AS (
     SELECT seq, stream_id, perspective, event_id, version
@@ -195,7 +189,7 @@ SET data = excluded.data, last_version = excluded.last_version, updated_at = exc
 
 	w := worker{
 		claimSQL: claimSQL, deleteSQL: deleteSQL, cursorsSQL: cursorsSQL, modelsSQL: modelsSQL,
-		claimSize: claimSize, stats: stats,
+		stats: stats,
 		onPair: func(stream uuid.UUID, version int64) {
 			i := index[stream]
 			if version == opts.Heads[i] && int(pairsDone[i].Add(1)) == opts.Perspectives {
@@ -241,7 +235,6 @@ SET data = excluded.data, last_version = excluded.last_version, updated_at = exc
 
 type worker struct {
 	claimSQL, deleteSQL, cursorsSQL, modelsSQL string
-	claimSize                                  int
 	stats                                      *Stats
 	onPair                                     func(stream uuid.UUID, version int64)
 }
@@ -271,7 +264,7 @@ func (w *worker) cycle(ctx context.Context, conn *pgx.Conn) (int, error) {
 	var pairs []*pair
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(w.claimSQL, w.claimSize)
+	b.Queue(w.claimSQL, claimSize)
 	err := sendBatch(ctx, conn, b, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
 			return err

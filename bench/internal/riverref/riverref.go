@@ -22,8 +22,8 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 )
 
-// InsertBatchDefault is the jobs one InsertMany call inserts.
-const InsertBatchDefault = 1000
+// insertBatch is the jobs one InsertMany call inserts.
+const insertBatch = 1000
 
 // NoopArgs identify the work row a job stands for.
 type NoopArgs struct {
@@ -79,9 +79,6 @@ type Options struct {
 	// 100ms, FetchPollInterval 1s) instead of riverbench's throughput
 	// settings (2ms, 20ms).
 	ClientDefaults bool
-	// InsertBatch is the jobs per InsertMany. Defaults to
-	// InsertBatchDefault.
-	InsertBatch int
 }
 
 // Seed inserts one job per (stream, version, perspective) with InsertMany
@@ -90,10 +87,6 @@ func Seed(ctx context.Context, opts Options) (int, error) {
 	client, err := newClient(opts, opts.Pools[0], nil)
 	if err != nil {
 		return 0, err
-	}
-	batch := opts.InsertBatch
-	if batch <= 0 {
-		batch = InsertBatchDefault
 	}
 	var params []river.InsertManyParams
 	total := 0
@@ -121,7 +114,7 @@ func Seed(ctx context.Context, opts Options) (int, error) {
 			}
 			for p := range opts.Perspectives {
 				params = append(params, river.InsertManyParams{Args: NoopArgs{Stream: s, Perspective: p, Version: v}})
-				if len(params) == batch {
+				if len(params) == insertBatch {
 					if err := flush(); err != nil {
 						return total, err
 					}
