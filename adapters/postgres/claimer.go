@@ -514,7 +514,7 @@ WHERE w.work_id = ANY($4::uuid[]) AND ` + sqlHeldByCaller + ` AND w.processed_at
 // and after a burst of appends they make the rows leased to $1 look rare
 // just when the caller holds the whole backlog; the planner would then read
 // them all through an index on instance_id, testing each against the listed
-// ids, instead of looking the ids up in the primary key (see sqlFinish).
+// ids, instead of looking the ids up in the primary key (see sqlListedRow).
 const sqlHeldByCaller = `coalesce(w.instance_id = $1, false)`
 
 // WorkRenewLeases implements ports.WorkClaimer. A row whose lease expired but

@@ -77,27 +77,37 @@ func scanCursor(row pgx.CollectableRow) (ports.Cursor, error) {
 // the caller count (the fence); the lease may have expired as long as nobody
 // took the row over.
 //
-// The list drives the statement, one primary key probe per id. The id is
-// the only condition an index can serve: the pair is compared with IS NOT
-// DISTINCT FROM and the holder with sqlHeldByCaller, neither indexable.
-// Queue statistics lag behind the table, and with "=" the planner, taking a
-// (stream, perspective) or the rows of a holder for a handful of rows, would
-// probe vantage_work_pending_idx or an index on instance_id per listed id
-// instead, reading the whole backlog of a long stream for each.
-const sqlFinish = `DELETE FROM /* SCHEMA */.vantage_work w
+// The list drives the statement, one primary key probe per id (see
+// sqlListedRow).
+var sqlFinish = `DELETE FROM /* SCHEMA */.vantage_work w
 USING ` + sqlFinishRows
 
 // sqlFinishDebug is sqlFinish for debug mode: rows are kept, marked processed
 // at $5 and unleased, which hides them from every pending-row query.
-const sqlFinishDebug = `UPDATE /* SCHEMA */.vantage_work w
+var sqlFinishDebug = `UPDATE /* SCHEMA */.vantage_work w
 SET processed_at = coalesce($5::timestamptz, now()), instance_id = NULL, lease_expiry = NULL
 FROM ` + sqlFinishRows
 
 // sqlFinishRows is the row list and fence shared by sqlFinish and
 // sqlFinishDebug.
-const sqlFinishRows = `unnest($2::uuid[], $3::uuid[], $4::text[]) AS c(work_id, stream_id, perspective)
-WHERE w.work_id = c.work_id AND (w.stream_id, w.perspective) IS NOT DISTINCT FROM (c.stream_id, c.perspective)
+var sqlFinishRows = `unnest($2::uuid[], $3::uuid[], $4::text[]) AS c(work_id, stream_id, perspective)
+WHERE ` + sqlListedRow("c")
+
+// sqlListedRow is the condition of the statements that change the rows a
+// list l (work_id, stream_id, perspective) names: the row w has the listed
+// id and pair, is pending and is held by the caller $1 (the fence).
+//
+// The id is the only condition an index can serve: the pair is compared
+// with IS NOT DISTINCT FROM and the holder with sqlHeldByCaller, neither
+// indexable. Queue statistics lag behind the table, and with "=" the
+// planner, taking a (stream, perspective) or the rows of a holder for a
+// handful of rows, would probe vantage_work_pending_idx or an index on
+// instance_id per listed id instead, reading the whole backlog of a long
+// stream for each.
+func sqlListedRow(l string) string {
+	return `w.work_id = ` + l + `.work_id AND (w.stream_id, w.perspective) IS NOT DISTINCT FROM (` + l + `.stream_id, ` + l + `.perspective)
   AND w.processed_at IS NULL AND ` + sqlHeldByCaller
+}
 
 // sqlCompleteCursors upserts one cursor per pair from the payload: $1 now,
 // $2 streams, $3 perspectives, $4 last event ids, $5 last versions. The
@@ -179,10 +189,11 @@ WHERE a.stream_id IN (
     FOR UPDATE
 )`
 
-// finishArgs flattens the rows to complete of a call.
+// finishArgs flattens the rows to complete of a call, the ids already in
+// the form of a uuid[] parameter (see uuidsArg).
 type finishArgs struct {
-	workIDs      []uuid.UUID
-	streams      []uuid.UUID
+	workIDs      [][16]byte
+	streams      [][16]byte
 	perspectives []string
 }
 
@@ -210,9 +221,9 @@ const (
 func (f *finishArgs) queue(s *Store, b *pgx.Batch, instanceID uuid.UUID, debug bool, now any) {
 	b.Queue(sqlJoinsByKey)
 	if debug {
-		b.Queue(s.sql(sqlFinishDebug), instanceID, uuidsArg(f.workIDs), uuidsArg(f.streams), f.perspectives, now)
+		b.Queue(s.sql(sqlFinishDebug), instanceID, f.workIDs, f.streams, f.perspectives, now)
 	} else {
-		b.Queue(s.sql(sqlFinish), instanceID, uuidsArg(f.workIDs), uuidsArg(f.streams), f.perspectives)
+		b.Queue(s.sql(sqlFinish), instanceID, f.workIDs, f.streams, f.perspectives)
 	}
 	b.Queue(sqlJoinsAny)
 }
@@ -276,7 +287,8 @@ func comparePair(a, b pairKey) int {
 
 // columns returns the pairs and positions as parallel arrays, ordered by
 // stream and perspective so that concurrent calls lock cursors in one order.
-func (p *positions) columns() (streams []uuid.UUID, perspectives []string, eventIDs []uuid.UUID, versions []int64, errs []string) {
+// The ids are in the form of a uuid[] parameter (see uuidsArg).
+func (p *positions) columns() (streams [][16]byte, perspectives []string, eventIDs [][16]byte, versions []int64, errs []string) {
 	slices.SortFunc(p.order, comparePair)
 	for _, k := range p.order {
 		pos := p.byKey[k]
@@ -322,9 +334,9 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 	streams, perspectives, eventIDs, versions, _ := pos.columns()
 	b := &pgx.Batch{}
 	finish.queue(s, b, params.InstanceID, params.DebugMode, now)
-	b.Queue(s.sql(sqlCompleteCursors), now, uuidsArg(streams), perspectives, uuidsArg(eventIDs), versions)
-	b.Queue(s.sql(sqlFlagStragglers), now, uuidsArg(streams), perspectives, versions)
-	b.Queue(s.sql(sqlUnpinDrained), uuidsArg(distinctStreams(streams)))
+	b.Queue(s.sql(sqlCompleteCursors), now, streams, perspectives, eventIDs, versions)
+	b.Queue(s.sql(sqlFlagStragglers), now, streams, perspectives, versions)
+	b.Queue(s.sql(sqlUnpinDrained), distinctStreams(streams))
 	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error {
 		var err error
 		if result.Completed, err = finish.read(br); err != nil {
@@ -350,13 +362,12 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 // sqlFailRows releases the failed rows still held by the caller ($1), stores
 // their error and schedules them: $2 work ids, $3 streams, $4 perspectives,
 // $5 errors, $6 retry times (NULL: claimable at once). Attempts stay. Rows
-// are found by id, as in sqlFinish.
-const sqlFailRows = `UPDATE /* SCHEMA */.vantage_work w
+// are found by id, as in sqlFinish (see sqlListedRow).
+var sqlFailRows = `UPDATE /* SCHEMA */.vantage_work w
 SET instance_id = NULL, lease_expiry = NULL, error = f.error, scheduled_for = f.retry_at
 FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::timestamptz[])
      AS f(work_id, stream_id, perspective, error, retry_at)
-WHERE w.work_id = f.work_id AND (w.stream_id, w.perspective) IS NOT DISTINCT FROM (f.stream_id, f.perspective)
-  AND w.processed_at IS NULL AND ` + sqlHeldByCaller
+WHERE ` + sqlListedRow("f")
 
 // sqlFailCursors upserts one cursor per failed pair: $1 now, $2 streams, $3
 // perspectives, $4 last event ids, $5 last versions, $6 errors. The position
@@ -449,9 +460,9 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 	streams, perspectives, eventIDs, versions, errs := pos.columns()
 	b := &pgx.Batch{}
 	finish.queue(s, b, params.InstanceID, params.DebugMode, now)
-	b.Queue(s.sql(sqlFailRows), params.InstanceID, uuidsArg(failed.workIDs), uuidsArg(failed.streams), failed.perspectives, failed.errs, failed.retryAt)
-	b.Queue(s.sql(sqlFailCursors), now, uuidsArg(streams), perspectives, uuidsArg(eventIDs), versions, errs)
-	b.Queue(s.sql(sqlUnpinDrained), uuidsArg(distinctStreams(streams)))
+	b.Queue(s.sql(sqlFailRows), params.InstanceID, failed.workIDs, failed.streams, failed.perspectives, failed.errs, failed.retryAt)
+	b.Queue(s.sql(sqlFailCursors), now, streams, perspectives, eventIDs, versions, errs)
+	b.Queue(s.sql(sqlUnpinDrained), distinctStreams(streams))
 	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error { return execN(br, b.Len()) })
 	if err != nil {
 		return fmt.Errorf("recording failures of instance %s: %w", params.InstanceID, translate(err))
@@ -475,7 +486,7 @@ func validatePair(streamID uuid.UUID, perspective string, lastVersion int64) err
 
 // distinctStreams returns the distinct ids of streams, which must be sorted
 // (as columns returns them), in a new slice: the caller's stays as it was.
-func distinctStreams(streams []uuid.UUID) []uuid.UUID {
+func distinctStreams(streams [][16]byte) [][16]byte {
 	return slices.Compact(slices.Clone(streams))
 }
 

@@ -139,7 +139,7 @@ func (s *Store) append(ctx context.Context, db batchSender, params *ports.Events
 	}
 	n := len(params.Events)
 	var (
-		ids      = make([]uuid.UUID, n)
+		ids      = make([][16]byte, n) // a uuid[] parameter (see uuidsArg)
 		types    = make([]string, n)
 		versions = make([]int64, n)
 		data     = make([]string, n)
@@ -171,7 +171,7 @@ func (s *Store) append(ctx context.Context, db batchSender, params *ports.Events
 	b := &pgx.Batch{}
 	b.Queue(sqlAppendLock, "vantage_append:"+s.opts.Schema, params.StreamID)
 	b.Queue(s.sql(sqlAppend), [16]byte(params.StreamID), nowArg(params.Now), params.ExpectedVersion,
-		uuidsArg(ids), types, versions, data, metadata, textArg(channel))
+		ids, types, versions, data, metadata, textArg(channel))
 
 	result := &ports.EventsAppendResult{Events: make([]ports.Event, n)}
 	var head int64

@@ -164,10 +164,10 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
-	now := nowArg(params.Now)
+	now, streams := nowArg(params.Now), uuidsArg(params.StreamIDs)
 	b := &pgx.Batch{}
-	b.Queue(s.sql(sqlFetchLease), params.InstanceID, now, params.StaleThreshold, params.LeaseDuration, uuidsArg(params.StreamIDs))
-	b.Queue(s.sql(sqlFetchRows), params.InstanceID, now, uuidsArg(params.StreamIDs), limitArg(params.MaxRows))
+	b.Queue(s.sql(sqlFetchLease), params.InstanceID, now, params.StaleThreshold, params.LeaseDuration, streams)
+	b.Queue(s.sql(sqlFetchRows), params.InstanceID, now, streams, limitArg(params.MaxRows))
 
 	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {

@@ -139,7 +139,7 @@ func (s *Store) ModelLoadMany(ctx context.Context, pairs []ports.Pair) ([]ports.
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
-	streams := make([]uuid.UUID, len(pairs))
+	streams := make([][16]byte, len(pairs)) // a uuid[] parameter (see uuidsArg)
 	names := make([]string, len(pairs))
 	for i, p := range pairs {
 		streams[i], names[i] = p.StreamID, p.Perspective
@@ -153,7 +153,7 @@ func (s *Store) ModelLoadMany(ctx context.Context, pairs []ports.Pair) ([]ports.
 		err := row.Scan(&m.StreamID, &m.Perspective, &m.Data, &lastEvent, &m.LastVersion, &updated)
 		m.LastEventID, m.UpdatedAt = fromUUID(lastEvent), fromTime(updated)
 		return m, err
-	}, uuidsArg(streams), names)
+	}, streams, names)
 	if err != nil {
 		return nil, fmt.Errorf("loading %d models: %w", len(pairs), err)
 	}

@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"context"
 	"errors"
 	"regexp"
 	"strconv"
@@ -181,26 +182,50 @@ func TestWorkStatementsReadBoundedRows(t *testing.T) {
 		"UnpinDrained":    {[]uuid.UUID{stream}},
 	}
 	for name, args := range cases {
-		err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		rolledBack(t, b, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, postgres.WorkSettings); err != nil {
 				return err
 			}
-			var plan []map[string]any
-			if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+b.store.Render(postgres.Queries[name]), args...).Scan(&plan); err != nil {
+			plan, read, err := explainWorkRows(ctx, tx, b.store.Render(postgres.Queries[name]), args...)
+			if err != nil {
 				return err
 			}
-			read, bound := workRowsRead(plan[0]["Plan"].(map[string]any)), float64(limit)
+			bound := float64(limit)
 			if name == "FetchLease" {
 				bound = 10 * 2 * events
 			}
 			t.Logf("%s reads %.0f work rows", name, read)
 			require.Less(t, read, bound, "%s reads the backlog:\n%v", name, plan)
-			return tx.Rollback(ctx)
-		})
-		if !errors.Is(err, pgx.ErrTxClosed) {
-			require.NoError(t, err, name)
-		}
+			return nil
+		}, name)
 	}
+}
+
+// rolledBack runs f in a transaction on b's pool and rolls it back, undoing
+// what the statements it explains with ANALYZE changed. msgAndArgs label a
+// failure.
+func rolledBack(t *testing.T, b *testBundle, f func(tx pgx.Tx) error, msgAndArgs ...any) {
+	t.Helper()
+	ctx := t.Context()
+	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		if err := f(tx); err != nil {
+			return err
+		}
+		return tx.Rollback(ctx)
+	})
+	if !errors.Is(err, pgx.ErrTxClosed) {
+		require.NoError(t, err, msgAndArgs...)
+	}
+}
+
+// explainWorkRows runs stmt with args under EXPLAIN (ANALYZE, FORMAT JSON)
+// and returns its plan and the work rows it read (see workRowsRead).
+func explainWorkRows(ctx context.Context, tx pgx.Tx, stmt string, args ...any) ([]map[string]any, float64, error) {
+	var plan []map[string]any
+	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+stmt, args...).Scan(&plan); err != nil {
+		return nil, 0, err
+	}
+	return plan, workRowsRead(plan[0]["Plan"].(map[string]any)), nil
 }
 
 // workRowsRead sums, over a JSON plan tree, the rows that scans of
@@ -330,7 +355,7 @@ func TestClaimReadsBoundedRowsWithStaleStatistics(t *testing.T) {
 		"ClaimHeld": {id, "NULL", strconv.Itoa(held + 2)},
 	} {
 		for _, c := range []struct{ generic, work bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
-			err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			rolledBack(t, b, func(tx pgx.Tx) error {
 				mode := "force_custom_plan"
 				if c.generic {
 					mode = "force_generic_plan"
@@ -348,23 +373,17 @@ func TestClaimReadsBoundedRowsWithStaleStatistics(t *testing.T) {
 				if _, err := tx.Exec(ctx, `PREPARE stale_stats_probe AS `+b.store.Render(postgres.Queries[name])); err != nil {
 					return err
 				}
-				var plan []map[string]any
-				explain := `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE stale_stats_probe(` + strings.Join(args, ", ") + `)`
-				err := tx.QueryRow(ctx, explain).Scan(&plan)
+				plan, read, err := explainWorkRows(ctx, tx, `EXECUTE stale_stats_probe(`+strings.Join(args, ", ")+`)`)
 				if _, derr := tx.Exec(ctx, `DEALLOCATE stale_stats_probe`); err == nil {
 					err = derr
 				}
 				if err != nil {
 					return err
 				}
-				read := workRowsRead(plan[0]["Plan"].(map[string]any))
 				t.Logf("%s (%s) reads %.0f work rows", name, mode, read)
 				require.Less(t, read, bounds[name], "%s (%s) reads the leased rows once per stream:\n%v", name, mode, plan)
-				return tx.Rollback(ctx)
-			})
-			if !errors.Is(err, pgx.ErrTxClosed) {
-				require.NoError(t, err, name)
-			}
+				return nil
+			}, name)
 		}
 	}
 }
@@ -404,23 +423,18 @@ func TestFinishLooksUpItsRowsByKey(t *testing.T) {
 	})
 	require.NoError(t, err)
 
-	err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+	rolledBack(t, b, func(tx pgx.Tx) error {
 		for _, settings := range []string{postgres.WorkSettings, postgres.JoinsByKey} {
 			if _, err := tx.Exec(ctx, settings); err != nil {
 				return err
 			}
 		}
-		var plan []map[string]any
-		if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+b.store.Render(postgres.Queries["Finish"]),
-			instance, ids, streams, perspectives).Scan(&plan); err != nil {
+		plan, read, err := explainWorkRows(ctx, tx, b.store.Render(postgres.Queries["Finish"]), instance, ids, streams, perspectives)
+		if err != nil {
 			return err
 		}
-		read := workRowsRead(plan[0]["Plan"].(map[string]any))
 		t.Logf("Finish of %d rows reads %.0f work rows", completed, read)
 		require.Less(t, read, float64(3*completed), "Finish reads the work table:\n%v", plan)
-		return tx.Rollback(ctx)
+		return nil
 	})
-	if !errors.Is(err, pgx.ErrTxClosed) {
-		require.NoError(t, err)
-	}
 }

@@ -88,7 +88,7 @@ func newUUID(t *testing.T) uuid.UUID {
 	return id
 }
 
-// testLogger routes a Store's logs to t.Log.
+// testLogger routes a Store's logs to the test's log (t.Output).
 func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
