@@ -28,12 +28,18 @@ type publisher struct {
 	mu      sync.Mutex
 	running bool
 	due     bool
+	stopped bool // set by wait: no notification starts after it
 }
 
-// wake asks for a notification after the caller's committed append.
+// wake asks for a notification after the caller's committed append. After
+// wait (the Store is closing) it does nothing: a NOTIFY would fail anyway,
+// and starting one then would race with wait.
 func (p *publisher) wake() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.stopped {
+		return
+	}
 	if p.running {
 		p.due = true
 		return
@@ -63,5 +69,11 @@ func (p *publisher) run() {
 	}
 }
 
-// wait returns once no notification is in flight (see Store.Close).
-func (p *publisher) wait() { p.wg.Wait() }
+// wait stops the publisher and returns once no notification is in flight
+// (see Store.Close).
+func (p *publisher) wait() {
+	p.mu.Lock()
+	p.stopped = true
+	p.mu.Unlock()
+	p.wg.Wait()
+}
