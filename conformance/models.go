@@ -44,14 +44,12 @@ func runModels(t *testing.T, newBackend NewBackendFunc) {
 			err = saveModel(t, tb.backend, stream, 1, second, 3, `{"n":3}`)
 			require.ErrorIs(t, err, ports.ErrVersionConflict)
 
-			model, err := tb.backend.Models.ModelLoad(t.Context(), stream, perspective)
-			require.NoError(t, err)
+			model := mustModel(t, tb.backend, stream, perspective)
 			require.JSONEq(t, `{"n":2}`, string(model.Data), "a conflict stores nothing")
 			require.Equal(t, int64(2), mustCursor(t, tb.backend, stream, perspective).LastVersion)
 
 			require.NoError(t, saveModel(t, tb.backend, stream, 2, second, 3, `{"n":3}`))
-			model, err = tb.backend.Models.ModelLoad(t.Context(), stream, perspective)
-			require.NoError(t, err)
+			model = mustModel(t, tb.backend, stream, perspective)
 			require.JSONEq(t, `{"n":3}`, string(model.Data))
 			require.Equal(t, second, model.LastEventID)
 			require.Equal(t, int64(3), model.LastVersion)
@@ -62,8 +60,7 @@ func runModels(t *testing.T, newBackend NewBackendFunc) {
 
 			require.NoError(t, saveModel(t, tb.backend, stream, 0, last, 2, `{"total": 42, "lines": ["a"]}`))
 
-			model, err := tb.backend.Models.ModelLoad(t.Context(), stream, perspective)
-			require.NoError(t, err)
+			model := mustModel(t, tb.backend, stream, perspective)
 			require.Equal(t, stream, model.StreamID)
 			require.Equal(t, perspective, model.Perspective)
 			require.JSONEq(t, `{"total": 42, "lines": ["a"]}`, string(model.Data))
@@ -74,7 +71,7 @@ func runModels(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, last, cur.LastEventID)
 			require.Equal(t, int64(2), cur.LastVersion)
 			require.True(t, cur.Status.Has(ports.CursorProcessing), "status %s", cur.Status)
-			_, err = tb.backend.Models.ModelLoad(t.Context(), stream, perspective2)
+			_, err := tb.backend.Models.ModelLoad(t.Context(), stream, perspective2)
 			require.ErrorIs(t, err, ports.ErrNotFound, "models are per perspective")
 		},
 	})
@@ -83,15 +80,30 @@ func runModels(t *testing.T, newBackend NewBackendFunc) {
 // saveModel saves the perspective's model of stream at(1s).
 func saveModel(t *testing.T, b ports.Backend, stream uuid.UUID, expected int64, last uuid.UUID, version int64, data string) error {
 	t.Helper()
-	return b.Models.ModelSave(t.Context(), &ports.ModelSaveParams{
+	return b.Models.ModelSave(t.Context(), modelParams(stream, perspective, expected, last, version, data))
+}
+
+// modelParams returns the parameters of a save of the model of (stream,
+// name) at(1s).
+func modelParams(stream uuid.UUID, name string, expected int64, last uuid.UUID, version int64, data string) *ports.ModelSaveParams {
+	return &ports.ModelSaveParams{
 		StreamID:        stream,
-		Perspective:     perspective,
+		Perspective:     name,
 		Data:            []byte(data),
 		LastEventID:     last,
 		LastVersion:     version,
 		ExpectedVersion: expected,
 		Now:             at(time.Second),
-	})
+	}
+}
+
+// mustModel returns the stored model of (stream, name), failing t when it
+// cannot be loaded.
+func mustModel(t *testing.T, b ports.Backend, stream uuid.UUID, name string) ports.StoredModel {
+	t.Helper()
+	m, err := b.Models.ModelLoad(t.Context(), stream, name)
+	require.NoError(t, err)
+	return m
 }
 
 // runModelBatch verifies the optional ports.ModelBatchStore.
@@ -103,12 +115,6 @@ func runModelBatch(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 		mb, ok := b.Models.(ports.ModelBatchStore)
 		require.True(t, ok, "every handle of the backend implements ports.ModelBatchStore")
 		return mb
-	}
-	params := func(stream uuid.UUID, name string, expected int64, last uuid.UUID, version int64, data string) *ports.ModelSaveParams {
-		return &ports.ModelSaveParams{
-			StreamID: stream, Perspective: name, Data: []byte(data),
-			LastEventID: last, LastVersion: version, ExpectedVersion: expected, Now: at(time.Second),
-		}
 	}
 
 	optionalGroup(t, "ModelLoadMany", port, implemented, map[string]func(t *testing.T){
@@ -162,11 +168,11 @@ func runModelBatch(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			require.NoError(t, saveModel(t, tb.backend, streams[2], 0, last, 2, `{"n":2}`))
 
 			errs, err := batch(t, tb.backend).ModelSaveMany(t.Context(), []*ports.ModelSaveParams{
-				params(streams[0], perspective, 0, last, 1, `{"n":1}`),  // new
-				params(streams[1], perspective, 2, last, 4, `{"n":4}`),  // moves
-				params(streams[2], perspective, 1, last, 3, `{"n":3}`),  // stale expectation
-				params(streams[3], perspective, 0, last, 1, `not json`), // invalid
-				params(streams[0], perspective2, 0, last, 1, `{"p":2}`), // another perspective
+				modelParams(streams[0], perspective, 0, last, 1, `{"n":1}`),  // new
+				modelParams(streams[1], perspective, 2, last, 4, `{"n":4}`),  // moves
+				modelParams(streams[2], perspective, 1, last, 3, `{"n":3}`),  // stale expectation
+				modelParams(streams[3], perspective, 0, last, 1, `not json`), // invalid
+				modelParams(streams[0], perspective2, 0, last, 1, `{"p":2}`), // another perspective
 			})
 			require.NoError(t, err)
 			require.Len(t, errs, 5)
@@ -176,16 +182,10 @@ func runModelBatch(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			require.ErrorIs(t, errs[3], ports.ErrInvalidArgument)
 			require.NoError(t, errs[4])
 
-			load := func(stream uuid.UUID, name string) ports.StoredModel {
-				t.Helper()
-				m, err := tb.backend.Models.ModelLoad(t.Context(), stream, name)
-				require.NoError(t, err)
-				return m
-			}
-			require.JSONEq(t, `{"n":1}`, string(load(streams[0], perspective).Data))
-			require.JSONEq(t, `{"n":4}`, string(load(streams[1], perspective).Data))
-			require.JSONEq(t, `{"n":2}`, string(load(streams[2], perspective).Data), "a conflict stores nothing")
-			require.JSONEq(t, `{"p":2}`, string(load(streams[0], perspective2).Data))
+			require.JSONEq(t, `{"n":1}`, string(mustModel(t, tb.backend, streams[0], perspective).Data))
+			require.JSONEq(t, `{"n":4}`, string(mustModel(t, tb.backend, streams[1], perspective).Data))
+			require.JSONEq(t, `{"n":2}`, string(mustModel(t, tb.backend, streams[2], perspective).Data), "a conflict stores nothing")
+			require.JSONEq(t, `{"p":2}`, string(mustModel(t, tb.backend, streams[0], perspective2).Data))
 			_, err = tb.backend.Models.ModelLoad(t.Context(), streams[3], perspective)
 			require.ErrorIs(t, err, ports.ErrNotFound, "an invalid entry stores nothing")
 
@@ -200,16 +200,15 @@ func runModelBatch(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			stream, last := newID(t), newID(t)
 
 			errs, err := batch(t, tb.backend).ModelSaveMany(t.Context(), []*ports.ModelSaveParams{
-				params(stream, perspective, 0, last, 2, `{"n":2}`),
-				params(stream, perspective, 2, last, 3, `{"n":3}`),
-				params(stream, perspective, 2, last, 4, `{"n":4}`),
+				modelParams(stream, perspective, 0, last, 2, `{"n":2}`),
+				modelParams(stream, perspective, 2, last, 3, `{"n":3}`),
+				modelParams(stream, perspective, 2, last, 4, `{"n":4}`),
 			})
 			require.NoError(t, err)
 			require.NoError(t, errs[0])
 			require.NoError(t, errs[1])
 			require.ErrorIs(t, errs[2], ports.ErrVersionConflict)
-			m, err := tb.backend.Models.ModelLoad(t.Context(), stream, perspective)
-			require.NoError(t, err)
+			m := mustModel(t, tb.backend, stream, perspective)
 			require.JSONEq(t, `{"n":3}`, string(m.Data))
 			require.Equal(t, int64(3), m.LastVersion)
 		},

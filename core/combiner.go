@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -54,9 +55,8 @@ func (c *combiner[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
 	c.senders++
 	for len(c.queue) > 0 {
 		n := min(len(c.queue), c.limit)
-		batch := make([]*combined[Req, Res], n)
-		copy(batch, c.queue)
-		c.queue = append(c.queue[:0], c.queue[n:]...)
+		batch := slices.Clone(c.queue[:n])
+		c.queue = slices.Delete(c.queue, 0, n)
 		c.mu.Unlock()
 		c.sendBatch(ctx, batch)
 		c.mu.Lock()

@@ -181,10 +181,7 @@ type decodedEvent struct {
 // boxed returns events[i] as an any, boxed once for every perspective
 // applying it (EventFromContext hands out copies).
 func (sw *streamWork) boxed(i int) any {
-	if sw.decoded == nil {
-		sw.decoded = make([]decodedEvent, len(sw.events))
-	}
-	d := &sw.decoded[i]
+	d := sw.slot(i)
 	if d.boxed == nil {
 		d.boxed = sw.events[i]
 	}
@@ -201,13 +198,19 @@ func (sw *streamWork) decode(reg *Registry, i int) (any, error) {
 	}
 	v, shareable, err := reg.decode(sw.events[i])
 	if shareable {
-		if sw.decoded == nil {
-			sw.decoded = make([]decodedEvent, len(sw.events))
-		}
-		d := &sw.decoded[i]
+		d := sw.slot(i)
 		d.value, d.err, d.done = v, err, true
 	}
 	return v, err
+}
+
+// slot returns the cache entry of events[i], allocating the cache on first
+// use.
+func (sw *streamWork) slot(i int) *decodedEvent {
+	if sw.decoded == nil {
+		sw.decoded = make([]decodedEvent, len(sw.events))
+	}
+	return &sw.decoded[i]
 }
 
 // event returns the index in sw.events of the event of row r, -1 when the
@@ -502,7 +505,7 @@ func (w *Worker) drainPair(ctx context.Context, sw *streamWork, rows []ports.Wor
 		return 0, nil
 	}
 
-	run := pairRun{w: w, p: p, key: key, sw: sw, rows: rows, stored: stored, savedVersion: stored.LastVersion, model: model, collect: collect}
+	run := pairRun{w: w, p: p, key: key, sw: sw, rows: rows, stored: stored, model: model, collect: collect}
 	deadline := max(time.Second, w.opts.LeaseDuration-w.opts.LeaseGrace)
 	actx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
@@ -560,20 +563,19 @@ func (w *Worker) drainPair(ctx context.Context, sw *streamWork, rows []ports.Wor
 // at or below the stored position, rows[done:saved] are applied and saved,
 // rows[saved:applied] are applied and not saved yet.
 type pairRun struct {
-	w            *Worker
-	p            perspective
-	key          pairKey
-	sw           *streamWork
-	rows         []ports.WorkItem
-	collect      bool // finish returns the events applied
-	stored       ports.StoredModel
-	model        any
-	savedVersion int64
-	last         *ports.Event // last applied event
-	lastSaved    *ports.Event // last saved event, nil until a save
-	done         int
-	saved        int
-	applied      int
+	w         *Worker
+	p         perspective
+	key       pairKey
+	sw        *streamWork
+	rows      []ports.WorkItem
+	collect   bool // finish returns the events applied
+	stored    ports.StoredModel
+	model     any
+	last      *ports.Event // last applied event
+	lastSaved *ports.Event // last saved event, nil until a save
+	done      int
+	saved     int
+	applied   int
 }
 
 // unsaved returns the number of applied rows not saved yet.
@@ -660,20 +662,20 @@ func (r *pairRun) save(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	_, savedVersion := r.position()
 	err = r.w.saveModel(ctx, &ports.ModelSaveParams{
 		StreamID:        r.key.stream,
 		Perspective:     r.key.perspective,
 		Data:            data,
 		LastEventID:     r.last.ID,
 		LastVersion:     r.last.Version,
-		ExpectedVersion: r.savedVersion,
+		ExpectedVersion: savedVersion,
 		Now:             r.w.paramNow(),
 	})
 	if err != nil {
 		return err
 	}
-	r.w.maybeSnapshot(ctx, r.key, r.savedVersion, *r.last, data)
-	r.savedVersion = r.last.Version
+	r.w.maybeSnapshot(ctx, r.key, savedVersion, *r.last, data)
 	r.lastSaved = r.last
 	r.saved = r.applied
 	return nil
@@ -890,14 +892,13 @@ func (w *Worker) flushFailures(ctx context.Context, batch []completion.Tracked[p
 }
 
 func (w *Worker) completionsAcknowledged(batch []completion.Tracked[ports.Completion]) {
-	items := itemsOf(batch)
 	n := 0
-	for _, c := range items {
-		n += len(c.WorkIDs)
+	for _, t := range batch {
+		n += len(t.Item.WorkIDs)
 	}
 	workIDs := make([]uuid.UUID, 0, n)
-	for _, c := range items {
-		workIDs = append(workIDs, c.WorkIDs...)
+	for _, t := range batch {
+		workIDs = append(workIDs, t.Item.WorkIDs...)
 	}
 	// One ActivateRetentionFor for the batch: one hold of the dedup lock
 	// the drains contend for, not one per completion.
@@ -906,20 +907,20 @@ func (w *Worker) completionsAcknowledged(batch []completion.Tracked[ports.Comple
 		signal(w.claimWake) // room was freed for more of the backlog
 	}
 	if h := w.opts.Hooks.OnCompletionsFlushed; h != nil {
-		h(CompletionsFlushed{Completions: items})
+		h(CompletionsFlushed{Completions: itemsOf(batch)})
 	}
 }
 
 func (w *Worker) failuresAcknowledged(batch []completion.Tracked[ports.Failure]) {
-	items := itemsOf(batch)
 	var workIDs []uuid.UUID
-	for _, f := range items {
+	for _, t := range batch {
+		f := t.Item
 		workIDs = append(workIDs, f.AppliedWorkIDs...)
 		w.parkAcked(pairKey{stream: f.StreamID, perspective: f.Perspective})
 	}
 	w.acknowledge(trackingIDs(batch), workIDs)
 	if h := w.opts.Hooks.OnCompletionsFlushed; h != nil {
-		h(CompletionsFlushed{Failures: items})
+		h(CompletionsFlushed{Failures: itemsOf(batch)})
 	}
 }
 

@@ -76,11 +76,11 @@ type Worker struct {
 	notifyWake    chan struct{} // notifications, coalesced to one claim per ClaimInterval
 	consumerWakes []chan struct{}
 	listening     atomic.Bool
-	wakeCount     atomic.Uint64 // notifications received (see drainStream)
+	wakeCount     atomic.Uint64 // notifications received (see wantWindow)
 	claimHasMore  atomic.Bool
-	// recovering is set when a heartbeat abandoned stale instances; the
-	// next claim then sets windowSkip, so the streams it takes over are
-	// drained at once instead of waiting in the sliding window.
+	// recovering is set when a peer was abandoned (see takeOver); the next
+	// claim then sets windowSkip, so the streams it takes over are drained
+	// at once instead of waiting in the sliding window.
 	recovering atomic.Bool
 	windowSkip atomic.Bool
 	// fetchWaitHook, for tests, runs when a batch waits for its fetched
@@ -344,10 +344,17 @@ func (w *Worker) heartbeat(ctx context.Context) (*ports.InstanceHeartbeatResult,
 	}
 	if len(res.Abandoned) > 0 {
 		w.log.InfoContext(ctx, "abandoned stale instances", slog.Int("count", len(res.Abandoned)))
-		w.recovering.Store(true)
-		signal(w.claimWake) // their work is claimable now
+		w.takeOver()
 	}
 	return res, nil
+}
+
+// takeOver wakes the claim loop after a peer was abandoned, by this instance
+// or another survivor: the peer's streams are claimable now, and the claim
+// that takes them skips the sliding window (see recovering).
+func (w *Worker) takeOver() {
+	w.recovering.Store(true)
+	signal(w.claimWake)
 }
 
 // heartbeatLoop heartbeats until ctx is done, starting from the result of
@@ -371,8 +378,7 @@ func (w *Worker) heartbeatLoop(ctx context.Context, first *ports.InstanceHeartbe
 			if len(res.Abandoned) == 0 && peerGone(prev, w.now(), res.NextStaleAt) {
 				// Another survivor abandoned the peer first: its streams
 				// are ours to share all the same.
-				w.recovering.Store(true)
-				signal(w.claimWake)
+				w.takeOver()
 			}
 			prev = res.NextStaleAt
 			delay = heartbeatDelay(w.opts.HeartbeatInterval, w.now(), res.NextStaleAt)

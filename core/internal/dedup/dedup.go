@@ -304,15 +304,8 @@ func (c *Cache) popLocked() {
 func (c *Cache) Contains(id uuid.UUID) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.containsLocked(id)
-}
-
-func (c *Cache) containsLocked(id uuid.UUID) bool {
 	e, ok := c.entries[id]
-	if !ok {
-		return false
-	}
-	return e.gen == 0 || c.live(e.at, c.since(c.clock.Now()))
+	return ok && (e.gen == 0 || c.live(e.at, c.since(c.clock.Now())))
 }
 
 // Partition splits items, whose ids id returns, into those the cache does
