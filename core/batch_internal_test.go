@@ -122,6 +122,18 @@ func setupBatchWith(t *testing.T, opts *Options) *batchBundle {
 	return &batchBundle{w: w, spy: spy, cursors: cursors, backend: b, applied: applied, gate: gate}
 }
 
+// appendStreams appends evs to each of n new streams and returns them.
+func (bb *batchBundle) appendStreams(t *testing.T, n int, evs ...any) []uuid.UUID {
+	t.Helper()
+	streams := make([]uuid.UUID, n)
+	for i := range streams {
+		streams[i] = uuid.New()
+		_, err := bb.w.reg.Append(t.Context(), bb.backend.Events, streams[i], 0, evs...)
+		require.NoError(t, err)
+	}
+	return streams
+}
+
 // drainFetched drains every stream of a fetch result and returns the number
 // of applications.
 func (bb *batchBundle) drainFetched(t *testing.T, res *ports.EventsFetchPendingResult, seq uint64) int {
@@ -166,9 +178,7 @@ func TestBatchDrainsStream(t *testing.T) {
 	t.Parallel()
 
 	bb := setupBatch(t)
-	stream := uuid.New()
-	_, err := bb.w.reg.Append(t.Context(), bb.backend.Events, stream, 0, placed{ID: "a"}, placed{ID: "b"})
-	require.NoError(t, err)
+	stream := bb.appendStreams(t, 1, placed{ID: "a"}, placed{ID: "b"})[0]
 	bb.w.processBatch(t.Context(), []uuid.UUID{stream})
 	require.GreaterOrEqual(t, bb.spy.fetches.Load(), int64(1))
 	require.Equal(t, int64(2), bb.applied.Load())
@@ -188,13 +198,7 @@ func TestBatchDrainsPastFetchLimit(t *testing.T) {
 	t.Parallel()
 
 	bb := setupBatchWith(t, &Options{FetchMaxRows: 3})
-	var streams []uuid.UUID
-	for range 5 {
-		stream := uuid.New()
-		_, err := bb.w.reg.Append(t.Context(), bb.backend.Events, stream, 0, placed{ID: "a"}, placed{ID: "b"}, placed{ID: "c"}, placed{ID: "d"})
-		require.NoError(t, err)
-		streams = append(streams, stream)
-	}
+	streams := bb.appendStreams(t, 5, placed{ID: "a"}, placed{ID: "b"}, placed{ID: "c"}, placed{ID: "d"})
 	bb.w.processBatch(t.Context(), streams)
 	require.Equal(t, int64(20), bb.applied.Load())
 	require.NoError(t, bb.w.completions.Flush(t.Context()))
@@ -216,13 +220,7 @@ func TestBatchBoundsRowsInFlight(t *testing.T) {
 
 	const limit = 3
 	bb := setupBatchWith(t, &Options{FetchMaxRows: limit})
-	var streams []uuid.UUID
-	for range 9 {
-		stream := uuid.New()
-		_, err := bb.w.reg.Append(t.Context(), bb.backend.Events, stream, 0, placed{ID: "a"}, placed{ID: "b"}, placed{ID: "c"})
-		require.NoError(t, err)
-		streams = append(streams, stream)
-	}
+	streams := bb.appendStreams(t, 9, placed{ID: "a"}, placed{ID: "b"}, placed{ID: "c"})
 	// Applies wait until the batch either waits for drained rows (bounded)
 	// or fetches a third time regardless (unbounded); both release them.
 	gate := make(chan struct{})
@@ -252,9 +250,7 @@ func TestDedupSkipsUnacknowledgedRows(t *testing.T) {
 	t.Parallel()
 
 	bb := setupBatch(t)
-	stream := uuid.New()
-	_, err := bb.w.reg.Append(t.Context(), bb.backend.Events, stream, 0, placed{ID: "a"})
-	require.NoError(t, err)
+	stream := bb.appendStreams(t, 1, placed{ID: "a"})[0]
 	res, seq, err := bb.w.fetch(t.Context(), []uuid.UUID{stream})
 	require.NoError(t, err)
 	require.Equal(t, 1, bb.drainFetched(t, res, seq))
@@ -298,30 +294,15 @@ func TestClaimLoopCoalescesNotifications(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); bb.w.claimLoop(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	next := func(what string) time.Time {
-		t.Helper()
-		select {
-		case at := <-bb.spy.claimed:
-			return at
-		case <-time.After(10 * time.Second):
-			t.Fatal("no claim: " + what)
-			return time.Time{}
-		}
-	}
 
-	start := next("the first claim")
+	start := recv(t, bb.spy.claimed, "the first claim")
 	<-clock.WaitTimers(1) // the loop re-armed its cadence
 	signal(bb.w.notifyWake)
-	select {
-	case wait := <-deferred:
-		require.Equal(t, 250*time.Millisecond, wait)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the notification was not deferred")
-	}
+	require.Equal(t, 250*time.Millisecond, recv(t, deferred, "the notification to be deferred"))
 	require.Equal(t, int64(1), bb.spy.claims.Load(), "no claim before the interval is up")
 	clock.Advance(250 * time.Millisecond)
-	require.Equal(t, start.Add(250*time.Millisecond), next("the deferred claim"))
+	require.Equal(t, start.Add(250*time.Millisecond), recv(t, bb.spy.claimed, "the deferred claim"))
 
 	signal(bb.w.claimWake)
-	require.Equal(t, start.Add(250*time.Millisecond), next("the immediate wake"), "claims at once, clock unmoved")
+	require.Equal(t, start.Add(250*time.Millisecond), recv(t, bb.spy.claimed, "the immediate wake"), "claims at once, clock unmoved")
 }

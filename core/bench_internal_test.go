@@ -64,14 +64,14 @@ func BenchmarkDrainQueueInFlight(b *testing.B) {
 
 // newWindowWorker returns an unstarted worker on a fake clock whose sliding
 // window closes at maxSize ids.
-func newWindowWorker(b *testing.B, maxSize int) (*Worker, *clocktest.Fake) {
-	b.Helper()
+func newWindowWorker(tb testing.TB, maxSize int) (*Worker, *clocktest.Fake) {
+	tb.Helper()
 	clock := clocktest.NewFake()
 	w, err := New(newIdleBackend(), NewRegistry(), &Options{
 		Clock:        clock,
 		DrainBatcher: DrainBatcherOptions{MaxSize: maxSize},
 	})
-	require.NoError(b, err)
+	require.NoError(tb, err)
 	return w, clock
 }
 

@@ -11,6 +11,19 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
+// recv returns the next value of ch, failing the test if none comes within
+// ten seconds.
+func recv[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}
+
 type windowBundle struct {
 	w     *Worker
 	clock *clocktest.Fake
@@ -22,9 +35,7 @@ type windowBundle struct {
 // (300ms sliding, 3s cap) and maxSize ids at most.
 func setupWindow(t *testing.T, maxSize int, first ...uuid.UUID) *windowBundle {
 	t.Helper()
-	clock := clocktest.NewFake()
-	w, err := New(newIdleBackend(), NewRegistry(), &Options{Clock: clock, DrainBatcher: DrainBatcherOptions{MaxSize: maxSize}})
-	require.NoError(t, err)
+	w, clock := newWindowWorker(t, maxSize)
 	wb := &windowBundle{w: w, clock: clock, took: make(chan int, 100), out: make(chan []uuid.UUID, 1)}
 	w.windowHook = func(n int, closed bool) {
 		if !closed {
@@ -40,22 +51,12 @@ func setupWindow(t *testing.T, maxSize int, first ...uuid.UUID) *windowBundle {
 func (wb *windowBundle) push(t *testing.T, ids ...uuid.UUID) {
 	t.Helper()
 	wb.w.queue.Push(ids...)
-	select {
-	case <-wb.took:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the window did not take the pushed ids")
-	}
+	recv(t, wb.took, "the window to take the pushed ids")
 }
 
 func (wb *windowBundle) result(t *testing.T) []uuid.UUID {
 	t.Helper()
-	select {
-	case ids := <-wb.out:
-		return ids
-	case <-time.After(10 * time.Second):
-		t.Fatal("the window did not close")
-		return nil
-	}
+	return recv(t, wb.out, "the window to close")
 }
 
 func (wb *windowBundle) requireOpen(t *testing.T) {

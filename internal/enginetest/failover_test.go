@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/adapters/memory"
-	"github.com/vantage-go/vantage/core"
 	"github.com/vantage-go/vantage/internal/clocktest"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -112,20 +111,15 @@ func TestStaleInstanceTakenOverAtThreshold(t *testing.T) {
 	b.Notifier = silentNotifier{}
 	b.Claimer = beatWatcher{WorkClaimer: b.Claimer, beats: beats}
 	timers := &shortTimers{Fake: clock, armed: make(chan time.Time, 64)}
-	processed := make(chan core.PerspectiveEventProcessed, 10)
-	opts := quietOptions(t)
+	// Only the heartbeat loop runs on the clock: every other loop waits an
+	// hour, so a claim after the takeover comes from the heartbeat's wake.
+	opts := wakeOnlyOptions(t)
 	opts.Clock = timers
 	opts.HeartbeatInterval = interval
 	opts.StaleInstanceThreshold = threshold
-	// Only the heartbeat loop runs on the clock: every other loop waits an
-	// hour, so a claim after the takeover comes from the heartbeat's wake.
-	opts.PollingInterval = time.Hour
-	opts.NotifyHealthyPollingInterval = time.Hour
-	opts.ClaimInterval = time.Hour
-	opts.ClaimNotifyHealthyInterval = time.Hour
-	// The default sliding window stays on: the streams of an abandoned
+	// quietOptions' sliding window stays on: the streams of an abandoned
 	// instance must not wait for it (it would wait on the stopped clock).
-	opts.Hooks.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) { processed <- e }
+	processed := reportProcessed(&opts, 10)
 	w := startWorker(t, b, reg, opts)
 
 	started := waitFor(t, beats, "the heartbeat at start")

@@ -36,10 +36,9 @@ func TestPanickingReceptorsAreLoggedErrors(t *testing.T) {
 			t.Parallel()
 			b := memory.New(memory.Options{}).Backend()
 			records := make(chan slog.Record, 100)
-			processed := make(chan core.PerspectiveEventProcessed, 10)
 			opts := quietOptions(t)
 			opts.Logger = slog.New(recordHandler{records})
-			opts.Hooks.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) { processed <- e }
+			processed := reportProcessed(&opts, 10)
 			reg := testRegistry(t)
 			require.NoError(t, core.AddReceptor(reg, core.PostPerspective, mode, func(context.Context, added, core.StageInfo) error {
 				panic("receptor bug")

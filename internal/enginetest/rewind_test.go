@@ -52,13 +52,12 @@ func TestRewindDebounceCoalescesBurst(t *testing.T) {
 	b := memory.New(memory.Options{}).Backend()
 	reg := testRegistry(t)
 	stream := uuid.New()
-	processed := make(chan core.PerspectiveEventProcessed, 100)
 	rewinds := make(chan core.RewindInfo, 10)
 	var rewindCount atomic.Int64
 	opts := rewindOptions(t)
 	opts.Rewind.Debounce = 300 * time.Millisecond
 	opts.Rewind.MaxDebounce = 2 * time.Second
-	opts.Hooks.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) { processed <- e }
+	processed := reportProcessed(&opts, 100)
 	opts.Hooks.OnRewind = func(i core.RewindInfo) { rewindCount.Add(1); rewinds <- i }
 	startWorker(t, b, reg, opts)
 	appendAt(t, reg, b, stream, 1, 4, 6)
@@ -80,12 +79,11 @@ func TestRewindDeferredWhileLocked(t *testing.T) {
 	b := memory.New(memory.Options{}).Backend()
 	reg := testRegistry(t)
 	stream := uuid.New()
-	processed := make(chan core.PerspectiveEventProcessed, 100)
 	rewinds := make(chan core.RewindInfo, 10)
 	var released atomic.Bool
 	var rewoundWhileLocked atomic.Bool
 	opts := rewindOptions(t)
-	opts.Hooks.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) { processed <- e }
+	processed := reportProcessed(&opts, 100)
 	opts.Hooks.OnRewind = func(i core.RewindInfo) {
 		if !released.Load() {
 			rewoundWhileLocked.Store(true)
@@ -131,12 +129,9 @@ func TestStartupScanRepairsInterruptedRewind(t *testing.T) {
 			b := memory.New(memory.Options{}).Backend()
 			reg := testRegistry(t)
 			stream := uuid.New()
-			processed := make(chan core.PerspectiveEventProcessed, 100)
 			opts := rewindOptions(t)
-			opts.Hooks.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) { processed <- e }
-			first, err := core.New(b, reg, ptr(opts))
-			require.NoError(t, err)
-			require.NoError(t, first.Start(t.Context()))
+			processed := reportProcessed(&opts, 100)
+			first := startWorker(t, b, reg, opts)
 			appendAt(t, reg, b, stream, 1, 3)
 			waitForVersion(t, processed, 3)
 			require.NoError(t, first.Stop(t.Context()))

@@ -79,6 +79,28 @@ func quietOptions(t *testing.T) core.Options {
 	}
 }
 
+// wakeOnlyOptions is quietOptions with polls and periodic claims an hour
+// apart, heartbeats a minute apart and instances stale only after an hour:
+// once started, the worker claims only when something wakes it.
+func wakeOnlyOptions(t *testing.T) core.Options {
+	o := quietOptions(t)
+	o.PollingInterval = time.Hour
+	o.NotifyHealthyPollingInterval = time.Hour
+	o.ClaimInterval = time.Hour
+	o.ClaimNotifyHealthyInterval = time.Hour
+	o.HeartbeatInterval = time.Minute
+	o.StaleInstanceThreshold = time.Hour
+	return o
+}
+
+// reportProcessed sets opts' OnPerspectiveEventProcessed hook to send every
+// report on the returned channel, which buffers size of them.
+func reportProcessed(opts *core.Options, size int) <-chan core.PerspectiveEventProcessed {
+	processed := make(chan core.PerspectiveEventProcessed, size)
+	opts.Hooks.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) { processed <- e }
+	return processed
+}
+
 func startWorker(t *testing.T, b ports.Backend, reg *core.Registry, opts core.Options) *core.Worker {
 	t.Helper()
 	w, err := core.New(b, reg, &opts)
@@ -214,13 +236,8 @@ func TestRequestImmediatePollWakes(t *testing.T) {
 	b.Notifier = silentNotifier{}
 	claims := make(chan []uuid.UUID, 10)
 	b.Claimer = claimWatcher{WorkClaimer: b.Claimer, claims: claims}
-	processed := make(chan core.PerspectiveEventProcessed, 10)
-	opts := quietOptions(t)
-	opts.PollingInterval = time.Hour
-	opts.ClaimInterval = time.Hour
-	opts.HeartbeatInterval = time.Minute
-	opts.StaleInstanceThreshold = time.Hour
-	opts.Hooks.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) { processed <- e }
+	opts := wakeOnlyOptions(t)
+	processed := reportProcessed(&opts, 10)
 	reg := testRegistry(t)
 	w := startWorker(t, b, reg, opts)
 	require.Empty(t, waitFor(t, claims, "the start-up claim"))
@@ -239,15 +256,8 @@ func TestNotificationWakes(t *testing.T) {
 	t.Parallel()
 
 	b := memory.New(memory.Options{}).Backend()
-	processed := make(chan core.PerspectiveEventProcessed, 10)
-	opts := quietOptions(t)
-	opts.PollingInterval = time.Hour
-	opts.NotifyHealthyPollingInterval = time.Hour
-	opts.ClaimInterval = time.Hour
-	opts.ClaimNotifyHealthyInterval = time.Hour
-	opts.HeartbeatInterval = time.Minute
-	opts.StaleInstanceThreshold = time.Hour
-	opts.Hooks.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) { processed <- e }
+	opts := wakeOnlyOptions(t)
+	processed := reportProcessed(&opts, 10)
 	reg := testRegistry(t)
 	startWorker(t, b, reg, opts)
 
@@ -306,10 +316,9 @@ func TestPerspectiveBatchSizeChunksSaves(t *testing.T) {
 	stream := uuid.New()
 	// Appended before the worker starts, so one fetch sees all ten.
 	appendAdded(t, reg, b, stream, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9)
-	processed := make(chan core.PerspectiveEventProcessed, 10)
 	opts := quietOptions(t)
 	opts.PerspectiveBatchSize = 3
-	opts.Hooks.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) { processed <- e }
+	processed := reportProcessed(&opts, 10)
 	startWorker(t, b, reg, opts)
 	e := waitFor(t, processed, "the stream to be applied")
 	require.Equal(t, 10, e.EventCount)
@@ -357,16 +366,13 @@ func TestStopFlushesCompletions(t *testing.T) {
 	t.Parallel()
 
 	b := memory.New(memory.Options{}).Backend()
-	processed := make(chan core.PerspectiveEventProcessed, 10)
 	opts := quietOptions(t)
 	// Nothing flushes before Stop: idle ticks are an hour apart.
 	opts.PollingInterval = time.Hour
 	opts.NotifyHealthyPollingInterval = time.Hour
-	opts.Hooks.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) { processed <- e }
+	processed := reportProcessed(&opts, 10)
 	reg := testRegistry(t)
-	w, err := core.New(b, reg, &opts)
-	require.NoError(t, err)
-	require.NoError(t, w.Start(t.Context()))
+	w := startWorker(t, b, reg, opts)
 	stream := uuid.New()
 	appendAdded(t, reg, b, stream, 1)
 	waitFor(t, processed, "the event to be applied")
