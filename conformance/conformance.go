@@ -38,6 +38,14 @@ type Features struct {
 	// leave Now zero must not rely on moving time. The port contract tests
 	// never depend on it: they always pass an explicit Now.
 	SharedClock bool
+
+	// BreakConnections, when set, makes the next port call on b fail the
+	// way a call fails when the connection to the database is lost (the
+	// PostgreSQL adapter's test terminates the server process behind b's
+	// only pooled connection); later calls reconnect. The suite then checks
+	// that the adapter reports such failures as ports.ErrTransient. Nil
+	// skips those cases (an in-process backend has no connection to lose).
+	BreakConnections func(t *testing.T, b ports.Backend)
 }
 
 // Opener returns another handle (one simulated engine instance's view) on the

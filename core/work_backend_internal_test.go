@@ -237,6 +237,14 @@ func (b *workBackend) DeadLetterRequeue(context.Context, *ports.DeadLetterRequeu
 	return ports.ErrNotFound
 }
 
+func (b *workBackend) DeadLetterIgnore(context.Context, *ports.DeadLetterIgnoreParams) error {
+	return ports.ErrNotFound
+}
+
+func (b *workBackend) DeadLettersRecover(context.Context, *ports.DeadLettersRecoverParams) ([]ports.DeadLetter, error) {
+	return nil, nil
+}
+
 func (b *workBackend) ModelLoad(_ context.Context, stream uuid.UUID, perspective string) (ports.StoredModel, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

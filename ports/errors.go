@@ -18,4 +18,13 @@ var (
 	ErrInvalidArgument = errors.New("invalid argument")
 	// ErrClosed reports that the backend (or a listener) was closed.
 	ErrClosed = errors.New("closed")
+	// ErrTransient reports an infrastructure failure that may not happen
+	// again: a lost, refused or reset connection, a timeout, a serialization
+	// failure or deadlock, a server shutting down or starting up. The call
+	// may succeed when retried; for a write whose outcome is unknown (the
+	// connection was lost around its commit) it may also have taken effect,
+	// so only idempotent writes are retried blindly (see
+	// EventStore.EventsAppend). Adapters wrap it around the driver's error
+	// at their edge. The engine never counts it against an event.
+	ErrTransient = errors.New("transient failure")
 )

@@ -16,12 +16,31 @@ import (
 // Liveness: an instance is live while its last heartbeat is newer than
 // Now - StaleThreshold. Stream affinity: a stream is pinned to at most one
 // live instance at a time; claims never take a stream pinned to a live other.
+//
+// Attempts: a work row's Attempts count the applies of it that failed
+// (recorded by CursorStore.WorkFail) and the times it was taken over from a
+// dead instance: released by the abandonment of its holder, or leased from
+// another instance's expired lease. Leasing an unleased row, re-leasing the
+// caller's own rows (its lease expired or not) and renewing leases never
+// count, so a live instance that is slow, or whose database was briefly
+// unreachable, costs its events nothing.
 type WorkClaimer interface {
 	// InstanceHeartbeat upserts the caller's instance row and refreshes its
 	// heartbeat. Instances whose heartbeat is older than Now-StaleThreshold
 	// are abandoned in the same call: their rows are deleted, every lease
-	// they hold is released and their stream pins are cleared, so others can
-	// claim the work at once. It returns the abandoned instance ids.
+	// they hold is released (one attempt more on each released row: a
+	// takeover from a dead instance) and their stream pins are cleared, so
+	// others can claim the work at once. It returns the abandoned instance
+	// ids.
+	//
+	// Only a caller that was live itself before the call abandons others:
+	// one whose previous heartbeat is newer than Now-StaleThreshold. A new
+	// instance, or one returning from an outage that silenced every
+	// instance (the database was unreachable for longer than the
+	// threshold), first re-registers (Rejoined is set and nothing is
+	// abandoned), so that peers silenced by the same outage get a heartbeat
+	// interval to re-register too, instead of being abandoned with all
+	// their work.
 	//
 	// In the same call it reports NextStaleAt, when the next other instance
 	// goes stale if it never heartbeats again: the earliest LastHeartbeatAt +
@@ -34,7 +53,9 @@ type WorkClaimer interface {
 	// use it to heartbeat as soon as a peer goes stale rather than at their
 	// next interval.
 	//
-	// Idempotent; safe to call concurrently from many instances.
+	// Idempotent; safe to call concurrently from many instances, which then
+	// abandon a stale instance once between them, without deadlocking
+	// whatever the number of survivors.
 	InstanceHeartbeat(ctx context.Context, params *InstanceHeartbeatParams) (*InstanceHeartbeatResult, error)
 
 	// InstanceDeregister releases every lease and stream pin of the instance
@@ -56,7 +77,9 @@ type WorkClaimer interface {
 	// same (stream, perspective) is leased to someone else or scheduled in
 	// the future (the ordering guard). Up to MaxStreams candidate streams are
 	// selected and every candidate row of a selected stream is leased to the
-	// caller (attempts+1 each), and the stream is pinned to the caller.
+	// caller, and the stream is pinned to the caller. A row leased from
+	// another instance's expired lease gains an attempt; no other row does
+	// (see Attempts above).
 	//
 	// The result lists every stream the caller can drain now (some
 	// perspective's first pending row is under the caller's live lease), at
@@ -68,7 +91,9 @@ type WorkClaimer interface {
 	WorkClaim(ctx context.Context, params *WorkClaimParams) (*WorkClaimResult, error)
 
 	// WorkRenewLeases extends the leases of the listed rows that are pending
-	// and still leased to the caller (fenced). It returns how many it renewed.
+	// and still held by the caller (fenced) to Now+LeaseDuration, whether or
+	// not their lease expired meanwhile (nobody took them over); attempts do
+	// not change. It returns how many it renewed.
 	WorkRenewLeases(ctx context.Context, params *WorkRenewLeasesParams) (int, error)
 }
 
@@ -87,6 +112,10 @@ type InstanceHeartbeatParams struct {
 type InstanceHeartbeatResult struct {
 	// Abandoned lists the stale instances removed by this call.
 	Abandoned []uuid.UUID
+	// Rejoined is true when the caller was not live before this call (a new
+	// instance, or one whose previous heartbeat had gone stale), so the
+	// call abandoned nobody.
+	Rejoined bool
 	// NextStaleAt is when the next of the other remaining instances becomes
 	// stale if it never heartbeats again: the earliest LastHeartbeatAt +
 	// StaleThreshold among them, on the clock of the staleness check. Zero
@@ -125,9 +154,10 @@ type EventFetcher interface {
 	// given streams that is unleased, lease-expired or already the caller's,
 	// not scheduled in the future, whose stream is not pinned to a different
 	// live instance, and that passes the ordering guard (see WorkClaim).
-	// Attempts grow by one for each row whose holder changes (or whose own
-	// expired lease is taken again); extending the caller's live lease does
-	// not count. A row under the caller's live lease is extended only when
+	// A row leased from another instance's expired lease gains an attempt;
+	// taking an unleased row, or the caller's own whether its lease expired
+	// or not, does not (see WorkClaimer). A row under the caller's live
+	// lease is extended only when
 	// less than half of LeaseDuration is left (otherwise it is left as it
 	// is, so a fetch right after a claim or an earlier fetch writes
 	// nothing); every row returned therefore has at least half a lease left.
@@ -140,6 +170,9 @@ type EventFetcher interface {
 	// stream, perspective, version; Events holds each referenced event once,
 	// ordered by stream and version. MaxRows, when positive, bounds the
 	// number of work rows returned (the rest stay leased for a refetch).
+	// Cursors holds, read in the same atomic step, the cursor of every
+	// (stream, perspective) of Work that has one: the position its stored
+	// model is at, and its rewind flags.
 	EventsFetchPending(ctx context.Context, params *EventsFetchPendingParams) (*EventsFetchPendingResult, error)
 
 	// EventsReadStream returns the events of a stream with a version greater
@@ -161,6 +194,9 @@ type EventsFetchPendingParams struct {
 type EventsFetchPendingResult struct {
 	Events []Event
 	Work   []WorkItem
+	// Cursors are the cursors of the pairs of Work, in no particular order;
+	// a pair without a cursor is absent.
+	Cursors []Cursor
 }
 
 // EventsReadStreamParams are the inputs of EventsReadStream.
@@ -183,7 +219,9 @@ type CursorStore interface {
 	// claims); it never touches rows of other perspectives. Then it upserts
 	// each cursor from the payload: the position only moves forward, status
 	// becomes Completed (CatchingUp, Failed and the error are cleared), and
-	// the rewind columns are cleared. Then, for each cursor, a pending row of
+	// the rewind columns are cleared. A completed row that DeadLetterRequeue
+	// stored marks its dead letter DeadLetterRecovered. Then, for each
+	// cursor, a pending row of
 	// the pair below the position this call reports for it (a straggler)
 	// sets RewindRequired with the smallest such event as trigger. Rows below
 	// the stored cursor but not below the reported position are rows applied
@@ -195,9 +233,15 @@ type CursorStore interface {
 
 	// WorkFail records failures in one atomic step: applied rows complete as
 	// in WorkComplete, the cursor advances to LastVersion (when set), gets the
-	// Failed flag and the error text; failed rows still leased to the caller
-	// keep the error, lose their lease and are scheduled at RetryAt. Attempts
-	// are not changed (they count claims).
+	// Failed flag and the error text; failed rows still held by the caller
+	// gain one attempt (an apply of theirs failed), keep the error, lose
+	// their lease and are scheduled at RetryAt. A FailedEventID (a replay
+	// failed on an event with no pending row of the pair) stores a pending
+	// row for that event, unleased, with one attempt, the error and RetryAt
+	// (or, when the pair has a pending row for it, adds the attempt to that
+	// row as for a failed row, whoever holds it), and flags the cursor
+	// RewindRequired when it is past the event, keeping an earlier trigger.
+	// Rewind flags are otherwise left as they are.
 	WorkFail(ctx context.Context, params *WorkFailParams) error
 }
 
@@ -244,42 +288,99 @@ type Notifier interface {
 	NotifierHealthy() bool
 }
 
-// DeadLetterStore keeps work rows that exhausted their attempts.
+// DeadLetterStore keeps the work rows the engine gave up on, with their
+// cause, and brings them back: on an operator's request, or once per deploy
+// generation for a retry on new code.
+//
+// A dead letter is DeadLetterDead while it waits; DeadLetterRequeued once
+// its work row was stored again; DeadLetterRecovered once that row
+// completed; DeadLetterIgnored when an operator gave up on it. A requeued
+// row that the engine gives up on again turns its dead letter back to
+// DeadLetterDead, with the new cause and generation, so "failed again on
+// generation G" reads Generation == RequeueGeneration.
 type DeadLetterStore interface {
 	// DeadLetterMove atomically deletes a pending work row and records it as
-	// a dead letter. It reports false, with no error, when the row is already
-	// gone (idempotent under retry).
+	// a dead letter with status DeadLetterDead. When the row was stored by
+	// DeadLetterRequeue, that dead letter is updated instead of a new one
+	// recorded: same id, the new cause, attempts, instance, generation and
+	// time. Attempts is the row's, or params.Attempts when that is larger;
+	// an empty Error keeps the error the row recorded. It reports false,
+	// with no error, when the row is already gone (idempotent under retry).
 	DeadLetterMove(ctx context.Context, params *DeadLetterMoveParams) (DeadLetter, bool, error)
-	// DeadLettersList returns dead letters, oldest first, filtered by the
-	// non-zero fields of params.
+	// DeadLettersList returns dead letters, oldest first (by the time they
+	// were last dead-lettered), filtered by the non-zero fields of params.
 	DeadLettersList(ctx context.Context, params *DeadLettersListParams) ([]DeadLetter, error)
-	// DeadLetterRequeue deletes the dead letter and stores its work row again,
-	// pending, unleased, with zero attempts. If the pair's cursor is already
-	// past the event, the cursor is flagged RewindRequired. Returns
-	// ErrNotFound for an unknown id.
+	// DeadLetterRequeue stores the dead letter's work row again, pending,
+	// unleased, with zero attempts, under its original work id, and marks
+	// the dead letter DeadLetterRequeued (counting the requeue and recording
+	// params.Generation and the time); listeners are woken. If the pair's
+	// cursor is already past the event, the cursor is flagged
+	// RewindRequired, so that a rewind applies the event in order. Only a
+	// DeadLetterDead or DeadLetterIgnored dead letter is requeued: it
+	// returns ErrNotFound for an unknown id and ErrVersionConflict for one
+	// that is requeued or recovered.
 	DeadLetterRequeue(ctx context.Context, params *DeadLetterRequeueParams) error
+	// DeadLetterIgnore marks a DeadLetterDead dead letter DeadLetterIgnored:
+	// DeadLettersRecover never retries it (an explicit DeadLetterRequeue
+	// still may). Idempotent. Returns ErrNotFound for an unknown id and
+	// ErrVersionConflict for one that is requeued or recovered.
+	DeadLetterIgnore(ctx context.Context, params *DeadLetterIgnoreParams) error
+	// DeadLettersRecover requeues, as DeadLetterRequeue would, up to Limit
+	// dead letters, oldest first, that are DeadLetterDead, failed on a
+	// generation other than Generation and were never requeued on it, and
+	// returns them as they are after the requeue. Concurrent callers never
+	// requeue one twice. Returns ErrInvalidArgument for an empty Generation
+	// or a Limit below 1.
+	DeadLettersRecover(ctx context.Context, params *DeadLettersRecoverParams) ([]DeadLetter, error)
 }
 
 // DeadLetterMoveParams are the inputs of DeadLetterMove.
 type DeadLetterMoveParams struct {
-	WorkID     uuid.UUID
+	WorkID uuid.UUID
+	// InstanceID is the instance that gave up on the row.
 	InstanceID uuid.UUID
-	Reason     string
-	Error      string
-	Now        time.Time
+	// Generation is that instance's deploy generation ("" for none).
+	Generation string
+	// Reason says why (ReasonFailed, ReasonUndecodable, ...).
+	Reason string
+	// Error is the last error text; empty keeps the one the row recorded.
+	Error string
+	// Attempts, when larger than the row's, is recorded instead: the engine
+	// counts the apply that just failed, which the row never recorded.
+	Attempts int
+	Now      time.Time
 }
 
 // DeadLettersListParams filter DeadLettersList.
 type DeadLettersListParams struct {
 	Perspective string
 	StreamID    uuid.UUID
-	Limit       int
+	// Status, when set, keeps the dead letters in that status only.
+	Status DeadLetterStatus
+	Limit  int
 }
 
 // DeadLetterRequeueParams are the inputs of DeadLetterRequeue.
 type DeadLetterRequeueParams struct {
+	ID uuid.UUID
+	// Generation is the deploy generation of the requeue ("" for none).
+	Generation string
+	Now        time.Time
+}
+
+// DeadLetterIgnoreParams are the inputs of DeadLetterIgnore.
+type DeadLetterIgnoreParams struct {
 	ID  uuid.UUID
 	Now time.Time
+}
+
+// DeadLettersRecoverParams are the inputs of DeadLettersRecover.
+type DeadLettersRecoverParams struct {
+	// Generation is the caller's deploy generation. Required.
+	Generation string
+	// Limit bounds the dead letters requeued by one call. Must be positive.
+	Limit int
+	Now   time.Time
 }
 
 // EventStore appends events and fans them out to perspectives.
@@ -292,9 +393,18 @@ type EventStore interface {
 	// an empty stream, and a positive value must equal the stream's current
 	// version; otherwise ErrVersionConflict. Events without an explicit
 	// Version get consecutive versions after the stream head; an explicit
-	// version that is taken is ErrVersionConflict. An event id that is
-	// already stored is ErrVersionConflict too. A stored event below a
+	// version that is taken is ErrVersionConflict. A stored event below a
 	// perspective's cursor flags that cursor RewindRequired.
+	//
+	// Retries are safe: when every event of the call carries an ID that is
+	// already stored, in this stream, with the same type and data (and at
+	// its explicit Version where one is given), and the lowest of their
+	// versions is ExpectedVersion+1 when that is positive (1 for
+	// ExpectNoStream), the call is a repeat of an append that took effect
+	// (say, one whose commit was acknowledged on a connection that then
+	// broke, reported as ErrTransient): it stores nothing and returns the
+	// stored events with AlreadyStored set. Any other stored event id is
+	// ErrVersionConflict.
 	EventsAppend(ctx context.Context, params *EventsAppendParams) (*EventsAppendResult, error)
 
 	// SubscriptionsRegister records which perspectives apply which event
@@ -348,6 +458,9 @@ type EventsAppendResult struct {
 	Events []Event
 	// WorkRows counts the work rows stored.
 	WorkRows int
+	// AlreadyStored is true when the call repeated an append that had taken
+	// effect: Events are as stored then, and nothing was stored now.
+	AlreadyStored bool
 }
 
 // ModelStore keeps each perspective's model per stream together with its

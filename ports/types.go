@@ -133,8 +133,9 @@ type WorkItem struct {
 	EventID uuid.UUID
 	// EventVersion is the event's version in its stream.
 	EventVersion int64
-	// Attempts counts how many times the row was claimed (1 after the first
-	// claim). A failure report does not change it.
+	// Attempts counts the applies of the row that failed and the times it
+	// was taken over from a dead instance (see WorkClaimer); 0 for a row
+	// nobody failed on.
 	Attempts int
 }
 
@@ -186,11 +187,18 @@ type Failure struct {
 	LastVersion int64
 	// AppliedWorkIDs are rows applied before the failure; they complete.
 	AppliedWorkIDs []uuid.UUID
-	// FailedWorkIDs are the rows that failed (the engine reports one): their
-	// leases are released and they are scheduled at RetryAt. Later rows of
-	// the pair are not listed: they stay leased to the caller and wait
-	// behind the ordering guard, so they gain no attempts meanwhile.
+	// FailedWorkIDs are the rows that failed (the engine reports one): each
+	// gains an attempt, its lease is released and it is scheduled at
+	// RetryAt. Later rows of the pair are not listed: they stay leased to
+	// the caller and wait behind the ordering guard.
 	FailedWorkIDs []uuid.UUID
+	// FailedEventID and FailedEventVersion, set by a rewind instead of
+	// FailedWorkIDs, name an event whose replay failed and that has no
+	// pending row of the pair (it was applied long ago): the backend stores
+	// one for it, so the failure is charged to the event that failed (see
+	// CursorStore.WorkFail).
+	FailedEventID      uuid.UUID
+	FailedEventVersion int64
 	// Error is the failure text stored on the cursor and the failed rows.
 	Error string
 	// RetryAt is the earliest time the failed rows may be claimed again.
@@ -208,23 +216,71 @@ type Instance struct {
 	LastHeartbeatAt time.Time
 }
 
-// DeadLetter is a work row that exhausted its attempts.
+// DeadLetter is a work row the engine gave up on, with the cause.
 type DeadLetter struct {
-	ID             uuid.UUID
-	WorkID         uuid.UUID
-	StreamID       uuid.UUID
-	Perspective    string
-	EventID        uuid.UUID
-	EventVersion   int64
-	Attempts       int
-	Reason         string
-	Error          string
+	ID           uuid.UUID
+	WorkID       uuid.UUID
+	StreamID     uuid.UUID
+	Perspective  string
+	EventID      uuid.UUID
+	EventVersion int64
+	// Attempts counts the failed applies and takeovers (see WorkItem).
+	Attempts int
+	// Reason says why the engine gave up (ReasonFailed, ...).
+	Reason string
+	// Error is the last apply (or decode) error text.
+	Error string
+	// InstanceID and Generation are the instance that gave up, and its
+	// deploy generation ("" when it named none).
 	InstanceID     uuid.UUID
+	Generation     string
 	DeadLetteredAt time.Time
+	// Status is where the dead letter stands: waiting, requeued, recovered
+	// or ignored.
+	Status DeadLetterStatus
+	// Requeues counts the times its row was stored again; RequeuedAt and
+	// RequeueGeneration describe the latest (zero before the first).
+	Requeues          int
+	RequeuedAt        time.Time
+	RequeueGeneration string
+	// ResolvedAt is when it was recovered or ignored; zero otherwise.
+	ResolvedAt time.Time
 }
+
+// DeadLetterStatus is where a dead letter stands. The values are stored and
+// must not change.
+type DeadLetterStatus string
+
+// Dead-letter statuses (see DeadLetterStore).
+const (
+	// DeadLetterDead: waiting for a requeue, by an operator or by a new
+	// deploy generation.
+	DeadLetterDead DeadLetterStatus = "dead"
+	// DeadLetterRequeued: its work row is pending again.
+	DeadLetterRequeued DeadLetterStatus = "requeued"
+	// DeadLetterRecovered: its requeued row was applied and completed.
+	DeadLetterRecovered DeadLetterStatus = "recovered"
+	// DeadLetterIgnored: an operator gave up on it; never retried again
+	// unless requeued explicitly.
+	DeadLetterIgnored DeadLetterStatus = "ignored"
+)
 
 // Dead-letter reasons recorded by the engine.
 const (
+	// ReasonFailed: the apply returned an error (or panicked) on every
+	// attempt.
+	ReasonFailed = "failed"
+	// ReasonTimedOut: the last apply ran past its deadline.
+	ReasonTimedOut = "timed_out"
+	// ReasonUndecodable: the payload does not decode into the event's
+	// registered Go type.
+	ReasonUndecodable = "undecodable"
+	// ReasonUnknownType: the event's type is not registered, or the
+	// perspective has no apply function for it.
+	ReasonUnknownType = "unknown_type"
+	// ReasonMaxAttemptsExceeded: takeovers from dead instances used up the
+	// attempts before an apply could fail on its own (say, an event whose
+	// apply crashes the process).
 	ReasonMaxAttemptsExceeded = "max_attempts_exceeded"
 )
 

@@ -3,6 +3,7 @@ package memory
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -128,4 +129,14 @@ func (s *Store) DeadLetterRequeue(ctx context.Context, params *ports.DeadLetterR
 	}
 	s.publishLocked()
 	return nil
+}
+
+// DeadLetterIgnore implements ports.DeadLetterStore.
+func (s *Store) DeadLetterIgnore(context.Context, *ports.DeadLetterIgnoreParams) error {
+	return fmt.Errorf("ignoring dead letter: %w", errors.ErrUnsupported)
+}
+
+// DeadLettersRecover implements ports.DeadLetterStore.
+func (s *Store) DeadLettersRecover(context.Context, *ports.DeadLettersRecoverParams) ([]ports.DeadLetter, error) {
+	return nil, fmt.Errorf("recovering dead letters: %w", errors.ErrUnsupported)
 }

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
@@ -144,4 +145,14 @@ func (s *Store) DeadLetterRequeue(ctx context.Context, params *ports.DeadLetterR
 		return fmt.Errorf("requeueing dead letter %s: %w", params.ID, ports.ErrNotFound)
 	}
 	return nil
+}
+
+// DeadLetterIgnore implements ports.DeadLetterStore.
+func (s *Store) DeadLetterIgnore(context.Context, *ports.DeadLetterIgnoreParams) error {
+	return fmt.Errorf("ignoring dead letter: %w", errors.ErrUnsupported)
+}
+
+// DeadLettersRecover implements ports.DeadLetterStore.
+func (s *Store) DeadLettersRecover(context.Context, *ports.DeadLettersRecoverParams) ([]ports.DeadLetter, error) {
+	return nil, fmt.Errorf("recovering dead letters: %w", errors.ErrUnsupported)
 }
