@@ -506,7 +506,7 @@ func (w *Worker) drainPair(ctx context.Context, sw *streamWork, rows []ports.Wor
 	}
 
 	run := pairRun{w: w, p: p, key: key, sw: sw, rows: rows, stored: stored, model: model, collect: collect}
-	deadline := max(time.Second, w.opts.LeaseDuration-w.opts.LeaseGrace)
+	deadline := w.opts.ApplyTimeout
 	actx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
 	if w.reg.hasReceptors(PrePerspective) {

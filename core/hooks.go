@@ -39,8 +39,24 @@ type Hooks struct {
 	// OnStartupScanComplete fires once the startup reconciliation and rewind
 	// scan finished (see Worker.StartupScanComplete).
 	OnStartupScanComplete func()
+	// OnApplyAbandoned fires when an apply that ignored its cancelled
+	// context was abandoned (see Options.ApplyAbandonGrace).
+	OnApplyAbandoned func(AbandonedApply)
 	// DedupObserver observes the processed-event cache.
 	DedupObserver DedupObserver
+}
+
+// AbandonedApply describes an apply the engine abandoned: it ran past
+// Options.ApplyTimeout and then Options.ApplyAbandonGrace without returning.
+type AbandonedApply struct {
+	StreamID    uuid.UUID
+	Perspective string
+	EventID     uuid.UUID
+	Version     int64
+	// Started is when the apply began, on the engine's clock.
+	Started time.Time
+	// Elapsed is how long it had run when it was abandoned.
+	Elapsed time.Duration
 }
 
 // BatchCycle describes one consumer cycle.

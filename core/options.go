@@ -22,7 +22,8 @@ const (
 	HeartbeatIntervalDefault            = 5 * time.Second
 	MaxPerspectiveEventAttemptsDefault  = 10
 	LeaseDurationDefault                = 300 * time.Second
-	LeaseGraceDefault                   = 30 * time.Second
+	ApplyTimeoutDefault                 = time.Minute
+	ApplyAbandonGraceDefault            = 10 * time.Second
 	StaleInstanceThresholdDefault       = 30 * time.Second
 	PartitionCountDefault               = 10_000
 	IdleThresholdPollsDefault           = 2
@@ -42,6 +43,8 @@ const (
 	FailureRetryBaseDefault             = 30 * time.Second
 	FailureRetryMaxDefault              = 300 * time.Second
 	MaxFlushAttemptsDefault             = 5
+	DeadLetterRecoveryIntervalDefault   = 10 * time.Second
+	DeadLetterRecoveryBatchDefault      = 10
 	ServiceNameDefault                  = "vantage"
 )
 
@@ -92,6 +95,21 @@ type RetryOptions struct {
 	MaxFlushAttempts int
 }
 
+// DeadLetterRecoveryOptions configure how an instance with a Generation
+// requeues the dead letters that failed on other generations: BatchSize
+// dead letters every Interval, each once per generation. A requeued event
+// is applied in order (by a rewind when its pair went on past it); if it
+// fails for good again, its dead letter records that it failed on this
+// generation too, and is not retried again by it.
+type DeadLetterRecoveryOptions struct {
+	// Disabled turns the recovery off.
+	Disabled bool
+	// Interval is the time between two requeues. Defaults to 10s.
+	Interval time.Duration
+	// BatchSize is the most dead letters one requeue takes. Defaults to 10.
+	BatchSize int
+}
+
 // Options configure a Worker. The zero value is valid: every zero field takes
 // its documented default. Negative values are rejected by New with an error
 // naming the field, except where Unlimited is documented.
@@ -124,17 +142,31 @@ type Options struct {
 	// Must be below StaleInstanceThreshold.
 	HeartbeatInterval time.Duration
 
-	// MaxPerspectiveEventAttempts is how many claims a work row gets before
-	// it moves to dead letters. Defaults to 10; Unlimited disables
-	// dead-lettering.
+	// MaxPerspectiveEventAttempts is how many attempts an event gets before
+	// it moves to dead letters: an attempt is an apply that failed (an
+	// error, a panic, its deadline passed) or a takeover of the event from
+	// an instance that died holding it. Errors of the backend (a lost
+	// connection, say) are never attempts. The event is dead-lettered right
+	// after the failure that uses up its attempts, and its pair goes on
+	// with the next event. Defaults to 10; Unlimited retries forever.
 	MaxPerspectiveEventAttempts int
-	// LeaseDuration is how long claimed work stays leased to this instance;
-	// it is also the dedup retention. Defaults to 300s.
+	// LeaseDuration is how long claimed work stays leased to this instance
+	// without renewal: the engine renews the leases of the work it is
+	// draining for as long as that takes. It is also the dedup retention.
+	// Defaults to 300s; must be at least 1s.
 	LeaseDuration time.Duration
-	// LeaseGrace is how long before the lease ends an apply is cancelled
-	// ("lease deadline exceeded"). Defaults to 30s; the apply deadline is
-	// never shorter than 1s.
-	LeaseGrace time.Duration
+	// ApplyTimeout bounds one apply (one event through one perspective):
+	// past it the apply's context is cancelled and the event counts one
+	// failed attempt. Defaults to 1m.
+	ApplyTimeout time.Duration
+	// ApplyAbandonGrace is how long an apply may run on past ApplyTimeout,
+	// ignoring its cancelled context, before the engine abandons it: it is
+	// logged at Error, counted (Worker.AbandonedApplies,
+	// Hooks.OnApplyAbandoned), its event counts a failed attempt and its
+	// pair is released for a retry while the apply runs on; whatever the
+	// apply returns then is discarded. No other stream waits for it.
+	// Defaults to 10s.
+	ApplyAbandonGrace time.Duration
 	// StaleInstanceThreshold is how long without a heartbeat before an
 	// instance is abandoned and its work reclaimed. Defaults to 30s.
 	StaleInstanceThreshold time.Duration
@@ -181,6 +213,16 @@ type Options struct {
 	FailureRetryMax time.Duration
 	// Completion selects the completion strategy. Defaults to CompletionBatched.
 	Completion CompletionMode
+	// Generation names this instance's deploy generation: the service's
+	// version or build. Dead letters record the generation they failed on,
+	// and an instance with a Generation requeues, once, the dead letters
+	// that failed on other generations (see DeadLetterRecovery), so a
+	// deploy that fixes a handler retries what it failed on. Defaults to ""
+	// (no recovery).
+	Generation string
+	// DeadLetterRecovery configures the requeue of dead letters by a new
+	// generation.
+	DeadLetterRecovery DeadLetterRecoveryOptions
 
 	// Clock is the time source. When set, the engine also passes its time to
 	// the backend (tests); when nil the real clock is used and the backend
@@ -230,7 +272,9 @@ func (o *Options) withDefaults() (Options, error) {
 	dur("ClaimNotifyHealthyInterval", &c.ClaimNotifyHealthyInterval, ClaimNotifyHealthyIntervalDefault)
 	dur("HeartbeatInterval", &c.HeartbeatInterval, HeartbeatIntervalDefault)
 	dur("LeaseDuration", &c.LeaseDuration, LeaseDurationDefault)
-	dur("LeaseGrace", &c.LeaseGrace, LeaseGraceDefault)
+	dur("ApplyTimeout", &c.ApplyTimeout, ApplyTimeoutDefault)
+	dur("ApplyAbandonGrace", &c.ApplyAbandonGrace, ApplyAbandonGraceDefault)
+	dur("DeadLetterRecovery.Interval", &c.DeadLetterRecovery.Interval, DeadLetterRecoveryIntervalDefault)
 	dur("StaleInstanceThreshold", &c.StaleInstanceThreshold, StaleInstanceThresholdDefault)
 	dur("DrainBatcher.SlidingWindow", &c.DrainBatcher.SlidingWindow, SlidingWindowDefault)
 	dur("DrainBatcher.MaxWait", &c.DrainBatcher.MaxWait, MaxWaitDefault)
@@ -251,6 +295,10 @@ func (o *Options) withDefaults() (Options, error) {
 	num("ModelCacheSize", &c.ModelCacheSize, ModelCacheSizeDefault, true)
 	num("DrainBatcher.MaxSize", &c.DrainBatcher.MaxSize, MaxSizeDefault, false)
 	num("Retry.MaxFlushAttempts", &c.Retry.MaxFlushAttempts, MaxFlushAttemptsDefault, false)
+	num("DeadLetterRecovery.BatchSize", &c.DeadLetterRecovery.BatchSize, DeadLetterRecoveryBatchDefault, false)
+	if c.LeaseDuration < time.Second {
+		errs = append(errs, fmt.Errorf("Options.LeaseDuration must be at least 1s, got %s", c.LeaseDuration))
+	}
 	c.Rewind.withDefaults(&errs)
 	if c.Retry.BackoffMultiplier == 0 {
 		c.Retry.BackoffMultiplier = BackoffMultiplierDefault

@@ -26,6 +26,11 @@ var ErrStopped = errors.New("vantage: worker stopped")
 // deregisterTimeout bounds the graceful deregistration at Stop.
 const deregisterTimeout = 5 * time.Second
 
+// backendCallTimeout bounds a backend call made on behalf of several
+// callers (a grouped model load or save), detached from any one caller's
+// context.
+const backendCallTimeout = 30 * time.Second
+
 // A heartbeat aimed at a peer's staleness runs staleMargin after it, and
 // never sooner than heartbeatMinDelay after the previous one (see
 // heartbeatDelay).
@@ -143,7 +148,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	}
 	w.life = newLifecycle(w)
 	w.models = newModelCache(o.ModelCacheSize)
-	w.batches = newModelBatches(backend.Models, o.LeaseGrace)
+	w.batches = newModelBatches(backend.Models, backendCallTimeout)
 	w.idle.Store(true)
 	for range o.MaxConcurrentDrainConsumers {
 		w.consumerWakes = append(w.consumerWakes, make(chan struct{}, 1))

@@ -73,8 +73,7 @@ func TestHungApplyHitsLeaseDeadline(t *testing.T) {
 	})
 	failures := make(chan ports.Failure, 10)
 	opts := quietOptions(t)
-	opts.LeaseDuration = 2 * time.Second
-	opts.LeaseGrace = 1500 * time.Millisecond // deadline: max(1s, 0.5s) = 1s
+	opts.ApplyTimeout = time.Second
 	opts.FailureRetryBase = time.Hour
 	opts.FailureRetryMax = time.Hour
 	opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
