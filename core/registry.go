@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/google/uuid"
 
 	"github.com/vantage-go/vantage/ports"
@@ -28,6 +29,9 @@ var (
 	ErrDuplicate = errors.New("duplicate registration")
 	// ErrNoHandler reports an event a perspective has no apply function for.
 	ErrNoHandler = errors.New("no apply function")
+	// ErrUndecodable reports a stored payload that does not decode into its
+	// registered Go type.
+	ErrUndecodable = errors.New("undecodable event")
 )
 
 // Registry holds the event types and perspectives of an application. Register
@@ -202,15 +206,32 @@ func (r *Registry) decode(e ports.Event) (any, bool, error) {
 	}
 	v, err := et.decode(e.Data)
 	if err != nil {
-		return nil, et.shareable, fmt.Errorf("decoding %s event %s: %w", e.Type, e.ID, err)
+		return nil, et.shareable, fmt.Errorf("%w: decoding %s event %s: %w", ErrUndecodable, e.Type, e.ID, err)
 	}
 	return v, et.shareable, nil
 }
+
+// Retries of Registry.Append after a transient failure: at most
+// appendRetries more calls, waiting appendRetryInitial doubling to
+// appendRetryMax (with jitter) in between.
+const (
+	appendRetries      = 4
+	appendRetryInitial = 50 * time.Millisecond
+	appendRetryMax     = time.Second
+)
 
 // Append encodes events with the registry and appends them to a stream.
 // The scope in ctx (see WithScope) is stored with each event. The first
 // Append through a store registers the registry's subscriptions with it.
 // expectedVersion follows ports.EventsAppendParams.ExpectedVersion.
+//
+// Append gives every event its id (a UUIDv7) before the first call, so it
+// can retry safely: when the store fails with ports.ErrTransient (say, the
+// connection broke around the commit, and whether the append took effect is
+// unknown), Append calls it again, up to four more times within about two
+// seconds and ctx, with the same ids. A repeat of an append that took
+// effect returns the stored events (AlreadyStored set); any other error is
+// returned at once, and a version conflict is never retried.
 func (r *Registry) Append(ctx context.Context, store ports.EventStore, streamID uuid.UUID, expectedVersion int64, events ...any) (*ports.EventsAppendResult, error) {
 	if len(events) == 0 {
 		return nil, fmt.Errorf("appending to stream %s: %w: no events", streamID, ports.ErrInvalidArgument)
@@ -221,13 +242,28 @@ func (r *Registry) Append(ctx context.Context, store ports.EventStore, streamID 
 		if err != nil {
 			return nil, fmt.Errorf("appending to stream %s: %w", streamID, err)
 		}
+		if ne.ID, err = uuid.NewV7(); err != nil {
+			return nil, fmt.Errorf("appending to stream %s: generating event id: %w", streamID, err)
+		}
 		ne.Metadata = metadataFromContext(ctx)
 		news = append(news, ne)
 	}
 	if err := r.ensureSubscribed(ctx, store); err != nil {
 		return nil, err
 	}
-	return store.EventsAppend(ctx, &ports.EventsAppendParams{StreamID: streamID, ExpectedVersion: expectedVersion, Events: news})
+	params := &ports.EventsAppendParams{StreamID: streamID, ExpectedVersion: expectedVersion, Events: news}
+	b := backoff.WithContext(backoff.WithMaxRetries(backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(appendRetryInitial),
+		backoff.WithMaxInterval(appendRetryMax),
+		backoff.WithMaxElapsedTime(0),
+	), appendRetries), ctx)
+	return backoff.RetryWithData(func() (*ports.EventsAppendResult, error) {
+		res, err := store.EventsAppend(ctx, params)
+		if err != nil && !errors.Is(err, ports.ErrTransient) {
+			return nil, backoff.Permanent(err)
+		}
+		return res, err
+	}, b)
 }
 
 // Perspective is the set of apply functions that build a model of type M

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -195,4 +196,78 @@ func TestStreamWorkDecodeSharing(t *testing.T) {
 	second, err := sw.decode(r, 1)
 	require.NoError(t, err)
 	require.Equal(t, tagged{Tags: []string{"x"}}, second, "a slice is decoded afresh for each perspective")
+}
+
+// flakyStore is an EventStore whose appends fail as scripted: each entry of
+// errs is returned by one call, after the call took effect when stored is
+// set for it.
+type flakyStore struct {
+	errs   []error
+	stored []bool
+	calls  []*ports.EventsAppendParams
+	kept   []ports.Event
+}
+
+func (s *flakyStore) SubscriptionsRegister(context.Context, []ports.Subscription) error { return nil }
+
+func (s *flakyStore) EventsAppend(_ context.Context, p *ports.EventsAppendParams) (*ports.EventsAppendResult, error) {
+	i := len(s.calls)
+	s.calls = append(s.calls, p)
+	if len(s.kept) > 0 {
+		return &ports.EventsAppendResult{Events: s.kept, AlreadyStored: true}, nil
+	}
+	if i < len(s.stored) && s.stored[i] {
+		for j, ne := range p.Events {
+			s.kept = append(s.kept, ports.Event{ID: ne.ID, StreamID: p.StreamID, Type: ne.Type, Version: int64(j + 1), Data: ne.Data})
+		}
+	}
+	if i < len(s.errs) && s.errs[i] != nil {
+		return nil, s.errs[i]
+	}
+	return &ports.EventsAppendResult{Events: s.kept}, nil
+}
+
+func TestAppendRetriesTransientFailuresWithTheSameIDs(t *testing.T) {
+	t.Parallel()
+
+	r := newTestRegistry(t)
+	lost := fmt.Errorf("appending: connection reset: %w", ports.ErrTransient)
+	// The first call fails before storing, the second stores and then loses
+	// its connection, the third finds the events stored.
+	store := &flakyStore{errs: []error{lost, lost}, stored: []bool{false, true}}
+	res, err := r.Append(t.Context(), store, uuid.New(), ports.ExpectNoStream, placed{ID: "a"}, shipped{By: "b"})
+	require.NoError(t, err)
+	require.True(t, res.AlreadyStored)
+	require.Len(t, store.calls, 3)
+	for _, call := range store.calls {
+		require.Equal(t, store.calls[0].Events, call.Events, "every retry carries the same events and ids")
+	}
+	require.NotEqual(t, uuid.Nil, store.calls[0].Events[0].ID, "ids are given before the first call")
+	require.Equal(t, store.calls[0].Events[1].ID, res.Events[1].ID)
+}
+
+func TestAppendDoesNotRetryOtherErrors(t *testing.T) {
+	t.Parallel()
+
+	r := newTestRegistry(t)
+	for _, failure := range []error{
+		fmt.Errorf("appending: %w", ports.ErrVersionConflict),
+		errors.New("permission denied"),
+	} {
+		store := &flakyStore{errs: []error{failure}}
+		_, err := r.Append(t.Context(), store, uuid.New(), 0, placed{ID: "a"})
+		require.ErrorIs(t, err, failure)
+		require.Len(t, store.calls, 1, "%v is not retried", failure)
+	}
+}
+
+func TestAppendGivesUpOnLastingTransientFailures(t *testing.T) {
+	t.Parallel()
+
+	r := newTestRegistry(t)
+	down := fmt.Errorf("dial: connection refused: %w", ports.ErrTransient)
+	store := &flakyStore{errs: []error{down, down, down, down, down, down, down}}
+	_, err := r.Append(t.Context(), store, uuid.New(), 0, placed{ID: "a"})
+	require.ErrorIs(t, err, ports.ErrTransient)
+	require.Len(t, store.calls, 1+appendRetries)
 }
