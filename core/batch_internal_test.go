@@ -140,8 +140,9 @@ func (bb *batchBundle) drainFetched(t *testing.T, res *ports.EventsFetchPendingR
 	t.Helper()
 	n := 0
 	for _, sw := range splitByStream(res, seq, bb.w.opts.FetchMaxRows) {
-		applied, _, _ := bb.w.drainStream(t.Context(), &sw, nil, false)
-		n += applied
+		task := &streamTask{w: bb.w, id: sw.id}
+		require.NoError(t, bb.w.drainStream(t.Context(), task, &sw, cursorsByPair(res.Cursors)))
+		n += task.applied
 	}
 	return n
 }

@@ -34,11 +34,17 @@ type Hooks struct {
 	// OnLifecycleCompleted fires with the events whose PostLifecycle stage
 	// this instance just ran (their durable completion marker is written).
 	OnLifecycleCompleted func(events []ports.Event)
+	// OnDeadLettersRequeued fires after this instance requeued dead letters
+	// of other generations for a retry on its own (see Options.Generation).
+	OnDeadLettersRequeued func([]ports.DeadLetter)
 	// OnRewind fires after a (stream, perspective) was rewound.
 	OnRewind func(RewindInfo)
 	// OnStartupScanComplete fires once the startup reconciliation and rewind
 	// scan finished (see Worker.StartupScanComplete).
 	OnStartupScanComplete func()
+	// OnLeasesRenewed fires after the leases of the work being drained
+	// were renewed, with how many rows the backend renewed.
+	OnLeasesRenewed func(renewed int)
 	// OnApplyAbandoned fires when an apply that ignored its cancelled
 	// context was abandoned (see Options.ApplyAbandonGrace).
 	OnApplyAbandoned func(AbandonedApply)

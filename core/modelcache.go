@@ -62,12 +62,18 @@ func (c *modelCache) drop(k pairKey) {
 	c.lru.Remove(k)
 }
 
-// loadModel returns the pair's model: from the cache when this instance
-// saved it last, else from the store (ports.ErrNotFound when none), grouped
-// with concurrent loads when the store implements ports.ModelBatchStore.
-func (w *Worker) loadModel(ctx context.Context, k pairKey) (ports.StoredModel, error) {
+// loadModel returns the pair's model at position, the cursor position the
+// fetch read: from the cache when this instance saved it last, else from
+// the store (ports.ErrNotFound when none), grouped with concurrent loads
+// when the store implements ports.ModelBatchStore. A cached model at
+// another position is stale (another instance moved the pair since) and is
+// never handed to an apply.
+func (w *Worker) loadModel(ctx context.Context, k pairKey, position int64) (ports.StoredModel, error) {
 	if m, ok := w.models.get(k); ok {
-		return m, nil
+		if m.LastVersion == position {
+			return m, nil
+		}
+		w.models.drop(k)
 	}
 	if w.batches != nil {
 		return w.batches.load(ctx, k)

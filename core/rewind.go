@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -132,57 +134,141 @@ func (w *Worker) rewindDue(c ports.Cursor) (bool, time.Time) {
 	return !now.Before(due), due
 }
 
+// rewindOwner is what an abandoned apply of a rewind run by a drain hands
+// back: the drain's stream task and the pair's gate. Rewinds run outside a
+// drain (the startup repair) have none: a late apply there is cancelled
+// and, past its grace, logged, but its caller waits for it.
+type rewindOwner struct {
+	task    *streamTask
+	release func()
+}
+
+// rewindRetries bounds the replays of one rewind that restart at once
+// because a failing event used up its attempts and was dead-lettered.
+const rewindRetries = 3
+
 // rewindPair replays a (stream, perspective) whose cursor has
 // RewindRequired, under the cooperative rewind lock: from the latest
 // snapshot before the trigger (or from the start), every event the
-// perspective handles up to the newest pending row, then saves the model and
-// completes the pending rows (which clears the flag). Only events that were
-// never applied (the pending rows) fire handlers. The caller holds the
-// pair's gate. It returns the new events applied.
-func (w *Worker) rewindPair(ctx context.Context, p perspective, key pairKey, rows []ports.WorkItem, cursor ports.Cursor, force bool) []ports.Event {
+// perspective handles up to the newest pending row, except the events
+// dead-lettered for the pair, then saves the model and completes the
+// pending rows (which clears the flag). Only events that were never applied
+// (the pending rows) fire handlers. A replayed event that fails is charged
+// its attempt; when that dead-letters it the replay starts over without
+// it, so the pair goes on. The caller holds the pair's gate. It returns the
+// new events applied, and errPairAbandoned when an apply was abandoned.
+func (w *Worker) rewindPair(ctx context.Context, p perspective, key pairKey, rows []ports.WorkItem, cursor ports.Cursor, force bool, owner *rewindOwner) ([]ports.Event, error) {
 	if !force {
 		if due, at := w.rewindDue(cursor); !due {
 			w.parkFor(key, at)
-			return nil
+			return nil, nil
 		}
 	}
 	select {
 	case w.rewindSem <- struct{}{}:
-		defer func() { <-w.rewindSem }()
 	case <-ctx.Done():
-		return nil
+		return nil, nil
 	}
-	release, ok := w.lockPair(ctx, key, lockReasonRewind)
+	freeSem := sync.OnceFunc(func() { <-w.rewindSem })
+	defer freeSem()
+	unlock, ok := w.lockPair(ctx, key, lockReasonRewind)
 	if !ok {
 		w.parkFor(key, w.now().Add(rewindLockRetryDelay))
-		return nil
+		return nil, nil
 	}
-	defer release()
+	unlock = sync.OnceFunc(unlock)
+	defer unlock()
 
 	start := w.now()
 	trigger := cursor.RewindTriggerVersion
 	if trigger == 0 && len(rows) > 0 {
 		trigger = rows[0].EventVersion
 	}
-	res, err := w.replay(ctx, p, key, trigger, rows)
-	if err != nil {
+	for try := 1; ; try++ {
+		abandon := func(info AbandonedApply, _ bool) { w.noteAbandoned(ctx, info) }
+		if owner != nil {
+			pending := rows
+			abandon = func(info AbandonedApply, late bool) {
+				actx := context.WithoutCancel(ctx)
+				w.noteAbandoned(actx, info)
+				if late {
+					w.replayFailed(actx, key, pending, info.EventID, info.Version, fmt.Errorf("%w (after %s)", errApplyAbandoned, info.Elapsed))
+				}
+				unlock()
+				freeSem()
+				owner.release()
+				owner.task.abandon(actx, 0, nil)
+			}
+		}
+		res, err := w.replay(ctx, p, key, trigger, rows, abandon)
+		if errors.Is(err, errPairAbandoned) {
+			return nil, err
+		}
+		if err == nil {
+			w.infraRecovered(key)
+			w.log.InfoContext(ctx, "rewound perspective", append(pairAttrs(key.stream, key.perspective),
+				slog.Int64("trigger_version", trigger), slog.Int64("from_version", res.from), slog.Int("replayed", res.replayed),
+				slog.Int("skipped", res.skipped), slog.Int("new", len(res.fresh)))...)
+			if h := w.opts.Hooks.OnRewind; h != nil {
+				h(RewindInfo{StreamID: key.stream, Perspective: key.perspective, FromVersion: res.from, TriggerVersion: trigger, Replayed: res.replayed, New: len(res.fresh), Duration: w.now().Sub(start)})
+			}
+			return res.fresh, nil
+		}
 		if ctx.Err() != nil {
-			return nil
+			return nil, nil
 		}
-		if len(rows) > 0 {
-			w.fail(ctx, key, rows, nil, uuid.Nil, 0, fmt.Errorf("rewinding from version %d: %w", trigger, err))
-		} else {
-			w.log.ErrorContext(ctx, "rewind failed", slog.String("perspective", key.perspective), slog.String("stream_id", key.stream.String()), slog.Any("error", err))
+		var rf *replayFailure
+		if !errors.As(err, &rf) {
+			w.infraFailed(ctx, key, "rewinding", err)
+			return nil, nil
 		}
-		return nil
+		if !w.replayFailed(ctx, key, rows, rf.event.ID, rf.event.Version, rf.cause) || try >= rewindRetries {
+			return nil, nil
+		}
+		// The event was dead-lettered: replay again, without it.
+		rows = slices.DeleteFunc(slices.Clone(rows), func(r ports.WorkItem) bool { return r.EventID == rf.event.ID })
 	}
-	w.log.InfoContext(ctx, "rewound perspective", slog.String("perspective", key.perspective), slog.String("stream_id", key.stream.String()),
-		slog.Int64("trigger_version", trigger), slog.Int64("from_version", res.from), slog.Int("replayed", res.replayed), slog.Int("new", len(res.fresh)))
-	if h := w.opts.Hooks.OnRewind; h != nil {
-		h(RewindInfo{StreamID: key.stream, Perspective: key.perspective, FromVersion: res.from, TriggerVersion: trigger, Replayed: res.replayed, New: len(res.fresh), Duration: w.now().Sub(start)})
-	}
-	return res.fresh
 }
+
+// replayFailed charges a failed replay of an event to that event: to its
+// pending row when it has one (the failure may dead-letter it), else to a
+// row the backend stores for it (it was applied and completed long ago).
+// It reports true when the event was dead-lettered, so a replay without it
+// may go on at once.
+func (w *Worker) replayFailed(ctx context.Context, key pairKey, rows []ports.WorkItem, eventID uuid.UUID, version int64, cause error) bool {
+	if i := slices.IndexFunc(rows, func(r ports.WorkItem) bool { return r.EventID == eventID }); i >= 0 {
+		switch w.eventFailed(ctx, key, rows[i], cause) {
+		case failureDeadLettered:
+			return true
+		case failureInfra:
+			return false
+		}
+		w.reportFailure(ctx, key, rows[i], nil, uuid.Nil, 0, cause)
+		return false
+	}
+	w.failed(ctx, key, ports.Failure{
+		StreamID:           key.stream,
+		Perspective:        key.perspective,
+		FailedEventID:      eventID,
+		FailedEventVersion: version,
+		Error:              cause.Error(),
+		RetryAt:            w.now().Add(w.failureRetryDelay(1)),
+	}, version, 1, cause)
+	return false
+}
+
+// replayFailure is a replay that stopped because an event failed to decode
+// or apply.
+type replayFailure struct {
+	event ports.Event
+	cause error
+}
+
+func (e *replayFailure) Error() string {
+	return fmt.Sprintf("replaying version %d: %v", e.event.Version, e.cause)
+}
+
+func (e *replayFailure) Unwrap() error { return e.cause }
 
 // lockPair takes the pair's cooperative lock and keeps it alive until the
 // returned release is called.
@@ -232,13 +318,18 @@ func (w *Worker) lockPair(ctx context.Context, key pairKey, reason string) (func
 type replayResult struct {
 	from     int64
 	replayed int
+	skipped  int // dead-lettered events left out
 	fresh    []ports.Event
 }
 
 // replay rebuilds the pair's model from the latest snapshot before trigger
 // (0: from the start), through the newest of the pending rows or the stored
-// position, saves it and completes rows.
-func (w *Worker) replay(ctx context.Context, p perspective, key pairKey, trigger int64, rows []ports.WorkItem) (replayResult, error) {
+// position, leaving out the events dead-lettered for the pair (as their
+// drain did), saves it and completes rows. Each apply runs under the apply
+// monitor; abandon takes over an abandoned one (replay then returns
+// errPairAbandoned). An event that fails to decode or apply stops it with a
+// *replayFailure; any other error is the backend's.
+func (w *Worker) replay(ctx context.Context, p perspective, key pairKey, trigger int64, rows []ports.WorkItem, abandon abandonFunc) (replayResult, error) {
 	var res replayResult
 	// A rewind reads the store, not the cache: it starts from the truth.
 	w.models.drop(key)
@@ -268,6 +359,10 @@ func (w *Worker) replay(ctx context.Context, p perspective, key pairKey, trigger
 			return res, fmt.Errorf("deleting stale snapshots: %w", err)
 		}
 	}
+	skip, err := w.deadLetteredEvents(ctx, key)
+	if err != nil {
+		return res, err
+	}
 	upTo := stored.LastVersion
 	pending := make(map[uuid.UUID]bool, len(rows))
 	for _, r := range rows {
@@ -290,25 +385,42 @@ func (w *Worker) replay(ctx context.Context, p perspective, key pairKey, trigger
 		if !handles[e.Type] {
 			continue
 		}
+		if skip[e.ID] {
+			res.skipped++
+			continue
+		}
 		toReplay = append(toReplay, e)
 		if pending[e.ID] {
 			toFire = append(toFire, e)
 		}
 	}
-	w.life.prePerspective(ctx, toFire)
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	watch := w.monitor.watch(cancel, abandon)
+	defer watch.done()
+	w.life.prePerspective(actx, toFire)
 	prevVersion := res.from
 	for _, e := range toReplay {
 		decoded, err := w.reg.Decode(e)
 		if err != nil {
-			return res, err
+			return res, &replayFailure{event: e, cause: err}
 		}
-		actx, err := w.establishSecurity(ctx, e)
+		ectx, err := w.establishSecurity(actx, e)
 		if err != nil {
-			return res, err
+			return res, &replayFailure{event: e, cause: err}
 		}
-		if model, err = p.apply(actx, model, e.Type, decoded); err != nil {
-			return res, fmt.Errorf("applying version %d: %w", e.Version, err)
+		watch.begin(key.stream, key.perspective, e.ID, e.Version)
+		next, err := p.apply(ectx, model, e.Type, decoded)
+		switch watch.end() {
+		case applyAbandoned:
+			return res, errPairAbandoned
+		case applyLate:
+			err = context.Cause(actx)
 		}
+		if err != nil {
+			return res, &replayFailure{event: e, cause: err}
+		}
+		model = next
 		res.replayed++
 		lastID, lastVersion = e.ID, e.Version
 		if pending[e.ID] {
@@ -317,7 +429,7 @@ func (w *Worker) replay(ctx context.Context, p perspective, key pairKey, trigger
 		if snaps != nil && w.snapshotDue(prevVersion, e.Version) {
 			data, err := p.encodeModel(model)
 			if err != nil {
-				return res, err
+				return res, &replayFailure{event: e, cause: err}
 			}
 			if err := snaps.SnapshotSave(ctx, ports.Snapshot{StreamID: key.stream, Perspective: key.perspective, Version: e.Version, EventID: e.ID, Data: data, CreatedAt: w.now()}); err != nil {
 				return res, fmt.Errorf("saving snapshot: %w", err)
@@ -327,6 +439,9 @@ func (w *Worker) replay(ctx context.Context, p perspective, key pairKey, trigger
 	}
 	data, err := p.encodeModel(model)
 	if err != nil {
+		if len(toReplay) > 0 {
+			return res, &replayFailure{event: toReplay[len(toReplay)-1], cause: err}
+		}
 		return res, err
 	}
 	if lastVersion < stored.LastVersion {
@@ -361,6 +476,34 @@ func (w *Worker) replay(ctx context.Context, p perspective, key pairKey, trigger
 	w.life.fire(ctx, PostPerspective, key.perspective, res.fresh)
 	w.signalProgress()
 	return res, nil
+}
+
+// deadLetteredEvents returns the events of a pair that are dead-lettered
+// (waiting or ignored): a replay leaves them out, as their drain did. A
+// requeued one is pending again and is replayed.
+func (w *Worker) deadLetteredEvents(ctx context.Context, key pairKey) (map[uuid.UUID]bool, error) {
+	dls, err := w.backend.DeadLetters.DeadLettersList(ctx, &ports.DeadLettersListParams{StreamID: key.stream, Perspective: key.perspective})
+	if err != nil {
+		return nil, fmt.Errorf("listing dead letters: %w", err)
+	}
+	skip := map[uuid.UUID]bool{}
+	for _, dl := range dls {
+		if dl.Status == ports.DeadLetterDead || dl.Status == ports.DeadLetterIgnored {
+			skip[dl.EventID] = true
+		}
+	}
+	return skip, nil
+}
+
+// noteAbandoned logs, counts and announces an abandoned apply.
+func (w *Worker) noteAbandoned(ctx context.Context, info AbandonedApply) {
+	w.abandonedTotal.Add(1)
+	w.log.ErrorContext(ctx, "apply abandoned: it ran past its deadline and ignored its cancelled context; its pair is retried while it runs on",
+		append(pairAttrs(info.StreamID, info.Perspective), slog.String("event_id", info.EventID.String()), slog.Int64("version", info.Version),
+			slog.Duration("elapsed", info.Elapsed), slog.Duration("apply_timeout", w.opts.ApplyTimeout))...)
+	if h := w.opts.Hooks.OnApplyAbandoned; h != nil {
+		h(info)
+	}
 }
 
 // startupScan reconciles interrupted lifecycles and repairs interrupted
@@ -438,8 +581,12 @@ func (w *Worker) repairRewind(ctx context.Context, key pairKey, c ports.Cursor) 
 		}
 	}
 	rows, _ = dedup.Partition(w.cache, rows, workID)
-	rows = w.deadLetterExhausted(ctx, rows)
-	fresh := w.rewindPair(ctx, p, key, rows, c, true)
+	rows, err = w.deadLetterExhausted(ctx, rows)
+	if err != nil {
+		w.infraFailed(ctx, key, "moving work to dead letters", err)
+		return true
+	}
+	fresh, _ := w.rewindPair(ctx, p, key, rows, c, true, nil)
 	w.life.afterBatch(ctx, fresh)
 	// Flush now, so the next poll sees the flag cleared.
 	w.flushPending(ctx)
@@ -524,7 +671,7 @@ func (w *Worker) Rebuild(ctx context.Context, perspectiveName string, streams ..
 				return fmt.Errorf("rebuilding stream %s: %w", stream, err)
 			}
 		}
-		res, err := w.replay(ctx, p, key, 0, nil)
+		res, err := w.replay(ctx, p, key, 0, nil, func(info AbandonedApply, _ bool) { w.noteAbandoned(ctx, info) })
 		if err != nil {
 			return fmt.Errorf("rebuilding stream %s: %w", stream, err)
 		}

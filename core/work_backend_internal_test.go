@@ -127,14 +127,19 @@ func (b *workBackend) EventsFetchPending(_ context.Context, p *ports.EventsFetch
 			blocked[k] = true
 			continue
 		}
-		r.item.Attempts = max(r.item.Attempts, 1)
 		rows = append(rows, r.item)
 	}
 	if p.MaxRows > 0 && len(rows) > p.MaxRows {
 		rows = rows[:p.MaxRows]
 	}
 	res := &ports.EventsFetchPendingResult{Work: rows}
+	seen := map[pairKey]bool{}
 	for _, r := range rows {
+		k := pairKey{stream: r.StreamID, perspective: r.Perspective}
+		if c, ok := b.cursors[k]; ok && !seen[k] {
+			res.Cursors = append(res.Cursors, c)
+		}
+		seen[k] = true
 		e := b.events[r.StreamID][r.EventVersion-1]
 		if !slices.ContainsFunc(res.Events, func(x ports.Event) bool { return x.ID == e.ID }) {
 			res.Events = append(res.Events, e)
@@ -209,6 +214,7 @@ func (b *workBackend) WorkFail(_ context.Context, p *ports.WorkFailParams) error
 		for _, r := range b.work {
 			if slices.Contains(f.FailedWorkIDs, r.item.WorkID) {
 				r.retryAt = f.RetryAt
+				r.item.Attempts++
 			}
 		}
 	}

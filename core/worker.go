@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/google/uuid"
 
 	"github.com/vantage-go/vantage/core/internal/completion"
@@ -68,12 +69,28 @@ type Worker struct {
 	startupOnce sync.Once
 	startupDone chan struct{}
 
+	monitor *applyMonitor
+	renewer *renewer
+	wakes   *wakes
+	faults  *faultLog
+	// busy counts the batches being drained: the worker is not idle while
+	// one runs, however long it takes.
+	busy           atomic.Int64
+	abandonedTotal atomic.Int64
+
 	parkedMu sync.Mutex
 	parked   map[pairKey]parking
 	// failAcked holds, per pair, the fetch sequence number current when its
 	// latest failure was acknowledged; fetchSeq numbers fetches.
 	failAcked map[pairKey]uint64
 	fetchSeq  atomic.Uint64
+	// infraBackoff holds the backoff of each pair whose drain meets
+	// infrastructure errors (infraPairs counts them); saveEach the pairs
+	// saved event by event (saveEachCount counts them).
+	infraBackoff  map[pairKey]*backoff.ExponentialBackOff
+	infraPairs    atomic.Int32
+	saveEach      map[pairKey]bool
+	saveEachCount atomic.Int32
 
 	flushMu sync.Mutex // serializes moving strategy items into the flushers
 
@@ -110,8 +127,13 @@ type Worker struct {
 	cancelRun  context.CancelCauseFunc
 	cancelWork context.CancelCauseFunc
 	loops      sync.WaitGroup
-	stopOnce   sync.Once
-	done       chan struct{}
+	workLoops  sync.WaitGroup // loops serving drains: they end with the work context
+	// stopMonitor ends the apply monitor once the drains ended.
+	stopMonitor context.CancelFunc
+	// abandons owns the goroutines that take over abandoned applies.
+	abandons sync.WaitGroup
+	stopOnce sync.Once
+	done     chan struct{}
 }
 
 // New builds a Worker over backend for the perspectives of registry. It
@@ -129,24 +151,30 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		return nil, fmt.Errorf("building worker: %w", err)
 	}
 	w := &Worker{
-		backend:    backend,
-		reg:        registry,
-		opts:       o,
-		clock:      cmp.Or[ports.Clock](o.Clock, ports.SystemClock{}),
-		log:        o.Logger.With(slog.String("component", "vantage.worker"), slog.String("instance_id", o.InstanceID.String())),
-		queue:      newDrainQueue(),
-		gates:      newGates(),
-		parked:     map[pairKey]parking{},
-		failAcked:  map[pairKey]uint64{},
-		claimWake:  make(chan struct{}, 1),
-		notifyWake: make(chan struct{}, 1),
-		progress:   make(chan struct{}),
-		done:       make(chan struct{}),
+		backend:      backend,
+		reg:          registry,
+		opts:         o,
+		clock:        cmp.Or[ports.Clock](o.Clock, ports.SystemClock{}),
+		log:          o.Logger.With(slog.String("component", "vantage.worker"), slog.String("instance_id", o.InstanceID.String())),
+		queue:        newDrainQueue(),
+		gates:        newGates(),
+		parked:       map[pairKey]parking{},
+		failAcked:    map[pairKey]uint64{},
+		infraBackoff: map[pairKey]*backoff.ExponentialBackOff{},
+		saveEach:     map[pairKey]bool{},
+		claimWake:    make(chan struct{}, 1),
+		notifyWake:   make(chan struct{}, 1),
+		progress:     make(chan struct{}),
+		done:         make(chan struct{}),
 
 		rewindSem:   make(chan struct{}, o.Rewind.MaxConcurrentRewinds),
 		startupDone: make(chan struct{}),
 	}
 	w.life = newLifecycle(w)
+	w.monitor = newApplyMonitor(w)
+	w.renewer = newRenewer(w)
+	w.wakes = newWakes(w)
+	w.faults = newFaultLog(w.log, w.clock)
 	w.models = newModelCache(o.ModelCacheSize)
 	w.batches = newModelBatches(backend.Models, backendCallTimeout)
 	w.idle.Store(true)
@@ -271,11 +299,22 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	w.loops.Go(func() { w.heartbeatLoop(runCtx, beat) })
 	w.loops.Go(func() { w.claimLoop(runCtx) })
+	w.loops.Go(func() { w.wakes.run(runCtx) })
+	w.loops.Go(func() { w.deadLetterRecovery(runCtx) })
+	// The monitor and the renewals serve the drains, which run until the
+	// work context ends.
+	w.workLoops.Go(func() { w.renewer.run(workCtx) })
+	// The monitor outlives the drains: when the work context ends (Stop's
+	// deadline passed), it still abandons the applies that ignore it, so
+	// that the drains, and Stop, end.
+	monitorCtx, stopMonitor := context.WithCancel(context.WithoutCancel(ctx))
+	w.stopMonitor = stopMonitor
+	w.workLoops.Go(func() { w.monitor.run(monitorCtx, workCtx.Done(), &w.abandons) })
 	for _, wake := range w.consumerWakes {
 		w.loops.Go(func() { w.consumeLoop(runCtx, workCtx, wake) })
 	}
 	w.loops.Go(func() { w.startupScan(runCtx) })
-	w.log.DebugContext(ctx, "worker started", slog.Int("consumers", len(w.consumerWakes)))
+	w.log.InfoContext(ctx, "worker started", append(w.identity(), slog.Int("consumers", len(w.consumerWakes)))...)
 	return nil
 }
 
@@ -329,7 +368,19 @@ func (w *Worker) shutdown(ctx context.Context) {
 		w.log.ErrorContext(ctx, "deregistering instance", slog.Any("error", err))
 	}
 	w.cancelWork(ErrStopped)
-	w.log.DebugContext(ctx, "worker stopped")
+	w.stopMonitor()
+	w.workLoops.Wait()
+	w.abandons.Wait()
+	w.log.InfoContext(ctx, "worker stopped", w.identity()...)
+}
+
+// identity are the log attributes naming this instance.
+func (w *Worker) identity() []any {
+	attrs := []any{slog.String("service", w.opts.ServiceName), slog.String("host", w.opts.HostName)}
+	if w.opts.Generation != "" {
+		attrs = append(attrs, slog.String("generation", w.opts.Generation))
+	}
+	return attrs
 }
 
 // heartbeat records the instance's heartbeat. When it abandoned stale
@@ -345,10 +396,14 @@ func (w *Worker) heartbeat(ctx context.Context) (*ports.InstanceHeartbeatResult,
 		Now:            w.paramNow(),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("recording heartbeat: %w", err)
+		return nil, err
 	}
 	if len(res.Abandoned) > 0 {
-		w.log.InfoContext(ctx, "abandoned stale instances", slog.Int("count", len(res.Abandoned)))
+		ids := make([]string, len(res.Abandoned))
+		for i, id := range res.Abandoned {
+			ids[i] = id.String()
+		}
+		w.log.InfoContext(ctx, "abandoned stale instances; taking over their work", slog.Any("instances", ids))
 		w.takeOver()
 	}
 	return res, nil
@@ -377,9 +432,13 @@ func (w *Worker) heartbeatLoop(ctx context.Context, first *ports.InstanceHeartbe
 		delay := w.opts.HeartbeatInterval
 		if res, err := w.heartbeat(ctx); err != nil {
 			if ctx.Err() == nil {
-				w.log.ErrorContext(ctx, "heartbeat failed; retrying", slog.Any("error", err))
+				w.faults.fail(ctx, "heartbeat", err)
 			}
 		} else {
+			w.faults.ok(ctx, "heartbeat")
+			if res.Rejoined {
+				w.log.WarnContext(ctx, "instance was silent past the stale threshold; re-registered, and stale peers are abandoned at the next heartbeat")
+			}
 			if len(res.Abandoned) == 0 && peerGone(prev, w.now(), res.NextStaleAt) {
 				// Another survivor abandoned the peer first: its streams
 				// are ours to share all the same.
@@ -513,15 +572,16 @@ func (w *Worker) claimOnce(ctx context.Context) bool {
 		if errors.Is(err, ports.ErrInstanceNotAlive) {
 			// We were abandoned (a pause longer than the stale threshold):
 			// heartbeat again and claim afresh.
-			w.log.WarnContext(ctx, "instance was considered stale; re-registering")
+			w.log.WarnContext(ctx, "instance was considered stale and lost its work; re-registering")
 			if _, herr := w.heartbeat(ctx); herr != nil {
-				w.log.ErrorContext(ctx, "re-registering instance", slog.Any("error", herr))
+				w.faults.fail(ctx, "heartbeat", herr)
 			}
 			return false
 		}
-		w.log.ErrorContext(ctx, "claiming work failed; retrying", slog.Any("error", err))
+		w.faults.fail(ctx, "claiming work", err)
 		return false
 	}
+	w.faults.ok(ctx, "claiming work")
 	if recovering {
 		w.windowSkip.Store(true) // before the push, so the consumer taking the ids sees it
 	}
@@ -669,7 +729,9 @@ func (w *Worker) recordPoll(hasWork bool) {
 		return
 	}
 	n := w.emptyPolls.Add(1)
-	if n >= int64(w.opts.IdleThresholdPolls) && w.idle.CompareAndSwap(false, true) {
+	// A batch still draining (a slow apply, say) keeps the worker busy
+	// however many polls other consumers find empty.
+	if n >= int64(w.opts.IdleThresholdPolls) && w.busy.Load() == 0 && w.idle.CompareAndSwap(false, true) {
 		if h := w.opts.Hooks.OnWorkProcessingIdle; h != nil {
 			h()
 		}

@@ -1,0 +1,250 @@
+package core
+
+import (
+	"context"
+	"sync"
+
+	"github.com/google/uuid"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// processBatch drains a batch of streams: flush what is buffered, fetch and
+// drain the streams (see drainBatch), flush again, then start the batch's
+// terminal lifecycle stages.
+//
+// Each stream is released as soon as its own drain ended and the
+// completions handed to the flusher by then are acknowledged: until then a
+// fetch would return the rows just applied again (they are still pending
+// and leased to us), only for the dedup cache to skip them. No stream waits
+// for another stream of its batch. A stream pushed meanwhile, by a claim or
+// a notification, is drained again after its release.
+func (w *Worker) processBatch(ctx context.Context, ids []uuid.UUID) {
+	w.cache.EvictExpired()
+	w.flushPending(ctx)
+	w.recordPoll(true)
+	w.busy.Add(1)
+	defer w.busy.Add(-1)
+
+	applied, events := w.drainBatch(ctx, ids)
+	w.flushPending(ctx)
+	w.life.afterBatch(ctx, events)
+	if h := w.opts.Hooks.OnBatchCycleComplete; h != nil {
+		h(BatchCycle{Streams: len(ids), Applied: applied})
+	}
+}
+
+// fetch claims and fetches the pending events of streams. It returns the
+// fetch's sequence number, taken before the call: results of a fetch that
+// started before a failure of a pair was acknowledged are stale for that
+// pair (see staleFetch).
+func (w *Worker) fetch(ctx context.Context, ids []uuid.UUID) (*ports.EventsFetchPendingResult, uint64, error) {
+	seq := w.fetchSeq.Add(1)
+	res, err := w.backend.Fetcher.EventsFetchPending(ctx, &ports.EventsFetchPendingParams{
+		InstanceID:     w.opts.InstanceID,
+		StreamIDs:      ids,
+		LeaseDuration:  w.opts.LeaseDuration,
+		StaleThreshold: w.opts.StaleInstanceThreshold,
+		MaxRows:        w.opts.FetchMaxRows,
+		Now:            w.paramNow(),
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			w.faults.fail(ctx, "fetching pending events", err, "streams", len(ids))
+		}
+		return nil, seq, err
+	}
+	w.faults.ok(ctx, "fetching pending events")
+	return res, seq, nil
+}
+
+// drainBatch fetches the pending events of streams and drains every stream
+// that has some, at most MaxConcurrentPerspectives at once. A fetch cut at
+// FetchMaxRows covers a prefix of the streams in id order; the streams past
+// the cut are fetched next, while the drains of the first ones run, until
+// every stream was fetched. It returns the number of (event, perspective)
+// applications and, when terminal lifecycle stages have receptors, the
+// events applied.
+func (w *Worker) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []ports.Event) {
+	var (
+		mu      sync.Mutex
+		applied int
+		events  []ports.Event
+		wg      sync.WaitGroup
+	)
+	collect := w.reg.hasReceptors(PostAllPerspectives, PostLifecycle)
+	sem := make(chan struct{}, w.opts.MaxConcurrentPerspectives)
+	// inflight counts the rows of fetches some of whose streams are still
+	// draining (a fetch's rows share its result's memory). A fetch of the
+	// streams past a cut waits until they are fewer than twice FetchMaxRows,
+	// so a batch holds about three fetches' worth of rows however long the
+	// streams' backlogs are, not MaxConcurrentPerspectives streams' worth.
+	inflight := 0
+	settled := sync.NewCond(&mu)
+	remaining := ids
+	for len(remaining) > 0 && ctx.Err() == nil {
+		if len(remaining) < len(ids) {
+			mu.Lock()
+			if inflight >= 2*w.opts.FetchMaxRows && w.fetchWaitHook != nil {
+				w.fetchWaitHook()
+			}
+			for inflight >= 2*w.opts.FetchMaxRows {
+				settled.Wait()
+			}
+			mu.Unlock()
+			w.flushPending(ctx) // let the drains' completions travel meanwhile
+		}
+		res, seq, err := w.fetch(ctx, remaining)
+		if err != nil {
+			break
+		}
+		streams := splitByStream(res, seq, w.opts.FetchMaxRows)
+		w.releaseIdle(ctx, remaining, streams)
+		cursors := cursorsByPair(res.Cursors)
+		rows, left := len(res.Work), len(streams)
+		if left > 0 {
+			mu.Lock()
+			inflight += rows
+			mu.Unlock()
+		}
+		now := w.now()
+		for i := range streams {
+			sw := &streams[i]
+			w.renewer.hold(sw.id, sw.work, now)
+			task := &streamTask{w: w, id: sw.id, collect: collect}
+			task.onFinish = func(n int, evs []ports.Event) {
+				mu.Lock()
+				applied += n
+				events = append(events, evs...)
+				if left--; left == 0 {
+					inflight -= rows
+					settled.Broadcast()
+				}
+				mu.Unlock()
+				<-sem
+				wg.Done()
+			}
+			sem <- struct{}{}
+			wg.Add(1)
+			go task.drain(ctx, sw, cursors)
+		}
+		remaining = uncovered(remaining, streams)
+	}
+	// Streams left unfetched (a fetch failed, or we are stopping) are
+	// released; a failed fetch retries them after the backoff of the
+	// infrastructure's pairs.
+	for _, id := range remaining {
+		w.releaseStream(ctx, id, false)
+		if ctx.Err() == nil {
+			w.wakes.at(id, w.now().Add(infraRetryMax))
+		}
+	}
+	wg.Wait()
+	return applied, events
+}
+
+// releaseIdle releases the streams a fetch covered that came back without
+// work: their rows are held elsewhere, parked behind a retry time, or gone.
+func (w *Worker) releaseIdle(ctx context.Context, requested []uuid.UUID, streams []streamWork) {
+	if len(streams) == len(requested) {
+		return
+	}
+	withWork := make(map[uuid.UUID]bool, len(streams))
+	for i := range streams {
+		withWork[streams[i].id] = true
+	}
+	beyond := map[uuid.UUID]bool{}
+	for _, id := range uncovered(requested, streams) {
+		beyond[id] = true
+	}
+	for _, id := range requested {
+		if !withWork[id] && !beyond[id] {
+			w.releaseStream(ctx, id, false)
+		}
+	}
+}
+
+// releaseStream ends this instance's drain of a stream: once the
+// completions buffered so far are acknowledged, the stream may be drained
+// again (at once when more is set, or when it was pushed meanwhile), and
+// the leases of its fetched rows are no longer renewed.
+func (w *Worker) releaseStream(ctx context.Context, id uuid.UUID, more bool) {
+	if more {
+		w.queue.Push(id) // in flight: queued again once done
+	}
+	w.flushPending(ctx)
+	w.completions.AfterSettled(func() {
+		w.renewer.drop(id)
+		w.queue.Done([]uuid.UUID{id})
+	})
+}
+
+func cursorsByPair(cs []ports.Cursor) map[pairKey]*ports.Cursor {
+	if len(cs) == 0 {
+		return nil
+	}
+	out := make(map[pairKey]*ports.Cursor, len(cs))
+	for i := range cs {
+		out[pairKey{stream: cs[i].StreamID, perspective: cs[i].Perspective}] = &cs[i]
+	}
+	return out
+}
+
+// streamTask is the drain of one stream within a batch. It ends exactly once
+// (finish): when its drain returns, or earlier when one of its applies is
+// abandoned, which takes the stream over while the apply runs on.
+type streamTask struct {
+	w        *Worker
+	id       uuid.UUID
+	collect  bool // keep the events applied, for the terminal stages
+	onFinish func(applied int, events []ports.Event)
+
+	// Written by the drain goroutine; read by finish, which runs after the
+	// drain returned or while it is blocked in an abandoned apply (whose
+	// start ordered these writes before the abandonment).
+	applied int
+	events  []ports.Event
+	seen    map[uuid.UUID]bool
+	more    bool
+
+	once sync.Once
+}
+
+// add records what a pair's run applied.
+func (t *streamTask) add(n int, events []ports.Event) {
+	t.applied += n
+	if !t.collect {
+		return
+	}
+	if t.seen == nil {
+		t.seen = map[uuid.UUID]bool{}
+	}
+	for _, e := range events {
+		if !t.seen[e.ID] {
+			t.seen[e.ID] = true
+			t.events = append(t.events, e)
+		}
+	}
+}
+
+// drain drains the stream, then finishes the task unless an abandonment did.
+func (t *streamTask) drain(ctx context.Context, sw *streamWork, cursors map[pairKey]*ports.Cursor) {
+	if err := t.w.drainStream(ctx, t, sw, cursors); err != nil {
+		return // abandoned: the abandonment finished the task
+	}
+	t.finish(ctx, t.more)
+}
+
+// abandon finishes the task on behalf of a run whose apply was abandoned,
+// counting what that run saved.
+func (t *streamTask) abandon(ctx context.Context, n int, events []ports.Event) {
+	t.add(n, events)
+	t.finish(ctx, false)
+}
+
+func (t *streamTask) finish(ctx context.Context, more bool) {
+	t.once.Do(func() {
+		t.w.releaseStream(ctx, t.id, more)
+		t.onFinish(t.applied, t.events)
+	})
+}

@@ -1,0 +1,454 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/google/uuid"
+
+	"github.com/vantage-go/vantage/core/internal/dedup"
+	"github.com/vantage-go/vantage/ports"
+)
+
+// errPairAbandoned is returned up the drain of a stream whose apply the
+// engine abandoned: the abandonment took the stream over, so its drain must
+// stop at once and touch nothing.
+var errPairAbandoned = errors.New("pair abandoned")
+
+// drainPair runs one perspective over one stream's rows (version order)
+// under the pair's gate: dedup, dead-letter rows whose attempts are used
+// up, load the model (checked against the cursor the fetch read), skip
+// events at or below its position, apply the rest, save model and cursor
+// every PerspectiveBatchSize events and at the end, and buffer the
+// completion (or the failure). It returns the number of events applied and,
+// when collect is set, those events; errPairAbandoned when an apply was
+// abandoned.
+func (w *Worker) drainPair(ctx context.Context, task *streamTask, sw *streamWork, rows []ports.WorkItem, cursor *ports.Cursor) (int, []ports.Event, error) {
+	key := pairKey{stream: sw.id, perspective: rows[0].Perspective}
+	if w.isParked(key) {
+		return 0, nil, nil
+	}
+	release, err := w.gates.acquire(ctx, key, nil)
+	if err != nil {
+		return 0, nil, nil
+	}
+	release = sync.OnceFunc(release) // an abandonment releases it early
+	defer release()
+	// Check again: a run that held the gate may just have parked the pair;
+	// and rows fetched before its failure was acknowledged are stale (the
+	// backend released the failed row since).
+	if w.isParked(key) || w.staleFetch(key, sw.seq) {
+		return 0, nil, nil
+	}
+
+	// Rows applied by an earlier batch whose completion is not acknowledged
+	// yet come back on every fetch: skip them.
+	fresh, deduped := dedup.Partition(w.cache, rows, workID)
+	if len(deduped) > 0 && w.opts.Hooks.DedupObserver != nil {
+		w.opts.Hooks.DedupObserver.OnEventsDeduped(deduped, key.perspective, key.stream)
+	}
+	rows, err = w.deadLetterExhausted(ctx, fresh)
+	if err != nil {
+		w.infraFailed(ctx, key, "moving work to dead letters", err)
+		return 0, nil, nil
+	}
+	if len(rows) == 0 {
+		return 0, nil, nil
+	}
+
+	p, ok := w.reg.perspective(key.perspective)
+	if !ok {
+		w.unknownPerspective(ctx, key)
+		return 0, nil, nil
+	}
+	if cursor != nil && cursor.Status.Has(ports.CursorRewindRequired) && w.rewindEnabled() {
+		evs, err := w.rewindPair(ctx, p, key, rows, *cursor, false, &rewindOwner{task: task, release: release})
+		return len(evs), evs, err
+	}
+	var position int64
+	if cursor != nil {
+		position = cursor.LastVersion
+	}
+	stored, err := w.loadModel(ctx, key, position)
+	if err != nil && !errors.Is(err, ports.ErrNotFound) {
+		w.infraFailed(ctx, key, "loading model", err)
+		return 0, nil, nil
+	}
+	model, err := p.decodeModel(stored.Data)
+	if err != nil {
+		w.infraFailed(ctx, key, "decoding the stored model", err)
+		return 0, nil, nil
+	}
+
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	run := &pairRun{
+		w: w, p: p, key: key, task: task, sw: sw, rows: rows, stored: stored, model: model,
+		actx: actx, release: release, batchSize: w.saveBatchSize(key),
+	}
+	run.watch = w.monitor.watch(cancel, run.abandon)
+	defer run.watch.done()
+	if w.reg.hasReceptors(PrePerspective) {
+		var toApply []ports.Event
+		for _, r := range rows {
+			if i := sw.event(r, 0); i >= 0 && r.EventVersion > stored.LastVersion {
+				toApply = append(toApply, sw.events[i])
+			}
+		}
+		w.life.prePerspective(actx, toApply)
+	}
+	if err := run.run(ctx); err != nil {
+		return 0, nil, err
+	}
+	n, events := run.finish(ctx)
+	return n, events, nil
+}
+
+// pairRun is the state of one drainPair. Its rows are in version order and
+// processed front to back.
+type pairRun struct {
+	w       *Worker
+	p       perspective
+	key     pairKey
+	task    *streamTask
+	sw      *streamWork
+	rows    []ports.WorkItem
+	stored  ports.StoredModel
+	model   any
+	actx    context.Context // the applies' context, cancelled at a deadline
+	watch   *applyWatch
+	release func() // the pair's gate, released once
+	// batchSize is how many applied events a save may cover.
+	batchSize int
+
+	last      *ports.Event // last applied event
+	lastSaved *ports.Event // last saved event, nil until a save
+	// done are the rows that complete: those at or below the stored
+	// position and those applied and saved. unsaved are applied rows not
+	// saved yet, saved the rows this run applied and saved (indexes in
+	// rows).
+	done    []uuid.UUID
+	unsaved []int
+	saved   []int
+}
+
+// run applies the rows. It returns errPairAbandoned when an apply was
+// abandoned; every other outcome (completion, failure, retry) is recorded
+// on the run and reported by it.
+func (r *pairRun) run(ctx context.Context) error {
+	ei := 0
+	for i, row := range r.rows {
+		if row.EventVersion <= r.stored.LastVersion {
+			// Already reflected in the stored model (a re-delivery after a
+			// crash or a lost completion): complete without applying. Rows
+			// are in version order, so these are a prefix.
+			r.done = append(r.done, row.WorkID)
+			continue
+		}
+		if ei = r.sw.event(row, ei); ei < 0 {
+			r.stop(ctx)
+			r.w.infraFailed(ctx, r.key, "fetching events", fmt.Errorf("event %s (version %d) of work row %s is missing from the fetch", row.EventID, row.EventVersion, row.WorkID))
+			return nil
+		}
+		err := r.apply(ei)
+		if errors.Is(err, errPairAbandoned) {
+			return err
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				r.stop(ctx) // shutting down: the rows stay leased and are re-delivered
+				return nil
+			}
+			if !r.failAt(ctx, i, err) {
+				return nil
+			}
+			continue // dead-lettered: the pair goes on with the next event
+		}
+		r.unsaved = append(r.unsaved, i)
+		if len(r.unsaved) >= r.batchSize && !r.save(ctx) {
+			return nil
+		}
+	}
+	if len(r.unsaved) > 0 && !r.save(ctx) {
+		return nil
+	}
+	r.complete(ctx)
+	r.w.infraRecovered(r.key)
+	if r.batchSize == 1 {
+		r.w.saveEachDone(r.key)
+	}
+	return nil
+}
+
+// apply applies sw.events[i], the event of the next row, under the apply
+// monitor. It returns errPairAbandoned when the apply was abandoned.
+func (r *pairRun) apply(i int) error {
+	ev := &r.sw.events[i]
+	decoded, err := r.sw.decode(r.w.reg, i)
+	if err != nil {
+		return err
+	}
+	actx, err := r.w.applyContext(r.actx, r.sw, i)
+	if err != nil {
+		return err
+	}
+	r.watch.begin(r.key.stream, r.key.perspective, ev.ID, ev.Version)
+	next, err := r.p.apply(actx, r.model, ev.Type, decoded)
+	switch r.watch.end() {
+	case applyAbandoned:
+		return errPairAbandoned
+	case applyLate:
+		return context.Cause(r.actx)
+	}
+	if err != nil {
+		return err
+	}
+	r.model = next
+	r.last = ev
+	return nil
+}
+
+// saveBatchSize is how many applied events one save of the pair may cover:
+// PerspectiveBatchSize, or one while the pair is being saved event by event
+// to find the event whose model the store refuses (see saveRefused).
+func (w *Worker) saveBatchSize(k pairKey) int {
+	if w.saveEachCount.Load() > 0 {
+		w.parkedMu.Lock()
+		each := w.saveEach[k]
+		w.parkedMu.Unlock()
+		if each {
+			return 1
+		}
+	}
+	return w.opts.PerspectiveBatchSize
+}
+
+// save saves the model and cursor after the unsaved rows. It reports false
+// when the run must stop (the failure or the retry is recorded).
+func (r *pairRun) save(ctx context.Context) bool {
+	data, err := r.p.encodeModel(r.model)
+	if err != nil {
+		return r.saveRefused(ctx, err)
+	}
+	_, savedVersion := r.position()
+	err = r.w.saveModel(ctx, &ports.ModelSaveParams{
+		StreamID:        r.key.stream,
+		Perspective:     r.key.perspective,
+		Data:            data,
+		LastEventID:     r.last.ID,
+		LastVersion:     r.last.Version,
+		ExpectedVersion: savedVersion,
+		Now:             r.w.paramNow(),
+	})
+	switch {
+	case err == nil:
+	case errors.Is(err, ports.ErrVersionConflict):
+		// Another applier moved the cursor: what this run saved completes,
+		// the rest comes back and is skipped or applied on the model the
+		// store holds.
+		r.w.log.WarnContext(ctx, "model moved under this run; dropping its unsaved part",
+			append(pairAttrs(r.key.stream, r.key.perspective), slog.Int64("expected_version", savedVersion), slog.Any("error", err))...)
+		r.unsaved = nil
+		r.complete(ctx)
+		return false
+	case errors.Is(err, ports.ErrInvalidArgument):
+		return r.saveRefused(ctx, err)
+	default:
+		if ctx.Err() == nil {
+			r.stop(ctx)
+			r.w.infraFailed(ctx, r.key, "saving model", err)
+		}
+		return false
+	}
+	r.w.maybeSnapshot(ctx, r.key, savedVersion, *r.last, data)
+	r.lastSaved = r.last
+	for _, i := range r.unsaved {
+		r.done = append(r.done, r.rows[i].WorkID)
+	}
+	r.saved = append(r.saved, r.unsaved...)
+	r.unsaved = r.unsaved[:0]
+	return true
+}
+
+// saveRefused handles a model that cannot be stored (it does not encode, or
+// the store rejects it as invalid): the apply of one of the unsaved events
+// produced it. With one unsaved event that event failed; with more, the
+// pair is saved event by event from its next drain on, which finds the
+// event, and nothing is charged now.
+func (r *pairRun) saveRefused(ctx context.Context, err error) bool {
+	if len(r.unsaved) == 1 {
+		i := r.unsaved[0]
+		r.unsaved = nil
+		r.failAt(ctx, i, fmt.Errorf("storing the model after version %d: %w", r.rows[i].EventVersion, err))
+		return false
+	}
+	r.unsaved = nil
+	r.stop(ctx)
+	r.w.saveEachFor(r.key)
+	r.w.retrySoon(r.key)
+	r.w.log.WarnContext(ctx, "the model of a batch of events cannot be stored; saving event by event to find the cause",
+		append(pairAttrs(r.key.stream, r.key.perspective), slog.Any("error", err))...)
+	return false
+}
+
+// applyContext returns the context an apply function gets for sw.events[i], as
+// establishSecurity builds it. The common case, no SecurityProvider and no
+// scope on the event, takes one allocation instead of a chain of
+// context.WithValue.
+func (w *Worker) applyContext(ctx context.Context, sw *streamWork, i int) (context.Context, error) {
+	if w.opts.Security.Provider != nil || sw.events[i].Metadata.Scope != nil {
+		return w.establishSecurity(ctx, sw.events[i])
+	}
+	return &unscopedEventContext{Context: ctx, event: sw.boxed(i)}, nil
+}
+
+// unscopedEventContext carries the event being applied and no scope or
+// security context: both read as absent, whatever the parent holds (see
+// establishSecurity).
+type unscopedEventContext struct {
+	context.Context
+	event any // a ports.Event, boxed once
+}
+
+func (c *unscopedEventContext) Value(key any) any {
+	switch key.(type) {
+	case eventKey:
+		return c.event
+	case scopeKey, securityKey:
+		return nil
+	}
+	return c.Context.Value(key)
+}
+
+// finish fires PostPerspective for the events whose model is saved and
+// returns their number and, when the stream collects them, the events.
+func (r *pairRun) finish(ctx context.Context) (int, []ports.Event) {
+	n := len(r.saved)
+	if n == 0 {
+		return 0, nil
+	}
+	fire := r.w.reg.hasReceptors(PostPerspective)
+	if !fire && !r.task.collect {
+		return n, nil
+	}
+	events := make([]ports.Event, 0, n)
+	ei := 0
+	for _, i := range r.saved {
+		ei = r.sw.event(r.rows[i], ei) // found when applied
+		events = append(events, r.sw.events[ei])
+	}
+	if fire {
+		r.w.life.fire(ctx, PostPerspective, r.key.perspective, events)
+	}
+	return n, events
+}
+
+// position returns the position the completed rows move the cursor to: the
+// last saved event, or the stored position when the run saved nothing.
+func (r *pairRun) position() (uuid.UUID, int64) {
+	if r.lastSaved == nil {
+		return r.stored.LastEventID, r.stored.LastVersion
+	}
+	return r.lastSaved.ID, r.lastSaved.Version
+}
+
+// stop ends the run without a failure: what was saved completes, the
+// unsaved rest comes back after a retry (the rows stay leased).
+func (r *pairRun) stop(ctx context.Context) {
+	r.unsaved = nil
+	r.complete(ctx)
+}
+
+// complete reports the completion of the done rows.
+func (r *pairRun) complete(ctx context.Context) {
+	if len(r.done) == 0 {
+		return
+	}
+	lastID, lastVersion := r.position()
+	c := ports.Completion{StreamID: r.key.stream, Perspective: r.key.perspective, LastEventID: lastID, LastVersion: lastVersion, WorkIDs: r.done}
+	r.w.cache.AddRange(r.done)
+	if err := r.w.strategy.ReportCompletion(ctx, c); err != nil && ctx.Err() == nil {
+		r.w.log.ErrorContext(ctx, "reporting completion failed; rows are re-delivered", slog.Any("error", err))
+	}
+	r.done = nil
+	r.announceSaved(lastVersion)
+}
+
+// announceSaved signals progress and fires OnPerspectiveEventProcessed when
+// the run saved events, lastVersion being the position it reached.
+func (r *pairRun) announceSaved(lastVersion int64) {
+	n := len(r.saved)
+	if n == 0 {
+		return
+	}
+	r.w.signalProgress()
+	if h := r.w.opts.Hooks.OnPerspectiveEventProcessed; h != nil {
+		h(PerspectiveEventProcessed{Perspective: r.key.perspective, StreamID: r.key.stream, EventCount: n, LastVersion: lastVersion})
+	}
+}
+
+// failAt records that the apply of rows[i] failed with cause, after saving
+// what was applied before it. It reports true when the row was
+// dead-lettered and the run goes on with the next row; false when the run
+// must stop (the failure is reported and the pair held back until its
+// retry, or an infrastructure error is being retried).
+func (r *pairRun) failAt(ctx context.Context, i int, cause error) bool {
+	if len(r.unsaved) > 0 && !r.save(ctx) {
+		return false // the save's own failure is recorded
+	}
+	switch r.w.eventFailed(ctx, r.key, r.rows[i], cause) {
+	case failureDeadLettered:
+		return true
+	case failureInfra:
+		r.stop(ctx)
+		return false
+	}
+	lastID, lastVersion := r.position()
+	r.announceSaved(lastVersion)
+	r.w.reportFailure(ctx, r.key, r.rows[i], r.done, lastID, lastVersion, cause)
+	r.done = nil
+	return false
+}
+
+// abandon takes over a run whose apply the monitor abandoned, on a
+// goroutine of its own while the apply goes on: the event counts a failed
+// attempt (or is dead-lettered) unless the worker is stopping, what the run
+// saved before completes, and the pair's gate and the stream are released,
+// so the pair is retried and no other stream waits. The run's goroutine,
+// once the apply returns, touches nothing.
+func (r *pairRun) abandon(info AbandonedApply, late bool) {
+	ctx := context.WithoutCancel(r.actx)
+	w := r.w
+	w.noteAbandoned(ctx, info)
+	i := len(r.rows) - 1
+	for j, row := range r.rows {
+		if row.EventID == info.EventID {
+			i = j
+			break
+		}
+	}
+	// The model the apply holds may be changing under it: nothing unsaved
+	// is saved; those rows come back.
+	r.unsaved = nil
+	outcome := failureInfra // stopping: nothing is charged
+	cause := fmt.Errorf("%w (after %s)", errApplyAbandoned, info.Elapsed)
+	if late {
+		outcome = w.eventFailed(ctx, r.key, r.rows[i], cause)
+	}
+	if outcome == failureRetry {
+		lastID, lastVersion := r.position()
+		r.announceSaved(lastVersion)
+		w.reportFailure(ctx, r.key, r.rows[i], r.done, lastID, lastVersion, cause)
+		r.done = nil
+	} else {
+		r.complete(ctx)
+	}
+	n, events := r.finish(ctx)
+	r.release()
+	r.task.abandon(ctx, n, events)
+}
+
+func workID(r *ports.WorkItem) uuid.UUID { return r.WorkID }

@@ -1,0 +1,314 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vantage-go/vantage/internal/clocktest"
+	"github.com/vantage-go/vantage/ports"
+)
+
+// logRecords is a slog.Handler that keeps what it is given.
+type logRecords struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (l *logRecords) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logRecords) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *logRecords) WithGroup(string) slog.Handler            { return l }
+func (l *logRecords) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.records = append(l.records, r.Clone())
+	return nil
+}
+
+// lines returns "LEVEL message" of every record so far.
+func (l *logRecords) lines() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]string, len(l.records))
+	for i, r := range l.records {
+		out[i] = r.Level.String() + " " + r.Message
+	}
+	return out
+}
+
+func (l *logRecords) attr(i int, key string) slog.Value {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var v slog.Value
+	l.records[i].Attrs(func(a slog.Attr) bool {
+		if a.Key == key {
+			v = a.Value
+			return false
+		}
+		return true
+	})
+	return v
+}
+
+func TestFaultLogTellsRepeatsOnce(t *testing.T) {
+	t.Parallel()
+
+	clock := clocktest.NewFake()
+	recs := &logRecords{}
+	f := newFaultLog(slog.New(recs), clock)
+	ctx := t.Context()
+	transient := fmt.Errorf("dial: connection refused: %w", ports.ErrTransient)
+
+	f.ok(ctx, "claiming work") // nothing failed: nothing to tell
+	for range 41 {             // a claim every 250ms for 10s
+		f.fail(ctx, "claiming work", transient)
+		clock.Advance(250 * time.Millisecond)
+	}
+	f.fail(ctx, "heartbeat", errors.New("permission denied"))
+	f.ok(ctx, "claiming work")
+	f.ok(ctx, "claiming work")
+
+	require.Equal(t, []string{
+		"WARN claiming work failed; retrying",
+		"WARN claiming work still failing; retrying",
+		"ERROR heartbeat failed; retrying",
+		"INFO claiming work recovered",
+	}, recs.lines(), "one line for the first failure, one summary per interval, one for the recovery")
+	require.Equal(t, int64(41), recs.attr(1, "failures").Int64(), "the summary counts every failure so far")
+	require.Equal(t, int64(40), recs.attr(1, "since_last_log").Int64())
+	require.Equal(t, int64(41), recs.attr(3, "failures").Int64())
+	require.Equal(t, 10250*time.Millisecond, recs.attr(3, "failed_for").Duration())
+}
+
+func TestApplyMonitorCancelsThenAbandons(t *testing.T) {
+	t.Parallel()
+
+	clock := clocktest.NewFake()
+	w := &Worker{clock: clock, log: slog.New(&logRecords{}), opts: Options{ApplyTimeout: time.Minute, ApplyAbandonGrace: 10 * time.Second}}
+	m := newApplyMonitor(w)
+	w.monitor = m
+	var wg sync.WaitGroup
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); m.run(ctx, nil, &wg) }()
+	t.Cleanup(func() { stop(); <-done; wg.Wait() })
+
+	actx, cancel := context.WithCancelCause(t.Context())
+	abandoned := make(chan AbandonedApply, 1)
+	var late atomic.Bool
+	aw := m.watch(cancel, func(a AbandonedApply, l bool) { late.Store(l); abandoned <- a })
+	defer aw.done()
+	stream, event := uuid.New(), uuid.New()
+
+	// An apply that returns in time stands. The monitor's only timer is
+	// armed for its deadline.
+	aw.begin(stream, "p", event, 1)
+	<-clock.WaitTimers(1)
+	clock.Advance(30 * time.Second)
+	require.Equal(t, applyInTime, aw.end())
+	require.NoError(t, actx.Err())
+
+	// The next one runs past its deadline: its context is cancelled with a
+	// cause that says so, then, past the grace, it is abandoned.
+	aw.begin(stream, "p", event, 2)
+	clock.Advance(time.Minute) // fires the timer armed for the first apply
+	select {
+	case <-actx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the apply's context was not cancelled at its deadline")
+	}
+	require.ErrorIs(t, context.Cause(actx), errApplyDeadline)
+	require.True(t, m.applying(), "a cancelled apply still runs")
+	<-clock.WaitTimers(1) // armed again, for the grace
+	clock.Advance(10 * time.Second)
+	a := <-abandoned
+	require.True(t, late.Load(), "abandoned for its deadline, not a stop")
+	require.Equal(t, int64(2), a.Version)
+	require.Equal(t, 70*time.Second, a.Elapsed)
+	require.Len(t, m.list(), 1, "listed until it returns")
+	require.False(t, m.applying(), "an abandoned apply is no longer counted as running")
+	require.Equal(t, applyAbandoned, aw.end())
+	require.Empty(t, m.list())
+}
+
+func TestApplyMonitorLateApplyIsNotInTime(t *testing.T) {
+	t.Parallel()
+
+	clock := clocktest.NewFake()
+	w := &Worker{clock: clock, log: slog.New(&logRecords{}), opts: Options{ApplyTimeout: time.Second, ApplyAbandonGrace: time.Hour}}
+	m := newApplyMonitor(w)
+	var wg sync.WaitGroup
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); m.run(ctx, nil, &wg) }()
+	t.Cleanup(func() { stop(); <-done; wg.Wait() })
+
+	actx, cancel := context.WithCancelCause(t.Context())
+	aw := m.watch(cancel, func(AbandonedApply, bool) { t.Error("abandoned before its grace") })
+	defer aw.done()
+	aw.begin(uuid.New(), "p", uuid.New(), 1)
+	<-clock.WaitTimers(1)
+	clock.Advance(time.Second)
+	<-actx.Done()
+	require.Equal(t, applyLate, aw.end(), "a result returned after the deadline does not stand")
+}
+
+func TestWakesPushStreamsWhenDue(t *testing.T) {
+	t.Parallel()
+
+	clock := clocktest.NewFake()
+	w := &Worker{clock: clock, queue: newDrainQueue()}
+	k := newWakes(w)
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); k.run(ctx) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	a, b := uuid.New(), uuid.New()
+	k.at(a, clock.Now().Add(2*time.Second))
+	k.at(b, clock.Now().Add(time.Second))
+	k.at(a, clock.Now().Add(3*time.Second)) // later than its wake: ignored
+	require.Eventually(t, func() bool {
+		return k.armed(clock.Now().Add(time.Second))
+	}, 10*time.Second, time.Millisecond, "the loop armed its timer for the first wake")
+	require.Zero(t, w.queue.Len())
+	clock.Advance(time.Second)
+	<-w.queue.signal
+	require.Equal(t, []uuid.UUID{b}, w.queue.Take(10))
+	<-clock.WaitTimers(1)
+	clock.Advance(time.Second)
+	<-w.queue.signal
+	require.Equal(t, []uuid.UUID{a}, w.queue.Take(10))
+	clock.Advance(time.Hour)
+	require.Zero(t, w.queue.Len(), "each stream woke once")
+}
+
+// renewSpy records lease renewals.
+type renewSpy struct {
+	ports.WorkClaimer
+	mu    sync.Mutex
+	calls []ports.WorkRenewLeasesParams
+	fail  atomic.Bool
+	seen  chan struct{}
+}
+
+func (s *renewSpy) WorkRenewLeases(_ context.Context, p *ports.WorkRenewLeasesParams) (int, error) {
+	defer func() { s.seen <- struct{}{} }()
+	if s.fail.Load() {
+		return 0, fmt.Errorf("renewing: %w", ports.ErrTransient)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = append(s.calls, *p)
+	return len(p.WorkIDs), nil
+}
+
+func TestRenewerRenewsHeldRowsEveryQuarterLease(t *testing.T) {
+	t.Parallel()
+
+	clock := clocktest.NewFake()
+	spy := &renewSpy{seen: make(chan struct{}, 10)}
+	w := &Worker{clock: clock, backend: ports.Backend{Claimer: spy},
+		opts: Options{InstanceID: uuid.New(), LeaseDuration: 4 * time.Minute, Clock: clock}}
+	w.faults = newFaultLog(slog.New(&logRecords{}), clock)
+	r := newRenewer(w)
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	timers := clock.Timers()
+	go func() { defer close(done); r.run(ctx) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	held := []ports.WorkItem{{WorkID: uuid.New()}, {WorkID: uuid.New()}}
+	s1, s2 := uuid.New(), uuid.New()
+	r.hold(s1, held, clock.Now())
+	<-clock.WaitTimers(timers + 1)
+	clock.Advance(30 * time.Second)
+	r.hold(s2, []ports.WorkItem{{WorkID: uuid.New()}}, clock.Now()) // fetched later
+	clock.Advance(30 * time.Second)                                 // one minute: a quarter lease
+	<-spy.seen
+	spy.mu.Lock()
+	require.Len(t, spy.calls, 1)
+	require.ElementsMatch(t, []uuid.UUID{held[0].WorkID, held[1].WorkID}, spy.calls[0].WorkIDs, "only the leases granted a quarter lease ago")
+	require.Equal(t, 4*time.Minute, spy.calls[0].LeaseDuration)
+	require.Equal(t, clock.Now(), spy.calls[0].Now)
+	spy.mu.Unlock()
+
+	// A failed renewal is tried again at the next tick; a dropped stream is
+	// no longer renewed.
+	r.drop(s1)
+	spy.fail.Store(true)
+	<-clock.WaitTimers(timers + 1)
+	clock.Advance(time.Minute)
+	<-spy.seen
+	spy.fail.Store(false)
+	<-clock.WaitTimers(timers + 1)
+	clock.Advance(time.Minute)
+	<-spy.seen
+	spy.mu.Lock()
+	defer spy.mu.Unlock()
+	require.Len(t, spy.calls, 2)
+	require.Len(t, spy.calls[1].WorkIDs, 1, "only the stream still held")
+}
+
+func TestFailureReason(t *testing.T) {
+	t.Parallel()
+
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{errors.New("boom"), ports.ReasonFailed},
+		{fmt.Errorf("%w of 1m0s", errApplyDeadline), ports.ReasonTimedOut},
+		{fmt.Errorf("wrapped: %w", errApplyAbandoned), ports.ReasonTimedOut},
+		{fmt.Errorf("%w: decoding x", ErrUndecodable), ports.ReasonUndecodable},
+		{fmt.Errorf("%w: \"x\"", ErrUnknownEventType), ports.ReasonUnknownType},
+		{fmt.Errorf("perspective p: %w", ErrNoHandler), ports.ReasonUnknownType},
+	} {
+		require.Equal(t, tc.want, failureReason(tc.err), tc.err.Error())
+	}
+}
+
+func TestApplyMonitorAbandonsAtStopWithoutCharge(t *testing.T) {
+	t.Parallel()
+
+	clock := clocktest.NewFake()
+	w := &Worker{clock: clock, log: slog.New(&logRecords{}), opts: Options{ApplyTimeout: time.Hour, ApplyAbandonGrace: 10 * time.Second}}
+	m := newApplyMonitor(w)
+	w.monitor = m
+	var wg sync.WaitGroup
+	ctx, stop := context.WithCancel(t.Context())
+	work := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); m.run(ctx, work, &wg) }()
+	t.Cleanup(func() { stop(); <-done; wg.Wait() })
+
+	_, cancel := context.WithCancelCause(t.Context())
+	type abandonment struct {
+		info AbandonedApply
+		late bool
+	}
+	abandoned := make(chan abandonment, 1)
+	aw := m.watch(cancel, func(a AbandonedApply, late bool) { abandoned <- abandonment{a, late} })
+	defer aw.done()
+	aw.begin(uuid.New(), "p", uuid.New(), 1)
+	<-clock.WaitTimers(1)
+	clock.Advance(time.Minute)
+	close(work) // Stop's deadline passed: the work context ended
+	require.Eventually(t, func() bool {
+		aw.mu.Lock()
+		defer aw.mu.Unlock()
+		return aw.cancelled
+	}, 10*time.Second, time.Millisecond, "the monitor saw the work end")
+	clock.Advance(10 * time.Second)
+	a := <-abandoned
+	require.False(t, a.late, "abandoned because the worker stops: its event is not charged")
+	require.Equal(t, 70*time.Second, a.info.Elapsed)
+}

@@ -1,0 +1,134 @@
+package core
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// renewChunk bounds the work ids of one renewal call.
+const renewChunk = 5000
+
+// renewer renews the leases of the work this instance is draining, for as
+// long as it drains it: the rows a fetch handed out, per stream, from the
+// fetch until the stream's completions are acknowledged. A stream whose
+// applies legitimately take longer than a lease (a slow handler, a long
+// backlog behind a semaphore) thus never loses its rows' leases; rows
+// already completed are simply not renewed by the backend (the renewal is
+// fenced to pending rows the caller holds).
+//
+// A fetch guarantees every row it returns at least half a lease, so a row
+// renewed, or fetched, within the last quarter of a lease needs nothing;
+// the loop runs every quarter lease and renews the older ones.
+type renewer struct {
+	w     *Worker
+	every time.Duration
+
+	mu      sync.Mutex
+	streams map[uuid.UUID]*renewal
+}
+
+type renewal struct {
+	ids     []uuid.UUID
+	renewed time.Time // when the leases were last granted (fetch or renewal)
+}
+
+func newRenewer(w *Worker) *renewer {
+	return &renewer{w: w, every: w.opts.LeaseDuration / 4, streams: map[uuid.UUID]*renewal{}}
+}
+
+// hold starts renewing the leases of a stream's fetched rows.
+func (r *renewer) hold(stream uuid.UUID, work []ports.WorkItem, at time.Time) {
+	ids := make([]uuid.UUID, len(work))
+	for i := range work {
+		ids[i] = work[i].WorkID
+	}
+	r.mu.Lock()
+	if cur, ok := r.streams[stream]; ok {
+		cur.ids = append(cur.ids, ids...)
+		cur.renewed = minTime(cur.renewed, at)
+	} else {
+		r.streams[stream] = &renewal{ids: ids, renewed: at}
+	}
+	r.mu.Unlock()
+}
+
+// drop stops renewing a stream's rows.
+func (r *renewer) drop(stream uuid.UUID) {
+	r.mu.Lock()
+	delete(r.streams, stream)
+	r.mu.Unlock()
+}
+
+// run renews due leases every quarter lease until ctx is done.
+func (r *renewer) run(ctx context.Context) {
+	t := r.w.clock.NewTimer(r.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		r.renewDue(ctx)
+		t.Reset(r.every)
+	}
+}
+
+// renewDue renews the rows of every stream whose leases were granted more
+// than a quarter lease ago.
+func (r *renewer) renewDue(ctx context.Context) {
+	now := r.w.now()
+	var (
+		ids     []uuid.UUID
+		streams []*renewal
+	)
+	r.mu.Lock()
+	for _, s := range r.streams {
+		if now.Sub(s.renewed) >= r.every {
+			ids = append(ids, s.ids...)
+			streams = append(streams, s)
+		}
+	}
+	r.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	renewed := 0
+	for chunk := range slices.Chunk(ids, renewChunk) {
+		n, err := r.w.backend.Claimer.WorkRenewLeases(ctx, &ports.WorkRenewLeasesParams{
+			InstanceID:    r.w.opts.InstanceID,
+			WorkIDs:       chunk,
+			LeaseDuration: r.w.opts.LeaseDuration,
+			Now:           r.w.paramNow(),
+		})
+		if err != nil {
+			if ctx.Err() == nil {
+				r.w.faults.fail(ctx, "renewing leases", err)
+			}
+			return
+		}
+		renewed += n
+	}
+	r.w.faults.ok(ctx, "renewing leases")
+	r.mu.Lock()
+	for _, s := range streams {
+		s.renewed = now
+	}
+	r.mu.Unlock()
+	if h := r.w.opts.Hooks.OnLeasesRenewed; h != nil {
+		h(renewed)
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
