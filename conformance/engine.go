@@ -36,6 +36,7 @@ func runEngine(t *testing.T, newBackend NewBackendFunc) {
 		"UndecodableEventDeadLettered":        func(t *testing.T) { testUndecodable(t, newBackend) },
 	})
 	runEngineLifecycle(t, newBackend)
+	runEngineReliability(t, newBackend)
 }
 
 // Events and model of the scenarios.
@@ -544,14 +545,16 @@ func testPoisonEvent(t *testing.T, newBackend NewBackendFunc) {
 		return deadLettered.Load() == 1 && len(modelVersions(t, b, poisoned, "fragile")) == 2
 	})
 	require.Equal(t, []int64{1, 3}, modelVersions(t, b, poisoned, "fragile"))
-	require.Equal(t, int64(3), failures.Load(), "three attempts failed before the fourth claim dead-lettered the row")
+	require.Equal(t, int64(2), failures.Load(), "two failures were retried; the third used up the attempts")
 	dls, err := b.DeadLetters.DeadLettersList(t.Context(), &ports.DeadLettersListParams{Perspective: "fragile"})
 	require.NoError(t, err)
 	require.Len(t, dls, 1)
 	require.Equal(t, poisoned, dls[0].StreamID)
 	require.Equal(t, int64(2), dls[0].EventVersion)
-	require.Equal(t, 4, dls[0].Attempts)
-	require.Equal(t, ports.ReasonMaxAttemptsExceeded, dls[0].Reason)
+	require.Equal(t, 3, dls[0].Attempts, "attempts equal the applies that ran")
+	require.Equal(t, ports.ReasonFailed, dls[0].Reason)
+	require.Equal(t, "poison pill", dls[0].Error, "the apply's own error is kept")
+	require.Equal(t, ports.DeadLetterDead, dls[0].Status)
 }
 
 func testConcurrentAppends(t *testing.T, newBackend NewBackendFunc) {
@@ -640,4 +643,10 @@ func testUndecodable(t *testing.T, newBackend NewBackendFunc) {
 		return deadLettered.Load() == 1 && len(modelVersions(t, b, s, "alpha")) == 2
 	})
 	require.Equal(t, []int64{1, 3}, modelVersions(t, b, s, "alpha"))
+	dls, err := b.DeadLetters.DeadLettersList(t.Context(), &ports.DeadLettersListParams{Perspective: "alpha"})
+	require.NoError(t, err)
+	require.Len(t, dls, 1)
+	require.Equal(t, ports.ReasonUndecodable, dls[0].Reason)
+	require.Contains(t, dls[0].Error, "decoding", "the decode error is kept")
+	require.Equal(t, 1, dls[0].Attempts)
 }
