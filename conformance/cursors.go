@@ -243,7 +243,7 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			a.heartbeat(t, at(0))
 			work := a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: 40 * time.Second, Now: at(0)}).Work
 			b.heartbeat(t, at(20*time.Second))
-			require.Equal(t, []int{2}, attemptsOf(b.fetch(t, at(45*time.Second), stream).Work), "b took over the expired lease of dead a")
+			require.Equal(t, []int{1}, attemptsOf(b.fetch(t, at(45*time.Second), stream).Work), "b took over the expired lease of dead a")
 
 			res := a.complete(t, at(46*time.Second), ports.Completion{
 				StreamID: stream, Perspective: perspective,
@@ -251,7 +251,7 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			})
 
 			require.Zero(t, res.Completed)
-			require.Equal(t, []int{2}, attemptsOf(b.fetch(t, at(47*time.Second), stream).Work), "the row is still b's")
+			require.Equal(t, workIDs(work), workIDs(b.fetch(t, at(47*time.Second), stream).Work), "the row is still b's")
 		},
 		"FencedToHolder": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 2)
@@ -261,7 +261,7 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			res := b.complete(t, at(time.Second), f.completion(2, 1, 2))
 
 			require.Zero(t, res.Completed)
-			require.Equal(t, []int{1, 1}, attemptsOf(f.a.fetch(t, at(2*time.Second), f.stream).Work), "the rows are still a's")
+			require.Equal(t, workIDs(f.work), workIDs(f.a.fetch(t, at(2*time.Second), f.stream).Work), "the rows are still a's")
 		},
 		"FullListLeavesNoRewind": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 3)
@@ -296,7 +296,7 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			})
 
 			requireNoWork(t, b.fetch(t, at(3*time.Second), f.stream))
-			require.Equal(t, []int{2}, attemptsOf(f.a.fetch(t, at(3*time.Second), f.stream).Work))
+			require.Equal(t, workIDs(f.work[1:]), workIDs(f.a.fetch(t, at(3*time.Second), f.stream).Work), "a still owns the stream")
 		},
 		"NeverCompletesOtherPerspectives": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -352,15 +352,22 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 	})
 
 	group(t, "WorkFail", map[string]func(t *testing.T){
-		"DoesNotCountAsAttempt": func(t *testing.T) {
-			f := setupDrain(t, newBackend, 1)
-			f.a.fail(t, at(time.Second), ports.Failure{
-				StreamID: f.stream, Perspective: perspective,
-				FailedWorkIDs: workIDs(f.work), Error: "boom", RetryAt: at(2 * time.Second),
-			})
+		"CountsAnAttemptOnFailedRows": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 2)
+			failV1 := func(now time.Time) {
+				t.Helper()
+				f.a.fail(t, now, ports.Failure{
+					StreamID: f.stream, Perspective: perspective,
+					FailedWorkIDs: workIDs(f.work[:1]), Error: "boom", RetryAt: now.Add(time.Second),
+				})
+			}
 
+			failV1(at(time.Second))
 			require.Equal(t, []uuid.UUID{f.stream}, f.a.claim(t, at(3*time.Second)))
-			require.Equal(t, []int{2}, attemptsOf(f.a.fetch(t, at(3*time.Second), f.stream).Work), "two claims, one failure")
+			require.Equal(t, []int{1, 0}, attemptsOf(f.a.fetch(t, at(3*time.Second), f.stream).Work), "one failure; version 2 did not fail")
+			failV1(at(4 * time.Second))
+			require.Equal(t, []uuid.UUID{f.stream}, f.a.claim(t, at(6*time.Second)))
+			require.Equal(t, []int{2, 0}, attemptsOf(f.a.fetch(t, at(6*time.Second), f.stream).Work), "each failure counts")
 		},
 		"FencedToHolder": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 2)
@@ -375,7 +382,7 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 
 			res := f.a.fetch(t, at(2*time.Second), f.stream)
 			require.Equal(t, []int64{1, 2}, versionsOf(res.Work), "neither completed nor released")
-			require.Equal(t, []int{1, 1}, attemptsOf(res.Work))
+			require.Equal(t, []int{0, 0}, attemptsOf(res.Work), "b's failure counts nothing against a's rows")
 		},
 		"KeepsPositionWithoutLastVersion": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 2)
@@ -414,7 +421,7 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, []uuid.UUID{f.stream}, f.a.claim(t, at(61*time.Second)))
 			res := f.a.fetch(t, at(61*time.Second), f.stream)
 			require.Equal(t, []int64{2, 3}, versionsOf(res.Work), "version 1 completed")
-			require.Equal(t, []int{2, 1}, attemptsOf(res.Work), "version 3 stayed leased to a")
+			require.Equal(t, []int{1, 0}, attemptsOf(res.Work), "version 2 failed once, version 3 stayed leased to a")
 		},
 	})
 }

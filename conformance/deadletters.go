@@ -42,7 +42,7 @@ func runDeadLetters(t *testing.T, newBackend NewBackendFunc) {
 				Perspective:  perspective,
 				EventID:      f.events[0].ID,
 				EventVersion: 1,
-				Attempts:     1,
+				Attempts:     0,
 				Reason:       ports.ReasonMaxAttemptsExceeded,
 				Error:        "boom",
 				InstanceID:   f.a.id,
@@ -103,7 +103,7 @@ func runDeadLetters(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, f.events[0].ID, work[0].EventID)
 			require.Equal(t, perspective, work[0].Perspective)
 			require.Equal(t, int64(1), work[0].EventVersion)
-			require.Equal(t, 1, work[0].Attempts, "attempts restart from zero")
+			require.Zero(t, work[0].Attempts, "attempts restart from zero")
 		},
 	})
 
