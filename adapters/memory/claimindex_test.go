@@ -593,8 +593,10 @@ func (s *Store) referenceClaim(params *ports.WorkClaimParams) (*ports.WorkClaimR
 			draining = append(draining, c.st)
 		}
 		for _, r := range c.rows {
+			if r.holder != uuid.Nil && r.holder != caller {
+				r.attempts++ // taken over from another instance's expired lease
+			}
 			s.take(c.st, c.st.pair(r.perspective), r, caller, expiry)
-			r.attempts++
 		}
 		s.pin(c.st, caller)
 	}

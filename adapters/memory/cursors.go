@@ -103,8 +103,9 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 
 // WorkFail implements ports.CursorStore. Applied rows complete as in
 // WorkComplete. Failed rows must belong to the failure's (stream,
-// perspective) and be held by the caller; they keep Error, lose their lease
-// and are scheduled at RetryAt (a zero RetryAt makes them claimable at once).
+// perspective) and be held by the caller; they gain an attempt, keep Error,
+// lose their lease and are scheduled at RetryAt (a zero RetryAt makes them
+// claimable at once).
 // The cursor is upserted: its position moves forward to LastVersion when that
 // is higher, Completed is replaced by Failed and Error is stored; rewind
 // columns are left alone. When the position moved, pending rows below it flag
@@ -137,6 +138,7 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 				continue
 			}
 			s.release(st, st.pair(f.Perspective), r)
+			r.attempts++
 			r.err = f.Error
 			r.scheduled = f.RetryAt
 		}

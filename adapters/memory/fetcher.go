@@ -49,8 +49,8 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 		}
 	}
 
-	// Lease: take every candidate row (attempts+1) and extend the caller's
-	// own live leases (no bump), unless a live other instance owns the stream.
+	// Lease: take every candidate row and extend the caller's own live
+	// leases, unless a live other instance owns the stream.
 	for _, st := range streams {
 		if owner := st.pinnedTo; owner != uuid.Nil && owner != caller && live.live(owner) {
 			continue
@@ -145,10 +145,11 @@ type versionSpan struct {
 // take: per perspective, in version order, rows that are unleased, whose
 // lease expired or that are under the caller's live lease ending before
 // extendBefore, stopping at the first row scheduled in the future or under
-// another holder's live lease. Rows taken anew count an attempt; extending
-// the caller's live lease does not, and the caller's leases ending at or
-// after extendBefore are left as they are. It reports whether it leased any
-// row.
+// another holder's live lease. A row taken from another instance's expired
+// lease gains an attempt; an unleased row, the caller's own expired lease
+// and the extension of its live lease do not. The caller's leases ending at
+// or after extendBefore are left as they are. It reports whether it leased
+// any row.
 func (s *Store) fetchLease(st *stream, caller uuid.UUID, now, expiry, extendBefore time.Time) bool {
 	leased := false
 	for _, p := range st.pairs {
@@ -168,7 +169,7 @@ func (s *Store) fetchLease(st *stream, caller uuid.UUID, now, expiry, extendBefo
 				floor = earliest(floor, r.expiry)
 				continue
 			}
-			if !liveLease {
+			if !liveLease && r.holder != uuid.Nil && r.holder != caller {
 				r.attempts++
 			}
 			s.take(st, p, r, caller, expiry)

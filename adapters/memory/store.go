@@ -512,8 +512,9 @@ func (s *Store) unpinIfDrained(st *stream) {
 }
 
 // releaseInstance releases every lease and pin of instance. Streams it held
-// or owned become claimable by the partition rule as of now.
-func (s *Store) releaseInstance(instance uuid.UUID, now time.Time) {
+// or owned become claimable by the partition rule as of now. With takeover
+// (the instance was abandoned as dead) every released row gains an attempt.
+func (s *Store) releaseInstance(instance uuid.UUID, now time.Time, takeover bool) {
 	held, pinned := s.held[instance], s.pins[instance]
 	delete(s.held, instance)
 	delete(s.pins, instance)
@@ -525,6 +526,9 @@ func (s *Store) releaseInstance(instance uuid.UUID, now time.Time) {
 			for _, r := range p.pending() {
 				if r.holder == instance {
 					s.release(st, p, r)
+					if takeover {
+						r.attempts++
+					}
 				}
 			}
 		}
