@@ -201,6 +201,56 @@ func runFetcher(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, []int{1, 1, 1, 1}, attemptsOf(res.Work), "each row taken from dead a counts one takeover")
 			require.Equal(t, []int{1, 1, 1, 1}, attemptsOf(b.fetch(t, at(32*time.Second), stream).Work), "b's own lease counts nothing more")
 		},
+		"ReturnsCursorsOfWorkPairs": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective, perspective2)
+			stream, other := newID(t), newID(t)
+			events := appendN(t, tb.backend, stream, at(0), eventType, 3)
+			a.heartbeat(t, at(0))
+			work := a.fetch(t, at(0), stream).Work
+			// Version 2 completes before version 1: a straggler flags the
+			// cursor, which stays at version 2.
+			a.complete(t, at(time.Second), ports.Completion{
+				StreamID: stream, Perspective: perspective,
+				LastEventID: events[1].ID, LastVersion: 2, WorkIDs: workIDs(ofPerspective(work, perspective)[1:2]),
+			})
+			// Cursors of a pair with no work and of a stream not fetched.
+			for _, k := range []ports.Pair{{StreamID: stream, Perspective: "billing"}, {StreamID: other, Perspective: perspective}} {
+				require.NoError(t, tb.backend.Models.ModelSave(t.Context(), &ports.ModelSaveParams{
+					StreamID: k.StreamID, Perspective: k.Perspective, Data: []byte(`{}`),
+					LastEventID: newID(t), LastVersion: 1, Now: at(time.Second),
+				}))
+			}
+
+			res := a.fetch(t, at(2*time.Second), stream)
+
+			require.Equal(t, []int64{1, 3}, versionsOf(ofPerspective(res.Work, perspective)))
+			require.Equal(t, []int64{1, 2, 3}, versionsOf(ofPerspective(res.Work, perspective2)))
+			cur := mustCursor(t, tb.backend, stream, perspective)
+			require.Equal(t, []ports.Cursor{cur}, res.Cursors, "only the pairs of Work, and only those with a cursor")
+			require.Equal(t, int64(2), res.Cursors[0].LastVersion, "the position the stored model is at")
+			requireRewind(t, res.Cursors[0], events[0], at(time.Second), at(time.Second))
+		},
+		"ReturnsNoCursorOfPairsWithoutWork": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective, perspective2)
+			stream := newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 1)
+			a.heartbeat(t, at(0))
+			work := a.fetch(t, at(0), stream).Work
+			a.fail(t, at(time.Second), ports.Failure{
+				StreamID: stream, Perspective: perspective,
+				FailedWorkIDs: workIDs(ofPerspective(work, perspective)), Error: "boom", RetryAt: at(time.Hour),
+			})
+			require.True(t, mustCursor(t, tb.backend, stream, perspective).Status.Has(ports.CursorFailed))
+
+			res := a.fetch(t, at(2*time.Second), stream)
+
+			require.Equal(t, ofPerspective(work, perspective2), res.Work, "the failed pair waits for its retry")
+			require.Empty(t, res.Cursors, "the failed pair has no work in the result; the other pair has no cursor")
+		},
 		"ReturnsPrefixPerPerspective": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			a := tb.instance(t)
