@@ -16,7 +16,8 @@ import (
 // Streams are processed in id order (duplicates ignored, unknown streams
 // skipped). The caller need not be live: the call only gates on a live other
 // owner, as the contract says. A stream in which the caller holds at least
-// one row after the leasing step is pinned to it.
+// one row after the leasing step is pinned to it. Cursors come in the order
+// of Work's pairs.
 //
 // It returns ports.ErrInvalidArgument for a nil instance id, a non-positive
 // LeaseDuration or StaleThreshold, or a negative MaxRows.
@@ -79,6 +80,7 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 	for _, st := range streams {
 		from := len(versions)
 		for _, p := range st.pairs {
+			rows := len(result.Work)
 			for _, r := range p.pending() {
 				if r.holder != caller || !r.expiry.After(now) {
 					break
@@ -95,6 +97,9 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 					Attempts:     r.attempts,
 				})
 				versions = append(versions, r.version)
+			}
+			if cur := st.cursors[p.perspective]; cur != nil && len(result.Work) > rows {
+				result.Cursors = append(result.Cursors, *cur) // a Cursor holds no reference: the copy is deep
 			}
 		}
 		if len(versions) > from {
