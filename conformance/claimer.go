@@ -247,8 +247,8 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			stream := newID(t)
 			appendN(t, tb.backend, stream, at(0), eventType, 1)
 			a.heartbeat(t, at(0))
-			b.heartbeat(t, at(0))
 			require.Equal(t, []uuid.UUID{stream}, a.claim(t, at(0)))
+			b.heartbeat(t, at(0))
 			require.False(t, b.heartbeat(t, at(10*time.Second)).Rejoined, "b is live")
 
 			// Nobody could heartbeat for a minute (the database was
