@@ -318,6 +318,16 @@ func (st *stream) eventIndex(version int64) (int, bool) {
 	})
 }
 
+// storesEvent reports whether st (possibly nil) stores the event id at
+// version.
+func (st *stream) storesEvent(id uuid.UUID, version int64) bool {
+	if st == nil {
+		return false
+	}
+	i, ok := st.eventIndex(version)
+	return ok && st.events[i].ID == id
+}
+
 // head returns the highest stored version of st, 0 when it has no events.
 func (st *stream) head() int64 {
 	if st == nil || len(st.events) == 0 {
