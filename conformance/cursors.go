@@ -338,6 +338,18 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			require.Zero(t, res.Completed)
 			require.Equal(t, other, a.fetch(t, at(2*time.Second), streams[1]).Work)
 		},
+		"RecoversRequeuedDeadLetter": func(t *testing.T) {
+			f := setupDeadLetters(t, newBackend, 2)
+			requeue(t, f.tb.backend, f.dead[0].ID, gen2, at(10*time.Second))
+			require.Equal(t, []int64{1}, versionsOf(f.a.fetch(t, at(10*time.Second), f.stream).Work))
+
+			f.a.complete(t, at(11*time.Second), f.completion(1, 1))
+
+			dl := f.get(t, f.dead[0].ID)
+			require.Equal(t, ports.DeadLetterRecovered, dl.Status, "its requeued row was applied")
+			requireTime(t, at(11*time.Second), dl.ResolvedAt, "ResolvedAt")
+			require.Equal(t, ports.DeadLetterDead, f.get(t, f.dead[1].ID).Status, "a dead letter that was not requeued stays dead")
+		},
 		"UnpinsDrainedStreams": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 1)
 			b := f.tb.instance(t)
@@ -456,6 +468,9 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, events[1].ID, res.Work[0].EventID)
 			require.Equal(t, []int{1, 0}, attemptsOf(res.Work), "the replay failure is charged to version 2")
 			require.Equal(t, []int64{2, 4}, []int64{res.Events[0].Version, res.Events[1].Version})
+			dl, moved := b.moveWith(t, ports.DeadLetterMoveParams{WorkID: res.Work[0].WorkID, Now: at(62 * time.Second)})
+			require.True(t, moved)
+			require.Equal(t, "replay failed", dl.Error, "the row keeps the error")
 		},
 		"FencedToHolder": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 2)
