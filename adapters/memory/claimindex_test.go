@@ -380,9 +380,14 @@ func (tw *twin) deadLetter() string {
 }
 
 func (tw *twin) requeue() string {
+	requeueable := func(dl *deadLetter) bool {
+		return dl.Status == ports.DeadLetterDead || dl.Status == ports.DeadLetterIgnored
+	}
 	var keys []rowKey
 	for _, dl := range tw.fast.deadLetters {
-		keys = append(keys, rowKey{dl.StreamID, dl.Perspective, dl.EventVersion})
+		if requeueable(dl) {
+			keys = append(keys, rowKey{dl.StreamID, dl.Perspective, dl.EventVersion})
+		}
 	}
 	if len(keys) == 0 {
 		return "requeue (no dead letter)"
@@ -394,7 +399,7 @@ func (tw *twin) requeue() string {
 	for _, s := range tw.stores() {
 		var id uuid.UUID
 		for _, dl := range s.deadLetters {
-			if (rowKey{dl.StreamID, dl.Perspective, dl.EventVersion}) == k {
+			if requeueable(dl) && (rowKey{dl.StreamID, dl.Perspective, dl.EventVersion}) == k {
 				id = dl.ID
 			}
 		}

@@ -50,7 +50,9 @@ func (s *Store) CursorsGet(ctx context.Context, params *ports.CursorsGetParams) 
 // the caller, whether or not the lease has expired since (nobody took them
 // over). The same pair may appear in several completions of one call; its
 // cursor then ends at the highest position. Rows completed in DebugMode stay
-// in memory, invisible to every port, for the life of the store. It returns
+// in memory, invisible to every port, for the life of the store. A completed
+// row that DeadLetterRequeue stored, in DebugMode too, marks its dead letter
+// recovered. It returns
 // ports.ErrInvalidArgument, and changes nothing, when a completion has a nil
 // stream id, an empty perspective or a negative LastVersion.
 func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompleteParams) (*ports.WorkCompleteResult, error) {
@@ -230,7 +232,8 @@ func (s *Store) failEvent(st *stream, f *ports.Failure, rowID uuid.UUID, now tim
 }
 
 // finishRows completes the listed rows of one (stream, perspective) held by
-// instance and returns how many it completed. The rows are usually the
+// instance and returns how many it completed. A completed row stored by a
+// dead-letter requeue recovers its dead letter. The rows are usually the
 // pair's first pending rows in version order, which come off its front in
 // O(1) each.
 func (s *Store) finishRows(instance, streamID uuid.UUID, perspective string, ids []uuid.UUID, debug bool, now time.Time) int {
@@ -252,6 +255,9 @@ func (s *Store) finishRows(instance, streamID uuid.UUID, perspective string, ids
 		p.remove(r) // a held row is pending, so it is in p
 		r.holder, r.expiry = uuid.Nil, time.Time{}
 		delete(s.work, id)
+		if r.deadLetterID != uuid.Nil {
+			s.recoverDeadLetter(r.deadLetterID, now)
+		}
 		if debug {
 			r.processedAt = now
 			s.processed[id] = r

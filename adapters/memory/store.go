@@ -155,9 +155,14 @@ type workRow struct {
 	seq         uint64
 	createdAt   time.Time
 	processedAt time.Time // set only in debug mode
+	// deadLetterID is the dead letter whose requeue stored the row, uuid.Nil
+	// for a row stored by an append or a failure: completing the row
+	// recovers that dead letter, dead-lettering it again updates it.
+	deadLetterID uuid.UUID
 }
 
-// deadLetter is a stored dead letter with its insertion order.
+// deadLetter is a stored dead letter with the order in which it was last
+// dead-lettered, which breaks ties of DeadLetteredAt.
 type deadLetter struct {
 	ports.DeadLetter
 	seq uint64
