@@ -77,7 +77,7 @@ type Store struct {
 	instances   map[uuid.UUID]*ports.Instance      // by instance id
 	instanceIDs []uuid.UUID                        // keys of instances in byte order (rank order)
 	streams     map[uuid.UUID]*stream              // every stream with events, work, cursors or models
-	eventIDs    map[uuid.UUID]struct{}             // every stored event id
+	eventIDs    map[uuid.UUID]eventLoc             // every stored event id, with where it is stored
 	work        map[uuid.UUID]*workRow             // pending work rows by work id
 	processed   map[uuid.UUID]*workRow             // rows completed in debug mode, kept for forensics
 	held        map[uuid.UUID]map[*stream]int      // instance -> stream -> pending rows it holds
@@ -161,6 +161,12 @@ type workRow struct {
 	deadLetterID uuid.UUID
 }
 
+// eventLoc is where a stored event is: its stream and version.
+type eventLoc struct {
+	st      *stream
+	version int64
+}
+
 // deadLetter is a stored dead letter with the order in which it was last
 // dead-lettered, which breaks ties of DeadLetteredAt.
 type deadLetter struct {
@@ -190,7 +196,7 @@ func New(opts Options) *Store {
 		partitionCount: opts.PartitionCount,
 		instances:      make(map[uuid.UUID]*ports.Instance),
 		streams:        make(map[uuid.UUID]*stream),
-		eventIDs:       make(map[uuid.UUID]struct{}),
+		eventIDs:       make(map[uuid.UUID]eventLoc),
 		work:           make(map[uuid.UUID]*workRow),
 		processed:      make(map[uuid.UUID]*workRow),
 		held:           make(map[uuid.UUID]map[*stream]int),
