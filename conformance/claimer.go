@@ -692,6 +692,50 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 	})
 }
 
+// runTransient verifies that the adapter reports a lost connection as
+// ports.ErrTransient, and recovers from it, with calls that change nothing
+// the case depends on, so the failure is all it observes.
+func runTransient(t *testing.T, newBackend NewBackendFunc, breakConnections func(t *testing.T, b ports.Backend)) {
+	t.Helper()
+	const name = "ErrTransient"
+	if breakConnections == nil {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			t.Skip("Features.BreakConnections is nil: the adapter has no connection to lose")
+		})
+		return
+	}
+
+	group(t, name, map[string]func(t *testing.T){
+		"LostConnectionOnHeartbeat": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := &instance{id: newID(t), b: tb.backend}
+			a.heartbeat(t, at(0))
+
+			breakConnections(t, tb.backend)
+			_, err := a.b.Claimer.InstanceHeartbeat(t.Context(), &ports.InstanceHeartbeatParams{
+				InstanceID: a.id, ServiceName: "conformance", StaleThreshold: staleThreshold, Now: at(time.Second),
+			})
+			require.ErrorIs(t, err, ports.ErrTransient, "a lost connection may pass: the engine retries, never charging an event")
+
+			a.heartbeat(t, at(2*time.Second))
+		},
+		"LostConnectionOnRead": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			list := func() error {
+				_, err := tb.backend.Claimer.InstancesList(t.Context())
+				return err
+			}
+			require.NoError(t, list())
+
+			breakConnections(t, tb.backend)
+			require.ErrorIs(t, list(), ports.ErrTransient, "a lost connection may pass: the engine retries, never charging an event")
+
+			require.NoError(t, list(), "the next call reconnects")
+		},
+	})
+}
+
 // setupScheduledRetry prepares a stream whose version 1 failed on a and is
 // scheduled for at(60s), whose version 2 is still leased to a (until at(5m))
 // and whose version 3 arrived after the failure.
