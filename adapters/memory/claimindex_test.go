@@ -110,14 +110,18 @@ func (tw *twin) step() string {
 		return tw.fetch()
 	case n < 76:
 		return tw.complete()
-	case n < 81:
+	case n < 80:
 		return tw.fail()
+	case n < 82:
+		return tw.failEvent()
 	case n < 85:
 		return tw.renew()
 	case n < 88:
 		return tw.deadLetter()
-	case n < 90:
+	case n < 89:
 		return tw.requeue()
+	case n < 90:
+		return tw.recoverDeadLetters()
 	case n < 91:
 		return tw.deregister()
 	case n < 93:
@@ -340,6 +344,28 @@ func (tw *twin) fail() string {
 	return "fail"
 }
 
+// failEvent charges a replay failure to a random stored event: it stores a
+// scheduled row, possibly below pending ones, or schedules the pending row of
+// the event, whoever holds it.
+func (tw *twin) failEvent() string {
+	id := tw.streams[tw.pick(len(tw.streams))]
+	st := tw.fast.streams[id]
+	if st == nil || len(st.events) == 0 {
+		return "fail event (no event)"
+	}
+	e := st.events[tw.pick(len(st.events))]
+	f := ports.Failure{
+		StreamID: id, Perspective: []string{"p1", "p2"}[tw.pick(2)],
+		FailedEventID: e.ID, FailedEventVersion: e.Version,
+		Error: "replay failed", RetryAt: tw.now.Add(tw.duration(40)),
+	}
+	instance := tw.instance()
+	for _, s := range tw.stores() {
+		require.NoError(tw.t, s.WorkFail(tw.t.Context(), &ports.WorkFailParams{InstanceID: instance, Failures: []ports.Failure{f}, Now: tw.now}))
+	}
+	return "fail event"
+}
+
 func (tw *twin) renew() string {
 	instance := tw.instance()
 	var keys []rowKey
@@ -406,6 +432,20 @@ func (tw *twin) requeue() string {
 		require.NoError(tw.t, s.DeadLetterRequeue(tw.t.Context(), &ports.DeadLetterRequeueParams{ID: id, Now: tw.now}))
 	}
 	return "requeue"
+}
+
+func (tw *twin) recoverDeadLetters() string {
+	params := ports.DeadLettersRecoverParams{Generation: []string{"g1", "g2"}[tw.pick(2)], Limit: 1 + tw.pick(3), Now: tw.now}
+	results := tw.both(func(s *Store) (any, error) {
+		dls, err := s.DeadLettersRecover(tw.t.Context(), &params)
+		var keys []rowKey
+		for _, dl := range dls {
+			keys = append(keys, rowKey{dl.StreamID, dl.Perspective, dl.EventVersion})
+		}
+		return keys, err
+	})
+	require.Equal(tw.t, results[0], results[1], "recover")
+	return "recover"
 }
 
 // both runs call on each store and returns the results, failing on an error

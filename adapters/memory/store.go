@@ -29,7 +29,9 @@
 // times. A claim therefore costs O(streams the caller holds + rows it
 // leases), amortized, plus a logarithmic factor, whatever the backlog of
 // other streams; appends, fetches, completions and failures cost O(their
-// input and result).
+// input and result). Each work row stored by a dead-letter requeue keeps its
+// dead letter's id, so completing or dead-lettering it again finds the dead
+// letter in O(1); listing and recovering dead letters walk all of them.
 package memory
 
 import (
