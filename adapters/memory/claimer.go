@@ -179,8 +179,9 @@ func (s *Store) WorkClaim(ctx context.Context, params *ports.WorkClaimParams) (*
 	// Other streams are selected only while the caller would still be told
 	// to drain at most MaxStreams streams: leasing more would leave leases
 	// ticking on streams nobody drains, and a takeover of them after a crash
-	// would count attempts against events that never ran. A selected stream is drainable
-	// once leased: its leased rows start some perspective's pending rows.
+	// would count attempts against events that never ran. A selected stream
+	// is drainable once leased: its leased rows start some perspective's
+	// pending rows.
 	draining := s.draining[:0]
 	for st := range s.held[caller] {
 		if !drainable(st, caller, now) {

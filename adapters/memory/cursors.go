@@ -52,9 +52,9 @@ func (s *Store) CursorsGet(ctx context.Context, params *ports.CursorsGetParams) 
 // cursor then ends at the highest position. Rows completed in DebugMode stay
 // in memory, invisible to every port, for the life of the store. A completed
 // row that DeadLetterRequeue stored, in DebugMode too, marks its dead letter
-// recovered. It returns
-// ports.ErrInvalidArgument, and changes nothing, when a completion has a nil
-// stream id, an empty perspective or a negative LastVersion.
+// recovered. It returns ports.ErrInvalidArgument, and changes nothing, when
+// a completion has a nil stream id, an empty perspective or a negative
+// LastVersion.
 func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompleteParams) (*ports.WorkCompleteResult, error) {
 	for _, c := range params.Completions {
 		if err := validatePair(c.StreamID, c.Perspective, c.LastVersion); err != nil {
