@@ -98,6 +98,14 @@ func (m *applyMonitor) watch(cancel context.CancelCauseFunc, abandon abandonFunc
 	return aw
 }
 
+// setCancel replaces the function cancelling the run's apply context (a
+// run goes on with a fresh context after an apply that ran late).
+func (aw *applyWatch) setCancel(cancel context.CancelCauseFunc) {
+	aw.mu.Lock()
+	aw.cancel = cancel
+	aw.mu.Unlock()
+}
+
 // done deregisters the run. An abandoned apply stays listed until it returns.
 func (aw *applyWatch) done() {
 	aw.m.mu.Lock()
@@ -111,7 +119,8 @@ func (aw *applyWatch) begin(streamID uuid.UUID, perspective string, eventID uuid
 	aw.mu.Lock()
 	aw.active, aw.started = true, now
 	aw.info = AbandonedApply{StreamID: streamID, Perspective: perspective, EventID: eventID, Version: version, Started: now}
-	if aw.m.stopping.Load() && !aw.cancelled {
+	aw.cancelled, aw.cancelledAt, aw.late = false, time.Time{}, false
+	if aw.m.stopping.Load() {
 		aw.cancelled, aw.cancelledAt = true, now
 	}
 	aw.mu.Unlock()

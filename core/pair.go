@@ -84,11 +84,11 @@ func (w *Worker) drainPair(ctx context.Context, task *streamTask, sw *streamWork
 	}
 
 	actx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
 	run := &pairRun{
 		w: w, p: p, key: key, task: task, sw: sw, rows: rows, stored: stored, model: model,
-		actx: actx, release: release, batchSize: w.saveBatchSize(key),
+		parent: ctx, actx: actx, cancel: cancel, release: release, batchSize: w.saveBatchSize(key),
 	}
+	defer func() { run.cancel(nil) }()
 	run.watch = w.monitor.watch(cancel, run.abandon)
 	defer run.watch.done()
 	if w.reg.hasReceptors(PrePerspective) {
@@ -118,7 +118,9 @@ type pairRun struct {
 	rows    []ports.WorkItem
 	stored  ports.StoredModel
 	model   any
+	parent  context.Context
 	actx    context.Context // the applies' context, cancelled at a deadline
+	cancel  context.CancelCauseFunc
 	watch   *applyWatch
 	release func() // the pair's gate, released once
 	// batchSize is how many applied events a save may cover.
@@ -165,7 +167,14 @@ func (r *pairRun) run(ctx context.Context) error {
 			if !r.failAt(ctx, i, err) {
 				return nil
 			}
-			continue // dead-lettered: the pair goes on with the next event
+			// Dead-lettered: the pair goes on with the next event, under a
+			// fresh context if a deadline cancelled this one.
+			if r.actx.Err() != nil {
+				r.cancel(nil)
+				r.actx, r.cancel = context.WithCancelCause(r.parent)
+				r.watch.setCancel(r.cancel)
+			}
+			continue
 		}
 		r.unsaved = append(r.unsaved, i)
 		if len(r.unsaved) >= r.batchSize && !r.save(ctx) {

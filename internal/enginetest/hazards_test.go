@@ -12,6 +12,7 @@ import (
 
 	"github.com/vantage-go/vantage/adapters/memory"
 	"github.com/vantage-go/vantage/core"
+	"github.com/vantage-go/vantage/internal/clocktest"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -61,26 +62,34 @@ func TestFailureCarriesLastAppliedEvent(t *testing.T) {
 	require.Equal(t, 3, loadTotal(t, b, stream).Sum, "events before the failure are saved")
 }
 
-// H11: an apply that hangs is cancelled at the lease deadline and reported
-// as a failure, instead of holding the lease forever.
-func TestHungApplyHitsLeaseDeadline(t *testing.T) {
+// An apply that waits for its context is cancelled at its deadline, on the
+// engine's clock, and reported as a failure that says so.
+func TestHungApplyHitsItsDeadline(t *testing.T) {
 	t.Parallel()
 
-	b := memory.New(memory.Options{}).Backend()
+	clock := clocktest.NewFake()
+	b := memory.New(memory.Options{Clock: clock}).Backend()
+	started := make(chan struct{}, 1)
 	reg := registryWith(t, func(ctx context.Context, m total, _ added) (total, error) {
+		started <- struct{}{}
 		<-ctx.Done()
-		return m, ctx.Err()
+		return m, context.Cause(ctx)
 	})
 	failures := make(chan ports.Failure, 10)
 	opts := quietOptions(t)
-	opts.ApplyTimeout = time.Second
+	opts.Clock = clock
+	opts.ApplyTimeout = time.Minute
 	opts.FailureRetryBase = time.Hour
 	opts.FailureRetryMax = time.Hour
 	opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
+	appendAdded(t, reg, b, uuid.New(), 1) // the start-up claim takes it: the clock stands still
 	startWorker(t, b, reg, opts)
-	appendAdded(t, reg, b, uuid.New(), 1)
-	f := waitFor(t, failures, "the lease deadline failure")
-	require.Contains(t, f.Error, "lease deadline exceeded")
+	waitFor(t, started, "the apply to start")
+	require.Empty(t, failures)
+	clock.Advance(time.Minute)
+	f := waitFor(t, failures, "the deadline failure")
+	require.Contains(t, f.Error, "apply ran past its deadline of 1m0s")
+	require.Equal(t, clock.Now().Add(time.Hour), f.RetryAt)
 }
 
 // flakyCursors fails the first n completion flushes, as a dropped
