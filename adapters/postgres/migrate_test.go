@@ -52,7 +52,7 @@ func TestMigrator(t *testing.T) {
 		schema := freshSchema(t)
 		m, err := postgres.NewMigrator(nil, schema)
 		require.NoError(t, err)
-		require.Equal(t, 1, m.Latest())
+		require.Equal(t, 2, m.Latest())
 
 		v, err := m.Version(ctx, pool)
 		require.NoError(t, err)
@@ -110,7 +110,43 @@ func TestMigrator(t *testing.T) {
 		require.NoError(t, err)
 		versions, err = pgx.CollectRows(rows, pgx.RowTo[int])
 		require.NoError(t, err)
-		require.Equal(t, []int{1}, versions)
+		require.Equal(t, []int{1, 2}, versions)
+	})
+
+	t.Run("ReliabilityKeepsExistingDeadLettersDead", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool := pgtest.Pool(t)
+		schema := freshSchema(t)
+		m, err := postgres.NewMigrator(nil, schema)
+		require.NoError(t, err)
+		require.NoError(t, m.Up(ctx, pool))
+		require.NoError(t, m.Down(ctx, pool, 1))
+		q := pgx.Identifier{schema}.Sanitize()
+		id, workID := uuid.New(), uuid.New()
+		_, err = pool.Exec(ctx, `INSERT INTO `+q+`.vantage_dead_letters
+			(id, work_id, stream_id, perspective, event_id, event_version, attempts, reason, error, dead_lettered_at)
+			VALUES ($1, $2, $3, 'p', $4, 1, 3, 'failed', 'boom', now())`, id, workID, uuid.New(), uuid.New())
+		require.NoError(t, err)
+
+		require.NoError(t, m.Up(ctx, pool))
+
+		var (
+			status, generation string
+			requeues           int
+			requeued, resolved *time.Time
+			requeueGeneration  *string
+		)
+		require.NoError(t, pool.QueryRow(ctx, `SELECT status, generation, requeues, requeued_at, requeue_generation, resolved_at
+			FROM `+q+`.vantage_dead_letters WHERE id = $1`, id).Scan(&status, &generation, &requeues, &requeued, &requeueGeneration, &resolved))
+		require.Equal(t, string(ports.DeadLetterDead), status, "a dead letter recorded before 002 waits for a requeue")
+		require.Empty(t, generation, "it names no generation")
+		require.Zero(t, requeues)
+		require.Nil(t, requeued)
+		require.Nil(t, requeueGeneration, "never requeued")
+		require.Nil(t, resolved)
+		_, err = pool.Exec(ctx, `UPDATE `+q+`.vantage_dead_letters SET status = 'lost' WHERE id = $1`, id)
+		require.Error(t, err, "statuses are checked")
 	})
 
 	t.Run("InjectedMigrationsInOrder", func(t *testing.T) {
