@@ -71,5 +71,11 @@
 // Errors are translated at the edge into ports sentinels: no rows is
 // ports.ErrNotFound, a unique violation (taken version or event id) is
 // ports.ErrVersionConflict, malformed input is ports.ErrInvalidArgument, a
-// closed Store or pool is ports.ErrClosed.
+// closed Store or pool is ports.ErrClosed. Failures of the infrastructure
+// that may pass wrap ports.ErrTransient around the driver's error: a lost,
+// refused or timed-out connection, connection exceptions (SQLSTATE class
+// 08), serialization failures and deadlocks, a server shutting down,
+// starting up or out of connection slots, a lock not available. The caller's
+// own cancellation or deadline stays context.Canceled or
+// context.DeadlineExceeded.
 package postgres
