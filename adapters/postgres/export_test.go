@@ -10,6 +10,7 @@ var Queries = map[string]string{
 	"ClaimAlive":        sqlClaimAlive,
 	"Claim":             sqlClaim,
 	"ClaimHeld":         sqlClaimHeld,
+	"HeartbeatLock":     sqlHeartbeatLock,
 	"Heartbeat":         sqlHeartbeat,
 	"AbandonPins":       sqlAbandonPins,
 	"AbandonLeases":     sqlAbandonLeases,

@@ -61,6 +61,7 @@ ANALYZE `+s+`.vantage_events; ANALYZE `+s+`.vantage_work; ANALYZE `+s+`.vantage_
 		"ClaimAlive":        {id, nil, minute},
 		"Claim":             {id, nil, minute, minute, 10, 100},
 		"ClaimHeld":         {id, nil, 10},
+		"HeartbeatLock":     {id, nil, minute},
 		"Heartbeat":         {id, nil, "svc", "host", 1, []byte(`{}`)},
 		"AbandonPins":       {id, nil, minute},
 		"AbandonLeases":     {id, nil, minute},
