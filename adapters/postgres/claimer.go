@@ -346,8 +346,10 @@ drainable AS (
 //     rows (vantage_work_stream_leased_idx, per holder range, so the caller's
 //     live rows are not read): only rows the claim leases.
 //   - leasable locks them, SKIP LOCKED, checking again that each is still a
-//     candidate, and leased leases them with attempts + 1 (clearing a past
-//     retry time, see vantage_work_schedule_check).
+//     candidate, and leased leases them (clearing a past retry time, see
+//     vantage_work_schedule_check). A row taken from another instance's
+//     expired lease gains an attempt (sqlTakeoverAttempt); an unleased row,
+//     or one whose lease the caller itself let expire, does not.
 var sqlClaim = `WITH RECURSIVE ` + sqlClock + `,
 live AS (
     SELECT i.instance_id
@@ -413,12 +415,18 @@ leasable AS (
 ),
 leased AS (
     UPDATE /* SCHEMA */.vantage_work w
-    SET instance_id = $1, lease_expiry = clock.now + $4::interval, attempts = w.attempts + 1, scheduled_for = NULL
+    SET instance_id = $1, lease_expiry = clock.now + $4::interval, attempts = ` + sqlTakeoverAttempt + `, scheduled_for = NULL
     FROM clock
     WHERE w.work_id = ANY (ARRAY(SELECT work_id FROM leasable))
     RETURNING w.work_id
 )
 SELECT (SELECT count(*) FROM ranked) > (SELECT n FROM room), (SELECT count(*) FROM leased)`
+
+// sqlTakeoverAttempt is the attempts of a row w that the caller $1 leases:
+// one more when w is taken from another instance's lease (which, for a row
+// that claims and fetches may lease, has expired), the same otherwise. In
+// an UPDATE's SET list, w.instance_id is the holder before the update.
+const sqlTakeoverAttempt = `w.attempts + CASE WHEN w.instance_id <> $1 THEN 1 ELSE 0 END`
 
 // sqlClaimChunk bounds the new streams one claim takes. A claim leases every
 // candidate row of the streams it takes, in one statement, and nothing is
@@ -482,8 +490,9 @@ LIMIT $3`
 // starves, and only as long as the result stays within MaxStreams: a caller
 // already draining MaxStreams streams leases no new stream, only new rows of
 // the streams it drains (leasing more would leave leases ticking on streams
-// nobody drains, whose expiry would count attempts against events that never
-// ran). HasMore is true when candidate streams were left unselected or the
+// nobody drains, which keeps other instances from them and, should the
+// caller die, counts a takeover attempt against events that never ran).
+// HasMore is true when candidate streams were left unselected or the
 // result was cut at MaxStreams. The result lists the smallest backlogs
 // first (pending rows counted up to sqlBacklogCap, then by stream id). A
 // non-positive PartitionCount selects PartitionCountDefault. It returns

@@ -359,12 +359,13 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 	return result, nil
 }
 
-// sqlFailRows releases the failed rows still held by the caller ($1), stores
-// their error and schedules them: $2 work ids, $3 streams, $4 perspectives,
-// $5 errors, $6 retry times (NULL: claimable at once). Attempts stay. Rows
-// are found by id, as in sqlFinish (see sqlListedRow).
+// sqlFailRows releases the failed rows still held by the caller ($1), adds
+// an attempt to each (an apply of it failed), stores their error and
+// schedules them: $2 work ids, $3 streams, $4 perspectives, $5 errors, $6
+// retry times (NULL: claimable at once). Rows are found by id, as in
+// sqlFinish (see sqlListedRow).
 var sqlFailRows = `UPDATE /* SCHEMA */.vantage_work w
-SET instance_id = NULL, lease_expiry = NULL, error = f.error, scheduled_for = f.retry_at
+SET instance_id = NULL, lease_expiry = NULL, attempts = w.attempts + 1, error = f.error, scheduled_for = f.retry_at
 FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::timestamptz[])
      AS f(work_id, stream_id, perspective, error, retry_at)
 WHERE ` + sqlListedRow("f")

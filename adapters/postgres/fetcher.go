@@ -27,10 +27,10 @@ import (
 // whole work table.
 // picked are the streams with a candidate row, and pinned keeps those not
 // pinned to a live other instance (see sqlPin). Their candidate rows are
-// locked SKIP LOCKED, checked again and leased; attempts grow only when the
-// holder changes or an expired lease is taken again, not when the caller's
-// live lease is extended, and a past retry time is cleared (see
-// vantage_work_schedule_check).
+// locked SKIP LOCKED, checked again and leased, and a past retry time is
+// cleared (see vantage_work_schedule_check). Only a row taken from another
+// instance's expired lease gains an attempt (see sqlTakeoverAttempt):
+// unleased rows and the caller's own, expired or extended, do not.
 var sqlFetchLease = `WITH RECURSIVE ` + sqlClock + `,
 live AS (
     SELECT i.instance_id
@@ -72,7 +72,7 @@ leasable AS (
 UPDATE /* SCHEMA */.vantage_work w
 SET instance_id = $1,
     lease_expiry = clock.now + $4::interval,
-    attempts = w.attempts + CASE WHEN w.instance_id IS DISTINCT FROM $1 OR w.lease_expiry <= clock.now THEN 1 ELSE 0 END,
+    attempts = ` + sqlTakeoverAttempt + `,
     scheduled_for = NULL
 FROM clock
 WHERE w.work_id = ANY (ARRAY(SELECT work_id FROM leasable))`
