@@ -21,6 +21,7 @@ var Queries = map[string]string{
 	"RenewLeases":       sqlRenewLeases,
 	"FetchLease":        sqlFetchLease,
 	"FetchRows":         sqlFetchRows,
+	"FetchCursors":      sqlFetchCursors,
 	"ReadStream":        sqlReadStream,
 	"CursorsGet":        sqlCursorsGet,
 	"Finish":            sqlFinish,

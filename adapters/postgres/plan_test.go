@@ -72,6 +72,7 @@ ANALYZE `+s+`.vantage_events; ANALYZE `+s+`.vantage_work; ANALYZE `+s+`.vantage_
 		"RenewLeases":       {id, nil, minute, ids},
 		"FetchLease":        {id, nil, minute, minute, streams},
 		"FetchRows":         {id, nil, streams, nil},
+		"FetchCursors":      {streams},
 		"ReadStream":        {streams[0], int64(1), nil},
 		"CursorsGet":        {streams, ""},
 		"Finish":            {id, ids, streams, names},
