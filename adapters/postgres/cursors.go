@@ -422,13 +422,103 @@ SET last_event_id = CASE WHEN excluded.last_version > c.last_version THEN exclud
 // moves the position past a pending row, which then flags RewindRequired.
 const sqlFailRewinds = `excluded.last_version > c.last_version AND excluded.rewind_trigger_version IS NOT NULL`
 
+// sqlFailEvents charges failures to events that have no pending row of
+// their pair (a replay failed on an event applied long ago): $1 now, $2
+// streams, $3 perspectives, $4 event ids, $5 versions, $6 errors, $7 retry
+// times. It stores a pending, unleased row for the event with one attempt,
+// the error and the retry time; when the pair has a pending row for the
+// event already (the key of pending work, vantage_work_pending_idx), that
+// row gets the attempt instead, as a failed row does, whoever holds it.
+// Rows are written in key order, so overlapping calls cannot deadlock.
+const sqlFailEvents = `WITH ` + sqlClock1 + `
+INSERT INTO /* SCHEMA */.vantage_work AS w
+    (work_id, stream_id, perspective, event_id, event_version, attempts, error, scheduled_for, created_at)
+SELECT /* SCHEMA */.vantage_uuid_v7(), f.stream_id, f.perspective, f.event_id, f.event_version, 1, f.error, f.retry_at, clock.now
+FROM unnest($2::uuid[], $3::text[], $4::uuid[], $5::bigint[], $6::text[], $7::timestamptz[])
+     AS f(stream_id, perspective, event_id, event_version, error, retry_at), clock
+ORDER BY f.stream_id, f.perspective COLLATE "C", f.event_version
+ON CONFLICT (stream_id, perspective, event_version) WHERE processed_at IS NULL DO UPDATE
+SET instance_id = NULL, lease_expiry = NULL, attempts = w.attempts + 1,
+    error = excluded.error, scheduled_for = excluded.scheduled_for`
+
+// sqlFlagFailedEvents flags RewindRequired on the cursors ($2, $3) already
+// past the failed event of their pair ($4, $5), so that a rewind applies the
+// event in order once its retry time comes; an earlier trigger is kept (see
+// sqlFlagRewind). It runs after sqlFailCursors, which locked these cursors
+// in key order and moved their positions. $1 is now.
+const sqlFlagFailedEvents = `WITH ` + sqlClock1 + `,
+f AS (
+    SELECT DISTINCT ON (f.stream_id, f.perspective) f.stream_id, f.perspective, f.event_id, f.event_version
+    FROM unnest($2::uuid[], $3::text[], $4::uuid[], $5::bigint[]) AS f(stream_id, perspective, event_id, event_version)
+    ORDER BY f.stream_id, f.perspective, f.event_version
+)
+UPDATE /* SCHEMA */.vantage_cursors c
+SET ` + sqlFlagRewind + `
+FROM f, clock
+WHERE c.stream_id = f.stream_id AND c.perspective = f.perspective AND c.last_version > f.event_version`
+
+// failedEvents collects the FailedEventID of failures, one per pair and
+// version (the key of pending work): a later failure of the same event
+// replaces an earlier one's error and retry time.
+type failedEvents struct {
+	order []failedEventKey
+	byKey map[failedEventKey]*ports.Failure
+}
+
+type failedEventKey struct {
+	pair    pairKey
+	version int64
+}
+
+func (e *failedEvents) add(f *ports.Failure) {
+	if e.byKey == nil {
+		e.byKey = map[failedEventKey]*ports.Failure{}
+	}
+	k := failedEventKey{pairKey{f.StreamID, f.Perspective}, f.FailedEventVersion}
+	if _, ok := e.byKey[k]; !ok {
+		e.order = append(e.order, k)
+	}
+	e.byKey[k] = f
+}
+
+// failedEventColumns are the columns of the failed events of a call, in
+// key order.
+type failedEventColumns struct {
+	streams, eventIDs [][16]byte
+	perspectives      []string
+	versions          []int64
+	errs              []string
+	retryAt           []pgtype.Timestamptz
+}
+
+// columns returns the failed events as parallel arrays in key order, so that
+// sqlFailEvents writes rows and sqlFlagFailedEvents cursors in one order.
+func (e *failedEvents) columns() failedEventColumns {
+	slices.SortFunc(e.order, func(a, b failedEventKey) int {
+		return cmp.Or(comparePair(a.pair, b.pair), cmp.Compare(a.version, b.version))
+	})
+	var c failedEventColumns
+	for _, k := range e.order {
+		f := e.byKey[k]
+		c.streams = append(c.streams, f.StreamID)
+		c.perspectives = append(c.perspectives, f.Perspective)
+		c.eventIDs = append(c.eventIDs, f.FailedEventID)
+		c.versions = append(c.versions, f.FailedEventVersion)
+		c.errs = append(c.errs, f.Error)
+		c.retryAt = append(c.retryAt, timestamptz(f.RetryAt))
+	}
+	return c
+}
+
 // WorkFail implements ports.CursorStore in one round trip: a batch of four
-// statements in one implicit transaction: complete the applied rows, release
-// and schedule the failed rows (fenced like completions), upsert the cursors,
-// unpin drained streams. A zero RetryAt makes the failed rows claimable at
-// once. It returns ports.ErrInvalidArgument, and changes nothing, when a
-// failure has a nil stream id, an empty perspective or a negative
-// LastVersion.
+// to six statements in one implicit transaction: complete the applied rows,
+// release and schedule the failed rows (fenced like completions), store the
+// failed events (sqlFailEvents, when a failure names one), upsert the
+// cursors, flag those past a failed event (sqlFlagFailedEvents), unpin
+// drained streams. A zero RetryAt makes the failed rows claimable at once.
+// It returns ports.ErrInvalidArgument, and changes nothing, when a failure
+// has a nil stream id, an empty perspective, a negative LastVersion, or a
+// FailedEventID without a positive FailedEventVersion (or the reverse).
 func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) error {
 	var (
 		finish finishArgs
@@ -438,10 +528,20 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 			errs    []string
 			retryAt []pgtype.Timestamptz
 		}
+		events failedEvents
 	)
-	for _, f := range params.Failures {
+	for i := range params.Failures {
+		f := &params.Failures[i]
 		if err := validatePair(f.StreamID, f.Perspective, f.LastVersion); err != nil {
 			return fmt.Errorf("recording failures: %w", err)
+		}
+		switch {
+		case f.FailedEventID == uuid.Nil && f.FailedEventVersion == 0:
+		case f.FailedEventID == uuid.Nil || f.FailedEventVersion <= 0:
+			return fmt.Errorf("recording failures: %w", invalid("failed event %s at version %d of stream %s: both or neither must be set, the version positive",
+				f.FailedEventID, f.FailedEventVersion, f.StreamID))
+		default:
+			events.add(f)
 		}
 		finish.add(f.StreamID, f.Perspective, f.AppliedWorkIDs)
 		failed.add(f.StreamID, f.Perspective, f.FailedWorkIDs)
@@ -462,7 +562,15 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 	b := &pgx.Batch{}
 	finish.queue(s, b, params.InstanceID, params.DebugMode, now)
 	b.Queue(s.sql(sqlFailRows), params.InstanceID, failed.workIDs, failed.streams, failed.perspectives, failed.errs, failed.retryAt)
+	var ev failedEventColumns
+	if len(events.order) > 0 {
+		ev = events.columns()
+		b.Queue(s.sql(sqlFailEvents), now, ev.streams, ev.perspectives, ev.eventIDs, ev.versions, ev.errs, ev.retryAt)
+	}
 	b.Queue(s.sql(sqlFailCursors), now, streams, perspectives, eventIDs, versions, errs)
+	if len(events.order) > 0 {
+		b.Queue(s.sql(sqlFlagFailedEvents), now, ev.streams, ev.perspectives, ev.eventIDs, ev.versions)
+	}
 	b.Queue(s.sql(sqlUnpinDrained), distinctStreams(streams))
 	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error { return execN(br, b.Len()) })
 	if err != nil {

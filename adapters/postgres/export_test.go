@@ -31,6 +31,8 @@ var Queries = map[string]string{
 	"UnpinDrained":      sqlUnpinDrained,
 	"FailRows":          sqlFailRows,
 	"FailCursors":       sqlFailCursors,
+	"FailEvents":        sqlFailEvents,
+	"FlagFailedEvents":  sqlFlagFailedEvents,
 	"Append":            sqlAppend,
 	"ModelLoad":         sqlModelLoad,
 	"ModelSave":         sqlModelSave,

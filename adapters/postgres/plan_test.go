@@ -82,6 +82,8 @@ ANALYZE `+s+`.vantage_events; ANALYZE `+s+`.vantage_work; ANALYZE `+s+`.vantage_
 		"UnpinDrained":      {streams},
 		"FailRows":          {id, ids, streams, names, texts, times},
 		"FailCursors":       {nil, streams, names, ids, nums, texts},
+		"FailEvents":        {nil, streams, names, ids, nums, texts, times},
+		"FlagFailedEvents":  {nil, streams, names, ids, nums},
 		"Append":            {streams[0], nil, int64(0), ids, texts, nums, []string{"{}", "{}", "{}"}, []string{"{}", "{}", "{}"}, channel},
 		"ModelLoad":         {streams[0], "a"},
 		"ModelSave":         {streams[0], nil, "a", "{}", ids[0], int64(1), int64(0)},
