@@ -73,25 +73,50 @@ func scanCursor(row pgx.CollectableRow) (ports.Cursor, error) {
 }
 
 // sqlFinish completes the listed rows: $1 caller, $2 work ids with their
-// (stream, perspective) in $3 and $4. Only pending rows of that pair held by
-// the caller count (the fence); the lease may have expired as long as nobody
-// took the row over.
+// (stream, perspective) in $3 and $4, $5 now. Only pending rows of that pair
+// held by the caller count (the fence); the lease may have expired as long
+// as nobody took the row over. A completed row that DeadLetterRequeue stored
+// marks its dead letter recovered (see sqlRecovered). It returns the rows
+// completed and the dead letters recovered.
 //
 // The list drives the statement, one primary key probe per id (see
 // sqlListedRow).
-var sqlFinish = `DELETE FROM /* SCHEMA */.vantage_work w
-USING ` + sqlFinishRows
+var sqlFinish = `WITH finished AS (
+    DELETE FROM /* SCHEMA */.vantage_work w
+    USING ` + sqlFinishRows + `
+    RETURNING w.dead_letter_id
+),
+` + sqlRecovered + `
+SELECT (SELECT count(*) FROM finished), (SELECT count(*) FROM recovered)`
 
 // sqlFinishDebug is sqlFinish for debug mode: rows are kept, marked processed
 // at $5 and unleased, which hides them from every pending-row query.
-var sqlFinishDebug = `UPDATE /* SCHEMA */.vantage_work w
-SET processed_at = coalesce($5::timestamptz, now()), instance_id = NULL, lease_expiry = NULL
-FROM ` + sqlFinishRows
+var sqlFinishDebug = `WITH finished AS (
+    UPDATE /* SCHEMA */.vantage_work w
+    SET processed_at = coalesce($5::timestamptz, now()), instance_id = NULL, lease_expiry = NULL
+    FROM ` + sqlFinishRows + `
+    RETURNING w.dead_letter_id
+),
+` + sqlRecovered + `
+SELECT (SELECT count(*) FROM finished), (SELECT count(*) FROM recovered)`
 
 // sqlFinishRows is the row list and fence shared by sqlFinish and
 // sqlFinishDebug.
 var sqlFinishRows = `unnest($2::uuid[], $3::uuid[], $4::text[]) AS c(work_id, stream_id, perspective)
-WHERE ` + sqlListedRow("c")
+    WHERE ` + sqlListedRow("c")
+
+// sqlRecovered marks DeadLetterRecovered, at $5, the requeued dead letters
+// of the rows in finished: a primary key probe per requeued row among them
+// (most rows name none), after the rows, as in every statement that locks
+// both.
+const sqlRecovered = `recovered AS (
+    UPDATE /* SCHEMA */.vantage_dead_letters d
+    SET status = ` + sqlDeadLetterRecovered + `, resolved_at = coalesce($5::timestamptz, now())
+    WHERE d.id = ANY (ARRAY(
+              SELECT f.dead_letter_id FROM finished f WHERE f.dead_letter_id IS NOT NULL ORDER BY f.dead_letter_id))
+      AND d.status = ` + sqlDeadLetterRequeued + `
+    RETURNING 1
+)`
 
 // sqlListedRow is the condition of the statements that change the rows a
 // list l (work_id, stream_id, perspective) names: the row w has the listed
@@ -223,7 +248,7 @@ func (f *finishArgs) queue(s *Store, b *pgx.Batch, instanceID uuid.UUID, debug b
 	if debug {
 		b.Queue(s.sql(sqlFinishDebug), instanceID, f.workIDs, f.streams, f.perspectives, now)
 	} else {
-		b.Queue(s.sql(sqlFinish), instanceID, f.workIDs, f.streams, f.perspectives)
+		b.Queue(s.sql(sqlFinish), instanceID, f.workIDs, f.streams, f.perspectives, now)
 	}
 	b.Queue(sqlJoinsAny)
 }
@@ -232,14 +257,14 @@ func (f *finishArgs) read(br pgx.BatchResults) (int, error) {
 	if _, err := br.Exec(); err != nil {
 		return 0, err
 	}
-	tag, err := br.Exec()
-	if err != nil {
+	var completed, recovered int
+	if err := br.QueryRow().Scan(&completed, &recovered); err != nil {
 		return 0, err
 	}
 	if _, err := br.Exec(); err != nil {
 		return 0, err
 	}
-	return int(tag.RowsAffected()), nil
+	return completed, nil
 }
 
 // pairKey names one (stream, perspective).
@@ -303,8 +328,9 @@ func (p *positions) columns() (streams [][16]byte, perspectives []string, eventI
 
 // WorkComplete implements ports.CursorStore in one round trip: a batch of
 // four statements in one implicit transaction, in this order: complete the
-// listed rows (between sqlJoinsByKey and sqlJoinsAny), upsert the cursors,
-// flag stragglers, unpin drained streams.
+// listed rows (between sqlJoinsByKey and sqlJoinsAny), recovering the dead
+// letters of requeued ones, upsert the cursors, flag stragglers, unpin
+// drained streams.
 // Every deletion of the call thus precedes every cursor check. A pair listed
 // in several completions ends at its highest position. Stragglers are rows
 // below the position the completions report, not below a stored position
