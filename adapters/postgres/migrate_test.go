@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/adapters/postgres"
@@ -238,6 +239,48 @@ func TestNewValidatesOptions(t *testing.T) {
 	require.Equal(t, postgres.SchemaDefault, s.Schema())
 	require.NoError(t, s.Backend().Validate())
 	require.NoError(t, s.Close())
+}
+
+// TestNewValidatesListenerConnString checks that New refuses a listener
+// connection string that lib/pq cannot dial, or that lists several hosts,
+// whether given or derived from the pool, naming the problem and the
+// option to set.
+func TestNewValidatesListenerConnString(t *testing.T) {
+	t.Parallel()
+
+	pool := pgtest.Pool(t)
+	for cs, want := range map[string]string{
+		`host='unterminated`:                            "unterminated",
+		`postgres://user:secret@%zz/db`:                 `invalid URL escape "%zz"`,
+		`host=a,b dbname=test`:                          "2 hosts (a, b)",
+		`postgres://a,b/test`:                           "2 hosts (a, b)",
+		`postgres://u@h/test?pool_max_conns=3`:          "pool_max_conns",
+		`host=h dbname=test statement_cache_capacity=0`: "statement_cache_capacity",
+	} {
+		_, err := postgres.New(pool, postgres.Options{ConnString: cs})
+		require.ErrorContains(t, err, "Options.ConnString", cs)
+		require.ErrorContains(t, err, want, cs)
+		require.NotContains(t, err.Error(), "secret", "the error does not repeat the password")
+	}
+
+	// pgx accepts several hosts; the listener derived from such a pool
+	// would dial one of them, not necessarily the one the pool writes to.
+	for _, cs := range []string{
+		"postgres://postgres@127.0.0.1:5432,127.0.0.2:5432/test?sslmode=disable",
+		"host=127.0.0.1,127.0.0.2 user=postgres dbname=test sslmode=disable",
+	} {
+		cfg, err := pgxpool.ParseConfig(cs)
+		require.NoError(t, err)
+		multi, err := pgxpool.NewWithConfig(t.Context(), cfg) // connects lazily
+		require.NoError(t, err)
+		t.Cleanup(multi.Close)
+		_, err = postgres.New(multi, postgres.Options{})
+		require.ErrorContains(t, err, "2 hosts", cs)
+		require.ErrorContains(t, err, "set Options.ConnString", cs)
+		s, err := postgres.New(multi, postgres.Options{ConnString: pgtest.ConnString(t)})
+		require.NoError(t, err, "a single-host listener string fixes it")
+		require.NoError(t, s.Close())
+	}
 }
 
 func TestGate(t *testing.T) {
