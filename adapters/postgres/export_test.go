@@ -2,6 +2,10 @@ package postgres
 
 // Test-only access to the adapter's SQL, for the index-usage test.
 
+// WaitForPublisher returns once no wake notification of an append is in
+// flight. The caller must not append meanwhile.
+func (s *Store) WaitForPublisher() { s.publisher.wg.Wait() }
+
 // Render returns a query of the package with the Store's schema filled in.
 func (s *Store) Render(text string) string { return s.sql(text) }
 
