@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -241,9 +242,23 @@ const (
 	sqlJoinsAny   = `SELECT set_config('enable_hashjoin', 'on', true), set_config('enable_mergejoin', 'on', true)`
 )
 
+// Len, Less and Swap sort the rows by work id (sort.Interface).
+func (f *finishArgs) Len() int           { return len(f.workIDs) }
+func (f *finishArgs) Less(i, j int) bool { return bytes.Compare(f.workIDs[i][:], f.workIDs[j][:]) < 0 }
+func (f *finishArgs) Swap(i, j int) {
+	f.workIDs[i], f.workIDs[j] = f.workIDs[j], f.workIDs[i]
+	f.streams[i], f.streams[j] = f.streams[j], f.streams[i]
+	f.perspectives[i], f.perspectives[j] = f.perspectives[j], f.perspectives[i]
+}
+
 // queue queues the statements completing the rows; read reads their
-// results and returns the count of rows completed.
+// results and returns the count of rows completed. The rows are sent in
+// work id order, the order in which the statement probes and locks them:
+// abandonment locks the rows of a dead instance in that order too, so an
+// instance completing rows while a survivor abandons it (it was only slow)
+// cannot deadlock with the survivor.
 func (f *finishArgs) queue(s *Store, b *pgx.Batch, instanceID uuid.UUID, debug bool, now any) {
+	sort.Sort(f)
 	b.Queue(sqlJoinsByKey)
 	if debug {
 		b.Queue(s.sql(sqlFinishDebug), instanceID, f.workIDs, f.streams, f.perspectives, now)
