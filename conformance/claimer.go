@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,7 +39,22 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			a.heartbeat(t, at(2*time.Second))
 			res := b.fetch(t, at(2*time.Second), stream)
 			require.Equal(t, []int64{1, 2}, versionsOf(res.Work))
-			require.Equal(t, []int{2, 2}, attemptsOf(res.Work), "the re-lease counts as a claim")
+		},
+		"CountsNoAttempt": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a, b := tb.pair(t)
+			subscribe(t, tb.backend, eventType, perspective, perspective2)
+			stream := newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 2)
+			a.heartbeat(t, at(0))
+			require.Equal(t, []uuid.UUID{stream}, a.claim(t, at(0)))
+			b.heartbeat(t, at(time.Second))
+
+			require.NoError(t, a.b.Claimer.InstanceDeregister(t.Context(), a.id))
+
+			res := b.fetch(t, at(2*time.Second), stream)
+			require.Len(t, res.Work, 4)
+			require.Equal(t, []int{0, 0, 0, 0}, attemptsOf(res.Work), "a shutdown that releases its rows is no takeover from a dead instance")
 		},
 		"UnknownInstanceIsNoOp": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -74,7 +90,77 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, b.id, list[0].ID)
 			// a's lease ran until at(5m); it was released with the instance.
 			require.Equal(t, []uuid.UUID{stream}, b.claim(t, at(31*time.Second)))
-			require.Equal(t, []int{2}, attemptsOf(b.fetch(t, at(31*time.Second), stream).Work))
+			require.Equal(t, []int{1}, attemptsOf(b.fetch(t, at(31*time.Second), stream).Work), "the abandonment of its holder is a takeover")
+		},
+		"AbandonmentCountsAnAttemptOnEveryHeldRow": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a, b := tb.pair(t)
+			subscribe(t, tb.backend, eventType, perspective, perspective2)
+			streams := newIDs(t, 3)
+			for _, s := range streams {
+				appendN(t, tb.backend, s, at(0), eventType, 2)
+			}
+			a.heartbeat(t, at(0))
+			b.heartbeat(t, at(0))
+			// a leases every row of the first two streams, one of them with a
+			// lease that has expired by the abandonment (still a's: nobody
+			// took it over); b leases the third stream.
+			a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: streams[:1], LeaseDuration: 10 * time.Second, Now: at(0)})
+			require.Len(t, a.fetch(t, at(0), streams[1]).Work, 4)
+			require.Len(t, b.fetch(t, at(0), streams[2]).Work, 4)
+			b.heartbeat(t, at(20*time.Second))
+
+			require.Equal(t, []uuid.UUID{a.id}, b.heartbeat(t, at(31*time.Second)).Abandoned)
+
+			res := b.fetch(t, at(32*time.Second), streams...)
+			require.Len(t, res.Work, 12)
+			for _, w := range res.Work {
+				want := 1
+				if w.StreamID == streams[2] {
+					want = 0 // b's own rows were not released
+				}
+				require.Equal(t, want, w.Attempts, "row %s/%s/%d: each row of the dead holder counts one takeover", w.StreamID, w.Perspective, w.EventVersion)
+			}
+		},
+		"ConcurrentSurvivorsAbandonOnce": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			ins := tb.instances(t, 5)
+			dead, survivors := ins[0], ins[1:]
+			subscribe(t, tb.backend, eventType, perspective, perspective2)
+			streams := newIDs(t, 3)
+			for _, s := range streams {
+				appendN(t, tb.backend, s, at(0), eventType, 2)
+			}
+			dead.heartbeat(t, at(0))
+			require.Len(t, dead.fetch(t, at(0), streams...).Work, 12)
+			for _, in := range survivors {
+				in.heartbeat(t, at(10*time.Second))
+			}
+
+			// Every survivor was live before this heartbeat, so each may
+			// abandon dead; between them they must do it once.
+			results := make([]*ports.InstanceHeartbeatResult, len(survivors))
+			errs := make([]error, len(survivors))
+			var wg sync.WaitGroup
+			for i, in := range survivors {
+				wg.Go(func() {
+					results[i], errs[i] = in.b.Claimer.InstanceHeartbeat(t.Context(), &ports.InstanceHeartbeatParams{
+						InstanceID: in.id, ServiceName: "conformance", StaleThreshold: staleThreshold, Now: at(35 * time.Second),
+					})
+				})
+			}
+			wg.Wait()
+
+			var abandoned []uuid.UUID
+			for i := range survivors {
+				require.NoError(t, errs[i])
+				require.False(t, results[i].Rejoined, "survivor %d was live", i)
+				abandoned = append(abandoned, results[i].Abandoned...)
+			}
+			require.Equal(t, []uuid.UUID{dead.id}, abandoned, "abandoned once between the survivors")
+			res := survivors[0].fetch(t, at(36*time.Second), streams...)
+			require.Len(t, res.Work, 12)
+			require.Equal(t, slices.Repeat([]int{1}, 12), attemptsOf(res.Work), "one takeover, one attempt per row")
 		},
 		"KeepsLiveInstances": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -128,6 +214,58 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, []uuid.UUID{a.id}, res.Abandoned)
 			require.True(t, res.NextStaleAt.IsZero(), "no other instance left, got %s", res.NextStaleAt)
 		},
+		"NewInstanceRejoinsWithoutAbandoning": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a, b := tb.pair(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 1)
+			a.heartbeat(t, at(0))
+			require.Equal(t, []uuid.UUID{stream}, a.claim(t, at(0)))
+
+			// a is stale at(40s), but b was not live before its first
+			// heartbeat: it may be the first of many instances coming back
+			// together, so it only registers.
+			first := b.heartbeat(t, at(40*time.Second))
+			require.True(t, first.Rejoined, "a first heartbeat rejoins")
+			require.Empty(t, first.Abandoned)
+			require.True(t, first.NextStaleAt.IsZero(), "a stale instance is not the next to go stale, got %s", first.NextStaleAt)
+			list, err := tb.backend.Claimer.InstancesList(t.Context())
+			require.NoError(t, err)
+			require.Len(t, list, 2, "a is still recorded")
+
+			next := b.heartbeat(t, at(50*time.Second))
+			require.False(t, next.Rejoined, "b was live since at(40s)")
+			require.Equal(t, []uuid.UUID{a.id}, next.Abandoned)
+			require.Equal(t, []uuid.UUID{stream}, b.claim(t, at(50*time.Second)))
+			require.Equal(t, []int{1}, attemptsOf(b.fetch(t, at(50*time.Second), stream).Work), "abandoned once")
+		},
+		"OutageRejoinsWithoutAbandoning": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a, b := tb.pair(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 1)
+			a.heartbeat(t, at(0))
+			require.Equal(t, []uuid.UUID{stream}, a.claim(t, at(0)))
+			b.heartbeat(t, at(0))
+			require.False(t, b.heartbeat(t, at(10*time.Second)).Rejoined, "b is live")
+
+			// Nobody could heartbeat for a minute (the database was
+			// unreachable). b comes back first: its own heartbeat is stale, so
+			// it cannot tell a dead a from one silenced like itself.
+			res := b.heartbeat(t, at(70*time.Second))
+			require.True(t, res.Rejoined, "b's previous heartbeat is stale")
+			require.Empty(t, res.Abandoned)
+
+			// a re-registers within a heartbeat interval and keeps its work.
+			require.True(t, a.heartbeat(t, at(75*time.Second)).Rejoined)
+			res = b.heartbeat(t, at(80*time.Second))
+			require.False(t, res.Rejoined)
+			require.Empty(t, res.Abandoned, "a is live again")
+			require.Equal(t, []uuid.UUID{stream}, a.claim(t, at(80*time.Second)))
+			require.Equal(t, []int{0}, attemptsOf(a.fetch(t, at(80*time.Second), stream).Work), "a never lost its row")
+		},
 		"RecordsInstances": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			ins := tb.instances(t, 2)
@@ -171,6 +309,7 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			appendN(t, tb.backend, stream, at(0), eventType, 1)
 			a.heartbeat(t, at(0))
 			require.Equal(t, []uuid.UUID{stream}, a.claim(t, at(0)))
+			b.heartbeat(t, at(10*time.Second))
 			require.Equal(t, []uuid.UUID{a.id}, b.heartbeat(t, at(31*time.Second)).Abandoned)
 
 			// a comes back: a surviving pin would make it the stream's live
@@ -184,7 +323,7 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 	})
 
 	group(t, "WorkClaim", map[string]func(t *testing.T){
-		"CountsEveryClaimAsAnAttempt": func(t *testing.T) {
+		"CountsOnlyTakeoversAsAttempts": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			a, b := tb.pair(t)
 			subscribe(t, tb.backend, eventType, perspective)
@@ -200,16 +339,16 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 
 			a.heartbeat(t, at(0))
 			require.Equal(t, []uuid.UUID{stream}, a.claimWith(t, ports.WorkClaimParams{LeaseDuration: lease, Now: at(0)}).StreamIDs)
-			require.Equal(t, 1, observe(a, at(0)), "first claim")
+			require.Equal(t, 0, observe(a, at(0)), "leasing an unleased row is no attempt")
 
 			a.heartbeat(t, at(2*time.Minute))
 			require.Equal(t, []uuid.UUID{stream}, a.claimWith(t, ports.WorkClaimParams{LeaseDuration: lease, Now: at(2 * time.Minute)}).StreamIDs)
-			require.Equal(t, 2, observe(a, at(2*time.Minute)), "re-claim of its own expired lease")
+			require.Equal(t, 0, observe(a, at(2*time.Minute)), "re-leasing its own expired lease is no attempt")
 
 			// a's lease ends at(3m) and a is dead after at(2m30s).
 			b.heartbeat(t, at(4*time.Minute))
 			require.Equal(t, []uuid.UUID{stream}, b.claimWith(t, ports.WorkClaimParams{LeaseDuration: lease, Now: at(4 * time.Minute)}).StreamIDs)
-			require.Equal(t, 3, observe(b, at(4*time.Minute)), "re-claim by another instance")
+			require.Equal(t, 1, observe(b, at(4*time.Minute)), "leasing another instance's expired lease is a takeover")
 		},
 		"DistributesOrphansByPartitionModulo": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -291,7 +430,8 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			}
 			b.heartbeat(t, at(2*time.Second))
 			res := b.fetch(t, at(2*time.Second), left)
-			require.Equal(t, []int{1}, attemptsOf(res.Work), "the third stream was neither leased nor pinned by a")
+			require.Equal(t, []int64{1}, versionsOf(res.Work), "the third stream was neither leased nor pinned by a")
+			require.Equal(t, []int{0}, attemptsOf(res.Work), "b took an unleased row")
 		},
 		"LeasesEveryCandidateRowOfSelectedStreams": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -307,11 +447,11 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			b.heartbeat(t, at(20*time.Second))
 			requireNoWork(t, b.fetch(t, at(35*time.Second), stream))
 
-			// Once they expire, each row comes back with one attempt
-			// counted per claim: the first claim leased all six.
+			// Once they expire, b takes over every row the claim leased to a,
+			// each with one attempt.
 			res := b.fetch(t, at(46*time.Second), stream)
 			require.Len(t, res.Work, 6)
-			require.Equal(t, slices.Repeat([]int{2}, 6), attemptsOf(res.Work))
+			require.Equal(t, slices.Repeat([]int{1}, 6), attemptsOf(res.Work))
 		},
 		"NewInstanceDoesNotStealPinnedStreams": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -332,7 +472,7 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			require.Empty(t, b.claim(t, at(20*time.Second)))
 			requireNoWork(t, b.fetch(t, at(20*time.Second), streams...))
 			require.ElementsMatch(t, streams, a.claim(t, at(20*time.Second)))
-			require.Equal(t, slices.Repeat([]int{2}, 20), attemptsOf(a.fetch(t, at(20*time.Second), streams...).Work))
+			require.Equal(t, slices.Repeat([]int{0}, 20), attemptsOf(a.fetch(t, at(20*time.Second), streams...).Work), "a re-leased its own expired leases")
 		},
 		"OrderingGuardBlocksLaterRows": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -347,18 +487,16 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			b.heartbeat(t, at(20*time.Second))
 
 			// a is dead from at(30s), so its pin does not protect the
-			// stream; its live lease on version 1 blocks version 2. Had b
-			// leased version 2 now, its short lease would have expired and
-			// version 2 been retaken (a second attempt) by at(46s).
-			short := 5 * time.Second
-			require.Equal(t, []uuid.UUID{control}, b.claimWith(t, ports.WorkClaimParams{LeaseDuration: short, Now: at(35 * time.Second)}).StreamIDs)
-			requireNoWork(t, b.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: short, Now: at(35 * time.Second)}))
+			// stream; its live lease on version 1 blocks version 2.
+			require.Equal(t, []uuid.UUID{control}, b.claim(t, at(35*time.Second)))
+			requireNoWork(t, b.fetch(t, at(35*time.Second), stream))
 
-			// Once the lease expires both rows go to b, smaller backlog first.
-			require.Equal(t, []uuid.UUID{control, stream}, b.claim(t, at(46*time.Second)))
-			res := b.fetch(t, at(46*time.Second), stream)
-			require.Equal(t, []int64{1, 2}, versionsOf(res.Work))
-			require.Equal(t, []int{2, 1}, attemptsOf(res.Work))
+			// Had b leased version 2, the stream would be pinned to b and
+			// a, live again, could not fetch it.
+			a.heartbeat(t, at(36*time.Second))
+			res := a.fetch(t, at(36*time.Second), stream)
+			require.Equal(t, []int64{1, 2}, versionsOf(res.Work), "b leased nothing of the stream")
+			require.Equal(t, []int{0, 0}, attemptsOf(res.Work))
 		},
 		"ReclaimsExpiredLeasesOfDeadInstances": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -372,7 +510,7 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 
 			require.Empty(t, b.claim(t, at(35*time.Second)), "a is dead but its leases run until at(40s)")
 			require.Equal(t, []uuid.UUID{stream}, b.claim(t, at(45*time.Second)))
-			require.Equal(t, []int{2, 2}, attemptsOf(b.fetch(t, at(45*time.Second), stream).Work))
+			require.Equal(t, []int{1, 1}, attemptsOf(b.fetch(t, at(45*time.Second), stream).Work), "taken over from dead a")
 		},
 		"RequiresLiveHeartbeat": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -398,25 +536,28 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, []uuid.UUID{stream}, a.claim(t, at(0)))
 			require.Equal(t, []uuid.UUID{stream}, a.claim(t, at(time.Second)))
 			require.Equal(t, []uuid.UUID{stream}, a.claim(t, at(2*time.Second)))
-			require.Equal(t, []int{1, 1}, attemptsOf(a.fetch(t, at(2*time.Second), stream).Work), "held rows are not claimed again")
+			require.Equal(t, []int{0, 0}, attemptsOf(a.fetch(t, at(2*time.Second), stream).Work), "held rows count nothing")
 		},
 		"ScheduledRetryBlocksLaterRows": func(t *testing.T) {
-			_, a, stream := setupScheduledRetry(t, newBackend)
+			tb, a, stream := setupScheduledRetry(t, newBackend)
 
 			// Version 3 arrived after the failure. Neither a claim nor a fetch
-			// may lease it while version 1 waits for at(60s): had either taken
-			// it with its short lease, it would have expired and been retaken
-			// (a second attempt) by at(61s).
+			// may lease it while version 1 waits for at(60s).
 			a.claimWith(t, ports.WorkClaimParams{LeaseDuration: 20 * time.Second, Now: at(10 * time.Second)})
 			requireNoWork(t, a.fetchWith(t, ports.EventsFetchPendingParams{
 				StreamIDs: []uuid.UUID{stream}, LeaseDuration: 20 * time.Second, Now: at(10 * time.Second),
 			}))
 
-			a.heartbeat(t, at(61*time.Second))
-			a.claim(t, at(61*time.Second))
-			res := a.fetch(t, at(61*time.Second), stream)
+			// b abandons a: every row a held gains an attempt, so version 3
+			// shows whether a leased it.
+			b := tb.instance(t)
+			b.heartbeat(t, at(20*time.Second))
+			require.Equal(t, []uuid.UUID{a.id}, b.heartbeat(t, at(45*time.Second)).Abandoned)
+			b.heartbeat(t, at(61*time.Second))
+			require.Equal(t, []uuid.UUID{stream}, b.claim(t, at(61*time.Second)))
+			res := b.fetch(t, at(61*time.Second), stream)
 			require.Equal(t, []int64{1, 2, 3}, versionsOf(res.Work))
-			require.Equal(t, []int{2, 1, 1}, attemptsOf(res.Work))
+			require.Equal(t, []int{1, 1, 0}, attemptsOf(res.Work), "version 1 failed, version 2 was taken from a, version 3 was never leased")
 		},
 		"ScheduledRetryExpiresAndUnblocks": func(t *testing.T) {
 			_, a, stream := setupScheduledRetry(t, newBackend)
@@ -425,16 +566,16 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, []uuid.UUID{stream}, a.claim(t, at(61*time.Second)))
 			res := a.fetch(t, at(61*time.Second), stream)
 			require.Equal(t, []int64{1, 2, 3}, versionsOf(res.Work))
-			require.Equal(t, []int{2, 1, 1}, attemptsOf(res.Work), "the failure itself did not count")
+			require.Equal(t, []int{1, 0, 0}, attemptsOf(res.Work), "the failure counted, a's own rows did not")
 		},
-		"ScheduledRetryHoldsOwnLaterRowsWithoutAttempts": func(t *testing.T) {
+		"ScheduledRetryLeavesOwnLaterRowsAlone": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			a := tb.instance(t)
+			a, b := tb.pair(t)
 			subscribe(t, tb.backend, eventType, perspective)
 			stream := newID(t)
 			appendN(t, tb.backend, stream, at(0), eventType, 2)
 			a.heartbeat(t, at(0))
-			lease := 30 * time.Second
+			lease := 40 * time.Second
 			require.Equal(t, []uuid.UUID{stream}, a.claimWith(t, ports.WorkClaimParams{LeaseDuration: lease, Now: at(0)}).StreamIDs)
 			work := a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: lease, Now: at(0)}).Work
 			require.Len(t, work, 2)
@@ -443,7 +584,7 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 				FailedWorkIDs: workIDs(work[:1]), Error: "boom", RetryAt: at(2 * time.Minute),
 			})
 
-			// Version 2's lease ends at(30s) while version 1 waits: claims and
+			// Version 2's lease ends at(40s) while version 1 waits: claims and
 			// fetches before the retry time must leave it alone.
 			a.heartbeat(t, at(45*time.Second))
 			a.claimWith(t, ports.WorkClaimParams{LeaseDuration: lease, Now: at(45 * time.Second)})
@@ -451,11 +592,14 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			a.heartbeat(t, at(90*time.Second))
 			a.claimWith(t, ports.WorkClaimParams{LeaseDuration: lease, Now: at(90 * time.Second)})
 
-			a.heartbeat(t, at(121*time.Second))
-			require.Equal(t, []uuid.UUID{stream}, a.claim(t, at(121*time.Second)))
-			res := a.fetch(t, at(121*time.Second), stream)
-			require.Equal(t, []int64{1, 2}, versionsOf(res.Work))
-			require.Equal(t, []int{2, 2}, attemptsOf(res.Work), "one claim before the failure, one after the retry time")
+			// a is dead from at(120s) and b, joining, abandons nobody. Had a
+			// leased version 2 again at(90s), its lease would run until
+			// at(130s) and keep b out; its lease of at(0) expired long ago.
+			require.True(t, b.heartbeat(t, at(121*time.Second)).Rejoined)
+			require.Equal(t, []uuid.UUID{stream}, b.claim(t, at(121*time.Second)))
+			res := b.fetch(t, at(121*time.Second), stream)
+			require.Equal(t, []int64{1, 2}, versionsOf(res.Work), "version 2 was not leased again")
+			require.Equal(t, []int{1, 1}, attemptsOf(res.Work), "version 1 failed once, version 2 was taken over from a")
 		},
 		"SmallestBacklogFirst": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -492,7 +636,25 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			require.Empty(t, c.claim(t, at(50*time.Second)))
 			c.heartbeat(t, at(60*time.Second))
 			require.Equal(t, []uuid.UUID{stream}, c.claim(t, at(76*time.Second)))
-			require.Equal(t, []int{2, 2}, attemptsOf(c.fetch(t, at(76*time.Second), stream).Work))
+			require.Equal(t, []int{1, 1}, attemptsOf(c.fetch(t, at(76*time.Second), stream).Work), "released by the abandonment of a")
+		},
+		"CountsNoAttempt": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 2)
+			a.heartbeat(t, at(0))
+			lease := 10 * time.Second
+			ids := workIDs(a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: lease, Now: at(0)}).Work)
+			require.Len(t, ids, 2)
+
+			require.Equal(t, 2, a.renew(t, at(5*time.Second), lease, ids...))
+			require.Equal(t, 2, a.renew(t, at(20*time.Second), lease, ids...), "nobody took the expired leases over: they are still a's")
+
+			res := a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: lease, Now: at(21 * time.Second)})
+			require.Equal(t, ids, workIDs(res.Work))
+			require.Equal(t, []int{0, 0}, attemptsOf(res.Work), "renewals are no attempts")
 		},
 		"FencedToHolder": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -526,6 +688,50 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			require.Len(t, work, 1, "b took over the expired lease of dead a")
 
 			require.Zero(t, a.renew(t, at(46*time.Second), time.Minute, workIDs(work)...))
+		},
+	})
+}
+
+// runTransient verifies that the adapter reports a lost connection as
+// ports.ErrTransient, and recovers from it, with calls that change nothing
+// the case depends on, so the failure is all it observes.
+func runTransient(t *testing.T, newBackend NewBackendFunc, breakConnections func(t *testing.T, b ports.Backend)) {
+	t.Helper()
+	const name = "ErrTransient"
+	if breakConnections == nil {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			t.Skip("Features.BreakConnections is nil: the adapter has no connection to lose")
+		})
+		return
+	}
+
+	group(t, name, map[string]func(t *testing.T){
+		"LostConnectionOnHeartbeat": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := &instance{id: newID(t), b: tb.backend}
+			a.heartbeat(t, at(0))
+
+			breakConnections(t, tb.backend)
+			_, err := a.b.Claimer.InstanceHeartbeat(t.Context(), &ports.InstanceHeartbeatParams{
+				InstanceID: a.id, ServiceName: "conformance", StaleThreshold: staleThreshold, Now: at(time.Second),
+			})
+			require.ErrorIs(t, err, ports.ErrTransient, "a lost connection may pass: the engine retries, never charging an event")
+
+			a.heartbeat(t, at(2*time.Second))
+		},
+		"LostConnectionOnRead": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			list := func() error {
+				_, err := tb.backend.Claimer.InstancesList(t.Context())
+				return err
+			}
+			require.NoError(t, list())
+
+			breakConnections(t, tb.backend)
+			require.ErrorIs(t, list(), ports.ErrTransient, "a lost connection may pass: the engine retries, never charging an event")
+
+			require.NoError(t, list(), "the next call reconnects")
 		},
 	})
 }

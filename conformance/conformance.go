@@ -63,15 +63,15 @@ type NewBackendFunc func(t *testing.T) Opener
 // and returns before they finish, like any parallel t.Run.
 func Run(t *testing.T, newBackend NewBackendFunc, features Features) {
 	t.Helper()
-	_ = features // no case depends on it yet: optional ports are detected from the Backend
-	runPorts(t, newBackend)
+	runPorts(t, newBackend, features)
 	runEngine(t, newBackend)
 }
 
 // runPorts runs the contract tests of every port, one group per port method.
 // The groups of an optional port are skipped when the adapter leaves its
-// Backend field nil.
-func runPorts(t *testing.T, newBackend NewBackendFunc) {
+// Backend field nil, and those of an optional feature when features lacks
+// it.
+func runPorts(t *testing.T, newBackend NewBackendFunc, features Features) {
 	t.Helper()
 
 	runClaimer(t, newBackend)
@@ -81,6 +81,7 @@ func runPorts(t *testing.T, newBackend NewBackendFunc) {
 	runDeadLetters(t, newBackend)
 	runEvents(t, newBackend)
 	runModels(t, newBackend)
+	runTransient(t, newBackend, features.BreakConnections)
 
 	probe := newBackend(t)(t) // tells which optional ports the adapter implements
 	runLifecycle(t, newBackend, probe.Lifecycle != nil)

@@ -243,7 +243,7 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			a.heartbeat(t, at(0))
 			work := a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: 40 * time.Second, Now: at(0)}).Work
 			b.heartbeat(t, at(20*time.Second))
-			require.Equal(t, []int{2}, attemptsOf(b.fetch(t, at(45*time.Second), stream).Work), "b took over the expired lease of dead a")
+			require.Equal(t, []int{1}, attemptsOf(b.fetch(t, at(45*time.Second), stream).Work), "b took over the expired lease of dead a")
 
 			res := a.complete(t, at(46*time.Second), ports.Completion{
 				StreamID: stream, Perspective: perspective,
@@ -251,7 +251,7 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			})
 
 			require.Zero(t, res.Completed)
-			require.Equal(t, []int{2}, attemptsOf(b.fetch(t, at(47*time.Second), stream).Work), "the row is still b's")
+			require.Equal(t, workIDs(work), workIDs(b.fetch(t, at(47*time.Second), stream).Work), "the row is still b's")
 		},
 		"FencedToHolder": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 2)
@@ -261,7 +261,7 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			res := b.complete(t, at(time.Second), f.completion(2, 1, 2))
 
 			require.Zero(t, res.Completed)
-			require.Equal(t, []int{1, 1}, attemptsOf(f.a.fetch(t, at(2*time.Second), f.stream).Work), "the rows are still a's")
+			require.Equal(t, workIDs(f.work), workIDs(f.a.fetch(t, at(2*time.Second), f.stream).Work), "the rows are still a's")
 		},
 		"FullListLeavesNoRewind": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 3)
@@ -296,7 +296,7 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			})
 
 			requireNoWork(t, b.fetch(t, at(3*time.Second), f.stream))
-			require.Equal(t, []int{2}, attemptsOf(f.a.fetch(t, at(3*time.Second), f.stream).Work))
+			require.Equal(t, workIDs(f.work[1:]), workIDs(f.a.fetch(t, at(3*time.Second), f.stream).Work), "a still owns the stream")
 		},
 		"NeverCompletesOtherPerspectives": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -338,6 +338,18 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			require.Zero(t, res.Completed)
 			require.Equal(t, other, a.fetch(t, at(2*time.Second), streams[1]).Work)
 		},
+		"RecoversRequeuedDeadLetter": func(t *testing.T) {
+			f := setupDeadLetters(t, newBackend, 2)
+			requeue(t, f.tb.backend, f.dead[0].ID, gen2, at(10*time.Second))
+			require.Equal(t, []int64{1}, versionsOf(f.a.fetch(t, at(10*time.Second), f.stream).Work))
+
+			f.a.complete(t, at(11*time.Second), f.completion(1, 1))
+
+			dl := f.get(t, f.dead[0].ID)
+			require.Equal(t, ports.DeadLetterRecovered, dl.Status, "its requeued row was applied")
+			requireTime(t, at(11*time.Second), dl.ResolvedAt, "ResolvedAt")
+			require.Equal(t, ports.DeadLetterDead, f.get(t, f.dead[1].ID).Status, "a dead letter that was not requeued stays dead")
+		},
 		"UnpinsDrainedStreams": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 1)
 			b := f.tb.instance(t)
@@ -352,15 +364,113 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 	})
 
 	group(t, "WorkFail", map[string]func(t *testing.T){
-		"DoesNotCountAsAttempt": func(t *testing.T) {
-			f := setupDrain(t, newBackend, 1)
-			f.a.fail(t, at(time.Second), ports.Failure{
-				StreamID: f.stream, Perspective: perspective,
-				FailedWorkIDs: workIDs(f.work), Error: "boom", RetryAt: at(2 * time.Second),
+		"CountsAnAttemptOnFailedRows": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 2)
+			failV1 := func(now time.Time) {
+				t.Helper()
+				f.a.fail(t, now, ports.Failure{
+					StreamID: f.stream, Perspective: perspective,
+					FailedWorkIDs: workIDs(f.work[:1]), Error: "boom", RetryAt: now.Add(time.Second),
+				})
+			}
+
+			failV1(at(time.Second))
+			require.Equal(t, []uuid.UUID{f.stream}, f.a.claim(t, at(3*time.Second)))
+			require.Equal(t, []int{1, 0}, attemptsOf(f.a.fetch(t, at(3*time.Second), f.stream).Work), "one failure; version 2 did not fail")
+			failV1(at(4 * time.Second))
+			require.Equal(t, []uuid.UUID{f.stream}, f.a.claim(t, at(6*time.Second)))
+			require.Equal(t, []int{2, 0}, attemptsOf(f.a.fetch(t, at(6*time.Second), f.stream).Work), "each failure counts")
+		},
+		"FailedEventAddsAttemptToItsPendingRow": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a, b := tb.pair(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			events := appendEvents(t, tb.backend, stream, at(0), newEvent(eventType, 1), newEvent(eventType, 3)).Events
+			a.heartbeat(t, at(0))
+			a.complete(t, at(time.Second), ports.Completion{
+				StreamID: stream, Perspective: perspective,
+				LastEventID: events[1].ID, LastVersion: 3, WorkIDs: workIDs(a.fetch(t, at(0), stream).Work),
+			})
+			late := appendEvents(t, tb.backend, stream, at(2*time.Second), newEvent(eventType, 2)).Events[0]
+			row := a.fetch(t, at(3*time.Second), stream).Work
+			require.Equal(t, []int64{2}, versionsOf(row))
+			b.heartbeat(t, at(3*time.Second))
+
+			// A rewind replaying every event failed on the late one, which
+			// has a pending row, held by a: the failure is charged to it.
+			b.fail(t, at(4*time.Second), ports.Failure{
+				StreamID: stream, Perspective: perspective,
+				FailedEventID: late.ID, FailedEventVersion: 2, Error: "replay failed", RetryAt: at(time.Minute),
 			})
 
-			require.Equal(t, []uuid.UUID{f.stream}, f.a.claim(t, at(3*time.Second)))
-			require.Equal(t, []int{2}, attemptsOf(f.a.fetch(t, at(3*time.Second), f.stream).Work), "two claims, one failure")
+			requireNoWork(t, a.fetch(t, at(5*time.Second), stream))
+			a.heartbeat(t, at(61*time.Second))
+			res := a.fetch(t, at(61*time.Second), stream)
+			require.Equal(t, workIDs(row), workIDs(res.Work), "no second row for the event")
+			require.Equal(t, []int{1}, attemptsOf(res.Work), "a failed row, whoever held it")
+			cur := mustCursor(t, tb.backend, stream, perspective)
+			require.Equal(t, int64(3), cur.LastVersion)
+			require.True(t, cur.Status.Has(ports.CursorFailed), "status %s", cur.Status)
+			require.Equal(t, "replay failed", cur.Error)
+			requireRewind(t, cur, late, at(4*time.Second), at(2*time.Second))
+		},
+		"FailedEventKeepsEarlierRewindTrigger": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 4)
+			require.Equal(t, 1, f.a.complete(t, at(time.Second), f.completion(4, 2, 3, 4)).RewindsFlagged, "version 1 straggles")
+
+			f.a.fail(t, at(2*time.Second), ports.Failure{
+				StreamID: f.stream, Perspective: perspective,
+				FailedEventID: f.events[2].ID, FailedEventVersion: 3, Error: "replay failed", RetryAt: at(time.Minute),
+			})
+
+			requireRewind(t, f.cursor(t), f.events[0], at(2*time.Second), at(time.Second))
+			f.a.heartbeat(t, at(61*time.Second))
+			res := f.a.fetch(t, at(61*time.Second), f.stream)
+			require.Equal(t, []int64{1, 3}, versionsOf(res.Work))
+			require.Equal(t, []int{0, 1}, attemptsOf(res.Work))
+		},
+		"FailedEventStoresRowWithoutOne": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a, b := tb.pair(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			events := appendN(t, tb.backend, stream, at(0), eventType, 3)
+			a.heartbeat(t, at(0))
+			a.complete(t, at(time.Second), ports.Completion{
+				StreamID: stream, Perspective: perspective,
+				LastEventID: events[2].ID, LastVersion: 3, WorkIDs: workIDs(a.fetch(t, at(0), stream).Work),
+			})
+			requireNoRewind(t, mustCursor(t, tb.backend, stream, perspective))
+
+			// A rewind replaying every event failed on version 2, applied long
+			// ago: no pending row of the pair refers to it.
+			a.fail(t, at(2*time.Second), ports.Failure{
+				StreamID: stream, Perspective: perspective,
+				FailedEventID: events[1].ID, FailedEventVersion: 2, Error: "replay failed", RetryAt: at(time.Minute),
+			})
+
+			cur := mustCursor(t, tb.backend, stream, perspective)
+			require.Equal(t, int64(3), cur.LastVersion)
+			require.True(t, cur.Status.Has(ports.CursorFailed), "status %s", cur.Status)
+			requireRewind(t, cur, events[1], at(2*time.Second), at(2*time.Second))
+			// The ordering guard holds the pair until the retry time, even
+			// for an event appended meanwhile.
+			appendN(t, tb.backend, stream, at(3*time.Second), eventType, 1)
+			requireNoWork(t, a.fetch(t, at(10*time.Second), stream))
+			require.Empty(t, a.claim(t, at(10*time.Second)))
+
+			// a is dead at(61s) and b, joining, abandons nobody: had the row
+			// been leased to a, b would take it over with a second attempt.
+			require.True(t, b.heartbeat(t, at(61*time.Second)).Rejoined)
+			res := b.fetch(t, at(61*time.Second), stream)
+			require.Equal(t, []int64{2, 4}, versionsOf(res.Work))
+			require.Equal(t, events[1].ID, res.Work[0].EventID)
+			require.Equal(t, []int{1, 0}, attemptsOf(res.Work), "the replay failure is charged to version 2")
+			require.Equal(t, []int64{2, 4}, []int64{res.Events[0].Version, res.Events[1].Version})
+			dl, moved := b.moveWith(t, ports.DeadLetterMoveParams{WorkID: res.Work[0].WorkID, Now: at(62 * time.Second)})
+			require.True(t, moved)
+			require.Equal(t, "replay failed", dl.Error, "the row keeps the error")
 		},
 		"FencedToHolder": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 2)
@@ -375,7 +485,7 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 
 			res := f.a.fetch(t, at(2*time.Second), f.stream)
 			require.Equal(t, []int64{1, 2}, versionsOf(res.Work), "neither completed nor released")
-			require.Equal(t, []int{1, 1}, attemptsOf(res.Work))
+			require.Equal(t, []int{0, 0}, attemptsOf(res.Work), "b's failure counts nothing against a's rows")
 		},
 		"KeepsPositionWithoutLastVersion": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 2)
@@ -414,7 +524,7 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, []uuid.UUID{f.stream}, f.a.claim(t, at(61*time.Second)))
 			res := f.a.fetch(t, at(61*time.Second), f.stream)
 			require.Equal(t, []int64{2, 3}, versionsOf(res.Work), "version 1 completed")
-			require.Equal(t, []int{2, 1}, attemptsOf(res.Work), "version 3 stayed leased to a")
+			require.Equal(t, []int{1, 0}, attemptsOf(res.Work), "version 2 failed once, version 3 stayed leased to a")
 		},
 	})
 }

@@ -1,6 +1,8 @@
 package conformance
 
 import (
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,11 +12,49 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
+// Deploy generations of the dead-letter cases.
+const (
+	gen1 = "g1"
+	gen2 = "g2"
+	gen3 = "g3"
+)
+
 // runDeadLetters verifies ports.DeadLetterStore.
 func runDeadLetters(t *testing.T, newBackend NewBackendFunc) {
 	t.Helper()
 
 	group(t, "DeadLetterMove", map[string]func(t *testing.T){
+		"AttemptsAreTheLargerOfRowAndParams": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 2)
+			for _, now := range []time.Time{at(time.Second), at(3 * time.Second)} {
+				f.a.fail(t, now, ports.Failure{
+					StreamID: f.stream, Perspective: perspective,
+					FailedWorkIDs: workIDs(f.work[:1]), Error: "boom", RetryAt: now.Add(time.Second),
+				})
+				f.a.fetch(t, now.Add(time.Second), f.stream)
+			}
+
+			failed, moved := f.a.moveWith(t, ports.DeadLetterMoveParams{WorkID: f.work[0].WorkID, Attempts: 1, Now: at(5 * time.Second)})
+			require.True(t, moved)
+			fresh, moved := f.a.moveWith(t, ports.DeadLetterMoveParams{WorkID: f.work[1].WorkID, Attempts: 3, Now: at(5 * time.Second)})
+			require.True(t, moved)
+
+			require.Equal(t, 2, failed.Attempts, "the row recorded two failures")
+			require.Equal(t, 3, fresh.Attempts, "the engine counts the apply that just failed")
+		},
+		"EmptyErrorKeepsRowError": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 1)
+			f.a.fail(t, at(time.Second), ports.Failure{
+				StreamID: f.stream, Perspective: perspective,
+				FailedWorkIDs: workIDs(f.work), Error: "apply failed", RetryAt: at(time.Second),
+			})
+
+			dl, moved := f.a.moveWith(t, ports.DeadLetterMoveParams{WorkID: f.work[0].WorkID, Reason: ports.ReasonTimedOut, Now: at(2 * time.Second)})
+
+			require.True(t, moved)
+			require.Equal(t, "apply failed", dl.Error, "the error the row recorded")
+			require.Equal(t, ports.ReasonTimedOut, dl.Reason)
+		},
 		"IdempotentWhenRowGone": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 1)
 			_, moved := f.a.deadLetter(t, at(time.Second), f.work[0].WorkID)
@@ -29,7 +69,9 @@ func runDeadLetters(t *testing.T, newBackend NewBackendFunc) {
 		"MovesRowAtomically": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 1)
 
-			dl, moved := f.a.deadLetter(t, at(time.Second), f.work[0].WorkID)
+			dl, moved := f.a.moveWith(t, ports.DeadLetterMoveParams{
+				WorkID: f.work[0].WorkID, Generation: gen1, Reason: ports.ReasonFailed, Error: "boom", Attempts: 3, Now: at(time.Second),
+			})
 
 			require.True(t, moved)
 			require.NotEqual(t, uuid.Nil, dl.ID)
@@ -42,16 +84,48 @@ func runDeadLetters(t *testing.T, newBackend NewBackendFunc) {
 				Perspective:  perspective,
 				EventID:      f.events[0].ID,
 				EventVersion: 1,
-				Attempts:     1,
-				Reason:       ports.ReasonMaxAttemptsExceeded,
+				Attempts:     3,
+				Reason:       ports.ReasonFailed,
 				Error:        "boom",
 				InstanceID:   f.a.id,
+				Generation:   gen1,
+				Status:       ports.DeadLetterDead,
 			}, dl)
 			requireNoWork(t, f.a.fetch(t, at(2*time.Second), f.stream))
 			listed := listDeadLetters(t, f.tb.backend, ports.DeadLettersListParams{})
 			require.Len(t, listed, 1)
 			require.Equal(t, dl.ID, listed[0].ID)
 			require.Equal(t, f.work[0].WorkID, listed[0].WorkID)
+			require.Equal(t, ports.DeadLetterDead, listed[0].Status)
+		},
+		"RequeuedRowUpdatesItsDeadLetter": func(t *testing.T) {
+			f := setupDeadLetters(t, newBackend, 1)
+			first := f.dead[0]
+			requeue(t, f.tb.backend, first.ID, gen2, at(2*time.Second))
+			b := f.tb.instance(t)
+			b.heartbeat(t, at(3*time.Second))
+			f.a.heartbeat(t, at(3*time.Second))
+			require.Len(t, f.a.fetch(t, at(3*time.Second), f.stream).Work, 1)
+
+			again, moved := b.moveWith(t, ports.DeadLetterMoveParams{
+				WorkID: first.WorkID, Generation: gen2, Reason: ports.ReasonUndecodable, Error: "again", Attempts: 2, Now: at(4 * time.Second),
+			})
+
+			require.True(t, moved)
+			require.Equal(t, first.ID, again.ID, "the same dead letter, not a second one")
+			require.Equal(t, first.WorkID, again.WorkID)
+			require.Equal(t, ports.DeadLetterDead, again.Status)
+			require.Equal(t, ports.ReasonUndecodable, again.Reason)
+			require.Equal(t, "again", again.Error)
+			require.Equal(t, 2, again.Attempts)
+			require.Equal(t, b.id, again.InstanceID)
+			require.Equal(t, gen2, again.Generation)
+			requireTime(t, at(4*time.Second), again.DeadLetteredAt, "DeadLetteredAt")
+			require.Equal(t, 1, again.Requeues)
+			require.Equal(t, gen2, again.RequeueGeneration, "failed again on the generation it was requeued on")
+			requireTime(t, at(2*time.Second), again.RequeuedAt, "RequeuedAt")
+			require.True(t, again.ResolvedAt.IsZero())
+			require.Equal(t, []ports.DeadLetter{again}, listDeadLetters(t, f.tb.backend, ports.DeadLettersListParams{}))
 		},
 		"UnblocksLaterRows": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 2)
@@ -69,6 +143,19 @@ func runDeadLetters(t *testing.T, newBackend NewBackendFunc) {
 	})
 
 	group(t, "DeadLetterRequeue", map[string]func(t *testing.T){
+		"ConflictForRequeuedOrRecovered": func(t *testing.T) {
+			f := setupDeadLetters(t, newBackend, 1)
+			id := f.dead[0].ID
+			requeue(t, f.tb.backend, id, gen1, at(2*time.Second))
+
+			err := f.tb.backend.DeadLetters.DeadLetterRequeue(t.Context(), &ports.DeadLetterRequeueParams{ID: id, Now: at(3 * time.Second)})
+			require.ErrorIs(t, err, ports.ErrVersionConflict, "its row is pending already")
+
+			f.recoverAll(t, at(4*time.Second))
+			err = f.tb.backend.DeadLetters.DeadLetterRequeue(t.Context(), &ports.DeadLetterRequeueParams{ID: id, Now: at(5 * time.Second)})
+			require.ErrorIs(t, err, ports.ErrVersionConflict, "its row was applied")
+			require.Equal(t, 1, f.get(t, id).Requeues, "the refused requeues counted nothing")
+		},
 		"FlagsRewindWhenCursorPast": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 2)
 			dl, moved := f.a.deadLetter(t, at(time.Second), f.work[0].WorkID)
@@ -76,7 +163,7 @@ func runDeadLetters(t *testing.T, newBackend NewBackendFunc) {
 			require.Zero(t, f.a.complete(t, at(2*time.Second), f.completion(2, 2)).RewindsFlagged)
 			requireNoRewind(t, f.cursor(t))
 
-			requeue(t, f.tb.backend, dl.ID, at(3*time.Second))
+			requeue(t, f.tb.backend, dl.ID, "", at(3*time.Second))
 
 			requireRewind(t, f.cursor(t), f.events[0], at(3*time.Second), at(3*time.Second))
 		},
@@ -87,23 +174,83 @@ func runDeadLetters(t *testing.T, newBackend NewBackendFunc) {
 
 			require.ErrorIs(t, err, ports.ErrNotFound)
 		},
+		"RequeuesIgnored": func(t *testing.T) {
+			f := setupDeadLetters(t, newBackend, 1)
+			id := f.dead[0].ID
+			ignore(t, f.tb.backend, id, at(2*time.Second))
+
+			requeue(t, f.tb.backend, id, gen2, at(3*time.Second))
+
+			dl := f.get(t, id)
+			require.Equal(t, ports.DeadLetterRequeued, dl.Status, "an operator may change their mind")
+			require.True(t, dl.ResolvedAt.IsZero(), "a requeued dead letter is not resolved, got %s", dl.ResolvedAt)
+			require.Equal(t, []uuid.UUID{dl.WorkID}, workIDs(f.a.fetch(t, at(4*time.Second), f.stream).Work))
+		},
 		"RestoresPendingRow": func(t *testing.T) {
-			f := setupDrain(t, newBackend, 1)
-			dl, moved := f.a.deadLetter(t, at(time.Second), f.work[0].WorkID)
-			require.True(t, moved)
+			f := setupDeadLetters(t, newBackend, 1)
+			id := f.dead[0].ID
 
-			requeue(t, f.tb.backend, dl.ID, at(2*time.Second))
+			requeue(t, f.tb.backend, id, gen2, at(2*time.Second))
 
-			require.Empty(t, listDeadLetters(t, f.tb.backend, ports.DeadLettersListParams{}))
-			err := f.tb.backend.DeadLetters.DeadLetterRequeue(t.Context(), &ports.DeadLetterRequeueParams{ID: dl.ID, Now: at(3 * time.Second)})
-			require.ErrorIs(t, err, ports.ErrNotFound, "a dead letter is requeued once")
+			dl := f.get(t, id)
+			require.Equal(t, ports.DeadLetterRequeued, dl.Status)
+			require.Equal(t, 1, dl.Requeues)
+			require.Equal(t, gen2, dl.RequeueGeneration)
+			requireTime(t, at(2*time.Second), dl.RequeuedAt, "RequeuedAt")
+			require.Equal(t, gen1, dl.Generation, "the generation it failed on")
+			require.True(t, dl.ResolvedAt.IsZero())
 			require.Equal(t, []uuid.UUID{f.stream}, f.a.claim(t, at(3*time.Second)))
 			work := f.a.fetch(t, at(3*time.Second), f.stream).Work
 			require.Len(t, work, 1)
+			require.Equal(t, dl.WorkID, work[0].WorkID, "under its original work id")
 			require.Equal(t, f.events[0].ID, work[0].EventID)
 			require.Equal(t, perspective, work[0].Perspective)
 			require.Equal(t, int64(1), work[0].EventVersion)
-			require.Equal(t, 1, work[0].Attempts, "attempts restart from zero")
+			require.Zero(t, work[0].Attempts, "attempts restart from zero")
+		},
+		"WakesListeners": func(t *testing.T) {
+			f := setupDeadLetters(t, newBackend, 1)
+			wakes := listen(t.Context(), t, f.tb.backend)
+
+			requeue(t, f.tb.backend, f.dead[0].ID, gen2, at(2*time.Second))
+
+			requireWake(t, wakes)
+		},
+	})
+
+	group(t, "DeadLetterIgnore", map[string]func(t *testing.T){
+		"ConflictForRequeuedOrRecovered": func(t *testing.T) {
+			f := setupDeadLetters(t, newBackend, 1)
+			id := f.dead[0].ID
+			requeue(t, f.tb.backend, id, gen1, at(2*time.Second))
+
+			err := f.tb.backend.DeadLetters.DeadLetterIgnore(t.Context(), &ports.DeadLetterIgnoreParams{ID: id, Now: at(3 * time.Second)})
+			require.ErrorIs(t, err, ports.ErrVersionConflict, "its row is pending again")
+
+			f.recoverAll(t, at(4*time.Second))
+			err = f.tb.backend.DeadLetters.DeadLetterIgnore(t.Context(), &ports.DeadLetterIgnoreParams{ID: id, Now: at(5 * time.Second)})
+			require.ErrorIs(t, err, ports.ErrVersionConflict, "its row was applied")
+			require.Equal(t, ports.DeadLetterRecovered, f.get(t, id).Status)
+		},
+		"MarksIgnoredIdempotently": func(t *testing.T) {
+			f := setupDeadLetters(t, newBackend, 1)
+			id := f.dead[0].ID
+
+			ignore(t, f.tb.backend, id, at(2*time.Second))
+			ignore(t, f.tb.backend, id, at(3*time.Second))
+
+			dl := f.get(t, id)
+			require.Equal(t, ports.DeadLetterIgnored, dl.Status)
+			requireTime(t, at(2*time.Second), dl.ResolvedAt, "ResolvedAt")
+			require.Zero(t, dl.Requeues)
+			requireNoWork(t, f.a.fetch(t, at(4*time.Second), f.stream))
+		},
+		"NotFoundForUnknownID": func(t *testing.T) {
+			tb := setup(t, newBackend)
+
+			err := tb.backend.DeadLetters.DeadLetterIgnore(t.Context(), &ports.DeadLetterIgnoreParams{ID: newID(t), Now: at(0)})
+
+			require.ErrorIs(t, err, ports.ErrNotFound)
 		},
 	})
 
@@ -148,7 +295,203 @@ func runDeadLetters(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, []uuid.UUID{s1p1}, list(ports.DeadLettersListParams{Perspective: perspective, StreamID: streams[0]}))
 			require.Equal(t, []uuid.UUID{s1p1, s1p2}, list(ports.DeadLettersListParams{Limit: 2}))
 		},
+		"FiltersByStatus": func(t *testing.T) {
+			f := setupDeadLetters(t, newBackend, 4)
+			requeue(t, f.tb.backend, f.dead[1].ID, gen2, at(10*time.Second))
+			requeue(t, f.tb.backend, f.dead[2].ID, gen2, at(10*time.Second))
+			ignore(t, f.tb.backend, f.dead[3].ID, at(10*time.Second))
+			// Version 2's requeued row is applied: its dead letter recovers.
+			f.a.heartbeat(t, at(11*time.Second))
+			work := f.a.fetch(t, at(11*time.Second), f.stream).Work
+			require.Equal(t, []int64{2, 3}, versionsOf(work))
+			f.a.complete(t, at(12*time.Second), f.completion(2, 2))
+			ids := func(status ports.DeadLetterStatus) []uuid.UUID {
+				t.Helper()
+				var out []uuid.UUID
+				for _, dl := range listDeadLetters(t, f.tb.backend, ports.DeadLettersListParams{Status: status}) {
+					require.Equal(t, status, dl.Status)
+					out = append(out, dl.ID)
+				}
+				return out
+			}
+
+			require.Equal(t, []uuid.UUID{f.dead[0].ID}, ids(ports.DeadLetterDead))
+			require.Equal(t, []uuid.UUID{f.dead[2].ID}, ids(ports.DeadLetterRequeued))
+			require.Equal(t, []uuid.UUID{f.dead[1].ID}, ids(ports.DeadLetterRecovered))
+			require.Equal(t, []uuid.UUID{f.dead[3].ID}, ids(ports.DeadLetterIgnored))
+			require.Len(t, listDeadLetters(t, f.tb.backend, ports.DeadLettersListParams{}), 4, "no Status keeps every status")
+		},
+		"OrdersByLastDeadLettered": func(t *testing.T) {
+			f := setupDeadLetters(t, newBackend, 2)
+			first, second := f.dead[0], f.dead[1]
+			requeue(t, f.tb.backend, first.ID, gen2, at(10*time.Second))
+			f.a.heartbeat(t, at(10*time.Second))
+			require.Len(t, f.a.fetch(t, at(10*time.Second), f.stream).Work, 1)
+
+			_, moved := f.a.moveWith(t, ports.DeadLetterMoveParams{WorkID: first.WorkID, Generation: gen2, Now: at(11 * time.Second)})
+			require.True(t, moved)
+
+			var ids []uuid.UUID
+			for _, dl := range listDeadLetters(t, f.tb.backend, ports.DeadLettersListParams{}) {
+				ids = append(ids, dl.ID)
+			}
+			require.Equal(t, []uuid.UUID{second.ID, first.ID}, ids, "the first one was dead-lettered again, last")
+		},
 	})
+
+	group(t, "DeadLettersRecover", map[string]func(t *testing.T){
+		"ConcurrentCallersRequeueOnce": func(t *testing.T) {
+			const n, callers = 12, 4
+			f := setupDeadLetters(t, newBackend, n)
+
+			var mu sync.Mutex
+			var recovered []uuid.UUID
+			errs := make([]error, callers)
+			var wg sync.WaitGroup
+			for i := range callers {
+				b := f.tb.open(t)
+				wg.Go(func() {
+					for {
+						dls, err := b.DeadLetters.DeadLettersRecover(t.Context(), &ports.DeadLettersRecoverParams{Generation: gen2, Limit: 2, Now: at(time.Minute)})
+						if err != nil || len(dls) == 0 {
+							errs[i] = err
+							return
+						}
+						mu.Lock()
+						for _, dl := range dls {
+							recovered = append(recovered, dl.ID)
+						}
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+
+			for _, err := range errs {
+				require.NoError(t, err)
+			}
+			require.ElementsMatch(t, f.ids(), recovered, "every dead letter requeued once between the callers")
+			for _, dl := range listDeadLetters(t, f.tb.backend, ports.DeadLettersListParams{}) {
+				require.Equal(t, 1, dl.Requeues, "dead letter %s", dl.ID)
+			}
+		},
+		"RejectsInvalidArguments": func(t *testing.T) {
+			f := setupDeadLetters(t, newBackend, 1)
+
+			for name, p := range map[string]ports.DeadLettersRecoverParams{
+				"EmptyGeneration": {Limit: 1, Now: at(time.Minute)},
+				"ZeroLimit":       {Generation: gen2, Now: at(time.Minute)},
+				"NegativeLimit":   {Generation: gen2, Limit: -1, Now: at(time.Minute)},
+			} {
+				_, err := f.tb.backend.DeadLetters.DeadLettersRecover(t.Context(), &p)
+				require.ErrorIs(t, err, ports.ErrInvalidArgument, name)
+			}
+			require.Equal(t, ports.DeadLetterDead, f.get(t, f.dead[0].ID).Status, "nothing was requeued")
+		},
+		"RequeuesOldestFirstUpToLimit": func(t *testing.T) {
+			f := setupDeadLetters(t, newBackend, 3)
+
+			got := recoverDeadLetters(t, f.tb.backend, gen2, 2, at(time.Minute))
+
+			require.Len(t, got, 2)
+			for i, dl := range got {
+				require.Equal(t, f.dead[i].ID, dl.ID, "oldest first")
+				require.Equal(t, ports.DeadLetterRequeued, dl.Status, "returned as they are after the requeue")
+				require.Equal(t, 1, dl.Requeues)
+				require.Equal(t, gen2, dl.RequeueGeneration)
+				requireTime(t, at(time.Minute), dl.RequeuedAt, "RequeuedAt")
+				require.Equal(t, f.get(t, dl.ID), dl)
+			}
+			require.Equal(t, []uuid.UUID{f.dead[2].ID}, idsOf(recoverDeadLetters(t, f.tb.backend, gen2, 2, at(time.Minute))))
+			require.Empty(t, recoverDeadLetters(t, f.tb.backend, gen2, 2, at(time.Minute)))
+			f.a.heartbeat(t, at(time.Minute))
+			require.Equal(t, []int64{1, 2, 3}, versionsOf(f.a.fetch(t, at(time.Minute), f.stream).Work), "the rows are pending again")
+		},
+		"SkipsDeadLettersOfItsGeneration": func(t *testing.T) {
+			f := setupDeadLetters(t, newBackend, 1)
+
+			require.Empty(t, recoverDeadLetters(t, f.tb.backend, gen1, 10, at(time.Minute)), "it failed on this generation's code")
+			require.Equal(t, f.ids(), idsOf(recoverDeadLetters(t, f.tb.backend, gen2, 10, at(time.Minute))))
+		},
+		"SkipsDeadLettersRequeuedOnItsGeneration": func(t *testing.T) {
+			f := setupDeadLetters(t, newBackend, 1)
+			dl := f.dead[0]
+			requeue(t, f.tb.backend, dl.ID, gen2, at(2*time.Second))
+			f.a.heartbeat(t, at(3*time.Second))
+			require.Len(t, f.a.fetch(t, at(3*time.Second), f.stream).Work, 1)
+			// An instance still running gen1 gives up on it again.
+			_, moved := f.a.moveWith(t, ports.DeadLetterMoveParams{WorkID: dl.WorkID, Generation: gen1, Now: at(4 * time.Second)})
+			require.True(t, moved)
+
+			require.Empty(t, recoverDeadLetters(t, f.tb.backend, gen2, 10, at(time.Minute)), "gen2 already retried it")
+			require.Equal(t, f.ids(), idsOf(recoverDeadLetters(t, f.tb.backend, gen3, 10, at(time.Minute))))
+		},
+		"SkipsIgnored": func(t *testing.T) {
+			f := setupDeadLetters(t, newBackend, 2)
+			ignore(t, f.tb.backend, f.dead[0].ID, at(2*time.Second))
+
+			require.Equal(t, []uuid.UUID{f.dead[1].ID}, idsOf(recoverDeadLetters(t, f.tb.backend, gen2, 10, at(time.Minute))))
+			require.Equal(t, ports.DeadLetterIgnored, f.get(t, f.dead[0].ID).Status)
+		},
+	})
+}
+
+// deadLetterFixture is a stream whose rows were all dead-lettered by a on
+// gen1, version 1 first, one second apart from at(1s).
+type deadLetterFixture struct {
+	*drainFixture
+	dead []ports.DeadLetter // in version order
+}
+
+// setupDeadLetters appends n events for one perspective, has a fetch them
+// at(0) and dead-letter them in version order.
+func setupDeadLetters(t *testing.T, newBackend NewBackendFunc, n int) *deadLetterFixture {
+	t.Helper()
+	f := &deadLetterFixture{drainFixture: setupDrain(t, newBackend, n)}
+	for i, w := range f.work {
+		dl, moved := f.a.moveWith(t, ports.DeadLetterMoveParams{
+			WorkID: w.WorkID, Generation: gen1, Reason: ports.ReasonFailed, Error: "boom", Now: at(time.Duration(i+1) * time.Second),
+		})
+		require.True(t, moved)
+		f.dead = append(f.dead, dl)
+	}
+	return f
+}
+
+// ids returns the ids of the fixture's dead letters.
+func (f *deadLetterFixture) ids() []uuid.UUID { return idsOf(f.dead) }
+
+// get returns the dead letter id as listed.
+func (f *deadLetterFixture) get(t *testing.T, id uuid.UUID) ports.DeadLetter {
+	t.Helper()
+	all := listDeadLetters(t, f.tb.backend, ports.DeadLettersListParams{})
+	i := slices.IndexFunc(all, func(dl ports.DeadLetter) bool { return dl.ID == id })
+	require.GreaterOrEqual(t, i, 0, "dead letter %s is not listed", id)
+	return all[i]
+}
+
+// recoverAll has a apply and complete every pending row of the stream at
+// now, recovering the requeued dead letters among them.
+func (f *deadLetterFixture) recoverAll(t *testing.T, now time.Time) {
+	t.Helper()
+	f.a.heartbeat(t, now)
+	work := f.a.fetch(t, now, f.stream).Work
+	require.NotEmpty(t, work)
+	last := work[len(work)-1]
+	f.a.complete(t, now, ports.Completion{
+		StreamID: f.stream, Perspective: perspective,
+		LastEventID: last.EventID, LastVersion: last.EventVersion, WorkIDs: workIDs(work),
+	})
+}
+
+// moveWith moves p.WorkID to dead letters on behalf of in, which p need not
+// name.
+func (in *instance) moveWith(t *testing.T, p ports.DeadLetterMoveParams) (ports.DeadLetter, bool) {
+	t.Helper()
+	p.InstanceID = in.id
+	dl, moved, err := in.b.DeadLetters.DeadLetterMove(t.Context(), &p)
+	require.NoError(t, err)
+	return dl, moved
 }
 
 // listDeadLetters lists dead letters filtered by p.
@@ -159,8 +502,31 @@ func listDeadLetters(t *testing.T, b ports.Backend, p ports.DeadLettersListParam
 	return dls
 }
 
-// requeue requeues the dead letter id at now.
-func requeue(t *testing.T, b ports.Backend, id uuid.UUID, now time.Time) {
+// requeue requeues the dead letter id on generation at now.
+func requeue(t *testing.T, b ports.Backend, id uuid.UUID, generation string, now time.Time) {
 	t.Helper()
-	require.NoError(t, b.DeadLetters.DeadLetterRequeue(t.Context(), &ports.DeadLetterRequeueParams{ID: id, Now: now}))
+	require.NoError(t, b.DeadLetters.DeadLetterRequeue(t.Context(), &ports.DeadLetterRequeueParams{ID: id, Generation: generation, Now: now}))
+}
+
+// ignore ignores the dead letter id at now.
+func ignore(t *testing.T, b ports.Backend, id uuid.UUID, now time.Time) {
+	t.Helper()
+	require.NoError(t, b.DeadLetters.DeadLetterIgnore(t.Context(), &ports.DeadLetterIgnoreParams{ID: id, Now: now}))
+}
+
+// recoverDeadLetters recovers up to limit dead letters on generation at now.
+func recoverDeadLetters(t *testing.T, b ports.Backend, generation string, limit int, now time.Time) []ports.DeadLetter {
+	t.Helper()
+	dls, err := b.DeadLetters.DeadLettersRecover(t.Context(), &ports.DeadLettersRecoverParams{Generation: generation, Limit: limit, Now: now})
+	require.NoError(t, err)
+	return dls
+}
+
+// idsOf returns the ids of dls.
+func idsOf(dls []ports.DeadLetter) []uuid.UUID {
+	out := make([]uuid.UUID, len(dls))
+	for i, dl := range dls {
+		out[i] = dl.ID
+	}
+	return out
 }

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -9,6 +10,23 @@ import (
 
 	"github.com/vantage-go/vantage/ports"
 )
+
+// withIDs gives each event a fresh id, as a caller that may retry does.
+func withIDs(t *testing.T, events ...ports.NewEvent) []ports.NewEvent {
+	t.Helper()
+	for i, id := range newIDs(t, len(events)) {
+		events[i].ID = id
+	}
+	return events
+}
+
+// streamLength returns the number of events stored in stream.
+func streamLength(t *testing.T, b ports.Backend, stream uuid.UUID) int {
+	t.Helper()
+	events, err := b.Fetcher.EventsReadStream(t.Context(), &ports.EventsReadStreamParams{StreamID: stream})
+	require.NoError(t, err)
+	return len(events)
+}
 
 // runEvents verifies ports.EventStore.
 func runEvents(t *testing.T, newBackend NewBackendFunc) {
@@ -99,7 +117,7 @@ func runEvents(t *testing.T, newBackend NewBackendFunc) {
 			require.Len(t, work, 3)
 			for _, w := range work {
 				require.Equal(t, res.Events[w.EventVersion-1].ID, w.EventID)
-				require.Equal(t, 1, w.Attempts, "stored with zero attempts, claimed once")
+				require.Zero(t, w.Attempts, "stored with zero attempts; leasing counts none")
 			}
 		},
 		"FlagsLateArrivals": func(t *testing.T) {
@@ -180,6 +198,115 @@ func runEvents(t *testing.T, newBackend NewBackendFunc) {
 			require.ErrorIs(t, try(first, withID(fresh), withID(taken)), ports.ErrVersionConflict)
 			require.ErrorIs(t, try(other, withID(fresh), withID(fresh)), ports.ErrVersionConflict, "repeated in the batch")
 			require.NoError(t, try(first, withID(fresh)), "the failed batches stored nothing")
+		},
+		"RetryReturnsStoredEvents": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			params := ports.EventsAppendParams{StreamID: stream, Events: withIDs(t, newEvent(eventType, 0), newEvent(otherType, 0)), Now: at(0)}
+			first, err := tb.backend.Events.EventsAppend(t.Context(), &params)
+			require.NoError(t, err)
+			require.False(t, first.AlreadyStored)
+
+			// The first call took effect but its caller saw it fail (say, the
+			// connection broke after the commit), so it sends it again.
+			params.Now = at(time.Second)
+			again, err := tb.backend.Events.EventsAppend(t.Context(), &params)
+
+			require.NoError(t, err)
+			require.True(t, again.AlreadyStored)
+			require.Zero(t, again.WorkRows, "nothing stored now")
+			require.Len(t, again.Events, 2)
+			for i := range first.Events {
+				requireEvent(t, first.Events[i], again.Events[i])
+			}
+			require.Equal(t, 2, streamLength(t, tb.backend, stream), "no event stored twice")
+			a.heartbeat(t, at(time.Second))
+			require.Equal(t, []int64{1}, versionsOf(a.fetch(t, at(time.Second), stream).Work), "no work row stored twice")
+		},
+		"RetryChecksExpectedVersion": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			stream := newID(t)
+			first := withIDs(t, newEvent(eventType, 0), newEvent(eventType, 0))
+			second := withIDs(t, newEvent(eventType, 0))
+			try := func(expected int64, events []ports.NewEvent) (*ports.EventsAppendResult, error) {
+				t.Helper()
+				return tb.backend.Events.EventsAppend(t.Context(), &ports.EventsAppendParams{
+					StreamID: stream, ExpectedVersion: expected, Events: events, Now: at(time.Second),
+				})
+			}
+			_, err := try(ports.ExpectNoStream, first)
+			require.NoError(t, err)
+			_, err = try(2, second)
+			require.NoError(t, err)
+
+			for name, c := range map[string]struct {
+				expected int64
+				events   []ports.NewEvent
+				repeat   bool
+			}{
+				"FirstWithoutCheck":     {0, first, true},
+				"FirstNoStream":         {ports.ExpectNoStream, first, true},
+				"FirstAfterVersion1":    {1, first, false},
+				"SecondWithoutCheck":    {0, second, true},
+				"SecondAfterVersion2":   {2, second, true},
+				"SecondAfterVersion1":   {1, second, false},
+				"SecondNoStream":        {ports.ExpectNoStream, second, false},
+				"BothWithoutCheck":      {0, append(slices.Clone(first), second...), true},
+				"BothNoStream":          {ports.ExpectNoStream, append(slices.Clone(first), second...), true},
+				"BothAfterVersion2":     {2, append(slices.Clone(first), second...), false},
+				"BothReorderedNoStream": {ports.ExpectNoStream, append(slices.Clone(second), first...), true},
+			} {
+				res, err := try(c.expected, c.events)
+				if !c.repeat {
+					require.ErrorIs(t, err, ports.ErrVersionConflict, "%s: the lowest stored version is not ExpectedVersion+1", name)
+					continue
+				}
+				require.NoError(t, err, name)
+				require.True(t, res.AlreadyStored, name)
+				for i, e := range res.Events {
+					require.Equal(t, c.events[i].ID, e.ID, "%s: in the order of the call", name)
+				}
+			}
+			require.Equal(t, 3, streamLength(t, tb.backend, stream))
+		},
+		"RetryThatDiffersConflicts": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream, other := newID(t), newID(t)
+			stored := appendEvents(t, tb.backend, stream, at(0), withIDs(t, newEvent(eventType, 0), newEvent(eventType, 0))...).Events
+			appendEvents(t, tb.backend, other, at(0), withIDs(t, newEvent(eventType, 0))...)
+			again := func(i int) ports.NewEvent {
+				return ports.NewEvent{ID: stored[i].ID, Type: stored[i].Type, Data: stored[i].Data}
+			}
+			changedData, changedType, misplaced := again(0), again(0), again(1)
+			changedData.Data = []byte(`{"changed":true}`)
+			changedType.Type = otherType
+			misplaced.Version = 1
+
+			for name, c := range map[string]struct {
+				stream uuid.UUID
+				events []ports.NewEvent
+			}{
+				"OtherData":        {stream, []ports.NewEvent{changedData}},
+				"OtherType":        {stream, []ports.NewEvent{changedType}},
+				"OtherVersion":     {stream, []ports.NewEvent{misplaced}},
+				"StoredAndNew":     {stream, []ports.NewEvent{again(1), withIDs(t, newEvent(eventType, 0))[0]}},
+				"NewAndStored":     {stream, []ports.NewEvent{withIDs(t, newEvent(eventType, 0))[0], again(0)}},
+				"RepeatedID":       {stream, []ports.NewEvent{again(0), again(0)}},
+				"OtherStream":      {other, []ports.NewEvent{again(0)}},
+				"OtherStreamFresh": {newID(t), []ports.NewEvent{again(0)}},
+			} {
+				_, err := tb.backend.Events.EventsAppend(t.Context(), &ports.EventsAppendParams{StreamID: c.stream, Events: c.events, Now: at(time.Second)})
+				require.ErrorIs(t, err, ports.ErrVersionConflict, name)
+			}
+
+			require.Equal(t, 2, streamLength(t, tb.backend, stream), "the conflicts stored nothing")
+			require.Equal(t, 1, streamLength(t, tb.backend, other))
+			a.heartbeat(t, at(2*time.Second))
+			require.Len(t, a.fetch(t, at(2*time.Second), stream, other).Work, 3, "nor any work row")
 		},
 		"RejectsInvalidArguments": func(t *testing.T) {
 			tb := setup(t, newBackend)

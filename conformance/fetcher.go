@@ -27,11 +27,10 @@ func runFetcher(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, []int64{1, 2}, versionsOf(res.Work))
 			require.Equal(t, []uuid.UUID{events[0].ID, events[1].ID}, eventIDs(res.Events))
 
-			// The rest stayed leased: fetching them again extends the lease
-			// and counts no attempt.
+			// The rest stayed leased to a.
 			all := a.fetch(t, at(time.Second), stream)
 			require.Equal(t, []int64{1, 2, 3, 4, 5}, versionsOf(all.Work))
-			require.Equal(t, []int{1, 1, 1, 1, 1}, attemptsOf(all.Work))
+			require.Equal(t, []int{0, 0, 0, 0, 0}, attemptsOf(all.Work))
 		},
 		"EndsPrefixAtScheduledRow": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -69,14 +68,14 @@ func runFetcher(t *testing.T, newBackend NewBackendFunc) {
 				return in.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: 20 * time.Second, Now: now}).Work
 			}
 
-			require.Equal(t, []int{1}, attemptsOf(fetch(a, at(0))))
-			require.Equal(t, []int{1}, attemptsOf(fetch(a, at(15*time.Second))), "extending a live lease is no new attempt")
+			require.Equal(t, []int{0}, attemptsOf(fetch(a, at(0))))
+			require.Equal(t, []int{0}, attemptsOf(fetch(a, at(15*time.Second))), "extending a live lease is no attempt")
 
 			// a is dead from at(30s); the first lease ended at(20s), the
 			// extended one ends at(35s).
 			b.heartbeat(t, at(25*time.Second))
 			require.Empty(t, fetch(b, at(32*time.Second)))
-			require.Equal(t, []int{2}, attemptsOf(fetch(b, at(36*time.Second))))
+			require.Equal(t, []int{1}, attemptsOf(fetch(b, at(36*time.Second))), "b took the expired lease of dead a over")
 		},
 		"ExtendsOwnLeaseOnlyPastHalf": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -96,12 +95,12 @@ func runFetcher(t *testing.T, newBackend NewBackendFunc) {
 			// With more than half of the lease left a fetch returns the row
 			// and leaves its lease as it is (ends at(28s)); with less than
 			// half left it extends it (ends at(48s)).
-			require.Equal(t, []int{1}, attemptsOf(fetch(a, at(13*time.Second), streams[0])))
-			require.Equal(t, []int{1}, attemptsOf(fetch(a, at(20*time.Second), streams[1])))
+			require.Equal(t, []int{0}, attemptsOf(fetch(a, at(13*time.Second), streams[0])))
+			require.Equal(t, []int{0}, attemptsOf(fetch(a, at(20*time.Second), streams[1])))
 
 			// a is dead from at(30s); nobody abandoned it yet.
 			b.heartbeat(t, at(25*time.Second))
-			require.Equal(t, []int{2}, attemptsOf(fetch(b, at(31*time.Second), streams[0])), "the lease was not extended at(13s)")
+			require.Equal(t, []int{1}, attemptsOf(fetch(b, at(31*time.Second), streams[0])), "the lease was not extended at(13s)")
 			require.Empty(t, fetch(b, at(31*time.Second), streams[1]), "the lease was extended at(20s)")
 		},
 		"IgnoresUnknownStreams": func(t *testing.T) {
@@ -121,14 +120,14 @@ func runFetcher(t *testing.T, newBackend NewBackendFunc) {
 
 			res := a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: 10 * time.Second, Now: at(0)})
 			require.Equal(t, []int64{1, 2}, versionsOf(res.Work))
-			require.Equal(t, []int{1, 1}, attemptsOf(res.Work))
+			require.Equal(t, []int{0, 0}, attemptsOf(res.Work))
 
 			// a's leases expired at(10s) but a is live: its pin keeps b out.
 			b.heartbeat(t, at(time.Second))
 			a.heartbeat(t, at(15*time.Second))
 			require.Empty(t, b.claim(t, at(20*time.Second)))
 			requireNoWork(t, b.fetch(t, at(20*time.Second), stream))
-			require.Equal(t, []int{2, 2}, attemptsOf(a.fetch(t, at(20*time.Second), stream).Work))
+			require.Equal(t, []int64{1, 2}, versionsOf(a.fetch(t, at(20*time.Second), stream).Work))
 		},
 		"OrdersWorkAndEvents": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -167,7 +166,7 @@ func runFetcher(t *testing.T, newBackend NewBackendFunc) {
 				requireEvent(t, want[i], res.Events[i])
 			}
 		},
-		"RetakesOwnExpiredLeaseWithAttempt": func(t *testing.T) {
+		"RetakesOwnExpiredLeaseWithoutAttempt": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			a := tb.instance(t)
 			subscribe(t, tb.backend, eventType, perspective)
@@ -179,9 +178,78 @@ func runFetcher(t *testing.T, newBackend NewBackendFunc) {
 				return a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: 10 * time.Second, Now: now}).Work
 			}
 
-			require.Equal(t, []int{1}, attemptsOf(fetch(at(0))))
+			require.Equal(t, []int{0}, attemptsOf(fetch(at(0))), "an unleased row is no attempt")
 			a.heartbeat(t, at(20*time.Second))
-			require.Equal(t, []int{2}, attemptsOf(fetch(at(20*time.Second))))
+			require.Equal(t, []int{0}, attemptsOf(fetch(at(20*time.Second))), "a slow instance re-leasing its own row is no attempt")
+		},
+		"TakesOverExpiredLeaseWithAttempt": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a, b := tb.pair(t)
+			subscribe(t, tb.backend, eventType, perspective, perspective2)
+			stream := newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 2)
+			a.heartbeat(t, at(0))
+			require.Equal(t, []int{0, 0, 0, 0}, attemptsOf(a.fetchWith(t, ports.EventsFetchPendingParams{
+				StreamIDs: []uuid.UUID{stream}, LeaseDuration: 10 * time.Second, Now: at(0),
+			}).Work))
+			b.heartbeat(t, at(20*time.Second))
+
+			// a is dead from at(30s) and its leases expired at(10s).
+			res := b.fetch(t, at(31*time.Second), stream)
+
+			require.Len(t, res.Work, 4)
+			require.Equal(t, []int{1, 1, 1, 1}, attemptsOf(res.Work), "each row taken from dead a counts one takeover")
+			require.Equal(t, []int{1, 1, 1, 1}, attemptsOf(b.fetch(t, at(32*time.Second), stream).Work), "b's own lease counts nothing more")
+		},
+		"ReturnsCursorsOfWorkPairs": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective, perspective2)
+			stream, other := newID(t), newID(t)
+			events := appendN(t, tb.backend, stream, at(0), eventType, 3)
+			a.heartbeat(t, at(0))
+			work := a.fetch(t, at(0), stream).Work
+			// Version 2 completes before version 1: a straggler flags the
+			// cursor, which stays at version 2.
+			a.complete(t, at(time.Second), ports.Completion{
+				StreamID: stream, Perspective: perspective,
+				LastEventID: events[1].ID, LastVersion: 2, WorkIDs: workIDs(ofPerspective(work, perspective)[1:2]),
+			})
+			// Cursors of a pair with no work and of a stream not fetched.
+			for _, k := range []ports.Pair{{StreamID: stream, Perspective: "billing"}, {StreamID: other, Perspective: perspective}} {
+				require.NoError(t, tb.backend.Models.ModelSave(t.Context(), &ports.ModelSaveParams{
+					StreamID: k.StreamID, Perspective: k.Perspective, Data: []byte(`{}`),
+					LastEventID: newID(t), LastVersion: 1, Now: at(time.Second),
+				}))
+			}
+
+			res := a.fetch(t, at(2*time.Second), stream)
+
+			require.Equal(t, []int64{1, 3}, versionsOf(ofPerspective(res.Work, perspective)))
+			require.Equal(t, []int64{1, 2, 3}, versionsOf(ofPerspective(res.Work, perspective2)))
+			cur := mustCursor(t, tb.backend, stream, perspective)
+			require.Equal(t, []ports.Cursor{cur}, res.Cursors, "only the pairs of Work, and only those with a cursor")
+			require.Equal(t, int64(2), res.Cursors[0].LastVersion, "the position the stored model is at")
+			requireRewind(t, res.Cursors[0], events[0], at(time.Second), at(time.Second))
+		},
+		"ReturnsNoCursorOfPairsWithoutWork": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective, perspective2)
+			stream := newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 1)
+			a.heartbeat(t, at(0))
+			work := a.fetch(t, at(0), stream).Work
+			a.fail(t, at(time.Second), ports.Failure{
+				StreamID: stream, Perspective: perspective,
+				FailedWorkIDs: workIDs(ofPerspective(work, perspective)), Error: "boom", RetryAt: at(time.Hour),
+			})
+			require.True(t, mustCursor(t, tb.backend, stream, perspective).Status.Has(ports.CursorFailed))
+
+			res := a.fetch(t, at(2*time.Second), stream)
+
+			require.Equal(t, ofPerspective(work, perspective2), res.Work, "the failed pair waits for its retry")
+			require.Empty(t, res.Cursors, "the failed pair has no work in the result; the other pair has no cursor")
 		},
 		"ReturnsPrefixPerPerspective": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -213,7 +281,7 @@ func runFetcher(t *testing.T, newBackend NewBackendFunc) {
 			b.heartbeat(t, at(time.Second))
 
 			requireNoWork(t, b.fetch(t, at(2*time.Second), stream))
-			require.Equal(t, []int{1}, attemptsOf(a.fetch(t, at(3*time.Second), stream).Work), "b changed nothing")
+			require.Equal(t, []int64{1}, versionsOf(a.fetch(t, at(3*time.Second), stream).Work), "b changed nothing")
 		},
 	})
 

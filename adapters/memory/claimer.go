@@ -15,11 +15,18 @@ import (
 )
 
 // InstanceHeartbeat implements ports.WorkClaimer. It upserts the caller's
-// instance and abandons every other instance whose heartbeat is older than
-// Now - StaleThreshold: their leases and pins are released and their rows
-// deleted. Abandoned ids are returned in id order, with the earliest
-// deadline of the remaining others as NextStaleAt. It returns
-// ports.ErrInvalidArgument for a nil instance id or a non-positive
+// instance and, when the caller was live before the call, abandons every
+// other instance whose heartbeat is older than Now - StaleThreshold: their
+// leases and pins are released, each released row gains an attempt, and
+// their rows are deleted. A caller that was not live (new, or back from an
+// outage) only re-registers and reports Rejoined. Abandoned ids are returned
+// in id order. NextStaleAt is the earliest deadline among the other
+// instances that are not stale yet: a stale instance left recorded by a
+// rejoin is not "the next to go stale", and reporting its deadline, already
+// past, would make the caller heartbeat again at once and abandon the peers
+// the rejoin meant to wait for. Calls are serialized by the store's mutex,
+// so concurrent callers abandon a stale instance once between them. It
+// returns ports.ErrInvalidArgument for a nil instance id or a non-positive
 // StaleThreshold.
 func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHeartbeatParams) (*ports.InstanceHeartbeatResult, error) {
 	if params.InstanceID == uuid.Nil {
@@ -34,7 +41,9 @@ func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHea
 	defer s.mu.Unlock()
 
 	now := s.now(params.Now)
+	cutoff := now.Add(-params.StaleThreshold)
 	inst := s.instances[params.InstanceID]
+	wasLive := inst != nil && inst.LastHeartbeatAt.After(cutoff)
 	if inst == nil {
 		inst = &ports.Instance{ID: params.InstanceID, StartedAt: now}
 		s.instances[params.InstanceID] = inst
@@ -47,14 +56,15 @@ func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHea
 	inst.Metadata = maps.Clone(params.Metadata)
 	inst.LastHeartbeatAt = now
 
-	cutoff := now.Add(-params.StaleThreshold)
-	result := &ports.InstanceHeartbeatResult{}
+	result := &ports.InstanceHeartbeatResult{Rejoined: !wasLive}
 	for _, id := range s.instanceIDs { // in id order, so Abandoned needs no sort
 		other := s.instances[id]
 		switch {
 		case id == params.InstanceID:
 		case other.LastHeartbeatAt.Before(cutoff):
-			result.Abandoned = append(result.Abandoned, id)
+			if wasLive {
+				result.Abandoned = append(result.Abandoned, id)
+			}
 		default:
 			if staleAt := other.LastHeartbeatAt.Add(params.StaleThreshold); result.NextStaleAt.IsZero() || staleAt.Before(result.NextStaleAt) {
 				result.NextStaleAt = staleAt
@@ -62,21 +72,23 @@ func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHea
 		}
 	}
 	for _, id := range result.Abandoned {
-		s.releaseInstance(id, now)
+		s.releaseInstance(id, now, true)
 		s.deleteInstance(id)
 	}
 	return result, nil
 }
 
 // InstanceDeregister implements ports.WorkClaimer: it releases every lease
-// and pin of the instance and deletes its row. Unknown instances are a no-op.
+// and pin of the instance and deletes its row. The released rows gain no
+// attempt: a graceful shutdown is no takeover from a dead instance. Unknown
+// instances are a no-op.
 func (s *Store) InstanceDeregister(ctx context.Context, instanceID uuid.UUID) error {
 	if err := s.lock(ctx); err != nil {
 		return err
 	}
 	defer s.mu.Unlock()
 
-	s.releaseInstance(instanceID, s.now(time.Time{}))
+	s.releaseInstance(instanceID, s.now(time.Time{}), false)
 	s.deleteInstance(instanceID)
 	return nil
 }
@@ -166,9 +178,10 @@ func (s *Store) WorkClaim(ctx context.Context, params *ports.WorkClaimParams) (*
 	// Streams the caller can already drain take their new rows for free.
 	// Other streams are selected only while the caller would still be told
 	// to drain at most MaxStreams streams: leasing more would leave leases
-	// ticking on streams nobody drains, and their expiry would count
-	// attempts against events that never ran. A selected stream is drainable
-	// once leased: its leased rows start some perspective's pending rows.
+	// ticking on streams nobody drains, and a takeover of them after a crash
+	// would count attempts against events that never ran. A selected stream
+	// is drainable once leased: its leased rows start some perspective's
+	// pending rows.
 	draining := s.draining[:0]
 	for st := range s.held[caller] {
 		if !drainable(st, caller, now) {
@@ -329,7 +342,9 @@ func (s *Store) nextClaimable(caller uuid.UUID, rank int, orphaned []orphanCandi
 // take: per perspective, in version order, every row that is unleased or
 // whose lease expired, stopping at the first row scheduled in the future or
 // under another holder's live lease (the ordering guard). Rows under the
-// caller's own live lease are passed over. Each leased row counts an attempt.
+// caller's own live lease are passed over. A row taken from another
+// instance's expired lease gains an attempt (a takeover from a dead
+// instance); an unleased row, or the caller's own expired one, does not.
 // When it leases a row it pins st to the caller and refiles it in the claim
 // index.
 //
@@ -356,8 +371,10 @@ func (s *Store) claimStream(st *stream, caller uuid.UUID, now, expiry time.Time)
 					break rows
 				}
 			default:
+				if r.holder != uuid.Nil && r.holder != caller {
+					r.attempts++
+				}
 				s.take(st, p, r, caller, expiry)
-				r.attempts++
 				leased = true
 			}
 			if floor.IsZero() || r.expiry.Before(floor) {

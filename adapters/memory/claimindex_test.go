@@ -110,14 +110,18 @@ func (tw *twin) step() string {
 		return tw.fetch()
 	case n < 76:
 		return tw.complete()
-	case n < 81:
+	case n < 80:
 		return tw.fail()
+	case n < 82:
+		return tw.failEvent()
 	case n < 85:
 		return tw.renew()
 	case n < 88:
 		return tw.deadLetter()
-	case n < 90:
+	case n < 89:
 		return tw.requeue()
+	case n < 90:
+		return tw.recoverDeadLetters()
 	case n < 91:
 		return tw.deregister()
 	case n < 93:
@@ -340,6 +344,28 @@ func (tw *twin) fail() string {
 	return "fail"
 }
 
+// failEvent charges a replay failure to a random stored event: it stores a
+// scheduled row, possibly below pending ones, or schedules the pending row of
+// the event, whoever holds it.
+func (tw *twin) failEvent() string {
+	id := tw.streams[tw.pick(len(tw.streams))]
+	st := tw.fast.streams[id]
+	if st == nil || len(st.events) == 0 {
+		return "fail event (no event)"
+	}
+	e := st.events[tw.pick(len(st.events))]
+	f := ports.Failure{
+		StreamID: id, Perspective: []string{"p1", "p2"}[tw.pick(2)],
+		FailedEventID: e.ID, FailedEventVersion: e.Version,
+		Error: "replay failed", RetryAt: tw.now.Add(tw.duration(40)),
+	}
+	instance := tw.instance()
+	for _, s := range tw.stores() {
+		require.NoError(tw.t, s.WorkFail(tw.t.Context(), &ports.WorkFailParams{InstanceID: instance, Failures: []ports.Failure{f}, Now: tw.now}))
+	}
+	return "fail event"
+}
+
 func (tw *twin) renew() string {
 	instance := tw.instance()
 	var keys []rowKey
@@ -380,9 +406,14 @@ func (tw *twin) deadLetter() string {
 }
 
 func (tw *twin) requeue() string {
+	requeueable := func(dl *deadLetter) bool {
+		return dl.Status == ports.DeadLetterDead || dl.Status == ports.DeadLetterIgnored
+	}
 	var keys []rowKey
 	for _, dl := range tw.fast.deadLetters {
-		keys = append(keys, rowKey{dl.StreamID, dl.Perspective, dl.EventVersion})
+		if requeueable(dl) {
+			keys = append(keys, rowKey{dl.StreamID, dl.Perspective, dl.EventVersion})
+		}
 	}
 	if len(keys) == 0 {
 		return "requeue (no dead letter)"
@@ -394,13 +425,27 @@ func (tw *twin) requeue() string {
 	for _, s := range tw.stores() {
 		var id uuid.UUID
 		for _, dl := range s.deadLetters {
-			if (rowKey{dl.StreamID, dl.Perspective, dl.EventVersion}) == k {
+			if requeueable(dl) && (rowKey{dl.StreamID, dl.Perspective, dl.EventVersion}) == k {
 				id = dl.ID
 			}
 		}
 		require.NoError(tw.t, s.DeadLetterRequeue(tw.t.Context(), &ports.DeadLetterRequeueParams{ID: id, Now: tw.now}))
 	}
 	return "requeue"
+}
+
+func (tw *twin) recoverDeadLetters() string {
+	params := ports.DeadLettersRecoverParams{Generation: []string{"g1", "g2"}[tw.pick(2)], Limit: 1 + tw.pick(3), Now: tw.now}
+	results := tw.both(func(s *Store) (any, error) {
+		dls, err := s.DeadLettersRecover(tw.t.Context(), &params)
+		var keys []rowKey
+		for _, dl := range dls {
+			keys = append(keys, rowKey{dl.StreamID, dl.Perspective, dl.EventVersion})
+		}
+		return keys, err
+	})
+	require.Equal(tw.t, results[0], results[1], "recover")
+	return "recover"
 }
 
 // both runs call on each store and returns the results, failing on an error
@@ -593,8 +638,10 @@ func (s *Store) referenceClaim(params *ports.WorkClaimParams) (*ports.WorkClaimR
 			draining = append(draining, c.st)
 		}
 		for _, r := range c.rows {
+			if r.holder != uuid.Nil && r.holder != caller {
+				r.attempts++ // taken over from another instance's expired lease
+			}
 			s.take(c.st, c.st.pair(r.perspective), r, caller, expiry)
-			r.attempts++
 		}
 		s.pin(c.st, caller)
 	}

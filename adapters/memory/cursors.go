@@ -50,9 +50,11 @@ func (s *Store) CursorsGet(ctx context.Context, params *ports.CursorsGetParams) 
 // the caller, whether or not the lease has expired since (nobody took them
 // over). The same pair may appear in several completions of one call; its
 // cursor then ends at the highest position. Rows completed in DebugMode stay
-// in memory, invisible to every port, for the life of the store. It returns
-// ports.ErrInvalidArgument, and changes nothing, when a completion has a nil
-// stream id, an empty perspective or a negative LastVersion.
+// in memory, invisible to every port, for the life of the store. A completed
+// row that DeadLetterRequeue stored, in DebugMode too, marks its dead letter
+// recovered. It returns ports.ErrInvalidArgument, and changes nothing, when
+// a completion has a nil stream id, an empty perspective or a negative
+// LastVersion.
 func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompleteParams) (*ports.WorkCompleteResult, error) {
 	for _, c := range params.Completions {
 		if err := validatePair(c.StreamID, c.Perspective, c.LastVersion); err != nil {
@@ -103,15 +105,22 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 
 // WorkFail implements ports.CursorStore. Applied rows complete as in
 // WorkComplete. Failed rows must belong to the failure's (stream,
-// perspective) and be held by the caller; they keep Error, lose their lease
-// and are scheduled at RetryAt (a zero RetryAt makes them claimable at once).
+// perspective) and be held by the caller; they gain an attempt, keep Error,
+// lose their lease and are scheduled at RetryAt (a zero RetryAt makes them
+// claimable at once). A FailedEventID is charged to the pair's pending row
+// of that event, whoever holds it, as to a failed row; without one, a new
+// pending row is stored for it, unleased, with one attempt, the error and
+// RetryAt.
+//
 // The cursor is upserted: its position moves forward to LastVersion when that
-// is higher, Completed is replaced by Failed and Error is stored; rewind
-// columns are left alone. When the position moved, pending rows below it flag
-// RewindRequired as in WorkComplete, keeping an earlier trigger. Streams left
+// is higher, Completed is replaced by Failed and Error is stored. When the
+// position moved, pending rows below it flag RewindRequired as in
+// WorkComplete, and a FailedEventID below the position flags it too, keeping
+// an earlier trigger; rewind columns are otherwise left alone. Streams left
 // without pending rows are unpinned. It returns ports.ErrInvalidArgument, and
-// changes nothing, when a failure has a nil stream id, an empty perspective
-// or a negative LastVersion.
+// changes nothing, when a failure has a nil stream id, an empty perspective,
+// a negative LastVersion, or a FailedEventID that is not the stored event of
+// FailedEventVersion in the stream.
 func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) error {
 	for _, f := range params.Failures {
 		if err := validatePair(f.StreamID, f.Perspective, f.LastVersion); err != nil {
@@ -123,13 +132,34 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 	}
 	defer s.mu.Unlock()
 
+	// Check the failed events, and draw the ids of the rows they may need,
+	// before changing anything: the call is atomic.
+	var eventRowIDs []uuid.UUID // by failure index, for failures naming an event
+	for i, f := range params.Failures {
+		if f.FailedEventID == uuid.Nil {
+			continue
+		}
+		if !s.streams[f.StreamID].storesEvent(f.FailedEventID, f.FailedEventVersion) {
+			return fmt.Errorf("recording failures: event %s is not version %d of stream %s: %w",
+				f.FailedEventID, f.FailedEventVersion, f.StreamID, ports.ErrInvalidArgument)
+		}
+		id, err := uuid.NewV7()
+		if err != nil {
+			return fmt.Errorf("recording failures: generating work id: %w", err)
+		}
+		if eventRowIDs == nil {
+			eventRowIDs = make([]uuid.UUID, len(params.Failures))
+		}
+		eventRowIDs[i] = id
+	}
+
 	now := s.now(params.Now)
 	for _, f := range params.Failures {
 		s.finishRows(params.InstanceID, f.StreamID, f.Perspective, f.AppliedWorkIDs, params.DebugMode, now)
 	}
 	var moved []pairKey // distinct, in first-seen order
 	reported := map[pairKey]int64{}
-	for _, f := range params.Failures {
+	for i, f := range params.Failures {
 		st := s.streamFor(f.StreamID)
 		for _, id := range f.FailedWorkIDs {
 			r := s.work[id]
@@ -137,8 +167,12 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 				continue
 			}
 			s.release(st, st.pair(f.Perspective), r)
+			r.attempts++
 			r.err = f.Error
 			r.scheduled = f.RetryAt
+		}
+		if f.FailedEventID != uuid.Nil {
+			s.failEvent(st, &f, eventRowIDs[i], now)
 		}
 		cur := s.cursorFor(st, f.Perspective, now)
 		if f.LastVersion > cur.LastVersion {
@@ -152,6 +186,9 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 		cur.Status = cur.Status&^ports.CursorCompleted | ports.CursorFailed
 		cur.Error = f.Error
 		cur.UpdatedAt = now
+		if f.FailedEventID != uuid.Nil && cur.LastVersion > f.FailedEventVersion {
+			flagRewind(cur, f.FailedEventID, f.FailedEventVersion, now) // only a rewind applies it in order
+		}
 	}
 	for _, k := range moved {
 		s.flagStragglers(k, reported[k], now)
@@ -164,8 +201,39 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 	return nil
 }
 
+// failEvent charges the failure f of an event (FailedEventID) to the pending
+// row of its pair for that event, whoever holds it, as to a failed row; when
+// the pair has none, as after a replay of an event applied long ago, it
+// stores one under rowID. Either way the row waits, unleased, until RetryAt,
+// and the ordering guard holds the rest of the pair behind it.
+func (s *Store) failEvent(st *stream, f *ports.Failure, rowID uuid.UUID, now time.Time) {
+	if p := st.pair(f.Perspective); p != nil {
+		if i, ok := p.rowIndex(f.FailedEventVersion); ok {
+			r := p.pending()[i]
+			s.release(st, p, r)
+			r.attempts++
+			r.err = f.Error
+			r.scheduled = f.RetryAt
+			return
+		}
+	}
+	s.addRow(st, &workRow{
+		id:          rowID,
+		streamID:    st.id,
+		perspective: f.Perspective,
+		eventID:     f.FailedEventID,
+		version:     f.FailedEventVersion,
+		scheduled:   f.RetryAt,
+		attempts:    1,
+		err:         f.Error,
+		seq:         s.nextSeq(),
+		createdAt:   now,
+	})
+}
+
 // finishRows completes the listed rows of one (stream, perspective) held by
-// instance and returns how many it completed. The rows are usually the
+// instance and returns how many it completed. A completed row stored by a
+// dead-letter requeue recovers its dead letter. The rows are usually the
 // pair's first pending rows in version order, which come off its front in
 // O(1) each.
 func (s *Store) finishRows(instance, streamID uuid.UUID, perspective string, ids []uuid.UUID, debug bool, now time.Time) int {
@@ -187,6 +255,9 @@ func (s *Store) finishRows(instance, streamID uuid.UUID, perspective string, ids
 		p.remove(r) // a held row is pending, so it is in p
 		r.holder, r.expiry = uuid.Nil, time.Time{}
 		delete(s.work, id)
+		if r.deadLetterID != uuid.Nil {
+			s.recoverDeadLetter(r.deadLetterID, now)
+		}
 		if debug {
 			r.processedAt = now
 			s.processed[id] = r

@@ -3,9 +3,9 @@ package memory
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -15,8 +15,10 @@ import (
 // DeadLetterMove implements ports.DeadLetterStore. The row need not be held
 // by params.InstanceID, which is recorded as the instance that dead-lettered
 // it. Removing the row unblocks later rows of its (stream, perspective); a
-// stream left without pending rows is unpinned. A row already gone, or kept
-// as processed by debug mode, yields (DeadLetter{}, false, nil).
+// stream left without pending rows is unpinned. A row stored by
+// DeadLetterRequeue updates its dead letter, which keeps its id, its requeue
+// count and the time and generation of its last requeue. A row already gone,
+// or kept as processed by debug mode, yields (DeadLetter{}, false, nil).
 func (s *Store) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMoveParams) (ports.DeadLetter, bool, error) {
 	if err := s.lock(ctx); err != nil {
 		return ports.DeadLetter{}, false, err
@@ -27,37 +29,42 @@ func (s *Store) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMove
 	if r == nil {
 		return ports.DeadLetter{}, false, nil
 	}
-	id, err := uuid.NewV7()
-	if err != nil {
-		return ports.DeadLetter{}, false, fmt.Errorf("moving work %s to dead letters: generating id: %w", params.WorkID, err)
+	dl := s.deadLetters[r.deadLetterID]
+	if dl == nil {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return ports.DeadLetter{}, false, fmt.Errorf("moving work %s to dead letters: generating id: %w", params.WorkID, err)
+		}
+		dl = &deadLetter{DeadLetter: ports.DeadLetter{
+			ID:           id,
+			WorkID:       r.id,
+			StreamID:     r.streamID,
+			Perspective:  r.perspective,
+			EventID:      r.eventID,
+			EventVersion: r.version,
+		}}
+		s.deadLetters[id] = dl
 	}
 	now := s.now(params.Now)
 	st := s.streams[r.streamID]
 	s.removeRow(st, r)
 	s.unpinIfDrained(st)
 	s.touch(st, now)
-	dl := &deadLetter{
-		DeadLetter: ports.DeadLetter{
-			ID:             id,
-			WorkID:         r.id,
-			StreamID:       r.streamID,
-			Perspective:    r.perspective,
-			EventID:        r.eventID,
-			EventVersion:   r.version,
-			Attempts:       r.attempts,
-			Reason:         params.Reason,
-			Error:          params.Error,
-			InstanceID:     params.InstanceID,
-			DeadLetteredAt: now,
-		},
-		seq: s.nextSeq(),
-	}
-	s.deadLetters[id] = dl
+	dl.Attempts = max(r.attempts, params.Attempts)
+	dl.Reason = params.Reason
+	dl.Error = cmp.Or(params.Error, r.err)
+	dl.InstanceID = params.InstanceID
+	dl.Generation = params.Generation
+	dl.DeadLetteredAt = now
+	dl.Status = ports.DeadLetterDead
+	dl.ResolvedAt = time.Time{}
+	dl.seq = s.nextSeq()
 	return dl.DeadLetter, true, nil
 }
 
-// DeadLettersList implements ports.DeadLetterStore: oldest first (ties in
-// the order they were recorded), at most Limit when positive. It returns
+// DeadLettersList implements ports.DeadLetterStore: oldest first by the time
+// they were last dead-lettered (ties in the order that happened), at most
+// Limit when positive. It walks every dead letter. It returns
 // ports.ErrInvalidArgument for a negative Limit.
 func (s *Store) DeadLettersList(ctx context.Context, params *ports.DeadLettersListParams) ([]ports.DeadLetter, error) {
 	if params.Limit < 0 {
@@ -68,15 +75,10 @@ func (s *Store) DeadLettersList(ctx context.Context, params *ports.DeadLettersLi
 	}
 	defer s.mu.Unlock()
 
-	var matches []*deadLetter
-	for _, dl := range s.deadLetters {
-		if (params.Perspective == "" || dl.Perspective == params.Perspective) &&
-			(params.StreamID == uuid.Nil || dl.StreamID == params.StreamID) {
-			matches = append(matches, dl)
-		}
-	}
-	slices.SortFunc(matches, func(a, b *deadLetter) int {
-		return cmp.Or(a.DeadLetteredAt.Compare(b.DeadLetteredAt), cmp.Compare(a.seq, b.seq))
+	matches := s.sortedDeadLetters(func(dl *deadLetter) bool {
+		return (params.Perspective == "" || dl.Perspective == params.Perspective) &&
+			(params.StreamID == uuid.Nil || dl.StreamID == params.StreamID) &&
+			(params.Status == "" || dl.Status == params.Status)
 	})
 	if params.Limit > 0 && len(matches) > params.Limit {
 		matches = matches[:params.Limit]
@@ -88,11 +90,27 @@ func (s *Store) DeadLettersList(ctx context.Context, params *ports.DeadLettersLi
 	return out, nil
 }
 
+// sortedDeadLetters returns the dead letters for which keep is true, oldest
+// first by the time they were last dead-lettered.
+func (s *Store) sortedDeadLetters(keep func(dl *deadLetter) bool) []*deadLetter {
+	var out []*deadLetter
+	for _, dl := range s.deadLetters {
+		if keep(dl) {
+			out = append(out, dl)
+		}
+	}
+	slices.SortFunc(out, func(a, b *deadLetter) int {
+		return cmp.Or(a.DeadLetteredAt.Compare(b.DeadLetteredAt), cmp.Compare(a.seq, b.seq))
+	})
+	return out
+}
+
 // DeadLetterRequeue implements ports.DeadLetterStore. The row comes back
 // with its original work id, pending, unleased, unscheduled and with zero
 // attempts, and listeners are woken. If the pair's cursor is past the event,
 // the cursor is flagged RewindRequired (the trigger keeps the smallest
-// version). It returns ports.ErrNotFound for an unknown id.
+// version). It returns ports.ErrNotFound for an unknown id and
+// ports.ErrVersionConflict for a dead letter that is requeued or recovered.
 func (s *Store) DeadLetterRequeue(ctx context.Context, params *ports.DeadLetterRequeueParams) error {
 	if err := s.lock(ctx); err != nil {
 		return err
@@ -100,43 +118,129 @@ func (s *Store) DeadLetterRequeue(ctx context.Context, params *ports.DeadLetterR
 	defer s.mu.Unlock()
 
 	dl := s.deadLetters[params.ID]
-	if dl == nil {
+	switch {
+	case dl == nil:
 		return fmt.Errorf("requeueing dead letter %s: %w", params.ID, ports.ErrNotFound)
+	case dl.Status != ports.DeadLetterDead && dl.Status != ports.DeadLetterIgnored:
+		return fmt.Errorf("requeueing dead letter %s: it is %s: %w", params.ID, dl.Status, ports.ErrVersionConflict)
 	}
-	now := s.now(params.Now)
-	workID := dl.WorkID
-	if _, taken := s.work[workID]; taken {
-		// Cannot happen through the ports; never let two rows share an id.
-		var err error
-		if workID, err = uuid.NewV7(); err != nil {
-			return fmt.Errorf("requeueing dead letter %s: generating work id: %w", params.ID, err)
-		}
+	workID, err := s.requeueWorkID(dl)
+	if err != nil {
+		return fmt.Errorf("requeueing dead letter %s: %w", params.ID, err)
 	}
-	delete(s.deadLetters, params.ID)
+	s.requeue(dl, workID, params.Generation, s.now(params.Now))
+	s.publishLocked()
+	return nil
+}
+
+// requeueWorkID returns the id the requeued row of dl gets: its original
+// work id, unless a pending row has it.
+func (s *Store) requeueWorkID(dl *deadLetter) (uuid.UUID, error) {
+	if _, taken := s.work[dl.WorkID]; !taken {
+		return dl.WorkID, nil
+	}
+	// Cannot happen through the ports; never let two rows share an id.
+	id, err := uuid.NewV7()
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("generating work id: %w", err)
+	}
+	return id, nil
+}
+
+// requeue stores the work row of dl again under workID and marks dl
+// requeued on generation at now. The caller wakes the listeners.
+func (s *Store) requeue(dl *deadLetter, workID uuid.UUID, generation string, now time.Time) {
 	st := s.streamFor(dl.StreamID)
 	s.addRow(st, &workRow{
-		id:          workID,
-		streamID:    dl.StreamID,
-		perspective: dl.Perspective,
-		eventID:     dl.EventID,
-		version:     dl.EventVersion,
-		seq:         s.nextSeq(),
-		createdAt:   now,
+		id:           workID,
+		streamID:     dl.StreamID,
+		perspective:  dl.Perspective,
+		eventID:      dl.EventID,
+		version:      dl.EventVersion,
+		seq:          s.nextSeq(),
+		createdAt:    now,
+		deadLetterID: dl.ID,
 	})
 	s.touch(st, now)
 	if cur := st.cursors[dl.Perspective]; cur != nil && cur.LastVersion > dl.EventVersion {
 		flagRewind(cur, dl.EventID, dl.EventVersion, now)
 	}
-	s.publishLocked()
+	dl.Status = ports.DeadLetterRequeued
+	dl.Requeues++
+	dl.RequeuedAt = now
+	dl.RequeueGeneration = generation
+	dl.ResolvedAt = time.Time{}
+}
+
+// recoverDeadLetter marks the dead letter id recovered at now, once the row
+// its requeue stored completed.
+func (s *Store) recoverDeadLetter(id uuid.UUID, now time.Time) {
+	if dl := s.deadLetters[id]; dl != nil {
+		dl.Status, dl.ResolvedAt = ports.DeadLetterRecovered, now
+	}
+}
+
+// DeadLetterIgnore implements ports.DeadLetterStore. Ignoring an ignored dead
+// letter changes nothing, its ResolvedAt included. It returns
+// ports.ErrNotFound for an unknown id and ports.ErrVersionConflict for a dead
+// letter that is requeued or recovered.
+func (s *Store) DeadLetterIgnore(ctx context.Context, params *ports.DeadLetterIgnoreParams) error {
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+
+	dl := s.deadLetters[params.ID]
+	switch {
+	case dl == nil:
+		return fmt.Errorf("ignoring dead letter %s: %w", params.ID, ports.ErrNotFound)
+	case dl.Status == ports.DeadLetterIgnored:
+		return nil
+	case dl.Status != ports.DeadLetterDead:
+		return fmt.Errorf("ignoring dead letter %s: it is %s: %w", params.ID, dl.Status, ports.ErrVersionConflict)
+	}
+	dl.Status, dl.ResolvedAt = ports.DeadLetterIgnored, s.now(params.Now)
 	return nil
 }
 
-// DeadLetterIgnore implements ports.DeadLetterStore.
-func (s *Store) DeadLetterIgnore(context.Context, *ports.DeadLetterIgnoreParams) error {
-	return fmt.Errorf("ignoring dead letter: %w", errors.ErrUnsupported)
-}
+// DeadLettersRecover implements ports.DeadLetterStore. The call is atomic, so
+// concurrent callers never requeue a dead letter twice; listeners are woken
+// once when it requeued any. It walks every dead letter. It returns
+// ports.ErrInvalidArgument for an empty Generation or a Limit below 1.
+func (s *Store) DeadLettersRecover(ctx context.Context, params *ports.DeadLettersRecoverParams) ([]ports.DeadLetter, error) {
+	switch {
+	case params.Generation == "":
+		return nil, fmt.Errorf("recovering dead letters: empty generation: %w", ports.ErrInvalidArgument)
+	case params.Limit < 1:
+		return nil, fmt.Errorf("recovering dead letters: limit %d must be positive: %w", params.Limit, ports.ErrInvalidArgument)
+	}
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
 
-// DeadLettersRecover implements ports.DeadLetterStore.
-func (s *Store) DeadLettersRecover(context.Context, *ports.DeadLettersRecoverParams) ([]ports.DeadLetter, error) {
-	return nil, fmt.Errorf("recovering dead letters: %w", errors.ErrUnsupported)
+	// A dead letter that failed on this generation, or was requeued on it
+	// already, would fail again on the same code.
+	due := s.sortedDeadLetters(func(dl *deadLetter) bool {
+		return dl.Status == ports.DeadLetterDead && dl.Generation != params.Generation && dl.RequeueGeneration != params.Generation
+	})
+	due = due[:min(len(due), params.Limit)]
+	workIDs := make([]uuid.UUID, len(due)) // drawn before any change: the call is atomic
+	for i, dl := range due {
+		id, err := s.requeueWorkID(dl)
+		if err != nil {
+			return nil, fmt.Errorf("recovering dead letter %s: %w", dl.ID, err)
+		}
+		workIDs[i] = id
+	}
+	now := s.now(params.Now)
+	out := make([]ports.DeadLetter, 0, len(due))
+	for i, dl := range due {
+		s.requeue(dl, workIDs[i], params.Generation, now)
+		out = append(out, dl.DeadLetter)
+	}
+	if len(out) > 0 {
+		s.publishLocked()
+	}
+	return out, nil
 }

@@ -3,7 +3,9 @@ package memory
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 
 	"github.com/google/uuid"
@@ -20,11 +22,18 @@ import (
 // on any error nothing is stored. Listeners are woken once the append is
 // visible.
 //
+// A call whose events all carry stored ids is a retry: it succeeds, storing
+// nothing and waking nobody, when it repeats an append that took effect (see
+// ports.EventStore), and returns the stored events in the order of the call.
+// Payloads compare as JSON values, as a database comparing jsonb would, so a
+// retry that re-encoded its payload is still a repeat.
+//
 // It returns ports.ErrInvalidArgument for a nil stream id, no events, an
 // ExpectedVersion below ExpectNoStream, an event with an empty type, a
 // negative version, or data that is not a non-empty JSON document; and
 // ports.ErrVersionConflict for a failed ExpectedVersion check, a taken
-// version or a stored (or repeated) event id.
+// version, a repeated event id, or a stored event id in a call that is not
+// a repeat.
 func (s *Store) EventsAppend(ctx context.Context, params *ports.EventsAppendParams) (*ports.EventsAppendResult, error) {
 	if err := params.Validate(); err != nil {
 		return nil, err
@@ -34,6 +43,9 @@ func (s *Store) EventsAppend(ctx context.Context, params *ports.EventsAppendPara
 	}
 	defer s.mu.Unlock()
 
+	if res, err := s.repeatedAppend(params); res != nil || err != nil {
+		return res, err
+	}
 	now := s.now(params.Now)
 	existing := s.streams[params.StreamID]
 	head := existing.head()
@@ -101,7 +113,7 @@ func (s *Store) EventsAppend(ctx context.Context, params *ports.EventsAppendPara
 	for _, e := range placed {
 		i, _ := st.eventIndex(e.Version)
 		st.events = slices.Insert(st.events, i, e)
-		s.eventIDs[e.ID] = struct{}{}
+		s.eventIDs[e.ID] = eventLoc{st: st, version: e.Version}
 		s.indexEvent(&e)
 		for _, perspective := range s.subs[e.Type] {
 			s.addRow(st, &workRow{
@@ -125,6 +137,72 @@ func (s *Store) EventsAppend(ctx context.Context, params *ports.EventsAppendPara
 	}
 	s.publishLocked()
 	return result, nil
+}
+
+// repeatedAppend handles a call that names stored event ids. It returns
+// (nil, nil) when no event of the call is stored: the call is a new append.
+// When every event is stored, in this stream, with the same type and data, at
+// its explicit version where one is given, and the lowest of their versions
+// is the one the call expected to append first, the call repeats an append
+// that took effect: it returns the stored events with AlreadyStored set. Any
+// other stored id is ports.ErrVersionConflict.
+func (s *Store) repeatedAppend(params *ports.EventsAppendParams) (*ports.EventsAppendResult, error) {
+	stored := 0
+	for _, ne := range params.Events {
+		if _, ok := s.eventIDs[ne.ID]; ok { // a zero id is never stored
+			stored++
+		}
+	}
+	if stored == 0 {
+		return nil, nil
+	}
+	conflict := func(format string, args ...any) error {
+		return fmt.Errorf("appending to stream %s: %s: %w", params.StreamID, fmt.Sprintf(format, args...), ports.ErrVersionConflict)
+	}
+	if stored < len(params.Events) {
+		return nil, conflict("%d of %d events are already stored", stored, len(params.Events))
+	}
+	result := &ports.EventsAppendResult{Events: make([]ports.Event, 0, len(params.Events)), AlreadyStored: true}
+	seen := make(map[uuid.UUID]struct{}, len(params.Events))
+	lowest := int64(0)
+	for _, ne := range params.Events {
+		if _, dup := seen[ne.ID]; dup {
+			return nil, conflict("event %s appears twice", ne.ID)
+		}
+		seen[ne.ID] = struct{}{}
+		loc := s.eventIDs[ne.ID]
+		if loc.st.id != params.StreamID {
+			return nil, conflict("event %s is stored in stream %s", ne.ID, loc.st.id)
+		}
+		i, _ := loc.st.eventIndex(loc.version)
+		e := loc.st.events[i]
+		switch {
+		case e.Type != ne.Type || !sameJSON(e.Data, ne.Data):
+			return nil, conflict("event %s is stored with another type or data", ne.ID)
+		case ne.Version != 0 && ne.Version != e.Version:
+			return nil, conflict("event %s is stored at version %d, not %d", ne.ID, e.Version, ne.Version)
+		}
+		if lowest == 0 || e.Version < lowest {
+			lowest = e.Version
+		}
+		result.Events = append(result.Events, copyEvent(e))
+	}
+	switch want := params.ExpectedVersion; {
+	case want == ports.ExpectNoStream && lowest != 1:
+		return nil, conflict("expected no stream, the events are stored from version %d", lowest)
+	case want > 0 && lowest != want+1:
+		return nil, conflict("expected version %d, the events are stored from version %d", want, lowest)
+	}
+	return result, nil
+}
+
+// sameJSON reports whether a and b encode the same JSON value.
+func sameJSON(a, b []byte) bool {
+	if bytes.Equal(a, b) {
+		return true
+	}
+	var va, vb any
+	return json.Unmarshal(a, &va) == nil && json.Unmarshal(b, &vb) == nil && reflect.DeepEqual(va, vb)
 }
 
 // storesVersion reports whether st (possibly nil) stores version.

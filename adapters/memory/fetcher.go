@@ -16,7 +16,8 @@ import (
 // Streams are processed in id order (duplicates ignored, unknown streams
 // skipped). The caller need not be live: the call only gates on a live other
 // owner, as the contract says. A stream in which the caller holds at least
-// one row after the leasing step is pinned to it.
+// one row after the leasing step is pinned to it. Cursors come in the order
+// of Work's pairs.
 //
 // It returns ports.ErrInvalidArgument for a nil instance id, a non-positive
 // LeaseDuration or StaleThreshold, or a negative MaxRows.
@@ -49,8 +50,8 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 		}
 	}
 
-	// Lease: take every candidate row (attempts+1) and extend the caller's
-	// own live leases (no bump), unless a live other instance owns the stream.
+	// Lease: take every candidate row and extend the caller's own live
+	// leases, unless a live other instance owns the stream.
 	for _, st := range streams {
 		if owner := st.pinnedTo; owner != uuid.Nil && owner != caller && live.live(owner) {
 			continue
@@ -79,6 +80,7 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 	for _, st := range streams {
 		from := len(versions)
 		for _, p := range st.pairs {
+			rows := len(result.Work)
 			for _, r := range p.pending() {
 				if r.holder != caller || !r.expiry.After(now) {
 					break
@@ -95,6 +97,9 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 					Attempts:     r.attempts,
 				})
 				versions = append(versions, r.version)
+			}
+			if cur := st.cursors[p.perspective]; cur != nil && len(result.Work) > rows {
+				result.Cursors = append(result.Cursors, *cur) // a Cursor holds no reference: the copy is deep
 			}
 		}
 		if len(versions) > from {
@@ -145,10 +150,11 @@ type versionSpan struct {
 // take: per perspective, in version order, rows that are unleased, whose
 // lease expired or that are under the caller's live lease ending before
 // extendBefore, stopping at the first row scheduled in the future or under
-// another holder's live lease. Rows taken anew count an attempt; extending
-// the caller's live lease does not, and the caller's leases ending at or
-// after extendBefore are left as they are. It reports whether it leased any
-// row.
+// another holder's live lease. A row taken from another instance's expired
+// lease gains an attempt; an unleased row, the caller's own expired lease
+// and the extension of its live lease do not. The caller's leases ending at
+// or after extendBefore are left as they are. It reports whether it leased
+// any row.
 func (s *Store) fetchLease(st *stream, caller uuid.UUID, now, expiry, extendBefore time.Time) bool {
 	leased := false
 	for _, p := range st.pairs {
@@ -168,7 +174,7 @@ func (s *Store) fetchLease(st *stream, caller uuid.UUID, now, expiry, extendBefo
 				floor = earliest(floor, r.expiry)
 				continue
 			}
-			if !liveLease {
+			if !liveLease && r.holder != uuid.Nil && r.holder != caller {
 				r.attempts++
 			}
 			s.take(st, p, r, caller, expiry)

@@ -269,6 +269,11 @@ func TestInvalidArguments(t *testing.T) {
 		"FailNilStream": func() error {
 			return tb.store.WorkFail(ctx, &ports.WorkFailParams{InstanceID: id, Failures: []ports.Failure{{Perspective: "p"}}})
 		},
+		"FailUnknownFailedEvent": func() error {
+			return tb.store.WorkFail(ctx, &ports.WorkFailParams{InstanceID: id, Failures: []ports.Failure{{
+				StreamID: id, Perspective: "p", FailedEventID: uuid.New(), FailedEventVersion: 1,
+			}}})
+		},
 		"ModelSaveMalformedData": func() error {
 			return tb.store.ModelSave(ctx, &ports.ModelSaveParams{StreamID: id, Perspective: "p", Data: []byte(`{`)})
 		},

@@ -29,7 +29,9 @@
 // times. A claim therefore costs O(streams the caller holds + rows it
 // leases), amortized, plus a logarithmic factor, whatever the backlog of
 // other streams; appends, fetches, completions and failures cost O(their
-// input and result).
+// input and result). Each work row stored by a dead-letter requeue keeps its
+// dead letter's id, so completing or dead-lettering it again finds the dead
+// letter in O(1); listing and recovering dead letters walk all of them.
 package memory
 
 import (
@@ -77,7 +79,7 @@ type Store struct {
 	instances   map[uuid.UUID]*ports.Instance      // by instance id
 	instanceIDs []uuid.UUID                        // keys of instances in byte order (rank order)
 	streams     map[uuid.UUID]*stream              // every stream with events, work, cursors or models
-	eventIDs    map[uuid.UUID]struct{}             // every stored event id
+	eventIDs    map[uuid.UUID]eventLoc             // every stored event id, with where it is stored
 	work        map[uuid.UUID]*workRow             // pending work rows by work id
 	processed   map[uuid.UUID]*workRow             // rows completed in debug mode, kept for forensics
 	held        map[uuid.UUID]map[*stream]int      // instance -> stream -> pending rows it holds
@@ -155,9 +157,20 @@ type workRow struct {
 	seq         uint64
 	createdAt   time.Time
 	processedAt time.Time // set only in debug mode
+	// deadLetterID is the dead letter whose requeue stored the row, uuid.Nil
+	// for a row stored by an append or a failure: completing the row
+	// recovers that dead letter, dead-lettering it again updates it.
+	deadLetterID uuid.UUID
 }
 
-// deadLetter is a stored dead letter with its insertion order.
+// eventLoc is where a stored event is: its stream and version.
+type eventLoc struct {
+	st      *stream
+	version int64
+}
+
+// deadLetter is a stored dead letter with the order in which it was last
+// dead-lettered, which breaks ties of DeadLetteredAt.
 type deadLetter struct {
 	ports.DeadLetter
 	seq uint64
@@ -185,7 +198,7 @@ func New(opts Options) *Store {
 		partitionCount: opts.PartitionCount,
 		instances:      make(map[uuid.UUID]*ports.Instance),
 		streams:        make(map[uuid.UUID]*stream),
-		eventIDs:       make(map[uuid.UUID]struct{}),
+		eventIDs:       make(map[uuid.UUID]eventLoc),
 		work:           make(map[uuid.UUID]*workRow),
 		processed:      make(map[uuid.UUID]*workRow),
 		held:           make(map[uuid.UUID]map[*stream]int),
@@ -316,6 +329,16 @@ func (st *stream) eventIndex(version int64) (int, bool) {
 	return slices.BinarySearchFunc(st.events, version, func(e ports.Event, v int64) int {
 		return cmp.Compare(e.Version, v)
 	})
+}
+
+// storesEvent reports whether st (possibly nil) stores the event id at
+// version.
+func (st *stream) storesEvent(id uuid.UUID, version int64) bool {
+	if st == nil {
+		return false
+	}
+	i, ok := st.eventIndex(version)
+	return ok && st.events[i].ID == id
 }
 
 // head returns the highest stored version of st, 0 when it has no events.
@@ -512,8 +535,9 @@ func (s *Store) unpinIfDrained(st *stream) {
 }
 
 // releaseInstance releases every lease and pin of instance. Streams it held
-// or owned become claimable by the partition rule as of now.
-func (s *Store) releaseInstance(instance uuid.UUID, now time.Time) {
+// or owned become claimable by the partition rule as of now. With takeover
+// (the instance was abandoned as dead) every released row gains an attempt.
+func (s *Store) releaseInstance(instance uuid.UUID, now time.Time, takeover bool) {
 	held, pinned := s.held[instance], s.pins[instance]
 	delete(s.held, instance)
 	delete(s.pins, instance)
@@ -525,6 +549,9 @@ func (s *Store) releaseInstance(instance uuid.UUID, now time.Time) {
 			for _, r := range p.pending() {
 				if r.holder == instance {
 					s.release(st, p, r)
+					if takeover {
+						r.attempts++
+					}
 				}
 			}
 		}
