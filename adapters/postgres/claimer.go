@@ -130,11 +130,14 @@ WHERE a.stream_id IN (
 )`
 
 	// sqlAbandonInstances deletes the stale instances and returns one row:
-	// their ids, the NextStaleAt of the other instances it leaves (see
-	// ports.InstanceHeartbeatResult) and whether the caller rejoined. The
-	// subquery sees the snapshot from before the DELETE, so it leaves the
-	// abandoned instances out by id: an instance is either abandoned or
-	// counted, never both.
+	// their ids, the NextStaleAt of the other instances (see
+	// ports.InstanceHeartbeatResult) and whether the caller rejoined.
+	// NextStaleAt counts the instances that are not stale: the subquery sees
+	// the snapshot from before the DELETE, so it applies the complementary
+	// filter, and on the same clock an instance is either abandoned or
+	// counted, never both. A caller that rejoins leaves the stale instances
+	// recorded, but they are stale already: its next heartbeat, once it is
+	// live, abandons them unless they heartbeat first.
 	sqlAbandonInstances = `WITH ` + sqlClock + `,
 ` + sqlStale + `,
 abandoned AS (
@@ -146,7 +149,7 @@ SELECT
     ARRAY(SELECT a.instance_id FROM abandoned a),
     (SELECT min(i.last_heartbeat_at) + $3::interval
      FROM /* SCHEMA */.vantage_instances i
-     WHERE i.instance_id <> $1 AND i.instance_id <> ALL (ARRAY(SELECT instance_id FROM stale))),
+     WHERE i.last_heartbeat_at >= clock.now - $3::interval AND i.instance_id <> $1),
     NOT ` + sqlWasLive + `
 FROM clock`
 
