@@ -175,8 +175,8 @@ const sqlFlagRewind = `status = c.status | ` + sqlStatusRewindRequired + `,
 // engine saves models (which moves the stored cursor) before it flushes the
 // completions of earlier batches, so rows applied and saved but not yet
 // completed would otherwise look like stragglers on every batched flush and
-// trigger phantom rewinds (SPEC H5). A row at the position is not a
-// straggler either (it was applied; its deletion is merely late).
+// trigger phantom rewinds. A row at the position is not a straggler either
+// (it was applied; its deletion is merely late).
 const sqlFlagStragglers = `WITH ` + sqlClock1 + `,
 pairs AS (
     SELECT p.stream_id, p.perspective, max(p.last_version) AS last_version
