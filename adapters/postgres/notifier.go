@@ -47,6 +47,8 @@ type notifier struct {
 	// stalling its caller on a server it cannot reach.
 	failOnce sync.Once
 	failed   chan struct{}
+	// stopping is closed when close starts.
+	stopping chan struct{}
 
 	// outage is the current outage of the listener's connection, for its
 	// logs. Only event, on pq's goroutine, uses it.
@@ -83,6 +85,7 @@ func newNotifier(s *Store) *notifier {
 		subs:       map[*subscription]struct{}{},
 		up:         make(chan struct{}),
 		failed:     make(chan struct{}),
+		stopping:   make(chan struct{}),
 	}
 }
 
@@ -199,6 +202,13 @@ func (n *notifier) startLocked() {
 		if err == nil {
 			n.listening.Store(true)
 			if late {
+				// pq emits the connected event right after the LISTEN;
+				// waiting for it makes NotifierHealthy true by the time
+				// the subscribers get the wake.
+				select {
+				case <-n.up:
+				case <-n.stopping:
+				}
 				n.broadcast(ports.Wake{Reconnected: true})
 			}
 		}
@@ -325,6 +335,7 @@ func (n *notifier) close() error {
 		return nil
 	}
 	n.closed = true
+	close(n.stopping)
 	for sub := range n.subs {
 		n.removeLocked(sub)
 	}
