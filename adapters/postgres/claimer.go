@@ -55,19 +55,104 @@ const (
 	sqlClock1 = `clock AS (SELECT coalesce($1::timestamptz, now()) AS now)`
 )
 
-// Heartbeat statements, sent as one batch. Parameters: $1 caller, $2 now,
-// and for sqlHeartbeat $3 service, $4 host, $5 pid, $6 metadata; for the
-// abandonment statements $3 is the stale threshold.
+// Heartbeat statements, sent as one batch in this order: lock, leases,
+// pins, instances, upsert. Parameters: $1 caller, $2 now, and $3 the stale
+// threshold, except in sqlHeartbeat: $3 service, $4 host, $5 pid, $6
+// metadata.
 //
-// Lock order: every statement that waits for locks on both work rows and
-// stream pins takes the work rows first (completions, failures, dead
-// letters, abandonment, deregistration), and takes several pins in stream id
-// order. Claims and fetches take pins first, but never wait for work rows
-// (SKIP LOCKED). So none of them deadlock: a deadlock would stall the
-// heartbeat for deadlock_timeout and could make the caller itself look
-// stale. Each statement finds the stale instances again; the caller is never
-// one, whatever its stored heartbeat says.
+// Only a caller that was live before the call abandons others (see
+// ports.WorkClaimer.InstanceHeartbeat): the upsert comes last, so every
+// statement before it reads the caller's previous heartbeat (sqlWasLive).
+//
+// Lock order: instance rows, then work rows, then stream pins, each in key
+// order. sqlHeartbeatLock locks the caller's instance row and the stale ones
+// in instance id order before anything else, so survivors abandoning the
+// same dead instances queue there: the first abandons them, and the others,
+// once it committed, find them gone (FOR UPDATE skips a deleted row and
+// rechecks a changed one) and abandon nothing, so each is abandoned once and
+// each released row gains one attempt. Work rows are locked in work id
+// order and pins in stream id order, so that overlapping abandonments
+// cannot deadlock on the rows either. Every other statement that waits for
+// locks on both work rows and stream pins also takes the work rows first
+// (completions, failures, dead letters) and several of them in key order;
+// deregistration takes its instance row first. Claims and fetches take pins
+// first, but never wait for work rows (SKIP LOCKED). So none of them
+// deadlock: a deadlock would stall the heartbeat for deadlock_timeout and
+// could make the caller itself look stale. Each statement finds the stale
+// instances again (sqlStale), on the rows the lock statement locked; the
+// caller is never one, whatever its stored heartbeat says.
 const (
+	// sqlWasLive is true when the caller $1 was live before this call: its
+	// stored heartbeat is newer than now - $3.
+	sqlWasLive = `EXISTS (
+    SELECT 1 FROM /* SCHEMA */.vantage_instances me
+    WHERE me.instance_id = $1 AND me.last_heartbeat_at > clock.now - $3::interval)`
+
+	// sqlStale lists the instances the caller abandons: stale ones other than
+	// the caller, none when the caller was not live itself.
+	sqlStale = `stale AS (
+    SELECT i.instance_id
+    FROM /* SCHEMA */.vantage_instances i, clock
+    WHERE i.last_heartbeat_at < clock.now - $3::interval AND i.instance_id <> $1 AND ` + sqlWasLive + `
+)`
+
+	sqlHeartbeatLock = `WITH ` + sqlClock + `
+SELECT i.instance_id
+FROM /* SCHEMA */.vantage_instances i, clock
+WHERE i.instance_id = $1
+   OR (i.last_heartbeat_at < clock.now - $3::interval AND ` + sqlWasLive + `)
+ORDER BY i.instance_id
+FOR UPDATE OF i`
+
+	// sqlAbandonLeases releases the leases of the stale instances, one
+	// attempt more on each row (a takeover from a dead instance). The rows
+	// are locked in work id order by the subquery, then updated by key.
+	sqlAbandonLeases = `WITH ` + sqlClock + `,
+` + sqlStale + `
+UPDATE /* SCHEMA */.vantage_work w
+SET instance_id = NULL, lease_expiry = NULL, attempts = w.attempts + 1
+WHERE w.work_id = ANY (ARRAY(
+    SELECT l.work_id
+    FROM /* SCHEMA */.vantage_work l
+    WHERE l.instance_id = ANY (ARRAY(SELECT instance_id FROM stale)) AND l.processed_at IS NULL
+    ORDER BY l.work_id
+    FOR UPDATE))`
+
+	sqlAbandonPins = `WITH ` + sqlClock + `,
+` + sqlStale + `
+DELETE FROM /* SCHEMA */.vantage_active_streams a
+WHERE a.stream_id IN (
+    SELECT p.stream_id
+    FROM /* SCHEMA */.vantage_active_streams p
+    WHERE p.instance_id = ANY (ARRAY(SELECT instance_id FROM stale))
+    ORDER BY p.stream_id
+    FOR UPDATE
+)`
+
+	// sqlAbandonInstances deletes the stale instances and returns one row:
+	// their ids, the NextStaleAt of the other instances (see
+	// ports.InstanceHeartbeatResult) and whether the caller rejoined.
+	// NextStaleAt counts the instances that are not stale: the subquery sees
+	// the snapshot from before the DELETE, so it applies the complementary
+	// filter, and on the same clock an instance is either abandoned or
+	// counted, never both. A caller that rejoins leaves the stale instances
+	// recorded, but they are stale already: its next heartbeat, once it is
+	// live, abandons them unless they heartbeat first.
+	sqlAbandonInstances = `WITH ` + sqlClock + `,
+` + sqlStale + `,
+abandoned AS (
+    DELETE FROM /* SCHEMA */.vantage_instances i
+    WHERE i.instance_id = ANY (ARRAY(SELECT instance_id FROM stale))
+    RETURNING i.instance_id
+)
+SELECT
+    ARRAY(SELECT a.instance_id FROM abandoned a),
+    (SELECT min(i.last_heartbeat_at) + $3::interval
+     FROM /* SCHEMA */.vantage_instances i
+     WHERE i.last_heartbeat_at >= clock.now - $3::interval AND i.instance_id <> $1),
+    NOT ` + sqlWasLive + `
+FROM clock`
+
 	sqlHeartbeat = `WITH ` + sqlClock + `
 INSERT INTO /* SCHEMA */.vantage_instances AS i
     (instance_id, service_name, host_name, process_id, metadata, started_at, last_heartbeat_at)
@@ -78,50 +163,15 @@ SET service_name = excluded.service_name,
     process_id = excluded.process_id,
     metadata = excluded.metadata,
     last_heartbeat_at = excluded.last_heartbeat_at`
-
-	sqlAbandonLeases = `WITH ` + sqlClock + `
-UPDATE /* SCHEMA */.vantage_work w
-SET instance_id = NULL, lease_expiry = NULL
-FROM /* SCHEMA */.vantage_instances i, clock
-WHERE w.instance_id = i.instance_id AND w.processed_at IS NULL
-  AND i.last_heartbeat_at < clock.now - $3::interval AND i.instance_id <> $1`
-
-	sqlAbandonPins = `WITH ` + sqlClock + `
-DELETE FROM /* SCHEMA */.vantage_active_streams a
-WHERE a.stream_id IN (
-    SELECT p.stream_id
-    FROM /* SCHEMA */.vantage_active_streams p
-    JOIN /* SCHEMA */.vantage_instances i ON i.instance_id = p.instance_id
-    CROSS JOIN clock
-    WHERE i.last_heartbeat_at < clock.now - $3::interval AND i.instance_id <> $1
-    ORDER BY p.stream_id
-    FOR UPDATE OF p
-)`
-
-	// sqlAbandonInstances deletes the stale instances and returns one row:
-	// their ids and the NextStaleAt of the other instances it leaves (see
-	// ports.InstanceHeartbeatResult). The subquery sees the snapshot from
-	// before the DELETE, so it applies the complementary filter: on the
-	// same clock, an instance is either abandoned or counted, never both.
-	sqlAbandonInstances = `WITH ` + sqlClock + `,
-abandoned AS (
-    DELETE FROM /* SCHEMA */.vantage_instances i
-    USING clock
-    WHERE i.last_heartbeat_at < clock.now - $3::interval AND i.instance_id <> $1
-    RETURNING i.instance_id
-)
-SELECT
-    ARRAY(SELECT a.instance_id FROM abandoned a),
-    (SELECT min(i.last_heartbeat_at) + $3::interval
-     FROM /* SCHEMA */.vantage_instances i, clock
-     WHERE i.last_heartbeat_at >= clock.now - $3::interval AND i.instance_id <> $1)`
 )
 
-// InstanceHeartbeat implements ports.WorkClaimer in one round trip: the
-// upsert, the abandonment and NextStaleAt go as one batch in one implicit
-// transaction. Liveness boundaries: an instance is live while
+// InstanceHeartbeat implements ports.WorkClaimer in one round trip: the lock,
+// the abandonment, NextStaleAt and the upsert go as one batch in one
+// implicit transaction. Liveness boundaries: an instance is live while
 // last_heartbeat_at > Now - StaleThreshold and abandoned once
-// last_heartbeat_at < Now - StaleThreshold. It returns
+// last_heartbeat_at < Now - StaleThreshold, by a caller whose own previous
+// heartbeat was live at Now; a caller that was not (new, or back from an
+// outage) abandons nobody and gets Rejoined. It returns
 // ports.ErrInvalidArgument for a nil instance id or a non-positive
 // StaleThreshold.
 func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHeartbeatParams) (*ports.InstanceHeartbeatResult, error) {
@@ -140,21 +190,23 @@ func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHea
 	}
 	now := nowArg(params.Now)
 	b := &pgx.Batch{}
-	b.Queue(s.sql(sqlHeartbeat), params.InstanceID, now, params.ServiceName, params.HostName, params.ProcessID, meta)
+	b.Queue(s.sql(sqlHeartbeatLock), params.InstanceID, now, params.StaleThreshold)
 	b.Queue(s.sql(sqlAbandonLeases), params.InstanceID, now, params.StaleThreshold)
 	b.Queue(s.sql(sqlAbandonPins), params.InstanceID, now, params.StaleThreshold)
 	b.Queue(s.sql(sqlAbandonInstances), params.InstanceID, now, params.StaleThreshold)
+	b.Queue(s.sql(sqlHeartbeat), params.InstanceID, now, params.ServiceName, params.HostName, params.ProcessID, meta)
 	result := &ports.InstanceHeartbeatResult{}
 	err = s.sendWork(ctx, b, func(br pgx.BatchResults) error {
 		if err := execN(br, 3); err != nil {
 			return err
 		}
 		var nextStaleAt pgtype.Timestamptz
-		if err := br.QueryRow().Scan(&result.Abandoned, &nextStaleAt); err != nil {
+		if err := br.QueryRow().Scan(&result.Abandoned, &nextStaleAt, &result.Rejoined); err != nil {
 			return err
 		}
 		result.NextStaleAt = fromTime(nextStaleAt)
-		return nil
+		_, err := br.Exec()
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("recording heartbeat of %s: %w", params.InstanceID, translate(err))
@@ -163,10 +215,14 @@ func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHea
 	return result, nil
 }
 
-// Deregistration statements ($1 the instance), sent as one batch: leases,
-// then pins in stream id order, then the instance row (the lock order of
-// abandonment).
+// Deregistration statements ($1 the instance), sent as one batch in the
+// lock order of abandonment: the instance row, then the leases, then the
+// pins in stream id order. Taking the instance row first matters: a
+// survivor abandoning the instance at the same time has locked it, and
+// waits for nothing the deregistration holds.
 const (
+	sqlDeregister = `DELETE FROM /* SCHEMA */.vantage_instances WHERE instance_id = $1`
+
 	sqlDeregisterLeases = `UPDATE /* SCHEMA */.vantage_work
 SET instance_id = NULL, lease_expiry = NULL
 WHERE instance_id = $1 AND processed_at IS NULL`
@@ -178,8 +234,6 @@ WHERE a.stream_id IN (
     ORDER BY p.stream_id
     FOR UPDATE
 )`
-
-	sqlDeregister = `DELETE FROM /* SCHEMA */.vantage_instances WHERE instance_id = $1`
 )
 
 // InstanceDeregister implements ports.WorkClaimer in one round trip (a batch
@@ -189,9 +243,9 @@ func (s *Store) InstanceDeregister(ctx context.Context, instanceID uuid.UUID) er
 		return err
 	}
 	b := &pgx.Batch{}
+	b.Queue(s.sql(sqlDeregister), instanceID)
 	b.Queue(s.sql(sqlDeregisterLeases), instanceID)
 	b.Queue(s.sql(sqlDeregisterPins), instanceID)
-	b.Queue(s.sql(sqlDeregister), instanceID)
 	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error { return execN(br, b.Len()) })
 	if err != nil {
 		return fmt.Errorf("deregistering instance %s: %w", instanceID, translate(err))
@@ -295,8 +349,10 @@ drainable AS (
 //     rows (vantage_work_stream_leased_idx, per holder range, so the caller's
 //     live rows are not read): only rows the claim leases.
 //   - leasable locks them, SKIP LOCKED, checking again that each is still a
-//     candidate, and leased leases them with attempts + 1 (clearing a past
-//     retry time, see vantage_work_schedule_check).
+//     candidate, and leased leases them (clearing a past retry time, see
+//     vantage_work_schedule_check). A row taken from another instance's
+//     expired lease gains an attempt (sqlTakeoverAttempt); an unleased row,
+//     or one whose lease the caller itself let expire, does not.
 var sqlClaim = `WITH RECURSIVE ` + sqlClock + `,
 live AS (
     SELECT i.instance_id
@@ -362,12 +418,18 @@ leasable AS (
 ),
 leased AS (
     UPDATE /* SCHEMA */.vantage_work w
-    SET instance_id = $1, lease_expiry = clock.now + $4::interval, attempts = w.attempts + 1, scheduled_for = NULL
+    SET instance_id = $1, lease_expiry = clock.now + $4::interval, attempts = ` + sqlTakeoverAttempt + `, scheduled_for = NULL
     FROM clock
     WHERE w.work_id = ANY (ARRAY(SELECT work_id FROM leasable))
     RETURNING w.work_id
 )
 SELECT (SELECT count(*) FROM ranked) > (SELECT n FROM room), (SELECT count(*) FROM leased)`
+
+// sqlTakeoverAttempt is the attempts of a row w that the caller $1 leases:
+// one more when w is taken from another instance's lease (which, for a row
+// that claims and fetches may lease, has expired), the same otherwise. In
+// an UPDATE's SET list, w.instance_id is the holder before the update.
+const sqlTakeoverAttempt = `w.attempts + CASE WHEN w.instance_id <> $1 THEN 1 ELSE 0 END`
 
 // sqlClaimChunk bounds the new streams one claim takes. A claim leases every
 // candidate row of the streams it takes, in one statement, and nothing is
@@ -431,8 +493,9 @@ LIMIT $3`
 // starves, and only as long as the result stays within MaxStreams: a caller
 // already draining MaxStreams streams leases no new stream, only new rows of
 // the streams it drains (leasing more would leave leases ticking on streams
-// nobody drains, whose expiry would count attempts against events that never
-// ran). HasMore is true when candidate streams were left unselected or the
+// nobody drains, which keeps other instances from them and, should the
+// caller die, counts a takeover attempt against events that never ran).
+// HasMore is true when candidate streams were left unselected or the
 // result was cut at MaxStreams. The result lists the smallest backlogs
 // first (pending rows counted up to sqlBacklogCap, then by stream id). A
 // non-positive PartitionCount selects PartitionCountDefault. It returns

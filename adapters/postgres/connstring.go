@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
+
+	"github.com/lib/pq"
 )
 
 // pgxOnlyParams are connection string parameters pgx and pgxpool understand
@@ -73,6 +76,46 @@ func listenerConnString(cs string) (string, error) {
 		b.WriteString("sslmode=prefer")
 	}
 	return b.String(), nil
+}
+
+// checkListenerConnString reports why lib/pq's listener cannot use cs, with
+// pq's own parser, so that what New accepts is what the listener can dial:
+// a string pq cannot parse (pq also reads the PG* environment variables, as
+// when it dials), pgx-only parameters, which pq would send to the server as
+// run-time parameters that the server rejects, and a list of hosts. pgx
+// tries the hosts of a list in turn, and so does pq, but each picks its own:
+// a listener connected to another server than the one the pool commits to
+// (a standby, or an old primary after a failover) never receives the
+// pool's notifications, so the listener must name the single host the pool
+// writes to.
+func checkListenerConnString(cs string) error {
+	cfg, err := pq.NewConfig(cs)
+	if err != nil {
+		// A url.Error repeats the whole URL, password included.
+		if ue, ok := errors.AsType[*url.Error](err); ok {
+			err = ue.Err
+		}
+		return fmt.Errorf("lib/pq cannot parse it: %w", err)
+	}
+	if len(cfg.Multi) > 0 {
+		hosts := []string{cfg.Host}
+		for _, m := range cfg.Multi {
+			hosts = append(hosts, m.Host)
+		}
+		return fmt.Errorf("it lists %d hosts (%s), and lib/pq's listener may connect to another server than the pool, "+
+			"whose notifications it would never receive: name the one host the pool writes to", len(hosts), strings.Join(hosts, ", "))
+	}
+	var pgxOnly []string
+	for key := range cfg.Runtime {
+		if isPgxOnly(key) {
+			pgxOnly = append(pgxOnly, key)
+		}
+	}
+	if len(pgxOnly) > 0 {
+		slices.Sort(pgxOnly)
+		return fmt.Errorf("it has parameters of pgx that lib/pq would send to the server, which rejects them: %s", strings.Join(pgxOnly, ", "))
+	}
+	return nil
 }
 
 // parseKeywordValues splits a libpq key=value connection string: values may

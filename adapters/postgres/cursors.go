@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -73,25 +74,50 @@ func scanCursor(row pgx.CollectableRow) (ports.Cursor, error) {
 }
 
 // sqlFinish completes the listed rows: $1 caller, $2 work ids with their
-// (stream, perspective) in $3 and $4. Only pending rows of that pair held by
-// the caller count (the fence); the lease may have expired as long as nobody
-// took the row over.
+// (stream, perspective) in $3 and $4, $5 now. Only pending rows of that pair
+// held by the caller count (the fence); the lease may have expired as long
+// as nobody took the row over. A completed row that DeadLetterRequeue stored
+// marks its dead letter recovered (see sqlRecovered). It returns the rows
+// completed and the dead letters recovered.
 //
 // The list drives the statement, one primary key probe per id (see
 // sqlListedRow).
-var sqlFinish = `DELETE FROM /* SCHEMA */.vantage_work w
-USING ` + sqlFinishRows
+var sqlFinish = `WITH finished AS (
+    DELETE FROM /* SCHEMA */.vantage_work w
+    USING ` + sqlFinishRows + `
+    RETURNING w.dead_letter_id
+),
+` + sqlRecovered + `
+SELECT (SELECT count(*) FROM finished), (SELECT count(*) FROM recovered)`
 
 // sqlFinishDebug is sqlFinish for debug mode: rows are kept, marked processed
 // at $5 and unleased, which hides them from every pending-row query.
-var sqlFinishDebug = `UPDATE /* SCHEMA */.vantage_work w
-SET processed_at = coalesce($5::timestamptz, now()), instance_id = NULL, lease_expiry = NULL
-FROM ` + sqlFinishRows
+var sqlFinishDebug = `WITH finished AS (
+    UPDATE /* SCHEMA */.vantage_work w
+    SET processed_at = coalesce($5::timestamptz, now()), instance_id = NULL, lease_expiry = NULL
+    FROM ` + sqlFinishRows + `
+    RETURNING w.dead_letter_id
+),
+` + sqlRecovered + `
+SELECT (SELECT count(*) FROM finished), (SELECT count(*) FROM recovered)`
 
 // sqlFinishRows is the row list and fence shared by sqlFinish and
 // sqlFinishDebug.
 var sqlFinishRows = `unnest($2::uuid[], $3::uuid[], $4::text[]) AS c(work_id, stream_id, perspective)
-WHERE ` + sqlListedRow("c")
+    WHERE ` + sqlListedRow("c")
+
+// sqlRecovered marks DeadLetterRecovered, at $5, the requeued dead letters
+// of the rows in finished: a primary key probe per requeued row among them
+// (most rows name none), after the rows, as in every statement that locks
+// both.
+const sqlRecovered = `recovered AS (
+    UPDATE /* SCHEMA */.vantage_dead_letters d
+    SET status = ` + sqlDeadLetterRecovered + `, resolved_at = coalesce($5::timestamptz, now())
+    WHERE d.id = ANY (ARRAY(
+              SELECT f.dead_letter_id FROM finished f WHERE f.dead_letter_id IS NOT NULL ORDER BY f.dead_letter_id))
+      AND d.status = ` + sqlDeadLetterRequeued + `
+    RETURNING 1
+)`
 
 // sqlListedRow is the condition of the statements that change the rows a
 // list l (work_id, stream_id, perspective) names: the row w has the listed
@@ -149,8 +175,8 @@ const sqlFlagRewind = `status = c.status | ` + sqlStatusRewindRequired + `,
 // engine saves models (which moves the stored cursor) before it flushes the
 // completions of earlier batches, so rows applied and saved but not yet
 // completed would otherwise look like stragglers on every batched flush and
-// trigger phantom rewinds (SPEC H5). A row at the position is not a
-// straggler either (it was applied; its deletion is merely late).
+// trigger phantom rewinds. A row at the position is not a straggler either
+// (it was applied; its deletion is merely late).
 const sqlFlagStragglers = `WITH ` + sqlClock1 + `,
 pairs AS (
     SELECT p.stream_id, p.perspective, max(p.last_version) AS last_version
@@ -216,14 +242,28 @@ const (
 	sqlJoinsAny   = `SELECT set_config('enable_hashjoin', 'on', true), set_config('enable_mergejoin', 'on', true)`
 )
 
+// Len, Less and Swap sort the rows by work id (sort.Interface).
+func (f *finishArgs) Len() int           { return len(f.workIDs) }
+func (f *finishArgs) Less(i, j int) bool { return bytes.Compare(f.workIDs[i][:], f.workIDs[j][:]) < 0 }
+func (f *finishArgs) Swap(i, j int) {
+	f.workIDs[i], f.workIDs[j] = f.workIDs[j], f.workIDs[i]
+	f.streams[i], f.streams[j] = f.streams[j], f.streams[i]
+	f.perspectives[i], f.perspectives[j] = f.perspectives[j], f.perspectives[i]
+}
+
 // queue queues the statements completing the rows; read reads their
-// results and returns the count of rows completed.
+// results and returns the count of rows completed. The rows are sent in
+// work id order, the order in which the statement probes and locks them:
+// abandonment locks the rows of a dead instance in that order too, so an
+// instance completing rows while a survivor abandons it (it was only slow)
+// cannot deadlock with the survivor.
 func (f *finishArgs) queue(s *Store, b *pgx.Batch, instanceID uuid.UUID, debug bool, now any) {
+	sort.Sort(f)
 	b.Queue(sqlJoinsByKey)
 	if debug {
 		b.Queue(s.sql(sqlFinishDebug), instanceID, f.workIDs, f.streams, f.perspectives, now)
 	} else {
-		b.Queue(s.sql(sqlFinish), instanceID, f.workIDs, f.streams, f.perspectives)
+		b.Queue(s.sql(sqlFinish), instanceID, f.workIDs, f.streams, f.perspectives, now)
 	}
 	b.Queue(sqlJoinsAny)
 }
@@ -232,14 +272,14 @@ func (f *finishArgs) read(br pgx.BatchResults) (int, error) {
 	if _, err := br.Exec(); err != nil {
 		return 0, err
 	}
-	tag, err := br.Exec()
-	if err != nil {
+	var completed, recovered int
+	if err := br.QueryRow().Scan(&completed, &recovered); err != nil {
 		return 0, err
 	}
 	if _, err := br.Exec(); err != nil {
 		return 0, err
 	}
-	return int(tag.RowsAffected()), nil
+	return completed, nil
 }
 
 // pairKey names one (stream, perspective).
@@ -303,8 +343,9 @@ func (p *positions) columns() (streams [][16]byte, perspectives []string, eventI
 
 // WorkComplete implements ports.CursorStore in one round trip: a batch of
 // four statements in one implicit transaction, in this order: complete the
-// listed rows (between sqlJoinsByKey and sqlJoinsAny), upsert the cursors,
-// flag stragglers, unpin drained streams.
+// listed rows (between sqlJoinsByKey and sqlJoinsAny), recovering the dead
+// letters of requeued ones, upsert the cursors, flag stragglers, unpin
+// drained streams.
 // Every deletion of the call thus precedes every cursor check. A pair listed
 // in several completions ends at its highest position. Stragglers are rows
 // below the position the completions report, not below a stored position
@@ -359,12 +400,13 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 	return result, nil
 }
 
-// sqlFailRows releases the failed rows still held by the caller ($1), stores
-// their error and schedules them: $2 work ids, $3 streams, $4 perspectives,
-// $5 errors, $6 retry times (NULL: claimable at once). Attempts stay. Rows
-// are found by id, as in sqlFinish (see sqlListedRow).
+// sqlFailRows releases the failed rows still held by the caller ($1), adds
+// an attempt to each (an apply of it failed), stores their error and
+// schedules them: $2 work ids, $3 streams, $4 perspectives, $5 errors, $6
+// retry times (NULL: claimable at once). Rows are found by id, as in
+// sqlFinish (see sqlListedRow).
 var sqlFailRows = `UPDATE /* SCHEMA */.vantage_work w
-SET instance_id = NULL, lease_expiry = NULL, error = f.error, scheduled_for = f.retry_at
+SET instance_id = NULL, lease_expiry = NULL, attempts = w.attempts + 1, error = f.error, scheduled_for = f.retry_at
 FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::timestamptz[])
      AS f(work_id, stream_id, perspective, error, retry_at)
 WHERE ` + sqlListedRow("f")
@@ -421,13 +463,103 @@ SET last_event_id = CASE WHEN excluded.last_version > c.last_version THEN exclud
 // moves the position past a pending row, which then flags RewindRequired.
 const sqlFailRewinds = `excluded.last_version > c.last_version AND excluded.rewind_trigger_version IS NOT NULL`
 
+// sqlFailEvents charges failures to events that have no pending row of
+// their pair (a replay failed on an event applied long ago): $1 now, $2
+// streams, $3 perspectives, $4 event ids, $5 versions, $6 errors, $7 retry
+// times. It stores a pending, unleased row for the event with one attempt,
+// the error and the retry time; when the pair has a pending row for the
+// event already (the key of pending work, vantage_work_pending_idx), that
+// row gets the attempt instead, as a failed row does, whoever holds it.
+// Rows are written in key order, so overlapping calls cannot deadlock.
+const sqlFailEvents = `WITH ` + sqlClock1 + `
+INSERT INTO /* SCHEMA */.vantage_work AS w
+    (work_id, stream_id, perspective, event_id, event_version, attempts, error, scheduled_for, created_at)
+SELECT /* SCHEMA */.vantage_uuid_v7(), f.stream_id, f.perspective, f.event_id, f.event_version, 1, f.error, f.retry_at, clock.now
+FROM unnest($2::uuid[], $3::text[], $4::uuid[], $5::bigint[], $6::text[], $7::timestamptz[])
+     AS f(stream_id, perspective, event_id, event_version, error, retry_at), clock
+ORDER BY f.stream_id, f.perspective COLLATE "C", f.event_version
+ON CONFLICT (stream_id, perspective, event_version) WHERE processed_at IS NULL DO UPDATE
+SET instance_id = NULL, lease_expiry = NULL, attempts = w.attempts + 1,
+    error = excluded.error, scheduled_for = excluded.scheduled_for`
+
+// sqlFlagFailedEvents flags RewindRequired on the cursors ($2, $3) already
+// past the failed event of their pair ($4, $5), so that a rewind applies the
+// event in order once its retry time comes; an earlier trigger is kept (see
+// sqlFlagRewind). It runs after sqlFailCursors, which locked these cursors
+// in key order and moved their positions. $1 is now.
+const sqlFlagFailedEvents = `WITH ` + sqlClock1 + `,
+f AS (
+    SELECT DISTINCT ON (f.stream_id, f.perspective) f.stream_id, f.perspective, f.event_id, f.event_version
+    FROM unnest($2::uuid[], $3::text[], $4::uuid[], $5::bigint[]) AS f(stream_id, perspective, event_id, event_version)
+    ORDER BY f.stream_id, f.perspective, f.event_version
+)
+UPDATE /* SCHEMA */.vantage_cursors c
+SET ` + sqlFlagRewind + `
+FROM f, clock
+WHERE c.stream_id = f.stream_id AND c.perspective = f.perspective AND c.last_version > f.event_version`
+
+// failedEvents collects the FailedEventID of failures, one per pair and
+// version (the key of pending work): a later failure of the same event
+// replaces an earlier one's error and retry time.
+type failedEvents struct {
+	order []failedEventKey
+	byKey map[failedEventKey]*ports.Failure
+}
+
+type failedEventKey struct {
+	pair    pairKey
+	version int64
+}
+
+func (e *failedEvents) add(f *ports.Failure) {
+	if e.byKey == nil {
+		e.byKey = map[failedEventKey]*ports.Failure{}
+	}
+	k := failedEventKey{pairKey{f.StreamID, f.Perspective}, f.FailedEventVersion}
+	if _, ok := e.byKey[k]; !ok {
+		e.order = append(e.order, k)
+	}
+	e.byKey[k] = f
+}
+
+// failedEventColumns are the columns of the failed events of a call, in
+// key order.
+type failedEventColumns struct {
+	streams, eventIDs [][16]byte
+	perspectives      []string
+	versions          []int64
+	errs              []string
+	retryAt           []pgtype.Timestamptz
+}
+
+// columns returns the failed events as parallel arrays in key order, so that
+// sqlFailEvents writes rows and sqlFlagFailedEvents cursors in one order.
+func (e *failedEvents) columns() failedEventColumns {
+	slices.SortFunc(e.order, func(a, b failedEventKey) int {
+		return cmp.Or(comparePair(a.pair, b.pair), cmp.Compare(a.version, b.version))
+	})
+	var c failedEventColumns
+	for _, k := range e.order {
+		f := e.byKey[k]
+		c.streams = append(c.streams, f.StreamID)
+		c.perspectives = append(c.perspectives, f.Perspective)
+		c.eventIDs = append(c.eventIDs, f.FailedEventID)
+		c.versions = append(c.versions, f.FailedEventVersion)
+		c.errs = append(c.errs, f.Error)
+		c.retryAt = append(c.retryAt, timestamptz(f.RetryAt))
+	}
+	return c
+}
+
 // WorkFail implements ports.CursorStore in one round trip: a batch of four
-// statements in one implicit transaction: complete the applied rows, release
-// and schedule the failed rows (fenced like completions), upsert the cursors,
-// unpin drained streams. A zero RetryAt makes the failed rows claimable at
-// once. It returns ports.ErrInvalidArgument, and changes nothing, when a
-// failure has a nil stream id, an empty perspective or a negative
-// LastVersion.
+// to six statements in one implicit transaction: complete the applied rows,
+// release and schedule the failed rows (fenced like completions), store the
+// failed events (sqlFailEvents, when a failure names one), upsert the
+// cursors, flag those past a failed event (sqlFlagFailedEvents), unpin
+// drained streams. A zero RetryAt makes the failed rows claimable at once.
+// It returns ports.ErrInvalidArgument, and changes nothing, when a failure
+// has a nil stream id, an empty perspective, a negative LastVersion, or a
+// FailedEventID without a positive FailedEventVersion (or the reverse).
 func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) error {
 	var (
 		finish finishArgs
@@ -437,10 +569,20 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 			errs    []string
 			retryAt []pgtype.Timestamptz
 		}
+		events failedEvents
 	)
-	for _, f := range params.Failures {
+	for i := range params.Failures {
+		f := &params.Failures[i]
 		if err := validatePair(f.StreamID, f.Perspective, f.LastVersion); err != nil {
 			return fmt.Errorf("recording failures: %w", err)
+		}
+		switch {
+		case f.FailedEventID == uuid.Nil && f.FailedEventVersion == 0:
+		case f.FailedEventID == uuid.Nil || f.FailedEventVersion <= 0:
+			return fmt.Errorf("recording failures: %w", invalid("failed event %s at version %d of stream %s: both or neither must be set, the version positive",
+				f.FailedEventID, f.FailedEventVersion, f.StreamID))
+		default:
+			events.add(f)
 		}
 		finish.add(f.StreamID, f.Perspective, f.AppliedWorkIDs)
 		failed.add(f.StreamID, f.Perspective, f.FailedWorkIDs)
@@ -461,7 +603,15 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 	b := &pgx.Batch{}
 	finish.queue(s, b, params.InstanceID, params.DebugMode, now)
 	b.Queue(s.sql(sqlFailRows), params.InstanceID, failed.workIDs, failed.streams, failed.perspectives, failed.errs, failed.retryAt)
+	var ev failedEventColumns
+	if len(events.order) > 0 {
+		ev = events.columns()
+		b.Queue(s.sql(sqlFailEvents), now, ev.streams, ev.perspectives, ev.eventIDs, ev.versions, ev.errs, ev.retryAt)
+	}
 	b.Queue(s.sql(sqlFailCursors), now, streams, perspectives, eventIDs, versions, errs)
+	if len(events.order) > 0 {
+		b.Queue(s.sql(sqlFlagFailedEvents), now, ev.streams, ev.perspectives, ev.eventIDs, ev.versions)
+	}
 	b.Queue(s.sql(sqlUnpinDrained), distinctStreams(streams))
 	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error { return execN(br, b.Len()) })
 	if err != nil {

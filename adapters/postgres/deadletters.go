@@ -1,9 +1,10 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -12,17 +13,37 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
-const sqlDeadLetterColumns = `id, work_id, stream_id, perspective, event_id, event_version, attempts, reason, error, instance_id, dead_lettered_at`
+// Dead-letter statuses as SQL literals (ports.DeadLetterStatus values).
+const (
+	sqlDeadLetterDead      = `'` + string(ports.DeadLetterDead) + `'`
+	sqlDeadLetterRequeued  = `'` + string(ports.DeadLetterRequeued) + `'`
+	sqlDeadLetterRecovered = `'` + string(ports.DeadLetterRecovered) + `'`
+	sqlDeadLetterIgnored   = `'` + string(ports.DeadLetterIgnored) + `'`
+)
+
+const sqlDeadLetterColumns = `id, work_id, stream_id, perspective, event_id, event_version, attempts, reason, error,
+       instance_id, generation, dead_lettered_at, status, requeues, requeued_at, requeue_generation, resolved_at`
 
 // sqlDeadLetterMove deletes a pending row and records it, in one statement:
-// $1 dead letter id, $2 now, $3 work id, $4 instance, $5 reason, $6 error.
-// No row (already moved, completed, or kept as processed by debug mode)
-// inserts nothing. The stream is unpinned when that was its last pending row.
+// $1 dead letter id, $2 now, $3 work id, $4 instance, $5 reason, $6 error
+// (empty: the row's), $7 attempts (when larger than the row's), $8
+// generation. No row (already moved, completed, or kept as processed by
+// debug mode) records nothing. The stream is unpinned when that was its last
+// pending row.
+//
+// A row that DeadLetterRequeue stored names its dead letter, which is
+// updated instead of a new one recorded (the conflict on its id): dead
+// again, with the new cause, attempts, instance, generation and time; its
+// requeue history stays, so a dead letter that failed again on the
+// generation that requeued it reads generation = requeue_generation. A row
+// whose dead letter an operator deleted records it again under that id.
+// Locks are taken as everywhere: the work row, then the pin, then the dead
+// letter.
 const sqlDeadLetterMove = `WITH ` + sqlClock + `,
 moved AS (
     DELETE FROM /* SCHEMA */.vantage_work
     WHERE work_id = $3 AND processed_at IS NULL
-    RETURNING work_id, stream_id, perspective, event_id, event_version, attempts
+    RETURNING work_id, stream_id, perspective, event_id, event_version, attempts, error, dead_letter_id
 ),
 unpinned AS (
     DELETE FROM /* SCHEMA */.vantage_active_streams a
@@ -32,10 +53,20 @@ unpinned AS (
           SELECT 1 FROM /* SCHEMA */.vantage_work w
           WHERE w.stream_id = m.stream_id AND w.processed_at IS NULL AND w.work_id <> m.work_id)
 )
-INSERT INTO /* SCHEMA */.vantage_dead_letters (` + sqlDeadLetterColumns + `)
-SELECT $1::uuid, m.work_id, m.stream_id, m.perspective, m.event_id, m.event_version, m.attempts,
-       $5::text, $6::text, $4::uuid, clock.now
+INSERT INTO /* SCHEMA */.vantage_dead_letters AS d
+    (id, work_id, stream_id, perspective, event_id, event_version, attempts, reason, error, instance_id, generation, dead_lettered_at)
+SELECT coalesce(m.dead_letter_id, $1::uuid), m.work_id, m.stream_id, m.perspective, m.event_id, m.event_version,
+       greatest(m.attempts, $7::integer), $5::text, coalesce(nullif($6::text, ''), m.error, ''), $4::uuid, $8::text, clock.now
 FROM moved m, clock
+ON CONFLICT (id) DO UPDATE
+SET attempts = excluded.attempts,
+    reason = excluded.reason,
+    error = excluded.error,
+    instance_id = excluded.instance_id,
+    generation = excluded.generation,
+    dead_lettered_at = excluded.dead_lettered_at,
+    status = ` + sqlDeadLetterDead + `,
+    resolved_at = NULL
 RETURNING ` + sqlDeadLetterColumns
 
 // DeadLetterMove implements ports.DeadLetterStore in one statement. The row
@@ -52,7 +83,7 @@ func (s *Store) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMove
 		return ports.DeadLetter{}, false, err
 	}
 	dls, err := queryRows(ctx, s, sqlDeadLetterMove, scanDeadLetter, id, nowArg(params.Now), params.WorkID,
-		uuidArg(params.InstanceID), params.Reason, params.Error)
+		uuidArg(params.InstanceID), params.Reason, params.Error, params.Attempts, params.Generation)
 	if err != nil {
 		return ports.DeadLetter{}, false, fmt.Errorf("moving work %s to dead letters: %w", params.WorkID, err)
 	}
@@ -64,95 +95,258 @@ func (s *Store) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMove
 
 const sqlDeadLettersList = `SELECT ` + sqlDeadLetterColumns + `
 FROM /* SCHEMA */.vantage_dead_letters
-WHERE ($1 = '' OR perspective = $1) AND ($2::uuid IS NULL OR stream_id = $2::uuid)
+WHERE ($1 = '' OR perspective = $1) AND ($2::uuid IS NULL OR stream_id = $2::uuid) AND ($4 = '' OR status = $4)
 ORDER BY dead_lettered_at, id
 LIMIT $3::bigint`
 
-// DeadLettersList implements ports.DeadLetterStore: oldest first (ties in
-// id order, which for UUIDv7 ids is the order they were recorded), at most
-// Limit when positive. It returns ports.ErrInvalidArgument for a negative
-// Limit.
+// DeadLettersList implements ports.DeadLetterStore: oldest first by the time
+// they were last dead-lettered (ties in id order, which for UUIDv7 ids is
+// the order they were first recorded), at most Limit when positive. It
+// returns ports.ErrInvalidArgument for a negative Limit or an unknown
+// Status.
 func (s *Store) DeadLettersList(ctx context.Context, params *ports.DeadLettersListParams) ([]ports.DeadLetter, error) {
 	if params.Limit < 0 {
 		return nil, fmt.Errorf("listing dead letters: %w", invalid("limit %d is negative", params.Limit))
 	}
+	if params.Status != "" && !validDeadLetterStatus(params.Status) {
+		return nil, fmt.Errorf("listing dead letters: %w", invalid("unknown status %q", params.Status))
+	}
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
-	out, err := queryRows(ctx, s, sqlDeadLettersList, scanDeadLetter, params.Perspective, uuidArg(params.StreamID), limitArg(params.Limit))
+	out, err := queryRows(ctx, s, sqlDeadLettersList, scanDeadLetter, params.Perspective, uuidArg(params.StreamID),
+		limitArg(params.Limit), string(params.Status))
 	if err != nil {
 		return nil, fmt.Errorf("listing dead letters: %w", err)
 	}
 	return out, nil
 }
 
+func validDeadLetterStatus(s ports.DeadLetterStatus) bool {
+	switch s {
+	case ports.DeadLetterDead, ports.DeadLetterRequeued, ports.DeadLetterRecovered, ports.DeadLetterIgnored:
+		return true
+	}
+	return false
+}
+
+// scanDeadLetter scans the columns of sqlDeadLetterColumns.
 func scanDeadLetter(row pgx.CollectableRow) (ports.DeadLetter, error) {
 	var (
-		dl       ports.DeadLetter
-		instance pgtype.UUID
-		at       pgtype.Timestamptz
+		dl                         ports.DeadLetter
+		instance                   pgtype.UUID
+		status                     string
+		at, requeuedAt, resolvedAt pgtype.Timestamptz
+		requeueGeneration          pgtype.Text
 	)
-	err := row.Scan(&dl.ID, &dl.WorkID, &dl.StreamID, &dl.Perspective, &dl.EventID, &dl.EventVersion,
-		&dl.Attempts, &dl.Reason, &dl.Error, &instance, &at)
-	dl.InstanceID, dl.DeadLetteredAt = fromUUID(instance), fromTime(at)
+	err := row.Scan(uuidDest(&dl.ID), uuidDest(&dl.WorkID), uuidDest(&dl.StreamID), &dl.Perspective, uuidDest(&dl.EventID), &dl.EventVersion,
+		&dl.Attempts, &dl.Reason, &dl.Error, &instance, &dl.Generation, &at, &status, &dl.Requeues, &requeuedAt, &requeueGeneration, &resolvedAt)
+	dl.InstanceID, dl.DeadLetteredAt, dl.Status = fromUUID(instance), fromTime(at), ports.DeadLetterStatus(status)
+	dl.RequeuedAt, dl.RequeueGeneration, dl.ResolvedAt = fromTime(requeuedAt), fromText(requeueGeneration), fromTime(resolvedAt)
 	return dl, err
 }
 
-// sqlDeadLetterRequeue deletes the dead letter $1 and stores its work row
-// again with its original id, pending, unleased, unscheduled, with zero
-// attempts; a cursor already past the event is flagged RewindRequired; the
-// NOTIFY on channel $3 wakes the claimers on commit. $2 is now.
-const sqlDeadLetterRequeue = `WITH ` + sqlClock + `,
-dl AS (
-    DELETE FROM /* SCHEMA */.vantage_dead_letters WHERE id = $1
-    RETURNING work_id, stream_id, perspective, event_id, event_version
-),
-requeued AS (
-    INSERT INTO /* SCHEMA */.vantage_work (work_id, stream_id, perspective, event_id, event_version, created_at)
-    SELECT dl.work_id, dl.stream_id, dl.perspective, dl.event_id, dl.event_version, clock.now
-    FROM dl, clock
+// sqlRequeue is the part DeadLetterRequeue and DeadLettersRecover share: the
+// CTEs that store the work rows of the dead letters in the CTE dl (id,
+// work_id, stream_id, perspective, event_id, event_version), flag the
+// cursors already past them and wake the claimers. $3 is the NOTIFY channel.
+//
+//   - requeued stores each row again with its original work id, pending,
+//     unleased, unscheduled, with zero attempts, naming its dead letter.
+//     When the pair has a pending row for the event already (say, a replay
+//     failure stored one), that row is linked to the dead letter instead:
+//     the event is applied once, and its completion recovers the dead
+//     letter.
+//   - flagged flags RewindRequired on the cursors already past a requeued
+//     event, so that a rewind applies it in order; the trigger keeps the
+//     smallest version (sqlFlagRewind). The cursors are locked in key
+//     order, as completions lock them.
+//   - notified queues a NOTIFY, delivered when the transaction commits.
+//
+// Locks: the dead letters (in dl), then work rows, then cursors.
+const sqlRequeue = `requeued AS (
+    INSERT INTO /* SCHEMA */.vantage_work AS w
+        (work_id, stream_id, perspective, event_id, event_version, dead_letter_id, created_at)
+    SELECT DISTINCT ON (r.stream_id, r.perspective, r.event_version)
+           r.work_id, r.stream_id, r.perspective, r.event_id, r.event_version, r.id, clock.now
+    FROM dl r, clock
+    ORDER BY r.stream_id, r.perspective, r.event_version, r.id
+    ON CONFLICT (stream_id, perspective, event_version) WHERE processed_at IS NULL
+    DO UPDATE SET dead_letter_id = excluded.dead_letter_id
     RETURNING 1
 ),
 flagged AS (
     UPDATE /* SCHEMA */.vantage_cursors c
     SET ` + sqlFlagRewind + `
-    FROM dl f, clock
+    FROM (
+        SELECT DISTINCT ON (r.stream_id, r.perspective) r.stream_id, r.perspective, r.event_id, r.event_version
+        FROM dl r
+        ORDER BY r.stream_id, r.perspective, r.event_version
+    ) f, clock
     WHERE c.stream_id = f.stream_id AND c.perspective = f.perspective AND c.last_version > f.event_version
+      AND (c.stream_id, c.perspective) IN (
+          SELECT l.stream_id, l.perspective FROM /* SCHEMA */.vantage_cursors l
+          WHERE (l.stream_id, l.perspective) IN (SELECT r.stream_id, r.perspective FROM dl r)
+          ORDER BY l.stream_id, l.perspective COLLATE "C"
+          FOR UPDATE)
     RETURNING 1
 ),
 notified AS (
-    SELECT pg_notify($3, '') FROM dl
-)
-SELECT (SELECT count(*) FROM dl), (SELECT count(*) FROM requeued), (SELECT count(*) FROM flagged), (SELECT count(*) FROM notified)`
+    SELECT pg_notify($3, '') WHERE EXISTS (SELECT 1 FROM dl)
+)`
+
+// sqlRequeueSet is the SET list that marks the dead letter d requeued at
+// clock.now by generation $4.
+const sqlRequeueSet = `status = ` + sqlDeadLetterRequeued + `,
+        requeues = d.requeues + 1,
+        requeued_at = clock.now,
+        requeue_generation = $4::text,
+        resolved_at = NULL`
+
+// sqlDeadLetterRequeue requeues the dead letter $1 when it is dead or
+// ignored (see sqlRequeue): $2 now, $3 NOTIFY channel, $4 generation. It
+// returns whether it did, and the status the dead letter had (NULL for an
+// unknown id), which tells a requeued or recovered one from an unknown one.
+const sqlDeadLetterRequeue = `WITH ` + sqlClock + `,
+prior AS (
+    SELECT d.status FROM /* SCHEMA */.vantage_dead_letters d WHERE d.id = $1
+),
+dl AS (
+    UPDATE /* SCHEMA */.vantage_dead_letters d
+    SET ` + sqlRequeueSet + `
+    FROM clock
+    WHERE d.id = $1 AND d.status IN (` + sqlDeadLetterDead + `, ` + sqlDeadLetterIgnored + `)
+    RETURNING d.id, d.work_id, d.stream_id, d.perspective, d.event_id, d.event_version
+),
+` + sqlRequeue + `
+SELECT (SELECT count(*) FROM dl), (SELECT status FROM prior), (SELECT count(*) FROM notified)`
 
 // DeadLetterRequeue implements ports.DeadLetterStore in one statement. The
 // row comes back with its original work id, pending, unleased, unscheduled
 // and with zero attempts, and listeners are woken on commit. If the pair's
 // cursor is past the event (LastVersion greater than the event's version),
 // the cursor is flagged RewindRequired (the trigger keeps the smallest
-// version). It returns ports.ErrNotFound for an unknown id.
+// version). It returns ports.ErrNotFound for an unknown id and
+// ports.ErrVersionConflict for a dead letter that is requeued or recovered
+// (or that a concurrent call requeued first).
 func (s *Store) DeadLetterRequeue(ctx context.Context, params *ports.DeadLetterRequeueParams) error {
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	var found, requeued, flagged, notified int
-	err := s.pool.QueryRow(ctx, s.sql(sqlDeadLetterRequeue), params.ID, nowArg(params.Now), s.channel).
-		Scan(&found, &requeued, &flagged, &notified)
+	var (
+		requeued, notified int
+		prior              pgtype.Text
+	)
+	err := s.pool.QueryRow(ctx, s.sql(sqlDeadLetterRequeue), params.ID, nowArg(params.Now), s.channel, params.Generation).
+		Scan(&requeued, &prior, &notified)
 	if err != nil {
 		return fmt.Errorf("requeueing dead letter %s: %w", params.ID, translate(err))
 	}
-	if found == 0 {
-		return fmt.Errorf("requeueing dead letter %s: %w", params.ID, ports.ErrNotFound)
+	return deadLetterOutcome("requeueing", params.ID, requeued > 0, prior)
+}
+
+// deadLetterOutcome turns the outcome of a statement that changes one dead
+// letter into the error of the port: nil when it changed it, else
+// ErrNotFound when the id is unknown and ErrVersionConflict when the dead
+// letter's status does not allow the change.
+func deadLetterOutcome(doing string, id uuid.UUID, changed bool, prior pgtype.Text) error {
+	switch {
+	case changed:
+		return nil
+	case !prior.Valid:
+		return fmt.Errorf("%s dead letter %s: %w", doing, id, ports.ErrNotFound)
+	default:
+		return fmt.Errorf("%s dead letter %s: it is %s: %w", doing, id, prior.String, ports.ErrVersionConflict)
 	}
-	return nil
 }
 
-// DeadLetterIgnore implements ports.DeadLetterStore.
-func (s *Store) DeadLetterIgnore(context.Context, *ports.DeadLetterIgnoreParams) error {
-	return fmt.Errorf("ignoring dead letter: %w", errors.ErrUnsupported)
+// sqlDeadLetterIgnore marks the dead letter $1 ignored at $2 when it is dead,
+// and leaves an ignored one as it is (rewriting it, so that a concurrent
+// ignore of the same dead letter, which re-checks the status once the first
+// committed, still finds it ignorable). It returns whether it matched, and
+// the status the dead letter had (NULL for an unknown id).
+const sqlDeadLetterIgnore = `WITH ` + sqlClock + `,
+prior AS (
+    SELECT d.status FROM /* SCHEMA */.vantage_dead_letters d WHERE d.id = $1
+),
+ignored AS (
+    UPDATE /* SCHEMA */.vantage_dead_letters d
+    SET status = ` + sqlDeadLetterIgnored + `,
+        resolved_at = CASE WHEN d.status = ` + sqlDeadLetterIgnored + ` THEN d.resolved_at ELSE clock.now END
+    FROM clock
+    WHERE d.id = $1 AND d.status IN (` + sqlDeadLetterDead + `, ` + sqlDeadLetterIgnored + `)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM ignored), (SELECT status FROM prior)`
+
+// DeadLetterIgnore implements ports.DeadLetterStore in one statement.
+// Ignoring an ignored dead letter changes nothing (ResolvedAt stays the
+// first time). It returns ports.ErrNotFound for an unknown id and
+// ports.ErrVersionConflict for a dead letter that is requeued or recovered.
+func (s *Store) DeadLetterIgnore(ctx context.Context, params *ports.DeadLetterIgnoreParams) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	var (
+		ignored int
+		prior   pgtype.Text
+	)
+	err := s.pool.QueryRow(ctx, s.sql(sqlDeadLetterIgnore), params.ID, nowArg(params.Now)).Scan(&ignored, &prior)
+	if err != nil {
+		return fmt.Errorf("ignoring dead letter %s: %w", params.ID, translate(err))
+	}
+	return deadLetterOutcome("ignoring", params.ID, ignored > 0, prior)
 }
 
-// DeadLettersRecover implements ports.DeadLetterStore.
-func (s *Store) DeadLettersRecover(context.Context, *ports.DeadLettersRecoverParams) ([]ports.DeadLetter, error) {
-	return nil, fmt.Errorf("recovering dead letters: %w", errors.ErrUnsupported)
+// sqlDeadLettersRecover requeues (see sqlRequeue), by generation $4, up to
+// $1 dead letters, oldest first, that are dead, failed on a generation other
+// than $4 and were never requeued on it: $2 now, $3 NOTIFY channel. It walks
+// vantage_dead_letters_status_idx in time order and stops after $1 matches.
+// FOR UPDATE SKIP LOCKED passes over the dead letters a concurrent recovery
+// has locked, and one it committed meanwhile no longer matches when locked,
+// so concurrent recoveries never requeue a dead letter twice. It returns the
+// requeued dead letters as they are after the requeue; the join with n
+// makes it run notified (a SELECT in WITH runs only when it is read).
+const sqlDeadLettersRecover = `WITH ` + sqlClock + `,
+picked AS (
+    SELECT d.id
+    FROM /* SCHEMA */.vantage_dead_letters d
+    WHERE d.status = ` + sqlDeadLetterDead + ` AND d.generation <> $4::text AND d.requeue_generation IS DISTINCT FROM $4::text
+    ORDER BY d.dead_lettered_at, d.id
+    LIMIT $1::bigint
+    FOR UPDATE SKIP LOCKED
+),
+dl AS (
+    UPDATE /* SCHEMA */.vantage_dead_letters d
+    SET ` + sqlRequeueSet + `
+    FROM clock
+    WHERE d.id IN (SELECT id FROM picked)
+    RETURNING ` + sqlDeadLetterColumns + `
+),
+` + sqlRequeue + `
+SELECT ` + sqlDeadLetterColumns + `
+FROM dl, (SELECT count(*) FROM notified) n
+ORDER BY dead_lettered_at, id`
+
+// DeadLettersRecover implements ports.DeadLetterStore in one statement (see
+// sqlDeadLettersRecover). It returns ports.ErrInvalidArgument for an empty
+// Generation or a Limit below 1.
+func (s *Store) DeadLettersRecover(ctx context.Context, params *ports.DeadLettersRecoverParams) ([]ports.DeadLetter, error) {
+	switch {
+	case params.Generation == "":
+		return nil, fmt.Errorf("recovering dead letters: %w", invalid("empty generation"))
+	case params.Limit < 1:
+		return nil, fmt.Errorf("recovering dead letters: %w", invalid("limit %d must be positive", params.Limit))
+	}
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	out, err := queryRows(ctx, s, sqlDeadLettersRecover, scanDeadLetter, params.Limit, nowArg(params.Now), s.channel, params.Generation)
+	if err != nil {
+		return nil, fmt.Errorf("recovering dead letters of generation %q: %w", params.Generation, err)
+	}
+	slices.SortFunc(out, func(a, b ports.DeadLetter) int {
+		return cmp.Or(a.DeadLetteredAt.Compare(b.DeadLetteredAt), compareUUID(a.ID, b.ID))
+	})
+	return out, nil
 }

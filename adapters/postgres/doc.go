@@ -36,9 +36,33 @@
 // below an event already processed. AppendTx appends inside the caller's
 // transaction, so business writes and events commit together.
 //
-// Statements that wait for locks take them in one order (work rows before
-// stream pins, several pins or cursors in key order), so instances never
-// deadlock each other; claims and fetches never wait for a work row.
+// Statements that wait for locks take them in one order (instance rows,
+// then work rows, then stream pins, cursors and dead letters, several rows
+// of a table in key order; a requeue, whose work rows are new, takes its
+// dead letters first), so instances never deadlock each other; claims and
+// fetches never wait for a work row. Survivors abandoning the same dead
+// instance queue on its instance row, and the first abandons it alone.
+//
+// # Attempts and dead letters
+//
+// A work row's attempts count the applies that failed (WorkFail) and the
+// takeovers from dead instances (abandonment, or a lease taken over after
+// it expired), never a claim of an unleased row or the caller's own: a
+// slow instance, or one whose database was briefly unreachable, costs its
+// events nothing. A dead letter keeps its status (dead, requeued,
+// recovered, ignored) and the deploy generation that gave up on it; a
+// requeued work row names its dead letter (vantage_work.dead_letter_id),
+// so its completion marks the dead letter recovered and its failure marks
+// the same dead letter dead again. DeadLettersRecover requeues the oldest
+// dead ones of other generations with FOR UPDATE SKIP LOCKED, so that
+// instances of a new deploy recover each once between them.
+//
+// # Retries
+//
+// An append repeated with the event ids of one that took effect (its
+// commit acknowledged on a connection that then broke) returns the stored
+// events with AlreadyStored and stores nothing; the statement finds them
+// before it inserts, so AppendTx's transaction is not aborted.
 //
 // # Cost
 //
@@ -62,14 +86,25 @@
 //
 // Appends, requeues and NotifierPublish NOTIFY the schema's channel (see
 // Store.Channel) when they commit. NotifierListen starts one lib/pq Listener
-// per Store on first use; a reconnect, after which notifications may have
-// been lost, arrives as ports.Wake{Reconnected: true}. NOTIFY is a hint:
-// the engine polls regardless.
+// per Store on first use, on Options.ConnString or the pool's connection
+// string, which New checks with lib/pq's parser and requires to name one
+// host: NOTIFY reaches only the listeners of the server that commits it. A
+// reconnect, after which notifications may have been lost, arrives as
+// ports.Wake{Reconnected: true}; NotifierListen does not wait for a
+// listener whose connection fails, whose subscribers get that wake once it
+// is up. The listener warns once per outage and reports at info when it is
+// back. NOTIFY is a hint: the engine polls regardless.
 //
 // # Errors
 //
 // Errors are translated at the edge into ports sentinels: no rows is
 // ports.ErrNotFound, a unique violation (taken version or event id) is
 // ports.ErrVersionConflict, malformed input is ports.ErrInvalidArgument, a
-// closed Store or pool is ports.ErrClosed.
+// closed Store or pool is ports.ErrClosed. Failures of the infrastructure
+// that may pass wrap ports.ErrTransient around the driver's error: a lost,
+// refused or timed-out connection, connection exceptions (SQLSTATE class
+// 08), serialization failures and deadlocks, a server shutting down,
+// starting up or out of connection slots, a lock not available. The caller's
+// own cancellation or deadline stays context.Canceled or
+// context.DeadlineExceeded.
 package postgres

@@ -1,8 +1,12 @@
 package postgres
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -18,14 +22,33 @@ const (
 	pgNotNullViolation          = "23502"
 	pgInvalidTextRepresentation = "22P02"
 	pgInvalidJSONText           = "22032"
+
+	// Transient failures (see isTransientCode).
+	pgConnectionExceptionClass = "08"
+	pgSerializationFailure     = "40001"
+	pgDeadlockDetected         = "40P01"
+	pgAdminShutdown            = "57P01"
+	pgCrashShutdown            = "57P02"
+	pgCannotConnectNow         = "57P03"
+	pgTooManyConnections       = "53300"
+	pgLockNotAvailable         = "55P03"
 )
 
 // translate maps driver errors to ports sentinels at the adapter's edge; the
 // original error stays in the chain for detail. Callers wrap the result with
 // what they were doing.
+//
+// The caller's own cancellation or deadline comes back as it is (errors.Is
+// context.Canceled or context.DeadlineExceeded), never as ports.ErrTransient:
+// pgx reports a context that ended as a timeout that is safe to retry, but
+// retrying on a context that is done cannot succeed, and the caller asked to
+// stop.
 func translate(err error) error {
 	if err == nil {
 		return nil
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
 	}
 	var pgErr *pgconn.PgError
 	switch {
@@ -41,5 +64,46 @@ func translate(err error) error {
 			return fmt.Errorf("%w: %s", ports.ErrInvalidArgument, pgErr.Message)
 		}
 	}
+	if isTransient(err) {
+		return fmt.Errorf("%w: %w", ports.ErrTransient, err)
+	}
 	return err
+}
+
+// isTransient reports whether err is a failure of the infrastructure that may
+// pass (see ports.ErrTransient): the connection was lost (the server closed
+// it, or pgx did after a failed read), refused or timed out, or the server
+// refused the statement for a reason a retry may not meet again.
+func isTransient(err error) bool {
+	var (
+		pgErr      *pgconn.PgError
+		connectErr *pgconn.ConnectError
+		netErr     net.Error
+	)
+	switch {
+	case errors.As(err, &pgErr) && isTransientCode(pgErr.Code),
+		errors.As(err, &connectErr),
+		errors.As(err, &netErr),
+		errors.Is(err, io.EOF),
+		errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, pgconn.ErrConnClosed),
+		pgconn.Timeout(err),
+		pgconn.SafeToRetry(err):
+		return true
+	}
+	return false
+}
+
+// isTransientCode reports whether a server error code is transient: a
+// connection exception (class 08), a serialization failure or deadlock (the
+// transaction lost to another and may win when run again), the server
+// shutting down, starting up or out of connection slots, or a lock it could
+// not take at once.
+func isTransientCode(code string) bool {
+	switch code {
+	case pgSerializationFailure, pgDeadlockDetected, pgAdminShutdown, pgCrashShutdown,
+		pgCannotConnectNow, pgTooManyConnections, pgLockNotAvailable:
+		return true
+	}
+	return strings.HasPrefix(code, pgConnectionExceptionClass)
 }

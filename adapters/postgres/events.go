@@ -24,32 +24,60 @@ const sqlAppendLock = `SELECT pg_advisory_xact_lock(hashtext($1::text), hashtext
 // $1 stream, $2 now, $3 expected version, $4 event ids, $5 types, $6
 // explicit versions (0 for none), $7 data, $8 metadata, $9 NOTIFY channel.
 //
-//   - ok is the stream head when the ExpectedVersion check passes, else empty
-//     (which makes every write below a no-op).
+//   - known are the events of the call whose id is stored already (a
+//     primary key probe per event), each telling whether it is the same
+//     event: in this stream, with the same type and data, at its explicit
+//     version when one is given. repeat tells whether the call repeats an
+//     append that took effect: every event known and the same, and the
+//     lowest of their versions right after the expected one (1 for
+//     ExpectNoStream) when a version is expected. Any known event stores
+//     nothing (every write below is a no-op), so that a repeat, or a
+//     conflicting id, never aborts the transaction with a unique
+//     violation: AppendTx's caller can go on.
+//   - ok is the stream head when no event is known and the ExpectedVersion
+//     check passes, else empty (which makes every write below a no-op).
 //   - numbered places the events in order: an explicit version is kept; an
 //     implicit one continues after the highest version stored or placed so
 //     far. With c the running count of implicit events, that is c plus the
 //     larger of the head and every earlier explicit version minus its c.
-//   - stored inserts them; a taken version or event id is a unique
-//     violation, which aborts the transaction (ErrVersionConflict).
+//   - stored inserts them; a taken version is a unique violation, which
+//     aborts the transaction (ErrVersionConflict), as is an id that a
+//     concurrent append to another stream stores first.
 //   - work fans out one pending, unleased row per subscribed perspective.
 //   - late flags the cursors already past a new row (late arrival), with the
 //     smallest such event as trigger.
 //   - notified queues a NOTIFY, delivered when the transaction commits,
-//     when $9 is set (AppendTx); EventsAppend passes NULL and notifies after
-//     the commit instead (see publisher).
+//     when $9 is set (AppendTx) and the call stored its events or repeated
+//     an append; EventsAppend passes NULL and notifies after the commit
+//     instead (see publisher).
+//
+// The result has one row per stored event, or per known event (known true),
+// or a single row of NULLs when nothing was stored and no event is known.
 const sqlAppend = `WITH ` + sqlClock + `,
 head AS (
     SELECT coalesce(max(version), 0) AS version FROM /* SCHEMA */.vantage_events WHERE stream_id = $1
-),
-ok AS (
-    SELECT version FROM head
-    WHERE $3::bigint = 0 OR ($3::bigint = -1 AND version = 0) OR version = $3::bigint
 ),
 input AS (
     SELECT i.*, sum(CASE WHEN i.explicit > 0 THEN 0 ELSE 1 END) OVER (ORDER BY i.ord) AS c
     FROM unnest($4::uuid[], $5::text[], $6::bigint[], $7::text[], $8::text[])
          WITH ORDINALITY AS i(id, type, explicit, data, metadata, ord)
+),
+known AS MATERIALIZED (
+    SELECT e.id, e.version, e.metadata, e.created_at,
+           e.stream_id = $1 AND e.type = i.type AND e.data = i.data::jsonb
+           AND (i.explicit = 0 OR e.version = i.explicit) AS same
+    FROM input i
+    JOIN /* SCHEMA */.vantage_events e ON e.id = i.id
+),
+repeat AS (
+    SELECT count(*) > 0 AS any,
+           count(*) = cardinality($4::uuid[]) AND coalesce(bool_and(k.same), false)
+           AND ($3::bigint = 0 OR min(k.version) = greatest($3::bigint, 0) + 1) AS yes
+    FROM known k
+),
+ok AS (
+    SELECT h.version FROM head h, repeat r
+    WHERE NOT r.any AND ($3::bigint = 0 OR ($3::bigint = -1 AND h.version = 0) OR h.version = $3::bigint)
 ),
 numbered AS (
     SELECT i.id, i.type, i.data, i.metadata,
@@ -92,27 +120,39 @@ late AS (
     RETURNING 1
 ),
 notified AS (
-    SELECT pg_notify($9, '') FROM ok WHERE $9::text IS NOT NULL
+    SELECT pg_notify($9, '')
+    FROM (SELECT 1 FROM ok UNION ALL SELECT 1 FROM repeat WHERE yes) x
+    WHERE $9::text IS NOT NULL
 )
-SELECT h.version, st.id, st.version, st.created_at,
+SELECT h.version, r.yes, x.known, x.id, x.version, x.created_at, x.metadata, x.same,
        (SELECT count(*) FROM work), (SELECT count(*) FROM late), (SELECT count(*) FROM notified)
 FROM head h
-LEFT JOIN stored st ON true`
+CROSS JOIN repeat r
+LEFT JOIN (
+    SELECT false AS known, st.id, st.version, st.created_at, NULL::jsonb AS metadata, true AS same FROM stored st
+    UNION ALL
+    SELECT true, k.id, k.version, k.created_at, k.metadata, k.same FROM known k
+) x ON true`
 
 // EventsAppend implements ports.EventStore in one round trip: the stream
 // lock and the append statement go as one batch in one implicit transaction.
 // The wake notification is sent right after the commit, from outside the
 // transaction and coalesced with those of concurrent appends (see
-// publisher), so appends do not serialize on the notification queue.
+// publisher), so appends do not serialize on the notification queue; a
+// repeated append wakes the listeners too, since the call that stored the
+// events may have failed before it could.
 //
 // Events are placed in order: one without a Version gets the version after
 // the highest one stored or placed so far, so in a batch an implicit event
-// following an explicit one continues after it. It returns
-// ports.ErrInvalidArgument for a nil stream id, no events, an
-// ExpectedVersion below ExpectNoStream, an event with an empty type, a
-// negative version, or data that is not a JSON document; and
-// ports.ErrVersionConflict for a failed ExpectedVersion check, a taken
-// version or a stored (or repeated) event id. On error nothing is stored.
+// following an explicit one continues after it. A call whose events are all
+// stored already, as a repeat of an append that took effect (see
+// ports.EventStore.EventsAppend), returns them as stored, with the call's
+// data and AlreadyStored set. It returns ports.ErrInvalidArgument for a nil
+// stream id, no events, an ExpectedVersion below ExpectNoStream, an event
+// with an empty type, a negative version, or data that is not a JSON
+// document; and ports.ErrVersionConflict for a failed ExpectedVersion
+// check, a taken version, an event id listed twice, or a stored event id
+// that is not such a repeat. On error nothing is stored.
 func (s *Store) EventsAppend(ctx context.Context, params *ports.EventsAppendParams) (*ports.EventsAppendResult, error) {
 	res, err := s.append(ctx, s.pool, params, "")
 	if err == nil {
@@ -127,10 +167,21 @@ func (s *Store) EventsAppend(ctx context.Context, params *ports.EventsAppendPara
 // until then: keep such transactions short. Use it in READ COMMITTED
 // transactions: a REPEATABLE READ or SERIALIZABLE snapshot taken before the
 // lock may miss a concurrent append, which then surfaces as
-// ports.ErrVersionConflict. After an error the transaction may be aborted
-// (a unique violation aborts it); roll it back.
+// ports.ErrVersionConflict. A repeated append (AlreadyStored) and a stored
+// event id leave the transaction usable; after a taken version the
+// transaction is aborted (a unique violation): roll it back.
 func (s *Store) AppendTx(ctx context.Context, tx pgx.Tx, params *ports.EventsAppendParams) (*ports.EventsAppendResult, error) {
 	return s.append(ctx, tx, params, s.channel)
+}
+
+// appendRow is one row of sqlAppend's result.
+type appendRow struct {
+	id       pgtype.UUID
+	version  pgtype.Int8
+	created  pgtype.Timestamptz
+	metadata []byte
+	known    pgtype.Bool
+	same     pgtype.Bool
 }
 
 func (s *Store) append(ctx context.Context, db batchSender, params *ports.EventsAppendParams, channel string) (*ports.EventsAppendResult, error) {
@@ -173,9 +224,12 @@ func (s *Store) append(ctx context.Context, db batchSender, params *ports.Events
 	b.Queue(s.sql(sqlAppend), [16]byte(params.StreamID), nowArg(params.Now), params.ExpectedVersion,
 		ids, types, versions, data, metadata, textArg(channel))
 
-	result := &ports.EventsAppendResult{Events: make([]ports.Event, n)}
-	var head int64
-	stored := 0
+	var (
+		head          int64
+		repeat        bool
+		stored, known []appendRow
+		workRows      int
+	)
 	err := sendBatch(ctx, db, b, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
 			return err
@@ -187,37 +241,31 @@ func (s *Store) append(ctx context.Context, db batchSender, params *ports.Events
 		defer rows.Close()
 		for rows.Next() {
 			var (
-				id            pgtype.UUID
-				version       pgtype.Int8
-				created       pgtype.Timestamptz
-				work, l, note int
+				r             appendRow
+				late, notices int
 			)
-			if err := rows.Scan(&head, &id, &version, &created, &work, &l, &note); err != nil {
+			if err := rows.Scan(&head, &repeat, &r.known, &r.id, &r.version, &r.created, &r.metadata, &r.same, &workRows, &late, &notices); err != nil {
 				return err
 			}
-			result.WorkRows = work
-			if !id.Valid {
-				continue // the ExpectedVersion check failed: nothing stored
+			switch {
+			case !r.id.Valid: // nothing stored, nothing known
+			case r.known.Bool:
+				known = append(known, r)
+			default:
+				stored = append(stored, r)
 			}
-			i := byID[id.Bytes]
-			e := params.Events[i]
-			result.Events[i] = ports.Event{
-				ID:        id.Bytes,
-				StreamID:  params.StreamID,
-				Type:      e.Type,
-				Version:   version.Int64,
-				Data:      bytes.Clone(e.Data),
-				Metadata:  e.Metadata.Clone(),
-				CreatedAt: fromTime(created),
-			}
-			stored++
 		}
 		return rows.Err()
 	})
 	if err != nil {
 		return nil, fmt.Errorf("appending to stream %s: %w", params.StreamID, translate(err))
 	}
-	if stored != n {
+	switch {
+	case repeat:
+		return appendResult(params, byID, known, true)
+	case len(known) > 0:
+		return nil, fmt.Errorf("appending to stream %s: %s: %w", params.StreamID, notARepeat(params, known), ports.ErrVersionConflict)
+	case len(stored) != n:
 		want := "no stream"
 		if params.ExpectedVersion > 0 {
 			want = fmt.Sprintf("version %d", params.ExpectedVersion)
@@ -225,7 +273,58 @@ func (s *Store) append(ctx context.Context, db batchSender, params *ports.Events
 		return nil, fmt.Errorf("appending to stream %s: expected %s, found version %d: %w",
 			params.StreamID, want, head, ports.ErrVersionConflict)
 	}
+	res, err := appendResult(params, byID, stored, false)
+	if err != nil {
+		return nil, err
+	}
+	res.WorkRows = workRows
+	return res, nil
+}
+
+// appendResult returns the events of rows (one per event of params) in the
+// order of params: the call's type and data (which a repeat matched) and the
+// stored id, version and time; the stored metadata when rows are known
+// events, the call's otherwise.
+func appendResult(params *ports.EventsAppendParams, byID map[uuid.UUID]int, rows []appendRow, repeat bool) (*ports.EventsAppendResult, error) {
+	result := &ports.EventsAppendResult{Events: make([]ports.Event, len(params.Events)), AlreadyStored: repeat}
+	for _, r := range rows {
+		i := byID[r.id.Bytes]
+		e := params.Events[i]
+		ev := ports.Event{
+			ID:        r.id.Bytes,
+			StreamID:  params.StreamID,
+			Type:      e.Type,
+			Version:   r.version.Int64,
+			Data:      bytes.Clone(e.Data),
+			Metadata:  e.Metadata.Clone(),
+			CreatedAt: fromTime(r.created),
+		}
+		if repeat {
+			ev.Metadata = ports.Metadata{}
+			if err := json.Unmarshal(r.metadata, &ev.Metadata); err != nil {
+				return nil, fmt.Errorf("appending to stream %s: decoding metadata of event %s: %w", params.StreamID, ev.ID, err)
+			}
+		}
+		result.Events[i] = ev
+	}
 	return result, nil
+}
+
+// notARepeat says why the known events of a call do not make it a repeat.
+func notARepeat(params *ports.EventsAppendParams, known []appendRow) string {
+	for _, r := range known {
+		if !r.same.Bool {
+			return fmt.Sprintf("event %s is stored already, with another stream, type, data or version", uuid.UUID(r.id.Bytes))
+		}
+	}
+	if len(known) < len(params.Events) {
+		return fmt.Sprintf("event %s is stored already, and others of the call are not", uuid.UUID(known[0].id.Bytes))
+	}
+	first := known[0].version.Int64
+	for _, r := range known {
+		first = min(first, r.version.Int64)
+	}
+	return fmt.Sprintf("the events are stored already from version %d, not right after the expected version %d", first, params.ExpectedVersion)
 }
 
 const sqlSubscriptionsRegister = `INSERT INTO /* SCHEMA */.vantage_subscriptions (event_type, perspective)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -378,4 +379,108 @@ func TestSchemasAreIndependent(t *testing.T) {
 		t.Fatalf("b received a's wake: %+v", w)
 	case <-time.After(200 * time.Millisecond):
 	}
+}
+
+// TestAppendRepeats checks that an append repeated with the same event ids,
+// as after a commit whose acknowledgement was lost, returns the stored
+// events and stores nothing, and that every other reuse of a stored id is a
+// conflict that stores nothing either.
+func TestAppendRepeats(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t)
+	subscribe(t, b, testPerspective)
+	stream, other := newUUID(t), newUUID(t)
+	events := newEvents(2)
+	for i := range events {
+		events[i].ID = newUUID(t)
+		events[i].Metadata.Headers = map[string]string{"try": "first"}
+	}
+	appendAt := func(stream uuid.UUID, expected int64, events []ports.NewEvent, now time.Time) (*ports.EventsAppendResult, error) {
+		return b.backend.Events.EventsAppend(ctx, &ports.EventsAppendParams{StreamID: stream, ExpectedVersion: expected, Events: events, Now: now})
+	}
+	first, err := appendAt(stream, ports.ExpectNoStream, events, base)
+	require.NoError(t, err)
+	require.False(t, first.AlreadyStored)
+	require.Equal(t, 2, first.WorkRows)
+
+	retried := slices.Clone(events)
+	for i := range retried {
+		retried[i].Data = []byte(fmt.Sprintf(`{ "i" : %d }`, i)) // the same JSON, spelt differently
+		retried[i].Metadata.Headers = map[string]string{"try": "second"}
+	}
+	for _, expected := range []int64{ports.ExpectNoStream, 0} {
+		again, err := appendAt(stream, expected, retried, base.Add(time.Minute))
+		require.NoError(t, err, "expected version %d", expected)
+		require.True(t, again.AlreadyStored)
+		require.Zero(t, again.WorkRows)
+		for i, e := range again.Events {
+			require.Equal(t, first.Events[i].ID, e.ID)
+			require.Equal(t, first.Events[i].Version, e.Version)
+			require.Equal(t, first.Events[i].CreatedAt, e.CreatedAt, "as stored then")
+			require.Equal(t, "first", e.Metadata.Headers["try"], "the stored metadata")
+		}
+	}
+	require.Equal(t, seq(1, 2), streamVersions(t, b, stream))
+	require.Equal(t, seq(1, 2), workVersions(t, b, stream, testPerspective), "a repeat stores no work")
+
+	// The stream moved on: the first append is still recognised by its ids.
+	_, err = appendAt(stream, 2, newEvents(1), base.Add(2*time.Minute))
+	require.NoError(t, err)
+	again, err := appendAt(stream, ports.ExpectNoStream, events, base.Add(3*time.Minute))
+	require.NoError(t, err)
+	require.True(t, again.AlreadyStored)
+
+	changed := slices.Clone(events)
+	changed[1].Data = []byte(`{"i":99}`)
+	partial := append(slices.Clone(events[:1]), ports.NewEvent{Type: testType, Data: []byte(`{}`)})
+	for name, c := range map[string]struct {
+		stream   uuid.UUID
+		expected int64
+		events   []ports.NewEvent
+	}{
+		"other data":              {stream, 0, changed},
+		"other expected version":  {stream, 2, events},
+		"other stream":            {other, 0, events},
+		"some ids new":            {stream, 0, partial},
+		"explicit version moved":  {stream, 0, []ports.NewEvent{{ID: events[0].ID, Type: testType, Version: 2, Data: events[0].Data}}},
+		"other type":              {stream, 0, []ports.NewEvent{{ID: events[0].ID, Type: "Other", Data: events[0].Data}}},
+		"expected after the head": {stream, 3, events},
+	} {
+		_, err := appendAt(c.stream, c.expected, c.events, base.Add(4*time.Minute))
+		require.ErrorIs(t, err, ports.ErrVersionConflict, name)
+	}
+	require.Equal(t, seq(1, 3), streamVersions(t, b, stream), "conflicts store nothing")
+	require.Empty(t, streamVersions(t, b, other))
+}
+
+// TestAppendTxRepeatKeepsTransaction checks that a repeated append, and a
+// reused event id, leave the caller's transaction usable: both are found
+// before anything is inserted, so no unique violation aborts it.
+func TestAppendTxRepeatKeepsTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t)
+	subscribe(t, b, testPerspective)
+	stream := newUUID(t)
+	events := newEvents(2)
+	for i := range events {
+		events[i].ID = newUUID(t)
+	}
+	_, err := b.backend.Events.EventsAppend(ctx, &ports.EventsAppendParams{StreamID: stream, ExpectedVersion: ports.ExpectNoStream, Events: events, Now: base})
+	require.NoError(t, err)
+
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	res, err := b.store.AppendTx(ctx, tx, &ports.EventsAppendParams{StreamID: stream, ExpectedVersion: ports.ExpectNoStream, Events: events, Now: base})
+	require.NoError(t, err)
+	require.True(t, res.AlreadyStored)
+	_, err = b.store.AppendTx(ctx, tx, &ports.EventsAppendParams{StreamID: newUUID(t), Events: events[:1], Now: base})
+	require.ErrorIs(t, err, ports.ErrVersionConflict, "the id is stored in another stream")
+	res, err = b.store.AppendTx(ctx, tx, &ports.EventsAppendParams{StreamID: stream, ExpectedVersion: 2, Events: newEvents(1), Now: base})
+	require.NoError(t, err, "the transaction goes on")
+	require.Equal(t, int64(3), res.Events[0].Version)
+	require.NoError(t, tx.Commit(ctx))
+	require.Equal(t, seq(1, 3), streamVersions(t, b, stream))
 }

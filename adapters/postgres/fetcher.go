@@ -27,10 +27,10 @@ import (
 // whole work table.
 // picked are the streams with a candidate row, and pinned keeps those not
 // pinned to a live other instance (see sqlPin). Their candidate rows are
-// locked SKIP LOCKED, checked again and leased; attempts grow only when the
-// holder changes or an expired lease is taken again, not when the caller's
-// live lease is extended, and a past retry time is cleared (see
-// vantage_work_schedule_check).
+// locked SKIP LOCKED, checked again and leased, and a past retry time is
+// cleared (see vantage_work_schedule_check). Only a row taken from another
+// instance's expired lease gains an attempt (see sqlTakeoverAttempt):
+// unleased rows and the caller's own, expired or extended, do not.
 var sqlFetchLease = `WITH RECURSIVE ` + sqlClock + `,
 live AS (
     SELECT i.instance_id
@@ -72,7 +72,7 @@ leasable AS (
 UPDATE /* SCHEMA */.vantage_work w
 SET instance_id = $1,
     lease_expiry = clock.now + $4::interval,
-    attempts = w.attempts + CASE WHEN w.instance_id IS DISTINCT FROM $1 OR w.lease_expiry <= clock.now THEN 1 ELSE 0 END,
+    attempts = ` + sqlTakeoverAttempt + `,
     scheduled_for = NULL
 FROM clock
 WHERE w.work_id = ANY (ARRAY(SELECT work_id FROM leasable))`
@@ -139,8 +139,17 @@ CROSS JOIN LATERAL (
 ) e
 ORDER BY p.stream_id, p.perspective COLLATE "C", p.event_version`
 
+// sqlFetchCursors reads the cursors of the fetched streams $1 (a primary
+// key range per stream); EventsFetchPending keeps those of the pairs it
+// returns rows of.
+const sqlFetchCursors = `SELECT ` + sqlCursorColumns + `
+FROM /* SCHEMA */.vantage_cursors
+WHERE stream_id = ANY($1::uuid[])`
+
 // EventsFetchPending implements ports.EventFetcher in one round trip: the
-// lease and fetch statements go as one batch in one implicit transaction.
+// lease, fetch and cursor statements go as one batch in one implicit
+// transaction. The cursors are read after the rows, so a cursor is at least
+// as recent as the rows returned with it.
 // The caller need not be live; only a live other owner's pin stops the
 // leasing step. Duplicate stream ids are ignored.
 //
@@ -168,40 +177,25 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 	b := &pgx.Batch{}
 	b.Queue(s.sql(sqlFetchLease), params.InstanceID, now, params.StaleThreshold, params.LeaseDuration, streams)
 	b.Queue(s.sql(sqlFetchRows), params.InstanceID, now, streams, limitArg(params.MaxRows))
+	b.Queue(s.sql(sqlFetchCursors), streams)
 
 	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		if err := readFetchedRows(br, result); err != nil {
 			return err
 		}
 		rows, err := br.Query()
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				item    ports.WorkItem
-				first   bool
-				ev      ports.Event
-				evType  pgtype.Text
-				meta    []byte
-				created pgtype.Timestamptz
-			)
-			if err := rows.Scan(uuidDest(&item.WorkID), uuidDest(&item.StreamID), &item.Perspective, uuidDest(&item.EventID), &item.EventVersion,
-				&item.Attempts, &first, &evType, &ev.Data, &meta, &created); err != nil {
-				return err
-			}
-			result.Work = append(result.Work, item)
-			if !first {
-				continue
-			}
-			ev.ID, ev.StreamID, ev.Type, ev.Version, ev.CreatedAt = item.EventID, item.StreamID, fromText(evType), item.EventVersion, fromTime(created)
-			if err := json.Unmarshal(meta, &ev.Metadata); err != nil {
-				return fmt.Errorf("decoding metadata of event %s: %w", ev.ID, err)
-			}
-			result.Events = append(result.Events, ev)
+		cursors, err := pgx.CollectRows(rows, scanCursor)
+		if err != nil {
+			return err
 		}
-		return rows.Err()
+		result.Cursors = pairCursors(cursors, result.Work)
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("fetching pending events for instance %s: %w", params.InstanceID, translate(err))
@@ -210,6 +204,49 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 		return cmp.Or(compareUUID(a.StreamID, b.StreamID), cmp.Compare(a.Version, b.Version))
 	})
 	return result, nil
+}
+
+// readFetchedRows reads the result of sqlFetchRows into result's Work and
+// Events.
+func readFetchedRows(br pgx.BatchResults, result *ports.EventsFetchPendingResult) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			item    ports.WorkItem
+			first   bool
+			ev      ports.Event
+			evType  pgtype.Text
+			meta    []byte
+			created pgtype.Timestamptz
+		)
+		if err := rows.Scan(uuidDest(&item.WorkID), uuidDest(&item.StreamID), &item.Perspective, uuidDest(&item.EventID), &item.EventVersion,
+			&item.Attempts, &first, &evType, &ev.Data, &meta, &created); err != nil {
+			return err
+		}
+		result.Work = append(result.Work, item)
+		if !first {
+			continue
+		}
+		ev.ID, ev.StreamID, ev.Type, ev.Version, ev.CreatedAt = item.EventID, item.StreamID, fromText(evType), item.EventVersion, fromTime(created)
+		if err := json.Unmarshal(meta, &ev.Metadata); err != nil {
+			return fmt.Errorf("decoding metadata of event %s: %w", ev.ID, err)
+		}
+		result.Events = append(result.Events, ev)
+	}
+	return rows.Err()
+}
+
+// pairCursors keeps the cursors of the pairs of work.
+func pairCursors(cursors []ports.Cursor, work []ports.WorkItem) []ports.Cursor {
+	pairs := make(map[pairKey]bool, len(cursors))
+	for _, w := range work {
+		pairs[pairKey{w.StreamID, w.Perspective}] = true
+	}
+	return slices.DeleteFunc(cursors, func(c ports.Cursor) bool { return !pairs[pairKey{c.StreamID, c.Perspective}] })
 }
 
 const sqlReadStream = `SELECT id, stream_id, type, version, data, metadata, created_at

@@ -62,8 +62,9 @@ func TestFlow(t *testing.T) {
 	require.Len(t, fetched.Work, 4)
 	require.Len(t, fetched.Events, 2)
 	require.JSONEq(t, `{"n":1}`, string(fetched.Events[0].Data))
+	require.Empty(t, fetched.Cursors, "no pair has a cursor yet")
 	for _, w := range fetched.Work {
-		require.Equal(t, 1, w.Attempts)
+		require.Zero(t, w.Attempts, "leasing an unleased row is no attempt")
 	}
 
 	var orders []uuid.UUID
@@ -81,6 +82,14 @@ func TestFlow(t *testing.T) {
 		LastEventID: res.Events[1].ID, LastVersion: 2, Now: base,
 	})
 	require.ErrorIs(t, err, ports.ErrVersionConflict)
+	refetched, err := be.Fetcher.EventsFetchPending(ctx, &ports.EventsFetchPendingParams{
+		InstanceID: inst, StreamIDs: []uuid.UUID{stream}, LeaseDuration: time.Minute, StaleThreshold: 30 * time.Second, Now: base,
+	})
+	require.NoError(t, err)
+	require.Len(t, refetched.Work, 4)
+	require.Len(t, refetched.Cursors, 1, "the saved model's cursor comes with the rows; totals has none")
+	require.Equal(t, "orders", refetched.Cursors[0].Perspective)
+	require.Equal(t, int64(2), refetched.Cursors[0].LastVersion)
 	done, err := be.Cursors.WorkComplete(ctx, &ports.WorkCompleteParams{
 		InstanceID: inst, Now: base,
 		Completions: []ports.Completion{{StreamID: stream, Perspective: "orders", LastEventID: res.Events[1].ID, LastVersion: 2, WorkIDs: orders}},

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/adapters/postgres"
@@ -52,7 +53,7 @@ func TestMigrator(t *testing.T) {
 		schema := freshSchema(t)
 		m, err := postgres.NewMigrator(nil, schema)
 		require.NoError(t, err)
-		require.Equal(t, 1, m.Latest())
+		require.Equal(t, 2, m.Latest())
 
 		v, err := m.Version(ctx, pool)
 		require.NoError(t, err)
@@ -110,7 +111,43 @@ func TestMigrator(t *testing.T) {
 		require.NoError(t, err)
 		versions, err = pgx.CollectRows(rows, pgx.RowTo[int])
 		require.NoError(t, err)
-		require.Equal(t, []int{1}, versions)
+		require.Equal(t, []int{1, 2}, versions)
+	})
+
+	t.Run("ReliabilityKeepsExistingDeadLettersDead", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool := pgtest.Pool(t)
+		schema := freshSchema(t)
+		m, err := postgres.NewMigrator(nil, schema)
+		require.NoError(t, err)
+		require.NoError(t, m.Up(ctx, pool))
+		require.NoError(t, m.Down(ctx, pool, 1))
+		q := pgx.Identifier{schema}.Sanitize()
+		id, workID := uuid.New(), uuid.New()
+		_, err = pool.Exec(ctx, `INSERT INTO `+q+`.vantage_dead_letters
+			(id, work_id, stream_id, perspective, event_id, event_version, attempts, reason, error, dead_lettered_at)
+			VALUES ($1, $2, $3, 'p', $4, 1, 3, 'failed', 'boom', now())`, id, workID, uuid.New(), uuid.New())
+		require.NoError(t, err)
+
+		require.NoError(t, m.Up(ctx, pool))
+
+		var (
+			status, generation string
+			requeues           int
+			requeued, resolved *time.Time
+			requeueGeneration  *string
+		)
+		require.NoError(t, pool.QueryRow(ctx, `SELECT status, generation, requeues, requeued_at, requeue_generation, resolved_at
+			FROM `+q+`.vantage_dead_letters WHERE id = $1`, id).Scan(&status, &generation, &requeues, &requeued, &requeueGeneration, &resolved))
+		require.Equal(t, string(ports.DeadLetterDead), status, "a dead letter recorded before 002 waits for a requeue")
+		require.Empty(t, generation, "it names no generation")
+		require.Zero(t, requeues)
+		require.Nil(t, requeued)
+		require.Nil(t, requeueGeneration, "never requeued")
+		require.Nil(t, resolved)
+		_, err = pool.Exec(ctx, `UPDATE `+q+`.vantage_dead_letters SET status = 'lost' WHERE id = $1`, id)
+		require.Error(t, err, "statuses are checked")
 	})
 
 	t.Run("InjectedMigrationsInOrder", func(t *testing.T) {
@@ -202,6 +239,48 @@ func TestNewValidatesOptions(t *testing.T) {
 	require.Equal(t, postgres.SchemaDefault, s.Schema())
 	require.NoError(t, s.Backend().Validate())
 	require.NoError(t, s.Close())
+}
+
+// TestNewValidatesListenerConnString checks that New refuses a listener
+// connection string that lib/pq cannot dial, or that lists several hosts,
+// whether given or derived from the pool, naming the problem and the
+// option to set.
+func TestNewValidatesListenerConnString(t *testing.T) {
+	t.Parallel()
+
+	pool := pgtest.Pool(t)
+	for cs, want := range map[string]string{
+		`host='unterminated`:                            "unterminated",
+		`postgres://user:secret@%zz/db`:                 `invalid URL escape "%zz"`,
+		`host=a,b dbname=test`:                          "2 hosts (a, b)",
+		`postgres://a,b/test`:                           "2 hosts (a, b)",
+		`postgres://u@h/test?pool_max_conns=3`:          "pool_max_conns",
+		`host=h dbname=test statement_cache_capacity=0`: "statement_cache_capacity",
+	} {
+		_, err := postgres.New(pool, postgres.Options{ConnString: cs})
+		require.ErrorContains(t, err, "Options.ConnString", cs)
+		require.ErrorContains(t, err, want, cs)
+		require.NotContains(t, err.Error(), "secret", "the error does not repeat the password")
+	}
+
+	// pgx accepts several hosts; the listener derived from such a pool
+	// would dial one of them, not necessarily the one the pool writes to.
+	for _, cs := range []string{
+		"postgres://postgres@127.0.0.1:5432,127.0.0.2:5432/test?sslmode=disable",
+		"host=127.0.0.1,127.0.0.2 user=postgres dbname=test sslmode=disable",
+	} {
+		cfg, err := pgxpool.ParseConfig(cs)
+		require.NoError(t, err)
+		multi, err := pgxpool.NewWithConfig(t.Context(), cfg) // connects lazily
+		require.NoError(t, err)
+		t.Cleanup(multi.Close)
+		_, err = postgres.New(multi, postgres.Options{})
+		require.ErrorContains(t, err, "2 hosts", cs)
+		require.ErrorContains(t, err, "set Options.ConnString", cs)
+		s, err := postgres.New(multi, postgres.Options{ConnString: pgtest.ConnString(t)})
+		require.NoError(t, err, "a single-host listener string fixes it")
+		require.NoError(t, s.Close())
+	}
 }
 
 func TestGate(t *testing.T) {

@@ -16,9 +16,11 @@ import (
 )
 
 // listenWait bounds how long NotifierListen waits for the first LISTEN to be
-// acknowledged. Past it the subscription is returned anyway (NOTIFY is only
-// a hint; the engine polls) and gets a Reconnected wake once the listener
-// is up, since notifications may have been missed meanwhile.
+// acknowledged while the listener's first connection attempt is still under
+// way (a server that does not answer). Past it, or as soon as an attempt
+// failed, the subscription is returned anyway (NOTIFY is only a hint; the
+// engine polls) and gets a Reconnected wake once the listener is up, since
+// notifications may have been missed meanwhile.
 const listenWait = 5 * time.Second
 
 // notifier delivers the schema's NOTIFY wakes to NotifierListen subscribers
@@ -40,6 +42,20 @@ type notifier struct {
 	// both, so NotifierHealthy is true when it returns.
 	upOnce sync.Once
 	up     chan struct{}
+	// failOnce closes failed on the listener's first failed connection
+	// attempt: NotifierListen stops waiting for the LISTEN then, instead of
+	// stalling its caller on a server it cannot reach.
+	failOnce sync.Once
+	failed   chan struct{}
+	// stopping is closed when close starts.
+	stopping chan struct{}
+
+	// outage is the current outage of the listener's connection, for its
+	// logs. Only event, on pq's goroutine, uses it.
+	outage struct {
+		since  time.Time // zero while connected
+		failed int       // connection attempts that failed since
+	}
 
 	// mu guards the fields below.
 	mu        sync.Mutex
@@ -68,17 +84,22 @@ func newNotifier(s *Store) *notifier {
 		logger:     s.opts.Logger.With(slog.String("component", "postgres.listener"), slog.String("schema", s.opts.Schema)),
 		subs:       map[*subscription]struct{}{},
 		up:         make(chan struct{}),
+		failed:     make(chan struct{}),
+		stopping:   make(chan struct{}),
 	}
 }
 
 // NotifierListen implements ports.Notifier. The first call starts the
-// listener; every call waits (at most listenWait, or until ctx is done) for
-// its LISTEN to be acknowledged, so a NOTIFY committed after NotifierListen
-// returns is delivered. The channel has a buffer of one and coalesces
-// bursts; a reconnect (notifications may have been lost) is delivered as
+// listener; every call waits for its LISTEN to be acknowledged, so a NOTIFY
+// committed after NotifierListen returns is delivered, unless the
+// listener's connection failed (or its first attempt takes longer than
+// listenWait): then it returns at once, while the listener keeps
+// reconnecting, and the subscription gets Wake{Reconnected: true} once the
+// listener is up. The channel has a buffer of one and coalesces bursts; a
+// reconnect (notifications may have been lost) is delivered as
 // Wake{Reconnected: true} and is never coalesced away. The channel is
 // closed once ctx is done or the Store is closed. It returns ports.ErrClosed
-// after Close, and ctx's error when ctx ends before the listener is up.
+// after Close, and ctx's error when ctx ends before NotifierListen returns.
 func (s *Store) NotifierListen(ctx context.Context) (<-chan ports.Wake, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -101,33 +122,55 @@ func (n *notifier) listen(ctx context.Context) (<-chan ports.Wake, error) {
 
 	timer := time.NewTimer(listenWait)
 	defer timer.Stop()
+	// A listener that is up wins over one that failed before: ready is
+	// checked first, as select picks at random among ready cases.
 	select {
 	case <-ready:
-		n.mu.Lock()
-		err := n.readyErr
-		n.mu.Unlock()
-		if err != nil {
-			n.unsubscribe(sub)
-			return nil, fmt.Errorf("listening for wakes on %q: %w", n.channel, err)
-		}
-		select {
-		case <-n.up:
-		case <-timer.C: // connected and listening, only the event is late
-		case <-ctx.Done():
-			n.unsubscribe(sub)
-			return nil, context.Cause(ctx)
-		}
-		return sub.ch, nil
+		return n.whenUp(ctx, sub, timer)
+	default:
+	}
+	select {
+	case <-ready:
+		return n.whenUp(ctx, sub, timer)
+	case <-n.failed:
+		return n.late(sub), nil
 	case <-timer.C:
-		n.mu.Lock()
-		n.lateReady = true
-		n.mu.Unlock()
 		n.logger.Warn("listener not connected yet; relying on polling until it is", slog.String("channel", n.channel))
-		return sub.ch, nil
+		return n.late(sub), nil
 	case <-ctx.Done():
 		n.unsubscribe(sub)
 		return nil, context.Cause(ctx)
 	}
+}
+
+// whenUp returns sub once the first LISTEN returned: its error, or the
+// subscription once the listener's connected event arrived too.
+func (n *notifier) whenUp(ctx context.Context, sub *subscription, timer *time.Timer) (<-chan ports.Wake, error) {
+	n.mu.Lock()
+	err := n.readyErr
+	n.mu.Unlock()
+	if err != nil {
+		n.unsubscribe(sub)
+		return nil, fmt.Errorf("listening for wakes on %q: %w", n.channel, err)
+	}
+	select {
+	case <-n.up:
+	case <-timer.C: // connected and listening, only the event is late
+	case <-ctx.Done():
+		n.unsubscribe(sub)
+		return nil, context.Cause(ctx)
+	}
+	return sub.ch, nil
+}
+
+// late returns sub before the first LISTEN was acknowledged: the listener
+// broadcasts a Reconnected wake once it is, since notifications committed
+// meanwhile were missed.
+func (n *notifier) late(sub *subscription) <-chan ports.Wake {
+	n.mu.Lock()
+	n.lateReady = true
+	n.mu.Unlock()
+	return sub.ch
 }
 
 // startLocked starts the listener, its dispatch loop and the initial LISTEN.
@@ -159,6 +202,13 @@ func (n *notifier) startLocked() {
 		if err == nil {
 			n.listening.Store(true)
 			if late {
+				// pq emits the connected event right after the LISTEN;
+				// waiting for it makes NotifierHealthy true by the time
+				// the subscribers get the wake.
+				select {
+				case <-n.up:
+				case <-n.stopping:
+				}
 				n.broadcast(ports.Wake{Reconnected: true})
 			}
 		}
@@ -182,20 +232,43 @@ func (n *notifier) dispatch(l *pq.Listener) {
 }
 
 // event is the pq.Listener's state callback. It runs on the listener's
-// goroutine and must not block.
+// goroutine and must not block. It logs one warning per outage, when the
+// connection is lost or the first attempt to make it fails (pq retries
+// every ListenerMinReconnect to ListenerMaxReconnect, which would otherwise
+// log a warning at every attempt), and, when the listener is up again, how
+// long it was down and how many attempts failed.
 func (n *notifier) event(ev pq.ListenerEventType, err error) {
 	switch ev {
 	case pq.ListenerEventConnected, pq.ListenerEventReconnected:
 		n.connected.Store(true)
 		n.upOnce.Do(func() { close(n.up) })
-		n.logger.Debug("listener connected", slog.String("event", ev.String()))
-	case pq.ListenerEventDisconnected, pq.ListenerEventConnectionAttemptFailed:
-		n.connected.Store(false)
-		if !n.isClosed() {
-			n.logger.Warn("listener disconnected; relying on polling until it reconnects",
-				slog.String("event", ev.String()), slog.Any("error", err))
+		if n.outage.since.IsZero() {
+			n.logger.Debug("listener connected", slog.String("event", ev.String()))
+			return
 		}
+		n.logger.Info("listener reconnected",
+			slog.Duration("down_for", time.Since(n.outage.since)), slog.Int("failed_attempts", n.outage.failed))
+		n.outage.since, n.outage.failed = time.Time{}, 0
+	case pq.ListenerEventDisconnected:
+		n.connected.Store(false)
+		n.down(err)
+	case pq.ListenerEventConnectionAttemptFailed:
+		n.connected.Store(false)
+		n.failOnce.Do(func() { close(n.failed) })
+		n.down(err)
+		n.outage.failed++
+		n.logger.Debug("listener connection attempt failed", slog.Int("failed_attempts", n.outage.failed), slog.Any("error", err))
 	}
+}
+
+// down starts an outage, unless one is under way or the notifier is
+// closing, and logs it.
+func (n *notifier) down(err error) {
+	if !n.outage.since.IsZero() || n.isClosed() {
+		return
+	}
+	n.outage.since = time.Now()
+	n.logger.Warn("listener disconnected; relying on polling until it reconnects", slog.Any("error", err))
 }
 
 // broadcast offers w to every subscriber without blocking. A wake already
@@ -262,6 +335,7 @@ func (n *notifier) close() error {
 		return nil
 	}
 	n.closed = true
+	close(n.stopping)
 	for sub := range n.subs {
 		n.removeLocked(sub)
 	}

@@ -2,7 +2,9 @@ package postgres_test
 
 import (
 	"context"
+	"log/slog"
 	"net/url"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,14 +59,8 @@ func TestNotifier(t *testing.T) {
 		schema := pgtest.Schema(t)
 		// The listener logs in as its own role, which the test forbids to
 		// log in while the connection is down, so it stays disconnected.
-		role := pgtest.NewSchemaName(t)
+		role := loginRole(t)
 		admin := pgtest.Pool(t)
-		if _, err := admin.Exec(ctx, `CREATE ROLE `+role+` LOGIN`); err != nil {
-			t.Skipf("cannot create a role on the test server: %v", err)
-		}
-		t.Cleanup(func() {
-			_, _ = admin.Exec(context.WithoutCancel(ctx), `DROP ROLE IF EXISTS `+role)
-		})
 		u, err := url.Parse(pgtest.ConnString(t))
 		require.NoError(t, err)
 		u.User = url.User(role)
@@ -94,6 +90,66 @@ func TestNotifier(t *testing.T) {
 		w := wait(t, wakes, "the reconnect wake")
 		require.True(t, w.Reconnected)
 		require.True(t, store.NotifierHealthy())
+	})
+
+	t.Run("ListenReturnsWhileListenerCannotConnect", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		role := loginRole(t)
+		admin := pgtest.Pool(t)
+		_, err := admin.Exec(ctx, `ALTER ROLE `+role+` NOLOGIN`)
+		require.NoError(t, err)
+		u, err := url.Parse(pgtest.ConnString(t))
+		require.NoError(t, err)
+		u.User = url.User(role)
+		logs := newLogRecorder(t)
+		store, err := postgres.New(pgtest.NewPool(t, 2), postgres.Options{
+			Schema:               pgtest.Schema(t),
+			ConnString:           u.String(),
+			ListenerMinReconnect: 5 * time.Millisecond,
+			ListenerMaxReconnect: 20 * time.Millisecond,
+			Logger:               slog.New(logs),
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, store.Close()) })
+
+		// The listener cannot log in: NotifierListen returns once its first
+		// attempt failed, well before it would have given up waiting (5s).
+		started := time.Now()
+		wakes, err := store.NotifierListen(ctx)
+		require.NoError(t, err)
+		require.Less(t, time.Since(started), 4*time.Second, "NotifierListen waited for a listener that cannot connect")
+		require.False(t, store.NotifierHealthy())
+		again, err := store.NotifierListen(ctx)
+		require.NoError(t, err, "a second subscriber does not wait either")
+
+		logs.waitFor(t, "at least three failed attempts", func(rs []slog.Record) bool {
+			return len(withMessage(rs, "listener connection attempt failed")) >= 3
+		})
+		_, err = admin.Exec(ctx, `ALTER ROLE `+role+` LOGIN`)
+		require.NoError(t, err)
+		for _, ch := range []<-chan ports.Wake{wakes, again} {
+			require.True(t, wait(t, ch, "the wake of the listener's connection").Reconnected,
+				"notifications committed before the listener was up were missed")
+		}
+		require.True(t, store.NotifierHealthy())
+		require.NoError(t, store.NotifierPublish(ctx))
+		require.False(t, wait(t, wakes, "a wake once connected").Reconnected)
+
+		logs.waitFor(t, "the reconnection log", func(rs []slog.Record) bool {
+			return len(withMessage(rs, "listener reconnected")) == 1
+		})
+		rs := logs.all()
+		warned := withMessage(rs, "listener disconnected; relying on polling until it reconnects")
+		require.Len(t, warned, 1, "one warning per outage, not one per failed attempt")
+		require.Equal(t, slog.LevelWarn, warned[0].Level)
+		require.Contains(t, attrs(warned[0]), "error")
+		back := withMessage(rs, "listener reconnected")[0]
+		require.Equal(t, slog.LevelInfo, back.Level)
+		failed := attrs(back)["failed_attempts"].Int64()
+		require.GreaterOrEqual(t, failed, int64(3))
+		require.Equal(t, int64(len(withMessage(rs, "listener connection attempt failed"))), failed)
+		require.Positive(t, attrs(back)["down_for"].Duration())
 	})
 
 	t.Run("CloseClosesSubscriptionsAndIsIdempotent", func(t *testing.T) {
@@ -165,4 +221,93 @@ func TestNotifier(t *testing.T) {
 		require.NoError(t, store.NotifierPublish(ctx))
 		wait(t, wakes, "a wake")
 	})
+}
+
+// loginRole creates a role that may log in, dropped in t.Cleanup: tests
+// forbid it to log in to keep a listener that uses it disconnected.
+func loginRole(t *testing.T) string {
+	t.Helper()
+	role := pgtest.NewSchemaName(t)
+	admin := pgtest.Pool(t)
+	if _, err := admin.Exec(t.Context(), `CREATE ROLE `+role+` LOGIN`); err != nil {
+		t.Skipf("cannot create a role on the test server: %v", err)
+	}
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.WithoutCancel(t.Context()), `DROP ROLE IF EXISTS `+role)
+	})
+	return role
+}
+
+// logRecorder is a slog.Handler that keeps every record (and writes it to
+// the test's output), so tests can wait for the logs of the listener's
+// goroutine.
+type logRecorder struct {
+	slog.Handler
+	shared *recorded
+}
+
+type recorded struct {
+	mu      sync.Mutex
+	records []slog.Record
+	added   chan struct{} // a buffer of one: a record was added
+}
+
+func newLogRecorder(t *testing.T) *logRecorder {
+	return &logRecorder{
+		Handler: slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}),
+		shared:  &recorded{added: make(chan struct{}, 1)},
+	}
+}
+
+func (h *logRecorder) Handle(ctx context.Context, r slog.Record) error {
+	h.shared.mu.Lock()
+	h.shared.records = append(h.shared.records, r.Clone())
+	h.shared.mu.Unlock()
+	select {
+	case h.shared.added <- struct{}{}:
+	default:
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h *logRecorder) WithAttrs(as []slog.Attr) slog.Handler {
+	return &logRecorder{Handler: h.Handler.WithAttrs(as), shared: h.shared}
+}
+
+func (h *logRecorder) WithGroup(name string) slog.Handler {
+	return &logRecorder{Handler: h.Handler.WithGroup(name), shared: h.shared}
+}
+
+func (h *logRecorder) all() []slog.Record {
+	h.shared.mu.Lock()
+	defer h.shared.mu.Unlock()
+	return append([]slog.Record(nil), h.shared.records...)
+}
+
+// waitFor waits until the records satisfy done.
+func (h *logRecorder) waitFor(t *testing.T, what string, done func([]slog.Record) bool) {
+	t.Helper()
+	for !done(h.all()) {
+		wait(t, h.shared.added, what)
+	}
+}
+
+func withMessage(rs []slog.Record, msg string) []slog.Record {
+	var out []slog.Record
+	for _, r := range rs {
+		if r.Message == msg {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// attrs returns the record's own attributes by key.
+func attrs(r slog.Record) map[string]slog.Value {
+	out := map[string]slog.Value{}
+	r.Attrs(func(a slog.Attr) bool {
+		out[a.Key] = a.Value
+		return true
+	})
+	return out
 }

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,7 +45,44 @@ func newStore(t *testing.T, schema string) *testBundle {
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, store.Close()) })
+	storePools.Store(store, pool)
+	t.Cleanup(func() { storePools.Delete(store) })
 	return &testBundle{pool: pool, schema: schema, store: store, backend: store.Backend()}
+}
+
+// storePools maps the Stores of newStore to their pools, for
+// breakConnections, which gets only a handle's ports.
+var storePools sync.Map // *postgres.Store -> *pgxpool.Pool
+
+// breakConnections makes the next call on b (a handle of newStore) fail the
+// way a call fails when the connection to the database is lost: the pool is
+// left with one idle connection, whose server process is terminated. The
+// pool pings a connection only after it idled for a second, so the next
+// call uses it and fails; the pool then drops it, and the call after that
+// connects anew.
+func breakConnections(t *testing.T, b ports.Backend) {
+	t.Helper()
+	ctx := t.Context()
+	store, ok := b.Claimer.(*postgres.Store)
+	require.True(t, ok, "a handle of the PostgreSQL adapter")
+	v, ok := storePools.Load(store)
+	require.True(t, ok, "a Store of newStore")
+	pool := v.(*pgxpool.Pool)
+	// An append's wake notification, sent from a goroutine, would otherwise
+	// take the broken connection in place of the next call.
+	store.WaitForPublisher()
+	// Reset closes the idle connections, and the busy ones when they come
+	// back (a wake notification in flight), so the one acquired next is the
+	// only connection left in the pool.
+	pool.Reset()
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	pid := conn.Conn().PgConn().PID()
+	conn.Release()
+	var terminated bool
+	// With a timeout, pg_terminate_backend waits until the process is gone.
+	require.NoError(t, pgtest.Pool(t).QueryRow(ctx, `SELECT pg_terminate_backend($1, 10000)`, pid).Scan(&terminated))
+	require.True(t, terminated, "the server process %d ended", pid)
 }
 
 // setup returns a store on a fresh migrated schema.
@@ -77,7 +115,41 @@ func TestConformance(t *testing.T) {
 	conformance.Run(t, func(t *testing.T) conformance.Opener {
 		schema := pgtest.Schema(t)
 		return func(t *testing.T) ports.Backend { return newStore(t, schema).backend }
-	}, conformance.Features{})
+	}, conformance.Features{BreakConnections: breakConnections})
+}
+
+// TestLostConnectionIsTransient checks that a call whose connection was
+// lost fails with ports.ErrTransient, single statements and batches alike,
+// and that the next call reconnects.
+func TestLostConnectionIsTransient(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t)
+	subscribe(t, b, testPerspective)
+	inst := uuid.New()
+	for name, call := range map[string]func() error{
+		"InstancesList": func() error {
+			_, err := b.backend.Claimer.InstancesList(ctx)
+			return err
+		},
+		"InstanceHeartbeat": func() error {
+			_, err := b.backend.Claimer.InstanceHeartbeat(ctx, &ports.InstanceHeartbeatParams{InstanceID: inst, StaleThreshold: time.Minute, Now: base})
+			return err
+		},
+		"EventsAppend": func() error {
+			_, err := b.backend.Events.EventsAppend(ctx, &ports.EventsAppendParams{StreamID: newUUID(t), Events: newEvents(1), Now: base})
+			return err
+		},
+		"DeadLettersRecover": func() error {
+			_, err := b.backend.DeadLetters.DeadLettersRecover(ctx, &ports.DeadLettersRecoverParams{Generation: "g", Limit: 1, Now: base})
+			return err
+		},
+	} {
+		breakConnections(t, b.backend)
+		err := call()
+		require.ErrorIs(t, err, ports.ErrTransient, "%s on a lost connection: %v", name, err)
+		require.NoError(t, call(), "%s reconnects", name)
+	}
 }
 
 // newUUID returns a fresh UUIDv7.

@@ -32,7 +32,10 @@ type Options struct {
 	// string without pgx-only parameters (pool_*, statement_cache_capacity,
 	// ...) and with sslmode=prefer when it names none (pgx's default; lib/pq
 	// would otherwise require TLS). Set it when the pool's configuration was
-	// built in code rather than parsed from a string.
+	// built in code rather than parsed from a string, or when the pool's
+	// string lists several hosts. Must parse with lib/pq and name a single
+	// host: the one the pool commits to, since NOTIFY reaches only
+	// listeners on the server that commits it.
 	ConnString string
 	// Gate holds every SQL call until the schema is migrated. Defaults to an
 	// open gate: the host migrated the schema before using the Store.
@@ -83,7 +86,9 @@ var (
 
 // New returns a Store on pool. It does not touch the database: SQL calls wait
 // on opts.Gate, and the notification listener starts on the first
-// NotifierListen.
+// NotifierListen. It fails, naming the option to set, when an option is
+// invalid or the listener's connection string (opts.ConnString, or the one
+// derived from the pool) is one lib/pq cannot dial, or lists several hosts.
 func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("postgres.New: pool is nil")
@@ -110,10 +115,15 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	}
 	if o.ConnString == "" {
 		cs, err := listenerConnString(pool.Config().ConnConfig.ConnString())
+		if err == nil {
+			err = checkListenerConnString(cs)
+		}
 		if err != nil {
-			return nil, fmt.Errorf("deriving Options.ConnString from the pool: %w", err)
+			return nil, fmt.Errorf("deriving Options.ConnString from the pool's connection string: %w; set Options.ConnString", err)
 		}
 		o.ConnString = cs
+	} else if err := checkListenerConnString(o.ConnString); err != nil {
+		return nil, fmt.Errorf("Options.ConnString: %w", err)
 	}
 	s := &Store{
 		pool:    pool,

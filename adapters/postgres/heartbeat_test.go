@@ -1,0 +1,112 @@
+package postgres_test
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// TestConcurrentAbandonersAbandonOnce has eight survivors, each a Store on
+// its own pool, heartbeat at the same instant just after a victim holding
+// hundreds of rows over many streams went stale, several rounds in a row.
+// Whatever the interleaving, no heartbeat fails (an abandonment that locked
+// rows in no particular order deadlocked in about one of six), the victim
+// is abandoned by exactly one of them, and each of its rows is released
+// with exactly one attempt more.
+func TestConcurrentAbandonersAbandonOnce(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	const (
+		survivors = 8
+		rounds    = 6
+		streams   = 40
+		perStream = 10
+		threshold = 30 * time.Second
+	)
+	b := setup(t)
+	s := pgx.Identifier{b.schema}.Sanitize()
+	handles := make([]*testBundle, survivors)
+	ids := make([]uuid.UUID, survivors)
+	for i := range handles {
+		handles[i], ids[i] = newStore(t, b.schema), uuid.New()
+	}
+	heartbeat := func(h *testBundle, id uuid.UUID, now time.Time) (*ports.InstanceHeartbeatResult, error) {
+		return h.backend.Claimer.InstanceHeartbeat(ctx, &ports.InstanceHeartbeatParams{InstanceID: id, StaleThreshold: threshold, Now: now})
+	}
+
+	for round := range rounds {
+		start := base.Add(time.Duration(round) * time.Hour)
+		victim := uuid.New()
+		_, err := heartbeat(b, victim, start)
+		require.NoError(t, err)
+		var victimStreams []uuid.UUID
+		require.NoError(t, b.pool.QueryRow(ctx, `
+WITH st AS (SELECT gen_random_uuid() AS id FROM generate_series(1, $1::integer)),
+rows AS (
+    INSERT INTO `+s+`.vantage_work (work_id, stream_id, perspective, event_id, event_version, instance_id, lease_expiry)
+    SELECT gen_random_uuid(), st.id, 'p', gen_random_uuid(), v, $3::uuid, $4::timestamptz + interval '1 hour'
+    FROM st, generate_series(1, $2::integer) v
+),
+pins AS (
+    INSERT INTO `+s+`.vantage_active_streams (stream_id, instance_id, last_activity_at)
+    SELECT st.id, $3::uuid, $4::timestamptz FROM st
+)
+SELECT array_agg(id) FROM st`, streams, perStream, victim, start).Scan(&victimStreams))
+		// The survivors come back after an hour (Rejoined: they abandon
+		// nobody) and are live from here on; the victim never heartbeats
+		// again.
+		for i, h := range handles {
+			res, err := heartbeat(h, ids[i], start.Add(20*time.Second))
+			require.NoError(t, err)
+			require.True(t, res.Rejoined, "round %d: a survivor silent for an hour rejoins", round)
+			require.Empty(t, res.Abandoned)
+		}
+
+		var (
+			wg      sync.WaitGroup
+			release = make(chan struct{})
+			results = make([]*ports.InstanceHeartbeatResult, survivors)
+			errs    = make([]error, survivors)
+		)
+		for i, h := range handles {
+			wg.Go(func() {
+				<-release
+				results[i], errs[i] = heartbeat(h, ids[i], start.Add(threshold+time.Second))
+			})
+		}
+		close(release)
+		wg.Wait()
+		require.NoError(t, errors.Join(errs...), "round %d", round)
+
+		var abandoned []uuid.UUID
+		for _, res := range results {
+			require.False(t, res.Rejoined, "round %d: survivors were live", round)
+			abandoned = append(abandoned, res.Abandoned...)
+		}
+		require.Equal(t, []uuid.UUID{victim}, abandoned, "round %d: the victim is abandoned once in all", round)
+
+		var total, released, pinned, instances int
+		require.NoError(t, b.pool.QueryRow(ctx, `
+SELECT count(*), count(*) FILTER (WHERE attempts = 1 AND instance_id IS NULL AND lease_expiry IS NULL),
+       (SELECT count(*) FROM `+s+`.vantage_active_streams WHERE instance_id = $2),
+       (SELECT count(*) FROM `+s+`.vantage_instances WHERE instance_id = $2)
+FROM `+s+`.vantage_work WHERE stream_id = ANY($1)`, victimStreams, victim).Scan(&total, &released, &pinned, &instances))
+		require.Equal(t, streams*perStream, total, "round %d", round)
+		require.Equal(t, total, released, "round %d: every row of the victim is released with one attempt more", round)
+		require.Zero(t, pinned, "round %d: the victim's pins are cleared", round)
+		require.Zero(t, instances, "round %d: the victim's row is deleted", round)
+
+		listed, err := b.backend.Claimer.InstancesList(ctx)
+		require.NoError(t, err)
+		require.Len(t, listed, survivors, "round %d: every survivor stays", round)
+		require.False(t, slices.ContainsFunc(listed, func(in ports.Instance) bool { return in.ID == victim }))
+	}
+}
