@@ -46,12 +46,14 @@ type WorkClaimer interface {
 	// goes stale if it never heartbeats again: the earliest LastHeartbeatAt +
 	// StaleThreshold among the other instances the call left recorded (the
 	// live ones, and any whose heartbeat is exactly Now - StaleThreshold: no
-	// longer live, not yet abandoned), zero when there is none. The caller's
-	// own heartbeat never counts. It is on the clock of the staleness check
-	// (Now when set, else the backend's own), so a heartbeat with a Now after
-	// NextStaleAt abandons that instance unless it heartbeats first; callers
-	// use it to heartbeat as soon as a peer goes stale rather than at their
-	// next interval.
+	// longer live, not yet abandoned), zero when there is none. Instances a
+	// rejoining caller left stale do not count: their deadline passed, and a
+	// heartbeat aimed at it would abandon the peers the rejoin waits for.
+	// The caller's own heartbeat never counts. It is on the clock of the
+	// staleness check (Now when set, else the backend's own), so a
+	// heartbeat with a Now after NextStaleAt abandons that instance unless
+	// it heartbeats first; callers use it to heartbeat as soon as a peer
+	// goes stale rather than at their next interval.
 	//
 	// Idempotent; safe to call concurrently from many instances, which then
 	// abandon a stale instance once between them, without deadlocking
