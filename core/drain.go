@@ -160,14 +160,6 @@ func compareEvents(a, b ports.Event) int {
 	return cmp.Compare(a.Version, b.Version)
 }
 
-func streamIDs(streams []streamWork) []uuid.UUID {
-	ids := make([]uuid.UUID, len(streams))
-	for i := range streams {
-		ids[i] = streams[i].id
-	}
-	return ids
-}
-
 // groupByPerspective splits a stream's work into its perspectives' rows. The
 // rows are ordered by perspective and version (see splitByStream), so each
 // group is a sub-slice.

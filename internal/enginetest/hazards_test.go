@@ -3,6 +3,7 @@ package enginetest_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -174,4 +175,65 @@ func TestManyConsumersOneStream(t *testing.T) {
 	require.Zero(t, overlaps.Load(), "the pair was never applied concurrently")
 	require.Equal(t, int64(n), calls.Load(), "each event applied once")
 	require.Equal(t, n*(n-1)/2, loadTotal(t, b, stream).Sum)
+}
+
+// failingSaves fails the first left model saves with a transient error, and
+// reports every save's outcome on saves.
+type failingSaves struct {
+	ports.ModelStore
+	left  atomic.Int64
+	saves chan error
+}
+
+func (f *failingSaves) ModelSave(ctx context.Context, p *ports.ModelSaveParams) error {
+	err := error(nil)
+	if f.left.Add(-1) >= 0 {
+		err = fmt.Errorf("saving model: connection reset by peer: %w", ports.ErrTransient)
+	} else {
+		err = f.ModelStore.ModelSave(ctx, p)
+	}
+	f.saves <- err
+	return err
+}
+
+// A backend error costs the event nothing: the pair is drained again after
+// a short backoff on the engine's clock (about 100ms the first time), not
+// after a failure's retry delay, and no attempt is counted (with one
+// attempt allowed, a charge would dead-letter the event).
+func TestBackendErrorRetriedAfterShortBackoff(t *testing.T) {
+	t.Parallel()
+
+	clock := clocktest.NewFake()
+	mem := memory.New(memory.Options{Clock: clock}).Backend()
+	saves := &failingSaves{ModelStore: mem.Models, saves: make(chan error, 10)}
+	saves.left.Store(1)
+	b := mem
+	b.Models = saves
+	reg := testRegistry(t)
+	stream := uuid.New()
+	appendAdded(t, reg, mem, stream, 1, 2) // the start-up claim takes them: the clock stands still
+	opts := quietOptions(t)
+	opts.Clock = clock
+	opts.MaxPerspectiveEventAttempts = 1
+	failures := make(chan ports.Failure, 1)
+	opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
+	processed := reportProcessed(&opts, 10)
+	batches := make(chan core.BatchCycle, 10)
+	opts.Hooks.OnBatchCycleComplete = func(c core.BatchCycle) {
+		if c.Streams > 0 {
+			batches <- c
+		}
+	}
+	startWorker(t, b, reg, opts)
+
+	require.ErrorIs(t, waitFor(t, saves.saves, "the failed save"), ports.ErrTransient)
+	require.Zero(t, waitFor(t, batches, "the batch of the failed save").Applied)
+	clock.Advance(150 * time.Millisecond) // the first backoff: 100ms, give or take half
+	require.NoError(t, waitFor(t, saves.saves, "the retried save"))
+	waitFor(t, processed, "the events applied")
+	require.Equal(t, 3, loadTotal(t, b, stream).Sum)
+	require.Empty(t, failures, "no event failure was recorded")
+	dls, err := mem.DeadLetters.DeadLettersList(t.Context(), &ports.DeadLettersListParams{})
+	require.NoError(t, err)
+	require.Empty(t, dls)
 }
