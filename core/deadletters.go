@@ -21,17 +21,7 @@ func (w *Worker) deadLetterRecovery(ctx context.Context) {
 	if w.opts.Generation == "" || o.Disabled {
 		return
 	}
-	t := w.clock.NewTimer(o.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
-		w.recoverDeadLetters(ctx)
-		t.Reset(o.Interval)
-	}
+	every(ctx, w.clock, o.Interval, func() { w.recoverDeadLetters(ctx) })
 }
 
 // recoverDeadLetters requeues one batch of dead letters for a retry on this

@@ -88,18 +88,27 @@ func TestFaultLogTellsRepeatsOnce(t *testing.T) {
 	require.Equal(t, 10250*time.Millisecond, recs.attr(3, "failed_for").Duration())
 }
 
-func TestApplyMonitorCancelsThenAbandons(t *testing.T) {
-	t.Parallel()
-
+// startMonitor runs an apply monitor with the given deadline and grace on a
+// fake clock until the test ends; closing work ends the work, as Stop's
+// deadline does.
+func startMonitor(t *testing.T, timeout, grace time.Duration, work chan struct{}) (*applyMonitor, *clocktest.Fake) {
+	t.Helper()
 	clock := clocktest.NewFake()
-	w := &Worker{clock: clock, log: slog.New(&logRecords{}), opts: Options{ApplyTimeout: time.Minute, ApplyAbandonGrace: 10 * time.Second}}
+	w := &Worker{clock: clock, log: slog.New(&logRecords{}), opts: Options{ApplyTimeout: timeout, ApplyAbandonGrace: grace}}
 	m := newApplyMonitor(w)
 	w.monitor = m
 	var wg sync.WaitGroup
 	ctx, stop := context.WithCancel(t.Context())
 	done := make(chan struct{})
-	go func() { defer close(done); m.run(ctx, nil, &wg) }()
+	go func() { defer close(done); m.run(ctx, work, &wg) }()
 	t.Cleanup(func() { stop(); <-done; wg.Wait() })
+	return m, clock
+}
+
+func TestApplyMonitorCancelsThenAbandons(t *testing.T) {
+	t.Parallel()
+
+	m, clock := startMonitor(t, time.Minute, 10*time.Second, nil)
 
 	actx, cancel := context.WithCancelCause(t.Context())
 	abandoned := make(chan AbandonedApply, 1)
@@ -142,14 +151,7 @@ func TestApplyMonitorCancelsThenAbandons(t *testing.T) {
 func TestApplyMonitorLateApplyIsNotInTime(t *testing.T) {
 	t.Parallel()
 
-	clock := clocktest.NewFake()
-	w := &Worker{clock: clock, log: slog.New(&logRecords{}), opts: Options{ApplyTimeout: time.Second, ApplyAbandonGrace: time.Hour}}
-	m := newApplyMonitor(w)
-	var wg sync.WaitGroup
-	ctx, stop := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); m.run(ctx, nil, &wg) }()
-	t.Cleanup(func() { stop(); <-done; wg.Wait() })
+	m, clock := startMonitor(t, time.Second, time.Hour, nil)
 
 	actx, cancel := context.WithCancelCause(t.Context())
 	aw := m.watch(cancel, func(AbandonedApply, bool) { t.Error("abandoned before its grace") })
@@ -279,16 +281,8 @@ func TestFailureReason(t *testing.T) {
 func TestApplyMonitorAbandonsAtStopWithoutCharge(t *testing.T) {
 	t.Parallel()
 
-	clock := clocktest.NewFake()
-	w := &Worker{clock: clock, log: slog.New(&logRecords{}), opts: Options{ApplyTimeout: time.Hour, ApplyAbandonGrace: 10 * time.Second}}
-	m := newApplyMonitor(w)
-	w.monitor = m
-	var wg sync.WaitGroup
-	ctx, stop := context.WithCancel(t.Context())
 	work := make(chan struct{})
-	done := make(chan struct{})
-	go func() { defer close(done); m.run(ctx, work, &wg) }()
-	t.Cleanup(func() { stop(); <-done; wg.Wait() })
+	m, clock := startMonitor(t, time.Hour, 10*time.Second, work)
 
 	_, cancel := context.WithCancelCause(t.Context())
 	type abandonment struct {

@@ -67,17 +67,7 @@ func (r *renewer) drop(stream uuid.UUID) {
 
 // run renews due leases every quarter lease until ctx is done.
 func (r *renewer) run(ctx context.Context) {
-	t := r.w.clock.NewTimer(r.every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
-		r.renewDue(ctx)
-		t.Reset(r.every)
-	}
+	every(ctx, r.w.clock, r.every, func() { r.renewDue(ctx) })
 }
 
 // renewDue renews the rows of every stream whose leases were granted more

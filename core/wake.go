@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/vantage-go/vantage/ports"
 )
 
 // wakes queues streams for a drain at a later time: a pair held back by a
@@ -114,3 +116,19 @@ func (k *wakes) pushDue() (time.Time, bool) {
 
 // armed reports whether the loop's timer is set to fire at t.
 func (k *wakes) armed(t time.Time) bool { return k.armedAt.Load() == t.UnixNano() }
+
+// every calls fn each interval after the previous call returned, on clock,
+// until ctx is done.
+func every(ctx context.Context, clock ports.Clock, interval time.Duration, fn func()) {
+	t := clock.NewTimer(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		fn()
+		t.Reset(interval)
+	}
+}
