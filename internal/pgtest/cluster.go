@@ -51,8 +51,8 @@ var clusterSettings = map[string]string{
 
 // ClusterOptions configure StartCluster. The zero value is valid.
 type ClusterOptions struct {
-	// Settings are server settings (name to value) passed as -c options,
-	// over the defaults: listen_addresses 127.0.0.1, fsync,
+	// Settings are server settings (name to value) passed as -c options
+	// (quoted: values may hold spaces), over the defaults: listen_addresses 127.0.0.1, fsync,
 	// synchronous_commit and full_page_writes off, max_connections 300.
 	// A cluster that is crashed on purpose (ShutdownImmediate) needs
 	// synchronous_commit on, or commits acknowledged just before the crash
@@ -109,9 +109,9 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (_ *Cluster, err err
 	}
 	settings := maps.Clone(clusterSettings)
 	maps.Copy(settings, opts.Settings)
-	args := []string{"-p", strconv.Itoa(port), "-k", dir}
+	args := []string{"-p", strconv.Itoa(port), "-k", shellQuote(dir)}
 	for _, name := range slices.Sorted(maps.Keys(settings)) {
-		args = append(args, "-c", name+"="+settings[name])
+		args = append(args, "-c", shellQuote(name+"="+settings[name]))
 	}
 	c := &Cluster{
 		dir:   dir,
@@ -222,6 +222,15 @@ func startCluster(ctx context.Context) (*server, error) {
 	}
 	s.stop = func() { _ = c.Close() }
 	return s, nil
+}
+
+// shellQuote quotes s for the shell pg_ctl starts postgres with, which
+// would split a setting such as log_line_prefix='%m [%p] ' at its spaces.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.,:/=+-") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // findBinaries returns initdb and pg_ctl from PATH, else from the newest

@@ -68,7 +68,10 @@ func TestNewSchemaNameIsUniqueAndValid(t *testing.T) {
 func TestCluster(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	c := pgtest.RequireCluster(t, pgtest.ClusterOptions{Settings: map[string]string{"synchronous_commit": "on"}})
+	c := pgtest.RequireCluster(t, pgtest.ClusterOptions{Settings: map[string]string{
+		"synchronous_commit": "on",
+		"log_line_prefix":    "%m [%p] it's ",
+	}})
 	require.NotZero(t, c.Port())
 	require.DirExists(t, c.DataDir())
 	require.Contains(t, c.ConnString(), fmt.Sprintf(":%d/", c.Port()))
@@ -95,6 +98,7 @@ func TestCluster(t *testing.T) {
 	}
 	require.Equal(t, "on", query(`SHOW synchronous_commit`), "settings override the defaults")
 	require.Equal(t, "off", query(`SHOW fsync`), "the other defaults stay")
+	require.Equal(t, "%m [%p] it's ", query(`SHOW log_line_prefix`), "values are quoted for pg_ctl's shell")
 	exec(`CREATE TABLE kept (v text)`)
 	exec(`INSERT INTO kept VALUES ('before')`)
 
