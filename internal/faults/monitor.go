@@ -26,29 +26,27 @@ type lagSample struct {
 // fault stream's own later events is checked separately (they must be
 // applied, in order).
 type lagMonitor struct {
-	cancel  context.CancelFunc
-	done    chan struct{}
-	mu      sync.Mutex
-	samples []lagSample
+	pool     *pgxpool.Pool
+	query    string
+	cancel   context.CancelFunc
+	done     chan struct{}
+	stopOnce sync.Once
+	mu       sync.Mutex
+	samples  []lagSample
 }
 
 func startLagMonitor(ctx context.Context, pool *pgxpool.Pool, schema string) *lagMonitor {
 	ctx, cancel := context.WithCancel(ctx)
-	m := &lagMonitor{cancel: cancel, done: make(chan struct{})}
-	query := lagQuery(schema)
+	m := &lagMonitor{pool: pool, query: lagQuery(schema), cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(m.done)
 		ticker := time.NewTicker(lagEvery)
 		defer ticker.Stop()
 		for {
-			qctx, qcancel := context.WithTimeout(ctx, time.Second)
-			var seconds float64
-			err := pool.QueryRow(qctx, query, Perspectives).Scan(&seconds)
-			qcancel()
+			s := m.sample(ctx)
 			if ctx.Err() != nil {
 				return
 			}
-			s := lagSample{at: time.Now(), lag: time.Duration(seconds * float64(time.Second)), ok: err == nil}
 			m.mu.Lock()
 			m.samples = append(m.samples, s)
 			m.mu.Unlock()
@@ -60,6 +58,15 @@ func startLagMonitor(ctx context.Context, pool *pgxpool.Pool, schema string) *la
 		}
 	}()
 	return m
+}
+
+// sample reads the healthy lag once.
+func (m *lagMonitor) sample(ctx context.Context) lagSample {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	var seconds float64
+	err := m.pool.QueryRow(ctx, m.query, Perspectives).Scan(&seconds)
+	return lagSample{at: time.Now(), lag: time.Duration(seconds * float64(time.Second)), ok: err == nil}
 }
 
 func lagQuery(schema string) string {
@@ -84,10 +91,17 @@ func (m *lagMonitor) last() (lagSample, bool) {
 	return m.samples[len(m.samples)-1], true
 }
 
-// stop ends the sampling and returns the samples.
+// stop ends the sampling and returns the samples, the last one read now:
+// the periodic one may predate the end of the run by a period. Idempotent.
 func (m *lagMonitor) stop() []lagSample {
-	m.cancel()
-	<-m.done
+	m.stopOnce.Do(func() {
+		m.cancel()
+		<-m.done
+		s := m.sample(context.Background())
+		m.mu.Lock()
+		m.samples = append(m.samples, s)
+		m.mu.Unlock()
+	})
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.samples
