@@ -174,7 +174,9 @@ func injectRequeue(ctx context.Context, r *run) error {
 	}
 	r.note("poison event %d of stream %s dead-lettered after %s", version, stream, time.Since(r.t0).Round(100*time.Millisecond))
 
-	_, late, err := r.app.injectEvent(ctx, faultStream, "", 0)
+	lctx, cancel := context.WithTimeout(ctx, r.suite.cfg.StepWait)
+	defer cancel()
+	_, late, err := r.app.injectEvent(lctx, faultStream, "", 0)
 	if err != nil {
 		return fmt.Errorf("appending the late event: %w", err)
 	}

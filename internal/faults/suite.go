@@ -292,7 +292,9 @@ func (r *run) execute(ctx context.Context, res *RunResult) error {
 	}
 	logStart := fileSize(r.suite.cluster.LogPath())
 	defer r.savePostgresLog(logStart)
-	if err := postgres.Migrate(ctx, r.suite.pool, r.schema); err != nil {
+	mctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := postgres.Migrate(mctx, r.suite.pool, r.schema); err != nil {
 		return fmt.Errorf("migrating schema %s: %w", r.schema, err)
 	}
 	// The orchestrator's own store (appends, dead letters) logs into the
@@ -328,7 +330,11 @@ func (r *run) execute(ctx context.Context, res *RunResult) error {
 	}
 
 	r.t0 = time.Now()
-	if err := r.sc.inject(ctx, r); err != nil {
+	// A scenario waits StepWait at most per step; the bound covers the
+	// longest (requeue: three waits and a deploy).
+	ictx, cancel := context.WithTimeout(ctx, 4*cfg.StepWait+readyTimeout)
+	defer cancel()
+	if err := r.sc.inject(ictx, r); err != nil {
 		r.find(Finding{Check: CheckStep, Detail: fmt.Sprintf("injecting the fault: %v", err)})
 	}
 	if err := sleep(ctx, time.Until(r.t0.Add(cfg.Duration))); err != nil {
@@ -361,7 +367,9 @@ func (r *run) execute(ctx context.Context, res *RunResult) error {
 	r.checkProcesses()
 	r.stopProcesses(r.live())
 
-	d, err := loadDataset(ctx, r.suite.pool, store, r.schema)
+	lctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	d, err := loadDataset(lctx, r.suite.pool, store, r.schema)
 	if err != nil {
 		return err
 	}
@@ -518,8 +526,11 @@ func (r *run) busiest(ctx context.Context) (*process, error) {
 	return live[0], nil
 }
 
-// injectFault appends an event carrying fault to the fault stream.
+// injectFault appends an event carrying fault to the fault stream, within
+// StepWait (the appender retries through outages).
 func (r *run) injectFault(ctx context.Context, fault string) (uuid.UUID, int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.suite.cfg.StepWait)
+	defer cancel()
 	stream, version, err := r.app.injectEvent(ctx, faultStream, fault, r.suite.cfg.HangFor.Milliseconds())
 	if err != nil {
 		return uuid.Nil, 0, fmt.Errorf("appending the %s event: %w", fault, err)
@@ -637,8 +648,9 @@ func (r *run) savePostgresLog(offset int64) {
 	}
 }
 
-// sleep waits d or until ctx ends. The suite sleeps only to pace appends
-// and to give a fault its duration, never to wait for the engine.
+// sleep waits d or until ctx ends. The suite sleeps only to pace appends,
+// to give a run its duration and between two polls of the database; it
+// never waits a fixed time for the engine to do something.
 func sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
