@@ -222,9 +222,13 @@ func failsForGood(fault string) bool {
 	return false
 }
 
-// failedGeneration is the generation the suite's workers start with, so
-// the one every dead letter of a fault event records.
-const failedGeneration = "v1"
+// Deploy generations: the suite's workers start as failedGeneration, so
+// every dead letter of a fault event records it; the requeue scenario
+// deploys fixedGeneration, with the fix.
+const (
+	failedGeneration = "v1"
+	fixedGeneration  = "v2"
+)
 
 // deadLetterRecord returns what is wrong with the dead letter of an event
 // carrying fault, "" when nothing is.

@@ -190,24 +190,25 @@ func injectRequeue(ctx context.Context, r *run) error {
 	// The deploy with the fix, rolling: the new generation starts before
 	// the old one stops, as a deploy would.
 	old := r.live()
-	if _, err := r.startWorkers(ctx, len(old), "v2", true); err != nil {
-		return fmt.Errorf("deploying generation v2: %w", err)
+	if _, err := r.startWorkers(ctx, len(old), fixedGeneration, true); err != nil {
+		return fmt.Errorf("deploying generation %s: %w", fixedGeneration, err)
 	}
 	r.stopProcesses(old)
-	r.note("deployed generation v2 with the fix: stopped %d workers, started %d", len(old), len(old))
+	r.note("deployed generation %s with the fix: stopped %d workers, started %d", fixedGeneration, len(old), len(old))
 
 	if err := r.waitFor(ctx, r.suite.cfg.StepWait, func(ctx context.Context) (bool, error) {
 		dls, err := deadLetters(ctx, true)
 		return len(dls) == 0, err
 	}); err != nil {
 		r.find(Finding{Check: CheckGenerationRequeue, Stream: stream, Version: version,
-			Detail: fmt.Sprintf("generation v2 did not requeue the dead letters of generation v1: %v; requeueing them with DeadLetterRequeue", err)})
+			Detail: fmt.Sprintf("generation %s did not requeue the dead letters of generation %s: %v; requeueing them with DeadLetterRequeue",
+				fixedGeneration, failedGeneration, err)})
 		dls, err := deadLetters(ctx, true)
 		if err != nil {
 			return fmt.Errorf("listing the dead letters to requeue: %w", err)
 		}
 		for _, dl := range dls {
-			if err := r.store.DeadLetterRequeue(ctx, &ports.DeadLetterRequeueParams{ID: dl.ID, Generation: "v2"}); err != nil {
+			if err := r.store.DeadLetterRequeue(ctx, &ports.DeadLetterRequeueParams{ID: dl.ID, Generation: fixedGeneration}); err != nil {
 				return fmt.Errorf("requeueing dead letter %s: %w", dl.ID, err)
 			}
 		}

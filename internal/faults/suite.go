@@ -311,7 +311,7 @@ func (r *run) execute(ctx context.Context, res *RunResult) error {
 	}
 	defer store.Close()
 	r.store = store
-	if _, err := r.startWorkers(ctx, r.sc.workers, "v1", false); err != nil {
+	if _, err := r.startWorkers(ctx, r.sc.workers, failedGeneration, false); err != nil {
 		return err
 	}
 
@@ -346,14 +346,23 @@ func (r *run) execute(ctx context.Context, res *RunResult) error {
 		r.note("appends: %d failed calls, %d of them found stored on retry", n, r.app.recovered.Load())
 	}
 
+	r.settle(ctx, mon, res)
+	r.checkProcesses()
+	r.stopProcesses(r.live())
+	return r.checkDatabase(ctx, res)
+}
+
+// settle waits, bounded, until no work is pending, and judges the
+// recovery from the lag samples.
+func (r *run) settle(ctx context.Context, mon *lagMonitor, res *RunResult) {
+	cfg := r.suite.cfg
 	if err := r.waitFor(ctx, cfg.Settle, func(ctx context.Context) (bool, error) {
 		n, err := r.pending(ctx)
 		return n == 0, err
 	}); err != nil {
 		r.find(Finding{Check: CheckCaughtUp, Detail: fmt.Sprintf("work still pending after %s: %v; %s", cfg.Settle, err, r.describePending(ctx))})
 	}
-	samples := mon.stop()
-	rec, peak, recovered := recovery(samples, r.t0, cfg.LagThreshold)
+	rec, peak, recovered := recovery(mon.stop(), r.t0, cfg.LagThreshold)
 	res.Recovery, res.PeakLag, res.Recovered = rec, peak, recovered
 	switch {
 	case !recovered:
@@ -363,13 +372,13 @@ func (r *run) execute(ctx context.Context, res *RunResult) error {
 		r.find(Finding{Check: CheckRecovery, Detail: fmt.Sprintf("healthy lag above %s for %s after the fault, budget %s; peak %s",
 			cfg.LagThreshold, rec.Round(100*time.Millisecond), r.sc.budget, peak.Round(100*time.Millisecond))})
 	}
+}
 
-	r.checkProcesses()
-	r.stopProcesses(r.live())
-
-	lctx, cancel := context.WithTimeout(ctx, time.Minute)
+// checkDatabase reads the events, models and dead letters and checks them.
+func (r *run) checkDatabase(ctx context.Context, res *RunResult) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	d, err := loadDataset(lctx, r.suite.pool, store, r.schema)
+	d, err := loadDataset(ctx, r.suite.pool, r.store, r.schema)
 	if err != nil {
 		return err
 	}
