@@ -3,7 +3,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: help demo test test-race test-short bench bench-go lint cover tools
+.PHONY: help demo test test-race test-short faults bench bench-go lint cover tools
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -18,6 +18,14 @@ test-race: test ## alias of test
 
 test-short: ## run the tests without the race detector
 	$(GO) test -count=1 $(PKGS)
+
+# make faults: the fault suite (internal/faults, see RELIABILITY.md) in
+# full: every fault against a private PostgreSQL cluster (local initdb and
+# pg_ctl) and real worker processes; exits non-zero when a check fails.
+# Extra flags: make faults FAULTS_FLAGS='-faults kill,hang -runs 5 -json'
+FAULTS_FLAGS ?=
+faults: ## run the fault suite in full: kills, restarts, hung and poison events (RELIABILITY.md)
+	$(GO) run ./internal/faults/cmd/faults $(FAULTS_FLAGS)
 
 # make bench: Vantage vs River vs the raw SQL pipeline on PostgreSQL
 # ($$DATABASE_URL, default postgres://postgres@127.0.0.1:5432/test), plus the

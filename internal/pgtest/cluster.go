@@ -1,92 +1,236 @@
-//go:build unix
-
 package pgtest
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
+	"sync"
+	"testing"
 	"time"
 )
 
-// startCluster creates and starts an ephemeral cluster with the local
-// initdb and pg_ctl, in a temporary directory removed by stop. As root (CI
-// containers) it runs them as the postgres user, since initdb refuses root.
-func startCluster(ctx context.Context) (_ *server, err error) {
+// ErrNoCluster reports that no cluster can be made here: the PostgreSQL
+// server binaries (initdb, pg_ctl) were not found, or the platform cannot
+// run them. Compare with errors.Is.
+var ErrNoCluster = errors.New("no local PostgreSQL cluster")
+
+// ShutdownMode is how pg_ctl stops a server (its -m option).
+type ShutdownMode string
+
+// Shutdown modes of pg_ctl.
+const (
+	// ShutdownSmart waits for every client to disconnect.
+	ShutdownSmart ShutdownMode = "smart"
+	// ShutdownFast rolls back open transactions, disconnects the clients
+	// and shuts down cleanly.
+	ShutdownFast ShutdownMode = "fast"
+	// ShutdownImmediate aborts every server process at once, as a crash
+	// would; the next start runs crash recovery.
+	ShutdownImmediate ShutdownMode = "immediate"
+)
+
+// clusterSettings are the server settings of every cluster: the data is
+// thrown away, so nothing is flushed to disk, and parallel tests, each with
+// their own pools and listeners, need many connections.
+var clusterSettings = map[string]string{
+	"listen_addresses":   "127.0.0.1",
+	"fsync":              "off",
+	"synchronous_commit": "off",
+	"full_page_writes":   "off",
+	"max_connections":    "300",
+}
+
+// ClusterOptions configure StartCluster. The zero value is valid.
+type ClusterOptions struct {
+	// Settings are server settings (name to value) passed as -c options
+	// (quoted: values may hold spaces), over the defaults: listen_addresses 127.0.0.1, fsync,
+	// synchronous_commit and full_page_writes off, max_connections 300.
+	// A cluster that is crashed on purpose (ShutdownImmediate) needs
+	// synchronous_commit on, or commits acknowledged just before the crash
+	// are lost.
+	Settings map[string]string
+}
+
+// Cluster is a private PostgreSQL server made with the local initdb and
+// pg_ctl in a temporary directory, listening on a free port of 127.0.0.1,
+// with user postgres and trust authentication. Unlike the shared test
+// server it belongs to its caller, who may restart or crash it. As root it
+// runs as the postgres user, since initdb refuses root. Its methods are
+// safe for concurrent use.
+type Cluster struct {
+	dir   string // temporary directory: data, log and socket
+	data  string
+	log   string
+	pgctl string
+	port  int
+	opts  string // the postgres command-line options (pg_ctl -o)
+	user  clusterUser
+
+	mu     sync.Mutex // serializes pg_ctl calls
+	closed bool
+}
+
+// StartCluster creates and starts a cluster. ctx bounds the start only. The
+// caller must Close it. It returns an error wrapping ErrNoCluster when the
+// binaries cannot be found.
+func StartCluster(ctx context.Context, opts ClusterOptions) (_ *Cluster, err error) {
 	initdb, pgctl, err := findBinaries()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrNoCluster, err)
 	}
-	cred, err := clusterCredential()
+	user, err := lookupClusterUser()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrNoCluster, err)
 	}
 	dir, err := os.MkdirTemp("", "vantage-pgtest-")
 	if err != nil {
 		return nil, err
 	}
-	cleanupDir := func() { _ = os.RemoveAll(dir) }
 	defer func() {
 		if err != nil {
-			cleanupDir()
+			_ = os.RemoveAll(dir)
 		}
 	}()
-	if cred != nil {
-		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			return nil, err
-		}
+	if err := user.own(dir); err != nil {
+		return nil, err
 	}
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	data := filepath.Join(dir, "data")
-	run := func(ctx context.Context, name string, args ...string) error {
-		cmd := exec.CommandContext(ctx, name, args...)
-		cmd.Dir = dir
-		if cred != nil {
-			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	settings := maps.Clone(clusterSettings)
+	maps.Copy(settings, opts.Settings)
+	args := []string{"-p", strconv.Itoa(port), "-k", shellQuote(dir)}
+	for _, name := range slices.Sorted(maps.Keys(settings)) {
+		args = append(args, "-c", shellQuote(name+"="+settings[name]))
+	}
+	c := &Cluster{
+		dir:   dir,
+		data:  filepath.Join(dir, "data"),
+		log:   filepath.Join(dir, "log"),
+		pgctl: pgctl,
+		port:  port,
+		opts:  strings.Join(args, " "),
+		user:  user,
+	}
+	if err := c.run(ctx, initdb, "-D", c.data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"); err != nil {
+		return nil, err
+	}
+	if err := c.run(ctx, pgctl, "-D", c.data, "-l", c.log, "-o", c.opts, "-w", "-t", "60", "start"); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// RequireCluster starts a cluster closed in t.Cleanup. Without the binaries
+// it skips the test, unless the CI environment variable is set: then it
+// fails, like the shared server's tests.
+func RequireCluster(t testing.TB, opts ClusterOptions) *Cluster {
+	t.Helper()
+	c, err := StartCluster(t.Context(), opts)
+	if errors.Is(err, ErrNoCluster) && os.Getenv(EnvCI) == "" {
+		t.Skipf("pgtest: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("pgtest: starting a cluster: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("pgtest: closing the cluster: %v", err)
 		}
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("%s: %w: %s", filepath.Base(name), err, strings.TrimSpace(string(out)))
-		}
+	})
+	return c
+}
+
+// ConnString returns the URL of the cluster's postgres database.
+func (c *Cluster) ConnString() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.port)
+}
+
+// Port returns the TCP port the server listens on.
+func (c *Cluster) Port() int { return c.port }
+
+// DataDir returns the cluster's data directory.
+func (c *Cluster) DataDir() string { return c.data }
+
+// LogPath returns the server log file. Restarts append to it; Close
+// removes it, so copy what must outlive the cluster.
+func (c *Cluster) LogPath() string { return c.log }
+
+// Restart stops the server in mode and starts it again on the same port
+// and data, waiting (at most a minute each) until it stopped and until it
+// accepts connections. Clients lose their connections.
+func (c *Cluster) Restart(ctx context.Context, mode ShutdownMode) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return errors.New("restarting a closed cluster")
+	}
+	// -l again: without it the new postmaster would write to pg_ctl's
+	// output, which the caller's pipe would then wait on forever.
+	return c.run(ctx, c.pgctl, "-D", c.data, "-l", c.log, "-o", c.opts, "-m", string(mode), "-w", "-t", "60", "restart")
+}
+
+// Close stops the server at once (ShutdownImmediate) and removes its
+// directory. Idempotent.
+func (c *Cluster) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
 		return nil
 	}
-	if err := run(ctx, initdb, "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"); err != nil {
-		return nil, err
-	}
-	// fsync off: the cluster is thrown away. Enough connections for
-	// parallel tests that each open their own pools and listeners.
-	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300", port, dir)
-	if err := run(ctx, pgctl, "-D", data, "-l", filepath.Join(dir, "log"), "-o", opts, "-w", "-t", "60", "start"); err != nil {
-		return nil, err
-	}
-	stop := func() {
-		// Not ctx: it ends with the search, and stop runs at the end of
-		// the tests.
-		stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = run(stopCtx, pgctl, "-D", data, "-m", "immediate", "-w", "stop")
-		cleanupDir()
-	}
-	cs := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
-	s, err := connect(ctx, cs, "ephemeral cluster in "+dir)
+	c.closed = true
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := c.run(ctx, c.pgctl, "-D", c.data, "-m", string(ShutdownImmediate), "-w", "stop")
+	return errors.Join(err, os.RemoveAll(c.dir))
+}
+
+// run runs a PostgreSQL binary in the cluster's directory, as the cluster's
+// user.
+func (c *Cluster) run(ctx context.Context, name string, args ...string) error {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = c.dir
+	c.user.apply(cmd)
+	out, err := cmd.CombinedOutput()
 	if err != nil {
-		stop()
+		return fmt.Errorf("%s: %w: %s", filepath.Base(name), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// startCluster starts the ephemeral cluster of the shared server, stopped
+// and removed by the server's stop.
+func startCluster(ctx context.Context) (*server, error) {
+	c, err := StartCluster(ctx, ClusterOptions{})
+	if err != nil {
 		return nil, err
 	}
-	s.stop = stop
+	s, err := connect(ctx, c.ConnString(), "ephemeral cluster in "+c.dir)
+	if err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	s.stop = func() { _ = c.Close() }
 	return s, nil
+}
+
+// shellQuote quotes s for the shell pg_ctl starts postgres with, which
+// would split a setting such as log_line_prefix='%m [%p] ' at its spaces.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.,:/=+-") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // findBinaries returns initdb and pg_ctl from PATH, else from the newest
@@ -116,27 +260,6 @@ func majorOf(binDir string) int {
 func isExecutable(path string) bool {
 	fi, err := os.Stat(path)
 	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
-}
-
-// clusterCredential returns the postgres user's credential when running as
-// root, nil otherwise.
-func clusterCredential() (*syscall.Credential, error) {
-	if os.Geteuid() != 0 {
-		return nil, nil
-	}
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		return nil, fmt.Errorf("running as root and no postgres user to run initdb as: %w", err)
-	}
-	uid, err := strconv.ParseUint(u.Uid, 10, 32)
-	if err != nil {
-		return nil, err
-	}
-	gid, err := strconv.ParseUint(u.Gid, 10, 32)
-	if err != nil {
-		return nil, err
-	}
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
 
 // freePort returns a TCP port free on 127.0.0.1 at the time of the call.

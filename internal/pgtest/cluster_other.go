@@ -3,12 +3,18 @@
 package pgtest
 
 import (
-	"context"
 	"errors"
+	"os/exec"
 )
 
-// startCluster is not supported off unix: initdb must not run as an
+// clusterUser is not supported off unix: initdb must not run as an
 // administrator and dropping privileges needs unix credentials.
-func startCluster(context.Context) (*server, error) {
-	return nil, errors.New("ephemeral clusters are supported on unix only")
+type clusterUser struct{}
+
+func lookupClusterUser() (clusterUser, error) {
+	return clusterUser{}, errors.New("ephemeral clusters are supported on unix only")
 }
+
+func (clusterUser) own(string) error { return nil }
+
+func (clusterUser) apply(*exec.Cmd) {}

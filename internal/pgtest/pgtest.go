@@ -16,6 +16,10 @@
 // VANTAGE_TEST_DATABASE_SKIP=local (or =docker) skips the first sources, to
 // exercise the fallbacks.
 //
+// A test that stops, restarts or crashes its server needs one of its own:
+// StartCluster (or RequireCluster in a test) makes a private cluster with
+// the local binaries, which its caller may Restart and must Close.
+//
 // A test package using pgtest must wrap its TestMain with WrapMain, which
 // closes the shared pool and stops a server pgtest started once the tests
 // are done:

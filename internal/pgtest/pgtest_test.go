@@ -1,8 +1,12 @@
 package pgtest_test
 
 import (
+	"context"
+	"fmt"
+	"os"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -59,4 +63,55 @@ func TestNewSchemaNameIsUniqueAndValid(t *testing.T) {
 	a, b := pgtest.NewSchemaName(t), pgtest.NewSchemaName(t)
 	require.NotEqual(t, a, b)
 	require.NoError(t, postgres.ValidateSchema(a))
+}
+
+func TestCluster(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	c := pgtest.RequireCluster(t, pgtest.ClusterOptions{Settings: map[string]string{
+		"synchronous_commit": "on",
+		"log_line_prefix":    "%m [%p] it's ",
+	}})
+	require.NotZero(t, c.Port())
+	require.DirExists(t, c.DataDir())
+	require.Contains(t, c.ConnString(), fmt.Sprintf(":%d/", c.Port()))
+
+	// connect opens a new connection each time: a restart breaks the
+	// previous ones.
+	connect := func() *pgx.Conn {
+		t.Helper()
+		conn, err := pgx.Connect(ctx, c.ConnString())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = conn.Close(context.Background()) })
+		return conn
+	}
+	query := func(sql string) string {
+		t.Helper()
+		var out string
+		require.NoError(t, connect().QueryRow(ctx, sql).Scan(&out))
+		return out
+	}
+	exec := func(sql string) {
+		t.Helper()
+		_, err := connect().Exec(ctx, sql)
+		require.NoError(t, err)
+	}
+	require.Equal(t, "on", query(`SHOW synchronous_commit`), "settings override the defaults")
+	require.Equal(t, "off", query(`SHOW fsync`), "the other defaults stay")
+	require.Equal(t, "%m [%p] it's ", query(`SHOW log_line_prefix`), "values are quoted for pg_ctl's shell")
+	exec(`CREATE TABLE kept (v text)`)
+	exec(`INSERT INTO kept VALUES ('before')`)
+
+	for _, mode := range []pgtest.ShutdownMode{pgtest.ShutdownFast, pgtest.ShutdownImmediate} {
+		require.NoError(t, c.Restart(ctx, mode), mode)
+		require.Equal(t, "before", query(`SELECT v FROM kept`), "data survives a %s restart", mode)
+	}
+	log, err := os.ReadFile(c.LogPath())
+	require.NoError(t, err)
+	require.Contains(t, string(log), "database system was interrupted", "the immediate restart ran crash recovery")
+
+	require.NoError(t, c.Close())
+	require.NoError(t, c.Close(), "Close is idempotent")
+	require.NoDirExists(t, c.DataDir())
+	require.Error(t, c.Restart(ctx, pgtest.ShutdownFast), "a closed cluster does not restart")
 }

@@ -1,0 +1,18 @@
+// Package faults is Vantage's fault suite: it proves, against real
+// processes and a real PostgreSQL, that every event is applied once and in
+// order and that a bad or slow event never costs a good one.
+//
+// Run starts a private PostgreSQL cluster (internal/pgtest), then, for each
+// scenario, migrates a fresh schema, starts worker processes (WorkerMain,
+// one core.Worker each), appends events to many streams at a steady rate
+// from in-process appenders, injects one fault (a killed worker, severed
+// connections, a PostgreSQL restart, an event whose apply fails, hangs or
+// cannot be decoded, ...), stops appending, waits (bounded) until the
+// workers caught up, and checks the database: every stream's models
+// against its events. The checks, the recovery time and the scenarios are
+// described in RELIABILITY.md at the root of the repository.
+//
+// The worker processes are this program itself, run again with WorkerEnv
+// set: a main (or a TestMain) calls WorkerMain first when IsWorker reports
+// true, so the workers always run the code under test.
+package faults
