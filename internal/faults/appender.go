@@ -56,8 +56,18 @@ type injection struct {
 	stream int
 	fault  string
 	hangMS int64
-	done   chan injected
+	// at places the event: placeNext (the next version), placePastGap (one
+	// version past the next, which stays free), or a positive free version
+	// below the stream's head (a late event).
+	at   int64
+	done chan injected
 }
+
+// Placements of an injected event (see injection.at).
+const (
+	placeNext    int64 = 0
+	placePastGap int64 = -1
+)
 
 // injected is the outcome of an injection.
 type injected struct {
@@ -101,12 +111,16 @@ func (a *appender) run(ctx context.Context, owned []*streamState, injections <-c
 		case in := <-injections:
 			s := a.streams[in.stream]
 			step := Step{Seq: a.seq.Add(1), Fault: in.fault, HangMS: in.hangMS}
-			v, err := a.appendOne(ctx, s, step)
+			at := in.at
+			if at == placePastGap {
+				at = s.version + 2
+			}
+			v, err := a.appendOne(ctx, s, step, at)
 			in.done <- injected{stream: s.id, version: v, err: err}
 		case <-ticker.C:
 			s := owned[next%len(owned)]
 			next++
-			_, _ = a.appendOne(ctx, s, Step{Seq: a.seq.Add(1)})
+			_, _ = a.appendOne(ctx, s, Step{Seq: a.seq.Add(1)}, placeNext)
 		}
 	}
 }
@@ -115,7 +129,13 @@ func (a *appender) run(ctx context.Context, owned []*streamState, injections <-c
 // for a healthy one) to streams[stream], through the stream's owner, and
 // returns its version. It returns when the event is stored or ctx ends.
 func (a *appender) injectEvent(ctx context.Context, stream int, fault string, hangMS int64) (uuid.UUID, int64, error) {
-	in := injection{stream: stream, fault: fault, hangMS: hangMS, done: make(chan injected, 1)}
+	return a.injectEventAt(ctx, stream, fault, hangMS, placeNext)
+}
+
+// injectEventAt is injectEvent placing the event as at says (see
+// injection.at).
+func (a *appender) injectEventAt(ctx context.Context, stream int, fault string, hangMS, at int64) (uuid.UUID, int64, error) {
+	in := injection{stream: stream, fault: fault, hangMS: hangMS, at: at, done: make(chan injected, 1)}
 	select {
 	case a.inject[stream%len(a.inject)] <- in:
 	case <-ctx.Done():
@@ -129,15 +149,16 @@ func (a *appender) injectEvent(ctx context.Context, stream int, fault string, ha
 	}
 }
 
-// appendOne appends step to s until it is stored or ctx ends. A failed
-// append may still have committed (its connection broke after the commit):
-// before retrying, it looks the step's seq up in the stream, so a step is
-// never stored twice and the stream's version stays known.
-func (a *appender) appendOne(ctx context.Context, s *streamState, step Step) (int64, error) {
+// appendOne appends step to s, at the explicit version at when it is
+// positive, until it is stored or ctx ends. A failed append may still have
+// committed (its connection broke after the commit): before retrying, it
+// looks the step's seq up in the stream, so a step is never stored twice
+// and the stream's version stays known.
+func (a *appender) appendOne(ctx context.Context, s *streamState, step Step, at int64) (int64, error) {
 	for {
-		v, err := a.tryAppend(ctx, s, step)
+		v, err := a.tryAppend(ctx, s, step, at)
 		if err == nil {
-			s.version = v
+			s.version = max(s.version, v)
 			a.appended.Add(1)
 			return v, nil
 		}
@@ -161,7 +182,7 @@ func (a *appender) appendOne(ctx context.Context, s *streamState, step Step) (in
 	}
 }
 
-func (a *appender) tryAppend(ctx context.Context, s *streamState, step Step) (int64, error) {
+func (a *appender) tryAppend(ctx context.Context, s *streamState, step Step, at int64) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, appendTimeout)
 	defer cancel()
 	expected := s.version
@@ -170,7 +191,18 @@ func (a *appender) tryAppend(ctx context.Context, s *streamState, step Step) (in
 	}
 	var res *ports.EventsAppendResult
 	var err error
-	if step.Fault == FaultUndecodable {
+	switch {
+	case at > 0:
+		// An explicit version: past a gap, or a late event filling one.
+		// The owner's appends are the stream's only ones, so no check of
+		// the expected version is needed.
+		var ne ports.NewEvent
+		if ne, err = a.reg.Encode(step); err != nil {
+			return 0, err
+		}
+		ne.Version = at
+		res, err = a.store.EventsAppend(ctx, &ports.EventsAppendParams{StreamID: s.id, Events: []ports.NewEvent{ne}})
+	case step.Fault == FaultUndecodable:
 		// Not through the registry, which would encode a valid Step. The
 		// workers registered the subscriptions before the first append.
 		res, err = a.store.EventsAppend(ctx, &ports.EventsAppendParams{
@@ -178,7 +210,7 @@ func (a *appender) tryAppend(ctx context.Context, s *streamState, step Step) (in
 			ExpectedVersion: expected,
 			Events:          []ports.NewEvent{{Type: EventType, Data: undecodablePayload(step.Seq)}},
 		})
-	} else {
+	default:
 		res, err = a.reg.Append(ctx, a.store, s.id, expected, step)
 	}
 	if err != nil {

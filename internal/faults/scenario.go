@@ -67,7 +67,7 @@ var scenarios = []scenario{
 		inject: injectEventFault(FaultUndecodable),
 	},
 	{
-		name: "requeue", about: "poison, a later event, then a deploy with the fix (new generation) that requeues it", workers: 3, budget: 10 * time.Second,
+		name: "requeue", about: "poison, a later event, a late event below the cursor, then a deploy with the fix (new generation) that requeues it", workers: 3, budget: 10 * time.Second,
 		inject: injectRequeue,
 	},
 	{
@@ -174,18 +174,33 @@ func injectRequeue(ctx context.Context, r *run) error {
 	}
 	r.note("poison event %d of stream %s dead-lettered after %s", version, stream, time.Since(r.t0).Round(100*time.Millisecond))
 
+	// A later event, one version past a gap, must be applied past the dead
+	// letter; then a late event fills the gap, below the cursor: the rewind
+	// it causes replays history that holds the dead letter, and must leave
+	// it out and complete.
 	lctx, cancel := context.WithTimeout(ctx, r.suite.cfg.StepWait)
 	defer cancel()
-	_, late, err := r.app.injectEvent(lctx, faultStream, "", 0)
+	_, later, err := r.app.injectEventAt(lctx, faultStream, "", 0, placePastGap)
+	if err != nil {
+		return fmt.Errorf("appending the event after the dead letter: %w", err)
+	}
+	if err := r.waitFor(ctx, r.suite.cfg.StepWait, func(ctx context.Context) (bool, error) {
+		return r.appliedThrough(ctx, stream, later)
+	}); err != nil {
+		r.find(Finding{Check: CheckPairContinues, Stream: stream, Version: later,
+			Detail: fmt.Sprintf("the event after the dead letter was not applied by both perspectives: %v", err)})
+	}
+	_, late, err := r.app.injectEventAt(lctx, faultStream, "", 0, later-1)
 	if err != nil {
 		return fmt.Errorf("appending the late event: %w", err)
 	}
 	if err := r.waitFor(ctx, r.suite.cfg.StepWait, func(ctx context.Context) (bool, error) {
-		return r.appliedThrough(ctx, stream, late)
+		return r.settled(ctx, stream)
 	}); err != nil {
 		r.find(Finding{Check: CheckPairContinues, Stream: stream, Version: late,
-			Detail: fmt.Sprintf("the event after the dead letter was not applied by both perspectives: %v", err)})
+			Detail: fmt.Sprintf("the late event below the dead letter's pair cursor was not applied by a rewind: %v", err)})
 	}
+	r.note("late event %d applied by a rewind past the dead letter", late)
 
 	// The deploy with the fix, rolling: the new generation starts before
 	// the old one stops, as a deploy would.

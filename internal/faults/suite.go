@@ -557,6 +557,18 @@ func (r *run) appliedThrough(ctx context.Context, stream uuid.UUID, version int6
 	return n == len(Perspectives), err
 }
 
+// settled reports whether stream has no pending work row and no cursor
+// that requires a rewind: everything appended to it was applied or
+// dead-lettered.
+func (r *run) settled(ctx context.Context, stream uuid.UUID) (bool, error) {
+	var pending, rewinds int
+	err := r.suite.pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM `+pgx.Identifier{r.schema, "vantage_work"}.Sanitize()+` WHERE stream_id = $1 AND processed_at IS NULL),
+		(SELECT count(*) FROM `+pgx.Identifier{r.schema, "vantage_cursors"}.Sanitize()+` WHERE stream_id = $1 AND status & 32 <> 0)`,
+		stream).Scan(&pending, &rewinds)
+	return pending == 0 && rewinds == 0, err
+}
+
 // pending returns how many work rows are pending.
 func (r *run) pending(ctx context.Context) (int, error) {
 	var n int
