@@ -74,15 +74,18 @@ type abandonFunc func(info AbandonedApply, late bool)
 // a time. cancel cancels the run's apply context; abandon is called, on a
 // goroutine of its own, when an apply is abandoned.
 type applyWatch struct {
-	m       *applyMonitor
-	cancel  context.CancelCauseFunc
-	abandon abandonFunc
+	m           *applyMonitor
+	cancel      context.CancelCauseFunc
+	abandon     abandonFunc
+	stream      uuid.UUID
+	perspective string
 
 	mu          sync.Mutex
 	active      bool // an apply is running
 	started     time.Time
-	info        AbandonedApply // the running apply's event
-	cancelled   bool           // its context was cancelled: its deadline passed, or the worker is stopping
+	eventID     uuid.UUID // the running apply's event
+	version     int64
+	cancelled   bool // its context was cancelled: its deadline passed, or the worker is stopping
 	cancelledAt time.Time
 	late        bool // its deadline passed
 	abandoned   bool
@@ -90,8 +93,8 @@ type applyWatch struct {
 
 // watch registers a run whose applies run under a context cancelled by
 // cancel. The caller must call done when the run ends.
-func (m *applyMonitor) watch(cancel context.CancelCauseFunc, abandon abandonFunc) *applyWatch {
-	aw := &applyWatch{m: m, cancel: cancel, abandon: abandon}
+func (m *applyMonitor) watch(k pairKey, cancel context.CancelCauseFunc, abandon abandonFunc) *applyWatch {
+	aw := &applyWatch{m: m, cancel: cancel, abandon: abandon, stream: k.stream, perspective: k.perspective}
 	m.mu.Lock()
 	m.watches[aw] = struct{}{}
 	m.mu.Unlock()
@@ -114,11 +117,10 @@ func (aw *applyWatch) done() {
 }
 
 // begin notes that an apply of the event started now.
-func (aw *applyWatch) begin(streamID uuid.UUID, perspective string, eventID uuid.UUID, version int64) {
+func (aw *applyWatch) begin(eventID uuid.UUID, version int64) {
 	now := aw.m.w.now()
 	aw.mu.Lock()
-	aw.active, aw.started = true, now
-	aw.info = AbandonedApply{StreamID: streamID, Perspective: perspective, EventID: eventID, Version: version, Started: now}
+	aw.active, aw.started, aw.eventID, aw.version = true, now, eventID, version
 	aw.cancelled, aw.cancelledAt, aw.late = false, time.Time{}, false
 	if aw.m.stopping.Load() {
 		aw.cancelled, aw.cancelledAt = true, now
@@ -264,8 +266,9 @@ func (m *applyMonitor) check(ctx context.Context, wg *sync.WaitGroup) time.Time 
 			continue
 		}
 		aw.abandoned = true
-		info, late := aw.info, aw.late
-		info.Elapsed = now.Sub(aw.started)
+		late := aw.late
+		info := AbandonedApply{StreamID: aw.stream, Perspective: aw.perspective, EventID: aw.eventID, Version: aw.version,
+			Started: aw.started, Elapsed: now.Sub(aw.started)}
 		aw.mu.Unlock()
 		m.abandoned[aw] = info
 		wg.Go(func() { aw.abandon(info, late) })

@@ -89,7 +89,7 @@ func (w *Worker) drainPair(ctx context.Context, task *streamTask, sw *streamWork
 		parent: ctx, actx: actx, cancel: cancel, release: release, batchSize: w.saveBatchSize(key),
 	}
 	defer func() { run.cancel(nil) }()
-	run.watch = w.monitor.watch(cancel, run.abandon)
+	run.watch = w.monitor.watch(key, cancel, run.abandon)
 	defer run.watch.done()
 	if w.reg.hasReceptors(PrePerspective) {
 		var toApply []ports.Event
@@ -204,7 +204,7 @@ func (r *pairRun) apply(i int) error {
 	if err != nil {
 		return err
 	}
-	r.watch.begin(r.key.stream, r.key.perspective, ev.ID, ev.Version)
+	r.watch.begin(ev.ID, ev.Version)
 	next, err := r.p.apply(actx, r.model, ev.Type, decoded)
 	switch r.watch.end() {
 	case applyAbandoned:

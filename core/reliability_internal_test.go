@@ -113,13 +113,13 @@ func TestApplyMonitorCancelsThenAbandons(t *testing.T) {
 	actx, cancel := context.WithCancelCause(t.Context())
 	abandoned := make(chan AbandonedApply, 1)
 	var late atomic.Bool
-	aw := m.watch(cancel, func(a AbandonedApply, l bool) { late.Store(l); abandoned <- a })
-	defer aw.done()
 	stream, event := uuid.New(), uuid.New()
+	aw := m.watch(pairKey{stream: stream, perspective: "p"}, cancel, func(a AbandonedApply, l bool) { late.Store(l); abandoned <- a })
+	defer aw.done()
 
 	// An apply that returns in time stands. The monitor's only timer is
 	// armed for its deadline.
-	aw.begin(stream, "p", event, 1)
+	aw.begin(event, 1)
 	<-clock.WaitTimers(1)
 	clock.Advance(30 * time.Second)
 	require.Equal(t, applyInTime, aw.end())
@@ -127,7 +127,7 @@ func TestApplyMonitorCancelsThenAbandons(t *testing.T) {
 
 	// The next one runs past its deadline: its context is cancelled with a
 	// cause that says so, then, past the grace, it is abandoned.
-	aw.begin(stream, "p", event, 2)
+	aw.begin(event, 2)
 	clock.Advance(time.Minute) // fires the timer armed for the first apply
 	select {
 	case <-actx.Done():
@@ -141,6 +141,9 @@ func TestApplyMonitorCancelsThenAbandons(t *testing.T) {
 	a := <-abandoned
 	require.True(t, late.Load(), "abandoned for its deadline, not a stop")
 	require.Equal(t, int64(2), a.Version)
+	require.Equal(t, stream, a.StreamID)
+	require.Equal(t, "p", a.Perspective)
+	require.Equal(t, event, a.EventID)
 	require.Equal(t, 70*time.Second, a.Elapsed)
 	require.Len(t, m.list(), 1, "listed until it returns")
 	require.False(t, m.applying(), "an abandoned apply is no longer counted as running")
@@ -154,9 +157,9 @@ func TestApplyMonitorLateApplyIsNotInTime(t *testing.T) {
 	m, clock := startMonitor(t, time.Second, time.Hour, nil)
 
 	actx, cancel := context.WithCancelCause(t.Context())
-	aw := m.watch(cancel, func(AbandonedApply, bool) { t.Error("abandoned before its grace") })
+	aw := m.watch(pairKey{stream: uuid.New(), perspective: "p"}, cancel, func(AbandonedApply, bool) { t.Error("abandoned before its grace") })
 	defer aw.done()
-	aw.begin(uuid.New(), "p", uuid.New(), 1)
+	aw.begin(uuid.New(), 1)
 	<-clock.WaitTimers(1)
 	clock.Advance(time.Second)
 	<-actx.Done()
@@ -290,9 +293,9 @@ func TestApplyMonitorAbandonsAtStopWithoutCharge(t *testing.T) {
 		late bool
 	}
 	abandoned := make(chan abandonment, 1)
-	aw := m.watch(cancel, func(a AbandonedApply, late bool) { abandoned <- abandonment{a, late} })
+	aw := m.watch(pairKey{stream: uuid.New(), perspective: "p"}, cancel, func(a AbandonedApply, late bool) { abandoned <- abandonment{a, late} })
 	defer aw.done()
-	aw.begin(uuid.New(), "p", uuid.New(), 1)
+	aw.begin(uuid.New(), 1)
 	<-clock.WaitTimers(1)
 	clock.Advance(time.Minute)
 	close(work) // Stop's deadline passed: the work context ended

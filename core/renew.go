@@ -34,8 +34,8 @@ type renewer struct {
 }
 
 type renewal struct {
-	ids     []uuid.UUID
-	renewed time.Time // when the leases were last granted (fetch or renewal)
+	work    [][]ports.WorkItem // the stream's rows of each fetch, shared with the drain (read only)
+	renewed time.Time          // when the leases were last granted (fetch or renewal)
 }
 
 func newRenewer(w *Worker) *renewer {
@@ -44,16 +44,12 @@ func newRenewer(w *Worker) *renewer {
 
 // hold starts renewing the leases of a stream's fetched rows.
 func (r *renewer) hold(stream uuid.UUID, work []ports.WorkItem, at time.Time) {
-	ids := make([]uuid.UUID, len(work))
-	for i := range work {
-		ids[i] = work[i].WorkID
-	}
 	r.mu.Lock()
 	if cur, ok := r.streams[stream]; ok {
-		cur.ids = append(cur.ids, ids...)
+		cur.work = append(cur.work, work)
 		cur.renewed = minTime(cur.renewed, at)
 	} else {
-		r.streams[stream] = &renewal{ids: ids, renewed: at}
+		r.streams[stream] = &renewal{work: [][]ports.WorkItem{work}, renewed: at}
 	}
 	r.mu.Unlock()
 }
@@ -81,7 +77,11 @@ func (r *renewer) renewDue(ctx context.Context) {
 	r.mu.Lock()
 	for _, s := range r.streams {
 		if now.Sub(s.renewed) >= r.every {
-			ids = append(ids, s.ids...)
+			for _, work := range s.work {
+				for i := range work {
+					ids = append(ids, work[i].WorkID)
+				}
+			}
 			streams = append(streams, s)
 		}
 	}

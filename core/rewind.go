@@ -396,7 +396,7 @@ func (w *Worker) replay(ctx context.Context, p perspective, key pairKey, trigger
 	}
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	watch := w.monitor.watch(cancel, abandon)
+	watch := w.monitor.watch(key, cancel, abandon)
 	defer watch.done()
 	w.life.prePerspective(actx, toFire)
 	prevVersion := res.from
@@ -409,7 +409,7 @@ func (w *Worker) replay(ctx context.Context, p perspective, key pairKey, trigger
 		if err != nil {
 			return res, &replayFailure{event: e, cause: err}
 		}
-		watch.begin(key.stream, key.perspective, e.ID, e.Version)
+		watch.begin(e.ID, e.Version)
 		next, err := p.apply(ectx, model, e.Type, decoded)
 		switch watch.end() {
 		case applyAbandoned:
