@@ -40,7 +40,9 @@ func (w *Worker) processBatch(ctx context.Context, ids []uuid.UUID) {
 // pair (see staleFetch).
 func (w *Worker) fetch(ctx context.Context, ids []uuid.UUID) (*ports.EventsFetchPendingResult, uint64, error) {
 	seq := w.fetchSeq.Add(1)
-	res, err := w.backend.Fetcher.EventsFetchPending(ctx, &ports.EventsFetchPendingParams{
+	cctx, cancel := leaseCallContext(ctx)
+	defer cancel()
+	res, err := w.backend.Fetcher.EventsFetchPending(cctx, &ports.EventsFetchPendingParams{
 		InstanceID:     w.opts.InstanceID,
 		StreamIDs:      ids,
 		LeaseDuration:  w.opts.LeaseDuration,

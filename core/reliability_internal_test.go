@@ -309,3 +309,54 @@ func TestApplyMonitorAbandonsAtStopWithoutCharge(t *testing.T) {
 	require.False(t, a.late, "abandoned because the worker stops: its event is not charged")
 	require.Equal(t, 70*time.Second, a.info.Elapsed)
 }
+
+// ctxSpy records whether the context of each lease-taking call was done.
+type ctxSpy struct {
+	ports.WorkClaimer
+	ports.EventFetcher
+	mu   sync.Mutex
+	done map[string]bool
+}
+
+func (s *ctxSpy) note(call string, ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.done[call] = ctx.Err() != nil
+}
+
+func (s *ctxSpy) InstanceHeartbeat(ctx context.Context, p *ports.InstanceHeartbeatParams) (*ports.InstanceHeartbeatResult, error) {
+	s.note("heartbeat", ctx)
+	return s.WorkClaimer.InstanceHeartbeat(ctx, p)
+}
+
+func (s *ctxSpy) WorkClaim(ctx context.Context, p *ports.WorkClaimParams) (*ports.WorkClaimResult, error) {
+	s.note("claim", ctx)
+	return s.WorkClaimer.WorkClaim(ctx, p)
+}
+
+func (s *ctxSpy) EventsFetchPending(ctx context.Context, p *ports.EventsFetchPendingParams) (*ports.EventsFetchPendingResult, error) {
+	s.note("fetch", ctx)
+	return s.EventFetcher.EventsFetchPending(ctx, p)
+}
+
+// A call that takes leases is never abandoned when the worker stops: given
+// up on, it could still commit on the server after Stop deregistered the
+// instance, leaving rows leased to an instance that is gone.
+func TestLeaseCallsOutliveCancellation(t *testing.T) {
+	t.Parallel()
+
+	b := newWorkBackend()
+	spy := &ctxSpy{WorkClaimer: b.Claimer, EventFetcher: b.Fetcher, done: map[string]bool{}}
+	b.Claimer, b.Fetcher = spy, spy
+	w, err := New(b, newTestRegistry(t), &Options{Logger: slog.New(&logRecords{})})
+	require.NoError(t, err)
+	stopped, cancel := context.WithCancel(t.Context())
+	cancel()
+
+	_, err = w.heartbeat(stopped)
+	require.NoError(t, err)
+	w.claimOnce(stopped)
+	_, _, err = w.fetch(stopped, []uuid.UUID{uuid.New()})
+	require.NoError(t, err)
+	require.Equal(t, map[string]bool{"heartbeat": false, "claim": false, "fetch": false}, spy.done)
+}

@@ -29,8 +29,19 @@ const deregisterTimeout = 5 * time.Second
 
 // backendCallTimeout bounds a backend call made on behalf of several
 // callers (a grouped model load or save), detached from any one caller's
-// context.
+// context, and the calls that take leases (see leaseCallContext).
 const backendCallTimeout = 30 * time.Second
+
+// leaseCallContext is the context of a call that takes leases or records
+// the instance (a claim, a fetch, a heartbeat): detached from ctx's
+// cancellation, bounded by backendCallTimeout. A call given up on by the
+// caller may still commit on the server; one that committed after Stop's
+// deregistration would leave rows leased to an instance that no longer
+// exists, holding their pairs back for a whole lease. So Stop lets these
+// calls finish before it deregisters.
+func leaseCallContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), backendCallTimeout)
+}
 
 // A heartbeat aimed at a peer's staleness runs staleMargin after it, and
 // never sooner than heartbeatMinDelay after the previous one (see
@@ -386,7 +397,9 @@ func (w *Worker) identity() []any {
 // heartbeat records the instance's heartbeat. When it abandoned stale
 // instances it wakes the claim loop, since their streams are claimable now.
 func (w *Worker) heartbeat(ctx context.Context) (*ports.InstanceHeartbeatResult, error) {
-	res, err := w.backend.Claimer.InstanceHeartbeat(ctx, &ports.InstanceHeartbeatParams{
+	cctx, cancel := leaseCallContext(ctx)
+	defer cancel()
+	res, err := w.backend.Claimer.InstanceHeartbeat(cctx, &ports.InstanceHeartbeatParams{
 		InstanceID:     w.opts.InstanceID,
 		ServiceName:    w.opts.ServiceName,
 		HostName:       w.opts.HostName,
@@ -554,7 +567,9 @@ func (w *Worker) claimLoop(ctx context.Context) {
 
 func (w *Worker) claimOnce(ctx context.Context) bool {
 	recovering := w.recovering.Swap(false)
-	res, err := w.backend.Claimer.WorkClaim(ctx, &ports.WorkClaimParams{
+	cctx, cancel := leaseCallContext(ctx)
+	defer cancel()
+	res, err := w.backend.Claimer.WorkClaim(cctx, &ports.WorkClaimParams{
 		InstanceID:     w.opts.InstanceID,
 		MaxStreams:     w.opts.MaxStreamsPerBatch,
 		PartitionCount: w.opts.PartitionCount,

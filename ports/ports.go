@@ -62,7 +62,8 @@ type WorkClaimer interface {
 
 	// InstanceDeregister releases every lease and stream pin of the instance
 	// and deletes its row (graceful shutdown). Deregistering an unknown
-	// instance is a no-op.
+	// instance is a no-op. A claim or fetch of the instance still running
+	// on the backend may lease rows after it: call it once those returned.
 	InstanceDeregister(ctx context.Context, instanceID uuid.UUID) error
 
 	// InstancesList returns the recorded instances ordered by id.

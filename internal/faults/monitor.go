@@ -2,9 +2,12 @@ package faults
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -19,6 +22,13 @@ type lagSample struct {
 	ok  bool // false when the database did not answer (an outage)
 }
 
+// lagCulprit describes the event behind the largest healthy lag read, and
+// its stream's work at that time, for the recovery finding.
+type lagCulprit struct {
+	lag    time.Duration
+	detail string
+}
+
 // lagMonitor samples the healthy lag of a run: the age of the oldest event
 // not yet applied by every perspective, among the streams that hold no
 // fault event. Those streams' events are owed nothing by any fault, so
@@ -26,18 +36,21 @@ type lagSample struct {
 // fault stream's own later events is checked separately (they must be
 // applied, in order).
 type lagMonitor struct {
-	pool     *pgxpool.Pool
-	query    string
-	cancel   context.CancelFunc
-	done     chan struct{}
-	stopOnce sync.Once
-	mu       sync.Mutex
-	samples  []lagSample
+	pool      *pgxpool.Pool
+	schema    string
+	query     string
+	threshold time.Duration
+	cancel    context.CancelFunc
+	done      chan struct{}
+	stopOnce  sync.Once
+	mu        sync.Mutex
+	samples   []lagSample
+	culprit   lagCulprit
 }
 
-func startLagMonitor(ctx context.Context, pool *pgxpool.Pool, schema string) *lagMonitor {
+func startLagMonitor(ctx context.Context, pool *pgxpool.Pool, schema string, threshold time.Duration) *lagMonitor {
 	ctx, cancel := context.WithCancel(ctx)
-	m := &lagMonitor{pool: pool, query: lagQuery(schema), cancel: cancel, done: make(chan struct{})}
+	m := &lagMonitor{pool: pool, schema: schema, query: lagQuery(schema), threshold: threshold, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(m.done)
 		ticker := time.NewTicker(lagEvery)
@@ -60,25 +73,94 @@ func startLagMonitor(ctx context.Context, pool *pgxpool.Pool, schema string) *la
 	return m
 }
 
-// sample reads the healthy lag once.
+// sample reads the healthy lag once; above the threshold, and above the
+// worst lag seen so far, it also notes the event behind it and its
+// stream's work.
 func (m *lagMonitor) sample(ctx context.Context) lagSample {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	var seconds float64
-	err := m.pool.QueryRow(ctx, m.query, Perspectives).Scan(&seconds)
-	return lagSample{at: time.Now(), lag: time.Duration(seconds * float64(time.Second)), ok: err == nil}
+	var (
+		seconds     float64
+		stream      *uuid.UUID
+		version     *int64
+		perspective *string
+	)
+	err := m.pool.QueryRow(ctx, m.query, Perspectives).Scan(&seconds, &stream, &version, &perspective)
+	s := lagSample{at: time.Now(), lag: time.Duration(seconds * float64(time.Second)), ok: err == nil}
+	m.mu.Lock()
+	worse := s.ok && s.lag > m.threshold && s.lag > m.culprit.lag && stream != nil
+	m.mu.Unlock()
+	if worse {
+		detail := fmt.Sprintf("the oldest unapplied event: stream %s version %d (%s); %s",
+			*stream, *version, *perspective, describeStream(ctx, m.pool, m.schema, *stream))
+		m.mu.Lock()
+		m.culprit = lagCulprit{lag: s.lag, detail: detail}
+		m.mu.Unlock()
+	}
+	return s
+}
+
+// worst returns the description of the event behind the largest lag read
+// above the threshold, empty when none was.
+func (m *lagMonitor) worst() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.culprit.detail
 }
 
 func lagQuery(schema string) string {
 	events := pgx.Identifier{schema, "vantage_events"}.Sanitize()
 	models := pgx.Identifier{schema, "vantage_models"}.Sanitize()
-	return `WITH faulted AS (SELECT DISTINCT stream_id FROM ` + events + ` WHERE data ? 'fault')
-SELECT coalesce(extract(epoch FROM now() - min(e.created_at)), 0)::float8
-FROM ` + events + ` e
-CROSS JOIN unnest($1::text[]) AS p(name)
-LEFT JOIN ` + models + ` m ON m.stream_id = e.stream_id AND m.perspective = p.name
-WHERE e.version > coalesce(m.last_version, 0)
-  AND e.stream_id NOT IN (SELECT stream_id FROM faulted)`
+	return `WITH faulted AS (SELECT DISTINCT stream_id FROM ` + events + ` WHERE data ? 'fault'),
+late AS (
+    SELECT e.created_at, e.stream_id, e.version, p.name
+    FROM ` + events + ` e
+    CROSS JOIN unnest($1::text[]) AS p(name)
+    LEFT JOIN ` + models + ` m ON m.stream_id = e.stream_id AND m.perspective = p.name
+    WHERE e.version > coalesce(m.last_version, 0)
+      AND e.stream_id NOT IN (SELECT stream_id FROM faulted)
+    ORDER BY e.created_at
+    LIMIT 1
+)
+SELECT coalesce((SELECT extract(epoch FROM now() - created_at) FROM late), 0)::float8,
+       (SELECT stream_id FROM late), (SELECT version FROM late), (SELECT name FROM late)`
+}
+
+// describeStream lists a stream's first pending work rows (holder, lease,
+// retry time, attempts) and its pin, for a finding.
+func describeStream(ctx context.Context, pool *pgxpool.Pool, schema string, stream uuid.UUID) string {
+	rows, err := pool.Query(ctx, `SELECT w.perspective, w.event_version, coalesce(w.instance_id::text, '-'),
+		coalesce(extract(epoch FROM w.lease_expiry - now())::float8, 0), coalesce(extract(epoch FROM w.scheduled_for - now())::float8, 0),
+		w.attempts, coalesce(a.instance_id::text, '-')
+		FROM `+pgx.Identifier{schema, "vantage_work"}.Sanitize()+` w
+		LEFT JOIN `+pgx.Identifier{schema, "vantage_active_streams"}.Sanitize()+` a ON a.stream_id = w.stream_id
+		WHERE w.stream_id = $1 AND w.processed_at IS NULL
+		ORDER BY w.perspective, w.event_version
+		LIMIT 6`, stream)
+	if err != nil {
+		return "reading its work: " + err.Error()
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var (
+			perspective, holder, pin string
+			version                  int64
+			lease, retry             float64
+			attempts                 int
+		)
+		if err := rows.Scan(&perspective, &version, &holder, &lease, &retry, &attempts, &pin); err != nil {
+			return "reading its work: " + err.Error()
+		}
+		if b.Len() == 0 {
+			fmt.Fprintf(&b, "stream pinned to %s; pending:", pin)
+		}
+		fmt.Fprintf(&b, " [%s v%d held by %s, lease %.1fs, retry in %.1fs, attempts %d]", perspective, version, holder, lease, retry, attempts)
+	}
+	if b.Len() == 0 {
+		return "no pending work (applied since)"
+	}
+	return b.String()
 }
 
 // last returns the latest sample, and false before the first.

@@ -317,7 +317,7 @@ func (r *run) execute(ctx context.Context, res *RunResult) error {
 
 	r.app = startAppender(ctx, r.suite.reg, store, r.suite.pool, r.schema, cfg.Streams, cfg.Appenders, cfg.Rate)
 	defer r.app.stop()
-	mon := startLagMonitor(ctx, r.suite.pool, r.schema)
+	mon := startLagMonitor(ctx, r.suite.pool, r.schema, r.suite.cfg.LagThreshold)
 	defer mon.stop()
 	if err := sleep(ctx, cfg.Warmup); err != nil {
 		return err
@@ -366,11 +366,11 @@ func (r *run) settle(ctx context.Context, mon *lagMonitor, res *RunResult) {
 	res.Recovery, res.PeakLag, res.Recovered = rec, peak, recovered
 	switch {
 	case !recovered:
-		r.find(Finding{Check: CheckRecovery, Detail: fmt.Sprintf("healthy lag still above %s (or unreadable) %s after the fault; peak %s",
-			cfg.LagThreshold, rec.Round(100*time.Millisecond), peak.Round(100*time.Millisecond))})
+		r.find(Finding{Check: CheckRecovery, Detail: fmt.Sprintf("healthy lag still above %s (or unreadable) %s after the fault; peak %s; %s",
+			cfg.LagThreshold, rec.Round(100*time.Millisecond), peak.Round(100*time.Millisecond), mon.worst())})
 	case rec > r.sc.budget:
-		r.find(Finding{Check: CheckRecovery, Detail: fmt.Sprintf("healthy lag above %s for %s after the fault, budget %s; peak %s",
-			cfg.LagThreshold, rec.Round(100*time.Millisecond), r.sc.budget, peak.Round(100*time.Millisecond))})
+		r.find(Finding{Check: CheckRecovery, Detail: fmt.Sprintf("healthy lag above %s for %s after the fault, budget %s; peak %s; %s",
+			cfg.LagThreshold, rec.Round(100*time.Millisecond), r.sc.budget, peak.Round(100*time.Millisecond), mon.worst())})
 	}
 }
 
