@@ -43,7 +43,7 @@ func (c *Fake) Advance(d time.Duration) {
 	due := c.dueLocked()
 	c.mu.Unlock()
 	for _, t := range due {
-		t.fire()
+		t.timer.fire(t.deadline)
 	}
 }
 
@@ -56,15 +56,26 @@ func (c *Fake) Set(t time.Time) {
 	due := c.dueLocked()
 	c.mu.Unlock()
 	for _, tm := range due {
-		tm.fire()
+		tm.timer.fire(tm.deadline)
 	}
 }
 
-func (c *Fake) dueLocked() []*fakeTimer {
-	var due, keep []*fakeTimer
+// dueTimer is a timer that is due, with its deadline read under the
+// clock's lock: a concurrent Reset may change the timer's deadline once the
+// lock is released, before it fires.
+type dueTimer struct {
+	timer    *fakeTimer
+	deadline time.Time
+}
+
+func (c *Fake) dueLocked() []dueTimer {
+	var (
+		due  []dueTimer
+		keep []*fakeTimer
+	)
 	for _, t := range c.timers {
 		if !t.deadline.After(c.now) {
-			due = append(due, t)
+			due = append(due, dueTimer{timer: t, deadline: t.deadline})
 		} else {
 			keep = append(keep, t)
 		}
@@ -117,9 +128,9 @@ type fakeTimer struct {
 
 func (t *fakeTimer) C() <-chan time.Time { return t.ch }
 
-func (t *fakeTimer) fire() {
+func (t *fakeTimer) fire(deadline time.Time) {
 	select {
-	case t.ch <- t.deadline:
+	case t.ch <- deadline:
 	default:
 	}
 }
@@ -143,8 +154,9 @@ func (t *fakeTimer) Reset(d time.Duration) {
 	c.mu.Lock()
 	t.deadline = c.now.Add(d)
 	if d <= 0 {
+		deadline := t.deadline
 		c.mu.Unlock()
-		t.fire()
+		t.fire(deadline)
 		return
 	}
 	c.timers = append(c.timers, t)
