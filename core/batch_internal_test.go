@@ -147,7 +147,7 @@ func (bb *batchBundle) drainFetched(t *testing.T, res *ports.EventsFetchPendingR
 	return n
 }
 
-// SPEC 4.1 #1: an idle tick pushes a pending completion to the backend and
+// An idle tick pushes a pending completion to the backend and
 // never claims.
 func TestIdleTickRoutesPendingCompletion(t *testing.T) {
 	t.Parallel()
@@ -163,7 +163,7 @@ func TestIdleTickRoutesPendingCompletion(t *testing.T) {
 	require.Empty(t, bb.w.strategy.PendingCompletions(), "acknowledged items are cleared")
 }
 
-// SPEC 4.1 #2: a drain stream id with nothing behind it is accepted quietly.
+// A drain stream id with nothing behind it is accepted quietly.
 func TestBatchWithEmptyStream(t *testing.T) {
 	t.Parallel()
 
@@ -174,7 +174,7 @@ func TestBatchWithEmptyStream(t *testing.T) {
 	require.Zero(t, bb.applied.Load())
 }
 
-// SPEC 4.7 #1: a drain stream id with work fetches, applies and completes.
+// A drain stream id with work fetches, applies and completes.
 func TestBatchDrainsStream(t *testing.T) {
 	t.Parallel()
 
@@ -246,7 +246,8 @@ func TestBatchBoundsRowsInFlight(t *testing.T) {
 }
 
 // Rows fetched again before their completion is acknowledged are skipped
-// by the dedup cache, and the observer hears about it (SPEC H1).
+// by the dedup cache, and the observer hears about it: no event is applied
+// twice while its completion is on its way.
 func TestDedupSkipsUnacknowledgedRows(t *testing.T) {
 	t.Parallel()
 

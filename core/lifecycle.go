@@ -353,7 +353,7 @@ func (l *lifecycle) runTerminalStages(ctx context.Context, events []ports.Event)
 	}
 }
 
-// Orphan reconciliation bounds (the seed's): passes of up to orphanBatch
+// Orphan reconciliation bounds: passes of up to orphanBatch
 // events created within orphanLookback.
 const (
 	orphanPasses   = 20

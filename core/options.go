@@ -12,8 +12,8 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
-// Defaults of Options. They are the seed's defaults (PerspectiveWorkerOptions)
-// translated to Go durations.
+// Defaults of Options: those of the system Vantage descends from, so that
+// its operators find the behaviour they know.
 const (
 	PollingIntervalDefault              = time.Second
 	NotifyHealthyPollingIntervalDefault = time.Second
@@ -207,7 +207,7 @@ type Options struct {
 	Retry RetryOptions
 	// FailureRetryBase is the first retry delay of a failed event; it doubles
 	// per attempt up to FailureRetryMax. Defaults to 30s (60s, 120s, 240s,
-	// then 300s, as the seed).
+	// then 300s).
 	FailureRetryBase time.Duration
 	// FailureRetryMax caps the retry delay of a failed event. Defaults to 300s.
 	FailureRetryMax time.Duration

@@ -29,7 +29,7 @@ const (
 	StartupScanDisabled
 )
 
-// Defaults of RewindOptions (the seed's).
+// Defaults of RewindOptions.
 const (
 	RewindDebounceDefault          = 5 * time.Second
 	RewindMaxDebounceDefault       = 30 * time.Second

@@ -144,7 +144,7 @@ func TestWantWindow(t *testing.T) {
 		w := build(t, false)
 		var last uint64
 		require.True(t, w.wantWindow(1, &last))
-		require.True(t, w.wantWindow(1, &last), "no notifications to tell bursts by: the seed's window")
+		require.True(t, w.wantWindow(1, &last), "no notifications to tell bursts by: the window always applies")
 	})
 	t.Run("WindowsOnlyAfterNotifications", func(t *testing.T) {
 		t.Parallel()

@@ -17,7 +17,7 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
-// H10: a failure carries the last applied event and the rows applied before
+// A failure carries the last applied event and the rows applied before
 // it, so the cursor records progress and the error; only the failing row is
 // released for retry.
 func TestFailureCarriesLastAppliedEvent(t *testing.T) {
@@ -109,7 +109,7 @@ func (c *flakyCursors) WorkComplete(ctx context.Context, p *ports.WorkCompletePa
 	return c.CursorStore.WorkComplete(ctx, p)
 }
 
-// H7: a failing completion flush is retried and nothing is lost or applied
+// A failing completion flush is retried and nothing is lost or applied
 // twice; the cursor completes once the backend answers again.
 func TestCompletionFlushRetried(t *testing.T) {
 	t.Parallel()
@@ -134,7 +134,7 @@ func TestCompletionFlushRetried(t *testing.T) {
 	require.Equal(t, []int64{1, 2}, loadTotal(t, b, stream).Seen)
 }
 
-// H2: concurrent batches on one stream (re-emitted ids, several consumers)
+// Concurrent batches on one stream (re-emitted ids, several consumers)
 // never apply a pair concurrently or twice.
 func TestManyConsumersOneStream(t *testing.T) {
 	t.Parallel()

@@ -12,7 +12,7 @@
 // Acknowledgement is by identity, not by count: an acknowledgement can only
 // ever settle the items it names, so an item sent on an idle tick cannot be
 // settled by the acknowledgement of a later batch, nor leave that batch's
-// items Sent to be sent again (SPEC H8).
+// items Sent to be sent again.
 package completion
 
 import (

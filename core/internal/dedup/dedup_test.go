@@ -83,7 +83,7 @@ func ids(n int) []uuid.UUID {
 func TestCache(t *testing.T) {
 	t.Parallel()
 
-	// SPEC §4.3 scenarios, in catalogue order.
+	// The cache's scenarios: in flight, retained, expired, removed.
 
 	t.Run("AddRangeInFlightContainsReturnsTrue", func(t *testing.T) {
 		t.Parallel()
