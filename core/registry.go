@@ -286,10 +286,13 @@ func NewPerspective[M any](name string) *Perspective[M] {
 func (p *Perspective[M]) Name() string { return p.name }
 
 // Handle adds the apply function for events of type E. The function receives
-// the model so far and returns the next one; an error fails the event (it is
-// retried with backoff, then dead-lettered). Use EventFromContext for the
-// event's id, stream, version and metadata. Handle returns ErrDuplicate if E
-// already has a function.
+// the model so far and returns the next one: the events of a stream come in
+// version order, each with the model that reflects exactly the events
+// before it (the dead-lettered ones excepted), and each once. An error, a
+// panic, or running past Options.ApplyTimeout (the context is then
+// cancelled) fails the event: it is retried with backoff, then
+// dead-lettered. Use EventFromContext for the event's id, stream, version
+// and metadata. Handle returns ErrDuplicate if E already has a function.
 func Handle[M, E any](p *Perspective[M], apply func(ctx context.Context, model M, event E) (M, error)) error {
 	if p == nil || apply == nil {
 		return errors.New("core.Handle: nil perspective or apply function")
