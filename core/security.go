@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"maps"
 
+	"github.com/google/uuid"
+	lru "github.com/hashicorp/golang-lru/v2"
+	"golang.org/x/sync/singleflight"
+
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -26,7 +30,8 @@ func (f SecurityProviderFunc) EstablishScope(ctx context.Context, event ports.Ev
 // SecurityCallback is told about a scope established from an event's own
 // metadata (when the provider returned none). A provider that returns a
 // scope is responsible for its own side effects, so callbacks do not run for
-// it: every established scope is announced exactly once.
+// it. Callbacks run once per event in an instance (the provider too),
+// whatever the number of perspectives, receptors or replays handling it.
 type SecurityCallback func(ctx context.Context, sc SecurityContext, event ports.Event) error
 
 // SecurityOptions configure security-context establishment. The zero value
@@ -78,16 +83,49 @@ func UserID(ctx context.Context) string {
 
 // establishSecurity returns ctx carrying the event and its security context.
 // Each event gets its own context, so batches that mix tenants and users
-// never leak one event's identity into another's handler.
+// never leak one event's identity into another's handler. The context is
+// established once per event in this instance (provider and callbacks
+// included) and reused for every apply, receptor and replay of the event.
 func (w *Worker) establishSecurity(ctx context.Context, event ports.Event) (context.Context, error) {
 	ctx = withEvent(ctx, event)
+	sc, err := w.scopes.get(event.ID, func() (establishedScope, error) { return w.newSecurityContext(ctx, event) })
+	if err != nil {
+		return ctx, err
+	}
+	return withSecurity(ctx, sc), nil
+}
+
+// establishedScope is the security context established for an event; ok is
+// false when none was (no provider scope, none on the event).
+type establishedScope struct {
+	sc SecurityContext
+	ok bool
+}
+
+// withSecurity returns ctx carrying sc, or explicitly no scope.
+func withSecurity(ctx context.Context, s establishedScope) context.Context {
+	if !s.ok {
+		// No provider scope and none on the event: process without one,
+		// and make sure no outer scope leaks in.
+		return context.WithValue(context.WithValue(ctx, scopeKey{}, nil), securityKey{}, nil)
+	}
+	// Each handler gets its own copy: one cannot change another's scope.
+	sc := s.sc
+	sc.Scope = copyScope(sc.Scope)
+	ctx = context.WithValue(ctx, securityKey{}, sc)
+	return WithScope(ctx, sc.Scope)
+}
+
+// newSecurityContext establishes the security context of an event: the
+// provider's scope, or the event's own, announced to the callbacks.
+func (w *Worker) newSecurityContext(ctx context.Context, event ports.Event) (establishedScope, error) {
 	sec := w.opts.Security
 	var sc SecurityContext
 	established := false
 	if sec.Provider != nil {
 		scope, err := sec.Provider.EstablishScope(ctx, event)
 		if err != nil {
-			return ctx, fmt.Errorf("establishing security context: %w", err)
+			return establishedScope{}, fmt.Errorf("establishing security context: %w", err)
 		}
 		if scope != nil {
 			sc = SecurityContext{Scope: copyScope(*scope), Source: ScopeFromProvider}
@@ -99,20 +137,55 @@ func (w *Worker) establishSecurity(ctx context.Context, event ports.Event) (cont
 		established = true
 		for _, cb := range sec.Callbacks {
 			if err := ctx.Err(); err != nil {
-				return ctx, err
+				return establishedScope{}, err
 			}
 			if err := cb(ctx, sc, event); err != nil {
-				return ctx, fmt.Errorf("security callback: %w", err)
+				return establishedScope{}, fmt.Errorf("security callback: %w", err)
 			}
 		}
 	}
-	if !established {
-		// No provider scope and none on the event: process without one,
-		// and make sure no outer scope leaks in.
-		return context.WithValue(context.WithValue(ctx, scopeKey{}, nil), securityKey{}, nil), nil
+	return establishedScope{sc: sc, ok: established}, nil
+}
+
+// scopeCacheSize bounds the security contexts kept per instance.
+const scopeCacheSize = 10_000
+
+// scopeCache keeps the security context established per event id, so that
+// an event's provider and callbacks run once in an instance, however many
+// perspectives, receptors and replays handle it, and however many of them
+// ask at the same time. Bounded, least recently used first out.
+type scopeCache struct {
+	lru    *lru.Cache[uuid.UUID, establishedScope]
+	flight singleflight.Group
+}
+
+func newScopeCache() *scopeCache {
+	c, _ := lru.New[uuid.UUID, establishedScope](scopeCacheSize) // fails only for a size below 1
+	return &scopeCache{lru: c}
+}
+
+// get returns the security context of event, establishing it with
+// establish when no other caller has: concurrent callers for the same event
+// share one establishment. A failed establishment is not kept.
+func (c *scopeCache) get(event uuid.UUID, establish func() (establishedScope, error)) (establishedScope, error) {
+	if s, ok := c.lru.Get(event); ok {
+		return s, nil
 	}
-	ctx = context.WithValue(ctx, securityKey{}, sc)
-	return WithScope(ctx, sc.Scope), nil
+	v, err, _ := c.flight.Do(event.String(), func() (any, error) {
+		if s, ok := c.lru.Get(event); ok {
+			return s, nil
+		}
+		s, err := establish()
+		if err != nil {
+			return nil, err
+		}
+		c.lru.Add(event, s)
+		return s, nil
+	})
+	if err != nil {
+		return establishedScope{}, err
+	}
+	return v.(establishedScope), nil
 }
 
 // copyScope returns s with its own Extras, so a handler cannot change the

@@ -81,6 +81,7 @@ type Worker struct {
 	startupDone chan struct{}
 
 	monitor *applyMonitor
+	scopes  *scopeCache
 	renewer *renewer
 	wakes   *wakes
 	faults  *faultLog
@@ -183,6 +184,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	}
 	w.life = newLifecycle(w)
 	w.monitor = newApplyMonitor(w)
+	w.scopes = newScopeCache()
 	w.renewer = newRenewer(w)
 	w.wakes = newWakes(w)
 	w.faults = newFaultLog(w.log, w.clock)
