@@ -3,6 +3,7 @@ package dedup_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -80,5 +81,80 @@ func BenchmarkActivateRetentionFor(b *testing.B) {
 				i++
 			}
 		})
+	}
+}
+
+// BenchmarkPartition measures the dedup check of one fetched pair of 100
+// rows against a cache holding 10,000 entries: rows the cache does not hold
+// (the catch-up case), rows still InFlight (re-delivered before their
+// completion was acknowledged) and rows already Retained.
+func BenchmarkPartition(b *testing.B) {
+	type row struct {
+		id      uuid.UUID
+		version int64
+	}
+	const rows, stored = 100, 10_000
+	inFlight, retained := ids(stored/2), ids(stored/2)
+	c := dedup.New(dedup.Options{Clock: clocktest.NewFake()})
+	c.AddRange(inFlight)
+	c.AddRangeRetained(retained)
+	rowsOf := func(ids []uuid.UUID) []row {
+		out := make([]row, len(ids))
+		for i, id := range ids {
+			out[i] = row{id: id, version: int64(i)}
+		}
+		return out
+	}
+	workID := func(r *row) uuid.UUID { return r.id }
+	for _, bc := range []struct {
+		name    string
+		rows    []row
+		skipped int
+	}{
+		{"fresh", rowsOf(ids(rows)), 0},
+		{"inflight", rowsOf(inFlight[:rows]), rows},
+		{"retained", rowsOf(retained[:rows]), rows},
+	} {
+		b.Run(fmt.Sprintf("rows=%d/%s", rows, bc.name), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, skipped := dedup.Partition(c, bc.rows, workID); len(skipped) != bc.skipped {
+					b.Fatalf("skipped %d rows, want %d", len(skipped), bc.skipped)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkRetentionStep measures one completion's whole stay in the cache
+// at a steady state: its 100 rows enter InFlight, are acknowledged, and the
+// expiry sweep drops the 100 rows acknowledged Retention ago, so the
+// Retained phase holds 10,000 entries throughout.
+func BenchmarkRetentionStep(b *testing.B) {
+	const n, steps = 100, 100
+	clock := clocktest.NewFake()
+	c := dedup.New(dedup.Options{Clock: clock, Retention: steps * time.Second})
+	batches := make([][]uuid.UUID, 1024) // reused only long after expiring
+	for i := range batches {
+		batches[i] = ids(n)
+	}
+	step := func(i int) {
+		batch := batches[i%len(batches)]
+		c.AddRange(batch)
+		c.ActivateRetentionFor(batch)
+		c.EvictExpired()
+		clock.Advance(time.Second)
+	}
+	for i := range steps {
+		step(i)
+	}
+	i := steps
+	b.ReportAllocs()
+	for b.Loop() {
+		step(i)
+		i++
+	}
+	if got := c.Count(); got != steps*n {
+		b.Fatalf("cache holds %d entries, want %d", got, steps*n)
 	}
 }

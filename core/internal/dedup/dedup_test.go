@@ -466,3 +466,103 @@ func TestCapacityAfterRemovals(t *testing.T) {
 	require.Equal(t, 1, b.cache.Count())
 	require.True(t, b.cache.Contains(e))
 }
+
+func TestRetainedOrder(t *testing.T) {
+	t.Parallel()
+
+	// Capacity evictions and EvictExpired both take the oldest retention
+	// start first; these cases move entries around that order.
+
+	t.Run("ActivateRetentionBeyondCapacity", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, dedup.Options{Capacity: 2})
+		old := uuid.New()
+		b.cache.AddRangeRetained([]uuid.UUID{old})
+		b.clock.Advance(time.Second)
+		b.cache.AddRange(ids(3))
+		b.cache.ActivateRetention()
+		require.Equal(t, []int{1, 3}, b.observer.activated)
+		require.Equal(t, []int{2}, b.observer.evicted, "the older entry, then one of the three")
+		require.False(t, b.cache.Contains(old))
+		require.Equal(t, 2, b.cache.Count())
+	})
+
+	t.Run("ExpiredEntryReAddedRetainedIsNewest", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, dedup.Options{Capacity: 2})
+		a, c, d := uuid.New(), uuid.New(), uuid.New()
+		b.cache.AddRangeRetained([]uuid.UUID{a})
+		b.clock.Advance(time.Second)
+		b.cache.AddRangeRetained([]uuid.UUID{c})
+		b.clock.Advance(retention - time.Second) // a expired, c has 1s left
+		b.cache.AddRangeRetained([]uuid.UUID{a})
+		require.Empty(t, b.observer.evicted, "replacing an expired entry is not an eviction")
+		require.Equal(t, 2, b.cache.Count())
+
+		b.cache.AddRangeRetained([]uuid.UUID{d}) // full: c is now the oldest
+		require.Equal(t, []int{1}, b.observer.evicted)
+		require.False(t, b.cache.Contains(c))
+		require.True(t, b.cache.Contains(a), "a's retention restarted when it was re-added")
+		require.True(t, b.cache.Contains(d))
+
+		b.clock.Advance(retention - time.Nanosecond)
+		b.cache.EvictExpired()
+		require.Equal(t, 2, b.cache.Count(), "both started at the same time, neither has expired")
+		b.clock.Advance(time.Nanosecond)
+		b.cache.EvictExpired()
+		require.Zero(t, b.cache.Count())
+		require.Equal(t, []int{1, 2}, b.observer.evicted)
+	})
+
+	t.Run("EvictExpiredStopsAtFirstLiveEntry", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, dedup.Options{})
+		first, second := ids(2), ids(3)
+		b.cache.AddRangeRetained(first)
+		b.clock.Advance(time.Second)
+		b.cache.AddRange(second)
+		b.cache.ActivateRetentionFor(second)
+		b.clock.Advance(retention - time.Second)
+		b.cache.EvictExpired()
+		require.Equal(t, []int{2}, b.observer.evicted)
+		for _, id := range second {
+			require.True(t, b.cache.Contains(id))
+		}
+	})
+}
+
+// reentrantObserver calls back into its cache from every callback, which
+// deadlocks unless callbacks run after the cache released its lock.
+type reentrantObserver struct {
+	cache *dedup.Cache
+	calls int // guarded by the test running on one goroutine
+}
+
+func (o *reentrantObserver) OnEventsMarkedInFlight(ids []uuid.UUID) {
+	o.calls++
+	_ = o.cache.Contains(ids[0])
+}
+func (o *reentrantObserver) OnRetentionActivated(int) { o.calls++; _ = o.cache.Count() }
+func (o *reentrantObserver) OnEvicted(int)            { o.calls++; o.cache.EvictExpired() }
+func (o *reentrantObserver) OnEventsRemoved(ids []uuid.UUID) {
+	o.calls++
+	o.cache.AddRange(ids)
+}
+func (o *reentrantObserver) OnEventsDeduped([]uuid.UUID, string, uuid.UUID) {}
+
+func TestObserverRunsOutsideLock(t *testing.T) {
+	t.Parallel()
+
+	clock := clocktest.NewFake()
+	o := &reentrantObserver{}
+	o.cache = dedup.New(dedup.Options{Retention: retention, Capacity: 1, Clock: clock, Observer: o})
+	a, c := uuid.New(), uuid.New()
+	o.cache.AddRange([]uuid.UUID{a})             // marked in flight
+	o.cache.ActivateRetentionFor([]uuid.UUID{a}) // activated
+	o.cache.AddRangeRetained([]uuid.UUID{c})     // marked, activated, evicted a
+	o.cache.RemoveRange([]uuid.UUID{c})          // removed, then marked in flight again
+	clock.Advance(retention)
+	require.Equal(t, 7, o.calls)
+	require.True(t, o.cache.Contains(c), "the observer added c back InFlight")
+	require.Equal(t, 1, o.cache.Count())
+}
