@@ -87,6 +87,7 @@ func runPorts(t *testing.T, newBackend NewBackendFunc, features Features) {
 	runLifecycle(t, newBackend, probe.Lifecycle != nil)
 	runRewind(t, newBackend, probe.Rewind != nil)
 	runSnapshots(t, newBackend, probe.Snapshots != nil)
+	runAdmin(t, newBackend, probe.Admin != nil)
 	_, batchModels := probe.Models.(ports.ModelBatchStore)
 	runModelBatch(t, newBackend, batchModels)
 }

@@ -298,6 +298,61 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			requireNoWork(t, b.fetch(t, at(3*time.Second), f.stream))
 			require.Equal(t, workIDs(f.work[1:]), workIDs(f.a.fetch(t, at(3*time.Second), f.stream).Work), "a still owns the stream")
 		},
+		"MarksStragglersAfterTheCursorMovedBack": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			events := appendEvents(t, tb.backend, stream, at(0), newEvent(eventType, 1), newEvent(eventType, 5)).Events
+			a.heartbeat(t, at(0))
+			work := a.fetch(t, at(0), stream).Work
+			a.complete(t, at(time.Second), ports.Completion{
+				StreamID: stream, Perspective: perspective, LastEventID: events[1].ID, LastVersion: 5, WorkIDs: workIDs(work[1:]),
+			})
+			// A model saved back at version 1 moves the cursor below version
+			// 3, which is then stored on time.
+			require.NoError(t, tb.backend.Models.ModelSave(t.Context(), &ports.ModelSaveParams{
+				StreamID: stream, Perspective: perspective, Data: []byte(`{}`),
+				LastEventID: events[0].ID, LastVersion: 1, ExpectedVersion: 5, Now: at(2 * time.Second),
+			}))
+			appendEvents(t, tb.backend, stream, at(3*time.Second), newEvent(eventType, 3))
+			work = a.fetch(t, at(4*time.Second), stream).Work
+			require.Equal(t, []int64{1, 3}, versionsOf(work))
+			require.Equal(t, []bool{true, false}, lateOf(work))
+
+			a.complete(t, at(5*time.Second), ports.Completion{
+				StreamID: stream, Perspective: perspective, LastEventID: events[1].ID, LastVersion: 5,
+			})
+
+			require.Equal(t, []bool{true, true}, lateOf(a.fetch(t, at(6*time.Second), stream).Work), "version 3 straggles below version 5")
+		},
+		"MarksStragglersLate": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 4)
+			require.Equal(t, []bool{false, false, false, false}, lateOf(f.work))
+
+			require.Equal(t, 1, f.a.complete(t, at(time.Second), f.completion(4, 3, 4)).RewindsFlagged)
+
+			work := f.a.fetch(t, at(2*time.Second), f.stream).Work
+			require.Equal(t, []int64{1, 2}, versionsOf(work))
+			require.Equal(t, []bool{true, true}, lateOf(work), "both are pending below the reported position")
+		},
+		"MarksNoRowAboveTheReportedPositionLate": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 3)
+			require.NoError(t, f.tb.backend.Models.ModelSave(t.Context(), &ports.ModelSaveParams{
+				StreamID: f.stream, Perspective: perspective, Data: []byte(`{}`),
+				LastEventID: f.events[2].ID, LastVersion: 3, Now: at(time.Second),
+			}))
+
+			f.a.complete(t, at(2*time.Second), f.completion(1, 1))
+			work := f.a.fetch(t, at(3*time.Second), f.stream).Work
+			require.Equal(t, []int64{2, 3}, versionsOf(work))
+			require.Equal(t, []bool{false, false}, lateOf(work), "applied rows whose completions are on their way")
+
+			f.a.complete(t, at(4*time.Second), f.completion(3, 3))
+			work = f.a.fetch(t, at(5*time.Second), f.stream).Work
+			require.Equal(t, []int64{2}, versionsOf(work))
+			require.Equal(t, []bool{true}, lateOf(work), "a straggler once version 3 is reported")
+		},
 		"NeverCompletesOtherPerspectives": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			a := tb.instance(t)
@@ -471,6 +526,39 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			dl, moved := b.moveWith(t, ports.DeadLetterMoveParams{WorkID: res.Work[0].WorkID, Now: at(62 * time.Second)})
 			require.True(t, moved)
 			require.Equal(t, "replay failed", dl.Error, "the row keeps the error")
+		},
+		"FailedEventBelowTheCursorMakesItsRowLate": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 3)
+			// Every row is applied; their completions are on their way.
+			require.NoError(t, f.tb.backend.Models.ModelSave(t.Context(), &ports.ModelSaveParams{
+				StreamID: f.stream, Perspective: perspective, Data: []byte(`{}`),
+				LastEventID: f.events[2].ID, LastVersion: 3, Now: at(time.Second),
+			}))
+
+			f.a.fail(t, at(2*time.Second), ports.Failure{
+				StreamID: f.stream, Perspective: perspective,
+				FailedEventID: f.events[1].ID, FailedEventVersion: 2, Error: "replay failed", RetryAt: at(2 * time.Second),
+			})
+
+			requireRewind(t, f.cursor(t), f.events[1], at(2*time.Second), at(2*time.Second))
+			work := f.a.fetch(t, at(3*time.Second), f.stream).Work
+			require.Equal(t, []int64{1, 2, 3}, versionsOf(work))
+			require.Equal(t, []int{0, 1, 0}, attemptsOf(work))
+			require.Equal(t, []bool{false, true, false}, lateOf(work), "only the failed event's row is below a flagged cursor")
+		},
+		"MovingTheCursorPastPendingRowsMakesThemLate": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 3)
+
+			f.a.fail(t, at(time.Second), ports.Failure{
+				StreamID: f.stream, Perspective: perspective,
+				LastEventID: f.events[2].ID, LastVersion: 3, AppliedWorkIDs: workIDs(f.work[2:]),
+				Error: "boom", RetryAt: at(time.Second),
+			})
+
+			requireRewind(t, f.cursor(t), f.events[0], at(time.Second), at(time.Second))
+			work := f.a.fetch(t, at(2*time.Second), f.stream).Work
+			require.Equal(t, []int64{1, 2}, versionsOf(work))
+			require.Equal(t, []bool{true, true}, lateOf(work))
 		},
 		"FencedToHolder": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 2)

@@ -167,6 +167,34 @@ func runDeadLetters(t *testing.T, newBackend NewBackendFunc) {
 
 			requireRewind(t, f.cursor(t), f.events[0], at(3*time.Second), at(3*time.Second))
 		},
+		"LateOnlyBelowTheCursor": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 3)
+			first, moved := f.a.deadLetter(t, at(time.Second), f.work[0].WorkID)
+			require.True(t, moved)
+			third, moved := f.a.deadLetter(t, at(time.Second), f.work[2].WorkID)
+			require.True(t, moved)
+			f.a.complete(t, at(2*time.Second), f.completion(2, 2))
+
+			requeue(t, f.tb.backend, first.ID, "", at(3*time.Second))
+			requeue(t, f.tb.backend, third.ID, "", at(3*time.Second))
+
+			work := f.a.fetch(t, at(4*time.Second), f.stream).Work
+			require.Equal(t, []int64{1, 3}, versionsOf(work))
+			require.Equal(t, []bool{true, false}, lateOf(work), "the cursor (at 2) is past version 1, not version 3")
+		},
+		"LateBelowALeasedRow": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 3)
+			dl, moved := f.a.deadLetter(t, at(time.Second), f.work[0].WorkID)
+			require.True(t, moved)
+
+			requeue(t, f.tb.backend, dl.ID, "", at(2*time.Second))
+
+			work := f.a.fetch(t, at(3*time.Second), f.stream).Work
+			require.Equal(t, []int64{1, 2, 3}, versionsOf(work))
+			require.Equal(t, []bool{true, false, false}, lateOf(work), "versions 2 and 3 were handed to an apply")
+			_, ok := cursorOf(t, f.tb.backend, f.stream, perspective)
+			require.False(t, ok, "no cursor is flagged: none is past the event")
+		},
 		"NotFoundForUnknownID": func(t *testing.T) {
 			tb := setup(t, newBackend)
 

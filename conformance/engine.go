@@ -37,6 +37,7 @@ func runEngine(t *testing.T, newBackend NewBackendFunc) {
 	})
 	runEngineLifecycle(t, newBackend)
 	runEngineReliability(t, newBackend)
+	runEngineStages(t, newBackend)
 }
 
 // Events and model of the scenarios.
@@ -356,7 +357,7 @@ func (k *killable) err() error {
 }
 
 func (k *killable) wrap(b ports.Backend) ports.Backend {
-	return ports.Backend{
+	w := ports.Backend{
 		Claimer:     killClaimer{k, b.Claimer},
 		Fetcher:     killFetcher{k, b.Fetcher},
 		Cursors:     killCursors{k, b.Cursors},
@@ -364,7 +365,32 @@ func (k *killable) wrap(b ports.Backend) ports.Backend {
 		DeadLetters: killDeadLetters{k, b.DeadLetters},
 		Events:      b.Events,
 		Models:      killModels{k, b.Models},
+		Rewind:      b.Rewind,
+		Snapshots:   b.Snapshots,
 	}
+	if b.Lifecycle != nil {
+		w.Lifecycle = killLifecycle{k, b.Lifecycle}
+	}
+	return w
+}
+
+type killLifecycle struct {
+	k *killable
+	ports.LifecycleStore
+}
+
+func (l killLifecycle) LifecycleClaim(ctx context.Context, p *ports.LifecycleClaimParams) ([]uuid.UUID, error) {
+	if err := l.k.err(); err != nil {
+		return nil, err
+	}
+	return l.LifecycleStore.LifecycleClaim(ctx, p)
+}
+
+func (l killLifecycle) LifecycleComplete(ctx context.Context, p *ports.LifecycleCompleteParams) error {
+	if err := l.k.err(); err != nil {
+		return err
+	}
+	return l.LifecycleStore.LifecycleComplete(ctx, p)
 }
 
 type killClaimer struct {

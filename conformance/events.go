@@ -176,6 +176,64 @@ func runEvents(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, int64(6), appendEvents(t, tb.backend, stream, at(time.Second), newEvent(eventType, 0)).Events[0].Version)
 			require.Equal(t, int64(3), appendEvents(t, tb.backend, stream, at(time.Second), newEvent(eventType, 3)).Events[0].Version, "a free version below the head")
 		},
+		"RegistersItsSubscriptions": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			stream := newID(t)
+			subs := []ports.Subscription{{EventType: eventType, Perspective: perspective}, {EventType: otherType, Perspective: perspective2}}
+
+			res, err := tb.backend.Events.EventsAppend(t.Context(), &ports.EventsAppendParams{
+				StreamID: stream, Events: []ports.NewEvent{newEvent(eventType, 0)}, Subscriptions: subs, Now: at(0),
+			})
+			require.NoError(t, err)
+			require.Equal(t, 1, res.WorkRows, "the append fans out to the subscriptions it carries, never registered before")
+
+			later := appendEvents(t, tb.backend, stream, at(time.Second), newEvent(eventType, 0), newEvent(otherType, 0))
+			require.Equal(t, 2, later.WorkRows, "they stay registered, the other type's included")
+			a.heartbeat(t, at(time.Second))
+			work := a.fetch(t, at(time.Second), stream).Work
+			require.Equal(t, []int64{1, 2}, versionsOf(ofPerspective(work, perspective)))
+			require.Equal(t, []int64{3}, versionsOf(ofPerspective(work, perspective2)))
+		},
+		"SubscriptionsAddToRegisteredOnes": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			appendWith := func(now time.Time, subs []ports.Subscription) int {
+				t.Helper()
+				res, err := tb.backend.Events.EventsAppend(t.Context(), &ports.EventsAppendParams{
+					StreamID: stream, Events: []ports.NewEvent{newEvent(eventType, 0)}, Subscriptions: subs, Now: now,
+				})
+				require.NoError(t, err)
+				return res.WorkRows
+			}
+
+			require.Equal(t, 1, appendWith(at(0), []ports.Subscription{}), "no subscriptions change nothing")
+			require.Equal(t, 2, appendWith(at(time.Second), []ports.Subscription{
+				{EventType: eventType, Perspective: perspective2}, {EventType: eventType, Perspective: perspective2},
+			}), "perspective stays subscribed; perspective2 is added once")
+
+			a.heartbeat(t, at(time.Second))
+			work := a.fetch(t, at(time.Second), stream).Work
+			require.Equal(t, []int64{1, 2}, versionsOf(ofPerspective(work, perspective)))
+			require.Equal(t, []int64{2}, versionsOf(ofPerspective(work, perspective2)))
+		},
+		"RejectsEmptySubscriptionNames": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			stream := newID(t)
+
+			for _, sub := range []ports.Subscription{{EventType: eventType}, {Perspective: perspective}} {
+				_, err := tb.backend.Events.EventsAppend(t.Context(), &ports.EventsAppendParams{
+					StreamID: stream, Events: []ports.NewEvent{newEvent(eventType, 0)},
+					Subscriptions: []ports.Subscription{{EventType: eventType, Perspective: perspective}, sub}, Now: at(0),
+				})
+				require.ErrorIs(t, err, ports.ErrInvalidArgument, "as SubscriptionsRegister would")
+			}
+			require.Zero(t, streamLength(t, tb.backend, stream), "a rejected append stores nothing")
+			require.Zero(t, appendEvents(t, tb.backend, stream, at(time.Second), newEvent(eventType, 0)).WorkRows,
+				"nor registers any of its subscriptions")
+		},
 		"RejectsDuplicateEventIDs": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			first, other := newID(t), newID(t)
@@ -327,6 +385,57 @@ func runEvents(t *testing.T, newBackend NewBackendFunc) {
 			events, err := tb.backend.Fetcher.EventsReadStream(t.Context(), &ports.EventsReadStreamParams{StreamID: stream})
 			require.NoError(t, err)
 			require.Empty(t, events)
+		},
+		"StoresRowsBelowACursorLate": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective, perspective2)
+			stream := newID(t)
+			events := appendEvents(t, tb.backend, stream, at(0), newEvent(eventType, 1), newEvent(eventType, 3)).Events
+			a.heartbeat(t, at(0))
+			work := a.fetch(t, at(0), stream).Work
+			require.Equal(t, []bool{false, false, false, false}, lateOf(work), "rows appended above every cursor are not late")
+			a.complete(t, at(time.Second), ports.Completion{
+				StreamID: stream, Perspective: perspective,
+				LastEventID: events[1].ID, LastVersion: 3, WorkIDs: workIDs(ofPerspective(work, perspective)),
+			})
+
+			appendEvents(t, tb.backend, stream, at(2*time.Second), newEvent(eventType, 2))
+
+			work = a.fetch(t, at(3*time.Second), stream).Work
+			require.Equal(t, []int64{2}, versionsOf(ofPerspective(work, perspective)))
+			require.Equal(t, []bool{true}, lateOf(ofPerspective(work, perspective)), "stored below the cursor of perspective")
+			require.Equal(t, []int64{1, 2, 3}, versionsOf(ofPerspective(work, perspective2)))
+			require.Equal(t, []bool{false, true, false}, lateOf(ofPerspective(work, perspective2)),
+				"perspective2 has no cursor past it, but version 3 was handed to an apply")
+			c, ok := cursorOf(t, tb.backend, stream, perspective2)
+			require.False(t, ok && c.Status.Has(ports.CursorRewindRequired), "only a cursor past the event is flagged")
+		},
+		"StoresRowsBelowALeasedRowLate": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			leased, idle := newID(t), newID(t)
+			for _, stream := range []uuid.UUID{leased, idle} {
+				appendEvents(t, tb.backend, stream, at(0), newEvent(eventType, 1), newEvent(eventType, 3))
+			}
+			a.heartbeat(t, at(0))
+			require.Len(t, a.fetch(t, at(0), leased).Work, 2)
+
+			// Past the lease: it still counts, its holder may have saved.
+			for _, stream := range []uuid.UUID{leased, idle} {
+				appendEvents(t, tb.backend, stream, at(time.Hour), newEvent(eventType, 2))
+			}
+
+			a.heartbeat(t, at(time.Hour))
+			work := a.fetch(t, at(time.Hour), leased, idle).Work
+			require.Equal(t, []int64{1, 2, 3}, versionsOf(ofStream(work, leased)))
+			require.Equal(t, []bool{false, true, false}, lateOf(ofStream(work, leased)),
+				"version 3 was handed to an apply, whose save may pass version 2")
+			require.Equal(t, []int64{1, 2, 3}, versionsOf(ofStream(work, idle)))
+			require.Equal(t, []bool{false, false, false}, lateOf(ofStream(work, idle)), "nothing above version 2 was handed out")
+			_, ok := cursorOf(t, tb.backend, leased, perspective)
+			require.False(t, ok, "no cursor is flagged: none is past the event")
 		},
 		"StoresNoWorkWithoutSubscribers": func(t *testing.T) {
 			tb := setup(t, newBackend)

@@ -110,6 +110,36 @@ func runFetcher(t *testing.T, newBackend NewBackendFunc) {
 
 			requireNoWork(t, a.fetch(t, at(0), newID(t)))
 		},
+		"LateStaysSetUntilTheRowCompletes": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			events := appendEvents(t, tb.backend, stream, at(0), newEvent(eventType, 1), newEvent(eventType, 3)).Events
+			a.heartbeat(t, at(0))
+			a.complete(t, at(time.Second), ports.Completion{
+				StreamID: stream, Perspective: perspective,
+				LastEventID: events[1].ID, LastVersion: 3, WorkIDs: workIDs(a.fetch(t, at(0), stream).Work),
+			})
+			appendEvents(t, tb.backend, stream, at(2*time.Second), newEvent(eventType, 2))
+			row := a.fetch(t, at(3*time.Second), stream).Work
+			require.Equal(t, []bool{true}, lateOf(row))
+
+			a.fail(t, at(4*time.Second), ports.Failure{
+				StreamID: stream, Perspective: perspective,
+				FailedWorkIDs: workIDs(row), Error: "boom", RetryAt: at(5 * time.Second),
+			})
+			again := a.fetch(t, at(6*time.Second), stream).Work
+			require.Equal(t, workIDs(row), workIDs(again))
+			require.Equal(t, []int{1}, attemptsOf(again))
+			require.Equal(t, []bool{true}, lateOf(again), "a failure does not make the event applied")
+
+			require.Equal(t, 1, a.complete(t, at(7*time.Second), ports.Completion{
+				StreamID: stream, Perspective: perspective,
+				LastEventID: events[1].ID, LastVersion: 3, WorkIDs: workIDs(again),
+			}).Completed)
+			requireNoWork(t, a.fetch(t, at(8*time.Second), stream))
+		},
 		"LeasesAndPinsWithoutClaim": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			a, b := tb.pair(t)

@@ -340,6 +340,15 @@ func attemptsOf(items []ports.WorkItem) []int {
 	return out
 }
 
+// lateOf returns the Late flags of items.
+func lateOf(items []ports.WorkItem) []bool {
+	out := make([]bool, len(items))
+	for i, w := range items {
+		out[i] = w.Late
+	}
+	return out
+}
+
 // ofPerspective returns the items of one perspective.
 func ofPerspective(items []ports.WorkItem, name string) []ports.WorkItem {
 	var out []ports.WorkItem
@@ -359,4 +368,15 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// ofStream returns the items of one stream.
+func ofStream(items []ports.WorkItem, stream uuid.UUID) []ports.WorkItem {
+	var out []ports.WorkItem
+	for _, w := range items {
+		if w.StreamID == stream {
+			out = append(out, w)
+		}
+	}
+	return out
 }

@@ -11,7 +11,7 @@ import (
 
 // processBatch drains a batch of streams: flush what is buffered, fetch and
 // drain the streams (see drainBatch), flush again, then start the batch's
-// terminal lifecycle stages.
+// terminal lifecycle stages; OnBatchCycleComplete fires once they ran.
 //
 // Each stream is released as soon as its own drain ended and the
 // completions handed to the flusher by then are acknowledged: until then a
@@ -28,10 +28,12 @@ func (w *Worker) processBatch(ctx context.Context, ids []uuid.UUID) {
 
 	applied, events := w.drainBatch(ctx, ids)
 	w.flushPending(ctx)
-	w.life.afterBatch(ctx, events)
-	if h := w.opts.Hooks.OnBatchCycleComplete; h != nil {
-		h(BatchCycle{Streams: len(ids), Applied: applied})
-	}
+	// The cycle is complete once its terminal lifecycle stages ran.
+	w.life.afterBatch(ctx, events, func() {
+		if h := w.opts.Hooks.OnBatchCycleComplete; h != nil {
+			h(BatchCycle{Streams: len(ids), Applied: applied})
+		}
+	})
 }
 
 // fetch claims and fetches the pending events of streams. It returns the

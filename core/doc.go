@@ -27,7 +27,22 @@
 // the model that reflects exactly the events before its event (the
 // dead-lettered ones excepted), never one that another instance moved past
 // since. Nothing is skipped: an event stored below a cursor (a late import,
-// a requeued dead letter) is applied by a rewind that replays the pair.
+// a requeued dead letter) is applied by a rewind that replays the pair, or,
+// when the engine cannot rewind ([RewindOptions].Disabled, a backend without
+// a RewindStore), moved to dead letters with reason "late", never completed
+// unapplied. An append through a [Registry] registers its perspectives'
+// subscriptions with the events, so it never creates fewer work rows than
+// they call for.
+//
+// # Lifecycle stages
+//
+// Receptors ([AddReceptor]) run at four stages of an event: PrePerspective,
+// PostPerspective (per perspective), PostAllPerspectives and PostLifecycle,
+// the last two once every perspective registered for the event's type
+// applied it. A stage is claimed in the backend, its receptors run, then it
+// is recorded done, so Inline and ImmediateDetached receptors run exactly
+// once while no instance crashes and at least once across crashes, with a
+// stable [StageInfo.DeliveryKey]; Detached receptors run at most once.
 //
 // # Failures
 //

@@ -294,9 +294,31 @@ func (w *Worker) deadLetterExhausted(ctx context.Context, rows []ports.WorkItem)
 	if limit == Unlimited || !slices.ContainsFunc(rows, func(r ports.WorkItem) bool { return r.Attempts >= limit }) {
 		return rows, nil
 	}
+	return w.deadLetterRows(ctx, rows, func(r ports.WorkItem) (string, string, bool) {
+		return ports.ReasonMaxAttemptsExceeded, "", r.Attempts >= limit
+	})
+}
+
+// deadLetterLate moves the late rows below position to dead letters, when
+// the engine cannot rewind: completing them would drop their events
+// silently, and applying them out of order would corrupt the model. A
+// requeue applies them in order once rewinds are on. It returns the other
+// rows.
+func (w *Worker) deadLetterLate(ctx context.Context, rows []ports.WorkItem, position int64) ([]ports.WorkItem, error) {
+	return w.deadLetterRows(ctx, rows, func(r ports.WorkItem) (string, string, bool) {
+		return ports.ReasonLate, fmt.Sprintf("event stored below the cursor (version %d, cursor at %d) while rewinds are off; requeue it once rewinds are on",
+			r.EventVersion, position), r.Late && r.EventVersion <= position
+	})
+}
+
+// deadLetterRows moves the rows that match selects to dead letters, with
+// the reason and error it gives, and returns the other rows. An error of
+// the backend is returned: the pair retries.
+func (w *Worker) deadLetterRows(ctx context.Context, rows []ports.WorkItem, match func(ports.WorkItem) (reason, cause string, ok bool)) ([]ports.WorkItem, error) {
 	keep := rows[:0:0]
 	for _, r := range rows {
-		if r.Attempts < limit {
+		reason, cause, ok := match(r)
+		if !ok {
 			keep = append(keep, r)
 			continue
 		}
@@ -304,7 +326,9 @@ func (w *Worker) deadLetterExhausted(ctx context.Context, rows []ports.WorkItem)
 			WorkID:     r.WorkID,
 			InstanceID: w.opts.InstanceID,
 			Generation: w.opts.Generation,
-			Reason:     ports.ReasonMaxAttemptsExceeded,
+			Reason:     reason,
+			Error:      cause,
+			Attempts:   r.Attempts,
 			Now:        w.paramNow(),
 		})
 		if err != nil {

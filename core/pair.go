@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 
 	"github.com/google/uuid"
@@ -64,13 +65,28 @@ func (w *Worker) drainPair(ctx context.Context, task *streamTask, sw *streamWork
 		w.unknownPerspective(ctx, key)
 		return 0, nil, nil
 	}
-	if cursor != nil && cursor.Status.Has(ports.CursorRewindRequired) && w.rewindEnabled() {
-		evs, err := w.rewindPair(ctx, p, key, rows, *cursor, false, &rewindOwner{task: task, release: release})
+	var (
+		position int64
+		flags    ports.Cursor
+	)
+	if cursor != nil {
+		position, flags = cursor.LastVersion, *cursor
+	}
+	// A late row below the position was never applied: only a rewind
+	// applies it in order, whether or not the cursor still carries the flag.
+	late := slices.ContainsFunc(rows, func(r ports.WorkItem) bool { return r.Late && r.EventVersion <= position })
+	if w.rewindEnabled() && (late || flags.Status.Has(ports.CursorRewindRequired)) {
+		evs, err := w.rewindPair(ctx, p, key, rows, flags, false, &rewindOwner{task: task, release: release})
 		return len(evs), evs, err
 	}
-	var position int64
-	if cursor != nil {
-		position = cursor.LastVersion
+	if late {
+		if rows, err = w.deadLetterLate(ctx, rows, position); err != nil {
+			w.infraFailed(ctx, key, "moving late work to dead letters", err)
+			return 0, nil, nil
+		}
+		if len(rows) == 0 {
+			return 0, nil, nil
+		}
 	}
 	stored, err := w.loadModel(ctx, key, position)
 	if err != nil && !errors.Is(err, ports.ErrNotFound) {
@@ -98,7 +114,10 @@ func (w *Worker) drainPair(ctx context.Context, task *streamTask, sw *streamWork
 				toApply = append(toApply, sw.events[i])
 			}
 		}
-		w.life.prePerspective(actx, toApply)
+		if err := w.life.prePerspective(actx, toApply); err != nil {
+			w.infraFailed(ctx, key, "running PrePerspective", err)
+			return 0, nil, nil
+		}
 	}
 	if err := run.run(ctx); err != nil {
 		return 0, nil, err
@@ -135,6 +154,9 @@ type pairRun struct {
 	done    []uuid.UUID
 	unsaved []int
 	saved   []int
+	// redelivered are the rows at or below the stored position (indexes in
+	// rows): applied and saved before, their completion lost (a crash).
+	redelivered []int
 }
 
 // run applies the rows. It returns errPairAbandoned when an apply was
@@ -148,6 +170,7 @@ func (r *pairRun) run(ctx context.Context) error {
 			// crash or a lost completion): complete without applying. Rows
 			// are in version order, so these are a prefix.
 			r.done = append(r.done, row.WorkID)
+			r.redelivered = append(r.redelivered, i)
 			continue
 		}
 		if ei = r.sw.event(row, ei); ei < 0 {
@@ -333,24 +356,34 @@ func (c *unscopedEventContext) Value(key any) any {
 }
 
 // finish fires PostPerspective for the events whose model is saved and
-// returns their number and, when the stream collects them, the events.
+// returns their number and, when the stream collects them, the events. The
+// re-delivered events get their PostPerspective too when its durable record
+// says a crash interrupted it (the claim passes over completed ones).
 func (r *pairRun) finish(ctx context.Context) (int, []ports.Event) {
 	n := len(r.saved)
-	if n == 0 {
-		return 0, nil
-	}
 	fire := r.w.reg.hasReceptors(PostPerspective)
-	if !fire && !r.task.collect {
+	redelivered := fire && r.w.backend.Lifecycle != nil && len(r.redelivered) > 0
+	if n == 0 && !redelivered || !fire && !r.task.collect {
 		return n, nil
 	}
 	events := make([]ports.Event, 0, n)
 	ei := 0
 	for _, i := range r.saved {
-		ei = r.sw.event(r.rows[i], ei) // found when applied
-		events = append(events, r.sw.events[ei])
+		if j := r.sw.event(r.rows[i], ei); j >= 0 { // found when applied
+			events, ei = append(events, r.sw.events[j]), j
+		}
 	}
 	if fire {
-		r.w.life.fire(ctx, PostPerspective, r.key.perspective, events)
+		fired := events
+		if redelivered {
+			fired = slices.Clone(events)
+			for _, i := range r.redelivered {
+				if ei := r.sw.event(r.rows[i], 0); ei >= 0 {
+					fired = append(fired, r.sw.events[ei])
+				}
+			}
+		}
+		r.w.life.postPerspective(ctx, r.key.perspective, fired)
 	}
 	return n, events
 }

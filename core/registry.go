@@ -47,8 +47,9 @@ type Registry struct {
 	// added, so the drain path asks hasReceptors without taking mu.
 	receptorStages atomic.Uint32
 
-	subscribedMu sync.Mutex
-	subscribed   map[ports.EventStore]bool
+	// byType caches the subscriptions per event type, for appends; nil
+	// after AddPerspective until the next append rebuilds it.
+	byType atomic.Pointer[map[string][]ports.Subscription]
 }
 
 type eventType struct {
@@ -94,36 +95,48 @@ func NewRegistry() *Registry {
 		byName:       map[string]*eventType{},
 		byGoType:     map[reflect.Type]*eventType{},
 		perspectives: map[string]perspective{},
-		subscribed:   map[ports.EventStore]bool{},
 	}
 }
 
 // RegisterSubscriptions records with the store which perspectives apply
-// which event types, so appends fan out work rows for them. Worker.Start and
-// the first Append through a store call it; call it yourself when events are
-// appended by other means before any worker started.
+// which event types, so appends fan out work rows for them. Worker.Start
+// calls it; Append carries the subscriptions of the events it appends, so
+// call it yourself only when events are appended by other means (another
+// service, raw EventsAppend calls) before any worker started.
 func (r *Registry) RegisterSubscriptions(ctx context.Context, store ports.EventStore) error {
 	if err := store.SubscriptionsRegister(ctx, r.Subscriptions()); err != nil {
 		return fmt.Errorf("registering subscriptions: %w", err)
 	}
-	if reflect.TypeOf(store).Comparable() {
-		r.subscribedMu.Lock()
-		r.subscribed[store] = true
-		r.subscribedMu.Unlock()
-	}
 	return nil
 }
 
-func (r *Registry) ensureSubscribed(ctx context.Context, store ports.EventStore) error {
-	if reflect.TypeOf(store).Comparable() {
-		r.subscribedMu.Lock()
-		done := r.subscribed[store]
-		r.subscribedMu.Unlock()
-		if done {
-			return nil
+// subscriptionsOf returns the subscriptions of the given event types.
+func (r *Registry) subscriptionsOf(news []ports.NewEvent) []ports.Subscription {
+	byType := r.byType.Load()
+	if byType == nil {
+		// Built and stored under the read lock, so AddPerspective (which
+		// resets it under the write lock) cannot interleave.
+		r.mu.RLock()
+		m := map[string][]ports.Subscription{}
+		for _, s := range r.subscriptionsLocked() {
+			m[s.EventType] = append(m[s.EventType], s)
+		}
+		byType = &m
+		r.byType.Store(byType)
+		r.mu.RUnlock()
+	}
+	if len(news) == 1 {
+		return (*byType)[news[0].Type]
+	}
+	var out []ports.Subscription
+	seen := map[string]bool{}
+	for _, ne := range news {
+		if !seen[ne.Type] {
+			seen[ne.Type] = true
+			out = append(out, (*byType)[ne.Type]...)
 		}
 	}
-	return r.RegisterSubscriptions(ctx, store)
+	return out
 }
 
 // RegisterEvent registers the Go type E under a stable type name, the name
@@ -221,8 +234,10 @@ const (
 )
 
 // Append encodes events with the registry and appends them to a stream.
-// The scope in ctx (see WithScope) is stored with each event. The first
-// Append through a store registers the registry's subscriptions with it.
+// The scope in ctx (see WithScope) is stored with each event. The events
+// carry the registry's subscriptions of their types, which the store
+// registers as it appends them (retired perspectives excepted), so they
+// fan out to every perspective of the registry that applies them.
 // expectedVersion follows ports.EventsAppendParams.ExpectedVersion.
 //
 // Append gives every event its id (a UUIDv7) before the first call, so it
@@ -248,10 +263,10 @@ func (r *Registry) Append(ctx context.Context, store ports.EventStore, streamID 
 		ne.Metadata = metadataFromContext(ctx)
 		news = append(news, ne)
 	}
-	if err := r.ensureSubscribed(ctx, store); err != nil {
-		return nil, err
-	}
-	params := &ports.EventsAppendParams{StreamID: streamID, ExpectedVersion: expectedVersion, Events: news}
+	// The subscriptions go with the events: the store registers them in
+	// the same step, so the append fans out to every perspective of this
+	// registry that applies them, whatever the store had recorded.
+	params := &ports.EventsAppendParams{StreamID: streamID, ExpectedVersion: expectedVersion, Events: news, Subscriptions: r.subscriptionsOf(news)}
 	b := backoff.WithContext(backoff.WithMaxRetries(backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(appendRetryInitial),
 		backoff.WithMaxInterval(appendRetryMax),
@@ -414,9 +429,7 @@ func (r *Registry) AddPerspective(p Registrable) error {
 		return fmt.Errorf("adding perspective: %w", err)
 	}
 	r.perspectives[p.Name()] = p
-	r.subscribedMu.Lock()
-	clear(r.subscribed) // stores must learn the new subscriptions
-	r.subscribedMu.Unlock()
+	r.byType.Store(nil)
 	return nil
 }
 
@@ -431,6 +444,10 @@ func (r *Registry) Perspectives() []string {
 func (r *Registry) Subscriptions() []ports.Subscription {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
+	return r.subscriptionsLocked()
+}
+
+func (r *Registry) subscriptionsLocked() []ports.Subscription {
 	var subs []ports.Subscription
 	for _, p := range r.perspectives {
 		for _, t := range p.eventTypes() {

@@ -45,7 +45,10 @@ const (
 // RewindOptions configure rewinds: replaying a (stream, perspective) after
 // an event arrived below its cursor.
 type RewindOptions struct {
-	// Disabled turns rewinds off (late events then stay flagged).
+	// Disabled turns rewinds off. A late event (stored below its pair's
+	// cursor) is then moved to dead letters with reason "late", never
+	// applied out of order nor completed unapplied; requeue it once rewinds
+	// are on.
 	Disabled bool
 	// StartupScan selects the startup scan mode. Defaults to
 	// StartupScanBlocking.
@@ -398,7 +401,9 @@ func (w *Worker) replay(ctx context.Context, p perspective, key pairKey, trigger
 	defer cancel(nil)
 	watch := w.monitor.watch(key, cancel, abandon)
 	defer watch.done()
-	w.life.prePerspective(actx, toFire)
+	if err := w.life.prePerspective(actx, toFire); err != nil {
+		return res, err
+	}
 	prevVersion := res.from
 	for _, e := range toReplay {
 		decoded, err := w.reg.Decode(e)
@@ -473,7 +478,7 @@ func (w *Worker) replay(ctx context.Context, p perspective, key pairKey, trigger
 			return res, fmt.Errorf("clearing the rewind flag: %w", err)
 		}
 	}
-	w.life.fire(ctx, PostPerspective, key.perspective, res.fresh)
+	w.life.postPerspective(ctx, key.perspective, res.fresh)
 	w.signalProgress()
 	return res, nil
 }
@@ -587,7 +592,7 @@ func (w *Worker) repairRewind(ctx context.Context, key pairKey, c ports.Cursor) 
 		return true
 	}
 	fresh, _ := w.rewindPair(ctx, p, key, rows, c, true, nil)
-	w.life.afterBatch(ctx, fresh)
+	w.life.afterBatch(ctx, fresh, nil)
 	// Flush now, so the next poll sees the flag cleared.
 	w.flushPending(ctx)
 	if err := w.completions.Flush(ctx); err != nil && ctx.Err() == nil {

@@ -290,6 +290,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err := w.reg.RegisterSubscriptions(ctx, w.backend.Events); err != nil {
 		return fmt.Errorf("starting worker: %w", err)
 	}
+	w.warnRetired(ctx)
 	beat, err := w.heartbeat(ctx)
 	if err != nil {
 		return fmt.Errorf("starting worker: %w", err)
@@ -327,6 +328,8 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.loops.Go(func() { w.consumeLoop(runCtx, workCtx, wake) })
 	}
 	w.loops.Go(func() { w.startupScan(runCtx) })
+	w.loops.Go(func() { w.life.reconcileLoop(runCtx) })
+	w.loops.Go(func() { w.resubscribeLoop(runCtx) })
 	w.log.InfoContext(ctx, "worker started", append(w.identity(), slog.Int("consumers", len(w.consumerWakes)))...)
 	return nil
 }
@@ -824,4 +827,44 @@ func (w *Worker) signalProgress() {
 	close(w.progress)
 	w.progress = make(chan struct{})
 	w.progressMu.Unlock()
+}
+
+// warnRetired warns about the perspectives of the registry that are retired
+// in the backend: they get no work, which an operator may not expect of a
+// perspective still in the code.
+func (w *Worker) warnRetired(ctx context.Context) {
+	if w.backend.Admin == nil {
+		return
+	}
+	retired, err := w.backend.Admin.PerspectivesRetired(ctx)
+	if err != nil {
+		w.log.WarnContext(ctx, "listing retired perspectives", slog.Any("error", err))
+		return
+	}
+	for _, name := range retired {
+		if _, ok := w.reg.perspective(name); ok {
+			w.log.WarnContext(ctx, "perspective is retired in the backend; it gets no work until revived",
+				slog.String("perspective", name))
+		}
+	}
+}
+
+// resubscribeEvery is how often a worker registers its subscriptions again.
+const resubscribeEvery = time.Minute
+
+// resubscribeLoop registers the registry's subscriptions again now and
+// then. Appends through a Registry carry their subscriptions; this heals
+// the store for producers that append by other means, should its
+// subscriptions have been lost (a schema dropped and recreated while
+// instances ran). Retired perspectives stay retired.
+func (w *Worker) resubscribeLoop(ctx context.Context) {
+	every(ctx, w.clock, resubscribeEvery, func() {
+		if err := w.reg.RegisterSubscriptions(ctx, w.backend.Events); err != nil {
+			if ctx.Err() == nil {
+				w.faults.fail(ctx, "registering subscriptions", err)
+			}
+			return
+		}
+		w.faults.ok(ctx, "registering subscriptions")
+	})
 }

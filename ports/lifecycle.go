@@ -11,34 +11,57 @@ import (
 // stored and must not change.
 type LifecycleStage uint8
 
-// Durable lifecycle stages. PostPerspective needs no durable record: it fires
-// only from the run that saved the model, which happens once per event and
-// perspective.
+// Durable lifecycle stages. StagePostPerspective is recorded per
+// (event, perspective), the others per event.
 const (
 	StagePrePerspective      LifecycleStage = 1
 	StagePostAllPerspectives LifecycleStage = 2
 	StagePostLifecycle       LifecycleStage = 4
+	StagePostPerspective     LifecycleStage = 8
 )
 
-// LifecycleStore records which lifecycle stages fired for which events, so
-// each fires at most once per event across instances, and finds events whose
-// lifecycle was interrupted by a crash. Optional: without it the engine
-// guards stages in memory only and cannot heal crashes.
+// LifecycleStore records the lifecycle stages of events in two steps, a
+// claim before the receptors run and a completion once they returned, so
+// that a stage runs on one instance at a time and a crash never loses one:
+// a stage claimed by an instance that died is claimed again. It also tells
+// which events every perspective applied, and finds those whose lifecycle a
+// crash interrupted. Optional: without it the engine guards stages in
+// memory only, and a crash may lose a stage.
 type LifecycleStore interface {
-	// LifecycleClaim atomically records Stage for each listed event that has
-	// not recorded it yet, and returns exactly those events (in input
-	// order). Claiming an already-claimed stage returns nothing for that
-	// event, whoever claimed it: the caller that gets an id back is the only
-	// one to fire the stage. A claim of StagePostLifecycle is the durable
-	// completion marker of the event.
+	// LifecycleClaim claims Stage of each listed event (of Perspective for
+	// StagePostPerspective; Perspective is empty for the other stages) for
+	// the caller and returns exactly the events it claimed, in input order:
+	// those whose stage is not completed and is not claimed by another live
+	// instance (one whose heartbeat is newer than Now - StaleThreshold). A
+	// claim of the caller itself, or of an instance that is no longer live,
+	// is taken over: the stage of an instance that died running it is run
+	// again. The caller runs the stage's receptors, then calls
+	// LifecycleComplete.
 	LifecycleClaim(ctx context.Context, params *LifecycleClaimParams) ([]uuid.UUID, error)
 
-	// LifecycleStages returns the stages recorded for each listed event that
-	// has any; events with none are absent.
+	// LifecycleComplete records Stage (of Perspective) as completed for each
+	// listed event, whoever claimed it, and releases the claims.
+	// Idempotent. A completed StagePostLifecycle is the event's completion
+	// marker.
+	LifecycleComplete(ctx context.Context, params *LifecycleCompleteParams) error
+
+	// LifecycleStages returns the completed stages of each listed event that
+	// has any, StagePostPerspective excepted (it is recorded per
+	// perspective); events with none are absent.
 	LifecycleStages(ctx context.Context, eventIDs []uuid.UUID) (map[uuid.UUID]LifecycleStage, error)
 
+	// LifecycleReady returns, in input order, the listed events that every
+	// perspective Expected lists for their type has applied: its cursor of
+	// the event's stream is at or past the event's version and it has no
+	// pending work row for the event (a late event below a cursor is not
+	// applied until its rewind completed it). Events of a type absent from
+	// Expected, or mapped to no perspective, are ready; unknown ids are
+	// not.
+	LifecycleReady(ctx context.Context, params *LifecycleReadyParams) ([]uuid.UUID, error)
+
 	// LifecycleOrphans returns events created at or after Since (a zero
-	// Since: no bound) whose StagePostLifecycle is not recorded although
+	// Since: no bound) whose StagePostLifecycle is not completed (claimed or
+	// not) although
 	// every perspective that Expected lists for the event's type has a
 	// cursor at or past the event's version in its stream and no pending
 	// work row for the event (all perspectives applied it; a pending row
@@ -51,10 +74,33 @@ type LifecycleStore interface {
 
 // LifecycleClaimParams are the inputs of LifecycleClaim.
 type LifecycleClaimParams struct {
-	EventIDs   []uuid.UUID
-	Stage      LifecycleStage
-	InstanceID uuid.UUID
-	Now        time.Time
+	EventIDs []uuid.UUID
+	Stage    LifecycleStage
+	// Perspective names the perspective of a StagePostPerspective claim;
+	// empty for the other stages.
+	Perspective string
+	InstanceID  uuid.UUID
+	// StaleThreshold tells live instances, whose claims stand, from dead
+	// ones, whose claims are taken over.
+	StaleThreshold time.Duration
+	Now            time.Time
+}
+
+// LifecycleCompleteParams are the inputs of LifecycleComplete.
+type LifecycleCompleteParams struct {
+	EventIDs    []uuid.UUID
+	Stage       LifecycleStage
+	Perspective string
+	InstanceID  uuid.UUID
+	Now         time.Time
+}
+
+// LifecycleReadyParams are the inputs of LifecycleReady.
+type LifecycleReadyParams struct {
+	EventIDs []uuid.UUID
+	// Expected maps an event type to the perspectives that must all have
+	// applied an event of that type.
+	Expected map[string][]string
 }
 
 // LifecycleOrphansParams are the inputs of LifecycleOrphans.
@@ -69,7 +115,8 @@ type LifecycleOrphansParams struct {
 // RewindStore supports rewinds and rebuilds: listing cursors that need a
 // rewind, the cooperative per-(stream, perspective) lock, and listing the
 // streams a perspective must replay. Optional: without it the engine never
-// rewinds (late events stay flagged).
+// rewinds, and moves a late event (one stored below its pair's cursor) to
+// dead letters with ReasonLate instead of applying it out of order.
 type RewindStore interface {
 	// CursorsRewindRequired returns cursors with the RewindRequired flag,
 	// ordered by stream then perspective, at most Limit when positive.

@@ -224,13 +224,13 @@ type CursorStore interface {
 	// becomes Completed (CatchingUp, Failed and the error are cleared), and
 	// the rewind columns are cleared. A completed row that DeadLetterRequeue
 	// stored marks its dead letter DeadLetterRecovered. Then, for each
-	// cursor, a pending row of
-	// the pair below the position this call reports for it (a straggler)
-	// sets RewindRequired with the smallest such event as trigger. Rows below
-	// the stored cursor but not below the reported position are rows applied
-	// earlier whose completions are still on their way, not stragglers. All
-	// deletions of the call happen before any cursor is examined. Finally streams of the call with no
-	// pending rows are unpinned. Idempotent: completing missing rows is a
+	// cursor, the pending rows of the pair below the position this call
+	// reports for it (stragglers) become Late and set RewindRequired with
+	// the smallest such event as trigger. Rows below the stored cursor but
+	// not below the reported position are rows applied earlier whose
+	// completions are still on their way, not stragglers. All deletions of
+	// the call happen before any cursor is examined. Finally streams of the
+	// call with no pending rows are unpinned. Idempotent: completing missing rows is a
 	// no-op and cursor writes are set-to-value.
 	WorkComplete(ctx context.Context, params *WorkCompleteParams) (*WorkCompleteResult, error)
 
@@ -243,7 +243,9 @@ type CursorStore interface {
 	// row for that event, unleased, with one attempt, the error and RetryAt
 	// (or, when the pair has a pending row for it, adds the attempt to that
 	// row as for a failed row, whoever holds it), and flags the cursor
-	// RewindRequired when it is past the event, keeping an earlier trigger.
+	// RewindRequired when it is past the event, keeping an earlier trigger
+	// (such a row is Late). When a failure moves the cursor past pending
+	// rows, those become Late and flag the cursor as in WorkComplete.
 	// Rewind flags are otherwise left as they are.
 	WorkFail(ctx context.Context, params *WorkFailParams) error
 }
@@ -317,8 +319,10 @@ type DeadLetterStore interface {
 	// unleased, with zero attempts, under its original work id, and marks
 	// the dead letter DeadLetterRequeued (counting the requeue and recording
 	// params.Generation and the time); listeners are woken. If the pair's
-	// cursor is already past the event, the cursor is flagged
-	// RewindRequired, so that a rewind applies the event in order. Only a
+	// cursor is already past the event, the row is Late and the cursor is
+	// flagged RewindRequired, so that a rewind applies the event in order;
+	// the row is Late too when a pending row of the pair above the event is
+	// leased (see WorkItem.Late). Only a
 	// DeadLetterDead or DeadLetterIgnored dead letter is requeued: it
 	// returns ErrNotFound for an unknown id and ErrVersionConflict for one
 	// that is requeued or recovered.
@@ -397,7 +401,16 @@ type EventStore interface {
 	// version; otherwise ErrVersionConflict. Events without an explicit
 	// Version get consecutive versions after the stream head; an explicit
 	// version that is taken is ErrVersionConflict. A stored event below a
-	// perspective's cursor flags that cursor RewindRequired.
+	// perspective's cursor flags that cursor RewindRequired and stores its
+	// row Late; so does, without the flag, an event below a leased pending
+	// row of the pair (see WorkItem.Late).
+	//
+	// Subscriptions, when set, are the subscriptions the caller's
+	// perspectives call for: the store registers them in the same atomic
+	// step, before it fans out (as SubscriptionsRegister would, retired
+	// perspectives excepted), so an append never creates fewer work rows
+	// than its caller's perspectives call for, whatever happened to the
+	// recorded subscriptions.
 	//
 	// Retries are safe: when every event of the call carries an ID that is
 	// already stored, in this stream, with the same type and data (and at
@@ -412,6 +425,7 @@ type EventStore interface {
 
 	// SubscriptionsRegister records which perspectives apply which event
 	// types. Additive and idempotent; affects appends made after it returns.
+	// Subscriptions of a retired perspective (see AdminStore) are ignored.
 	SubscriptionsRegister(ctx context.Context, subscriptions []Subscription) error
 }
 
@@ -423,7 +437,9 @@ type EventsAppendParams struct {
 	StreamID        uuid.UUID
 	ExpectedVersion int64
 	Events          []NewEvent
-	Now             time.Time
+	// Subscriptions are registered with the events (see EventsAppend).
+	Subscriptions []Subscription
+	Now           time.Time
 }
 
 // Validate reports the first reason every EventStore rejects params with
@@ -515,9 +531,37 @@ type ModelSaveParams struct {
 	Now             time.Time
 }
 
+// AdminStore is the optional port of operator actions that change what the
+// engine does. The engine never calls it; operator tools do.
+type AdminStore interface {
+	// PerspectiveRetire retires a perspective: its subscriptions are deleted
+	// and later registrations of them are ignored, so appends stop creating
+	// its work rows; its pending work rows are deleted; with DropState its
+	// cursors, models and snapshots are deleted too. Safe while instances
+	// run: their completions of deleted rows change nothing (an apply in
+	// flight may still save its model once; retiring again drops it).
+	// Idempotent. Returns ErrInvalidArgument for an empty perspective.
+	PerspectiveRetire(ctx context.Context, params *PerspectiveRetireParams) (*RetireResult, error)
+	// PerspectiveRevive undoes the retirement of a perspective: its
+	// subscriptions may be registered again (the next Worker.Start, or
+	// append through a registry that has it, registers them). Reviving a
+	// perspective that is not retired is a no-op.
+	PerspectiveRevive(ctx context.Context, perspective string) error
+	// PerspectivesRetired lists the retired perspectives, sorted.
+	PerspectivesRetired(ctx context.Context) ([]string, error)
+}
+
+// PerspectiveRetireParams are the inputs of PerspectiveRetire.
+type PerspectiveRetireParams struct {
+	Perspective string
+	// DropState deletes the perspective's cursors, models and snapshots
+	// too.
+	DropState bool
+}
+
 // Backend bundles the ports one engine instance needs. Adapters return one
-// from their Backend method. Lifecycle, Rewind and Snapshots are optional:
-// the engine degrades gracefully without them (see their docs).
+// from their Backend method. Lifecycle, Rewind, Snapshots and Admin are
+// optional: the engine degrades gracefully without them (see their docs).
 type Backend struct {
 	Claimer     WorkClaimer
 	Fetcher     EventFetcher
@@ -529,6 +573,7 @@ type Backend struct {
 	Lifecycle   LifecycleStore
 	Rewind      RewindStore
 	Snapshots   SnapshotStore
+	Admin       AdminStore
 }
 
 // Validate reports, by name, every port that is missing.

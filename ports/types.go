@@ -137,6 +137,18 @@ type WorkItem struct {
 	// was taken over from a dead instance (see WorkClaimer); 0 for a row
 	// nobody failed on.
 	Attempts int
+	// Late is set on a row whose event was stored below its pair's cursor (a
+	// late arrival, a dead letter requeued past it) or that a completion
+	// found pending below the position it reported (a straggler): its event
+	// was never applied, although the cursor passed it, and only a rewind
+	// can apply it in order. It is set too on a row stored below a leased
+	// pending row of its pair (leased even if the lease expired): that row
+	// was handed to an apply whose save may move the cursor past the new
+	// row before the pair is fetched again, and a crash may then keep the
+	// completion that would find the straggler from ever being reported. A
+	// Late row above the cursor is applied as any other. Once set it stays
+	// until the row is deleted.
+	Late bool
 }
 
 // Cursor records how far a perspective has applied a stream.
@@ -278,6 +290,10 @@ const (
 	// ReasonUnknownType: the event's type is not registered, or the
 	// perspective has no apply function for it.
 	ReasonUnknownType = "unknown_type"
+	// ReasonLate: the event was stored below its pair's cursor while the
+	// engine could not rewind (rewinds disabled, or a backend without a
+	// RewindStore); requeue it once rewinds are on.
+	ReasonLate = "late"
 	// ReasonMaxAttemptsExceeded: takeovers from dead instances used up the
 	// attempts before an apply could fail on its own (say, an event whose
 	// apply crashes the process).
@@ -300,6 +316,17 @@ type StoredModel struct {
 type Subscription struct {
 	EventType   string
 	Perspective string
+}
+
+// RetireResult counts what PerspectiveRetire removed.
+type RetireResult struct {
+	// Subscriptions, Work: the subscriptions and pending work rows deleted.
+	Subscriptions int
+	Work          int
+	// Cursors, Models, Snapshots: the state dropped (with DropState).
+	Cursors   int
+	Models    int
+	Snapshots int
 }
 
 // Wake is a notification that new work may be available.

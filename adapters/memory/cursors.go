@@ -114,13 +114,14 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 //
 // The cursor is upserted: its position moves forward to LastVersion when that
 // is higher, Completed is replaced by Failed and Error is stored. When the
-// position moved, pending rows below it flag RewindRequired as in
-// WorkComplete, and a FailedEventID below the position flags it too, keeping
-// an earlier trigger; rewind columns are otherwise left alone. Streams left
-// without pending rows are unpinned. It returns ports.ErrInvalidArgument, and
-// changes nothing, when a failure has a nil stream id, an empty perspective,
-// a negative LastVersion, or a FailedEventID that is not the stored event of
-// FailedEventVersion in the stream.
+// position moved, pending rows below it become late and flag RewindRequired
+// as in WorkComplete, and a FailedEventID below the position makes its row
+// late and flags it too, keeping an earlier trigger; rewind columns are
+// otherwise left alone. Streams left without pending rows are unpinned. It
+// returns ports.ErrInvalidArgument, and changes nothing, when a failure has a
+// nil stream id, an empty perspective, a negative LastVersion, or a
+// FailedEventID that is not the stored event of FailedEventVersion in the
+// stream.
 func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) error {
 	for _, f := range params.Failures {
 		if err := validatePair(f.StreamID, f.Perspective, f.LastVersion); err != nil {
@@ -171,8 +172,9 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 			r.err = f.Error
 			r.scheduled = f.RetryAt
 		}
+		var eventRow *workRow
 		if f.FailedEventID != uuid.Nil {
-			s.failEvent(st, &f, eventRowIDs[i], now)
+			eventRow = s.failEvent(st, &f, eventRowIDs[i], now)
 		}
 		cur := s.cursorFor(st, f.Perspective, now)
 		if f.LastVersion > cur.LastVersion {
@@ -186,8 +188,9 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 		cur.Status = cur.Status&^ports.CursorCompleted | ports.CursorFailed
 		cur.Error = f.Error
 		cur.UpdatedAt = now
-		if f.FailedEventID != uuid.Nil && cur.LastVersion > f.FailedEventVersion {
+		if eventRow != nil && cur.LastVersion > f.FailedEventVersion {
 			flagRewind(cur, f.FailedEventID, f.FailedEventVersion, now) // only a rewind applies it in order
+			eventRow.late = true
 		}
 	}
 	for _, k := range moved {
@@ -204,9 +207,11 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 // failEvent charges the failure f of an event (FailedEventID) to the pending
 // row of its pair for that event, whoever holds it, as to a failed row; when
 // the pair has none, as after a replay of an event applied long ago, it
-// stores one under rowID. Either way the row waits, unleased, until RetryAt,
-// and the ordering guard holds the rest of the pair behind it.
-func (s *Store) failEvent(st *stream, f *ports.Failure, rowID uuid.UUID, now time.Time) {
+// stores one under rowID, unless the perspective is retired. Either way the
+// row waits, unleased, until RetryAt, and the ordering guard holds the rest of
+// the pair behind it. It returns the row, which the caller makes late when the
+// cursor is past the event, or nil.
+func (s *Store) failEvent(st *stream, f *ports.Failure, rowID uuid.UUID, now time.Time) *workRow {
 	if p := st.pair(f.Perspective); p != nil {
 		if i, ok := p.rowIndex(f.FailedEventVersion); ok {
 			r := p.pending()[i]
@@ -214,10 +219,13 @@ func (s *Store) failEvent(st *stream, f *ports.Failure, rowID uuid.UUID, now tim
 			r.attempts++
 			r.err = f.Error
 			r.scheduled = f.RetryAt
-			return
+			return r
 		}
 	}
-	s.addRow(st, &workRow{
+	if _, retired := s.retired[f.Perspective]; retired {
+		return nil // nothing would ever apply it, and its stream would never drain
+	}
+	r := &workRow{
 		id:          rowID,
 		streamID:    st.id,
 		perspective: f.Perspective,
@@ -228,7 +236,9 @@ func (s *Store) failEvent(st *stream, f *ports.Failure, rowID uuid.UUID, now tim
 		err:         f.Error,
 		seq:         s.nextSeq(),
 		createdAt:   now,
-	})
+	}
+	s.addRow(st, r)
+	return r
 }
 
 // finishRows completes the listed rows of one (stream, perspective) held by
@@ -293,11 +303,12 @@ func (s *Store) cursorFor(st *stream, perspective string, now time.Time) *ports.
 	return cur
 }
 
-// flagStragglers flags the cursor of k RewindRequired when a pending row of
-// the pair lies below the position a completion or failure of this call
-// reported (reported). Rows below the stored cursor but not below what the
-// call reports are rows applied by earlier batches whose completions are
-// still on their way: flagging them would cause phantom rewinds.
+// flagStragglers flags the cursor of k RewindRequired, and makes the rows
+// late, when pending rows of the pair lie below the position a completion or
+// failure of this call reported (reported): their events were never applied
+// although the cursor passed them. Rows below the stored cursor but not below
+// what the call reports are rows applied by earlier batches whose completions
+// are still on their way: flagging them would cause phantom rewinds.
 func (s *Store) flagStragglers(k pairKey, reported int64, now time.Time) bool {
 	st := s.streams[k.streamID]
 	cur := st.cursors[k.perspective]
@@ -306,6 +317,7 @@ func (s *Store) flagStragglers(k pairKey, reported int64, now time.Time) bool {
 		return false
 	}
 	flagRewind(cur, p.first().eventID, p.first().version, now)
+	p.markLate(reported)
 	return true
 }
 

@@ -108,8 +108,8 @@ func (s *Store) sortedDeadLetters(keep func(dl *deadLetter) bool) []*deadLetter 
 // DeadLetterRequeue implements ports.DeadLetterStore. The row comes back
 // with its original work id, pending, unleased, unscheduled and with zero
 // attempts, and listeners are woken. If the pair's cursor is past the event,
-// the cursor is flagged RewindRequired (the trigger keeps the smallest
-// version). It returns ports.ErrNotFound for an unknown id and
+// the row is late and the cursor is flagged RewindRequired (the trigger keeps
+// the smallest version). It returns ports.ErrNotFound for an unknown id and
 // ports.ErrVersionConflict for a dead letter that is requeued or recovered.
 func (s *Store) DeadLetterRequeue(ctx context.Context, params *ports.DeadLetterRequeueParams) error {
 	if err := s.lock(ctx); err != nil {
@@ -151,19 +151,21 @@ func (s *Store) requeueWorkID(dl *deadLetter) (uuid.UUID, error) {
 // requeued on generation at now. The caller wakes the listeners.
 func (s *Store) requeue(dl *deadLetter, workID uuid.UUID, generation string, now time.Time) {
 	st := s.streamFor(dl.StreamID)
+	late, below := arrivesLate(st, dl.Perspective, dl.EventVersion) // only a rewind applies it in order
 	s.addRow(st, &workRow{
 		id:           workID,
 		streamID:     dl.StreamID,
 		perspective:  dl.Perspective,
 		eventID:      dl.EventID,
 		version:      dl.EventVersion,
+		late:         late,
 		seq:          s.nextSeq(),
 		createdAt:    now,
 		deadLetterID: dl.ID,
 	})
 	s.touch(st, now)
-	if cur := st.cursors[dl.Perspective]; cur != nil && cur.LastVersion > dl.EventVersion {
-		flagRewind(cur, dl.EventID, dl.EventVersion, now)
+	if below {
+		flagRewind(st.cursors[dl.Perspective], dl.EventID, dl.EventVersion, now)
 	}
 	dl.Status = ports.DeadLetterRequeued
 	dl.Requeues++

@@ -18,25 +18,32 @@ import (
 // Events are placed in order: one without a Version gets the version after
 // the highest one stored or placed so far, so in a batch an implicit event
 // following an explicit one continues after it. Work rows go to the
-// perspectives subscribed to each type, in name order. The append is atomic:
-// on any error nothing is stored. Listeners are woken once the append is
-// visible.
+// perspectives subscribed to each type, in name order, the Subscriptions of
+// the call included: they are registered by the same atomic step, before the
+// fan-out, those of retired perspectives excepted. The append is atomic: on
+// any error nothing is stored and nothing is registered. Listeners are woken
+// once the append is visible.
 //
 // A call whose events all carry stored ids is a retry: it succeeds, storing
-// nothing and waking nobody, when it repeats an append that took effect (see
-// ports.EventStore), and returns the stored events in the order of the call.
+// nothing, registering nothing and waking nobody, when it repeats an append
+// that took effect (see ports.EventStore), and returns the stored events in
+// the order of the call.
 // Payloads compare as JSON values, as a database comparing jsonb would, so a
 // retry that re-encoded its payload is still a repeat.
 //
 // It returns ports.ErrInvalidArgument for a nil stream id, no events, an
 // ExpectedVersion below ExpectNoStream, an event with an empty type, a
-// negative version, or data that is not a non-empty JSON document; and
+// negative version, data that is not a non-empty JSON document, or a
+// subscription with an empty event type or perspective; and
 // ports.ErrVersionConflict for a failed ExpectedVersion check, a taken
 // version, a repeated event id, or a stored event id in a call that is not
 // a repeat.
 func (s *Store) EventsAppend(ctx context.Context, params *ports.EventsAppendParams) (*ports.EventsAppendResult, error) {
 	if err := params.Validate(); err != nil {
 		return nil, err
+	}
+	if err := validateSubscriptions(params.Subscriptions); err != nil {
+		return nil, fmt.Errorf("appending to stream %s: %w", params.StreamID, err)
 	}
 	if err := s.lock(ctx); err != nil {
 		return nil, err
@@ -96,10 +103,18 @@ func (s *Store) EventsAppend(ctx context.Context, params *ports.EventsAppendPara
 		})
 	}
 
-	// Generate the work ids up front too: nothing can fail once storing starts.
+	// Generate the work ids up front too, counting the subscriptions the call
+	// adds: nothing can fail once storing starts.
+	added := s.unregistered(params.Subscriptions)
 	var workIDs []uuid.UUID
 	for _, e := range placed {
-		for range s.subs[e.Type] {
+		n := len(s.subs[e.Type])
+		for _, sub := range added {
+			if sub.EventType == e.Type {
+				n++
+			}
+		}
+		for range n {
 			id, err := uuid.NewV7()
 			if err != nil {
 				return nil, fmt.Errorf("appending to stream %s: generating work id: %w", params.StreamID, err)
@@ -108,6 +123,9 @@ func (s *Store) EventsAppend(ctx context.Context, params *ports.EventsAppendPara
 		}
 	}
 
+	for _, sub := range added {
+		s.register(sub)
+	}
 	st := s.streamFor(params.StreamID)
 	result := &ports.EventsAppendResult{Events: make([]ports.Event, 0, len(placed))}
 	for _, e := range placed {
@@ -116,18 +134,20 @@ func (s *Store) EventsAppend(ctx context.Context, params *ports.EventsAppendPara
 		s.eventIDs[e.ID] = eventLoc{st: st, version: e.Version}
 		s.indexEvent(&e)
 		for _, perspective := range s.subs[e.Type] {
+			late, below := arrivesLate(st, perspective, e.Version)
 			s.addRow(st, &workRow{
 				id:          workIDs[result.WorkRows],
 				streamID:    st.id,
 				perspective: perspective,
 				eventID:     e.ID,
 				version:     e.Version,
+				late:        late,
 				seq:         s.nextSeq(),
 				createdAt:   now,
 			})
 			result.WorkRows++
-			if cur := st.cursors[perspective]; cur != nil && cur.LastVersion > e.Version {
-				flagRewind(cur, e.ID, e.Version, now) // a late arrival below the cursor
+			if below {
+				flagRewind(st.cursors[perspective], e.ID, e.Version, now)
 			}
 		}
 		result.Events = append(result.Events, copyEvent(e))
@@ -215,14 +235,13 @@ func storesVersion(st *stream, version int64) bool {
 }
 
 // SubscriptionsRegister implements ports.EventStore. Registering a known
-// subscription again is a no-op. It returns ports.ErrInvalidArgument, and
-// records nothing, when a subscription has an empty event type or
+// subscription again is a no-op, and so is registering one of a retired
+// perspective (see PerspectiveRetire). It returns ports.ErrInvalidArgument,
+// and records nothing, when a subscription has an empty event type or
 // perspective.
 func (s *Store) SubscriptionsRegister(ctx context.Context, subscriptions []ports.Subscription) error {
-	for _, sub := range subscriptions {
-		if sub.EventType == "" || sub.Perspective == "" {
-			return fmt.Errorf("registering subscription %+v: empty event type or perspective: %w", sub, ports.ErrInvalidArgument)
-		}
+	if err := validateSubscriptions(subscriptions); err != nil {
+		return fmt.Errorf("registering subscriptions: %w", err)
 	}
 	if err := s.lock(ctx); err != nil {
 		return err
@@ -230,10 +249,46 @@ func (s *Store) SubscriptionsRegister(ctx context.Context, subscriptions []ports
 	defer s.mu.Unlock()
 
 	for _, sub := range subscriptions {
-		names := s.subs[sub.EventType]
-		if i, found := slices.BinarySearch(names, sub.Perspective); !found {
-			s.subs[sub.EventType] = slices.Insert(names, i, sub.Perspective)
+		s.register(sub)
+	}
+	return nil
+}
+
+// validateSubscriptions rejects a subscription with an empty event type or
+// perspective.
+func validateSubscriptions(subscriptions []ports.Subscription) error {
+	for _, sub := range subscriptions {
+		if sub.EventType == "" || sub.Perspective == "" {
+			return fmt.Errorf("subscription %+v has an empty event type or perspective: %w", sub, ports.ErrInvalidArgument)
 		}
 	}
 	return nil
+}
+
+// unregistered returns the distinct subscriptions of subs that register would
+// add. Appends usually carry subscriptions registered long ago, so the common
+// case costs a binary search each and allocates nothing.
+func (s *Store) unregistered(subs []ports.Subscription) []ports.Subscription {
+	var out []ports.Subscription
+	for _, sub := range subs {
+		if _, retired := s.retired[sub.Perspective]; retired {
+			continue
+		}
+		if _, found := slices.BinarySearch(s.subs[sub.EventType], sub.Perspective); !found && !slices.Contains(out, sub) {
+			out = append(out, sub)
+		}
+	}
+	return out
+}
+
+// register records sub, keeping each type's perspectives sorted, unless its
+// perspective is retired.
+func (s *Store) register(sub ports.Subscription) {
+	if _, retired := s.retired[sub.Perspective]; retired {
+		return
+	}
+	names := s.subs[sub.EventType]
+	if i, found := slices.BinarySearch(names, sub.Perspective); !found {
+		s.subs[sub.EventType] = slices.Insert(names, i, sub.Perspective)
+	}
 }

@@ -95,6 +95,7 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 					EventID:      r.eventID,
 					EventVersion: r.version,
 					Attempts:     r.attempts,
+					Late:         r.late,
 				})
 				versions = append(versions, r.version)
 			}

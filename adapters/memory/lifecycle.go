@@ -101,53 +101,162 @@ func (s *Store) indexEvent(e *ports.Event) {
 	}
 }
 
-// lifecycleRecord holds the stages recorded for one event and the latest
-// claim, the durable counterpart of the engine's in-memory stage guard.
+// lifecycleRecord holds the lifecycle of one event: the stages completed and
+// the open claims of the others. A claim stands while its instance is live;
+// a completion is final.
 type lifecycleRecord struct {
-	stages     ports.LifecycleStage
-	instanceID uuid.UUID // the instance of the latest claim
-	claimedAt  time.Time // the time of the latest claim
+	completed ports.LifecycleStage // completed per-event stages
+	// perspectivesDone lists, sorted, the perspectives whose
+	// StagePostPerspective completed.
+	perspectivesDone []string
+	// claims are the open claims, one per (stage, perspective) at most: a
+	// handful per event, so a linear scan finds one.
+	claims []stageClaim
+}
+
+// stageClaim is an open claim of a stage (of a perspective, for
+// StagePostPerspective) by an instance.
+type stageClaim struct {
+	stage       ports.LifecycleStage
+	perspective string
+	instanceID  uuid.UUID
+}
+
+// done reports whether stage (of perspective) completed.
+func (rec *lifecycleRecord) done(stage ports.LifecycleStage, perspective string) bool {
+	if stage == ports.StagePostPerspective {
+		_, found := slices.BinarySearch(rec.perspectivesDone, perspective)
+		return found
+	}
+	return rec.completed&stage != 0
+}
+
+// claim returns the open claim of stage (of perspective), nil when none.
+func (rec *lifecycleRecord) claim(stage ports.LifecycleStage, perspective string) *stageClaim {
+	for i := range rec.claims {
+		if c := &rec.claims[i]; c.stage == stage && c.perspective == perspective {
+			return c
+		}
+	}
+	return nil
+}
+
+// complete records stage (of perspective) as completed and drops its claim.
+func (rec *lifecycleRecord) complete(stage ports.LifecycleStage, perspective string) {
+	rec.claims = slices.DeleteFunc(rec.claims, func(c stageClaim) bool {
+		return c.stage == stage && c.perspective == perspective
+	})
+	if stage != ports.StagePostPerspective {
+		rec.completed |= stage
+		return
+	}
+	if i, found := slices.BinarySearch(rec.perspectivesDone, perspective); !found {
+		rec.perspectivesDone = slices.Insert(rec.perspectivesDone, i, perspective)
+	}
+}
+
+// lifecycleRecord returns the record of event id, creating it when missing.
+func (s *Store) lifecycleRecord(id uuid.UUID) *lifecycleRecord {
+	rec := s.lifecycle[id]
+	if rec == nil {
+		rec = &lifecycleRecord{}
+		s.lifecycle[id] = rec
+	}
+	return rec
+}
+
+// validateStage checks the stage, perspective, instance and event ids of a
+// claim or completion.
+func validateStage(stage ports.LifecycleStage, perspective string, instanceID uuid.UUID, eventIDs []uuid.UUID) error {
+	switch stage {
+	case ports.StagePrePerspective, ports.StagePostAllPerspectives, ports.StagePostLifecycle:
+		if perspective != "" {
+			// A per-event stage named with a perspective is a caller's
+			// mix-up; recording it per event would silently merge the
+			// perspectives.
+			return fmt.Errorf("stage %d is recorded per event, not for perspective %q: %w", stage, perspective, ports.ErrInvalidArgument)
+		}
+	case ports.StagePostPerspective:
+		if perspective == "" {
+			return fmt.Errorf("stage %d needs a perspective: %w", stage, ports.ErrInvalidArgument)
+		}
+	default:
+		return fmt.Errorf("stage %d is not a single durable stage: %w", stage, ports.ErrInvalidArgument)
+	}
+	if instanceID == uuid.Nil {
+		return fmt.Errorf("stage %d: nil instance id: %w", stage, ports.ErrInvalidArgument)
+	}
+	if slices.Contains(eventIDs, uuid.Nil) {
+		return fmt.Errorf("stage %d: nil event id: %w", stage, ports.ErrInvalidArgument)
+	}
+	return nil
 }
 
 // LifecycleClaim implements ports.LifecycleStore. Ids are claimed one by one
 // in input order, so an id listed twice is returned once, at its first
 // position. The events need not be stored: the claim records only their ids.
-// It returns ports.ErrInvalidArgument, and records nothing, for a Stage that
-// is not exactly one of the durable stages, a nil instance id or a nil event
-// id.
+// A claim stands while its instance has a heartbeat newer than Now -
+// StaleThreshold; the claim of an instance without a row (never registered,
+// deregistered or abandoned) is taken over. It returns
+// ports.ErrInvalidArgument, and records nothing, for a Stage that is not
+// exactly one of the durable stages, a StagePostPerspective without a
+// Perspective or another stage with one, a nil instance id, a nil event id,
+// or a StaleThreshold that is not positive.
 func (s *Store) LifecycleClaim(ctx context.Context, params *ports.LifecycleClaimParams) ([]uuid.UUID, error) {
-	switch params.Stage {
-	case ports.StagePrePerspective, ports.StagePostAllPerspectives, ports.StagePostLifecycle:
-	default:
-		return nil, fmt.Errorf("claiming lifecycle stage %d: not a single durable stage: %w", params.Stage, ports.ErrInvalidArgument)
+	if err := validateStage(params.Stage, params.Perspective, params.InstanceID, params.EventIDs); err != nil {
+		return nil, fmt.Errorf("claiming lifecycle stages: %w", err)
 	}
-	if params.InstanceID == uuid.Nil {
-		return nil, fmt.Errorf("claiming lifecycle stage %d: nil instance id: %w", params.Stage, ports.ErrInvalidArgument)
-	}
-	if slices.Contains(params.EventIDs, uuid.Nil) {
-		return nil, fmt.Errorf("claiming lifecycle stage %d: nil event id: %w", params.Stage, ports.ErrInvalidArgument)
+	if params.StaleThreshold <= 0 {
+		return nil, fmt.Errorf("claiming lifecycle stages: stale threshold %s must be positive: %w", params.StaleThreshold, ports.ErrInvalidArgument)
 	}
 	if err := s.lock(ctx); err != nil {
 		return nil, err
 	}
 	defer s.mu.Unlock()
 
-	now := s.now(params.Now)
+	live := s.livenessAt(s.now(params.Now), params.StaleThreshold)
 	won := make([]uuid.UUID, 0, len(params.EventIDs))
+	seen := make(map[uuid.UUID]struct{}, len(params.EventIDs))
 	for _, id := range params.EventIDs {
-		rec := s.lifecycle[id]
-		if rec == nil {
-			rec = &lifecycleRecord{}
-			s.lifecycle[id] = rec
-		}
-		if rec.stages&params.Stage != 0 {
+		if _, dup := seen[id]; dup {
 			continue
 		}
-		rec.stages |= params.Stage
-		rec.instanceID, rec.claimedAt = params.InstanceID, now
+		seen[id] = struct{}{}
+		rec := s.lifecycleRecord(id)
+		if rec.done(params.Stage, params.Perspective) {
+			continue
+		}
+		c := rec.claim(params.Stage, params.Perspective)
+		switch {
+		case c == nil:
+			rec.claims = append(rec.claims, stageClaim{stage: params.Stage, perspective: params.Perspective, instanceID: params.InstanceID})
+		case c.instanceID == params.InstanceID || !live.live(c.instanceID):
+			c.instanceID = params.InstanceID // the caller's own, or a dead instance's: run it again
+		default:
+			continue // a live other instance runs it
+		}
 		won = append(won, id)
 	}
 	return won, nil
+}
+
+// LifecycleComplete implements ports.LifecycleStore. The events need not be
+// stored, nor the stages claimed. It returns ports.ErrInvalidArgument, and
+// records nothing, for the arguments LifecycleClaim rejects (its
+// StaleThreshold aside).
+func (s *Store) LifecycleComplete(ctx context.Context, params *ports.LifecycleCompleteParams) error {
+	if err := validateStage(params.Stage, params.Perspective, params.InstanceID, params.EventIDs); err != nil {
+		return fmt.Errorf("completing lifecycle stages: %w", err)
+	}
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+
+	for _, id := range params.EventIDs {
+		s.lifecycleRecord(id).complete(params.Stage, params.Perspective)
+	}
+	return nil
 }
 
 // LifecycleStages implements ports.LifecycleStore. The map is never nil.
@@ -159,8 +268,34 @@ func (s *Store) LifecycleStages(ctx context.Context, eventIDs []uuid.UUID) (map[
 
 	out := make(map[uuid.UUID]ports.LifecycleStage)
 	for _, id := range eventIDs {
-		if rec := s.lifecycle[id]; rec != nil {
-			out[id] = rec.stages
+		if rec := s.lifecycle[id]; rec != nil && rec.completed != 0 {
+			out[id] = rec.completed
+		}
+	}
+	return out, nil
+}
+
+// LifecycleReady implements ports.LifecycleStore. An id listed twice is
+// returned once, at its first position. The cost is O(listed events ×
+// expected perspectives of their types), each check a map lookup and a
+// binary search.
+func (s *Store) LifecycleReady(ctx context.Context, params *ports.LifecycleReadyParams) ([]uuid.UUID, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+
+	out := make([]uuid.UUID, 0, len(params.EventIDs))
+	seen := make(map[uuid.UUID]struct{}, len(params.EventIDs))
+	for _, id := range params.EventIDs {
+		loc, stored := s.eventIDs[id]
+		if _, dup := seen[id]; dup || !stored {
+			continue
+		}
+		seen[id] = struct{}{}
+		i, _ := loc.st.eventIndex(loc.version)
+		if applied(loc.st, loc.version, params.Expected[loc.st.events[i].Type]) {
+			out = append(out, id)
 		}
 	}
 	return out, nil
@@ -216,26 +351,33 @@ func (s *Store) LifecycleOrphans(ctx context.Context, params *ports.LifecycleOrp
 	return out, nil
 }
 
-// isOrphan reports whether the event at ref has no PostLifecycle record
-// although every listed perspective has a cursor at or past its version.
+// isOrphan reports whether the event at ref has no completed PostLifecycle
+// although every listed perspective applied it.
 func (s *Store) isOrphan(ref eventRef, perspectives []string) bool {
-	st := s.streams[ref.streamID]
+	if !applied(s.streams[ref.streamID], ref.version, perspectives) {
+		return false
+	}
+	rec := s.lifecycle[s.eventAt(ref).ID]
+	return rec == nil || !rec.done(ports.StagePostLifecycle, "")
+}
+
+// applied reports whether every listed perspective applied the event at
+// version of st: its cursor is at or past the version and it has no pending
+// row for the event. A pending row below the cursor is a late event that a
+// rewind has not applied yet.
+func applied(st *stream, version int64, perspectives []string) bool {
 	for _, p := range perspectives {
 		cur := st.cursors[p]
-		if cur == nil || cur.LastVersion < ref.version {
+		if cur == nil || cur.LastVersion < version {
 			return false
 		}
-		// A pending row below the cursor is a late event a rewind has not
-		// applied yet: not complete.
 		if pr := st.pair(p); pr != nil {
-			if _, pending := pr.rowIndex(ref.version); pending {
+			if _, pending := pr.rowIndex(version); pending {
 				return false
 			}
 		}
 	}
-	e := s.eventAt(ref)
-	rec := s.lifecycle[e.ID]
-	return rec == nil || rec.stages&ports.StagePostLifecycle == 0
+	return true
 }
 
 // eventAt returns the stored event ref points at, which always exists.

@@ -29,7 +29,9 @@
 // times. A claim therefore costs O(streams the caller holds + rows it
 // leases), amortized, plus a logarithmic factor, whatever the backlog of
 // other streams; appends, fetches, completions and failures cost O(their
-// input and result). Each work row stored by a dead-letter requeue keeps its
+// input and result). Each (stream, perspective) keeps a version below which
+// every pending row is late, so the stragglers a completion marks late are
+// walked once, not again by every later completion. Each work row stored by a dead-letter requeue keeps its
 // dead letter's id, so completing or dead-lettering it again finds the dead
 // letter in O(1); listing and recovering dead letters walk all of them.
 package memory
@@ -86,6 +88,7 @@ type Store struct {
 	pins        map[uuid.UUID]map[*stream]struct{} // instance -> streams pinned to it
 	claims      claimIndex                         // streams a claim may lease rows of, see claimindex.go
 	subs        map[string][]string                // event type -> perspectives, sorted
+	retired     map[string]struct{}                // retired perspectives, never subscribed
 	deadLetters map[uuid.UUID]*deadLetter          // by dead letter id
 	listeners   map[*listener]struct{}             // open NotifierListen channels
 
@@ -97,7 +100,7 @@ type Store struct {
 
 	// State of the optional ports.
 	types       map[string]*typeIndex                     // event type -> its streams and events
-	lifecycle   map[uuid.UUID]*lifecycleRecord            // event id -> recorded lifecycle stages
+	lifecycle   map[uuid.UUID]*lifecycleRecord            // event id -> completed stages and open claims
 	streamLocks map[uuid.UUID]map[string]ports.StreamLock // stream -> perspective -> lock holder
 	snapshots   map[pairKey][]ports.Snapshot              // (stream, perspective) -> snapshots by version
 }
@@ -140,6 +143,11 @@ type pair struct {
 	// when every row is held and leaseFloor is after now, a claim finds no
 	// row to lease in the pair and skips it without a walk.
 	leaseFloor time.Time
+	// lateBelow is a version below which every pending row is late, so
+	// marking the stragglers below a reported position walks only the rows
+	// not marked before, however long a backlog of late rows waits for its
+	// rewind.
+	lateBelow int64
 }
 
 // workRow is one (stream, perspective, event) work row.
@@ -153,6 +161,7 @@ type workRow struct {
 	expiry      time.Time // lease expiry, zero when unleased
 	scheduled   time.Time // retry-not-before, zero when not scheduled
 	attempts    int
+	late        bool // stored below its pair's cursor, or found straggling; never cleared
 	err         string
 	seq         uint64
 	createdAt   time.Time
@@ -188,6 +197,7 @@ var (
 	_ ports.LifecycleStore  = (*Store)(nil)
 	_ ports.RewindStore     = (*Store)(nil)
 	_ ports.SnapshotStore   = (*Store)(nil)
+	_ ports.AdminStore      = (*Store)(nil)
 )
 
 // New returns an empty Store configured by opts. It starts nothing: the store
@@ -204,6 +214,7 @@ func New(opts Options) *Store {
 		held:           make(map[uuid.UUID]map[*stream]int),
 		pins:           make(map[uuid.UUID]map[*stream]struct{}),
 		subs:           make(map[string][]string),
+		retired:        make(map[string]struct{}),
 		deadLetters:    make(map[uuid.UUID]*deadLetter),
 		listeners:      make(map[*listener]struct{}),
 		types:          make(map[string]*typeIndex),
@@ -233,6 +244,7 @@ func (s *Store) Backend() ports.Backend {
 		Lifecycle:   s,
 		Rewind:      s,
 		Snapshots:   s,
+		Admin:       s,
 	}
 }
 
@@ -411,7 +423,8 @@ func (p *pair) remove(r *workRow) {
 }
 
 // addRow stores a new pending, unleased row in its stream's indexes. The
-// caller then updates the claim index with touch.
+// caller sets r.late before, or marks the row late later. The caller then
+// updates the claim index with touch.
 func (s *Store) addRow(st *stream, r *workRow) {
 	i, ok := st.pairIndex(r.perspective)
 	if !ok {
@@ -420,8 +433,48 @@ func (s *Store) addRow(st *stream, r *workRow) {
 	p := st.pairs[i]
 	p.insert(r)
 	p.unleased++
+	if !r.late && r.version < p.lateBelow {
+		p.lateBelow = r.version // keep every row below it late
+	}
 	st.pending++
 	s.work[r.id] = r
+}
+
+// arrivesLate reports whether a row of perspective stored now at version is
+// late, and whether that is because the pair's cursor is past it (only then
+// is the cursor flagged: otherwise the completion that moves it past does).
+// A row is late when the cursor is past its version, or when a pending row
+// of the pair above it is held: that row was handed to an apply, whose save
+// may move the cursor past the new row before the pair is fetched again.
+func arrivesLate(st *stream, perspective string, version int64) (late, belowCursor bool) {
+	if cur := st.cursors[perspective]; cur != nil && cur.LastVersion > version {
+		return true, true
+	}
+	p := st.pair(perspective)
+	if p == nil || p.held() == 0 {
+		return false, false
+	}
+	rows := p.pending()
+	i, _ := p.rowIndex(version)
+	for _, r := range rows[i:] {
+		if r.holder != uuid.Nil && r.version > version {
+			return true, false
+		}
+	}
+	return false, false
+}
+
+// markLate makes every pending row of p below version late.
+func (p *pair) markLate(version int64) {
+	if version <= p.lateBelow {
+		return
+	}
+	rows := p.pending()
+	i, _ := p.rowIndex(p.lateBelow)
+	for ; i < len(rows) && rows[i].version < version; i++ {
+		rows[i].late = true
+	}
+	p.lateBelow = version
 }
 
 // removeRow takes a pending row out of every index. The row is not kept. The

@@ -167,9 +167,11 @@ const sqlFlagRewind = `status = c.status | ` + sqlStatusRewindRequired + `,
     rewind_first_flagged_at = coalesce(c.rewind_first_flagged_at, clock.now),
     updated_at = clock.now`
 
-// sqlFlagStragglers flags the cursors of the pairs ($2, $3) that have a
-// pending row strictly below the position their completion reports ($4);
-// the smallest is the trigger. It runs after the call's deletions.
+// sqlFlagStragglers makes late the pending rows of the pairs ($2, $3)
+// strictly below the position their completion reports ($4), and flags
+// those pairs' cursors, the smallest such row being the trigger. It runs
+// after the call's deletions, and after its cursor upsert locked the
+// cursors: only the pair's cursor holder marks its rows.
 //
 // The completion's own position, not the stored one, is the bound: the
 // engine saves models (which moves the stored cursor) before it flushes the
@@ -177,12 +179,18 @@ const sqlFlagRewind = `status = c.status | ` + sqlStatusRewindRequired + `,
 // completed would otherwise look like stragglers on every batched flush and
 // trigger phantom rewinds. A row at the position is not a straggler either
 // (it was applied; its deletion is merely late).
-const sqlFlagStragglers = `WITH ` + sqlClock1 + `,
+//
+// marked walks each pair's rows below the position (a range of
+// vantage_work_pending_idx; none in the common case) and updates them by
+// key, in work id order, as completions lock rows; rows marked before are
+// passed over, and a late row is not written again.
+var sqlFlagStragglers = `WITH ` + sqlClock1 + `,
 pairs AS (
     SELECT p.stream_id, p.perspective, max(p.last_version) AS last_version
     FROM unnest($2::uuid[], $3::text[], $4::bigint[]) AS p(stream_id, perspective, last_version)
     GROUP BY p.stream_id, p.perspective
 ),
+` + sqlMarkLate("pairs") + `,
 f AS (
     SELECT p.stream_id, p.perspective, s.event_id, s.event_version
     FROM pairs p
@@ -199,6 +207,29 @@ UPDATE /* SCHEMA */.vantage_cursors c
 SET ` + sqlFlagRewind + `
 FROM f, clock
 WHERE c.stream_id = f.stream_id AND c.perspective = f.perspective`
+
+// sqlMarkLate returns the CTE marked, which makes late the pending rows of
+// each pair of bounds (a CTE of stream_id, perspective, last_version) below
+// last_version that are not late yet. The rows are found per pair by a
+// range scan (OFFSET 0 keeps it: flattened, the planner may hash the whole
+// work table) and updated by key, which locks them in work id order.
+func sqlMarkLate(bounds string) string {
+	return `marked AS (
+    UPDATE /* SCHEMA */.vantage_work w
+    SET late = true
+    WHERE w.work_id = ANY (ARRAY(
+        SELECT s.work_id
+        FROM ` + bounds + ` b
+        CROSS JOIN LATERAL (
+            SELECT l.work_id
+            FROM /* SCHEMA */.vantage_work l
+            WHERE l.stream_id = b.stream_id AND l.perspective = b.perspective
+              AND l.processed_at IS NULL AND l.event_version < b.last_version AND NOT l.late
+            OFFSET 0
+        ) s))
+    RETURNING 1
+)`
+}
 
 // sqlUnpinDrained unpins the streams $1 that have no pending row left. It
 // locks the pin rows in stream id order, as claims and fetches do (see
@@ -344,8 +375,8 @@ func (p *positions) columns() (streams [][16]byte, perspectives []string, eventI
 // WorkComplete implements ports.CursorStore in one round trip: a batch of
 // four statements in one implicit transaction, in this order: complete the
 // listed rows (between sqlJoinsByKey and sqlJoinsAny), recovering the dead
-// letters of requeued ones, upsert the cursors, flag stragglers, unpin
-// drained streams.
+// letters of requeued ones, upsert the cursors, mark stragglers late and
+// flag their cursors, unpin drained streams.
 // Every deletion of the call thus precedes every cursor check. A pair listed
 // in several completions ends at its highest position. Stragglers are rows
 // below the position the completions report, not below a stored position
@@ -414,11 +445,32 @@ WHERE ` + sqlListedRow("f")
 // sqlFailCursors upserts one cursor per failed pair: $1 now, $2 streams, $3
 // perspectives, $4 last event ids, $5 last versions, $6 errors. The position
 // moves forward only; Completed is replaced by Failed and the error stored.
-// When the position moves, the smallest pending row below the new position
+// When the position moves, the pending rows below the new position become
+// late (moved, then marked: see sqlMarkLate), and the smallest of them
 // (found by the LATERAL join and carried in the excluded row's trigger
 // columns) flags RewindRequired as in WorkComplete; otherwise the rewind
-// columns stay as they are.
-const sqlFailCursors = `WITH ` + sqlClock1 + `
+// columns stay as they are. prior locks the cursors first, in key order, so
+// that moved compares with the committed positions the upsert then
+// replaces.
+var sqlFailCursors = `WITH ` + sqlClock1 + `,
+f AS (
+    SELECT * FROM unnest($2::uuid[], $3::text[], $4::uuid[], $5::bigint[], $6::text[])
+        AS f(stream_id, perspective, last_event_id, last_version, error)
+),
+prior AS MATERIALIZED (
+    SELECT c.stream_id, c.perspective, c.last_version
+    FROM /* SCHEMA */.vantage_cursors c
+    WHERE (c.stream_id, c.perspective) IN (SELECT f.stream_id, f.perspective FROM f)
+    ORDER BY c.stream_id, c.perspective COLLATE "C"
+    FOR UPDATE
+),
+moved AS (
+    SELECT f.stream_id, f.perspective, f.last_version
+    FROM f
+    LEFT JOIN prior p ON p.stream_id = f.stream_id AND p.perspective = f.perspective
+    WHERE f.last_version > coalesce(p.last_version, 0)
+),
+` + sqlMarkLate("moved") + `
 INSERT INTO /* SCHEMA */.vantage_cursors AS c
     (stream_id, perspective, last_event_id, last_version, status, error,
      rewind_trigger_event_id, rewind_trigger_version, rewind_flagged_at, rewind_first_flagged_at, updated_at)
@@ -428,8 +480,7 @@ SELECT f.stream_id, f.perspective, nullif(f.last_event_id, '00000000-0000-0000-0
        CASE WHEN s.event_version IS NOT NULL THEN clock.now END,
        CASE WHEN s.event_version IS NOT NULL THEN clock.now END,
        clock.now
-FROM unnest($2::uuid[], $3::text[], $4::uuid[], $5::bigint[], $6::text[])
-     AS f(stream_id, perspective, last_event_id, last_version, error)
+FROM f
 CROSS JOIN clock
 LEFT JOIN LATERAL (
     SELECT w.event_id, w.event_version
@@ -439,6 +490,7 @@ LEFT JOIN LATERAL (
     ORDER BY w.event_version
     LIMIT 1
 ) s ON true
+ORDER BY f.stream_id, f.perspective COLLATE "C"
 ON CONFLICT (stream_id, perspective) DO UPDATE
 SET last_event_id = CASE WHEN excluded.last_version > c.last_version THEN excluded.last_event_id ELSE c.last_event_id END,
     last_version = greatest(c.last_version, excluded.last_version),
@@ -470,6 +522,8 @@ const sqlFailRewinds = `excluded.last_version > c.last_version AND excluded.rewi
 // the error and the retry time; when the pair has a pending row for the
 // event already (the key of pending work, vantage_work_pending_idx), that
 // row gets the attempt instead, as a failed row does, whoever holds it.
+// A retired perspective gets no row: nothing would ever apply it (its
+// instances no longer run it), and its stream would never drain.
 // Rows are written in key order, so overlapping calls cannot deadlock.
 const sqlFailEvents = `WITH ` + sqlClock1 + `
 INSERT INTO /* SCHEMA */.vantage_work AS w
@@ -477,26 +531,43 @@ INSERT INTO /* SCHEMA */.vantage_work AS w
 SELECT /* SCHEMA */.vantage_uuid_v7(), f.stream_id, f.perspective, f.event_id, f.event_version, 1, f.error, f.retry_at, clock.now
 FROM unnest($2::uuid[], $3::text[], $4::uuid[], $5::bigint[], $6::text[], $7::timestamptz[])
      AS f(stream_id, perspective, event_id, event_version, error, retry_at), clock
+WHERE NOT EXISTS (SELECT 1 FROM /* SCHEMA */.vantage_retired_perspectives r WHERE r.perspective = f.perspective)
 ORDER BY f.stream_id, f.perspective COLLATE "C", f.event_version
 ON CONFLICT (stream_id, perspective, event_version) WHERE processed_at IS NULL DO UPDATE
 SET instance_id = NULL, lease_expiry = NULL, attempts = w.attempts + 1,
     error = excluded.error, scheduled_for = excluded.scheduled_for`
 
-// sqlFlagFailedEvents flags RewindRequired on the cursors ($2, $3) already
-// past the failed event of their pair ($4, $5), so that a rewind applies the
-// event in order once its retry time comes; an earlier trigger is kept (see
-// sqlFlagRewind). It runs after sqlFailCursors, which locked these cursors
-// in key order and moved their positions. $1 is now.
+// sqlFlagFailedEvents makes late the rows of the failed events ($2 to $5)
+// that their pair's cursor is past, and flags those cursors
+// RewindRequired, so that a rewind applies the events in order once their
+// retry time comes; an earlier trigger is kept (see sqlFlagRewind). It
+// runs after sqlFailCursors, which locked these cursors in key order and
+// moved their positions, and after sqlFailEvents, which locked the rows.
+// $1 is now.
 const sqlFlagFailedEvents = `WITH ` + sqlClock1 + `,
+past AS MATERIALIZED (
+    SELECT e.stream_id, e.perspective, e.event_id, e.event_version
+    FROM unnest($2::uuid[], $3::text[], $4::uuid[], $5::bigint[]) AS e(stream_id, perspective, event_id, event_version)
+    JOIN /* SCHEMA */.vantage_cursors c ON c.stream_id = e.stream_id AND c.perspective = e.perspective
+    WHERE c.last_version > e.event_version
+),
+marked AS (
+    UPDATE /* SCHEMA */.vantage_work w
+    SET late = true
+    FROM past p
+    WHERE w.stream_id = p.stream_id AND w.perspective = p.perspective AND w.event_version = p.event_version
+      AND w.processed_at IS NULL AND NOT w.late
+    RETURNING 1
+),
 f AS (
-    SELECT DISTINCT ON (f.stream_id, f.perspective) f.stream_id, f.perspective, f.event_id, f.event_version
-    FROM unnest($2::uuid[], $3::text[], $4::uuid[], $5::bigint[]) AS f(stream_id, perspective, event_id, event_version)
-    ORDER BY f.stream_id, f.perspective, f.event_version
+    SELECT DISTINCT ON (p.stream_id, p.perspective) p.stream_id, p.perspective, p.event_id, p.event_version
+    FROM past p
+    ORDER BY p.stream_id, p.perspective, p.event_version
 )
 UPDATE /* SCHEMA */.vantage_cursors c
 SET ` + sqlFlagRewind + `
 FROM f, clock
-WHERE c.stream_id = f.stream_id AND c.perspective = f.perspective AND c.last_version > f.event_version`
+WHERE c.stream_id = f.stream_id AND c.perspective = f.perspective`
 
 // failedEvents collects the FailedEventID of failures, one per pair and
 // version (the key of pending work): a later failure of the same event
@@ -555,8 +626,11 @@ func (e *failedEvents) columns() failedEventColumns {
 // to six statements in one implicit transaction: complete the applied rows,
 // release and schedule the failed rows (fenced like completions), store the
 // failed events (sqlFailEvents, when a failure names one), upsert the
-// cursors, flag those past a failed event (sqlFlagFailedEvents), unpin
-// drained streams. A zero RetryAt makes the failed rows claimable at once.
+// cursors (marking late the pending rows below a position that moved), mark
+// late the failed events' rows below their cursor and flag those cursors
+// (sqlFlagFailedEvents), unpin drained streams. A zero RetryAt makes the
+// failed rows claimable at once. A failed event of a retired perspective
+// stores no row.
 // It returns ports.ErrInvalidArgument, and changes nothing, when a failure
 // has a nil stream id, an empty perspective, a negative LastVersion, or a
 // FailedEventID without a positive FailedEventVersion (or the reverse).

@@ -151,28 +151,62 @@ func scanDeadLetter(row pgx.CollectableRow) (ports.DeadLetter, error) {
 // work_id, stream_id, perspective, event_id, event_version), flag the
 // cursors already past them and wake the claimers. $3 is the NOTIFY channel.
 //
+//   - pending share-locks the pairs' pending rows at and above the events,
+//     in work id order, and tells which are leased: a lease in progress is
+//     waited for, a new one held back (fetches skip locked rows) until the
+//     requeue committed. cur then locks the pairs' cursors in key order and
+//     reads their positions as committed: work rows before cursors, as
+//     completions lock them. A completion moving a cursor past a requeued
+//     event either committed before (cur sees it) or waits for the requeue
+//     to commit (its straggler check then sees the row).
 //   - requeued stores each row again with its original work id, pending,
-//     unleased, unscheduled, with zero attempts, naming its dead letter.
-//     When the pair has a pending row for the event already (say, a replay
-//     failure stored one), that row is linked to the dead letter instead:
-//     the event is applied once, and its completion recovers the dead
-//     letter.
+//     unleased, unscheduled, with zero attempts, naming its dead letter. It
+//     is late when cur is past its event, or when a row of its pair above
+//     it is leased: that row was handed to an apply, whose save may move
+//     the cursor past the requeued one (see ports.WorkItem.Late). When the
+//     pair has a pending row for the event already (say, a replay failure
+//     stored one), that row is linked to the dead letter instead (and
+//     becomes late too when the requeued row would be): the event is
+//     applied once, and its completion recovers the dead letter.
 //   - flagged flags RewindRequired on the cursors already past a requeued
 //     event, so that a rewind applies it in order; the trigger keeps the
-//     smallest version (sqlFlagRewind). The cursors are locked in key
-//     order, as completions lock them.
+//     smallest version (sqlFlagRewind).
 //   - notified queues a NOTIFY, delivered when the transaction commits.
 //
-// Locks: the dead letters (in dl), then work rows, then cursors.
-const sqlRequeue = `requeued AS (
+// Locks: the dead letters (in dl), then work rows, then cursors; the new
+// rows last.
+const sqlRequeue = `pending AS MATERIALIZED (
+    SELECT w.stream_id, w.perspective, w.event_version, w.instance_id IS NOT NULL AS leased
+    FROM /* SCHEMA */.vantage_work w
+    JOIN dl r ON w.stream_id = r.stream_id AND w.perspective = r.perspective AND w.event_version >= r.event_version
+    WHERE w.processed_at IS NULL
+    ORDER BY w.work_id
+    FOR SHARE OF w
+),
+cur AS MATERIALIZED (
+    SELECT c.stream_id, c.perspective, c.last_version
+    FROM /* SCHEMA */.vantage_cursors c
+    WHERE (c.stream_id, c.perspective) IN (SELECT r.stream_id, r.perspective FROM dl r)
+      AND (SELECT count(*) FROM pending) >= 0 -- after pending: work rows first
+    ORDER BY c.stream_id, c.perspective COLLATE "C"
+    FOR UPDATE OF c
+),
+requeued AS (
     INSERT INTO /* SCHEMA */.vantage_work AS w
-        (work_id, stream_id, perspective, event_id, event_version, dead_letter_id, created_at)
+        (work_id, stream_id, perspective, event_id, event_version, dead_letter_id, late, created_at)
     SELECT DISTINCT ON (r.stream_id, r.perspective, r.event_version)
-           r.work_id, r.stream_id, r.perspective, r.event_id, r.event_version, r.id, clock.now
-    FROM dl r, clock
+           r.work_id, r.stream_id, r.perspective, r.event_id, r.event_version, r.id,
+           coalesce(c.last_version > r.event_version, false)
+           OR EXISTS (
+               SELECT 1 FROM pending p
+               WHERE p.stream_id = r.stream_id AND p.perspective = r.perspective AND p.leased AND p.event_version > r.event_version),
+           clock.now
+    FROM dl r
+    LEFT JOIN cur c ON c.stream_id = r.stream_id AND c.perspective = r.perspective
+    CROSS JOIN clock
     ORDER BY r.stream_id, r.perspective, r.event_version, r.id
     ON CONFLICT (stream_id, perspective, event_version) WHERE processed_at IS NULL
-    DO UPDATE SET dead_letter_id = excluded.dead_letter_id
+    DO UPDATE SET dead_letter_id = excluded.dead_letter_id, late = w.late OR excluded.late
     RETURNING 1
 ),
 flagged AS (
@@ -181,14 +215,11 @@ flagged AS (
     FROM (
         SELECT DISTINCT ON (r.stream_id, r.perspective) r.stream_id, r.perspective, r.event_id, r.event_version
         FROM dl r
+        JOIN cur l ON l.stream_id = r.stream_id AND l.perspective = r.perspective
+        WHERE l.last_version > r.event_version
         ORDER BY r.stream_id, r.perspective, r.event_version
     ) f, clock
-    WHERE c.stream_id = f.stream_id AND c.perspective = f.perspective AND c.last_version > f.event_version
-      AND (c.stream_id, c.perspective) IN (
-          SELECT l.stream_id, l.perspective FROM /* SCHEMA */.vantage_cursors l
-          WHERE (l.stream_id, l.perspective) IN (SELECT r.stream_id, r.perspective FROM dl r)
-          ORDER BY l.stream_id, l.perspective COLLATE "C"
-          FOR UPDATE)
+    WHERE c.stream_id = f.stream_id AND c.perspective = f.perspective
     RETURNING 1
 ),
 notified AS (
@@ -225,8 +256,9 @@ SELECT (SELECT count(*) FROM dl), (SELECT status FROM prior), (SELECT count(*) F
 // row comes back with its original work id, pending, unleased, unscheduled
 // and with zero attempts, and listeners are woken on commit. If the pair's
 // cursor is past the event (LastVersion greater than the event's version),
-// the cursor is flagged RewindRequired (the trigger keeps the smallest
-// version). It returns ports.ErrNotFound for an unknown id and
+// the row is late and the cursor is flagged RewindRequired (the trigger
+// keeps the smallest version); the row is late too, without the flag, when
+// a pending row of the pair above it is leased. It returns ports.ErrNotFound for an unknown id and
 // ports.ErrVersionConflict for a dead letter that is requeued or recovered
 // (or that a concurrent call requeued first).
 func (s *Store) DeadLetterRequeue(ctx context.Context, params *ports.DeadLetterRequeueParams) error {

@@ -1,5 +1,5 @@
 // Package postgres is the PostgreSQL backend of Vantage: every port of
-// package ports, the optional lifecycle, rewind and snapshot stores
+// package ports, the optional lifecycle, rewind, snapshot and admin stores
 // included, on a pgx v5 pool, with wake-ups through a lib/pq listener.
 //
 // # Setup
@@ -43,6 +43,34 @@
 // fetches never wait for a work row. Survivors abandoning the same dead
 // instance queue on its instance row, and the first abandons it alone.
 //
+// # Late rows
+//
+// A work row is late (vantage_work.late, ports.WorkItem.Late) when its event
+// is below its pair's cursor without having been applied: stored there by
+// an append with an explicit version, a requeue or a failed replay, or
+// found pending below the position a completion or failure reported; or
+// when it is stored below a leased row of its pair, whose apply may move
+// the cursor past it. A writer of such a row share-locks the pair's
+// pending rows above it and then locks the pair's cursor before it reads
+// leases and position (an append only when one of its versions is at or
+// below the stream head, the only case in which a row or a cursor can be
+// past it), and a completion marks the stragglers after its cursor upsert
+// locked the cursor: whichever commits second sees the other's write, so a
+// concurrent lease, completion and late arrival never leave a late row
+// unmarked. One case no row lock orders: the save or completion that
+// creates a pair's first cursor, which an append in flight cannot lock
+// before it exists. The mark stays until the row is deleted. Marking
+// stragglers takes the pair's rows after its cursor, which only the
+// cursor's holder does.
+//
+// # Lifecycle stages
+//
+// vantage_lifecycle_stages holds one row per (event, stage, perspective):
+// a claim (the claimer, which must stay live for the claim to stand) until
+// the stage is completed. Claims and completions upsert the rows in event
+// id order, so concurrent claims of a stage have one winner and never
+// deadlock.
+//
 // # Attempts and dead letters
 //
 // A work row's attempts count the applies that failed (WorkFail) and the
@@ -56,6 +84,16 @@
 // the same dead letter dead again. DeadLettersRecover requeues the oldest
 // dead ones of other generations with FOR UPDATE SKIP LOCKED, so that
 // instances of a new deploy recover each once between them.
+//
+// # Retiring perspectives
+//
+// PerspectiveRetire records the perspective in
+// vantage_retired_perspectives and deletes its subscriptions under a lock
+// on vantage_subscriptions that every append and registration conflicts
+// with, so that no append stores its rows afterwards; then it deletes its
+// pending rows (and, with DropState, its cursors, models and snapshots),
+// which it finds by scans: no index leads with the perspective, as one
+// would cost every append and completion for a rare operator action.
 //
 // # Retries
 //

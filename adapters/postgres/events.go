@@ -20,9 +20,11 @@ import (
 // whose ids collide in hashtext merely share the lock.
 const sqlAppendLock = `SELECT pg_advisory_xact_lock(hashtext($1::text), hashtext($2::text))`
 
-// sqlAppend stores events and their work rows in one statement. Parameters:
-// $1 stream, $2 now, $3 expected version, $4 event ids, $5 types, $6
-// explicit versions (0 for none), $7 data, $8 metadata, $9 NOTIFY channel.
+// sqlAppend stores events and their work rows in one statement, and
+// registers the subscriptions the call carries. Parameters: $1 stream, $2
+// now, $3 expected version, $4 event ids, $5 types, $6 explicit versions (0
+// for none), $7 data, $8 metadata, $9 NOTIFY channel, $10 and $11 the
+// carried subscriptions (event types, perspectives).
 //
 //   - known are the events of the call whose id is stored already (a
 //     primary key probe per event), each telling whether it is the same
@@ -43,9 +45,40 @@ const sqlAppendLock = `SELECT pg_advisory_xact_lock(hashtext($1::text), hashtext
 //   - stored inserts them; a taken version is a unique violation, which
 //     aborts the transaction (ErrVersionConflict), as is an id that a
 //     concurrent append to another stream stores first.
-//   - work fans out one pending, unleased row per subscribed perspective.
-//   - late flags the cursors already past a new row (late arrival), with the
-//     smallest such event as trigger.
+//   - carried are the call's subscriptions, each once, those of retired
+//     perspectives left out; registered records those not recorded yet
+//     through vantage_subscriptions_add, called only when one is missing:
+//     in the common case every one is recorded, which costs a probe each
+//     and no insert. The fan-out reads carried itself, not the table: the
+//     rows registered here are not visible to the rest of the statement,
+//     and neither are those a concurrent append registered after this
+//     statement's snapshot (its insert makes this one's a no-op).
+//   - exposed tells whether a new event may be late: the lowest new
+//     version is at or below the head (an explicit version, a late
+//     arrival) or below a cursor already. Otherwise (every implicit
+//     append: no cursor passes the head, read under the stream's lock, and
+//     no row lies above it) nothing below is read or locked.
+//   - above share-locks the stream's pending rows above the lowest new
+//     version, in work id order (as completions lock rows), and tells
+//     which are leased: a lease in progress is waited for, and the row
+//     read as it committed; a new one is held back (fetches skip locked
+//     rows) until this append committed. Every row is locked, whatever its
+//     lease: a lock that skipped the leased ones would drop a row leased
+//     meanwhile. A late arrival thus reads its stream's backlog above it;
+//     an append above the head reads none. cur then locks the stream's
+//     cursors, in perspective order as completions lock them, and reads
+//     their positions as committed: a completion moving one past a new
+//     event either committed before (cur sees it) or waits for this append
+//     to commit (its straggler check then sees the new row).
+//   - fanout lists, per event type of the call, the perspectives subscribed
+//     to it, recorded or carried, each once; work fans out one pending,
+//     unleased row per event and perspective of its type. A row is late
+//     when cur is past its event, or when a row of its pair above it is
+//     leased: that row was handed to an apply, whose save may move the
+//     cursor past the new row before the pair is fetched again (see
+//     ports.WorkItem.Late).
+//   - late flags the cursors past a new row, with the smallest such event
+//     as trigger.
 //   - notified queues a NOTIFY, delivered when the transaction commits,
 //     when $9 is set (AppendTx) and the call stored its events or repeated
 //     an append; EventsAppend passes NULL and notifies after the commit
@@ -79,7 +112,7 @@ ok AS (
     SELECT h.version FROM head h, repeat r
     WHERE NOT r.any AND ($3::bigint = 0 OR ($3::bigint = -1 AND h.version = 0) OR h.version = $3::bigint)
 ),
-numbered AS (
+numbered AS MATERIALIZED (
     SELECT i.id, i.type, i.data, i.metadata,
            CASE WHEN i.explicit > 0 THEN i.explicit
                 ELSE i.c + greatest(ok.version, max(CASE WHEN i.explicit > 0 THEN i.explicit - i.c END)
@@ -93,30 +126,74 @@ stored AS (
     FROM numbered n, clock
     RETURNING id, type, version, created_at
 ),
+carried AS MATERIALIZED (
+    SELECT DISTINCT x.event_type, x.perspective
+    FROM unnest($10::text[], $11::text[]) AS x(event_type, perspective)
+    WHERE NOT EXISTS (SELECT 1 FROM /* SCHEMA */.vantage_retired_perspectives r WHERE r.perspective = x.perspective)
+),
+registered AS MATERIALIZED (
+    SELECT /* SCHEMA */.vantage_subscriptions_add($10::text[], $11::text[]) AS added
+    WHERE EXISTS (SELECT 1 FROM ok)
+      AND EXISTS (
+          SELECT 1 FROM carried c
+          WHERE NOT EXISTS (
+              SELECT 1 FROM /* SCHEMA */.vantage_subscriptions s
+              WHERE s.event_type = c.event_type AND s.perspective = c.perspective))
+),
+exposed AS (
+    SELECT (SELECT min(n.version) FROM numbered n)
+           <= greatest((SELECT h.version FROM head h),
+                       (SELECT max(c.last_version) FROM /* SCHEMA */.vantage_cursors c WHERE c.stream_id = $1)) AS yes
+),
+above AS MATERIALIZED (
+    SELECT w.perspective, w.event_version, w.instance_id IS NOT NULL AS leased
+    FROM /* SCHEMA */.vantage_work w
+    WHERE w.stream_id = $1 AND w.processed_at IS NULL
+      AND w.event_version > (SELECT min(n.version) FROM numbered n) AND (SELECT x.yes FROM exposed x)
+    ORDER BY w.work_id
+    FOR SHARE
+),
+cur AS MATERIALIZED (
+    SELECT c.perspective, c.last_version
+    FROM /* SCHEMA */.vantage_cursors c
+    WHERE c.stream_id = $1 AND (SELECT x.yes FROM exposed x)
+      AND (SELECT count(*) FROM above) >= 0 -- after above: work rows first
+    ORDER BY c.perspective COLLATE "C"
+    FOR UPDATE
+),
+fanout AS MATERIALIZED (
+    SELECT s.event_type, s.perspective
+    FROM /* SCHEMA */.vantage_subscriptions s
+    WHERE s.event_type IN (SELECT DISTINCT i.type FROM input i)
+    UNION
+    SELECT c.event_type, c.perspective FROM carried c
+),
 work AS (
-    INSERT INTO /* SCHEMA */.vantage_work (work_id, stream_id, perspective, event_id, event_version, created_at)
-    SELECT /* SCHEMA */.vantage_uuid_v7(), $1, sub.perspective, st.id, st.version, clock.now
+    INSERT INTO /* SCHEMA */.vantage_work (work_id, stream_id, perspective, event_id, event_version, late, created_at)
+    SELECT /* SCHEMA */.vantage_uuid_v7(), $1, f.perspective, st.id, st.version,
+           CASE WHEN (SELECT x.yes FROM exposed x)
+                THEN coalesce(cur.last_version > st.version, false)
+                     OR EXISTS (SELECT 1 FROM above a WHERE a.perspective = f.perspective AND a.leased AND a.event_version > st.version)
+                ELSE false END,
+           clock.now
     FROM stored st
-    JOIN /* SCHEMA */.vantage_subscriptions sub ON sub.event_type = st.type
+    JOIN fanout f ON f.event_type = st.type
+    LEFT JOIN cur ON cur.perspective = f.perspective
     CROSS JOIN clock
-    ORDER BY st.version, sub.perspective COLLATE "C"
-    RETURNING perspective, event_id, event_version
+    ORDER BY st.version, f.perspective COLLATE "C"
+    RETURNING perspective, event_id, event_version, late
 ),
 late AS (
     UPDATE /* SCHEMA */.vantage_cursors c
     SET ` + sqlFlagRewind + `
     FROM (
-        SELECT DISTINCT ON (perspective) perspective, event_id, event_version
-        FROM work
-        ORDER BY perspective, event_version
+        SELECT DISTINCT ON (w.perspective) w.perspective, w.event_id, w.event_version
+        FROM work w
+        JOIN cur ON cur.perspective = w.perspective
+        WHERE w.event_version < cur.last_version
+        ORDER BY w.perspective, w.event_version
     ) f, clock
-    WHERE c.stream_id = $1 AND c.perspective = f.perspective AND f.event_version < c.last_version
-      AND c.perspective IN (
-          -- Lock the stream's cursors in perspective order, as completions do.
-          SELECT l.perspective FROM /* SCHEMA */.vantage_cursors l
-          WHERE l.stream_id = $1 AND l.perspective IN (SELECT perspective FROM work)
-          ORDER BY l.perspective COLLATE "C"
-          FOR UPDATE)
+    WHERE c.stream_id = $1 AND c.perspective = f.perspective
     RETURNING 1
 ),
 notified AS (
@@ -125,7 +202,8 @@ notified AS (
     WHERE $9::text IS NOT NULL
 )
 SELECT h.version, r.yes, x.known, x.id, x.version, x.created_at, x.metadata, x.same,
-       (SELECT count(*) FROM work), (SELECT count(*) FROM late), (SELECT count(*) FROM notified)
+       (SELECT count(*) FROM work), (SELECT count(*) FROM late), (SELECT count(*) FROM notified),
+       (SELECT count(*) FROM registered)
 FROM head h
 CROSS JOIN repeat r
 LEFT JOIN (
@@ -153,6 +231,18 @@ LEFT JOIN (
 // document; and ports.ErrVersionConflict for a failed ExpectedVersion
 // check, a taken version, an event id listed twice, or a stored event id
 // that is not such a repeat. On error nothing is stored.
+//
+// A new row is late (ports.WorkItem.Late) when its pair's cursor is past
+// its event, which also flags the cursor RewindRequired, or when a pending
+// row of the pair above it is leased.
+//
+// The Subscriptions of the call are registered by the same statement, as
+// SubscriptionsRegister would (those of retired perspectives are ignored),
+// and the events fan out to them whether they were recorded before or not:
+// an append never creates fewer work rows than they call for. Registering
+// subscriptions that are recorded already writes nothing. It returns
+// ports.ErrInvalidArgument, and stores nothing, for a subscription with an
+// empty event type or perspective.
 func (s *Store) EventsAppend(ctx context.Context, params *ports.EventsAppendParams) (*ports.EventsAppendResult, error) {
 	res, err := s.append(ctx, s.pool, params, "")
 	if err == nil {
@@ -188,6 +278,10 @@ func (s *Store) append(ctx context.Context, db batchSender, params *ports.Events
 	if err := params.Validate(); err != nil {
 		return nil, err
 	}
+	subTypes, subPerspectives, err := subscriptionColumns(params.Subscriptions)
+	if err != nil {
+		return nil, fmt.Errorf("appending to stream %s: %w", params.StreamID, err)
+	}
 	n := len(params.Events)
 	var (
 		ids      = make([][16]byte, n) // a uuid[] parameter (see uuidsArg)
@@ -222,7 +316,7 @@ func (s *Store) append(ctx context.Context, db batchSender, params *ports.Events
 	b := &pgx.Batch{}
 	b.Queue(sqlAppendLock, "vantage_append:"+s.opts.Schema, params.StreamID)
 	b.Queue(s.sql(sqlAppend), [16]byte(params.StreamID), nowArg(params.Now), params.ExpectedVersion,
-		ids, types, versions, data, metadata, textArg(channel))
+		ids, types, versions, data, metadata, textArg(channel), subTypes, subPerspectives)
 
 	var (
 		head          int64
@@ -230,7 +324,7 @@ func (s *Store) append(ctx context.Context, db batchSender, params *ports.Events
 		stored, known []appendRow
 		workRows      int
 	)
-	err := sendBatch(ctx, db, b, func(br pgx.BatchResults) error {
+	err = sendBatch(ctx, db, b, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
@@ -241,10 +335,11 @@ func (s *Store) append(ctx context.Context, db batchSender, params *ports.Events
 		defer rows.Close()
 		for rows.Next() {
 			var (
-				r             appendRow
-				late, notices int
+				r                         appendRow
+				late, notices, registered int
 			)
-			if err := rows.Scan(&head, &repeat, &r.known, &r.id, &r.version, &r.created, &r.metadata, &r.same, &workRows, &late, &notices); err != nil {
+			if err := rows.Scan(&head, &repeat, &r.known, &r.id, &r.version, &r.created, &r.metadata, &r.same,
+				&workRows, &late, &notices, &registered); err != nil {
 				return err
 			}
 			switch {
@@ -327,23 +422,20 @@ func notARepeat(params *ports.EventsAppendParams, known []appendRow) string {
 	return fmt.Sprintf("the events are stored already from version %d, not right after the expected version %d", first, params.ExpectedVersion)
 }
 
-const sqlSubscriptionsRegister = `INSERT INTO /* SCHEMA */.vantage_subscriptions (event_type, perspective)
-SELECT * FROM unnest($1::text[], $2::text[])
-ON CONFLICT DO NOTHING`
+// sqlSubscriptionsRegister records the subscriptions $1, $2 that are not
+// recorded yet, those of retired perspectives excepted (see
+// vantage_subscriptions_add, which appends call too).
+const sqlSubscriptionsRegister = `SELECT /* SCHEMA */.vantage_subscriptions_add($1::text[], $2::text[])`
 
 // SubscriptionsRegister implements ports.EventStore. Registering a known
-// subscription again is a no-op. It returns ports.ErrInvalidArgument, and
-// records nothing, when a subscription has an empty event type or
-// perspective.
+// subscription again is a no-op, and so is registering one of a retired
+// perspective (see PerspectiveRetire). It returns
+// ports.ErrInvalidArgument, and records nothing, when a subscription has an
+// empty event type or perspective.
 func (s *Store) SubscriptionsRegister(ctx context.Context, subscriptions []ports.Subscription) error {
-	types := make([]string, 0, len(subscriptions))
-	perspectives := make([]string, 0, len(subscriptions))
-	for _, sub := range subscriptions {
-		if sub.EventType == "" || sub.Perspective == "" {
-			return fmt.Errorf("registering subscription %+v: %w", sub, invalid("empty event type or perspective"))
-		}
-		types = append(types, sub.EventType)
-		perspectives = append(perspectives, sub.Perspective)
+	types, perspectives, err := subscriptionColumns(subscriptions)
+	if err != nil {
+		return fmt.Errorf("registering subscriptions: %w", err)
 	}
 	if len(types) == 0 {
 		return nil
@@ -355,4 +447,20 @@ func (s *Store) SubscriptionsRegister(ctx context.Context, subscriptions []ports
 		return fmt.Errorf("registering subscriptions: %w", translate(err))
 	}
 	return nil
+}
+
+// subscriptionColumns returns the event types and perspectives of subs as
+// parallel arrays. It rejects a subscription with an empty event type or
+// perspective.
+func subscriptionColumns(subs []ports.Subscription) (types, perspectives []string, err error) {
+	types = make([]string, 0, len(subs))
+	perspectives = make([]string, 0, len(subs))
+	for _, sub := range subs {
+		if sub.EventType == "" || sub.Perspective == "" {
+			return nil, nil, invalid("subscription %+v has an empty event type or perspective", sub)
+		}
+		types = append(types, sub.EventType)
+		perspectives = append(perspectives, sub.Perspective)
+	}
+	return types, perspectives, nil
 }

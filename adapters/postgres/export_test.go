@@ -55,8 +55,16 @@ var Queries = map[string]string{
 	"SnapshotLatestBefore":  sqlSnapshotLatestBefore,
 	"SnapshotsDeleteFrom":   sqlSnapshotsDeleteFrom,
 	"LifecycleClaim":        sqlLifecycleClaim,
+	"LifecycleComplete":     sqlLifecycleComplete,
 	"LifecycleStages":       sqlLifecycleStages,
+	"LifecycleReady":        sqlLifecycleReady,
 	"LifecycleOrphans":      sqlLifecycleOrphans,
+
+	"SubscriptionsRegister": sqlSubscriptionsRegister,
+	"Retire":                sqlRetire,
+	"RetireRows":            sqlRetireRows,
+	"PerspectiveRevive":     sqlPerspectiveRevive,
+	"PerspectivesRetired":   sqlPerspectivesRetired,
 }
 
 // WorkSettings is the statement that opens every batch of work statements.

@@ -111,7 +111,7 @@ picked AS (
     SELECT w.*
     FROM bounded b
     CROSS JOIN LATERAL (
-        SELECT w.work_id, w.stream_id, w.perspective, w.event_id, w.event_version, w.attempts
+        SELECT w.work_id, w.stream_id, w.perspective, w.event_id, w.event_version, w.attempts, w.late
         FROM /* SCHEMA */.vantage_work w
         WHERE w.stream_id = b.stream_id AND w.perspective = b.perspective AND w.processed_at IS NULL
           AND w.event_version < b.prefix_end
@@ -125,7 +125,7 @@ marked AS (
     SELECT picked.*, row_number() OVER (PARTITION BY event_id ORDER BY perspective COLLATE "C") = 1 AS first
     FROM picked
 )
-SELECT p.work_id, p.stream_id, p.perspective, p.event_id, p.event_version, p.attempts, p.first,
+SELECT p.work_id, p.stream_id, p.perspective, p.event_id, p.event_version, p.attempts, p.late, p.first,
        CASE WHEN p.first THEN e.type END,
        CASE WHEN p.first THEN e.data END,
        CASE WHEN p.first THEN e.metadata END,
@@ -224,7 +224,7 @@ func readFetchedRows(br pgx.BatchResults, result *ports.EventsFetchPendingResult
 			created pgtype.Timestamptz
 		)
 		if err := rows.Scan(uuidDest(&item.WorkID), uuidDest(&item.StreamID), &item.Perspective, uuidDest(&item.EventID), &item.EventVersion,
-			&item.Attempts, &first, &evType, &ev.Data, &meta, &created); err != nil {
+			&item.Attempts, &item.Late, &first, &evType, &ev.Data, &meta, &created); err != nil {
 			return err
 		}
 		result.Work = append(result.Work, item)

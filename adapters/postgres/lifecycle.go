@@ -13,57 +13,152 @@ import (
 
 var _ ports.LifecycleStore = (*Store)(nil)
 
-// sqlLifecycleClaim records stage $4 for the events $3 that lack it, for
-// instance $1 at $2, and returns those it recorded in input order (an id
-// listed twice counts at its first position). ON CONFLICT locks each event's
-// row, so of concurrent claims of one stage exactly one wins; rows are
-// taken in id order, so overlapping claims cannot deadlock.
-const sqlLifecycleClaim = `WITH ` + sqlClock + `,
-input AS (
+// sqlStageInput is the input CTE of the statements that claim or complete
+// the stages of events $3: each id once, with the position of its first
+// occurrence.
+const sqlStageInput = `input AS (
     SELECT DISTINCT ON (i.id) i.id, i.ord
     FROM unnest($3::uuid[]) WITH ORDINALITY AS i(id, ord)
     ORDER BY i.id, i.ord
-),
+)`
+
+// sqlLifecycleClaim claims stage $4 of perspective $5 (empty for the per-event
+// stages) of the events $3 for instance $1 at $2, and returns those it
+// claimed in input order: the events without a row for the stage, and those
+// whose stage is not completed and is claimed by the caller itself or by an
+// instance that is not live (no heartbeat newer than now - $6). ON CONFLICT
+// locks each event's row, so of concurrent claims exactly one wins: the
+// others re-check the row once the winner committed and find it claimed by
+// a live instance. Rows are taken in id order, so overlapping claims cannot
+// deadlock.
+const sqlLifecycleClaim = `WITH ` + sqlClock + `,
+` + sqlStageInput + `,
 claimed AS (
-    INSERT INTO /* SCHEMA */.vantage_lifecycle AS l (event_id, stages, instance_id, claimed_at)
-    SELECT i.id, $4::smallint, $1::uuid, clock.now FROM input i, clock
+    INSERT INTO /* SCHEMA */.vantage_lifecycle_stages AS l (event_id, stage, perspective, instance_id, claimed_at)
+    SELECT i.id, $4::smallint, $5::text, $1::uuid, clock.now FROM input i, clock
     ORDER BY i.id
-    ON CONFLICT (event_id) DO UPDATE
-    SET stages = l.stages | excluded.stages, instance_id = excluded.instance_id, claimed_at = excluded.claimed_at
-    WHERE l.stages & excluded.stages = 0
+    ON CONFLICT (event_id, stage, perspective) DO UPDATE
+    SET instance_id = excluded.instance_id, claimed_at = excluded.claimed_at
+    WHERE l.completed_at IS NULL
+      AND (l.instance_id = excluded.instance_id
+           OR NOT EXISTS (
+               SELECT 1 FROM /* SCHEMA */.vantage_instances v
+               WHERE v.instance_id = l.instance_id AND v.last_heartbeat_at > excluded.claimed_at - $6::interval))
     RETURNING l.event_id
 )
 SELECT i.id FROM input i JOIN claimed c ON c.event_id = i.id ORDER BY i.ord`
 
-// LifecycleClaim implements ports.LifecycleStore in one statement. The
-// events need not be stored: the claim records only their ids. It returns
-// ports.ErrInvalidArgument, and records nothing, for a Stage that is not
-// exactly one of the durable stages, a nil instance id or a nil event id.
-func (s *Store) LifecycleClaim(ctx context.Context, params *ports.LifecycleClaimParams) ([]uuid.UUID, error) {
-	switch params.Stage {
+// sqlLifecycleComplete records stage $4 of perspective $5 of the events $3
+// completed by instance $1 at $2, whoever claimed it, which releases the
+// claim. A completed stage is left as it is, so completing again changes
+// nothing. Rows are taken in id order, as claims take them.
+const sqlLifecycleComplete = `WITH ` + sqlClock + `,
+` + sqlStageInput + `
+INSERT INTO /* SCHEMA */.vantage_lifecycle_stages AS l (event_id, stage, perspective, instance_id, completed_at)
+SELECT i.id, $4::smallint, $5::text, $1::uuid, clock.now FROM input i, clock
+ORDER BY i.id
+ON CONFLICT (event_id, stage, perspective) DO UPDATE
+SET instance_id = excluded.instance_id, completed_at = excluded.completed_at
+WHERE l.completed_at IS NULL`
+
+// validateStage checks the stage, perspective, instance and event ids of a
+// claim or completion: exactly one durable stage, a perspective for
+// StagePostPerspective and none for the others (recording a per-event stage
+// under a perspective would split what is one stage of the event), and no
+// nil id.
+func validateStage(stage ports.LifecycleStage, perspective string, instanceID uuid.UUID, eventIDs []uuid.UUID) error {
+	switch stage {
 	case ports.StagePrePerspective, ports.StagePostAllPerspectives, ports.StagePostLifecycle:
+		if perspective != "" {
+			return invalid("stage %d is recorded per event, not for perspective %q", stage, perspective)
+		}
+	case ports.StagePostPerspective:
+		if perspective == "" {
+			return invalid("stage %d needs a perspective", stage)
+		}
 	default:
-		return nil, fmt.Errorf("claiming lifecycle stage %d: %w", params.Stage, invalid("not a single durable stage"))
+		return invalid("stage %d is not a single durable stage", stage)
 	}
 	switch {
-	case params.InstanceID == uuid.Nil:
-		return nil, fmt.Errorf("claiming lifecycle stage %d: %w", params.Stage, invalid("nil instance id"))
-	case slices.Contains(params.EventIDs, uuid.Nil):
-		return nil, fmt.Errorf("claiming lifecycle stage %d: %w", params.Stage, invalid("nil event id"))
-	case len(params.EventIDs) == 0:
+	case instanceID == uuid.Nil:
+		return invalid("stage %d: nil instance id", stage)
+	case slices.Contains(eventIDs, uuid.Nil):
+		return invalid("stage %d: nil event id", stage)
+	}
+	return nil
+}
+
+// LifecycleClaim implements ports.LifecycleStore in one statement. The
+// events need not be stored: the claim records only their ids. A claim
+// stands while its instance has a heartbeat newer than Now - StaleThreshold;
+// the claim of an instance without a row (never registered, deregistered or
+// abandoned) is taken over. It returns ports.ErrInvalidArgument, and records
+// nothing, for a Stage that is not exactly one of the durable stages, a
+// StagePostPerspective without a Perspective or another stage with one, a
+// nil instance id, a nil event id, or a StaleThreshold that is not positive.
+func (s *Store) LifecycleClaim(ctx context.Context, params *ports.LifecycleClaimParams) ([]uuid.UUID, error) {
+	if err := validateStage(params.Stage, params.Perspective, params.InstanceID, params.EventIDs); err != nil {
+		return nil, fmt.Errorf("claiming lifecycle stages: %w", err)
+	}
+	if params.StaleThreshold <= 0 {
+		return nil, fmt.Errorf("claiming lifecycle stages: %w", invalid("stale threshold %s must be positive", params.StaleThreshold))
+	}
+	if len(params.EventIDs) == 0 {
 		return []uuid.UUID{}, nil
 	}
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
-	won, err := queryRows(ctx, s, sqlLifecycleClaim, pgx.RowTo[uuid.UUID], params.InstanceID, nowArg(params.Now), uuidsArg(params.EventIDs), int16(params.Stage))
+	won, err := queryRows(ctx, s, sqlLifecycleClaim, pgx.RowTo[uuid.UUID], params.InstanceID, nowArg(params.Now),
+		uuidsArg(params.EventIDs), int16(params.Stage), params.Perspective, params.StaleThreshold)
 	if err != nil {
 		return nil, fmt.Errorf("claiming lifecycle stage %d: %w", params.Stage, err)
 	}
 	return won, nil
 }
 
-const sqlLifecycleStages = `SELECT event_id, stages FROM /* SCHEMA */.vantage_lifecycle WHERE event_id = ANY($1::uuid[])`
+// LifecycleComplete implements ports.LifecycleStore in one statement. The
+// events need not be stored, nor the stages claimed. It returns
+// ports.ErrInvalidArgument, and records nothing, for the arguments
+// LifecycleClaim rejects (its StaleThreshold aside).
+func (s *Store) LifecycleComplete(ctx context.Context, params *ports.LifecycleCompleteParams) error {
+	if err := validateStage(params.Stage, params.Perspective, params.InstanceID, params.EventIDs); err != nil {
+		return fmt.Errorf("completing lifecycle stages: %w", err)
+	}
+	if len(params.EventIDs) == 0 {
+		return nil
+	}
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	_, err := s.pool.Exec(ctx, s.sql(sqlLifecycleComplete), params.InstanceID, nowArg(params.Now),
+		uuidsArg(params.EventIDs), int16(params.Stage), params.Perspective)
+	if err != nil {
+		return fmt.Errorf("completing lifecycle stage %d: %w", params.Stage, translate(err))
+	}
+	return nil
+}
+
+// sqlLifecycleStages returns the completed per-event stages of the events
+// $1, one row per event that has any. Each event is a probe of the key, so
+// the read grows with the call, not with the table: as a plain "= ANY",
+// the planner scans the whole table when a few hundred events are listed
+// and the table is still small enough for a scan to look as cheap as the
+// probes.
+const sqlLifecycleStages = `SELECT i.id, s.stages
+FROM (SELECT DISTINCT unnest($1::uuid[]) AS id) i
+CROSS JOIN LATERAL (
+    SELECT bit_or(l.stage) AS stages
+    FROM /* SCHEMA */.vantage_lifecycle_stages l
+    WHERE l.event_id = i.id AND l.completed_at IS NOT NULL AND l.stage <> ` + sqlStagePostPerspective + `
+) s
+WHERE s.stages IS NOT NULL`
+
+// Lifecycle stages as SQL literals (ports.LifecycleStage values).
+const (
+	sqlStagePostLifecycle   = "4"
+	sqlStagePostPerspective = "8"
+)
 
 // LifecycleStages implements ports.LifecycleStore. The map is never nil.
 func (s *Store) LifecycleStages(ctx context.Context, eventIDs []uuid.UUID) (map[uuid.UUID]ports.LifecycleStage, error) {
@@ -82,7 +177,7 @@ func (s *Store) LifecycleStages(ctx context.Context, eventIDs []uuid.UUID) (map[
 		id     uuid.UUID
 		stages int16
 	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &stages}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{uuidDest(&id), &stages}, func() error {
 		out[id] = ports.LifecycleStage(stages)
 		return nil
 	})
@@ -92,19 +187,95 @@ func (s *Store) LifecycleStages(ctx context.Context, eventIDs []uuid.UUID) (map[
 	return out, nil
 }
 
-// sqlLifecycleOrphans finds events whose PostLifecycle is not recorded
-// although every expected perspective's cursor is at or past them and none
-// has the event's row still pending (a late event awaiting its rewind is
-// not applied yet): $1, $2
-// are the expected (type, perspective) pairs, $3 Since (NULL for none), $4
-// the limit (NULL for none). Per type it walks
-// vantage_events_type_created_idx in creation order and stops at the limit;
-// the walks are merged and cut again.
-const sqlLifecycleOrphans = `WITH expected AS (
+// sqlExpected is the CTE of the expected perspectives of each event type,
+// each once: $1 and $2 are the (type, perspective) pairs.
+const sqlExpected = `expected AS (
     SELECT x.type, array_agg(DISTINCT x.perspective) AS perspectives
     FROM unnest($1::text[], $2::text[]) AS x(type, perspective)
     GROUP BY x.type
+)`
+
+// sqlAppliedByAll is true when every perspective of x.perspectives applied
+// the event e: its cursor of e's stream is at or past e's version (a
+// primary key probe per perspective) and it has no pending row for e (a
+// late event below the cursor is not applied until its rewind completed
+// its row).
+const sqlAppliedByAll = `(SELECT count(*)
+     FROM /* SCHEMA */.vantage_cursors c
+     WHERE c.stream_id = e.stream_id AND c.perspective = ANY (x.perspectives)
+       AND c.last_version >= e.version
+       AND NOT EXISTS (
+           SELECT 1 FROM /* SCHEMA */.vantage_work w
+           WHERE w.stream_id = e.stream_id AND w.perspective = c.perspective
+             AND w.event_version = e.version AND w.processed_at IS NULL)) = cardinality(x.perspectives)`
+
+// sqlLifecycleReady returns, in input order, the events $3 that every
+// expected perspective of their type applied (see sqlAppliedByAll); the
+// events of a type without expected perspectives are ready, unknown ids are
+// not. Each listed id is looked up by primary key, row by row: the LATERAL
+// ... LIMIT 1 keeps the planner from hashing the whole events table, which
+// statistics taken when it was small would make it pick.
+const sqlLifecycleReady = `WITH ` + sqlExpected + `,
+input AS (
+    SELECT DISTINCT ON (i.id) i.id, i.ord
+    FROM unnest($3::uuid[]) WITH ORDINALITY AS i(id, ord)
+    ORDER BY i.id, i.ord
 )
+SELECT e.id
+FROM input i
+CROSS JOIN LATERAL (
+    SELECT e.id, e.stream_id, e.type, e.version
+    FROM /* SCHEMA */.vantage_events e
+    WHERE e.id = i.id
+    LIMIT 1
+) e
+LEFT JOIN expected x ON x.type = e.type
+WHERE x.type IS NULL OR ` + sqlAppliedByAll + `
+ORDER BY i.ord`
+
+// LifecycleReady implements ports.LifecycleStore in one statement. An id
+// listed twice is returned once, at its first position; a perspective
+// listed twice for a type counts once.
+func (s *Store) LifecycleReady(ctx context.Context, params *ports.LifecycleReadyParams) ([]uuid.UUID, error) {
+	if len(params.EventIDs) == 0 {
+		return []uuid.UUID{}, nil
+	}
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	types, perspectives := expectedPairs(params.Expected)
+	out, err := queryRows(ctx, s, sqlLifecycleReady, func(row pgx.CollectableRow) (uuid.UUID, error) {
+		var id uuid.UUID
+		return id, row.Scan(uuidDest(&id))
+	}, types, perspectives, uuidsArg(params.EventIDs))
+	if err != nil {
+		return nil, fmt.Errorf("checking which events are applied: %w", err)
+	}
+	if out == nil {
+		out = []uuid.UUID{}
+	}
+	return out, nil
+}
+
+// expectedPairs flattens expected into (type, perspective) pairs.
+func expectedPairs(expected map[string][]string) (types, perspectives []string) {
+	for typ, ps := range expected {
+		for _, p := range ps {
+			types = append(types, typ)
+			perspectives = append(perspectives, p)
+		}
+	}
+	return types, perspectives
+}
+
+// sqlLifecycleOrphans finds events whose PostLifecycle is not completed
+// (claimed or not: a claim may have died with its instance) although every
+// expected perspective applied them (see sqlAppliedByAll): $1, $2 are the
+// expected (type, perspective) pairs, $3 Since (NULL for none), $4 the limit
+// (NULL for none). Per type it walks vantage_events_type_created_idx in
+// creation order and stops at the limit; the walks are merged and cut
+// again.
+const sqlLifecycleOrphans = `WITH ` + sqlExpected + `
 SELECT o.id, o.stream_id, o.type, o.version, o.data, o.metadata, o.created_at
 FROM expected x
 CROSS JOIN LATERAL (
@@ -113,16 +284,10 @@ CROSS JOIN LATERAL (
     WHERE e.type = x.type
       AND e.created_at >= coalesce($3::timestamptz, '-infinity')
       AND NOT EXISTS (
-          SELECT 1 FROM /* SCHEMA */.vantage_lifecycle l
-          WHERE l.event_id = e.id AND l.stages & 4 <> 0)
-      AND (SELECT count(*)
-           FROM /* SCHEMA */.vantage_cursors c
-           WHERE c.stream_id = e.stream_id AND c.perspective = ANY (x.perspectives)
-             AND c.last_version >= e.version
-             AND NOT EXISTS (
-                 SELECT 1 FROM /* SCHEMA */.vantage_work w
-                 WHERE w.stream_id = e.stream_id AND w.perspective = c.perspective
-                   AND w.event_version = e.version AND w.processed_at IS NULL)) = cardinality(x.perspectives)
+          SELECT 1 FROM /* SCHEMA */.vantage_lifecycle_stages l
+          WHERE l.event_id = e.id AND l.stage = ` + sqlStagePostLifecycle + ` AND l.perspective = ''
+            AND l.completed_at IS NOT NULL)
+      AND ` + sqlAppliedByAll + `
     ORDER BY e.created_at, e.stream_id, e.version
     LIMIT $4::bigint
 ) o
@@ -137,13 +302,7 @@ func (s *Store) LifecycleOrphans(ctx context.Context, params *ports.LifecycleOrp
 	if params.Limit < 0 {
 		return nil, fmt.Errorf("finding orphaned lifecycles: %w", invalid("limit %d is negative", params.Limit))
 	}
-	var types, perspectives []string
-	for typ, ps := range params.Expected {
-		for _, p := range ps {
-			types = append(types, typ)
-			perspectives = append(perspectives, p)
-		}
-	}
+	types, perspectives := expectedPairs(params.Expected)
 	if len(types) == 0 {
 		return nil, nil
 	}

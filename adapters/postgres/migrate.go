@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,8 +10,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/vantage-go/vantage/sql/migrations"
 )
@@ -69,7 +73,9 @@ type Migration struct {
 // schema. Every version runs in its own transaction together with its row in
 // vantage_migrations, under a transaction-scoped advisory lock per schema, so
 // concurrent migrators (several instances starting at once) apply each
-// version exactly once. A Migrator is immutable and safe for concurrent use.
+// version exactly once. Reverting refuses while engine instances are live
+// unless forced (see Revert). A Migrator is immutable and safe for
+// concurrent use.
 type Migrator struct {
 	schema     string
 	migrations []Migration
@@ -157,16 +163,137 @@ func (m *Migrator) Latest() int { return len(m.migrations) }
 // Up creates the schema if needed and applies every version above the
 // current one.
 func (m *Migrator) Up(ctx context.Context, db Beginner) error {
-	return m.migrateTo(ctx, db, m.Latest())
+	return m.migrateTo(ctx, db, m.Latest(), nil)
 }
 
-// Down reverts versions above to, newest first. Down(ctx, db, 0) drops every
-// table of the adapter; the schema and vantage_migrations stay.
+// Down reverts versions above to, newest first, refusing while engine
+// instances are live: it is Revert with RevertParams{To: to}. Down(ctx, db,
+// 0) drops every table of the adapter; the schema and vantage_migrations
+// stay.
 func (m *Migrator) Down(ctx context.Context, db Beginner, to int) error {
-	if to < 0 {
-		return fmt.Errorf("migrating schema %q down: target version %d is negative", m.schema, to)
+	return m.Revert(ctx, db, &RevertParams{To: to})
+}
+
+// LiveWithinDefault is the default of RevertParams.LiveWithin: the engine's
+// default stale-instance threshold (core.StaleInstanceThresholdDefault).
+const LiveWithinDefault = 30 * time.Second
+
+// RevertParams are the inputs of Migrator.Revert.
+type RevertParams struct {
+	// To is the version to revert to; 0 drops every table of the adapter.
+	// Must not be negative nor above the latest known version.
+	To int
+	// Force reverts even while instances are live. Their calls then fail
+	// on the missing or changed tables (the engine retries them), and what
+	// they held is lost with the tables: use it for a schema whose
+	// instances are gone for good, or on a test database.
+	Force bool
+	// LiveWithin tells live instances from stale ones: an instance is live
+	// while its last heartbeat (vantage_instances.last_heartbeat_at) is
+	// newer than the database's now() minus LiveWithin. Set it to the
+	// engine's Options.StaleInstanceThreshold. Defaults to
+	// LiveWithinDefault. Must not be negative.
+	LiveWithin time.Duration
+}
+
+// ErrInstancesLive is the error Migrator.Revert (and Down) returns, wrapped
+// in a *LiveInstancesError, when it refuses to revert a schema that live
+// engine instances use. Compare with errors.Is.
+var ErrInstancesLive = errors.New("engine instances are live")
+
+// LiveInstancesError reports the live instances that made Migrator.Revert
+// refuse a version; versions reverted before it stay reverted. It wraps
+// ErrInstancesLive. Get it with errors.As.
+type LiveInstancesError struct {
+	// Version is the version Revert did not revert: the schema's version.
+	Version int
+	// Instances are the live instances, in id order.
+	Instances []uuid.UUID
+	// LiveWithin is the bound a heartbeat was newer than.
+	LiveWithin time.Duration
+}
+
+// liveInstancesListed bounds the ids LiveInstancesError.Error names.
+const liveInstancesListed = 5
+
+// Error names the live instances and how to revert anyway.
+func (e *LiveInstancesError) Error() string {
+	ids := make([]string, 0, liveInstancesListed+1)
+	for i, id := range e.Instances {
+		if i == liveInstancesListed {
+			ids = append(ids, fmt.Sprintf("and %d more", len(e.Instances)-i))
+			break
+		}
+		ids = append(ids, id.String())
 	}
-	return m.migrateTo(ctx, db, to)
+	noun := "instances are"
+	if len(e.Instances) == 1 {
+		noun = "instance is"
+	}
+	return fmt.Sprintf("refusing to revert version %d: %d %s live (heartbeat within %s: %s); stop them first, or set RevertParams.Force to revert anyway",
+		e.Version, len(e.Instances), noun, e.LiveWithin, strings.Join(ids, ", "))
+}
+
+// Unwrap returns ErrInstancesLive.
+func (e *LiveInstancesError) Unwrap() error { return ErrInstancesLive }
+
+// Revert reverts versions above params.To, newest first, each in its own
+// transaction. Unless params.Force is set, each version is reverted only
+// when no engine instance is live (see RevertParams.LiveWithin): the
+// transaction locks vantage_instances against heartbeats, so an instance
+// cannot come up between the check and the revert. Otherwise it returns a
+// *LiveInstancesError (wrapping ErrInstancesLive) and reverts nothing more;
+// a deregistered instance has no row, and a stopped or crashed one is live
+// until its heartbeat is LiveWithin old.
+func (m *Migrator) Revert(ctx context.Context, db Beginner, params *RevertParams) error {
+	switch {
+	case params.To < 0:
+		return fmt.Errorf("migrating schema %q down: target version %d is negative", m.schema, params.To)
+	case params.LiveWithin < 0:
+		return fmt.Errorf("migrating schema %q down: RevertParams.LiveWithin must not be negative, got %s", m.schema, params.LiveWithin)
+	}
+	var check revertCheck
+	if !params.Force {
+		liveWithin := cmp.Or(params.LiveWithin, LiveWithinDefault)
+		check = func(ctx context.Context, tx pgx.Tx, current int) error {
+			return m.refuseIfLive(ctx, tx, current, liveWithin)
+		}
+	}
+	return m.migrateTo(ctx, db, params.To, check)
+}
+
+// refuseIfLive returns a *LiveInstancesError when instances heartbeat
+// within liveWithin. It locks vantage_instances in SHARE mode for the rest
+// of tx: heartbeats (inserts and updates) wait until the version is
+// reverted, then find their tables gone or changed. A schema without the
+// table (injected migrations, or version 0) has no instances.
+func (m *Migrator) refuseIfLive(ctx context.Context, tx pgx.Tx, current int, liveWithin time.Duration) error {
+	table := quoteSchema(m.schema) + ".vantage_instances"
+	var exists bool
+	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&exists); err != nil {
+		return fmt.Errorf("looking up the instances: %w", err)
+	}
+	if !exists {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `LOCK TABLE `+table+` IN SHARE MODE`); err != nil {
+		return fmt.Errorf("locking the instances: %w", err)
+	}
+	rows, err := tx.Query(ctx, `SELECT instance_id FROM `+table+` WHERE last_heartbeat_at > now() - $1::interval ORDER BY instance_id`, liveWithin)
+	if err != nil {
+		return fmt.Errorf("listing live instances: %w", err)
+	}
+	live, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (uuid.UUID, error) {
+		var id uuid.UUID
+		return id, row.Scan(uuidDest(&id))
+	})
+	if err != nil {
+		return fmt.Errorf("listing live instances: %w", err)
+	}
+	if len(live) > 0 {
+		return &LiveInstancesError{Version: current, Instances: live, LiveWithin: liveWithin}
+	}
+	return nil
 }
 
 // Version returns the schema's current version, 0 when nothing was applied
@@ -195,21 +322,44 @@ func (m *Migrator) Version(ctx context.Context, db Beginner) (int, error) {
 // migrateTo moves the schema one version per transaction until it reaches
 // target. Each transaction takes the schema's advisory lock and reads the
 // current version again, so a concurrent migrator's work is never repeated.
-func (m *Migrator) migrateTo(ctx context.Context, db Beginner, target int) error {
+// beforeRevert, when set, runs in the transaction of each version to revert
+// before its down migration, and stops the migration with its error.
+func (m *Migrator) migrateTo(ctx context.Context, db Beginner, target int, beforeRevert revertCheck) error {
 	if target > m.Latest() {
 		return fmt.Errorf("migrating schema %q: target version %d is above the latest known %d", m.schema, target, m.Latest())
 	}
+	deadlocks := 0
 	for {
-		done, err := m.step(ctx, db, target)
+		done, err := m.step(ctx, db, target, beforeRevert)
+		if isDeadlock(err) && deadlocks < migrationDeadlockRetries {
+			deadlocks++
+			continue
+		}
 		if err != nil || done {
 			return err
 		}
 	}
 }
 
+// migrationDeadlockRetries bounds the retries of a version whose transaction
+// deadlocked. A version's DDL locks its tables one after the other, and a
+// running instance's transaction (a forced revert) may hold one of them
+// while it waits for another the migration holds already: PostgreSQL then
+// aborts one of the two, and the version, rolled back whole, can run again.
+const migrationDeadlockRetries = 5
+
+// isDeadlock reports whether err is PostgreSQL's deadlock_detected.
+func isDeadlock(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == pgDeadlockDetected
+}
+
+// revertCheck vets the revert of version current in tx.
+type revertCheck func(ctx context.Context, tx pgx.Tx, current int) error
+
 // step applies (or reverts) one version towards target and reports whether
 // the schema had already reached it.
-func (m *Migrator) step(ctx context.Context, db Beginner, target int) (done bool, err error) {
+func (m *Migrator) step(ctx context.Context, db Beginner, target int, beforeRevert revertCheck) (done bool, err error) {
 	err = withTx(ctx, db, func(tx pgx.Tx) error {
 		current, err := m.lockAndRead(ctx, tx)
 		if err != nil {
@@ -230,6 +380,11 @@ func (m *Migrator) step(ctx context.Context, db Beginner, target int) (done bool
 			return err
 		default:
 			mig := m.migrations[current-1]
+			if beforeRevert != nil {
+				if err := beforeRevert(ctx, tx, current); err != nil {
+					return err
+				}
+			}
 			if _, err := tx.Exec(ctx, renderSchema(mig.Down, m.schema)); err != nil {
 				return fmt.Errorf("reverting %03d_%s: %w", mig.Version, mig.Name, err)
 			}

@@ -53,7 +53,7 @@ func TestMigrator(t *testing.T) {
 		schema := freshSchema(t)
 		m, err := postgres.NewMigrator(nil, schema)
 		require.NoError(t, err)
-		require.Equal(t, 2, m.Latest())
+		require.Equal(t, 3, m.Latest())
 
 		v, err := m.Version(ctx, pool)
 		require.NoError(t, err)
@@ -65,8 +65,8 @@ func TestMigrator(t *testing.T) {
 		require.Equal(t, m.Latest(), v)
 		require.Equal(t, []string{
 			"vantage_active_streams", "vantage_cursors", "vantage_dead_letters", "vantage_events",
-			"vantage_instances", "vantage_lifecycle", "vantage_migrations", "vantage_models",
-			"vantage_snapshots", "vantage_subscriptions", "vantage_work",
+			"vantage_instances", "vantage_lifecycle_stages", "vantage_migrations", "vantage_models",
+			"vantage_retired_perspectives", "vantage_snapshots", "vantage_subscriptions", "vantage_work",
 		}, tables(t, schema))
 
 		require.NoError(t, m.Up(ctx, pool), "Up is idempotent")
@@ -111,7 +111,7 @@ func TestMigrator(t *testing.T) {
 		require.NoError(t, err)
 		versions, err = pgx.CollectRows(rows, pgx.RowTo[int])
 		require.NoError(t, err)
-		require.Equal(t, []int{1, 2}, versions)
+		require.Equal(t, []int{1, 2, 3}, versions)
 	})
 
 	t.Run("ReliabilityKeepsExistingDeadLettersDead", func(t *testing.T) {

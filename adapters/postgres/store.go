@@ -148,6 +148,7 @@ func (s *Store) Backend() ports.Backend {
 		Lifecycle:   s,
 		Rewind:      s,
 		Snapshots:   s,
+		Admin:       s,
 	}
 }
 

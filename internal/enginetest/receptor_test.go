@@ -2,7 +2,10 @@ package enginetest_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/google/uuid"
@@ -10,6 +13,7 @@ import (
 
 	"github.com/vantage-go/vantage/adapters/memory"
 	"github.com/vantage-go/vantage/core"
+	"github.com/vantage-go/vantage/ports"
 )
 
 // recordHandler sends every log record's message and attributes to a
@@ -68,4 +72,70 @@ func TestPanickingReceptorsAreLoggedErrors(t *testing.T) {
 			require.Equal(t, 2, loadTotal(t, b, second).Sum)
 		})
 	}
+}
+
+// flakyStages fails the first claims of each per-perspective stage with
+// ports.ErrTransient, as a database that lost its connections would.
+type flakyStages struct {
+	ports.LifecycleStore
+	mu    sync.Mutex
+	fails map[ports.LifecycleStage]int
+}
+
+func (f *flakyStages) LifecycleClaim(ctx context.Context, p *ports.LifecycleClaimParams) ([]uuid.UUID, error) {
+	f.mu.Lock()
+	if f.fails[p.Stage] > 0 {
+		f.fails[p.Stage]--
+		f.mu.Unlock()
+		return nil, fmt.Errorf("claiming: connection reset: %w", ports.ErrTransient)
+	}
+	f.mu.Unlock()
+	return f.LifecycleStore.LifecycleClaim(ctx, p)
+}
+
+// A stage whose claim fails on a backend error is not lost: a failed
+// PrePerspective claim holds the apply back until a retry claims it (the
+// stage still runs first), and a failed PostPerspective claim is retried in
+// place once the model is saved.
+func TestStageClaimFailuresAreRetried(t *testing.T) {
+	t.Parallel()
+
+	b := memory.New(memory.Options{}).Backend()
+	b.Lifecycle = &flakyStages{LifecycleStore: b.Lifecycle, fails: map[ports.LifecycleStage]int{
+		ports.StagePrePerspective:  2,
+		ports.StagePostPerspective: 2,
+	}}
+	var pre, post, applies, appliedBeforePre atomic.Int64
+	reg := registryWith(t, func(_ context.Context, m total, e added) (total, error) {
+		applies.Add(1)
+		if pre.Load() == 0 {
+			appliedBeforePre.Add(1)
+		}
+		m.Sum += e.N
+		return m, nil
+	})
+	require.NoError(t, core.AddReceptor(reg, core.PrePerspective, core.Inline, func(context.Context, added, core.StageInfo) error {
+		pre.Add(1)
+		return nil
+	}))
+	posted := make(chan struct{}, 10)
+	require.NoError(t, core.AddReceptor(reg, core.PostPerspective, core.Inline, func(context.Context, added, core.StageInfo) error {
+		post.Add(1)
+		posted <- struct{}{}
+		return nil
+	}))
+	w := startWorker(t, b, reg, quietOptions(t))
+
+	stream := uuid.New()
+	appendAdded(t, reg, b, stream, 5)
+	waitFor(t, posted, "PostPerspective after its claim failed twice")
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	require.NoError(t, w.WaitLifecycle(ctx))
+
+	require.Equal(t, int64(1), pre.Load(), "PrePerspective ran once")
+	require.Zero(t, appliedBeforePre.Load(), "nothing was applied before PrePerspective")
+	require.Equal(t, int64(1), applies.Load())
+	require.Equal(t, int64(1), post.Load(), "PostPerspective ran once")
+	require.Equal(t, 5, loadTotal(t, b, stream).Sum)
 }

@@ -22,8 +22,8 @@ func rewindOptions(t *testing.T) core.Options {
 	return o
 }
 
-// appendAt appends added events at explicit versions.
-func appendAt(t *testing.T, reg *core.Registry, b ports.Backend, stream uuid.UUID, versions ...int64) {
+// appendAt appends added events at explicit versions and returns them.
+func appendAt(t *testing.T, reg *core.Registry, b ports.Backend, stream uuid.UUID, versions ...int64) []ports.Event {
 	t.Helper()
 	require.NoError(t, reg.RegisterSubscriptions(t.Context(), b.Events))
 	evs := make([]ports.NewEvent, 0, len(versions))
@@ -33,8 +33,9 @@ func appendAt(t *testing.T, reg *core.Registry, b ports.Backend, stream uuid.UUI
 		ne.Version = v
 		evs = append(evs, ne)
 	}
-	_, err := b.Events.EventsAppend(t.Context(), &ports.EventsAppendParams{StreamID: stream, Events: evs})
+	res, err := b.Events.EventsAppend(t.Context(), &ports.EventsAppendParams{StreamID: stream, Events: evs})
 	require.NoError(t, err)
+	return res.Events
 }
 
 // waitForVersion waits until a batch applied through version v is reported

@@ -1,0 +1,186 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+var _ ports.AdminStore = (*Store)(nil)
+
+// Retiring a perspective takes two transactions. The first records the
+// retirement and deletes the subscriptions under sqlRetireLock; the second
+// (one statement, sqlRetireRows) deletes the work rows and, with DropState,
+// the state. Every append and every registration reads
+// vantage_subscriptions, so it holds the table in ACCESS SHARE mode from
+// before its statement's snapshot (PostgreSQL locks a statement's tables
+// when it parses or binds it) to its commit: the lock waits until those
+// that may have read the old subscriptions committed (AppendTx's
+// transactions included), and holds back the others until the retirement
+// is visible to them. So once the
+// first transaction committed, no append stores a row for the perspective,
+// and the second, whose snapshot is later, sees and deletes every row one
+// stored before.
+
+// sqlRetireLock holds back appends and registrations (see above): only
+// ACCESS EXCLUSIVE conflicts with the ACCESS SHARE of a reader. The table is
+// read by appends and registrations alone, so nothing else waits.
+const sqlRetireLock = `LOCK TABLE /* SCHEMA */.vantage_subscriptions IN ACCESS EXCLUSIVE MODE`
+
+// sqlRetire records $1 retired (the first retirement's time stays) and
+// deletes its subscriptions, returning how many it deleted. The
+// subscriptions are few; their key leads with the event type, so they are
+// scanned.
+const sqlRetire = `WITH retired AS (
+    INSERT INTO /* SCHEMA */.vantage_retired_perspectives (perspective) VALUES ($1)
+    ON CONFLICT (perspective) DO NOTHING
+),
+deleted AS (
+    DELETE FROM /* SCHEMA */.vantage_subscriptions WHERE perspective = $1
+    RETURNING 1
+)
+SELECT count(*) FROM deleted`
+
+// sqlRetireRows deletes the pending rows of perspective $1, leased ones
+// included, with $2 (DropState) its cursors (and with them the rewind
+// locks they carry), models and snapshots, and unpins the streams it leaves
+// without pending rows; it returns how many rows of each it deleted. Rows
+// kept processed by debug mode stay: they are history.
+//
+// Locks are taken as everywhere: work rows in work id order, then cursors
+// in key order, then models (as ModelSave takes them), snapshots, and the
+// pins in stream id order last, as completions take them; each step waits
+// for the one before (the count subqueries). The rows of a perspective are
+// found by scans, since every key leads with the stream: an index by
+// perspective would cost every append and completion for the sake of a rare
+// operator action. The unpinning runs on the statement's snapshot, in which
+// the deleted rows are still pending, so it looks for rows of other
+// perspectives.
+const sqlRetireRows = `WITH deleted AS (
+    DELETE FROM /* SCHEMA */.vantage_work w
+    WHERE w.work_id = ANY (ARRAY(
+        SELECT l.work_id
+        FROM /* SCHEMA */.vantage_work l
+        WHERE l.perspective = $1 AND l.processed_at IS NULL
+        ORDER BY l.work_id
+        FOR UPDATE))
+    RETURNING w.stream_id
+),
+cursors AS (
+    DELETE FROM /* SCHEMA */.vantage_cursors c
+    WHERE (c.stream_id, c.perspective) IN (
+        SELECT l.stream_id, l.perspective FROM /* SCHEMA */.vantage_cursors l
+        WHERE $2 AND l.perspective = $1 AND (SELECT count(*) FROM deleted) >= 0
+        ORDER BY l.stream_id
+        FOR UPDATE)
+    RETURNING 1
+),
+models AS (
+    DELETE FROM /* SCHEMA */.vantage_models m
+    WHERE (m.stream_id, m.perspective) IN (
+        SELECT l.stream_id, l.perspective FROM /* SCHEMA */.vantage_models l
+        WHERE $2 AND l.perspective = $1 AND (SELECT count(*) FROM cursors) >= 0
+        ORDER BY l.stream_id
+        FOR UPDATE)
+    RETURNING 1
+),
+snapshots AS (
+    DELETE FROM /* SCHEMA */.vantage_snapshots s
+    WHERE (s.stream_id, s.perspective, s.event_version) IN (
+        SELECT l.stream_id, l.perspective, l.event_version FROM /* SCHEMA */.vantage_snapshots l
+        WHERE $2 AND l.perspective = $1 AND (SELECT count(*) FROM models) >= 0
+        ORDER BY l.stream_id, l.event_version
+        FOR UPDATE)
+    RETURNING 1
+),
+unpinned AS (
+    DELETE FROM /* SCHEMA */.vantage_active_streams a
+    WHERE a.stream_id IN (
+        SELECT p.stream_id
+        FROM /* SCHEMA */.vantage_active_streams p
+        WHERE p.stream_id IN (SELECT stream_id FROM deleted)
+          AND NOT EXISTS (
+              SELECT 1 FROM /* SCHEMA */.vantage_work o
+              WHERE o.stream_id = p.stream_id AND o.processed_at IS NULL AND o.perspective <> $1)
+          AND (SELECT count(*) FROM snapshots) >= 0
+        ORDER BY p.stream_id
+        FOR UPDATE)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM deleted), (SELECT count(*) FROM cursors), (SELECT count(*) FROM models),
+       (SELECT count(*) FROM snapshots), (SELECT count(*) FROM unpinned)`
+
+// PerspectiveRetire implements ports.AdminStore in two transactions (see
+// above): the retirement and the subscriptions, then the work rows and the
+// state. The first waits for appends in progress to commit, and appends
+// wait for it: keep AppendTx transactions short. Rows held by instances are
+// deleted like the others; their holders' completions and failures of them
+// then change nothing, except that a completion still moves the cursor (a
+// model saved by an apply in flight comes back with it: retiring again
+// drops it). Streams left without pending rows are unpinned. Its dead
+// letters and lifecycle stages are kept: they are history, not work. Should
+// the second transaction fail, the perspective is retired all the same, and
+// retiring it again deletes the rest. It returns ports.ErrInvalidArgument
+// for an empty perspective.
+func (s *Store) PerspectiveRetire(ctx context.Context, params *ports.PerspectiveRetireParams) (*ports.RetireResult, error) {
+	name := params.Perspective
+	if name == "" {
+		return nil, fmt.Errorf("retiring perspective: %w", invalid("empty name"))
+	}
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	result := &ports.RetireResult{}
+	err := withTx(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, s.sql(sqlRetireLock)); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, s.sql(sqlRetire), name).Scan(&result.Subscriptions)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("retiring perspective %q: %w", name, translate(err))
+	}
+	var unpinned int
+	err = s.pool.QueryRow(ctx, s.sql(sqlRetireRows), name, params.DropState).
+		Scan(&result.Work, &result.Cursors, &result.Models, &result.Snapshots, &unpinned)
+	if err != nil {
+		return nil, fmt.Errorf("deleting the work of retired perspective %q: %w", name, translate(err))
+	}
+	return result, nil
+}
+
+const sqlPerspectiveRevive = `DELETE FROM /* SCHEMA */.vantage_retired_perspectives WHERE perspective = $1`
+
+// PerspectiveRevive implements ports.AdminStore. Its subscriptions stay
+// deleted until registered again.
+func (s *Store) PerspectiveRevive(ctx context.Context, perspective string) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	if _, err := s.pool.Exec(ctx, s.sql(sqlPerspectiveRevive), perspective); err != nil {
+		return fmt.Errorf("reviving perspective %q: %w", perspective, translate(err))
+	}
+	return nil
+}
+
+// sqlPerspectivesRetired lists the retired perspectives in byte order, as Go
+// sorts strings.
+const sqlPerspectivesRetired = `SELECT perspective FROM /* SCHEMA */.vantage_retired_perspectives ORDER BY perspective COLLATE "C"`
+
+// PerspectivesRetired implements ports.AdminStore. The slice is never nil.
+func (s *Store) PerspectivesRetired(ctx context.Context) ([]string, error) {
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	out, err := queryRows(ctx, s, sqlPerspectivesRetired, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("listing retired perspectives: %w", err)
+	}
+	if out == nil {
+		out = []string{}
+	}
+	return out, nil
+}

@@ -1,0 +1,230 @@
+package conformance
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// runAdmin verifies ports.AdminStore, an optional port.
+func runAdmin(t *testing.T, newBackend NewBackendFunc, implemented bool) {
+	t.Helper()
+	const port = "AdminStore"
+
+	optionalGroup(t, "PerspectiveRetire", port, implemented, map[string]func(t *testing.T){
+		"CompletionsOfDeletedRowsChangeNothing": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 2)
+			retire(t, f.tb.backend, perspective, false)
+
+			// An instance that fetched the rows before the retirement
+			// reports them afterwards.
+			require.Zero(t, f.a.complete(t, at(time.Second), f.completion(1, 1)).Completed)
+			f.a.fail(t, at(2*time.Second), ports.Failure{
+				StreamID: f.stream, Perspective: perspective,
+				FailedWorkIDs: workIDs(f.work[1:]), Error: "boom", RetryAt: at(2 * time.Second),
+			})
+
+			requireNoWork(t, f.a.fetch(t, at(3*time.Second), f.stream))
+		},
+		"FailedReplayOfARetiredPerspectiveStoresNoRow": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 2)
+			f.a.complete(t, at(time.Second), f.completion(2, 1, 2))
+			retire(t, f.tb.backend, perspective, false)
+
+			// A replay of an applied event, running when the perspective
+			// was retired, fails.
+			f.a.fail(t, at(2*time.Second), ports.Failure{
+				StreamID: f.stream, Perspective: perspective,
+				FailedEventID: f.events[0].ID, FailedEventVersion: 1, Error: "replay failed", RetryAt: at(2 * time.Second),
+			})
+
+			requireNoWork(t, f.a.fetch(t, at(3*time.Second), f.stream))
+		},
+		"DeletesSubscriptionsAndPendingRows": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective, perspective2)
+			subscribe(t, tb.backend, otherType, perspective)
+			streams := newIDs(t, 2)
+			appendEvents(t, tb.backend, streams[0], at(0), newEvent(eventType, 0), newEvent(otherType, 0))
+			appendEvents(t, tb.backend, streams[1], at(0), newEvent(eventType, 0))
+			a.heartbeat(t, at(0))
+			require.Len(t, a.fetch(t, at(0), streams[0]).Work, 3, "rows leased to a live instance are deleted too")
+
+			res := retire(t, tb.backend, perspective, false)
+
+			require.Equal(t, ports.RetireResult{Subscriptions: 2, Work: 3}, res)
+			work := a.fetch(t, at(time.Second), streams...).Work
+			require.Empty(t, ofPerspective(work, perspective))
+			require.Len(t, ofPerspective(work, perspective2), 2, "another perspective's rows stay")
+			require.Len(t, work, 2)
+		},
+		"DropStateDeletesCursorsModelsAndSnapshots": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			streams := newIDs(t, 3)
+			for _, stream := range streams[:2] {
+				for _, name := range []string{perspective, perspective2} {
+					require.NoError(t, tb.backend.Models.ModelSave(t.Context(), &ports.ModelSaveParams{
+						StreamID: stream, Perspective: name, Data: []byte(`{}`), LastEventID: newID(t), LastVersion: 1, Now: at(0),
+					}))
+				}
+			}
+			event := appendN(t, tb.backend, streams[2], at(0), eventType, 1)[0]
+			a.moveCursor(t, at(0), perspective, event) // a cursor without a model
+			snapshots := tb.backend.Snapshots != nil
+			if snapshots {
+				for _, v := range []int64{1, 2} {
+					saveSnapshot(t, tb.backend, streams[0], perspective, v, at(0))
+				}
+				saveSnapshot(t, tb.backend, streams[0], perspective2, 1, at(0))
+			}
+
+			require.Equal(t, ports.RetireResult{}, retire(t, tb.backend, perspective, false), "nothing to delete without DropState")
+			_, err := tb.backend.Models.ModelLoad(t.Context(), streams[0], perspective)
+			require.NoError(t, err, "the state stays without DropState")
+
+			res := retire(t, tb.backend, perspective, true)
+
+			want := ports.RetireResult{Cursors: 3, Models: 2}
+			if snapshots {
+				want.Snapshots = 2
+			}
+			require.Equal(t, want, res)
+			for _, stream := range streams {
+				_, exists := cursorOf(t, tb.backend, stream, perspective)
+				require.False(t, exists)
+				_, err := tb.backend.Models.ModelLoad(t.Context(), stream, perspective)
+				require.ErrorIs(t, err, ports.ErrNotFound)
+			}
+			for _, stream := range streams[:2] {
+				mustCursor(t, tb.backend, stream, perspective2)
+				_, err := tb.backend.Models.ModelLoad(t.Context(), stream, perspective2)
+				require.NoError(t, err, "another perspective's state stays")
+			}
+			if snapshots {
+				requireNoSnapshot(t, tb.backend, streams[0], perspective, 100)
+				require.Equal(t, int64(1), latestSnapshot(t, tb.backend, streams[0], perspective2, 100).Version)
+			}
+		},
+		"Idempotent": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			subscribe(t, tb.backend, eventType, perspective)
+			appendN(t, tb.backend, newID(t), at(0), eventType, 2)
+			require.Equal(t, ports.RetireResult{Subscriptions: 1, Work: 2}, retire(t, tb.backend, perspective, true))
+
+			require.Equal(t, ports.RetireResult{}, retire(t, tb.backend, perspective, true), "nothing is left to delete")
+			require.Equal(t, []string{perspective}, retired(t, tb.backend))
+		},
+		"IgnoresLaterSubscriptionsOfIt": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective, perspective2)
+			stream := newID(t)
+			retire(t, tb.backend, perspective, false)
+			appendWith := func(now time.Time, typ string, subs ...ports.Subscription) int {
+				t.Helper()
+				res, err := tb.backend.Events.EventsAppend(t.Context(), &ports.EventsAppendParams{
+					StreamID: stream, Events: []ports.NewEvent{newEvent(typ, 0)}, Subscriptions: subs, Now: now,
+				})
+				require.NoError(t, err)
+				return res.WorkRows
+			}
+
+			require.Equal(t, 1, appendWith(at(0), eventType), "its subscription is deleted")
+			require.Equal(t, 1, appendWith(at(time.Second), eventType, ports.Subscription{EventType: eventType, Perspective: perspective}),
+				"an append naming it does not register it")
+			require.NoError(t, tb.backend.Events.SubscriptionsRegister(t.Context(), []ports.Subscription{{EventType: eventType, Perspective: perspective}}))
+			require.Equal(t, 1, appendWith(at(2*time.Second), eventType), "nor does SubscriptionsRegister")
+			require.Equal(t, 1, appendWith(at(3*time.Second), otherType,
+				ports.Subscription{EventType: otherType, Perspective: perspective}, ports.Subscription{EventType: otherType, Perspective: perspective2},
+			), "the other subscriptions of the call are registered")
+			require.Equal(t, 1, appendWith(at(4*time.Second), otherType))
+
+			a.heartbeat(t, at(4*time.Second))
+			work := a.fetch(t, at(4*time.Second), stream).Work
+			require.Empty(t, ofPerspective(work, perspective))
+			require.Equal(t, []int64{1, 2, 3, 4, 5}, versionsOf(ofPerspective(work, perspective2)))
+		},
+		"RejectsEmptyPerspective": func(t *testing.T) {
+			tb := setup(t, newBackend)
+
+			_, err := tb.backend.Admin.PerspectiveRetire(t.Context(), &ports.PerspectiveRetireParams{DropState: true})
+
+			require.ErrorIs(t, err, ports.ErrInvalidArgument)
+			require.Empty(t, retired(t, tb.backend))
+		},
+	})
+
+	optionalGroup(t, "PerspectiveRevive", port, implemented, map[string]func(t *testing.T){
+		"LetsItBeRegisteredAgain": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			retire(t, tb.backend, perspective, false)
+
+			require.NoError(t, tb.backend.Admin.PerspectiveRevive(t.Context(), perspective))
+
+			require.Empty(t, retired(t, tb.backend))
+			require.Zero(t, appendEvents(t, tb.backend, stream, at(0), newEvent(eventType, 0)).WorkRows,
+				"its subscriptions were deleted, not suspended")
+			subscribe(t, tb.backend, eventType, perspective)
+			require.Equal(t, 1, appendEvents(t, tb.backend, stream, at(time.Second), newEvent(eventType, 0)).WorkRows)
+			res, err := tb.backend.Events.EventsAppend(t.Context(), &ports.EventsAppendParams{
+				StreamID: stream, Events: []ports.NewEvent{newEvent(otherType, 0)},
+				Subscriptions: []ports.Subscription{{EventType: otherType, Perspective: perspective}}, Now: at(2 * time.Second),
+			})
+			require.NoError(t, err)
+			require.Equal(t, 1, res.WorkRows, "an append registers it again too")
+			a.heartbeat(t, at(2*time.Second))
+			require.Equal(t, []int64{2, 3}, versionsOf(a.fetch(t, at(2*time.Second), stream).Work))
+		},
+		"NoOpWhenNotRetired": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			subscribe(t, tb.backend, eventType, perspective)
+
+			require.NoError(t, tb.backend.Admin.PerspectiveRevive(t.Context(), perspective))
+			require.NoError(t, tb.backend.Admin.PerspectiveRevive(t.Context(), perspective2))
+
+			require.Empty(t, retired(t, tb.backend))
+			require.Equal(t, 1, appendEvents(t, tb.backend, newID(t), at(0), newEvent(eventType, 0)).WorkRows, "its subscriptions stay")
+		},
+	})
+
+	optionalGroup(t, "PerspectivesRetired", port, implemented, map[string]func(t *testing.T){
+		"ListsThemSorted": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			require.Empty(t, retired(t, tb.backend))
+
+			for _, name := range []string{perspective2, perspective, "audit", perspective} {
+				retire(t, tb.backend, name, false)
+			}
+			require.Equal(t, []string{"audit", perspective, perspective2}, retired(t, tb.backend))
+
+			require.NoError(t, tb.backend.Admin.PerspectiveRevive(t.Context(), perspective))
+			require.Equal(t, []string{"audit", perspective2}, retired(t, tb.backend))
+		},
+	})
+}
+
+// retire retires perspective, dropping its state when dropState is set, and
+// returns what the call removed.
+func retire(t *testing.T, b ports.Backend, perspective string, dropState bool) ports.RetireResult {
+	t.Helper()
+	res, err := b.Admin.PerspectiveRetire(t.Context(), &ports.PerspectiveRetireParams{Perspective: perspective, DropState: dropState})
+	require.NoError(t, err)
+	require.NotNil(t, res)
+	return *res
+}
+
+// retired lists the retired perspectives.
+func retired(t *testing.T, b ports.Backend) []string {
+	t.Helper()
+	names, err := b.Admin.PerspectivesRetired(t.Context())
+	require.NoError(t, err)
+	return names
+}

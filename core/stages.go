@@ -1,0 +1,604 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// lifecycle runs receptors and keeps the stage records.
+//
+// A durable stage runs in three steps: it is claimed in the backend (so that
+// no other instance runs it meanwhile, and a claim of an instance that died
+// is taken over), its receptors run, and it is recorded completed. Within
+// the process, a stage of an event being run is not claimed again (the
+// backend hands the caller its own claims back). Without a LifecycleStore
+// the stages are guarded in memory only, at most once per process.
+type lifecycle struct {
+	w     *Worker
+	tasks tasks // detached receptors and batch tasks
+
+	// memGuard is the in-process stage guard used when the backend has no
+	// LifecycleStore.
+	memMu    sync.Mutex
+	memGuard map[stageKey]struct{}
+
+	// running holds the stages this process claimed and has not completed.
+	runMu   sync.Mutex
+	running map[stageKey]struct{}
+
+	taskMu   sync.Mutex
+	lastTask chan struct{} // closed when the latest batch task finished
+}
+
+// stageKey names one durable stage of one event (of one perspective, for
+// PostPerspective).
+type stageKey struct {
+	event       uuid.UUID
+	stage       ports.LifecycleStage
+	perspective string
+}
+
+func newLifecycle(w *Worker) *lifecycle {
+	done := make(chan struct{})
+	close(done)
+	return &lifecycle{w: w, memGuard: map[stageKey]struct{}{}, running: map[stageKey]struct{}{}, lastTask: done}
+}
+
+// memGuardLimit bounds the in-process guard; the oldest half is dropped when
+// it is reached (events that old are long complete).
+const memGuardLimit = 200_000
+
+// durableStage maps a stage to its durable record.
+func durableStage(s Stage) ports.LifecycleStage {
+	switch s {
+	case PrePerspective:
+		return ports.StagePrePerspective
+	case PostPerspective:
+		return ports.StagePostPerspective
+	case PostAllPerspectives:
+		return ports.StagePostAllPerspectives
+	}
+	return ports.StagePostLifecycle
+}
+
+// claim returns the events for which this caller runs stage now, and the
+// keys to pass to complete. perspective is set for PostPerspective only.
+func (l *lifecycle) claim(ctx context.Context, events []ports.Event, stage Stage, perspective string) ([]ports.Event, []stageKey, error) {
+	if len(events) == 0 {
+		return nil, nil, nil
+	}
+	durable := durableStage(stage)
+	store := l.w.backend.Lifecycle
+	if store == nil {
+		return l.claimInMemory(events, durable, perspective), nil, nil
+	}
+	// Leave out the stages this process runs already: the backend would
+	// hand its own claims back.
+	l.runMu.Lock()
+	var (
+		keys []stageKey
+		ids  []uuid.UUID
+		byID = make(map[uuid.UUID]ports.Event, len(events))
+	)
+	for _, e := range events {
+		k := stageKey{event: e.ID, stage: durable, perspective: perspective}
+		if _, busy := l.running[k]; busy {
+			continue
+		}
+		if _, dup := byID[e.ID]; dup {
+			continue
+		}
+		l.running[k] = struct{}{}
+		keys = append(keys, k)
+		ids = append(ids, e.ID)
+		byID[e.ID] = e
+	}
+	l.runMu.Unlock()
+	if len(ids) == 0 {
+		return nil, nil, nil
+	}
+	won, err := store.LifecycleClaim(ctx, &ports.LifecycleClaimParams{
+		EventIDs: ids, Stage: durable, Perspective: perspective, InstanceID: l.w.opts.InstanceID,
+		StaleThreshold: l.w.opts.StaleInstanceThreshold, Now: l.w.paramNow(),
+	})
+	if err != nil {
+		l.release(keys)
+		return nil, nil, fmt.Errorf("claiming %s: %w", stageName(stage, perspective), err)
+	}
+	wonSet := make(map[uuid.UUID]bool, len(won))
+	for _, id := range won {
+		wonSet[id] = true
+	}
+	out := events[:0:0]
+	var claimed, lost []stageKey
+	for _, k := range keys {
+		if wonSet[k.event] {
+			out = append(out, byID[k.event])
+			claimed = append(claimed, k)
+		} else {
+			lost = append(lost, k)
+		}
+	}
+	l.release(lost)
+	return out, claimed, nil
+}
+
+func (l *lifecycle) claimInMemory(events []ports.Event, durable ports.LifecycleStage, perspective string) []ports.Event {
+	l.memMu.Lock()
+	defer l.memMu.Unlock()
+	if len(l.memGuard) >= memGuardLimit {
+		n := 0
+		for k := range l.memGuard {
+			delete(l.memGuard, k)
+			if n++; n >= memGuardLimit/2 {
+				break
+			}
+		}
+	}
+	out := events[:0:0]
+	for _, e := range events {
+		k := stageKey{event: e.ID, stage: durable, perspective: perspective}
+		if _, done := l.memGuard[k]; !done {
+			l.memGuard[k] = struct{}{}
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// complete records the claimed stages done. A failure is logged: the
+// stages stay claimed and run again once the claim is taken over (at least
+// once).
+func (l *lifecycle) complete(ctx context.Context, keys []stageKey) {
+	if len(keys) == 0 {
+		return
+	}
+	defer l.release(keys)
+	k0 := keys[0]
+	ids := make([]uuid.UUID, len(keys))
+	for i, k := range keys {
+		ids[i] = k.event
+	}
+	err := l.w.backend.Lifecycle.LifecycleComplete(context.WithoutCancel(ctx), &ports.LifecycleCompleteParams{
+		EventIDs: ids, Stage: k0.stage, Perspective: k0.perspective, InstanceID: l.w.opts.InstanceID, Now: l.w.paramNow(),
+	})
+	if err != nil {
+		l.w.faults.fail(ctx, "recording lifecycle stages", err, slog.Int("events", len(ids)))
+		return
+	}
+	l.w.faults.ok(ctx, "recording lifecycle stages")
+}
+
+func (l *lifecycle) release(keys []stageKey) {
+	if len(keys) == 0 {
+		return
+	}
+	l.runMu.Lock()
+	for _, k := range keys {
+		delete(l.running, k)
+	}
+	l.runMu.Unlock()
+}
+
+// claimFailed logs a failed claim of stage, once in a while when it keeps
+// failing.
+func (l *lifecycle) claimFailed(ctx context.Context, stage Stage, err error) {
+	if ctx.Err() == nil {
+		l.w.faults.fail(ctx, "claiming lifecycle stages", err, slog.String("stage", stage.String()))
+	}
+}
+
+func stageName(stage Stage, perspective string) string {
+	if perspective != "" {
+		return stage.String() + " of " + perspective
+	}
+	return stage.String()
+}
+
+// run claims stage for events, runs its receptors and records it done. It
+// returns the events it ran the stage for, and the claim's error, which the
+// caller handles.
+func (l *lifecycle) run(ctx context.Context, stage Stage, perspective string, events []ports.Event) ([]ports.Event, error) {
+	won, keys, err := l.claim(ctx, events, stage, perspective)
+	if err != nil {
+		return nil, err
+	}
+	l.w.faults.ok(ctx, "claiming lifecycle stages")
+	l.fire(ctx, stage, perspective, won)
+	l.complete(ctx, keys)
+	return won, nil
+}
+
+// Retries of a PostPerspective claim that failed: nothing else would run
+// the stage of events whose model is saved, so a short outage is waited
+// out in place.
+const (
+	stageClaimRetries = 5
+	stageClaimBackoff = 100 * time.Millisecond
+)
+
+// runRetried is run, retrying a claim that failed with ports.ErrTransient
+// up to stageClaimRetries times with a doubling backoff on the worker's
+// clock.
+func (l *lifecycle) runRetried(ctx context.Context, stage Stage, perspective string, events []ports.Event) {
+	delay := stageClaimBackoff
+	for try := 0; ; try++ {
+		_, err := l.run(ctx, stage, perspective, events)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		l.claimFailed(ctx, stage, err)
+		if !errors.Is(err, ports.ErrTransient) || try == stageClaimRetries {
+			l.w.log.ErrorContext(ctx, "giving up on a lifecycle stage; its receptors do not run for these events",
+				slog.String("stage", stageName(stage, perspective)), slog.Int("events", len(events)), slog.Any("error", err))
+			return
+		}
+		t := l.w.clock.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		delay *= 2
+	}
+}
+
+// fire runs the receptors of stage for each event: detached ones started
+// first, inline ones awaited in order, then the immediately detached ones
+// started. Each event runs under its own security context. Errors, and
+// panics turned into errors, are logged, never returned: a receptor cannot
+// block perspectives.
+func (l *lifecycle) fire(ctx context.Context, stage Stage, perspective string, events []ports.Event) {
+	w := l.w
+	for _, e := range events {
+		receptors := w.reg.receptorsFor(stage, e.Type)
+		if len(receptors) == 0 {
+			continue
+		}
+		decoded, err := w.reg.Decode(e)
+		if err != nil {
+			w.log.ErrorContext(ctx, "decoding event for receptors", slog.String("stage", stage.String()), slog.Any("error", err))
+			continue
+		}
+		rctx, err := w.establishSecurity(ctx, e)
+		if err != nil {
+			w.log.ErrorContext(ctx, "establishing the security context of receptors", slog.String("stage", stage.String()),
+				slog.String("event_id", e.ID.String()), slog.Any("error", err))
+			continue
+		}
+		for _, mode := range []Mode{Detached, Inline, ImmediateDetached} {
+			for _, rc := range receptors {
+				if rc.mode != mode {
+					continue
+				}
+				info := StageInfo{Stage: stage, Mode: rc.mode, Event: e, Perspective: perspective, Receptor: rc.index}
+				if mode == Inline {
+					if err := l.callReceptor(rctx, rc, decoded, info); err != nil {
+						w.log.ErrorContext(ctx, "inline receptor failed", slog.String("stage", stage.String()), slog.String("event_id", e.ID.String()), slog.Any("error", err))
+					}
+					continue
+				}
+				dctx := context.WithoutCancel(rctx)
+				l.tasks.Go(func() {
+					if err := l.callReceptor(dctx, rc, decoded, info); err != nil {
+						w.log.ErrorContext(dctx, "detached receptor failed", slog.String("stage", stage.String()), slog.String("mode", mode.String()),
+							slog.String("event_id", e.ID.String()), slog.Any("error", err))
+					}
+				})
+			}
+		}
+	}
+}
+
+// callReceptor runs rc, turning a panic into an error.
+func (l *lifecycle) callReceptor(ctx context.Context, rc receptor, decoded any, info StageInfo) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("receptor panicked: %v", r)
+		}
+	}()
+	return rc.call(ctx, decoded, info)
+}
+
+// prePerspective runs PrePerspective for events about to be applied. A
+// failed claim is returned: the caller applies nothing and retries the
+// pair later, as for any backend error, so the stage still runs first.
+func (l *lifecycle) prePerspective(ctx context.Context, events []ports.Event) error {
+	if !l.w.reg.hasReceptors(PrePerspective) {
+		return nil
+	}
+	_, err := l.run(ctx, PrePerspective, "", events)
+	return err
+}
+
+// postPerspective runs PostPerspective for events a perspective saved, or
+// found saved (a re-delivery: the stage a crash interrupted runs again).
+func (l *lifecycle) postPerspective(ctx context.Context, perspective string, events []ports.Event) {
+	if l.w.reg.hasReceptors(PostPerspective) {
+		l.runRetried(ctx, PostPerspective, perspective, events)
+	}
+}
+
+// afterBatch starts the batch's PostAllPerspectives/PostLifecycle task,
+// ordered after the previous batch's task, and calls then when the task is
+// done (at once when there is none). The task starts once the completions
+// reported so far are acknowledged: an event is applied for the terminal
+// stages once its work rows are gone, not merely saved.
+func (l *lifecycle) afterBatch(ctx context.Context, events []ports.Event, then func()) {
+	if len(events) == 0 || !l.w.reg.hasReceptors(PostAllPerspectives, PostLifecycle) {
+		if then != nil {
+			then()
+		}
+		return
+	}
+	l.w.flushPending(ctx)
+	settled := make(chan struct{})
+	l.w.completions.AfterSettled(func() { close(settled) })
+	l.taskMu.Lock()
+	prev := l.lastTask
+	done := make(chan struct{})
+	l.lastTask = done
+	l.taskMu.Unlock()
+	l.tasks.Go(func() {
+		defer func() {
+			close(done)
+			if then != nil {
+				then()
+			}
+		}()
+		for _, c := range []<-chan struct{}{prev, settled} {
+			select {
+			case <-c:
+			case <-ctx.Done():
+				return
+			}
+		}
+		l.completeEvents(ctx, events)
+	})
+}
+
+// completeEvents runs the terminal stages for the events every expected
+// perspective has applied; the others wait for a later batch (or instance).
+func (l *lifecycle) completeEvents(ctx context.Context, events []ports.Event) {
+	ready, err := l.ready(ctx, events)
+	if err != nil {
+		if ctx.Err() == nil {
+			l.w.faults.fail(ctx, "checking which events every perspective applied", err)
+		}
+		return
+	}
+	l.runTerminalStages(ctx, ready)
+}
+
+// ready returns the events every perspective registered for their type has
+// applied: from the LifecycleStore, which sees pending rows (a late event
+// below a cursor is not applied before its rewind), else from the cursors'
+// positions only.
+func (l *lifecycle) ready(ctx context.Context, events []ports.Event) ([]ports.Event, error) {
+	w := l.w
+	subscribers := w.reg.subscribers()
+	if store := w.backend.Lifecycle; store != nil {
+		ids := make([]uuid.UUID, len(events))
+		byID := make(map[uuid.UUID]ports.Event, len(events))
+		for i, e := range events {
+			ids[i] = e.ID
+			byID[e.ID] = e
+		}
+		got, err := store.LifecycleReady(ctx, &ports.LifecycleReadyParams{EventIDs: ids, Expected: subscribers})
+		if err != nil {
+			return nil, err
+		}
+		out := make([]ports.Event, 0, len(got))
+		for _, id := range got {
+			if e, ok := byID[id]; ok {
+				out = append(out, e)
+			}
+		}
+		return out, nil
+	}
+	var streams []uuid.UUID
+	seen := map[uuid.UUID]bool{}
+	for _, e := range events {
+		if !seen[e.StreamID] {
+			seen[e.StreamID] = true
+			streams = append(streams, e.StreamID)
+		}
+	}
+	cursors, err := w.backend.Cursors.CursorsGet(ctx, &ports.CursorsGetParams{StreamIDs: streams})
+	if err != nil {
+		return nil, err
+	}
+	pos := map[pairKey]int64{}
+	for _, c := range cursors {
+		pos[pairKey{stream: c.StreamID, perspective: c.Perspective}] = c.LastVersion
+	}
+	var out []ports.Event
+	for _, e := range events {
+		all := true
+		for _, p := range subscribers[e.Type] {
+			if pos[pairKey{stream: e.StreamID, perspective: p}] < e.Version {
+				all = false
+				break
+			}
+		}
+		if all {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+// runTerminalStages runs PostAllPerspectives, then PostLifecycle for the
+// events whose PostAllPerspectives is done (here or elsewhere); a completed
+// PostLifecycle is the event's durable completion marker.
+func (l *lifecycle) runTerminalStages(ctx context.Context, events []ports.Event) {
+	if len(events) == 0 {
+		return
+	}
+	// A failed claim leaves the events to the reconciliation, which finds
+	// those whose PostLifecycle is not done.
+	if _, err := l.run(ctx, PostAllPerspectives, "", events); err != nil {
+		l.claimFailed(ctx, PostAllPerspectives, err)
+		return
+	}
+	next := events
+	if store := l.w.backend.Lifecycle; store != nil {
+		ids := make([]uuid.UUID, len(events))
+		for i, e := range events {
+			ids[i] = e.ID
+		}
+		done, err := store.LifecycleStages(ctx, ids)
+		if err != nil {
+			if ctx.Err() == nil {
+				l.w.faults.fail(ctx, "reading lifecycle stages", err)
+			}
+			return
+		}
+		next = next[:0:0]
+		for _, e := range events {
+			if done[e.ID]&ports.StagePostAllPerspectives != 0 {
+				next = append(next, e)
+			}
+		}
+	}
+	won, err := l.run(ctx, PostLifecycle, "", next)
+	if err != nil {
+		l.claimFailed(ctx, PostLifecycle, err)
+		return
+	}
+	if h := l.w.opts.Hooks.OnLifecycleCompleted; h != nil && len(won) > 0 {
+		h(won)
+	}
+}
+
+// Orphan reconciliation bounds: passes of up to orphanBatch events created
+// within orphanLookback, at start-up and every reconcileEvery.
+const (
+	orphanPasses   = 20
+	orphanBatch    = 100
+	orphanLookback = 30 * time.Minute
+	reconcileEvery = time.Minute
+)
+
+// reconcile heals events whose perspectives all applied them but whose
+// PostLifecycle never completed (a crash in between, or a claim of an
+// instance that died): it runs their remaining stages. It returns how many
+// events it took up.
+func (l *lifecycle) reconcile(ctx context.Context) int {
+	w := l.w
+	store := w.backend.Lifecycle
+	if store == nil || !w.reg.hasReceptors(PostAllPerspectives, PostLifecycle) {
+		return 0
+	}
+	// Tracked as lifecycle work, so that WaitLifecycle waits for the
+	// stages it runs.
+	defer l.tasks.track()()
+	expected := w.reg.subscribers()
+	healed := 0
+	for range orphanPasses {
+		orphans, err := store.LifecycleOrphans(ctx, &ports.LifecycleOrphansParams{Expected: expected, Since: w.now().Add(-orphanLookback), Limit: orphanBatch})
+		if err != nil {
+			if ctx.Err() == nil {
+				w.faults.fail(ctx, "finding interrupted lifecycles", err)
+			}
+			return healed
+		}
+		l.runTerminalStages(ctx, orphans)
+		healed += len(orphans)
+		if len(orphans) < orphanBatch {
+			break
+		}
+	}
+	if healed > 0 {
+		w.log.InfoContext(ctx, "took up interrupted lifecycles", slog.Int("events", healed))
+	}
+	return healed
+}
+
+// reconcileLoop reconciles every reconcileEvery, so that a stage claimed by
+// an instance that died is taken up even when no instance restarts.
+func (l *lifecycle) reconcileLoop(ctx context.Context) {
+	if l.w.backend.Lifecycle == nil || !l.w.reg.hasReceptors(PostAllPerspectives, PostLifecycle) {
+		return
+	}
+	every(ctx, l.w.clock, reconcileEvery, func() { l.reconcile(ctx) })
+}
+
+// wait blocks until the lifecycle work started before the call finished,
+// and the work that work started meanwhile, or ctx ends.
+func (l *lifecycle) wait(ctx context.Context) error { return l.tasks.wait(ctx) }
+
+// tasks tracks goroutines so that a waiter can wait for those started
+// before it, safely while others start.
+type tasks struct {
+	mu      sync.Mutex
+	next    uint64
+	running map[uint64]chan struct{}
+}
+
+// Go runs f on a goroutine of its own, tracked until it returns.
+func (t *tasks) Go(f func()) {
+	untrack := t.track()
+	go func() {
+		defer untrack()
+		f()
+	}()
+}
+
+// track tracks work running on the caller's goroutine until the returned
+// function is called.
+func (t *tasks) track() func() {
+	done := make(chan struct{})
+	t.mu.Lock()
+	if t.running == nil {
+		t.running = map[uint64]chan struct{}{}
+	}
+	id := t.next
+	t.next++
+	t.running[id] = done
+	t.mu.Unlock()
+	return func() {
+		t.mu.Lock()
+		delete(t.running, id)
+		t.mu.Unlock()
+		close(done)
+	}
+}
+
+// wait waits for the tasks running at the call, then for those started
+// while it waited by then (their children), or until ctx ends.
+func (t *tasks) wait(ctx context.Context) error {
+	t.mu.Lock()
+	upTo := t.next
+	t.mu.Unlock()
+	for round := 0; round < 2; round++ {
+		t.mu.Lock()
+		var pending []chan struct{}
+		for id, done := range t.running {
+			if id < upTo {
+				pending = append(pending, done)
+			}
+		}
+		t.mu.Unlock()
+		for _, done := range pending {
+			select {
+			case <-done:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		t.mu.Lock()
+		upTo = t.next
+		t.mu.Unlock()
+	}
+	return nil
+}
