@@ -1,6 +1,6 @@
 module github.com/vantage-go/vantage
 
-go 1.26.0
+go 1.25.0
 
 require (
 	github.com/cenkalti/backoff/v4 v4.3.0
@@ -13,7 +13,7 @@ require (
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/fx v1.24.0
 	go.uber.org/goleak v1.3.0
-	golang.org/x/sync v0.25.0
+	golang.org/x/sync v0.22.0
 )
 
 require (

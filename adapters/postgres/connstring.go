@@ -92,7 +92,8 @@ func checkListenerConnString(cs string) error {
 	cfg, err := pq.NewConfig(cs)
 	if err != nil {
 		// A url.Error repeats the whole URL, password included.
-		if ue, ok := errors.AsType[*url.Error](err); ok {
+		var ue *url.Error
+		if errors.As(err, &ue) {
 			err = ue.Err
 		}
 		return fmt.Errorf("lib/pq cannot parse it: %w", err)
