@@ -40,10 +40,14 @@ bench: ## benchmark Vantage against River and the raw SQL pipeline (bench/, see 
 bench-go: ## run the Go benchmarks of the hot core pieces
 	$(GO) test -run '^$$' -bench . -benchmem ./core/...
 
-lint: ## gofmt, go vet and staticcheck
+# make lint: gofmt, go vet, then golangci-lint with .golangci.yml (staticcheck,
+# errcheck and the depguard rules that hold the layering: ports import nothing
+# of ours, core no driver, fx or adapter, adapters neither each other nor core).
+GOLANGCI_LINT ?= $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
+lint: ## gofmt, go vet and golangci-lint (staticcheck, errcheck, import layering)
 	@test -z "$$(gofmt -l .)" || (gofmt -l . && exit 1)
 	$(GO) vet $(PKGS)
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)
+	$(GOLANGCI_LINT) run $(PKGS)
 
 cover: ## test coverage summary
 	$(GO) test -count=1 -coverprofile=cover.out $(PKGS) && $(GO) tool cover -func=cover.out | tail -1
