@@ -63,7 +63,7 @@ func (w *Worker) fetch(ctx context.Context, ids []uuid.UUID) (*ports.EventsFetch
 }
 
 // drainBatch fetches the pending events of streams and drains every stream
-// that has some, at most MaxConcurrentPerspectives at once. A fetch cut at
+// that has some, at most MaxConcurrentStreams at once. A fetch cut at
 // FetchMaxRows covers a prefix of the streams in id order; the streams past
 // the cut are fetched next, while the drains of the first ones run, until
 // every stream was fetched. It returns the number of (event, perspective)
@@ -77,12 +77,12 @@ func (w *Worker) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []ports.
 		wg      sync.WaitGroup
 	)
 	collect := w.reg.hasReceptors(PostAllPerspectives, PostLifecycle)
-	sem := make(chan struct{}, w.opts.MaxConcurrentPerspectives)
+	sem := make(chan struct{}, w.opts.MaxConcurrentStreams)
 	// inflight counts the rows of fetches some of whose streams are still
 	// draining (a fetch's rows share its result's memory). A fetch of the
 	// streams past a cut waits until they are fewer than twice FetchMaxRows,
 	// so a batch holds about three fetches' worth of rows however long the
-	// streams' backlogs are, not MaxConcurrentPerspectives streams' worth.
+	// streams' backlogs are, not MaxConcurrentStreams streams' worth.
 	inflight := 0
 	settled := sync.NewCond(&mu)
 	remaining := ids

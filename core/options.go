@@ -28,7 +28,7 @@ const (
 	PartitionCountDefault               = 10_000
 	IdleThresholdPollsDefault           = 2
 	PerspectiveBatchSizeDefault         = 100
-	MaxConcurrentPerspectivesDefault    = 30
+	MaxConcurrentStreamsDefault         = 30
 	MaxConcurrentDrainConsumersDefault  = 4
 	MaxStreamsPerBatchDefault           = 300
 	DrainLoopMaxIterationsDefault       = 5
@@ -182,9 +182,9 @@ type Options struct {
 	// and cursor are saved (they are also saved at the end of each run).
 	// Defaults to 100.
 	PerspectiveBatchSize int
-	// MaxConcurrentPerspectives bounds the streams drained in parallel within
+	// MaxConcurrentStreams bounds the streams drained in parallel within
 	// one batch. Defaults to 30.
-	MaxConcurrentPerspectives int
+	MaxConcurrentStreams int
 	// MaxConcurrentDrainConsumers is the number of consumer loops. Defaults to 4.
 	MaxConcurrentDrainConsumers int
 	// MaxStreamsPerBatch bounds the streams claimed per tick. Defaults to 300.
@@ -286,7 +286,7 @@ func (o *Options) withDefaults() (Options, error) {
 	num("PartitionCount", &c.PartitionCount, PartitionCountDefault, false)
 	num("IdleThresholdPolls", &c.IdleThresholdPolls, IdleThresholdPollsDefault, false)
 	num("PerspectiveBatchSize", &c.PerspectiveBatchSize, PerspectiveBatchSizeDefault, false)
-	num("MaxConcurrentPerspectives", &c.MaxConcurrentPerspectives, MaxConcurrentPerspectivesDefault, false)
+	num("MaxConcurrentStreams", &c.MaxConcurrentStreams, MaxConcurrentStreamsDefault, false)
 	num("MaxConcurrentDrainConsumers", &c.MaxConcurrentDrainConsumers, MaxConcurrentDrainConsumersDefault, false)
 	num("MaxStreamsPerBatch", &c.MaxStreamsPerBatch, MaxStreamsPerBatchDefault, false)
 	num("DrainLoopMaxIterations", &c.DrainLoopMaxIterations, DrainLoopMaxIterationsDefault, false)

@@ -20,7 +20,7 @@ func TestOptionsDefaults(t *testing.T) {
 	require.Equal(t, 10_000, o.PartitionCount)
 	require.Equal(t, 2, o.IdleThresholdPolls)
 	require.Equal(t, 100, o.PerspectiveBatchSize)
-	require.Equal(t, 30, o.MaxConcurrentPerspectives)
+	require.Equal(t, 30, o.MaxConcurrentStreams)
 	require.Equal(t, 4, o.MaxConcurrentDrainConsumers)
 	require.Equal(t, 300, o.MaxStreamsPerBatch)
 	require.Equal(t, 5, o.DrainLoopMaxIterations)

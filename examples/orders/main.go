@@ -300,7 +300,7 @@ func openPostgres(ctx context.Context, cfg config, backends []ports.Backend) (fu
 			return nil, fmt.Errorf("parsing -postgres: %w", err)
 		}
 		if !strings.Contains(cfg.postgres, "pool_max_conns") {
-			// The engine drains up to MaxConcurrentPerspectives pairs at
+			// The engine drains up to MaxConcurrentStreams streams at
 			// once; pgxpool's default (4 connections) would serialize them.
 			pc.MaxConns = 16
 		}

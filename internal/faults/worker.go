@@ -94,7 +94,7 @@ func runWorker(ctx context.Context, c workerConfig, ready io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("parsing -db: %w", err)
 	}
-	// The engine drains up to MaxConcurrentPerspectives pairs at once;
+	// The engine drains up to MaxConcurrentStreams streams at once;
 	// pgxpool's default (4 connections on 2 cores) would serialize them.
 	cfg.MaxConns = 12
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
