@@ -221,7 +221,7 @@ type CursorStore interface {
 	// DebugMode it keeps them, marked processed and unleased, invisible to
 	// claims); it never touches rows of other perspectives. Then it upserts
 	// each cursor from the payload: the position only moves forward, status
-	// becomes Completed (CatchingUp, Failed and the error are cleared), and
+	// becomes Completed (Failed and the error are cleared), and
 	// the rewind columns are cleared. A completed row that DeadLetterRequeue
 	// stored marks its dead letter DeadLetterRecovered. Then, for each
 	// cursor, the pending rows of the pair below the position this call

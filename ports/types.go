@@ -14,11 +14,11 @@ type CursorStatus uint16
 
 // Cursor status flags. The numeric values are stored and must not change.
 const (
-	CursorNone           CursorStatus = 0
-	CursorProcessing     CursorStatus = 1
-	CursorCompleted      CursorStatus = 2
-	CursorFailed         CursorStatus = 4
-	CursorCatchingUp     CursorStatus = 8
+	CursorNone       CursorStatus = 0
+	CursorProcessing CursorStatus = 1
+	CursorCompleted  CursorStatus = 2
+	CursorFailed     CursorStatus = 4
+	// 8 and 16 are not used and stay reserved.
 	CursorRewindRequired CursorStatus = 32
 )
 
@@ -38,7 +38,6 @@ func (s CursorStatus) String() string {
 		{CursorProcessing, "Processing"},
 		{CursorCompleted, "Completed"},
 		{CursorFailed, "Failed"},
-		{CursorCatchingUp, "CatchingUp"},
 		{CursorRewindRequired, "RewindRequired"},
 	} {
 		if s.Has(f.flag) {
