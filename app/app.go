@@ -2,9 +2,9 @@
 //
 // app.Module builds a *core.Worker from the ports.Backend that an adapter
 // module provides (memory.Module or postgres.Module), the *core.Registry the
-// application provides, and optional *core.Options and *slog.Logger; it
+// application provides, and optional core.Options and *slog.Logger; it
 // starts the worker on application start and stops it, draining completions,
-// on application stop.
+// on application stop. examples/fxapp is a whole program.
 //
 //	fx.New(
 //		memory.Module,
@@ -16,7 +16,9 @@
 package app
 
 import (
+	"errors"
 	"log/slog"
+	"reflect"
 
 	"go.uber.org/fx"
 
@@ -26,13 +28,17 @@ import (
 
 // Module provides *core.Worker and ties its Start and Stop to the fx
 // lifecycle. The application must provide a ports.Backend (through an adapter
-// module) and a *core.Registry; *core.Options and *slog.Logger are optional.
+// module) and a *core.Registry. It may provide core.Options, as a value or a
+// pointer (fx.Supply(&core.Options{...}) or fx.Supply(core.Options{...}));
+// both at once is an error rather than a silent choice. It may provide a
+// *slog.Logger, which the worker logs to unless Options.Logger is set.
 var Module = fx.Module("vantage",
-	fx.Provide(NewWorker),
+	fx.Provide(newModuleWorker),
 	fx.Invoke(registerLifecycle),
 )
 
-// Params are the inputs of NewWorker.
+// Params are the inputs of NewWorker. Backend and Registry are required;
+// Options and Logger may be nil.
 type Params struct {
 	fx.In
 
@@ -42,8 +48,9 @@ type Params struct {
 	Logger   *slog.Logger  `optional:"true"`
 }
 
-// NewWorker builds the worker. Options are copied; a provided Logger is used
-// when Options has none.
+// NewWorker builds the worker with core.New. Options are copied, never
+// modified; Logger is used when Options has none, so that an application's
+// logger reaches the engine without being repeated in its options.
 func NewWorker(p Params) (*core.Worker, error) {
 	var opts core.Options
 	if p.Options != nil {
@@ -53,6 +60,26 @@ func NewWorker(p Params) (*core.Worker, error) {
 		opts.Logger = p.Logger
 	}
 	return core.New(p.Backend, p.Registry, &opts)
+}
+
+// moduleParams are the inputs of Module: Params, plus the options supplied
+// as a value. fx matches types exactly, so a core.Options value supplied
+// where *core.Options is read would otherwise be ignored without an error.
+type moduleParams struct {
+	fx.In
+
+	Params
+	OptionsValue core.Options `optional:"true"`
+}
+
+func newModuleWorker(p moduleParams) (*core.Worker, error) {
+	if !reflect.ValueOf(p.OptionsValue).IsZero() {
+		if p.Options != nil {
+			return nil, errors.New("core.Options is supplied both as a value and as a pointer: supply one")
+		}
+		p.Options = &p.OptionsValue
+	}
+	return NewWorker(p.Params)
 }
 
 // registerLifecycle starts the worker with the application and stops it with

@@ -3,6 +3,8 @@ package app_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -95,14 +97,128 @@ func TestModuleRunsTheWorker(t *testing.T) {
 func TestModuleRejectsInvalidOptions(t *testing.T) {
 	t.Parallel()
 
-	err := fx.New(
-		fx.NopLogger,
-		memory.Module,
-		app.Module,
-		fx.Provide(newRegistry),
-		fx.Supply(&core.Options{PartitionCount: -3}),
+	// A rejected option proves the options were read, in either form.
+	for name, supply := range map[string]fx.Option{
+		"Pointer": fx.Supply(&core.Options{PartitionCount: -3}),
+		"Value":   fx.Supply(core.Options{PartitionCount: -3}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			err := fx.New(fx.NopLogger, memory.Module, app.Module, fx.Provide(newRegistry), supply).Err()
+			require.ErrorContains(t, err, "Options.PartitionCount must be positive")
+		})
+	}
+}
+
+func TestModuleRejectsOptionsInBothForms(t *testing.T) {
+	t.Parallel()
+
+	err := fx.New(fx.NopLogger, memory.Module, app.Module, fx.Provide(newRegistry),
+		fx.Supply(core.Options{PartitionCount: 3}, &core.Options{PartitionCount: 4}),
+		fx.Invoke(func(*core.Worker) {}),
 	).Err()
-	require.ErrorContains(t, err, "Options.PartitionCount must be positive")
+	require.ErrorContains(t, err, "core.Options is supplied both as a value and as a pointer")
+}
+
+// recordHandler sends every record to its channel, without blocking: the
+// engine logs from its loops, which must not wait on a test that stopped
+// reading.
+type recordHandler struct{ records chan<- slog.Record }
+
+func (h recordHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h recordHandler) Handle(_ context.Context, r slog.Record) error {
+	select {
+	case h.records <- r.Clone():
+	default:
+	}
+	return nil
+}
+func (h recordHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h recordHandler) WithGroup(string) slog.Handler      { return h }
+
+// failingRegistry's perspective fails every event, which the engine logs
+// as a warning: a record every test run produces.
+func failingRegistry() (*core.Registry, error) {
+	reg := core.NewRegistry()
+	if err := core.RegisterEvent[noted](reg, "noted"); err != nil {
+		return nil, err
+	}
+	p := core.NewPerspective[notes]("notes")
+	if err := core.Handle(p, func(context.Context, notes, noted) (notes, error) {
+		return notes{}, errors.New("refusing every note")
+	}); err != nil {
+		return nil, err
+	}
+	return reg, reg.AddPerspective(p)
+}
+
+const failureMessage = "perspective failed on event; will retry"
+
+func TestModuleLogger(t *testing.T) {
+	t.Parallel()
+
+	type testBundle struct {
+		fxRecords, optionRecords chan slog.Record
+	}
+	// run starts the app with the fx logger and, if withOptionsLogger,
+	// Options.Logger, appends an event the perspective fails on and
+	// returns once the engine logged the failure to either logger.
+	run := func(t *testing.T, withOptionsLogger bool) *testBundle {
+		t.Helper()
+		b := &testBundle{fxRecords: make(chan slog.Record, 100), optionRecords: make(chan slog.Record, 100)}
+		opts := &core.Options{
+			PollingInterval: 10 * time.Millisecond,
+			ClaimInterval:   10 * time.Millisecond,
+			DrainBatcher:    core.DrainBatcherOptions{SlidingWindow: time.Millisecond, MaxWait: 5 * time.Millisecond},
+		}
+		if withOptionsLogger {
+			opts.Logger = slog.New(recordHandler{b.optionRecords})
+		}
+		var (
+			backend  ports.Backend
+			registry *core.Registry
+		)
+		fxApp := fxtest.New(t,
+			memory.Module,
+			app.Module,
+			fx.Provide(failingRegistry),
+			fx.Supply(opts, slog.New(recordHandler{b.fxRecords})),
+			fx.Populate(&backend, &registry),
+		)
+		fxApp.RequireStart()
+		_, err := registry.Append(t.Context(), backend.Events, uuid.New(), 0, noted{Text: "no"})
+		require.NoError(t, err)
+		timeout := time.After(20 * time.Second)
+		for logged := false; !logged; {
+			select {
+			case r := <-b.fxRecords:
+				logged = r.Message == failureMessage
+				if logged && withOptionsLogger {
+					t.Fatal("the fx logger got the engine's records although Options.Logger is set")
+				}
+			case r := <-b.optionRecords:
+				logged = r.Message == failureMessage
+			case <-timeout:
+				t.Fatal("the engine logged no failure")
+			}
+		}
+		fxApp.RequireStop()
+		return b
+	}
+
+	t.Run("FxLoggerWhenOptionsHaveNone", func(t *testing.T) {
+		t.Parallel()
+		b := run(t, false)
+		require.Empty(t, b.optionRecords)
+	})
+
+	t.Run("OptionsLoggerWins", func(t *testing.T) {
+		t.Parallel()
+		b := run(t, true)
+		for len(b.fxRecords) > 0 {
+			require.NotEqual(t, failureMessage, (<-b.fxRecords).Message, "the engine logged to the fx logger")
+		}
+	})
 }
 
 func TestNewWorkerWithoutFx(t *testing.T) {
