@@ -1,6 +1,8 @@
 package conformance
 
 import (
+	"encoding/json"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -64,6 +66,69 @@ func runEvents(t *testing.T, newBackend NewBackendFunc) {
 			require.Len(t, read, len(stored))
 			for i := range stored {
 				requireEvent(t, stored[i], read[i])
+			}
+		},
+		"RoundTripsMetadata": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			metas := []ports.Metadata{
+				{},
+				{
+					CorrelationID: newID(t),
+					CausationID:   newID(t),
+					Scope:         &ports.Scope{TenantID: "t-1", UserID: "u-1", Extras: map[string]string{"role": "admin", "": "empty key"}},
+					Headers: map[string]string{
+						"trace":      "00-4bf92f3577b34da6-01",
+						"empty":      "",
+						"quotes":     `say "hi" \ 'there'`,
+						"json":       `{"nested": [1, 2]}`,
+						"unicode":    "zürich 東京 🚀",
+						"spaced key": "line\nbreak\ttab",
+					},
+				},
+				{CorrelationID: newID(t)},
+				{Scope: &ports.Scope{}},
+				{Scope: &ports.Scope{UserID: "u-2", Extras: map[string]string{}}, Headers: map[string]string{}},
+				{Headers: map[string]string{"only": "headers"}},
+			}
+			events := make([]ports.NewEvent, len(metas))
+			for i, md := range metas {
+				// A copy of its own, empty maps kept (Clone would drop them).
+				md.Headers = maps.Clone(md.Headers)
+				if md.Scope != nil {
+					scope := *md.Scope
+					scope.Extras = maps.Clone(scope.Extras)
+					md.Scope = &scope
+				}
+				events[i] = newEvent(eventType, 0)
+				events[i].Metadata = md
+			}
+			params := ports.EventsAppendParams{StreamID: stream, Events: withIDs(t, events...), Now: at(0)}
+			res, err := tb.backend.Events.EventsAppend(t.Context(), &params)
+			require.NoError(t, err)
+			// The backend keeps copies: changing the caller's maps afterwards
+			// changes nothing stored.
+			events[1].Metadata.Headers["trace"] = "changed"
+			events[1].Metadata.Scope.Extras["role"] = "changed"
+
+			read, err := tb.backend.Fetcher.EventsReadStream(t.Context(), &ports.EventsReadStreamParams{StreamID: stream})
+			require.NoError(t, err)
+			a.heartbeat(t, at(0))
+			fetched := a.fetch(t, at(0), stream).Events
+			// A repeat of the append hands out the metadata stored, not the
+			// call's.
+			repeat, err := tb.backend.Events.EventsAppend(t.Context(), &params)
+			require.NoError(t, err)
+			require.True(t, repeat.AlreadyStored)
+			require.Len(t, read, len(metas))
+			require.Len(t, fetched, len(metas))
+			for i, want := range metas {
+				requireMetadata(t, want, res.Events[i].Metadata, "appended event %d", i)
+				requireMetadata(t, want, read[i].Metadata, "read event %d", i)
+				requireMetadata(t, want, fetched[i].Metadata, "fetched event %d", i)
+				requireMetadata(t, want, repeat.Events[i].Metadata, "repeated event %d", i)
 			}
 		},
 		"ChecksExpectedVersion": func(t *testing.T) {
@@ -484,4 +549,16 @@ func runEvents(t *testing.T, newBackend NewBackendFunc) {
 			}
 		},
 	})
+}
+
+// requireMetadata fails t unless got is want as stored. Metadata is
+// compared through its JSON encoding, the stored form: a nil map and an
+// empty one are the same metadata, so a backend may hand out either.
+func requireMetadata(t *testing.T, want, got ports.Metadata, msgAndArgs ...any) {
+	t.Helper()
+	w, err := json.Marshal(want)
+	require.NoError(t, err)
+	g, err := json.Marshal(got)
+	require.NoError(t, err)
+	require.JSONEq(t, string(w), string(g), msgAndArgs...)
 }

@@ -14,9 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
-	"github.com/google/uuid"
-
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -100,9 +97,9 @@ func NewRegistry() *Registry {
 
 // RegisterSubscriptions records with the store which perspectives apply
 // which event types, so appends fan out work rows for them. Worker.Start
-// calls it; Append carries the subscriptions of the events it appends, so
-// call it yourself only when events are appended by other means (another
-// service, raw EventsAppend calls) before any worker started.
+// calls it; Append and AppendTx carry the subscriptions of the events they
+// append, so call it yourself only when events are appended by other means
+// (another service, raw EventsAppend calls) before any worker started.
 func (r *Registry) RegisterSubscriptions(ctx context.Context, store ports.EventStore) error {
 	if err := store.SubscriptionsRegister(ctx, r.Subscriptions()); err != nil {
 		return fmt.Errorf("registering subscriptions: %w", err)
@@ -222,63 +219,6 @@ func (r *Registry) decode(e ports.Event) (any, bool, error) {
 		return nil, et.shareable, fmt.Errorf("%w: decoding %s event %s: %w", ErrUndecodable, e.Type, e.ID, err)
 	}
 	return v, et.shareable, nil
-}
-
-// Retries of Registry.Append after a transient failure: at most
-// appendRetries more calls, waiting appendRetryInitial doubling to
-// appendRetryMax (with jitter) in between.
-const (
-	appendRetries      = 4
-	appendRetryInitial = 50 * time.Millisecond
-	appendRetryMax     = time.Second
-)
-
-// Append encodes events with the registry and appends them to a stream.
-// The scope in ctx (see WithScope) is stored with each event. The events
-// carry the registry's subscriptions of their types, which the store
-// registers as it appends them (retired perspectives excepted), so they
-// fan out to every perspective of the registry that applies them.
-// expectedVersion follows ports.EventsAppendParams.ExpectedVersion.
-//
-// Append gives every event its id (a UUIDv7) before the first call, so it
-// can retry safely: when the store fails with ports.ErrTransient (say, the
-// connection broke around the commit, and whether the append took effect is
-// unknown), Append calls it again, up to four more times within about two
-// seconds and ctx, with the same ids. A repeat of an append that took
-// effect returns the stored events (AlreadyStored set); any other error is
-// returned at once, and a version conflict is never retried.
-func (r *Registry) Append(ctx context.Context, store ports.EventStore, streamID uuid.UUID, expectedVersion int64, events ...any) (*ports.EventsAppendResult, error) {
-	if len(events) == 0 {
-		return nil, fmt.Errorf("appending to stream %s: %w: no events", streamID, ports.ErrInvalidArgument)
-	}
-	news := make([]ports.NewEvent, 0, len(events))
-	for _, e := range events {
-		ne, err := r.Encode(e)
-		if err != nil {
-			return nil, fmt.Errorf("appending to stream %s: %w", streamID, err)
-		}
-		if ne.ID, err = uuid.NewV7(); err != nil {
-			return nil, fmt.Errorf("appending to stream %s: generating event id: %w", streamID, err)
-		}
-		ne.Metadata = metadataFromContext(ctx)
-		news = append(news, ne)
-	}
-	// The subscriptions go with the events: the store registers them in
-	// the same step, so the append fans out to every perspective of this
-	// registry that applies them, whatever the store had recorded.
-	params := &ports.EventsAppendParams{StreamID: streamID, ExpectedVersion: expectedVersion, Events: news, Subscriptions: r.subscriptionsOf(news)}
-	b := backoff.WithContext(backoff.WithMaxRetries(backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(appendRetryInitial),
-		backoff.WithMaxInterval(appendRetryMax),
-		backoff.WithMaxElapsedTime(0),
-	), appendRetries), ctx)
-	return backoff.RetryWithData(func() (*ports.EventsAppendResult, error) {
-		res, err := store.EventsAppend(ctx, params)
-		if err != nil && !errors.Is(err, ports.ErrTransient) {
-			return nil, backoff.Permanent(err)
-		}
-		return res, err
-	}, b)
 }
 
 // Perspective is the set of apply functions that build a model of type M

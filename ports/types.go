@@ -73,15 +73,25 @@ type Metadata struct {
 }
 
 // Clone returns a deep copy of m: adapters keep and hand out copies, never
-// the caller's maps.
+// the caller's maps. An empty map is copied as nil, as the JSON encoding of
+// Metadata stores it, so that an adapter that keeps values and one that
+// stores JSON hand out the same metadata.
 func (m Metadata) Clone() Metadata {
 	if m.Scope != nil {
 		scope := *m.Scope
-		scope.Extras = maps.Clone(scope.Extras)
+		scope.Extras = cloneNonEmpty(scope.Extras)
 		m.Scope = &scope
 	}
-	m.Headers = maps.Clone(m.Headers)
+	m.Headers = cloneNonEmpty(m.Headers)
 	return m
+}
+
+// cloneNonEmpty returns a copy of m, nil when m is empty.
+func cloneNonEmpty(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	return maps.Clone(m)
 }
 
 // Event is a stored event.

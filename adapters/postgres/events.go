@@ -251,15 +251,22 @@ func (s *Store) EventsAppend(ctx context.Context, params *ports.EventsAppendPara
 	return res, err
 }
 
+// Store appends inside the caller's pgx transactions, through core.AppendTx
+// too.
+var _ ports.TxEventStore[pgx.Tx] = (*Store)(nil)
+
 // AppendTx is EventsAppend inside the caller's transaction, so business
 // writes and events commit together; the wake notification is sent when tx
-// commits, and nothing is stored if it rolls back. The stream's lock is held
-// until then: keep such transactions short. Use it in READ COMMITTED
-// transactions: a REPEATABLE READ or SERIALIZABLE snapshot taken before the
-// lock may miss a concurrent append, which then surfaces as
-// ports.ErrVersionConflict. A repeated append (AlreadyStored) and a stored
-// event id leave the transaction usable; after a taken version the
-// transaction is aborted (a unique violation): roll it back.
+// commits, and nothing is stored if it rolls back. To append registered
+// events, call core.AppendTx with the Store: it adds what
+// core.Registry.Append adds (event ids, the metadata of the context, the
+// registry's subscriptions). The stream's lock is held until tx ends: keep
+// such transactions short. Use it in READ COMMITTED transactions: a
+// REPEATABLE READ or SERIALIZABLE snapshot taken before the lock may miss a
+// concurrent append, which then surfaces as ports.ErrVersionConflict. A
+// repeated append (AlreadyStored) and a stored event id leave the
+// transaction usable; after a taken version the transaction is aborted (a
+// unique violation): roll it back.
 func (s *Store) AppendTx(ctx context.Context, tx pgx.Tx, params *ports.EventsAppendParams) (*ports.EventsAppendResult, error) {
 	return s.append(ctx, tx, params, s.channel)
 }
