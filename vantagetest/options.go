@@ -1,0 +1,71 @@
+package vantagetest
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/vantage-go/vantage/core"
+)
+
+// Options returns core.Options for tests. The production defaults favour
+// throughput across many instances and cost a unit test a third of a second
+// per append and over half an hour to dead-letter an event that always
+// fails; these values make the same work take milliseconds:
+//
+//   - the cadences between an append and its stored model (claim spacing,
+//     polls, the sliding drain window) are 1-10ms, so an append reaches
+//     its model in little more than a millisecond;
+//   - a failing event is retried after 1ms doubling to 10ms and
+//     dead-lettered at its third failure, so a test sees both the retry
+//     and the dead letter within about 50ms;
+//   - an apply fails after a second and is abandoned half a second later,
+//     so a hung apply fails within a wait's WaitTimeoutDefault instead of
+//     outliving it;
+//   - rewinds start a millisecond after a late event, and a Generation's
+//     dead-letter recovery runs every 10ms.
+//
+// Warnings and errors of the worker go to tb's output (see Logger). Change
+// fields of the result for a test that needs other values, and pass it to
+// Start or core.New: the fields it leaves zero take core's defaults, as
+// does every field of a core.Options{} built from scratch.
+func Options(tb testing.TB) core.Options {
+	return core.Options{
+		Logger: Logger(tb),
+
+		PollingInterval:              10 * time.Millisecond,
+		NotifyHealthyPollingInterval: 10 * time.Millisecond,
+		ClaimInterval:                time.Millisecond,
+		ClaimNotifyHealthyInterval:   10 * time.Millisecond,
+		HeartbeatInterval:            100 * time.Millisecond,
+		DrainBatcher: core.DrainBatcherOptions{
+			SlidingWindow: time.Millisecond,
+			MaxWait:       5 * time.Millisecond,
+		},
+
+		MaxPerspectiveEventAttempts: 3,
+		FailureRetryBase:            time.Millisecond,
+		FailureRetryMax:             10 * time.Millisecond,
+		ApplyTimeout:                time.Second,
+		ApplyAbandonGrace:           500 * time.Millisecond,
+		Retry: core.RetryOptions{
+			RetryTimeout: 100 * time.Millisecond,
+			MaxBackoff:   time.Second,
+		},
+
+		Rewind: core.RewindOptions{
+			Debounce:    time.Millisecond,
+			MaxDebounce: 10 * time.Millisecond,
+			LockTimeout: 5 * time.Second,
+			KeepAlive:   time.Second,
+		},
+		DeadLetterRecovery: core.DeadLetterRecoveryOptions{Interval: 10 * time.Millisecond},
+	}
+}
+
+// Logger returns a logger that writes warnings and errors to tb's output,
+// where go test shows them next to the test that caused them (always for a
+// failed test, with -v for the others).
+func Logger(tb testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tb.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
