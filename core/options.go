@@ -187,7 +187,8 @@ type Options struct {
 	MaxConcurrentStreams int
 	// MaxConcurrentDrainConsumers is the number of consumer loops. Defaults to 4.
 	MaxConcurrentDrainConsumers int
-	// MaxStreamsPerBatch bounds the streams claimed per tick. Defaults to 300.
+	// MaxStreamsPerBatch bounds the streams one claim returns, those the
+	// instance holds already included. Defaults to 300.
 	MaxStreamsPerBatch int
 	// DrainLoopMaxIterations bounds the refetches of one stream within a
 	// batch. Defaults to 5; 1 means a single pass.

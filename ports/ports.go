@@ -62,8 +62,9 @@ type WorkClaimer interface {
 
 	// InstanceDeregister releases every lease and stream pin of the instance
 	// and deletes its row (graceful shutdown). Deregistering an unknown
-	// instance is a no-op. A claim or fetch of the instance still running
-	// on the backend may lease rows after it: call it once those returned.
+	// instance is a no-op. The released rows gain no attempt. A claim or
+	// fetch of the instance still running on the backend may lease rows
+	// after it: call it once those returned.
 	InstanceDeregister(ctx context.Context, instanceID uuid.UUID) error
 
 	// InstancesList returns the recorded instances ordered by id.
@@ -77,17 +78,21 @@ type WorkClaimer interface {
 	// or (unpinned, or pinned to a dead instance, and the stream's partition
 	// modulo the live-instance count equals the caller's rank among live
 	// instances ordered by id), and no earlier row (lower version) of the
-	// same (stream, perspective) is leased to someone else or scheduled in
-	// the future (the ordering guard). Up to MaxStreams candidate streams are
-	// selected and every candidate row of a selected stream is leased to the
-	// caller, and the stream is pinned to the caller. A row leased from
-	// another instance's expired lease gains an attempt; no other row does
-	// (see Attempts above).
+	// same (stream, perspective) is under another holder's live lease or
+	// scheduled in the future (the ordering guard). Candidate streams are
+	// selected within the MaxStreams bound below, every candidate row of a
+	// selected stream is leased to the caller, and the stream is pinned to
+	// the caller. Streams come back smallest backlog first (an adapter may
+	// count a backlog only up to a cap and order those past it as equal).
+	// A row leased from another instance's expired lease gains an attempt;
+	// no other row does (see Attempts above).
 	//
 	// The result lists every stream the caller can drain now (some
 	// perspective's first pending row is under the caller's live lease), at
 	// most MaxStreams; the same stream is returned on every call until its
-	// rows complete. New streams are leased only while the result stays
+	// rows complete (unless its first rows wait behind a row scheduled in
+	// the future, or the result is cut at MaxStreams). New streams are
+	// leased only while the result stays
 	// within MaxStreams, so no lease ticks on a stream nobody drains.
 	// HasMore is true when candidate streams were left out or the result was
 	// cut at MaxStreams.
@@ -164,7 +169,8 @@ type EventFetcher interface {
 	// less than half of LeaseDuration is left (otherwise it is left as it
 	// is, so a fetch right after a claim or an earlier fetch writes
 	// nothing); every row returned therefore has at least half a lease left.
-	// Streams are pinned to the caller.
+	// The streams in which it leased or holds a row are pinned to the
+	// caller.
 	//
 	// It then returns, per (stream, perspective), the longest prefix in
 	// version order of pending rows leased to the caller: a row held

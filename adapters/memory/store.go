@@ -34,6 +34,7 @@
 // walked once, not again by every later completion. Each work row stored by a dead-letter requeue keeps its
 // dead letter's id, so completing or dead-lettering it again finds the dead
 // letter in O(1); listing and recovering dead letters walk all of them.
+// CLAIMING.md at the repository root describes the claim policy both adapters implement.
 package memory
 
 import (

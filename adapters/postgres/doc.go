@@ -42,6 +42,7 @@
 // dead letters first), so instances never deadlock each other; claims and
 // fetches never wait for a work row. Survivors abandoning the same dead
 // instance queue on its instance row, and the first abandons it alone.
+// CLAIMING.md at the repository root describes the whole claim policy.
 //
 // # Late rows
 //
