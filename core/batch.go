@@ -41,7 +41,7 @@ func (w *Worker) processBatch(ctx context.Context, ids []uuid.UUID) {
 // started before a failure of a pair was acknowledged are stale for that
 // pair (see staleFetch).
 func (w *Worker) fetch(ctx context.Context, ids []uuid.UUID) (*ports.EventsFetchPendingResult, uint64, error) {
-	seq := w.fetchSeq.Add(1)
+	seq := w.parking.nextFetch()
 	cctx, cancel := leaseCallContext(ctx)
 	defer cancel()
 	res, err := w.backend.Fetcher.EventsFetchPending(cctx, &ports.EventsFetchPendingParams{
@@ -89,8 +89,8 @@ func (w *Worker) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []ports.
 	for len(remaining) > 0 && ctx.Err() == nil {
 		if len(remaining) < len(ids) {
 			mu.Lock()
-			if inflight >= 2*w.opts.FetchMaxRows && w.fetchWaitHook != nil {
-				w.fetchWaitHook()
+			if inflight >= 2*w.opts.FetchMaxRows {
+				w.signals.fetchWait()
 			}
 			for inflight >= 2*w.opts.FetchMaxRows {
 				settled.Wait()
@@ -140,7 +140,7 @@ func (w *Worker) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []ports.
 	for _, id := range remaining {
 		w.releaseStream(ctx, id, false)
 		if ctx.Err() == nil {
-			w.wakes.at(id, w.now().Add(infraRetryMax))
+			w.parking.wakeAt(id, w.now().Add(infraRetryMax))
 		}
 	}
 	wg.Wait()

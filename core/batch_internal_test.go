@@ -228,7 +228,7 @@ func TestBatchBoundsRowsInFlight(t *testing.T) {
 	var once sync.Once
 	release := func() { once.Do(func() { close(gate) }) }
 	bb.gate.Store(&gate)
-	bb.w.fetchWaitHook = release
+	bb.w.signals.fetchWaitFunc = release
 	var fetched, worst atomic.Int64
 	bb.spy.afterFetch = func(rows int) { fetched.Add(int64(rows)) }
 	bb.spy.beforeFetch = func(n int64) {
@@ -272,13 +272,13 @@ func TestStaleFetchAfterFailureAck(t *testing.T) {
 
 	bb := setupBatch(t)
 	k := pairKey{stream: uuid.New(), perspective: "c"}
-	before := bb.w.fetchSeq.Add(1)
-	bb.w.park(k, bb.w.now())
-	bb.w.parkAcked(k)
-	require.True(t, bb.w.staleFetch(k, before), "fetched before the acknowledgement")
-	after := bb.w.fetchSeq.Add(1)
-	require.False(t, bb.w.staleFetch(k, after), "fetched after it")
-	require.False(t, bb.w.staleFetch(k, before), "the mark is cleared once fresh rows were seen")
+	before := bb.w.parking.fetchSeq.Add(1)
+	bb.w.parking.park(k, bb.w.now())
+	bb.w.parking.parkAcked(k)
+	require.True(t, bb.w.parking.staleFetch(k, before), "fetched before the acknowledgement")
+	after := bb.w.parking.fetchSeq.Add(1)
+	require.False(t, bb.w.parking.staleFetch(k, after), "fetched after it")
+	require.False(t, bb.w.parking.staleFetch(k, before), "the mark is cleared once fresh rows were seen")
 }
 
 // Notifications wake the claim loop at most once per ClaimInterval (every
@@ -291,7 +291,7 @@ func TestClaimLoopCoalescesNotifications(t *testing.T) {
 	bb := setupBatchWith(t, &Options{Clock: clock, ClaimInterval: 250 * time.Millisecond})
 	bb.spy.claimed = make(chan time.Time, 10)
 	deferred := make(chan time.Duration, 10)
-	bb.w.claimDeferHook = func(wait time.Duration) { deferred <- wait }
+	bb.w.signals.claimDeferFunc = func(wait time.Duration) { deferred <- wait }
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); bb.w.claimLoop(ctx) }()

@@ -35,7 +35,7 @@ type streamWork struct {
 	id     uuid.UUID
 	events []ports.Event    // ordered by version
 	work   []ports.WorkItem // ordered by perspective, version
-	seq    uint64           // the fetch's sequence number (see Worker.fetchSeq)
+	seq    uint64           // the fetch's sequence number (see parking.nextFetch)
 	cut    bool             // the fetch may have stopped inside this stream's rows
 	// decoded caches, by index in events, decoded values every perspective
 	// may share; nil until the first decode.
@@ -207,7 +207,7 @@ func (w *Worker) drainStream(ctx context.Context, t *streamTask, sw *streamWork,
 		res, seq, err := w.fetch(ctx, []uuid.UUID{sw.id})
 		if err != nil {
 			if ctx.Err() == nil {
-				w.wakes.at(sw.id, w.now().Add(infraRetryMax))
+				w.parking.wakeAt(sw.id, w.now().Add(infraRetryMax))
 			}
 			return nil
 		}

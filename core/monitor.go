@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-
-	"github.com/vantage-go/vantage/ports"
 )
 
 // errApplyDeadline is the cause of the context of an apply that ran past
@@ -35,7 +33,8 @@ var (
 // begins never has a deadline earlier than those of applies that began
 // before it, so it wakes the monitor only when none is armed (armedAt).
 type applyMonitor struct {
-	w       *Worker
+	*engine
+	startStop
 	timeout time.Duration
 	grace   time.Duration
 	wake    chan struct{}
@@ -46,17 +45,21 @@ type applyMonitor struct {
 	// cancelled then, and one that ignores it is abandoned after the grace,
 	// so that Stop is not held up by it.
 	stopping atomic.Bool
+	// abandons owns the goroutines that take over abandoned applies;
+	// abandonedTotal counts the abandonments.
+	abandons       sync.WaitGroup
+	abandonedTotal atomic.Int64
 
 	mu        sync.Mutex
 	watches   map[*applyWatch]struct{}
 	abandoned map[*applyWatch]AbandonedApply // abandoned and still running
 }
 
-func newApplyMonitor(w *Worker) *applyMonitor {
+func newApplyMonitor(e *engine) *applyMonitor {
 	m := &applyMonitor{
-		w:         w,
-		timeout:   w.opts.ApplyTimeout,
-		grace:     w.opts.ApplyAbandonGrace,
+		engine:    e,
+		timeout:   e.opts.ApplyTimeout,
+		grace:     e.opts.ApplyAbandonGrace,
 		wake:      make(chan struct{}, 1),
 		watches:   map[*applyWatch]struct{}{},
 		abandoned: map[*applyWatch]AbandonedApply{},
@@ -64,6 +67,21 @@ func newApplyMonitor(w *Worker) *applyMonitor {
 	m.armedAt.Store(math.MaxInt64)
 	return m
 }
+
+// Start launches the monitor. It outlives the drains: when work is closed
+// (the drains' work context ended: Stop's deadline passed) it still
+// abandons the applies that ignore their cancellation, so that the drains,
+// and Stop, end. It runs until Stop or until ctx ends; waitAbandons then
+// waits for the abandonments it started.
+func (m *applyMonitor) Start(ctx context.Context, work <-chan struct{}) {
+	ctx, wg, ok := m.startInit(ctx)
+	if ok {
+		wg.Go(func() { m.run(ctx, work, &m.abandons) })
+	}
+}
+
+// waitAbandons waits for the goroutines taking over abandoned applies.
+func (m *applyMonitor) waitAbandons() { m.abandons.Wait() }
 
 // abandonFunc takes over an abandoned apply. late is false when the apply
 // was abandoned because the worker stopped, not because of its deadline:
@@ -118,7 +136,7 @@ func (aw *applyWatch) done() {
 
 // begin notes that an apply of the event started now.
 func (aw *applyWatch) begin(eventID uuid.UUID, version int64) {
-	now := aw.m.w.now()
+	now := aw.m.now()
 	aw.mu.Lock()
 	aw.active, aw.started, aw.eventID, aw.version = true, now, eventID, version
 	aw.cancelled, aw.cancelledAt, aw.late = false, time.Time{}, false
@@ -168,9 +186,9 @@ func (m *applyMonitor) returned(aw *applyWatch) {
 	delete(m.abandoned, aw)
 	m.mu.Unlock()
 	if ok {
-		m.w.log.Warn("abandoned apply returned; its result is discarded",
+		m.log.Warn("abandoned apply returned; its result is discarded",
 			append(pairAttrs(info.StreamID, info.Perspective), slog.Int64("version", info.Version),
-				slog.Duration("elapsed", m.w.now().Sub(info.Started)))...)
+				slog.Duration("elapsed", m.now().Sub(info.Started)))...)
 	}
 }
 
@@ -214,7 +232,7 @@ func (m *applyMonitor) run(ctx context.Context, work <-chan struct{}, wg *sync.W
 			m.armedAt.Store(math.MaxInt64)
 		} else {
 			m.armedAt.Store(next.UnixNano())
-			t.reset(m.w.clock, max(next.Sub(m.w.now()), 0))
+			t.reset(m.clock, max(next.Sub(m.now()), 0))
 		}
 		select {
 		case <-ctx.Done():
@@ -231,7 +249,7 @@ func (m *applyMonitor) run(ctx context.Context, work <-chan struct{}, wg *sync.W
 // check acts on every deadline that passed and returns the next one, zero
 // when no apply runs.
 func (m *applyMonitor) check(ctx context.Context, wg *sync.WaitGroup) time.Time {
-	now := m.w.now()
+	now := m.now()
 	var next time.Time
 	earliest := func(t time.Time) {
 		if next.IsZero() || t.Before(next) {
@@ -276,42 +294,21 @@ func (m *applyMonitor) check(ctx context.Context, wg *sync.WaitGroup) time.Time 
 	return next
 }
 
+// noteAbandoned logs, counts and announces an abandoned apply.
+func (m *applyMonitor) noteAbandoned(ctx context.Context, info AbandonedApply) {
+	m.abandonedTotal.Add(1)
+	m.log.ErrorContext(ctx, "apply abandoned: it ran past its deadline and ignored its cancelled context; its pair is retried while it runs on",
+		append(pairAttrs(info.StreamID, info.Perspective), slog.String("event_id", info.EventID.String()), slog.Int64("version", info.Version),
+			slog.Duration("elapsed", info.Elapsed), slog.Duration("apply_timeout", m.opts.ApplyTimeout))...)
+	if h := m.opts.Hooks.OnApplyAbandoned; h != nil {
+		h(info)
+	}
+}
+
 // AbandonedApplies returns the applies the engine abandoned (see
 // Options.ApplyAbandonGrace) that are still running, oldest first.
 func (w *Worker) AbandonedApplies() []AbandonedApply { return w.monitor.list() }
 
 // AbandonedAppliesTotal returns how many applies this worker abandoned since
 // it started.
-func (w *Worker) AbandonedAppliesTotal() int64 { return w.abandonedTotal.Load() }
-
-// pairAttrs are the log attributes naming a (stream, perspective).
-func pairAttrs(stream uuid.UUID, perspective string) []any {
-	return []any{slog.String("stream_id", stream.String()), slog.String("perspective", perspective)}
-}
-
-// lazyTimer is a ports.Timer created on its first reset, so that a loop
-// that has nothing to wait for holds no timer (which tests on a fake clock
-// count).
-type lazyTimer struct{ t ports.Timer }
-
-func (l *lazyTimer) reset(clock ports.Clock, d time.Duration) {
-	if l.t == nil {
-		l.t = clock.NewTimer(d)
-		return
-	}
-	resetTimer(l.t, d)
-}
-
-// c is the timer's channel, nil (never ready) before the first reset.
-func (l *lazyTimer) c() <-chan time.Time {
-	if l.t == nil {
-		return nil
-	}
-	return l.t.C()
-}
-
-func (l *lazyTimer) stop() {
-	if l.t != nil {
-		l.t.Stop()
-	}
-}
+func (w *Worker) AbandonedAppliesTotal() int64 { return w.monitor.abandonedTotal.Load() }

@@ -29,7 +29,7 @@ var errPairAbandoned = errors.New("pair abandoned")
 // abandoned.
 func (w *Worker) drainPair(ctx context.Context, task *streamTask, sw *streamWork, rows []ports.WorkItem, cursor *ports.Cursor) (int, []ports.Event, error) {
 	key := pairKey{stream: sw.id, perspective: rows[0].Perspective}
-	if w.isParked(key) {
+	if w.parking.isParked(key) {
 		return 0, nil, nil
 	}
 	release, err := w.gates.acquire(ctx, key, nil)
@@ -41,7 +41,7 @@ func (w *Worker) drainPair(ctx context.Context, task *streamTask, sw *streamWork
 	// Check again: a run that held the gate may just have parked the pair;
 	// and rows fetched before its failure was acknowledged are stale (the
 	// backend released the failed row since).
-	if w.isParked(key) || w.staleFetch(key, sw.seq) {
+	if w.parking.isParked(key) || w.parking.staleFetch(key, sw.seq) {
 		return 0, nil, nil
 	}
 
@@ -53,7 +53,7 @@ func (w *Worker) drainPair(ctx context.Context, task *streamTask, sw *streamWork
 	}
 	rows, err = w.deadLetterExhausted(ctx, fresh)
 	if err != nil {
-		w.infraFailed(ctx, key, "moving work to dead letters", err)
+		w.parking.infraFailed(ctx, key, "moving work to dead letters", err)
 		return 0, nil, nil
 	}
 	if len(rows) == 0 {
@@ -62,7 +62,7 @@ func (w *Worker) drainPair(ctx context.Context, task *streamTask, sw *streamWork
 
 	p, ok := w.reg.perspective(key.perspective)
 	if !ok {
-		w.unknownPerspective(ctx, key)
+		w.parking.unknownPerspective(ctx, key)
 		return 0, nil, nil
 	}
 	var (
@@ -81,7 +81,7 @@ func (w *Worker) drainPair(ctx context.Context, task *streamTask, sw *streamWork
 	}
 	if late {
 		if rows, err = w.deadLetterLate(ctx, rows, position); err != nil {
-			w.infraFailed(ctx, key, "moving late work to dead letters", err)
+			w.parking.infraFailed(ctx, key, "moving late work to dead letters", err)
 			return 0, nil, nil
 		}
 		if len(rows) == 0 {
@@ -90,19 +90,19 @@ func (w *Worker) drainPair(ctx context.Context, task *streamTask, sw *streamWork
 	}
 	stored, err := w.loadModel(ctx, key, position)
 	if err != nil && !errors.Is(err, ports.ErrNotFound) {
-		w.infraFailed(ctx, key, "loading model", err)
+		w.parking.infraFailed(ctx, key, "loading model", err)
 		return 0, nil, nil
 	}
 	model, err := p.decodeModel(stored.Data)
 	if err != nil {
-		w.infraFailed(ctx, key, "decoding the stored model", err)
+		w.parking.infraFailed(ctx, key, "decoding the stored model", err)
 		return 0, nil, nil
 	}
 
 	actx, cancel := context.WithCancelCause(ctx)
 	run := &pairRun{
 		w: w, p: p, key: key, task: task, sw: sw, rows: rows, stored: stored, model: model,
-		parent: ctx, actx: actx, cancel: cancel, release: release, batchSize: w.saveBatchSize(key),
+		parent: ctx, actx: actx, cancel: cancel, release: release, batchSize: w.parking.saveBatchSize(key),
 	}
 	defer func() { run.cancel(nil) }()
 	run.watch = w.monitor.watch(key, cancel, run.abandon)
@@ -115,7 +115,7 @@ func (w *Worker) drainPair(ctx context.Context, task *streamTask, sw *streamWork
 			}
 		}
 		if err := w.life.prePerspective(actx, toApply); err != nil {
-			w.infraFailed(ctx, key, "running PrePerspective", err)
+			w.parking.infraFailed(ctx, key, "running PrePerspective", err)
 			return 0, nil, nil
 		}
 	}
@@ -175,7 +175,7 @@ func (r *pairRun) run(ctx context.Context) error {
 		}
 		if ei = r.sw.event(row, ei); ei < 0 {
 			r.stop(ctx)
-			r.w.infraFailed(ctx, r.key, "fetching events", fmt.Errorf("event %s (version %d) of work row %s is missing from the fetch", row.EventID, row.EventVersion, row.WorkID))
+			r.w.parking.infraFailed(ctx, r.key, "fetching events", fmt.Errorf("event %s (version %d) of work row %s is missing from the fetch", row.EventID, row.EventVersion, row.WorkID))
 			return nil
 		}
 		err := r.apply(ei)
@@ -208,9 +208,9 @@ func (r *pairRun) run(ctx context.Context) error {
 		return nil
 	}
 	r.complete(ctx)
-	r.w.infraRecovered(r.key)
+	r.w.parking.infraRecovered(r.key)
 	if r.batchSize == 1 {
-		r.w.saveEachDone(r.key)
+		r.w.parking.saveEachDone(r.key)
 	}
 	return nil
 }
@@ -241,21 +241,6 @@ func (r *pairRun) apply(i int) error {
 	r.model = next
 	r.last = ev
 	return nil
-}
-
-// saveBatchSize is how many applied events one save of the pair may cover:
-// PerspectiveBatchSize, or one while the pair is being saved event by event
-// to find the event whose model the store refuses (see saveRefused).
-func (w *Worker) saveBatchSize(k pairKey) int {
-	if w.saveEachCount.Load() > 0 {
-		w.parkedMu.Lock()
-		each := w.saveEach[k]
-		w.parkedMu.Unlock()
-		if each {
-			return 1
-		}
-	}
-	return w.opts.PerspectiveBatchSize
 }
 
 // save saves the model and cursor after the unsaved rows. It reports false
@@ -291,7 +276,7 @@ func (r *pairRun) save(ctx context.Context) bool {
 	default:
 		if ctx.Err() == nil {
 			r.stop(ctx)
-			r.w.infraFailed(ctx, r.key, "saving model", err)
+			r.w.parking.infraFailed(ctx, r.key, "saving model", err)
 		}
 		return false
 	}
@@ -319,8 +304,8 @@ func (r *pairRun) saveRefused(ctx context.Context, err error) bool {
 	}
 	r.unsaved = nil
 	r.stop(ctx)
-	r.w.saveEachFor(r.key)
-	r.w.retrySoon(r.key)
+	r.w.parking.saveEachFor(r.key)
+	r.w.parking.retrySoon(r.key)
 	r.w.log.WarnContext(ctx, "the model of a batch of events cannot be stored; saving event by event to find the cause",
 		append(pairAttrs(r.key.stream, r.key.perspective), slog.Any("error", err))...)
 	return false
@@ -464,7 +449,7 @@ func (r *pairRun) failAt(ctx context.Context, i int, cause error) bool {
 func (r *pairRun) abandon(info AbandonedApply, late bool) {
 	ctx := context.WithoutCancel(r.actx)
 	w := r.w
-	w.noteAbandoned(ctx, info)
+	w.monitor.noteAbandoned(ctx, info)
 	i := len(r.rows) - 1
 	for j, row := range r.rows {
 		if row.EventID == info.EventID {

@@ -94,9 +94,7 @@ func TestFaultLogTellsRepeatsOnce(t *testing.T) {
 func startMonitor(t *testing.T, timeout, grace time.Duration, work chan struct{}) (*applyMonitor, *clocktest.Fake) {
 	t.Helper()
 	clock := clocktest.NewFake()
-	w := &Worker{clock: clock, log: slog.New(&logRecords{}), opts: Options{ApplyTimeout: timeout, ApplyAbandonGrace: grace}}
-	m := newApplyMonitor(w)
-	w.monitor = m
+	m := newApplyMonitor(&engine{clock: clock, log: slog.New(&logRecords{}), opts: Options{ApplyTimeout: timeout, ApplyAbandonGrace: grace}})
 	var wg sync.WaitGroup
 	ctx, stop := context.WithCancel(t.Context())
 	done := make(chan struct{})
@@ -170,8 +168,8 @@ func TestWakesPushStreamsWhenDue(t *testing.T) {
 	t.Parallel()
 
 	clock := clocktest.NewFake()
-	w := &Worker{clock: clock, queue: newDrainQueue()}
-	k := newWakes(w)
+	queue := newDrainQueue()
+	k := newWakes(clock, queue)
 	ctx, stop := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); k.run(ctx) }()
@@ -184,16 +182,16 @@ func TestWakesPushStreamsWhenDue(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return k.armed(clock.Now().Add(time.Second))
 	}, 10*time.Second, time.Millisecond, "the loop armed its timer for the first wake")
-	require.Zero(t, w.queue.Len())
+	require.Zero(t, queue.Len())
 	clock.Advance(time.Second)
-	<-w.queue.signal
-	require.Equal(t, []uuid.UUID{b}, w.queue.Take(10))
+	<-queue.signal
+	require.Equal(t, []uuid.UUID{b}, queue.Take(10))
 	<-clock.WaitTimers(1)
 	clock.Advance(time.Second)
-	<-w.queue.signal
-	require.Equal(t, []uuid.UUID{a}, w.queue.Take(10))
+	<-queue.signal
+	require.Equal(t, []uuid.UUID{a}, queue.Take(10))
 	clock.Advance(time.Hour)
-	require.Zero(t, w.queue.Len(), "each stream woke once")
+	require.Zero(t, queue.Len(), "each stream woke once")
 }
 
 // renewSpy records lease renewals.
@@ -221,10 +219,9 @@ func TestRenewerRenewsHeldRowsEveryQuarterLease(t *testing.T) {
 
 	clock := clocktest.NewFake()
 	spy := &renewSpy{seen: make(chan struct{}, 10)}
-	w := &Worker{clock: clock, backend: ports.Backend{Claimer: spy},
-		opts: Options{InstanceID: uuid.New(), LeaseDuration: 4 * time.Minute, Clock: clock}}
-	w.faults = newFaultLog(slog.New(&logRecords{}), clock)
-	r := newRenewer(w)
+	r := newRenewer(&engine{clock: clock, backend: ports.Backend{Claimer: spy},
+		opts:   Options{InstanceID: uuid.New(), LeaseDuration: 4 * time.Minute, Clock: clock},
+		faults: newFaultLog(slog.New(&logRecords{}), clock)})
 	ctx, stop := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	timers := clock.Timers()

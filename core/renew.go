@@ -26,7 +26,8 @@ const renewChunk = 5000
 // renewed, or fetched, within the last quarter of a lease needs nothing;
 // the loop runs every quarter lease and renews the older ones.
 type renewer struct {
-	w     *Worker
+	*engine
+	startStop
 	every time.Duration
 
 	mu      sync.Mutex
@@ -38,8 +39,17 @@ type renewal struct {
 	renewed time.Time          // when the leases were last granted (fetch or renewal)
 }
 
-func newRenewer(w *Worker) *renewer {
-	return &renewer{w: w, every: w.opts.LeaseDuration / 4, streams: map[uuid.UUID]*renewal{}}
+func newRenewer(e *engine) *renewer {
+	return &renewer{engine: e, every: e.opts.LeaseDuration / 4, streams: map[uuid.UUID]*renewal{}}
+}
+
+// Start launches the renewals; they run until Stop or until ctx (the
+// drains' work context) ends.
+func (r *renewer) Start(ctx context.Context) {
+	ctx, wg, ok := r.startInit(ctx)
+	if ok {
+		wg.Go(func() { r.run(ctx) })
+	}
 }
 
 // hold starts renewing the leases of a stream's fetched rows.
@@ -63,13 +73,13 @@ func (r *renewer) drop(stream uuid.UUID) {
 
 // run renews due leases every quarter lease until ctx is done.
 func (r *renewer) run(ctx context.Context) {
-	every(ctx, r.w.clock, r.every, func() { r.renewDue(ctx) })
+	every(ctx, r.clock, r.every, func() { r.renewDue(ctx) })
 }
 
 // renewDue renews the rows of every stream whose leases were granted more
 // than a quarter lease ago.
 func (r *renewer) renewDue(ctx context.Context) {
-	now := r.w.now()
+	now := r.now()
 	var (
 		ids     []uuid.UUID
 		streams []*renewal
@@ -91,27 +101,27 @@ func (r *renewer) renewDue(ctx context.Context) {
 	}
 	renewed := 0
 	for chunk := range slices.Chunk(ids, renewChunk) {
-		n, err := r.w.backend.Claimer.WorkRenewLeases(ctx, &ports.WorkRenewLeasesParams{
-			InstanceID:    r.w.opts.InstanceID,
+		n, err := r.backend.Claimer.WorkRenewLeases(ctx, &ports.WorkRenewLeasesParams{
+			InstanceID:    r.opts.InstanceID,
 			WorkIDs:       chunk,
-			LeaseDuration: r.w.opts.LeaseDuration,
-			Now:           r.w.paramNow(),
+			LeaseDuration: r.opts.LeaseDuration,
+			Now:           r.paramNow(),
 		})
 		if err != nil {
 			if ctx.Err() == nil {
-				r.w.faults.fail(ctx, "renewing leases", err)
+				r.faults.fail(ctx, "renewing leases", err)
 			}
 			return
 		}
 		renewed += n
 	}
-	r.w.faults.ok(ctx, "renewing leases")
+	r.faults.ok(ctx, "renewing leases")
 	r.mu.Lock()
 	for _, s := range streams {
 		s.renewed = now
 	}
 	r.mu.Unlock()
-	if h := r.w.opts.Hooks.OnLeasesRenewed; h != nil {
+	if h := r.opts.Hooks.OnLeasesRenewed; h != nil {
 		h(renewed)
 	}
 }

@@ -93,7 +93,7 @@ func (w *Worker) failuresAcknowledged(batch []completion.Tracked[ports.Failure])
 	for _, t := range batch {
 		f := t.Item
 		workIDs = append(workIDs, f.AppliedWorkIDs...)
-		w.parkAcked(pairKey{stream: f.StreamID, perspective: f.Perspective})
+		w.parking.parkAcked(pairKey{stream: f.StreamID, perspective: f.Perspective})
 	}
 	w.acknowledge(trackingIDs(batch), workIDs)
 	if h := w.opts.Hooks.OnCompletionsFlushed; h != nil {

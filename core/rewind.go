@@ -163,7 +163,7 @@ const rewindRetries = 3
 func (w *Worker) rewindPair(ctx context.Context, p perspective, key pairKey, rows []ports.WorkItem, cursor ports.Cursor, force bool, owner *rewindOwner) ([]ports.Event, error) {
 	if !force {
 		if due, at := w.rewindDue(cursor); !due {
-			w.parkFor(key, at)
+			w.parking.parkFor(key, at)
 			return nil, nil
 		}
 	}
@@ -176,7 +176,7 @@ func (w *Worker) rewindPair(ctx context.Context, p perspective, key pairKey, row
 	defer freeSem()
 	unlock, ok := w.lockPair(ctx, key, lockReasonRewind)
 	if !ok {
-		w.parkFor(key, w.now().Add(rewindLockRetryDelay))
+		w.parking.parkFor(key, w.now().Add(rewindLockRetryDelay))
 		return nil, nil
 	}
 	unlock = sync.OnceFunc(unlock)
@@ -188,12 +188,12 @@ func (w *Worker) rewindPair(ctx context.Context, p perspective, key pairKey, row
 		trigger = rows[0].EventVersion
 	}
 	for try := 1; ; try++ {
-		abandon := func(info AbandonedApply, _ bool) { w.noteAbandoned(ctx, info) }
+		abandon := func(info AbandonedApply, _ bool) { w.monitor.noteAbandoned(ctx, info) }
 		if owner != nil {
 			pending := rows
 			abandon = func(info AbandonedApply, late bool) {
 				actx := context.WithoutCancel(ctx)
-				w.noteAbandoned(actx, info)
+				w.monitor.noteAbandoned(actx, info)
 				if late {
 					w.replayFailed(actx, key, pending, info.EventID, info.Version, fmt.Errorf("%w (after %s)", errApplyAbandoned, info.Elapsed))
 				}
@@ -208,7 +208,7 @@ func (w *Worker) rewindPair(ctx context.Context, p perspective, key pairKey, row
 			return nil, err
 		}
 		if err == nil {
-			w.infraRecovered(key)
+			w.parking.infraRecovered(key)
 			w.log.InfoContext(ctx, "rewound perspective", append(pairAttrs(key.stream, key.perspective),
 				slog.Int64("trigger_version", trigger), slog.Int64("from_version", res.from), slog.Int("replayed", res.replayed),
 				slog.Int("skipped", res.skipped), slog.Int("new", len(res.fresh)))...)
@@ -222,7 +222,7 @@ func (w *Worker) rewindPair(ctx context.Context, p perspective, key pairKey, row
 		}
 		var rf *replayFailure
 		if !errors.As(err, &rf) {
-			w.infraFailed(ctx, key, "rewinding", err)
+			w.parking.infraFailed(ctx, key, "rewinding", err)
 			return nil, nil
 		}
 		if !w.replayFailed(ctx, key, rows, rf.event.ID, rf.event.Version, rf.cause) || try >= rewindRetries {
@@ -500,17 +500,6 @@ func (w *Worker) deadLetteredEvents(ctx context.Context, key pairKey) (map[uuid.
 	return skip, nil
 }
 
-// noteAbandoned logs, counts and announces an abandoned apply.
-func (w *Worker) noteAbandoned(ctx context.Context, info AbandonedApply) {
-	w.abandonedTotal.Add(1)
-	w.log.ErrorContext(ctx, "apply abandoned: it ran past its deadline and ignored its cancelled context; its pair is retried while it runs on",
-		append(pairAttrs(info.StreamID, info.Perspective), slog.String("event_id", info.EventID.String()), slog.Int64("version", info.Version),
-			slog.Duration("elapsed", info.Elapsed), slog.Duration("apply_timeout", w.opts.ApplyTimeout))...)
-	if h := w.opts.Hooks.OnApplyAbandoned; h != nil {
-		h(info)
-	}
-}
-
 // startupScan reconciles interrupted lifecycles and repairs interrupted
 // rewinds, then closes the startup signal.
 func (w *Worker) startupScan(ctx context.Context) {
@@ -588,7 +577,7 @@ func (w *Worker) repairRewind(ctx context.Context, key pairKey, c ports.Cursor) 
 	rows, _ = dedup.Partition(w.cache, rows, workID)
 	rows, err = w.deadLetterExhausted(ctx, rows)
 	if err != nil {
-		w.infraFailed(ctx, key, "moving work to dead letters", err)
+		w.parking.infraFailed(ctx, key, "moving work to dead letters", err)
 		return true
 	}
 	fresh, _ := w.rewindPair(ctx, p, key, rows, c, true, nil)
@@ -676,7 +665,7 @@ func (w *Worker) Rebuild(ctx context.Context, perspectiveName string, streams ..
 				return fmt.Errorf("rebuilding stream %s: %w", stream, err)
 			}
 		}
-		res, err := w.replay(ctx, p, key, 0, nil, func(info AbandonedApply, _ bool) { w.noteAbandoned(ctx, info) })
+		res, err := w.replay(ctx, p, key, 0, nil, func(info AbandonedApply, _ bool) { w.monitor.noteAbandoned(ctx, info) })
 		if err != nil {
 			return fmt.Errorf("rebuilding stream %s: %w", stream, err)
 		}

@@ -18,7 +18,9 @@ import (
 // which may be seconds later while notifications are healthy. One goroutine
 // serves every wake, on the engine's clock.
 type wakes struct {
-	w      *Worker
+	startStop
+	clock  ports.Clock
+	drain  *drainQueue
 	signal chan struct{}
 	// armedAt is when the loop's timer fires next, in Unix nanoseconds on
 	// the engine's clock; zero when it waits for a signal only.
@@ -29,8 +31,17 @@ type wakes struct {
 	due   map[uuid.UUID]time.Time // earliest pending wake per stream
 }
 
-func newWakes(w *Worker) *wakes {
-	return &wakes{w: w, signal: make(chan struct{}, 1), due: map[uuid.UUID]time.Time{}}
+func newWakes(clock ports.Clock, queue *drainQueue) *wakes {
+	return &wakes{clock: clock, drain: queue, signal: make(chan struct{}, 1), due: map[uuid.UUID]time.Time{}}
+}
+
+// Start launches the loop that pushes due streams into the drain queue; it
+// runs until Stop or until ctx ends.
+func (k *wakes) Start(ctx context.Context) {
+	ctx, wg, ok := k.startInit(ctx)
+	if ok {
+		wg.Go(func() { k.run(ctx) })
+	}
 }
 
 type wake struct {
@@ -75,7 +86,7 @@ func (k *wakes) run(ctx context.Context) {
 	for {
 		next, ok := k.pushDue()
 		if ok {
-			t.reset(k.w.clock, max(next.Sub(k.w.now()), 0))
+			t.reset(k.clock, max(next.Sub(k.clock.Now()), 0))
 			k.armedAt.Store(next.UnixNano())
 		} else {
 			k.armedAt.Store(0)
@@ -92,7 +103,7 @@ func (k *wakes) run(ctx context.Context) {
 // pushDue pushes the streams whose time has come and returns the next time,
 // if any.
 func (k *wakes) pushDue() (time.Time, bool) {
-	now := k.w.now()
+	now := k.clock.Now()
 	var due []uuid.UUID
 	k.mu.Lock()
 	for len(k.queue) > 0 && !k.queue[0].at.After(now) {
@@ -109,26 +120,10 @@ func (k *wakes) pushDue() (time.Time, bool) {
 	}
 	k.mu.Unlock()
 	if len(due) > 0 {
-		k.w.queue.Push(due...)
+		k.drain.Push(due...)
 	}
 	return next, ok
 }
 
 // armed reports whether the loop's timer is set to fire at t.
 func (k *wakes) armed(t time.Time) bool { return k.armedAt.Load() == t.UnixNano() }
-
-// every calls fn each interval after the previous call returned, on clock,
-// until ctx is done.
-func every(ctx context.Context, clock ports.Clock, interval time.Duration, fn func()) {
-	t := clock.NewTimer(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
-		fn()
-		t.Reset(interval)
-	}
-}

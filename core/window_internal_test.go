@@ -37,7 +37,7 @@ func setupWindow(t *testing.T, maxSize int, first ...uuid.UUID) *windowBundle {
 	t.Helper()
 	w, clock := newWindowWorker(t, maxSize)
 	wb := &windowBundle{w: w, clock: clock, took: make(chan int, 100), out: make(chan []uuid.UUID, 1)}
-	w.windowHook = func(n int, closed bool) {
+	w.signals.windowFunc = func(n int, closed bool) {
 		if !closed {
 			wb.took <- n
 		}

@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/google/uuid"
 
 	"github.com/vantage-go/vantage/core/internal/completion"
@@ -23,25 +22,6 @@ import (
 // ErrStopped is the cause of the contexts cancelled by Stop, and the error of
 // Start on a Worker that was stopped.
 var ErrStopped = errors.New("vantage: worker stopped")
-
-// deregisterTimeout bounds the graceful deregistration at Stop.
-const deregisterTimeout = 5 * time.Second
-
-// backendCallTimeout bounds a backend call made on behalf of several
-// callers (a grouped model load or save), detached from any one caller's
-// context, and the calls that take leases (see leaseCallContext).
-const backendCallTimeout = 30 * time.Second
-
-// leaseCallContext is the context of a call that takes leases or records
-// the instance (a claim, a fetch, a heartbeat): detached from ctx's
-// cancellation, bounded by backendCallTimeout. A call given up on by the
-// caller may still commit on the server; one that committed after Stop's
-// deregistration would leave rows leased to an instance that no longer
-// exists, holding their pairs back for a whole lease. So Stop lets these
-// calls finish before it deregisters.
-func leaseCallContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), backendCallTimeout)
-}
 
 // A heartbeat aimed at a peer's staleness runs staleMargin after it, and
 // never sooner than heartbeatMinDelay after the previous one (see
@@ -60,11 +40,7 @@ const (
 // Worker runs once: after Stop, build a new one. Its methods are safe for
 // concurrent use.
 type Worker struct {
-	backend ports.Backend
-	reg     *Registry
-	opts    Options
-	clock   ports.Clock
-	log     *slog.Logger
+	*engine
 
 	cache       *dedup.Cache
 	strategy    completion.Strategy
@@ -83,26 +59,11 @@ type Worker struct {
 	monitor *applyMonitor
 	scopes  *scopeCache
 	renewer *renewer
-	wakes   *wakes
-	faults  *faultLog
 	// busy counts the batches being drained: the worker is not idle while
 	// one runs, however long it takes.
-	busy           atomic.Int64
-	abandonedTotal atomic.Int64
+	busy atomic.Int64
 
-	parkedMu sync.Mutex
-	parked   map[pairKey]parking
-	// failAcked holds, per pair, the fetch sequence number current when its
-	// latest failure was acknowledged; fetchSeq numbers fetches.
-	failAcked map[pairKey]uint64
-	fetchSeq  atomic.Uint64
-	// infraBackoff holds the backoff of each pair whose drain meets
-	// infrastructure errors (infraPairs counts them); saveEach the pairs
-	// saved event by event (saveEachCount counts them).
-	infraBackoff  map[pairKey]*backoff.ExponentialBackOff
-	infraPairs    atomic.Int32
-	saveEach      map[pairKey]bool
-	saveEachCount atomic.Int32
+	parking *parking
 
 	flushMu sync.Mutex // serializes moving strategy items into the flushers
 
@@ -117,19 +78,9 @@ type Worker struct {
 	// at once instead of waiting in the sliding window.
 	recovering atomic.Bool
 	windowSkip atomic.Bool
-	// fetchWaitHook, for tests, runs when a batch waits for its fetched
-	// rows to drain before fetching more (see drainBatch).
-	fetchWaitHook func()
-	// claimDeferHook, for tests, sees each notification whose claim waits
-	// for the claim interval (see claimLoop).
-	claimDeferHook func(wait time.Duration)
 
 	idle       atomic.Bool
 	emptyPolls atomic.Int64
-
-	// windowHook, when set (tests), is called each time the sliding window
-	// took more ids or closed.
-	windowHook func(took int, closed bool)
 
 	progressMu sync.Mutex
 	progress   chan struct{} // closed and replaced on every acknowledged flush
@@ -139,13 +90,8 @@ type Worker struct {
 	cancelRun  context.CancelCauseFunc
 	cancelWork context.CancelCauseFunc
 	loops      sync.WaitGroup
-	workLoops  sync.WaitGroup // loops serving drains: they end with the work context
-	// stopMonitor ends the apply monitor once the drains ended.
-	stopMonitor context.CancelFunc
-	// abandons owns the goroutines that take over abandoned applies.
-	abandons sync.WaitGroup
-	stopOnce sync.Once
-	done     chan struct{}
+	stopOnce   sync.Once
+	done       chan struct{}
 }
 
 // New builds a Worker over backend for the perspectives of registry. It
@@ -162,32 +108,33 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	if err != nil {
 		return nil, fmt.Errorf("building worker: %w", err)
 	}
+	clock := cmp.Or[ports.Clock](o.Clock, ports.SystemClock{})
+	log := o.Logger.With(slog.String("component", "vantage.worker"), slog.String("instance_id", o.InstanceID.String()))
 	w := &Worker{
-		backend:      backend,
-		reg:          registry,
-		opts:         o,
-		clock:        cmp.Or[ports.Clock](o.Clock, ports.SystemClock{}),
-		log:          o.Logger.With(slog.String("component", "vantage.worker"), slog.String("instance_id", o.InstanceID.String())),
-		queue:        newDrainQueue(),
-		gates:        newGates(),
-		parked:       map[pairKey]parking{},
-		failAcked:    map[pairKey]uint64{},
-		infraBackoff: map[pairKey]*backoff.ExponentialBackOff{},
-		saveEach:     map[pairKey]bool{},
-		claimWake:    make(chan struct{}, 1),
-		notifyWake:   make(chan struct{}, 1),
-		progress:     make(chan struct{}),
-		done:         make(chan struct{}),
+		engine: &engine{
+			backend: backend,
+			reg:     registry,
+			opts:    o,
+			clock:   clock,
+			log:     log,
+			faults:  newFaultLog(log, clock),
+			signals: &testSignals{},
+		},
+		queue:      newDrainQueue(),
+		gates:      newGates(),
+		claimWake:  make(chan struct{}, 1),
+		notifyWake: make(chan struct{}, 1),
+		progress:   make(chan struct{}),
+		done:       make(chan struct{}),
 
 		rewindSem:   make(chan struct{}, o.Rewind.MaxConcurrentRewinds),
 		startupDone: make(chan struct{}),
 	}
 	w.life = newLifecycle(w)
-	w.monitor = newApplyMonitor(w)
+	w.monitor = newApplyMonitor(w.engine)
 	w.scopes = newScopeCache()
-	w.renewer = newRenewer(w)
-	w.wakes = newWakes(w)
-	w.faults = newFaultLog(w.log, w.clock)
+	w.renewer = newRenewer(w.engine)
+	w.parking = newParking(w.engine, w.queue)
 	w.models = newModelCache(o.ModelCacheSize)
 	w.batches = newModelBatches(backend.Models, backendCallTimeout)
 	w.idle.Store(true)
@@ -254,24 +201,6 @@ func (w *Worker) wakeConsumers() {
 	}
 }
 
-func signal(c chan struct{}) {
-	select {
-	case c <- struct{}{}:
-	default:
-	}
-}
-
-// now is the engine's time; paramNow is what it passes to the backend: its
-// own time only when the host injected a Clock.
-func (w *Worker) now() time.Time { return w.clock.Now() }
-
-func (w *Worker) paramNow() time.Time {
-	if w.opts.Clock != nil {
-		return w.clock.Now()
-	}
-	return time.Time{}
-}
-
 // Start registers the perspectives' subscriptions and the instance with the
 // backend, then launches the heartbeat, claim, listener and consumer loops.
 // ctx bounds only this start-up; the loops run until Stop. Start on a running
@@ -313,17 +242,12 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	w.loops.Go(func() { w.heartbeatLoop(runCtx, beat) })
 	w.loops.Go(func() { w.claimLoop(runCtx) })
-	w.loops.Go(func() { w.wakes.run(runCtx) })
+	w.parking.Start(runCtx)
 	w.loops.Go(func() { w.deadLetterRecovery(runCtx) })
-	// The monitor and the renewals serve the drains, which run until the
-	// work context ends.
-	w.workLoops.Go(func() { w.renewer.run(workCtx) })
-	// The monitor outlives the drains: when the work context ends (Stop's
-	// deadline passed), it still abandons the applies that ignore it, so
-	// that the drains, and Stop, end.
-	monitorCtx, stopMonitor := context.WithCancel(context.WithoutCancel(ctx))
-	w.stopMonitor = stopMonitor
-	w.workLoops.Go(func() { w.monitor.run(monitorCtx, workCtx.Done(), &w.abandons) })
+	// The renewals serve the drains, which run until the work context
+	// ends; the monitor outlives them (see applyMonitor.Start).
+	w.renewer.Start(workCtx)
+	w.monitor.Start(context.WithoutCancel(ctx), workCtx.Done())
 	for _, wake := range w.consumerWakes {
 		w.loops.Go(func() { w.consumeLoop(runCtx, workCtx, wake) })
 	}
@@ -361,6 +285,7 @@ func (w *Worker) shutdown(ctx context.Context) {
 	defer close(w.done)
 	w.cancelRun(ErrStopped)
 	w.loops.Wait()
+	w.parking.Stop()
 	// The work context stays alive for the drain of buffered completions,
 	// unless the caller's Stop deadline passed (then it is cancelled).
 	workCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -384,19 +309,10 @@ func (w *Worker) shutdown(ctx context.Context) {
 		w.log.ErrorContext(ctx, "deregistering instance", slog.Any("error", err))
 	}
 	w.cancelWork(ErrStopped)
-	w.stopMonitor()
-	w.workLoops.Wait()
-	w.abandons.Wait()
+	w.monitor.Stop()
+	w.renewer.Stop()
+	w.monitor.waitAbandons()
 	w.log.InfoContext(ctx, "worker stopped", w.identity()...)
-}
-
-// identity are the log attributes naming this instance.
-func (w *Worker) identity() []any {
-	attrs := []any{slog.String("service", w.opts.ServiceName), slog.String("host", w.opts.HostName)}
-	if w.opts.Generation != "" {
-		attrs = append(attrs, slog.String("generation", w.opts.Generation))
-	}
-	return attrs
 }
 
 // heartbeat records the instance's heartbeat. When it abandoned stale
@@ -551,9 +467,7 @@ func (w *Worker) claimLoop(ctx context.Context) {
 		case <-w.notifyWake:
 			if wait := min(w.opts.ClaimInterval, notifyClaimSpacing) - w.now().Sub(last); !last.IsZero() && wait > 0 {
 				resetTimer(t, wait) // claim when the interval is up
-				if w.claimDeferHook != nil {
-					w.claimDeferHook(wait)
-				}
+				w.signals.claimDeferred(wait)
 				continue
 			}
 		}
@@ -612,16 +526,6 @@ func (w *Worker) claimOnce(ctx context.Context) bool {
 	// acknowledged completion flush, which frees room (no hot loop
 	// re-claiming the streams we are already draining).
 	return res.HasMore && added > 0
-}
-
-func resetTimer(t ports.Timer, d time.Duration) {
-	if !t.Stop() {
-		select {
-		case <-t.C():
-		default:
-		}
-	}
-	t.Reset(d)
 }
 
 func (w *Worker) idleTimeout() time.Duration {
@@ -690,11 +594,7 @@ func (w *Worker) wantWindow(n int, lastWakes *uint64) bool {
 func (w *Worker) collectWindow(ctx context.Context, ids []uuid.UUID) []uuid.UUID {
 	first := w.now()
 	last := first
-	defer func() {
-		if w.windowHook != nil {
-			w.windowHook(0, true)
-		}
-	}()
+	defer w.signals.window(0, true)
 	for len(ids) < w.opts.DrainBatcher.MaxSize {
 		now := w.now()
 		remaining := min(w.opts.DrainBatcher.SlidingWindow-now.Sub(last), w.opts.DrainBatcher.MaxWait-now.Sub(first))
@@ -713,9 +613,7 @@ func (w *Worker) collectWindow(ctx context.Context, ids []uuid.UUID) []uuid.UUID
 			if more := w.queue.Take(w.opts.DrainBatcher.MaxSize - len(ids)); len(more) > 0 {
 				ids = append(ids, more...)
 				last = w.now()
-				if w.windowHook != nil {
-					w.windowHook(len(more), false)
-				}
+				w.signals.window(len(more), false)
 				if w.windowSkip.Swap(false) {
 					return ids // taken over from an abandoned instance: drain now
 				}

@@ -1,0 +1,238 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/google/uuid"
+)
+
+// parking holds pairs back and drains them again when their time comes: a
+// pair whose failure waits for its acknowledgement and retry time, one
+// whose drain met an infrastructure error (with its backoff), one being
+// saved event by event, one whose rewind waits for its debounce or its
+// lock. It owns the wakes that push a held pair's stream into the drain
+// queue when it is due, and numbers the fetches, since rows fetched before
+// a failure was acknowledged are stale for its pair.
+type parking struct {
+	*engine
+	wakes *wakes
+	// fetchSeq numbers fetches (see staleFetch); infraPairs counts the
+	// pairs in infraBackoff and saveEachCount those in saveEach, so that
+	// the paths that find none take no lock.
+	fetchSeq      atomic.Uint64
+	infraPairs    atomic.Int32
+	saveEachCount atomic.Int32
+
+	mu     sync.Mutex
+	parked map[pairKey]held
+	// failAcked holds, per pair, the fetch sequence number current when its
+	// latest failure was acknowledged.
+	failAcked map[pairKey]uint64
+	// infraBackoff holds the backoff of each pair whose drain meets
+	// infrastructure errors; saveEach the pairs saved event by event.
+	infraBackoff map[pairKey]*backoff.ExponentialBackOff
+	saveEach     map[pairKey]bool
+}
+
+func newParking(e *engine, queue *drainQueue) *parking {
+	return &parking{
+		engine:       e,
+		wakes:        newWakes(e.clock, queue),
+		parked:       map[pairKey]held{},
+		failAcked:    map[pairKey]uint64{},
+		infraBackoff: map[pairKey]*backoff.ExponentialBackOff{},
+		saveEach:     map[pairKey]bool{},
+	}
+}
+
+// Start launches the wakes of held pairs; they run until Stop or until
+// ctx ends.
+func (p *parking) Start(ctx context.Context) { p.wakes.Start(ctx) }
+
+// Stop ends the wakes and waits for them.
+func (p *parking) Stop() { p.wakes.Stop() }
+
+// nextFetch returns the sequence number of a fetch about to start.
+func (p *parking) nextFetch() uint64 { return p.fetchSeq.Add(1) }
+
+// wakeAt drains stream again at t (see wakes.at).
+func (p *parking) wakeAt(stream uuid.UUID, t time.Time) { p.wakes.at(stream, t) }
+
+// Backoff of a pair whose drain met an infrastructure error (a backend call
+// failed): it starts at infraRetryInitial and grows to infraRetryMax, with
+// jitter, for as long as the pair keeps failing. The pair keeps its rows
+// and no attempt is counted: the event is not at fault.
+const (
+	infraRetryInitial = 100 * time.Millisecond
+	infraRetryMax     = 5 * time.Second
+	// unknownPerspectiveRetry holds back work of a perspective this
+	// instance does not know (another instance may, during a deploy).
+	unknownPerspectiveRetry = 30 * time.Second
+)
+
+// held says until when a pair is held back: until its failure is
+// acknowledged by the backend (which releases the failed row and schedules
+// it) and its retry time passed, or until a time (an infrastructure retry,
+// a debounce, a lock retry). Before the acknowledgement a fetch would still see the failed row
+// leased to us and apply it again.
+type held struct {
+	until time.Time
+	acked bool
+}
+
+// isParked reports whether the pair is held back, forgetting a parking that
+// is over.
+func (p *parking) isParked(k pairKey) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h, ok := p.parked[k]
+	if !ok {
+		return false
+	}
+	if h.acked && !p.now().Before(h.until) {
+		delete(p.parked, k)
+		return false
+	}
+	return true
+}
+
+func (p *parking) park(k pairKey, until time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.parked[k] = held{until: until}
+}
+
+// parkFor holds a pair back until until, and drains its stream again then.
+func (p *parking) parkFor(k pairKey, until time.Time) {
+	p.mu.Lock()
+	p.parked[k] = held{until: until, acked: true}
+	p.mu.Unlock()
+	p.wakes.at(k.stream, until)
+}
+
+// staleFetch reports whether a fetch (by its sequence number) started before
+// the latest acknowledged failure of the pair.
+func (p *parking) staleFetch(k pairKey, seq uint64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	acked, ok := p.failAcked[k]
+	if !ok {
+		return false
+	}
+	if seq <= acked {
+		return true
+	}
+	delete(p.failAcked, k) // fresh rows from now on
+	return false
+}
+
+// parkAcked notes that the failure of a pair reached the backend: its
+// parking ends at its retry time, when the stream is drained again.
+func (p *parking) parkAcked(k pairKey) {
+	p.mu.Lock()
+	p.failAcked[k] = p.fetchSeq.Load()
+	h, ok := p.parked[k]
+	if ok {
+		h.acked = true
+		p.parked[k] = h
+	}
+	p.mu.Unlock()
+	if ok {
+		p.wakes.at(k.stream, h.until)
+	}
+}
+
+// infraFailed holds a pair back after a backend call failed on its behalf,
+// and drains it again after a short backoff. The rows stay leased and no
+// attempt is counted: an infrastructure error is never the event's fault.
+func (p *parking) infraFailed(ctx context.Context, k pairKey, op string, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	p.mu.Lock()
+	b, ok := p.infraBackoff[k]
+	if !ok {
+		b = backoff.NewExponentialBackOff(
+			backoff.WithInitialInterval(infraRetryInitial),
+			backoff.WithMaxInterval(infraRetryMax),
+			backoff.WithMaxElapsedTime(0),
+			backoff.WithClockProvider(p.clock),
+		)
+		p.infraBackoff[k] = b
+		p.infraPairs.Add(1)
+	}
+	delay := b.NextBackOff()
+	p.mu.Unlock()
+	p.parkFor(k, p.now().Add(delay))
+	p.faults.fail(ctx, op, err, append(pairAttrs(k.stream, k.perspective), slog.Duration("retry_in", delay))...)
+}
+
+// infraRecovered forgets the backoff of a pair whose drain went through.
+func (p *parking) infraRecovered(k pairKey) {
+	if p.infraPairs.Load() == 0 {
+		return
+	}
+	p.mu.Lock()
+	if _, ok := p.infraBackoff[k]; ok {
+		delete(p.infraBackoff, k)
+		p.infraPairs.Add(-1)
+	}
+	p.mu.Unlock()
+}
+
+// retrySoon drains the pair's stream again at once (after its current
+// drain).
+func (p *parking) retrySoon(k pairKey) { p.wakes.at(k.stream, p.now()) }
+
+// saveEachFor saves the pair event by event until a drain of it completes.
+func (p *parking) saveEachFor(k pairKey) {
+	p.mu.Lock()
+	if !p.saveEach[k] {
+		p.saveEach[k] = true
+		p.saveEachCount.Add(1)
+	}
+	p.mu.Unlock()
+}
+
+// saveEachDone ends saveEachFor.
+func (p *parking) saveEachDone(k pairKey) {
+	if p.saveEachCount.Load() == 0 {
+		return
+	}
+	p.mu.Lock()
+	if p.saveEach[k] {
+		delete(p.saveEach, k)
+		p.saveEachCount.Add(-1)
+	}
+	p.mu.Unlock()
+}
+
+// unknownPerspective holds back work of a perspective this instance does not
+// know; it is logged once in a while, never charged to the events.
+func (p *parking) unknownPerspective(ctx context.Context, k pairKey) {
+	p.parkFor(k, p.now().Add(unknownPerspectiveRetry))
+	p.faults.fail(ctx, "draining perspective "+k.perspective,
+		fmt.Errorf("no perspective named %q is registered in this instance; its work waits", k.perspective),
+		slog.String("perspective", k.perspective))
+}
+
+// saveBatchSize is how many applied events one save of the pair may cover:
+// PerspectiveBatchSize, or one while the pair is being saved event by event
+// to find the event whose model the store refuses (see saveRefused).
+func (p *parking) saveBatchSize(k pairKey) int {
+	if p.saveEachCount.Load() > 0 {
+		p.mu.Lock()
+		each := p.saveEach[k]
+		p.mu.Unlock()
+		if each {
+			return 1
+		}
+	}
+	return p.opts.PerspectiveBatchSize
+}

@@ -1,0 +1,36 @@
+package core
+
+import "time"
+
+// testSignals are the points at which core's internal tests watch or steer
+// the engine. Every field is nil in production, where a signal costs a nil
+// check. Tests set them before they drive the engine.
+type testSignals struct {
+	// fetchWaitFunc runs when a batch waits for its fetched rows to drain
+	// before fetching more (see drainer.drainBatch).
+	fetchWaitFunc func()
+	// claimDeferFunc sees each notification whose claim waits for the
+	// claim interval (see claimer.loop).
+	claimDeferFunc func(wait time.Duration)
+	// windowFunc is called each time the sliding window took more ids or
+	// closed (see consumers.collectWindow).
+	windowFunc func(took int, closed bool)
+}
+
+func (s *testSignals) fetchWait() {
+	if s.fetchWaitFunc != nil {
+		s.fetchWaitFunc()
+	}
+}
+
+func (s *testSignals) claimDeferred(wait time.Duration) {
+	if s.claimDeferFunc != nil {
+		s.claimDeferFunc(wait)
+	}
+}
+
+func (s *testSignals) window(took int, closed bool) {
+	if s.windowFunc != nil {
+		s.windowFunc(took, closed)
+	}
+}
