@@ -21,13 +21,11 @@ import (
 // a notification, is drained again after its release.
 func (w *Worker) processBatch(ctx context.Context, ids []uuid.UUID) {
 	w.cache.EvictExpired()
-	w.flushPending(ctx)
-	w.recordPoll(true)
-	w.busy.Add(1)
-	defer w.busy.Add(-1)
+	w.completer.flushPending(ctx)
+	defer w.act.batchStarted()()
 
 	applied, events := w.drainBatch(ctx, ids)
-	w.flushPending(ctx)
+	w.completer.flushPending(ctx)
 	// The cycle is complete once its terminal lifecycle stages ran.
 	w.life.afterBatch(ctx, events, func() {
 		if h := w.opts.Hooks.OnBatchCycleComplete; h != nil {
@@ -96,7 +94,7 @@ func (w *Worker) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []ports.
 				settled.Wait()
 			}
 			mu.Unlock()
-			w.flushPending(ctx) // let the drains' completions travel meanwhile
+			w.completer.flushPending(ctx) // let the drains' completions travel meanwhile
 		}
 		res, seq, err := w.fetch(ctx, remaining)
 		if err != nil {
@@ -176,8 +174,8 @@ func (w *Worker) releaseStream(ctx context.Context, id uuid.UUID, more bool) {
 	if more {
 		w.queue.Push(id) // in flight: queued again once done
 	}
-	w.flushPending(ctx)
-	w.completions.AfterSettled(func() {
+	w.completer.flushPending(ctx)
+	w.completer.afterSettled(func() {
 		w.renewer.drop(id)
 		w.queue.Done([]uuid.UUID{id})
 	})

@@ -110,11 +110,11 @@ func setupBatchWith(t *testing.T, opts *Options) *batchBundle {
 	require.NoError(t, reg.AddPerspective(p))
 	w, err := New(b, reg, opts)
 	require.NoError(t, err)
-	require.NoError(t, w.completions.Start(t.Context()))
-	require.NoError(t, w.failures.Start(t.Context()))
+	require.NoError(t, w.completer.completions.Start(t.Context()))
+	require.NoError(t, w.completer.failures.Start(t.Context()))
 	t.Cleanup(func() {
-		require.NoError(t, w.completions.Close(context.Background()))
-		require.NoError(t, w.failures.Close(context.Background()))
+		require.NoError(t, w.completer.completions.Close(context.Background()))
+		require.NoError(t, w.completer.failures.Close(context.Background()))
 	})
 	require.NoError(t, reg.RegisterSubscriptions(t.Context(), b.Events))
 	_, err = b.Claimer.InstanceHeartbeat(t.Context(), &ports.InstanceHeartbeatParams{InstanceID: w.InstanceID(), StaleThreshold: w.opts.StaleInstanceThreshold})
@@ -154,13 +154,13 @@ func TestIdleTickRoutesPendingCompletion(t *testing.T) {
 
 	bb := setupBatch(t)
 	c := ports.Completion{StreamID: uuid.New(), Perspective: "c", LastEventID: uuid.New(), LastVersion: 1}
-	require.NoError(t, bb.w.strategy.ReportCompletion(t.Context(), c))
-	bb.w.idleTick(t.Context(), false)
-	require.NoError(t, bb.w.completions.Flush(t.Context()))
+	require.NoError(t, bb.w.completer.strategy.ReportCompletion(t.Context(), c))
+	bb.w.consumers.idleTick(t.Context(), false)
+	require.NoError(t, bb.w.completer.completions.Flush(t.Context()))
 	require.Equal(t, int64(1), bb.spy.completes.Load())
 	require.Equal(t, []ports.Completion{c}, bb.cursors.last.Load().Completions)
 	require.Zero(t, bb.spy.claims.Load(), "the batch path never claims")
-	require.Empty(t, bb.w.strategy.PendingCompletions(), "acknowledged items are cleared")
+	require.Empty(t, bb.w.completer.strategy.PendingCompletions(), "acknowledged items are cleared")
 }
 
 // A drain stream id with nothing behind it is accepted quietly.
@@ -183,7 +183,7 @@ func TestBatchDrainsStream(t *testing.T) {
 	bb.w.processBatch(t.Context(), []uuid.UUID{stream})
 	require.GreaterOrEqual(t, bb.spy.fetches.Load(), int64(1))
 	require.Equal(t, int64(2), bb.applied.Load())
-	require.NoError(t, bb.w.completions.Flush(t.Context()))
+	require.NoError(t, bb.w.completer.completions.Flush(t.Context()))
 	require.Equal(t, int64(1), bb.spy.completes.Load())
 
 	// A second batch for the same stream sees nothing new: no double apply.
@@ -202,7 +202,7 @@ func TestBatchDrainsPastFetchLimit(t *testing.T) {
 	streams := bb.appendStreams(t, 5, placed{ID: "a"}, placed{ID: "b"}, placed{ID: "c"}, placed{ID: "d"})
 	bb.w.processBatch(t.Context(), streams)
 	require.Equal(t, int64(20), bb.applied.Load())
-	require.NoError(t, bb.w.completions.Flush(t.Context()))
+	require.NoError(t, bb.w.completer.completions.Flush(t.Context()))
 	for _, stream := range streams {
 		m, err := bb.backend.Models.ModelLoad(t.Context(), stream, "c")
 		require.NoError(t, err)
@@ -294,17 +294,17 @@ func TestClaimLoopCoalescesNotifications(t *testing.T) {
 	bb.w.signals.claimDeferFunc = func(wait time.Duration) { deferred <- wait }
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
-	go func() { defer close(done); bb.w.claimLoop(ctx) }()
+	go func() { defer close(done); bb.w.claims.loop(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
 	start := recv(t, bb.spy.claimed, "the first claim")
 	<-clock.WaitTimers(1) // the loop re-armed its cadence
-	signal(bb.w.notifyWake)
+	signal(bb.w.claims.notify)
 	require.Equal(t, 250*time.Millisecond, recv(t, deferred, "the notification to be deferred"))
 	require.Equal(t, int64(1), bb.spy.claims.Load(), "no claim before the interval is up")
 	clock.Advance(250 * time.Millisecond)
 	require.Equal(t, start.Add(250*time.Millisecond), recv(t, bb.spy.claimed, "the deferred claim"))
 
-	signal(bb.w.claimWake)
+	signal(bb.w.claims.wake)
 	require.Equal(t, start.Add(250*time.Millisecond), recv(t, bb.spy.claimed, "the immediate wake"), "claims at once, clock unmoved")
 }

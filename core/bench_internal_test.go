@@ -86,7 +86,7 @@ func BenchmarkSlidingWindowBySize(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				w.queue.Push(ids...)
-				batch := w.collectWindow(b.Context(), w.queue.Take(1))
+				batch := w.consumers.collectWindow(b.Context(), w.queue.Take(1))
 				if len(batch) != n {
 					b.Fatalf("window closed with %d ids, want %d", len(batch), n)
 				}
@@ -107,7 +107,7 @@ func BenchmarkSlidingWindowByTimer(b *testing.B) {
 	for b.Loop() {
 		w.queue.Push(id...)
 		first := w.queue.Take(1)
-		go func() { out <- w.collectWindow(b.Context(), first) }()
+		go func() { out <- w.consumers.collectWindow(b.Context(), first) }()
 		<-clock.WaitTimers(1)
 		clock.Advance(SlidingWindowDefault)
 		w.queue.Done(<-out)

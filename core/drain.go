@@ -200,8 +200,8 @@ func (w *Worker) drainStream(ctx context.Context, t *streamTask, sw *streamWork,
 			t.more = ctx.Err() == nil
 			return nil
 		}
-		w.flushPending(ctx)
-		if err := w.completions.Flush(ctx); err != nil && ctx.Err() != nil {
+		w.completer.flushPending(ctx)
+		if err := w.completer.completions.Flush(ctx); err != nil && ctx.Err() != nil {
 			return nil
 		}
 		res, seq, err := w.fetch(ctx, []uuid.UUID{sw.id})

@@ -117,7 +117,7 @@ func (w *Worker) failed(ctx context.Context, k pairKey, f ports.Failure, version
 	w.log.WarnContext(ctx, "perspective failed on event; will retry",
 		append(pairAttrs(k.stream, k.perspective), slog.Int64("version", version), slog.Int("attempts", attempts),
 			slog.Int("max_attempts", w.opts.MaxPerspectiveEventAttempts), slog.Time("retry_at", f.RetryAt), slog.Any("error", cause))...)
-	if err := w.strategy.ReportFailure(ctx, f); err != nil {
+	if err := w.completer.reportFailure(ctx, f); err != nil {
 		w.log.ErrorContext(ctx, "reporting failure failed; the event is retried after its lease", slog.Any("error", err))
 	}
 	if h := w.opts.Hooks.OnFailure; h != nil {

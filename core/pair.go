@@ -397,9 +397,7 @@ func (r *pairRun) complete(ctx context.Context) {
 	lastID, lastVersion := r.position()
 	c := ports.Completion{StreamID: r.key.stream, Perspective: r.key.perspective, LastEventID: lastID, LastVersion: lastVersion, WorkIDs: r.done}
 	r.w.cache.AddRange(r.done)
-	if err := r.w.strategy.ReportCompletion(ctx, c); err != nil && ctx.Err() == nil {
-		r.w.log.ErrorContext(ctx, "reporting completion failed; rows are re-delivered", slog.Any("error", err))
-	}
+	r.w.completer.reportCompletion(ctx, c, "reporting completion failed; rows are re-delivered")
 	r.done = nil
 	r.announceSaved(lastVersion)
 }
@@ -411,7 +409,7 @@ func (r *pairRun) announceSaved(lastVersion int64) {
 	if n == 0 {
 		return
 	}
-	r.w.signalProgress()
+	r.w.completer.signalProgress()
 	if h := r.w.opts.Hooks.OnPerspectiveEventProcessed; h != nil {
 		h(PerspectiveEventProcessed{Perspective: r.key.perspective, StreamID: r.key.stream, EventCount: n, LastVersion: lastVersion})
 	}

@@ -350,9 +350,9 @@ func TestLeaseCallsOutliveCancellation(t *testing.T) {
 	stopped, cancel := context.WithCancel(t.Context())
 	cancel()
 
-	_, err = w.heartbeat(stopped)
+	_, err = w.heart.beat(stopped)
 	require.NoError(t, err)
-	w.claimOnce(stopped)
+	w.claims.claimOnce(stopped)
 	_, _, err = w.fetch(stopped, []uuid.UUID{uuid.New()})
 	require.NoError(t, err)
 	require.Equal(t, map[string]bool{"heartbeat": false, "claim": false, "fetch": false}, spy.done)

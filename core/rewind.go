@@ -469,9 +469,7 @@ func (w *Worker) replay(ctx context.Context, p perspective, key pairKey, trigger
 	w.cache.RemoveRange(ids)
 	w.cache.AddRange(ids)
 	c := ports.Completion{StreamID: key.stream, Perspective: key.perspective, LastEventID: lastID, LastVersion: lastVersion, WorkIDs: ids}
-	if err := w.strategy.ReportCompletion(ctx, c); err != nil && ctx.Err() == nil {
-		w.log.ErrorContext(ctx, "reporting rewind completion failed", slog.Any("error", err))
-	}
+	w.completer.reportCompletion(ctx, c, "reporting rewind completion failed")
 	if len(ids) == 0 {
 		// Nothing pending: clear the flag directly.
 		if _, err := w.backend.Cursors.WorkComplete(ctx, &ports.WorkCompleteParams{InstanceID: w.opts.InstanceID, Completions: []ports.Completion{c}, DebugMode: w.opts.DebugMode, Now: w.paramNow()}); err != nil {
@@ -479,7 +477,7 @@ func (w *Worker) replay(ctx context.Context, p perspective, key pairKey, trigger
 		}
 	}
 	w.life.postPerspective(ctx, key.perspective, res.fresh)
-	w.signalProgress()
+	w.completer.signalProgress()
 	return res, nil
 }
 
@@ -583,8 +581,7 @@ func (w *Worker) repairRewind(ctx context.Context, key pairKey, c ports.Cursor) 
 	fresh, _ := w.rewindPair(ctx, p, key, rows, c, true, nil)
 	w.life.afterBatch(ctx, fresh, nil)
 	// Flush now, so the next poll sees the flag cleared.
-	w.flushPending(ctx)
-	if err := w.completions.Flush(ctx); err != nil && ctx.Err() == nil {
+	if err := w.completer.flushNow(ctx); err != nil && ctx.Err() == nil {
 		w.log.WarnContext(ctx, "flushing the repaired rewind", slog.Any("error", err))
 	}
 	if len(rows) > 0 {

@@ -340,9 +340,9 @@ func (l *lifecycle) afterBatch(ctx context.Context, events []ports.Event, then f
 		}
 		return
 	}
-	l.w.flushPending(ctx)
+	l.w.completer.flushPending(ctx)
 	settled := make(chan struct{})
-	l.w.completions.AfterSettled(func() { close(settled) })
+	l.w.completer.afterSettled(func() { close(settled) })
 	l.taskMu.Lock()
 	prev := l.lastTask
 	done := make(chan struct{})

@@ -42,7 +42,7 @@ func setupWindow(t *testing.T, maxSize int, first ...uuid.UUID) *windowBundle {
 			wb.took <- n
 		}
 	}
-	go func() { wb.out <- w.collectWindow(t.Context(), first) }()
+	go func() { wb.out <- w.consumers.collectWindow(t.Context(), first) }()
 	<-clock.WaitTimers(1)
 	return wb
 }
@@ -135,7 +135,7 @@ func TestWantWindow(t *testing.T) {
 		}
 		w, err := New(b, NewRegistry(), &Options{Clock: clocktest.NewFake()})
 		require.NoError(t, err)
-		w.listening.Store(healthy)
+		w.notes.listening.Store(healthy)
 		return w
 	}
 
@@ -143,28 +143,28 @@ func TestWantWindow(t *testing.T) {
 		t.Parallel()
 		w := build(t, false)
 		var last uint64
-		require.True(t, w.wantWindow(1, &last))
-		require.True(t, w.wantWindow(1, &last), "no notifications to tell bursts by: the window always applies")
+		require.True(t, w.consumers.wantWindow(1, &last))
+		require.True(t, w.consumers.wantWindow(1, &last), "no notifications to tell bursts by: the window always applies")
 	})
 	t.Run("WindowsOnlyAfterNotifications", func(t *testing.T) {
 		t.Parallel()
 		w := build(t, true)
 		var last uint64
-		require.False(t, w.wantWindow(1, &last), "no notification: a backlog or a periodic claim")
-		w.wakeCount.Add(1)
-		require.True(t, w.wantWindow(1, &last), "a notification since the last batch: live appends")
-		require.False(t, w.wantWindow(1, &last), "none since")
+		require.False(t, w.consumers.wantWindow(1, &last), "no notification: a backlog or a periodic claim")
+		w.notes.count.Add(1)
+		require.True(t, w.consumers.wantWindow(1, &last), "a notification since the last batch: live appends")
+		require.False(t, w.consumers.wantWindow(1, &last), "none since")
 	})
 	t.Run("SkipsFullBatchesBacklogAndTakeovers", func(t *testing.T) {
 		t.Parallel()
 		w := build(t, false)
 		var last uint64
-		require.False(t, w.wantWindow(w.opts.DrainBatcher.MaxSize, &last), "a full batch")
-		w.claimHasMore.Store(true)
-		require.False(t, w.wantWindow(1, &last), "claims report a backlog")
-		w.claimHasMore.Store(false)
-		w.windowSkip.Store(true)
-		require.False(t, w.wantWindow(1, &last), "streams taken over from an abandoned instance")
-		require.True(t, w.wantWindow(1, &last), "the takeover skips one window only")
+		require.False(t, w.consumers.wantWindow(w.opts.DrainBatcher.MaxSize, &last), "a full batch")
+		w.claims.hasMore.Store(true)
+		require.False(t, w.consumers.wantWindow(1, &last), "claims report a backlog")
+		w.claims.hasMore.Store(false)
+		w.claims.windowSkip.Store(true)
+		require.False(t, w.consumers.wantWindow(1, &last), "streams taken over from an abandoned instance")
+		require.True(t, w.consumers.wantWindow(1, &last), "the takeover skips one window only")
 	})
 }

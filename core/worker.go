@@ -6,30 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 
-	"github.com/vantage-go/vantage/core/internal/completion"
 	"github.com/vantage-go/vantage/core/internal/dedup"
-	"github.com/vantage-go/vantage/core/internal/flush"
 	"github.com/vantage-go/vantage/ports"
 )
 
 // ErrStopped is the cause of the contexts cancelled by Stop, and the error of
 // Start on a Worker that was stopped.
 var ErrStopped = errors.New("vantage: worker stopped")
-
-// A heartbeat aimed at a peer's staleness runs staleMargin after it, and
-// never sooner than heartbeatMinDelay after the previous one (see
-// heartbeatDelay).
-const (
-	staleMargin       = 50 * time.Millisecond
-	heartbeatMinDelay = 10 * time.Millisecond
-)
 
 // Worker materializes perspectives: it heartbeats, claims work per stream,
 // drains each stream's pending events in order through the registered
@@ -42,54 +30,33 @@ const (
 type Worker struct {
 	*engine
 
-	cache       *dedup.Cache
-	strategy    completion.Strategy
-	completions *flush.Flusher[completion.Tracked[ports.Completion]]
-	failures    *flush.Flusher[completion.Tracked[ports.Failure]]
-	queue       *drainQueue
-	gates       *gates
-	life        *lifecycle
-	models      *modelCache
-	batches     *modelBatches // nil unless the model store batches
-	rewindSem   chan struct{}
+	queue     *drainQueue
+	act       *activity
+	notes     *listener
+	heart     *heartbeater
+	claims    *claimer
+	consumers *consumers
+	completer *completer
+	parking   *parking
+	renewer   *renewer
+	monitor   *applyMonitor
+	life      *lifecycle
+
+	cache     *dedup.Cache
+	gates     *gates
+	models    *modelCache
+	batches   *modelBatches // nil unless the model store batches
+	scopes    *scopeCache
+	rewindSem chan struct{}
 
 	startupOnce sync.Once
 	startupDone chan struct{}
-
-	monitor *applyMonitor
-	scopes  *scopeCache
-	renewer *renewer
-	// busy counts the batches being drained: the worker is not idle while
-	// one runs, however long it takes.
-	busy atomic.Int64
-
-	parking *parking
-
-	flushMu sync.Mutex // serializes moving strategy items into the flushers
-
-	claimWake     chan struct{}
-	notifyWake    chan struct{} // notifications, coalesced to one claim per ClaimInterval
-	consumerWakes []chan struct{}
-	listening     atomic.Bool
-	wakeCount     atomic.Uint64 // notifications received (see wantWindow)
-	claimHasMore  atomic.Bool
-	// recovering is set when a peer was abandoned (see takeOver); the next
-	// claim then sets windowSkip, so the streams it takes over are drained
-	// at once instead of waiting in the sliding window.
-	recovering atomic.Bool
-	windowSkip atomic.Bool
-
-	idle       atomic.Bool
-	emptyPolls atomic.Int64
-
-	progressMu sync.Mutex
-	progress   chan struct{} // closed and replaced on every acknowledged flush
 
 	mu         sync.Mutex
 	started    bool
 	cancelRun  context.CancelCauseFunc
 	cancelWork context.CancelCauseFunc
-	loops      sync.WaitGroup
+	loops      sync.WaitGroup // the housekeeping loops
 	stopOnce   sync.Once
 	done       chan struct{}
 }
@@ -110,69 +77,50 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	}
 	clock := cmp.Or[ports.Clock](o.Clock, ports.SystemClock{})
 	log := o.Logger.With(slog.String("component", "vantage.worker"), slog.String("instance_id", o.InstanceID.String()))
+	e := &engine{
+		backend: backend,
+		reg:     registry,
+		opts:    o,
+		clock:   clock,
+		log:     log,
+		faults:  newFaultLog(log, clock),
+		signals: &testSignals{},
+	}
 	w := &Worker{
-		engine: &engine{
-			backend: backend,
-			reg:     registry,
-			opts:    o,
-			clock:   clock,
-			log:     log,
-			faults:  newFaultLog(log, clock),
-			signals: &testSignals{},
-		},
-		queue:      newDrainQueue(),
-		gates:      newGates(),
-		claimWake:  make(chan struct{}, 1),
-		notifyWake: make(chan struct{}, 1),
-		progress:   make(chan struct{}),
-		done:       make(chan struct{}),
-
+		engine:      e,
+		queue:       newDrainQueue(),
+		act:         newActivity(&e.opts),
+		gates:       newGates(),
+		cache:       dedup.New(dedup.Options{Retention: o.LeaseDuration, Clock: clock, Observer: o.Hooks.DedupObserver}),
+		models:      newModelCache(o.ModelCacheSize),
+		batches:     newModelBatches(backend.Models, backendCallTimeout),
+		scopes:      newScopeCache(),
 		rewindSem:   make(chan struct{}, o.Rewind.MaxConcurrentRewinds),
 		startupDone: make(chan struct{}),
+		done:        make(chan struct{}),
 	}
-	w.life = newLifecycle(w)
-	w.monitor = newApplyMonitor(w.engine)
-	w.scopes = newScopeCache()
-	w.renewer = newRenewer(w.engine)
-	w.parking = newParking(w.engine, w.queue)
-	w.models = newModelCache(o.ModelCacheSize)
-	w.batches = newModelBatches(backend.Models, backendCallTimeout)
-	w.idle.Store(true)
+	w.parking = newParking(e, w.queue)
+	w.renewer = newRenewer(e)
+	w.monitor = newApplyMonitor(e)
+	w.consumers = &consumers{engine: e, queue: w.queue, act: w.act, drain: w.processBatch, tick: w.idleTick}
 	for range o.MaxConcurrentDrainConsumers {
-		w.consumerWakes = append(w.consumerWakes, make(chan struct{}, 1))
+		w.consumers.wakes = append(w.consumers.wakes, make(chan struct{}, 1))
 	}
-	w.cache = dedup.New(dedup.Options{Retention: o.LeaseDuration, Clock: w.clock, Observer: o.Hooks.DedupObserver})
-	if o.Completion == CompletionInstant {
-		w.strategy = completion.NewInstant(instantReporter{w})
-	} else {
-		w.strategy, err = completion.NewBatched(completion.BatchedOptions{
-			BaseTimeout:               o.Retry.RetryTimeout,
-			Multiplier:                o.Retry.BackoffMultiplier,
-			MaxTimeout:                o.Retry.MaxBackoff,
-			DisableExponentialBackoff: o.Retry.DisableExponentialBackoff,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("building worker: %w", err)
-		}
-	}
-	if w.completions, err = newFlusher(w, "completions", w.flushCompletions, w.completionsAcknowledged); err != nil {
+	w.notes = newListener(e, func() {
+		signal(w.claims.notify)
+		w.consumers.wakeAll()
+	})
+	w.claims = newClaimer(e, w.queue, w.notes)
+	w.heart = newHeartbeater(e, w.claims.takeOver)
+	w.claims.heart = w.heart
+	w.consumers.claims, w.consumers.notes = w.claims, w.notes
+	if w.completer, err = newCompleter(e, w.cache); err != nil {
 		return nil, fmt.Errorf("building worker: %w", err)
 	}
-	if w.failures, err = newFlusher(w, "failures", w.flushFailures, w.failuresAcknowledged); err != nil {
-		return nil, fmt.Errorf("building worker: %w", err)
-	}
+	w.completer.onFailureAcked = w.parking.parkAcked
+	w.completer.onCompleted = w.claims.roomFreed // room was freed for more of the backlog
+	w.life = newLifecycle(w)
 	return w, nil
-}
-
-// newFlusher builds the flusher of one kind of outcome: it hands batches to
-// flushFn and reports acknowledged batches to acked.
-func newFlusher[T any](w *Worker, name string, flushFn func(context.Context, []completion.Tracked[T]) error, acked func([]completion.Tracked[T])) (*flush.Flusher[completion.Tracked[T]], error) {
-	return flush.New(name, flush.Options[completion.Tracked[T]]{
-		MaxAttempts: w.opts.Retry.MaxFlushAttempts,
-		Clock:       w.clock,
-		Logger:      w.log,
-		OnFlushed:   acked,
-	}, flushFn)
 }
 
 // InstanceID returns the id this worker heartbeats and claims under.
@@ -180,25 +128,24 @@ func (w *Worker) InstanceID() uuid.UUID { return w.opts.InstanceID }
 
 // IsIdle reports whether the worker is idle (no work for IdleThresholdPolls
 // consecutive polls). A new worker is idle.
-func (w *Worker) IsIdle() bool { return w.idle.Load() }
+func (w *Worker) IsIdle() bool { return w.act.idle.Load() }
 
 // ConsecutiveEmptyPolls returns the number of consecutive polls that found no
 // work, shared across consumer loops.
-func (w *Worker) ConsecutiveEmptyPolls() int { return int(w.emptyPolls.Load()) }
+func (w *Worker) ConsecutiveEmptyPolls() int { return int(w.act.emptyPolls.Load()) }
 
 // RequestImmediatePoll wakes the claim loop and every consumer now instead of
 // at their next interval. Safe from any goroutine; redundant calls coalesce.
-func (w *Worker) RequestImmediatePoll() { w.wakeAll() }
-
-func (w *Worker) wakeAll() {
-	signal(w.claimWake)
-	w.wakeConsumers()
+func (w *Worker) RequestImmediatePoll() {
+	signal(w.claims.wake)
+	w.consumers.wakeAll()
 }
 
-func (w *Worker) wakeConsumers() {
-	for _, c := range w.consumerWakes {
-		signal(c)
-	}
+// idleTick is a consumer's idle work: expired dedup entries go, buffered
+// completions are sent.
+func (w *Worker) idleTick(ctx context.Context) {
+	w.cache.EvictExpired()
+	w.completer.flushPending(ctx)
 }
 
 // Start registers the perspectives' subscriptions and the instance with the
@@ -220,41 +167,37 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("starting worker: %w", err)
 	}
 	w.warnRetired(ctx)
-	beat, err := w.heartbeat(ctx)
+	beat, err := w.heart.beat(ctx)
 	if err != nil {
 		return fmt.Errorf("starting worker: %w", err)
 	}
+	// Every loop runs under runCtx, which Stop ends first; the drains'
+	// work (and the flushers serving it) under workCtx, which Stop ends
+	// once in-flight batches finished and their outcomes were sent.
 	runCtx, cancelRun := context.WithCancelCause(context.WithoutCancel(ctx))
 	workCtx, cancelWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	w.cancelRun, w.cancelWork = cancelRun, cancelWork
 
-	if err := errors.Join(w.completions.Start(workCtx), w.failures.Start(workCtx)); err != nil {
+	if err := w.completer.Start(workCtx); err != nil {
 		cancelRun(err)
 		cancelWork(err)
 		return fmt.Errorf("starting worker: %w", err)
 	}
 	w.started = true
-	if wakes, err := w.backend.Notifier.NotifierListen(runCtx); err != nil {
-		w.log.WarnContext(ctx, "notifications unavailable; polling only", slog.Any("error", err))
-	} else {
-		w.listening.Store(true)
-		w.loops.Go(func() { w.listenLoop(runCtx, wakes) })
-	}
-	w.loops.Go(func() { w.heartbeatLoop(runCtx, beat) })
-	w.loops.Go(func() { w.claimLoop(runCtx) })
+	w.notes.Start(runCtx)
+	w.heart.Start(runCtx, beat)
+	w.claims.Start(runCtx)
 	w.parking.Start(runCtx)
-	w.loops.Go(func() { w.deadLetterRecovery(runCtx) })
 	// The renewals serve the drains, which run until the work context
 	// ends; the monitor outlives them (see applyMonitor.Start).
 	w.renewer.Start(workCtx)
 	w.monitor.Start(context.WithoutCancel(ctx), workCtx.Done())
-	for _, wake := range w.consumerWakes {
-		w.loops.Go(func() { w.consumeLoop(runCtx, workCtx, wake) })
-	}
+	w.consumers.Start(runCtx, workCtx)
+	w.loops.Go(func() { w.deadLetterRecovery(runCtx) })
 	w.loops.Go(func() { w.startupScan(runCtx) })
 	w.loops.Go(func() { w.life.reconcileLoop(runCtx) })
 	w.loops.Go(func() { w.resubscribeLoop(runCtx) })
-	w.log.InfoContext(ctx, "worker started", append(w.identity(), slog.Int("consumers", len(w.consumerWakes)))...)
+	w.log.InfoContext(ctx, "worker started", append(w.identity(), slog.Int("consumers", len(w.consumers.wakes)))...)
 	return nil
 }
 
@@ -284,6 +227,12 @@ func (w *Worker) Stop(ctx context.Context) error {
 func (w *Worker) shutdown(ctx context.Context) {
 	defer close(w.done)
 	w.cancelRun(ErrStopped)
+	// Every loop was told to end at once; wait for each. The consumers
+	// return once their batch in flight finished.
+	w.notes.Stop()
+	w.heart.Stop()
+	w.claims.Stop()
+	w.consumers.Stop()
 	w.loops.Wait()
 	w.parking.Stop()
 	// The work context stays alive for the drain of buffered completions,
@@ -296,12 +245,8 @@ func (w *Worker) shutdown(ctx context.Context) {
 	if err := w.life.wait(workCtx); err != nil {
 		w.log.ErrorContext(ctx, "waiting for lifecycle receptors at stop", slog.Any("error", err))
 	}
-	w.flushPending(workCtx)
-	if err := w.completions.Close(workCtx); err != nil {
-		w.log.ErrorContext(ctx, "draining completions at stop", slog.Any("error", err))
-	}
-	if err := w.failures.Close(workCtx); err != nil {
-		w.log.ErrorContext(ctx, "draining failures at stop", slog.Any("error", err))
+	if err := w.completer.Stop(workCtx); err != nil {
+		w.log.ErrorContext(ctx, "sending outcomes at stop", slog.Any("error", err))
 	}
 	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), deregisterTimeout)
 	defer dcancel()
@@ -313,347 +258,6 @@ func (w *Worker) shutdown(ctx context.Context) {
 	w.renewer.Stop()
 	w.monitor.waitAbandons()
 	w.log.InfoContext(ctx, "worker stopped", w.identity()...)
-}
-
-// heartbeat records the instance's heartbeat. When it abandoned stale
-// instances it wakes the claim loop, since their streams are claimable now.
-func (w *Worker) heartbeat(ctx context.Context) (*ports.InstanceHeartbeatResult, error) {
-	cctx, cancel := leaseCallContext(ctx)
-	defer cancel()
-	res, err := w.backend.Claimer.InstanceHeartbeat(cctx, &ports.InstanceHeartbeatParams{
-		InstanceID:     w.opts.InstanceID,
-		ServiceName:    w.opts.ServiceName,
-		HostName:       w.opts.HostName,
-		ProcessID:      os.Getpid(),
-		Metadata:       w.opts.InstanceMetadata,
-		StaleThreshold: w.opts.StaleInstanceThreshold,
-		Now:            w.paramNow(),
-	})
-	if err != nil {
-		return nil, err
-	}
-	if len(res.Abandoned) > 0 {
-		ids := make([]string, len(res.Abandoned))
-		for i, id := range res.Abandoned {
-			ids[i] = id.String()
-		}
-		w.log.InfoContext(ctx, "abandoned stale instances; taking over their work", slog.Any("instances", ids))
-		w.takeOver()
-	}
-	return res, nil
-}
-
-// takeOver wakes the claim loop after a peer was abandoned, by this instance
-// or another survivor: the peer's streams are claimable now, and the claim
-// that takes them skips the sliding window (see recovering).
-func (w *Worker) takeOver() {
-	w.recovering.Store(true)
-	signal(w.claimWake)
-}
-
-// heartbeatLoop heartbeats until ctx is done, starting from the result of
-// the heartbeat at Start.
-func (w *Worker) heartbeatLoop(ctx context.Context, first *ports.InstanceHeartbeatResult) {
-	t := w.clock.NewTimer(heartbeatDelay(w.opts.HeartbeatInterval, w.now(), first.NextStaleAt))
-	defer t.Stop()
-	prev := first.NextStaleAt
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
-		delay := w.opts.HeartbeatInterval
-		if res, err := w.heartbeat(ctx); err != nil {
-			if ctx.Err() == nil {
-				w.faults.fail(ctx, "heartbeat", err)
-			}
-		} else {
-			w.faults.ok(ctx, "heartbeat")
-			if res.Rejoined {
-				w.log.WarnContext(ctx, "instance was silent past the stale threshold; re-registered, and stale peers are abandoned at the next heartbeat")
-			}
-			if len(res.Abandoned) == 0 && peerGone(prev, w.now(), res.NextStaleAt) {
-				// Another survivor abandoned the peer first: its streams
-				// are ours to share all the same.
-				w.takeOver()
-			}
-			prev = res.NextStaleAt
-			delay = heartbeatDelay(w.opts.HeartbeatInterval, w.now(), res.NextStaleAt)
-		}
-		t.Reset(delay)
-	}
-}
-
-// peerGone reports whether the peer that was due to go stale at prev (the
-// NextStaleAt of the previous heartbeat) is gone by now: prev has passed
-// and the new NextStaleAt differs. Then it was abandoned, by this instance
-// or by another survivor (or it heartbeat in time, which costs one early
-// claim).
-func peerGone(prev, now, next time.Time) bool {
-	return !prev.IsZero() && !now.Before(prev) && !next.Equal(prev)
-}
-
-// heartbeatDelay returns how long after now to heartbeat next: the
-// interval, or staleMargin past nextStaleAt (when the next peer goes stale,
-// zero for none) if that comes sooner, so a peer that stopped heartbeating is
-// abandoned, and its streams claimed, right when it goes stale rather than up
-// to an interval later. Never less than heartbeatMinDelay.
-//
-// nextStaleAt is on the backend's clock, which on PostgreSQL without an
-// injected Clock is the database's. When our clock runs ahead of it, a
-// heartbeat aimed past nextStaleAt finds the peer not stale yet and reports
-// the same deadline, now behind us by at least staleMargin. Waiting as long
-// again as we are late then doubles the overshoot with each such heartbeat,
-// so a skew costs a few heartbeats, not one every heartbeatMinDelay until it
-// is made up.
-func heartbeatDelay(interval time.Duration, now, nextStaleAt time.Time) time.Duration {
-	if nextStaleAt.IsZero() {
-		return interval
-	}
-	d := nextStaleAt.Sub(now) + staleMargin
-	if late := now.Sub(nextStaleAt); late >= staleMargin {
-		d = late
-	}
-	return min(interval, max(d, heartbeatMinDelay))
-}
-
-func (w *Worker) notificationsHealthy() bool {
-	return w.listening.Load() && w.backend.Notifier.NotifierHealthy()
-}
-
-func (w *Worker) listenLoop(ctx context.Context, wakes <-chan ports.Wake) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case _, ok := <-wakes:
-			if !ok {
-				if ctx.Err() == nil {
-					w.listening.Store(false)
-					w.log.WarnContext(ctx, "notification channel closed; polling only")
-				}
-				return
-			}
-			// A reconnect (possibly missed notifications) and a plain
-			// notification both mean: poll now.
-			w.wakeCount.Add(1)
-			signal(w.notifyWake)
-			w.wakeConsumers()
-		}
-	}
-}
-
-// notifyClaimSpacing bounds how long a notification waits for its claim
-// (see claimLoop) when ClaimInterval is longer.
-const notifyClaimSpacing = 250 * time.Millisecond
-
-// claimLoop claims on its cadence, at once while claims report more work,
-// and on wakes: at once for RequestImmediatePoll, freed room and abandoned
-// peers; for notifications at most once per ClaimInterval (or
-// notifyClaimSpacing if shorter), since every instance is woken by every
-// append's notification and a claim per append per instance cost more than
-// the appends themselves.
-func (w *Worker) claimLoop(ctx context.Context) {
-	t := w.clock.NewTimer(0)
-	defer t.Stop()
-	var last time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		case <-w.claimWake:
-		case <-w.notifyWake:
-			if wait := min(w.opts.ClaimInterval, notifyClaimSpacing) - w.now().Sub(last); !last.IsZero() && wait > 0 {
-				resetTimer(t, wait) // claim when the interval is up
-				w.signals.claimDeferred(wait)
-				continue
-			}
-		}
-		last = w.now()
-		hasMore := w.claimOnce(ctx)
-		interval := w.opts.ClaimInterval
-		if w.notificationsHealthy() {
-			interval = w.opts.ClaimNotifyHealthyInterval
-		}
-		if hasMore {
-			interval = 0
-		}
-		resetTimer(t, interval)
-	}
-}
-
-func (w *Worker) claimOnce(ctx context.Context) bool {
-	recovering := w.recovering.Swap(false)
-	cctx, cancel := leaseCallContext(ctx)
-	defer cancel()
-	res, err := w.backend.Claimer.WorkClaim(cctx, &ports.WorkClaimParams{
-		InstanceID:     w.opts.InstanceID,
-		MaxStreams:     w.opts.MaxStreamsPerBatch,
-		PartitionCount: w.opts.PartitionCount,
-		LeaseDuration:  w.opts.LeaseDuration,
-		StaleThreshold: w.opts.StaleInstanceThreshold,
-		Now:            w.paramNow(),
-	})
-	if err != nil {
-		if recovering {
-			w.recovering.Store(true) // the next claim takes the streams over
-		}
-		if ctx.Err() != nil {
-			return false
-		}
-		if errors.Is(err, ports.ErrInstanceNotAlive) {
-			// We were abandoned (a pause longer than the stale threshold):
-			// heartbeat again and claim afresh.
-			w.log.WarnContext(ctx, "instance was considered stale and lost its work; re-registering")
-			if _, herr := w.heartbeat(ctx); herr != nil {
-				w.faults.fail(ctx, "heartbeat", herr)
-			}
-			return false
-		}
-		w.faults.fail(ctx, "claiming work", err)
-		return false
-	}
-	w.faults.ok(ctx, "claiming work")
-	if recovering {
-		w.windowSkip.Store(true) // before the push, so the consumer taking the ids sees it
-	}
-	added := w.queue.Push(res.StreamIDs...)
-	w.claimHasMore.Store(res.HasMore)
-	// Re-poll at once only while claims keep finding new streams. When the
-	// backlog is larger than what we hold, the next claim is woken by an
-	// acknowledged completion flush, which frees room (no hot loop
-	// re-claiming the streams we are already draining).
-	return res.HasMore && added > 0
-}
-
-func (w *Worker) idleTimeout() time.Duration {
-	if w.notificationsHealthy() {
-		return max(w.opts.PollingInterval, w.opts.NotifyHealthyPollingInterval)
-	}
-	return w.opts.PollingInterval
-}
-
-// consumeLoop waits for any of: stream ids in the drain queue, a wake
-// (notification or RequestImmediatePoll), or the idle timeout; then it drains
-// a sliding-window batch or runs an idle tick.
-func (w *Worker) consumeLoop(runCtx, workCtx context.Context, wake chan struct{}) {
-	t := w.clock.NewTimer(w.idleTimeout())
-	defer t.Stop()
-	var lastWakes uint64
-	for {
-		ids := w.queue.Take(w.opts.DrainBatcher.MaxSize)
-		if len(ids) == 0 {
-			timedOut := false
-			resetTimer(t, w.idleTimeout())
-			select {
-			case <-runCtx.Done():
-				return
-			case <-w.queue.signal:
-			case <-wake:
-			case <-t.C():
-				timedOut = true
-			}
-			ids = w.queue.Take(w.opts.DrainBatcher.MaxSize)
-			if len(ids) == 0 {
-				w.idleTick(workCtx, timedOut)
-				continue
-			}
-		}
-		if w.wantWindow(len(ids), &lastWakes) {
-			ids = w.collectWindow(runCtx, ids)
-		}
-		w.processBatch(workCtx, ids)
-		if runCtx.Err() != nil {
-			return
-		}
-	}
-}
-
-// wantWindow reports whether a consumer holding n ids should extend them
-// into a sliding window. The window coalesces bursts of live appends, so it
-// is skipped where no burst can be coming: when n reached MaxSize; while the
-// claim loop reports a backlog larger than what this instance holds (the ids
-// came in bulk from a claim); for streams taken over from an abandoned
-// instance (they have waited a stale threshold already); and, while
-// notifications are healthy, when no notification arrived since this
-// consumer's last batch (a backlog being worked through or a periodic claim:
-// nothing to wait for). lastWakes is the consumer's notification count at
-// its last batch; wantWindow updates it.
-func (w *Worker) wantWindow(n int, lastWakes *uint64) bool {
-	wakes := w.wakeCount.Load()
-	live := wakes != *lastWakes || !w.notificationsHealthy()
-	*lastWakes = wakes
-	return n < w.opts.DrainBatcher.MaxSize && !w.claimHasMore.Load() && !w.windowSkip.Swap(false) && live
-}
-
-// collectWindow extends a batch while drain signals keep arriving: it waits
-// up to SlidingWindow after the latest arrival, at most MaxWait after the
-// first, for at most MaxSize ids.
-func (w *Worker) collectWindow(ctx context.Context, ids []uuid.UUID) []uuid.UUID {
-	first := w.now()
-	last := first
-	defer w.signals.window(0, true)
-	for len(ids) < w.opts.DrainBatcher.MaxSize {
-		now := w.now()
-		remaining := min(w.opts.DrainBatcher.SlidingWindow-now.Sub(last), w.opts.DrainBatcher.MaxWait-now.Sub(first))
-		if remaining <= 0 {
-			return ids
-		}
-		t := w.clock.NewTimer(remaining)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ids
-		case <-t.C():
-			return ids
-		case <-w.queue.signal:
-			t.Stop()
-			if more := w.queue.Take(w.opts.DrainBatcher.MaxSize - len(ids)); len(more) > 0 {
-				ids = append(ids, more...)
-				last = w.now()
-				w.signals.window(len(more), false)
-				if w.windowSkip.Swap(false) {
-					return ids // taken over from an abandoned instance: drain now
-				}
-			}
-		}
-	}
-	return ids
-}
-
-// idleTick flushes buffered completions and records an empty poll when the
-// idle timeout expired.
-func (w *Worker) idleTick(ctx context.Context, timedOut bool) {
-	w.cache.EvictExpired()
-	w.flushPending(ctx)
-	if timedOut {
-		w.recordPoll(false)
-	}
-	if h := w.opts.Hooks.OnBatchCycleComplete; h != nil {
-		h(BatchCycle{})
-	}
-}
-
-func (w *Worker) recordPoll(hasWork bool) {
-	if hasWork {
-		w.emptyPolls.Store(0)
-		if w.idle.CompareAndSwap(true, false) {
-			if h := w.opts.Hooks.OnWorkProcessingStarted; h != nil {
-				h()
-			}
-		}
-		return
-	}
-	n := w.emptyPolls.Add(1)
-	// A batch still draining (a slow apply, say) keeps the worker busy
-	// however many polls other consumers find empty.
-	if n >= int64(w.opts.IdleThresholdPolls) && w.busy.Load() == 0 && w.idle.CompareAndSwap(false, true) {
-		if h := w.opts.Hooks.OnWorkProcessingIdle; h != nil {
-			h()
-		}
-	}
 }
 
 // WaitForStream blocks until every named perspective (every registered one
@@ -681,9 +285,7 @@ func (w *Worker) WaitForStream(ctx context.Context, streamID uuid.UUID, version 
 		}
 	}
 	for {
-		w.progressMu.Lock()
-		progressed := w.progress
-		w.progressMu.Unlock()
+		progressed := w.completer.progressed()
 		ok, err := w.caughtUp(ctx, streamID, targets, perspectives)
 		if err != nil || ok {
 			return err
@@ -718,13 +320,6 @@ func (w *Worker) caughtUp(ctx context.Context, streamID uuid.UUID, targets map[s
 		}
 	}
 	return true, nil
-}
-
-func (w *Worker) signalProgress() {
-	w.progressMu.Lock()
-	close(w.progress)
-	w.progress = make(chan struct{})
-	w.progressMu.Unlock()
 }
 
 // warnRetired warns about the perspectives of the registry that are retired

@@ -1,0 +1,144 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// notifyClaimSpacing bounds how long a notification waits for its claim
+// (see claimer.loop) when ClaimInterval is longer.
+const notifyClaimSpacing = 250 * time.Millisecond
+
+// claimer leases work to this instance and pushes the streams it may drain
+// into the drain queue. It claims on its cadence, at once while claims
+// report more work, and when woken.
+type claimer struct {
+	*engine
+	startStop
+	queue  *drainQueue
+	heart  *heartbeater
+	notes  *listener
+	wake   chan struct{} // claim now: RequestImmediatePoll, freed room, abandoned peers
+	notify chan struct{} // notifications, coalesced to one claim per ClaimInterval
+
+	// hasMore is set while the latest claim left candidate streams out: a
+	// backlog larger than what this instance holds.
+	hasMore atomic.Bool
+	// recovering is set when a peer was abandoned (see takeOver); the next
+	// claim then sets windowSkip, so the streams it takes over are drained
+	// at once instead of waiting in the sliding window.
+	recovering atomic.Bool
+	windowSkip atomic.Bool
+}
+
+func newClaimer(e *engine, queue *drainQueue, notes *listener) *claimer {
+	return &claimer{engine: e, queue: queue, notes: notes, wake: make(chan struct{}, 1), notify: make(chan struct{}, 1)}
+}
+
+// Start launches the claim loop; it runs until Stop or until ctx ends.
+func (c *claimer) Start(ctx context.Context) {
+	ctx, wg, ok := c.startInit(ctx)
+	if ok {
+		wg.Go(func() { c.loop(ctx) })
+	}
+}
+
+// takeOver wakes the claim loop after a peer was abandoned, by this instance
+// or another survivor: the peer's streams are claimable now, and the claim
+// that takes them skips the sliding window (see recovering).
+func (c *claimer) takeOver() {
+	c.recovering.Store(true)
+	signal(c.wake)
+}
+
+// roomFreed wakes the claim loop when completions freed room while the
+// backlog is larger than what this instance holds.
+func (c *claimer) roomFreed() {
+	if c.hasMore.Load() {
+		signal(c.wake)
+	}
+}
+
+// loop claims on its cadence, at once while claims report more work, and on
+// wakes: at once for RequestImmediatePoll, freed room and abandoned peers;
+// for notifications at most once per ClaimInterval (or notifyClaimSpacing
+// if shorter), since every instance is woken by every append's notification
+// and a claim per append per instance cost more than the appends themselves.
+func (c *claimer) loop(ctx context.Context) {
+	t := c.clock.NewTimer(0)
+	defer t.Stop()
+	var last time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		case <-c.wake:
+		case <-c.notify:
+			if wait := min(c.opts.ClaimInterval, notifyClaimSpacing) - c.now().Sub(last); !last.IsZero() && wait > 0 {
+				resetTimer(t, wait) // claim when the interval is up
+				c.signals.claimDeferred(wait)
+				continue
+			}
+		}
+		last = c.now()
+		hasMore := c.claimOnce(ctx)
+		interval := c.opts.ClaimInterval
+		if c.notes.healthy() {
+			interval = c.opts.ClaimNotifyHealthyInterval
+		}
+		if hasMore {
+			interval = 0
+		}
+		resetTimer(t, interval)
+	}
+}
+
+// claimOnce runs one claim and reports whether to claim again at once.
+func (c *claimer) claimOnce(ctx context.Context) bool {
+	recovering := c.recovering.Swap(false)
+	cctx, cancel := leaseCallContext(ctx)
+	defer cancel()
+	res, err := c.backend.Claimer.WorkClaim(cctx, &ports.WorkClaimParams{
+		InstanceID:     c.opts.InstanceID,
+		MaxStreams:     c.opts.MaxStreamsPerBatch,
+		PartitionCount: c.opts.PartitionCount,
+		LeaseDuration:  c.opts.LeaseDuration,
+		StaleThreshold: c.opts.StaleInstanceThreshold,
+		Now:            c.paramNow(),
+	})
+	if err != nil {
+		if recovering {
+			c.recovering.Store(true) // the next claim takes the streams over
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if errors.Is(err, ports.ErrInstanceNotAlive) {
+			// We were abandoned (a pause longer than the stale threshold):
+			// heartbeat again and claim afresh.
+			c.log.WarnContext(ctx, "instance was considered stale and lost its work; re-registering")
+			if _, herr := c.heart.beat(ctx); herr != nil {
+				c.faults.fail(ctx, "heartbeat", herr)
+			}
+			return false
+		}
+		c.faults.fail(ctx, "claiming work", err)
+		return false
+	}
+	c.faults.ok(ctx, "claiming work")
+	if recovering {
+		c.windowSkip.Store(true) // before the push, so the consumer taking the ids sees it
+	}
+	added := c.queue.Push(res.StreamIDs...)
+	c.hasMore.Store(res.HasMore)
+	// Re-poll at once only while claims keep finding new streams. When the
+	// backlog is larger than what we hold, the next claim is woken by an
+	// acknowledged completion flush, which frees room (no hot loop
+	// re-claiming the streams we are already draining).
+	return res.HasMore && added > 0
+}

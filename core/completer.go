@@ -1,0 +1,279 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/google/uuid"
+
+	"github.com/vantage-go/vantage/core/internal/completion"
+	"github.com/vantage-go/vantage/core/internal/dedup"
+	"github.com/vantage-go/vantage/core/internal/flush"
+	"github.com/vantage-go/vantage/ports"
+)
+
+// completer carries the outcomes of applies (completions and failures) to
+// the backend: the completion strategy records them, the flushers send them
+// in acknowledged, retried batches, and an acknowledgement settles exactly
+// the items it names. It starts the dedup retention of acknowledged work
+// and wakes the waiters of WaitForStream.
+type completer struct {
+	*engine
+	strategy    completion.Strategy
+	completions *flush.Flusher[completion.Tracked[ports.Completion]]
+	failures    *flush.Flusher[completion.Tracked[ports.Failure]]
+	cache       *dedup.Cache
+
+	// onFailureAcked is called per pair whose failure reached the backend;
+	// onCompleted after each acknowledged completion batch.
+	onFailureAcked func(pairKey)
+	onCompleted    func()
+
+	mu sync.Mutex // serializes moving strategy items into the flushers
+
+	progressMu sync.Mutex
+	progress   chan struct{} // closed and replaced on every acknowledged flush
+}
+
+func newCompleter(e *engine, cache *dedup.Cache) (*completer, error) {
+	c := &completer{engine: e, cache: cache, progress: make(chan struct{})}
+	var err error
+	if e.opts.Completion == CompletionInstant {
+		c.strategy = completion.NewInstant(instantReporter{c})
+	} else {
+		c.strategy, err = completion.NewBatched(completion.BatchedOptions{
+			BaseTimeout:               e.opts.Retry.RetryTimeout,
+			Multiplier:                e.opts.Retry.BackoffMultiplier,
+			MaxTimeout:                e.opts.Retry.MaxBackoff,
+			DisableExponentialBackoff: e.opts.Retry.DisableExponentialBackoff,
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if c.completions, err = newFlusher(e, "completions", c.flushCompletions, c.completionsAcknowledged); err != nil {
+		return nil, err
+	}
+	if c.failures, err = newFlusher(e, "failures", c.flushFailures, c.failuresAcknowledged); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// newFlusher builds the flusher of one kind of outcome: it hands batches to
+// flushFn and reports acknowledged batches to acked.
+func newFlusher[T any](e *engine, name string, flushFn func(context.Context, []completion.Tracked[T]) error, acked func([]completion.Tracked[T])) (*flush.Flusher[completion.Tracked[T]], error) {
+	return flush.New(name, flush.Options[completion.Tracked[T]]{
+		MaxAttempts: e.opts.Retry.MaxFlushAttempts,
+		Clock:       e.clock,
+		Logger:      e.log,
+		OnFlushed:   acked,
+	}, flushFn)
+}
+
+// Start launches the flushers; they run until Stop or until ctx ends.
+func (c *completer) Start(ctx context.Context) error {
+	return errors.Join(c.completions.Start(ctx), c.failures.Start(ctx))
+}
+
+// Stop sends every buffered outcome and waits for the flushers to drain,
+// within ctx.
+func (c *completer) Stop(ctx context.Context) error {
+	c.flushPending(ctx)
+	var errs []error
+	if err := c.completions.Close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("draining completions: %w", err))
+	}
+	if err := c.failures.Close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("draining failures: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// reportCompletion records a completion. A failure to record it is logged
+// as msg unless ctx ended: the rows stay pending and are re-delivered.
+func (c *completer) reportCompletion(ctx context.Context, comp ports.Completion, msg string) {
+	if err := c.strategy.ReportCompletion(ctx, comp); err != nil && ctx.Err() == nil {
+		c.log.ErrorContext(ctx, msg, slog.Any("error", err))
+	}
+}
+
+// reportFailure records a failure.
+func (c *completer) reportFailure(ctx context.Context, f ports.Failure) error {
+	return c.strategy.ReportFailure(ctx, f)
+}
+
+// flushNow sends what is buffered and waits until the completions flusher
+// sent what it holds.
+func (c *completer) flushNow(ctx context.Context) error {
+	c.flushPending(ctx)
+	return c.completions.Flush(ctx)
+}
+
+// afterSettled calls fn once every completion handed to the flusher so far
+// is settled (see flush.Flusher.AfterSettled).
+func (c *completer) afterSettled(fn func()) { c.completions.AfterSettled(fn) }
+
+// flushPending moves buffered completions and failures into the flushers
+// (re-queueing unacknowledged ones whose timeout passed).
+func (c *completer) flushPending(ctx context.Context) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	// Unacknowledged items are re-sent only once the flushers settled
+	// everything they were given: an item still queued or being flushed
+	// (a slow round trip, retries in place) is not lost, only late.
+	if !c.completions.Busy() && !c.failures.Busy() {
+		c.strategy.ResetStale(now)
+	}
+	cs := c.strategy.PendingCompletions()
+	fs := c.strategy.PendingFailures()
+	if len(cs) == 0 && len(fs) == 0 {
+		return
+	}
+	ids := make([]uuid.UUID, 0, len(cs)+len(fs))
+	for _, t := range cs {
+		ids = append(ids, t.ID)
+	}
+	for _, t := range fs {
+		ids = append(ids, t.ID)
+	}
+	c.strategy.MarkSent(ids, now)
+	if len(cs) > 0 {
+		if err := c.completions.Add(ctx, cs...); err != nil && ctx.Err() == nil {
+			c.log.ErrorContext(ctx, "queueing completions failed; they are re-sent", slog.Any("error", err))
+		}
+	}
+	if len(fs) > 0 {
+		if err := c.failures.Add(ctx, fs...); err != nil && ctx.Err() == nil {
+			c.log.ErrorContext(ctx, "queueing failures failed; they are re-sent", slog.Any("error", err))
+		}
+	}
+}
+
+func (c *completer) flushCompletions(ctx context.Context, batch []completion.Tracked[ports.Completion]) error {
+	_, err := c.backend.Cursors.WorkComplete(ctx, &ports.WorkCompleteParams{
+		InstanceID:  c.opts.InstanceID,
+		Completions: itemsOf(batch),
+		DebugMode:   c.opts.DebugMode,
+		Now:         c.paramNow(),
+	})
+	return err
+}
+
+func (c *completer) flushFailures(ctx context.Context, batch []completion.Tracked[ports.Failure]) error {
+	return c.backend.Cursors.WorkFail(ctx, &ports.WorkFailParams{
+		InstanceID: c.opts.InstanceID,
+		Failures:   itemsOf(batch),
+		DebugMode:  c.opts.DebugMode,
+		Now:        c.paramNow(),
+	})
+}
+
+func (c *completer) completionsAcknowledged(batch []completion.Tracked[ports.Completion]) {
+	n := 0
+	for _, t := range batch {
+		n += len(t.Item.WorkIDs)
+	}
+	workIDs := make([]uuid.UUID, 0, n)
+	for _, t := range batch {
+		workIDs = append(workIDs, t.Item.WorkIDs...)
+	}
+	// One ActivateRetentionFor for the batch: one hold of the dedup lock
+	// the drains contend for, not one per completion.
+	c.acknowledge(trackingIDs(batch), workIDs)
+	if c.onCompleted != nil {
+		c.onCompleted()
+	}
+	if h := c.opts.Hooks.OnCompletionsFlushed; h != nil {
+		h(CompletionsFlushed{Completions: itemsOf(batch)})
+	}
+}
+
+func (c *completer) failuresAcknowledged(batch []completion.Tracked[ports.Failure]) {
+	var workIDs []uuid.UUID
+	for _, t := range batch {
+		f := t.Item
+		workIDs = append(workIDs, f.AppliedWorkIDs...)
+		if c.onFailureAcked != nil {
+			c.onFailureAcked(pairKey{stream: f.StreamID, perspective: f.Perspective})
+		}
+	}
+	c.acknowledge(trackingIDs(batch), workIDs)
+	if h := c.opts.Hooks.OnCompletionsFlushed; h != nil {
+		h(CompletionsFlushed{Failures: itemsOf(batch)})
+	}
+}
+
+// acknowledge settles acknowledged items by identity and starts the dedup
+// retention of their work rows.
+func (c *completer) acknowledge(trackingIDs, workIDs []uuid.UUID) {
+	c.strategy.MarkAcknowledged(trackingIDs)
+	c.strategy.ClearAcknowledged()
+	c.cache.ActivateRetentionFor(workIDs)
+	c.signalProgress()
+}
+
+// progressed returns a channel closed at the next acknowledged flush or
+// saved model.
+func (c *completer) progressed() <-chan struct{} {
+	c.progressMu.Lock()
+	defer c.progressMu.Unlock()
+	return c.progress
+}
+
+func (c *completer) signalProgress() {
+	c.progressMu.Lock()
+	close(c.progress)
+	c.progress = make(chan struct{})
+	c.progressMu.Unlock()
+}
+
+func itemsOf[T any](batch []completion.Tracked[T]) []T {
+	items := make([]T, len(batch))
+	for i, t := range batch {
+		items[i] = t.Item
+	}
+	return items
+}
+
+func trackingIDs[T any](batch []completion.Tracked[T]) []uuid.UUID {
+	ids := make([]uuid.UUID, len(batch))
+	for i, t := range batch {
+		ids[i] = t.ID
+	}
+	return ids
+}
+
+func track[T any](items []T) []completion.Tracked[T] {
+	tracked := make([]completion.Tracked[T], len(items))
+	for i, it := range items {
+		tracked[i] = completion.Tracked[T]{Item: it}
+	}
+	return tracked
+}
+
+// instantReporter is the Reporter of the Instant strategy: one backend call
+// per completion or failure.
+type instantReporter struct{ c *completer }
+
+func (r instantReporter) Complete(ctx context.Context, items []ports.Completion) error {
+	tracked := track(items)
+	if err := r.c.flushCompletions(ctx, tracked); err != nil {
+		return err
+	}
+	r.c.completionsAcknowledged(tracked)
+	return nil
+}
+
+func (r instantReporter) Fail(ctx context.Context, items []ports.Failure) error {
+	tracked := track(items)
+	if err := r.c.flushFailures(ctx, tracked); err != nil {
+		return err
+	}
+	r.c.failuresAcknowledged(tracked)
+	return nil
+}

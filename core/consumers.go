@@ -1,0 +1,202 @@
+package core
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// consumers are the MaxConcurrentDrainConsumers loops that take stream ids
+// from the drain queue, gather them into a sliding-window batch and hand the
+// batch to the drain; a consumer with nothing to drain runs an idle tick
+// (buffered completions are flushed, an empty poll is counted).
+type consumers struct {
+	*engine
+	startStop
+	queue  *drainQueue
+	claims *claimer
+	notes  *listener
+	act    *activity
+	wakes  []chan struct{}
+	// drain drains one batch of streams; tick runs when a consumer found
+	// nothing to drain.
+	drain func(ctx context.Context, ids []uuid.UUID)
+	tick  func(ctx context.Context)
+}
+
+// Start launches the consumer loops. They take batches until Stop, or
+// until runCtx ends; the batches run under workCtx, which outlives runCtx
+// so a batch in flight at Stop finishes.
+func (c *consumers) Start(runCtx, workCtx context.Context) {
+	ctx, wg, ok := c.startInit(runCtx)
+	if !ok {
+		return
+	}
+	for _, wake := range c.wakes {
+		wg.Go(func() { c.loop(ctx, workCtx, wake) })
+	}
+}
+
+// wakeAll wakes every consumer now. Redundant calls coalesce.
+func (c *consumers) wakeAll() {
+	for _, w := range c.wakes {
+		signal(w)
+	}
+}
+
+func (c *consumers) idleTimeout() time.Duration {
+	if c.notes.healthy() {
+		return max(c.opts.PollingInterval, c.opts.NotifyHealthyPollingInterval)
+	}
+	return c.opts.PollingInterval
+}
+
+// loop waits for any of: stream ids in the drain queue, a wake
+// (notification or RequestImmediatePoll), or the idle timeout; then it drains
+// a sliding-window batch or runs an idle tick.
+func (c *consumers) loop(runCtx, workCtx context.Context, wake chan struct{}) {
+	t := c.clock.NewTimer(c.idleTimeout())
+	defer t.Stop()
+	var lastWakes uint64
+	for {
+		ids := c.queue.Take(c.opts.DrainBatcher.MaxSize)
+		if len(ids) == 0 {
+			timedOut := false
+			resetTimer(t, c.idleTimeout())
+			select {
+			case <-runCtx.Done():
+				return
+			case <-c.queue.signal:
+			case <-wake:
+			case <-t.C():
+				timedOut = true
+			}
+			ids = c.queue.Take(c.opts.DrainBatcher.MaxSize)
+			if len(ids) == 0 {
+				c.idleTick(workCtx, timedOut)
+				continue
+			}
+		}
+		if c.wantWindow(len(ids), &lastWakes) {
+			ids = c.collectWindow(runCtx, ids)
+		}
+		c.drain(workCtx, ids)
+		if runCtx.Err() != nil {
+			return
+		}
+	}
+}
+
+// wantWindow reports whether a consumer holding n ids should extend them
+// into a sliding window. The window coalesces bursts of live appends, so it
+// is skipped where no burst can be coming: when n reached MaxSize; while the
+// claim loop reports a backlog larger than what this instance holds (the ids
+// came in bulk from a claim); for streams taken over from an abandoned
+// instance (they have waited a stale threshold already); and, while
+// notifications are healthy, when no notification arrived since this
+// consumer's last batch (a backlog being worked through or a periodic claim:
+// nothing to wait for). lastWakes is the consumer's notification count at
+// its last batch; wantWindow updates it.
+func (c *consumers) wantWindow(n int, lastWakes *uint64) bool {
+	wakes := c.notes.count.Load()
+	live := wakes != *lastWakes || !c.notes.healthy()
+	*lastWakes = wakes
+	return n < c.opts.DrainBatcher.MaxSize && !c.claims.hasMore.Load() && !c.claims.windowSkip.Swap(false) && live
+}
+
+// collectWindow extends a batch while drain signals keep arriving: it waits
+// up to SlidingWindow after the latest arrival, at most MaxWait after the
+// first, for at most MaxSize ids.
+func (c *consumers) collectWindow(ctx context.Context, ids []uuid.UUID) []uuid.UUID {
+	first := c.now()
+	last := first
+	defer c.signals.window(0, true)
+	for len(ids) < c.opts.DrainBatcher.MaxSize {
+		now := c.now()
+		remaining := min(c.opts.DrainBatcher.SlidingWindow-now.Sub(last), c.opts.DrainBatcher.MaxWait-now.Sub(first))
+		if remaining <= 0 {
+			return ids
+		}
+		t := c.clock.NewTimer(remaining)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ids
+		case <-t.C():
+			return ids
+		case <-c.queue.signal:
+			t.Stop()
+			if more := c.queue.Take(c.opts.DrainBatcher.MaxSize - len(ids)); len(more) > 0 {
+				ids = append(ids, more...)
+				last = c.now()
+				c.signals.window(len(more), false)
+				if c.claims.windowSkip.Swap(false) {
+					return ids // taken over from an abandoned instance: drain now
+				}
+			}
+		}
+	}
+	return ids
+}
+
+// idleTick runs the consumer's idle work and records an empty poll when the
+// idle timeout expired.
+func (c *consumers) idleTick(ctx context.Context, timedOut bool) {
+	c.tick(ctx)
+	if timedOut {
+		c.act.poll(false)
+	}
+	if h := c.opts.Hooks.OnBatchCycleComplete; h != nil {
+		h(BatchCycle{})
+	}
+}
+
+// activity tracks whether the worker is idle: no work for
+// IdleThresholdPolls consecutive polls, and no batch being drained.
+type activity struct {
+	hooks     *Hooks
+	threshold int64
+	idle      atomic.Bool
+	// emptyPolls counts consecutive polls that found no work, across
+	// consumers.
+	emptyPolls atomic.Int64
+	// busy counts the batches being drained: the worker is not idle while
+	// one runs, however long it takes.
+	busy atomic.Int64
+}
+
+func newActivity(o *Options) *activity {
+	a := &activity{hooks: &o.Hooks, threshold: int64(o.IdleThresholdPolls)}
+	a.idle.Store(true)
+	return a
+}
+
+// batchStarted records a poll that found work and counts the batch as
+// being drained until the returned function is called.
+func (a *activity) batchStarted() (done func()) {
+	a.poll(true)
+	a.busy.Add(1)
+	return func() { a.busy.Add(-1) }
+}
+
+func (a *activity) poll(hasWork bool) {
+	if hasWork {
+		a.emptyPolls.Store(0)
+		if a.idle.CompareAndSwap(true, false) {
+			if h := a.hooks.OnWorkProcessingStarted; h != nil {
+				h()
+			}
+		}
+		return
+	}
+	n := a.emptyPolls.Add(1)
+	// A batch still draining (a slow apply, say) keeps the worker busy
+	// however many polls other consumers find empty.
+	if n >= a.threshold && a.busy.Load() == 0 && a.idle.CompareAndSwap(false, true) {
+		if h := a.hooks.OnWorkProcessingIdle; h != nil {
+			h()
+		}
+	}
+}

@@ -1,0 +1,137 @@
+package core
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// A heartbeat aimed at a peer's staleness runs staleMargin after it, and
+// never sooner than heartbeatMinDelay after the previous one (see
+// heartbeatDelay).
+const (
+	staleMargin       = 50 * time.Millisecond
+	heartbeatMinDelay = 10 * time.Millisecond
+)
+
+// heartbeater keeps the instance live in the backend: it heartbeats every
+// HeartbeatInterval, or right when the next peer goes stale, and tells the
+// claimer when a peer was abandoned (its streams are claimable now).
+type heartbeater struct {
+	*engine
+	startStop
+	// takeOver is called when a stale peer was abandoned, by this
+	// instance or another survivor.
+	takeOver func()
+}
+
+func newHeartbeater(e *engine, takeOver func()) *heartbeater {
+	return &heartbeater{engine: e, takeOver: takeOver}
+}
+
+// Start launches the heartbeat loop from the result of the heartbeat at
+// start-up; it runs until Stop or until ctx ends.
+func (h *heartbeater) Start(ctx context.Context, first *ports.InstanceHeartbeatResult) {
+	ctx, wg, ok := h.startInit(ctx)
+	if ok {
+		wg.Go(func() { h.loop(ctx, first) })
+	}
+}
+
+// beat records the instance's heartbeat. When it abandoned stale instances
+// it hands their work over (see takeOver).
+func (h *heartbeater) beat(ctx context.Context) (*ports.InstanceHeartbeatResult, error) {
+	cctx, cancel := leaseCallContext(ctx)
+	defer cancel()
+	res, err := h.backend.Claimer.InstanceHeartbeat(cctx, &ports.InstanceHeartbeatParams{
+		InstanceID:     h.opts.InstanceID,
+		ServiceName:    h.opts.ServiceName,
+		HostName:       h.opts.HostName,
+		ProcessID:      os.Getpid(),
+		Metadata:       h.opts.InstanceMetadata,
+		StaleThreshold: h.opts.StaleInstanceThreshold,
+		Now:            h.paramNow(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(res.Abandoned) > 0 {
+		ids := make([]string, len(res.Abandoned))
+		for i, id := range res.Abandoned {
+			ids[i] = id.String()
+		}
+		h.log.InfoContext(ctx, "abandoned stale instances; taking over their work", slog.Any("instances", ids))
+		h.takeOver()
+	}
+	return res, nil
+}
+
+// loop heartbeats until ctx is done, starting from the result of the
+// heartbeat at Start.
+func (h *heartbeater) loop(ctx context.Context, first *ports.InstanceHeartbeatResult) {
+	t := h.clock.NewTimer(heartbeatDelay(h.opts.HeartbeatInterval, h.now(), first.NextStaleAt))
+	defer t.Stop()
+	prev := first.NextStaleAt
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		delay := h.opts.HeartbeatInterval
+		if res, err := h.beat(ctx); err != nil {
+			if ctx.Err() == nil {
+				h.faults.fail(ctx, "heartbeat", err)
+			}
+		} else {
+			h.faults.ok(ctx, "heartbeat")
+			if res.Rejoined {
+				h.log.WarnContext(ctx, "instance was silent past the stale threshold; re-registered, and stale peers are abandoned at the next heartbeat")
+			}
+			if len(res.Abandoned) == 0 && peerGone(prev, h.now(), res.NextStaleAt) {
+				// Another survivor abandoned the peer first: its streams
+				// are ours to share all the same.
+				h.takeOver()
+			}
+			prev = res.NextStaleAt
+			delay = heartbeatDelay(h.opts.HeartbeatInterval, h.now(), res.NextStaleAt)
+		}
+		t.Reset(delay)
+	}
+}
+
+// peerGone reports whether the peer that was due to go stale at prev (the
+// NextStaleAt of the previous heartbeat) is gone by now: prev has passed
+// and the new NextStaleAt differs. Then it was abandoned, by this instance
+// or by another survivor (or it heartbeat in time, which costs one early
+// claim).
+func peerGone(prev, now, next time.Time) bool {
+	return !prev.IsZero() && !now.Before(prev) && !next.Equal(prev)
+}
+
+// heartbeatDelay returns how long after now to heartbeat next: the
+// interval, or staleMargin past nextStaleAt (when the next peer goes stale,
+// zero for none) if that comes sooner, so a peer that stopped heartbeating is
+// abandoned, and its streams claimed, right when it goes stale rather than up
+// to an interval later. Never less than heartbeatMinDelay.
+//
+// nextStaleAt is on the backend's clock, which on PostgreSQL without an
+// injected Clock is the database's. When our clock runs ahead of it, a
+// heartbeat aimed past nextStaleAt finds the peer not stale yet and reports
+// the same deadline, now behind us by at least staleMargin. Waiting as long
+// again as we are late then doubles the overshoot with each such heartbeat,
+// so a skew costs a few heartbeats, not one every heartbeatMinDelay until it
+// is made up.
+func heartbeatDelay(interval time.Duration, now, nextStaleAt time.Time) time.Duration {
+	if nextStaleAt.IsZero() {
+		return interval
+	}
+	d := nextStaleAt.Sub(now) + staleMargin
+	if late := now.Sub(nextStaleAt); late >= staleMargin {
+		d = late
+	}
+	return min(interval, max(d, heartbeatMinDelay))
+}

@@ -1,0 +1,70 @@
+package core
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// listener turns the backend's notifications into wakes of the claimer and
+// the consumers. Notifications are best effort: without them, or while they
+// are unhealthy, the engine polls.
+type listener struct {
+	*engine
+	startStop
+	// listening is set while the notification channel is open.
+	listening atomic.Bool
+	// count numbers the notifications received (see consumers.wantWindow).
+	count atomic.Uint64
+	// onWake is called for each notification.
+	onWake func()
+}
+
+func newListener(e *engine, onWake func()) *listener {
+	return &listener{engine: e, onWake: onWake}
+}
+
+// Start subscribes to the backend's notifications and launches the loop
+// that forwards them; it runs until Stop or until ctx ends. When the
+// backend cannot notify, the engine polls only.
+func (l *listener) Start(ctx context.Context) {
+	ctx, wg, ok := l.startInit(ctx)
+	if !ok {
+		return
+	}
+	wakes, err := l.backend.Notifier.NotifierListen(ctx)
+	if err != nil {
+		l.log.WarnContext(ctx, "notifications unavailable; polling only", slog.Any("error", err))
+		return
+	}
+	l.listening.Store(true)
+	wg.Go(func() { l.loop(ctx, wakes) })
+}
+
+// healthy reports whether notifications arrive, so that polls may be rare.
+func (l *listener) healthy() bool {
+	return l.listening.Load() && l.backend.Notifier.NotifierHealthy()
+}
+
+func (l *listener) loop(ctx context.Context, wakes <-chan ports.Wake) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-wakes:
+			if !ok {
+				if ctx.Err() == nil {
+					l.listening.Store(false)
+					l.log.WarnContext(ctx, "notification channel closed; polling only")
+				}
+				return
+			}
+			// A reconnect (possibly missed notifications) and a plain
+			// notification both mean: poll now.
+			l.count.Add(1)
+			l.onWake()
+		}
+	}
+}
