@@ -6,8 +6,31 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/vantage-go/vantage/core/internal/dedup"
 	"github.com/vantage-go/vantage/ports"
 )
+
+// drainer drains batches of streams: it fetches each stream's pending
+// events, applies them pair by pair through the perspectives, saves model
+// and cursor together and hands the outcomes to the completer. A failed
+// apply goes to the failure handling, a pair below its events to the
+// rewinder; the lifecycle stages run around the applies.
+type drainer struct {
+	*engine
+	queue     *drainQueue
+	act       *activity
+	cache     *dedup.Cache
+	completer *completer
+	parking   *parking
+	renewer   *renewer
+	monitor   *applyMonitor
+	life      *lifecycle
+	gates     *gates
+	scopes    *scopeCache
+	store     *modelStore
+	fail      *failures
+	rewind    *rewinder
+}
 
 // processBatch drains a batch of streams: flush what is buffered, fetch and
 // drain the streams (see drainBatch), flush again, then start the batch's
@@ -19,16 +42,16 @@ import (
 // and leased to us), only for the dedup cache to skip them. No stream waits
 // for another stream of its batch. A stream pushed meanwhile, by a claim or
 // a notification, is drained again after its release.
-func (w *Worker) processBatch(ctx context.Context, ids []uuid.UUID) {
-	w.cache.EvictExpired()
-	w.completer.flushPending(ctx)
-	defer w.act.batchStarted()()
+func (dr *drainer) processBatch(ctx context.Context, ids []uuid.UUID) {
+	dr.cache.EvictExpired()
+	dr.completer.flushPending(ctx)
+	defer dr.act.batchStarted()()
 
-	applied, events := w.drainBatch(ctx, ids)
-	w.completer.flushPending(ctx)
+	applied, events := dr.drainBatch(ctx, ids)
+	dr.completer.flushPending(ctx)
 	// The cycle is complete once its terminal lifecycle stages ran.
-	w.life.afterBatch(ctx, events, func() {
-		if h := w.opts.Hooks.OnBatchCycleComplete; h != nil {
+	dr.life.afterBatch(ctx, events, func() {
+		if h := dr.opts.Hooks.OnBatchCycleComplete; h != nil {
 			h(BatchCycle{Streams: len(ids), Applied: applied})
 		}
 	})
@@ -38,25 +61,25 @@ func (w *Worker) processBatch(ctx context.Context, ids []uuid.UUID) {
 // fetch's sequence number, taken before the call: results of a fetch that
 // started before a failure of a pair was acknowledged are stale for that
 // pair (see staleFetch).
-func (w *Worker) fetch(ctx context.Context, ids []uuid.UUID) (*ports.EventsFetchPendingResult, uint64, error) {
-	seq := w.parking.nextFetch()
+func (dr *drainer) fetch(ctx context.Context, ids []uuid.UUID) (*ports.EventsFetchPendingResult, uint64, error) {
+	seq := dr.parking.nextFetch()
 	cctx, cancel := leaseCallContext(ctx)
 	defer cancel()
-	res, err := w.backend.Fetcher.EventsFetchPending(cctx, &ports.EventsFetchPendingParams{
-		InstanceID:     w.opts.InstanceID,
+	res, err := dr.backend.Fetcher.EventsFetchPending(cctx, &ports.EventsFetchPendingParams{
+		InstanceID:     dr.opts.InstanceID,
 		StreamIDs:      ids,
-		LeaseDuration:  w.opts.LeaseDuration,
-		StaleThreshold: w.opts.StaleInstanceThreshold,
-		MaxRows:        w.opts.FetchMaxRows,
-		Now:            w.paramNow(),
+		LeaseDuration:  dr.opts.LeaseDuration,
+		StaleThreshold: dr.opts.StaleInstanceThreshold,
+		MaxRows:        dr.opts.FetchMaxRows,
+		Now:            dr.paramNow(),
 	})
 	if err != nil {
 		if ctx.Err() == nil {
-			w.faults.fail(ctx, "fetching pending events", err, "streams", len(ids))
+			dr.faults.fail(ctx, "fetching pending events", err, "streams", len(ids))
 		}
 		return nil, seq, err
 	}
-	w.faults.ok(ctx, "fetching pending events")
+	dr.faults.ok(ctx, "fetching pending events")
 	return res, seq, nil
 }
 
@@ -67,15 +90,15 @@ func (w *Worker) fetch(ctx context.Context, ids []uuid.UUID) (*ports.EventsFetch
 // every stream was fetched. It returns the number of (event, perspective)
 // applications and, when terminal lifecycle stages have receptors, the
 // events applied.
-func (w *Worker) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []ports.Event) {
+func (dr *drainer) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []ports.Event) {
 	var (
 		mu      sync.Mutex
 		applied int
 		events  []ports.Event
 		wg      sync.WaitGroup
 	)
-	collect := w.reg.hasReceptors(PostAllPerspectives, PostLifecycle)
-	sem := make(chan struct{}, w.opts.MaxConcurrentStreams)
+	collect := dr.reg.hasReceptors(PostAllPerspectives, PostLifecycle)
+	sem := make(chan struct{}, dr.opts.MaxConcurrentStreams)
 	// inflight counts the rows of fetches some of whose streams are still
 	// draining (a fetch's rows share its result's memory). A fetch of the
 	// streams past a cut waits until they are fewer than twice FetchMaxRows,
@@ -87,21 +110,21 @@ func (w *Worker) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []ports.
 	for len(remaining) > 0 && ctx.Err() == nil {
 		if len(remaining) < len(ids) {
 			mu.Lock()
-			if inflight >= 2*w.opts.FetchMaxRows {
-				w.signals.fetchWait()
+			if inflight >= 2*dr.opts.FetchMaxRows {
+				dr.signals.fetchWait()
 			}
-			for inflight >= 2*w.opts.FetchMaxRows {
+			for inflight >= 2*dr.opts.FetchMaxRows {
 				settled.Wait()
 			}
 			mu.Unlock()
-			w.completer.flushPending(ctx) // let the drains' completions travel meanwhile
+			dr.completer.flushPending(ctx) // let the drains' completions travel meanwhile
 		}
-		res, seq, err := w.fetch(ctx, remaining)
+		res, seq, err := dr.fetch(ctx, remaining)
 		if err != nil {
 			break
 		}
-		streams := splitByStream(res, seq, w.opts.FetchMaxRows)
-		w.releaseIdle(ctx, remaining, streams)
+		streams := splitByStream(res, seq, dr.opts.FetchMaxRows)
+		dr.releaseIdle(ctx, remaining, streams)
 		cursors := cursorsByPair(res.Cursors)
 		rows, left := len(res.Work), len(streams)
 		if left > 0 {
@@ -109,11 +132,11 @@ func (w *Worker) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []ports.
 			inflight += rows
 			mu.Unlock()
 		}
-		now := w.now()
+		now := dr.now()
 		for i := range streams {
 			sw := &streams[i]
-			w.renewer.hold(sw.id, sw.work, now)
-			task := &streamTask{w: w, id: sw.id, collect: collect}
+			dr.renewer.hold(sw.id, sw.work, now)
+			task := &streamTask{dr: dr, id: sw.id, collect: collect}
 			task.onFinish = func(n int, evs []ports.Event) {
 				mu.Lock()
 				applied += n
@@ -136,9 +159,9 @@ func (w *Worker) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []ports.
 	// released; a failed fetch retries them after the backoff of the
 	// infrastructure's pairs.
 	for _, id := range remaining {
-		w.releaseStream(ctx, id, false)
+		dr.releaseStream(ctx, id, false)
 		if ctx.Err() == nil {
-			w.parking.wakeAt(id, w.now().Add(infraRetryMax))
+			dr.parking.wakeAt(id, dr.now().Add(infraRetryMax))
 		}
 	}
 	wg.Wait()
@@ -147,7 +170,7 @@ func (w *Worker) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []ports.
 
 // releaseIdle releases the streams a fetch covered that came back without
 // work: their rows are held elsewhere, parked behind a retry time, or gone.
-func (w *Worker) releaseIdle(ctx context.Context, requested []uuid.UUID, streams []streamWork) {
+func (dr *drainer) releaseIdle(ctx context.Context, requested []uuid.UUID, streams []streamWork) {
 	if len(streams) == len(requested) {
 		return
 	}
@@ -161,7 +184,7 @@ func (w *Worker) releaseIdle(ctx context.Context, requested []uuid.UUID, streams
 	}
 	for _, id := range requested {
 		if !withWork[id] && !beyond[id] {
-			w.releaseStream(ctx, id, false)
+			dr.releaseStream(ctx, id, false)
 		}
 	}
 }
@@ -170,14 +193,14 @@ func (w *Worker) releaseIdle(ctx context.Context, requested []uuid.UUID, streams
 // completions buffered so far are acknowledged, the stream may be drained
 // again (at once when more is set, or when it was pushed meanwhile), and
 // the leases of its fetched rows are no longer renewed.
-func (w *Worker) releaseStream(ctx context.Context, id uuid.UUID, more bool) {
+func (dr *drainer) releaseStream(ctx context.Context, id uuid.UUID, more bool) {
 	if more {
-		w.queue.Push(id) // in flight: queued again once done
+		dr.queue.Push(id) // in flight: queued again once done
 	}
-	w.completer.flushPending(ctx)
-	w.completer.afterSettled(func() {
-		w.renewer.drop(id)
-		w.queue.Done([]uuid.UUID{id})
+	dr.completer.flushPending(ctx)
+	dr.completer.afterSettled(func() {
+		dr.renewer.drop(id)
+		dr.queue.Done([]uuid.UUID{id})
 	})
 }
 
@@ -196,7 +219,7 @@ func cursorsByPair(cs []ports.Cursor) map[pairKey]*ports.Cursor {
 // (finish): when its drain returns, or earlier when one of its applies is
 // abandoned, which takes the stream over while the apply runs on.
 type streamTask struct {
-	w        *Worker
+	dr       *drainer
 	id       uuid.UUID
 	collect  bool // keep the events applied, for the terminal stages
 	onFinish func(applied int, events []ports.Event)
@@ -231,7 +254,7 @@ func (t *streamTask) add(n int, events []ports.Event) {
 
 // drain drains the stream, then finishes the task unless an abandonment did.
 func (t *streamTask) drain(ctx context.Context, sw *streamWork, cursors map[pairKey]*ports.Cursor) {
-	if err := t.w.drainStream(ctx, t, sw, cursors); err != nil {
+	if err := t.dr.drainStream(ctx, t, sw, cursors); err != nil {
 		return // abandoned: the abandonment finished the task
 	}
 	t.finish(ctx, t.more)
@@ -246,7 +269,7 @@ func (t *streamTask) abandon(ctx context.Context, n int, events []ports.Event) {
 
 func (t *streamTask) finish(ctx context.Context, more bool) {
 	t.once.Do(func() {
-		t.w.releaseStream(ctx, t.id, more)
+		t.dr.releaseStream(ctx, t.id, more)
 		t.onFinish(t.applied, t.events)
 	})
 }

@@ -140,8 +140,8 @@ func (bb *batchBundle) drainFetched(t *testing.T, res *ports.EventsFetchPendingR
 	t.Helper()
 	n := 0
 	for _, sw := range splitByStream(res, seq, bb.w.opts.FetchMaxRows) {
-		task := &streamTask{w: bb.w, id: sw.id}
-		require.NoError(t, bb.w.drainStream(t.Context(), task, &sw, cursorsByPair(res.Cursors)))
+		task := &streamTask{dr: bb.w.drain, id: sw.id}
+		require.NoError(t, bb.w.drain.drainStream(t.Context(), task, &sw, cursorsByPair(res.Cursors)))
 		n += task.applied
 	}
 	return n
@@ -168,7 +168,7 @@ func TestBatchWithEmptyStream(t *testing.T) {
 	t.Parallel()
 
 	bb := setupBatch(t)
-	bb.w.processBatch(t.Context(), []uuid.UUID{uuid.New()})
+	bb.w.drain.processBatch(t.Context(), []uuid.UUID{uuid.New()})
 	require.Equal(t, int64(1), bb.spy.fetches.Load())
 	require.Zero(t, bb.spy.claims.Load())
 	require.Zero(t, bb.applied.Load())
@@ -180,14 +180,14 @@ func TestBatchDrainsStream(t *testing.T) {
 
 	bb := setupBatch(t)
 	stream := bb.appendStreams(t, 1, placed{ID: "a"}, placed{ID: "b"})[0]
-	bb.w.processBatch(t.Context(), []uuid.UUID{stream})
+	bb.w.drain.processBatch(t.Context(), []uuid.UUID{stream})
 	require.GreaterOrEqual(t, bb.spy.fetches.Load(), int64(1))
 	require.Equal(t, int64(2), bb.applied.Load())
 	require.NoError(t, bb.w.completer.completions.Flush(t.Context()))
 	require.Equal(t, int64(1), bb.spy.completes.Load())
 
 	// A second batch for the same stream sees nothing new: no double apply.
-	bb.w.processBatch(t.Context(), []uuid.UUID{stream})
+	bb.w.drain.processBatch(t.Context(), []uuid.UUID{stream})
 	require.Equal(t, int64(2), bb.applied.Load())
 }
 
@@ -200,7 +200,7 @@ func TestBatchDrainsPastFetchLimit(t *testing.T) {
 
 	bb := setupBatchWith(t, &Options{FetchMaxRows: 3})
 	streams := bb.appendStreams(t, 5, placed{ID: "a"}, placed{ID: "b"}, placed{ID: "c"}, placed{ID: "d"})
-	bb.w.processBatch(t.Context(), streams)
+	bb.w.drain.processBatch(t.Context(), streams)
 	require.Equal(t, int64(20), bb.applied.Load())
 	require.NoError(t, bb.w.completer.completions.Flush(t.Context()))
 	for _, stream := range streams {
@@ -209,7 +209,7 @@ func TestBatchDrainsPastFetchLimit(t *testing.T) {
 		require.Equal(t, int64(4), m.LastVersion)
 	}
 
-	bb.w.processBatch(t.Context(), streams)
+	bb.w.drain.processBatch(t.Context(), streams)
 	require.Equal(t, int64(20), bb.applied.Load(), "nothing is applied twice")
 }
 
@@ -240,7 +240,7 @@ func TestBatchBoundsRowsInFlight(t *testing.T) {
 		}
 	}
 
-	bb.w.processBatch(t.Context(), streams)
+	bb.w.drain.processBatch(t.Context(), streams)
 	require.Equal(t, int64(27), bb.applied.Load())
 	require.Less(t, worst.Load(), int64(2*limit), "fetched rows waiting to be drained when a later fetch started")
 }
@@ -253,11 +253,11 @@ func TestDedupSkipsUnacknowledgedRows(t *testing.T) {
 
 	bb := setupBatch(t)
 	stream := bb.appendStreams(t, 1, placed{ID: "a"})[0]
-	res, seq, err := bb.w.fetch(t.Context(), []uuid.UUID{stream})
+	res, seq, err := bb.w.drain.fetch(t.Context(), []uuid.UUID{stream})
 	require.NoError(t, err)
 	require.Equal(t, 1, bb.drainFetched(t, res, seq))
 	// Same rows again (the completion is still only buffered).
-	res, seq, err = bb.w.fetch(t.Context(), []uuid.UUID{stream})
+	res, seq, err = bb.w.drain.fetch(t.Context(), []uuid.UUID{stream})
 	require.NoError(t, err)
 	require.Len(t, res.Work, 1, "the row is still pending in the backend")
 	require.Zero(t, bb.drainFetched(t, res, seq))

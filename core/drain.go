@@ -182,11 +182,11 @@ func groupByPerspective(work []ports.WorkItem) [][]ports.WorkItem {
 // again), while each pass still applies enough; the task notes when rows
 // past the fetch limit may be left. It returns errPairAbandoned when one of
 // its applies was abandoned: the abandonment then owns the task.
-func (w *Worker) drainStream(ctx context.Context, t *streamTask, sw *streamWork, cursors map[pairKey]*ports.Cursor) error {
+func (dr *drainer) drainStream(ctx context.Context, t *streamTask, sw *streamWork, cursors map[pairKey]*ports.Cursor) error {
 	for iter := 1; ; iter++ {
 		n := 0
 		for _, group := range groupByPerspective(sw.work) {
-			k, events, err := w.drainPair(ctx, t, sw, group, cursors[pairKey{stream: sw.id, perspective: group[0].Perspective}])
+			k, events, err := dr.drainPair(ctx, t, sw, group, cursors[pairKey{stream: sw.id, perspective: group[0].Perspective}])
 			if err != nil {
 				return err
 			}
@@ -196,27 +196,27 @@ func (w *Worker) drainStream(ctx context.Context, t *streamTask, sw *streamWork,
 		if !sw.cut {
 			return nil
 		}
-		if n < w.opts.DrainLoopRefetchMinBatch || iter >= w.opts.DrainLoopMaxIterations || ctx.Err() != nil {
+		if n < dr.opts.DrainLoopRefetchMinBatch || iter >= dr.opts.DrainLoopMaxIterations || ctx.Err() != nil {
 			t.more = ctx.Err() == nil
 			return nil
 		}
-		w.completer.flushPending(ctx)
-		if err := w.completer.completions.Flush(ctx); err != nil && ctx.Err() != nil {
+		dr.completer.flushPending(ctx)
+		if err := dr.completer.completions.Flush(ctx); err != nil && ctx.Err() != nil {
 			return nil
 		}
-		res, seq, err := w.fetch(ctx, []uuid.UUID{sw.id})
+		res, seq, err := dr.fetch(ctx, []uuid.UUID{sw.id})
 		if err != nil {
 			if ctx.Err() == nil {
-				w.parking.wakeAt(sw.id, w.now().Add(infraRetryMax))
+				dr.parking.wakeAt(sw.id, dr.now().Add(infraRetryMax))
 			}
 			return nil
 		}
-		next := splitByStream(res, seq, w.opts.FetchMaxRows)
+		next := splitByStream(res, seq, dr.opts.FetchMaxRows)
 		if len(next) == 0 || next[0].id != sw.id {
 			return nil
 		}
 		sw = &next[0]
-		w.renewer.hold(sw.id, sw.work, w.now())
+		dr.renewer.hold(sw.id, sw.work, dr.now())
 		cursors = cursorsByPair(res.Cursors)
 	}
 }

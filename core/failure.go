@@ -10,17 +10,28 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/vantage-go/vantage/core/internal/dedup"
 	"github.com/vantage-go/vantage/ports"
 )
 
+// failures decides what a failed apply costs: an attempt and a retry
+// after a backoff while its pair waits, or, once its attempts are used up
+// (or it cannot be applied at all), the move to dead letters.
+type failures struct {
+	*engine
+	parking   *parking
+	completer *completer
+	cache     *dedup.Cache
+}
+
 // failureRetryDelay is FailureRetryBase doubled per attempt used, capped at
 // FailureRetryMax: 60s, 120s, 240s, 300s … with the defaults.
-func (w *Worker) failureRetryDelay(attempts int) time.Duration {
-	d := w.opts.FailureRetryBase
-	for i := 0; i < attempts && d < w.opts.FailureRetryMax; i++ {
+func (fl *failures) failureRetryDelay(attempts int) time.Duration {
+	d := fl.opts.FailureRetryBase
+	for i := 0; i < attempts && d < fl.opts.FailureRetryMax; i++ {
 		d *= 2
 	}
-	return min(d, w.opts.FailureRetryMax)
+	return min(d, fl.opts.FailureRetryMax)
 }
 
 // failureOutcome is what eventFailed made of a failed apply.
@@ -39,38 +50,38 @@ const (
 // eventFailed decides what a failed apply of row costs: one attempt, and
 // when that was the last, the move to dead letters with the cause, at once,
 // so the pair goes on without waiting for a retry.
-func (w *Worker) eventFailed(ctx context.Context, k pairKey, row ports.WorkItem, cause error) failureOutcome {
+func (fl *failures) eventFailed(ctx context.Context, k pairKey, row ports.WorkItem, cause error) failureOutcome {
 	attempts := row.Attempts + 1
-	limit := w.opts.MaxPerspectiveEventAttempts
+	limit := fl.opts.MaxPerspectiveEventAttempts
 	if limit == Unlimited || attempts < limit {
 		return failureRetry
 	}
 	reason := failureReason(cause)
-	dl, moved, err := w.backend.DeadLetters.DeadLetterMove(ctx, &ports.DeadLetterMoveParams{
+	dl, moved, err := fl.backend.DeadLetters.DeadLetterMove(ctx, &ports.DeadLetterMoveParams{
 		WorkID:     row.WorkID,
-		InstanceID: w.opts.InstanceID,
-		Generation: w.opts.Generation,
+		InstanceID: fl.opts.InstanceID,
+		Generation: fl.opts.Generation,
 		Reason:     reason,
 		Error:      cause.Error(),
 		Attempts:   attempts,
-		Now:        w.paramNow(),
+		Now:        fl.paramNow(),
 	})
 	if err != nil {
-		w.parking.infraFailed(ctx, k, "moving work to dead letters", err)
+		fl.parking.infraFailed(ctx, k, "moving work to dead letters", err)
 		return failureInfra
 	}
 	if moved {
-		w.deadLettered(ctx, dl)
+		fl.deadLettered(ctx, dl)
 	}
 	return failureDeadLettered
 }
 
 // deadLettered logs and announces a dead letter.
-func (w *Worker) deadLettered(ctx context.Context, dl ports.DeadLetter) {
-	w.log.WarnContext(ctx, "event dead-lettered; its pair goes on with the next event",
+func (fl *failures) deadLettered(ctx context.Context, dl ports.DeadLetter) {
+	fl.log.WarnContext(ctx, "event dead-lettered; its pair goes on with the next event",
 		append(pairAttrs(dl.StreamID, dl.Perspective), slog.Int64("version", dl.EventVersion), slog.String("event_id", dl.EventID.String()),
 			slog.Int("attempts", dl.Attempts), slog.String("reason", dl.Reason), slog.String("error", dl.Error))...)
-	if h := w.opts.Hooks.OnDeadLettered; h != nil {
+	if h := fl.opts.Hooks.OnDeadLettered; h != nil {
 		h(dl)
 	}
 }
@@ -91,9 +102,9 @@ func failureReason(cause error) string {
 // reportFailure reports that row failed, after the rows in applied
 // completed: the failed row is released and retried after a backoff, and
 // the pair is held back until then.
-func (w *Worker) reportFailure(ctx context.Context, k pairKey, row ports.WorkItem, applied []uuid.UUID, lastID uuid.UUID, lastVersion int64, cause error) {
+func (fl *failures) reportFailure(ctx context.Context, k pairKey, row ports.WorkItem, applied []uuid.UUID, lastID uuid.UUID, lastVersion int64, cause error) {
 	attempts := row.Attempts + 1
-	retryAt := w.now().Add(w.failureRetryDelay(attempts))
+	retryAt := fl.now().Add(fl.failureRetryDelay(attempts))
 	f := ports.Failure{
 		StreamID:       k.stream,
 		Perspective:    k.perspective,
@@ -104,23 +115,23 @@ func (w *Worker) reportFailure(ctx context.Context, k pairKey, row ports.WorkIte
 		Error:          cause.Error(),
 		RetryAt:        retryAt,
 	}
-	w.failed(ctx, k, f, row.EventVersion, attempts, cause)
+	fl.failed(ctx, k, f, row.EventVersion, attempts, cause)
 }
 
 // failed parks the pair and reports f.
-func (w *Worker) failed(ctx context.Context, k pairKey, f ports.Failure, version int64, attempts int, cause error) {
+func (fl *failures) failed(ctx context.Context, k pairKey, f ports.Failure, version int64, attempts int, cause error) {
 	ctx = context.WithoutCancel(ctx)
 	if len(f.AppliedWorkIDs) > 0 {
-		w.cache.AddRange(f.AppliedWorkIDs)
+		fl.cache.AddRange(f.AppliedWorkIDs)
 	}
-	w.parking.park(k, f.RetryAt)
-	w.log.WarnContext(ctx, "perspective failed on event; will retry",
+	fl.parking.park(k, f.RetryAt)
+	fl.log.WarnContext(ctx, "perspective failed on event; will retry",
 		append(pairAttrs(k.stream, k.perspective), slog.Int64("version", version), slog.Int("attempts", attempts),
-			slog.Int("max_attempts", w.opts.MaxPerspectiveEventAttempts), slog.Time("retry_at", f.RetryAt), slog.Any("error", cause))...)
-	if err := w.completer.reportFailure(ctx, f); err != nil {
-		w.log.ErrorContext(ctx, "reporting failure failed; the event is retried after its lease", slog.Any("error", err))
+			slog.Int("max_attempts", fl.opts.MaxPerspectiveEventAttempts), slog.Time("retry_at", f.RetryAt), slog.Any("error", cause))...)
+	if err := fl.completer.reportFailure(ctx, f); err != nil {
+		fl.log.ErrorContext(ctx, "reporting failure failed; the event is retried after its lease", slog.Any("error", err))
 	}
-	if h := w.opts.Hooks.OnFailure; h != nil {
+	if h := fl.opts.Hooks.OnFailure; h != nil {
 		h(f)
 	}
 }
@@ -130,12 +141,12 @@ func (w *Worker) failed(ctx context.Context, k pairKey, f ports.Failure, version
 // dead-letters its row at once) to dead letters before paying for decoding
 // and applying, and returns the others. An error of the backend is
 // returned: the pair retries.
-func (w *Worker) deadLetterExhausted(ctx context.Context, rows []ports.WorkItem) ([]ports.WorkItem, error) {
-	limit := w.opts.MaxPerspectiveEventAttempts
+func (fl *failures) deadLetterExhausted(ctx context.Context, rows []ports.WorkItem) ([]ports.WorkItem, error) {
+	limit := fl.opts.MaxPerspectiveEventAttempts
 	if limit == Unlimited || !slices.ContainsFunc(rows, func(r ports.WorkItem) bool { return r.Attempts >= limit }) {
 		return rows, nil
 	}
-	return w.deadLetterRows(ctx, rows, func(r ports.WorkItem) (string, string, bool) {
+	return fl.deadLetterRows(ctx, rows, func(r ports.WorkItem) (string, string, bool) {
 		return ports.ReasonMaxAttemptsExceeded, "", r.Attempts >= limit
 	})
 }
@@ -145,8 +156,8 @@ func (w *Worker) deadLetterExhausted(ctx context.Context, rows []ports.WorkItem)
 // silently, and applying them out of order would corrupt the model. A
 // requeue applies them in order once rewinds are on. It returns the other
 // rows.
-func (w *Worker) deadLetterLate(ctx context.Context, rows []ports.WorkItem, position int64) ([]ports.WorkItem, error) {
-	return w.deadLetterRows(ctx, rows, func(r ports.WorkItem) (string, string, bool) {
+func (fl *failures) deadLetterLate(ctx context.Context, rows []ports.WorkItem, position int64) ([]ports.WorkItem, error) {
+	return fl.deadLetterRows(ctx, rows, func(r ports.WorkItem) (string, string, bool) {
 		return ports.ReasonLate, fmt.Sprintf("event stored below the cursor (version %d, cursor at %d) while rewinds are off; requeue it once rewinds are on",
 			r.EventVersion, position), r.Late && r.EventVersion <= position
 	})
@@ -155,7 +166,7 @@ func (w *Worker) deadLetterLate(ctx context.Context, rows []ports.WorkItem, posi
 // deadLetterRows moves the rows that match selects to dead letters, with
 // the reason and error it gives, and returns the other rows. An error of
 // the backend is returned: the pair retries.
-func (w *Worker) deadLetterRows(ctx context.Context, rows []ports.WorkItem, match func(ports.WorkItem) (reason, cause string, ok bool)) ([]ports.WorkItem, error) {
+func (fl *failures) deadLetterRows(ctx context.Context, rows []ports.WorkItem, match func(ports.WorkItem) (reason, cause string, ok bool)) ([]ports.WorkItem, error) {
 	keep := rows[:0:0]
 	for _, r := range rows {
 		reason, cause, ok := match(r)
@@ -163,20 +174,20 @@ func (w *Worker) deadLetterRows(ctx context.Context, rows []ports.WorkItem, matc
 			keep = append(keep, r)
 			continue
 		}
-		dl, moved, err := w.backend.DeadLetters.DeadLetterMove(ctx, &ports.DeadLetterMoveParams{
+		dl, moved, err := fl.backend.DeadLetters.DeadLetterMove(ctx, &ports.DeadLetterMoveParams{
 			WorkID:     r.WorkID,
-			InstanceID: w.opts.InstanceID,
-			Generation: w.opts.Generation,
+			InstanceID: fl.opts.InstanceID,
+			Generation: fl.opts.Generation,
 			Reason:     reason,
 			Error:      cause,
 			Attempts:   r.Attempts,
-			Now:        w.paramNow(),
+			Now:        fl.paramNow(),
 		})
 		if err != nil {
 			return nil, err
 		}
 		if moved {
-			w.deadLettered(ctx, dl)
+			fl.deadLettered(ctx, dl)
 		}
 	}
 	return keep, nil

@@ -62,38 +62,50 @@ func (c *modelCache) drop(k pairKey) {
 	c.lru.Remove(k)
 }
 
-// loadModel returns the pair's model at position, the cursor position the
+// modelStore reads and writes models for the drains and the rewinds:
+// through the cache of models this instance saved, and in grouped calls
+// when the backend batches model reads and writes.
+type modelStore struct {
+	backend ports.ModelStore
+	cache   *modelCache
+	batches *modelBatches // nil unless the model store batches
+}
+
+// load returns the pair's model at position, the cursor position the
 // fetch read: from the cache when this instance saved it last, else from
 // the store (ports.ErrNotFound when none), grouped with concurrent loads
 // when the store implements ports.ModelBatchStore. A cached model at
 // another position is stale (another instance moved the pair since) and is
 // never handed to an apply.
-func (w *Worker) loadModel(ctx context.Context, k pairKey, position int64) (ports.StoredModel, error) {
-	if m, ok := w.models.get(k); ok {
+func (s *modelStore) load(ctx context.Context, k pairKey, position int64) (ports.StoredModel, error) {
+	if m, ok := s.cache.get(k); ok {
 		if m.LastVersion == position {
 			return m, nil
 		}
-		w.models.drop(k)
+		s.cache.drop(k)
 	}
-	if w.batches != nil {
-		return w.batches.load(ctx, k)
+	if s.batches != nil {
+		return s.batches.load(ctx, k)
 	}
-	return w.backend.Models.ModelLoad(ctx, k.stream, k.perspective)
+	return s.backend.ModelLoad(ctx, k.stream, k.perspective)
 }
 
-// saveModel saves a model with its cursor and keeps it in the cache; a
-// failed save drops the cache entry. Concurrent saves go together in one
-// call when the store implements ports.ModelBatchStore.
-func (w *Worker) saveModel(ctx context.Context, p *ports.ModelSaveParams) error {
+// save saves a model with its cursor and keeps it in the cache; a failed
+// save drops the cache entry. Concurrent saves go together in one call
+// when the store implements ports.ModelBatchStore.
+func (s *modelStore) save(ctx context.Context, p *ports.ModelSaveParams) error {
 	k := pairKey{stream: p.StreamID, perspective: p.Perspective}
-	save := w.backend.Models.ModelSave
-	if w.batches != nil {
-		save = w.batches.save
+	save := s.backend.ModelSave
+	if s.batches != nil {
+		save = s.batches.save
 	}
 	if err := save(ctx, p); err != nil {
-		w.models.drop(k)
+		s.cache.drop(k)
 		return err
 	}
-	w.models.put(k, ports.StoredModel{StreamID: p.StreamID, Perspective: p.Perspective, Data: p.Data, LastEventID: p.LastEventID, LastVersion: p.LastVersion})
+	s.cache.put(k, ports.StoredModel{StreamID: p.StreamID, Perspective: p.Perspective, Data: p.Data, LastEventID: p.LastEventID, LastVersion: p.LastVersion})
 	return nil
 }
+
+// forget drops the cached model of a pair (a rewind rebuilds it).
+func (s *modelStore) forget(k pairKey) { s.cache.drop(k) }

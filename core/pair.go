@@ -27,12 +27,12 @@ var errPairAbandoned = errors.New("pair abandoned")
 // completion (or the failure). It returns the number of events applied and,
 // when collect is set, those events; errPairAbandoned when an apply was
 // abandoned.
-func (w *Worker) drainPair(ctx context.Context, task *streamTask, sw *streamWork, rows []ports.WorkItem, cursor *ports.Cursor) (int, []ports.Event, error) {
+func (dr *drainer) drainPair(ctx context.Context, task *streamTask, sw *streamWork, rows []ports.WorkItem, cursor *ports.Cursor) (int, []ports.Event, error) {
 	key := pairKey{stream: sw.id, perspective: rows[0].Perspective}
-	if w.parking.isParked(key) {
+	if dr.parking.isParked(key) {
 		return 0, nil, nil
 	}
-	release, err := w.gates.acquire(ctx, key, nil)
+	release, err := dr.gates.acquire(ctx, key, nil)
 	if err != nil {
 		return 0, nil, nil
 	}
@@ -41,28 +41,17 @@ func (w *Worker) drainPair(ctx context.Context, task *streamTask, sw *streamWork
 	// Check again: a run that held the gate may just have parked the pair;
 	// and rows fetched before its failure was acknowledged are stale (the
 	// backend released the failed row since).
-	if w.parking.isParked(key) || w.parking.staleFetch(key, sw.seq) {
+	if dr.parking.isParked(key) || dr.parking.staleFetch(key, sw.seq) {
 		return 0, nil, nil
 	}
 
-	// Rows applied by an earlier batch whose completion is not acknowledged
-	// yet come back on every fetch: skip them.
-	fresh, deduped := dedup.Partition(w.cache, rows, workID)
-	if len(deduped) > 0 && w.opts.Hooks.DedupObserver != nil {
-		w.opts.Hooks.DedupObserver.OnEventsDeduped(deduped, key.perspective, key.stream)
-	}
-	rows, err = w.deadLetterExhausted(ctx, fresh)
-	if err != nil {
-		w.parking.infraFailed(ctx, key, "moving work to dead letters", err)
-		return 0, nil, nil
-	}
-	if len(rows) == 0 {
+	if rows = dr.toApply(ctx, key, rows); len(rows) == 0 {
 		return 0, nil, nil
 	}
 
-	p, ok := w.reg.perspective(key.perspective)
+	p, ok := dr.reg.perspective(key.perspective)
 	if !ok {
-		w.parking.unknownPerspective(ctx, key)
+		dr.parking.unknownPerspective(ctx, key)
 		return 0, nil, nil
 	}
 	var (
@@ -75,49 +64,41 @@ func (w *Worker) drainPair(ctx context.Context, task *streamTask, sw *streamWork
 	// A late row below the position was never applied: only a rewind
 	// applies it in order, whether or not the cursor still carries the flag.
 	late := slices.ContainsFunc(rows, func(r ports.WorkItem) bool { return r.Late && r.EventVersion <= position })
-	if w.rewindEnabled() && (late || flags.Status.Has(ports.CursorRewindRequired)) {
-		evs, err := w.rewindPair(ctx, p, key, rows, flags, false, &rewindOwner{task: task, release: release})
+	if dr.rewind.rewindEnabled() && (late || flags.Status.Has(ports.CursorRewindRequired)) {
+		evs, err := dr.rewind.rewindPair(ctx, p, key, rows, flags, false, &rewindOwner{task: task, release: release})
 		return len(evs), evs, err
 	}
 	if late {
-		if rows, err = w.deadLetterLate(ctx, rows, position); err != nil {
-			w.parking.infraFailed(ctx, key, "moving late work to dead letters", err)
+		if rows, err = dr.fail.deadLetterLate(ctx, rows, position); err != nil {
+			dr.parking.infraFailed(ctx, key, "moving late work to dead letters", err)
 			return 0, nil, nil
 		}
 		if len(rows) == 0 {
 			return 0, nil, nil
 		}
 	}
-	stored, err := w.loadModel(ctx, key, position)
+	stored, err := dr.store.load(ctx, key, position)
 	if err != nil && !errors.Is(err, ports.ErrNotFound) {
-		w.parking.infraFailed(ctx, key, "loading model", err)
+		dr.parking.infraFailed(ctx, key, "loading model", err)
 		return 0, nil, nil
 	}
 	model, err := p.decodeModel(stored.Data)
 	if err != nil {
-		w.parking.infraFailed(ctx, key, "decoding the stored model", err)
+		dr.parking.infraFailed(ctx, key, "decoding the stored model", err)
 		return 0, nil, nil
 	}
 
 	actx, cancel := context.WithCancelCause(ctx)
 	run := &pairRun{
-		w: w, p: p, key: key, task: task, sw: sw, rows: rows, stored: stored, model: model,
-		parent: ctx, actx: actx, cancel: cancel, release: release, batchSize: w.parking.saveBatchSize(key),
+		dr: dr, p: p, key: key, task: task, sw: sw, rows: rows, stored: stored, model: model,
+		parent: ctx, actx: actx, cancel: cancel, release: release, batchSize: dr.parking.saveBatchSize(key),
 	}
 	defer func() { run.cancel(nil) }()
-	run.watch = w.monitor.watch(key, cancel, run.abandon)
+	run.watch = dr.monitor.watch(key, cancel, run.abandon)
 	defer run.watch.done()
-	if w.reg.hasReceptors(PrePerspective) {
-		var toApply []ports.Event
-		for _, r := range rows {
-			if i := sw.event(r, 0); i >= 0 && r.EventVersion > stored.LastVersion {
-				toApply = append(toApply, sw.events[i])
-			}
-		}
-		if err := w.life.prePerspective(actx, toApply); err != nil {
-			w.parking.infraFailed(ctx, key, "running PrePerspective", err)
-			return 0, nil, nil
-		}
+	if err := dr.prePerspective(actx, sw, rows, stored.LastVersion); err != nil {
+		dr.parking.infraFailed(ctx, key, "running PrePerspective", err)
+		return 0, nil, nil
 	}
 	if err := run.run(ctx); err != nil {
 		return 0, nil, err
@@ -126,10 +107,42 @@ func (w *Worker) drainPair(ctx context.Context, task *streamTask, sw *streamWork
 	return n, events, nil
 }
 
+// toApply returns the rows of a pair to apply now. Rows applied by an
+// earlier batch whose completion is not acknowledged yet come back on every
+// fetch: they are skipped. Rows whose attempts are used up go to dead
+// letters; when that move fails, the pair is retried and nothing is applied.
+func (dr *drainer) toApply(ctx context.Context, key pairKey, rows []ports.WorkItem) []ports.WorkItem {
+	fresh, deduped := dedup.Partition(dr.cache, rows, workID)
+	if len(deduped) > 0 && dr.opts.Hooks.DedupObserver != nil {
+		dr.opts.Hooks.DedupObserver.OnEventsDeduped(deduped, key.perspective, key.stream)
+	}
+	rows, err := dr.fail.deadLetterExhausted(ctx, fresh)
+	if err != nil {
+		dr.parking.infraFailed(ctx, key, "moving work to dead letters", err)
+		return nil
+	}
+	return rows
+}
+
+// prePerspective runs the PrePerspective stage for the rows' events past
+// the stored position, when any receptor listens.
+func (dr *drainer) prePerspective(ctx context.Context, sw *streamWork, rows []ports.WorkItem, position int64) error {
+	if !dr.reg.hasReceptors(PrePerspective) {
+		return nil
+	}
+	var events []ports.Event
+	for _, r := range rows {
+		if i := sw.event(r, 0); i >= 0 && r.EventVersion > position {
+			events = append(events, sw.events[i])
+		}
+	}
+	return dr.life.prePerspective(ctx, events)
+}
+
 // pairRun is the state of one drainPair. Its rows are in version order and
 // processed front to back.
 type pairRun struct {
-	w       *Worker
+	dr      *drainer
 	p       perspective
 	key     pairKey
 	task    *streamTask
@@ -175,7 +188,7 @@ func (r *pairRun) run(ctx context.Context) error {
 		}
 		if ei = r.sw.event(row, ei); ei < 0 {
 			r.stop(ctx)
-			r.w.parking.infraFailed(ctx, r.key, "fetching events", fmt.Errorf("event %s (version %d) of work row %s is missing from the fetch", row.EventID, row.EventVersion, row.WorkID))
+			r.dr.parking.infraFailed(ctx, r.key, "fetching events", fmt.Errorf("event %s (version %d) of work row %s is missing from the fetch", row.EventID, row.EventVersion, row.WorkID))
 			return nil
 		}
 		err := r.apply(ei)
@@ -208,9 +221,9 @@ func (r *pairRun) run(ctx context.Context) error {
 		return nil
 	}
 	r.complete(ctx)
-	r.w.parking.infraRecovered(r.key)
+	r.dr.parking.infraRecovered(r.key)
 	if r.batchSize == 1 {
-		r.w.parking.saveEachDone(r.key)
+		r.dr.parking.saveEachDone(r.key)
 	}
 	return nil
 }
@@ -219,11 +232,11 @@ func (r *pairRun) run(ctx context.Context) error {
 // monitor. It returns errPairAbandoned when the apply was abandoned.
 func (r *pairRun) apply(i int) error {
 	ev := &r.sw.events[i]
-	decoded, err := r.sw.decode(r.w.reg, i)
+	decoded, err := r.sw.decode(r.dr.reg, i)
 	if err != nil {
 		return err
 	}
-	actx, err := r.w.applyContext(r.actx, r.sw, i)
+	actx, err := r.dr.applyContext(r.actx, r.sw, i)
 	if err != nil {
 		return err
 	}
@@ -251,14 +264,14 @@ func (r *pairRun) save(ctx context.Context) bool {
 		return r.saveRefused(ctx, err)
 	}
 	_, savedVersion := r.position()
-	err = r.w.saveModel(ctx, &ports.ModelSaveParams{
+	err = r.dr.store.save(ctx, &ports.ModelSaveParams{
 		StreamID:        r.key.stream,
 		Perspective:     r.key.perspective,
 		Data:            data,
 		LastEventID:     r.last.ID,
 		LastVersion:     r.last.Version,
 		ExpectedVersion: savedVersion,
-		Now:             r.w.paramNow(),
+		Now:             r.dr.paramNow(),
 	})
 	switch {
 	case err == nil:
@@ -266,7 +279,7 @@ func (r *pairRun) save(ctx context.Context) bool {
 		// Another applier moved the cursor: what this run saved completes,
 		// the rest comes back and is skipped or applied on the model the
 		// store holds.
-		r.w.log.WarnContext(ctx, "model moved under this run; dropping its unsaved part",
+		r.dr.log.WarnContext(ctx, "model moved under this run; dropping its unsaved part",
 			append(pairAttrs(r.key.stream, r.key.perspective), slog.Int64("expected_version", savedVersion), slog.Any("error", err))...)
 		r.unsaved = nil
 		r.complete(ctx)
@@ -276,11 +289,11 @@ func (r *pairRun) save(ctx context.Context) bool {
 	default:
 		if ctx.Err() == nil {
 			r.stop(ctx)
-			r.w.parking.infraFailed(ctx, r.key, "saving model", err)
+			r.dr.parking.infraFailed(ctx, r.key, "saving model", err)
 		}
 		return false
 	}
-	r.w.maybeSnapshot(ctx, r.key, savedVersion, *r.last, data)
+	r.dr.rewind.maybeSnapshot(ctx, r.key, savedVersion, *r.last, data)
 	r.lastSaved = r.last
 	for _, i := range r.unsaved {
 		r.done = append(r.done, r.rows[i].WorkID)
@@ -304,9 +317,9 @@ func (r *pairRun) saveRefused(ctx context.Context, err error) bool {
 	}
 	r.unsaved = nil
 	r.stop(ctx)
-	r.w.parking.saveEachFor(r.key)
-	r.w.parking.retrySoon(r.key)
-	r.w.log.WarnContext(ctx, "the model of a batch of events cannot be stored; saving event by event to find the cause",
+	r.dr.parking.saveEachFor(r.key)
+	r.dr.parking.retrySoon(r.key)
+	r.dr.log.WarnContext(ctx, "the model of a batch of events cannot be stored; saving event by event to find the cause",
 		append(pairAttrs(r.key.stream, r.key.perspective), slog.Any("error", err))...)
 	return false
 }
@@ -315,9 +328,9 @@ func (r *pairRun) saveRefused(ctx context.Context, err error) bool {
 // establishSecurity builds it. The common case, no SecurityProvider and no
 // scope on the event, takes one allocation instead of a chain of
 // context.WithValue.
-func (w *Worker) applyContext(ctx context.Context, sw *streamWork, i int) (context.Context, error) {
-	if w.opts.Security.Provider != nil || sw.events[i].Metadata.Scope != nil {
-		return w.establishSecurity(ctx, sw.events[i])
+func (dr *drainer) applyContext(ctx context.Context, sw *streamWork, i int) (context.Context, error) {
+	if dr.opts.Security.Provider != nil || sw.events[i].Metadata.Scope != nil {
+		return dr.scopes.establish(ctx, sw.events[i])
 	}
 	return &unscopedEventContext{Context: ctx, event: sw.boxed(i)}, nil
 }
@@ -346,8 +359,8 @@ func (c *unscopedEventContext) Value(key any) any {
 // says a crash interrupted it (the claim passes over completed ones).
 func (r *pairRun) finish(ctx context.Context) (int, []ports.Event) {
 	n := len(r.saved)
-	fire := r.w.reg.hasReceptors(PostPerspective)
-	redelivered := fire && r.w.backend.Lifecycle != nil && len(r.redelivered) > 0
+	fire := r.dr.reg.hasReceptors(PostPerspective)
+	redelivered := fire && r.dr.backend.Lifecycle != nil && len(r.redelivered) > 0
 	if n == 0 && !redelivered || !fire && !r.task.collect {
 		return n, nil
 	}
@@ -368,7 +381,7 @@ func (r *pairRun) finish(ctx context.Context) (int, []ports.Event) {
 				}
 			}
 		}
-		r.w.life.postPerspective(ctx, r.key.perspective, fired)
+		r.dr.life.postPerspective(ctx, r.key.perspective, fired)
 	}
 	return n, events
 }
@@ -396,8 +409,8 @@ func (r *pairRun) complete(ctx context.Context) {
 	}
 	lastID, lastVersion := r.position()
 	c := ports.Completion{StreamID: r.key.stream, Perspective: r.key.perspective, LastEventID: lastID, LastVersion: lastVersion, WorkIDs: r.done}
-	r.w.cache.AddRange(r.done)
-	r.w.completer.reportCompletion(ctx, c, "reporting completion failed; rows are re-delivered")
+	r.dr.cache.AddRange(r.done)
+	r.dr.completer.reportCompletion(ctx, c, "reporting completion failed; rows are re-delivered")
 	r.done = nil
 	r.announceSaved(lastVersion)
 }
@@ -409,8 +422,8 @@ func (r *pairRun) announceSaved(lastVersion int64) {
 	if n == 0 {
 		return
 	}
-	r.w.completer.signalProgress()
-	if h := r.w.opts.Hooks.OnPerspectiveEventProcessed; h != nil {
+	r.dr.completer.signalProgress()
+	if h := r.dr.opts.Hooks.OnPerspectiveEventProcessed; h != nil {
 		h(PerspectiveEventProcessed{Perspective: r.key.perspective, StreamID: r.key.stream, EventCount: n, LastVersion: lastVersion})
 	}
 }
@@ -424,7 +437,7 @@ func (r *pairRun) failAt(ctx context.Context, i int, cause error) bool {
 	if len(r.unsaved) > 0 && !r.save(ctx) {
 		return false // the save's own failure is recorded
 	}
-	switch r.w.eventFailed(ctx, r.key, r.rows[i], cause) {
+	switch r.dr.fail.eventFailed(ctx, r.key, r.rows[i], cause) {
 	case failureDeadLettered:
 		return true
 	case failureInfra:
@@ -433,7 +446,7 @@ func (r *pairRun) failAt(ctx context.Context, i int, cause error) bool {
 	}
 	lastID, lastVersion := r.position()
 	r.announceSaved(lastVersion)
-	r.w.reportFailure(ctx, r.key, r.rows[i], r.done, lastID, lastVersion, cause)
+	r.dr.fail.reportFailure(ctx, r.key, r.rows[i], r.done, lastID, lastVersion, cause)
 	r.done = nil
 	return false
 }
@@ -446,8 +459,8 @@ func (r *pairRun) failAt(ctx context.Context, i int, cause error) bool {
 // once the apply returns, touches nothing.
 func (r *pairRun) abandon(info AbandonedApply, late bool) {
 	ctx := context.WithoutCancel(r.actx)
-	w := r.w
-	w.monitor.noteAbandoned(ctx, info)
+	dr := r.dr
+	dr.monitor.noteAbandoned(ctx, info)
 	i := len(r.rows) - 1
 	for j, row := range r.rows {
 		if row.EventID == info.EventID {
@@ -461,12 +474,12 @@ func (r *pairRun) abandon(info AbandonedApply, late bool) {
 	outcome := failureInfra // stopping: nothing is charged
 	cause := fmt.Errorf("%w (after %s)", errApplyAbandoned, info.Elapsed)
 	if late {
-		outcome = w.eventFailed(ctx, r.key, r.rows[i], cause)
+		outcome = dr.fail.eventFailed(ctx, r.key, r.rows[i], cause)
 	}
 	if outcome == failureRetry {
 		lastID, lastVersion := r.position()
 		r.announceSaved(lastVersion)
-		w.reportFailure(ctx, r.key, r.rows[i], r.done, lastID, lastVersion, cause)
+		dr.fail.reportFailure(ctx, r.key, r.rows[i], r.done, lastID, lastVersion, cause)
 		r.done = nil
 	} else {
 		r.complete(ctx)

@@ -81,14 +81,14 @@ func UserID(ctx context.Context) string {
 	return s.UserID
 }
 
-// establishSecurity returns ctx carrying the event and its security context.
+// establish returns ctx carrying the event and its security context.
 // Each event gets its own context, so batches that mix tenants and users
 // never leak one event's identity into another's handler. The context is
 // established once per event in this instance (provider and callbacks
 // included) and reused for every apply, receptor and replay of the event.
-func (w *Worker) establishSecurity(ctx context.Context, event ports.Event) (context.Context, error) {
+func (c *scopeCache) establish(ctx context.Context, event ports.Event) (context.Context, error) {
 	ctx = withEvent(ctx, event)
-	sc, err := w.scopes.get(event.ID, func() (establishedScope, error) { return w.newSecurityContext(ctx, event) })
+	sc, err := c.get(event.ID, func() (establishedScope, error) { return newSecurityContext(ctx, c.sec, event) })
 	if err != nil {
 		return ctx, err
 	}
@@ -118,8 +118,7 @@ func withSecurity(ctx context.Context, s establishedScope) context.Context {
 
 // newSecurityContext establishes the security context of an event: the
 // provider's scope, or the event's own, announced to the callbacks.
-func (w *Worker) newSecurityContext(ctx context.Context, event ports.Event) (establishedScope, error) {
-	sec := w.opts.Security
+func newSecurityContext(ctx context.Context, sec SecurityOptions, event ports.Event) (establishedScope, error) {
 	var sc SecurityContext
 	established := false
 	if sec.Provider != nil {
@@ -155,13 +154,14 @@ const scopeCacheSize = 10_000
 // perspectives, receptors and replays handle it, and however many of them
 // ask at the same time. Bounded, least recently used first out.
 type scopeCache struct {
+	sec    SecurityOptions
 	lru    *lru.Cache[uuid.UUID, establishedScope]
 	flight singleflight.Group
 }
 
-func newScopeCache() *scopeCache {
+func newScopeCache(sec SecurityOptions) *scopeCache {
 	c, _ := lru.New[uuid.UUID, establishedScope](scopeCacheSize) // fails only for a size below 1
-	return &scopeCache{lru: c}
+	return &scopeCache{sec: sec, lru: c}
 }
 
 // get returns the security context of event, establishing it with

@@ -22,8 +22,10 @@ import (
 // backend hands the caller its own claims back). Without a LifecycleStore
 // the stages are guarded in memory only, at most once per process.
 type lifecycle struct {
-	w     *Worker
-	tasks tasks // detached receptors and batch tasks
+	*engine
+	completer *completer
+	scopes    *scopeCache
+	tasks     tasks // detached receptors and batch tasks
 
 	// memGuard is the in-process stage guard used when the backend has no
 	// LifecycleStore.
@@ -46,10 +48,10 @@ type stageKey struct {
 	perspective string
 }
 
-func newLifecycle(w *Worker) *lifecycle {
+func newLifecycle(e *engine, c *completer, scopes *scopeCache) *lifecycle {
 	done := make(chan struct{})
 	close(done)
-	return &lifecycle{w: w, memGuard: map[stageKey]struct{}{}, running: map[stageKey]struct{}{}, lastTask: done}
+	return &lifecycle{engine: e, completer: c, scopes: scopes, memGuard: map[stageKey]struct{}{}, running: map[stageKey]struct{}{}, lastTask: done}
 }
 
 // memGuardLimit bounds the in-process guard; the oldest half is dropped when
@@ -76,7 +78,7 @@ func (l *lifecycle) claim(ctx context.Context, events []ports.Event, stage Stage
 		return nil, nil, nil
 	}
 	durable := durableStage(stage)
-	store := l.w.backend.Lifecycle
+	store := l.backend.Lifecycle
 	if store == nil {
 		return l.claimInMemory(events, durable, perspective), nil, nil
 	}
@@ -106,8 +108,8 @@ func (l *lifecycle) claim(ctx context.Context, events []ports.Event, stage Stage
 		return nil, nil, nil
 	}
 	won, err := store.LifecycleClaim(ctx, &ports.LifecycleClaimParams{
-		EventIDs: ids, Stage: durable, Perspective: perspective, InstanceID: l.w.opts.InstanceID,
-		StaleThreshold: l.w.opts.StaleInstanceThreshold, Now: l.w.paramNow(),
+		EventIDs: ids, Stage: durable, Perspective: perspective, InstanceID: l.opts.InstanceID,
+		StaleThreshold: l.opts.StaleInstanceThreshold, Now: l.paramNow(),
 	})
 	if err != nil {
 		l.release(keys)
@@ -167,14 +169,14 @@ func (l *lifecycle) complete(ctx context.Context, keys []stageKey) {
 	for i, k := range keys {
 		ids[i] = k.event
 	}
-	err := l.w.backend.Lifecycle.LifecycleComplete(context.WithoutCancel(ctx), &ports.LifecycleCompleteParams{
-		EventIDs: ids, Stage: k0.stage, Perspective: k0.perspective, InstanceID: l.w.opts.InstanceID, Now: l.w.paramNow(),
+	err := l.backend.Lifecycle.LifecycleComplete(context.WithoutCancel(ctx), &ports.LifecycleCompleteParams{
+		EventIDs: ids, Stage: k0.stage, Perspective: k0.perspective, InstanceID: l.opts.InstanceID, Now: l.paramNow(),
 	})
 	if err != nil {
-		l.w.faults.fail(ctx, "recording lifecycle stages", err, slog.Int("events", len(ids)))
+		l.faults.fail(ctx, "recording lifecycle stages", err, slog.Int("events", len(ids)))
 		return
 	}
-	l.w.faults.ok(ctx, "recording lifecycle stages")
+	l.faults.ok(ctx, "recording lifecycle stages")
 }
 
 func (l *lifecycle) release(keys []stageKey) {
@@ -192,7 +194,7 @@ func (l *lifecycle) release(keys []stageKey) {
 // failing.
 func (l *lifecycle) claimFailed(ctx context.Context, stage Stage, err error) {
 	if ctx.Err() == nil {
-		l.w.faults.fail(ctx, "claiming lifecycle stages", err, slog.String("stage", stage.String()))
+		l.faults.fail(ctx, "claiming lifecycle stages", err, slog.String("stage", stage.String()))
 	}
 }
 
@@ -211,7 +213,7 @@ func (l *lifecycle) run(ctx context.Context, stage Stage, perspective string, ev
 	if err != nil {
 		return nil, err
 	}
-	l.w.faults.ok(ctx, "claiming lifecycle stages")
+	l.faults.ok(ctx, "claiming lifecycle stages")
 	l.fire(ctx, stage, perspective, won)
 	l.complete(ctx, keys)
 	return won, nil
@@ -237,11 +239,11 @@ func (l *lifecycle) runRetried(ctx context.Context, stage Stage, perspective str
 		}
 		l.claimFailed(ctx, stage, err)
 		if !errors.Is(err, ports.ErrTransient) || try == stageClaimRetries {
-			l.w.log.ErrorContext(ctx, "giving up on a lifecycle stage; its receptors do not run for these events",
+			l.log.ErrorContext(ctx, "giving up on a lifecycle stage; its receptors do not run for these events",
 				slog.String("stage", stageName(stage, perspective)), slog.Int("events", len(events)), slog.Any("error", err))
 			return
 		}
-		t := l.w.clock.NewTimer(delay)
+		t := l.clock.NewTimer(delay)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -258,20 +260,19 @@ func (l *lifecycle) runRetried(ctx context.Context, stage Stage, perspective str
 // panics turned into errors, are logged, never returned: a receptor cannot
 // block perspectives.
 func (l *lifecycle) fire(ctx context.Context, stage Stage, perspective string, events []ports.Event) {
-	w := l.w
 	for _, e := range events {
-		receptors := w.reg.receptorsFor(stage, e.Type)
+		receptors := l.reg.receptorsFor(stage, e.Type)
 		if len(receptors) == 0 {
 			continue
 		}
-		decoded, err := w.reg.Decode(e)
+		decoded, err := l.reg.Decode(e)
 		if err != nil {
-			w.log.ErrorContext(ctx, "decoding event for receptors", slog.String("stage", stage.String()), slog.Any("error", err))
+			l.log.ErrorContext(ctx, "decoding event for receptors", slog.String("stage", stage.String()), slog.Any("error", err))
 			continue
 		}
-		rctx, err := w.establishSecurity(ctx, e)
+		rctx, err := l.scopes.establish(ctx, e)
 		if err != nil {
-			w.log.ErrorContext(ctx, "establishing the security context of receptors", slog.String("stage", stage.String()),
+			l.log.ErrorContext(ctx, "establishing the security context of receptors", slog.String("stage", stage.String()),
 				slog.String("event_id", e.ID.String()), slog.Any("error", err))
 			continue
 		}
@@ -283,14 +284,14 @@ func (l *lifecycle) fire(ctx context.Context, stage Stage, perspective string, e
 				info := StageInfo{Stage: stage, Mode: rc.mode, Event: e, Perspective: perspective, Receptor: rc.index}
 				if mode == Inline {
 					if err := l.callReceptor(rctx, rc, decoded, info); err != nil {
-						w.log.ErrorContext(ctx, "inline receptor failed", slog.String("stage", stage.String()), slog.String("event_id", e.ID.String()), slog.Any("error", err))
+						l.log.ErrorContext(ctx, "inline receptor failed", slog.String("stage", stage.String()), slog.String("event_id", e.ID.String()), slog.Any("error", err))
 					}
 					continue
 				}
 				dctx := context.WithoutCancel(rctx)
 				l.tasks.Go(func() {
 					if err := l.callReceptor(dctx, rc, decoded, info); err != nil {
-						w.log.ErrorContext(dctx, "detached receptor failed", slog.String("stage", stage.String()), slog.String("mode", mode.String()),
+						l.log.ErrorContext(dctx, "detached receptor failed", slog.String("stage", stage.String()), slog.String("mode", mode.String()),
 							slog.String("event_id", e.ID.String()), slog.Any("error", err))
 					}
 				})
@@ -313,7 +314,7 @@ func (l *lifecycle) callReceptor(ctx context.Context, rc receptor, decoded any, 
 // failed claim is returned: the caller applies nothing and retries the
 // pair later, as for any backend error, so the stage still runs first.
 func (l *lifecycle) prePerspective(ctx context.Context, events []ports.Event) error {
-	if !l.w.reg.hasReceptors(PrePerspective) {
+	if !l.reg.hasReceptors(PrePerspective) {
 		return nil
 	}
 	_, err := l.run(ctx, PrePerspective, "", events)
@@ -323,7 +324,7 @@ func (l *lifecycle) prePerspective(ctx context.Context, events []ports.Event) er
 // postPerspective runs PostPerspective for events a perspective saved, or
 // found saved (a re-delivery: the stage a crash interrupted runs again).
 func (l *lifecycle) postPerspective(ctx context.Context, perspective string, events []ports.Event) {
-	if l.w.reg.hasReceptors(PostPerspective) {
+	if l.reg.hasReceptors(PostPerspective) {
 		l.runRetried(ctx, PostPerspective, perspective, events)
 	}
 }
@@ -334,15 +335,15 @@ func (l *lifecycle) postPerspective(ctx context.Context, perspective string, eve
 // reported so far are acknowledged: an event is applied for the terminal
 // stages once its work rows are gone, not merely saved.
 func (l *lifecycle) afterBatch(ctx context.Context, events []ports.Event, then func()) {
-	if len(events) == 0 || !l.w.reg.hasReceptors(PostAllPerspectives, PostLifecycle) {
+	if len(events) == 0 || !l.reg.hasReceptors(PostAllPerspectives, PostLifecycle) {
 		if then != nil {
 			then()
 		}
 		return
 	}
-	l.w.completer.flushPending(ctx)
+	l.completer.flushPending(ctx)
 	settled := make(chan struct{})
-	l.w.completer.afterSettled(func() { close(settled) })
+	l.completer.afterSettled(func() { close(settled) })
 	l.taskMu.Lock()
 	prev := l.lastTask
 	done := make(chan struct{})
@@ -372,7 +373,7 @@ func (l *lifecycle) completeEvents(ctx context.Context, events []ports.Event) {
 	ready, err := l.ready(ctx, events)
 	if err != nil {
 		if ctx.Err() == nil {
-			l.w.faults.fail(ctx, "checking which events every perspective applied", err)
+			l.faults.fail(ctx, "checking which events every perspective applied", err)
 		}
 		return
 	}
@@ -384,9 +385,8 @@ func (l *lifecycle) completeEvents(ctx context.Context, events []ports.Event) {
 // below a cursor is not applied before its rewind), else from the cursors'
 // positions only.
 func (l *lifecycle) ready(ctx context.Context, events []ports.Event) ([]ports.Event, error) {
-	w := l.w
-	subscribers := w.reg.subscribers()
-	if store := w.backend.Lifecycle; store != nil {
+	subscribers := l.reg.subscribers()
+	if store := l.backend.Lifecycle; store != nil {
 		ids := make([]uuid.UUID, len(events))
 		byID := make(map[uuid.UUID]ports.Event, len(events))
 		for i, e := range events {
@@ -413,7 +413,7 @@ func (l *lifecycle) ready(ctx context.Context, events []ports.Event) ([]ports.Ev
 			streams = append(streams, e.StreamID)
 		}
 	}
-	cursors, err := w.backend.Cursors.CursorsGet(ctx, &ports.CursorsGetParams{StreamIDs: streams})
+	cursors, err := l.backend.Cursors.CursorsGet(ctx, &ports.CursorsGetParams{StreamIDs: streams})
 	if err != nil {
 		return nil, err
 	}
@@ -451,7 +451,7 @@ func (l *lifecycle) runTerminalStages(ctx context.Context, events []ports.Event)
 		return
 	}
 	next := events
-	if store := l.w.backend.Lifecycle; store != nil {
+	if store := l.backend.Lifecycle; store != nil {
 		ids := make([]uuid.UUID, len(events))
 		for i, e := range events {
 			ids[i] = e.ID
@@ -459,7 +459,7 @@ func (l *lifecycle) runTerminalStages(ctx context.Context, events []ports.Event)
 		done, err := store.LifecycleStages(ctx, ids)
 		if err != nil {
 			if ctx.Err() == nil {
-				l.w.faults.fail(ctx, "reading lifecycle stages", err)
+				l.faults.fail(ctx, "reading lifecycle stages", err)
 			}
 			return
 		}
@@ -475,7 +475,7 @@ func (l *lifecycle) runTerminalStages(ctx context.Context, events []ports.Event)
 		l.claimFailed(ctx, PostLifecycle, err)
 		return
 	}
-	if h := l.w.opts.Hooks.OnLifecycleCompleted; h != nil && len(won) > 0 {
+	if h := l.opts.Hooks.OnLifecycleCompleted; h != nil && len(won) > 0 {
 		h(won)
 	}
 }
@@ -494,21 +494,20 @@ const (
 // instance that died): it runs their remaining stages. It returns how many
 // events it took up.
 func (l *lifecycle) reconcile(ctx context.Context) int {
-	w := l.w
-	store := w.backend.Lifecycle
-	if store == nil || !w.reg.hasReceptors(PostAllPerspectives, PostLifecycle) {
+	store := l.backend.Lifecycle
+	if store == nil || !l.reg.hasReceptors(PostAllPerspectives, PostLifecycle) {
 		return 0
 	}
 	// Tracked as lifecycle work, so that WaitLifecycle waits for the
 	// stages it runs.
 	defer l.tasks.track()()
-	expected := w.reg.subscribers()
+	expected := l.reg.subscribers()
 	healed := 0
 	for range orphanPasses {
-		orphans, err := store.LifecycleOrphans(ctx, &ports.LifecycleOrphansParams{Expected: expected, Since: w.now().Add(-orphanLookback), Limit: orphanBatch})
+		orphans, err := store.LifecycleOrphans(ctx, &ports.LifecycleOrphansParams{Expected: expected, Since: l.now().Add(-orphanLookback), Limit: orphanBatch})
 		if err != nil {
 			if ctx.Err() == nil {
-				w.faults.fail(ctx, "finding interrupted lifecycles", err)
+				l.faults.fail(ctx, "finding interrupted lifecycles", err)
 			}
 			return healed
 		}
@@ -519,7 +518,7 @@ func (l *lifecycle) reconcile(ctx context.Context) int {
 		}
 	}
 	if healed > 0 {
-		w.log.InfoContext(ctx, "took up interrupted lifecycles", slog.Int("events", healed))
+		l.log.InfoContext(ctx, "took up interrupted lifecycles", slog.Int("events", healed))
 	}
 	return healed
 }
@@ -527,78 +526,12 @@ func (l *lifecycle) reconcile(ctx context.Context) int {
 // reconcileLoop reconciles every reconcileEvery, so that a stage claimed by
 // an instance that died is taken up even when no instance restarts.
 func (l *lifecycle) reconcileLoop(ctx context.Context) {
-	if l.w.backend.Lifecycle == nil || !l.w.reg.hasReceptors(PostAllPerspectives, PostLifecycle) {
+	if l.backend.Lifecycle == nil || !l.reg.hasReceptors(PostAllPerspectives, PostLifecycle) {
 		return
 	}
-	every(ctx, l.w.clock, reconcileEvery, func() { l.reconcile(ctx) })
+	every(ctx, l.clock, reconcileEvery, func() { l.reconcile(ctx) })
 }
 
 // wait blocks until the lifecycle work started before the call finished,
 // and the work that work started meanwhile, or ctx ends.
 func (l *lifecycle) wait(ctx context.Context) error { return l.tasks.wait(ctx) }
-
-// tasks tracks goroutines so that a waiter can wait for those started
-// before it, safely while others start.
-type tasks struct {
-	mu      sync.Mutex
-	next    uint64
-	running map[uint64]chan struct{}
-}
-
-// Go runs f on a goroutine of its own, tracked until it returns.
-func (t *tasks) Go(f func()) {
-	untrack := t.track()
-	go func() {
-		defer untrack()
-		f()
-	}()
-}
-
-// track tracks work running on the caller's goroutine until the returned
-// function is called.
-func (t *tasks) track() func() {
-	done := make(chan struct{})
-	t.mu.Lock()
-	if t.running == nil {
-		t.running = map[uint64]chan struct{}{}
-	}
-	id := t.next
-	t.next++
-	t.running[id] = done
-	t.mu.Unlock()
-	return func() {
-		t.mu.Lock()
-		delete(t.running, id)
-		t.mu.Unlock()
-		close(done)
-	}
-}
-
-// wait waits for the tasks running at the call, then for those started
-// while it waited by then (their children), or until ctx ends.
-func (t *tasks) wait(ctx context.Context) error {
-	t.mu.Lock()
-	upTo := t.next
-	t.mu.Unlock()
-	for round := 0; round < 2; round++ {
-		t.mu.Lock()
-		var pending []chan struct{}
-		for id, done := range t.running {
-			if id < upTo {
-				pending = append(pending, done)
-			}
-		}
-		t.mu.Unlock()
-		for _, done := range pending {
-			select {
-			case <-done:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		t.mu.Lock()
-		upTo = t.next
-		t.mu.Unlock()
-	}
-	return nil
-}

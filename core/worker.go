@@ -42,15 +42,9 @@ type Worker struct {
 	monitor   *applyMonitor
 	life      *lifecycle
 
-	cache     *dedup.Cache
-	gates     *gates
-	models    *modelCache
-	batches   *modelBatches // nil unless the model store batches
-	scopes    *scopeCache
-	rewindSem chan struct{}
-
-	startupOnce sync.Once
-	startupDone chan struct{}
+	drain  *drainer
+	rewind *rewinder
+	cache  *dedup.Cache
 
 	mu         sync.Mutex
 	started    bool
@@ -87,22 +81,16 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		signals: &testSignals{},
 	}
 	w := &Worker{
-		engine:      e,
-		queue:       newDrainQueue(),
-		act:         newActivity(&e.opts),
-		gates:       newGates(),
-		cache:       dedup.New(dedup.Options{Retention: o.LeaseDuration, Clock: clock, Observer: o.Hooks.DedupObserver}),
-		models:      newModelCache(o.ModelCacheSize),
-		batches:     newModelBatches(backend.Models, backendCallTimeout),
-		scopes:      newScopeCache(),
-		rewindSem:   make(chan struct{}, o.Rewind.MaxConcurrentRewinds),
-		startupDone: make(chan struct{}),
-		done:        make(chan struct{}),
+		engine: e,
+		queue:  newDrainQueue(),
+		act:    newActivity(&e.opts),
+		cache:  dedup.New(dedup.Options{Retention: o.LeaseDuration, Clock: clock, Observer: o.Hooks.DedupObserver}),
+		done:   make(chan struct{}),
 	}
 	w.parking = newParking(e, w.queue)
 	w.renewer = newRenewer(e)
 	w.monitor = newApplyMonitor(e)
-	w.consumers = &consumers{engine: e, queue: w.queue, act: w.act, drain: w.processBatch, tick: w.idleTick}
+	w.consumers = &consumers{engine: e, queue: w.queue, act: w.act, tick: w.idleTick}
 	for range o.MaxConcurrentDrainConsumers {
 		w.consumers.wakes = append(w.consumers.wakes, make(chan struct{}, 1))
 	}
@@ -119,7 +107,22 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	}
 	w.completer.onFailureAcked = w.parking.parkAcked
 	w.completer.onCompleted = w.claims.roomFreed // room was freed for more of the backlog
-	w.life = newLifecycle(w)
+	scopes := newScopeCache(o.Security)
+	store := &modelStore{backend: backend.Models, cache: newModelCache(o.ModelCacheSize), batches: newModelBatches(backend.Models, backendCallTimeout)}
+	gates := newGates()
+	w.life = newLifecycle(e, w.completer, scopes)
+	fail := &failures{engine: e, parking: w.parking, completer: w.completer, cache: w.cache}
+	w.drain = &drainer{
+		engine: e, queue: w.queue, act: w.act, cache: w.cache, completer: w.completer, parking: w.parking,
+		renewer: w.renewer, monitor: w.monitor, life: w.life, gates: gates, scopes: scopes, store: store, fail: fail,
+	}
+	w.rewind = &rewinder{
+		engine: e, parking: w.parking, life: w.life, monitor: w.monitor, completer: w.completer, cache: w.cache,
+		gates: gates, scopes: scopes, store: store, fail: fail, drain: w.drain,
+		sem: make(chan struct{}, o.Rewind.MaxConcurrentRewinds), startupDone: make(chan struct{}),
+	}
+	w.drain.rewind = w.rewind
+	w.consumers.drain = w.drain.processBatch
 	return w, nil
 }
 
@@ -194,7 +197,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.monitor.Start(context.WithoutCancel(ctx), workCtx.Done())
 	w.consumers.Start(runCtx, workCtx)
 	w.loops.Go(func() { w.deadLetterRecovery(runCtx) })
-	w.loops.Go(func() { w.startupScan(runCtx) })
+	w.loops.Go(func() { w.rewind.startupScan(runCtx) })
 	w.loops.Go(func() { w.life.reconcileLoop(runCtx) })
 	w.loops.Go(func() { w.resubscribeLoop(runCtx) })
 	w.log.InfoContext(ctx, "worker started", append(w.identity(), slog.Int("consumers", len(w.consumers.wakes)))...)
@@ -241,7 +244,7 @@ func (w *Worker) shutdown(ctx context.Context) {
 	stopWatch := context.AfterFunc(ctx, cancel)
 	defer stopWatch()
 	defer cancel()
-	w.finishStartupScan()
+	w.rewind.finishStartupScan()
 	if err := w.life.wait(workCtx); err != nil {
 		w.log.ErrorContext(ctx, "waiting for lifecycle receptors at stop", slog.Any("error", err))
 	}
@@ -259,6 +262,11 @@ func (w *Worker) shutdown(ctx context.Context) {
 	w.monitor.waitAbandons()
 	w.log.InfoContext(ctx, "worker stopped", w.identity()...)
 }
+
+// WaitLifecycle blocks until the lifecycle work started so far (the latest
+// batch's PostAllPerspectives/PostLifecycle task and every detached
+// receptor) finished, or ctx ends.
+func (w *Worker) WaitLifecycle(ctx context.Context) error { return w.life.wait(ctx) }
 
 // WaitForStream blocks until every named perspective (every registered one
 // when none is named) has applied the events of the stream up to version that

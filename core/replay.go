@@ -1,0 +1,289 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/google/uuid"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+type replayResult struct {
+	from     int64
+	replayed int
+	skipped  int // dead-lettered events left out
+	fresh    []ports.Event
+}
+
+// replayRun is the state of one replay: the model being rebuilt and the
+// position it reached.
+type replayRun struct {
+	rw      *rewinder
+	p       perspective
+	key     pairKey
+	rows    []ports.WorkItem
+	stored  ports.StoredModel
+	model   any
+	lastID  uuid.UUID
+	lastVer int64
+	res     replayResult
+}
+
+// replay rebuilds the pair's model from the latest snapshot before trigger
+// (0: from the start), through the newest of the pending rows or the stored
+// position, leaving out the events dead-lettered for the pair (as their
+// drain did), saves it and completes rows. Each apply runs under the apply
+// monitor; abandon takes over an abandoned one (replay then returns
+// errPairAbandoned). An event that fails to decode or apply stops it with a
+// *replayFailure; any other error is the backend's.
+func (rw *rewinder) replay(ctx context.Context, p perspective, key pairKey, trigger int64, rows []ports.WorkItem, abandon abandonFunc) (replayResult, error) {
+	run := &replayRun{rw: rw, p: p, key: key, rows: rows}
+	if err := run.start(ctx, trigger); err != nil {
+		return run.res, err
+	}
+	toReplay, toFire, err := run.events(ctx)
+	if err != nil {
+		return run.res, err
+	}
+	if err := run.apply(ctx, toReplay, toFire, abandon); err != nil {
+		return run.res, err
+	}
+	if err := run.save(ctx, toReplay); err != nil {
+		return run.res, err
+	}
+	return run.res, run.complete(ctx)
+}
+
+// start loads what the replay starts from: the stored model's position (to
+// save against), and the latest snapshot before trigger when there is one,
+// else the perspective's initial model. Snapshots at or past the trigger
+// are deleted: they no longer describe history.
+func (r *replayRun) start(ctx context.Context, trigger int64) error {
+	rw := r.rw
+	// A rewind reads the store, not the cache: it starts from the truth.
+	rw.store.forget(r.key)
+	var err error
+	r.stored, err = rw.backend.Models.ModelLoad(ctx, r.key.stream, r.key.perspective)
+	if err != nil && !errors.Is(err, ports.ErrNotFound) {
+		return fmt.Errorf("loading model: %w", err)
+	}
+	if r.model, err = r.p.decodeModel(nil); err != nil {
+		return err
+	}
+	snaps := rw.backend.Snapshots
+	if snaps == nil || trigger <= 0 {
+		return nil
+	}
+	snap, err := snaps.SnapshotLatestBefore(ctx, r.key.stream, r.key.perspective, trigger)
+	switch {
+	case err == nil:
+		if r.model, err = r.p.decodeModel(snap.Data); err != nil {
+			return err
+		}
+		r.res.from, r.lastID, r.lastVer = snap.Version, snap.EventID, snap.Version
+	case !errors.Is(err, ports.ErrNotFound):
+		return fmt.Errorf("loading snapshot: %w", err)
+	}
+	if _, err := snaps.SnapshotsDeleteFrom(ctx, r.key.stream, r.key.perspective, trigger); err != nil {
+		return fmt.Errorf("deleting stale snapshots: %w", err)
+	}
+	return nil
+}
+
+// events reads the stream from the replay's start and returns the events to
+// replay (those the perspective handles, up to the newest pending row or the
+// stored position, dead letters left out) and, among them, the pending ones
+// whose PrePerspective stage fires.
+func (r *replayRun) events(ctx context.Context) (toReplay, toFire []ports.Event, err error) {
+	skip, err := r.rw.deadLetteredEvents(ctx, r.key)
+	if err != nil {
+		return nil, nil, err
+	}
+	upTo := r.stored.LastVersion
+	pending := make(map[uuid.UUID]bool, len(r.rows))
+	for _, row := range r.rows {
+		upTo = max(upTo, row.EventVersion)
+		pending[row.EventID] = true
+	}
+	events, err := r.rw.backend.Fetcher.EventsReadStream(ctx, &ports.EventsReadStreamParams{StreamID: r.key.stream, AfterVersion: r.res.from})
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading stream: %w", err)
+	}
+	handles := map[string]bool{}
+	for _, t := range r.p.eventTypes() {
+		handles[t] = true
+	}
+	for _, e := range events {
+		if e.Version > upTo {
+			break
+		}
+		if !handles[e.Type] {
+			continue
+		}
+		if skip[e.ID] {
+			r.res.skipped++
+			continue
+		}
+		toReplay = append(toReplay, e)
+		if pending[e.ID] {
+			toFire = append(toFire, e)
+		}
+	}
+	return toReplay, toFire, nil
+}
+
+// apply runs the PrePerspective stage of the pending events, then applies
+// every event to replay in order under the apply monitor, taking snapshots
+// on the way.
+func (r *replayRun) apply(ctx context.Context, toReplay, toFire []ports.Event, abandon abandonFunc) error {
+	rw := r.rw
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	watch := rw.monitor.watch(r.key, cancel, abandon)
+	defer watch.done()
+	if err := rw.life.prePerspective(actx, toFire); err != nil {
+		return err
+	}
+	fresh := make(map[uuid.UUID]bool, len(toFire))
+	for _, e := range toFire {
+		fresh[e.ID] = true
+	}
+	prevVersion := r.res.from
+	for _, e := range toReplay {
+		decoded, err := rw.reg.Decode(e)
+		if err != nil {
+			return &replayFailure{event: e, cause: err}
+		}
+		ectx, err := rw.scopes.establish(actx, e)
+		if err != nil {
+			return &replayFailure{event: e, cause: err}
+		}
+		watch.begin(e.ID, e.Version)
+		next, err := r.p.apply(ectx, r.model, e.Type, decoded)
+		switch watch.end() {
+		case applyAbandoned:
+			return errPairAbandoned
+		case applyLate:
+			err = context.Cause(actx)
+		}
+		if err != nil {
+			return &replayFailure{event: e, cause: err}
+		}
+		r.model = next
+		r.res.replayed++
+		r.lastID, r.lastVer = e.ID, e.Version
+		if fresh[e.ID] {
+			r.res.fresh = append(r.res.fresh, e)
+		}
+		if err := r.snapshot(ctx, prevVersion, e); err != nil {
+			return err
+		}
+		prevVersion = e.Version
+	}
+	return nil
+}
+
+// snapshot saves a snapshot of the model after e when the replay crossed a
+// multiple of SnapshotEvery since version prev.
+func (r *replayRun) snapshot(ctx context.Context, prev int64, e ports.Event) error {
+	snaps := r.rw.backend.Snapshots
+	if snaps == nil || !r.rw.snapshotDue(prev, e.Version) {
+		return nil
+	}
+	data, err := r.p.encodeModel(r.model)
+	if err != nil {
+		return &replayFailure{event: e, cause: err}
+	}
+	if err := snaps.SnapshotSave(ctx, ports.Snapshot{StreamID: r.key.stream, Perspective: r.key.perspective, Version: e.Version, EventID: e.ID, Data: data, CreatedAt: r.rw.now()}); err != nil {
+		return fmt.Errorf("saving snapshot: %w", err)
+	}
+	return nil
+}
+
+// save stores the rebuilt model against the position it was loaded at.
+func (r *replayRun) save(ctx context.Context, toReplay []ports.Event) error {
+	data, err := r.p.encodeModel(r.model)
+	if err != nil {
+		if len(toReplay) > 0 {
+			return &replayFailure{event: toReplay[len(toReplay)-1], cause: err}
+		}
+		return err
+	}
+	if r.lastVer < r.stored.LastVersion {
+		// Nothing the perspective handles up to its position: keep it.
+		r.lastID, r.lastVer = r.stored.LastEventID, r.stored.LastVersion
+	}
+	if err := r.rw.store.save(ctx, &ports.ModelSaveParams{
+		StreamID: r.key.stream, Perspective: r.key.perspective, Data: data,
+		LastEventID: r.lastID, LastVersion: r.lastVer, ExpectedVersion: r.stored.LastVersion, Now: r.rw.paramNow(),
+	}); err != nil {
+		return fmt.Errorf("saving rewound model: %w", err)
+	}
+	return nil
+}
+
+// complete reports the replayed rows complete (clearing the pair's rewind
+// flag) and runs the PostPerspective stage of the pending events.
+func (r *replayRun) complete(ctx context.Context) error {
+	rw := r.rw
+	ids := make([]uuid.UUID, 0, len(r.rows))
+	for _, row := range r.rows {
+		if row.EventVersion <= r.lastVer {
+			ids = append(ids, row.WorkID)
+		}
+	}
+	// Replayed rows must not be suppressed by the dedup cache later.
+	rw.cache.RemoveRange(ids)
+	rw.cache.AddRange(ids)
+	c := ports.Completion{StreamID: r.key.stream, Perspective: r.key.perspective, LastEventID: r.lastID, LastVersion: r.lastVer, WorkIDs: ids}
+	rw.completer.reportCompletion(ctx, c, "reporting rewind completion failed")
+	if len(ids) == 0 {
+		// Nothing pending: clear the flag directly.
+		if _, err := rw.backend.Cursors.WorkComplete(ctx, &ports.WorkCompleteParams{InstanceID: rw.opts.InstanceID, Completions: []ports.Completion{c}, DebugMode: rw.opts.DebugMode, Now: rw.paramNow()}); err != nil {
+			return fmt.Errorf("clearing the rewind flag: %w", err)
+		}
+	}
+	rw.life.postPerspective(ctx, r.key.perspective, r.res.fresh)
+	rw.completer.signalProgress()
+	return nil
+}
+
+// deadLetteredEvents returns the events of a pair that are dead-lettered
+// (waiting or ignored): a replay leaves them out, as their drain did. A
+// requeued one is pending again and is replayed.
+func (rw *rewinder) deadLetteredEvents(ctx context.Context, key pairKey) (map[uuid.UUID]bool, error) {
+	dls, err := rw.backend.DeadLetters.DeadLettersList(ctx, &ports.DeadLettersListParams{StreamID: key.stream, Perspective: key.perspective})
+	if err != nil {
+		return nil, fmt.Errorf("listing dead letters: %w", err)
+	}
+	skip := map[uuid.UUID]bool{}
+	for _, dl := range dls {
+		if dl.Status == ports.DeadLetterDead || dl.Status == ports.DeadLetterIgnored {
+			skip[dl.EventID] = true
+		}
+	}
+	return skip, nil
+}
+
+// maybeSnapshot stores a snapshot when a save moved the model across a
+// multiple of SnapshotEvery stream versions. A failed snapshot only costs a
+// longer replay later, so it is logged, not returned.
+func (rw *rewinder) maybeSnapshot(ctx context.Context, key pairKey, from int64, last ports.Event, data []byte) {
+	if rw.backend.Snapshots == nil || !rw.snapshotDue(from, last.Version) {
+		return
+	}
+	err := rw.backend.Snapshots.SnapshotSave(ctx, ports.Snapshot{StreamID: key.stream, Perspective: key.perspective, Version: last.Version, EventID: last.ID, Data: data, CreatedAt: rw.now()})
+	if err != nil && ctx.Err() == nil {
+		rw.log.WarnContext(ctx, "saving snapshot failed", slog.Any("error", err))
+	}
+}
+
+// snapshotDue reports whether a model moving from version from to version
+// to crossed a multiple of SnapshotEvery.
+func (rw *rewinder) snapshotDue(from, to int64) bool {
+	every := int64(rw.opts.Rewind.SnapshotEvery)
+	return every > 0 && to/every > from/every
+}

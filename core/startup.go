@@ -1,0 +1,118 @@
+package core
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/google/uuid"
+
+	"github.com/vantage-go/vantage/core/internal/dedup"
+	"github.com/vantage-go/vantage/ports"
+)
+
+// startupScan reconciles interrupted lifecycles and repairs interrupted
+// rewinds, then closes the startup signal.
+func (rw *rewinder) startupScan(ctx context.Context) {
+	defer rw.finishStartupScan()
+	rw.life.reconcile(ctx)
+	if !rw.rewindEnabled() || rw.opts.Rewind.StartupScan == StartupScanDisabled {
+		return
+	}
+	if rw.opts.Rewind.StartupScan == StartupScanBackground {
+		rw.finishStartupScan()
+	}
+	// Pairs whose pending rows are leased elsewhere are left to their
+	// holder: rewinding them here would only re-flag them.
+	skip := map[pairKey]bool{}
+	for range rewindStartupPolls {
+		cursors, err := rw.backend.Rewind.CursorsRewindRequired(ctx, &ports.CursorsRewindRequiredParams{Limit: 1000})
+		if err != nil {
+			if ctx.Err() == nil {
+				rw.log.ErrorContext(ctx, "startup rewind scan", slog.Any("error", err))
+			}
+			return
+		}
+		var todo []ports.Cursor
+		for _, c := range cursors {
+			if !skip[pairKey{stream: c.StreamID, perspective: c.Perspective}] {
+				todo = append(todo, c)
+			}
+		}
+		if len(todo) == 0 {
+			return
+		}
+		rw.log.InfoContext(ctx, "repairing interrupted rewinds", slog.Int("cursors", len(todo)))
+		for _, c := range todo {
+			if ctx.Err() != nil {
+				return
+			}
+			key := pairKey{stream: c.StreamID, perspective: c.Perspective}
+			if !rw.repairRewind(ctx, key, c) {
+				skip[key] = true
+			}
+		}
+		t := rw.clock.NewTimer(rw.opts.PollingInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+	}
+}
+
+// repairRewind rewinds a flagged pair now, with its pending rows when this
+// instance can lease them. It reports false when the pair stays flagged
+// because its rows are held elsewhere (or it is unknown here).
+func (rw *rewinder) repairRewind(ctx context.Context, key pairKey, c ports.Cursor) bool {
+	p, ok := rw.reg.perspective(key.perspective)
+	if !ok {
+		return false
+	}
+	release, err := rw.gates.acquire(ctx, key, nil)
+	if err != nil {
+		return false
+	}
+	defer release()
+	res, _, err := rw.drain.fetch(ctx, []uuid.UUID{key.stream})
+	if err != nil {
+		return false
+	}
+	var rows []ports.WorkItem
+	for _, r := range res.Work {
+		if r.Perspective == key.perspective {
+			rows = append(rows, r)
+		}
+	}
+	rows, _ = dedup.Partition(rw.cache, rows, workID)
+	rows, err = rw.fail.deadLetterExhausted(ctx, rows)
+	if err != nil {
+		rw.parking.infraFailed(ctx, key, "moving work to dead letters", err)
+		return true
+	}
+	fresh, _ := rw.rewindPair(ctx, p, key, rows, c, true, nil)
+	rw.life.afterBatch(ctx, fresh, nil)
+	// Flush now, so the next poll sees the flag cleared.
+	if err := rw.completer.flushNow(ctx); err != nil && ctx.Err() == nil {
+		rw.log.WarnContext(ctx, "flushing the repaired rewind", slog.Any("error", err))
+	}
+	if len(rows) > 0 {
+		return true
+	}
+	after := rw.cursorsOf(ctx, []uuid.UUID{key.stream})
+	return !after[key].Status.Has(ports.CursorRewindRequired)
+}
+
+func (rw *rewinder) finishStartupScan() {
+	rw.startupOnce.Do(func() {
+		close(rw.startupDone)
+		if h := rw.opts.Hooks.OnStartupScanComplete; h != nil {
+			h()
+		}
+	})
+}
+
+// StartupScanComplete returns a channel closed once the startup
+// reconciliation of interrupted lifecycles and the rewind scan finished (in
+// StartupScanBackground mode: once the scan started).
+func (w *Worker) StartupScanComplete() <-chan struct{} { return w.rewind.startupDone }
