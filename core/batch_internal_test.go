@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/vantage-go/vantage/adapters/memory"
 	"github.com/vantage-go/vantage/internal/clocktest"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -88,7 +89,7 @@ func setupBatch(t *testing.T) *batchBundle {
 // setupBatchWith is setupBatch with the worker's options.
 func setupBatchWith(t *testing.T, opts *Options) *batchBundle {
 	t.Helper()
-	b := newWorkBackend()
+	b := memory.New(memory.Options{}).Backend()
 	spy := &spyBackend{}
 	cursors := &spyCursors{CursorStore: b.Cursors, spy: spy}
 	b.Claimer = spyClaimer{b.Claimer, spy}

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/vantage-go/vantage/adapters/memory"
 	"github.com/vantage-go/vantage/internal/clocktest"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -342,7 +343,7 @@ func (s *ctxSpy) EventsFetchPending(ctx context.Context, p *ports.EventsFetchPen
 func TestLeaseCallsOutliveCancellation(t *testing.T) {
 	t.Parallel()
 
-	b := newWorkBackend()
+	b := memory.New(memory.Options{}).Backend()
 	spy := &ctxSpy{WorkClaimer: b.Claimer, EventFetcher: b.Fetcher, done: map[string]bool{}}
 	b.Claimer, b.Fetcher = spy, spy
 	w, err := New(b, newTestRegistry(t), &Options{Logger: slog.New(&logRecords{})})
