@@ -270,9 +270,9 @@ func nowArg(t time.Time) any {
 
 // uuidsArg converts ids for a uuid[] parameter. pgx encodes a uuid.UUID
 // through its driver.Valuer: to text, parsed back, with the element's
-// encoding planned anew each time (about 1.8µs an id, 45% of the engine's
-// Go CPU in a PostgreSQL catch-up, where completions carry every work id);
-// a [16]byte it encodes directly. nil stays nil (a NULL array).
+// encoding planned anew each time, which dominated the engine's CPU in a
+// catch-up, where completions carry every work id (see BENCHMARKS.md); a
+// [16]byte it encodes directly. nil stays nil (a NULL array).
 func uuidsArg(ids []uuid.UUID) [][16]byte {
 	if ids == nil {
 		return nil

@@ -29,9 +29,9 @@
 // goroutine it gives no way to stop (one would leak per Worker) and judges
 // expiry by wall time, out of reach of an injected clock. Without a TTL it is
 // a plain bounded LRU, and one was tried: the cache's hot operations (the
-// dedup check of a fetched pair, the retention step of a completion) cost two
-// to three times as much, the Retained phase more than twice the memory, and
-// the engine's in-memory catch-up lost about 14%. Retained entries are never
+// dedup check of a fetched pair, the retention step of a completion) and its
+// memory grew several times over, and the engine's catch-up slowed (the
+// figures are in BENCHMARKS.md). Retained entries are never
 // promoted, so a FIFO already orders them by retention start, which is all
 // the expiry and capacity evictions need.
 package dedup
