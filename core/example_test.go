@@ -313,8 +313,8 @@ func ExampleOptions_deadLetters() {
 	w, err := core.New(backend, reg, &core.Options{
 		ClaimInterval: time.Millisecond,
 		DrainBatcher:  core.DrainBatcherOptions{SlidingWindow: time.Millisecond},
-		// Three attempts, 1ms then 2ms apart; the defaults retry for
-		// over half an hour before they give up.
+		// Three attempts, retried after 2ms and 4ms; the defaults retry
+		// for over half an hour before they give up.
 		MaxPerspectiveEventAttempts: 3,
 		FailureRetryBase:            time.Millisecond,
 		FailureRetryMax:             10 * time.Millisecond,

@@ -16,7 +16,7 @@ import (
 //   - the cadences between an append and its stored model (claim spacing,
 //     polls, the sliding drain window) are 1-10ms, so an append reaches
 //     its model in little more than a millisecond;
-//   - a failing event is retried after 1ms doubling to 10ms and
+//   - a failing event is retried after 2ms doubling to 10ms and
 //     dead-lettered at its third failure, so a test sees both the retry
 //     and the dead letter within about 50ms;
 //   - an apply fails after a second and is abandoned half a second later,
