@@ -442,3 +442,79 @@ func ExampleRegistry_Append() {
 	// appending with 0193a1b2-0000-7000-8000-000000000001 map[source:checkout]
 	// applied: {Items:2 CorrelationID:0193a1b2-0000-7000-8000-000000000001 Source:checkout}
 }
+
+// Rebuild replays a perspective from the start for every stream (or the
+// streams named), for example after a deploy changed its apply functions:
+// here the first version of order_summary kept the items only, the second
+// keeps the status too, and a rebuild brings the stored models up to date
+// while the worker keeps serving everything else.
+func ExampleWorker_Rebuild() {
+	ctx := context.Background()
+	store := memory.New(memory.Options{}) // both deploys share the backend
+	backend := store.Backend()
+	options := &core.Options{
+		ClaimInterval: time.Millisecond,
+		DrainBatcher:  core.DrainBatcherOptions{SlidingWindow: time.Millisecond},
+		Logger:        slog.New(slog.DiscardHandler),
+	}
+	start := func(reg *core.Registry) *core.Worker {
+		w, err := core.New(backend, reg, options)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := w.Start(ctx); err != nil {
+			log.Fatal(err)
+		}
+		return w
+	}
+	show := func(p *core.Perspective[OrderSummary], order uuid.UUID) {
+		m, err := p.Load(ctx, backend.Models, order)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("%+v\n", m.Value)
+	}
+
+	// The first deploy.
+	oldReg := core.NewRegistry()
+	core.MustRegisterEvent[OrderPlaced](oldReg, "orders.order_placed")
+	oldSummary := core.NewPerspective[OrderSummary]("order_summary")
+	core.MustHandle(oldSummary, func(_ context.Context, m OrderSummary, e OrderPlaced) (OrderSummary, error) {
+		m.Items = e.Items
+		return m, nil
+	})
+	if err := oldReg.AddPerspective(oldSummary); err != nil {
+		log.Fatal(err)
+	}
+	w := start(oldReg)
+	order := uuid.New()
+	if _, err := oldReg.Append(ctx, backend.Events, order, ports.ExpectNoStream, OrderPlaced{Items: 4}); err != nil {
+		log.Fatal(err)
+	}
+	if err := w.WaitForStream(ctx, order, 1); err != nil {
+		log.Fatal(err)
+	}
+	if err := w.Stop(ctx); err != nil {
+		log.Fatal(err)
+	}
+	show(oldSummary, order)
+
+	// The second deploy: same perspective name, new apply function.
+	reg, summary := newOrderRegistry()
+	w = start(reg)
+	defer func() {
+		if err := w.Stop(ctx); err != nil {
+			log.Fatal(err)
+		}
+	}()
+	n, err := w.Rebuild(ctx, "order_summary")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("rebuilt streams:", n)
+	show(summary, order)
+	// Output:
+	// {Items:4 Status: Carrier:}
+	// rebuilt streams: 1
+	// {Items:4 Status:open Carrier:}
+}
