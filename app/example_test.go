@@ -82,7 +82,8 @@ func ExampleModule() {
 		fx.NopLogger,                             // fx's own
 		fx.Populate(&backend, &reg, &worker, &tasks),
 	)
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	if err := fxApp.Start(ctx); err != nil { // starts the worker
 		log.Fatal(err)
 	}

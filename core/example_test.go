@@ -60,7 +60,9 @@ func newOrderRegistry() (*core.Registry, *core.Perspective[OrderSummary]) {
 // perspective, start a Worker on the in-memory backend, append to a stream,
 // wait until the perspective applied it and read the typed model.
 func ExampleNew() {
-	ctx := context.Background()
+	// The deadline bounds every wait below.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 
 	reg := core.NewRegistry()
 	core.MustRegisterEvent[OrderPlaced](reg, "orders.order_placed")
@@ -127,7 +129,8 @@ func ExampleNew() {
 // and one once every perspective applied it (PostLifecycle), the place for
 // an effect outside the process such as a notification.
 func ExampleAddReceptor() {
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	reg, summary := newOrderRegistry()
 	backend := memory.New(memory.Options{}).Backend()
 
@@ -183,7 +186,11 @@ func ExampleAddReceptor() {
 		OrderPlaced{Items: 1}, OrderShipped{Carrier: "UPS"}); err != nil {
 		log.Fatal(err)
 	}
-	<-notified
+	select {
+	case <-notified:
+	case <-ctx.Done():
+		log.Fatal(ctx.Err())
+	}
 	// Output:
 	// PostPerspective: order_summary saved version 2, status shipped
 	// PostLifecycle: notify the customer of version 2, sent with UPS
@@ -209,7 +216,8 @@ type Balance struct {
 // see RewindOptions.SnapshotEvery) so that the model equals the fold of
 // the stream in version order.
 func ExampleRewindOptions() {
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	reg := core.NewRegistry()
 	core.MustRegisterEvent[Deposited](reg, "accounts.deposited")
 	balance := core.NewPerspective[Balance]("balance")
@@ -289,7 +297,12 @@ func ExampleRewindOptions() {
 	show()
 
 	importAt(2) // below the cursor, at 3: late
-	info := <-rewound
+	var info core.RewindInfo
+	select {
+	case info = <-rewound:
+	case <-ctx.Done():
+		log.Fatal(ctx.Err())
+	}
 	fmt.Printf("rewound from version %d: replayed %d events, %d new\n",
 		info.FromVersion, info.Replayed, info.New)
 	show()
@@ -305,7 +318,8 @@ func ExampleRewindOptions() {
 // then goes on with the next event. The dead letter keeps the reason and
 // the last error, for an operator to requeue or ignore it.
 func ExampleOptions_deadLetters() {
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	reg, summary := newOrderRegistry() // OrderShipped without a carrier fails
 	backend := memory.New(memory.Options{}).Backend()
 
@@ -343,7 +357,11 @@ func ExampleOptions_deadLetters() {
 		OrderPlaced{Items: 2}, OrderShipped{}, OrderPlaced{Items: 5}); err != nil {
 		log.Fatal(err)
 	}
-	<-deadLettered
+	select {
+	case <-deadLettered:
+	case <-ctx.Done():
+		log.Fatal(ctx.Err())
+	}
 	if err := w.WaitForStream(ctx, order, 3); err != nil {
 		log.Fatal(err)
 	}
@@ -379,7 +397,8 @@ type Checkout struct {
 // (WithScope). An apply function finds the stored metadata of its event
 // with EventFromContext.
 func ExampleRegistry_Append() {
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	reg := core.NewRegistry()
 	core.MustRegisterEvent[OrderPlaced](reg, "orders.order_placed")
 	checkouts := core.NewPerspective[Checkout]("checkouts")
@@ -449,7 +468,8 @@ func ExampleRegistry_Append() {
 // keeps the status too, and a rebuild brings the stored models up to date
 // while the worker keeps serving everything else.
 func ExampleWorker_Rebuild() {
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	store := memory.New(memory.Options{}) // both deploys share the backend
 	backend := store.Backend()
 	options := &core.Options{
