@@ -25,9 +25,10 @@
 // The production defaults of core.Options favour throughput across many
 // instances: a 300ms sliding window, polls every second, a first retry
 // after a minute and dead letters after 10 attempts. [Options] returns
-// values that make one append reach its model in little more than a
-// millisecond and an event that always fails reach dead letters within
-// about 50ms; start from it when a test needs other values.
+// cadences and retry delays of milliseconds instead, so that an append
+// reaches its model, and an event that always fails reaches dead letters,
+// within a few of them (BENCHMARKS.md has the measurements); start from it
+// when a test needs other values.
 //
 // The waits of a [Harness] ([Harness.WaitCaughtUp],
 // [Harness.WaitDeadLetter], [Harness.WaitIdle], [Harness.WaitLifecycle])
