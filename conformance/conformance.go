@@ -1,5 +1,10 @@
 // Package conformance is the contract suite of the Vantage ports. Every
 // adapter runs it from its own tests, and so can a third-party adapter:
+// [Run] checks each port method against the contract package ports
+// documents, then runs real core Workers on the adapter (exactly once in
+// order across instances, failover, dead letters, lifecycle stages,
+// rewinds). [Features] declares what the adapter can do that the suite
+// cannot assume. It is for tests only; applications never import it.
 //
 //	func TestConformance(t *testing.T) {
 //		t.Parallel()

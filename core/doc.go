@@ -2,6 +2,64 @@
 // models ("perspectives") in the background, across many instances, on any
 // backend that implements the ports of package ports.
 //
+// An application registers its event types and perspectives in a
+// [Registry], builds a [Worker] with [New] over a backend
+// (adapters/memory in process, adapters/postgres in production), starts
+// it, and appends events with [Registry.Append]; the worker applies them to
+// the models, which [Perspective.Load] reads. ExampleNew is the whole flow
+// in one function; package app runs the worker in an fx application, and
+// package vantagetest tests perspectives in milliseconds.
+//
+// # Glossary
+//
+//   - Event: an immutable fact of a type registered with [RegisterEvent],
+//     stored as a [ports.Event]: a type name, a JSON payload, metadata
+//     (correlation, causation, scope, headers) and its version in its
+//     stream.
+//   - Stream: the events of one aggregate (an order, an account), named by
+//     a UUID and numbered 1, 2, 3...: the version is the stream's
+//     processing order.
+//   - Perspective: a named set of apply functions ([NewPerspective],
+//     [Handle]) that fold the events of a stream into a model of a Go type,
+//     stored as JSON, one model per stream.
+//   - Pair: a (stream, perspective), the unit of ordering and of failure:
+//     a pair applies its stream's events in version order, one at a time,
+//     and a failing event holds back only its own pair.
+//   - Cursor: how far a pair has applied its stream (the last applied
+//     version, [ports.Cursor]), saved together with the model in one
+//     atomic step, so an event delivered again is skipped.
+//   - Work row: one per (stream, perspective, event), stored by the append
+//     for each perspective subscribed to the event's type
+//     ([ports.WorkItem]); it is completed (deleted) once its event was
+//     applied, or failed and retried, or moved to dead letters.
+//   - Lease and pin: an instance claims work by leasing rows for
+//     [Options.LeaseDuration], renewed while it drains them, and pins their
+//     stream to itself: a stream is drained by one live instance at a
+//     time, and an instance that stops heartbeating loses its leases and
+//     pins to the others.
+//   - Receptor and lifecycle stage: a function of yours ([AddReceptor])
+//     run at a [Stage] of an event's life (PrePerspective, PostPerspective,
+//     PostAllPerspectives, PostLifecycle), in a [Mode] (Inline, Detached,
+//     ImmediateDetached), for effects outside the models.
+//   - Late event and rewind: an event stored below its pair's cursor (an
+//     import with explicit versions, a dead letter requeued after its pair
+//     went on) is late; the
+//     engine applies it by a rewind, which replays the pair from the latest
+//     snapshot before it or from the start ([RewindOptions]).
+//   - Dead letter: an event a pair gave up on ([ports.DeadLetter]): it
+//     used up its [Options.MaxPerspectiveEventAttempts] (applies or decodes
+//     that failed, takeovers from dead instances), or it is late while the
+//     engine cannot rewind. The pair goes on with its next event; an
+//     operator requeues or ignores the dead letter through the backend's
+//     [ports.DeadLetterStore].
+//   - Generation: the deploy generation of an instance
+//     ([Options.Generation]), recorded with the dead letters it moves; an
+//     instance with a Generation retries, once, the dead letters of other
+//     generations, so a deploy that fixes a handler applies what the old
+//     code gave up on.
+//   - Instance: one running [Worker], named by [Options.InstanceID], that
+//     heartbeats to the backend; any number run against one backend.
+//
 // # Registering
 //
 // A [Registry] holds the event types ([RegisterEvent]) and the perspectives

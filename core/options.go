@@ -206,9 +206,9 @@ type Options struct {
 	DrainBatcher DrainBatcherOptions
 	// Retry configures re-sending of unacknowledged completions.
 	Retry RetryOptions
-	// FailureRetryBase is the first retry delay of a failed event; it doubles
-	// per attempt up to FailureRetryMax. Defaults to 30s (60s, 120s, 240s,
-	// then 300s).
+	// FailureRetryBase sets the retry delay of a failed event: after its
+	// n-th failed attempt the event waits FailureRetryBase·2^n, at most
+	// FailureRetryMax. Defaults to 30s (60s, 120s, 240s, then 300s).
 	FailureRetryBase time.Duration
 	// FailureRetryMax caps the retry delay of a failed event. Defaults to 300s.
 	FailureRetryMax time.Duration

@@ -7,6 +7,25 @@
 // for tests, examples and embedded use. The conformance package verifies any
 // implementation against the contracts documented here.
 //
+// An application uses this package for the values it exchanges with the
+// engine and a backend ([Event], [Metadata], [Scope], [DeadLetter],
+// [ExpectNoStream], the sentinel errors) and for the ports it calls
+// itself: [EventStore] to append, [ModelStore] to read models (core.Perspective.Load decodes them),
+// [DeadLetterStore] and [AdminStore] for operator actions. An adapter
+// author implements the ports and checks them with the conformance suite.
+//
+// # Ports
+//
+// [Backend] bundles the ports one engine instance needs; an adapter's
+// Backend method returns it. Seven are required: [WorkClaimer] (instances,
+// claims and leases), [EventFetcher], [CursorStore], [Notifier],
+// [DeadLetterStore], [EventStore] and [ModelStore]. Four are optional, and
+// the engine does without them as their docs say: [LifecycleStore]
+// (durable lifecycle stages), [RewindStore] (rewinds of late events),
+// [SnapshotStore] and [AdminStore]. [ModelBatchStore] is an extension the
+// engine uses when the Models port implements it, and [TxEventStore] the
+// port core.AppendTx appends through, in the caller's transaction.
+//
 // # Time
 //
 // Every parameter struct whose operation depends on the current time carries a

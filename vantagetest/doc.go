@@ -23,20 +23,22 @@
 //	}
 //
 // The production defaults of core.Options favour throughput across many
-// instances: a 300ms sliding window, polls every second, retries after 30s
-// and dead letters after 10 attempts. Options returns values that make one
-// append reach its model in little more than a millisecond and an event
-// that always fails reach dead letters within about 50ms; start from it
+// instances: a 300ms sliding window, polls every second, a first retry
+// after a minute and dead letters after 10 attempts. [Options] returns
+// cadences and retry delays of milliseconds instead, so that an append
+// reaches its model, and an event that always fails reaches dead letters,
+// within a few of them (BENCHMARKS.md has the measurements); start from it
 // when a test needs other values.
 //
-// The waits (WaitCaughtUp, WaitDeadLetter, WaitIdle, WaitLifecycle) check
-// their condition whenever the engine reports progress through its hooks,
-// and fail the test after Harness.Timeout. The hooks set in the options
-// passed to Start keep firing.
+// The waits of a [Harness] ([Harness.WaitCaughtUp],
+// [Harness.WaitDeadLetter], [Harness.WaitIdle], [Harness.WaitLifecycle])
+// check their condition whenever the engine reports progress through its
+// hooks, and fail the test after Harness.Timeout. The hooks set in the
+// options passed to [Start] keep firing. [Load] reads a model, typed.
 //
-// FakeClock and OffsetClock drive the engine's time: the first moves only
-// when the test advances it, the second runs real timers but lets a test
-// jump Now forward.
+// [FakeClock] and [OffsetClock] drive the engine's time: the first moves
+// only when the test advances it, the second runs real timers but lets a
+// test jump Now forward.
 //
 // The package is for tests only: library and application code never
 // import it.

@@ -2,6 +2,7 @@ package vantagetest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -55,6 +56,40 @@ func ExampleStart() {
 	fmt.Println(got.Items, got.CheckedOut)
 	// Output:
 	// [tea cups] true
+}
+
+// A test of a failure: the test options retry a failing event after
+// milliseconds and dead-letter it at its third failure, so the test sees
+// the dead letter at once, and the events after it applied.
+func ExampleHarness_WaitDeadLetter() {
+	t := newExampleT() // in a test: its *testing.T
+	defer t.end()
+
+	reg := core.NewRegistry()
+	core.MustRegisterEvent[CartItemAdded](reg, "shop.cart_item_added")
+	carts := core.NewPerspective[Cart]("carts")
+	core.MustHandle(carts, func(_ context.Context, c Cart, e CartItemAdded) (Cart, error) {
+		if e.SKU == "" {
+			return c, errors.New("item without a SKU")
+		}
+		c.Items = append(c.Items, e.SKU)
+		return c, nil
+	})
+	if err := reg.AddPerspective(carts); err != nil {
+		t.Fatal(err)
+	}
+
+	h := vantagetest.Start(t, reg, nil)
+	cart := uuid.New()
+	h.Append(cart, CartItemAdded{SKU: "tea"}, CartItemAdded{}, CartItemAdded{SKU: "cups"})
+
+	dl := h.WaitDeadLetter("carts", cart)
+	fmt.Printf("version %d: %s after %d attempts: %s\n", dl.EventVersion, dl.Reason, dl.Attempts, dl.Error)
+	h.WaitCaughtUp(cart)
+	fmt.Println(vantagetest.Load(h, carts, cart).Items)
+	// Output:
+	// version 2: failed after 3 attempts: item without a SKU
+	// [tea cups]
 }
 
 // exampleT stands in for the *testing.T of a test, which an example has

@@ -9,16 +9,17 @@ import (
 )
 
 // Options returns core.Options for tests. The production defaults favour
-// throughput across many instances and cost a unit test a third of a second
-// per append and over half an hour to dead-letter an event that always
-// fails; these values make the same work take milliseconds:
+// throughput across many instances and cost a unit test hundreds of
+// milliseconds per append (a 250ms claim spacing, a 300ms drain window) and
+// over half an hour to dead-letter an event that always fails; these
+// values make the same work take milliseconds (BENCHMARKS.md measures it):
 //
 //   - the cadences between an append and its stored model (claim spacing,
 //     polls, the sliding drain window) are 1-10ms, so an append reaches
-//     its model in little more than a millisecond;
-//   - a failing event is retried after 1ms doubling to 10ms and
+//     its model within a few of them;
+//   - a failing event is retried after 2ms doubling to 10ms and
 //     dead-lettered at its third failure, so a test sees both the retry
-//     and the dead letter within about 50ms;
+//     and the dead letter within tens of milliseconds;
 //   - an apply fails after a second and is abandoned half a second later,
 //     so a hung apply fails within a wait's WaitTimeoutDefault instead of
 //     outliving it;

@@ -3,6 +3,20 @@
 // contracts, passes the conformance suite, and serves as the backend for
 // tests, runnable examples and single-process embedded use.
 //
+// Use it where the events need not outlive the process: unit tests
+// (package vantagetest runs a worker on it), examples, and programs whose
+// instances all run in one process. Its state is lost when the process
+// ends; adapters/postgres keeps it durable and shares it between
+// processes. [New] builds a [Store], whose [Store.Backend] is what
+// core.New takes:
+//
+//	store := memory.New(memory.Options{})
+//	defer store.Close()
+//	w, err := core.New(store.Backend(), reg, &core.Options{})
+//
+// Several workers may share one Store, as the instances of a service share
+// a database. Under fx, [Module] provides the Store and its Backend.
+//
 // # State and copying
 //
 // Everything lives in maps guarded by one mutex, so each port call is atomic,

@@ -2,6 +2,13 @@
 // package ports, the optional lifecycle, rewind, snapshot and admin stores
 // included, on a pgx v5 pool, with wake-ups through a lib/pq listener.
 //
+// Use it in production: events, work, models and dead letters are durable
+// and shared by every instance of a service, in any number of processes,
+// and core.AppendTx appends events in the application's own transaction.
+// [Migrate] (or a [Migrator], to read, apply or revert versions) brings
+// the schema up, [New] builds a [Store] on the application's pool, and
+// [Store.Backend] is what core.New takes; [Module] does the same under fx.
+//
 // # Setup
 //
 // The application owns the pool. Migrate the schema, then build the Store:

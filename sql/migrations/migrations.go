@@ -7,6 +7,11 @@
 // /* SCHEMA */, which the migrator replaces with the quoted schema name, so one
 // database can host several independent services. The migrator records applied
 // versions in the vantage_migrations table, which it creates itself.
+//
+// Applications rarely import it: postgres.Migrate applies these files, and
+// postgres.NewMigrator reads them ([FS] when given nil) to apply, read or
+// revert versions. Import FS to hand the schema to another migration tool,
+// which must replace the schema marker as the migrator does.
 package migrations
 
 import "embed"
