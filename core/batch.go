@@ -140,7 +140,7 @@ func (w *Worker) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []ports.
 	for _, id := range remaining {
 		w.releaseStream(ctx, id, false)
 		if ctx.Err() == nil {
-			w.wakes.at(id, w.now().Add(infraRetryMax))
+			w.wakes.at(id, w.now().Add(w.opts.InfraRetry.Max))
 		}
 	}
 	wg.Wait()

@@ -207,7 +207,7 @@ func (w *Worker) drainStream(ctx context.Context, t *streamTask, sw *streamWork,
 		res, seq, err := w.fetch(ctx, []uuid.UUID{sw.id})
 		if err != nil {
 			if ctx.Err() == nil {
-				w.wakes.at(sw.id, w.now().Add(infraRetryMax))
+				w.wakes.at(sw.id, w.now().Add(w.opts.InfraRetry.Max))
 			}
 			return nil
 		}

@@ -8,19 +8,18 @@ import (
 	"slices"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/google/uuid"
 
 	"github.com/vantage-go/vantage/ports"
 )
 
 // Backoff of a pair whose drain met an infrastructure error (a backend call
-// failed): it starts at infraRetryInitial and grows to infraRetryMax, with
-// jitter, for as long as the pair keeps failing. The pair keeps its rows
-// and no attempt is counted: the event is not at fault.
+// failed): Options.InfraRetry, its waits spread by infraRetryJitter so that
+// the pairs of one outage do not all come back at once, for as long as the
+// pair keeps failing. The pair keeps its rows and no attempt is counted:
+// the event is not at fault.
 const (
-	infraRetryInitial = 100 * time.Millisecond
-	infraRetryMax     = 5 * time.Second
+	infraRetryJitter = 0.5
 	// unknownPerspectiveRetry holds back work of a perspective this
 	// instance does not know (another instance may, during a deploy).
 	unknownPerspectiveRetry = 30 * time.Second
@@ -98,14 +97,11 @@ func (w *Worker) parkAcked(k pairKey) {
 	}
 }
 
-// failureRetryDelay is FailureRetryBase doubled per attempt used, capped at
-// FailureRetryMax: 60s, 120s, 240s, 300s … with the defaults.
+// failureRetryDelay is the wait of Options.EventRetry before the retry of
+// an event that failed attempts times: 60s, 120s, 240s, 300s … with the
+// defaults.
 func (w *Worker) failureRetryDelay(attempts int) time.Duration {
-	d := w.opts.FailureRetryBase
-	for i := 0; i < attempts && d < w.opts.FailureRetryMax; i++ {
-		d *= 2
-	}
-	return min(d, w.opts.FailureRetryMax)
+	return w.opts.EventRetry.internal(0).Delay(attempts - 1)
 }
 
 // infraFailed holds a pair back after a backend call failed on its behalf,
@@ -118,12 +114,7 @@ func (w *Worker) infraFailed(ctx context.Context, k pairKey, op string, err erro
 	w.parkedMu.Lock()
 	b, ok := w.infraBackoff[k]
 	if !ok {
-		b = backoff.NewExponentialBackOff(
-			backoff.WithInitialInterval(infraRetryInitial),
-			backoff.WithMaxInterval(infraRetryMax),
-			backoff.WithMaxElapsedTime(0),
-			backoff.WithClockProvider(w.clock),
-		)
+		b = w.opts.InfraRetry.internal(infraRetryJitter).New(w.clock)
 		w.infraBackoff[k] = b
 		w.infraPairs.Add(1)
 	}

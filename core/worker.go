@@ -99,7 +99,7 @@ type Worker struct {
 	// infraBackoff holds the backoff of each pair whose drain meets
 	// infrastructure errors (infraPairs counts them); saveEach the pairs
 	// saved event by event (saveEachCount counts them).
-	infraBackoff  map[pairKey]*backoff.ExponentialBackOff
+	infraBackoff  map[pairKey]backoff.BackOff
 	infraPairs    atomic.Int32
 	saveEach      map[pairKey]bool
 	saveEachCount atomic.Int32
@@ -172,7 +172,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		gates:        newGates(),
 		parked:       map[pairKey]parking{},
 		failAcked:    map[pairKey]uint64{},
-		infraBackoff: map[pairKey]*backoff.ExponentialBackOff{},
+		infraBackoff: map[pairKey]backoff.BackOff{},
 		saveEach:     map[pairKey]bool{},
 		claimWake:    make(chan struct{}, 1),
 		notifyWake:   make(chan struct{}, 1),
@@ -199,10 +199,9 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		w.strategy = completion.NewInstant(instantReporter{w})
 	} else {
 		w.strategy, err = completion.NewBatched(completion.BatchedOptions{
-			BaseTimeout:               o.Retry.RetryTimeout,
-			Multiplier:                o.Retry.BackoffMultiplier,
-			MaxTimeout:                o.Retry.MaxBackoff,
-			DisableExponentialBackoff: o.Retry.DisableExponentialBackoff,
+			BaseTimeout: o.CompletionResend.Initial,
+			Multiplier:  o.CompletionResend.Multiplier,
+			MaxTimeout:  o.CompletionResend.Max,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("building worker: %w", err)
@@ -221,10 +220,13 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 // flushFn and reports acknowledged batches to acked.
 func newFlusher[T any](w *Worker, name string, flushFn func(context.Context, []completion.Tracked[T]) error, acked func([]completion.Tracked[T])) (*flush.Flusher[completion.Tracked[T]], error) {
 	return flush.New(name, flush.Options[completion.Tracked[T]]{
-		MaxAttempts: w.opts.Retry.MaxFlushAttempts,
-		Clock:       w.clock,
-		Logger:      w.log,
-		OnFlushed:   acked,
+		MaxAttempts:     w.opts.FlushRetry.MaxAttempts,
+		RetryBase:       w.opts.FlushRetry.Initial,
+		RetryMax:        w.opts.FlushRetry.Max,
+		RetryMultiplier: w.opts.FlushRetry.Multiplier,
+		Clock:           w.clock,
+		Logger:          w.log,
+		OnFlushed:       acked,
 	}, flushFn)
 }
 
