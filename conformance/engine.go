@@ -137,10 +137,9 @@ func fastOptions() core.Options {
 		ClaimNotifyHealthyInterval:   20 * time.Millisecond,
 		HeartbeatInterval:            50 * time.Millisecond,
 		StaleInstanceThreshold:       5 * time.Second,
-		FailureRetryBase:             10 * time.Millisecond,
-		FailureRetryMax:              20 * time.Millisecond,
+		EventRetry:                   core.Backoff{Initial: 20 * time.Millisecond, Max: 20 * time.Millisecond},
 		DrainBatcher:                 core.DrainBatcherOptions{SlidingWindow: 2 * time.Millisecond, MaxWait: 20 * time.Millisecond},
-		Retry:                        core.RetryOptions{RetryTimeout: 200 * time.Millisecond, MaxBackoff: time.Second},
+		CompletionResend:             core.Backoff{Initial: 200 * time.Millisecond, Max: time.Second},
 	}
 }
 
@@ -496,7 +495,7 @@ func testStaleInstance(t *testing.T, newBackend NewBackendFunc) {
 	var victimApplied atomic.Int64
 	opts := fastOptions()
 	opts.StaleInstanceThreshold = time.Second
-	opts.Retry.MaxFlushAttempts = 1
+	opts.FlushRetry.MaxAttempts = 1
 
 	var backends []ports.Backend
 	for i := range 3 {

@@ -555,7 +555,7 @@ func testNoStaleModel(t *testing.T, newBackend NewBackendFunc) {
 	opts := fastOptions()
 	opts.StaleInstanceThreshold = time.Second
 	opts.HeartbeatInterval = 100 * time.Millisecond
-	opts.Retry.MaxFlushAttempts = 1
+	opts.FlushRetry.MaxAttempts = 1
 	opts.Hooks = pr.hooks(core.Hooks{})
 	first := open(t)
 	a := kill.wrap(first)

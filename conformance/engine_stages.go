@@ -401,7 +401,7 @@ func testRepeatedRewind(t *testing.T, newBackend NewBackendFunc) {
 	regA := newRegistry(t, trailPerspective(t, "alpha", nil, nil))
 	receptors(regA)
 	optsA := lifecycleOptions()
-	optsA.Retry.MaxFlushAttempts = 1
+	optsA.FlushRetry.MaxAttempts = 1
 	optsA.Hooks = pr.hooks(core.Hooks{})
 	startWorker(t, kill.wrap(a), regA, optsA)
 
@@ -910,7 +910,7 @@ func testLateDuringSave(t *testing.T, newBackend NewBackendFunc) {
 	pr := newProgress()
 	var completed atomic.Int64
 	optsA := lifecycleOptions()
-	optsA.Retry.MaxFlushAttempts = 1
+	optsA.FlushRetry.MaxAttempts = 1
 	optsA.Hooks = pr.hooks(core.Hooks{OnCompletionsFlushed: func(f core.CompletionsFlushed) {
 		for _, c := range f.Completions {
 			if len(c.WorkIDs) > 0 {

@@ -9,17 +9,16 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/google/uuid"
 
+	"github.com/vantage-go/vantage/core/internal/retry"
 	"github.com/vantage-go/vantage/ports"
 )
 
 // Retries of Registry.Append after a transient failure: at most
-// appendRetries more calls, waiting appendRetryInitial doubling to
-// appendRetryMax (with jitter) in between.
-const (
-	appendRetries      = 4
-	appendRetryInitial = 50 * time.Millisecond
-	appendRetryMax     = time.Second
-)
+// appendRetries more calls, waiting appendRetry in between (50ms growing by
+// half, at most 1s, each wait spread by ±50%).
+const appendRetries = 4
+
+var appendRetry = retry.Backoff{Initial: 50 * time.Millisecond, Max: time.Second, Multiplier: 1.5, Jitter: 0.5}
 
 // Append encodes events with the registry and appends them to a stream.
 // Each event stores the metadata of ctx (see MetadataFromContext): the
@@ -45,11 +44,7 @@ func (r *Registry) Append(ctx context.Context, store ports.EventStore, streamID 
 	if err != nil {
 		return nil, err
 	}
-	b := backoff.WithContext(backoff.WithMaxRetries(backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(appendRetryInitial),
-		backoff.WithMaxInterval(appendRetryMax),
-		backoff.WithMaxElapsedTime(0),
-	), appendRetries), ctx)
+	b := backoff.WithContext(backoff.WithMaxRetries(appendRetry.New(ports.SystemClock{}), appendRetries), ctx)
 	return backoff.RetryWithData(func() (*ports.EventsAppendResult, error) {
 		res, err := store.EventsAppend(ctx, params)
 		if err != nil && !errors.Is(err, ports.ErrTransient) {

@@ -161,7 +161,7 @@ func (dr *drainer) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []port
 	for _, id := range remaining {
 		dr.releaseStream(ctx, id, false)
 		if ctx.Err() == nil {
-			dr.parking.wakeAt(id, dr.now().Add(infraRetryMax))
+			dr.parking.wakeAt(id, dr.now().Add(dr.opts.InfraRetry.Max))
 		}
 	}
 	wg.Wait()

@@ -45,10 +45,9 @@ func newCompleter(e *engine, cache *dedup.Cache) (*completer, error) {
 		c.strategy = completion.NewInstant(instantReporter{c})
 	} else {
 		c.strategy, err = completion.NewBatched(completion.BatchedOptions{
-			BaseTimeout:               e.opts.Retry.RetryTimeout,
-			Multiplier:                e.opts.Retry.BackoffMultiplier,
-			MaxTimeout:                e.opts.Retry.MaxBackoff,
-			DisableExponentialBackoff: e.opts.Retry.DisableExponentialBackoff,
+			BaseTimeout: e.opts.CompletionResend.Initial,
+			Multiplier:  e.opts.CompletionResend.Multiplier,
+			MaxTimeout:  e.opts.CompletionResend.Max,
 		})
 		if err != nil {
 			return nil, err
@@ -67,10 +66,13 @@ func newCompleter(e *engine, cache *dedup.Cache) (*completer, error) {
 // flushFn and reports acknowledged batches to acked.
 func newFlusher[T any](e *engine, name string, flushFn func(context.Context, []completion.Tracked[T]) error, acked func([]completion.Tracked[T])) (*flush.Flusher[completion.Tracked[T]], error) {
 	return flush.New(name, flush.Options[completion.Tracked[T]]{
-		MaxAttempts: e.opts.Retry.MaxFlushAttempts,
-		Clock:       e.clock,
-		Logger:      e.log,
-		OnFlushed:   acked,
+		MaxAttempts:     e.opts.FlushRetry.MaxAttempts,
+		RetryBase:       e.opts.FlushRetry.Initial,
+		RetryMax:        e.opts.FlushRetry.Max,
+		RetryMultiplier: e.opts.FlushRetry.Multiplier,
+		Clock:           e.clock,
+		Logger:          e.log,
+		OnFlushed:       acked,
 	}, flushFn)
 }
 

@@ -109,10 +109,11 @@
 //
 //   - An apply that returns an error, panics or runs past
 //     [Options.ApplyTimeout] (its context is then cancelled) counts one
-//     attempt; the event is retried after a backoff while its pair waits,
-//     and the failure that uses up [Options.MaxPerspectiveEventAttempts]
-//     moves it to dead letters at once, keeping the error, the reason and
-//     the [Options.Generation]; the pair goes on with the next event.
+//     attempt; the event is retried after [Options.EventRetry] while its
+//     pair waits, and the failure that uses up
+//     [Options.MaxPerspectiveEventAttempts] moves it to dead letters at
+//     once, keeping the error, the reason and the [Options.Generation]; the
+//     pair goes on with the next event.
 //   - An apply that ignores its cancelled context is abandoned after
 //     [Options.ApplyAbandonGrace]: logged, counted
 //     ([Worker.AbandonedApplies], [Hooks].OnApplyAbandoned), charged an
@@ -120,7 +121,7 @@
 //     discarded.
 //   - An error of the backend (a lost connection, a timeout, a failover) is
 //     never the event's: the pair keeps its work and is drained again after
-//     a short backoff. Adapters report such errors as ports.ErrTransient.
+//     [Options.InfraRetry]. Adapters report such errors as ports.ErrTransient.
 //   - The leases of the work being drained are renewed for as long as it
 //     runs.
 //

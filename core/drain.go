@@ -207,7 +207,7 @@ func (dr *drainer) drainStream(ctx context.Context, t *streamTask, sw *streamWor
 		res, seq, err := dr.fetch(ctx, []uuid.UUID{sw.id})
 		if err != nil {
 			if ctx.Err() == nil {
-				dr.parking.wakeAt(sw.id, dr.now().Add(infraRetryMax))
+				dr.parking.wakeAt(sw.id, dr.now().Add(dr.opts.InfraRetry.Max))
 			}
 			return nil
 		}

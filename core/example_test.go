@@ -330,8 +330,7 @@ func ExampleOptions_deadLetters() {
 		// Three attempts, retried after 2ms and 4ms; the defaults retry
 		// for over half an hour before they give up.
 		MaxPerspectiveEventAttempts: 3,
-		FailureRetryBase:            time.Millisecond,
-		FailureRetryMax:             10 * time.Millisecond,
+		EventRetry:                  core.Backoff{Initial: 2 * time.Millisecond, Max: 10 * time.Millisecond},
 		Hooks: core.Hooks{OnDeadLettered: func(dl ports.DeadLetter) {
 			select { // hooks run on the engine's loops: never block them
 			case deadLettered <- dl:

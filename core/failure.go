@@ -24,14 +24,11 @@ type failures struct {
 	cache     *dedup.Cache
 }
 
-// failureRetryDelay is FailureRetryBase doubled per attempt used, capped at
-// FailureRetryMax: 60s, 120s, 240s, 300s … with the defaults.
+// failureRetryDelay is the wait of Options.EventRetry before the retry of
+// an event that failed attempts times: 60s, 120s, 240s, 300s … with the
+// defaults.
 func (fl *failures) failureRetryDelay(attempts int) time.Duration {
-	d := fl.opts.FailureRetryBase
-	for i := 0; i < attempts && d < fl.opts.FailureRetryMax; i++ {
-		d *= 2
-	}
-	return min(d, fl.opts.FailureRetryMax)
+	return fl.opts.EventRetry.internal(0).Delay(attempts - 1)
 }
 
 // failureOutcome is what eventFailed made of a failed apply.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/vantage-go/vantage/core/internal/retry"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -37,12 +38,19 @@ const (
 	SlidingWindowDefault                = 300 * time.Millisecond
 	MaxWaitDefault                      = 3 * time.Second
 	MaxSizeDefault                      = 1000
-	RetryTimeoutDefault                 = time.Second
-	BackoffMultiplierDefault            = 2.0
-	MaxBackoffDefault                   = 60 * time.Second
-	FailureRetryBaseDefault             = 30 * time.Second
-	FailureRetryMaxDefault              = 300 * time.Second
-	MaxFlushAttemptsDefault             = 5
+	CompletionResendInitialDefault      = time.Second
+	CompletionResendMaxDefault          = 60 * time.Second
+	CompletionResendMultiplierDefault   = 2.0
+	FlushRetryInitialDefault            = 100 * time.Millisecond
+	FlushRetryMaxDefault                = 5 * time.Second
+	FlushRetryMultiplierDefault         = 2.0
+	FlushRetryMaxAttemptsDefault        = 5
+	EventRetryInitialDefault            = 60 * time.Second
+	EventRetryMaxDefault                = 300 * time.Second
+	EventRetryMultiplierDefault         = 2.0
+	InfraRetryInitialDefault            = 100 * time.Millisecond
+	InfraRetryMaxDefault                = 5 * time.Second
+	InfraRetryMultiplierDefault         = 1.5
 	DeadLetterRecoveryIntervalDefault   = 10 * time.Second
 	DeadLetterRecoveryBatchDefault      = 10
 	ServiceNameDefault                  = "vantage"
@@ -77,22 +85,45 @@ type DrainBatcherOptions struct {
 	MaxSize int
 }
 
-// RetryOptions configure when an unacknowledged completion is sent again:
-// after RetryTimeout, then multiplied by BackoffMultiplier per retry, capped
-// at MaxBackoff (1s, 2s, 4s … 60s with the defaults).
-type RetryOptions struct {
-	// RetryTimeout is the first wait for an acknowledgement. Defaults to 1s.
-	RetryTimeout time.Duration
-	// BackoffMultiplier grows the wait per retry. Defaults to 2. Must be >= 1.
-	BackoffMultiplier float64
-	// MaxBackoff caps the wait. Defaults to 60s.
-	MaxBackoff time.Duration
-	// DisableExponentialBackoff keeps every wait at RetryTimeout.
-	DisableExponentialBackoff bool
-	// MaxFlushAttempts bounds the in-place retries of one flush batch before
-	// it is dropped (its rows are then re-delivered after their leases
-	// expire). Defaults to 5.
-	MaxFlushAttempts int
+// Backoff configures the waits between the retries of something that
+// failed: Initial before the first retry, each next wait Multiplier times
+// longer, none longer than Max (1s, 2s, 4s … 60s for Initial 1s,
+// Multiplier 2 and Max 60s). Each option of this type says what it
+// retries and how it treats an error that no retry can fix (the backend
+// refusing a request as malformed, ports.ErrInvalidArgument, or naming a
+// row that does not exist, ports.ErrNotFound); a zero field takes that
+// option's default, a negative one is rejected.
+type Backoff struct {
+	// Initial is the wait before the first retry. Must not exceed Max.
+	Initial time.Duration
+	// Max caps every wait.
+	Max time.Duration
+	// Multiplier grows the wait per retry; 1 keeps every wait at Initial.
+	// Must be at least 1.
+	Multiplier float64
+}
+
+// internal returns b, with defaults applied, as the engine's backoff with
+// the given jitter.
+func (b Backoff) internal(jitter float64) retry.Backoff {
+	return retry.Backoff{Initial: b.Initial, Max: b.Max, Multiplier: b.Multiplier, Jitter: jitter}
+}
+
+// FlushRetryOptions configure the in-place retries of a batch of
+// completions or failure reports whose flush to the backend failed: the
+// same batch is sent again after the Backoff, up to MaxAttempts sends in
+// all, while the batches behind it wait. A batch refused with a permanent
+// error (ports.ErrInvalidArgument, ports.ErrNotFound) is dropped after its
+// first send. A dropped batch is not lost: its outcomes are sent again on
+// the CompletionResend schedule, and its rows, still leased, are
+// re-delivered once their lease expires.
+type FlushRetryOptions struct {
+	// Backoff is the wait between two sends of one batch. Defaults to
+	// 100ms, doubling, at most 5s.
+	Backoff
+	// MaxAttempts is how many times one batch is sent before it is
+	// dropped; 1 disables the retries. Defaults to 5.
+	MaxAttempts int
 }
 
 // DeadLetterRecoveryOptions configure how an instance with a Generation
@@ -204,14 +235,37 @@ type Options struct {
 	FetchMaxRows int
 	// DrainBatcher configures the sliding window over drain signals.
 	DrainBatcher DrainBatcherOptions
-	// Retry configures re-sending of unacknowledged completions.
-	Retry RetryOptions
-	// FailureRetryBase sets the retry delay of a failed event: after its
-	// n-th failed attempt the event waits FailureRetryBase·2^n, at most
-	// FailureRetryMax. Defaults to 30s (60s, 120s, 240s, then 300s).
-	FailureRetryBase time.Duration
-	// FailureRetryMax caps the retry delay of a failed event. Defaults to 300s.
-	FailureRetryMax time.Duration
+	// CompletionResend is when a completion or failure report the engine
+	// handed to the backend is sent again because its acknowledgement has
+	// not come: a wait of Initial after the send, Multiplier times longer
+	// after each re-send, at most Max. It is what recovers an outcome whose
+	// batch the flusher dropped (see FlushRetry), whatever the error, since
+	// the outcome's rows stay leased to this instance until it is
+	// acknowledged. Multiplier 1 re-sends at a constant pace. Defaults to
+	// 1s, doubling, at most 60s (1s, 2s, 4s … 60s).
+	CompletionResend Backoff
+	// FlushRetry configures the in-place retries of a batch whose flush to
+	// the backend failed. A permanent error drops the batch at once, never
+	// retried. Defaults to 100ms, doubling, at most 5s, and 5 attempts.
+	FlushRetry FlushRetryOptions
+	// EventRetry is the delay before a failed event (its apply returned an
+	// error, panicked or timed out) is applied again: Initial after its
+	// first failure, Multiplier times longer after each next one, at most
+	// Max, until MaxPerspectiveEventAttempts moves it to dead letters. Its
+	// pair waits meanwhile. Only an apply's failure is retried this way:
+	// backend errors are never charged to the event (see InfraRetry).
+	// Defaults to 60s, doubling, at most 300s (60s, 120s, 240s, 300s …).
+	EventRetry Backoff
+	// InfraRetry is the delay before a pair whose drain met a backend error
+	// (a fetch, a model load or a move to dead letters failed, say because
+	// the connection was lost) is drained again, for as long as it keeps
+	// failing. The pair keeps its rows and no attempt is counted: the event
+	// is not at fault. Each wait is spread at random by ±50%, so the pairs
+	// of one outage do not all come back at once. A model the store refuses
+	// as malformed (a permanent error) is not saved again as is: the event
+	// that produced it is found and charged a failed attempt (see
+	// EventRetry). Defaults to 100ms, growing by 1.5, at most 5s.
+	InfraRetry Backoff
 	// Completion selects the completion strategy. Defaults to CompletionBatched.
 	Completion CompletionMode
 	// Generation names this instance's deploy generation: the service's
@@ -279,10 +333,14 @@ func (o *Options) withDefaults() (Options, error) {
 	dur("StaleInstanceThreshold", &c.StaleInstanceThreshold, StaleInstanceThresholdDefault)
 	dur("DrainBatcher.SlidingWindow", &c.DrainBatcher.SlidingWindow, SlidingWindowDefault)
 	dur("DrainBatcher.MaxWait", &c.DrainBatcher.MaxWait, MaxWaitDefault)
-	dur("Retry.RetryTimeout", &c.Retry.RetryTimeout, RetryTimeoutDefault)
-	dur("Retry.MaxBackoff", &c.Retry.MaxBackoff, MaxBackoffDefault)
-	dur("FailureRetryBase", &c.FailureRetryBase, FailureRetryBaseDefault)
-	dur("FailureRetryMax", &c.FailureRetryMax, FailureRetryMaxDefault)
+	defaultBackoff(&errs, "CompletionResend", &c.CompletionResend,
+		Backoff{CompletionResendInitialDefault, CompletionResendMaxDefault, CompletionResendMultiplierDefault})
+	defaultBackoff(&errs, "FlushRetry", &c.FlushRetry.Backoff,
+		Backoff{FlushRetryInitialDefault, FlushRetryMaxDefault, FlushRetryMultiplierDefault})
+	defaultBackoff(&errs, "EventRetry", &c.EventRetry,
+		Backoff{EventRetryInitialDefault, EventRetryMaxDefault, EventRetryMultiplierDefault})
+	defaultBackoff(&errs, "InfraRetry", &c.InfraRetry,
+		Backoff{InfraRetryInitialDefault, InfraRetryMaxDefault, InfraRetryMultiplierDefault})
 	num("MaxPerspectiveEventAttempts", &c.MaxPerspectiveEventAttempts, MaxPerspectiveEventAttemptsDefault, true)
 	num("PartitionCount", &c.PartitionCount, PartitionCountDefault, false)
 	num("IdleThresholdPolls", &c.IdleThresholdPolls, IdleThresholdPollsDefault, false)
@@ -295,26 +353,17 @@ func (o *Options) withDefaults() (Options, error) {
 	num("FetchMaxRows", &c.FetchMaxRows, FetchMaxRowsDefault, false)
 	num("ModelCacheSize", &c.ModelCacheSize, ModelCacheSizeDefault, true)
 	num("DrainBatcher.MaxSize", &c.DrainBatcher.MaxSize, MaxSizeDefault, false)
-	num("Retry.MaxFlushAttempts", &c.Retry.MaxFlushAttempts, MaxFlushAttemptsDefault, false)
+	num("FlushRetry.MaxAttempts", &c.FlushRetry.MaxAttempts, FlushRetryMaxAttemptsDefault, false)
 	num("DeadLetterRecovery.BatchSize", &c.DeadLetterRecovery.BatchSize, DeadLetterRecoveryBatchDefault, false)
 	if c.LeaseDuration < time.Second {
 		errs = append(errs, fmt.Errorf("Options.LeaseDuration must be at least 1s, got %s", c.LeaseDuration))
 	}
 	c.Rewind.withDefaults(&errs)
-	if c.Retry.BackoffMultiplier == 0 {
-		c.Retry.BackoffMultiplier = BackoffMultiplierDefault
-	}
-	if c.Retry.BackoffMultiplier < 1 {
-		errs = append(errs, fmt.Errorf("Options.Retry.BackoffMultiplier must be at least 1, got %g", c.Retry.BackoffMultiplier))
-	}
 	if c.HeartbeatInterval >= c.StaleInstanceThreshold {
 		errs = append(errs, fmt.Errorf("Options.HeartbeatInterval (%s) must be below Options.StaleInstanceThreshold (%s)", c.HeartbeatInterval, c.StaleInstanceThreshold))
 	}
 	if c.DrainBatcher.SlidingWindow > c.DrainBatcher.MaxWait {
 		errs = append(errs, fmt.Errorf("Options.DrainBatcher.SlidingWindow (%s) must not exceed Options.DrainBatcher.MaxWait (%s)", c.DrainBatcher.SlidingWindow, c.DrainBatcher.MaxWait))
-	}
-	if c.FailureRetryBase > c.FailureRetryMax {
-		errs = append(errs, fmt.Errorf("Options.FailureRetryBase (%s) must not exceed Options.FailureRetryMax (%s)", c.FailureRetryBase, c.FailureRetryMax))
 	}
 	if c.Completion != CompletionBatched && c.Completion != CompletionInstant {
 		errs = append(errs, fmt.Errorf("Options.Completion has unknown value %d", c.Completion))
@@ -337,6 +386,24 @@ func defaultDuration(errs *[]error, name string, v *time.Duration, def time.Dura
 	}
 	if *v == 0 {
 		*v = def
+	}
+}
+
+// defaultBackoff sets every zero field of *b to that of def and records an
+// error naming each invalid field (Options.name.Field).
+func defaultBackoff(errs *[]error, name string, b *Backoff, def Backoff) {
+	defaultDuration(errs, name+".Initial", &b.Initial, def.Initial)
+	defaultDuration(errs, name+".Max", &b.Max, def.Max)
+	if b.Multiplier == 0 {
+		b.Multiplier = def.Multiplier
+	}
+	if !(b.Multiplier >= 1) { // also rejects NaN
+		//lint:ignore ST1005 the message starts with the Go field name
+		*errs = append(*errs, fmt.Errorf("Options.%s.Multiplier must be at least 1, got %g", name, b.Multiplier))
+	}
+	if b.Initial > b.Max && b.Max > 0 {
+		//lint:ignore ST1005 the message starts with the Go field name
+		*errs = append(*errs, fmt.Errorf("Options.%s.Initial (%s) must not exceed Options.%s.Max (%s)", name, b.Initial, name, b.Max))
 	}
 }
 

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -26,9 +27,10 @@ func TestOptionsDefaults(t *testing.T) {
 	require.Equal(t, 5, o.DrainLoopMaxIterations)
 	require.Equal(t, 2, o.DrainLoopRefetchMinBatch)
 	require.Equal(t, DrainBatcherOptions{SlidingWindow: 300 * time.Millisecond, MaxWait: 3 * time.Second, MaxSize: 1000}, o.DrainBatcher)
-	require.Equal(t, time.Second, o.Retry.RetryTimeout)
-	require.InDelta(t, 2.0, o.Retry.BackoffMultiplier, 0)
-	require.Equal(t, 60*time.Second, o.Retry.MaxBackoff)
+	require.Equal(t, Backoff{Initial: time.Second, Max: 60 * time.Second, Multiplier: 2}, o.CompletionResend)
+	require.Equal(t, FlushRetryOptions{Backoff: Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}, MaxAttempts: 5}, o.FlushRetry)
+	require.Equal(t, Backoff{Initial: 60 * time.Second, Max: 300 * time.Second, Multiplier: 2}, o.EventRetry)
+	require.Equal(t, Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Multiplier: 1.5}, o.InfraRetry)
 	require.NotZero(t, o.InstanceID)
 	require.NotNil(t, o.Logger)
 }
@@ -58,7 +60,13 @@ func TestOptionsInvalid(t *testing.T) {
 		{"negative lease", Options{LeaseDuration: -1}, "Options.LeaseDuration must not be negative"},
 		{"window above max wait", Options{DrainBatcher: DrainBatcherOptions{SlidingWindow: 5 * time.Second}}, "Options.DrainBatcher.SlidingWindow (5s) must not exceed"},
 		{"heartbeat not below stale", Options{HeartbeatInterval: time.Minute}, "Options.HeartbeatInterval (1m0s) must be below Options.StaleInstanceThreshold"},
-		{"multiplier below one", Options{Retry: RetryOptions{BackoffMultiplier: 0.5}}, "Options.Retry.BackoffMultiplier must be at least 1"},
+		{"multiplier below one", Options{CompletionResend: Backoff{Multiplier: 0.5}}, "Options.CompletionResend.Multiplier must be at least 1, got 0.5"},
+		{"multiplier NaN", Options{InfraRetry: Backoff{Multiplier: math.NaN()}}, "Options.InfraRetry.Multiplier must be at least 1, got NaN"},
+		{"negative resend max", Options{CompletionResend: Backoff{Max: -time.Second}}, "Options.CompletionResend.Max must not be negative, got -1s"},
+		{"negative flush retry", Options{FlushRetry: FlushRetryOptions{Backoff: Backoff{Initial: -1}}}, "Options.FlushRetry.Initial must not be negative"},
+		{"negative flush attempts", Options{FlushRetry: FlushRetryOptions{MaxAttempts: -1}}, "Options.FlushRetry.MaxAttempts must be positive, got -1"},
+		{"event retry above max", Options{EventRetry: Backoff{Initial: time.Hour}}, "Options.EventRetry.Initial (1h0m0s) must not exceed Options.EventRetry.Max (5m0s)"},
+		{"infra retry above max", Options{InfraRetry: Backoff{Initial: time.Second, Max: time.Millisecond}}, "Options.InfraRetry.Initial (1s) must not exceed Options.InfraRetry.Max (1ms)"},
 		{"unknown completion mode", Options{Completion: 7}, "Options.Completion has unknown value 7"},
 		{"negative max size", Options{DrainBatcher: DrainBatcherOptions{MaxSize: -1}}, "Options.DrainBatcher.MaxSize must be positive"},
 	}
@@ -85,4 +93,44 @@ func TestOptionsReportEveryInvalidField(t *testing.T) {
 	_, err := (&Options{PollingInterval: -1, PartitionCount: -1}).withDefaults()
 	require.ErrorContains(t, err, "Options.PollingInterval")
 	require.ErrorContains(t, err, "Options.PartitionCount")
+}
+
+func TestOptionsNameEveryBadRetryField(t *testing.T) {
+	t.Parallel()
+
+	_, err := (&Options{
+		CompletionResend: Backoff{Initial: -1},
+		FlushRetry:       FlushRetryOptions{Backoff: Backoff{Multiplier: 0.5}},
+		EventRetry:       Backoff{Max: -1},
+		InfraRetry:       Backoff{Initial: time.Minute},
+	}).withDefaults()
+	for _, want := range []string{
+		"Options.CompletionResend.Initial must not be negative",
+		"Options.FlushRetry.Multiplier must be at least 1",
+		"Options.EventRetry.Max must not be negative",
+		"Options.InfraRetry.Initial (1m0s) must not exceed Options.InfraRetry.Max (5s)",
+	} {
+		require.ErrorContains(t, err, want)
+	}
+}
+
+func TestFailureRetryDelay(t *testing.T) {
+	t.Parallel()
+
+	o, err := (*Options)(nil).withDefaults()
+	require.NoError(t, err)
+	w := &failures{engine: &engine{opts: o}}
+	// The delay after the n-th failed attempt of an event.
+	want := []time.Duration{60, 120, 240, 300, 300, 300}
+	for i, secs := range want {
+		require.Equal(t, secs*time.Second, w.failureRetryDelay(i+1), "attempt %d", i+1)
+	}
+	require.Equal(t, 300*time.Second, w.failureRetryDelay(1_000_000), "capped, never overflowed")
+
+	o, err = (&Options{EventRetry: Backoff{Initial: time.Second, Max: time.Minute, Multiplier: 1}}).withDefaults()
+	require.NoError(t, err)
+	w = &failures{engine: &engine{opts: o}}
+	for attempts := 1; attempts <= 5; attempts++ {
+		require.Equal(t, time.Second, w.failureRetryDelay(attempts), "Multiplier 1: attempt %d", attempts)
+	}
 }

@@ -36,7 +36,7 @@ type parking struct {
 	failAcked map[pairKey]uint64
 	// infraBackoff holds the backoff of each pair whose drain meets
 	// infrastructure errors; saveEach the pairs saved event by event.
-	infraBackoff map[pairKey]*backoff.ExponentialBackOff
+	infraBackoff map[pairKey]backoff.BackOff
 	saveEach     map[pairKey]bool
 }
 
@@ -46,7 +46,7 @@ func newParking(e *engine, queue *drainQueue) *parking {
 		wakes:        newWakes(e.clock, queue),
 		parked:       map[pairKey]held{},
 		failAcked:    map[pairKey]uint64{},
-		infraBackoff: map[pairKey]*backoff.ExponentialBackOff{},
+		infraBackoff: map[pairKey]backoff.BackOff{},
 		saveEach:     map[pairKey]bool{},
 	}
 }
@@ -65,12 +65,12 @@ func (p *parking) nextFetch() uint64 { return p.fetchSeq.Add(1) }
 func (p *parking) wakeAt(stream uuid.UUID, t time.Time) { p.wakes.at(stream, t) }
 
 // Backoff of a pair whose drain met an infrastructure error (a backend call
-// failed): it starts at infraRetryInitial and grows to infraRetryMax, with
-// jitter, for as long as the pair keeps failing. The pair keeps its rows
-// and no attempt is counted: the event is not at fault.
+// failed): Options.InfraRetry, its waits spread by infraRetryJitter so that
+// the pairs of one outage do not all come back at once, for as long as the
+// pair keeps failing. The pair keeps its rows and no attempt is counted:
+// the event is not at fault.
 const (
-	infraRetryInitial = 100 * time.Millisecond
-	infraRetryMax     = 5 * time.Second
+	infraRetryJitter = 0.5
 	// unknownPerspectiveRetry holds back work of a perspective this
 	// instance does not know (another instance may, during a deploy).
 	unknownPerspectiveRetry = 30 * time.Second
@@ -158,12 +158,7 @@ func (p *parking) infraFailed(ctx context.Context, k pairKey, op string, err err
 	p.mu.Lock()
 	b, ok := p.infraBackoff[k]
 	if !ok {
-		b = backoff.NewExponentialBackOff(
-			backoff.WithInitialInterval(infraRetryInitial),
-			backoff.WithMaxInterval(infraRetryMax),
-			backoff.WithMaxElapsedTime(0),
-			backoff.WithClockProvider(p.clock),
-		)
+		b = p.opts.InfraRetry.internal(infraRetryJitter).New(p.clock)
 		p.infraBackoff[k] = b
 		p.infraPairs.Add(1)
 	}

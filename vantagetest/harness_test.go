@@ -209,8 +209,7 @@ func TestOffsetClockMakesARetryDue(t *testing.T) {
 	failures := make(chan ports.Failure, 1)
 	opts := vantagetest.Options(t)
 	opts.Clock = clock
-	opts.FailureRetryBase = time.Hour
-	opts.FailureRetryMax = time.Hour
+	opts.EventRetry = core.Backoff{Initial: time.Hour, Max: time.Hour}
 	opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
 	h := vantagetest.Start(t, b.reg, &opts)
 

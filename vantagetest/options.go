@@ -45,13 +45,12 @@ func Options(tb testing.TB) core.Options {
 		},
 
 		MaxPerspectiveEventAttempts: 3,
-		FailureRetryBase:            time.Millisecond,
-		FailureRetryMax:             10 * time.Millisecond,
+		EventRetry:                  core.Backoff{Initial: 2 * time.Millisecond, Max: 10 * time.Millisecond},
 		ApplyTimeout:                time.Second,
 		ApplyAbandonGrace:           500 * time.Millisecond,
-		Retry: core.RetryOptions{
-			RetryTimeout: 100 * time.Millisecond,
-			MaxBackoff:   time.Second,
+		CompletionResend: core.Backoff{
+			Initial: 100 * time.Millisecond,
+			Max:     time.Second,
 		},
 
 		Rewind: core.RewindOptions{

@@ -186,7 +186,8 @@ func TestRedeliveredUnacknowledgedWorkIsDeduplicated(t *testing.T) {
 	opts := quietOptions(t)
 	opts.ModelCacheSize = core.Unlimited // no model cache: every drain of the pair loads its model
 	opts.LeaseDuration = time.Second     // the unacknowledged rows come back soon
-	opts.Retry = core.RetryOptions{MaxFlushAttempts: 1, RetryTimeout: 20 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}
+	opts.FlushRetry.MaxAttempts = 1
+	opts.CompletionResend = core.Backoff{Initial: 20 * time.Millisecond, Max: 50 * time.Millisecond}
 	opts.Hooks.DedupObserver = observer
 	drained := drainedAfter(&opts, fetches)
 	flushed := make(chan core.CompletionsFlushed, 10)
@@ -237,7 +238,8 @@ func TestRewoundWorkRedeliveredIsNotReplayed(t *testing.T) {
 	})
 	opts := rewindOptions(t)
 	opts.LeaseDuration = time.Second
-	opts.Retry = core.RetryOptions{MaxFlushAttempts: 1, RetryTimeout: 20 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}
+	opts.FlushRetry.MaxAttempts = 1
+	opts.CompletionResend = core.Backoff{Initial: 20 * time.Millisecond, Max: 50 * time.Millisecond}
 	opts.Hooks.DedupObserver = observer
 	rewinds := make(chan core.RewindInfo, 10)
 	var late atomic.Pointer[ports.Event]

@@ -37,8 +37,7 @@ func TestFailureCarriesLastAppliedEvent(t *testing.T) {
 	failures := make(chan ports.Failure, 10)
 	flushed := make(chan core.CompletionsFlushed, 10)
 	opts := quietOptions(t)
-	opts.FailureRetryBase = time.Hour // one failure is enough here
-	opts.FailureRetryMax = time.Hour
+	opts.EventRetry = core.Backoff{Initial: time.Hour, Max: time.Hour} // one failure is enough here
 	opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
 	opts.Hooks.OnCompletionsFlushed = func(c core.CompletionsFlushed) {
 		if len(c.Failures) > 0 {
@@ -80,8 +79,7 @@ func TestHungApplyHitsItsDeadline(t *testing.T) {
 	opts := quietOptions(t)
 	opts.Clock = clock
 	opts.ApplyTimeout = time.Minute
-	opts.FailureRetryBase = time.Hour
-	opts.FailureRetryMax = time.Hour
+	opts.EventRetry = core.Backoff{Initial: time.Hour, Max: time.Hour}
 	opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
 	appendAdded(t, reg, b, uuid.New(), 1) // the start-up claim takes it: the clock stands still
 	startWorker(t, b, reg, opts)

@@ -158,8 +158,7 @@ func workerOptions(generation string, logger *slog.Logger) *core.Options {
 		ApplyTimeout:                2 * time.Second,
 		ApplyAbandonGrace:           2 * time.Second,
 		MaxPerspectiveEventAttempts: maxAttempts,
-		FailureRetryBase:            200 * time.Millisecond,
-		FailureRetryMax:             time.Second,
+		EventRetry:                  core.Backoff{Initial: 400 * time.Millisecond, Max: time.Second},
 
 		PollingInterval:              500 * time.Millisecond,
 		NotifyHealthyPollingInterval: time.Second,
@@ -167,8 +166,8 @@ func workerOptions(generation string, logger *slog.Logger) *core.Options {
 		ClaimNotifyHealthyInterval:   time.Second,
 		// The sliding window would otherwise slide up to 3s under the
 		// suite's steady appends and hide a fault's lag in its own.
-		DrainBatcher: core.DrainBatcherOptions{SlidingWindow: 50 * time.Millisecond, MaxWait: 200 * time.Millisecond},
-		Retry:        core.RetryOptions{RetryTimeout: 500 * time.Millisecond, MaxBackoff: 2 * time.Second},
+		DrainBatcher:     core.DrainBatcherOptions{SlidingWindow: 50 * time.Millisecond, MaxWait: 200 * time.Millisecond},
+		CompletionResend: core.Backoff{Initial: 500 * time.Millisecond, Max: 2 * time.Second},
 
 		DeadLetterRecovery: core.DeadLetterRecoveryOptions{Interval: time.Second},
 		Rewind: core.RewindOptions{

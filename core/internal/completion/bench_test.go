@@ -80,3 +80,23 @@ func BenchmarkBatchedBacklog(b *testing.B) {
 		s.ClearAcknowledged()
 	}
 }
+
+// BenchmarkBatchedTimeout measures the timeout ResetStale computes for every
+// Sent item, for retry counts below, at and far past the cap.
+func BenchmarkBatchedTimeout(b *testing.B) {
+	s, err := completion.NewBatched(completion.BatchedOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{0, 3, 100} {
+		b.Run(fmt.Sprintf("retry=%d", n), func(b *testing.B) {
+			var sum time.Duration
+			for b.Loop() {
+				sum += s.Timeout(n)
+			}
+			if sum < 0 {
+				b.Fatal("negative timeout")
+			}
+		})
+	}
+}

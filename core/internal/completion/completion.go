@@ -20,13 +20,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/vantage-go/vantage/core/internal/retry"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -142,8 +142,8 @@ type BatchedOptions struct {
 // Batched is the default strategy: outcomes wait as Pending items until the
 // engine flushes them. Safe for concurrent use.
 type Batched struct {
-	baseTimeout, maxTimeout time.Duration
-	multiplier              float64
+	// backoff gives the timeout of each retry count.
+	backoff retry.Backoff
 
 	mu          sync.Mutex
 	completions tracker[ports.Completion]
@@ -155,13 +155,10 @@ var _ Strategy = (*Batched)(nil)
 // NewBatched returns an empty Batched strategy. It returns an error naming
 // the field for an invalid option.
 func NewBatched(opts BatchedOptions) (*Batched, error) {
-	b := &Batched{
-		baseTimeout: cmp.Or(opts.BaseTimeout, BaseTimeoutDefault),
-		maxTimeout:  cmp.Or(opts.MaxTimeout, MaxTimeoutDefault),
-		multiplier:  opts.Multiplier,
-	}
-	if b.multiplier == 0 {
-		b.multiplier = MultiplierDefault
+	bo := retry.Backoff{
+		Initial:    cmp.Or(opts.BaseTimeout, BaseTimeoutDefault),
+		Max:        cmp.Or(opts.MaxTimeout, MaxTimeoutDefault),
+		Multiplier: cmp.Or(opts.Multiplier, MultiplierDefault),
 	}
 	var errs []error
 	if opts.BaseTimeout < 0 {
@@ -170,19 +167,19 @@ func NewBatched(opts BatchedOptions) (*Batched, error) {
 	if opts.MaxTimeout < 0 {
 		errs = append(errs, fmt.Errorf("BatchedOptions.MaxTimeout must not be negative, got %s", opts.MaxTimeout))
 	}
-	if !(b.multiplier >= 1) { // also rejects NaN
+	if !(bo.Multiplier >= 1) { // also rejects NaN
 		errs = append(errs, fmt.Errorf("BatchedOptions.Multiplier must be at least 1, got %g", opts.Multiplier))
 	}
-	if len(errs) == 0 && b.maxTimeout < b.baseTimeout {
-		errs = append(errs, fmt.Errorf("BatchedOptions.MaxTimeout (%s) must not be below BatchedOptions.BaseTimeout (%s)", b.maxTimeout, b.baseTimeout))
+	if len(errs) == 0 && bo.Max < bo.Initial {
+		errs = append(errs, fmt.Errorf("BatchedOptions.MaxTimeout (%s) must not be below BatchedOptions.BaseTimeout (%s)", bo.Max, bo.Initial))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	if opts.DisableExponentialBackoff {
-		b.multiplier = 1
+		bo.Multiplier = 1
 	}
-	return b, nil
+	return &Batched{backoff: bo}, nil
 }
 
 // ReportCompletion records c as a Pending item. It never blocks and never
@@ -255,14 +252,11 @@ func (b *Batched) ResetStale(now time.Time) int {
 }
 
 // Timeout returns how long an item with the given RetryCount may stay Sent:
-// BaseTimeout × Multiplier^retryCount, capped at MaxTimeout. Arithmetic that
-// overflows (or yields NaN) is capped too.
+// BaseTimeout × Multiplier^retryCount, capped at MaxTimeout (the delay of
+// retry.Backoff, without jitter). A growth that would overflow is capped
+// too.
 func (b *Batched) Timeout(retryCount int) time.Duration {
-	t := float64(b.baseTimeout) * math.Pow(b.multiplier, float64(retryCount))
-	if math.IsNaN(t) || t >= float64(b.maxTimeout) { // +Inf included
-		return b.maxTimeout
-	}
-	return time.Duration(t)
+	return b.backoff.Delay(retryCount)
 }
 
 // Instant reports every outcome to its Reporter at once and tracks nothing.

@@ -13,12 +13,15 @@
 // # Failures
 //
 // A failing flush is called again with the same batch, in the same order,
-// after an exponential backoff (RetryBase, doubling, capped at RetryMax, no
-// jitter), up to MaxAttempts calls in all. The next batch waits meanwhile,
-// so nothing is reordered. After the last failure the batch is dropped:
-// OnDropped is called and an Error is logged. For the engine that is safe
-// but slow: the rows stay leased until their lease expires and are then
-// re-delivered, so flush functions must be idempotent.
+// after an exponential backoff (a retry.Backoff: RetryBase, growing by
+// RetryMultiplier, capped at RetryMax, no jitter), up to MaxAttempts calls
+// in all. The next batch waits meanwhile, so nothing is reordered. After
+// the last failure the batch is dropped: OnDropped is called and an Error
+// is logged. A permanent error (retry.Permanent: the backend refused the
+// batch as invalid) drops the batch after its first call, since the same
+// batch would be refused again. For the engine a drop is safe but slow: the
+// rows stay leased until their lease expires and are then re-delivered, so
+// flush functions must be idempotent.
 //
 // # Lifecycle
 //
@@ -38,21 +41,21 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
-
+	"github.com/vantage-go/vantage/core/internal/retry"
 	"github.com/vantage-go/vantage/ports"
 )
 
 // Defaults of Options, those of the engine's completion flusher.
 const (
-	MaxBatchDefault     = 1000
-	CoalesceDefault     = 25 * time.Millisecond
-	ImmediateAtDefault  = 500
-	CapacityDefault     = 20_000
-	MaxAttemptsDefault  = 5
-	RetryBaseDefault    = 100 * time.Millisecond
-	RetryMaxDefault     = 5 * time.Second
-	DrainTimeoutDefault = 5 * time.Second
+	MaxBatchDefault        = 1000
+	CoalesceDefault        = 25 * time.Millisecond
+	ImmediateAtDefault     = 500
+	CapacityDefault        = 20_000
+	MaxAttemptsDefault     = 5
+	RetryBaseDefault       = 100 * time.Millisecond
+	RetryMaxDefault        = 5 * time.Second
+	RetryMultiplierDefault = 2.0
+	DrainTimeoutDefault    = 5 * time.Second
 )
 
 // ErrDrainTimeout is returned by Close when queued items could not be
@@ -76,14 +79,20 @@ type Options[T any] struct {
 	// blocks while the buffer is full. Defaults to CapacityDefault.
 	Capacity int
 	// MaxAttempts is how many times one batch is handed to flush before it
-	// is dropped; 1 disables retries. Defaults to MaxAttemptsDefault.
+	// is dropped; 1 disables retries. A batch whose flush fails with a
+	// permanent error (see retry.Permanent) is dropped after one call
+	// whatever MaxAttempts is. Defaults to MaxAttemptsDefault.
 	MaxAttempts int
-	// RetryBase is the wait before the first retry; each later wait doubles,
-	// up to RetryMax. Defaults to RetryBaseDefault.
+	// RetryBase is the wait before the first retry; each later wait is
+	// RetryMultiplier times longer, up to RetryMax. Defaults to
+	// RetryBaseDefault.
 	RetryBase time.Duration
 	// RetryMax caps the wait between retries. Must not be below RetryBase.
 	// Defaults to RetryMaxDefault.
 	RetryMax time.Duration
+	// RetryMultiplier grows the wait per retry; 1 keeps every wait at
+	// RetryBase. Must be at least 1. Defaults to RetryMultiplierDefault.
+	RetryMultiplier float64
 	// DrainTimeout bounds how long Close lets the loop flush queued items
 	// before cancelling it. Defaults to DrainTimeoutDefault.
 	DrainTimeout time.Duration
@@ -105,10 +114,11 @@ type Options[T any] struct {
 // Flusher buffers items and flushes them in batches on one goroutine. The
 // zero value is not usable; call New. Safe for concurrent use.
 type Flusher[T any] struct {
-	name   string
-	opts   Options[T] // defaults applied
-	flush  func(ctx context.Context, batch []T) error
-	logger *slog.Logger
+	name    string
+	opts    Options[T] // defaults applied
+	backoff retry.Backoff
+	flush   func(ctx context.Context, batch []T) error
+	logger  *slog.Logger
 	// threshold ends a coalescing window: min(ImmediateAt, MaxBatch).
 	threshold int
 
@@ -185,6 +195,10 @@ func New[T any](name string, opts Options[T], flush func(ctx context.Context, ba
 	if opts.RetryBase >= 0 && opts.RetryMax >= 0 && opts.RetryMax < opts.RetryBase {
 		errs = append(errs, fmt.Errorf("flush.Options.RetryMax (%s) must not be below flush.Options.RetryBase (%s)", opts.RetryMax, opts.RetryBase))
 	}
+	opts.RetryMultiplier = cmp.Or(opts.RetryMultiplier, RetryMultiplierDefault)
+	if !(opts.RetryMultiplier >= 1) { // also rejects NaN
+		errs = append(errs, fmt.Errorf("flush.Options.RetryMultiplier must be at least 1, got %g", opts.RetryMultiplier))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -193,6 +207,7 @@ func New[T any](name string, opts Options[T], flush func(ctx context.Context, ba
 	return &Flusher[T]{
 		name:      name,
 		opts:      opts,
+		backoff:   retry.Backoff{Initial: opts.RetryBase, Max: opts.RetryMax, Multiplier: opts.RetryMultiplier},
 		flush:     flush,
 		logger:    opts.Logger.With(slog.String("component", "flush"), slog.String("flusher", name)),
 		threshold: min(opts.ImmediateAt, opts.MaxBatch),
@@ -449,18 +464,10 @@ func (f *Flusher[T]) takeLocked(limit int) []T {
 }
 
 // flushBatch calls flush with batch until it succeeds, MaxAttempts calls
-// failed, or ctx is done.
+// failed, one failed with a permanent error, or ctx is done.
 func (f *Flusher[T]) flushBatch(ctx context.Context, batch []T) {
-	bo := &backoff.ExponentialBackOff{
-		InitialInterval: f.opts.RetryBase,
-		Multiplier:      2,
-		MaxInterval:     f.opts.RetryMax,
-		Stop:            backoff.Stop,
-		Clock:           f.opts.Clock,
-		// RandomizationFactor 0: no jitter, so waits are deterministic.
-		// MaxElapsedTime 0: MaxAttempts bounds the retries instead.
-	}
-	bo.Reset()
+	// No jitter, so waits are deterministic; MaxAttempts bounds the retries.
+	bo := f.backoff.New(f.opts.Clock)
 	for attempt := 1; ; attempt++ {
 		err := f.flush(ctx, batch)
 		if err == nil {
@@ -468,6 +475,10 @@ func (f *Flusher[T]) flushBatch(ctx context.Context, batch []T) {
 				f.opts.OnFlushed(batch)
 			}
 			f.settle(len(batch), nil)
+			return
+		}
+		if retry.Permanent(err) {
+			f.refused(ctx, batch, attempt, err)
 			return
 		}
 		if attempt >= f.opts.MaxAttempts || ctx.Err() != nil {
@@ -500,8 +511,22 @@ func (f *Flusher[T]) sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// refused gives up on batch at once: its last call failed with err, a
+// permanent error that any retry would meet again.
+func (f *Flusher[T]) refused(ctx context.Context, batch []T, attempts int, err error) {
+	f.giveUp(ctx, batch, attempts, err, "dropping batch: the flush failed with a permanent error, not retried; "+
+		"its rows stay leased until their lease expires and are re-delivered")
+}
+
 // drop gives up on batch after attempts failed calls, the last with err.
 func (f *Flusher[T]) drop(ctx context.Context, batch []T, attempts int, err error) {
+	f.giveUp(ctx, batch, attempts, err, "dropping batch after its last flush attempt; "+
+		"its rows stay leased until their lease expires and are re-delivered")
+}
+
+// giveUp drops batch after attempts failed calls, the last with err, and
+// logs msg at Error.
+func (f *Flusher[T]) giveUp(ctx context.Context, batch []T, attempts int, err error, msg string) {
 	attrs := []any{
 		slog.Int("batch_size", len(batch)),
 		slog.Int("attempts", attempts),
@@ -513,8 +538,7 @@ func (f *Flusher[T]) drop(ctx context.Context, batch []T, attempts int, err erro
 		f.stopDropped += len(batch)
 		f.mu.Unlock()
 	}
-	f.logger.ErrorContext(ctx, "dropping batch after its last flush attempt; "+
-		"its rows stay leased until their lease expires and are re-delivered", attrs...)
+	f.logger.ErrorContext(ctx, msg, attrs...)
 	if f.opts.OnDropped != nil {
 		f.opts.OnDropped(batch, err)
 	}

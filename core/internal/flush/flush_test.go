@@ -3,6 +3,7 @@ package flush_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -489,6 +490,7 @@ func TestFlusher(t *testing.T) {
 			{flush.Options[int]{RetryMax: -1}, "flush.Options.RetryMax must not be negative"},
 			{flush.Options[int]{DrainTimeout: -1}, "flush.Options.DrainTimeout must not be negative"},
 			{flush.Options[int]{RetryBase: time.Minute}, "flush.Options.RetryMax (5s) must not be below flush.Options.RetryBase (1m0s)"},
+			{flush.Options[int]{RetryMultiplier: 0.5}, "flush.Options.RetryMultiplier must be at least 1, got 0.5"},
 		} {
 			f, err := flush.New("test", tc.opts, noop)
 			require.ErrorContains(t, err, tc.want)
@@ -573,6 +575,61 @@ func TestFlusher(t *testing.T) {
 			require.Len(t, mine, 50)
 		}
 	})
+}
+
+func TestRetryMultiplierGrowsWaits(t *testing.T) {
+	t.Parallel()
+
+	b := started(t, flush.Options[int]{ImmediateAt: 1, MaxAttempts: 4, RetryMultiplier: 3, RetryMax: 500 * time.Millisecond})
+	require.NoError(t, b.flusher.Add(t.Context(), 1))
+	// Waits between the 4 attempts: 100ms, 300ms, then 900ms capped at
+	// 500ms.
+	waits := []time.Duration{100 * time.Millisecond, 300 * time.Millisecond, 500 * time.Millisecond}
+	for attempt, w := range waits {
+		require.Equal(t, []int{1}, b.answer(t, errFlush), "attempt %d", attempt+1)
+		wait(t, b.clock.WaitTimers(1))
+		b.clock.Advance(w - time.Nanosecond)
+		requireNone(t, b.calls, "retried before its backoff elapsed")
+		b.clock.Advance(time.Nanosecond)
+	}
+	require.Equal(t, []int{1}, b.answer(t, nil), "attempt 4")
+	require.Equal(t, []int{1}, recv(t, b.flushed))
+}
+
+func TestPermanentErrorDropsAtOnce(t *testing.T) {
+	t.Parallel()
+
+	for _, sentinel := range []error{ports.ErrInvalidArgument, ports.ErrNotFound} {
+		t.Run(sentinel.Error(), func(t *testing.T) {
+			t.Parallel()
+			b := started(t, flush.Options[int]{})
+			require.NoError(t, b.flusher.Add(t.Context(), 1, 2))
+			// Only Flush can end the coalescing window while the clock
+			// stands still, so the first call proves this Flush waits for
+			// the batch.
+			flushed := flushAsync(t.Context(), b.flusher)
+			refused := fmt.Errorf("completing work: nil stream id: %w", sentinel)
+			require.Equal(t, []int{1, 2}, b.answer(t, refused))
+
+			d := recv(t, b.dropped)
+			require.Equal(t, []int{1, 2}, d.batch)
+			require.ErrorIs(t, d.err, sentinel)
+			requireNone(t, b.flushed, "nothing was flushed")
+			require.Empty(t, b.logs.messages(slog.LevelWarn), "a permanent error is not retried")
+			errs := b.logs.messages(slog.LevelError)
+			require.Len(t, errs, 1)
+			require.Contains(t, errs[0], "not retried")
+			require.ErrorIs(t, recv(t, flushed), sentinel, "Flush reports the drop")
+
+			// No second call of the batch: the next call carries the next
+			// batch, without any backoff.
+			require.NoError(t, b.flusher.Add(t.Context(), 3, 4))
+			flushed = flushAsync(t.Context(), b.flusher)
+			require.Equal(t, []int{3, 4}, b.answer(t, nil))
+			require.Equal(t, []int{3, 4}, recv(t, b.flushed))
+			require.NoError(t, recv(t, flushed))
+		})
+	}
 }
 
 func TestDropLogNamesLeaseConsequence(t *testing.T) {
