@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/vantage-go/vantage/core/internal/completion"
+	"github.com/vantage-go/vantage/core/completion"
 	"github.com/vantage-go/vantage/core/internal/dedup"
 	"github.com/vantage-go/vantage/core/internal/flush"
 	"github.com/vantage-go/vantage/ports"
@@ -41,9 +41,17 @@ type completer struct {
 func newCompleter(e *engine, cache *dedup.Cache) (*completer, error) {
 	c := &completer{engine: e, cache: cache, progress: make(chan struct{})}
 	var err error
-	if e.opts.Completion == CompletionInstant {
+	switch {
+	case e.opts.CompletionStrategy != nil:
+		if c.strategy, err = e.opts.CompletionStrategy(instantReporter{c}); err != nil {
+			return nil, fmt.Errorf("Options.CompletionStrategy: %w", err)
+		}
+		if c.strategy == nil {
+			return nil, errors.New("Options.CompletionStrategy returned no strategy")
+		}
+	case e.opts.Completion == CompletionInstant:
 		c.strategy = completion.NewInstant(instantReporter{c})
-	} else {
+	default:
 		c.strategy, err = completion.NewBatched(completion.BatchedOptions{
 			BaseTimeout: e.opts.CompletionResend.Initial,
 			Multiplier:  e.opts.CompletionResend.Multiplier,

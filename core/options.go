@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/vantage-go/vantage/core/completion"
 	"github.com/vantage-go/vantage/core/internal/retry"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -266,8 +267,13 @@ type Options struct {
 	// that produced it is found and charged a failed attempt (see
 	// EventRetry). Defaults to 100ms, growing by 1.5, at most 5s.
 	InfraRetry Backoff
-	// Completion selects the completion strategy. Defaults to CompletionBatched.
+	// Completion selects one of the built-in completion strategies.
+	// Defaults to CompletionBatched.
 	Completion CompletionMode
+	// CompletionStrategy, when set, builds the completion strategy instead:
+	// one of your own, or a built-in one wrapped (to observe it, say). New
+	// calls it once per Worker. It excludes a non-default Completion.
+	CompletionStrategy completion.Factory
 	// Generation names this instance's deploy generation: the service's
 	// version or build. Dead letters record the generation they failed on,
 	// and an instance with a Generation requeues, once, the dead letters
@@ -367,6 +373,9 @@ func (o *Options) withDefaults() (Options, error) {
 	}
 	if c.Completion != CompletionBatched && c.Completion != CompletionInstant {
 		errs = append(errs, fmt.Errorf("Options.Completion has unknown value %d", c.Completion))
+	}
+	if c.CompletionStrategy != nil && c.Completion != CompletionBatched {
+		errs = append(errs, errors.New("Options.CompletionStrategy and Options.Completion are both set; set one"))
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/vantage-go/vantage/core/internal/completion"
+	"github.com/vantage-go/vantage/core/completion"
 	"github.com/vantage-go/vantage/ports"
 )
 

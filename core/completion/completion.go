@@ -1,18 +1,31 @@
-// Package completion implements the engine's completion strategies: how the
+// Package completion holds the completion strategies of the engine: how the
 // outcome of applying a perspective (a ports.Completion or a ports.Failure)
-// travels from the goroutine that applied it to the backend.
+// travels from the goroutine that applied it to the backend. A Worker uses
+// one Strategy, chosen by core.Options.Completion (Batched or Instant) or
+// built by core.Options.CompletionStrategy, a Factory of your own.
 //
 // Batched, the default, only records each outcome as a Pending tracked item.
 // The engine periodically takes the Pending items, hands them to its
 // flushers, marks them Sent and, once a flush really succeeded, marks exactly
 // those items Acknowledged by their tracking ids. Items whose acknowledgement
 // never comes are re-queued by ResetStale with a growing timeout. Instant
-// reports each outcome to a Reporter at once and tracks nothing.
+// reports each outcome to a Reporter at once and tracks nothing: more round
+// trips, and every outcome visible at once (tests, low traffic).
 //
 // Acknowledgement is by identity, not by count: an acknowledgement can only
 // ever settle the items it names, so an item sent on an idle tick cannot be
 // settled by the acknowledgement of a later batch, nor leave that batch's
 // items Sent to be sent again.
+//
+// # Writing a strategy
+//
+// A Strategy of your own must keep what it reports until it is
+// acknowledged: the work rows of an outcome stay leased to the instance,
+// and the engine's dedup cache holds them back, until their outcome is
+// acknowledged. Report methods may deliver at once through the Reporter
+// the Factory is given (as Instant does) or keep the outcome Pending for
+// the engine's flushers (as Batched does); both may be mixed. Every method
+// is called concurrently from the engine's goroutines.
 package completion
 
 import (
@@ -82,6 +95,11 @@ type Reporter interface {
 	// Fail records failures.
 	Fail(ctx context.Context, items []ports.Failure) error
 }
+
+// Factory builds the strategy of one Worker. r delivers outcomes to the
+// backend at once and acknowledges them (what Instant calls); a strategy
+// that only keeps outcomes Pending for the engine's flushers ignores it.
+type Factory func(r Reporter) (Strategy, error)
 
 // Strategy decides when outcomes reach the backend. Implementations are safe
 // for concurrent use.

@@ -1,0 +1,109 @@
+package enginetest_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vantage-go/vantage/adapters/memory"
+	"github.com/vantage-go/vantage/core"
+	"github.com/vantage-go/vantage/core/completion"
+	"github.com/vantage-go/vantage/ports"
+)
+
+// countingStrategy wraps a built-in strategy and counts what it is given.
+type countingStrategy struct {
+	completion.Strategy
+	completions atomic.Int64
+	acked       atomic.Int64
+}
+
+func (s *countingStrategy) ReportCompletion(ctx context.Context, c ports.Completion) error {
+	s.completions.Add(1)
+	return s.Strategy.ReportCompletion(ctx, c)
+}
+
+func (s *countingStrategy) MarkAcknowledged(ids []uuid.UUID) {
+	s.acked.Add(int64(len(ids)))
+	s.Strategy.MarkAcknowledged(ids)
+}
+
+// A strategy of the user's own carries the outcomes: here the default one,
+// wrapped to observe it, and the instant one, which delivers through the
+// Reporter the engine hands the factory.
+func TestUserCompletionStrategy(t *testing.T) {
+	t.Parallel()
+
+	for name, inner := range map[string]func(completion.Reporter) (completion.Strategy, error){
+		"Batched": func(completion.Reporter) (completion.Strategy, error) {
+			return completion.NewBatched(completion.BatchedOptions{})
+		},
+		"Instant": func(r completion.Reporter) (completion.Strategy, error) { return completion.NewInstant(r), nil },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := memory.New(memory.Options{}).Backend()
+			reg := testRegistry(t)
+			var strategy *countingStrategy
+			settled := make(chan struct{})
+			var once sync.Once
+			opts := quietOptions(t)
+			opts.Hooks.OnCompletionsFlushed = func(core.CompletionsFlushed) {
+				if strategy.acked.Load() >= strategy.completions.Load() {
+					once.Do(func() { close(settled) })
+				}
+			}
+			opts.CompletionStrategy = func(r completion.Reporter) (completion.Strategy, error) {
+				s, err := inner(r)
+				strategy = &countingStrategy{Strategy: s}
+				return strategy, err
+			}
+			w := startWorker(t, b, reg, opts)
+
+			stream := uuid.New()
+			res, err := reg.Append(t.Context(), b.Events, stream, 0, added{N: 1}, added{N: 2})
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			require.NoError(t, w.WaitForStream(ctx, stream, res.Events[len(res.Events)-1].Version))
+			require.Equal(t, 3, loadTotal(t, b, stream).Sum)
+			require.Positive(t, strategy.completions.Load(), "the engine reported through the user's strategy")
+			if name == "Batched" {
+				// Every completion handed over is settled by its
+				// acknowledgement, by identity.
+				waitFor(t, settled, "the completions to be acknowledged")
+			}
+		})
+	}
+}
+
+// A factory's error, or a strategy and a built-in mode both chosen, is
+// refused by New with the option named.
+func TestUserCompletionStrategyErrors(t *testing.T) {
+	t.Parallel()
+
+	b := memory.New(memory.Options{}).Backend()
+	_, err := core.New(b, testRegistry(t), &core.Options{CompletionStrategy: func(completion.Reporter) (completion.Strategy, error) {
+		return nil, errors.New("no strategy today")
+	}})
+	require.ErrorContains(t, err, "Options.CompletionStrategy: no strategy today")
+
+	_, err = core.New(b, testRegistry(t), &core.Options{CompletionStrategy: func(completion.Reporter) (completion.Strategy, error) {
+		return nil, nil
+	}})
+	require.ErrorContains(t, err, "Options.CompletionStrategy returned no strategy")
+
+	_, err = core.New(b, testRegistry(t), &core.Options{
+		Completion: core.CompletionInstant,
+		CompletionStrategy: func(r completion.Reporter) (completion.Strategy, error) {
+			return completion.NewInstant(r), nil
+		},
+	})
+	require.ErrorContains(t, err, "Options.CompletionStrategy and Options.Completion are both set")
+}
