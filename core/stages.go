@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/vantage-go/vantage/core/internal/retry"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -231,7 +232,7 @@ const (
 // up to stageClaimRetries times with a doubling backoff on the worker's
 // clock.
 func (l *lifecycle) runRetried(ctx context.Context, stage Stage, perspective string, events []ports.Event) {
-	delay := stageClaimBackoff
+	b := retry.Backoff{Initial: stageClaimBackoff, Max: stageClaimBackoff << stageClaimRetries, Multiplier: 2}
 	for try := 0; ; try++ {
 		_, err := l.run(ctx, stage, perspective, events)
 		if err == nil || ctx.Err() != nil {
@@ -243,14 +244,13 @@ func (l *lifecycle) runRetried(ctx context.Context, stage Stage, perspective str
 				slog.String("stage", stageName(stage, perspective)), slog.Int("events", len(events)), slog.Any("error", err))
 			return
 		}
-		t := l.clock.NewTimer(delay)
+		t := l.clock.NewTimer(b.Delay(try))
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-t.C():
 		}
-		delay *= 2
 	}
 }
 
