@@ -1,0 +1,105 @@
+package ports
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// DeadLetterStore keeps the work rows the engine gave up on, with their
+// cause, and brings them back: on an operator's request, or once per deploy
+// generation for a retry on new code.
+//
+// A dead letter is DeadLetterDead while it waits; DeadLetterRequeued once
+// its work row was stored again; DeadLetterRecovered once that row
+// completed; DeadLetterIgnored when an operator gave up on it. A requeued
+// row that the engine gives up on again turns its dead letter back to
+// DeadLetterDead, with the new cause and generation, so "failed again on
+// generation G" reads Generation == RequeueGeneration.
+type DeadLetterStore interface {
+	// DeadLetterMove atomically deletes a pending work row and records it as
+	// a dead letter with status DeadLetterDead. When the row was stored by
+	// DeadLetterRequeue, that dead letter is updated instead of a new one
+	// recorded: same id, the new cause, attempts, instance, generation and
+	// time. Attempts is the row's, or params.Attempts when that is larger;
+	// an empty Error keeps the error the row recorded. It reports false,
+	// with no error, when the row is already gone (idempotent under retry).
+	DeadLetterMove(ctx context.Context, params *DeadLetterMoveParams) (DeadLetter, bool, error)
+	// DeadLettersList returns dead letters, oldest first (by the time they
+	// were last dead-lettered), filtered by the non-zero fields of params.
+	DeadLettersList(ctx context.Context, params *DeadLettersListParams) ([]DeadLetter, error)
+	// DeadLetterRequeue stores the dead letter's work row again, pending,
+	// unleased, with zero attempts, under its original work id, and marks
+	// the dead letter DeadLetterRequeued (counting the requeue and recording
+	// params.Generation and the time); listeners are woken. If the pair's
+	// cursor is already past the event, the row is Late and the cursor is
+	// flagged RewindRequired, so that a rewind applies the event in order;
+	// the row is Late too when a pending row of the pair above the event is
+	// leased (see WorkItem.Late). Only a
+	// DeadLetterDead or DeadLetterIgnored dead letter is requeued: it
+	// returns ErrNotFound for an unknown id and ErrVersionConflict for one
+	// that is requeued or recovered.
+	DeadLetterRequeue(ctx context.Context, params *DeadLetterRequeueParams) error
+	// DeadLetterIgnore marks a DeadLetterDead dead letter DeadLetterIgnored:
+	// DeadLettersRecover never retries it (an explicit DeadLetterRequeue
+	// still may). Idempotent. Returns ErrNotFound for an unknown id and
+	// ErrVersionConflict for one that is requeued or recovered.
+	DeadLetterIgnore(ctx context.Context, params *DeadLetterIgnoreParams) error
+	// DeadLettersRecover requeues, as DeadLetterRequeue would, up to Limit
+	// dead letters, oldest first, that are DeadLetterDead, failed on a
+	// generation other than Generation and were never requeued on it, and
+	// returns them as they are after the requeue. Concurrent callers never
+	// requeue one twice. Returns ErrInvalidArgument for an empty Generation
+	// or a Limit below 1.
+	DeadLettersRecover(ctx context.Context, params *DeadLettersRecoverParams) ([]DeadLetter, error)
+}
+
+// DeadLetterMoveParams are the inputs of DeadLetterMove.
+type DeadLetterMoveParams struct {
+	WorkID uuid.UUID
+	// InstanceID is the instance that gave up on the row.
+	InstanceID uuid.UUID
+	// Generation is that instance's deploy generation ("" for none).
+	Generation string
+	// Reason says why (ReasonFailed, ReasonUndecodable, ...).
+	Reason string
+	// Error is the last error text; empty keeps the one the row recorded.
+	Error string
+	// Attempts, when larger than the row's, is recorded instead: the engine
+	// counts the apply that just failed, which the row never recorded.
+	Attempts int
+	Now      time.Time
+}
+
+// DeadLettersListParams filter DeadLettersList.
+type DeadLettersListParams struct {
+	Perspective string
+	StreamID    uuid.UUID
+	// Status, when set, keeps the dead letters in that status only.
+	Status DeadLetterStatus
+	Limit  int
+}
+
+// DeadLetterRequeueParams are the inputs of DeadLetterRequeue.
+type DeadLetterRequeueParams struct {
+	ID uuid.UUID
+	// Generation is the deploy generation of the requeue ("" for none).
+	Generation string
+	Now        time.Time
+}
+
+// DeadLetterIgnoreParams are the inputs of DeadLetterIgnore.
+type DeadLetterIgnoreParams struct {
+	ID  uuid.UUID
+	Now time.Time
+}
+
+// DeadLettersRecoverParams are the inputs of DeadLettersRecover.
+type DeadLettersRecoverParams struct {
+	// Generation is the caller's deploy generation. Required.
+	Generation string
+	// Limit bounds the dead letters requeued by one call. Must be positive.
+	Limit int
+	Now   time.Time
+}

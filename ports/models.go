@@ -1,0 +1,57 @@
+package ports
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// ModelStore keeps each perspective's model per stream together with its
+// cursor position, so a re-delivered event can never be applied twice to a
+// stored model.
+type ModelStore interface {
+	// ModelLoad returns the stored model, or ErrNotFound.
+	ModelLoad(ctx context.Context, streamID uuid.UUID, perspective string) (StoredModel, error)
+	// ModelSave stores the model and moves the cursor to LastEventID and
+	// LastVersion in one atomic step (creating the cursor with status
+	// Processing when missing). ExpectedVersion is the cursor version the
+	// caller loaded (0 for none); if the stored position differs it returns
+	// ErrVersionConflict and stores nothing.
+	ModelSave(ctx context.Context, params *ModelSaveParams) error
+}
+
+// ModelBatchStore is an optional extension of ModelStore: it loads and
+// saves the models of many pairs in one round trip. When the Models port
+// also implements it, the engine groups the loads and the saves of the pairs
+// it drains concurrently into calls of these methods (one commit for many
+// saves instead of one each).
+type ModelBatchStore interface {
+	// ModelLoadMany returns the stored models of the given pairs, in no
+	// particular order; pairs without a stored model are absent from the
+	// result. Duplicate pairs are returned once.
+	ModelLoadMany(ctx context.Context, pairs []Pair) ([]StoredModel, error)
+	// ModelSaveMany saves each entry exactly as ModelSave would, in order:
+	// the result holds one error per entry (nil when saved; wrapping
+	// ErrVersionConflict or ErrInvalidArgument when that entry stored
+	// nothing, which does not affect the others). The successful saves are
+	// committed together. A call error means nothing was stored.
+	ModelSaveMany(ctx context.Context, params []*ModelSaveParams) ([]error, error)
+}
+
+// Pair names a perspective of a stream.
+type Pair struct {
+	StreamID    uuid.UUID
+	Perspective string
+}
+
+// ModelSaveParams are the inputs of ModelSave.
+type ModelSaveParams struct {
+	StreamID        uuid.UUID
+	Perspective     string
+	Data            []byte
+	LastEventID     uuid.UUID
+	LastVersion     int64
+	ExpectedVersion int64
+	Now             time.Time
+}

@@ -1,0 +1,33 @@
+package ports
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Snapshot is a perspective's model of a stream as of one version.
+type Snapshot struct {
+	StreamID    uuid.UUID
+	Perspective string
+	// Version and EventID are the last event reflected in Data.
+	Version   int64
+	EventID   uuid.UUID
+	Data      []byte
+	CreatedAt time.Time
+}
+
+// SnapshotStore keeps periodic model snapshots so rewinds of long streams
+// replay from a recent point instead of the start. Optional.
+type SnapshotStore interface {
+	// SnapshotSave stores a snapshot, replacing one of the same version.
+	SnapshotSave(ctx context.Context, snapshot Snapshot) error
+	// SnapshotLatestBefore returns the snapshot with the highest version
+	// strictly below Version, or ErrNotFound.
+	SnapshotLatestBefore(ctx context.Context, streamID uuid.UUID, perspective string, version int64) (Snapshot, error)
+	// SnapshotsDeleteFrom deletes the snapshots at or above version (they
+	// no longer describe history once a late event arrived below them) and
+	// returns how many it deleted.
+	SnapshotsDeleteFrom(ctx context.Context, streamID uuid.UUID, perspective string, version int64) (int, error)
+}
