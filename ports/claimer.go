@@ -128,10 +128,20 @@ type InstanceHeartbeatResult struct {
 	NextStaleAt time.Time
 }
 
+// PartitionCountDefault is the number of partitions stream ids hash into
+// to spread orphaned streams over the live instances (see WorkClaim): the
+// engine's default Options.PartitionCount, and what an adapter uses when
+// WorkClaimParams.PartitionCount is not positive. Every instance sharing a
+// backend must use the same count; a change re-buckets the unpinned
+// streams.
+const PartitionCountDefault = 10_000
+
 // WorkClaimParams are the inputs of WorkClaim.
 type WorkClaimParams struct {
-	InstanceID     uuid.UUID
-	MaxStreams     int
+	InstanceID uuid.UUID
+	MaxStreams int
+	// PartitionCount is the number of partitions orphaned streams are
+	// spread over; not positive selects PartitionCountDefault.
 	PartitionCount int
 	LeaseDuration  time.Duration
 	StaleThreshold time.Duration

@@ -52,11 +52,6 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
-// PartitionCountDefault is the number of stream partitions used to distribute
-// orphaned streams over live instances when neither Options.PartitionCount nor
-// WorkClaimParams.PartitionCount is set.
-const PartitionCountDefault = 10000
-
 // Options configure a Store. The zero value is valid.
 type Options struct {
 	// Clock supplies the time whenever a params Now is zero. Defaults to
@@ -64,7 +59,7 @@ type Options struct {
 	Clock ports.Clock
 	// PartitionCount is the number of partitions a stream id hashes into for
 	// orphan distribution, used when WorkClaimParams.PartitionCount is not
-	// positive. Values below 1 select PartitionCountDefault.
+	// positive. Values below 1 select ports.PartitionCountDefault.
 	PartitionCount int
 }
 
@@ -224,7 +219,7 @@ func New(opts Options) *Store {
 		snapshots:      make(map[pairKey][]ports.Snapshot),
 	}
 	if s.partitionCount < 1 {
-		s.partitionCount = PartitionCountDefault
+		s.partitionCount = ports.PartitionCountDefault
 	}
 	s.claims.init(uint32(s.partitionCount))
 	return s

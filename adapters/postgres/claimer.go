@@ -13,11 +13,6 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
-// PartitionCountDefault is the number of stream partitions used to distribute
-// orphaned streams over live instances when WorkClaimParams.PartitionCount is
-// not positive.
-const PartitionCountDefault = 10000
-
 // Shared SQL fragments. Every statement that needs the current time starts
 // with the clock CTE: the caller's Now when set, else the database's now().
 
@@ -498,7 +493,7 @@ LIMIT $3`
 // HasMore is true when candidate streams were left unselected or the
 // result was cut at MaxStreams. The result lists the smallest backlogs
 // first (pending rows counted up to sqlBacklogCap, then by stream id). A
-// non-positive PartitionCount selects PartitionCountDefault. It returns
+// non-positive PartitionCount selects ports.PartitionCountDefault. It returns
 // ports.ErrInvalidArgument for a nil instance id or a non-positive
 // MaxStreams, LeaseDuration or StaleThreshold, and
 // ports.ErrInstanceNotAlive when the caller has no live heartbeat (the claim
@@ -516,7 +511,7 @@ func (s *Store) WorkClaim(ctx context.Context, params *ports.WorkClaimParams) (*
 	}
 	partitions := params.PartitionCount
 	if partitions <= 0 {
-		partitions = PartitionCountDefault
+		partitions = ports.PartitionCountDefault
 	}
 	if err := s.ready(ctx); err != nil {
 		return nil, err
