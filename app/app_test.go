@@ -88,7 +88,7 @@ func TestModuleRunsTheWorker(t *testing.T) {
 	require.Equal(t, 1, n.Count)
 
 	fxApp.RequireStop()
-	instances, err := backend.Claimer.InstancesList(t.Context())
+	instances, err := backend.Admin.InstancesList(t.Context())
 	require.NoError(t, err)
 	require.Empty(t, instances, "stopping the app deregistered the instance")
 	require.ErrorIs(t, worker.Start(t.Context()), core.ErrStopped)

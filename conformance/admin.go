@@ -9,10 +9,50 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
-// runAdmin verifies ports.AdminStore, an optional port.
+// runAdmin verifies ports.Admin, an optional port. Its dead-letter and
+// stream-lock methods are verified with the ports whose state they act on
+// (runDeadLetters, runRewind).
 func runAdmin(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 	t.Helper()
-	const port = "AdminStore"
+	const port = "Admin"
+
+	optionalGroup(t, "InstancesList", port, implemented, map[string]func(t *testing.T){
+		"RecordsInstances": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			ins := tb.instances(t, 2)
+			record := func(in *instance, now time.Time, zone string) {
+				t.Helper()
+				_, err := in.b.Claimer.InstanceHeartbeat(t.Context(), &ports.InstanceHeartbeatParams{
+					InstanceID:     in.id,
+					ServiceName:    "billing",
+					HostName:       "host-" + zone,
+					ProcessID:      42,
+					Metadata:       map[string]string{"zone": zone},
+					StaleThreshold: staleThreshold,
+					Now:            now,
+				})
+				require.NoError(t, err)
+			}
+			record(ins[1], at(0), "b")
+			record(ins[0], at(time.Second), "a")
+			record(ins[0], at(10*time.Second), "c")
+
+			list, ok := instances(t, tb.backend)
+
+			require.True(t, ok)
+			require.Len(t, list, 2)
+			require.Equal(t, ins[0].id, list[0].ID, "ordered by id")
+			require.Equal(t, ins[1].id, list[1].ID)
+			require.Equal(t, "billing", list[0].ServiceName)
+			require.Equal(t, "host-c", list[0].HostName)
+			require.Equal(t, 42, list[0].ProcessID)
+			require.Equal(t, map[string]string{"zone": "c"}, list[0].Metadata)
+			requireTime(t, at(time.Second), list[0].StartedAt, "StartedAt")
+			requireTime(t, at(10*time.Second), list[0].LastHeartbeatAt, "LastHeartbeatAt")
+			requireTime(t, at(0), list[1].StartedAt, "StartedAt")
+			requireTime(t, at(0), list[1].LastHeartbeatAt, "LastHeartbeatAt")
+		},
+	})
 
 	optionalGroup(t, "PerspectiveRetire", port, implemented, map[string]func(t *testing.T){
 		"CompletionsOfDeletedRowsChangeNothing": func(t *testing.T) {
@@ -227,4 +267,25 @@ func retired(t *testing.T, b ports.Backend) []string {
 	names, err := b.Admin.PerspectivesRetired(t.Context())
 	require.NoError(t, err)
 	return names
+}
+
+// needAdmin skips the case when the adapter does not implement the optional
+// ports.Admin, which the case needs to set up or observe state.
+func needAdmin(t *testing.T, b ports.Backend) {
+	t.Helper()
+	if b.Admin == nil {
+		t.Skip("adapter does not implement ports.Admin")
+	}
+}
+
+// instances returns the recorded instances through the optional ports.Admin;
+// false when the adapter has none (the case then checks what else it can).
+func instances(t *testing.T, b ports.Backend) ([]ports.Instance, bool) {
+	t.Helper()
+	if b.Admin == nil {
+		return nil, false
+	}
+	list, err := b.Admin.InstancesList(t.Context())
+	require.NoError(t, err)
+	return list, true
 }

@@ -74,20 +74,22 @@ func Run(t *testing.T, newBackend NewBackendFunc, features Features) {
 func runPorts(t *testing.T, newBackend NewBackendFunc, features Features) {
 	t.Helper()
 
+	probe := newBackend(t)(t) // tells which optional ports the adapter implements
+	admin := probe.Admin != nil
+
 	runClaimer(t, newBackend)
 	runFetcher(t, newBackend)
 	runCursors(t, newBackend)
 	runNotifier(t, newBackend)
-	runDeadLetters(t, newBackend)
+	runDeadLetters(t, newBackend, admin)
 	runEvents(t, newBackend)
 	runModels(t, newBackend)
 	runTransient(t, newBackend, features.BreakConnections)
 
-	probe := newBackend(t)(t) // tells which optional ports the adapter implements
 	runLifecycle(t, newBackend, probe.Lifecycle != nil)
-	runRewind(t, newBackend, probe.Rewind != nil)
+	runRewind(t, newBackend, probe.Rewind != nil, admin)
 	runSnapshots(t, newBackend, probe.Snapshots != nil)
-	runAdmin(t, newBackend, probe.Admin != nil)
+	runAdmin(t, newBackend, admin)
 	_, batchModels := probe.Models.(ports.ModelBatchStore)
 	runModelBatch(t, newBackend, batchModels)
 }

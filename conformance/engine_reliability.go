@@ -391,6 +391,7 @@ func poisonUnless(fixed *atomic.Bool) behaviour {
 func testDeadLetterSkippedByRewind(t *testing.T, newBackend NewBackendFunc) {
 	b := newBackend(t)(t)
 	requireRewindStore(t, b)
+	needAdmin(t, b)
 	var fixed atomic.Bool
 	pr := newProgress()
 	opts := lifecycleOptions()
@@ -429,6 +430,7 @@ func testDeadLetterSkippedByRewind(t *testing.T, newBackend NewBackendFunc) {
 func testRequeueAfterFix(t *testing.T, newBackend NewBackendFunc) {
 	b := newBackend(t)(t)
 	requireRewindStore(t, b)
+	needAdmin(t, b)
 	var fixed atomic.Bool
 	pr := newProgress()
 	opts := lifecycleOptions()
@@ -446,7 +448,7 @@ func testRequeueAfterFix(t *testing.T, newBackend NewBackendFunc) {
 	require.Len(t, dls, 1)
 
 	fixed.Store(true)
-	require.NoError(t, b.DeadLetters.DeadLetterRequeue(t.Context(), &ports.DeadLetterRequeueParams{ID: dls[0].ID}))
+	require.NoError(t, b.Admin.DeadLetterRequeue(t.Context(), &ports.DeadLetterRequeueParams{ID: dls[0].ID}))
 	pr.waitUntil(t, "the requeued event is applied in order", func() bool {
 		return len(modelVersions(t, b, stream, "alpha")) == 3 && rewindClear(t, b, stream, "alpha")
 	})

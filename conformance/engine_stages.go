@@ -99,6 +99,7 @@ func pendingRows(t *testing.T, b ports.Backend, streams ...uuid.UUID) []ports.Wo
 func testLateWithoutRewind(t *testing.T, newBackend NewBackendFunc, noStore bool) {
 	open := newBackend(t)
 	b := open(t)
+	needAdmin(t, b)
 	wb := b
 	opts := lifecycleOptions()
 	if noStore {
@@ -140,7 +141,7 @@ func testLateWithoutRewind(t *testing.T, newBackend NewBackendFunc, noStore bool
 	o2 := lifecycleOptions()
 	o2.Hooks = pr.hooks(core.Hooks{})
 	startWorker(t, open(t), newRegistry(t, trailPerspective(t, "alpha", log, nil)), o2)
-	require.NoError(t, b.DeadLetters.DeadLetterRequeue(t.Context(), &ports.DeadLetterRequeueParams{ID: dl.ID}))
+	require.NoError(t, b.Admin.DeadLetterRequeue(t.Context(), &ports.DeadLetterRequeueParams{ID: dl.ID}))
 	pr.waitUntil(t, "the requeued late event is applied by a rewind", func() bool {
 		return len(modelVersions(t, b, stream, "alpha")) == 5 && rewindClear(t, b, stream, "alpha")
 	})
@@ -693,7 +694,7 @@ func testRetire(t *testing.T, newBackend NewBackendFunc) {
 	open := newBackend(t)
 	b := open(t)
 	if b.Admin == nil {
-		t.Skip("adapter does not implement ports.AdminStore")
+		t.Skip("adapter does not implement ports.Admin")
 	}
 	pr := newProgress()
 	// The worker no longer has beta; a producer still carries it.

@@ -19,7 +19,7 @@ type Backend struct {
 	Lifecycle   LifecycleStore
 	Rewind      RewindStore
 	Snapshots   SnapshotStore
-	Admin       AdminStore
+	Admin       Admin
 }
 
 // Validate reports, by name, every port that is missing.

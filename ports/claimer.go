@@ -64,9 +64,6 @@ type WorkClaimer interface {
 	// after it: call it once those returned.
 	InstanceDeregister(ctx context.Context, instanceID uuid.UUID) error
 
-	// InstancesList returns the recorded instances ordered by id.
-	InstancesList(ctx context.Context) ([]Instance, error)
-
 	// WorkClaim leases work to the caller and returns the streams it should
 	// drain. Returns ErrInstanceNotAlive if the caller has no live heartbeat.
 	//

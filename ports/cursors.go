@@ -20,7 +20,7 @@ type CursorStore interface {
 	// claims); it never touches rows of other perspectives. Then it upserts
 	// each cursor from the payload: the position only moves forward, status
 	// becomes Completed (Failed and the error are cleared), and
-	// the rewind columns are cleared. A completed row that DeadLetterRequeue
+	// the rewind columns are cleared. A completed row that Admin.DeadLetterRequeue
 	// stored marks its dead letter DeadLetterRecovered. Then, for each
 	// cursor, the pending rows of the pair below the position this call
 	// reports for it (stragglers) become Late and set RewindRequired with

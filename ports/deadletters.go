@@ -8,8 +8,8 @@ import (
 )
 
 // DeadLetterStore keeps the work rows the engine gave up on, with their
-// cause, and brings them back: on an operator's request, or once per deploy
-// generation for a retry on new code.
+// cause, and brings them back once per deploy generation for a retry on new
+// code; an operator brings one back through Admin.DeadLetterRequeue.
 //
 // A dead letter is DeadLetterDead while it waits; DeadLetterRequeued once
 // its work row was stored again; DeadLetterRecovered once that row
@@ -20,7 +20,7 @@ import (
 type DeadLetterStore interface {
 	// DeadLetterMove atomically deletes a pending work row and records it as
 	// a dead letter with status DeadLetterDead. When the row was stored by
-	// DeadLetterRequeue, that dead letter is updated instead of a new one
+	// Admin.DeadLetterRequeue, that dead letter is updated instead of a new one
 	// recorded: same id, the new cause, attempts, instance, generation and
 	// time. Attempts is the row's, or params.Attempts when that is larger;
 	// an empty Error keeps the error the row recorded. It reports false,
@@ -29,24 +29,7 @@ type DeadLetterStore interface {
 	// DeadLettersList returns dead letters, oldest first (by the time they
 	// were last dead-lettered), filtered by the non-zero fields of params.
 	DeadLettersList(ctx context.Context, params *DeadLettersListParams) ([]DeadLetter, error)
-	// DeadLetterRequeue stores the dead letter's work row again, pending,
-	// unleased, with zero attempts, under its original work id, and marks
-	// the dead letter DeadLetterRequeued (counting the requeue and recording
-	// params.Generation and the time); listeners are woken. If the pair's
-	// cursor is already past the event, the row is Late and the cursor is
-	// flagged RewindRequired, so that a rewind applies the event in order;
-	// the row is Late too when a pending row of the pair above the event is
-	// leased (see WorkItem.Late). Only a
-	// DeadLetterDead or DeadLetterIgnored dead letter is requeued: it
-	// returns ErrNotFound for an unknown id and ErrVersionConflict for one
-	// that is requeued or recovered.
-	DeadLetterRequeue(ctx context.Context, params *DeadLetterRequeueParams) error
-	// DeadLetterIgnore marks a DeadLetterDead dead letter DeadLetterIgnored:
-	// DeadLettersRecover never retries it (an explicit DeadLetterRequeue
-	// still may). Idempotent. Returns ErrNotFound for an unknown id and
-	// ErrVersionConflict for one that is requeued or recovered.
-	DeadLetterIgnore(ctx context.Context, params *DeadLetterIgnoreParams) error
-	// DeadLettersRecover requeues, as DeadLetterRequeue would, up to Limit
+	// DeadLettersRecover requeues, as Admin.DeadLetterRequeue would, up to Limit
 	// dead letters, oldest first, that are DeadLetterDead, failed on a
 	// generation other than Generation and were never requeued on it, and
 	// returns them as they are after the requeue. Concurrent callers never
@@ -79,20 +62,6 @@ type DeadLettersListParams struct {
 	// Status, when set, keeps the dead letters in that status only.
 	Status DeadLetterStatus
 	Limit  int
-}
-
-// DeadLetterRequeueParams are the inputs of DeadLetterRequeue.
-type DeadLetterRequeueParams struct {
-	ID uuid.UUID
-	// Generation is the deploy generation of the requeue ("" for none).
-	Generation string
-	Now        time.Time
-}
-
-// DeadLetterIgnoreParams are the inputs of DeadLetterIgnore.
-type DeadLetterIgnoreParams struct {
-	ID  uuid.UUID
-	Now time.Time
 }
 
 // DeadLettersRecoverParams are the inputs of DeadLettersRecover.

@@ -44,7 +44,7 @@ type EventStore interface {
 
 	// SubscriptionsRegister records which perspectives apply which event
 	// types. Additive and idempotent; affects appends made after it returns.
-	// Subscriptions of a retired perspective (see AdminStore) are ignored.
+	// Subscriptions of a retired perspective (see Admin) are ignored.
 	SubscriptionsRegister(ctx context.Context, subscriptions []Subscription) error
 }
 

@@ -23,10 +23,6 @@ type RewindStore interface {
 	// it is a no-op.
 	StreamLockRelease(ctx context.Context, params *StreamLockParams) error
 
-	// StreamLocks returns the unexpired lock holder of each listed pair of a
-	// stream, keyed by perspective.
-	StreamLocks(ctx context.Context, params *StreamLocksParams) (map[string]StreamLock, error)
-
 	// StreamsWithEventTypes returns ids of streams having at least one event
 	// of any listed type, greater than After in byte order, ascending, at
 	// most Limit when positive: pages for a rebuild.
@@ -47,19 +43,6 @@ type StreamLockParams struct {
 	Reason   string
 	Duration time.Duration
 	Now      time.Time
-}
-
-// StreamLocksParams are the inputs of StreamLocks.
-type StreamLocksParams struct {
-	StreamID uuid.UUID
-	Now      time.Time
-}
-
-// StreamLock is the holder of a (stream, perspective) lock.
-type StreamLock struct {
-	InstanceID uuid.UUID
-	Reason     string
-	Expiry     time.Time
 }
 
 // StreamsWithEventTypesParams are the inputs of StreamsWithEventTypes.

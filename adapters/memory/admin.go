@@ -9,7 +9,7 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
-// PerspectiveRetire implements ports.AdminStore. It walks every stream, and
+// PerspectiveRetire implements ports.Admin. It walks every stream, and
 // with DropState every snapshot pair: an operator's action is rare, so no
 // index by perspective is kept for it. Rows held by instances are deleted
 // like the others (their holders' completions and failures of them then
@@ -84,7 +84,7 @@ func (s *Store) PerspectiveRetire(ctx context.Context, params *ports.Perspective
 	return result, nil
 }
 
-// PerspectiveRevive implements ports.AdminStore. Its subscriptions stay
+// PerspectiveRevive implements ports.Admin. Its subscriptions stay
 // deleted until registered again.
 func (s *Store) PerspectiveRevive(ctx context.Context, perspective string) error {
 	if err := s.lock(ctx); err != nil {
@@ -96,7 +96,7 @@ func (s *Store) PerspectiveRevive(ctx context.Context, perspective string) error
 	return nil
 }
 
-// PerspectivesRetired implements ports.AdminStore. The slice is never nil.
+// PerspectivesRetired implements ports.Admin. The slice is never nil.
 func (s *Store) PerspectivesRetired(ctx context.Context) ([]string, error) {
 	if err := s.lock(ctx); err != nil {
 		return nil, err

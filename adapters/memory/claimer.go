@@ -102,7 +102,7 @@ func (s *Store) deleteInstance(id uuid.UUID) {
 	delete(s.instances, id)
 }
 
-// InstancesList implements ports.WorkClaimer: the recorded instances, ordered
+// InstancesList implements ports.Admin: the recorded instances, ordered
 // by id.
 func (s *Store) InstancesList(ctx context.Context) ([]ports.Instance, error) {
 	if err := s.lock(ctx); err != nil {

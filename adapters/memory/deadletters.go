@@ -105,7 +105,7 @@ func (s *Store) sortedDeadLetters(keep func(dl *deadLetter) bool) []*deadLetter 
 	return out
 }
 
-// DeadLetterRequeue implements ports.DeadLetterStore. The row comes back
+// DeadLetterRequeue implements ports.Admin. The row comes back
 // with its original work id, pending, unleased, unscheduled and with zero
 // attempts, and listeners are woken. If the pair's cursor is past the event,
 // the row is late and the cursor is flagged RewindRequired (the trigger keeps
@@ -182,7 +182,7 @@ func (s *Store) recoverDeadLetter(id uuid.UUID, now time.Time) {
 	}
 }
 
-// DeadLetterIgnore implements ports.DeadLetterStore. Ignoring an ignored dead
+// DeadLetterIgnore implements ports.Admin. Ignoring an ignored dead
 // letter changes nothing, its ResolvedAt included. It returns
 // ports.ErrNotFound for an unknown id and ports.ErrVersionConflict for a dead
 // letter that is requeued or recovered.

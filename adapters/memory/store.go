@@ -193,7 +193,7 @@ var (
 	_ ports.LifecycleStore  = (*Store)(nil)
 	_ ports.RewindStore     = (*Store)(nil)
 	_ ports.SnapshotStore   = (*Store)(nil)
-	_ ports.AdminStore      = (*Store)(nil)
+	_ ports.Admin           = (*Store)(nil)
 )
 
 // New returns an empty Store configured by opts. It starts nothing: the store

@@ -251,7 +251,7 @@ func (s *Store) InstanceDeregister(ctx context.Context, instanceID uuid.UUID) er
 const sqlInstancesList = `SELECT instance_id, service_name, host_name, process_id, metadata, started_at, last_heartbeat_at
 FROM /* SCHEMA */.vantage_instances ORDER BY instance_id`
 
-// InstancesList implements ports.WorkClaimer.
+// InstancesList implements ports.Admin.
 func (s *Store) InstancesList(ctx context.Context) ([]ports.Instance, error) {
 	if err := s.ready(ctx); err != nil {
 		return nil, err

@@ -252,7 +252,7 @@ dl AS (
 ` + sqlRequeue + `
 SELECT (SELECT count(*) FROM dl), (SELECT status FROM prior), (SELECT count(*) FROM notified)`
 
-// DeadLetterRequeue implements ports.DeadLetterStore in one statement. The
+// DeadLetterRequeue implements ports.Admin in one statement. The
 // row comes back with its original work id, pending, unleased, unscheduled
 // and with zero attempts, and listeners are woken on commit. If the pair's
 // cursor is past the event (LastVersion greater than the event's version),
@@ -311,7 +311,7 @@ ignored AS (
 )
 SELECT (SELECT count(*) FROM ignored), (SELECT status FROM prior)`
 
-// DeadLetterIgnore implements ports.DeadLetterStore in one statement.
+// DeadLetterIgnore implements ports.Admin in one statement.
 // Ignoring an ignored dead letter changes nothing (ResolvedAt stays the
 // first time). It returns ports.ErrNotFound for an unknown id and
 // ports.ErrVersionConflict for a dead letter that is requeued or recovered.

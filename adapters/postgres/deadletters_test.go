@@ -22,7 +22,7 @@ func TestDeadLetterLifecycle(t *testing.T) {
 	ctx := t.Context()
 	b := setup(t)
 	subscribe(t, b, testPerspective)
-	dls := b.backend.DeadLetters
+	dls, admin := b.backend.DeadLetters, b.backend.Admin
 	stream, inst := newUUID(t), uuid.New()
 	_, err := b.backend.Events.EventsAppend(ctx, &ports.EventsAppendParams{StreamID: stream, Events: newEvents(1), Now: base})
 	require.NoError(t, err)
@@ -60,8 +60,8 @@ func TestDeadLetterLifecycle(t *testing.T) {
 	_, err = dls.DeadLettersList(ctx, &ports.DeadLettersListParams{Status: "lost"})
 	require.ErrorIs(t, err, ports.ErrInvalidArgument)
 
-	require.NoError(t, dls.DeadLetterIgnore(ctx, &ports.DeadLetterIgnoreParams{ID: dl.ID, Now: base.Add(2 * time.Second)}))
-	require.NoError(t, dls.DeadLetterIgnore(ctx, &ports.DeadLetterIgnoreParams{ID: dl.ID, Now: base.Add(3 * time.Second)}), "idempotent")
+	require.NoError(t, admin.DeadLetterIgnore(ctx, &ports.DeadLetterIgnoreParams{ID: dl.ID, Now: base.Add(2 * time.Second)}))
+	require.NoError(t, admin.DeadLetterIgnore(ctx, &ports.DeadLetterIgnoreParams{ID: dl.ID, Now: base.Add(3 * time.Second)}), "idempotent")
 	ignored := list(ports.DeadLetterIgnored)
 	require.Len(t, ignored, 1)
 	require.Equal(t, base.Add(2*time.Second), ignored[0].ResolvedAt, "resolved when first ignored")
@@ -69,19 +69,19 @@ func TestDeadLetterLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, recovered, "recovery never retries an ignored dead letter")
 
-	require.NoError(t, dls.DeadLetterRequeue(ctx, &ports.DeadLetterRequeueParams{ID: dl.ID, Generation: "g2", Now: base.Add(4 * time.Second)}))
+	require.NoError(t, admin.DeadLetterRequeue(ctx, &ports.DeadLetterRequeueParams{ID: dl.ID, Generation: "g2", Now: base.Add(4 * time.Second)}))
 	requeued := list(ports.DeadLetterRequeued)
 	require.Len(t, requeued, 1)
 	require.Equal(t, 1, requeued[0].Requeues)
 	require.Equal(t, "g2", requeued[0].RequeueGeneration)
 	require.Equal(t, base.Add(4*time.Second), requeued[0].RequeuedAt)
 	require.Zero(t, requeued[0].ResolvedAt)
-	err = dls.DeadLetterRequeue(ctx, &ports.DeadLetterRequeueParams{ID: dl.ID, Now: base.Add(5 * time.Second)})
+	err = admin.DeadLetterRequeue(ctx, &ports.DeadLetterRequeueParams{ID: dl.ID, Now: base.Add(5 * time.Second)})
 	require.ErrorIs(t, err, ports.ErrVersionConflict, "a requeued dead letter is not requeued again")
-	err = dls.DeadLetterIgnore(ctx, &ports.DeadLetterIgnoreParams{ID: dl.ID, Now: base.Add(5 * time.Second)})
+	err = admin.DeadLetterIgnore(ctx, &ports.DeadLetterIgnoreParams{ID: dl.ID, Now: base.Add(5 * time.Second)})
 	require.ErrorIs(t, err, ports.ErrVersionConflict)
-	require.ErrorIs(t, dls.DeadLetterIgnore(ctx, &ports.DeadLetterIgnoreParams{ID: uuid.New()}), ports.ErrNotFound)
-	require.ErrorIs(t, dls.DeadLetterRequeue(ctx, &ports.DeadLetterRequeueParams{ID: uuid.New()}), ports.ErrNotFound)
+	require.ErrorIs(t, admin.DeadLetterIgnore(ctx, &ports.DeadLetterIgnoreParams{ID: uuid.New()}), ports.ErrNotFound)
+	require.ErrorIs(t, admin.DeadLetterRequeue(ctx, &ports.DeadLetterRequeueParams{ID: uuid.New()}), ports.ErrNotFound)
 
 	// Dead-lettered again, on g2: the same dead letter, dead again.
 	work = fetch(base.Add(5 * time.Second))
@@ -218,7 +218,7 @@ func TestDebugCompletionRecoversDeadLetter(t *testing.T) {
 	dl, moved, err := b.backend.DeadLetters.DeadLetterMove(ctx, &ports.DeadLetterMoveParams{WorkID: fetch().WorkID, InstanceID: inst, Reason: ports.ReasonFailed, Now: base})
 	require.NoError(t, err)
 	require.True(t, moved)
-	require.NoError(t, b.backend.DeadLetters.DeadLetterRequeue(ctx, &ports.DeadLetterRequeueParams{ID: dl.ID, Now: base}))
+	require.NoError(t, b.backend.Admin.DeadLetterRequeue(ctx, &ports.DeadLetterRequeueParams{ID: dl.ID, Now: base}))
 	w := fetch()
 
 	_, err = b.backend.Cursors.WorkComplete(ctx, &ports.WorkCompleteParams{InstanceID: inst, DebugMode: true, Now: base.Add(time.Minute), Completions: []ports.Completion{{

@@ -92,7 +92,7 @@ func TestRevertRefusesWhileInstancesAreLive(t *testing.T) {
 		require.ErrorContains(t, err, first.String())
 		require.ErrorContains(t, err, "RevertParams.Force", "the error says how to revert anyway")
 		require.Equal(t, tb.m.Latest(), version(t, tb.m), "nothing is reverted")
-		_, err = tb.store.Claimer.InstancesList(t.Context())
+		_, err = tb.store.Admin.InstancesList(t.Context())
 		require.NoError(t, err, "the instances' tables are there")
 	})
 

@@ -168,7 +168,7 @@ func TestStartStopLifecycle(t *testing.T) {
 	require.True(t, w.IsIdle(), "a new worker is idle")
 	require.NoError(t, w.Start(t.Context()))
 	require.NoError(t, w.Start(t.Context()), "second Start is a no-op")
-	instances, err := b.Claimer.InstancesList(t.Context())
+	instances, err := b.Admin.InstancesList(t.Context())
 	require.NoError(t, err)
 	require.Len(t, instances, 1)
 	require.Equal(t, w.InstanceID(), instances[0].ID)
@@ -176,7 +176,7 @@ func TestStartStopLifecycle(t *testing.T) {
 	require.NoError(t, w.Stop(t.Context()))
 	require.NoError(t, w.Stop(t.Context()), "second Stop is a no-op")
 	require.ErrorIs(t, w.Start(t.Context()), core.ErrStopped)
-	instances, err = b.Claimer.InstancesList(t.Context())
+	instances, err = b.Admin.InstancesList(t.Context())
 	require.NoError(t, err)
 	require.Empty(t, instances, "Stop deregisters the instance")
 
