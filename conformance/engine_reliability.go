@@ -289,6 +289,7 @@ func (f *flakyBackend) fail(left *atomic.Int64, what string) error {
 
 func (f *flakyBackend) wrap(b ports.Backend) ports.Backend {
 	b.Models = flakyModels{f, b.Models}
+	b.ModelBatch = nil // every load and save meets the failures
 	b.Fetcher = flakyFetcher{f, b.Fetcher}
 	b.Cursors = flakyCursors{f, b.Cursors}
 	return b

@@ -112,9 +112,8 @@ func runModelBatch(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 	const port = "ModelBatchStore"
 	batch := func(t *testing.T, b ports.Backend) ports.ModelBatchStore {
 		t.Helper()
-		mb, ok := b.Models.(ports.ModelBatchStore)
-		require.True(t, ok, "every handle of the backend implements ports.ModelBatchStore")
-		return mb
+		require.NotNil(t, b.ModelBatch, "every handle of the backend sets Backend.ModelBatch")
+		return b.ModelBatch
 	}
 
 	optionalGroup(t, "ModelLoadMany", port, implemented, map[string]func(t *testing.T){

@@ -91,16 +91,15 @@ func (c *combiner[Req, Res]) sendBatch(ctx context.Context, batch []*combined[Re
 // modelCombineLimit bounds the pairs of one batched model load or save.
 const modelCombineLimit = 256
 
-// modelBatches groups model loads and saves when the backend's model store
-// implements ports.ModelBatchStore.
+// modelBatches groups model loads and saves when the backend has a
+// ports.ModelBatchStore (Backend.ModelBatch).
 type modelBatches struct {
 	loads *combiner[ports.Pair, ports.StoredModel]
 	saves *combiner[*ports.ModelSaveParams, error]
 }
 
-func newModelBatches(store ports.ModelStore, timeout time.Duration) *modelBatches {
-	mb, ok := store.(ports.ModelBatchStore)
-	if !ok {
+func newModelBatches(mb ports.ModelBatchStore, timeout time.Duration) *modelBatches {
+	if mb == nil {
 		return nil
 	}
 	return &modelBatches{

@@ -65,7 +65,7 @@ func (c *modelCache) drop(k pairKey) {
 // loadModel returns the pair's model at position, the cursor position the
 // fetch read: from the cache when this instance saved it last, else from
 // the store (ports.ErrNotFound when none), grouped with concurrent loads
-// when the store implements ports.ModelBatchStore. A cached model at
+// when the backend has a ports.ModelBatchStore. A cached model at
 // another position is stale (another instance moved the pair since) and is
 // never handed to an apply.
 func (w *Worker) loadModel(ctx context.Context, k pairKey, position int64) (ports.StoredModel, error) {
@@ -83,7 +83,7 @@ func (w *Worker) loadModel(ctx context.Context, k pairKey, position int64) (port
 
 // saveModel saves a model with its cursor and keeps it in the cache; a
 // failed save drops the cache entry. Concurrent saves go together in one
-// call when the store implements ports.ModelBatchStore.
+// call when the backend has a ports.ModelBatchStore.
 func (w *Worker) saveModel(ctx context.Context, p *ports.ModelSaveParams) error {
 	k := pairKey{stream: p.StreamID, perspective: p.Perspective}
 	save := w.backend.Models.ModelSave

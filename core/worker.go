@@ -189,7 +189,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	w.wakes = newWakes(w)
 	w.faults = newFaultLog(w.log, w.clock)
 	w.models = newModelCache(o.ModelCacheSize)
-	w.batches = newModelBatches(backend.Models, backendCallTimeout)
+	w.batches = newModelBatches(backend.ModelBatch, backendCallTimeout)
 	w.idle.Store(true)
 	for range o.MaxConcurrentDrainConsumers {
 		w.consumerWakes = append(w.consumerWakes, make(chan struct{}, 1))

@@ -16,6 +16,7 @@ type Backend struct {
 	DeadLetters DeadLetterStore
 	Events      EventStore
 	Models      ModelStore
+	ModelBatch  ModelBatchStore
 	Lifecycle   LifecycleStore
 	Rewind      RewindStore
 	Snapshots   SnapshotStore

@@ -21,11 +21,12 @@ type ModelStore interface {
 	ModelSave(ctx context.Context, params *ModelSaveParams) error
 }
 
-// ModelBatchStore is an optional extension of ModelStore: it loads and
-// saves the models of many pairs in one round trip. When the Models port
-// also implements it, the engine groups the loads and the saves of the pairs
-// it drains concurrently into calls of these methods (one commit for many
-// saves instead of one each).
+// ModelBatchStore is an optional port next to ModelStore, on the same
+// models: it loads and saves the models of many pairs in one round trip.
+// When Backend.ModelBatch is set, the engine groups the loads and the saves
+// of the pairs it drains concurrently into calls of these methods (one
+// commit for many saves instead of one each); without it, it calls
+// ModelStore once per pair.
 type ModelBatchStore interface {
 	// ModelLoadMany returns the stored models of the given pairs, in no
 	// particular order; pairs without a stored model are absent from the

@@ -190,6 +190,7 @@ var (
 	_ ports.DeadLetterStore = (*Store)(nil)
 	_ ports.EventStore      = (*Store)(nil)
 	_ ports.ModelStore      = (*Store)(nil)
+	_ ports.ModelBatchStore = (*Store)(nil)
 	_ ports.LifecycleStore  = (*Store)(nil)
 	_ ports.RewindStore     = (*Store)(nil)
 	_ ports.SnapshotStore   = (*Store)(nil)
@@ -237,6 +238,7 @@ func (s *Store) Backend() ports.Backend {
 		DeadLetters: s,
 		Events:      s,
 		Models:      s,
+		ModelBatch:  s,
 		Lifecycle:   s,
 		Rewind:      s,
 		Snapshots:   s,

@@ -82,6 +82,7 @@ var (
 	_ ports.DeadLetterStore = (*Store)(nil)
 	_ ports.EventStore      = (*Store)(nil)
 	_ ports.ModelStore      = (*Store)(nil)
+	_ ports.ModelBatchStore = (*Store)(nil)
 )
 
 // New returns a Store on pool. It does not touch the database: SQL calls wait
@@ -145,6 +146,7 @@ func (s *Store) Backend() ports.Backend {
 		DeadLetters: s,
 		Events:      s,
 		Models:      s,
+		ModelBatch:  s,
 		Lifecycle:   s,
 		Rewind:      s,
 		Snapshots:   s,

@@ -175,6 +175,7 @@ func TestRedeliveredUnacknowledgedWorkIsDeduplicated(t *testing.T) {
 	cursors := &refusedCompletions{CursorStore: b.Cursors}
 	fetches := newRedeliveries(b.Fetcher)
 	b.Models, b.Cursors, b.Fetcher = models, cursors, fetches
+	b.ModelBatch = nil // every load goes through loadCounter
 	cursors.refusing.Store(true)
 	observer := newDedupRecorder()
 	var applies atomic.Int64

@@ -312,6 +312,7 @@ func TestPerspectiveBatchSizeChunksSaves(t *testing.T) {
 	b := memory.New(memory.Options{}).Backend()
 	models := &countingModels{ModelStore: b.Models}
 	b.Models = models
+	b.ModelBatch = nil // every save goes through countingModels
 	reg := testRegistry(t)
 	stream := uuid.New()
 	// Appended before the worker starts, so one fetch sees all ten.
