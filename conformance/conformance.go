@@ -80,7 +80,7 @@ func runPorts(t *testing.T, newBackend NewBackendFunc, features Features) {
 	runClaimer(t, newBackend)
 	runFetcher(t, newBackend)
 	runCursors(t, newBackend)
-	runNotifier(t, newBackend)
+	runNotifier(t, newBackend, probe.Notifier != nil)
 	runDeadLetters(t, newBackend, admin)
 	runEvents(t, newBackend)
 	runModels(t, newBackend)

@@ -305,7 +305,9 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("starting worker: %w", err)
 	}
 	w.started = true
-	if wakes, err := w.backend.Notifier.NotifierListen(runCtx); err != nil {
+	if w.backend.Notifier == nil {
+		w.log.InfoContext(ctx, "backend has no notifier; polling only")
+	} else if wakes, err := w.backend.Notifier.NotifierListen(runCtx); err != nil {
 		w.log.WarnContext(ctx, "notifications unavailable; polling only", slog.Any("error", err))
 	} else {
 		w.listening.Store(true)
@@ -503,7 +505,7 @@ func heartbeatDelay(interval time.Duration, now, nextStaleAt time.Time) time.Dur
 }
 
 func (w *Worker) notificationsHealthy() bool {
-	return w.listening.Load() && w.backend.Notifier.NotifierHealthy()
+	return w.listening.Load() && w.backend.Notifier != nil && w.backend.Notifier.NotifierHealthy()
 }
 
 func (w *Worker) listenLoop(ctx context.Context, wakes <-chan ports.Wake) {

@@ -6,8 +6,10 @@ import (
 )
 
 // Backend bundles the ports one engine instance needs. Adapters return one
-// from their Backend method. Lifecycle, Rewind, Snapshots and Admin are
-// optional: the engine degrades gracefully without them (see their docs).
+// from their Backend method. Claimer, Fetcher, Cursors, DeadLetters, Events
+// and Models are required; Notifier, ModelBatch, Lifecycle, Rewind,
+// Snapshots and Admin are optional: the engine degrades gracefully without
+// them (see their docs and the package doc).
 type Backend struct {
 	Claimer     WorkClaimer
 	Fetcher     EventFetcher
@@ -23,7 +25,7 @@ type Backend struct {
 	Admin       Admin
 }
 
-// Validate reports, by name, every port that is missing.
+// Validate reports, by name, every required port that is missing.
 func (b Backend) Validate() error {
 	var errs []error
 	check := func(name string, missing bool) {
@@ -34,7 +36,6 @@ func (b Backend) Validate() error {
 	check("Claimer", b.Claimer == nil)
 	check("Fetcher", b.Fetcher == nil)
 	check("Cursors", b.Cursors == nil)
-	check("Notifier", b.Notifier == nil)
 	check("DeadLetters", b.DeadLetters == nil)
 	check("Events", b.Events == nil)
 	check("Models", b.Models == nil)

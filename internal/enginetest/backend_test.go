@@ -67,3 +67,24 @@ func TestWrappedModelsKeepBatching(t *testing.T) {
 		require.Equal(t, 3, loadTotal(t, b, s).Sum)
 	}
 }
+
+// TestWithoutNotifierPolls runs the engine on a backend without a Notifier:
+// New accepts it, and the worker finds appended events by polling.
+func TestWithoutNotifierPolls(t *testing.T) {
+	t.Parallel()
+
+	b := memory.New(memory.Options{}).Backend()
+	b.Notifier = nil
+	reg := testRegistry(t)
+	opts := quietOptions(t) // polls every 10ms
+	processed := reportProcessed(&opts, 16)
+	startWorker(t, b, reg, opts)
+	stream := uuid.New()
+	appendAdded(t, reg, b, stream, 1, 2) // after Start: only a poll finds them
+
+	for reached := int64(0); reached < 2; {
+		reached = max(reached, waitFor(t, processed, "the events applied by polling").LastVersion)
+	}
+	require.Equal(t, 3, loadTotal(t, b, stream).Sum)
+	require.NoError(t, b.Validate(), "the Notifier is optional")
+}

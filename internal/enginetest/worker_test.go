@@ -150,6 +150,7 @@ func TestNewValidates(t *testing.T) {
 	_, err := core.New(ports.Backend{}, reg, nil)
 	require.ErrorContains(t, err, "ports.Backend.Claimer is nil")
 	require.ErrorContains(t, err, "ports.Backend.Models is nil")
+	require.NotContains(t, err.Error(), "Notifier", "the Notifier is optional")
 
 	b := memory.New(memory.Options{}).Backend()
 	_, err = core.New(b, nil, nil)
