@@ -81,7 +81,7 @@ func TestModuleRunsTheWorker(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the fx-started worker did not apply the event")
 	}
-	m, err := backend.Models.ModelLoad(t.Context(), stream, "notes")
+	m, err := backend.Models.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: stream, Perspective: "notes"})
 	require.NoError(t, err)
 	var n notes
 	require.NoError(t, json.Unmarshal(m.Data, &n))

@@ -124,7 +124,7 @@ func runAdmin(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			}
 
 			require.Equal(t, ports.RetireResult{}, retire(t, tb.backend, perspective, false), "nothing to delete without DropState")
-			_, err := tb.backend.Models.ModelLoad(t.Context(), streams[0], perspective)
+			_, err := tb.backend.Models.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: streams[0], Perspective: perspective})
 			require.NoError(t, err, "the state stays without DropState")
 
 			res := retire(t, tb.backend, perspective, true)
@@ -137,12 +137,12 @@ func runAdmin(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			for _, stream := range streams {
 				_, exists := cursorOf(t, tb.backend, stream, perspective)
 				require.False(t, exists)
-				_, err := tb.backend.Models.ModelLoad(t.Context(), stream, perspective)
+				_, err := tb.backend.Models.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: stream, Perspective: perspective})
 				require.ErrorIs(t, err, ports.ErrNotFound)
 			}
 			for _, stream := range streams[:2] {
 				mustCursor(t, tb.backend, stream, perspective2)
-				_, err := tb.backend.Models.ModelLoad(t.Context(), stream, perspective2)
+				_, err := tb.backend.Models.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: stream, Perspective: perspective2})
 				require.NoError(t, err, "another perspective's state stays")
 			}
 			if snapshots {
@@ -177,7 +177,7 @@ func runAdmin(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			require.Equal(t, 1, appendWith(at(0), eventType), "its subscription is deleted")
 			require.Equal(t, 1, appendWith(at(time.Second), eventType, ports.Subscription{EventType: eventType, Perspective: perspective}),
 				"an append naming it does not register it")
-			require.NoError(t, tb.backend.Events.SubscriptionsRegister(t.Context(), []ports.Subscription{{EventType: eventType, Perspective: perspective}}))
+			require.NoError(t, tb.backend.Events.SubscriptionsRegister(t.Context(), &ports.SubscriptionsRegisterParams{Subscriptions: []ports.Subscription{{EventType: eventType, Perspective: perspective}}}))
 			require.Equal(t, 1, appendWith(at(2*time.Second), eventType), "nor does SubscriptionsRegister")
 			require.Equal(t, 1, appendWith(at(3*time.Second), otherType,
 				ports.Subscription{EventType: otherType, Perspective: perspective}, ports.Subscription{EventType: otherType, Perspective: perspective2},
@@ -207,7 +207,7 @@ func runAdmin(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			stream := newID(t)
 			retire(t, tb.backend, perspective, false)
 
-			require.NoError(t, tb.backend.Admin.PerspectiveRevive(t.Context(), perspective))
+			require.NoError(t, tb.backend.Admin.PerspectiveRevive(t.Context(), &ports.PerspectiveReviveParams{Perspective: perspective}))
 
 			require.Empty(t, retired(t, tb.backend))
 			require.Zero(t, appendEvents(t, tb.backend, stream, at(0), newEvent(eventType, 0)).WorkRows,
@@ -227,8 +227,8 @@ func runAdmin(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			tb := setup(t, newBackend)
 			subscribe(t, tb.backend, eventType, perspective)
 
-			require.NoError(t, tb.backend.Admin.PerspectiveRevive(t.Context(), perspective))
-			require.NoError(t, tb.backend.Admin.PerspectiveRevive(t.Context(), perspective2))
+			require.NoError(t, tb.backend.Admin.PerspectiveRevive(t.Context(), &ports.PerspectiveReviveParams{Perspective: perspective}))
+			require.NoError(t, tb.backend.Admin.PerspectiveRevive(t.Context(), &ports.PerspectiveReviveParams{Perspective: perspective2}))
 
 			require.Empty(t, retired(t, tb.backend))
 			require.Equal(t, 1, appendEvents(t, tb.backend, newID(t), at(0), newEvent(eventType, 0)).WorkRows, "its subscriptions stay")
@@ -245,7 +245,7 @@ func runAdmin(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			}
 			require.Equal(t, []string{"audit", perspective, perspective2}, retired(t, tb.backend))
 
-			require.NoError(t, tb.backend.Admin.PerspectiveRevive(t.Context(), perspective))
+			require.NoError(t, tb.backend.Admin.PerspectiveRevive(t.Context(), &ports.PerspectiveReviveParams{Perspective: perspective}))
 			require.Equal(t, []string{"audit", perspective2}, retired(t, tb.backend))
 		},
 	})

@@ -27,7 +27,7 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, []uuid.UUID{stream}, a.claim(t, at(0)))
 			b.heartbeat(t, at(time.Second))
 
-			require.NoError(t, a.b.Claimer.InstanceDeregister(t.Context(), a.id))
+			require.NoError(t, a.b.Claimer.InstanceDeregister(t.Context(), &ports.InstanceDeregisterParams{InstanceID: a.id}))
 
 			if list, ok := instances(t, tb.backend); ok {
 				require.Len(t, list, 1)
@@ -50,7 +50,7 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, []uuid.UUID{stream}, a.claim(t, at(0)))
 			b.heartbeat(t, at(time.Second))
 
-			require.NoError(t, a.b.Claimer.InstanceDeregister(t.Context(), a.id))
+			require.NoError(t, a.b.Claimer.InstanceDeregister(t.Context(), &ports.InstanceDeregisterParams{InstanceID: a.id}))
 
 			res := b.fetch(t, at(2*time.Second), stream)
 			require.Len(t, res.Work, 4)
@@ -61,7 +61,7 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			a := tb.instance(t)
 			a.heartbeat(t, at(0))
 
-			require.NoError(t, tb.backend.Claimer.InstanceDeregister(t.Context(), newID(t)))
+			require.NoError(t, tb.backend.Claimer.InstanceDeregister(t.Context(), &ports.InstanceDeregisterParams{InstanceID: newID(t)}))
 
 			if list, ok := instances(t, tb.backend); ok {
 				require.Len(t, list, 1)

@@ -517,9 +517,9 @@ func (f *deadLetterFixture) recoverAll(t *testing.T, now time.Time) {
 func (in *instance) moveWith(t *testing.T, p ports.DeadLetterMoveParams) (ports.DeadLetter, bool) {
 	t.Helper()
 	p.InstanceID = in.id
-	dl, moved, err := in.b.DeadLetters.DeadLetterMove(t.Context(), &p)
+	res, err := in.b.DeadLetters.DeadLetterMove(t.Context(), &p)
 	require.NoError(t, err)
-	return dl, moved
+	return res.DeadLetter, res.Moved
 }
 
 // listDeadLetters lists dead letters filtered by p.

@@ -235,7 +235,7 @@ func appendTicks(t *testing.T, reg *core.Registry, b ports.Backend, stream uuid.
 func loadModel[M any](t *testing.T, b ports.Backend, stream uuid.UUID, perspective string) M {
 	t.Helper()
 	var m M
-	stored, err := b.Models.ModelLoad(t.Context(), stream, perspective)
+	stored, err := b.Models.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: stream, Perspective: perspective})
 	if errors.Is(err, ports.ErrNotFound) {
 		return m
 	}
@@ -405,11 +405,12 @@ func (c killClaimer) InstanceHeartbeat(ctx context.Context, p *ports.InstanceHea
 	return c.WorkClaimer.InstanceHeartbeat(ctx, p)
 }
 
-func (c killClaimer) InstanceDeregister(ctx context.Context, id uuid.UUID) error {
+func (c killClaimer) InstanceDeregister(ctx context.Context, params *ports.InstanceDeregisterParams) error {
+	id := params.InstanceID
 	if err := c.k.err(); err != nil {
 		return err
 	}
-	return c.WorkClaimer.InstanceDeregister(ctx, id)
+	return c.WorkClaimer.InstanceDeregister(ctx, &ports.InstanceDeregisterParams{InstanceID: id})
 }
 
 func (c killClaimer) WorkClaim(ctx context.Context, p *ports.WorkClaimParams) (*ports.WorkClaimResult, error) {
@@ -462,9 +463,9 @@ type killDeadLetters struct {
 	ports.DeadLetterStore
 }
 
-func (d killDeadLetters) DeadLetterMove(ctx context.Context, p *ports.DeadLetterMoveParams) (ports.DeadLetter, bool, error) {
+func (d killDeadLetters) DeadLetterMove(ctx context.Context, p *ports.DeadLetterMoveParams) (*ports.DeadLetterMoveResult, error) {
 	if err := d.k.err(); err != nil {
-		return ports.DeadLetter{}, false, err
+		return nil, err
 	}
 	return d.DeadLetterStore.DeadLetterMove(ctx, p)
 }
@@ -474,11 +475,12 @@ type killModels struct {
 	ports.ModelStore
 }
 
-func (m killModels) ModelLoad(ctx context.Context, s uuid.UUID, p string) (ports.StoredModel, error) {
+func (m killModels) ModelLoad(ctx context.Context, params *ports.ModelLoadParams) (ports.StoredModel, error) {
+	s, p := params.StreamID, params.Perspective
 	if err := m.k.err(); err != nil {
 		return ports.StoredModel{}, err
 	}
-	return m.ModelStore.ModelLoad(ctx, s, p)
+	return m.ModelStore.ModelLoad(ctx, &ports.ModelLoadParams{StreamID: s, Perspective: p})
 }
 
 func (m killModels) ModelSave(ctx context.Context, p *ports.ModelSaveParams) error {

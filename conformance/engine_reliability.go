@@ -300,11 +300,12 @@ type flakyModels struct {
 	ports.ModelStore
 }
 
-func (m flakyModels) ModelLoad(ctx context.Context, s uuid.UUID, p string) (ports.StoredModel, error) {
+func (m flakyModels) ModelLoad(ctx context.Context, params *ports.ModelLoadParams) (ports.StoredModel, error) {
+	s, p := params.StreamID, params.Perspective
 	if err := m.f.fail(&m.f.loads, "loading model"); err != nil {
 		return ports.StoredModel{}, err
 	}
-	return m.ModelStore.ModelLoad(ctx, s, p)
+	return m.ModelStore.ModelLoad(ctx, &ports.ModelLoadParams{StreamID: s, Perspective: p})
 }
 
 func (m flakyModels) ModelSave(ctx context.Context, p *ports.ModelSaveParams) error {

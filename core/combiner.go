@@ -104,7 +104,7 @@ func newModelBatches(mb ports.ModelBatchStore, timeout time.Duration) *modelBatc
 	}
 	return &modelBatches{
 		loads: newCombiner(2, modelCombineLimit, timeout, func(ctx context.Context, pairs []ports.Pair) ([]ports.StoredModel, error) {
-			found, err := mb.ModelLoadMany(ctx, pairs)
+			found, err := mb.ModelLoadMany(ctx, &ports.ModelLoadManyParams{Pairs: pairs})
 			if err != nil {
 				return nil, err
 			}
@@ -118,7 +118,9 @@ func newModelBatches(mb ports.ModelBatchStore, timeout time.Duration) *modelBatc
 			}
 			return out, nil
 		}),
-		saves: newCombiner(2, modelCombineLimit, timeout, mb.ModelSaveMany),
+		saves: newCombiner(2, modelCombineLimit, timeout, func(ctx context.Context, saves []*ports.ModelSaveParams) ([]error, error) {
+			return mb.ModelSaveMany(ctx, &ports.ModelSaveManyParams{Saves: saves})
+		}),
 	}
 }
 

@@ -205,7 +205,7 @@ func (w *Worker) eventFailed(ctx context.Context, k pairKey, row ports.WorkItem,
 		return failureRetry
 	}
 	reason := failureReason(cause)
-	dl, moved, err := w.backend.DeadLetters.DeadLetterMove(ctx, &ports.DeadLetterMoveParams{
+	res, err := w.backend.DeadLetters.DeadLetterMove(ctx, &ports.DeadLetterMoveParams{
 		WorkID:     row.WorkID,
 		InstanceID: w.opts.InstanceID,
 		Generation: w.opts.Generation,
@@ -218,8 +218,8 @@ func (w *Worker) eventFailed(ctx context.Context, k pairKey, row ports.WorkItem,
 		w.infraFailed(ctx, k, "moving work to dead letters", err)
 		return failureInfra
 	}
-	if moved {
-		w.deadLettered(ctx, dl)
+	if res.Moved {
+		w.deadLettered(ctx, res.DeadLetter)
 	}
 	return failureDeadLettered
 }
@@ -322,7 +322,7 @@ func (w *Worker) deadLetterRows(ctx context.Context, rows []ports.WorkItem, matc
 			keep = append(keep, r)
 			continue
 		}
-		dl, moved, err := w.backend.DeadLetters.DeadLetterMove(ctx, &ports.DeadLetterMoveParams{
+		res, err := w.backend.DeadLetters.DeadLetterMove(ctx, &ports.DeadLetterMoveParams{
 			WorkID:     r.WorkID,
 			InstanceID: w.opts.InstanceID,
 			Generation: w.opts.Generation,
@@ -334,8 +334,8 @@ func (w *Worker) deadLetterRows(ctx context.Context, rows []ports.WorkItem, matc
 		if err != nil {
 			return nil, err
 		}
-		if moved {
-			w.deadLettered(ctx, dl)
+		if res.Moved {
+			w.deadLettered(ctx, res.DeadLetter)
 		}
 	}
 	return keep, nil

@@ -78,7 +78,7 @@ func (w *Worker) loadModel(ctx context.Context, k pairKey, position int64) (port
 	if w.batches != nil {
 		return w.batches.load(ctx, k)
 	}
-	return w.backend.Models.ModelLoad(ctx, k.stream, k.perspective)
+	return w.backend.Models.ModelLoad(ctx, &ports.ModelLoadParams{StreamID: k.stream, Perspective: k.perspective})
 }
 
 // saveModel saves a model with its cursor and keeps it in the cache; a

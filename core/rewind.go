@@ -336,7 +336,7 @@ func (w *Worker) replay(ctx context.Context, p perspective, key pairKey, trigger
 	var res replayResult
 	// A rewind reads the store, not the cache: it starts from the truth.
 	w.models.drop(key)
-	stored, err := w.backend.Models.ModelLoad(ctx, key.stream, key.perspective)
+	stored, err := w.backend.Models.ModelLoad(ctx, &ports.ModelLoadParams{StreamID: key.stream, Perspective: key.perspective})
 	if err != nil && !errors.Is(err, ports.ErrNotFound) {
 		return res, fmt.Errorf("loading model: %w", err)
 	}
@@ -347,7 +347,7 @@ func (w *Worker) replay(ctx context.Context, p perspective, key pairKey, trigger
 	lastID, lastVersion := uuid.Nil, int64(0)
 	snaps := w.backend.Snapshots
 	if snaps != nil && trigger > 0 {
-		snap, err := snaps.SnapshotLatestBefore(ctx, key.stream, key.perspective, trigger)
+		snap, err := snaps.SnapshotLatestBefore(ctx, &ports.SnapshotLatestBeforeParams{StreamID: key.stream, Perspective: key.perspective, Version: trigger})
 		switch {
 		case err == nil:
 			if model, err = p.decodeModel(snap.Data); err != nil {
@@ -358,7 +358,7 @@ func (w *Worker) replay(ctx context.Context, p perspective, key pairKey, trigger
 			return res, fmt.Errorf("loading snapshot: %w", err)
 		}
 		// Snapshots at or past the trigger no longer describe history.
-		if _, err := snaps.SnapshotsDeleteFrom(ctx, key.stream, key.perspective, trigger); err != nil {
+		if _, err := snaps.SnapshotsDeleteFrom(ctx, &ports.SnapshotsDeleteFromParams{StreamID: key.stream, Perspective: key.perspective, Version: trigger}); err != nil {
 			return res, fmt.Errorf("deleting stale snapshots: %w", err)
 		}
 	}
@@ -436,7 +436,7 @@ func (w *Worker) replay(ctx context.Context, p perspective, key pairKey, trigger
 			if err != nil {
 				return res, &replayFailure{event: e, cause: err}
 			}
-			if err := snaps.SnapshotSave(ctx, ports.Snapshot{StreamID: key.stream, Perspective: key.perspective, Version: e.Version, EventID: e.ID, Data: data, CreatedAt: w.now()}); err != nil {
+			if err := snaps.SnapshotSave(ctx, &ports.SnapshotSaveParams{Snapshot: ports.Snapshot{StreamID: key.stream, Perspective: key.perspective, Version: e.Version, EventID: e.ID, Data: data, CreatedAt: w.now()}}); err != nil {
 				return res, fmt.Errorf("saving snapshot: %w", err)
 			}
 		}
@@ -612,7 +612,7 @@ func (w *Worker) maybeSnapshot(ctx context.Context, key pairKey, from int64, las
 	if w.backend.Snapshots == nil || !w.snapshotDue(from, last.Version) {
 		return
 	}
-	err := w.backend.Snapshots.SnapshotSave(ctx, ports.Snapshot{StreamID: key.stream, Perspective: key.perspective, Version: last.Version, EventID: last.ID, Data: data, CreatedAt: w.now()})
+	err := w.backend.Snapshots.SnapshotSave(ctx, &ports.SnapshotSaveParams{Snapshot: ports.Snapshot{StreamID: key.stream, Perspective: key.perspective, Version: last.Version, EventID: last.ID, Data: data, CreatedAt: w.now()}})
 	if err != nil && ctx.Err() == nil {
 		w.log.WarnContext(ctx, "saving snapshot failed", slog.Any("error", err))
 	}
@@ -672,7 +672,7 @@ func (w *Worker) Rebuild(ctx context.Context, perspectiveName string, streams ..
 		defer unlock()
 		start := w.now()
 		if w.backend.Snapshots != nil {
-			if _, err := w.backend.Snapshots.SnapshotsDeleteFrom(ctx, stream, perspectiveName, 0); err != nil {
+			if _, err := w.backend.Snapshots.SnapshotsDeleteFrom(ctx, &ports.SnapshotsDeleteFromParams{StreamID: stream, Perspective: perspectiveName, Version: 0}); err != nil {
 				return fmt.Errorf("rebuilding stream %s: %w", stream, err)
 			}
 		}

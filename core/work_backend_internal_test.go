@@ -49,7 +49,8 @@ func nowOr(t time.Time) time.Time {
 	return t
 }
 
-func (b *workBackend) SubscriptionsRegister(_ context.Context, subs []ports.Subscription) error {
+func (b *workBackend) SubscriptionsRegister(_ context.Context, params *ports.SubscriptionsRegisterParams) error {
+	subs := params.Subscriptions
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, s := range subs {
@@ -85,7 +86,9 @@ func (b *workBackend) InstanceHeartbeat(context.Context, *ports.InstanceHeartbea
 	return &ports.InstanceHeartbeatResult{}, nil
 }
 
-func (b *workBackend) InstanceDeregister(context.Context, uuid.UUID) error { return nil }
+func (b *workBackend) InstanceDeregister(context.Context, *ports.InstanceDeregisterParams) error {
+	return nil
+}
 
 func (b *workBackend) InstancesList(context.Context) ([]ports.Instance, error) { return nil, nil }
 
@@ -231,8 +234,8 @@ func (b *workBackend) NotifierPublish(context.Context) error { return nil }
 
 func (b *workBackend) NotifierHealthy() bool { return false }
 
-func (b *workBackend) DeadLetterMove(context.Context, *ports.DeadLetterMoveParams) (ports.DeadLetter, bool, error) {
-	return ports.DeadLetter{}, false, nil
+func (b *workBackend) DeadLetterMove(context.Context, *ports.DeadLetterMoveParams) (*ports.DeadLetterMoveResult, error) {
+	return &ports.DeadLetterMoveResult{}, nil
 }
 
 func (b *workBackend) DeadLettersList(context.Context, *ports.DeadLettersListParams) ([]ports.DeadLetter, error) {
@@ -251,7 +254,8 @@ func (b *workBackend) DeadLettersRecover(context.Context, *ports.DeadLettersReco
 	return nil, nil
 }
 
-func (b *workBackend) ModelLoad(_ context.Context, stream uuid.UUID, perspective string) (ports.StoredModel, error) {
+func (b *workBackend) ModelLoad(_ context.Context, params *ports.ModelLoadParams) (ports.StoredModel, error) {
+	stream, perspective := params.StreamID, params.Perspective
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	m, ok := b.models[pairKey{stream: stream, perspective: perspective}]

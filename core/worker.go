@@ -382,7 +382,7 @@ func (w *Worker) shutdown(ctx context.Context) {
 	}
 	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), deregisterTimeout)
 	defer dcancel()
-	if err := w.backend.Claimer.InstanceDeregister(dctx, w.opts.InstanceID); err != nil {
+	if err := w.backend.Claimer.InstanceDeregister(dctx, &ports.InstanceDeregisterParams{InstanceID: w.opts.InstanceID}); err != nil {
 		w.log.ErrorContext(ctx, "deregistering instance", slog.Any("error", err))
 	}
 	w.cancelWork(ErrStopped)
@@ -810,7 +810,7 @@ func (w *Worker) caughtUp(ctx context.Context, streamID uuid.UUID, targets map[s
 		if !ok {
 			continue
 		}
-		m, err := w.backend.Models.ModelLoad(ctx, streamID, p)
+		m, err := w.backend.Models.ModelLoad(ctx, &ports.ModelLoadParams{StreamID: streamID, Perspective: p})
 		if errors.Is(err, ports.ErrNotFound) {
 			return false, nil
 		}

@@ -53,7 +53,7 @@ type Admin interface {
 	// subscriptions may be registered again (the next Worker.Start, or
 	// append through a registry that has it, registers them). Reviving a
 	// perspective that is not retired is a no-op.
-	PerspectiveRevive(ctx context.Context, perspective string) error
+	PerspectiveRevive(ctx context.Context, params *PerspectiveReviveParams) error
 
 	// PerspectivesRetired lists the retired perspectives, sorted.
 	PerspectivesRetired(ctx context.Context) ([]string, error)
@@ -65,6 +65,11 @@ type PerspectiveRetireParams struct {
 	// DropState deletes the perspective's cursors, models and snapshots
 	// too.
 	DropState bool
+}
+
+// PerspectiveReviveParams are the inputs of PerspectiveRevive.
+type PerspectiveReviveParams struct {
+	Perspective string
 }
 
 // DeadLetterRequeueParams are the inputs of DeadLetterRequeue.

@@ -62,7 +62,7 @@ type WorkClaimer interface {
 	// instance is a no-op. The released rows gain no attempt. A claim or
 	// fetch of the instance still running on the backend may lease rows
 	// after it: call it once those returned.
-	InstanceDeregister(ctx context.Context, instanceID uuid.UUID) error
+	InstanceDeregister(ctx context.Context, params *InstanceDeregisterParams) error
 
 	// WorkClaim leases work to the caller and returns the streams it should
 	// drain. Returns ErrInstanceNotAlive if the caller has no live heartbeat.
@@ -108,6 +108,11 @@ type InstanceHeartbeatParams struct {
 	Metadata       map[string]string
 	StaleThreshold time.Duration
 	Now            time.Time
+}
+
+// InstanceDeregisterParams are the inputs of InstanceDeregister.
+type InstanceDeregisterParams struct {
+	InstanceID uuid.UUID
 }
 
 // InstanceHeartbeatResult is the output of InstanceHeartbeat.

@@ -23,9 +23,10 @@ type DeadLetterStore interface {
 	// Admin.DeadLetterRequeue, that dead letter is updated instead of a new one
 	// recorded: same id, the new cause, attempts, instance, generation and
 	// time. Attempts is the row's, or params.Attempts when that is larger;
-	// an empty Error keeps the error the row recorded. It reports false,
-	// with no error, when the row is already gone (idempotent under retry).
-	DeadLetterMove(ctx context.Context, params *DeadLetterMoveParams) (DeadLetter, bool, error)
+	// an empty Error keeps the error the row recorded. It reports Moved
+	// false, with no error, when the row is already gone (idempotent under
+	// retry).
+	DeadLetterMove(ctx context.Context, params *DeadLetterMoveParams) (*DeadLetterMoveResult, error)
 	// DeadLettersList returns dead letters, oldest first (by the time they
 	// were last dead-lettered), filtered by the non-zero fields of params.
 	DeadLettersList(ctx context.Context, params *DeadLettersListParams) ([]DeadLetter, error)
@@ -53,6 +54,14 @@ type DeadLetterMoveParams struct {
 	// counts the apply that just failed, which the row never recorded.
 	Attempts int
 	Now      time.Time
+}
+
+// DeadLetterMoveResult is the output of DeadLetterMove.
+type DeadLetterMoveResult struct {
+	// DeadLetter is the dead letter as recorded; zero when Moved is false.
+	DeadLetter DeadLetter
+	// Moved is false when the row was already gone and nothing changed.
+	Moved bool
 }
 
 // DeadLettersListParams filter DeadLettersList.

@@ -45,7 +45,7 @@ type EventStore interface {
 	// SubscriptionsRegister records which perspectives apply which event
 	// types. Additive and idempotent; affects appends made after it returns.
 	// Subscriptions of a retired perspective (see Admin) are ignored.
-	SubscriptionsRegister(ctx context.Context, subscriptions []Subscription) error
+	SubscriptionsRegister(ctx context.Context, params *SubscriptionsRegisterParams) error
 }
 
 // ExpectNoStream is the ExpectedVersion that requires an empty stream.
@@ -88,6 +88,11 @@ func (p *EventsAppendParams) Validate() error {
 		}
 	}
 	return nil
+}
+
+// SubscriptionsRegisterParams are the inputs of SubscriptionsRegister.
+type SubscriptionsRegisterParams struct {
+	Subscriptions []Subscription
 }
 
 // EventsAppendResult is the output of EventsAppend.

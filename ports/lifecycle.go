@@ -48,7 +48,7 @@ type LifecycleStore interface {
 	// LifecycleStages returns the completed stages of each listed event that
 	// has any, StagePostPerspective excepted (it is recorded per
 	// perspective); events with none are absent.
-	LifecycleStages(ctx context.Context, eventIDs []uuid.UUID) (map[uuid.UUID]LifecycleStage, error)
+	LifecycleStages(ctx context.Context, params *LifecycleStagesParams) (map[uuid.UUID]LifecycleStage, error)
 
 	// LifecycleReady returns, in input order, the listed events that every
 	// perspective Expected lists for their type has applied: its cursor of
@@ -93,6 +93,11 @@ type LifecycleCompleteParams struct {
 	Perspective string
 	InstanceID  uuid.UUID
 	Now         time.Time
+}
+
+// LifecycleStagesParams are the inputs of LifecycleStages.
+type LifecycleStagesParams struct {
+	EventIDs []uuid.UUID
 }
 
 // LifecycleReadyParams are the inputs of LifecycleReady.

@@ -12,7 +12,7 @@ import (
 // stored model.
 type ModelStore interface {
 	// ModelLoad returns the stored model, or ErrNotFound.
-	ModelLoad(ctx context.Context, streamID uuid.UUID, perspective string) (StoredModel, error)
+	ModelLoad(ctx context.Context, params *ModelLoadParams) (StoredModel, error)
 	// ModelSave stores the model and moves the cursor to LastEventID and
 	// LastVersion in one atomic step (creating the cursor with status
 	// Processing when missing). ExpectedVersion is the cursor version the
@@ -28,16 +28,34 @@ type ModelStore interface {
 // commit for many saves instead of one each); without it, it calls
 // ModelStore once per pair.
 type ModelBatchStore interface {
-	// ModelLoadMany returns the stored models of the given pairs, in no
+	// ModelLoadMany returns the stored models of the listed pairs, in no
 	// particular order; pairs without a stored model are absent from the
 	// result. Duplicate pairs are returned once.
-	ModelLoadMany(ctx context.Context, pairs []Pair) ([]StoredModel, error)
-	// ModelSaveMany saves each entry exactly as ModelSave would, in order:
+	ModelLoadMany(ctx context.Context, params *ModelLoadManyParams) ([]StoredModel, error)
+	// ModelSaveMany saves each entry of Saves exactly as ModelSave would, in
+	// order:
 	// the result holds one error per entry (nil when saved; wrapping
 	// ErrVersionConflict or ErrInvalidArgument when that entry stored
 	// nothing, which does not affect the others). The successful saves are
 	// committed together. A call error means nothing was stored.
-	ModelSaveMany(ctx context.Context, params []*ModelSaveParams) ([]error, error)
+	ModelSaveMany(ctx context.Context, params *ModelSaveManyParams) ([]error, error)
+}
+
+// ModelLoadParams are the inputs of ModelLoad.
+type ModelLoadParams struct {
+	StreamID    uuid.UUID
+	Perspective string
+}
+
+// ModelLoadManyParams are the inputs of ModelLoadMany.
+type ModelLoadManyParams struct {
+	Pairs []Pair
+}
+
+// ModelSaveManyParams are the inputs of ModelSaveMany.
+type ModelSaveManyParams struct {
+	// Saves are the models to save, each as ModelSave would.
+	Saves []*ModelSaveParams
 }
 
 // Pair names a perspective of a stream.

@@ -22,12 +22,31 @@ type Snapshot struct {
 // replay from a recent point instead of the start. Optional.
 type SnapshotStore interface {
 	// SnapshotSave stores a snapshot, replacing one of the same version.
-	SnapshotSave(ctx context.Context, snapshot Snapshot) error
+	SnapshotSave(ctx context.Context, params *SnapshotSaveParams) error
 	// SnapshotLatestBefore returns the snapshot with the highest version
 	// strictly below Version, or ErrNotFound.
-	SnapshotLatestBefore(ctx context.Context, streamID uuid.UUID, perspective string, version int64) (Snapshot, error)
-	// SnapshotsDeleteFrom deletes the snapshots at or above version (they
+	SnapshotLatestBefore(ctx context.Context, params *SnapshotLatestBeforeParams) (Snapshot, error)
+	// SnapshotsDeleteFrom deletes the snapshots at or above Version (they
 	// no longer describe history once a late event arrived below them) and
 	// returns how many it deleted.
-	SnapshotsDeleteFrom(ctx context.Context, streamID uuid.UUID, perspective string, version int64) (int, error)
+	SnapshotsDeleteFrom(ctx context.Context, params *SnapshotsDeleteFromParams) (int, error)
+}
+
+// SnapshotSaveParams are the inputs of SnapshotSave.
+type SnapshotSaveParams struct {
+	Snapshot Snapshot
+}
+
+// SnapshotLatestBeforeParams are the inputs of SnapshotLatestBefore.
+type SnapshotLatestBeforeParams struct {
+	StreamID    uuid.UUID
+	Perspective string
+	Version     int64
+}
+
+// SnapshotsDeleteFromParams are the inputs of SnapshotsDeleteFrom.
+type SnapshotsDeleteFromParams struct {
+	StreamID    uuid.UUID
+	Perspective string
+	Version     int64
 }

@@ -86,7 +86,8 @@ func (s *Store) PerspectiveRetire(ctx context.Context, params *ports.Perspective
 
 // PerspectiveRevive implements ports.Admin. Its subscriptions stay
 // deleted until registered again.
-func (s *Store) PerspectiveRevive(ctx context.Context, perspective string) error {
+func (s *Store) PerspectiveRevive(ctx context.Context, params *ports.PerspectiveReviveParams) error {
+	perspective := params.Perspective
 	if err := s.lock(ctx); err != nil {
 		return err
 	}

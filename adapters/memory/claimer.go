@@ -82,7 +82,8 @@ func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHea
 // and pin of the instance and deletes its row. The released rows gain no
 // attempt: a graceful shutdown is no takeover from a dead instance. Unknown
 // instances are a no-op.
-func (s *Store) InstanceDeregister(ctx context.Context, instanceID uuid.UUID) error {
+func (s *Store) InstanceDeregister(ctx context.Context, params *ports.InstanceDeregisterParams) error {
+	instanceID := params.InstanceID
 	if err := s.lock(ctx); err != nil {
 		return err
 	}

@@ -18,22 +18,22 @@ import (
 // stream left without pending rows is unpinned. A row stored by
 // DeadLetterRequeue updates its dead letter, which keeps its id, its requeue
 // count and the time and generation of its last requeue. A row already gone,
-// or kept as processed by debug mode, yields (DeadLetter{}, false, nil).
-func (s *Store) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMoveParams) (ports.DeadLetter, bool, error) {
+// or kept as processed by debug mode, yields Moved false.
+func (s *Store) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMoveParams) (*ports.DeadLetterMoveResult, error) {
 	if err := s.lock(ctx); err != nil {
-		return ports.DeadLetter{}, false, err
+		return nil, err
 	}
 	defer s.mu.Unlock()
 
 	r := s.work[params.WorkID]
 	if r == nil {
-		return ports.DeadLetter{}, false, nil
+		return &ports.DeadLetterMoveResult{}, nil
 	}
 	dl := s.deadLetters[r.deadLetterID]
 	if dl == nil {
 		id, err := uuid.NewV7()
 		if err != nil {
-			return ports.DeadLetter{}, false, fmt.Errorf("moving work %s to dead letters: generating id: %w", params.WorkID, err)
+			return nil, fmt.Errorf("moving work %s to dead letters: generating id: %w", params.WorkID, err)
 		}
 		dl = &deadLetter{DeadLetter: ports.DeadLetter{
 			ID:           id,
@@ -59,7 +59,7 @@ func (s *Store) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMove
 	dl.Status = ports.DeadLetterDead
 	dl.ResolvedAt = time.Time{}
 	dl.seq = s.nextSeq()
-	return dl.DeadLetter, true, nil
+	return &ports.DeadLetterMoveResult{DeadLetter: dl.DeadLetter, Moved: true}, nil
 }
 
 // DeadLettersList implements ports.DeadLetterStore: oldest first by the time

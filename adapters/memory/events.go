@@ -239,7 +239,8 @@ func storesVersion(st *stream, version int64) bool {
 // perspective (see PerspectiveRetire). It returns ports.ErrInvalidArgument,
 // and records nothing, when a subscription has an empty event type or
 // perspective.
-func (s *Store) SubscriptionsRegister(ctx context.Context, subscriptions []ports.Subscription) error {
+func (s *Store) SubscriptionsRegister(ctx context.Context, params *ports.SubscriptionsRegisterParams) error {
+	subscriptions := params.Subscriptions
 	if err := validateSubscriptions(subscriptions); err != nil {
 		return fmt.Errorf("registering subscriptions: %w", err)
 	}

@@ -260,7 +260,8 @@ func (s *Store) LifecycleComplete(ctx context.Context, params *ports.LifecycleCo
 }
 
 // LifecycleStages implements ports.LifecycleStore. The map is never nil.
-func (s *Store) LifecycleStages(ctx context.Context, eventIDs []uuid.UUID) (map[uuid.UUID]ports.LifecycleStage, error) {
+func (s *Store) LifecycleStages(ctx context.Context, params *ports.LifecycleStagesParams) (map[uuid.UUID]ports.LifecycleStage, error) {
+	eventIDs := params.EventIDs
 	if err := s.lock(ctx); err != nil {
 		return nil, err
 	}

@@ -6,14 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/google/uuid"
-
 	"github.com/vantage-go/vantage/ports"
 )
 
 // ModelLoad implements ports.ModelStore. It returns a copy of the stored
 // model, or an error wrapping ports.ErrNotFound.
-func (s *Store) ModelLoad(ctx context.Context, streamID uuid.UUID, perspective string) (ports.StoredModel, error) {
+func (s *Store) ModelLoad(ctx context.Context, params *ports.ModelLoadParams) (ports.StoredModel, error) {
+	streamID, perspective := params.StreamID, params.Perspective
 	if err := s.lock(ctx); err != nil {
 		return ports.StoredModel{}, err
 	}
@@ -47,7 +46,8 @@ func (s *Store) ModelSave(ctx context.Context, params *ports.ModelSaveParams) er
 
 // ModelLoadMany implements ports.ModelBatchStore under one lock. It returns
 // copies of the stored models of pairs, each pair once.
-func (s *Store) ModelLoadMany(ctx context.Context, pairs []ports.Pair) ([]ports.StoredModel, error) {
+func (s *Store) ModelLoadMany(ctx context.Context, params *ports.ModelLoadManyParams) ([]ports.StoredModel, error) {
+	pairs := params.Pairs
 	if err := s.lock(ctx); err != nil {
 		return nil, err
 	}
@@ -71,7 +71,8 @@ func (s *Store) ModelLoadMany(ctx context.Context, pairs []ports.Pair) ([]ports.
 
 // ModelSaveMany implements ports.ModelBatchStore: every entry is saved as by
 // ModelSave, in order, under one lock.
-func (s *Store) ModelSaveMany(ctx context.Context, params []*ports.ModelSaveParams) ([]error, error) {
+func (s *Store) ModelSaveMany(ctx context.Context, p *ports.ModelSaveManyParams) ([]error, error) {
+	params := p.Saves
 	if err := s.lock(ctx); err != nil {
 		return nil, err
 	}

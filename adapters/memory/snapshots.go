@@ -17,7 +17,8 @@ import (
 // the injected clock. It returns ports.ErrInvalidArgument, and stores
 // nothing, for a nil stream or event id, an empty perspective, a version
 // below 1 or Data that is not a JSON document.
-func (s *Store) SnapshotSave(ctx context.Context, snapshot ports.Snapshot) error {
+func (s *Store) SnapshotSave(ctx context.Context, params *ports.SnapshotSaveParams) error {
+	snapshot := params.Snapshot
 	switch {
 	case snapshot.StreamID == uuid.Nil:
 		return fmt.Errorf("saving snapshot: nil stream id: %w", ports.ErrInvalidArgument)
@@ -49,7 +50,8 @@ func (s *Store) SnapshotSave(ctx context.Context, snapshot ports.Snapshot) error
 
 // SnapshotLatestBefore implements ports.SnapshotStore. It returns a copy, or
 // an error wrapping ports.ErrNotFound.
-func (s *Store) SnapshotLatestBefore(ctx context.Context, streamID uuid.UUID, perspective string, version int64) (ports.Snapshot, error) {
+func (s *Store) SnapshotLatestBefore(ctx context.Context, params *ports.SnapshotLatestBeforeParams) (ports.Snapshot, error) {
+	streamID, perspective, version := params.StreamID, params.Perspective, params.Version
 	if err := s.lock(ctx); err != nil {
 		return ports.Snapshot{}, err
 	}
@@ -68,7 +70,8 @@ func (s *Store) SnapshotLatestBefore(ctx context.Context, streamID uuid.UUID, pe
 
 // SnapshotsDeleteFrom implements ports.SnapshotStore. A version below 1
 // deletes every snapshot of the pair.
-func (s *Store) SnapshotsDeleteFrom(ctx context.Context, streamID uuid.UUID, perspective string, version int64) (int, error) {
+func (s *Store) SnapshotsDeleteFrom(ctx context.Context, params *ports.SnapshotsDeleteFromParams) (int, error) {
+	streamID, perspective, version := params.StreamID, params.Perspective, params.Version
 	if err := s.lock(ctx); err != nil {
 		return 0, err
 	}

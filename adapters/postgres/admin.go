@@ -156,7 +156,8 @@ const sqlPerspectiveRevive = `DELETE FROM /* SCHEMA */.vantage_retired_perspecti
 
 // PerspectiveRevive implements ports.Admin. Its subscriptions stay
 // deleted until registered again.
-func (s *Store) PerspectiveRevive(ctx context.Context, perspective string) error {
+func (s *Store) PerspectiveRevive(ctx context.Context, params *ports.PerspectiveReviveParams) error {
+	perspective := params.Perspective
 	if err := s.ready(ctx); err != nil {
 		return err
 	}

@@ -233,7 +233,8 @@ WHERE a.stream_id IN (
 
 // InstanceDeregister implements ports.WorkClaimer in one round trip (a batch
 // in one implicit transaction).
-func (s *Store) InstanceDeregister(ctx context.Context, instanceID uuid.UUID) error {
+func (s *Store) InstanceDeregister(ctx context.Context, params *ports.InstanceDeregisterParams) error {
+	instanceID := params.InstanceID
 	if err := s.ready(ctx); err != nil {
 		return err
 	}

@@ -72,25 +72,24 @@ RETURNING ` + sqlDeadLetterColumns
 // DeadLetterMove implements ports.DeadLetterStore in one statement. The row
 // need not be held by params.InstanceID, which is recorded as the instance
 // that dead-lettered it. Removing the row unblocks later rows of its
-// (stream, perspective). A row already gone yields (DeadLetter{}, false,
-// nil).
-func (s *Store) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMoveParams) (ports.DeadLetter, bool, error) {
+// (stream, perspective). A row already gone yields Moved false.
+func (s *Store) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMoveParams) (*ports.DeadLetterMoveResult, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
-		return ports.DeadLetter{}, false, fmt.Errorf("moving work %s to dead letters: generating id: %w", params.WorkID, err)
+		return nil, fmt.Errorf("moving work %s to dead letters: generating id: %w", params.WorkID, err)
 	}
 	if err := s.ready(ctx); err != nil {
-		return ports.DeadLetter{}, false, err
+		return nil, err
 	}
 	dls, err := queryRows(ctx, s, sqlDeadLetterMove, scanDeadLetter, id, nowArg(params.Now), params.WorkID,
 		uuidArg(params.InstanceID), params.Reason, params.Error, params.Attempts, params.Generation)
 	if err != nil {
-		return ports.DeadLetter{}, false, fmt.Errorf("moving work %s to dead letters: %w", params.WorkID, err)
+		return nil, fmt.Errorf("moving work %s to dead letters: %w", params.WorkID, err)
 	}
 	if len(dls) == 0 {
-		return ports.DeadLetter{}, false, nil
+		return &ports.DeadLetterMoveResult{}, nil
 	}
-	return dls[0], true, nil
+	return &ports.DeadLetterMoveResult{DeadLetter: dls[0], Moved: true}, nil
 }
 
 const sqlDeadLettersList = `SELECT ` + sqlDeadLetterColumns + `

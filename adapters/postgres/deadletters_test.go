@@ -46,11 +46,12 @@ func TestDeadLetterLifecycle(t *testing.T) {
 		StreamID: stream, Perspective: testPerspective, FailedWorkIDs: []uuid.UUID{work[0].WorkID}, Error: "row error",
 	}}}))
 
-	dl, moved, err := dls.DeadLetterMove(ctx, &ports.DeadLetterMoveParams{
+	dlRes, err := dls.DeadLetterMove(ctx, &ports.DeadLetterMoveParams{
 		WorkID: work[0].WorkID, InstanceID: inst, Generation: "g1", Reason: ports.ReasonFailed, Attempts: 3, Now: base.Add(time.Second),
 	})
 	require.NoError(t, err)
-	require.True(t, moved)
+	require.True(t, dlRes.Moved)
+	dl := dlRes.DeadLetter
 	require.Equal(t, ports.DeadLetterDead, dl.Status)
 	require.Equal(t, "g1", dl.Generation)
 	require.Equal(t, 3, dl.Attempts, "the engine's count, larger than the row's one failure")
@@ -88,11 +89,12 @@ func TestDeadLetterLifecycle(t *testing.T) {
 	require.Len(t, work, 1)
 	require.Equal(t, dl.WorkID, work[0].WorkID, "requeued under its original work id")
 	require.Zero(t, work[0].Attempts)
-	again, moved, err := dls.DeadLetterMove(ctx, &ports.DeadLetterMoveParams{
+	againRes, err := dls.DeadLetterMove(ctx, &ports.DeadLetterMoveParams{
 		WorkID: work[0].WorkID, InstanceID: inst, Generation: "g2", Reason: ports.ReasonTimedOut, Error: "slow", Attempts: 1, Now: base.Add(6 * time.Second),
 	})
 	require.NoError(t, err)
-	require.True(t, moved)
+	require.True(t, againRes.Moved)
+	again := againRes.DeadLetter
 	require.Equal(t, dl.ID, again.ID, "the requeued row's dead letter is updated, not recorded twice")
 	require.Equal(t, ports.DeadLetterDead, again.Status)
 	require.Equal(t, "g2", again.Generation)
@@ -215,9 +217,10 @@ func TestDebugCompletionRecoversDeadLetter(t *testing.T) {
 		require.Len(t, res.Work, 1)
 		return res.Work[0]
 	}
-	dl, moved, err := b.backend.DeadLetters.DeadLetterMove(ctx, &ports.DeadLetterMoveParams{WorkID: fetch().WorkID, InstanceID: inst, Reason: ports.ReasonFailed, Now: base})
+	dlRes, err := b.backend.DeadLetters.DeadLetterMove(ctx, &ports.DeadLetterMoveParams{WorkID: fetch().WorkID, InstanceID: inst, Reason: ports.ReasonFailed, Now: base})
 	require.NoError(t, err)
-	require.True(t, moved)
+	require.True(t, dlRes.Moved)
+	dl := dlRes.DeadLetter
 	require.NoError(t, b.backend.Admin.DeadLetterRequeue(ctx, &ports.DeadLetterRequeueParams{ID: dl.ID, Now: base}))
 	w := fetch()
 

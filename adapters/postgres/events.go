@@ -439,7 +439,8 @@ const sqlSubscriptionsRegister = `SELECT /* SCHEMA */.vantage_subscriptions_add(
 // perspective (see PerspectiveRetire). It returns
 // ports.ErrInvalidArgument, and records nothing, when a subscription has an
 // empty event type or perspective.
-func (s *Store) SubscriptionsRegister(ctx context.Context, subscriptions []ports.Subscription) error {
+func (s *Store) SubscriptionsRegister(ctx context.Context, params *ports.SubscriptionsRegisterParams) error {
+	subscriptions := params.Subscriptions
 	types, perspectives, err := subscriptionColumns(subscriptions)
 	if err != nil {
 		return fmt.Errorf("registering subscriptions: %w", err)

@@ -161,7 +161,8 @@ const (
 )
 
 // LifecycleStages implements ports.LifecycleStore. The map is never nil.
-func (s *Store) LifecycleStages(ctx context.Context, eventIDs []uuid.UUID) (map[uuid.UUID]ports.LifecycleStage, error) {
+func (s *Store) LifecycleStages(ctx context.Context, params *ports.LifecycleStagesParams) (map[uuid.UUID]ports.LifecycleStage, error) {
+	eventIDs := params.EventIDs
 	out := map[uuid.UUID]ports.LifecycleStage{}
 	if len(eventIDs) == 0 {
 		return out, nil

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -19,7 +18,8 @@ WHERE stream_id = $1 AND perspective = $2`
 
 // ModelLoad implements ports.ModelStore. It returns an error wrapping
 // ports.ErrNotFound when no model is stored.
-func (s *Store) ModelLoad(ctx context.Context, streamID uuid.UUID, perspective string) (ports.StoredModel, error) {
+func (s *Store) ModelLoad(ctx context.Context, params *ports.ModelLoadParams) (ports.StoredModel, error) {
+	streamID, perspective := params.StreamID, params.Perspective
 	m := ports.StoredModel{StreamID: streamID, Perspective: perspective}
 	if err := s.ready(ctx); err != nil {
 		return ports.StoredModel{}, err
@@ -132,7 +132,8 @@ FROM /* SCHEMA */.vantage_models m
 WHERE (m.stream_id, m.perspective) IN (SELECT * FROM unnest($1::uuid[], $2::text[]))`
 
 // ModelLoadMany implements ports.ModelBatchStore in one statement.
-func (s *Store) ModelLoadMany(ctx context.Context, pairs []ports.Pair) ([]ports.StoredModel, error) {
+func (s *Store) ModelLoadMany(ctx context.Context, params *ports.ModelLoadManyParams) ([]ports.StoredModel, error) {
+	pairs := params.Pairs
 	if len(pairs) == 0 {
 		return []ports.StoredModel{}, nil
 	}
@@ -165,7 +166,8 @@ func (s *Store) ModelLoadMany(ctx context.Context, pairs []ports.Pair) ([]ports.
 // round trip, one commit). They are sent ordered by pair (entries of the
 // same pair keep their order), so concurrent batches lock cursors in the
 // same order and cannot deadlock.
-func (s *Store) ModelSaveMany(ctx context.Context, params []*ports.ModelSaveParams) ([]error, error) {
+func (s *Store) ModelSaveMany(ctx context.Context, p *ports.ModelSaveManyParams) ([]error, error) {
+	params := p.Saves
 	errs := make([]error, len(params))
 	order := make([]int, 0, len(params))
 	for i, p := range params {

@@ -24,7 +24,8 @@ SET event_id = excluded.event_id, data = excluded.data, created_at = excluded.cr
 // ports.ErrInvalidArgument, and stores nothing, for a nil stream or event
 // id, an empty perspective, a version below 1 or Data that is not a JSON
 // document.
-func (s *Store) SnapshotSave(ctx context.Context, snapshot ports.Snapshot) error {
+func (s *Store) SnapshotSave(ctx context.Context, params *ports.SnapshotSaveParams) error {
+	snapshot := params.Snapshot
 	switch {
 	case snapshot.StreamID == uuid.Nil:
 		return fmt.Errorf("saving snapshot: %w", invalid("nil stream id"))
@@ -56,7 +57,8 @@ LIMIT 1`
 
 // SnapshotLatestBefore implements ports.SnapshotStore. It returns an error
 // wrapping ports.ErrNotFound when no snapshot lies below version.
-func (s *Store) SnapshotLatestBefore(ctx context.Context, streamID uuid.UUID, perspective string, version int64) (ports.Snapshot, error) {
+func (s *Store) SnapshotLatestBefore(ctx context.Context, params *ports.SnapshotLatestBeforeParams) (ports.Snapshot, error) {
+	streamID, perspective, version := params.StreamID, params.Perspective, params.Version
 	if err := s.ready(ctx); err != nil {
 		return ports.Snapshot{}, err
 	}
@@ -76,7 +78,8 @@ WHERE stream_id = $1 AND perspective = $2 AND event_version >= $3`
 
 // SnapshotsDeleteFrom implements ports.SnapshotStore. A version below 1
 // deletes every snapshot of the pair.
-func (s *Store) SnapshotsDeleteFrom(ctx context.Context, streamID uuid.UUID, perspective string, version int64) (int, error) {
+func (s *Store) SnapshotsDeleteFrom(ctx context.Context, params *ports.SnapshotsDeleteFromParams) (int, error) {
+	streamID, perspective, version := params.StreamID, params.Perspective, params.Version
 	if err := s.ready(ctx); err != nil {
 		return 0, err
 	}

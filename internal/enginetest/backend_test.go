@@ -31,9 +31,9 @@ type batchCounter struct {
 	saved atomic.Int64
 }
 
-func (c *batchCounter) ModelSaveMany(ctx context.Context, ps []*ports.ModelSaveParams) ([]error, error) {
-	c.saved.Add(int64(len(ps)))
-	return c.ModelBatchStore.ModelSaveMany(ctx, ps)
+func (c *batchCounter) ModelSaveMany(ctx context.Context, params *ports.ModelSaveManyParams) ([]error, error) {
+	c.saved.Add(int64(len(params.Saves)))
+	return c.ModelBatchStore.ModelSaveMany(ctx, params)
 }
 
 // TestWrappedModelsKeepBatching wraps the backend's ModelStore in a type

@@ -85,9 +85,10 @@ type loadCounter struct {
 	loads atomic.Int64
 }
 
-func (c *loadCounter) ModelLoad(ctx context.Context, s uuid.UUID, p string) (ports.StoredModel, error) {
+func (c *loadCounter) ModelLoad(ctx context.Context, params *ports.ModelLoadParams) (ports.StoredModel, error) {
+	s, p := params.StreamID, params.Perspective
 	c.loads.Add(1)
-	return c.ModelStore.ModelLoad(ctx, s, p)
+	return c.ModelStore.ModelLoad(ctx, &ports.ModelLoadParams{StreamID: s, Perspective: p})
 }
 
 // refusedCompletions fails every completion that lists work while refusing

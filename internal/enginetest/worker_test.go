@@ -127,7 +127,7 @@ func waitFor[T any](t *testing.T, c <-chan T, what string) T {
 
 func loadTotal(t *testing.T, b ports.Backend, stream uuid.UUID) total {
 	t.Helper()
-	m, err := b.Models.ModelLoad(t.Context(), stream, "total")
+	m, err := b.Models.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: stream, Perspective: "total"})
 	require.NoError(t, err)
 	var tot total
 	require.NoError(t, json.Unmarshal(m.Data, &tot))
