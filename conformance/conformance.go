@@ -85,6 +85,7 @@ func runPorts(t *testing.T, newBackend NewBackendFunc, features Features) {
 	runEvents(t, newBackend)
 	runModels(t, newBackend)
 	runTransient(t, newBackend, features.BreakConnections)
+	runValidate(t, newBackend)
 
 	runLifecycle(t, newBackend, probe.Lifecycle != nil)
 	runRewind(t, newBackend, probe.Rewind != nil, admin)

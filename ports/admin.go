@@ -98,3 +98,9 @@ type StreamLock struct {
 	Reason     string
 	Expiry     time.Time
 }
+
+// Validate reports the field every Admin rejects with ErrInvalidArgument:
+// an empty Perspective.
+func (p *PerspectiveRetireParams) Validate() error {
+	return checkName("PerspectiveRetireParams.Perspective", p.Perspective)
+}

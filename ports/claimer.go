@@ -1,6 +1,7 @@
 package ports
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -162,4 +163,32 @@ type WorkRenewLeasesParams struct {
 	WorkIDs       []uuid.UUID
 	LeaseDuration time.Duration
 	Now           time.Time
+}
+
+// Validate reports the first field every WorkClaimer rejects with
+// ErrInvalidArgument: a nil InstanceID or a StaleThreshold that is not
+// positive. Adapters call it before they change anything.
+func (p *InstanceHeartbeatParams) Validate() error {
+	return cmp.Or(
+		checkID("InstanceHeartbeatParams.InstanceID", p.InstanceID),
+		checkPositive("InstanceHeartbeatParams.StaleThreshold", p.StaleThreshold),
+	)
+}
+
+// Validate reports the first field every WorkClaimer rejects with
+// ErrInvalidArgument: a nil InstanceID, or a MaxStreams, LeaseDuration or
+// StaleThreshold that is not positive.
+func (p *WorkClaimParams) Validate() error {
+	return cmp.Or(
+		checkID("WorkClaimParams.InstanceID", p.InstanceID),
+		checkPositive("WorkClaimParams.MaxStreams", p.MaxStreams),
+		checkPositive("WorkClaimParams.LeaseDuration", p.LeaseDuration),
+		checkPositive("WorkClaimParams.StaleThreshold", p.StaleThreshold),
+	)
+}
+
+// Validate reports the field every WorkClaimer rejects with
+// ErrInvalidArgument: a LeaseDuration that is not positive.
+func (p *WorkRenewLeasesParams) Validate() error {
+	return checkPositive("WorkRenewLeasesParams.LeaseDuration", p.LeaseDuration)
 }

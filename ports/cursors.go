@@ -1,7 +1,9 @@
 package ports
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -76,4 +78,39 @@ type WorkFailParams struct {
 	Failures   []Failure
 	DebugMode  bool
 	Now        time.Time
+}
+
+// Validate reports the first field every CursorStore rejects with
+// ErrInvalidArgument: a completion with a nil StreamID, an empty
+// Perspective or a negative LastVersion.
+func (p *WorkCompleteParams) Validate() error {
+	for i, c := range p.Completions {
+		if err := checkPair(fmt.Sprintf("WorkCompleteParams.Completions[%d]", i), c.StreamID, c.Perspective, c.LastVersion); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Validate reports the first field every CursorStore rejects with
+// ErrInvalidArgument: a failure with a nil StreamID, an empty Perspective
+// or a negative LastVersion, or with only one of FailedEventID and
+// FailedEventVersion set, or a FailedEventVersion that is not positive.
+func (p *WorkFailParams) Validate() error {
+	for i, f := range p.Failures {
+		at := fmt.Sprintf("WorkFailParams.Failures[%d]", i)
+		if err := checkPair(at, f.StreamID, f.Perspective, f.LastVersion); err != nil {
+			return err
+		}
+		if f.FailedEventID == uuid.Nil && f.FailedEventVersion == 0 {
+			continue
+		}
+		if err := cmp.Or(
+			checkID(at+".FailedEventID", f.FailedEventID),
+			checkPositive(at+".FailedEventVersion", f.FailedEventVersion),
+		); err != nil {
+			return fmt.Errorf("%w (FailedEventID and FailedEventVersion are set together)", err)
+		}
+	}
+	return nil
 }

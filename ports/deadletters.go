@@ -1,6 +1,7 @@
 package ports
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -80,4 +81,27 @@ type DeadLettersRecoverParams struct {
 	// Limit bounds the dead letters requeued by one call. Must be positive.
 	Limit int
 	Now   time.Time
+}
+
+// Validate reports the first field every DeadLetterStore rejects with
+// ErrInvalidArgument: a negative Limit or a Status that is none of the
+// DeadLetterStatus values.
+func (p *DeadLettersListParams) Validate() error {
+	if err := checkNotNegative("DeadLettersListParams.Limit", p.Limit); err != nil {
+		return err
+	}
+	switch p.Status {
+	case "", DeadLetterDead, DeadLetterRequeued, DeadLetterRecovered, DeadLetterIgnored:
+		return nil
+	}
+	return invalidParam("DeadLettersListParams.Status", "must be a DeadLetterStatus, got %q", p.Status)
+}
+
+// Validate reports the first field every DeadLetterStore rejects with
+// ErrInvalidArgument: an empty Generation or a Limit below 1.
+func (p *DeadLettersRecoverParams) Validate() error {
+	return cmp.Or(
+		checkName("DeadLettersRecoverParams.Generation", p.Generation),
+		checkPositive("DeadLettersRecoverParams.Limit", p.Limit),
+	)
 }

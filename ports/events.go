@@ -64,7 +64,8 @@ type EventsAppendParams struct {
 // Validate reports the first reason every EventStore rejects params with
 // ErrInvalidArgument: a nil stream id, no events, an ExpectedVersion below
 // ExpectNoStream, an event with an empty type, a negative version, or data
-// that is not a JSON document. Adapters call it before they store anything.
+// that is not a JSON document, or a subscription with an empty event type or
+// perspective. Adapters call it before they store anything.
 func (p *EventsAppendParams) Validate() error {
 	invalid := func(format string, args ...any) error {
 		return fmt.Errorf("appending to stream %s: %s: %w", p.StreamID, fmt.Sprintf(format, args...), ErrInvalidArgument)
@@ -87,7 +88,7 @@ func (p *EventsAppendParams) Validate() error {
 			return invalid("event %d data is not a JSON document", i)
 		}
 	}
-	return nil
+	return checkSubscriptions("EventsAppendParams.Subscriptions", p.Subscriptions)
 }
 
 // SubscriptionsRegisterParams are the inputs of SubscriptionsRegister.
@@ -104,4 +105,11 @@ type EventsAppendResult struct {
 	// AlreadyStored is true when the call repeated an append that had taken
 	// effect: Events are as stored then, and nothing was stored now.
 	AlreadyStored bool
+}
+
+// Validate reports the first field every EventStore rejects with
+// ErrInvalidArgument: a subscription with an empty EventType or
+// Perspective.
+func (p *SubscriptionsRegisterParams) Validate() error {
+	return checkSubscriptions("SubscriptionsRegisterParams.Subscriptions", p.Subscriptions)
 }

@@ -1,6 +1,7 @@
 package ports
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -65,4 +66,25 @@ type EventsReadStreamParams struct {
 	StreamID     uuid.UUID
 	AfterVersion int64
 	Limit        int
+}
+
+// Validate reports the first field every EventFetcher rejects with
+// ErrInvalidArgument: a nil InstanceID, a LeaseDuration or StaleThreshold
+// that is not positive, or a negative MaxRows.
+func (p *EventsFetchPendingParams) Validate() error {
+	return cmp.Or(
+		checkID("EventsFetchPendingParams.InstanceID", p.InstanceID),
+		checkPositive("EventsFetchPendingParams.LeaseDuration", p.LeaseDuration),
+		checkPositive("EventsFetchPendingParams.StaleThreshold", p.StaleThreshold),
+		checkNotNegative("EventsFetchPendingParams.MaxRows", p.MaxRows),
+	)
+}
+
+// Validate reports the first field every EventFetcher rejects with
+// ErrInvalidArgument: a nil StreamID or a negative Limit.
+func (p *EventsReadStreamParams) Validate() error {
+	return cmp.Or(
+		checkID("EventsReadStreamParams.StreamID", p.StreamID),
+		checkNotNegative("EventsReadStreamParams.Limit", p.Limit),
+	)
 }

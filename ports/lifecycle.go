@@ -1,6 +1,7 @@
 package ports
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -121,3 +122,47 @@ type LifecycleOrphansParams struct {
 // rewind, the cooperative per-(stream, perspective) lock, and listing the
 // streams a perspective must replay. Optional: without it the engine never
 // rewinds, and moves a late event (one stored below its pair's cursor) to
+
+// checkStage rejects the stage of a claim or completion: exactly one
+// durable stage, a perspective for StagePostPerspective and none for the
+// others (recording a per-event stage under a perspective would split what
+// is one stage of the event), and no nil id.
+func checkStage(typ string, stage LifecycleStage, perspective string, instanceID uuid.UUID, eventIDs []uuid.UUID) error {
+	switch stage {
+	case StagePrePerspective, StagePostAllPerspectives, StagePostLifecycle:
+		if perspective != "" {
+			return invalidParam(typ+".Perspective", "must be empty for stage %d, recorded per event, got %q", stage, perspective)
+		}
+	case StagePostPerspective:
+		if perspective == "" {
+			return invalidParam(typ+".Perspective", "must be set for stage %d", stage)
+		}
+	default:
+		return invalidParam(typ+".Stage", "must be a single durable stage, got %d", stage)
+	}
+	return cmp.Or(checkID(typ+".InstanceID", instanceID), checkIDs(typ+".EventIDs", eventIDs))
+}
+
+// Validate reports the first field every LifecycleStore rejects with
+// ErrInvalidArgument: a Stage that is not exactly one durable stage, a
+// StagePostPerspective without a Perspective or another stage with one, a
+// nil InstanceID or event id, or a StaleThreshold that is not positive.
+func (p *LifecycleClaimParams) Validate() error {
+	return cmp.Or(
+		checkStage("LifecycleClaimParams", p.Stage, p.Perspective, p.InstanceID, p.EventIDs),
+		checkPositive("LifecycleClaimParams.StaleThreshold", p.StaleThreshold),
+	)
+}
+
+// Validate reports the first field every LifecycleStore rejects with
+// ErrInvalidArgument: as LifecycleClaimParams.Validate, StaleThreshold
+// aside.
+func (p *LifecycleCompleteParams) Validate() error {
+	return checkStage("LifecycleCompleteParams", p.Stage, p.Perspective, p.InstanceID, p.EventIDs)
+}
+
+// Validate reports the field every LifecycleStore rejects with
+// ErrInvalidArgument: a negative Limit.
+func (p *LifecycleOrphansParams) Validate() error {
+	return checkNotNegative("LifecycleOrphansParams.Limit", p.Limit)
+}

@@ -1,6 +1,7 @@
 package ports
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -73,4 +74,15 @@ type ModelSaveParams struct {
 	LastVersion     int64
 	ExpectedVersion int64
 	Now             time.Time
+}
+
+// Validate reports the first field every ModelStore rejects with
+// ErrInvalidArgument: a nil StreamID, an empty Perspective, a negative
+// LastVersion or ExpectedVersion, or Data that is not a JSON document.
+func (p *ModelSaveParams) Validate() error {
+	return cmp.Or(
+		checkPair("ModelSaveParams", p.StreamID, p.Perspective, p.LastVersion),
+		checkNotNegative("ModelSaveParams.ExpectedVersion", p.ExpectedVersion),
+		checkJSON("ModelSaveParams.Data", p.Data),
+	)
 }

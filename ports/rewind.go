@@ -1,6 +1,7 @@
 package ports
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -50,4 +51,34 @@ type StreamsWithEventTypesParams struct {
 	EventTypes []string
 	After      uuid.UUID
 	Limit      int
+}
+
+// Validate reports the field every RewindStore rejects with
+// ErrInvalidArgument: a negative Limit.
+func (p *CursorsRewindRequiredParams) Validate() error {
+	return checkNotNegative("CursorsRewindRequiredParams.Limit", p.Limit)
+}
+
+// Validate reports the first field every RewindStore rejects with
+// ErrInvalidArgument in StreamLockAcquire and StreamLockRelease: a nil
+// StreamID or InstanceID or an empty Perspective. StreamLockAcquire also
+// rejects a Duration that is not positive (see ValidateAcquire).
+func (p *StreamLockParams) Validate() error {
+	return cmp.Or(
+		checkID("StreamLockParams.StreamID", p.StreamID),
+		checkName("StreamLockParams.Perspective", p.Perspective),
+		checkID("StreamLockParams.InstanceID", p.InstanceID),
+	)
+}
+
+// ValidateAcquire is Validate for StreamLockAcquire, which also rejects a
+// Duration that is not positive.
+func (p *StreamLockParams) ValidateAcquire() error {
+	return cmp.Or(p.Validate(), checkPositive("StreamLockParams.Duration", p.Duration))
+}
+
+// Validate reports the field every RewindStore rejects with
+// ErrInvalidArgument: a negative Limit.
+func (p *StreamsWithEventTypesParams) Validate() error {
+	return checkNotNegative("StreamsWithEventTypesParams.Limit", p.Limit)
 }

@@ -1,6 +1,7 @@
 package ports
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -49,4 +50,19 @@ type SnapshotsDeleteFromParams struct {
 	StreamID    uuid.UUID
 	Perspective string
 	Version     int64
+}
+
+// Validate reports the first field every SnapshotStore rejects with
+// ErrInvalidArgument: a snapshot with a nil StreamID or EventID, an empty
+// Perspective, a Version that is not positive, or Data that is not a JSON
+// document.
+func (p *SnapshotSaveParams) Validate() error {
+	s := &p.Snapshot
+	return cmp.Or(
+		checkID("SnapshotSaveParams.Snapshot.StreamID", s.StreamID),
+		checkName("SnapshotSaveParams.Snapshot.Perspective", s.Perspective),
+		checkPositive("SnapshotSaveParams.Snapshot.Version", s.Version),
+		checkID("SnapshotSaveParams.Snapshot.EventID", s.EventID),
+		checkJSON("SnapshotSaveParams.Snapshot.Data", s.Data),
+	)
 }

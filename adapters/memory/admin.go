@@ -19,10 +19,10 @@ import (
 // are kept: they are history, not work. It returns ports.ErrInvalidArgument
 // for an empty perspective.
 func (s *Store) PerspectiveRetire(ctx context.Context, params *ports.PerspectiveRetireParams) (*ports.RetireResult, error) {
-	name := params.Perspective
-	if name == "" {
-		return nil, fmt.Errorf("retiring perspective: empty name: %w", ports.ErrInvalidArgument)
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("retiring perspective: %w", err)
 	}
+	name := params.Perspective
 	if err := s.lock(ctx); err != nil {
 		return nil, err
 	}

@@ -67,8 +67,8 @@ func (s *Store) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMove
 // Limit when positive. It walks every dead letter. It returns
 // ports.ErrInvalidArgument for a negative Limit.
 func (s *Store) DeadLettersList(ctx context.Context, params *ports.DeadLettersListParams) ([]ports.DeadLetter, error) {
-	if params.Limit < 0 {
-		return nil, fmt.Errorf("listing dead letters: limit %d is negative: %w", params.Limit, ports.ErrInvalidArgument)
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("listing dead letters: %w", err)
 	}
 	if err := s.lock(ctx); err != nil {
 		return nil, err
@@ -210,11 +210,8 @@ func (s *Store) DeadLetterIgnore(ctx context.Context, params *ports.DeadLetterIg
 // once when it requeued any. It walks every dead letter. It returns
 // ports.ErrInvalidArgument for an empty Generation or a Limit below 1.
 func (s *Store) DeadLettersRecover(ctx context.Context, params *ports.DeadLettersRecoverParams) ([]ports.DeadLetter, error) {
-	switch {
-	case params.Generation == "":
-		return nil, fmt.Errorf("recovering dead letters: empty generation: %w", ports.ErrInvalidArgument)
-	case params.Limit < 1:
-		return nil, fmt.Errorf("recovering dead letters: limit %d must be positive: %w", params.Limit, ports.ErrInvalidArgument)
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("recovering dead letters: %w", err)
 	}
 	if err := s.lock(ctx); err != nil {
 		return nil, err

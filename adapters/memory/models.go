@@ -3,7 +3,6 @@ package memory
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/vantage-go/vantage/ports"
@@ -34,8 +33,8 @@ func (s *Store) ModelLoad(ctx context.Context, params *ports.ModelLoadParams) (p
 // ports.ErrVersionConflict when ExpectedVersion differs from the stored
 // position; in both cases nothing is stored.
 func (s *Store) ModelSave(ctx context.Context, params *ports.ModelSaveParams) error {
-	if err := validateModelSave(params); err != nil {
-		return err
+	if err := params.Validate(); err != nil {
+		return fmt.Errorf("saving model: %w", err)
 	}
 	if err := s.lock(ctx); err != nil {
 		return err
@@ -80,7 +79,7 @@ func (s *Store) ModelSaveMany(ctx context.Context, p *ports.ModelSaveManyParams)
 
 	errs := make([]error, len(params))
 	for i, p := range params {
-		if errs[i] = validateModelSave(p); errs[i] == nil {
+		if errs[i] = p.Validate(); errs[i] == nil {
 			errs[i] = s.saveModelLocked(p)
 		}
 	}
@@ -92,19 +91,6 @@ func copyModel(m *ports.StoredModel) ports.StoredModel {
 	out := *m
 	out.Data = bytes.Clone(m.Data)
 	return out
-}
-
-func validateModelSave(params *ports.ModelSaveParams) error {
-	if err := validatePair(params.StreamID, params.Perspective, params.LastVersion); err != nil {
-		return fmt.Errorf("saving model: %w", err)
-	}
-	if params.ExpectedVersion < 0 {
-		return fmt.Errorf("saving model %q of stream %s: negative expected version %d: %w", params.Perspective, params.StreamID, params.ExpectedVersion, ports.ErrInvalidArgument)
-	}
-	if len(params.Data) == 0 || !json.Valid(params.Data) {
-		return fmt.Errorf("saving model %q of stream %s: data is not a JSON document: %w", params.Perspective, params.StreamID, ports.ErrInvalidArgument)
-	}
-	return nil
 }
 
 // saveModelLocked is ModelSave for valid params, with s.mu held.

@@ -4,11 +4,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
-
-	"github.com/google/uuid"
 
 	"github.com/vantage-go/vantage/ports"
 )
@@ -18,19 +15,10 @@ import (
 // nothing, for a nil stream or event id, an empty perspective, a version
 // below 1 or Data that is not a JSON document.
 func (s *Store) SnapshotSave(ctx context.Context, params *ports.SnapshotSaveParams) error {
-	snapshot := params.Snapshot
-	switch {
-	case snapshot.StreamID == uuid.Nil:
-		return fmt.Errorf("saving snapshot: nil stream id: %w", ports.ErrInvalidArgument)
-	case snapshot.Perspective == "":
-		return fmt.Errorf("saving snapshot of stream %s: empty perspective: %w", snapshot.StreamID, ports.ErrInvalidArgument)
-	case snapshot.Version < 1:
-		return fmt.Errorf("saving snapshot %q of stream %s: version %d must be positive: %w", snapshot.Perspective, snapshot.StreamID, snapshot.Version, ports.ErrInvalidArgument)
-	case snapshot.EventID == uuid.Nil:
-		return fmt.Errorf("saving snapshot %q of stream %s: nil event id: %w", snapshot.Perspective, snapshot.StreamID, ports.ErrInvalidArgument)
-	case len(snapshot.Data) == 0 || !json.Valid(snapshot.Data):
-		return fmt.Errorf("saving snapshot %q of stream %s: data is not a JSON document: %w", snapshot.Perspective, snapshot.StreamID, ports.ErrInvalidArgument)
+	if err := params.Validate(); err != nil {
+		return fmt.Errorf("saving snapshot: %w", err)
 	}
+	snapshot := params.Snapshot
 	if err := s.lock(ctx); err != nil {
 		return err
 	}

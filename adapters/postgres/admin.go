@@ -126,10 +126,10 @@ SELECT (SELECT count(*) FROM deleted), (SELECT count(*) FROM cursors), (SELECT c
 // retiring it again deletes the rest. It returns ports.ErrInvalidArgument
 // for an empty perspective.
 func (s *Store) PerspectiveRetire(ctx context.Context, params *ports.PerspectiveRetireParams) (*ports.RetireResult, error) {
-	name := params.Perspective
-	if name == "" {
-		return nil, fmt.Errorf("retiring perspective: %w", invalid("empty name"))
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("retiring perspective: %w", err)
 	}
+	name := params.Perspective
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}

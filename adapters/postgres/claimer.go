@@ -170,11 +170,8 @@ SET service_name = excluded.service_name,
 // ports.ErrInvalidArgument for a nil instance id or a non-positive
 // StaleThreshold.
 func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHeartbeatParams) (*ports.InstanceHeartbeatResult, error) {
-	switch {
-	case params.InstanceID == uuid.Nil:
-		return nil, fmt.Errorf("recording heartbeat: %w", invalid("nil instance id"))
-	case params.StaleThreshold <= 0:
-		return nil, fmt.Errorf("recording heartbeat: %w", invalid("stale threshold %s must be positive", params.StaleThreshold))
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("recording heartbeat: %w", err)
 	}
 	meta, err := jsonMap(params.Metadata)
 	if err != nil {
@@ -500,15 +497,8 @@ LIMIT $3`
 // ports.ErrInstanceNotAlive when the caller has no live heartbeat (the claim
 // then changes nothing).
 func (s *Store) WorkClaim(ctx context.Context, params *ports.WorkClaimParams) (*ports.WorkClaimResult, error) {
-	switch {
-	case params.InstanceID == uuid.Nil:
-		return nil, fmt.Errorf("claiming work: %w", invalid("nil instance id"))
-	case params.MaxStreams <= 0:
-		return nil, fmt.Errorf("claiming work: %w", invalid("max streams %d must be positive", params.MaxStreams))
-	case params.LeaseDuration <= 0:
-		return nil, fmt.Errorf("claiming work: %w", invalid("lease duration %s must be positive", params.LeaseDuration))
-	case params.StaleThreshold <= 0:
-		return nil, fmt.Errorf("claiming work: %w", invalid("stale threshold %s must be positive", params.StaleThreshold))
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("claiming work: %w", err)
 	}
 	partitions := params.PartitionCount
 	if partitions <= 0 {
@@ -580,8 +570,8 @@ const sqlHeldByCaller = `coalesce(w.instance_id = $1, false)`
 // that nobody took over is still the caller's and is renewed. It returns
 // ports.ErrInvalidArgument for a non-positive LeaseDuration.
 func (s *Store) WorkRenewLeases(ctx context.Context, params *ports.WorkRenewLeasesParams) (int, error) {
-	if params.LeaseDuration <= 0 {
-		return 0, fmt.Errorf("renewing leases: %w", invalid("lease duration %s must be positive", params.LeaseDuration))
+	if err := params.Validate(); err != nil {
+		return 0, fmt.Errorf("renewing leases: %w", err)
 	}
 	if len(params.WorkIDs) == 0 || params.InstanceID == uuid.Nil {
 		return 0, nil

@@ -104,11 +104,8 @@ LIMIT $3::bigint`
 // returns ports.ErrInvalidArgument for a negative Limit or an unknown
 // Status.
 func (s *Store) DeadLettersList(ctx context.Context, params *ports.DeadLettersListParams) ([]ports.DeadLetter, error) {
-	if params.Limit < 0 {
-		return nil, fmt.Errorf("listing dead letters: %w", invalid("limit %d is negative", params.Limit))
-	}
-	if params.Status != "" && !validDeadLetterStatus(params.Status) {
-		return nil, fmt.Errorf("listing dead letters: %w", invalid("unknown status %q", params.Status))
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("listing dead letters: %w", err)
 	}
 	if err := s.ready(ctx); err != nil {
 		return nil, err
@@ -119,14 +116,6 @@ func (s *Store) DeadLettersList(ctx context.Context, params *ports.DeadLettersLi
 		return nil, fmt.Errorf("listing dead letters: %w", err)
 	}
 	return out, nil
-}
-
-func validDeadLetterStatus(s ports.DeadLetterStatus) bool {
-	switch s {
-	case ports.DeadLetterDead, ports.DeadLetterRequeued, ports.DeadLetterRecovered, ports.DeadLetterIgnored:
-		return true
-	}
-	return false
 }
 
 // scanDeadLetter scans the columns of sqlDeadLetterColumns.
@@ -363,11 +352,8 @@ ORDER BY dead_lettered_at, id`
 // sqlDeadLettersRecover). It returns ports.ErrInvalidArgument for an empty
 // Generation or a Limit below 1.
 func (s *Store) DeadLettersRecover(ctx context.Context, params *ports.DeadLettersRecoverParams) ([]ports.DeadLetter, error) {
-	switch {
-	case params.Generation == "":
-		return nil, fmt.Errorf("recovering dead letters: %w", invalid("empty generation"))
-	case params.Limit < 1:
-		return nil, fmt.Errorf("recovering dead letters: %w", invalid("limit %d must be positive", params.Limit))
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("recovering dead letters: %w", err)
 	}
 	if err := s.ready(ctx); err != nil {
 		return nil, err

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -84,8 +83,8 @@ SELECT (SELECT count(*) FROM saved),
 // not a JSON document, and ports.ErrVersionConflict when ExpectedVersion
 // differs from the stored position; in both cases nothing is stored.
 func (s *Store) ModelSave(ctx context.Context, params *ports.ModelSaveParams) error {
-	if err := validateModelSave(params); err != nil {
-		return err
+	if err := params.Validate(); err != nil {
+		return fmt.Errorf("saving model: %w", err)
 	}
 	if err := s.ready(ctx); err != nil {
 		return err
@@ -99,19 +98,6 @@ func (s *Store) ModelSave(ctx context.Context, params *ports.ModelSaveParams) er
 		return fmt.Errorf("saving model %q of stream %s: %w", params.Perspective, params.StreamID, translate(err))
 	}
 	return modelSaveResult(params, saved, stored)
-}
-
-func validateModelSave(params *ports.ModelSaveParams) error {
-	if err := validatePair(params.StreamID, params.Perspective, params.LastVersion); err != nil {
-		return fmt.Errorf("saving model: %w", err)
-	}
-	if params.ExpectedVersion < 0 {
-		return fmt.Errorf("saving model %q of stream %s: %w", params.Perspective, params.StreamID, invalid("negative expected version %d", params.ExpectedVersion))
-	}
-	if len(params.Data) == 0 || !json.Valid(params.Data) {
-		return fmt.Errorf("saving model %q of stream %s: %w", params.Perspective, params.StreamID, invalid("data is not a JSON document"))
-	}
-	return nil
 }
 
 func modelSaveArgs(params *ports.ModelSaveParams) []any {
@@ -171,7 +157,7 @@ func (s *Store) ModelSaveMany(ctx context.Context, p *ports.ModelSaveManyParams)
 	errs := make([]error, len(params))
 	order := make([]int, 0, len(params))
 	for i, p := range params {
-		if errs[i] = validateModelSave(p); errs[i] == nil {
+		if errs[i] = p.Validate(); errs[i] == nil {
 			order = append(order, i)
 		}
 	}

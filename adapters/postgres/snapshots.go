@@ -2,10 +2,8 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/vantage-go/vantage/ports"
@@ -25,19 +23,10 @@ SET event_id = excluded.event_id, data = excluded.data, created_at = excluded.cr
 // id, an empty perspective, a version below 1 or Data that is not a JSON
 // document.
 func (s *Store) SnapshotSave(ctx context.Context, params *ports.SnapshotSaveParams) error {
-	snapshot := params.Snapshot
-	switch {
-	case snapshot.StreamID == uuid.Nil:
-		return fmt.Errorf("saving snapshot: %w", invalid("nil stream id"))
-	case snapshot.Perspective == "":
-		return fmt.Errorf("saving snapshot of stream %s: %w", snapshot.StreamID, invalid("empty perspective"))
-	case snapshot.Version < 1:
-		return fmt.Errorf("saving snapshot %q of stream %s: %w", snapshot.Perspective, snapshot.StreamID, invalid("version %d must be positive", snapshot.Version))
-	case snapshot.EventID == uuid.Nil:
-		return fmt.Errorf("saving snapshot %q of stream %s: %w", snapshot.Perspective, snapshot.StreamID, invalid("nil event id"))
-	case len(snapshot.Data) == 0 || !json.Valid(snapshot.Data):
-		return fmt.Errorf("saving snapshot %q of stream %s: %w", snapshot.Perspective, snapshot.StreamID, invalid("data is not a JSON document"))
+	if err := params.Validate(); err != nil {
+		return fmt.Errorf("saving snapshot: %w", err)
 	}
+	snapshot := params.Snapshot
 	if err := s.ready(ctx); err != nil {
 		return err
 	}

@@ -329,11 +329,6 @@ func fromInt8(i pgtype.Int8) int64 {
 	return i.Int64
 }
 
-// invalid returns an ErrInvalidArgument with detail.
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ports.ErrInvalidArgument, fmt.Sprintf(format, args...))
-}
-
 // sql returns text (a query constant of this package) with the schema marker
 // replaced by the Store's quoted schema. Rendered texts are cached, so pgx
 // sees the same string every time and its statement cache works.
