@@ -29,16 +29,10 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
-// Features declares optional behaviour of the adapter under test.
+// Features declares optional behaviour of the adapter under test. Optional
+// ports need no flag: the suite skips the cases of a port whose Backend
+// field is nil.
 type Features struct {
-	// SharedClock is true when the backend's own clock, the one it reads
-	// whenever a params Now is zero, is the clock the scenario under test
-	// drives, as with the memory adapter built on the test's clocktest
-	// clock. When false (PostgreSQL reads the database clock), scenarios that
-	// leave Now zero must not rely on moving time. The port contract tests
-	// never depend on it: they always pass an explicit Now.
-	SharedClock bool
-
 	// BreakConnections, when set, makes the next port call on b fail the
 	// way a call fails when the connection to the database is lost (the
 	// PostgreSQL adapter's test terminates the server process behind b's
