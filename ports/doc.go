@@ -7,6 +7,42 @@
 // for tests, examples and embedded use. The conformance package verifies any
 // implementation against the contracts documented here.
 //
+// # Ports
+//
+// A Backend bundles the ports. Backend.Validate requires these, which the
+// engine cannot run without:
+//
+//   - Claimer (WorkClaimer): heartbeats, claims and lease renewals.
+//   - Fetcher (EventFetcher): leases and reads the pending events.
+//   - Cursors (CursorStore): cursors and the outcome of applies.
+//   - DeadLetters (DeadLetterStore): gives up on events and retries them
+//     per deploy generation.
+//   - Events (EventStore): appends and subscriptions.
+//   - Models (ModelStore): models with their cursor position.
+//
+// The others are optional; without each, the engine:
+//
+//   - Notifier: polls at Options.PollingInterval and ClaimInterval instead
+//     of being woken by appends.
+//   - ModelBatch (ModelBatchStore): loads and saves models one pair per
+//     call instead of grouping concurrent ones.
+//   - Lifecycle (LifecycleStore): guards lifecycle stages in memory only,
+//     so a crash may lose a stage.
+//   - Rewind (RewindStore): never rewinds; a late event is dead-lettered
+//     with ReasonLate.
+//   - Snapshots (SnapshotStore): replays a rewind from the start of the
+//     stream.
+//   - Admin: skips its start-up warning about retired perspectives. The
+//     engine calls nothing else of it: Admin serves operator tools
+//     (instances, stream locks, requeueing and ignoring dead letters,
+//     retiring perspectives).
+//
+// Every method takes a context and a params struct (a method without
+// inputs takes the context alone) and returns at most one value besides
+// the error. A params type whose fields can be invalid has a Validate
+// method, which an adapter calls before anything else: the argument checks
+// are the same in every adapter.
+//
 // # Time
 //
 // Every parameter struct whose operation depends on the current time carries a
