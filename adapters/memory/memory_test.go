@@ -33,6 +33,24 @@ func TestConformance(t *testing.T) {
 	}, conformance.Features{})
 }
 
+// TestConformanceRequiredPortsOnly runs the suite on a backend that leaves
+// every optional port nil: the suite skips their cases, and the engine
+// scenarios run on what the engine cannot do without.
+func TestConformanceRequiredPortsOnly(t *testing.T) {
+	t.Parallel()
+
+	conformance.Run(t, func(t *testing.T) conformance.Opener {
+		store := memory.New(memory.Options{})
+		t.Cleanup(func() { _ = store.Close() })
+		return func(*testing.T) ports.Backend {
+			b := store.Backend()
+			b.Notifier, b.ModelBatch, b.Lifecycle, b.Rewind, b.Snapshots, b.Admin = nil, nil, nil, nil, nil, nil
+			require.NoError(t, b.Validate())
+			return b
+		}
+	}, conformance.Features{})
+}
+
 // testBundle is one memory-only test's store and the clock behind it.
 type testBundle struct {
 	clock *clocktest.Fake
