@@ -81,14 +81,14 @@ func TestModuleRunsTheWorker(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the fx-started worker did not apply the event")
 	}
-	m, err := backend.Models.ModelLoad(t.Context(), stream, "notes")
+	m, err := backend.Models.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: stream, Perspective: "notes"})
 	require.NoError(t, err)
 	var n notes
 	require.NoError(t, json.Unmarshal(m.Data, &n))
 	require.Equal(t, 1, n.Count)
 
 	fxApp.RequireStop()
-	instances, err := backend.Claimer.InstancesList(t.Context())
+	instances, err := backend.Admin.InstancesList(t.Context())
 	require.NoError(t, err)
 	require.Empty(t, instances, "stopping the app deregistered the instance")
 	require.ErrorIs(t, worker.Start(t.Context()), core.ErrStopped)

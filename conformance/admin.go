@@ -9,10 +9,50 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
-// runAdmin verifies ports.AdminStore, an optional port.
+// runAdmin verifies ports.Admin, an optional port. Its dead-letter and
+// stream-lock methods are verified with the ports whose state they act on
+// (runDeadLetters, runRewind).
 func runAdmin(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 	t.Helper()
-	const port = "AdminStore"
+	const port = "Admin"
+
+	optionalGroup(t, "InstancesList", port, implemented, map[string]func(t *testing.T){
+		"RecordsInstances": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			ins := tb.instances(t, 2)
+			record := func(in *instance, now time.Time, zone string) {
+				t.Helper()
+				_, err := in.b.Claimer.InstanceHeartbeat(t.Context(), &ports.InstanceHeartbeatParams{
+					InstanceID:     in.id,
+					ServiceName:    "billing",
+					HostName:       "host-" + zone,
+					ProcessID:      42,
+					Metadata:       map[string]string{"zone": zone},
+					StaleThreshold: staleThreshold,
+					Now:            now,
+				})
+				require.NoError(t, err)
+			}
+			record(ins[1], at(0), "b")
+			record(ins[0], at(time.Second), "a")
+			record(ins[0], at(10*time.Second), "c")
+
+			list, ok := instances(t, tb.backend)
+
+			require.True(t, ok)
+			require.Len(t, list, 2)
+			require.Equal(t, ins[0].id, list[0].ID, "ordered by id")
+			require.Equal(t, ins[1].id, list[1].ID)
+			require.Equal(t, "billing", list[0].ServiceName)
+			require.Equal(t, "host-c", list[0].HostName)
+			require.Equal(t, 42, list[0].ProcessID)
+			require.Equal(t, map[string]string{"zone": "c"}, list[0].Metadata)
+			requireTime(t, at(time.Second), list[0].StartedAt, "StartedAt")
+			requireTime(t, at(10*time.Second), list[0].LastHeartbeatAt, "LastHeartbeatAt")
+			requireTime(t, at(0), list[1].StartedAt, "StartedAt")
+			requireTime(t, at(0), list[1].LastHeartbeatAt, "LastHeartbeatAt")
+		},
+	})
 
 	optionalGroup(t, "PerspectiveRetire", port, implemented, map[string]func(t *testing.T){
 		"CompletionsOfDeletedRowsChangeNothing": func(t *testing.T) {
@@ -84,7 +124,7 @@ func runAdmin(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			}
 
 			require.Equal(t, ports.RetireResult{}, retire(t, tb.backend, perspective, false), "nothing to delete without DropState")
-			_, err := tb.backend.Models.ModelLoad(t.Context(), streams[0], perspective)
+			_, err := tb.backend.Models.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: streams[0], Perspective: perspective})
 			require.NoError(t, err, "the state stays without DropState")
 
 			res := retire(t, tb.backend, perspective, true)
@@ -97,12 +137,12 @@ func runAdmin(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			for _, stream := range streams {
 				_, exists := cursorOf(t, tb.backend, stream, perspective)
 				require.False(t, exists)
-				_, err := tb.backend.Models.ModelLoad(t.Context(), stream, perspective)
+				_, err := tb.backend.Models.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: stream, Perspective: perspective})
 				require.ErrorIs(t, err, ports.ErrNotFound)
 			}
 			for _, stream := range streams[:2] {
 				mustCursor(t, tb.backend, stream, perspective2)
-				_, err := tb.backend.Models.ModelLoad(t.Context(), stream, perspective2)
+				_, err := tb.backend.Models.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: stream, Perspective: perspective2})
 				require.NoError(t, err, "another perspective's state stays")
 			}
 			if snapshots {
@@ -137,7 +177,7 @@ func runAdmin(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			require.Equal(t, 1, appendWith(at(0), eventType), "its subscription is deleted")
 			require.Equal(t, 1, appendWith(at(time.Second), eventType, ports.Subscription{EventType: eventType, Perspective: perspective}),
 				"an append naming it does not register it")
-			require.NoError(t, tb.backend.Events.SubscriptionsRegister(t.Context(), []ports.Subscription{{EventType: eventType, Perspective: perspective}}))
+			require.NoError(t, tb.backend.Events.SubscriptionsRegister(t.Context(), &ports.SubscriptionsRegisterParams{Subscriptions: []ports.Subscription{{EventType: eventType, Perspective: perspective}}}))
 			require.Equal(t, 1, appendWith(at(2*time.Second), eventType), "nor does SubscriptionsRegister")
 			require.Equal(t, 1, appendWith(at(3*time.Second), otherType,
 				ports.Subscription{EventType: otherType, Perspective: perspective}, ports.Subscription{EventType: otherType, Perspective: perspective2},
@@ -167,7 +207,7 @@ func runAdmin(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			stream := newID(t)
 			retire(t, tb.backend, perspective, false)
 
-			require.NoError(t, tb.backend.Admin.PerspectiveRevive(t.Context(), perspective))
+			require.NoError(t, tb.backend.Admin.PerspectiveRevive(t.Context(), &ports.PerspectiveReviveParams{Perspective: perspective}))
 
 			require.Empty(t, retired(t, tb.backend))
 			require.Zero(t, appendEvents(t, tb.backend, stream, at(0), newEvent(eventType, 0)).WorkRows,
@@ -187,8 +227,8 @@ func runAdmin(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			tb := setup(t, newBackend)
 			subscribe(t, tb.backend, eventType, perspective)
 
-			require.NoError(t, tb.backend.Admin.PerspectiveRevive(t.Context(), perspective))
-			require.NoError(t, tb.backend.Admin.PerspectiveRevive(t.Context(), perspective2))
+			require.NoError(t, tb.backend.Admin.PerspectiveRevive(t.Context(), &ports.PerspectiveReviveParams{Perspective: perspective}))
+			require.NoError(t, tb.backend.Admin.PerspectiveRevive(t.Context(), &ports.PerspectiveReviveParams{Perspective: perspective2}))
 
 			require.Empty(t, retired(t, tb.backend))
 			require.Equal(t, 1, appendEvents(t, tb.backend, newID(t), at(0), newEvent(eventType, 0)).WorkRows, "its subscriptions stay")
@@ -205,7 +245,7 @@ func runAdmin(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			}
 			require.Equal(t, []string{"audit", perspective, perspective2}, retired(t, tb.backend))
 
-			require.NoError(t, tb.backend.Admin.PerspectiveRevive(t.Context(), perspective))
+			require.NoError(t, tb.backend.Admin.PerspectiveRevive(t.Context(), &ports.PerspectiveReviveParams{Perspective: perspective}))
 			require.Equal(t, []string{"audit", perspective2}, retired(t, tb.backend))
 		},
 	})
@@ -227,4 +267,25 @@ func retired(t *testing.T, b ports.Backend) []string {
 	names, err := b.Admin.PerspectivesRetired(t.Context())
 	require.NoError(t, err)
 	return names
+}
+
+// needAdmin skips the case when the adapter does not implement the optional
+// ports.Admin, which the case needs to set up or observe state.
+func needAdmin(t *testing.T, b ports.Backend) {
+	t.Helper()
+	if b.Admin == nil {
+		t.Skip("adapter does not implement ports.Admin")
+	}
+}
+
+// instances returns the recorded instances through the optional ports.Admin;
+// false when the adapter has none (the case then checks what else it can).
+func instances(t *testing.T, b ports.Backend) ([]ports.Instance, bool) {
+	t.Helper()
+	if b.Admin == nil {
+		return nil, false
+	}
+	list, err := b.Admin.InstancesList(t.Context())
+	require.NoError(t, err)
+	return list, true
 }

@@ -34,16 +34,10 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
-// Features declares optional behaviour of the adapter under test.
+// Features declares optional behaviour of the adapter under test. Optional
+// ports need no flag: the suite skips the cases of a port whose Backend
+// field is nil.
 type Features struct {
-	// SharedClock is true when the backend's own clock, the one it reads
-	// whenever a params Now is zero, is the clock the scenario under test
-	// drives, as with the memory adapter built on the test's clocktest
-	// clock. When false (PostgreSQL reads the database clock), scenarios that
-	// leave Now zero must not rely on moving time. The port contract tests
-	// never depend on it: they always pass an explicit Now.
-	SharedClock bool
-
 	// BreakConnections, when set, makes the next port call on b fail the
 	// way a call fails when the connection to the database is lost (the
 	// PostgreSQL adapter's test terminates the server process behind b's
@@ -79,22 +73,24 @@ func Run(t *testing.T, newBackend NewBackendFunc, features Features) {
 func runPorts(t *testing.T, newBackend NewBackendFunc, features Features) {
 	t.Helper()
 
+	probe := newBackend(t)(t) // tells which optional ports the adapter implements
+	admin := probe.Admin != nil
+
 	runClaimer(t, newBackend)
 	runFetcher(t, newBackend)
 	runCursors(t, newBackend)
-	runNotifier(t, newBackend)
-	runDeadLetters(t, newBackend)
+	runNotifier(t, newBackend, probe.Notifier != nil)
+	runDeadLetters(t, newBackend, admin)
 	runEvents(t, newBackend)
 	runModels(t, newBackend)
 	runTransient(t, newBackend, features.BreakConnections)
+	runValidate(t, newBackend)
 
-	probe := newBackend(t)(t) // tells which optional ports the adapter implements
 	runLifecycle(t, newBackend, probe.Lifecycle != nil)
-	runRewind(t, newBackend, probe.Rewind != nil)
+	runRewind(t, newBackend, probe.Rewind != nil, admin)
 	runSnapshots(t, newBackend, probe.Snapshots != nil)
-	runAdmin(t, newBackend, probe.Admin != nil)
-	_, batchModels := probe.Models.(ports.ModelBatchStore)
-	runModelBatch(t, newBackend, batchModels)
+	runAdmin(t, newBackend, admin)
+	runModelBatch(t, newBackend, probe.ModelBatch != nil)
 }
 
 // group runs the cases of one port method as parallel subtests of a parallel

@@ -20,7 +20,7 @@ const (
 )
 
 // runDeadLetters verifies ports.DeadLetterStore.
-func runDeadLetters(t *testing.T, newBackend NewBackendFunc) {
+func runDeadLetters(t *testing.T, newBackend NewBackendFunc, admin bool) {
 	t.Helper()
 
 	group(t, "DeadLetterMove", map[string]func(t *testing.T){
@@ -142,17 +142,17 @@ func runDeadLetters(t *testing.T, newBackend NewBackendFunc) {
 		},
 	})
 
-	group(t, "DeadLetterRequeue", map[string]func(t *testing.T){
+	optionalGroup(t, "DeadLetterRequeue", "Admin", admin, map[string]func(t *testing.T){
 		"ConflictForRequeuedOrRecovered": func(t *testing.T) {
 			f := setupDeadLetters(t, newBackend, 1)
 			id := f.dead[0].ID
 			requeue(t, f.tb.backend, id, gen1, at(2*time.Second))
 
-			err := f.tb.backend.DeadLetters.DeadLetterRequeue(t.Context(), &ports.DeadLetterRequeueParams{ID: id, Now: at(3 * time.Second)})
+			err := f.tb.backend.Admin.DeadLetterRequeue(t.Context(), &ports.DeadLetterRequeueParams{ID: id, Now: at(3 * time.Second)})
 			require.ErrorIs(t, err, ports.ErrVersionConflict, "its row is pending already")
 
 			f.recoverAll(t, at(4*time.Second))
-			err = f.tb.backend.DeadLetters.DeadLetterRequeue(t.Context(), &ports.DeadLetterRequeueParams{ID: id, Now: at(5 * time.Second)})
+			err = f.tb.backend.Admin.DeadLetterRequeue(t.Context(), &ports.DeadLetterRequeueParams{ID: id, Now: at(5 * time.Second)})
 			require.ErrorIs(t, err, ports.ErrVersionConflict, "its row was applied")
 			require.Equal(t, 1, f.get(t, id).Requeues, "the refused requeues counted nothing")
 		},
@@ -198,7 +198,7 @@ func runDeadLetters(t *testing.T, newBackend NewBackendFunc) {
 		"NotFoundForUnknownID": func(t *testing.T) {
 			tb := setup(t, newBackend)
 
-			err := tb.backend.DeadLetters.DeadLetterRequeue(t.Context(), &ports.DeadLetterRequeueParams{ID: newID(t), Now: at(0)})
+			err := tb.backend.Admin.DeadLetterRequeue(t.Context(), &ports.DeadLetterRequeueParams{ID: newID(t), Now: at(0)})
 
 			require.ErrorIs(t, err, ports.ErrNotFound)
 		},
@@ -246,17 +246,17 @@ func runDeadLetters(t *testing.T, newBackend NewBackendFunc) {
 		},
 	})
 
-	group(t, "DeadLetterIgnore", map[string]func(t *testing.T){
+	optionalGroup(t, "DeadLetterIgnore", "Admin", admin, map[string]func(t *testing.T){
 		"ConflictForRequeuedOrRecovered": func(t *testing.T) {
 			f := setupDeadLetters(t, newBackend, 1)
 			id := f.dead[0].ID
 			requeue(t, f.tb.backend, id, gen1, at(2*time.Second))
 
-			err := f.tb.backend.DeadLetters.DeadLetterIgnore(t.Context(), &ports.DeadLetterIgnoreParams{ID: id, Now: at(3 * time.Second)})
+			err := f.tb.backend.Admin.DeadLetterIgnore(t.Context(), &ports.DeadLetterIgnoreParams{ID: id, Now: at(3 * time.Second)})
 			require.ErrorIs(t, err, ports.ErrVersionConflict, "its row is pending again")
 
 			f.recoverAll(t, at(4*time.Second))
-			err = f.tb.backend.DeadLetters.DeadLetterIgnore(t.Context(), &ports.DeadLetterIgnoreParams{ID: id, Now: at(5 * time.Second)})
+			err = f.tb.backend.Admin.DeadLetterIgnore(t.Context(), &ports.DeadLetterIgnoreParams{ID: id, Now: at(5 * time.Second)})
 			require.ErrorIs(t, err, ports.ErrVersionConflict, "its row was applied")
 			require.Equal(t, ports.DeadLetterRecovered, f.get(t, id).Status)
 		},
@@ -276,7 +276,7 @@ func runDeadLetters(t *testing.T, newBackend NewBackendFunc) {
 		"NotFoundForUnknownID": func(t *testing.T) {
 			tb := setup(t, newBackend)
 
-			err := tb.backend.DeadLetters.DeadLetterIgnore(t.Context(), &ports.DeadLetterIgnoreParams{ID: newID(t), Now: at(0)})
+			err := tb.backend.Admin.DeadLetterIgnore(t.Context(), &ports.DeadLetterIgnoreParams{ID: newID(t), Now: at(0)})
 
 			require.ErrorIs(t, err, ports.ErrNotFound)
 		},
@@ -517,9 +517,9 @@ func (f *deadLetterFixture) recoverAll(t *testing.T, now time.Time) {
 func (in *instance) moveWith(t *testing.T, p ports.DeadLetterMoveParams) (ports.DeadLetter, bool) {
 	t.Helper()
 	p.InstanceID = in.id
-	dl, moved, err := in.b.DeadLetters.DeadLetterMove(t.Context(), &p)
+	res, err := in.b.DeadLetters.DeadLetterMove(t.Context(), &p)
 	require.NoError(t, err)
-	return dl, moved
+	return res.DeadLetter, res.Moved
 }
 
 // listDeadLetters lists dead letters filtered by p.
@@ -533,13 +533,15 @@ func listDeadLetters(t *testing.T, b ports.Backend, p ports.DeadLettersListParam
 // requeue requeues the dead letter id on generation at now.
 func requeue(t *testing.T, b ports.Backend, id uuid.UUID, generation string, now time.Time) {
 	t.Helper()
-	require.NoError(t, b.DeadLetters.DeadLetterRequeue(t.Context(), &ports.DeadLetterRequeueParams{ID: id, Generation: generation, Now: now}))
+	needAdmin(t, b)
+	require.NoError(t, b.Admin.DeadLetterRequeue(t.Context(), &ports.DeadLetterRequeueParams{ID: id, Generation: generation, Now: now}))
 }
 
 // ignore ignores the dead letter id at now.
 func ignore(t *testing.T, b ports.Backend, id uuid.UUID, now time.Time) {
 	t.Helper()
-	require.NoError(t, b.DeadLetters.DeadLetterIgnore(t.Context(), &ports.DeadLetterIgnoreParams{ID: id, Now: now}))
+	needAdmin(t, b)
+	require.NoError(t, b.Admin.DeadLetterIgnore(t.Context(), &ports.DeadLetterIgnoreParams{ID: id, Now: now}))
 }
 
 // recoverDeadLetters recovers up to limit dead letters on generation at now.

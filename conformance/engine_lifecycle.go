@@ -82,7 +82,7 @@ func addStageReceptors(t *testing.T, reg *core.Registry, b ports.Backend, log *s
 		require.NoError(t, core.AddReceptor(reg, st, mode, func(ctx context.Context, _ tick, info core.StageInfo) error {
 			if st == core.PostAllPerspectives {
 				for _, p := range perspectives {
-					m, err := b.Models.ModelLoad(context.WithoutCancel(ctx), info.Event.StreamID, p)
+					m, err := b.Models.ModelLoad(context.WithoutCancel(ctx), &ports.ModelLoadParams{StreamID: info.Event.StreamID, Perspective: p})
 					if err != nil || m.LastVersion < info.Event.Version {
 						violations.Add(1)
 					}
@@ -226,7 +226,7 @@ func testLifecycleCrashHealed(t *testing.T, newBackend NewBackendFunc) {
 		require.Equal(t, 1, log.count(core.PostLifecycle, "", e.ID), "PostLifecycle healed once")
 		require.Equal(t, 1, log.count(core.PostAllPerspectives, "", e.ID), "PostAllPerspectives not fired again")
 	}
-	stages, err := second.Lifecycle.LifecycleStages(t.Context(), []uuid.UUID{res.Events[0].ID, res.Events[1].ID})
+	stages, err := second.Lifecycle.LifecycleStages(t.Context(), &ports.LifecycleStagesParams{EventIDs: []uuid.UUID{res.Events[0].ID, res.Events[1].ID}})
 	require.NoError(t, err)
 	for _, e := range res.Events {
 		require.NotZero(t, stages[e.ID]&ports.StagePostLifecycle, "durable completion marker written")

@@ -78,7 +78,9 @@ func pendingRows(t *testing.T, b ports.Backend, streams ...uuid.UUID) []ports.Wo
 	now := time.Now().Add(time.Hour) // past every lease the workers took
 	in.heartbeat(t, now)
 	// Leave no live instance behind to share the streams with the next call.
-	defer func() { require.NoError(t, b.Claimer.InstanceDeregister(t.Context(), in.id)) }()
+	defer func() {
+		require.NoError(t, b.Claimer.InstanceDeregister(t.Context(), &ports.InstanceDeregisterParams{InstanceID: in.id}))
+	}()
 	claimed := in.claimWith(t, ports.WorkClaimParams{Now: now})
 	var mine []uuid.UUID
 	for _, s := range claimed.StreamIDs {
@@ -99,6 +101,7 @@ func pendingRows(t *testing.T, b ports.Backend, streams ...uuid.UUID) []ports.Wo
 func testLateWithoutRewind(t *testing.T, newBackend NewBackendFunc, noStore bool) {
 	open := newBackend(t)
 	b := open(t)
+	needAdmin(t, b)
 	wb := b
 	opts := lifecycleOptions()
 	if noStore {
@@ -140,7 +143,7 @@ func testLateWithoutRewind(t *testing.T, newBackend NewBackendFunc, noStore bool
 	o2 := lifecycleOptions()
 	o2.Hooks = pr.hooks(core.Hooks{})
 	startWorker(t, open(t), newRegistry(t, trailPerspective(t, "alpha", log, nil)), o2)
-	require.NoError(t, b.DeadLetters.DeadLetterRequeue(t.Context(), &ports.DeadLetterRequeueParams{ID: dl.ID}))
+	require.NoError(t, b.Admin.DeadLetterRequeue(t.Context(), &ports.DeadLetterRequeueParams{ID: dl.ID}))
 	pr.waitUntil(t, "the requeued late event is applied by a rewind", func() bool {
 		return len(modelVersions(t, b, stream, "alpha")) == 5 && rewindClear(t, b, stream, "alpha")
 	})
@@ -156,7 +159,7 @@ func testLateWithoutRewind(t *testing.T, newBackend NewBackendFunc, noStore bool
 func appliedBy(b ports.Backend, stream uuid.UUID, version int64, perspectives ...string) bool {
 	ctx := context.Background()
 	for _, p := range perspectives {
-		stored, err := b.Models.ModelLoad(ctx, stream, p)
+		stored, err := b.Models.ModelLoad(ctx, &ports.ModelLoadParams{StreamID: stream, Perspective: p})
 		if err != nil {
 			return false
 		}
@@ -324,7 +327,7 @@ func testStageSurvivesCrash(t *testing.T, newBackend NewBackendFunc) {
 	pr.waitUntil(t, "instance B ran the interrupted stage", func() bool { return len(got.of(info.DeliveryKey())) == 2 })
 	waitLifecycle(t, wB)
 	require.Equal(t, []string{"A", "B"}, got.of(info.DeliveryKey()), "the stage ran again, with the same delivery key")
-	stages, err := first.Lifecycle.LifecycleStages(t.Context(), []uuid.UUID{info.Event.ID})
+	stages, err := first.Lifecycle.LifecycleStages(t.Context(), &ports.LifecycleStagesParams{EventIDs: []uuid.UUID{info.Event.ID}})
 	require.NoError(t, err)
 	require.NotZero(t, stages[info.Event.ID]&ports.StagePostLifecycle, "the stage is recorded completed")
 }
@@ -693,7 +696,7 @@ func testRetire(t *testing.T, newBackend NewBackendFunc) {
 	open := newBackend(t)
 	b := open(t)
 	if b.Admin == nil {
-		t.Skip("adapter does not implement ports.AdminStore")
+		t.Skip("adapter does not implement ports.Admin")
 	}
 	pr := newProgress()
 	// The worker no longer has beta; a producer still carries it.
@@ -752,7 +755,7 @@ func testRetire(t *testing.T, newBackend NewBackendFunc) {
 	}
 
 	// Revived, beta gets the work of new appends again.
-	require.NoError(t, b.Admin.PerspectiveRevive(t.Context(), "beta"))
+	require.NoError(t, b.Admin.PerspectiveRevive(t.Context(), &ports.PerspectiveReviveParams{Perspective: "beta"}))
 	retired, err = b.Admin.PerspectivesRetired(t.Context())
 	require.NoError(t, err)
 	require.Empty(t, retired)

@@ -544,7 +544,7 @@ func runEvents(t *testing.T, newBackend NewBackendFunc) {
 			tb := setup(t, newBackend)
 
 			for _, sub := range []ports.Subscription{{EventType: eventType}, {Perspective: perspective}} {
-				err := tb.backend.Events.SubscriptionsRegister(t.Context(), []ports.Subscription{sub})
+				err := tb.backend.Events.SubscriptionsRegister(t.Context(), &ports.SubscriptionsRegisterParams{Subscriptions: []ports.Subscription{sub}})
 				require.ErrorIs(t, err, ports.ErrInvalidArgument)
 			}
 		},

@@ -208,7 +208,7 @@ func (in *instance) fail(t *testing.T, now time.Time, failures ...ports.Failure)
 // deadLetter moves a work row to dead letters on behalf of in.
 func (in *instance) deadLetter(t *testing.T, now time.Time, workID uuid.UUID) (ports.DeadLetter, bool) {
 	t.Helper()
-	dl, moved, err := in.b.DeadLetters.DeadLetterMove(t.Context(), &ports.DeadLetterMoveParams{
+	res, err := in.b.DeadLetters.DeadLetterMove(t.Context(), &ports.DeadLetterMoveParams{
 		WorkID:     workID,
 		InstanceID: in.id,
 		Reason:     ports.ReasonMaxAttemptsExceeded,
@@ -216,7 +216,7 @@ func (in *instance) deadLetter(t *testing.T, now time.Time, workID uuid.UUID) (p
 		Now:        now,
 	})
 	require.NoError(t, err)
-	return dl, moved
+	return res.DeadLetter, res.Moved
 }
 
 // subscribe registers perspectives for eventType.
@@ -226,7 +226,7 @@ func subscribe(t *testing.T, b ports.Backend, eventType string, perspectives ...
 	for _, p := range perspectives {
 		subs = append(subs, ports.Subscription{EventType: eventType, Perspective: p})
 	}
-	require.NoError(t, b.Events.SubscriptionsRegister(t.Context(), subs))
+	require.NoError(t, b.Events.SubscriptionsRegister(t.Context(), &ports.SubscriptionsRegisterParams{Subscriptions: subs}))
 }
 
 // newEvent returns an event of type typ, placed at version (0 for the next),

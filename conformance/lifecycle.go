@@ -198,7 +198,7 @@ func runLifecycle(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			ids := eventIDs(appendN(t, tb.backend, newID(t), at(0), eventType, 2))
 			require.Equal(t, ids[:1], never.claimStage(t, at(time.Second), ports.StagePostLifecycle, ids[0]))
 			require.Equal(t, ids[1:], gone.claimStage(t, at(time.Second), ports.StagePostLifecycle, ids[1]))
-			require.NoError(t, gone.b.Claimer.InstanceDeregister(t.Context(), gone.id))
+			require.NoError(t, gone.b.Claimer.InstanceDeregister(t.Context(), &ports.InstanceDeregisterParams{InstanceID: gone.id}))
 
 			require.Equal(t, ids, b.claimStage(t, at(2*time.Second), ports.StagePostLifecycle, ids...),
 				"an instance that never heartbeat, or deregistered, is not live")
@@ -613,7 +613,7 @@ func appendSpaced(t *testing.T, b ports.Backend, stream uuid.UUID, n int, every 
 // stagesOf returns the completed stages of ids.
 func stagesOf(t *testing.T, b ports.Backend, ids ...uuid.UUID) map[uuid.UUID]ports.LifecycleStage {
 	t.Helper()
-	stages, err := b.Lifecycle.LifecycleStages(t.Context(), ids)
+	stages, err := b.Lifecycle.LifecycleStages(t.Context(), &ports.LifecycleStagesParams{EventIDs: ids})
 	require.NoError(t, err)
 	return stages
 }

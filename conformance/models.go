@@ -18,7 +18,7 @@ func runModels(t *testing.T, newBackend NewBackendFunc) {
 		"NotFoundWhenMissing": func(t *testing.T) {
 			tb := setup(t, newBackend)
 
-			_, err := tb.backend.Models.ModelLoad(t.Context(), newID(t), perspective)
+			_, err := tb.backend.Models.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: newID(t), Perspective: perspective})
 
 			require.ErrorIs(t, err, ports.ErrNotFound)
 		},
@@ -71,7 +71,7 @@ func runModels(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, last, cur.LastEventID)
 			require.Equal(t, int64(2), cur.LastVersion)
 			require.True(t, cur.Status.Has(ports.CursorProcessing), "status %s", cur.Status)
-			_, err := tb.backend.Models.ModelLoad(t.Context(), stream, perspective2)
+			_, err := tb.backend.Models.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: stream, Perspective: perspective2})
 			require.ErrorIs(t, err, ports.ErrNotFound, "models are per perspective")
 		},
 	})
@@ -101,7 +101,7 @@ func modelParams(stream uuid.UUID, name string, expected int64, last uuid.UUID, 
 // cannot be loaded.
 func mustModel(t *testing.T, b ports.Backend, stream uuid.UUID, name string) ports.StoredModel {
 	t.Helper()
-	m, err := b.Models.ModelLoad(t.Context(), stream, name)
+	m, err := b.Models.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: stream, Perspective: name})
 	require.NoError(t, err)
 	return m
 }
@@ -112,9 +112,8 @@ func runModelBatch(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 	const port = "ModelBatchStore"
 	batch := func(t *testing.T, b ports.Backend) ports.ModelBatchStore {
 		t.Helper()
-		mb, ok := b.Models.(ports.ModelBatchStore)
-		require.True(t, ok, "every handle of the backend implements ports.ModelBatchStore")
-		return mb
+		require.NotNil(t, b.ModelBatch, "every handle of the backend sets Backend.ModelBatch")
+		return b.ModelBatch
 	}
 
 	optionalGroup(t, "ModelLoadMany", port, implemented, map[string]func(t *testing.T){
@@ -125,13 +124,13 @@ func runModelBatch(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			require.NoError(t, saveModel(t, tb.backend, streams[0], 0, last, 2, `{"n":2}`))
 			require.NoError(t, saveModel(t, tb.backend, streams[1], 0, last, 5, `{"n":5}`))
 
-			got, err := batch(t, tb.backend).ModelLoadMany(t.Context(), []ports.Pair{
+			got, err := batch(t, tb.backend).ModelLoadMany(t.Context(), &ports.ModelLoadManyParams{Pairs: []ports.Pair{
 				{StreamID: streams[0], Perspective: perspective},
 				{StreamID: streams[1], Perspective: perspective},
 				{StreamID: streams[1], Perspective: perspective}, // duplicate
 				{StreamID: streams[1], Perspective: perspective2},
 				{StreamID: streams[2], Perspective: perspective},
-			})
+			}})
 			require.NoError(t, err)
 			require.Len(t, got, 2)
 			byStream := map[uuid.UUID]ports.StoredModel{}
@@ -153,7 +152,7 @@ func runModelBatch(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 		},
 		"EmptyForNoPairs": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			got, err := batch(t, tb.backend).ModelLoadMany(t.Context(), nil)
+			got, err := batch(t, tb.backend).ModelLoadMany(t.Context(), &ports.ModelLoadManyParams{Pairs: nil})
 			require.NoError(t, err)
 			require.Empty(t, got)
 		},
@@ -167,13 +166,13 @@ func runModelBatch(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			require.NoError(t, saveModel(t, tb.backend, streams[1], 0, last, 2, `{"n":2}`))
 			require.NoError(t, saveModel(t, tb.backend, streams[2], 0, last, 2, `{"n":2}`))
 
-			errs, err := batch(t, tb.backend).ModelSaveMany(t.Context(), []*ports.ModelSaveParams{
+			errs, err := batch(t, tb.backend).ModelSaveMany(t.Context(), &ports.ModelSaveManyParams{Saves: []*ports.ModelSaveParams{
 				modelParams(streams[0], perspective, 0, last, 1, `{"n":1}`),  // new
 				modelParams(streams[1], perspective, 2, last, 4, `{"n":4}`),  // moves
 				modelParams(streams[2], perspective, 1, last, 3, `{"n":3}`),  // stale expectation
 				modelParams(streams[3], perspective, 0, last, 1, `not json`), // invalid
 				modelParams(streams[0], perspective2, 0, last, 1, `{"p":2}`), // another perspective
-			})
+			}})
 			require.NoError(t, err)
 			require.Len(t, errs, 5)
 			require.NoError(t, errs[0])
@@ -186,7 +185,7 @@ func runModelBatch(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			require.JSONEq(t, `{"n":4}`, string(mustModel(t, tb.backend, streams[1], perspective).Data))
 			require.JSONEq(t, `{"n":2}`, string(mustModel(t, tb.backend, streams[2], perspective).Data), "a conflict stores nothing")
 			require.JSONEq(t, `{"p":2}`, string(mustModel(t, tb.backend, streams[0], perspective2).Data))
-			_, err = tb.backend.Models.ModelLoad(t.Context(), streams[3], perspective)
+			_, err = tb.backend.Models.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: streams[3], Perspective: perspective})
 			require.ErrorIs(t, err, ports.ErrNotFound, "an invalid entry stores nothing")
 
 			cur := mustCursor(t, tb.backend, streams[0], perspective)
@@ -199,11 +198,11 @@ func runModelBatch(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			tb := setup(t, newBackend)
 			stream, last := newID(t), newID(t)
 
-			errs, err := batch(t, tb.backend).ModelSaveMany(t.Context(), []*ports.ModelSaveParams{
+			errs, err := batch(t, tb.backend).ModelSaveMany(t.Context(), &ports.ModelSaveManyParams{Saves: []*ports.ModelSaveParams{
 				modelParams(stream, perspective, 0, last, 2, `{"n":2}`),
 				modelParams(stream, perspective, 2, last, 3, `{"n":3}`),
 				modelParams(stream, perspective, 2, last, 4, `{"n":4}`),
-			})
+			}})
 			require.NoError(t, err)
 			require.NoError(t, errs[0])
 			require.NoError(t, errs[1])
@@ -214,7 +213,7 @@ func runModelBatch(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 		},
 		"EmptyForNoEntries": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			errs, err := batch(t, tb.backend).ModelSaveMany(t.Context(), nil)
+			errs, err := batch(t, tb.backend).ModelSaveMany(t.Context(), &ports.ModelSaveManyParams{Saves: nil})
 			require.NoError(t, err)
 			require.Empty(t, errs)
 		},

@@ -10,11 +10,12 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
-// runNotifier verifies ports.Notifier.
-func runNotifier(t *testing.T, newBackend NewBackendFunc) {
+// runNotifier verifies ports.Notifier, an optional port.
+func runNotifier(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 	t.Helper()
+	const port = "Notifier"
 
-	group(t, "NotifierHealthy", map[string]func(t *testing.T){
+	optionalGroup(t, "NotifierHealthy", port, implemented, map[string]func(t *testing.T){
 		"TrueWhileDelivering": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			wakes := listen(t.Context(), t, tb.backend)
@@ -25,7 +26,7 @@ func runNotifier(t *testing.T, newBackend NewBackendFunc) {
 		},
 	})
 
-	group(t, "NotifierListen", map[string]func(t *testing.T){
+	optionalGroup(t, "NotifierListen", port, implemented, map[string]func(t *testing.T){
 		"ClosesChannelWhenContextDone": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			ctx, cancel := context.WithCancel(t.Context())
@@ -82,6 +83,9 @@ func runNotifier(t *testing.T, newBackend NewBackendFunc) {
 // listen subscribes to b's wakes until ctx is done.
 func listen(ctx context.Context, t *testing.T, b ports.Backend) <-chan ports.Wake {
 	t.Helper()
+	if b.Notifier == nil {
+		t.Skip("adapter does not implement ports.Notifier")
+	}
 	wakes, err := b.Notifier.NotifierListen(ctx)
 	require.NoError(t, err)
 	require.NotNil(t, wakes)

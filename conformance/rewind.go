@@ -20,7 +20,7 @@ const (
 )
 
 // runRewind verifies ports.RewindStore, an optional port.
-func runRewind(t *testing.T, newBackend NewBackendFunc, implemented bool) {
+func runRewind(t *testing.T, newBackend NewBackendFunc, implemented, admin bool) {
 	t.Helper()
 	const port = "RewindStore"
 
@@ -315,7 +315,7 @@ func runRewind(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 		},
 	})
 
-	optionalGroup(t, "StreamLocks", port, implemented, map[string]func(t *testing.T){
+	optionalGroup(t, "StreamLocks", "Admin", implemented && admin, map[string]func(t *testing.T){
 		"EmptyWithoutLocks": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 1)
 			f.a.complete(t, at(time.Second), f.completion(1, 1))
@@ -418,7 +418,8 @@ func (in *instance) releaseLock(t *testing.T, stream uuid.UUID, perspective stri
 // streamLocks returns the unexpired locks of stream at now.
 func streamLocks(t *testing.T, b ports.Backend, stream uuid.UUID, now time.Time) map[string]ports.StreamLock {
 	t.Helper()
-	locks, err := b.Rewind.StreamLocks(t.Context(), &ports.StreamLocksParams{StreamID: stream, Now: now})
+	needAdmin(t, b)
+	locks, err := b.Admin.StreamLocks(t.Context(), &ports.StreamLocksParams{StreamID: stream, Now: now})
 	require.NoError(t, err)
 	return locks
 }

@@ -55,7 +55,7 @@ func runSnapshots(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			} {
 				s := ports.Snapshot{StreamID: stream, Perspective: perspective, Version: 1, EventID: newID(t), Data: []byte(`{}`), CreatedAt: at(0)}
 				edit(&s)
-				require.ErrorIs(t, tb.backend.Snapshots.SnapshotSave(t.Context(), s), ports.ErrInvalidArgument, name)
+				require.ErrorIs(t, tb.backend.Snapshots.SnapshotSave(t.Context(), &ports.SnapshotSaveParams{Snapshot: s}), ports.ErrInvalidArgument, name)
 			}
 			requireNoSnapshot(t, tb.backend, stream, perspective, 100)
 		},
@@ -67,7 +67,7 @@ func runSnapshots(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			second := saveSnapshot(t, tb.backend, stream, perspective, 3, at(2*time.Second))
 
 			requireSnapshot(t, second, latestSnapshot(t, tb.backend, stream, perspective, 4))
-			deleted, err := tb.backend.Snapshots.SnapshotsDeleteFrom(t.Context(), stream, perspective, 0)
+			deleted, err := tb.backend.Snapshots.SnapshotsDeleteFrom(t.Context(), &ports.SnapshotsDeleteFromParams{StreamID: stream, Perspective: perspective, Version: 0})
 			require.NoError(t, err)
 			require.Equal(t, 1, deleted, "one snapshot per version")
 		},
@@ -81,7 +81,7 @@ func runSnapshots(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 				Data:        []byte(`{"total": 42, "lines": ["a", "b"]}`),
 				CreatedAt:   at(5 * time.Second),
 			}
-			require.NoError(t, tb.backend.Snapshots.SnapshotSave(t.Context(), want))
+			require.NoError(t, tb.backend.Snapshots.SnapshotSave(t.Context(), &ports.SnapshotSaveParams{Snapshot: want}))
 
 			requireSnapshot(t, want, latestSnapshot(t, tb.backend, want.StreamID, perspective, 4))
 		},
@@ -135,7 +135,7 @@ func saveSnapshot(t *testing.T, b ports.Backend, stream uuid.UUID, perspective s
 		Data:        fmt.Appendf(nil, `{"version":%d,"saved":%q}`, version, now.Format(time.RFC3339)),
 		CreatedAt:   now,
 	}
-	require.NoError(t, b.Snapshots.SnapshotSave(t.Context(), s))
+	require.NoError(t, b.Snapshots.SnapshotSave(t.Context(), &ports.SnapshotSaveParams{Snapshot: s}))
 	return s
 }
 
@@ -143,7 +143,7 @@ func saveSnapshot(t *testing.T, b ports.Backend, stream uuid.UUID, perspective s
 // there is none.
 func latestSnapshot(t *testing.T, b ports.Backend, stream uuid.UUID, perspective string, version int64) ports.Snapshot {
 	t.Helper()
-	s, err := b.Snapshots.SnapshotLatestBefore(t.Context(), stream, perspective, version)
+	s, err := b.Snapshots.SnapshotLatestBefore(t.Context(), &ports.SnapshotLatestBeforeParams{StreamID: stream, Perspective: perspective, Version: version})
 	require.NoError(t, err)
 	return s
 }
@@ -152,7 +152,7 @@ func latestSnapshot(t *testing.T, b ports.Backend, stream uuid.UUID, perspective
 // below version.
 func requireNoSnapshot(t *testing.T, b ports.Backend, stream uuid.UUID, perspective string, version int64) {
 	t.Helper()
-	_, err := b.Snapshots.SnapshotLatestBefore(t.Context(), stream, perspective, version)
+	_, err := b.Snapshots.SnapshotLatestBefore(t.Context(), &ports.SnapshotLatestBeforeParams{StreamID: stream, Perspective: perspective, Version: version})
 	require.ErrorIs(t, err, ports.ErrNotFound)
 }
 
@@ -160,7 +160,7 @@ func requireNoSnapshot(t *testing.T, b ports.Backend, stream uuid.UUID, perspect
 // many it deleted.
 func deleteSnapshots(t *testing.T, b ports.Backend, stream uuid.UUID, perspective string, version int64) int {
 	t.Helper()
-	n, err := b.Snapshots.SnapshotsDeleteFrom(t.Context(), stream, perspective, version)
+	n, err := b.Snapshots.SnapshotsDeleteFrom(t.Context(), &ports.SnapshotsDeleteFromParams{StreamID: stream, Perspective: perspective, Version: version})
 	require.NoError(t, err)
 	return n
 }

@@ -205,7 +205,7 @@ func TestBatchDrainsPastFetchLimit(t *testing.T) {
 	require.Equal(t, int64(20), bb.applied.Load())
 	require.NoError(t, bb.w.completer.completions.Flush(t.Context()))
 	for _, stream := range streams {
-		m, err := bb.backend.Models.ModelLoad(t.Context(), stream, "c")
+		m, err := bb.backend.Models.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: stream, Perspective: "c"})
 		require.NoError(t, err)
 		require.Equal(t, int64(4), m.LastVersion)
 	}

@@ -91,21 +91,20 @@ func (c *combiner[Req, Res]) sendBatch(ctx context.Context, batch []*combined[Re
 // modelCombineLimit bounds the pairs of one batched model load or save.
 const modelCombineLimit = 256
 
-// modelBatches groups model loads and saves when the backend's model store
-// implements ports.ModelBatchStore.
+// modelBatches groups model loads and saves when the backend has a
+// ports.ModelBatchStore (Backend.ModelBatch).
 type modelBatches struct {
 	loads *combiner[ports.Pair, ports.StoredModel]
 	saves *combiner[*ports.ModelSaveParams, error]
 }
 
-func newModelBatches(store ports.ModelStore, timeout time.Duration) *modelBatches {
-	mb, ok := store.(ports.ModelBatchStore)
-	if !ok {
+func newModelBatches(mb ports.ModelBatchStore, timeout time.Duration) *modelBatches {
+	if mb == nil {
 		return nil
 	}
 	return &modelBatches{
 		loads: newCombiner(2, modelCombineLimit, timeout, func(ctx context.Context, pairs []ports.Pair) ([]ports.StoredModel, error) {
-			found, err := mb.ModelLoadMany(ctx, pairs)
+			found, err := mb.ModelLoadMany(ctx, &ports.ModelLoadManyParams{Pairs: pairs})
 			if err != nil {
 				return nil, err
 			}
@@ -119,7 +118,9 @@ func newModelBatches(store ports.ModelStore, timeout time.Duration) *modelBatche
 			}
 			return out, nil
 		}),
-		saves: newCombiner(2, modelCombineLimit, timeout, mb.ModelSaveMany),
+		saves: newCombiner(2, modelCombineLimit, timeout, func(ctx context.Context, saves []*ports.ModelSaveParams) ([]error, error) {
+			return mb.ModelSaveMany(ctx, &ports.ModelSaveManyParams{Saves: saves})
+		}),
 	}
 }
 

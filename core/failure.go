@@ -54,7 +54,7 @@ func (fl *failures) eventFailed(ctx context.Context, k pairKey, row ports.WorkIt
 		return failureRetry
 	}
 	reason := failureReason(cause)
-	dl, moved, err := fl.backend.DeadLetters.DeadLetterMove(ctx, &ports.DeadLetterMoveParams{
+	res, err := fl.backend.DeadLetters.DeadLetterMove(ctx, &ports.DeadLetterMoveParams{
 		WorkID:     row.WorkID,
 		InstanceID: fl.opts.InstanceID,
 		Generation: fl.opts.Generation,
@@ -67,8 +67,8 @@ func (fl *failures) eventFailed(ctx context.Context, k pairKey, row ports.WorkIt
 		fl.parking.infraFailed(ctx, k, "moving work to dead letters", err)
 		return failureInfra
 	}
-	if moved {
-		fl.deadLettered(ctx, dl)
+	if res.Moved {
+		fl.deadLettered(ctx, res.DeadLetter)
 	}
 	return failureDeadLettered
 }
@@ -171,7 +171,7 @@ func (fl *failures) deadLetterRows(ctx context.Context, rows []ports.WorkItem, m
 			keep = append(keep, r)
 			continue
 		}
-		dl, moved, err := fl.backend.DeadLetters.DeadLetterMove(ctx, &ports.DeadLetterMoveParams{
+		res, err := fl.backend.DeadLetters.DeadLetterMove(ctx, &ports.DeadLetterMoveParams{
 			WorkID:     r.WorkID,
 			InstanceID: fl.opts.InstanceID,
 			Generation: fl.opts.Generation,
@@ -183,8 +183,8 @@ func (fl *failures) deadLetterRows(ctx context.Context, rows []ports.WorkItem, m
 		if err != nil {
 			return nil, err
 		}
-		if moved {
-			fl.deadLettered(ctx, dl)
+		if res.Moved {
+			fl.deadLettered(ctx, res.DeadLetter)
 		}
 	}
 	return keep, nil

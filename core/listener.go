@@ -28,10 +28,14 @@ func newListener(e *engine, onWake func()) *listener {
 
 // Start subscribes to the backend's notifications and launches the loop
 // that forwards them; it runs until Stop or until ctx ends. When the
-// backend cannot notify, the engine polls only.
+// backend has no Notifier, or it cannot listen, the engine polls only.
 func (l *listener) Start(ctx context.Context) {
 	ctx, wg, ok := l.startInit(ctx)
 	if !ok {
+		return
+	}
+	if l.backend.Notifier == nil {
+		l.log.InfoContext(ctx, "the backend has no notifier; polling only")
 		return
 	}
 	wakes, err := l.backend.Notifier.NotifierListen(ctx)
@@ -45,7 +49,7 @@ func (l *listener) Start(ctx context.Context) {
 
 // healthy reports whether notifications arrive, so that polls may be rare.
 func (l *listener) healthy() bool {
-	return l.listening.Load() && l.backend.Notifier.NotifierHealthy()
+	return l.listening.Load() && l.backend.Notifier != nil && l.backend.Notifier.NotifierHealthy()
 }
 
 func (l *listener) loop(ctx context.Context, wakes <-chan ports.Wake) {

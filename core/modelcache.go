@@ -87,7 +87,7 @@ func (s *modelStore) load(ctx context.Context, k pairKey, position int64) (ports
 	if s.batches != nil {
 		return s.batches.load(ctx, k)
 	}
-	return s.backend.ModelLoad(ctx, k.stream, k.perspective)
+	return s.backend.ModelLoad(ctx, &ports.ModelLoadParams{StreamID: k.stream, Perspective: k.perspective})
 }
 
 // save saves a model with its cursor and keeps it in the cache; a failed

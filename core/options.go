@@ -27,7 +27,6 @@ const (
 	ApplyTimeoutDefault                 = time.Minute
 	ApplyAbandonGraceDefault            = 10 * time.Second
 	StaleInstanceThresholdDefault       = 30 * time.Second
-	PartitionCountDefault               = 10_000
 	IdleThresholdPollsDefault           = 2
 	PerspectiveBatchSizeDefault         = 100
 	MaxConcurrentStreamsDefault         = 30
@@ -205,7 +204,7 @@ type Options struct {
 	// DebugMode keeps completed work rows, marked, instead of deleting them.
 	DebugMode bool
 	// PartitionCount is the number of partitions work is distributed over.
-	// Defaults to 10000.
+	// Defaults to ports.PartitionCountDefault (10000).
 	PartitionCount int
 	// IdleThresholdPolls is how many consecutive empty polls make the worker
 	// idle. Defaults to 2.
@@ -348,7 +347,7 @@ func (o *Options) withDefaults() (Options, error) {
 	defaultBackoff(&errs, "InfraRetry", &c.InfraRetry,
 		Backoff{InfraRetryInitialDefault, InfraRetryMaxDefault, InfraRetryMultiplierDefault})
 	num("MaxPerspectiveEventAttempts", &c.MaxPerspectiveEventAttempts, MaxPerspectiveEventAttemptsDefault, true)
-	num("PartitionCount", &c.PartitionCount, PartitionCountDefault, false)
+	num("PartitionCount", &c.PartitionCount, ports.PartitionCountDefault, false)
 	num("IdleThresholdPolls", &c.IdleThresholdPolls, IdleThresholdPollsDefault, false)
 	num("PerspectiveBatchSize", &c.PerspectiveBatchSize, PerspectiveBatchSizeDefault, false)
 	num("MaxConcurrentStreams", &c.MaxConcurrentStreams, MaxConcurrentStreamsDefault, false)

@@ -34,7 +34,7 @@ type Model[M any] struct {
 // The model may lag the stream's latest events; Worker.WaitForStream waits
 // until it reflects a given version.
 func (p *Perspective[M]) Load(ctx context.Context, models ports.ModelStore, streamID uuid.UUID) (Model[M], error) {
-	stored, err := models.ModelLoad(ctx, streamID, p.name)
+	stored, err := models.ModelLoad(ctx, &ports.ModelLoadParams{StreamID: streamID, Perspective: p.name})
 	if err != nil {
 		return Model[M]{}, fmt.Errorf("loading model of perspective %q for stream %s: %w", p.name, streamID, err)
 	}

@@ -19,7 +19,8 @@ type storedModels struct {
 	err    error
 }
 
-func (s storedModels) ModelLoad(_ context.Context, streamID uuid.UUID, perspective string) (ports.StoredModel, error) {
+func (s storedModels) ModelLoad(_ context.Context, params *ports.ModelLoadParams) (ports.StoredModel, error) {
+	streamID, perspective := params.StreamID, params.Perspective
 	if s.err != nil {
 		return ports.StoredModel{}, s.err
 	}

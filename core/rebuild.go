@@ -43,7 +43,7 @@ func (rw *rewinder) rebuild(ctx context.Context, perspectiveName string, streams
 		defer unlock()
 		start := rw.now()
 		if rw.backend.Snapshots != nil {
-			if _, err := rw.backend.Snapshots.SnapshotsDeleteFrom(ctx, stream, perspectiveName, 0); err != nil {
+			if _, err := rw.backend.Snapshots.SnapshotsDeleteFrom(ctx, &ports.SnapshotsDeleteFromParams{StreamID: stream, Perspective: perspectiveName}); err != nil {
 				return fmt.Errorf("rebuilding stream %s: %w", stream, err)
 			}
 		}

@@ -101,7 +101,7 @@ func NewRegistry() *Registry {
 // append, so call it yourself only when events are appended by other means
 // (another service, raw EventsAppend calls) before any worker started.
 func (r *Registry) RegisterSubscriptions(ctx context.Context, store ports.EventStore) error {
-	if err := store.SubscriptionsRegister(ctx, r.Subscriptions()); err != nil {
+	if err := store.SubscriptionsRegister(ctx, &ports.SubscriptionsRegisterParams{Subscriptions: r.Subscriptions()}); err != nil {
 		return fmt.Errorf("registering subscriptions: %w", err)
 	}
 	return nil

@@ -208,7 +208,9 @@ type flakyStore struct {
 	kept   []ports.Event
 }
 
-func (s *flakyStore) SubscriptionsRegister(context.Context, []ports.Subscription) error { return nil }
+func (s *flakyStore) SubscriptionsRegister(context.Context, *ports.SubscriptionsRegisterParams) error {
+	return nil
+}
 
 func (s *flakyStore) EventsAppend(_ context.Context, p *ports.EventsAppendParams) (*ports.EventsAppendResult, error) {
 	i := len(s.calls)

@@ -66,7 +66,7 @@ func (r *replayRun) start(ctx context.Context, trigger int64) error {
 	// A rewind reads the store, not the cache: it starts from the truth.
 	rw.store.forget(r.key)
 	var err error
-	r.stored, err = rw.backend.Models.ModelLoad(ctx, r.key.stream, r.key.perspective)
+	r.stored, err = rw.backend.Models.ModelLoad(ctx, &ports.ModelLoadParams{StreamID: r.key.stream, Perspective: r.key.perspective})
 	if err != nil && !errors.Is(err, ports.ErrNotFound) {
 		return fmt.Errorf("loading model: %w", err)
 	}
@@ -77,7 +77,7 @@ func (r *replayRun) start(ctx context.Context, trigger int64) error {
 	if snaps == nil || trigger <= 0 {
 		return nil
 	}
-	snap, err := snaps.SnapshotLatestBefore(ctx, r.key.stream, r.key.perspective, trigger)
+	snap, err := snaps.SnapshotLatestBefore(ctx, &ports.SnapshotLatestBeforeParams{StreamID: r.key.stream, Perspective: r.key.perspective, Version: trigger})
 	switch {
 	case err == nil:
 		if r.model, err = r.p.decodeModel(snap.Data); err != nil {
@@ -87,7 +87,7 @@ func (r *replayRun) start(ctx context.Context, trigger int64) error {
 	case !errors.Is(err, ports.ErrNotFound):
 		return fmt.Errorf("loading snapshot: %w", err)
 	}
-	if _, err := snaps.SnapshotsDeleteFrom(ctx, r.key.stream, r.key.perspective, trigger); err != nil {
+	if _, err := snaps.SnapshotsDeleteFrom(ctx, &ports.SnapshotsDeleteFromParams{StreamID: r.key.stream, Perspective: r.key.perspective, Version: trigger}); err != nil {
 		return fmt.Errorf("deleting stale snapshots: %w", err)
 	}
 	return nil
@@ -197,7 +197,7 @@ func (r *replayRun) snapshot(ctx context.Context, prev int64, e ports.Event) err
 	if err != nil {
 		return &replayFailure{event: e, cause: err}
 	}
-	if err := snaps.SnapshotSave(ctx, ports.Snapshot{StreamID: r.key.stream, Perspective: r.key.perspective, Version: e.Version, EventID: e.ID, Data: data, CreatedAt: r.rw.now()}); err != nil {
+	if err := snaps.SnapshotSave(ctx, &ports.SnapshotSaveParams{Snapshot: ports.Snapshot{StreamID: r.key.stream, Perspective: r.key.perspective, Version: e.Version, EventID: e.ID, Data: data, CreatedAt: r.rw.now()}}); err != nil {
 		return fmt.Errorf("saving snapshot: %w", err)
 	}
 	return nil
@@ -275,7 +275,7 @@ func (rw *rewinder) maybeSnapshot(ctx context.Context, key pairKey, from int64, 
 	if rw.backend.Snapshots == nil || !rw.snapshotDue(from, last.Version) {
 		return
 	}
-	err := rw.backend.Snapshots.SnapshotSave(ctx, ports.Snapshot{StreamID: key.stream, Perspective: key.perspective, Version: last.Version, EventID: last.ID, Data: data, CreatedAt: rw.now()})
+	err := rw.backend.Snapshots.SnapshotSave(ctx, &ports.SnapshotSaveParams{Snapshot: ports.Snapshot{StreamID: key.stream, Perspective: key.perspective, Version: last.Version, EventID: last.ID, Data: data, CreatedAt: rw.now()}})
 	if err != nil && ctx.Err() == nil {
 		rw.log.WarnContext(ctx, "saving snapshot failed", slog.Any("error", err))
 	}

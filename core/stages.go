@@ -456,7 +456,7 @@ func (l *lifecycle) runTerminalStages(ctx context.Context, events []ports.Event)
 		for i, e := range events {
 			ids[i] = e.ID
 		}
-		done, err := store.LifecycleStages(ctx, ids)
+		done, err := store.LifecycleStages(ctx, &ports.LifecycleStagesParams{EventIDs: ids})
 		if err != nil {
 			if ctx.Err() == nil {
 				l.faults.fail(ctx, "reading lifecycle stages", err)

@@ -108,7 +108,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	w.completer.onFailureAcked = w.parking.parkAcked
 	w.completer.onCompleted = w.claims.roomFreed // room was freed for more of the backlog
 	scopes := newScopeCache(o.Security)
-	store := &modelStore{backend: backend.Models, cache: newModelCache(o.ModelCacheSize), batches: newModelBatches(backend.Models, backendCallTimeout)}
+	store := &modelStore{backend: backend.Models, cache: newModelCache(o.ModelCacheSize), batches: newModelBatches(backend.ModelBatch, backendCallTimeout)}
 	gates := newGates()
 	w.life = newLifecycle(e, w.completer, scopes)
 	fail := &failures{engine: e, parking: w.parking, completer: w.completer, cache: w.cache}
@@ -253,7 +253,7 @@ func (w *Worker) shutdown(ctx context.Context) {
 	}
 	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), deregisterTimeout)
 	defer dcancel()
-	if err := w.backend.Claimer.InstanceDeregister(dctx, w.opts.InstanceID); err != nil {
+	if err := w.backend.Claimer.InstanceDeregister(dctx, &ports.InstanceDeregisterParams{InstanceID: w.opts.InstanceID}); err != nil {
 		w.log.ErrorContext(ctx, "deregistering instance", slog.Any("error", err))
 	}
 	w.cancelWork(ErrStopped)
@@ -316,7 +316,7 @@ func (w *Worker) caughtUp(ctx context.Context, streamID uuid.UUID, targets map[s
 		if !ok {
 			continue
 		}
-		m, err := w.backend.Models.ModelLoad(ctx, streamID, p)
+		m, err := w.backend.Models.ModelLoad(ctx, &ports.ModelLoadParams{StreamID: streamID, Perspective: p})
 		if errors.Is(err, ports.ErrNotFound) {
 			return false, nil
 		}

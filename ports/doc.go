@@ -10,21 +10,47 @@
 // An application uses this package for the values it exchanges with the
 // engine and a backend ([Event], [Metadata], [Scope], [DeadLetter],
 // [ExpectNoStream], the sentinel errors) and for the ports it calls
-// itself: [EventStore] to append, [ModelStore] to read models (core.Perspective.Load decodes them),
-// [DeadLetterStore] and [AdminStore] for operator actions. An adapter
-// author implements the ports and checks them with the conformance suite.
+// itself: [EventStore] to append, [ModelStore] to read models
+// (core.Perspective.Load decodes them), [DeadLetterStore] and [Admin] for
+// operator actions. An adapter author implements the ports and checks them
+// with the conformance suite; [TxEventStore] is the port core.AppendTx
+// appends through, in the caller's transaction.
 //
 // # Ports
 //
-// [Backend] bundles the ports one engine instance needs; an adapter's
-// Backend method returns it. Seven are required: [WorkClaimer] (instances,
-// claims and leases), [EventFetcher], [CursorStore], [Notifier],
-// [DeadLetterStore], [EventStore] and [ModelStore]. Four are optional, and
-// the engine does without them as their docs say: [LifecycleStore]
-// (durable lifecycle stages), [RewindStore] (rewinds of late events),
-// [SnapshotStore] and [AdminStore]. [ModelBatchStore] is an extension the
-// engine uses when the Models port implements it, and [TxEventStore] the
-// port core.AppendTx appends through, in the caller's transaction.
+// A Backend bundles the ports. Backend.Validate requires these, which the
+// engine cannot run without:
+//
+//   - Claimer (WorkClaimer): heartbeats, claims and lease renewals.
+//   - Fetcher (EventFetcher): leases and reads the pending events.
+//   - Cursors (CursorStore): cursors and the outcome of applies.
+//   - DeadLetters (DeadLetterStore): gives up on events and retries them
+//     per deploy generation.
+//   - Events (EventStore): appends and subscriptions.
+//   - Models (ModelStore): models with their cursor position.
+//
+// The others are optional; without each, the engine:
+//
+//   - Notifier: polls at Options.PollingInterval and ClaimInterval instead
+//     of being woken by appends.
+//   - ModelBatch (ModelBatchStore): loads and saves models one pair per
+//     call instead of grouping concurrent ones.
+//   - Lifecycle (LifecycleStore): guards lifecycle stages in memory only,
+//     so a crash may lose a stage.
+//   - Rewind (RewindStore): never rewinds; a late event is dead-lettered
+//     with ReasonLate.
+//   - Snapshots (SnapshotStore): replays a rewind from the start of the
+//     stream.
+//   - Admin: skips its start-up warning about retired perspectives. The
+//     engine calls nothing else of it: Admin serves operator tools
+//     (instances, stream locks, requeueing and ignoring dead letters,
+//     retiring perspectives).
+//
+// Every method takes a context and a params struct (a method without
+// inputs takes the context alone) and returns at most one value besides
+// the error. A params type whose fields can be invalid has a Validate
+// method, which an adapter calls before anything else: the argument checks
+// are the same in every adapter.
 //
 // # Time
 //

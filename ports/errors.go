@@ -1,6 +1,14 @@
 package ports
 
-import "errors"
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
 
 // Sentinel errors returned by port implementations. Compare with errors.Is;
 // adapters may wrap them with detail.
@@ -28,3 +36,82 @@ var (
 	// at their edge. The engine never counts it against an event.
 	ErrTransient = errors.New("transient failure")
 )
+
+// invalidParam returns an error wrapping ErrInvalidArgument that names the
+// rejected field, as in "ports: WorkClaimParams.MaxStreams must be positive,
+// got 0".
+func invalidParam(field, format string, args ...any) error {
+	return fmt.Errorf("ports: %s %s: %w", field, fmt.Sprintf(format, args...), ErrInvalidArgument)
+}
+
+// checkID rejects a nil id.
+func checkID(field string, id uuid.UUID) error {
+	if id == uuid.Nil {
+		return invalidParam(field, "must not be nil")
+	}
+	return nil
+}
+
+// checkIDs rejects a nil id in ids.
+func checkIDs(field string, ids []uuid.UUID) error {
+	for i, id := range ids {
+		if id == uuid.Nil {
+			return invalidParam(fmt.Sprintf("%s[%d]", field, i), "must not be nil")
+		}
+	}
+	return nil
+}
+
+// checkName rejects an empty name.
+func checkName(field, name string) error {
+	if name == "" {
+		return invalidParam(field, "must not be empty")
+	}
+	return nil
+}
+
+// checkPositive rejects a value below 1.
+func checkPositive[T int | int64 | time.Duration](field string, v T) error {
+	if v <= 0 {
+		return invalidParam(field, "must be positive, got %v", v)
+	}
+	return nil
+}
+
+// checkNotNegative rejects a value below 0.
+func checkNotNegative[T int | int64](field string, v T) error {
+	if v < 0 {
+		return invalidParam(field, "must not be negative, got %d", v)
+	}
+	return nil
+}
+
+// checkJSON rejects data that is not one JSON document.
+func checkJSON(field string, data []byte) error {
+	if len(data) == 0 || !json.Valid(data) {
+		return invalidParam(field, "must be a JSON document")
+	}
+	return nil
+}
+
+// checkPair rejects the identity and position of a completion, failure or
+// model save: a nil stream id, an empty perspective, a negative version.
+func checkPair(field string, streamID uuid.UUID, perspective string, lastVersion int64) error {
+	return cmp.Or(
+		checkID(field+".StreamID", streamID),
+		checkName(field+".Perspective", perspective),
+		checkNotNegative(field+".LastVersion", lastVersion),
+	)
+}
+
+// checkSubscriptions rejects a subscription with an empty event type or
+// perspective.
+func checkSubscriptions(field string, subs []Subscription) error {
+	for i, sub := range subs {
+		at := fmt.Sprintf("%s[%d]", field, i)
+		if err := cmp.Or(checkName(at+".EventType", sub.EventType), checkName(at+".Perspective", sub.Perspective)); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,6 +1,7 @@
 package ports
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -48,7 +49,7 @@ type LifecycleStore interface {
 	// LifecycleStages returns the completed stages of each listed event that
 	// has any, StagePostPerspective excepted (it is recorded per
 	// perspective); events with none are absent.
-	LifecycleStages(ctx context.Context, eventIDs []uuid.UUID) (map[uuid.UUID]LifecycleStage, error)
+	LifecycleStages(ctx context.Context, params *LifecycleStagesParams) (map[uuid.UUID]LifecycleStage, error)
 
 	// LifecycleReady returns, in input order, the listed events that every
 	// perspective Expected lists for their type has applied: its cursor of
@@ -95,6 +96,11 @@ type LifecycleCompleteParams struct {
 	Now         time.Time
 }
 
+// LifecycleStagesParams are the inputs of LifecycleStages.
+type LifecycleStagesParams struct {
+	EventIDs []uuid.UUID
+}
+
 // LifecycleReadyParams are the inputs of LifecycleReady.
 type LifecycleReadyParams struct {
 	EventIDs []uuid.UUID
@@ -116,89 +122,47 @@ type LifecycleOrphansParams struct {
 // rewind, the cooperative per-(stream, perspective) lock, and listing the
 // streams a perspective must replay. Optional: without it the engine never
 // rewinds, and moves a late event (one stored below its pair's cursor) to
-// dead letters with ReasonLate instead of applying it out of order.
-type RewindStore interface {
-	// CursorsRewindRequired returns cursors with the RewindRequired flag,
-	// ordered by stream then perspective, at most Limit when positive.
-	CursorsRewindRequired(ctx context.Context, params *CursorsRewindRequiredParams) ([]Cursor, error)
 
-	// StreamLockAcquire takes the cooperative lock of a (stream,
-	// perspective) for Duration when it is free, expired, or already held by
-	// the caller (which extends it). It reports whether the caller holds the
-	// lock afterwards. The cursor row is created if missing.
-	StreamLockAcquire(ctx context.Context, params *StreamLockParams) (bool, error)
-
-	// StreamLockRelease releases the lock if the caller holds it; otherwise
-	// it is a no-op.
-	StreamLockRelease(ctx context.Context, params *StreamLockParams) error
-
-	// StreamLocks returns the unexpired lock holder of each listed pair of a
-	// stream, keyed by perspective.
-	StreamLocks(ctx context.Context, params *StreamLocksParams) (map[string]StreamLock, error)
-
-	// StreamsWithEventTypes returns ids of streams having at least one event
-	// of any listed type, greater than After in byte order, ascending, at
-	// most Limit when positive: pages for a rebuild.
-	StreamsWithEventTypes(ctx context.Context, params *StreamsWithEventTypesParams) ([]uuid.UUID, error)
+// checkStage rejects the stage of a claim or completion: exactly one
+// durable stage, a perspective for StagePostPerspective and none for the
+// others (recording a per-event stage under a perspective would split what
+// is one stage of the event), and no nil id.
+func checkStage(typ string, stage LifecycleStage, perspective string, instanceID uuid.UUID, eventIDs []uuid.UUID) error {
+	switch stage {
+	case StagePrePerspective, StagePostAllPerspectives, StagePostLifecycle:
+		if perspective != "" {
+			return invalidParam(typ+".Perspective", "must be empty for stage %d, recorded per event, got %q", stage, perspective)
+		}
+	case StagePostPerspective:
+		if perspective == "" {
+			return invalidParam(typ+".Perspective", "must be set for stage %d", stage)
+		}
+	default:
+		return invalidParam(typ+".Stage", "must be a single durable stage, got %d", stage)
+	}
+	return cmp.Or(checkID(typ+".InstanceID", instanceID), checkIDs(typ+".EventIDs", eventIDs))
 }
 
-// CursorsRewindRequiredParams are the inputs of CursorsRewindRequired.
-type CursorsRewindRequiredParams struct {
-	Limit int
+// Validate reports the first field every LifecycleStore rejects with
+// ErrInvalidArgument: a Stage that is not exactly one durable stage, a
+// StagePostPerspective without a Perspective or another stage with one, a
+// nil InstanceID or event id, or a StaleThreshold that is not positive.
+func (p *LifecycleClaimParams) Validate() error {
+	return cmp.Or(
+		checkStage("LifecycleClaimParams", p.Stage, p.Perspective, p.InstanceID, p.EventIDs),
+		checkPositive("LifecycleClaimParams.StaleThreshold", p.StaleThreshold),
+	)
 }
 
-// StreamLockParams are the inputs of StreamLockAcquire and StreamLockRelease.
-type StreamLockParams struct {
-	StreamID    uuid.UUID
-	Perspective string
-	InstanceID  uuid.UUID
-	// Reason says why the lock is held ("rewind", "rebuild").
-	Reason   string
-	Duration time.Duration
-	Now      time.Time
+// Validate reports the first field every LifecycleStore rejects with
+// ErrInvalidArgument: as LifecycleClaimParams.Validate, StaleThreshold
+// aside.
+func (p *LifecycleCompleteParams) Validate() error {
+	return checkStage("LifecycleCompleteParams", p.Stage, p.Perspective, p.InstanceID, p.EventIDs)
 }
 
-// StreamLocksParams are the inputs of StreamLocks.
-type StreamLocksParams struct {
-	StreamID uuid.UUID
-	Now      time.Time
-}
-
-// StreamLock is the holder of a (stream, perspective) lock.
-type StreamLock struct {
-	InstanceID uuid.UUID
-	Reason     string
-	Expiry     time.Time
-}
-
-// StreamsWithEventTypesParams are the inputs of StreamsWithEventTypes.
-type StreamsWithEventTypesParams struct {
-	EventTypes []string
-	After      uuid.UUID
-	Limit      int
-}
-
-// Snapshot is a perspective's model of a stream as of one version.
-type Snapshot struct {
-	StreamID    uuid.UUID
-	Perspective string
-	// Version and EventID are the last event reflected in Data.
-	Version   int64
-	EventID   uuid.UUID
-	Data      []byte
-	CreatedAt time.Time
-}
-
-// SnapshotStore keeps periodic model snapshots so rewinds of long streams
-// replay from a recent point instead of the start. Optional.
-type SnapshotStore interface {
-	// SnapshotSave stores a snapshot, replacing one of the same version.
-	SnapshotSave(ctx context.Context, snapshot Snapshot) error
-	// SnapshotLatestBefore returns the snapshot with the highest version
-	// strictly below Version, or ErrNotFound.
-	SnapshotLatestBefore(ctx context.Context, streamID uuid.UUID, perspective string, version int64) (Snapshot, error)
-	// SnapshotsDeleteFrom deletes the snapshots at or above version (they
-	// no longer describe history once a late event arrived below them) and
-	// returns how many it deleted.
-	SnapshotsDeleteFrom(ctx context.Context, streamID uuid.UUID, perspective string, version int64) (int, error)
+// Validate reports the field every LifecycleStore rejects with
+// ErrInvalidArgument: a negative Limit.
+func (p *LifecycleOrphansParams) Validate() error {
+	return checkNotNegative("LifecycleOrphansParams.Limit", p.Limit)
 }

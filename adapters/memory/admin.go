@@ -9,7 +9,7 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
-// PerspectiveRetire implements ports.AdminStore. It walks every stream, and
+// PerspectiveRetire implements ports.Admin. It walks every stream, and
 // with DropState every snapshot pair: an operator's action is rare, so no
 // index by perspective is kept for it. Rows held by instances are deleted
 // like the others (their holders' completions and failures of them then
@@ -19,10 +19,10 @@ import (
 // are kept: they are history, not work. It returns ports.ErrInvalidArgument
 // for an empty perspective.
 func (s *Store) PerspectiveRetire(ctx context.Context, params *ports.PerspectiveRetireParams) (*ports.RetireResult, error) {
-	name := params.Perspective
-	if name == "" {
-		return nil, fmt.Errorf("retiring perspective: empty name: %w", ports.ErrInvalidArgument)
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("retiring perspective: %w", err)
 	}
+	name := params.Perspective
 	if err := s.lock(ctx); err != nil {
 		return nil, err
 	}
@@ -84,9 +84,10 @@ func (s *Store) PerspectiveRetire(ctx context.Context, params *ports.Perspective
 	return result, nil
 }
 
-// PerspectiveRevive implements ports.AdminStore. Its subscriptions stay
+// PerspectiveRevive implements ports.Admin. Its subscriptions stay
 // deleted until registered again.
-func (s *Store) PerspectiveRevive(ctx context.Context, perspective string) error {
+func (s *Store) PerspectiveRevive(ctx context.Context, params *ports.PerspectiveReviveParams) error {
+	perspective := params.Perspective
 	if err := s.lock(ctx); err != nil {
 		return err
 	}
@@ -96,7 +97,7 @@ func (s *Store) PerspectiveRevive(ctx context.Context, perspective string) error
 	return nil
 }
 
-// PerspectivesRetired implements ports.AdminStore. The slice is never nil.
+// PerspectivesRetired implements ports.Admin. The slice is never nil.
 func (s *Store) PerspectivesRetired(ctx context.Context) ([]string, error) {
 	if err := s.lock(ctx); err != nil {
 		return nil, err

@@ -31,7 +31,7 @@ func newBenchBundle(b *testing.B, perspectives ...string) *benchBundle {
 	for _, p := range perspectives {
 		subs = append(subs, ports.Subscription{EventType: "T", Perspective: p})
 	}
-	require.NoError(b, store.SubscriptionsRegister(b.Context(), subs))
+	require.NoError(b, store.SubscriptionsRegister(b.Context(), &ports.SubscriptionsRegisterParams{Subscriptions: subs}))
 	bb := &benchBundle{store: store, instance: uuid.New(), now: clocktest.Start}
 	_, err := store.InstanceHeartbeat(b.Context(), &ports.InstanceHeartbeatParams{InstanceID: bb.instance, StaleThreshold: time.Hour, Now: bb.now})
 	require.NoError(b, err)

@@ -29,11 +29,8 @@ import (
 // returns ports.ErrInvalidArgument for a nil instance id or a non-positive
 // StaleThreshold.
 func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHeartbeatParams) (*ports.InstanceHeartbeatResult, error) {
-	if params.InstanceID == uuid.Nil {
-		return nil, fmt.Errorf("recording heartbeat: nil instance id: %w", ports.ErrInvalidArgument)
-	}
-	if params.StaleThreshold <= 0 {
-		return nil, fmt.Errorf("recording heartbeat: stale threshold %s must be positive: %w", params.StaleThreshold, ports.ErrInvalidArgument)
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("recording heartbeat: %w", err)
 	}
 	if err := s.lock(ctx); err != nil {
 		return nil, err
@@ -82,7 +79,8 @@ func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHea
 // and pin of the instance and deletes its row. The released rows gain no
 // attempt: a graceful shutdown is no takeover from a dead instance. Unknown
 // instances are a no-op.
-func (s *Store) InstanceDeregister(ctx context.Context, instanceID uuid.UUID) error {
+func (s *Store) InstanceDeregister(ctx context.Context, params *ports.InstanceDeregisterParams) error {
+	instanceID := params.InstanceID
 	if err := s.lock(ctx); err != nil {
 		return err
 	}
@@ -102,7 +100,7 @@ func (s *Store) deleteInstance(id uuid.UUID) {
 	delete(s.instances, id)
 }
 
-// InstancesList implements ports.WorkClaimer: the recorded instances, ordered
+// InstancesList implements ports.Admin: the recorded instances, ordered
 // by id.
 func (s *Store) InstancesList(ctx context.Context) ([]ports.Instance, error) {
 	if err := s.lock(ctx); err != nil {
@@ -146,15 +144,8 @@ func (s *Store) InstancesList(ctx context.Context) ([]ports.Instance, error) {
 // non-positive MaxStreams, LeaseDuration or StaleThreshold, and
 // ports.ErrInstanceNotAlive when the caller has no live heartbeat.
 func (s *Store) WorkClaim(ctx context.Context, params *ports.WorkClaimParams) (*ports.WorkClaimResult, error) {
-	switch {
-	case params.InstanceID == uuid.Nil:
-		return nil, fmt.Errorf("claiming work: nil instance id: %w", ports.ErrInvalidArgument)
-	case params.MaxStreams <= 0:
-		return nil, fmt.Errorf("claiming work: max streams %d must be positive: %w", params.MaxStreams, ports.ErrInvalidArgument)
-	case params.LeaseDuration <= 0:
-		return nil, fmt.Errorf("claiming work: lease duration %s must be positive: %w", params.LeaseDuration, ports.ErrInvalidArgument)
-	case params.StaleThreshold <= 0:
-		return nil, fmt.Errorf("claiming work: stale threshold %s must be positive: %w", params.StaleThreshold, ports.ErrInvalidArgument)
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("claiming work: %w", err)
 	}
 	if err := s.lock(ctx); err != nil {
 		return nil, err
@@ -398,8 +389,8 @@ func (s *Store) claimStream(st *stream, caller uuid.UUID, now, expiry time.Time)
 // LeaseDuration may come before the current expiry: the lease is then
 // shortened, and the stream is refiled in the claim index.
 func (s *Store) WorkRenewLeases(ctx context.Context, params *ports.WorkRenewLeasesParams) (int, error) {
-	if params.LeaseDuration <= 0 {
-		return 0, fmt.Errorf("renewing leases: lease duration %s must be positive: %w", params.LeaseDuration, ports.ErrInvalidArgument)
+	if err := params.Validate(); err != nil {
+		return 0, fmt.Errorf("renewing leases: %w", err)
 	}
 	if err := s.lock(ctx); err != nil {
 		return 0, err

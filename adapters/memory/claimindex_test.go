@@ -73,7 +73,7 @@ func newTwin(t *testing.T, seed uint64) *twin {
 		{EventType: "B", Perspective: "p2"},
 	}
 	for _, s := range tw.stores() {
-		require.NoError(t, s.SubscriptionsRegister(t.Context(), subs))
+		require.NoError(t, s.SubscriptionsRegister(t.Context(), &ports.SubscriptionsRegisterParams{Subscriptions: subs}))
 	}
 	return tw
 }
@@ -174,7 +174,7 @@ func (tw *twin) heartbeat() string {
 func (tw *twin) deregister() string {
 	id := tw.instance()
 	for _, s := range tw.stores() {
-		require.NoError(tw.t, s.InstanceDeregister(tw.t.Context(), id))
+		require.NoError(tw.t, s.InstanceDeregister(tw.t.Context(), &ports.InstanceDeregisterParams{InstanceID: id}))
 	}
 	return "deregister"
 }
@@ -398,9 +398,9 @@ func (tw *twin) deadLetter() string {
 	}
 	k := keys[tw.pick(len(keys))]
 	for _, s := range tw.stores() {
-		_, moved, err := s.DeadLetterMove(tw.t.Context(), &ports.DeadLetterMoveParams{WorkID: s.workIDs([]rowKey{k})[0], InstanceID: tw.instance(), Now: tw.now})
+		res, err := s.DeadLetterMove(tw.t.Context(), &ports.DeadLetterMoveParams{WorkID: s.workIDs([]rowKey{k})[0], InstanceID: tw.instance(), Now: tw.now})
 		require.NoError(tw.t, err)
-		require.True(tw.t, moved)
+		require.True(tw.t, res.Moved)
 	}
 	return "dead letter"
 }

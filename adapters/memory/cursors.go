@@ -56,10 +56,8 @@ func (s *Store) CursorsGet(ctx context.Context, params *ports.CursorsGetParams) 
 // a completion has a nil stream id, an empty perspective or a negative
 // LastVersion.
 func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompleteParams) (*ports.WorkCompleteResult, error) {
-	for _, c := range params.Completions {
-		if err := validatePair(c.StreamID, c.Perspective, c.LastVersion); err != nil {
-			return nil, fmt.Errorf("completing work: %w", err)
-		}
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("completing work: %w", err)
 	}
 	if err := s.lock(ctx); err != nil {
 		return nil, err
@@ -123,10 +121,8 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 // FailedEventID that is not the stored event of FailedEventVersion in the
 // stream.
 func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) error {
-	for _, f := range params.Failures {
-		if err := validatePair(f.StreamID, f.Perspective, f.LastVersion); err != nil {
-			return fmt.Errorf("recording failures: %w", err)
-		}
+	if err := params.Validate(); err != nil {
+		return fmt.Errorf("recording failures: %w", err)
 	}
 	if err := s.lock(ctx); err != nil {
 		return err
@@ -319,18 +315,4 @@ func (s *Store) flagStragglers(k pairKey, reported int64, now time.Time) bool {
 	flagRewind(cur, p.first().eventID, p.first().version, now)
 	p.markLate(reported)
 	return true
-}
-
-// validatePair checks the identity and position fields shared by completions,
-// failures and model saves.
-func validatePair(streamID uuid.UUID, perspective string, lastVersion int64) error {
-	switch {
-	case streamID == uuid.Nil:
-		return fmt.Errorf("nil stream id: %w", ports.ErrInvalidArgument)
-	case perspective == "":
-		return fmt.Errorf("empty perspective for stream %s: %w", streamID, ports.ErrInvalidArgument)
-	case lastVersion < 0:
-		return fmt.Errorf("negative last version %d for stream %s: %w", lastVersion, streamID, ports.ErrInvalidArgument)
-	}
-	return nil
 }

@@ -18,22 +18,22 @@ import (
 // stream left without pending rows is unpinned. A row stored by
 // DeadLetterRequeue updates its dead letter, which keeps its id, its requeue
 // count and the time and generation of its last requeue. A row already gone,
-// or kept as processed by debug mode, yields (DeadLetter{}, false, nil).
-func (s *Store) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMoveParams) (ports.DeadLetter, bool, error) {
+// or kept as processed by debug mode, yields Moved false.
+func (s *Store) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMoveParams) (*ports.DeadLetterMoveResult, error) {
 	if err := s.lock(ctx); err != nil {
-		return ports.DeadLetter{}, false, err
+		return nil, err
 	}
 	defer s.mu.Unlock()
 
 	r := s.work[params.WorkID]
 	if r == nil {
-		return ports.DeadLetter{}, false, nil
+		return &ports.DeadLetterMoveResult{}, nil
 	}
 	dl := s.deadLetters[r.deadLetterID]
 	if dl == nil {
 		id, err := uuid.NewV7()
 		if err != nil {
-			return ports.DeadLetter{}, false, fmt.Errorf("moving work %s to dead letters: generating id: %w", params.WorkID, err)
+			return nil, fmt.Errorf("moving work %s to dead letters: generating id: %w", params.WorkID, err)
 		}
 		dl = &deadLetter{DeadLetter: ports.DeadLetter{
 			ID:           id,
@@ -59,7 +59,7 @@ func (s *Store) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMove
 	dl.Status = ports.DeadLetterDead
 	dl.ResolvedAt = time.Time{}
 	dl.seq = s.nextSeq()
-	return dl.DeadLetter, true, nil
+	return &ports.DeadLetterMoveResult{DeadLetter: dl.DeadLetter, Moved: true}, nil
 }
 
 // DeadLettersList implements ports.DeadLetterStore: oldest first by the time
@@ -67,8 +67,8 @@ func (s *Store) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMove
 // Limit when positive. It walks every dead letter. It returns
 // ports.ErrInvalidArgument for a negative Limit.
 func (s *Store) DeadLettersList(ctx context.Context, params *ports.DeadLettersListParams) ([]ports.DeadLetter, error) {
-	if params.Limit < 0 {
-		return nil, fmt.Errorf("listing dead letters: limit %d is negative: %w", params.Limit, ports.ErrInvalidArgument)
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("listing dead letters: %w", err)
 	}
 	if err := s.lock(ctx); err != nil {
 		return nil, err
@@ -105,7 +105,7 @@ func (s *Store) sortedDeadLetters(keep func(dl *deadLetter) bool) []*deadLetter 
 	return out
 }
 
-// DeadLetterRequeue implements ports.DeadLetterStore. The row comes back
+// DeadLetterRequeue implements ports.Admin. The row comes back
 // with its original work id, pending, unleased, unscheduled and with zero
 // attempts, and listeners are woken. If the pair's cursor is past the event,
 // the row is late and the cursor is flagged RewindRequired (the trigger keeps
@@ -182,7 +182,7 @@ func (s *Store) recoverDeadLetter(id uuid.UUID, now time.Time) {
 	}
 }
 
-// DeadLetterIgnore implements ports.DeadLetterStore. Ignoring an ignored dead
+// DeadLetterIgnore implements ports.Admin. Ignoring an ignored dead
 // letter changes nothing, its ResolvedAt included. It returns
 // ports.ErrNotFound for an unknown id and ports.ErrVersionConflict for a dead
 // letter that is requeued or recovered.
@@ -210,11 +210,8 @@ func (s *Store) DeadLetterIgnore(ctx context.Context, params *ports.DeadLetterIg
 // once when it requeued any. It walks every dead letter. It returns
 // ports.ErrInvalidArgument for an empty Generation or a Limit below 1.
 func (s *Store) DeadLettersRecover(ctx context.Context, params *ports.DeadLettersRecoverParams) ([]ports.DeadLetter, error) {
-	switch {
-	case params.Generation == "":
-		return nil, fmt.Errorf("recovering dead letters: empty generation: %w", ports.ErrInvalidArgument)
-	case params.Limit < 1:
-		return nil, fmt.Errorf("recovering dead letters: limit %d must be positive: %w", params.Limit, ports.ErrInvalidArgument)
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("recovering dead letters: %w", err)
 	}
 	if err := s.lock(ctx); err != nil {
 		return nil, err

@@ -42,9 +42,6 @@ func (s *Store) EventsAppend(ctx context.Context, params *ports.EventsAppendPara
 	if err := params.Validate(); err != nil {
 		return nil, err
 	}
-	if err := validateSubscriptions(params.Subscriptions); err != nil {
-		return nil, fmt.Errorf("appending to stream %s: %w", params.StreamID, err)
-	}
 	if err := s.lock(ctx); err != nil {
 		return nil, err
 	}
@@ -239,10 +236,11 @@ func storesVersion(st *stream, version int64) bool {
 // perspective (see PerspectiveRetire). It returns ports.ErrInvalidArgument,
 // and records nothing, when a subscription has an empty event type or
 // perspective.
-func (s *Store) SubscriptionsRegister(ctx context.Context, subscriptions []ports.Subscription) error {
-	if err := validateSubscriptions(subscriptions); err != nil {
+func (s *Store) SubscriptionsRegister(ctx context.Context, params *ports.SubscriptionsRegisterParams) error {
+	if err := params.Validate(); err != nil {
 		return fmt.Errorf("registering subscriptions: %w", err)
 	}
+	subscriptions := params.Subscriptions
 	if err := s.lock(ctx); err != nil {
 		return err
 	}
@@ -250,17 +248,6 @@ func (s *Store) SubscriptionsRegister(ctx context.Context, subscriptions []ports
 
 	for _, sub := range subscriptions {
 		s.register(sub)
-	}
-	return nil
-}
-
-// validateSubscriptions rejects a subscription with an empty event type or
-// perspective.
-func validateSubscriptions(subscriptions []ports.Subscription) error {
-	for _, sub := range subscriptions {
-		if sub.EventType == "" || sub.Perspective == "" {
-			return fmt.Errorf("subscription %+v has an empty event type or perspective: %w", sub, ports.ErrInvalidArgument)
-		}
 	}
 	return nil
 }

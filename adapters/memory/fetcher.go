@@ -22,15 +22,8 @@ import (
 // It returns ports.ErrInvalidArgument for a nil instance id, a non-positive
 // LeaseDuration or StaleThreshold, or a negative MaxRows.
 func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetchPendingParams) (*ports.EventsFetchPendingResult, error) {
-	switch {
-	case params.InstanceID == uuid.Nil:
-		return nil, fmt.Errorf("fetching pending events: nil instance id: %w", ports.ErrInvalidArgument)
-	case params.LeaseDuration <= 0:
-		return nil, fmt.Errorf("fetching pending events: lease duration %s must be positive: %w", params.LeaseDuration, ports.ErrInvalidArgument)
-	case params.StaleThreshold <= 0:
-		return nil, fmt.Errorf("fetching pending events: stale threshold %s must be positive: %w", params.StaleThreshold, ports.ErrInvalidArgument)
-	case params.MaxRows < 0:
-		return nil, fmt.Errorf("fetching pending events: max rows %d is negative: %w", params.MaxRows, ports.ErrInvalidArgument)
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("fetching pending events: %w", err)
 	}
 	if err := s.lock(ctx); err != nil {
 		return nil, err
@@ -199,11 +192,8 @@ func earliest(a, b time.Time) time.Time {
 // events. It returns ports.ErrInvalidArgument for a nil stream id or a
 // negative Limit.
 func (s *Store) EventsReadStream(ctx context.Context, params *ports.EventsReadStreamParams) ([]ports.Event, error) {
-	switch {
-	case params.StreamID == uuid.Nil:
-		return nil, fmt.Errorf("reading stream: nil stream id: %w", ports.ErrInvalidArgument)
-	case params.Limit < 0:
-		return nil, fmt.Errorf("reading stream %s: limit %d is negative: %w", params.StreamID, params.Limit, ports.ErrInvalidArgument)
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("reading stream: %w", err)
 	}
 	if err := s.lock(ctx); err != nil {
 		return nil, err

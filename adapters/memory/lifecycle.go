@@ -165,33 +165,6 @@ func (s *Store) lifecycleRecord(id uuid.UUID) *lifecycleRecord {
 	return rec
 }
 
-// validateStage checks the stage, perspective, instance and event ids of a
-// claim or completion.
-func validateStage(stage ports.LifecycleStage, perspective string, instanceID uuid.UUID, eventIDs []uuid.UUID) error {
-	switch stage {
-	case ports.StagePrePerspective, ports.StagePostAllPerspectives, ports.StagePostLifecycle:
-		if perspective != "" {
-			// A per-event stage named with a perspective is a caller's
-			// mix-up; recording it per event would silently merge the
-			// perspectives.
-			return fmt.Errorf("stage %d is recorded per event, not for perspective %q: %w", stage, perspective, ports.ErrInvalidArgument)
-		}
-	case ports.StagePostPerspective:
-		if perspective == "" {
-			return fmt.Errorf("stage %d needs a perspective: %w", stage, ports.ErrInvalidArgument)
-		}
-	default:
-		return fmt.Errorf("stage %d is not a single durable stage: %w", stage, ports.ErrInvalidArgument)
-	}
-	if instanceID == uuid.Nil {
-		return fmt.Errorf("stage %d: nil instance id: %w", stage, ports.ErrInvalidArgument)
-	}
-	if slices.Contains(eventIDs, uuid.Nil) {
-		return fmt.Errorf("stage %d: nil event id: %w", stage, ports.ErrInvalidArgument)
-	}
-	return nil
-}
-
 // LifecycleClaim implements ports.LifecycleStore. Ids are claimed one by one
 // in input order, so an id listed twice is returned once, at its first
 // position. The events need not be stored: the claim records only their ids.
@@ -203,11 +176,8 @@ func validateStage(stage ports.LifecycleStage, perspective string, instanceID uu
 // Perspective or another stage with one, a nil instance id, a nil event id,
 // or a StaleThreshold that is not positive.
 func (s *Store) LifecycleClaim(ctx context.Context, params *ports.LifecycleClaimParams) ([]uuid.UUID, error) {
-	if err := validateStage(params.Stage, params.Perspective, params.InstanceID, params.EventIDs); err != nil {
+	if err := params.Validate(); err != nil {
 		return nil, fmt.Errorf("claiming lifecycle stages: %w", err)
-	}
-	if params.StaleThreshold <= 0 {
-		return nil, fmt.Errorf("claiming lifecycle stages: stale threshold %s must be positive: %w", params.StaleThreshold, ports.ErrInvalidArgument)
 	}
 	if err := s.lock(ctx); err != nil {
 		return nil, err
@@ -245,7 +215,7 @@ func (s *Store) LifecycleClaim(ctx context.Context, params *ports.LifecycleClaim
 // records nothing, for the arguments LifecycleClaim rejects (its
 // StaleThreshold aside).
 func (s *Store) LifecycleComplete(ctx context.Context, params *ports.LifecycleCompleteParams) error {
-	if err := validateStage(params.Stage, params.Perspective, params.InstanceID, params.EventIDs); err != nil {
+	if err := params.Validate(); err != nil {
 		return fmt.Errorf("completing lifecycle stages: %w", err)
 	}
 	if err := s.lock(ctx); err != nil {
@@ -260,7 +230,8 @@ func (s *Store) LifecycleComplete(ctx context.Context, params *ports.LifecycleCo
 }
 
 // LifecycleStages implements ports.LifecycleStore. The map is never nil.
-func (s *Store) LifecycleStages(ctx context.Context, eventIDs []uuid.UUID) (map[uuid.UUID]ports.LifecycleStage, error) {
+func (s *Store) LifecycleStages(ctx context.Context, params *ports.LifecycleStagesParams) (map[uuid.UUID]ports.LifecycleStage, error) {
+	eventIDs := params.EventIDs
 	if err := s.lock(ctx); err != nil {
 		return nil, err
 	}
@@ -309,8 +280,8 @@ func (s *Store) LifecycleReady(ctx context.Context, params *ports.LifecycleReady
 // type from Since, stopping at Limit matches per type. It returns
 // ports.ErrInvalidArgument for a negative Limit.
 func (s *Store) LifecycleOrphans(ctx context.Context, params *ports.LifecycleOrphansParams) ([]ports.Event, error) {
-	if params.Limit < 0 {
-		return nil, fmt.Errorf("finding orphaned lifecycles: limit %d is negative: %w", params.Limit, ports.ErrInvalidArgument)
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("finding orphaned lifecycles: %w", err)
 	}
 	if err := s.lock(ctx); err != nil {
 		return nil, err

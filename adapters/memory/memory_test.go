@@ -33,6 +33,24 @@ func TestConformance(t *testing.T) {
 	}, conformance.Features{})
 }
 
+// TestConformanceRequiredPortsOnly runs the suite on a backend that leaves
+// every optional port nil: the suite skips their cases, and the engine
+// scenarios run on what the engine cannot do without.
+func TestConformanceRequiredPortsOnly(t *testing.T) {
+	t.Parallel()
+
+	conformance.Run(t, func(t *testing.T) conformance.Opener {
+		store := memory.New(memory.Options{})
+		t.Cleanup(func() { _ = store.Close() })
+		return func(*testing.T) ports.Backend {
+			b := store.Backend()
+			b.Notifier, b.ModelBatch, b.Lifecycle, b.Rewind, b.Snapshots, b.Admin = nil, nil, nil, nil, nil, nil
+			require.NoError(t, b.Validate())
+			return b
+		}
+	}, conformance.Features{})
+}
+
 // testBundle is one memory-only test's store and the clock behind it.
 type testBundle struct {
 	clock *clocktest.Fake
@@ -182,11 +200,11 @@ func TestNoAliasing(t *testing.T) {
 		}))
 		data[0] = 'X'
 
-		model, err := tb.store.ModelLoad(t.Context(), stream, "p")
+		model, err := tb.store.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: stream, Perspective: "p"})
 		require.NoError(t, err)
 		model.Data[0] = 'Y'
 
-		model, err = tb.store.ModelLoad(t.Context(), stream, "p")
+		model, err = tb.store.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: stream, Perspective: "p"})
 		require.NoError(t, err)
 		require.Equal(t, `{"n":1}`, string(model.Data))
 	})
@@ -216,7 +234,7 @@ func TestWorkClaimHasMoreOnlyWhenWorkRemains(t *testing.T) {
 	tb := setup(t)
 	instance := uuid.New()
 	now := clocktest.Start
-	require.NoError(t, tb.store.SubscriptionsRegister(t.Context(), []ports.Subscription{{EventType: "T", Perspective: "p"}}))
+	require.NoError(t, tb.store.SubscriptionsRegister(t.Context(), &ports.SubscriptionsRegisterParams{Subscriptions: []ports.Subscription{{EventType: "T", Perspective: "p"}}}))
 	for range 2 {
 		_, err := tb.store.EventsAppend(t.Context(), &ports.EventsAppendParams{
 			StreamID: uuid.New(), Events: []ports.NewEvent{{Type: "T", Data: []byte(`{}`)}}, Now: now,
@@ -299,7 +317,7 @@ func BenchmarkWorkClaim(b *testing.B) {
 	ctx := b.Context()
 	now := clocktest.Start
 	instance := uuid.New()
-	require.NoError(b, store.SubscriptionsRegister(ctx, []ports.Subscription{{EventType: "T", Perspective: "p"}}))
+	require.NoError(b, store.SubscriptionsRegister(ctx, &ports.SubscriptionsRegisterParams{Subscriptions: []ports.Subscription{{EventType: "T", Perspective: "p"}}}))
 	events := make([]ports.NewEvent, 200)
 	for i := range events {
 		events[i] = ports.NewEvent{Type: "T", Data: fmt.Appendf(nil, `{"i":%d}`, i)}

@@ -3,17 +3,15 @@ package memory
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-
-	"github.com/google/uuid"
 
 	"github.com/vantage-go/vantage/ports"
 )
 
 // ModelLoad implements ports.ModelStore. It returns a copy of the stored
 // model, or an error wrapping ports.ErrNotFound.
-func (s *Store) ModelLoad(ctx context.Context, streamID uuid.UUID, perspective string) (ports.StoredModel, error) {
+func (s *Store) ModelLoad(ctx context.Context, params *ports.ModelLoadParams) (ports.StoredModel, error) {
+	streamID, perspective := params.StreamID, params.Perspective
 	if err := s.lock(ctx); err != nil {
 		return ports.StoredModel{}, err
 	}
@@ -35,8 +33,8 @@ func (s *Store) ModelLoad(ctx context.Context, streamID uuid.UUID, perspective s
 // ports.ErrVersionConflict when ExpectedVersion differs from the stored
 // position; in both cases nothing is stored.
 func (s *Store) ModelSave(ctx context.Context, params *ports.ModelSaveParams) error {
-	if err := validateModelSave(params); err != nil {
-		return err
+	if err := params.Validate(); err != nil {
+		return fmt.Errorf("saving model: %w", err)
 	}
 	if err := s.lock(ctx); err != nil {
 		return err
@@ -47,7 +45,8 @@ func (s *Store) ModelSave(ctx context.Context, params *ports.ModelSaveParams) er
 
 // ModelLoadMany implements ports.ModelBatchStore under one lock. It returns
 // copies of the stored models of pairs, each pair once.
-func (s *Store) ModelLoadMany(ctx context.Context, pairs []ports.Pair) ([]ports.StoredModel, error) {
+func (s *Store) ModelLoadMany(ctx context.Context, params *ports.ModelLoadManyParams) ([]ports.StoredModel, error) {
+	pairs := params.Pairs
 	if err := s.lock(ctx); err != nil {
 		return nil, err
 	}
@@ -71,7 +70,8 @@ func (s *Store) ModelLoadMany(ctx context.Context, pairs []ports.Pair) ([]ports.
 
 // ModelSaveMany implements ports.ModelBatchStore: every entry is saved as by
 // ModelSave, in order, under one lock.
-func (s *Store) ModelSaveMany(ctx context.Context, params []*ports.ModelSaveParams) ([]error, error) {
+func (s *Store) ModelSaveMany(ctx context.Context, p *ports.ModelSaveManyParams) ([]error, error) {
+	params := p.Saves
 	if err := s.lock(ctx); err != nil {
 		return nil, err
 	}
@@ -79,7 +79,7 @@ func (s *Store) ModelSaveMany(ctx context.Context, params []*ports.ModelSavePara
 
 	errs := make([]error, len(params))
 	for i, p := range params {
-		if errs[i] = validateModelSave(p); errs[i] == nil {
+		if errs[i] = p.Validate(); errs[i] == nil {
 			errs[i] = s.saveModelLocked(p)
 		}
 	}
@@ -91,19 +91,6 @@ func copyModel(m *ports.StoredModel) ports.StoredModel {
 	out := *m
 	out.Data = bytes.Clone(m.Data)
 	return out
-}
-
-func validateModelSave(params *ports.ModelSaveParams) error {
-	if err := validatePair(params.StreamID, params.Perspective, params.LastVersion); err != nil {
-		return fmt.Errorf("saving model: %w", err)
-	}
-	if params.ExpectedVersion < 0 {
-		return fmt.Errorf("saving model %q of stream %s: negative expected version %d: %w", params.Perspective, params.StreamID, params.ExpectedVersion, ports.ErrInvalidArgument)
-	}
-	if len(params.Data) == 0 || !json.Valid(params.Data) {
-		return fmt.Errorf("saving model %q of stream %s: data is not a JSON document: %w", params.Perspective, params.StreamID, ports.ErrInvalidArgument)
-	}
-	return nil
 }
 
 // saveModelLocked is ModelSave for valid params, with s.mu held.

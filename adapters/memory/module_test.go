@@ -21,7 +21,7 @@ func heartbeatTime(t *testing.T, b ports.Backend) time.Time {
 	id := uuid.New()
 	_, err := b.Claimer.InstanceHeartbeat(t.Context(), &ports.InstanceHeartbeatParams{InstanceID: id, StaleThreshold: time.Minute})
 	require.NoError(t, err)
-	instances, err := b.Claimer.InstancesList(t.Context())
+	instances, err := b.Admin.InstancesList(t.Context())
 	require.NoError(t, err)
 	require.Len(t, instances, 1)
 	return instances[0].LastHeartbeatAt

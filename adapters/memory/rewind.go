@@ -16,8 +16,8 @@ import (
 // appends, completions, failures and requeues, so no index of flagged
 // cursors is kept. It returns ports.ErrInvalidArgument for a negative Limit.
 func (s *Store) CursorsRewindRequired(ctx context.Context, params *ports.CursorsRewindRequiredParams) ([]ports.Cursor, error) {
-	if params.Limit < 0 {
-		return nil, fmt.Errorf("listing cursors requiring rewind: limit %d is negative: %w", params.Limit, ports.ErrInvalidArgument)
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("listing cursors requiring rewind: %w", err)
 	}
 	if err := s.lock(ctx); err != nil {
 		return nil, err
@@ -49,12 +49,8 @@ func (s *Store) CursorsRewindRequired(ctx context.Context, params *ports.Cursors
 // It returns ports.ErrInvalidArgument for a nil stream or instance id, an
 // empty perspective or a non-positive Duration.
 func (s *Store) StreamLockAcquire(ctx context.Context, params *ports.StreamLockParams) (bool, error) {
-	if err := validateStreamLock(params); err != nil {
+	if err := params.ValidateAcquire(); err != nil {
 		return false, fmt.Errorf("acquiring stream lock: %w", err)
-	}
-	if params.Duration <= 0 {
-		return false, fmt.Errorf("acquiring stream lock %q of stream %s: duration %s must be positive: %w",
-			params.Perspective, params.StreamID, params.Duration, ports.ErrInvalidArgument)
 	}
 	if err := s.lock(ctx); err != nil {
 		return false, err
@@ -85,7 +81,7 @@ func (s *Store) StreamLockAcquire(ctx context.Context, params *ports.StreamLockP
 // used. It returns ports.ErrInvalidArgument for a nil stream or instance id
 // or an empty perspective.
 func (s *Store) StreamLockRelease(ctx context.Context, params *ports.StreamLockParams) error {
-	if err := validateStreamLock(params); err != nil {
+	if err := params.Validate(); err != nil {
 		return fmt.Errorf("releasing stream lock: %w", err)
 	}
 	if err := s.lock(ctx); err != nil {
@@ -103,7 +99,7 @@ func (s *Store) StreamLockRelease(ctx context.Context, params *ports.StreamLockP
 	return nil
 }
 
-// StreamLocks implements ports.RewindStore. A lock is unexpired while its
+// StreamLocks implements ports.Admin. A lock is unexpired while its
 // expiry is after Now. The map is never nil.
 func (s *Store) StreamLocks(ctx context.Context, params *ports.StreamLocksParams) (map[string]ports.StreamLock, error) {
 	if err := s.lock(ctx); err != nil {
@@ -124,8 +120,8 @@ func (s *Store) StreamLocks(ctx context.Context, params *ports.StreamLocksParams
 // StreamsWithEventTypes implements ports.RewindStore. A type listed twice
 // counts once. It returns ports.ErrInvalidArgument for a negative Limit.
 func (s *Store) StreamsWithEventTypes(ctx context.Context, params *ports.StreamsWithEventTypesParams) ([]uuid.UUID, error) {
-	if params.Limit < 0 {
-		return nil, fmt.Errorf("listing streams with event types: limit %d is negative: %w", params.Limit, ports.ErrInvalidArgument)
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("listing streams with event types: %w", err)
 	}
 	if err := s.lock(ctx); err != nil {
 		return nil, err
@@ -160,17 +156,4 @@ func (s *Store) StreamsWithEventTypes(ctx context.Context, params *ports.Streams
 		out = out[:params.Limit]
 	}
 	return out, nil
-}
-
-// validateStreamLock checks the identity fields of a lock request.
-func validateStreamLock(params *ports.StreamLockParams) error {
-	switch {
-	case params.StreamID == uuid.Nil:
-		return fmt.Errorf("nil stream id: %w", ports.ErrInvalidArgument)
-	case params.Perspective == "":
-		return fmt.Errorf("empty perspective for stream %s: %w", params.StreamID, ports.ErrInvalidArgument)
-	case params.InstanceID == uuid.Nil:
-		return fmt.Errorf("nil instance id for %q of stream %s: %w", params.Perspective, params.StreamID, ports.ErrInvalidArgument)
-	}
-	return nil
 }

@@ -4,11 +4,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
-
-	"github.com/google/uuid"
 
 	"github.com/vantage-go/vantage/ports"
 )
@@ -17,19 +14,11 @@ import (
 // the injected clock. It returns ports.ErrInvalidArgument, and stores
 // nothing, for a nil stream or event id, an empty perspective, a version
 // below 1 or Data that is not a JSON document.
-func (s *Store) SnapshotSave(ctx context.Context, snapshot ports.Snapshot) error {
-	switch {
-	case snapshot.StreamID == uuid.Nil:
-		return fmt.Errorf("saving snapshot: nil stream id: %w", ports.ErrInvalidArgument)
-	case snapshot.Perspective == "":
-		return fmt.Errorf("saving snapshot of stream %s: empty perspective: %w", snapshot.StreamID, ports.ErrInvalidArgument)
-	case snapshot.Version < 1:
-		return fmt.Errorf("saving snapshot %q of stream %s: version %d must be positive: %w", snapshot.Perspective, snapshot.StreamID, snapshot.Version, ports.ErrInvalidArgument)
-	case snapshot.EventID == uuid.Nil:
-		return fmt.Errorf("saving snapshot %q of stream %s: nil event id: %w", snapshot.Perspective, snapshot.StreamID, ports.ErrInvalidArgument)
-	case len(snapshot.Data) == 0 || !json.Valid(snapshot.Data):
-		return fmt.Errorf("saving snapshot %q of stream %s: data is not a JSON document: %w", snapshot.Perspective, snapshot.StreamID, ports.ErrInvalidArgument)
+func (s *Store) SnapshotSave(ctx context.Context, params *ports.SnapshotSaveParams) error {
+	if err := params.Validate(); err != nil {
+		return fmt.Errorf("saving snapshot: %w", err)
 	}
+	snapshot := params.Snapshot
 	if err := s.lock(ctx); err != nil {
 		return err
 	}
@@ -49,7 +38,8 @@ func (s *Store) SnapshotSave(ctx context.Context, snapshot ports.Snapshot) error
 
 // SnapshotLatestBefore implements ports.SnapshotStore. It returns a copy, or
 // an error wrapping ports.ErrNotFound.
-func (s *Store) SnapshotLatestBefore(ctx context.Context, streamID uuid.UUID, perspective string, version int64) (ports.Snapshot, error) {
+func (s *Store) SnapshotLatestBefore(ctx context.Context, params *ports.SnapshotLatestBeforeParams) (ports.Snapshot, error) {
+	streamID, perspective, version := params.StreamID, params.Perspective, params.Version
 	if err := s.lock(ctx); err != nil {
 		return ports.Snapshot{}, err
 	}
@@ -68,7 +58,8 @@ func (s *Store) SnapshotLatestBefore(ctx context.Context, streamID uuid.UUID, pe
 
 // SnapshotsDeleteFrom implements ports.SnapshotStore. A version below 1
 // deletes every snapshot of the pair.
-func (s *Store) SnapshotsDeleteFrom(ctx context.Context, streamID uuid.UUID, perspective string, version int64) (int, error) {
+func (s *Store) SnapshotsDeleteFrom(ctx context.Context, params *ports.SnapshotsDeleteFromParams) (int, error) {
+	streamID, perspective, version := params.StreamID, params.Perspective, params.Version
 	if err := s.lock(ctx); err != nil {
 		return 0, err
 	}

@@ -66,11 +66,6 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
-// PartitionCountDefault is the number of stream partitions used to distribute
-// orphaned streams over live instances when neither Options.PartitionCount nor
-// WorkClaimParams.PartitionCount is set.
-const PartitionCountDefault = 10000
-
 // Options configure a Store. The zero value is valid.
 type Options struct {
 	// Clock supplies the time whenever a params Now is zero. Defaults to
@@ -78,7 +73,7 @@ type Options struct {
 	Clock ports.Clock
 	// PartitionCount is the number of partitions a stream id hashes into for
 	// orphan distribution, used when WorkClaimParams.PartitionCount is not
-	// positive. Values below 1 select PartitionCountDefault.
+	// positive. Values below 1 select ports.PartitionCountDefault.
 	PartitionCount int
 }
 
@@ -209,10 +204,11 @@ var (
 	_ ports.DeadLetterStore = (*Store)(nil)
 	_ ports.EventStore      = (*Store)(nil)
 	_ ports.ModelStore      = (*Store)(nil)
+	_ ports.ModelBatchStore = (*Store)(nil)
 	_ ports.LifecycleStore  = (*Store)(nil)
 	_ ports.RewindStore     = (*Store)(nil)
 	_ ports.SnapshotStore   = (*Store)(nil)
-	_ ports.AdminStore      = (*Store)(nil)
+	_ ports.Admin           = (*Store)(nil)
 )
 
 // New returns an empty Store configured by opts. It starts nothing: the store
@@ -238,7 +234,7 @@ func New(opts Options) *Store {
 		snapshots:      make(map[pairKey][]ports.Snapshot),
 	}
 	if s.partitionCount < 1 {
-		s.partitionCount = PartitionCountDefault
+		s.partitionCount = ports.PartitionCountDefault
 	}
 	s.claims.init(uint32(s.partitionCount))
 	return s
@@ -256,6 +252,7 @@ func (s *Store) Backend() ports.Backend {
 		DeadLetters: s,
 		Events:      s,
 		Models:      s,
+		ModelBatch:  s,
 		Lifecycle:   s,
 		Rewind:      s,
 		Snapshots:   s,

@@ -9,7 +9,7 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
-var _ ports.AdminStore = (*Store)(nil)
+var _ ports.Admin = (*Store)(nil)
 
 // Retiring a perspective takes two transactions. The first records the
 // retirement and deletes the subscriptions under sqlRetireLock; the second
@@ -113,7 +113,7 @@ unpinned AS (
 SELECT (SELECT count(*) FROM deleted), (SELECT count(*) FROM cursors), (SELECT count(*) FROM models),
        (SELECT count(*) FROM snapshots), (SELECT count(*) FROM unpinned)`
 
-// PerspectiveRetire implements ports.AdminStore in two transactions (see
+// PerspectiveRetire implements ports.Admin in two transactions (see
 // above): the retirement and the subscriptions, then the work rows and the
 // state. The first waits for appends in progress to commit, and appends
 // wait for it: keep AppendTx transactions short. Rows held by instances are
@@ -126,10 +126,10 @@ SELECT (SELECT count(*) FROM deleted), (SELECT count(*) FROM cursors), (SELECT c
 // retiring it again deletes the rest. It returns ports.ErrInvalidArgument
 // for an empty perspective.
 func (s *Store) PerspectiveRetire(ctx context.Context, params *ports.PerspectiveRetireParams) (*ports.RetireResult, error) {
-	name := params.Perspective
-	if name == "" {
-		return nil, fmt.Errorf("retiring perspective: %w", invalid("empty name"))
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("retiring perspective: %w", err)
 	}
+	name := params.Perspective
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
@@ -154,9 +154,10 @@ func (s *Store) PerspectiveRetire(ctx context.Context, params *ports.Perspective
 
 const sqlPerspectiveRevive = `DELETE FROM /* SCHEMA */.vantage_retired_perspectives WHERE perspective = $1`
 
-// PerspectiveRevive implements ports.AdminStore. Its subscriptions stay
+// PerspectiveRevive implements ports.Admin. Its subscriptions stay
 // deleted until registered again.
-func (s *Store) PerspectiveRevive(ctx context.Context, perspective string) error {
+func (s *Store) PerspectiveRevive(ctx context.Context, params *ports.PerspectiveReviveParams) error {
+	perspective := params.Perspective
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
@@ -170,7 +171,7 @@ func (s *Store) PerspectiveRevive(ctx context.Context, perspective string) error
 // sorts strings.
 const sqlPerspectivesRetired = `SELECT perspective FROM /* SCHEMA */.vantage_retired_perspectives ORDER BY perspective COLLATE "C"`
 
-// PerspectivesRetired implements ports.AdminStore. The slice is never nil.
+// PerspectivesRetired implements ports.Admin. The slice is never nil.
 func (s *Store) PerspectivesRetired(ctx context.Context) ([]string, error) {
 	if err := s.ready(ctx); err != nil {
 		return nil, err

@@ -157,7 +157,7 @@ func TestCoreAppendTx(t *testing.T) {
 		defer cancel()
 		require.NoError(t, w.WaitForStream(waitCtx, stream, 2), "every perspective applied both events")
 		for _, perspective := range reg.Perspectives() {
-			stored, err := b.backend.Models.ModelLoad(ctx, stream, perspective)
+			stored, err := b.backend.Models.ModelLoad(ctx, &ports.ModelLoadParams{StreamID: stream, Perspective: perspective})
 			require.NoError(t, err)
 			var m txModel
 			require.NoError(t, json.Unmarshal(stored.Data, &m))

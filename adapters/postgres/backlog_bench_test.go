@@ -88,7 +88,7 @@ func benchDrain(b *testing.B, streams, events int, limits drainLimits) {
 		for _, p := range perspectives {
 			subs = append(subs, ports.Subscription{EventType: "tick", Perspective: p})
 		}
-		require.NoError(b, backend.Events.SubscriptionsRegister(ctx, subs))
+		require.NoError(b, backend.Events.SubscriptionsRegister(ctx, &ports.SubscriptionsRegisterParams{Subscriptions: subs}))
 		for range streams {
 			stream := uuid.New()
 			for done := 0; done < events; {

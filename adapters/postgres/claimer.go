@@ -13,11 +13,6 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
-// PartitionCountDefault is the number of stream partitions used to distribute
-// orphaned streams over live instances when WorkClaimParams.PartitionCount is
-// not positive.
-const PartitionCountDefault = 10000
-
 // Shared SQL fragments. Every statement that needs the current time starts
 // with the clock CTE: the caller's Now when set, else the database's now().
 
@@ -175,11 +170,8 @@ SET service_name = excluded.service_name,
 // ports.ErrInvalidArgument for a nil instance id or a non-positive
 // StaleThreshold.
 func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHeartbeatParams) (*ports.InstanceHeartbeatResult, error) {
-	switch {
-	case params.InstanceID == uuid.Nil:
-		return nil, fmt.Errorf("recording heartbeat: %w", invalid("nil instance id"))
-	case params.StaleThreshold <= 0:
-		return nil, fmt.Errorf("recording heartbeat: %w", invalid("stale threshold %s must be positive", params.StaleThreshold))
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("recording heartbeat: %w", err)
 	}
 	meta, err := jsonMap(params.Metadata)
 	if err != nil {
@@ -238,7 +230,8 @@ WHERE a.stream_id IN (
 
 // InstanceDeregister implements ports.WorkClaimer in one round trip (a batch
 // in one implicit transaction).
-func (s *Store) InstanceDeregister(ctx context.Context, instanceID uuid.UUID) error {
+func (s *Store) InstanceDeregister(ctx context.Context, params *ports.InstanceDeregisterParams) error {
+	instanceID := params.InstanceID
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
@@ -256,7 +249,7 @@ func (s *Store) InstanceDeregister(ctx context.Context, instanceID uuid.UUID) er
 const sqlInstancesList = `SELECT instance_id, service_name, host_name, process_id, metadata, started_at, last_heartbeat_at
 FROM /* SCHEMA */.vantage_instances ORDER BY instance_id`
 
-// InstancesList implements ports.WorkClaimer.
+// InstancesList implements ports.Admin.
 func (s *Store) InstancesList(ctx context.Context) ([]ports.Instance, error) {
 	if err := s.ready(ctx); err != nil {
 		return nil, err
@@ -498,25 +491,18 @@ LIMIT $3`
 // HasMore is true when candidate streams were left unselected or the
 // result was cut at MaxStreams. The result lists the smallest backlogs
 // first (pending rows counted up to sqlBacklogCap, then by stream id). A
-// non-positive PartitionCount selects PartitionCountDefault. It returns
+// non-positive PartitionCount selects ports.PartitionCountDefault. It returns
 // ports.ErrInvalidArgument for a nil instance id or a non-positive
 // MaxStreams, LeaseDuration or StaleThreshold, and
 // ports.ErrInstanceNotAlive when the caller has no live heartbeat (the claim
 // then changes nothing).
 func (s *Store) WorkClaim(ctx context.Context, params *ports.WorkClaimParams) (*ports.WorkClaimResult, error) {
-	switch {
-	case params.InstanceID == uuid.Nil:
-		return nil, fmt.Errorf("claiming work: %w", invalid("nil instance id"))
-	case params.MaxStreams <= 0:
-		return nil, fmt.Errorf("claiming work: %w", invalid("max streams %d must be positive", params.MaxStreams))
-	case params.LeaseDuration <= 0:
-		return nil, fmt.Errorf("claiming work: %w", invalid("lease duration %s must be positive", params.LeaseDuration))
-	case params.StaleThreshold <= 0:
-		return nil, fmt.Errorf("claiming work: %w", invalid("stale threshold %s must be positive", params.StaleThreshold))
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("claiming work: %w", err)
 	}
 	partitions := params.PartitionCount
 	if partitions <= 0 {
-		partitions = PartitionCountDefault
+		partitions = ports.PartitionCountDefault
 	}
 	if err := s.ready(ctx); err != nil {
 		return nil, err
@@ -584,8 +570,8 @@ const sqlHeldByCaller = `coalesce(w.instance_id = $1, false)`
 // that nobody took over is still the caller's and is renewed. It returns
 // ports.ErrInvalidArgument for a non-positive LeaseDuration.
 func (s *Store) WorkRenewLeases(ctx context.Context, params *ports.WorkRenewLeasesParams) (int, error) {
-	if params.LeaseDuration <= 0 {
-		return 0, fmt.Errorf("renewing leases: %w", invalid("lease duration %s must be positive", params.LeaseDuration))
+	if err := params.Validate(); err != nil {
+		return 0, fmt.Errorf("renewing leases: %w", err)
 	}
 	if len(params.WorkIDs) == 0 || params.InstanceID == uuid.Nil {
 		return 0, nil

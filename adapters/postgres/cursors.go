@@ -384,14 +384,14 @@ func (p *positions) columns() (streams [][16]byte, perspectives []string, eventI
 // ports.ErrInvalidArgument, and changes nothing, when a completion has a nil
 // stream id, an empty perspective or a negative LastVersion.
 func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompleteParams) (*ports.WorkCompleteResult, error) {
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("completing work: %w", err)
+	}
 	var (
 		finish finishArgs
 		pos    positions
 	)
 	for _, c := range params.Completions {
-		if err := validatePair(c.StreamID, c.Perspective, c.LastVersion); err != nil {
-			return nil, fmt.Errorf("completing work: %w", err)
-		}
 		finish.add(c.StreamID, c.Perspective, c.WorkIDs)
 		pos.add(pairKey{c.StreamID, c.Perspective}, position{eventID: c.LastEventID, version: c.LastVersion})
 	}
@@ -635,6 +635,9 @@ func (e *failedEvents) columns() failedEventColumns {
 // has a nil stream id, an empty perspective, a negative LastVersion, or a
 // FailedEventID without a positive FailedEventVersion (or the reverse).
 func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) error {
+	if err := params.Validate(); err != nil {
+		return fmt.Errorf("recording failures: %w", err)
+	}
 	var (
 		finish finishArgs
 		pos    positions
@@ -647,15 +650,7 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 	)
 	for i := range params.Failures {
 		f := &params.Failures[i]
-		if err := validatePair(f.StreamID, f.Perspective, f.LastVersion); err != nil {
-			return fmt.Errorf("recording failures: %w", err)
-		}
-		switch {
-		case f.FailedEventID == uuid.Nil && f.FailedEventVersion == 0:
-		case f.FailedEventID == uuid.Nil || f.FailedEventVersion <= 0:
-			return fmt.Errorf("recording failures: %w", invalid("failed event %s at version %d of stream %s: both or neither must be set, the version positive",
-				f.FailedEventID, f.FailedEventVersion, f.StreamID))
-		default:
+		if f.FailedEventID != uuid.Nil {
 			events.add(f)
 		}
 		finish.add(f.StreamID, f.Perspective, f.AppliedWorkIDs)
@@ -690,20 +685,6 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error { return execN(br, b.Len()) })
 	if err != nil {
 		return fmt.Errorf("recording failures of instance %s: %w", params.InstanceID, translate(err))
-	}
-	return nil
-}
-
-// validatePair checks the identity and position fields shared by
-// completions, failures and model saves.
-func validatePair(streamID uuid.UUID, perspective string, lastVersion int64) error {
-	switch {
-	case streamID == uuid.Nil:
-		return invalid("nil stream id")
-	case perspective == "":
-		return invalid("empty perspective for stream %s", streamID)
-	case lastVersion < 0:
-		return invalid("negative last version %d for stream %s", lastVersion, streamID)
 	}
 	return nil
 }

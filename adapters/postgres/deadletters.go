@@ -72,25 +72,24 @@ RETURNING ` + sqlDeadLetterColumns
 // DeadLetterMove implements ports.DeadLetterStore in one statement. The row
 // need not be held by params.InstanceID, which is recorded as the instance
 // that dead-lettered it. Removing the row unblocks later rows of its
-// (stream, perspective). A row already gone yields (DeadLetter{}, false,
-// nil).
-func (s *Store) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMoveParams) (ports.DeadLetter, bool, error) {
+// (stream, perspective). A row already gone yields Moved false.
+func (s *Store) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMoveParams) (*ports.DeadLetterMoveResult, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
-		return ports.DeadLetter{}, false, fmt.Errorf("moving work %s to dead letters: generating id: %w", params.WorkID, err)
+		return nil, fmt.Errorf("moving work %s to dead letters: generating id: %w", params.WorkID, err)
 	}
 	if err := s.ready(ctx); err != nil {
-		return ports.DeadLetter{}, false, err
+		return nil, err
 	}
 	dls, err := queryRows(ctx, s, sqlDeadLetterMove, scanDeadLetter, id, nowArg(params.Now), params.WorkID,
 		uuidArg(params.InstanceID), params.Reason, params.Error, params.Attempts, params.Generation)
 	if err != nil {
-		return ports.DeadLetter{}, false, fmt.Errorf("moving work %s to dead letters: %w", params.WorkID, err)
+		return nil, fmt.Errorf("moving work %s to dead letters: %w", params.WorkID, err)
 	}
 	if len(dls) == 0 {
-		return ports.DeadLetter{}, false, nil
+		return &ports.DeadLetterMoveResult{}, nil
 	}
-	return dls[0], true, nil
+	return &ports.DeadLetterMoveResult{DeadLetter: dls[0], Moved: true}, nil
 }
 
 const sqlDeadLettersList = `SELECT ` + sqlDeadLetterColumns + `
@@ -105,11 +104,8 @@ LIMIT $3::bigint`
 // returns ports.ErrInvalidArgument for a negative Limit or an unknown
 // Status.
 func (s *Store) DeadLettersList(ctx context.Context, params *ports.DeadLettersListParams) ([]ports.DeadLetter, error) {
-	if params.Limit < 0 {
-		return nil, fmt.Errorf("listing dead letters: %w", invalid("limit %d is negative", params.Limit))
-	}
-	if params.Status != "" && !validDeadLetterStatus(params.Status) {
-		return nil, fmt.Errorf("listing dead letters: %w", invalid("unknown status %q", params.Status))
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("listing dead letters: %w", err)
 	}
 	if err := s.ready(ctx); err != nil {
 		return nil, err
@@ -120,14 +116,6 @@ func (s *Store) DeadLettersList(ctx context.Context, params *ports.DeadLettersLi
 		return nil, fmt.Errorf("listing dead letters: %w", err)
 	}
 	return out, nil
-}
-
-func validDeadLetterStatus(s ports.DeadLetterStatus) bool {
-	switch s {
-	case ports.DeadLetterDead, ports.DeadLetterRequeued, ports.DeadLetterRecovered, ports.DeadLetterIgnored:
-		return true
-	}
-	return false
 }
 
 // scanDeadLetter scans the columns of sqlDeadLetterColumns.
@@ -252,7 +240,7 @@ dl AS (
 ` + sqlRequeue + `
 SELECT (SELECT count(*) FROM dl), (SELECT status FROM prior), (SELECT count(*) FROM notified)`
 
-// DeadLetterRequeue implements ports.DeadLetterStore in one statement. The
+// DeadLetterRequeue implements ports.Admin in one statement. The
 // row comes back with its original work id, pending, unleased, unscheduled
 // and with zero attempts, and listeners are woken on commit. If the pair's
 // cursor is past the event (LastVersion greater than the event's version),
@@ -311,7 +299,7 @@ ignored AS (
 )
 SELECT (SELECT count(*) FROM ignored), (SELECT status FROM prior)`
 
-// DeadLetterIgnore implements ports.DeadLetterStore in one statement.
+// DeadLetterIgnore implements ports.Admin in one statement.
 // Ignoring an ignored dead letter changes nothing (ResolvedAt stays the
 // first time). It returns ports.ErrNotFound for an unknown id and
 // ports.ErrVersionConflict for a dead letter that is requeued or recovered.
@@ -364,11 +352,8 @@ ORDER BY dead_lettered_at, id`
 // sqlDeadLettersRecover). It returns ports.ErrInvalidArgument for an empty
 // Generation or a Limit below 1.
 func (s *Store) DeadLettersRecover(ctx context.Context, params *ports.DeadLettersRecoverParams) ([]ports.DeadLetter, error) {
-	switch {
-	case params.Generation == "":
-		return nil, fmt.Errorf("recovering dead letters: %w", invalid("empty generation"))
-	case params.Limit < 1:
-		return nil, fmt.Errorf("recovering dead letters: %w", invalid("limit %d must be positive", params.Limit))
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("recovering dead letters: %w", err)
 	}
 	if err := s.ready(ctx); err != nil {
 		return nil, err

@@ -22,7 +22,7 @@ func TestDeadLetterLifecycle(t *testing.T) {
 	ctx := t.Context()
 	b := setup(t)
 	subscribe(t, b, testPerspective)
-	dls := b.backend.DeadLetters
+	dls, admin := b.backend.DeadLetters, b.backend.Admin
 	stream, inst := newUUID(t), uuid.New()
 	_, err := b.backend.Events.EventsAppend(ctx, &ports.EventsAppendParams{StreamID: stream, Events: newEvents(1), Now: base})
 	require.NoError(t, err)
@@ -46,11 +46,12 @@ func TestDeadLetterLifecycle(t *testing.T) {
 		StreamID: stream, Perspective: testPerspective, FailedWorkIDs: []uuid.UUID{work[0].WorkID}, Error: "row error",
 	}}}))
 
-	dl, moved, err := dls.DeadLetterMove(ctx, &ports.DeadLetterMoveParams{
+	dlRes, err := dls.DeadLetterMove(ctx, &ports.DeadLetterMoveParams{
 		WorkID: work[0].WorkID, InstanceID: inst, Generation: "g1", Reason: ports.ReasonFailed, Attempts: 3, Now: base.Add(time.Second),
 	})
 	require.NoError(t, err)
-	require.True(t, moved)
+	require.True(t, dlRes.Moved)
+	dl := dlRes.DeadLetter
 	require.Equal(t, ports.DeadLetterDead, dl.Status)
 	require.Equal(t, "g1", dl.Generation)
 	require.Equal(t, 3, dl.Attempts, "the engine's count, larger than the row's one failure")
@@ -60,8 +61,8 @@ func TestDeadLetterLifecycle(t *testing.T) {
 	_, err = dls.DeadLettersList(ctx, &ports.DeadLettersListParams{Status: "lost"})
 	require.ErrorIs(t, err, ports.ErrInvalidArgument)
 
-	require.NoError(t, dls.DeadLetterIgnore(ctx, &ports.DeadLetterIgnoreParams{ID: dl.ID, Now: base.Add(2 * time.Second)}))
-	require.NoError(t, dls.DeadLetterIgnore(ctx, &ports.DeadLetterIgnoreParams{ID: dl.ID, Now: base.Add(3 * time.Second)}), "idempotent")
+	require.NoError(t, admin.DeadLetterIgnore(ctx, &ports.DeadLetterIgnoreParams{ID: dl.ID, Now: base.Add(2 * time.Second)}))
+	require.NoError(t, admin.DeadLetterIgnore(ctx, &ports.DeadLetterIgnoreParams{ID: dl.ID, Now: base.Add(3 * time.Second)}), "idempotent")
 	ignored := list(ports.DeadLetterIgnored)
 	require.Len(t, ignored, 1)
 	require.Equal(t, base.Add(2*time.Second), ignored[0].ResolvedAt, "resolved when first ignored")
@@ -69,30 +70,31 @@ func TestDeadLetterLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, recovered, "recovery never retries an ignored dead letter")
 
-	require.NoError(t, dls.DeadLetterRequeue(ctx, &ports.DeadLetterRequeueParams{ID: dl.ID, Generation: "g2", Now: base.Add(4 * time.Second)}))
+	require.NoError(t, admin.DeadLetterRequeue(ctx, &ports.DeadLetterRequeueParams{ID: dl.ID, Generation: "g2", Now: base.Add(4 * time.Second)}))
 	requeued := list(ports.DeadLetterRequeued)
 	require.Len(t, requeued, 1)
 	require.Equal(t, 1, requeued[0].Requeues)
 	require.Equal(t, "g2", requeued[0].RequeueGeneration)
 	require.Equal(t, base.Add(4*time.Second), requeued[0].RequeuedAt)
 	require.Zero(t, requeued[0].ResolvedAt)
-	err = dls.DeadLetterRequeue(ctx, &ports.DeadLetterRequeueParams{ID: dl.ID, Now: base.Add(5 * time.Second)})
+	err = admin.DeadLetterRequeue(ctx, &ports.DeadLetterRequeueParams{ID: dl.ID, Now: base.Add(5 * time.Second)})
 	require.ErrorIs(t, err, ports.ErrVersionConflict, "a requeued dead letter is not requeued again")
-	err = dls.DeadLetterIgnore(ctx, &ports.DeadLetterIgnoreParams{ID: dl.ID, Now: base.Add(5 * time.Second)})
+	err = admin.DeadLetterIgnore(ctx, &ports.DeadLetterIgnoreParams{ID: dl.ID, Now: base.Add(5 * time.Second)})
 	require.ErrorIs(t, err, ports.ErrVersionConflict)
-	require.ErrorIs(t, dls.DeadLetterIgnore(ctx, &ports.DeadLetterIgnoreParams{ID: uuid.New()}), ports.ErrNotFound)
-	require.ErrorIs(t, dls.DeadLetterRequeue(ctx, &ports.DeadLetterRequeueParams{ID: uuid.New()}), ports.ErrNotFound)
+	require.ErrorIs(t, admin.DeadLetterIgnore(ctx, &ports.DeadLetterIgnoreParams{ID: uuid.New()}), ports.ErrNotFound)
+	require.ErrorIs(t, admin.DeadLetterRequeue(ctx, &ports.DeadLetterRequeueParams{ID: uuid.New()}), ports.ErrNotFound)
 
 	// Dead-lettered again, on g2: the same dead letter, dead again.
 	work = fetch(base.Add(5 * time.Second))
 	require.Len(t, work, 1)
 	require.Equal(t, dl.WorkID, work[0].WorkID, "requeued under its original work id")
 	require.Zero(t, work[0].Attempts)
-	again, moved, err := dls.DeadLetterMove(ctx, &ports.DeadLetterMoveParams{
+	againRes, err := dls.DeadLetterMove(ctx, &ports.DeadLetterMoveParams{
 		WorkID: work[0].WorkID, InstanceID: inst, Generation: "g2", Reason: ports.ReasonTimedOut, Error: "slow", Attempts: 1, Now: base.Add(6 * time.Second),
 	})
 	require.NoError(t, err)
-	require.True(t, moved)
+	require.True(t, againRes.Moved)
+	again := againRes.DeadLetter
 	require.Equal(t, dl.ID, again.ID, "the requeued row's dead letter is updated, not recorded twice")
 	require.Equal(t, ports.DeadLetterDead, again.Status)
 	require.Equal(t, "g2", again.Generation)
@@ -215,10 +217,11 @@ func TestDebugCompletionRecoversDeadLetter(t *testing.T) {
 		require.Len(t, res.Work, 1)
 		return res.Work[0]
 	}
-	dl, moved, err := b.backend.DeadLetters.DeadLetterMove(ctx, &ports.DeadLetterMoveParams{WorkID: fetch().WorkID, InstanceID: inst, Reason: ports.ReasonFailed, Now: base})
+	dlRes, err := b.backend.DeadLetters.DeadLetterMove(ctx, &ports.DeadLetterMoveParams{WorkID: fetch().WorkID, InstanceID: inst, Reason: ports.ReasonFailed, Now: base})
 	require.NoError(t, err)
-	require.True(t, moved)
-	require.NoError(t, b.backend.DeadLetters.DeadLetterRequeue(ctx, &ports.DeadLetterRequeueParams{ID: dl.ID, Now: base}))
+	require.True(t, dlRes.Moved)
+	dl := dlRes.DeadLetter
+	require.NoError(t, b.backend.Admin.DeadLetterRequeue(ctx, &ports.DeadLetterRequeueParams{ID: dl.ID, Now: base}))
 	w := fetch()
 
 	_, err = b.backend.Cursors.WorkComplete(ctx, &ports.WorkCompleteParams{InstanceID: inst, DebugMode: true, Now: base.Add(time.Minute), Completions: []ports.Completion{{

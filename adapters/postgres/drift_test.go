@@ -85,7 +85,7 @@ func TestSchemaRecreatedUnderARunningWorker(t *testing.T) {
 		waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		defer cancel()
 		require.NoError(t, w.WaitForStream(waitCtx, stream, version), "stream %s applied up to version %d", stream, version)
-		model, err := b.backend.Models.ModelLoad(ctx, stream, "totals")
+		model, err := b.backend.Models.ModelLoad(ctx, &ports.ModelLoadParams{StreamID: stream, Perspective: "totals"})
 		require.NoError(t, err)
 		var total driftTotal
 		require.NoError(t, json.Unmarshal(model.Data, &total))

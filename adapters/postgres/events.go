@@ -285,10 +285,7 @@ func (s *Store) append(ctx context.Context, db batchSender, params *ports.Events
 	if err := params.Validate(); err != nil {
 		return nil, err
 	}
-	subTypes, subPerspectives, err := subscriptionColumns(params.Subscriptions)
-	if err != nil {
-		return nil, fmt.Errorf("appending to stream %s: %w", params.StreamID, err)
-	}
+	subTypes, subPerspectives := subscriptionColumns(params.Subscriptions)
 	n := len(params.Events)
 	var (
 		ids      = make([][16]byte, n) // a uuid[] parameter (see uuidsArg)
@@ -331,7 +328,7 @@ func (s *Store) append(ctx context.Context, db batchSender, params *ports.Events
 		stored, known []appendRow
 		workRows      int
 	)
-	err = sendBatch(ctx, db, b, func(br pgx.BatchResults) error {
+	err := sendBatch(ctx, db, b, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
@@ -439,11 +436,11 @@ const sqlSubscriptionsRegister = `SELECT /* SCHEMA */.vantage_subscriptions_add(
 // perspective (see PerspectiveRetire). It returns
 // ports.ErrInvalidArgument, and records nothing, when a subscription has an
 // empty event type or perspective.
-func (s *Store) SubscriptionsRegister(ctx context.Context, subscriptions []ports.Subscription) error {
-	types, perspectives, err := subscriptionColumns(subscriptions)
-	if err != nil {
+func (s *Store) SubscriptionsRegister(ctx context.Context, params *ports.SubscriptionsRegisterParams) error {
+	if err := params.Validate(); err != nil {
 		return fmt.Errorf("registering subscriptions: %w", err)
 	}
+	types, perspectives := subscriptionColumns(params.Subscriptions)
 	if len(types) == 0 {
 		return nil
 	}
@@ -457,17 +454,13 @@ func (s *Store) SubscriptionsRegister(ctx context.Context, subscriptions []ports
 }
 
 // subscriptionColumns returns the event types and perspectives of subs as
-// parallel arrays. It rejects a subscription with an empty event type or
-// perspective.
-func subscriptionColumns(subs []ports.Subscription) (types, perspectives []string, err error) {
+// parallel arrays.
+func subscriptionColumns(subs []ports.Subscription) (types, perspectives []string) {
 	types = make([]string, 0, len(subs))
 	perspectives = make([]string, 0, len(subs))
 	for _, sub := range subs {
-		if sub.EventType == "" || sub.Perspective == "" {
-			return nil, nil, invalid("subscription %+v has an empty event type or perspective", sub)
-		}
 		types = append(types, sub.EventType)
 		perspectives = append(perspectives, sub.Perspective)
 	}
-	return types, perspectives, nil
+	return types, perspectives
 }

@@ -28,7 +28,7 @@ func subscribe(t *testing.T, b *testBundle, perspectives ...string) {
 	for _, p := range perspectives {
 		subs = append(subs, ports.Subscription{EventType: testType, Perspective: p})
 	}
-	require.NoError(t, b.backend.Events.SubscriptionsRegister(t.Context(), subs))
+	require.NoError(t, b.backend.Events.SubscriptionsRegister(t.Context(), &ports.SubscriptionsRegisterParams{Subscriptions: subs}))
 }
 
 func newEvents(n int) []ports.NewEvent {

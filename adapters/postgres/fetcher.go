@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -156,15 +155,8 @@ WHERE stream_id = ANY($1::uuid[])`
 // It returns ports.ErrInvalidArgument for a nil instance id, a non-positive
 // LeaseDuration or StaleThreshold, or a negative MaxRows.
 func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetchPendingParams) (*ports.EventsFetchPendingResult, error) {
-	switch {
-	case params.InstanceID == uuid.Nil:
-		return nil, fmt.Errorf("fetching pending events: %w", invalid("nil instance id"))
-	case params.LeaseDuration <= 0:
-		return nil, fmt.Errorf("fetching pending events: %w", invalid("lease duration %s must be positive", params.LeaseDuration))
-	case params.StaleThreshold <= 0:
-		return nil, fmt.Errorf("fetching pending events: %w", invalid("stale threshold %s must be positive", params.StaleThreshold))
-	case params.MaxRows < 0:
-		return nil, fmt.Errorf("fetching pending events: %w", invalid("max rows %d is negative", params.MaxRows))
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("fetching pending events: %w", err)
 	}
 	result := &ports.EventsFetchPendingResult{}
 	if len(params.StreamIDs) == 0 {
@@ -259,11 +251,8 @@ LIMIT $3::bigint`
 // events. It returns ports.ErrInvalidArgument for a nil stream id or a
 // negative Limit.
 func (s *Store) EventsReadStream(ctx context.Context, params *ports.EventsReadStreamParams) ([]ports.Event, error) {
-	switch {
-	case params.StreamID == uuid.Nil:
-		return nil, fmt.Errorf("reading stream: %w", invalid("nil stream id"))
-	case params.Limit < 0:
-		return nil, fmt.Errorf("reading stream %s: %w", params.StreamID, invalid("limit %d is negative", params.Limit))
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("reading stream: %w", err)
 	}
 	if err := s.ready(ctx); err != nil {
 		return nil, err

@@ -19,10 +19,10 @@ func TestFlow(t *testing.T) {
 	ctx := t.Context()
 	be := b.backend
 
-	require.NoError(t, be.Events.SubscriptionsRegister(ctx, []ports.Subscription{
+	require.NoError(t, be.Events.SubscriptionsRegister(ctx, &ports.SubscriptionsRegisterParams{Subscriptions: []ports.Subscription{
 		{EventType: "OrderPlaced", Perspective: "orders"},
 		{EventType: "OrderPlaced", Perspective: "totals"},
-	}))
+	}}))
 	stream := uuid.New()
 	res, err := be.Events.EventsAppend(ctx, &ports.EventsAppendParams{
 		StreamID:        stream,
@@ -104,7 +104,7 @@ func TestFlow(t *testing.T) {
 	require.Equal(t, ports.CursorCompleted, cursors[0].Status)
 	require.Equal(t, int64(2), cursors[0].LastVersion)
 
-	model, err := be.Models.ModelLoad(ctx, stream, "orders")
+	model, err := be.Models.ModelLoad(ctx, &ports.ModelLoadParams{StreamID: stream, Perspective: "orders"})
 	require.NoError(t, err)
 	require.JSONEq(t, `{"count":2}`, string(model.Data))
 

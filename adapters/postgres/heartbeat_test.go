@@ -104,7 +104,7 @@ FROM `+s+`.vantage_work WHERE stream_id = ANY($1)`, victimStreams, victim).Scan(
 		require.Zero(t, pinned, "round %d: the victim's pins are cleared", round)
 		require.Zero(t, instances, "round %d: the victim's row is deleted", round)
 
-		listed, err := b.backend.Claimer.InstancesList(ctx)
+		listed, err := b.backend.Admin.InstancesList(ctx)
 		require.NoError(t, err)
 		require.Len(t, listed, survivors, "round %d: every survivor stays", round)
 		require.False(t, slices.ContainsFunc(listed, func(in ports.Instance) bool { return in.ID == victim }))

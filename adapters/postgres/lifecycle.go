@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -61,33 +60,6 @@ ON CONFLICT (event_id, stage, perspective) DO UPDATE
 SET instance_id = excluded.instance_id, completed_at = excluded.completed_at
 WHERE l.completed_at IS NULL`
 
-// validateStage checks the stage, perspective, instance and event ids of a
-// claim or completion: exactly one durable stage, a perspective for
-// StagePostPerspective and none for the others (recording a per-event stage
-// under a perspective would split what is one stage of the event), and no
-// nil id.
-func validateStage(stage ports.LifecycleStage, perspective string, instanceID uuid.UUID, eventIDs []uuid.UUID) error {
-	switch stage {
-	case ports.StagePrePerspective, ports.StagePostAllPerspectives, ports.StagePostLifecycle:
-		if perspective != "" {
-			return invalid("stage %d is recorded per event, not for perspective %q", stage, perspective)
-		}
-	case ports.StagePostPerspective:
-		if perspective == "" {
-			return invalid("stage %d needs a perspective", stage)
-		}
-	default:
-		return invalid("stage %d is not a single durable stage", stage)
-	}
-	switch {
-	case instanceID == uuid.Nil:
-		return invalid("stage %d: nil instance id", stage)
-	case slices.Contains(eventIDs, uuid.Nil):
-		return invalid("stage %d: nil event id", stage)
-	}
-	return nil
-}
-
 // LifecycleClaim implements ports.LifecycleStore in one statement. The
 // events need not be stored: the claim records only their ids. A claim
 // stands while its instance has a heartbeat newer than Now - StaleThreshold;
@@ -97,11 +69,8 @@ func validateStage(stage ports.LifecycleStage, perspective string, instanceID uu
 // StagePostPerspective without a Perspective or another stage with one, a
 // nil instance id, a nil event id, or a StaleThreshold that is not positive.
 func (s *Store) LifecycleClaim(ctx context.Context, params *ports.LifecycleClaimParams) ([]uuid.UUID, error) {
-	if err := validateStage(params.Stage, params.Perspective, params.InstanceID, params.EventIDs); err != nil {
+	if err := params.Validate(); err != nil {
 		return nil, fmt.Errorf("claiming lifecycle stages: %w", err)
-	}
-	if params.StaleThreshold <= 0 {
-		return nil, fmt.Errorf("claiming lifecycle stages: %w", invalid("stale threshold %s must be positive", params.StaleThreshold))
 	}
 	if len(params.EventIDs) == 0 {
 		return []uuid.UUID{}, nil
@@ -122,7 +91,7 @@ func (s *Store) LifecycleClaim(ctx context.Context, params *ports.LifecycleClaim
 // ports.ErrInvalidArgument, and records nothing, for the arguments
 // LifecycleClaim rejects (its StaleThreshold aside).
 func (s *Store) LifecycleComplete(ctx context.Context, params *ports.LifecycleCompleteParams) error {
-	if err := validateStage(params.Stage, params.Perspective, params.InstanceID, params.EventIDs); err != nil {
+	if err := params.Validate(); err != nil {
 		return fmt.Errorf("completing lifecycle stages: %w", err)
 	}
 	if len(params.EventIDs) == 0 {
@@ -161,7 +130,8 @@ const (
 )
 
 // LifecycleStages implements ports.LifecycleStore. The map is never nil.
-func (s *Store) LifecycleStages(ctx context.Context, eventIDs []uuid.UUID) (map[uuid.UUID]ports.LifecycleStage, error) {
+func (s *Store) LifecycleStages(ctx context.Context, params *ports.LifecycleStagesParams) (map[uuid.UUID]ports.LifecycleStage, error) {
+	eventIDs := params.EventIDs
 	out := map[uuid.UUID]ports.LifecycleStage{}
 	if len(eventIDs) == 0 {
 		return out, nil
@@ -299,8 +269,8 @@ LIMIT $4::bigint`
 // treated like a type absent from Expected: its events are never returned.
 // It returns ports.ErrInvalidArgument for a negative Limit.
 func (s *Store) LifecycleOrphans(ctx context.Context, params *ports.LifecycleOrphansParams) ([]ports.Event, error) {
-	if params.Limit < 0 {
-		return nil, fmt.Errorf("finding orphaned lifecycles: %w", invalid("limit %d is negative", params.Limit))
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("finding orphaned lifecycles: %w", err)
 	}
 	types, perspectives := expectedPairs(params.Expected)
 	if len(types) == 0 {

@@ -2,11 +2,9 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -19,7 +17,8 @@ WHERE stream_id = $1 AND perspective = $2`
 
 // ModelLoad implements ports.ModelStore. It returns an error wrapping
 // ports.ErrNotFound when no model is stored.
-func (s *Store) ModelLoad(ctx context.Context, streamID uuid.UUID, perspective string) (ports.StoredModel, error) {
+func (s *Store) ModelLoad(ctx context.Context, params *ports.ModelLoadParams) (ports.StoredModel, error) {
+	streamID, perspective := params.StreamID, params.Perspective
 	m := ports.StoredModel{StreamID: streamID, Perspective: perspective}
 	if err := s.ready(ctx); err != nil {
 		return ports.StoredModel{}, err
@@ -84,8 +83,8 @@ SELECT (SELECT count(*) FROM saved),
 // not a JSON document, and ports.ErrVersionConflict when ExpectedVersion
 // differs from the stored position; in both cases nothing is stored.
 func (s *Store) ModelSave(ctx context.Context, params *ports.ModelSaveParams) error {
-	if err := validateModelSave(params); err != nil {
-		return err
+	if err := params.Validate(); err != nil {
+		return fmt.Errorf("saving model: %w", err)
 	}
 	if err := s.ready(ctx); err != nil {
 		return err
@@ -99,19 +98,6 @@ func (s *Store) ModelSave(ctx context.Context, params *ports.ModelSaveParams) er
 		return fmt.Errorf("saving model %q of stream %s: %w", params.Perspective, params.StreamID, translate(err))
 	}
 	return modelSaveResult(params, saved, stored)
-}
-
-func validateModelSave(params *ports.ModelSaveParams) error {
-	if err := validatePair(params.StreamID, params.Perspective, params.LastVersion); err != nil {
-		return fmt.Errorf("saving model: %w", err)
-	}
-	if params.ExpectedVersion < 0 {
-		return fmt.Errorf("saving model %q of stream %s: %w", params.Perspective, params.StreamID, invalid("negative expected version %d", params.ExpectedVersion))
-	}
-	if len(params.Data) == 0 || !json.Valid(params.Data) {
-		return fmt.Errorf("saving model %q of stream %s: %w", params.Perspective, params.StreamID, invalid("data is not a JSON document"))
-	}
-	return nil
 }
 
 func modelSaveArgs(params *ports.ModelSaveParams) []any {
@@ -132,7 +118,8 @@ FROM /* SCHEMA */.vantage_models m
 WHERE (m.stream_id, m.perspective) IN (SELECT * FROM unnest($1::uuid[], $2::text[]))`
 
 // ModelLoadMany implements ports.ModelBatchStore in one statement.
-func (s *Store) ModelLoadMany(ctx context.Context, pairs []ports.Pair) ([]ports.StoredModel, error) {
+func (s *Store) ModelLoadMany(ctx context.Context, params *ports.ModelLoadManyParams) ([]ports.StoredModel, error) {
+	pairs := params.Pairs
 	if len(pairs) == 0 {
 		return []ports.StoredModel{}, nil
 	}
@@ -165,11 +152,12 @@ func (s *Store) ModelLoadMany(ctx context.Context, pairs []ports.Pair) ([]ports.
 // round trip, one commit). They are sent ordered by pair (entries of the
 // same pair keep their order), so concurrent batches lock cursors in the
 // same order and cannot deadlock.
-func (s *Store) ModelSaveMany(ctx context.Context, params []*ports.ModelSaveParams) ([]error, error) {
+func (s *Store) ModelSaveMany(ctx context.Context, p *ports.ModelSaveManyParams) ([]error, error) {
+	params := p.Saves
 	errs := make([]error, len(params))
 	order := make([]int, 0, len(params))
 	for i, p := range params {
-		if errs[i] = validateModelSave(p); errs[i] == nil {
+		if errs[i] = p.Validate(); errs[i] == nil {
 			order = append(order, i)
 		}
 	}

@@ -129,7 +129,7 @@ func TestLostConnectionIsTransient(t *testing.T) {
 	inst := uuid.New()
 	for name, call := range map[string]func() error{
 		"InstancesList": func() error {
-			_, err := b.backend.Claimer.InstancesList(ctx)
+			_, err := b.backend.Admin.InstancesList(ctx)
 			return err
 		},
 		"InstanceHeartbeat": func() error {

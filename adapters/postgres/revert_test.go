@@ -54,7 +54,7 @@ func TestRevertRefusesWhileInstancesAreLive(t *testing.T) {
 		t.Parallel()
 		tb := setup(t)
 		id := heartbeat(t, tb.store, time.Time{})
-		require.NoError(t, tb.store.Claimer.InstanceDeregister(t.Context(), id))
+		require.NoError(t, tb.store.Claimer.InstanceDeregister(t.Context(), &ports.InstanceDeregisterParams{InstanceID: id}))
 
 		require.NoError(t, tb.m.Down(t.Context(), pgtest.Pool(t), 0))
 		require.Zero(t, version(t, tb.m))
@@ -92,7 +92,7 @@ func TestRevertRefusesWhileInstancesAreLive(t *testing.T) {
 		require.ErrorContains(t, err, first.String())
 		require.ErrorContains(t, err, "RevertParams.Force", "the error says how to revert anyway")
 		require.Equal(t, tb.m.Latest(), version(t, tb.m), "nothing is reverted")
-		_, err = tb.store.Claimer.InstancesList(t.Context())
+		_, err = tb.store.Admin.InstancesList(t.Context())
 		require.NoError(t, err, "the instances' tables are there")
 	})
 
@@ -143,7 +143,7 @@ func TestLifecycleStagesMigration(t *testing.T) {
 	require.NoError(t, m.Up(ctx, pool))
 
 	b := newStore(t, schema).backend
-	stages, err := b.Lifecycle.LifecycleStages(ctx, []uuid.UUID{both, pre})
+	stages, err := b.Lifecycle.LifecycleStages(ctx, &ports.LifecycleStagesParams{EventIDs: []uuid.UUID{both, pre}})
 	require.NoError(t, err)
 	require.Equal(t, map[uuid.UUID]ports.LifecycleStage{
 		both: ports.StagePrePerspective | ports.StagePostLifecycle,

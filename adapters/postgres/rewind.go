@@ -22,8 +22,8 @@ LIMIT $1::bigint`
 // CursorsRewindRequired implements ports.RewindStore. It returns
 // ports.ErrInvalidArgument for a negative Limit.
 func (s *Store) CursorsRewindRequired(ctx context.Context, params *ports.CursorsRewindRequiredParams) ([]ports.Cursor, error) {
-	if params.Limit < 0 {
-		return nil, fmt.Errorf("listing cursors requiring rewind: %w", invalid("limit %d is negative", params.Limit))
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("listing cursors requiring rewind: %w", err)
 	}
 	if err := s.ready(ctx); err != nil {
 		return nil, err
@@ -59,12 +59,8 @@ RETURNING 1`
 // and UpdatedAt alone. It returns ports.ErrInvalidArgument for a nil stream
 // or instance id, an empty perspective or a non-positive Duration.
 func (s *Store) StreamLockAcquire(ctx context.Context, params *ports.StreamLockParams) (bool, error) {
-	if err := validateStreamLock(params); err != nil {
+	if err := params.ValidateAcquire(); err != nil {
 		return false, fmt.Errorf("acquiring stream lock: %w", err)
-	}
-	if params.Duration <= 0 {
-		return false, fmt.Errorf("acquiring stream lock %q of stream %s: %w", params.Perspective, params.StreamID,
-			invalid("duration %s must be positive", params.Duration))
 	}
 	if err := s.ready(ctx); err != nil {
 		return false, err
@@ -87,7 +83,7 @@ WHERE stream_id = $1 AND perspective = $2 AND stream_lock_instance_id = $3`
 // ports.ErrInvalidArgument for a nil stream or instance id or an empty
 // perspective.
 func (s *Store) StreamLockRelease(ctx context.Context, params *ports.StreamLockParams) error {
-	if err := validateStreamLock(params); err != nil {
+	if err := params.Validate(); err != nil {
 		return fmt.Errorf("releasing stream lock: %w", err)
 	}
 	if err := s.ready(ctx); err != nil {
@@ -104,7 +100,7 @@ SELECT c.perspective, c.stream_lock_instance_id, c.stream_lock_reason, c.stream_
 FROM /* SCHEMA */.vantage_cursors c, clock
 WHERE c.stream_id = $1 AND c.stream_lock_instance_id IS NOT NULL AND c.stream_lock_expiry > clock.now`
 
-// StreamLocks implements ports.RewindStore. A lock is unexpired while its
+// StreamLocks implements ports.Admin. A lock is unexpired while its
 // expiry is after Now. The map is never nil.
 func (s *Store) StreamLocks(ctx context.Context, params *ports.StreamLocksParams) (map[string]ports.StreamLock, error) {
 	if err := s.ready(ctx); err != nil {
@@ -149,8 +145,8 @@ LIMIT $3::bigint`
 // StreamsWithEventTypes implements ports.RewindStore. A type listed twice
 // counts once. It returns ports.ErrInvalidArgument for a negative Limit.
 func (s *Store) StreamsWithEventTypes(ctx context.Context, params *ports.StreamsWithEventTypesParams) ([]uuid.UUID, error) {
-	if params.Limit < 0 {
-		return nil, fmt.Errorf("listing streams with event types: %w", invalid("limit %d is negative", params.Limit))
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("listing streams with event types: %w", err)
 	}
 	if len(params.EventTypes) == 0 {
 		return nil, nil
@@ -163,19 +159,6 @@ func (s *Store) StreamsWithEventTypes(ctx context.Context, params *ports.Streams
 		return nil, fmt.Errorf("listing streams with event types: %w", err)
 	}
 	return out, nil
-}
-
-// validateStreamLock checks the identity fields of a lock request.
-func validateStreamLock(params *ports.StreamLockParams) error {
-	switch {
-	case params.StreamID == uuid.Nil:
-		return invalid("nil stream id")
-	case params.Perspective == "":
-		return invalid("empty perspective for stream %s", params.StreamID)
-	case params.InstanceID == uuid.Nil:
-		return invalid("nil instance id for %q of stream %s", params.Perspective, params.StreamID)
-	}
-	return nil
 }
 
 // limitArg is a LIMIT parameter: NULL (no limit) when not positive.

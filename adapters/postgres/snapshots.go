@@ -2,10 +2,8 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/vantage-go/vantage/ports"
@@ -24,19 +22,11 @@ SET event_id = excluded.event_id, data = excluded.data, created_at = excluded.cr
 // ports.ErrInvalidArgument, and stores nothing, for a nil stream or event
 // id, an empty perspective, a version below 1 or Data that is not a JSON
 // document.
-func (s *Store) SnapshotSave(ctx context.Context, snapshot ports.Snapshot) error {
-	switch {
-	case snapshot.StreamID == uuid.Nil:
-		return fmt.Errorf("saving snapshot: %w", invalid("nil stream id"))
-	case snapshot.Perspective == "":
-		return fmt.Errorf("saving snapshot of stream %s: %w", snapshot.StreamID, invalid("empty perspective"))
-	case snapshot.Version < 1:
-		return fmt.Errorf("saving snapshot %q of stream %s: %w", snapshot.Perspective, snapshot.StreamID, invalid("version %d must be positive", snapshot.Version))
-	case snapshot.EventID == uuid.Nil:
-		return fmt.Errorf("saving snapshot %q of stream %s: %w", snapshot.Perspective, snapshot.StreamID, invalid("nil event id"))
-	case len(snapshot.Data) == 0 || !json.Valid(snapshot.Data):
-		return fmt.Errorf("saving snapshot %q of stream %s: %w", snapshot.Perspective, snapshot.StreamID, invalid("data is not a JSON document"))
+func (s *Store) SnapshotSave(ctx context.Context, params *ports.SnapshotSaveParams) error {
+	if err := params.Validate(); err != nil {
+		return fmt.Errorf("saving snapshot: %w", err)
 	}
+	snapshot := params.Snapshot
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
@@ -56,7 +46,8 @@ LIMIT 1`
 
 // SnapshotLatestBefore implements ports.SnapshotStore. It returns an error
 // wrapping ports.ErrNotFound when no snapshot lies below version.
-func (s *Store) SnapshotLatestBefore(ctx context.Context, streamID uuid.UUID, perspective string, version int64) (ports.Snapshot, error) {
+func (s *Store) SnapshotLatestBefore(ctx context.Context, params *ports.SnapshotLatestBeforeParams) (ports.Snapshot, error) {
+	streamID, perspective, version := params.StreamID, params.Perspective, params.Version
 	if err := s.ready(ctx); err != nil {
 		return ports.Snapshot{}, err
 	}
@@ -76,7 +67,8 @@ WHERE stream_id = $1 AND perspective = $2 AND event_version >= $3`
 
 // SnapshotsDeleteFrom implements ports.SnapshotStore. A version below 1
 // deletes every snapshot of the pair.
-func (s *Store) SnapshotsDeleteFrom(ctx context.Context, streamID uuid.UUID, perspective string, version int64) (int, error) {
+func (s *Store) SnapshotsDeleteFrom(ctx context.Context, params *ports.SnapshotsDeleteFromParams) (int, error) {
+	streamID, perspective, version := params.StreamID, params.Perspective, params.Version
 	if err := s.ready(ctx); err != nil {
 		return 0, err
 	}

@@ -82,6 +82,7 @@ var (
 	_ ports.DeadLetterStore = (*Store)(nil)
 	_ ports.EventStore      = (*Store)(nil)
 	_ ports.ModelStore      = (*Store)(nil)
+	_ ports.ModelBatchStore = (*Store)(nil)
 )
 
 // New returns a Store on pool. It does not touch the database: SQL calls wait
@@ -145,6 +146,7 @@ func (s *Store) Backend() ports.Backend {
 		DeadLetters: s,
 		Events:      s,
 		Models:      s,
+		ModelBatch:  s,
 		Lifecycle:   s,
 		Rewind:      s,
 		Snapshots:   s,
@@ -325,11 +327,6 @@ func fromInt8(i pgtype.Int8) int64 {
 		return 0
 	}
 	return i.Int64
-}
-
-// invalid returns an ErrInvalidArgument with detail.
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ports.ErrInvalidArgument, fmt.Sprintf(format, args...))
 }
 
 // sql returns text (a query constant of this package) with the schema marker

@@ -127,7 +127,7 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	if err := worker.WaitForStream(waitCtx, demo.stream, demo.version); err != nil {
 		return fmt.Errorf("waiting for the cart to be applied: %w", err)
 	}
-	stored, err := backend.Models.ModelLoad(ctx, demo.stream, cartName)
+	stored, err := backend.Models.ModelLoad(ctx, &ports.ModelLoadParams{StreamID: demo.stream, Perspective: cartName})
 	if err != nil {
 		return fmt.Errorf("loading the cart: %w", err)
 	}

@@ -152,7 +152,7 @@ func newRegistry() (*core.Registry, error) {
 
 func loadModel[M any](ctx context.Context, models ports.ModelStore, stream uuid.UUID, perspective string) (M, error) {
 	var m M
-	stored, err := models.ModelLoad(ctx, stream, perspective)
+	stored, err := models.ModelLoad(ctx, &ports.ModelLoadParams{StreamID: stream, Perspective: perspective})
 	if errors.Is(err, ports.ErrNotFound) {
 		return m, nil
 	}

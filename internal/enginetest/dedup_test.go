@@ -85,9 +85,10 @@ type loadCounter struct {
 	loads atomic.Int64
 }
 
-func (c *loadCounter) ModelLoad(ctx context.Context, s uuid.UUID, p string) (ports.StoredModel, error) {
+func (c *loadCounter) ModelLoad(ctx context.Context, params *ports.ModelLoadParams) (ports.StoredModel, error) {
+	s, p := params.StreamID, params.Perspective
 	c.loads.Add(1)
-	return c.ModelStore.ModelLoad(ctx, s, p)
+	return c.ModelStore.ModelLoad(ctx, &ports.ModelLoadParams{StreamID: s, Perspective: p})
 }
 
 // refusedCompletions fails every completion that lists work while refusing
@@ -175,6 +176,7 @@ func TestRedeliveredUnacknowledgedWorkIsDeduplicated(t *testing.T) {
 	cursors := &refusedCompletions{CursorStore: b.Cursors}
 	fetches := newRedeliveries(b.Fetcher)
 	b.Models, b.Cursors, b.Fetcher = models, cursors, fetches
+	b.ModelBatch = nil // every load goes through loadCounter
 	cursors.refusing.Store(true)
 	observer := newDedupRecorder()
 	var applies atomic.Int64

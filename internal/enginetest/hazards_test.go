@@ -207,6 +207,7 @@ func TestBackendErrorRetriedAfterShortBackoff(t *testing.T) {
 	saves.left.Store(1)
 	b := mem
 	b.Models = saves
+	b.ModelBatch = nil // every save goes through failingSaves
 	reg := testRegistry(t)
 	stream := uuid.New()
 	appendAdded(t, reg, mem, stream, 1, 2) // the start-up claim takes them: the clock stands still

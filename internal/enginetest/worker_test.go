@@ -127,7 +127,7 @@ func waitFor[T any](t *testing.T, c <-chan T, what string) T {
 
 func loadTotal(t *testing.T, b ports.Backend, stream uuid.UUID) total {
 	t.Helper()
-	m, err := b.Models.ModelLoad(t.Context(), stream, "total")
+	m, err := b.Models.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: stream, Perspective: "total"})
 	require.NoError(t, err)
 	var tot total
 	require.NoError(t, json.Unmarshal(m.Data, &tot))
@@ -150,6 +150,7 @@ func TestNewValidates(t *testing.T) {
 	_, err := core.New(ports.Backend{}, reg, nil)
 	require.ErrorContains(t, err, "ports.Backend.Claimer is nil")
 	require.ErrorContains(t, err, "ports.Backend.Models is nil")
+	require.NotContains(t, err.Error(), "Notifier", "the Notifier is optional")
 
 	b := memory.New(memory.Options{}).Backend()
 	_, err = core.New(b, nil, nil)
@@ -168,7 +169,7 @@ func TestStartStopLifecycle(t *testing.T) {
 	require.True(t, w.IsIdle(), "a new worker is idle")
 	require.NoError(t, w.Start(t.Context()))
 	require.NoError(t, w.Start(t.Context()), "second Start is a no-op")
-	instances, err := b.Claimer.InstancesList(t.Context())
+	instances, err := b.Admin.InstancesList(t.Context())
 	require.NoError(t, err)
 	require.Len(t, instances, 1)
 	require.Equal(t, w.InstanceID(), instances[0].ID)
@@ -176,7 +177,7 @@ func TestStartStopLifecycle(t *testing.T) {
 	require.NoError(t, w.Stop(t.Context()))
 	require.NoError(t, w.Stop(t.Context()), "second Stop is a no-op")
 	require.ErrorIs(t, w.Start(t.Context()), core.ErrStopped)
-	instances, err = b.Claimer.InstancesList(t.Context())
+	instances, err = b.Admin.InstancesList(t.Context())
 	require.NoError(t, err)
 	require.Empty(t, instances, "Stop deregisters the instance")
 
@@ -312,6 +313,7 @@ func TestPerspectiveBatchSizeChunksSaves(t *testing.T) {
 	b := memory.New(memory.Options{}).Backend()
 	models := &countingModels{ModelStore: b.Models}
 	b.Models = models
+	b.ModelBatch = nil // every save goes through countingModels
 	reg := testRegistry(t)
 	stream := uuid.New()
 	// Appended before the worker starts, so one fetch sees all ten.

@@ -255,7 +255,7 @@ func (v *vantage) check(ctx context.Context, r *result, streams []uuid.UUID, hea
 	} else {
 		for i, id := range streams {
 			for _, name := range v.names {
-				m, err := v.backends[0].Models.ModelLoad(ctx, id, name)
+				m, err := v.backends[0].Models.ModelLoad(ctx, &ports.ModelLoadParams{StreamID: id, Perspective: name})
 				var model workload.Model
 				switch {
 				case errors.Is(err, ports.ErrNotFound):

@@ -1,0 +1,106 @@
+package ports
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Admin is the optional port of operator queries and actions: the methods
+// operator tools need and the engine never calls, PerspectivesRetired
+// excepted (the engine reads it at start to warn about retired
+// perspectives it runs, and skips the warning without an Admin).
+type Admin interface {
+	// InstancesList returns the recorded instances ordered by id.
+	InstancesList(ctx context.Context) ([]Instance, error)
+
+	// StreamLocks returns the unexpired lock holder (see
+	// RewindStore.StreamLockAcquire) of each pair of a stream, keyed by
+	// perspective.
+	StreamLocks(ctx context.Context, params *StreamLocksParams) (map[string]StreamLock, error)
+
+	// DeadLetterRequeue stores the dead letter's work row (see
+	// DeadLetterStore) again, pending,
+	// unleased, with zero attempts, under its original work id, and marks
+	// the dead letter DeadLetterRequeued (counting the requeue and recording
+	// params.Generation and the time); listeners are woken. If the pair's
+	// cursor is already past the event, the row is Late and the cursor is
+	// flagged RewindRequired, so that a rewind applies the event in order;
+	// the row is Late too when a pending row of the pair above the event is
+	// leased (see WorkItem.Late). Only a
+	// DeadLetterDead or DeadLetterIgnored dead letter is requeued: it
+	// returns ErrNotFound for an unknown id and ErrVersionConflict for one
+	// that is requeued or recovered.
+	DeadLetterRequeue(ctx context.Context, params *DeadLetterRequeueParams) error
+
+	// DeadLetterIgnore marks a DeadLetterDead dead letter DeadLetterIgnored:
+	// DeadLettersRecover never retries it (an explicit DeadLetterRequeue
+	// still may). Idempotent. Returns ErrNotFound for an unknown id and
+	// ErrVersionConflict for one that is requeued or recovered.
+	DeadLetterIgnore(ctx context.Context, params *DeadLetterIgnoreParams) error
+
+	// PerspectiveRetire retires a perspective: its subscriptions are deleted
+	// and later registrations of them are ignored, so appends stop creating
+	// its work rows; its pending work rows are deleted; with DropState its
+	// cursors, models and snapshots are deleted too. Safe while instances
+	// run: their completions of deleted rows change nothing (an apply in
+	// flight may still save its model once; retiring again drops it).
+	// Idempotent. Returns ErrInvalidArgument for an empty perspective.
+	PerspectiveRetire(ctx context.Context, params *PerspectiveRetireParams) (*RetireResult, error)
+
+	// PerspectiveRevive undoes the retirement of a perspective: its
+	// subscriptions may be registered again (the next Worker.Start, or
+	// append through a registry that has it, registers them). Reviving a
+	// perspective that is not retired is a no-op.
+	PerspectiveRevive(ctx context.Context, params *PerspectiveReviveParams) error
+
+	// PerspectivesRetired lists the retired perspectives, sorted.
+	PerspectivesRetired(ctx context.Context) ([]string, error)
+}
+
+// PerspectiveRetireParams are the inputs of PerspectiveRetire.
+type PerspectiveRetireParams struct {
+	Perspective string
+	// DropState deletes the perspective's cursors, models and snapshots
+	// too.
+	DropState bool
+}
+
+// PerspectiveReviveParams are the inputs of PerspectiveRevive.
+type PerspectiveReviveParams struct {
+	Perspective string
+}
+
+// DeadLetterRequeueParams are the inputs of DeadLetterRequeue.
+type DeadLetterRequeueParams struct {
+	ID uuid.UUID
+	// Generation is the deploy generation of the requeue ("" for none).
+	Generation string
+	Now        time.Time
+}
+
+// DeadLetterIgnoreParams are the inputs of DeadLetterIgnore.
+type DeadLetterIgnoreParams struct {
+	ID  uuid.UUID
+	Now time.Time
+}
+
+// StreamLocksParams are the inputs of StreamLocks.
+type StreamLocksParams struct {
+	StreamID uuid.UUID
+	Now      time.Time
+}
+
+// StreamLock is the holder of a (stream, perspective) lock.
+type StreamLock struct {
+	InstanceID uuid.UUID
+	Reason     string
+	Expiry     time.Time
+}
+
+// Validate reports the field every Admin rejects with ErrInvalidArgument:
+// an empty Perspective.
+func (p *PerspectiveRetireParams) Validate() error {
+	return checkName("PerspectiveRetireParams.Perspective", p.Perspective)
+}

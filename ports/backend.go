@@ -1,0 +1,43 @@
+package ports
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Backend bundles the ports one engine instance needs. Adapters return one
+// from their Backend method. Claimer, Fetcher, Cursors, DeadLetters, Events
+// and Models are required; Notifier, ModelBatch, Lifecycle, Rewind,
+// Snapshots and Admin are optional: the engine degrades gracefully without
+// them (see their docs and the package doc).
+type Backend struct {
+	Claimer     WorkClaimer
+	Fetcher     EventFetcher
+	Cursors     CursorStore
+	Notifier    Notifier
+	DeadLetters DeadLetterStore
+	Events      EventStore
+	Models      ModelStore
+	ModelBatch  ModelBatchStore
+	Lifecycle   LifecycleStore
+	Rewind      RewindStore
+	Snapshots   SnapshotStore
+	Admin       Admin
+}
+
+// Validate reports, by name, every required port that is missing.
+func (b Backend) Validate() error {
+	var errs []error
+	check := func(name string, missing bool) {
+		if missing {
+			errs = append(errs, fmt.Errorf("ports.Backend.%s is nil", name))
+		}
+	}
+	check("Claimer", b.Claimer == nil)
+	check("Fetcher", b.Fetcher == nil)
+	check("Cursors", b.Cursors == nil)
+	check("DeadLetters", b.DeadLetters == nil)
+	check("Events", b.Events == nil)
+	check("Models", b.Models == nil)
+	return errors.Join(errs...)
+}

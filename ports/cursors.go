@@ -1,0 +1,116 @@
+package ports
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// CursorStore reads cursors and records the outcome of processing.
+type CursorStore interface {
+	// CursorsGet returns the cursors of the given streams, restricted to one
+	// perspective when Perspective is set. Missing cursors are simply absent.
+	CursorsGet(ctx context.Context, params *CursorsGetParams) ([]Cursor, error)
+
+	// WorkComplete records completions in one atomic step. For every
+	// completion it deletes exactly the listed work rows of that
+	// (stream, perspective) that are pending and leased to the caller (in
+	// DebugMode it keeps them, marked processed and unleased, invisible to
+	// claims); it never touches rows of other perspectives. Then it upserts
+	// each cursor from the payload: the position only moves forward, status
+	// becomes Completed (Failed and the error are cleared), and
+	// the rewind columns are cleared. A completed row that Admin.DeadLetterRequeue
+	// stored marks its dead letter DeadLetterRecovered. Then, for each
+	// cursor, the pending rows of the pair below the position this call
+	// reports for it (stragglers) become Late and set RewindRequired with
+	// the smallest such event as trigger. Rows below the stored cursor but
+	// not below the reported position are rows applied earlier whose
+	// completions are still on their way, not stragglers. All deletions of
+	// the call happen before any cursor is examined. Finally streams of the
+	// call with no pending rows are unpinned. Idempotent: completing missing rows is a
+	// no-op and cursor writes are set-to-value.
+	WorkComplete(ctx context.Context, params *WorkCompleteParams) (*WorkCompleteResult, error)
+
+	// WorkFail records failures in one atomic step: applied rows complete as
+	// in WorkComplete, the cursor advances to LastVersion (when set), gets the
+	// Failed flag and the error text; failed rows still held by the caller
+	// gain one attempt (an apply of theirs failed), keep the error, lose
+	// their lease and are scheduled at RetryAt. A FailedEventID (a replay
+	// failed on an event with no pending row of the pair) stores a pending
+	// row for that event, unleased, with one attempt, the error and RetryAt
+	// (or, when the pair has a pending row for it, adds the attempt to that
+	// row as for a failed row, whoever holds it), and flags the cursor
+	// RewindRequired when it is past the event, keeping an earlier trigger
+	// (such a row is Late). When a failure moves the cursor past pending
+	// rows, those become Late and flag the cursor as in WorkComplete.
+	// Rewind flags are otherwise left as they are.
+	WorkFail(ctx context.Context, params *WorkFailParams) error
+}
+
+// CursorsGetParams are the inputs of CursorsGet.
+type CursorsGetParams struct {
+	StreamIDs   []uuid.UUID
+	Perspective string
+}
+
+// WorkCompleteParams are the inputs of WorkComplete.
+type WorkCompleteParams struct {
+	InstanceID  uuid.UUID
+	Completions []Completion
+	DebugMode   bool
+	Now         time.Time
+}
+
+// WorkCompleteResult is the output of WorkComplete.
+type WorkCompleteResult struct {
+	// Completed counts the work rows deleted (or marked, in debug mode).
+	Completed int
+	// RewindsFlagged counts cursors that got RewindRequired from stragglers.
+	RewindsFlagged int
+}
+
+// WorkFailParams are the inputs of WorkFail.
+type WorkFailParams struct {
+	InstanceID uuid.UUID
+	Failures   []Failure
+	DebugMode  bool
+	Now        time.Time
+}
+
+// Validate reports the first field every CursorStore rejects with
+// ErrInvalidArgument: a completion with a nil StreamID, an empty
+// Perspective or a negative LastVersion.
+func (p *WorkCompleteParams) Validate() error {
+	for i, c := range p.Completions {
+		if err := checkPair(fmt.Sprintf("WorkCompleteParams.Completions[%d]", i), c.StreamID, c.Perspective, c.LastVersion); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Validate reports the first field every CursorStore rejects with
+// ErrInvalidArgument: a failure with a nil StreamID, an empty Perspective
+// or a negative LastVersion, or with only one of FailedEventID and
+// FailedEventVersion set, or a FailedEventVersion that is not positive.
+func (p *WorkFailParams) Validate() error {
+	for i, f := range p.Failures {
+		at := fmt.Sprintf("WorkFailParams.Failures[%d]", i)
+		if err := checkPair(at, f.StreamID, f.Perspective, f.LastVersion); err != nil {
+			return err
+		}
+		if f.FailedEventID == uuid.Nil && f.FailedEventVersion == 0 {
+			continue
+		}
+		if err := cmp.Or(
+			checkID(at+".FailedEventID", f.FailedEventID),
+			checkPositive(at+".FailedEventVersion", f.FailedEventVersion),
+		); err != nil {
+			return fmt.Errorf("%w (FailedEventID and FailedEventVersion are set together)", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,107 @@
+package ports
+
+import (
+	"cmp"
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// DeadLetterStore keeps the work rows the engine gave up on, with their
+// cause, and brings them back once per deploy generation for a retry on new
+// code; an operator brings one back through Admin.DeadLetterRequeue.
+//
+// A dead letter is DeadLetterDead while it waits; DeadLetterRequeued once
+// its work row was stored again; DeadLetterRecovered once that row
+// completed; DeadLetterIgnored when an operator gave up on it. A requeued
+// row that the engine gives up on again turns its dead letter back to
+// DeadLetterDead, with the new cause and generation, so "failed again on
+// generation G" reads Generation == RequeueGeneration.
+type DeadLetterStore interface {
+	// DeadLetterMove atomically deletes a pending work row and records it as
+	// a dead letter with status DeadLetterDead. When the row was stored by
+	// Admin.DeadLetterRequeue, that dead letter is updated instead of a new one
+	// recorded: same id, the new cause, attempts, instance, generation and
+	// time. Attempts is the row's, or params.Attempts when that is larger;
+	// an empty Error keeps the error the row recorded. It reports Moved
+	// false, with no error, when the row is already gone (idempotent under
+	// retry).
+	DeadLetterMove(ctx context.Context, params *DeadLetterMoveParams) (*DeadLetterMoveResult, error)
+	// DeadLettersList returns dead letters, oldest first (by the time they
+	// were last dead-lettered), filtered by the non-zero fields of params.
+	DeadLettersList(ctx context.Context, params *DeadLettersListParams) ([]DeadLetter, error)
+	// DeadLettersRecover requeues, as Admin.DeadLetterRequeue would, up to Limit
+	// dead letters, oldest first, that are DeadLetterDead, failed on a
+	// generation other than Generation and were never requeued on it, and
+	// returns them as they are after the requeue. Concurrent callers never
+	// requeue one twice. Returns ErrInvalidArgument for an empty Generation
+	// or a Limit below 1.
+	DeadLettersRecover(ctx context.Context, params *DeadLettersRecoverParams) ([]DeadLetter, error)
+}
+
+// DeadLetterMoveParams are the inputs of DeadLetterMove.
+type DeadLetterMoveParams struct {
+	WorkID uuid.UUID
+	// InstanceID is the instance that gave up on the row.
+	InstanceID uuid.UUID
+	// Generation is that instance's deploy generation ("" for none).
+	Generation string
+	// Reason says why (ReasonFailed, ReasonUndecodable, ...).
+	Reason string
+	// Error is the last error text; empty keeps the one the row recorded.
+	Error string
+	// Attempts, when larger than the row's, is recorded instead: the engine
+	// counts the apply that just failed, which the row never recorded.
+	Attempts int
+	Now      time.Time
+}
+
+// DeadLetterMoveResult is the output of DeadLetterMove.
+type DeadLetterMoveResult struct {
+	// DeadLetter is the dead letter as recorded; zero when Moved is false.
+	DeadLetter DeadLetter
+	// Moved is false when the row was already gone and nothing changed.
+	Moved bool
+}
+
+// DeadLettersListParams filter DeadLettersList.
+type DeadLettersListParams struct {
+	Perspective string
+	StreamID    uuid.UUID
+	// Status, when set, keeps the dead letters in that status only.
+	Status DeadLetterStatus
+	Limit  int
+}
+
+// DeadLettersRecoverParams are the inputs of DeadLettersRecover.
+type DeadLettersRecoverParams struct {
+	// Generation is the caller's deploy generation. Required.
+	Generation string
+	// Limit bounds the dead letters requeued by one call. Must be positive.
+	Limit int
+	Now   time.Time
+}
+
+// Validate reports the first field every DeadLetterStore rejects with
+// ErrInvalidArgument: a negative Limit or a Status that is none of the
+// DeadLetterStatus values.
+func (p *DeadLettersListParams) Validate() error {
+	if err := checkNotNegative("DeadLettersListParams.Limit", p.Limit); err != nil {
+		return err
+	}
+	switch p.Status {
+	case "", DeadLetterDead, DeadLetterRequeued, DeadLetterRecovered, DeadLetterIgnored:
+		return nil
+	}
+	return invalidParam("DeadLettersListParams.Status", "must be a DeadLetterStatus, got %q", p.Status)
+}
+
+// Validate reports the first field every DeadLetterStore rejects with
+// ErrInvalidArgument: an empty Generation or a Limit below 1.
+func (p *DeadLettersRecoverParams) Validate() error {
+	return cmp.Or(
+		checkName("DeadLettersRecoverParams.Generation", p.Generation),
+		checkPositive("DeadLettersRecoverParams.Limit", p.Limit),
+	)
+}
