@@ -270,8 +270,10 @@ func (w *Worker) WaitLifecycle(ctx context.Context) error { return w.life.wait(c
 
 // WaitForStream blocks until every named perspective (every registered one
 // when none is named) has applied the events of the stream up to version that
-// it handles, so a caller can read its own writes. It returns ctx.Err() if
-// ctx ends first.
+// it handles, so a caller can read its own writes. An event stored below a
+// perspective's position (a late event) is waited for until its rewind
+// applied it; without rewinds it is never applied (it goes to dead letters)
+// and not waited for. It returns ctx.Err() if ctx ends first.
 func (w *Worker) WaitForStream(ctx context.Context, streamID uuid.UUID, version int64, perspectives ...string) error {
 	if len(perspectives) == 0 {
 		perspectives = w.reg.Perspectives()
@@ -311,10 +313,28 @@ func (w *Worker) WaitForStream(ctx context.Context, streamID uuid.UUID, version 
 }
 
 func (w *Worker) caughtUp(ctx context.Context, streamID uuid.UUID, targets map[string]int64, perspectives []string) (bool, error) {
+	// An event stored below a perspective's position (a late event) flags
+	// its cursor until a rewind applied it or it was given up on: the
+	// model's version alone does not tell.
+	cursors, err := w.backend.Cursors.CursorsGet(ctx, &ports.CursorsGetParams{StreamIDs: []uuid.UUID{streamID}})
+	if err != nil {
+		return false, fmt.Errorf("waiting for stream %s: %w", streamID, err)
+	}
+	late := map[string]int64{}
+	for _, c := range cursors {
+		// Without rewinds a late event is never applied (it is moved to
+		// dead letters): the model is final as it is.
+		if w.rewind.rewindEnabled() && c.Status.Has(ports.CursorRewindRequired) {
+			late[c.Perspective] = c.RewindTriggerVersion
+		}
+	}
 	for _, p := range perspectives {
 		target, ok := targets[p]
 		if !ok {
 			continue
+		}
+		if v, ok := late[p]; ok && v <= target {
+			return false, nil
 		}
 		m, err := w.backend.Models.ModelLoad(ctx, &ports.ModelLoadParams{StreamID: streamID, Perspective: p})
 		if errors.Is(err, ports.ErrNotFound) {

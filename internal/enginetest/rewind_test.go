@@ -1,6 +1,7 @@
 package enginetest_test
 
 import (
+	"context"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -152,6 +153,50 @@ func TestStartupScanRepairsInterruptedRewind(t *testing.T) {
 				require.Equal(t, []int64{1, 2, 3}, loadTotal(t, b, stream).Seen)
 			}
 			waitFor(t, rewinds, "the repair")
+		})
+	}
+}
+
+// WaitForStream waits for an event appended below a perspective's position
+// (a late event) to be applied by its rewind, or given up on, not only for
+// the model to reach the version.
+func TestWaitForStreamWaitsForLateEvents(t *testing.T) {
+	t.Parallel()
+
+	for _, disabled := range []bool{false, true} {
+		name := "Rewound"
+		if disabled {
+			name = "DeadLetteredWithRewindsOff"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := memory.New(memory.Options{}).Backend()
+			reg := testRegistry(t)
+			opts := rewindOptions(t)
+			opts.Rewind.Disabled = disabled
+			opts.Rewind.Debounce = 200 * time.Millisecond // the rewind comes well after the append
+			opts.Rewind.MaxDebounce = time.Second
+			deadLettered := make(chan ports.DeadLetter, 1)
+			opts.Hooks.OnDeadLettered = func(dl ports.DeadLetter) { deadLettered <- dl }
+			w := startWorker(t, b, reg, opts)
+			ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+			defer cancel()
+
+			stream := uuid.New()
+			appendAt(t, reg, b, stream, 1, 3)
+			require.NoError(t, w.WaitForStream(ctx, stream, 3))
+			require.Equal(t, 4, loadTotal(t, b, stream).Sum)
+
+			appendAt(t, reg, b, stream, 2)
+			require.NoError(t, w.WaitForStream(ctx, stream, 3))
+			if disabled {
+				// Nothing to wait for: the late event is never applied.
+				dl := waitFor(t, deadLettered, "the late event's dead letter")
+				require.Equal(t, ports.ReasonLate, dl.Reason)
+				require.Equal(t, 4, loadTotal(t, b, stream).Sum, "the late event is dead-lettered, never applied")
+				return
+			}
+			require.Equal(t, 6, loadTotal(t, b, stream).Sum, "WaitForStream returned once the late event was applied")
 		})
 	}
 }
