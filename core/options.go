@@ -306,17 +306,30 @@ func (o *Options) withDefaults() (Options, error) {
 	if o != nil {
 		c = *o
 	}
+	if err := c.identityDefaults(); err != nil {
+		return c, err
+	}
 	var errs []error
-	dur := func(name string, v *time.Duration, def time.Duration) {
-		defaultDuration(&errs, name, v, def)
+	c.durationDefaults(&errs)
+	c.countDefaults(&errs)
+	c.Rewind.withDefaults(&errs)
+	c.check(&errs)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
 	}
-	num := func(name string, v *int, def int, allowUnlimited bool) {
-		defaultCount(&errs, name, v, def, allowUnlimited)
+	if err := errors.Join(errs...); err != nil {
+		return c, fmt.Errorf("invalid options: %w", err)
 	}
+	return c, nil
+}
+
+// identityDefaults names the instance: a new id, the default service name
+// and the host's name where they are not set.
+func (c *Options) identityDefaults() error {
 	if c.InstanceID == uuid.Nil {
 		id, err := uuid.NewV7()
 		if err != nil {
-			return c, fmt.Errorf("generating instance id: %w", err)
+			return fmt.Errorf("generating instance id: %w", err)
 		}
 		c.InstanceID = id
 	}
@@ -325,6 +338,15 @@ func (o *Options) withDefaults() (Options, error) {
 	}
 	if c.HostName == "" {
 		c.HostName, _ = os.Hostname()
+	}
+	return nil
+}
+
+// durationDefaults fills the unset intervals and backoffs and records, by
+// field, those that are invalid.
+func (c *Options) durationDefaults(errs *[]error) {
+	dur := func(name string, v *time.Duration, def time.Duration) {
+		defaultDuration(errs, name, v, def)
 	}
 	dur("PollingInterval", &c.PollingInterval, PollingIntervalDefault)
 	dur("NotifyHealthyPollingInterval", &c.NotifyHealthyPollingInterval, NotifyHealthyPollingIntervalDefault)
@@ -338,14 +360,22 @@ func (o *Options) withDefaults() (Options, error) {
 	dur("StaleInstanceThreshold", &c.StaleInstanceThreshold, StaleInstanceThresholdDefault)
 	dur("DrainBatcher.SlidingWindow", &c.DrainBatcher.SlidingWindow, SlidingWindowDefault)
 	dur("DrainBatcher.MaxWait", &c.DrainBatcher.MaxWait, MaxWaitDefault)
-	defaultBackoff(&errs, "CompletionResend", &c.CompletionResend,
+	defaultBackoff(errs, "CompletionResend", &c.CompletionResend,
 		Backoff{CompletionResendInitialDefault, CompletionResendMaxDefault, CompletionResendMultiplierDefault})
-	defaultBackoff(&errs, "FlushRetry", &c.FlushRetry.Backoff,
+	defaultBackoff(errs, "FlushRetry", &c.FlushRetry.Backoff,
 		Backoff{FlushRetryInitialDefault, FlushRetryMaxDefault, FlushRetryMultiplierDefault})
-	defaultBackoff(&errs, "EventRetry", &c.EventRetry,
+	defaultBackoff(errs, "EventRetry", &c.EventRetry,
 		Backoff{EventRetryInitialDefault, EventRetryMaxDefault, EventRetryMultiplierDefault})
-	defaultBackoff(&errs, "InfraRetry", &c.InfraRetry,
+	defaultBackoff(errs, "InfraRetry", &c.InfraRetry,
 		Backoff{InfraRetryInitialDefault, InfraRetryMaxDefault, InfraRetryMultiplierDefault})
+}
+
+// countDefaults fills the unset counts and sizes and records, by field,
+// those that are invalid.
+func (c *Options) countDefaults(errs *[]error) {
+	num := func(name string, v *int, def int, allowUnlimited bool) {
+		defaultCount(errs, name, v, def, allowUnlimited)
+	}
 	num("MaxPerspectiveEventAttempts", &c.MaxPerspectiveEventAttempts, MaxPerspectiveEventAttemptsDefault, true)
 	num("PartitionCount", &c.PartitionCount, ports.PartitionCountDefault, false)
 	num("IdleThresholdPolls", &c.IdleThresholdPolls, IdleThresholdPollsDefault, false)
@@ -360,29 +390,26 @@ func (o *Options) withDefaults() (Options, error) {
 	num("DrainBatcher.MaxSize", &c.DrainBatcher.MaxSize, MaxSizeDefault, false)
 	num("FlushRetry.MaxAttempts", &c.FlushRetry.MaxAttempts, FlushRetryMaxAttemptsDefault, false)
 	num("DeadLetterRecovery.BatchSize", &c.DeadLetterRecovery.BatchSize, DeadLetterRecoveryBatchDefault, false)
+}
+
+// check records the options that are invalid together.
+func (c *Options) check(errs *[]error) {
+	add := func(err error) { *errs = append(*errs, err) }
 	if c.LeaseDuration < time.Second {
-		errs = append(errs, fmt.Errorf("Options.LeaseDuration must be at least 1s, got %s", c.LeaseDuration))
+		add(fmt.Errorf("Options.LeaseDuration must be at least 1s, got %s", c.LeaseDuration))
 	}
-	c.Rewind.withDefaults(&errs)
 	if c.HeartbeatInterval >= c.StaleInstanceThreshold {
-		errs = append(errs, fmt.Errorf("Options.HeartbeatInterval (%s) must be below Options.StaleInstanceThreshold (%s)", c.HeartbeatInterval, c.StaleInstanceThreshold))
+		add(fmt.Errorf("Options.HeartbeatInterval (%s) must be below Options.StaleInstanceThreshold (%s)", c.HeartbeatInterval, c.StaleInstanceThreshold))
 	}
 	if c.DrainBatcher.SlidingWindow > c.DrainBatcher.MaxWait {
-		errs = append(errs, fmt.Errorf("Options.DrainBatcher.SlidingWindow (%s) must not exceed Options.DrainBatcher.MaxWait (%s)", c.DrainBatcher.SlidingWindow, c.DrainBatcher.MaxWait))
+		add(fmt.Errorf("Options.DrainBatcher.SlidingWindow (%s) must not exceed Options.DrainBatcher.MaxWait (%s)", c.DrainBatcher.SlidingWindow, c.DrainBatcher.MaxWait))
 	}
 	if c.Completion != CompletionBatched && c.Completion != CompletionInstant {
-		errs = append(errs, fmt.Errorf("Options.Completion has unknown value %d", c.Completion))
+		add(fmt.Errorf("Options.Completion has unknown value %d", c.Completion))
 	}
 	if c.CompletionStrategy != nil && c.Completion != CompletionBatched {
-		errs = append(errs, errors.New("Options.CompletionStrategy and Options.Completion are both set; set one"))
+		add(errors.New("Options.CompletionStrategy and Options.Completion are both set; set one"))
 	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if err := errors.Join(errs...); err != nil {
-		return c, fmt.Errorf("invalid options: %w", err)
-	}
-	return c, nil
 }
 
 // defaultDuration sets *v to def when it is zero and records an error naming
