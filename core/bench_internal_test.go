@@ -85,12 +85,12 @@ func BenchmarkSlidingWindowBySize(b *testing.B) {
 			ids := benchIDs(n)
 			b.ReportAllocs()
 			for b.Loop() {
-				w.queue.Push(ids...)
-				batch := w.consumers.collectWindow(b.Context(), w.queue.Take(1))
+				w.consumers.queue.Push(ids...)
+				batch := w.consumers.collectWindow(b.Context(), w.consumers.queue.Take(1))
 				if len(batch) != n {
 					b.Fatalf("window closed with %d ids, want %d", len(batch), n)
 				}
-				w.queue.Done(batch)
+				w.consumers.queue.Done(batch)
 			}
 		})
 	}
@@ -105,12 +105,12 @@ func BenchmarkSlidingWindowByTimer(b *testing.B) {
 	out := make(chan []uuid.UUID)
 	b.ReportAllocs()
 	for b.Loop() {
-		w.queue.Push(id...)
-		first := w.queue.Take(1)
+		w.consumers.queue.Push(id...)
+		first := w.consumers.queue.Take(1)
 		go func() { out <- w.consumers.collectWindow(b.Context(), first) }()
 		<-clock.WaitTimers(1)
 		clock.Advance(SlidingWindowDefault)
-		w.queue.Done(<-out)
+		w.consumers.queue.Done(<-out)
 	}
 }
 

@@ -50,7 +50,7 @@ func setupWindow(t *testing.T, maxSize int, first ...uuid.UUID) *windowBundle {
 // push queues ids and waits until the window took them and re-armed.
 func (wb *windowBundle) push(t *testing.T, ids ...uuid.UUID) {
 	t.Helper()
-	wb.w.queue.Push(ids...)
+	wb.w.consumers.queue.Push(ids...)
 	recv(t, wb.took, "the window to take the pushed ids")
 }
 
@@ -113,10 +113,10 @@ func TestSlidingWindow(t *testing.T) {
 	t.Run("MaxSizeClosesAtOnce", func(t *testing.T) {
 		t.Parallel()
 		wb := setupWindow(t, 3, a)
-		wb.w.queue.Push(b, c, uuid.New())
+		wb.w.consumers.queue.Push(b, c, uuid.New())
 		ids := wb.result(t)
 		require.Equal(t, []uuid.UUID{a, b, c}, ids)
-		require.Equal(t, 1, wb.w.queue.Len(), "the id beyond MaxSize stays queued")
+		require.Equal(t, 1, wb.w.consumers.queue.Len(), "the id beyond MaxSize stays queued")
 	})
 }
 

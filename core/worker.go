@@ -30,8 +30,6 @@ var ErrStopped = errors.New("vantage: worker stopped")
 type Worker struct {
 	*engine
 
-	queue     *drainQueue
-	act       *activity
 	notes     *listener
 	heart     *heartbeater
 	claims    *claimer
@@ -44,8 +42,12 @@ type Worker struct {
 
 	drain  *drainer
 	rewind *rewinder
-	cache  *dedup.Cache
 
+	run runState
+}
+
+// runState is a Worker's own state between Start and Stop.
+type runState struct {
 	mu         sync.Mutex
 	started    bool
 	cancelRun  context.CancelCauseFunc
@@ -80,17 +82,14 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		faults:  newFaultLog(log, clock),
 		signals: &testSignals{},
 	}
-	w := &Worker{
-		engine: e,
-		queue:  newDrainQueue(),
-		act:    newActivity(&e.opts),
-		cache:  dedup.New(dedup.Options{Retention: o.LeaseDuration, Clock: clock, Observer: o.Hooks.DedupObserver}),
-		done:   make(chan struct{}),
-	}
-	w.parking = newParking(e, w.queue)
+	w := &Worker{engine: e, run: runState{done: make(chan struct{})}}
+	queue := newDrainQueue()
+	act := newActivity(&e.opts)
+	cache := dedup.New(dedup.Options{Retention: o.LeaseDuration, Clock: clock, Observer: o.Hooks.DedupObserver})
+	w.parking = newParking(e, queue)
 	w.renewer = newRenewer(e)
 	w.monitor = newApplyMonitor(e)
-	w.consumers = &consumers{engine: e, queue: w.queue, act: w.act, tick: w.idleTick}
+	w.consumers = &consumers{engine: e, queue: queue, act: act, tick: w.idleTick}
 	for range o.MaxConcurrentDrainConsumers {
 		w.consumers.wakes = append(w.consumers.wakes, make(chan struct{}, 1))
 	}
@@ -98,11 +97,11 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		signal(w.claims.notify)
 		w.consumers.wakeAll()
 	})
-	w.claims = newClaimer(e, w.queue, w.notes)
+	w.claims = newClaimer(e, queue, w.notes)
 	w.heart = newHeartbeater(e, w.claims.takeOver)
 	w.claims.heart = w.heart
 	w.consumers.claims, w.consumers.notes = w.claims, w.notes
-	if w.completer, err = newCompleter(e, w.cache); err != nil {
+	if w.completer, err = newCompleter(e, cache); err != nil {
 		return nil, fmt.Errorf("building worker: %w", err)
 	}
 	w.completer.onFailureAcked = w.parking.parkAcked
@@ -111,13 +110,13 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	store := &modelStore{backend: backend.Models, cache: newModelCache(o.ModelCacheSize), batches: newModelBatches(backend.ModelBatch, backendCallTimeout)}
 	gates := newGates()
 	w.life = newLifecycle(e, w.completer, scopes)
-	fail := &failures{engine: e, parking: w.parking, completer: w.completer, cache: w.cache}
+	fail := &failures{engine: e, parking: w.parking, completer: w.completer, cache: cache}
 	w.drain = &drainer{
-		engine: e, queue: w.queue, act: w.act, cache: w.cache, completer: w.completer, parking: w.parking,
+		engine: e, queue: queue, act: act, cache: cache, completer: w.completer, parking: w.parking,
 		renewer: w.renewer, monitor: w.monitor, life: w.life, gates: gates, scopes: scopes, store: store, fail: fail,
 	}
 	w.rewind = &rewinder{
-		engine: e, parking: w.parking, life: w.life, monitor: w.monitor, completer: w.completer, cache: w.cache,
+		engine: e, parking: w.parking, life: w.life, monitor: w.monitor, completer: w.completer, cache: cache,
 		gates: gates, scopes: scopes, store: store, fail: fail, drain: w.drain,
 		sem: make(chan struct{}, o.Rewind.MaxConcurrentRewinds), startupDone: make(chan struct{}),
 	}
@@ -131,11 +130,11 @@ func (w *Worker) InstanceID() uuid.UUID { return w.opts.InstanceID }
 
 // IsIdle reports whether the worker is idle (no work for IdleThresholdPolls
 // consecutive polls). A new worker is idle.
-func (w *Worker) IsIdle() bool { return w.act.idle.Load() }
+func (w *Worker) IsIdle() bool { return w.consumers.act.idle.Load() }
 
 // ConsecutiveEmptyPolls returns the number of consecutive polls that found no
 // work, shared across consumer loops.
-func (w *Worker) ConsecutiveEmptyPolls() int { return int(w.act.emptyPolls.Load()) }
+func (w *Worker) ConsecutiveEmptyPolls() int { return int(w.consumers.act.emptyPolls.Load()) }
 
 // RequestImmediatePoll wakes the claim loop and every consumer now instead of
 // at their next interval. Safe from any goroutine; redundant calls coalesce.
@@ -147,7 +146,7 @@ func (w *Worker) RequestImmediatePoll() {
 // idleTick is a consumer's idle work: expired dedup entries go, buffered
 // completions are sent.
 func (w *Worker) idleTick(ctx context.Context) {
-	w.cache.EvictExpired()
+	w.completer.cache.EvictExpired()
 	w.completer.flushPending(ctx)
 }
 
@@ -156,14 +155,14 @@ func (w *Worker) idleTick(ctx context.Context) {
 // ctx bounds only this start-up; the loops run until Stop. Start on a running
 // worker is a no-op; on a stopped one it returns ErrStopped.
 func (w *Worker) Start(ctx context.Context) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.run.mu.Lock()
+	defer w.run.mu.Unlock()
 	select {
-	case <-w.done:
+	case <-w.run.done:
 		return ErrStopped
 	default:
 	}
-	if w.started {
+	if w.run.started {
 		return nil
 	}
 	if err := w.reg.RegisterSubscriptions(ctx, w.backend.Events); err != nil {
@@ -179,14 +178,14 @@ func (w *Worker) Start(ctx context.Context) error {
 	// once in-flight batches finished and their outcomes were sent.
 	runCtx, cancelRun := context.WithCancelCause(context.WithoutCancel(ctx))
 	workCtx, cancelWork := context.WithCancelCause(context.WithoutCancel(ctx))
-	w.cancelRun, w.cancelWork = cancelRun, cancelWork
+	w.run.cancelRun, w.run.cancelWork = cancelRun, cancelWork
 
 	if err := w.completer.Start(workCtx); err != nil {
 		cancelRun(err)
 		cancelWork(err)
 		return fmt.Errorf("starting worker: %w", err)
 	}
-	w.started = true
+	w.run.started = true
 	w.notes.Start(runCtx)
 	w.heart.Start(runCtx, beat)
 	w.claims.Start(runCtx)
@@ -196,10 +195,10 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.renewer.Start(workCtx)
 	w.monitor.Start(context.WithoutCancel(ctx), workCtx.Done())
 	w.consumers.Start(runCtx, workCtx)
-	w.loops.Go(func() { w.deadLetterRecovery(runCtx) })
-	w.loops.Go(func() { w.rewind.startupScan(runCtx) })
-	w.loops.Go(func() { w.life.reconcileLoop(runCtx) })
-	w.loops.Go(func() { w.resubscribeLoop(runCtx) })
+	w.run.loops.Go(func() { w.deadLetterRecovery(runCtx) })
+	w.run.loops.Go(func() { w.rewind.startupScan(runCtx) })
+	w.run.loops.Go(func() { w.life.reconcileLoop(runCtx) })
+	w.run.loops.Go(func() { w.resubscribeLoop(runCtx) })
 	w.log.InfoContext(ctx, "worker started", append(w.identity(), slog.Int("consumers", len(w.consumers.wakes)))...)
 	return nil
 }
@@ -210,33 +209,33 @@ func (w *Worker) Start(ctx context.Context) error {
 // and Stop returns ctx.Err(); calling Stop again waits for the rest. Stop on a
 // worker that never started is a no-op.
 func (w *Worker) Stop(ctx context.Context) error {
-	w.mu.Lock()
-	started := w.started
-	w.mu.Unlock()
+	w.run.mu.Lock()
+	started := w.run.started
+	w.run.mu.Unlock()
 	if !started {
-		w.stopOnce.Do(func() { close(w.done) })
+		w.run.stopOnce.Do(func() { close(w.run.done) })
 		return nil
 	}
-	w.stopOnce.Do(func() { go w.shutdown(ctx) })
+	w.run.stopOnce.Do(func() { go w.shutdown(ctx) })
 	select {
-	case <-w.done:
+	case <-w.run.done:
 		return nil
 	case <-ctx.Done():
-		w.cancelWork(ErrStopped)
+		w.run.cancelWork(ErrStopped)
 		return ctx.Err()
 	}
 }
 
 func (w *Worker) shutdown(ctx context.Context) {
-	defer close(w.done)
-	w.cancelRun(ErrStopped)
+	defer close(w.run.done)
+	w.run.cancelRun(ErrStopped)
 	// Every loop was told to end at once; wait for each. The consumers
 	// return once their batch in flight finished.
 	w.notes.Stop()
 	w.heart.Stop()
 	w.claims.Stop()
 	w.consumers.Stop()
-	w.loops.Wait()
+	w.run.loops.Wait()
 	w.parking.Stop()
 	// The work context stays alive for the drain of buffered completions,
 	// unless the caller's Stop deadline passed (then it is cancelled).
@@ -256,7 +255,7 @@ func (w *Worker) shutdown(ctx context.Context) {
 	if err := w.backend.Claimer.InstanceDeregister(dctx, &ports.InstanceDeregisterParams{InstanceID: w.opts.InstanceID}); err != nil {
 		w.log.ErrorContext(ctx, "deregistering instance", slog.Any("error", err))
 	}
-	w.cancelWork(ErrStopped)
+	w.run.cancelWork(ErrStopped)
 	w.monitor.Stop()
 	w.renewer.Stop()
 	w.monitor.waitAbandons()
