@@ -580,6 +580,105 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 		},
 	})
 
+	group(t, "Passive", map[string]func(t *testing.T){
+		"ActiveClaimsEveryStreamPassiveRankedFirst": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			passive, active := tb.pair(t)
+			requireActiveClaimsAll(t, tb, active, passive)
+		},
+		"ActiveClaimsEveryStreamPassiveRankedLast": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			active, passive := tb.pair(t)
+			requireActiveClaimsAll(t, tb, active, passive)
+		},
+		"KeepsItsHeldStreams": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			passive, active := tb.pair(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			held := newID(t)
+			appendN(t, tb.backend, held, at(0), eventType, 1)
+			passive.heartbeatAs(t, at(0), true)
+			active.heartbeat(t, at(0))
+			// What a rebuild or a rewind does: fetch a stream by id.
+			lease := 10 * time.Second
+			res := passive.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{held}, LeaseDuration: lease, Now: at(0)})
+			require.Equal(t, []int64{1}, versionsOf(res.Work))
+
+			require.Empty(t, active.claimWith(t, ports.WorkClaimParams{PartitionCount: passivePartitions, Now: at(time.Second)}).StreamIDs, "under the passive instance's live lease")
+			require.Equal(t, []uuid.UUID{held}, passive.claimWith(t, ports.WorkClaimParams{PartitionCount: passivePartitions, Now: at(time.Second)}).StreamIDs, "the passive instance drains what it holds")
+
+			// Its lease expired, but it is live: its pin keeps the stream.
+			passive.heartbeatAs(t, at(15*time.Second), true)
+			active.heartbeat(t, at(15*time.Second))
+			require.Empty(t, active.claimWith(t, ports.WorkClaimParams{PartitionCount: passivePartitions, Now: at(20 * time.Second)}).StreamIDs, "pinned to a live passive instance")
+			requireNoWork(t, active.fetch(t, at(20*time.Second), held))
+			require.Equal(t, []uuid.UUID{held}, passive.claimWith(t, ports.WorkClaimParams{PartitionCount: passivePartitions, Now: at(20 * time.Second)}).StreamIDs, "its own pinned stream")
+			require.Equal(t, []int{0}, attemptsOf(passive.fetch(t, at(20*time.Second), held).Work), "re-leased its own expired lease")
+		},
+		"IsAbandonedWhenStale": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			passive, active := tb.pair(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			held := newID(t)
+			appendN(t, tb.backend, held, at(0), eventType, 1)
+			passive.heartbeatAs(t, at(0), true)
+			require.Len(t, passive.fetch(t, at(0), held).Work, 1)
+			active.heartbeat(t, at(10*time.Second))
+
+			require.Equal(t, []uuid.UUID{passive.id}, active.heartbeat(t, at(31*time.Second)).Abandoned)
+			require.Equal(t, []uuid.UUID{held}, active.claimWith(t, ports.WorkClaimParams{PartitionCount: passivePartitions, Now: at(31 * time.Second)}).StreamIDs)
+		},
+		"InstancesListReportsPassive": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a, b := tb.pair(t)
+			a.heartbeatAs(t, at(0), true)
+			b.heartbeat(t, at(0))
+
+			list, ok := instances(t, tb.backend)
+			if !ok {
+				t.Skip("adapter does not implement ports.Admin")
+			}
+			require.Len(t, list, 2)
+			require.Equal(t, []uuid.UUID{a.id, b.id}, []uuid.UUID{list[0].ID, list[1].ID})
+			require.True(t, list[0].Passive)
+			require.False(t, list[1].Passive)
+
+			a.heartbeatAs(t, at(time.Second), false)
+			b.heartbeatAs(t, at(time.Second), true)
+			list, _ = instances(t, tb.backend)
+			require.False(t, list[0].Passive, "the latest heartbeat says")
+			require.True(t, list[1].Passive, "the latest heartbeat says")
+		},
+		"RanksAgainWhenActive": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a, b := tb.pair(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			first := newIDs(t, passiveStreams)
+			for _, s := range first {
+				appendN(t, tb.backend, s, at(0), eventType, 1)
+			}
+			a.heartbeat(t, at(0))
+			b.heartbeatAs(t, at(0), true)
+			require.ElementsMatch(t, first, claimAll(t, a, at(0)), "b is passive")
+
+			b.heartbeatAs(t, at(time.Second), false)
+			second := newIDs(t, passiveStreams)
+			for _, s := range second {
+				appendN(t, tb.backend, s, at(time.Second), eventType, 1)
+			}
+			ofA := claimAll(t, a, at(2*time.Second))
+			ofB := claimAll(t, b, at(2*time.Second))
+
+			require.Subset(t, ofA, first, "a keeps what it holds")
+			require.NotEmpty(t, ofB, "b takes a rank again")
+			require.Subset(t, second, ofB, "b takes none of a's streams")
+			for _, s := range ofB {
+				require.NotContains(t, ofA, s, "stream %s claimed by both", s)
+			}
+			require.Equal(t, len(first)+len(second), len(ofA)+len(ofB), "every stream has one claimer")
+		},
+	})
+
 	group(t, "WorkRenewLeases", map[string]func(t *testing.T){
 		"ExtendsOwnLeases": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -655,6 +754,51 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			require.Zero(t, a.renew(t, at(46*time.Second), time.Minute, workIDs(work)...))
 		},
 	})
+}
+
+// Backlog shape of the passive cases: few partitions, and enough streams
+// that both ranks of two instances would get some.
+const (
+	passivePartitions = 8
+	passiveStreams    = 64
+)
+
+// requireActiveClaimsAll fails t unless, with passive live and passive,
+// active's claims lease every stream of a backlog spread over
+// passivePartitions partitions, and passive's claims lease none of it.
+func requireActiveClaimsAll(t *testing.T, tb *testBundle, active, passive *instance) {
+	t.Helper()
+	subscribe(t, tb.backend, eventType, perspective)
+	streams := newIDs(t, passiveStreams)
+	for _, s := range streams {
+		appendN(t, tb.backend, s, at(0), eventType, 1)
+	}
+	active.heartbeat(t, at(0))
+	passive.heartbeatAs(t, at(0), true)
+
+	res := passive.claimWith(t, ports.WorkClaimParams{PartitionCount: passivePartitions, Now: at(time.Second)})
+	require.Empty(t, res.StreamIDs, "a passive instance takes no unpinned stream")
+	require.False(t, res.HasMore, "no candidate is the passive instance's")
+
+	require.ElementsMatch(t, streams, claimAll(t, active, at(time.Second)), "the only active instance owns every partition")
+	res2 := active.fetch(t, at(time.Second), streams...)
+	require.Len(t, res2.Work, len(streams))
+	require.Equal(t, slices.Repeat([]int{0}, len(streams)), attemptsOf(res2.Work), "nobody leased the rows before")
+}
+
+// claimAll claims at now with passivePartitions until the claim reports no
+// more, and returns the streams of the last claim: all in drains.
+func claimAll(t *testing.T, in *instance, now time.Time) []uuid.UUID {
+	t.Helper()
+	var res *ports.WorkClaimResult
+	for range 10 {
+		res = in.claimWith(t, ports.WorkClaimParams{PartitionCount: passivePartitions, MaxStreams: 4 * passiveStreams, Now: now})
+		if !res.HasMore {
+			break
+		}
+	}
+	require.False(t, res.HasMore, "claims keep reporting more")
+	return res.StreamIDs
 }
 
 // runTransient verifies that the adapter reports a lost connection as

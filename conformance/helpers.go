@@ -99,6 +99,13 @@ func newID(t *testing.T) uuid.UUID {
 // heartbeat records a heartbeat of in at now with the default threshold.
 func (in *instance) heartbeat(t *testing.T, now time.Time) *ports.InstanceHeartbeatResult {
 	t.Helper()
+	return in.heartbeatAs(t, now, false)
+}
+
+// heartbeatAs records a heartbeat of in at now with the default threshold,
+// declaring in passive or not.
+func (in *instance) heartbeatAs(t *testing.T, now time.Time, passive bool) *ports.InstanceHeartbeatResult {
+	t.Helper()
 	res, err := in.b.Claimer.InstanceHeartbeat(t.Context(), &ports.InstanceHeartbeatParams{
 		InstanceID:     in.id,
 		ServiceName:    "conformance",
@@ -106,6 +113,7 @@ func (in *instance) heartbeat(t *testing.T, now time.Time) *ports.InstanceHeartb
 		ProcessID:      1,
 		StaleThreshold: staleThreshold,
 		Now:            now,
+		Passive:        passive,
 	})
 	require.NoError(t, err)
 	require.NotNil(t, res)

@@ -54,6 +54,7 @@ func (h *heartbeater) beat(ctx context.Context) (*ports.InstanceHeartbeatResult,
 		Metadata:       h.opts.InstanceMetadata,
 		StaleThreshold: h.opts.StaleInstanceThreshold,
 		Now:            h.paramNow(),
+		Passive:        h.opts.ClaimsDisabled,
 	})
 	if err != nil {
 		return nil, err

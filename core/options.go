@@ -172,6 +172,17 @@ type Options struct {
 	// HeartbeatInterval is how often the instance heartbeats. Defaults to 5s.
 	// Must be below StaleInstanceThreshold.
 	HeartbeatInterval time.Duration
+	// ClaimsDisabled makes a passive instance: the claim loop does not run,
+	// so the instance claims no work, and its heartbeats declare it passive
+	// (ports.InstanceHeartbeatParams.Passive), so it takes no share of the
+	// streams either: the other instances claim every partition among them,
+	// while the streams it holds stay its own. Everything else runs: the
+	// heartbeat, the consumers (which drain what parking wakes and rewinds
+	// hand them; notifications and RequestImmediatePoll only wake them),
+	// rewinds, Rebuild, the startup rewind scan, lifecycle reconciliation
+	// and dead-letter recovery. For operator instances, a rebuild box, or a
+	// deploy being drained. Defaults to false: the instance claims.
+	ClaimsDisabled bool
 
 	// MaxPerspectiveEventAttempts is how many attempts an event gets before
 	// it moves to dead letters: an attempt is an apply that failed (an

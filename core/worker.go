@@ -137,7 +137,8 @@ func (w *Worker) IsIdle() bool { return w.consumers.act.idle.Load() }
 func (w *Worker) ConsecutiveEmptyPolls() int { return int(w.consumers.act.emptyPolls.Load()) }
 
 // RequestImmediatePoll wakes the claim loop and every consumer now instead of
-// at their next interval. Safe from any goroutine; redundant calls coalesce.
+// at their next interval; with Options.ClaimsDisabled it wakes the consumers
+// only. Safe from any goroutine; redundant calls coalesce.
 func (w *Worker) RequestImmediatePoll() {
 	signal(w.claims.wake)
 	w.consumers.wakeAll()
@@ -151,7 +152,8 @@ func (w *Worker) idleTick(ctx context.Context) {
 }
 
 // Start registers the perspectives' subscriptions and the instance with the
-// backend, then launches the heartbeat, claim, listener and consumer loops.
+// backend, then launches the heartbeat, claim (unless
+// Options.ClaimsDisabled), listener and consumer loops.
 // ctx bounds only this start-up; the loops run until Stop. Start on a running
 // worker is a no-op; on a stopped one it returns ErrStopped.
 func (w *Worker) Start(ctx context.Context) error {
@@ -188,7 +190,9 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.run.started = true
 	w.notes.Start(runCtx)
 	w.heart.Start(runCtx, beat)
-	w.claims.Start(runCtx)
+	if !w.opts.ClaimsDisabled {
+		w.claims.Start(runCtx)
+	}
 	w.parking.Start(runCtx)
 	// The renewals serve the drains, which run until the work context
 	// ends; the monitor outlives them (see applyMonitor.Start).
@@ -199,7 +203,11 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.run.loops.Go(func() { w.rewind.startupScan(runCtx) })
 	w.run.loops.Go(func() { w.life.reconcileLoop(runCtx) })
 	w.run.loops.Go(func() { w.resubscribeLoop(runCtx) })
-	w.log.InfoContext(ctx, "worker started", append(w.identity(), slog.Int("consumers", len(w.consumers.wakes)))...)
+	attrs := append(w.identity(), slog.Int("consumers", len(w.consumers.wakes)))
+	if w.opts.ClaimsDisabled {
+		attrs = append(attrs, slog.Bool("claims_disabled", true))
+	}
+	w.log.InfoContext(ctx, "worker started", attrs...)
 	return nil
 }
 

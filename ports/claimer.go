@@ -15,6 +15,17 @@ import (
 // Now - StaleThreshold. Stream affinity: a stream is pinned to at most one
 // live instance at a time; claims never take a stream pinned to a live other.
 //
+// Passive instances: an instance whose latest heartbeat set
+// InstanceHeartbeatParams.Passive is live like any other (nobody takes its
+// pinned streams or its live leases, it heartbeats and abandons stale
+// instances, and is abandoned when it goes stale), but it takes no share of
+// the unpinned streams: the partition rule of WorkClaim counts and ranks
+// only the live instances that are not passive, so the streams of every
+// partition fall to an instance that claims them. A passive caller's
+// WorkClaim leases it no unpinned stream and none pinned to a dead
+// instance; it still leases the candidate rows of the streams pinned to it
+// and returns the streams it can drain, as for any caller.
+//
 // Attempts: a work row's Attempts count the applies of it that failed
 // (recorded by CursorStore.WorkFail) and the times it was taken over from a
 // dead instance: released by the abandonment of its holder, or leased from
@@ -71,16 +82,17 @@ type WorkClaimer interface {
 	// A pending row is a candidate when it is unleased or its lease expired,
 	// it is not scheduled in the future, its stream is pinned to the caller
 	// or (unpinned, or pinned to a dead instance, and the stream's partition
-	// modulo the live-instance count equals the caller's rank among live
-	// instances ordered by id), and no earlier row (lower version) of the
-	// same (stream, perspective) is under another holder's live lease or
-	// scheduled in the future (the ordering guard). Candidate streams are
-	// selected within the MaxStreams bound below, every candidate row of a
-	// selected stream is leased to the caller, and the stream is pinned to
-	// the caller. Streams come back smallest backlog first (an adapter may
-	// count a backlog only up to a cap and order those past it as equal).
-	// A row leased from another instance's expired lease gains an attempt;
-	// no other row does (see Attempts above).
+	// modulo the count of live instances that are not passive equals the
+	// caller's rank among them ordered by id; a passive caller has no rank),
+	// and no earlier row (lower version) of the same (stream, perspective)
+	// is under another holder's live lease or scheduled in the future (the
+	// ordering guard). Candidate streams are selected within the MaxStreams
+	// bound below, every candidate row of a selected stream is leased to the
+	// caller, and the stream is pinned to the caller. Streams come back
+	// smallest backlog first (an adapter may count a backlog only up to a
+	// cap and order those past it as equal). A row leased from another
+	// instance's expired lease gains an attempt; no other row does (see
+	// Attempts above).
 	//
 	// The result lists every stream the caller can drain now (some
 	// perspective's first pending row is under the caller's live lease), at
@@ -109,6 +121,11 @@ type InstanceHeartbeatParams struct {
 	Metadata       map[string]string
 	StaleThreshold time.Duration
 	Now            time.Time
+	// Passive declares an instance that claims no share of the unpinned
+	// streams (see WorkClaimer): it stays live but takes no rank in the
+	// partition rule. The latest heartbeat's value is the instance's; false,
+	// the zero value, claims as any instance.
+	Passive bool
 }
 
 // InstanceDeregisterParams are the inputs of InstanceDeregister.

@@ -235,6 +235,10 @@ type Instance struct {
 	Metadata        map[string]string
 	StartedAt       time.Time
 	LastHeartbeatAt time.Time
+	// Passive is what the latest heartbeat declared (see
+	// InstanceHeartbeatParams.Passive): the instance takes no share of the
+	// unpinned streams.
+	Passive bool
 }
 
 // DeadLetter is a work row the engine gave up on, with the cause.

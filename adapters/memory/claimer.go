@@ -52,6 +52,7 @@ func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHea
 	inst.ProcessID = params.ProcessID
 	inst.Metadata = maps.Clone(params.Metadata)
 	inst.LastHeartbeatAt = now
+	inst.Passive = params.Passive
 
 	result := &ports.InstanceHeartbeatResult{Rejoined: !wasLive}
 	for _, id := range s.instanceIDs { // in id order, so Abandoned needs no sort
@@ -138,7 +139,8 @@ func (s *Store) InstancesList(ctx context.Context) ([]ports.Instance, error) {
 // yet abandoned are the exception: the claim looks at every claimable one of
 // them until a heartbeat abandons the instance. Instances sharing a store
 // should pass the same PartitionCount; a change re-buckets the unpinned
-// claimable streams, as does a change in the number of live instances.
+// claimable streams, as does a change in the number of live instances that
+// are not passive.
 //
 // It returns ports.ErrInvalidArgument for a nil instance id or a
 // non-positive MaxStreams, LeaseDuration or StaleThreshold, and
@@ -155,14 +157,16 @@ func (s *Store) WorkClaim(ctx context.Context, params *ports.WorkClaimParams) (*
 	now := s.now(params.Now)
 	caller := params.InstanceID
 	live, rank := s.liveAt(now, params.StaleThreshold, caller)
-	if rank < 0 {
+	if rank == -1 {
 		return nil, fmt.Errorf("claiming work for instance %s: %w", caller, ports.ErrInstanceNotAlive)
 	}
 	partitions := uint32(s.partitionCount)
 	if params.PartitionCount > 0 {
 		partitions = uint32(params.PartitionCount)
 	}
-	s.claims.arrange(partitions, live.count)
+	// With only passive instances live, the orphans keep the buckets of one
+	// instance until an instance that claims them is live again.
+	s.claims.arrange(partitions, max(live.count, 1))
 	s.wakeDue(now)
 	expiry := now.Add(params.LeaseDuration)
 
@@ -186,12 +190,15 @@ func (s *Store) WorkClaim(ctx context.Context, params *ports.WorkClaimParams) (*
 
 	// Then the claimable streams the caller may take, oldest work first: its
 	// own, the orphans of its rank and those of its rank pinned to dead
-	// instances. The loop above served every one the caller drains, so each
-	// stream selected here takes capacity; the drainable check only guards
-	// that invariant.
+	// instances (a passive caller has no rank: only its own). The loop above
+	// served every one the caller drains, so each stream selected here takes
+	// capacity; the drainable check only guards that invariant.
 	capacity := params.MaxStreams - len(draining)
 	unselected := false
-	orphaned := s.orphanedOfDead(caller, live, rank, now)
+	var orphaned []orphanCandidate
+	if rank >= 0 {
+		orphaned = s.orphanedOfDead(caller, live, rank, now)
+	}
 	for {
 		st := s.nextClaimable(caller, rank, orphaned)
 		if st == nil {
@@ -271,9 +278,9 @@ func drainable(st *stream, caller uuid.UUID, now time.Time) bool {
 }
 
 // claimable reports whether caller, of the given rank among the live
-// instances, may lease rows of st: st is pinned to the caller, or it is
-// unpinned or pinned to a dead instance and its partition falls to the
-// caller's rank.
+// instances that are not passive, may lease rows of st: st is pinned to the
+// caller, or it is unpinned or pinned to a dead instance and its partition
+// falls to the caller's rank (never to a passive caller's negative rank).
 func (s *Store) claimable(st *stream, caller uuid.UUID, live liveness, rank int) bool {
 	switch owner := st.pinnedTo; {
 	case owner == caller:
@@ -316,12 +323,15 @@ func (s *Store) orphanedOfDead(caller uuid.UUID, live liveness, rank int, now ti
 }
 
 // nextClaimable returns the claimable stream with the oldest work among the
-// caller's own ready queue, its rank's orphan queue and orphaned, nil when
-// all are empty. It does not remove it: claiming it or refiling it does.
+// caller's own ready queue, its rank's orphan queue (none for a passive
+// caller, whose rank is negative) and orphaned, nil when all are empty. It
+// does not remove it: claiming it or refiling it does.
 func (s *Store) nextClaimable(caller uuid.UUID, rank int, orphaned []orphanCandidate) *stream {
 	best := s.claims.owned[caller].peek()
-	if st := s.claims.orphans[rank].peek(); st != nil && (best == nil || st.readyKey < best.readyKey) {
-		best = st
+	if rank >= 0 {
+		if st := s.claims.orphans[rank].peek(); st != nil && (best == nil || st.readyKey < best.readyKey) {
+			best = st
+		}
 	}
 	if len(orphaned) > 0 && (best == nil || orphaned[0].key < best.readyKey) {
 		best = orphaned[0].st

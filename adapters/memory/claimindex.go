@@ -24,11 +24,11 @@ import (
 //
 // Every claimable stream sits in one ready queue: the queue of its owner when
 // it is pinned, or the orphan queue of its rank bucket ((hash mod partitions)
-// mod live instances) when it is not. Queues are min-heaps on readyKey, the
-// insertion sequence of the stream's oldest claimable first row, so a claim
-// pops streams oldest work first and stops as soon as it is full. A stream
-// with a blocked first row also sits in the timer queue until the earliest
-// time one can unblock.
+// mod live instances that are not passive) when it is not. Queues are
+// min-heaps on readyKey, the insertion sequence of the stream's oldest
+// claimable first row, so a claim pops streams oldest work first and stops
+// as soon as it is full. A stream with a blocked first row also sits in the
+// timer queue until the earliest time one can unblock.
 //
 // Store operations call touch after changing a stream's rows or pin, with
 // their own Now. Queue membership is therefore exact as of that Now; a claim
@@ -36,7 +36,7 @@ import (
 // each stream it pops again, so a stale entry costs one check and is refiled.
 type claimIndex struct {
 	partitions uint32
-	orphans    []*readyQueue             // unpinned claimable streams by rank bucket; len = live instances
+	orphans    []*readyQueue             // unpinned claimable streams by rank bucket; len = ranked live instances
 	owned      map[uuid.UUID]*readyQueue // pinned claimable streams by owner; no queue is empty
 	timers     timerQueue                // streams with a blocked first row, earliest wake first
 }
@@ -55,8 +55,8 @@ func (c *claimIndex) bucket(st *stream) int {
 }
 
 // arrange re-buckets the orphan queues when the partition count or the
-// number of live instances differs from the last claim's. Membership changes
-// are rare, so the O(orphans) rebuild is amortized over many claims.
+// number of ranked live instances differs from the last claim's. Membership
+// changes are rare, so the O(orphans) rebuild is amortized over many claims.
 func (c *claimIndex) arrange(partitions uint32, live int) {
 	if partitions == c.partitions && live == len(c.orphans) {
 		return

@@ -631,7 +631,7 @@ func (s *Store) releaseInstance(instance uuid.UUID, now time.Time, takeover bool
 type liveness struct {
 	instances map[uuid.UUID]*ports.Instance
 	cutoff    time.Time // instances with a heartbeat after cutoff are live
-	count     int       // live instances, counted only by liveAt
+	count     int       // live instances that are not passive, counted only by liveAt
 }
 
 // livenessAt returns the live instances at now: those whose last heartbeat
@@ -641,18 +641,32 @@ func (s *Store) livenessAt(now time.Time, threshold time.Duration) liveness {
 	return liveness{instances: s.instances, cutoff: now.Add(-threshold)}
 }
 
-// liveAt is livenessAt with the live instances counted. It also returns the
-// position of rankOf among them in id order, -1 when rankOf is not live.
+// noRank is the rank liveAt reports for a live passive instance: it takes
+// no share of the unpinned streams.
+const noRank = -2
+
+// liveAt is livenessAt with the live instances that are not passive
+// counted: the ones the partition rule ranks. It also returns the position
+// of rankOf among them in id order, noRank when rankOf is live but passive,
+// -1 when it is not live.
 func (s *Store) liveAt(now time.Time, threshold time.Duration, rankOf uuid.UUID) (liveness, int) {
 	l := s.livenessAt(now, threshold)
 	rank := -1
 	for _, id := range s.instanceIDs {
-		if s.instances[id].LastHeartbeatAt.After(l.cutoff) {
-			if id == rankOf {
-				rank = l.count
-			}
-			l.count++
+		inst := s.instances[id]
+		if !inst.LastHeartbeatAt.After(l.cutoff) {
+			continue
 		}
+		switch {
+		case inst.Passive:
+			if id == rankOf {
+				rank = noRank
+			}
+			continue
+		case id == rankOf:
+			rank = l.count
+		}
+		l.count++
 	}
 	return l, rank
 }

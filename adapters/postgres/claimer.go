@@ -53,7 +53,7 @@ const (
 // Heartbeat statements, sent as one batch in this order: lock, leases,
 // pins, instances, upsert. Parameters: $1 caller, $2 now, and $3 the stale
 // threshold, except in sqlHeartbeat: $3 service, $4 host, $5 pid, $6
-// metadata.
+// metadata, $7 passive.
 //
 // Only a caller that was live before the call abandons others (see
 // ports.WorkClaimer.InstanceHeartbeat): the upsert comes last, so every
@@ -150,14 +150,15 @@ FROM clock`
 
 	sqlHeartbeat = `WITH ` + sqlClock + `
 INSERT INTO /* SCHEMA */.vantage_instances AS i
-    (instance_id, service_name, host_name, process_id, metadata, started_at, last_heartbeat_at)
-SELECT $1::uuid, $3::text, $4::text, $5::integer, $6::jsonb, clock.now, clock.now FROM clock
+    (instance_id, service_name, host_name, process_id, metadata, started_at, last_heartbeat_at, passive)
+SELECT $1::uuid, $3::text, $4::text, $5::integer, $6::jsonb, clock.now, clock.now, $7::boolean FROM clock
 ON CONFLICT (instance_id) DO UPDATE
 SET service_name = excluded.service_name,
     host_name = excluded.host_name,
     process_id = excluded.process_id,
     metadata = excluded.metadata,
-    last_heartbeat_at = excluded.last_heartbeat_at`
+    last_heartbeat_at = excluded.last_heartbeat_at,
+    passive = excluded.passive`
 )
 
 // InstanceHeartbeat implements ports.WorkClaimer in one round trip: the lock,
@@ -186,7 +187,7 @@ func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHea
 	b.Queue(s.sql(sqlAbandonLeases), params.InstanceID, now, params.StaleThreshold)
 	b.Queue(s.sql(sqlAbandonPins), params.InstanceID, now, params.StaleThreshold)
 	b.Queue(s.sql(sqlAbandonInstances), params.InstanceID, now, params.StaleThreshold)
-	b.Queue(s.sql(sqlHeartbeat), params.InstanceID, now, params.ServiceName, params.HostName, params.ProcessID, meta)
+	b.Queue(s.sql(sqlHeartbeat), params.InstanceID, now, params.ServiceName, params.HostName, params.ProcessID, meta, params.Passive)
 	result := &ports.InstanceHeartbeatResult{}
 	err = s.sendWork(ctx, b, func(br pgx.BatchResults) error {
 		if err := execN(br, 3); err != nil {
@@ -246,7 +247,7 @@ func (s *Store) InstanceDeregister(ctx context.Context, params *ports.InstanceDe
 	return nil
 }
 
-const sqlInstancesList = `SELECT instance_id, service_name, host_name, process_id, metadata, started_at, last_heartbeat_at
+const sqlInstancesList = `SELECT instance_id, service_name, host_name, process_id, metadata, started_at, last_heartbeat_at, passive
 FROM /* SCHEMA */.vantage_instances ORDER BY instance_id`
 
 // InstancesList implements ports.Admin.
@@ -260,7 +261,7 @@ func (s *Store) InstancesList(ctx context.Context) ([]ports.Instance, error) {
 			meta          []byte
 			started, beat pgtype.Timestamptz
 		)
-		if err := row.Scan(&inst.ID, &inst.ServiceName, &inst.HostName, &inst.ProcessID, &meta, &started, &beat); err != nil {
+		if err := row.Scan(&inst.ID, &inst.ServiceName, &inst.HostName, &inst.ProcessID, &meta, &started, &beat, &inst.Passive); err != nil {
 			return inst, err
 		}
 		if err := json.Unmarshal(meta, &inst.Metadata); err != nil {
@@ -276,7 +277,8 @@ func (s *Store) InstancesList(ctx context.Context) ([]ports.Instance, error) {
 }
 
 // sqlClaimAlive reports whether the caller ($1) is live at now ($2) given the
-// stale threshold ($3).
+// stale threshold ($3). A passive caller is live: its claim serves the
+// streams pinned to it.
 const sqlClaimAlive = `WITH ` + sqlClock + `
 SELECT EXISTS (
     SELECT 1 FROM /* SCHEMA */.vantage_instances i, clock
@@ -316,15 +318,19 @@ drainable AS (
 // sqlClaim leases work to the caller ($1). Parameters: $2 now, $3 stale
 // threshold, $4 lease duration, $5 MaxStreams, $6 partition count.
 //
+//   - live are every live instance, passive or not: a stream pinned to one
+//     is never taken (sqlPin). Only the partition rule leaves the passive
+//     ones out, inside vantage_claim_candidates (see 004).
 //   - drainable are the streams the caller drains already; they take their
 //     new candidate rows without counting against MaxStreams.
 //   - ranked takes, oldest pending work first, as many other candidate
 //     streams as MaxStreams leaves room for (at most sqlClaimChunk), plus one to learn whether any
 //     was left over, from vantage_claim_candidates (see the migration): it
 //     walks the rows with the caller's rank, the partition rule and the
-//     ordering guard, and stops as soon as it has found enough. It returns
-//     nothing when the caller is not live, and then the whole statement
-//     changes nothing.
+//     ordering guard, and stops as soon as it has found enough; a passive
+//     caller, which has no rank, gets only the streams pinned to it. It
+//     returns nothing when the caller is not live, and then the whole
+//     statement changes nothing.
 //   - refresh keeps, when the caller is live, the drainable streams that
 //     have rows to lease (a pair with an unleased row or a lease-expired
 //     row: four index probes per pair, none reading the caller's live rows)

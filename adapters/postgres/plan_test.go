@@ -68,7 +68,7 @@ ANALYZE `+s+`.vantage_events; ANALYZE `+s+`.vantage_work; ANALYZE `+s+`.vantage_
 		"Claim":              {id, nil, minute, minute, 10, 100},
 		"ClaimHeld":          {id, nil, 10},
 		"HeartbeatLock":      {id, nil, minute},
-		"Heartbeat":          {id, nil, "svc", "host", 1, []byte(`{}`)},
+		"Heartbeat":          {id, nil, "svc", "host", 1, []byte(`{}`), false},
 		"AbandonPins":        {id, nil, minute},
 		"AbandonLeases":      {id, nil, minute},
 		"AbandonInstances":   {id, nil, minute},
@@ -279,13 +279,14 @@ func workRowsRead(node map[string]any) float64 {
 // function and the statements it runs) do not grow with the backlog: the
 // walk stops once it has found enough streams among the oldest rows. A plan
 // that filters and sorts the whole backlog reads five times as much at the
-// second call as at the first.
+// second call as at the first. A passive caller's walk, which starts from
+// its pins, reads the same few buffers whatever the backlog.
 func TestClaimCandidatesReadBoundedBuffers(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	b := setup(t)
 	s := pgx.Identifier{b.schema}.Sanitize()
-	instance := uuid.New()
+	instance, passive := uuid.New(), uuid.New()
 	seed := func(streams int) {
 		t.Helper()
 		_, err := b.pool.Exec(ctx, `
@@ -299,7 +300,7 @@ ORDER BY v, st.n, x.p`, streams)
 	// Under the settings of the work batches that call the function in
 	// production. A first call compiles the function and reads the catalog,
 	// so each measure is the second of two calls on one connection.
-	buffers := func() float64 {
+	buffers := func(instance uuid.UUID) float64 {
 		t.Helper()
 		var plan []map[string]any
 		err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
@@ -320,17 +321,20 @@ SELECT count(*) FROM `+s+`.vantage_claim_candidates($1, now(), '30 seconds', 100
 		read, _ := root["Shared Read Blocks"].(float64)
 		return hit + read
 	}
-	_, err := b.pool.Exec(ctx, `INSERT INTO `+s+`.vantage_instances (instance_id, started_at, last_heartbeat_at) VALUES ($1, now(), now())`, instance)
+	_, err := b.pool.Exec(ctx, `INSERT INTO `+s+`.vantage_instances (instance_id, started_at, last_heartbeat_at, passive)
+VALUES ($1, now(), now(), false), ($2, now(), now(), true)`, instance, passive)
 	require.NoError(t, err)
 	seed(500)
 	_, err = b.pool.Exec(ctx, `ANALYZE `+s+`.vantage_work`)
 	require.NoError(t, err)
-	small := buffers()
+	small, passiveSmall := buffers(instance), buffers(passive)
 	seed(7500)
-	large := buffers()
+	large, passiveLarge := buffers(instance), buffers(passive)
 
-	t.Logf("buffers read: %.0f with 10,000 rows, %.0f with 160,000", small, large)
+	t.Logf("buffers read: %.0f with 10,000 rows, %.0f with 160,000; passive: %.0f and %.0f", small, large, passiveSmall, passiveLarge)
 	require.Less(t, large, 2*small, "the claim walk reads the backlog")
+	require.Less(t, passiveLarge, 2*passiveSmall+1, "the passive walk reads the backlog")
+	require.Less(t, passiveLarge, small, "the passive walk reads more than its pins")
 }
 
 // TestClaimReadsBoundedRowsWithStaleStatistics leases a backlog that the

@@ -220,3 +220,51 @@ func TestLateColumnRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []bool{false, false}, late, "rows stored before 003 start not late")
 }
+
+// TestPassiveColumnRoundTrip checks that 004 goes and comes back: reverted,
+// the schema has no passive column and claims rank every live instance
+// again; migrated anew, the instances recorded meanwhile are not passive.
+func TestPassiveColumnRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.Pool(t)
+	schema := freshSchema(t)
+	m, err := postgres.NewMigrator(nil, schema)
+	require.NoError(t, err)
+	require.NoError(t, m.Up(ctx, pool))
+	b := newStore(t, schema).backend
+	heartbeat := func(id uuid.UUID, passive bool) {
+		t.Helper()
+		_, err := b.Claimer.InstanceHeartbeat(ctx, &ports.InstanceHeartbeatParams{InstanceID: id, StaleThreshold: time.Minute, Passive: passive})
+		require.NoError(t, err)
+	}
+	claim := func(id uuid.UUID) error {
+		t.Helper()
+		_, err := b.Claimer.WorkClaim(ctx, &ports.WorkClaimParams{InstanceID: id, MaxStreams: 10, LeaseDuration: time.Minute, StaleThreshold: time.Minute})
+		return err
+	}
+	passive := newUUID(t)
+	heartbeat(passive, true)
+	list, err := b.Admin.InstancesList(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	require.True(t, list[0].Passive)
+	require.NoError(t, claim(passive), "a passive instance is live")
+
+	require.NoError(t, m.Revert(ctx, pool, &postgres.RevertParams{To: 3, Force: true}))
+	var columns int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM information_schema.columns
+WHERE table_schema = $1 AND table_name = 'vantage_instances' AND column_name = 'passive'`, schema).Scan(&columns))
+	require.Zero(t, columns, "the column is dropped")
+	var candidates int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{schema}.Sanitize()+`.vantage_claim_candidates($1, now(), '1 minute', 8, 10, '{}')`, passive).Scan(&candidates),
+		"the function reads no passive column")
+	require.Zero(t, candidates)
+
+	require.NoError(t, m.Up(ctx, pool))
+	list, err = b.Admin.InstancesList(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	require.False(t, list[0].Passive, "instances recorded before 004 claim as before")
+	require.NoError(t, claim(passive))
+}
