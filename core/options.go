@@ -113,8 +113,9 @@ func (b Backoff) internal(jitter float64) retry.Backoff {
 // completions or failure reports whose flush to the backend failed: the
 // same batch is sent again after the Backoff, up to MaxAttempts sends in
 // all, while the batches behind it wait. A batch refused with a permanent
-// error (ports.ErrInvalidArgument, ports.ErrNotFound) is dropped after its
-// first send. A dropped batch is not lost: its outcomes are sent again on
+// error (ports.ErrInvalidArgument, ports.ErrNotFound) is not sent again as
+// is: it is halved until the refused outcomes are alone, those are
+// dropped and the others land. A dropped outcome is not lost: its outcomes are sent again on
 // the CompletionResend schedule, and its rows, still leased, are
 // re-delivered once their lease expires.
 type FlushRetryOptions struct {
@@ -256,8 +257,9 @@ type Options struct {
 	// 1s, doubling, at most 60s (1s, 2s, 4s … 60s).
 	CompletionResend Backoff
 	// FlushRetry configures the in-place retries of a batch whose flush to
-	// the backend failed. A permanent error drops the batch at once, never
-	// retried. Defaults to 100ms, doubling, at most 5s, and 5 attempts.
+	// the backend failed. A permanent error is never retried: the batch is
+	// halved to drop only the outcomes the backend refuses. Defaults to
+	// 100ms, doubling, at most 5s, and 5 attempts.
 	FlushRetry FlushRetryOptions
 	// EventRetry is the delay before a failed event (its apply returned an
 	// error, panicked or timed out) is applied again: Initial after its

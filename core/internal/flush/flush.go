@@ -18,8 +18,10 @@
 // in all. The next batch waits meanwhile, so nothing is reordered. After
 // the last failure the batch is dropped: OnDropped is called and an Error
 // is logged. A permanent error (retry.Permanent: the backend refused the
-// batch as invalid) drops the batch after its first call, since the same
-// batch would be refused again. For the engine a drop is safe but slow: the
+// batch as invalid) is not retried, since the same batch would be refused
+// again: a batch of several items is halved, and each half flushed in turn,
+// so that only the items the backend refuses are dropped, each after its
+// own call, and the others land. For the engine a drop is safe but slow: the
 // rows stay leased until their lease expires and are then re-delivered, so
 // flush functions must be idempotent.
 //
@@ -79,9 +81,10 @@ type Options[T any] struct {
 	// blocks while the buffer is full. Defaults to CapacityDefault.
 	Capacity int
 	// MaxAttempts is how many times one batch is handed to flush before it
-	// is dropped; 1 disables retries. A batch whose flush fails with a
-	// permanent error (see retry.Permanent) is dropped after one call
-	// whatever MaxAttempts is. Defaults to MaxAttemptsDefault.
+	// is dropped; 1 disables retries. A flush that fails with a permanent
+	// error (see retry.Permanent) is never retried, whatever MaxAttempts
+	// is: the batch is halved until the refused items are alone, and those
+	// are dropped. Defaults to MaxAttemptsDefault.
 	MaxAttempts int
 	// RetryBase is the wait before the first retry; each later wait is
 	// RetryMultiplier times longer, up to RetryMax. Defaults to
@@ -478,6 +481,14 @@ func (f *Flusher[T]) flushBatch(ctx context.Context, batch []T) {
 			return
 		}
 		if retry.Permanent(err) {
+			if len(batch) > 1 {
+				// The backend refuses the whole call for one bad item:
+				// halve the batch to find it, so the others still land.
+				mid := len(batch) / 2
+				f.flushBatch(ctx, batch[:mid])
+				f.flushBatch(ctx, batch[mid:])
+				return
+			}
 			f.refused(ctx, batch, attempt, err)
 			return
 		}

@@ -603,16 +603,16 @@ func TestPermanentErrorDropsAtOnce(t *testing.T) {
 		t.Run(sentinel.Error(), func(t *testing.T) {
 			t.Parallel()
 			b := started(t, flush.Options[int]{})
-			require.NoError(t, b.flusher.Add(t.Context(), 1, 2))
+			require.NoError(t, b.flusher.Add(t.Context(), 1))
 			// Only Flush can end the coalescing window while the clock
 			// stands still, so the first call proves this Flush waits for
 			// the batch.
 			flushed := flushAsync(t.Context(), b.flusher)
 			refused := fmt.Errorf("completing work: nil stream id: %w", sentinel)
-			require.Equal(t, []int{1, 2}, b.answer(t, refused))
+			require.Equal(t, []int{1}, b.answer(t, refused))
 
 			d := recv(t, b.dropped)
-			require.Equal(t, []int{1, 2}, d.batch)
+			require.Equal(t, []int{1}, d.batch)
 			require.ErrorIs(t, d.err, sentinel)
 			requireNone(t, b.flushed, "nothing was flushed")
 			require.Empty(t, b.logs.messages(slog.LevelWarn), "a permanent error is not retried")
@@ -630,6 +630,30 @@ func TestPermanentErrorDropsAtOnce(t *testing.T) {
 			require.NoError(t, recv(t, flushed))
 		})
 	}
+}
+
+// One item the backend refuses fails the whole call: the batch is halved
+// until it is alone, so every other item still lands, in order.
+func TestPermanentErrorIsolatesTheRefusedItem(t *testing.T) {
+	t.Parallel()
+
+	b := started(t, flush.Options[int]{})
+	require.NoError(t, b.flusher.Add(t.Context(), 1, 2, 3, 4))
+	flushed := flushAsync(t.Context(), b.flusher)
+	refused := fmt.Errorf("completing work: nil stream id: %w", ports.ErrInvalidArgument)
+	require.Equal(t, []int{1, 2, 3, 4}, b.answer(t, refused))
+	require.Equal(t, []int{1, 2}, b.answer(t, nil))
+	require.Equal(t, []int{1, 2}, recv(t, b.flushed))
+	require.Equal(t, []int{3, 4}, b.answer(t, refused))
+	require.Equal(t, []int{3}, b.answer(t, refused))
+	d := recv(t, b.dropped)
+	require.Equal(t, []int{3}, d.batch, "only the refused item is dropped")
+	require.ErrorIs(t, d.err, ports.ErrInvalidArgument)
+	require.Equal(t, []int{4}, b.answer(t, nil))
+	require.Equal(t, []int{4}, recv(t, b.flushed))
+	require.ErrorIs(t, recv(t, flushed), ports.ErrInvalidArgument, "Flush reports the drop")
+	require.Empty(t, b.logs.messages(slog.LevelWarn), "a permanent error is not retried")
+	require.Len(t, b.logs.messages(slog.LevelError), 1, "one drop, one error")
 }
 
 func TestDropLogNamesLeaseConsequence(t *testing.T) {
