@@ -43,8 +43,7 @@ type drainer struct {
 // for another stream of its batch. A stream pushed meanwhile, by a claim or
 // a notification, is drained again after its release.
 func (dr *drainer) processBatch(ctx context.Context, ids []uuid.UUID) {
-	dr.cache.EvictExpired()
-	dr.completer.flushPending(ctx)
+	dr.completer.sweep(ctx)
 	defer dr.act.batchStarted()()
 
 	applied, events := dr.drainBatch(ctx, ids)

@@ -116,6 +116,13 @@ func (c *completer) reportFailure(ctx context.Context, f ports.Failure) error {
 	return c.strategy.ReportFailure(ctx, f)
 }
 
+// sweep drops expired dedup entries and sends buffered outcomes: before
+// each batch, and when a consumer found nothing to drain.
+func (c *completer) sweep(ctx context.Context) {
+	c.cache.EvictExpired()
+	c.flushPending(ctx)
+}
+
 // flushNow sends what is buffered and waits until the completions flusher
 // sent what it holds.
 func (c *completer) flushNow(ctx context.Context) error {

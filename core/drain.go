@@ -200,8 +200,7 @@ func (dr *drainer) drainStream(ctx context.Context, t *streamTask, sw *streamWor
 			t.more = ctx.Err() == nil
 			return nil
 		}
-		dr.completer.flushPending(ctx)
-		if err := dr.completer.completions.Flush(ctx); err != nil && ctx.Err() != nil {
+		if err := dr.completer.flushNow(ctx); err != nil && ctx.Err() != nil {
 			return nil
 		}
 		res, seq, err := dr.fetch(ctx, []uuid.UUID{sw.id})

@@ -89,7 +89,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	w.parking = newParking(e, queue)
 	w.renewer = newRenewer(e)
 	w.monitor = newApplyMonitor(e)
-	w.consumers = &consumers{engine: e, queue: queue, act: act, tick: w.idleTick}
+	w.consumers = &consumers{engine: e, queue: queue, act: act}
 	for range o.MaxConcurrentDrainConsumers {
 		w.consumers.wakes = append(w.consumers.wakes, make(chan struct{}, 1))
 	}
@@ -104,6 +104,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	if w.completer, err = newCompleter(e, cache); err != nil {
 		return nil, fmt.Errorf("building worker: %w", err)
 	}
+	w.consumers.tick = w.completer.sweep
 	w.completer.onFailureAcked = w.parking.parkAcked
 	w.completer.onCompleted = w.claims.roomFreed // room was freed for more of the backlog
 	scopes := newScopeCache(o.Security)
@@ -142,13 +143,6 @@ func (w *Worker) ConsecutiveEmptyPolls() int { return int(w.consumers.act.emptyP
 func (w *Worker) RequestImmediatePoll() {
 	signal(w.claims.wake)
 	w.consumers.wakeAll()
-}
-
-// idleTick is a consumer's idle work: expired dedup entries go, buffered
-// completions are sent.
-func (w *Worker) idleTick(ctx context.Context) {
-	w.completer.cache.EvictExpired()
-	w.completer.flushPending(ctx)
 }
 
 // Start registers the perspectives' subscriptions and the instance with the
