@@ -29,8 +29,9 @@ faults: ## run the fault suite in full: kills, restarts, hung and poison events 
 
 # make bench: Vantage vs River vs the raw SQL pipeline on PostgreSQL
 # ($$DATABASE_URL, default postgres://postgres@127.0.0.1:5432/test), plus the
-# memory catch-up, live latency and failover, sized to finish in minutes on
-# 2 cores. The full runs of BENCHMARKS.md use the program's defaults, e.g.
+# memory catch-up, one catch-up with 5 perspectives, live latency and
+# failover, sized to finish in minutes on 2 cores. The full runs of
+# BENCHMARKS.md use the program's defaults, e.g.
 #   cd bench && go run ./cmd/bench -scenario catchup -events 200000 -instances 1,2,4
 # Extra flags: make bench BENCH_FLAGS='-json -profile /tmp/vantage-profile'
 BENCH_FLAGS ?=

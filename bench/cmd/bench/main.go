@@ -66,6 +66,7 @@ type config struct {
 	events        []int
 	streams       int
 	perspectives  int
+	widePersp     int
 	instances     []int
 	rate          int
 	failoverRate  int
@@ -104,6 +105,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&events, "events", "200000", "catch-up backlog: events already appended (comma list allowed)")
 	fs.IntVar(&c.streams, "streams", 1000, "streams the events are spread over")
 	fs.IntVar(&c.perspectives, "perspectives", 2, "perspectives applying every event (work rows = events × perspectives)")
+	fs.IntVar(&c.widePersp, "wide-perspectives", 5, "-scenario all: one more catch-up (PostgreSQL with the references, and memory) with this many perspectives, at the first -events and -instances; 0: none")
 	fs.StringVar(&instances, "instances", "1,2,4", "engine instances of the catch-up (comma list); live uses the first, failover 3")
 	fs.IntVar(&c.rate, "rate", 1000, "live: events appended per second")
 	fs.IntVar(&c.failoverRate, "failover-rate", 100, "failover: events appended per second (a rate the instances sustain, so that recovery is what is measured)")
@@ -167,6 +169,9 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	default:
 		return c, fmt.Errorf("-compare must be on, off or auto, got %q", c.compare)
 	}
+	if c.widePersp < 0 {
+		return c, fmt.Errorf("-wide-perspectives must not be negative, got %d", c.widePersp)
+	}
 	for name, v := range map[string]int{"streams": c.streams, "perspectives": c.perspectives, "rate": c.rate, "failover-rate": c.failoverRate, "pool": c.pool, "append-batch": c.appendBatch, "appenders": c.appenders} {
 		if v < 1 {
 			return c, fmt.Errorf("-%s must be at least 1, got %d", name, v)
@@ -198,34 +203,44 @@ func plan(c config) []spec {
 	all := c.scenario == "all"
 	pg := c.backend == "" || c.backend == "postgres"
 	var out []spec
-	if all || c.scenario == scenarioCatchup {
-		compare := c.compare == "on" || (c.compare == "auto" && pg)
-		for _, events := range c.events {
-			for _, n := range c.instances {
-				s := base
-				s.Scenario, s.Events, s.Instances = scenarioCatchup, events, n
-				if pg {
-					s.Backend = "postgres"
-					s.Impl = implVantage
-					out = append(out, s)
-					if compare {
-						raw := s
-						raw.Impl, raw.Workers = implRaw, c.rawWorkers
-						if raw.Workers == 0 {
-							raw.Workers = n * c.pool
-						}
-						river := s
-						river.Impl, river.Workers, river.RiverDefaults = implRiver, c.riverWorkers, c.riverDefaults
-						out = append(out, raw, river)
-					}
+	// catchup appends the catch-up runs of one backlog, instance count and
+	// perspective count: Vantage on PostgreSQL and the references, then
+	// Vantage in memory.
+	catchup := func(events, instances, perspectives int) {
+		s := base
+		s.Scenario, s.Events, s.Instances, s.Perspectives = scenarioCatchup, events, instances, perspectives
+		if pg {
+			s.Backend = "postgres"
+			s.Impl = implVantage
+			out = append(out, s)
+			if c.compare == "on" || c.compare == "auto" {
+				raw := s
+				raw.Impl, raw.Workers = implRaw, c.rawWorkers
+				if raw.Workers == 0 {
+					raw.Workers = instances * c.pool
 				}
-				if c.backend == "memory" || (all && c.backend == "") {
-					m := s
-					m.Backend, m.Impl = "memory", implVantage
-					out = append(out, m)
-				}
+				river := s
+				river.Impl, river.Workers, river.RiverDefaults = implRiver, c.riverWorkers, c.riverDefaults
+				out = append(out, raw, river)
 			}
 		}
+		if c.backend == "memory" || (all && c.backend == "") {
+			m := s
+			m.Backend, m.Impl = "memory", implVantage
+			out = append(out, m)
+		}
+	}
+	if all || c.scenario == scenarioCatchup {
+		for _, events := range c.events {
+			for _, n := range c.instances {
+				catchup(events, n, c.perspectives)
+			}
+		}
+	}
+	// How the cost grows with the perspectives, from one backlog: work rows
+	// grow with them, events do not.
+	if all && c.widePersp > 0 && c.widePersp != c.perspectives {
+		catchup(c.events[0], c.instances[0], c.widePersp)
 	}
 	backend := "postgres"
 	if c.backend == "memory" {
@@ -379,19 +394,20 @@ func runInChild(ctx context.Context, s spec, stderr io.Writer) (*result, error) 
 }
 
 // compareResults fills the comparison fields of Vantage's PostgreSQL
-// catch-up lines from the raw and River lines of the same backlog and
-// instance count.
+// catch-up lines from the raw and River lines of the same backlog, instance
+// count and perspective count.
 func compareResults(rs []*result) {
 	type key struct {
-		events    int64
-		instances int
+		events       int64
+		instances    int
+		perspectives int
 	}
 	raw, river := map[key]*result{}, map[key]*result{}
 	for _, r := range rs {
 		if r.Scenario != scenarioCatchup || r.Error != "" {
 			continue
 		}
-		k := key{r.Events, r.Instances}
+		k := key{r.Events, r.Instances, r.Perspectives}
 		switch r.Impl {
 		case implRaw:
 			raw[k] = r
@@ -403,7 +419,7 @@ func compareResults(rs []*result) {
 		if r.Scenario != scenarioCatchup || r.Impl != implVantage || r.Backend != "postgres" || r.Error != "" {
 			continue
 		}
-		k := key{r.Events, r.Instances}
+		k := key{r.Events, r.Instances, r.Perspectives}
 		if x := raw[k]; x != nil && x.EventsPerS > 0 {
 			r.RawEventsPerS = x.EventsPerS
 			r.RatioVsRaw = r.EventsPerS / x.EventsPerS
@@ -416,8 +432,8 @@ func compareResults(rs []*result) {
 }
 
 func printTable(w io.Writer, rs []*result) {
-	fmt.Fprintf(w, "\n%-9s %-8s %-8s %-11s %4s %8s %9s %8s %10s %11s %9s %9s %8s %7s %8s  %s\n",
-		"scenario", "backend", "impl", "setting", "inst", "events", "work_rows", "seconds", "events/s", "work_rows/s", "p50_ms", "p99_ms", "rss_mb", "vs_raw", "vs_river", "notes")
+	fmt.Fprintf(w, "\n%-9s %-8s %-8s %-11s %4s %5s %8s %9s %8s %10s %11s %9s %9s %8s %7s %8s  %s\n",
+		"scenario", "backend", "impl", "setting", "inst", "persp", "events", "work_rows", "seconds", "events/s", "work_rows/s", "p50_ms", "p99_ms", "rss_mb", "vs_raw", "vs_river", "notes")
 	for _, r := range rs {
 		notes := ""
 		switch {
@@ -446,8 +462,8 @@ func printTable(w io.Writer, rs []*result) {
 		if setting == "" {
 			setting = "-"
 		}
-		fmt.Fprintf(w, "%-9s %-8s %-8s %-11s %4d %8d %9d %8.2f %10.0f %11.0f %9.1f %9.1f %8.1f %7s %8s  %s\n",
-			r.Scenario, r.Backend, r.Impl, setting, r.Instances, r.Events, r.WorkRows, r.Seconds, r.EventsPerS, r.WorkRowsPerS,
+		fmt.Fprintf(w, "%-9s %-8s %-8s %-11s %4d %5d %8d %9d %8.2f %10.0f %11.0f %9.1f %9.1f %8.1f %7s %8s  %s\n",
+			r.Scenario, r.Backend, r.Impl, setting, r.Instances, r.Perspectives, r.Events, r.WorkRows, r.Seconds, r.EventsPerS, r.WorkRowsPerS,
 			r.P50Ms, r.P99Ms, r.PeakRSSMB, ratio(r.RatioVsRaw), ratio(r.RatioVsRiver), strings.TrimSpace(notes))
 	}
 }
