@@ -36,7 +36,7 @@ faults: ## run the fault suite in full: kills, restarts, hung and poison events 
 # Extra flags: make bench BENCH_FLAGS='-json -profile /tmp/vantage-profile'
 BENCH_FLAGS ?=
 bench: ## benchmark Vantage against River and the raw SQL pipeline (bench/, see BENCHMARKS.md)
-	cd bench && $(GO) run ./cmd/bench -scenario all -events 20000 -instances 1,2 -duration 15s -stale 10s -kill-after 5s -drain-wait 60s -timeout 5m $(BENCH_FLAGS)
+	cd bench && $(GO) run ./cmd/bench -scenario all -events 20000 -instances 1,2 -rate 1000,100 -duration 15s -stale 10s -kill-after 5s -drain-wait 60s -timeout 5m $(BENCH_FLAGS)
 
 bench-go: ## run the Go benchmarks of the hot core pieces
 	$(GO) test -run '^$$' -bench . -benchmem ./core/...

@@ -7,7 +7,7 @@
 //	go run ./cmd/bench -scenario all                       # make bench
 //	go run ./cmd/bench -scenario catchup -events 200000 -instances 1,2,4
 //	go run ./cmd/bench -scenario catchup -backend memory -events 200000
-//	go run ./cmd/bench -scenario live -rate 1000 -duration 30s
+//	go run ./cmd/bench -scenario live -rate 1000,100 -duration 30s
 //	go run ./cmd/bench -scenario failover
 //
 // Every run executes in a child process of its own (the same binary,
@@ -68,7 +68,7 @@ type config struct {
 	perspectives  int
 	widePersp     int
 	instances     []int
-	rate          int
+	rates         []int
 	failoverRate  int
 	duration      time.Duration
 	warmup        time.Duration
@@ -92,7 +92,7 @@ type config struct {
 
 func parseFlags(args []string, out io.Writer) (config, error) {
 	var c config
-	var events, instances, settings, options string
+	var events, instances, rates, settings, options string
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(out)
 	defaultDB := os.Getenv("DATABASE_URL")
@@ -107,7 +107,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.IntVar(&c.perspectives, "perspectives", 2, "perspectives applying every event (work rows = events × perspectives)")
 	fs.IntVar(&c.widePersp, "wide-perspectives", 5, "-scenario all: one more catch-up (PostgreSQL with the references, and memory) with this many perspectives, at the first -events and -instances; 0: none")
 	fs.StringVar(&instances, "instances", "1,2,4", "engine instances of the catch-up (comma list); live uses the first, failover 3")
-	fs.IntVar(&c.rate, "rate", 1000, "live: events appended per second")
+	fs.StringVar(&rates, "rate", "1000", "live: events appended per second (comma list: every setting at each rate)")
 	fs.IntVar(&c.failoverRate, "failover-rate", 100, "failover: events appended per second (a rate the instances sustain, so that recovery is what is measured)")
 	fs.DurationVar(&c.duration, "duration", 30*time.Second, "live: measured appending time (after -warmup)")
 	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "live and failover: appending time before measuring")
@@ -135,6 +135,9 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 		return c, err
 	}
 	if c.instances, err = intList("instances", instances); err != nil {
+		return c, err
+	}
+	if c.rates, err = intList("rate", rates); err != nil {
 		return c, err
 	}
 	if options != "" {
@@ -172,7 +175,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	if c.widePersp < 0 {
 		return c, fmt.Errorf("-wide-perspectives must not be negative, got %d", c.widePersp)
 	}
-	for name, v := range map[string]int{"streams": c.streams, "perspectives": c.perspectives, "rate": c.rate, "failover-rate": c.failoverRate, "pool": c.pool, "append-batch": c.appendBatch, "appenders": c.appenders} {
+	for name, v := range map[string]int{"streams": c.streams, "perspectives": c.perspectives, "failover-rate": c.failoverRate, "pool": c.pool, "append-batch": c.appendBatch, "appenders": c.appenders} {
 		if v < 1 {
 			return c, fmt.Errorf("-%s must be at least 1, got %d", name, v)
 		}
@@ -247,11 +250,15 @@ func plan(c config) []spec {
 		backend = "memory"
 	}
 	if all || c.scenario == scenarioLive {
-		for _, setting := range c.settings {
-			s := base
-			s.Scenario, s.Impl, s.Backend, s.Setting = scenarioLive, implVantage, backend, setting
-			s.Instances, s.Rate, s.Duration = c.instances[0], c.rate, c.duration
-			out = append(out, s)
+		// The settings of one rate one after the other, so their lines
+		// sit side by side.
+		for _, rate := range c.rates {
+			for _, setting := range c.settings {
+				s := base
+				s.Scenario, s.Impl, s.Backend, s.Setting = scenarioLive, implVantage, backend, setting
+				s.Instances, s.Rate, s.Duration = c.instances[0], rate, c.duration
+				out = append(out, s)
+			}
 		}
 	}
 	if (all || c.scenario == scenarioFailover) && backend == "postgres" {
@@ -432,8 +439,8 @@ func compareResults(rs []*result) {
 }
 
 func printTable(w io.Writer, rs []*result) {
-	fmt.Fprintf(w, "\n%-9s %-8s %-8s %-11s %4s %5s %8s %9s %8s %10s %11s %9s %9s %8s %7s %8s  %s\n",
-		"scenario", "backend", "impl", "setting", "inst", "persp", "events", "work_rows", "seconds", "events/s", "work_rows/s", "p50_ms", "p99_ms", "rss_mb", "vs_raw", "vs_river", "notes")
+	fmt.Fprintf(w, "\n%-9s %-8s %-8s %-11s %4s %5s %5s %8s %9s %8s %10s %11s %9s %9s %8s %7s %8s  %s\n",
+		"scenario", "backend", "impl", "setting", "inst", "persp", "rate", "events", "work_rows", "seconds", "events/s", "work_rows/s", "p50_ms", "p99_ms", "rss_mb", "vs_raw", "vs_river", "notes")
 	for _, r := range rs {
 		notes := ""
 		switch {
@@ -450,7 +457,10 @@ func printTable(w io.Writer, rs []*result) {
 				r.VictimStreams, r.RecoveryMaxMs, r.RecoveryP50Ms, r.RecoveryFromLastBeatMs, r.TargetMs, r.NotRecovered)
 		}
 		if r.Scenario != scenarioCatchup {
-			notes += fmt.Sprintf(" rate=%.0f/s samples=%d max=%.0fms", r.AchievedRate, r.Samples, r.MaxMs)
+			notes += fmt.Sprintf(" achieved=%.0f/s samples=%d max=%.0fms", r.AchievedRate, r.Samples, r.MaxMs)
+		}
+		if r.Scenario == scenarioLive {
+			notes += fmt.Sprintf(" p99_target=%.0fms", r.TargetMs)
 		}
 		if r.Seconds > 0 {
 			notes += fmt.Sprintf(" cpu: go=%.1fs pg=%.1fs others=%.1fs machine=%.0f%%", r.GoCPUSeconds, r.PGCPUSeconds, r.OtherCPUSeconds, r.MachineCPUPercent)
@@ -458,12 +468,15 @@ func printTable(w io.Writer, rs []*result) {
 		if r.Deferred > 0 {
 			notes += fmt.Sprintf(" deferred=%d", r.Deferred)
 		}
-		setting := r.Setting
+		setting, rate := r.Setting, "-"
 		if setting == "" {
 			setting = "-"
 		}
-		fmt.Fprintf(w, "%-9s %-8s %-8s %-11s %4d %5d %8d %9d %8.2f %10.0f %11.0f %9.1f %9.1f %8.1f %7s %8s  %s\n",
-			r.Scenario, r.Backend, r.Impl, setting, r.Instances, r.Perspectives, r.Events, r.WorkRows, r.Seconds, r.EventsPerS, r.WorkRowsPerS,
+		if r.Rate > 0 {
+			rate = strconv.Itoa(r.Rate)
+		}
+		fmt.Fprintf(w, "%-9s %-8s %-8s %-11s %4d %5d %5s %8d %9d %8.2f %10.0f %11.0f %9.1f %9.1f %8.1f %7s %8s  %s\n",
+			r.Scenario, r.Backend, r.Impl, setting, r.Instances, r.Perspectives, rate, r.Events, r.WorkRows, r.Seconds, r.EventsPerS, r.WorkRowsPerS,
 			r.P50Ms, r.P99Ms, r.PeakRSSMB, ratio(r.RatioVsRaw), ratio(r.RatioVsRiver), strings.TrimSpace(notes))
 	}
 }

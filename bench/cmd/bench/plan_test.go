@@ -38,11 +38,26 @@ func TestPlanAllAddsOneWideCatchup(t *testing.T) {
 		"catchup-raw-postgres-i1-e20000-p5",
 		"catchup-river-postgres-i1-e20000-p5",
 		"catchup-vantage-memory-i1-e20000-p5",
-		"live-vantage-postgres-i1-e0-p2-defaults",
-		"failover-vantage-postgres-i3-e0-p2-defaults",
+		"live-vantage-postgres-i1-e0-p2-r1000-defaults",
+		"failover-vantage-postgres-i3-e0-p2-r100-defaults",
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("planned\n%q\nwant\n%q", got, want)
+	}
+}
+
+func TestPlanLiveRunsEverySettingOfARateTogether(t *testing.T) {
+	t.Parallel()
+
+	got := planNames(t, "-scenario", "live", "-rate", "1000,100")
+	want := []string{
+		"live-vantage-postgres-i1-e0-p2-r1000-defaults",
+		"live-vantage-postgres-i1-e0-p2-r1000-low-latency",
+		"live-vantage-postgres-i1-e0-p2-r100-defaults",
+		"live-vantage-postgres-i1-e0-p2-r100-low-latency",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("planned %q, want %q", got, want)
 	}
 }
 

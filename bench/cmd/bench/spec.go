@@ -60,6 +60,9 @@ type spec struct {
 // name is a short identifier of the run for progress lines and files.
 func (s spec) name() string {
 	n := fmt.Sprintf("%s-%s-%s-i%d-e%d-p%d", s.Scenario, s.Impl, s.Backend, s.Instances, s.Events, s.Perspectives)
+	if s.Rate > 0 {
+		n += fmt.Sprintf("-r%d", s.Rate)
+	}
 	if s.Setting != "" {
 		n += "-" + s.Setting
 	}
