@@ -9,6 +9,7 @@
 //	go run ./cmd/bench -scenario catchup -backend memory -events 200000
 //	go run ./cmd/bench -scenario live -rate 1000,100 -duration 30s
 //	go run ./cmd/bench -scenario failover
+//	go run ./cmd/bench -scenario idle -idle-duration 60s
 //
 // Every run executes in a child process of its own (the same binary,
 // re-executed), so its peak RSS (VmHWM) is its own; the child seeds a fresh
@@ -71,6 +72,7 @@ type config struct {
 	rates         []int
 	failoverRate  int
 	duration      time.Duration
+	idleDuration  time.Duration
 	warmup        time.Duration
 	json          bool
 	compare       string
@@ -101,7 +103,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	}
 	fs.StringVar(&c.backend, "backend", "", "memory or postgres; empty: postgres, plus the memory catch-up under -scenario all")
 	fs.StringVar(&c.database, "database", defaultDB, "PostgreSQL connection URL (default $DATABASE_URL)")
-	fs.StringVar(&c.scenario, "scenario", "all", "catchup, live, failover or all")
+	fs.StringVar(&c.scenario, "scenario", "all", "catchup, live, failover, idle or all")
 	fs.StringVar(&events, "events", "200000", "catch-up backlog: events already appended (comma list allowed)")
 	fs.IntVar(&c.streams, "streams", 1000, "streams the events are spread over")
 	fs.IntVar(&c.perspectives, "perspectives", 2, "perspectives applying every event (work rows = events × perspectives)")
@@ -111,6 +113,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.IntVar(&c.failoverRate, "failover-rate", 100, "failover: events appended per second (a rate the instances sustain, so that recovery is what is measured)")
 	fs.DurationVar(&c.duration, "duration", 30*time.Second, "live: measured appending time (after -warmup)")
 	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "live and failover: appending time before measuring")
+	fs.DurationVar(&c.idleDuration, "idle-duration", time.Minute, "idle: measured time, after the instance settled")
 	fs.BoolVar(&c.json, "json", false, "write one JSON object per result line to stdout (the table goes to stderr)")
 	fs.StringVar(&c.compare, "compare", "auto", "run the raw and River references too: on, off, or auto (on for the PostgreSQL catch-up)")
 	fs.IntVar(&c.pool, "pool", 8, "PostgreSQL connections per engine instance (pgxpool MaxConns)")
@@ -119,7 +122,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.BoolVar(&c.riverDefaults, "river-defaults", false, "run River with its default fetch cadence (FetchCooldown 100ms, FetchPollInterval 1s) instead of its benchmark's (2ms, 20ms)")
 	fs.IntVar(&c.appendBatch, "append-batch", 50, "events per append when seeding")
 	fs.IntVar(&c.appenders, "appenders", 4, "concurrent appenders (seeding, live)")
-	fs.StringVar(&settings, "settings", settingDefaults+","+settingLowLatency, "live: engine settings to measure (defaults, low-latency)")
+	fs.StringVar(&settings, "settings", settingDefaults+","+settingLowLatency, "live and idle: engine settings to measure (defaults, low-latency)")
 	fs.DurationVar(&c.stale, "stale", 0, "failover: Options.StaleInstanceThreshold (0: the engine's default, 30s)")
 	fs.DurationVar(&c.killAfter, "kill-after", 10*time.Second, "failover: appending time before one instance is killed")
 	fs.DurationVar(&c.drainWait, "drain-wait", 2*time.Minute, "live and failover: how long to wait, after the appends, for every event to be applied")
@@ -163,9 +166,12 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 		return c, fmt.Errorf("-backend must be memory or postgres, got %q", c.backend)
 	}
 	switch c.scenario {
-	case "all", scenarioCatchup, scenarioLive, scenarioFailover:
+	case "all", scenarioCatchup, scenarioLive, scenarioFailover, scenarioIdle:
 	default:
-		return c, fmt.Errorf("-scenario must be catchup, live, failover or all, got %q", c.scenario)
+		return c, fmt.Errorf("-scenario must be catchup, live, failover, idle or all, got %q", c.scenario)
+	}
+	if c.idleDuration <= 0 {
+		return c, fmt.Errorf("-idle-duration must be positive, got %s", c.idleDuration)
 	}
 	switch c.compare {
 	case "auto", "on", "off":
@@ -267,6 +273,14 @@ func plan(c config) []spec {
 		s.Instances, s.Rate, s.Stale, s.KillAfter = 3, c.failoverRate, c.stale, c.killAfter
 		out = append(out, s)
 	}
+	if (all || c.scenario == scenarioIdle) && backend == "postgres" {
+		for _, setting := range c.settings {
+			s := base
+			s.Scenario, s.Impl, s.Backend, s.Setting = scenarioIdle, implVantage, backend, setting
+			s.Instances, s.Duration = 1, c.idleDuration
+			out = append(out, s)
+		}
+	}
 	return out
 }
 
@@ -280,7 +294,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	runs := plan(c)
 	if len(runs) == 0 {
-		return errors.New("nothing to run (failover needs -backend postgres)")
+		return errors.New("nothing to run (failover and idle need -backend postgres)")
 	}
 	if c.profileDir != "" {
 		if err := os.MkdirAll(c.profileDir, 0o755); err != nil {
@@ -438,7 +452,28 @@ func compareResults(rs []*result) {
 	}
 }
 
+// printTable writes the result lines: those of the scenarios that move
+// events, then those of the idle scenario, whose figures are its own.
 func printTable(w io.Writer, rs []*result) {
+	var moving, idle []*result
+	for _, r := range rs {
+		if r.Scenario == scenarioIdle {
+			idle = append(idle, r)
+		} else {
+			moving = append(moving, r)
+		}
+	}
+	if len(moving) > 0 {
+		printMoving(w, moving)
+	}
+	if len(idle) > 0 {
+		printIdle(w, idle)
+	}
+}
+
+// printMoving writes the lines of the scenarios that move events:
+// catch-up, live and failover.
+func printMoving(w io.Writer, rs []*result) {
 	fmt.Fprintf(w, "\n%-9s %-8s %-8s %-11s %4s %5s %5s %8s %9s %8s %10s %11s %9s %9s %8s %7s %8s  %s\n",
 		"scenario", "backend", "impl", "setting", "inst", "persp", "rate", "events", "work_rows", "seconds", "events/s", "work_rows/s", "p50_ms", "p99_ms", "rss_mb", "vs_raw", "vs_river", "notes")
 	for _, r := range rs {
@@ -462,9 +497,7 @@ func printTable(w io.Writer, rs []*result) {
 		if r.Scenario == scenarioLive {
 			notes += fmt.Sprintf(" p99_target=%.0fms", r.TargetMs)
 		}
-		if r.Seconds > 0 {
-			notes += fmt.Sprintf(" cpu: go=%.1fs pg=%.1fs others=%.1fs machine=%.0f%%", r.GoCPUSeconds, r.PGCPUSeconds, r.OtherCPUSeconds, r.MachineCPUPercent)
-		}
+		notes += cpuNote(r, 1)
 		if r.Deferred > 0 {
 			notes += fmt.Sprintf(" deferred=%d", r.Deferred)
 		}
@@ -479,6 +512,36 @@ func printTable(w io.Writer, rs []*result) {
 			r.Scenario, r.Backend, r.Impl, setting, r.Instances, r.Perspectives, rate, r.Events, r.WorkRows, r.Seconds, r.EventsPerS, r.WorkRowsPerS,
 			r.P50Ms, r.P99Ms, r.PeakRSSMB, ratio(r.RatioVsRaw), ratio(r.RatioVsRiver), strings.TrimSpace(notes))
 	}
+}
+
+// printIdle writes the idle lines: CPU and statements per minute.
+func printIdle(w io.Writer, rs []*result) {
+	fmt.Fprintf(w, "\n%-9s %-8s %-11s %4s %5s %8s %12s %12s %9s %9s %9s %8s  %s\n",
+		"scenario", "backend", "setting", "inst", "persp", "seconds", "go_cpu_s/min", "pg_cpu_s/min", "cpu_s/min", "stmts/min", "pings/min", "rss_mb", "notes")
+	for _, r := range rs {
+		var f idleFigures
+		if r.Idle != nil {
+			f = *r.Idle
+		}
+		notes := ""
+		if r.Error != "" {
+			notes = "ERROR: " + r.Error
+		}
+		notes += cpuNote(r, 2)
+		fmt.Fprintf(w, "%-9s %-8s %-11s %4d %5d %8.2f %12.3f %12.3f %9.3f %9.1f %9.1f %8.1f  %s\n",
+			r.Scenario, r.Backend, r.Setting, r.Instances, r.Perspectives, r.Seconds, f.GoCPUSPerMin, f.PGCPUSPerMin, f.CPUSPerMin,
+			f.StatementsPerMin, f.PingsPerMin, r.PeakRSSMB, strings.TrimSpace(notes))
+	}
+}
+
+// cpuNote describes where the CPU went during the measured phase, in
+// seconds with prec decimals.
+func cpuNote(r *result, prec int) string {
+	if r.Seconds == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" cpu: go=%.*fs pg=%.*fs others=%.*fs machine=%.0f%%",
+		prec, r.GoCPUSeconds, prec, r.PGCPUSeconds, prec, r.OtherCPUSeconds, r.MachineCPUPercent)
 }
 
 func ratio(v float64) string {

@@ -40,6 +40,7 @@ func TestPlanAllAddsOneWideCatchup(t *testing.T) {
 		"catchup-vantage-memory-i1-e20000-p5",
 		"live-vantage-postgres-i1-e0-p2-r1000-defaults",
 		"failover-vantage-postgres-i3-e0-p2-r100-defaults",
+		"idle-vantage-postgres-i1-e0-p2-defaults",
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("planned\n%q\nwant\n%q", got, want)
@@ -58,6 +59,22 @@ func TestPlanLiveRunsEverySettingOfARateTogether(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("planned %q, want %q", got, want)
+	}
+}
+
+func TestPlanIdleRunsEverySettingOnPostgreSQL(t *testing.T) {
+	t.Parallel()
+
+	got := planNames(t, "-scenario", "idle", "-instances", "2")
+	want := []string{
+		"idle-vantage-postgres-i1-e0-p2-defaults",
+		"idle-vantage-postgres-i1-e0-p2-low-latency",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("planned %q, want %q", got, want)
+	}
+	if got := planNames(t, "-scenario", "idle", "-backend", "memory"); len(got) != 0 {
+		t.Fatalf("planned %q on the memory backend, want nothing: idle measures PostgreSQL too", got)
 	}
 }
 
