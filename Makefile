@@ -29,13 +29,14 @@ faults: ## run the fault suite in full: kills, restarts, hung and poison events 
 
 # make bench: Vantage vs River vs the raw SQL pipeline on PostgreSQL
 # ($$DATABASE_URL, default postgres://postgres@127.0.0.1:5432/test), plus the
-# memory catch-up, live latency and failover, sized to finish in minutes on
+# memory catch-up, one catch-up with 5 perspectives, live latency,
+# failover and the cost of an idle instance, sized to finish in minutes on
 # 2 cores. The full runs of BENCHMARKS.md use the program's defaults, e.g.
 #   cd bench && go run ./cmd/bench -scenario catchup -events 200000 -instances 1,2,4
 # Extra flags: make bench BENCH_FLAGS='-json -profile /tmp/vantage-profile'
 BENCH_FLAGS ?=
 bench: ## benchmark Vantage against River and the raw SQL pipeline (bench/, see BENCHMARKS.md)
-	cd bench && $(GO) run ./cmd/bench -scenario all -events 20000 -instances 1,2 -duration 15s -stale 10s -kill-after 5s -drain-wait 60s -timeout 5m $(BENCH_FLAGS)
+	cd bench && $(GO) run ./cmd/bench -scenario all -events 20000 -instances 1,2 -rate 1000,100 -duration 15s -stale 10s -kill-after 5s -drain-wait 60s -idle-duration 20s -timeout 5m $(BENCH_FLAGS)
 
 bench-go: ## run the Go benchmarks of the hot core pieces
 	$(GO) test -run '^$$' -bench . -benchmem ./core/...

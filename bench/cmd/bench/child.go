@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -65,8 +66,11 @@ const explainThreshold = 100 * time.Millisecond
 type env struct {
 	spec     spec
 	backends measure.Backends
-	sql      *measure.SQLStats // nil unless profiling
-	admin    *pgxpool.Pool     // checks and statistics; not traced
+	sql      *measure.SQLStats // nil unless profiling or idle
+	// pings counts the liveness pings the pools sent before handing out a
+	// connection (idle only).
+	pings    atomic.Int64
+	admin    *pgxpool.Pool // checks and statistics; not traced
 	pools    []*pgxpool.Pool
 	report   io.Writer // the profile report, or io.Discard
 	closeRep func()
@@ -74,8 +78,12 @@ type env struct {
 
 func newEnv(ctx context.Context, s spec) (*env, error) {
 	e := &env{spec: s, report: io.Discard, closeRep: func() {}}
-	if s.ProfileDir != "" {
+	// The idle scenario counts the statements the instance sends; the
+	// tracer costs too little to weigh on it at idle rates.
+	if s.ProfileDir != "" || s.Scenario == scenarioIdle {
 		e.sql = &measure.SQLStats{Classify: classifySQL}
+	}
+	if s.ProfileDir != "" {
 		f, err := os.Create(filepath.Join(s.ProfileDir, s.name()+".txt"))
 		if err != nil {
 			return nil, err
@@ -94,7 +102,7 @@ func newEnv(ctx context.Context, s spec) (*env, error) {
 }
 
 // pool opens a pool of maxConns connections whose backends are recorded
-// (and traced when profiling).
+// (and traced when profiling or idle).
 func (e *env) pool(ctx context.Context, maxConns int) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(e.spec.Database)
 	if err != nil {
@@ -104,6 +112,20 @@ func (e *env) pool(ctx context.Context, maxConns int) (*pgxpool.Pool, error) {
 	cfg.AfterConnect = e.backends.AfterConnect
 	if e.sql != nil {
 		cfg.ConnConfig.Tracer = e.sql
+	}
+	if e.spec.Scenario == scenarioIdle {
+		// Pings are round trips the tracer does not see: keep pgx's own
+		// rule (a connection idle for more than a second is pinged before
+		// it is handed out) and count them.
+		cfg.ShouldPing = func(_ context.Context, p pgxpool.ShouldPingParams) bool {
+			if p.IdleDuration > time.Second {
+				e.pings.Add(1)
+				return true
+			}
+			return false
+		}
+	}
+	if e.spec.ProfileDir != "" {
 		// Plans of the slow statements, with actual row counts, go to the
 		// server log (auto_explain, loadable per session by a superuser).
 		cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {

@@ -7,8 +7,9 @@
 //	go run ./cmd/bench -scenario all                       # make bench
 //	go run ./cmd/bench -scenario catchup -events 200000 -instances 1,2,4
 //	go run ./cmd/bench -scenario catchup -backend memory -events 200000
-//	go run ./cmd/bench -scenario live -rate 1000 -duration 30s
+//	go run ./cmd/bench -scenario live -rate 1000,100 -duration 30s
 //	go run ./cmd/bench -scenario failover
+//	go run ./cmd/bench -scenario idle -idle-duration 60s
 //
 // Every run executes in a child process of its own (the same binary,
 // re-executed), so its peak RSS (VmHWM) is its own; the child seeds a fresh
@@ -66,10 +67,12 @@ type config struct {
 	events        []int
 	streams       int
 	perspectives  int
+	widePersp     int
 	instances     []int
-	rate          int
+	rates         []int
 	failoverRate  int
 	duration      time.Duration
+	idleDuration  time.Duration
 	warmup        time.Duration
 	json          bool
 	compare       string
@@ -91,7 +94,7 @@ type config struct {
 
 func parseFlags(args []string, out io.Writer) (config, error) {
 	var c config
-	var events, instances, settings, options string
+	var events, instances, rates, settings, options string
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(out)
 	defaultDB := os.Getenv("DATABASE_URL")
@@ -100,15 +103,17 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	}
 	fs.StringVar(&c.backend, "backend", "", "memory or postgres; empty: postgres, plus the memory catch-up under -scenario all")
 	fs.StringVar(&c.database, "database", defaultDB, "PostgreSQL connection URL (default $DATABASE_URL)")
-	fs.StringVar(&c.scenario, "scenario", "all", "catchup, live, failover or all")
+	fs.StringVar(&c.scenario, "scenario", "all", "catchup, live, failover, idle or all")
 	fs.StringVar(&events, "events", "200000", "catch-up backlog: events already appended (comma list allowed)")
 	fs.IntVar(&c.streams, "streams", 1000, "streams the events are spread over")
 	fs.IntVar(&c.perspectives, "perspectives", 2, "perspectives applying every event (work rows = events × perspectives)")
+	fs.IntVar(&c.widePersp, "wide-perspectives", 5, "-scenario all: one more catch-up (PostgreSQL with the references, and memory) with this many perspectives, at the first -events and -instances; 0: none")
 	fs.StringVar(&instances, "instances", "1,2,4", "engine instances of the catch-up (comma list); live uses the first, failover 3")
-	fs.IntVar(&c.rate, "rate", 1000, "live: events appended per second")
+	fs.StringVar(&rates, "rate", "1000", "live: events appended per second (comma list: every setting at each rate)")
 	fs.IntVar(&c.failoverRate, "failover-rate", 100, "failover: events appended per second (a rate the instances sustain, so that recovery is what is measured)")
 	fs.DurationVar(&c.duration, "duration", 30*time.Second, "live: measured appending time (after -warmup)")
 	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "live and failover: appending time before measuring")
+	fs.DurationVar(&c.idleDuration, "idle-duration", time.Minute, "idle: measured time, after the instance settled")
 	fs.BoolVar(&c.json, "json", false, "write one JSON object per result line to stdout (the table goes to stderr)")
 	fs.StringVar(&c.compare, "compare", "auto", "run the raw and River references too: on, off, or auto (on for the PostgreSQL catch-up)")
 	fs.IntVar(&c.pool, "pool", 8, "PostgreSQL connections per engine instance (pgxpool MaxConns)")
@@ -117,7 +122,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.BoolVar(&c.riverDefaults, "river-defaults", false, "run River with its default fetch cadence (FetchCooldown 100ms, FetchPollInterval 1s) instead of its benchmark's (2ms, 20ms)")
 	fs.IntVar(&c.appendBatch, "append-batch", 50, "events per append when seeding")
 	fs.IntVar(&c.appenders, "appenders", 4, "concurrent appenders (seeding, live)")
-	fs.StringVar(&settings, "settings", settingDefaults+","+settingLowLatency, "live: engine settings to measure (defaults, low-latency)")
+	fs.StringVar(&settings, "settings", settingDefaults+","+settingLowLatency, "live and idle: engine settings to measure (defaults, low-latency)")
 	fs.DurationVar(&c.stale, "stale", 0, "failover: Options.StaleInstanceThreshold (0: the engine's default, 30s)")
 	fs.DurationVar(&c.killAfter, "kill-after", 10*time.Second, "failover: appending time before one instance is killed")
 	fs.DurationVar(&c.drainWait, "drain-wait", 2*time.Minute, "live and failover: how long to wait, after the appends, for every event to be applied")
@@ -133,6 +138,9 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 		return c, err
 	}
 	if c.instances, err = intList("instances", instances); err != nil {
+		return c, err
+	}
+	if c.rates, err = intList("rate", rates); err != nil {
 		return c, err
 	}
 	if options != "" {
@@ -158,16 +166,22 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 		return c, fmt.Errorf("-backend must be memory or postgres, got %q", c.backend)
 	}
 	switch c.scenario {
-	case "all", scenarioCatchup, scenarioLive, scenarioFailover:
+	case "all", scenarioCatchup, scenarioLive, scenarioFailover, scenarioIdle:
 	default:
-		return c, fmt.Errorf("-scenario must be catchup, live, failover or all, got %q", c.scenario)
+		return c, fmt.Errorf("-scenario must be catchup, live, failover, idle or all, got %q", c.scenario)
+	}
+	if c.idleDuration <= 0 {
+		return c, fmt.Errorf("-idle-duration must be positive, got %s", c.idleDuration)
 	}
 	switch c.compare {
 	case "auto", "on", "off":
 	default:
 		return c, fmt.Errorf("-compare must be on, off or auto, got %q", c.compare)
 	}
-	for name, v := range map[string]int{"streams": c.streams, "perspectives": c.perspectives, "rate": c.rate, "failover-rate": c.failoverRate, "pool": c.pool, "append-batch": c.appendBatch, "appenders": c.appenders} {
+	if c.widePersp < 0 {
+		return c, fmt.Errorf("-wide-perspectives must not be negative, got %d", c.widePersp)
+	}
+	for name, v := range map[string]int{"streams": c.streams, "perspectives": c.perspectives, "failover-rate": c.failoverRate, "pool": c.pool, "append-batch": c.appendBatch, "appenders": c.appenders} {
 		if v < 1 {
 			return c, fmt.Errorf("-%s must be at least 1, got %d", name, v)
 		}
@@ -198,45 +212,59 @@ func plan(c config) []spec {
 	all := c.scenario == "all"
 	pg := c.backend == "" || c.backend == "postgres"
 	var out []spec
-	if all || c.scenario == scenarioCatchup {
-		compare := c.compare == "on" || (c.compare == "auto" && pg)
-		for _, events := range c.events {
-			for _, n := range c.instances {
-				s := base
-				s.Scenario, s.Events, s.Instances = scenarioCatchup, events, n
-				if pg {
-					s.Backend = "postgres"
-					s.Impl = implVantage
-					out = append(out, s)
-					if compare {
-						raw := s
-						raw.Impl, raw.Workers = implRaw, c.rawWorkers
-						if raw.Workers == 0 {
-							raw.Workers = n * c.pool
-						}
-						river := s
-						river.Impl, river.Workers, river.RiverDefaults = implRiver, c.riverWorkers, c.riverDefaults
-						out = append(out, raw, river)
-					}
+	// catchup appends the catch-up runs of one backlog, instance count and
+	// perspective count: Vantage on PostgreSQL and the references, then
+	// Vantage in memory.
+	catchup := func(events, instances, perspectives int) {
+		s := base
+		s.Scenario, s.Events, s.Instances, s.Perspectives = scenarioCatchup, events, instances, perspectives
+		if pg {
+			s.Backend = "postgres"
+			s.Impl = implVantage
+			out = append(out, s)
+			if c.compare == "on" || c.compare == "auto" {
+				raw := s
+				raw.Impl, raw.Workers = implRaw, c.rawWorkers
+				if raw.Workers == 0 {
+					raw.Workers = instances * c.pool
 				}
-				if c.backend == "memory" || (all && c.backend == "") {
-					m := s
-					m.Backend, m.Impl = "memory", implVantage
-					out = append(out, m)
-				}
+				river := s
+				river.Impl, river.Workers, river.RiverDefaults = implRiver, c.riverWorkers, c.riverDefaults
+				out = append(out, raw, river)
 			}
 		}
+		if c.backend == "memory" || (all && c.backend == "") {
+			m := s
+			m.Backend, m.Impl = "memory", implVantage
+			out = append(out, m)
+		}
+	}
+	if all || c.scenario == scenarioCatchup {
+		for _, events := range c.events {
+			for _, n := range c.instances {
+				catchup(events, n, c.perspectives)
+			}
+		}
+	}
+	// How the cost grows with the perspectives, from one backlog: work rows
+	// grow with them, events do not.
+	if all && c.widePersp > 0 && c.widePersp != c.perspectives {
+		catchup(c.events[0], c.instances[0], c.widePersp)
 	}
 	backend := "postgres"
 	if c.backend == "memory" {
 		backend = "memory"
 	}
 	if all || c.scenario == scenarioLive {
-		for _, setting := range c.settings {
-			s := base
-			s.Scenario, s.Impl, s.Backend, s.Setting = scenarioLive, implVantage, backend, setting
-			s.Instances, s.Rate, s.Duration = c.instances[0], c.rate, c.duration
-			out = append(out, s)
+		// The settings of one rate one after the other, so their lines
+		// sit side by side.
+		for _, rate := range c.rates {
+			for _, setting := range c.settings {
+				s := base
+				s.Scenario, s.Impl, s.Backend, s.Setting = scenarioLive, implVantage, backend, setting
+				s.Instances, s.Rate, s.Duration = c.instances[0], rate, c.duration
+				out = append(out, s)
+			}
 		}
 	}
 	if (all || c.scenario == scenarioFailover) && backend == "postgres" {
@@ -244,6 +272,14 @@ func plan(c config) []spec {
 		s.Scenario, s.Impl, s.Backend, s.Setting = scenarioFailover, implVantage, backend, settingDefaults
 		s.Instances, s.Rate, s.Stale, s.KillAfter = 3, c.failoverRate, c.stale, c.killAfter
 		out = append(out, s)
+	}
+	if (all || c.scenario == scenarioIdle) && backend == "postgres" {
+		for _, setting := range c.settings {
+			s := base
+			s.Scenario, s.Impl, s.Backend, s.Setting = scenarioIdle, implVantage, backend, setting
+			s.Instances, s.Duration = 1, c.idleDuration
+			out = append(out, s)
+		}
 	}
 	return out
 }
@@ -258,7 +294,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	runs := plan(c)
 	if len(runs) == 0 {
-		return errors.New("nothing to run (failover needs -backend postgres)")
+		return errors.New("nothing to run (failover and idle need -backend postgres)")
 	}
 	if c.profileDir != "" {
 		if err := os.MkdirAll(c.profileDir, 0o755); err != nil {
@@ -379,19 +415,20 @@ func runInChild(ctx context.Context, s spec, stderr io.Writer) (*result, error) 
 }
 
 // compareResults fills the comparison fields of Vantage's PostgreSQL
-// catch-up lines from the raw and River lines of the same backlog and
-// instance count.
+// catch-up lines from the raw and River lines of the same backlog, instance
+// count and perspective count.
 func compareResults(rs []*result) {
 	type key struct {
-		events    int64
-		instances int
+		events       int64
+		instances    int
+		perspectives int
 	}
 	raw, river := map[key]*result{}, map[key]*result{}
 	for _, r := range rs {
 		if r.Scenario != scenarioCatchup || r.Error != "" {
 			continue
 		}
-		k := key{r.Events, r.Instances}
+		k := key{r.Events, r.Instances, r.Perspectives}
 		switch r.Impl {
 		case implRaw:
 			raw[k] = r
@@ -403,7 +440,7 @@ func compareResults(rs []*result) {
 		if r.Scenario != scenarioCatchup || r.Impl != implVantage || r.Backend != "postgres" || r.Error != "" {
 			continue
 		}
-		k := key{r.Events, r.Instances}
+		k := key{r.Events, r.Instances, r.Perspectives}
 		if x := raw[k]; x != nil && x.EventsPerS > 0 {
 			r.RawEventsPerS = x.EventsPerS
 			r.RatioVsRaw = r.EventsPerS / x.EventsPerS
@@ -415,9 +452,30 @@ func compareResults(rs []*result) {
 	}
 }
 
+// printTable writes the result lines: those of the scenarios that move
+// events, then those of the idle scenario, whose figures are its own.
 func printTable(w io.Writer, rs []*result) {
-	fmt.Fprintf(w, "\n%-9s %-8s %-8s %-11s %4s %8s %9s %8s %10s %11s %9s %9s %8s %7s %8s  %s\n",
-		"scenario", "backend", "impl", "setting", "inst", "events", "work_rows", "seconds", "events/s", "work_rows/s", "p50_ms", "p99_ms", "rss_mb", "vs_raw", "vs_river", "notes")
+	var moving, idle []*result
+	for _, r := range rs {
+		if r.Scenario == scenarioIdle {
+			idle = append(idle, r)
+		} else {
+			moving = append(moving, r)
+		}
+	}
+	if len(moving) > 0 {
+		printMoving(w, moving)
+	}
+	if len(idle) > 0 {
+		printIdle(w, idle)
+	}
+}
+
+// printMoving writes the lines of the scenarios that move events:
+// catch-up, live and failover.
+func printMoving(w io.Writer, rs []*result) {
+	fmt.Fprintf(w, "\n%-9s %-8s %-8s %-11s %4s %5s %5s %8s %9s %8s %10s %11s %9s %9s %8s %7s %8s  %s\n",
+		"scenario", "backend", "impl", "setting", "inst", "persp", "rate", "events", "work_rows", "seconds", "events/s", "work_rows/s", "p50_ms", "p99_ms", "rss_mb", "vs_raw", "vs_river", "notes")
 	for _, r := range rs {
 		notes := ""
 		switch {
@@ -434,22 +492,56 @@ func printTable(w io.Writer, rs []*result) {
 				r.VictimStreams, r.RecoveryMaxMs, r.RecoveryP50Ms, r.RecoveryFromLastBeatMs, r.TargetMs, r.NotRecovered)
 		}
 		if r.Scenario != scenarioCatchup {
-			notes += fmt.Sprintf(" rate=%.0f/s samples=%d max=%.0fms", r.AchievedRate, r.Samples, r.MaxMs)
+			notes += fmt.Sprintf(" achieved=%.0f/s samples=%d max=%.0fms", r.AchievedRate, r.Samples, r.MaxMs)
 		}
-		if r.Seconds > 0 {
-			notes += fmt.Sprintf(" cpu: go=%.1fs pg=%.1fs others=%.1fs machine=%.0f%%", r.GoCPUSeconds, r.PGCPUSeconds, r.OtherCPUSeconds, r.MachineCPUPercent)
+		if r.Scenario == scenarioLive {
+			notes += fmt.Sprintf(" p99_target=%.0fms", r.TargetMs)
 		}
+		notes += cpuNote(r, 1)
 		if r.Deferred > 0 {
 			notes += fmt.Sprintf(" deferred=%d", r.Deferred)
 		}
-		setting := r.Setting
+		setting, rate := r.Setting, "-"
 		if setting == "" {
 			setting = "-"
 		}
-		fmt.Fprintf(w, "%-9s %-8s %-8s %-11s %4d %8d %9d %8.2f %10.0f %11.0f %9.1f %9.1f %8.1f %7s %8s  %s\n",
-			r.Scenario, r.Backend, r.Impl, setting, r.Instances, r.Events, r.WorkRows, r.Seconds, r.EventsPerS, r.WorkRowsPerS,
+		if r.Rate > 0 {
+			rate = strconv.Itoa(r.Rate)
+		}
+		fmt.Fprintf(w, "%-9s %-8s %-8s %-11s %4d %5d %5s %8d %9d %8.2f %10.0f %11.0f %9.1f %9.1f %8.1f %7s %8s  %s\n",
+			r.Scenario, r.Backend, r.Impl, setting, r.Instances, r.Perspectives, rate, r.Events, r.WorkRows, r.Seconds, r.EventsPerS, r.WorkRowsPerS,
 			r.P50Ms, r.P99Ms, r.PeakRSSMB, ratio(r.RatioVsRaw), ratio(r.RatioVsRiver), strings.TrimSpace(notes))
 	}
+}
+
+// printIdle writes the idle lines: CPU and statements per minute.
+func printIdle(w io.Writer, rs []*result) {
+	fmt.Fprintf(w, "\n%-9s %-8s %-11s %4s %5s %8s %12s %12s %9s %9s %9s %8s  %s\n",
+		"scenario", "backend", "setting", "inst", "persp", "seconds", "go_cpu_s/min", "pg_cpu_s/min", "cpu_s/min", "stmts/min", "pings/min", "rss_mb", "notes")
+	for _, r := range rs {
+		var f idleFigures
+		if r.Idle != nil {
+			f = *r.Idle
+		}
+		notes := ""
+		if r.Error != "" {
+			notes = "ERROR: " + r.Error
+		}
+		notes += cpuNote(r, 2)
+		fmt.Fprintf(w, "%-9s %-8s %-11s %4d %5d %8.2f %12.3f %12.3f %9.3f %9.1f %9.1f %8.1f  %s\n",
+			r.Scenario, r.Backend, r.Setting, r.Instances, r.Perspectives, r.Seconds, f.GoCPUSPerMin, f.PGCPUSPerMin, f.CPUSPerMin,
+			f.StatementsPerMin, f.PingsPerMin, r.PeakRSSMB, strings.TrimSpace(notes))
+	}
+}
+
+// cpuNote describes where the CPU went during the measured phase, in
+// seconds with prec decimals.
+func cpuNote(r *result, prec int) string {
+	if r.Seconds == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" cpu: go=%.*fs pg=%.*fs others=%.*fs machine=%.0f%%",
+		prec, r.GoCPUSeconds, prec, r.PGCPUSeconds, prec, r.OtherCPUSeconds, r.MachineCPUPercent)
 }
 
 func ratio(v float64) string {

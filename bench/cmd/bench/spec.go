@@ -17,9 +17,10 @@ const (
 	scenarioCatchup  = "catchup"
 	scenarioLive     = "live"
 	scenarioFailover = "failover"
+	scenarioIdle     = "idle"
 )
 
-// Engine settings of the live and failover scenarios.
+// Engine settings of the live, failover and idle scenarios.
 const (
 	settingDefaults   = "defaults"
 	settingLowLatency = "low-latency"
@@ -59,7 +60,10 @@ type spec struct {
 
 // name is a short identifier of the run for progress lines and files.
 func (s spec) name() string {
-	n := fmt.Sprintf("%s-%s-%s-i%d-e%d", s.Scenario, s.Impl, s.Backend, s.Instances, s.Events)
+	n := fmt.Sprintf("%s-%s-%s-i%d-e%d-p%d", s.Scenario, s.Impl, s.Backend, s.Instances, s.Events, s.Perspectives)
+	if s.Rate > 0 {
+		n += fmt.Sprintf("-r%d", s.Rate)
+	}
 	if s.Setting != "" {
 		n += "-" + s.Setting
 	}
@@ -126,7 +130,26 @@ type result struct {
 	// Raw pipeline: claimed rows deferred behind another worker's rows.
 	Deferred int64 `json:"deferred,omitempty"`
 
+	Idle *idleFigures `json:"idle,omitempty"`
+
 	Error string `json:"error,omitempty"`
+}
+
+// idleFigures are what an instance with nothing to do costs, per minute of
+// the measured window (seconds).
+type idleFigures struct {
+	// GoCPUSPerMin is the CPU time of the process, PGCPUSPerMin that of the
+	// instance's PostgreSQL backends, CPUSPerMin their sum, in seconds.
+	GoCPUSPerMin float64 `json:"go_cpu_s_per_min"`
+	PGCPUSPerMin float64 `json:"pg_cpu_s_per_min"`
+	CPUSPerMin   float64 `json:"cpu_s_per_min"`
+	// Statements counts the statements the instance's connections sent,
+	// inside batches or not; Pings the liveness pings its pools sent
+	// before handing out a connection idle for more than a second.
+	Statements       int64   `json:"statements"`
+	StatementsPerMin float64 `json:"statements_per_min"`
+	Pings            int64   `json:"pings"`
+	PingsPerMin      float64 `json:"pings_per_min"`
 }
 
 func newResult(s spec) *result {

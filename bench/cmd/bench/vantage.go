@@ -295,6 +295,8 @@ func runVantage(ctx context.Context, s spec) (*result, error) {
 		return v.catchup(ctx)
 	case scenarioLive, scenarioFailover:
 		return v.live(ctx)
+	case scenarioIdle:
+		return v.idle(ctx)
 	default:
 		return nil, fmt.Errorf("unknown scenario %q", s.Scenario)
 	}

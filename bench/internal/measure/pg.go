@@ -133,6 +133,17 @@ func (s *SQLStats) record(label string, calls, trips int64, d time.Duration, row
 	st.Rows += rows
 }
 
+// Calls returns the statements recorded so far, inside batches or not.
+func (s *SQLStats) Calls() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int64
+	for _, st := range s.byLabel {
+		n += st.Calls
+	}
+	return n
+}
+
 // Reset forgets everything recorded so far (seeding, for instance).
 func (s *SQLStats) Reset() {
 	s.mu.Lock()

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"io"
+	"slices"
+	"testing"
+)
+
+// planNames returns the names of the runs the flags plan.
+func planNames(t *testing.T, args ...string) []string {
+	t.Helper()
+	c, err := parseFlags(args, io.Discard)
+	if err != nil {
+		t.Fatalf("parsing %q: %v", args, err)
+	}
+	var names []string
+	for _, s := range plan(c) {
+		names = append(names, s.name())
+	}
+	return names
+}
+
+func TestPlanAllAddsOneWideCatchup(t *testing.T) {
+	t.Parallel()
+
+	got := planNames(t, "-scenario", "all", "-events", "20000", "-instances", "1,2", "-settings", "defaults")
+	want := []string{
+		"catchup-vantage-postgres-i1-e20000-p2",
+		"catchup-raw-postgres-i1-e20000-p2",
+		"catchup-river-postgres-i1-e20000-p2",
+		"catchup-vantage-memory-i1-e20000-p2",
+		"catchup-vantage-postgres-i2-e20000-p2",
+		"catchup-raw-postgres-i2-e20000-p2",
+		"catchup-river-postgres-i2-e20000-p2",
+		"catchup-vantage-memory-i2-e20000-p2",
+		// the wide catch-up, at the first backlog and instance count
+		"catchup-vantage-postgres-i1-e20000-p5",
+		"catchup-raw-postgres-i1-e20000-p5",
+		"catchup-river-postgres-i1-e20000-p5",
+		"catchup-vantage-memory-i1-e20000-p5",
+		"live-vantage-postgres-i1-e0-p2-r1000-defaults",
+		"failover-vantage-postgres-i3-e0-p2-r100-defaults",
+		"idle-vantage-postgres-i1-e0-p2-defaults",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("planned\n%q\nwant\n%q", got, want)
+	}
+}
+
+func TestPlanLiveRunsEverySettingOfARateTogether(t *testing.T) {
+	t.Parallel()
+
+	got := planNames(t, "-scenario", "live", "-rate", "1000,100")
+	want := []string{
+		"live-vantage-postgres-i1-e0-p2-r1000-defaults",
+		"live-vantage-postgres-i1-e0-p2-r1000-low-latency",
+		"live-vantage-postgres-i1-e0-p2-r100-defaults",
+		"live-vantage-postgres-i1-e0-p2-r100-low-latency",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("planned %q, want %q", got, want)
+	}
+}
+
+func TestPlanIdleRunsEverySettingOnPostgreSQL(t *testing.T) {
+	t.Parallel()
+
+	got := planNames(t, "-scenario", "idle", "-instances", "2")
+	want := []string{
+		"idle-vantage-postgres-i1-e0-p2-defaults",
+		"idle-vantage-postgres-i1-e0-p2-low-latency",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("planned %q, want %q", got, want)
+	}
+	if got := planNames(t, "-scenario", "idle", "-backend", "memory"); len(got) != 0 {
+		t.Fatalf("planned %q on the memory backend, want nothing: idle measures PostgreSQL too", got)
+	}
+}
+
+func TestPlanCatchupAloneHasNoWideRun(t *testing.T) {
+	t.Parallel()
+
+	got := planNames(t, "-scenario", "catchup", "-events", "1000", "-instances", "1", "-compare", "off")
+	want := []string{"catchup-vantage-postgres-i1-e1000-p2"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("planned %q, want %q", got, want)
+	}
+}
