@@ -92,7 +92,7 @@ func runAdmin(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			appendEvents(t, tb.backend, streams[0], at(0), newEvent(eventType, 0), newEvent(otherType, 0))
 			appendEvents(t, tb.backend, streams[1], at(0), newEvent(eventType, 0))
 			a.heartbeat(t, at(0))
-			require.Len(t, a.fetch(t, at(0), streams[0]).Work, 3, "rows leased to a live instance are deleted too")
+			require.Len(t, a.fetch(t, at(0), streams[0]).Work, 3, "rows handed out to a live instance are deleted too")
 
 			res := retire(t, tb.backend, perspective, false)
 

@@ -17,7 +17,7 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 	t.Helper()
 
 	group(t, "InstanceDeregister", map[string]func(t *testing.T){
-		"ReleasesLeasesAndPins": func(t *testing.T) {
+		"ReleasesLeases": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			a, b := tb.pair(t)
 			subscribe(t, tb.backend, eventType, perspective)
@@ -33,12 +33,12 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 				require.Len(t, list, 1)
 				require.Equal(t, b.id, list[0].ID)
 			}
-			// a is live again: had its pin survived, b could not fetch the
-			// stream; had its leases survived, the rows would be a's until
-			// they expire.
+			// a is live again: had its lease survived, it would run until
+			// at(5m) and keep b out.
 			a.heartbeat(t, at(2*time.Second))
 			res := b.fetch(t, at(2*time.Second), stream)
 			require.Equal(t, []int64{1, 2}, versionsOf(res.Work))
+			requireNoWork(t, a.fetch(t, at(3*time.Second), stream))
 		},
 		"CountsNoAttempt": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -47,14 +47,14 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			stream := newID(t)
 			appendN(t, tb.backend, stream, at(0), eventType, 2)
 			a.heartbeat(t, at(0))
-			require.Equal(t, []uuid.UUID{stream}, a.claim(t, at(0)))
+			require.Len(t, a.fetch(t, at(0), stream).Work, 4, "every row handed out to a")
 			b.heartbeat(t, at(time.Second))
 
 			require.NoError(t, a.b.Claimer.InstanceDeregister(t.Context(), &ports.InstanceDeregisterParams{InstanceID: a.id}))
 
 			res := b.fetch(t, at(2*time.Second), stream)
 			require.Len(t, res.Work, 4)
-			require.Equal(t, []int{0, 0, 0, 0}, attemptsOf(res.Work), "a shutdown that releases its rows is no takeover from a dead instance")
+			require.Equal(t, []int{0, 0, 0, 0}, attemptsOf(res.Work), "a shutdown that releases its streams is no takeover from a dead instance")
 		},
 		"UnknownInstanceIsNoOp": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -79,6 +79,7 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			appendN(t, tb.backend, stream, at(0), eventType, 1)
 			a.heartbeat(t, at(0))
 			require.Equal(t, []uuid.UUID{stream}, a.claim(t, at(0)))
+			require.Len(t, a.fetch(t, at(0), stream).Work, 1)
 
 			require.Empty(t, b.heartbeat(t, at(10*time.Second)).Abandoned, "a is still live")
 			res := b.heartbeat(t, at(31*time.Second))
@@ -90,9 +91,9 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			}
 			// a's lease ran until at(5m); it was released with the instance.
 			require.Equal(t, []uuid.UUID{stream}, b.claim(t, at(31*time.Second)))
-			require.Equal(t, []int{1}, attemptsOf(b.fetch(t, at(31*time.Second), stream).Work), "the abandonment of its holder is a takeover")
+			require.Equal(t, []int{1}, attemptsOf(b.fetch(t, at(31*time.Second), stream).Work), "the row was handed out to a, which died holding it")
 		},
-		"AbandonmentCountsAnAttemptOnEveryHeldRow": func(t *testing.T) {
+		"AbandonmentChargesEveryHandedOutRow": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			a, b := tb.pair(t)
 			subscribe(t, tb.backend, eventType, perspective, perspective2)
@@ -102,10 +103,10 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			}
 			a.heartbeat(t, at(0))
 			b.heartbeat(t, at(0))
-			// a leases every row of the first two streams, one of them with a
-			// lease that has expired by the abandonment (still a's: nobody
-			// took it over); b leases the third stream.
-			a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: streams[:1], LeaseDuration: 10 * time.Second, Now: at(0)})
+			// a is handed every row of the first two streams, one of them
+			// under a lease that has expired by the abandonment (still a's:
+			// nobody took the stream); b is handed the third stream.
+			require.Len(t, a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: streams[:1], LeaseDuration: 10 * time.Second, Now: at(0)}).Work, 4)
 			require.Len(t, a.fetch(t, at(0), streams[1]).Work, 4)
 			require.Len(t, b.fetch(t, at(0), streams[2]).Work, 4)
 			b.heartbeat(t, at(20*time.Second))
@@ -117,10 +118,37 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			for _, w := range res.Work {
 				want := 1
 				if w.StreamID == streams[2] {
-					want = 0 // b's own rows were not released
+					want = 0 // b's own stream was not released
 				}
-				require.Equal(t, want, w.Attempts, "row %s/%s/%d: each row of the dead holder counts one takeover", w.StreamID, w.Perspective, w.EventVersion)
+				require.Equal(t, want, w.Attempts, "row %s/%s/%d: each row handed out to the dead holder counts one takeover", w.StreamID, w.Perspective, w.EventVersion)
 			}
+		},
+		"AbandonmentChargesNoRowNeverHandedOut": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a, b := tb.pair(t)
+			subscribe(t, tb.backend, eventType, perspective, perspective2)
+			claimed, fetched := newID(t), newID(t)
+			appendN(t, tb.backend, claimed, at(0), eventType, 2)
+			appendN(t, tb.backend, fetched, at(0), eventType, 2)
+			a.heartbeat(t, at(0))
+			require.ElementsMatch(t, []uuid.UUID{claimed, fetched}, a.claim(t, at(0)), "a alone owns every partition")
+			// A claim hands nothing out. The fetch is cut after the first
+			// row of perspective2, and a version arrives after it.
+			res := a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{fetched}, MaxRows: 3, Now: at(0)})
+			require.Equal(t, []int64{1, 2}, versionsOf(ofPerspective(res.Work, perspective)))
+			require.Equal(t, []int64{1}, versionsOf(ofPerspective(res.Work, perspective2)))
+			appendN(t, tb.backend, fetched, at(time.Second), eventType, 1)
+			b.heartbeat(t, at(10*time.Second))
+
+			require.Equal(t, []uuid.UUID{a.id}, b.heartbeat(t, at(31*time.Second)).Abandoned)
+
+			work := b.fetch(t, at(32*time.Second), claimed, fetched).Work
+			require.Equal(t, []int{0, 0, 0, 0}, attemptsOf(ofStream(work, claimed)), "a claimed the stream but was handed none of its rows")
+			got := ofStream(work, fetched)
+			require.Equal(t, []int64{1, 2, 3}, versionsOf(ofPerspective(got, perspective)))
+			require.Equal(t, []int{1, 1, 0}, attemptsOf(ofPerspective(got, perspective)), "version 3 arrived after the fetch")
+			require.Equal(t, []int64{1, 2, 3}, versionsOf(ofPerspective(got, perspective2)))
+			require.Equal(t, []int{1, 0, 0}, attemptsOf(ofPerspective(got, perspective2)), "the fetch was cut after version 1")
 		},
 		"ConcurrentSurvivorsAbandonOnce": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -222,6 +250,7 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			appendN(t, tb.backend, stream, at(0), eventType, 1)
 			a.heartbeat(t, at(0))
 			require.Equal(t, []uuid.UUID{stream}, a.claim(t, at(0)))
+			require.Len(t, a.fetch(t, at(0), stream).Work, 1)
 
 			// a is stale at(40s), but b was not live before its first
 			// heartbeat: it may be the first of many instances coming back
@@ -248,6 +277,7 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			appendN(t, tb.backend, stream, at(0), eventType, 1)
 			a.heartbeat(t, at(0))
 			require.Equal(t, []uuid.UUID{stream}, a.claim(t, at(0)))
+			require.Len(t, a.fetch(t, at(0), stream).Work, 1)
 			b.heartbeat(t, at(0))
 			require.False(t, b.heartbeat(t, at(10*time.Second)).Rejoined, "b is live")
 
@@ -264,9 +294,9 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			require.False(t, res.Rejoined)
 			require.Empty(t, res.Abandoned, "a is live again")
 			require.Equal(t, []uuid.UUID{stream}, a.claim(t, at(80*time.Second)))
-			require.Equal(t, []int{0}, attemptsOf(a.fetch(t, at(80*time.Second), stream).Work), "a never lost its row")
+			require.Equal(t, []int{0}, attemptsOf(a.fetch(t, at(80*time.Second), stream).Work), "a never lost its stream")
 		},
-		"ReleasesPinsOfStaleInstances": func(t *testing.T) {
+		"ReleasesLeasesOfStaleInstances": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			a, b := tb.pair(t)
 			subscribe(t, tb.backend, eventType, perspective)
@@ -277,13 +307,13 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			b.heartbeat(t, at(10*time.Second))
 			require.Equal(t, []uuid.UUID{a.id}, b.heartbeat(t, at(31*time.Second)).Abandoned)
 
-			// a comes back: a surviving pin would make it the stream's live
-			// owner and keep b out.
+			// a comes back: a surviving lease (until at(5m)) would make it
+			// the stream's live holder and keep b out.
 			a.heartbeat(t, at(32*time.Second))
 			res := b.fetch(t, at(32*time.Second), stream)
 
 			require.Equal(t, []int64{1}, versionsOf(res.Work))
-			require.Empty(t, a.claim(t, at(33*time.Second)), "b now owns the stream")
+			require.Empty(t, a.claim(t, at(33*time.Second)), "b now holds the stream")
 		},
 	})
 
@@ -304,16 +334,17 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 
 			a.heartbeat(t, at(0))
 			require.Equal(t, []uuid.UUID{stream}, a.claimWith(t, ports.WorkClaimParams{LeaseDuration: lease, Now: at(0)}).StreamIDs)
-			require.Equal(t, 0, observe(a, at(0)), "leasing an unleased row is no attempt")
+			require.Equal(t, 0, observe(a, at(0)), "leasing an unleased stream is no attempt")
 
 			a.heartbeat(t, at(2*time.Minute))
 			require.Equal(t, []uuid.UUID{stream}, a.claimWith(t, ports.WorkClaimParams{LeaseDuration: lease, Now: at(2 * time.Minute)}).StreamIDs)
 			require.Equal(t, 0, observe(a, at(2*time.Minute)), "re-leasing its own expired lease is no attempt")
 
-			// a's lease ends at(3m) and a is dead after at(2m30s).
+			// a's lease ends at(3m) and a is dead after at(2m30s), holding
+			// the row its last fetch handed out.
 			b.heartbeat(t, at(4*time.Minute))
 			require.Equal(t, []uuid.UUID{stream}, b.claimWith(t, ports.WorkClaimParams{LeaseDuration: lease, Now: at(4 * time.Minute)}).StreamIDs)
-			require.Equal(t, 1, observe(b, at(4*time.Minute)), "leasing another instance's expired lease is a takeover")
+			require.Equal(t, 1, observe(b, at(4*time.Minute)), "taking the stream of a dead holder is a takeover")
 		},
 		"DistributesOrphansByPartitionModulo": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -395,30 +426,33 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			}
 			b.heartbeat(t, at(2*time.Second))
 			res := b.fetch(t, at(2*time.Second), left)
-			require.Equal(t, []int64{1}, versionsOf(res.Work), "the third stream was neither leased nor pinned by a")
-			require.Equal(t, []int{0}, attemptsOf(res.Work), "b took an unleased row")
+			require.Equal(t, []int64{1}, versionsOf(res.Work), "a did not lease the third stream")
+			require.Equal(t, []int{0}, attemptsOf(res.Work), "b took an unleased stream")
 		},
-		"LeasesEveryCandidateRowOfSelectedStreams": func(t *testing.T) {
+		"LeaseCoversEveryRowOfTheStream": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			a, b := tb.pair(t)
+			low, high := tb.pair(t)
 			subscribe(t, tb.backend, eventType, perspective, perspective2)
-			stream := newID(t)
-			appendN(t, tb.backend, stream, at(0), eventType, 3)
-			a.heartbeat(t, at(0))
-			require.Equal(t, []uuid.UUID{stream}, a.claimWith(t, ports.WorkClaimParams{LeaseDuration: 45 * time.Second, Now: at(0)}).StreamIDs)
+			stream, control := newID(t), newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 1)
+			high.heartbeat(t, at(0))
+			require.Equal(t, []uuid.UUID{stream}, high.claim(t, at(0)))
+			appendN(t, tb.backend, stream, at(time.Second), eventType, 1)
+			appendN(t, tb.backend, control, at(time.Second), eventType, 1)
+			low.heartbeat(t, at(2*time.Second))
 
-			// From at(30s) a is dead, so its pin no longer keeps b out; its
-			// leases still do, for every row of both perspectives.
-			b.heartbeat(t, at(20*time.Second))
-			requireNoWork(t, b.fetch(t, at(35*time.Second), stream))
+			// With one partition every stream nobody holds is low's. high's
+			// lease covers both perspectives of the stream, and the version
+			// appended after the claim.
+			require.Equal(t, []uuid.UUID{control}, low.claimWith(t, ports.WorkClaimParams{PartitionCount: onePartition, Now: at(3 * time.Second)}).StreamIDs)
+			requireNoWork(t, low.fetch(t, at(3*time.Second), stream))
 
-			// Once they expire, b takes over every row the claim leased to a,
-			// each with one attempt.
-			res := b.fetch(t, at(46*time.Second), stream)
-			require.Len(t, res.Work, 6)
-			require.Equal(t, slices.Repeat([]int{1}, 6), attemptsOf(res.Work))
+			res := high.fetch(t, at(4*time.Second), stream)
+			require.Equal(t, []int64{1, 2}, versionsOf(ofPerspective(res.Work, perspective)))
+			require.Equal(t, []int64{1, 2}, versionsOf(ofPerspective(res.Work, perspective2)))
+			require.Equal(t, []int{0, 0, 0, 0}, attemptsOf(res.Work), "low took nothing of the stream")
 		},
-		"NewInstanceDoesNotStealPinnedStreams": func(t *testing.T) {
+		"NewInstanceDoesNotStealLeasedStreams": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			a, b := tb.pair(t)
 			subscribe(t, tb.backend, eventType, perspective)
@@ -427,55 +461,32 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 				appendN(t, tb.backend, s, at(0), eventType, 1)
 			}
 			a.heartbeat(t, at(0))
-			claimed := a.claimWith(t, ports.WorkClaimParams{LeaseDuration: 10 * time.Second, Now: at(0)}).StreamIDs
-			require.ElementsMatch(t, streams, claimed, "a alone owns every partition")
+			require.ElementsMatch(t, streams, a.claim(t, at(0)), "a alone owns every partition")
 			b.heartbeat(t, at(time.Second))
 
-			// a's leases expired at(10s) but a is live: its pins keep b out
-			// of every stream, whatever b's partitions.
+			// a is live and its leases run until at(5m): they keep b out of
+			// every stream, whatever b's partitions.
 			a.heartbeat(t, at(15*time.Second))
 			require.Empty(t, b.claim(t, at(20*time.Second)))
 			requireNoWork(t, b.fetch(t, at(20*time.Second), streams...))
 			require.ElementsMatch(t, streams, a.claim(t, at(20*time.Second)))
-			require.Equal(t, slices.Repeat([]int{0}, 20), attemptsOf(a.fetch(t, at(20*time.Second), streams...).Work), "a re-leased its own expired leases")
+			require.Equal(t, slices.Repeat([]int{0}, 20), attemptsOf(a.fetch(t, at(20*time.Second), streams...).Work), "a kept its streams")
 		},
-		"OrderingGuardBlocksLaterRows": func(t *testing.T) {
-			tb := setup(t, newBackend)
-			a, b := tb.pair(t)
-			subscribe(t, tb.backend, eventType, perspective)
-			stream, control := newID(t), newID(t)
-			appendN(t, tb.backend, stream, at(0), eventType, 1)
-			a.heartbeat(t, at(0))
-			require.Equal(t, []uuid.UUID{stream}, a.claimWith(t, ports.WorkClaimParams{LeaseDuration: 45 * time.Second, Now: at(0)}).StreamIDs)
-			appendN(t, tb.backend, stream, at(time.Second), eventType, 1)
-			appendN(t, tb.backend, control, at(time.Second), eventType, 1)
-			b.heartbeat(t, at(20*time.Second))
-
-			// a is dead from at(30s), so its pin does not protect the
-			// stream; its live lease on version 1 blocks version 2.
-			require.Equal(t, []uuid.UUID{control}, b.claim(t, at(35*time.Second)))
-			requireNoWork(t, b.fetch(t, at(35*time.Second), stream))
-
-			// Had b leased version 2, the stream would be pinned to b and
-			// a, live again, could not fetch it.
-			a.heartbeat(t, at(36*time.Second))
-			res := a.fetch(t, at(36*time.Second), stream)
-			require.Equal(t, []int64{1, 2}, versionsOf(res.Work), "b leased nothing of the stream")
-			require.Equal(t, []int{0, 0}, attemptsOf(res.Work))
-		},
-		"ReclaimsExpiredLeasesOfDeadInstances": func(t *testing.T) {
+		"ReclaimsStreamsOfDeadInstances": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			a, b := tb.pair(t)
 			subscribe(t, tb.backend, eventType, perspective)
 			stream := newID(t)
 			appendN(t, tb.backend, stream, at(0), eventType, 2)
 			a.heartbeat(t, at(0))
-			require.Equal(t, []uuid.UUID{stream}, a.claimWith(t, ports.WorkClaimParams{LeaseDuration: 40 * time.Second, Now: at(0)}).StreamIDs)
+			lease := 40 * time.Second
+			require.Equal(t, []uuid.UUID{stream}, a.claimWith(t, ports.WorkClaimParams{LeaseDuration: lease, Now: at(0)}).StreamIDs)
+			require.Len(t, a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: lease, Now: at(0)}).Work, 2)
 			b.heartbeat(t, at(20*time.Second))
 
-			require.Empty(t, b.claim(t, at(35*time.Second)), "a is dead but its leases run until at(40s)")
-			require.Equal(t, []uuid.UUID{stream}, b.claim(t, at(45*time.Second)))
-			require.Equal(t, []int{1, 1}, attemptsOf(b.fetch(t, at(45*time.Second), stream).Work), "taken over from dead a")
+			require.Empty(t, b.claim(t, at(25*time.Second)), "a is live and its lease runs until at(40s)")
+			require.Equal(t, []uuid.UUID{stream}, b.claim(t, at(35*time.Second)), "a is dead: its unexpired lease is no longer live")
+			require.Equal(t, []int{1, 1}, attemptsOf(b.fetch(t, at(35*time.Second), stream).Work), "handed out to a, which died holding them")
 		},
 		"RequiresLiveHeartbeat": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -507,14 +518,15 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			tb, a, stream := setupScheduledRetry(t, newBackend)
 
 			// Version 3 arrived after the failure. Neither a claim nor a fetch
-			// may lease it while version 1 waits for at(60s).
-			a.claimWith(t, ports.WorkClaimParams{LeaseDuration: 20 * time.Second, Now: at(10 * time.Second)})
+			// may return it while version 1 waits for at(60s).
+			require.Empty(t, a.claimWith(t, ports.WorkClaimParams{LeaseDuration: 20 * time.Second, Now: at(10 * time.Second)}).StreamIDs)
 			requireNoWork(t, a.fetchWith(t, ports.EventsFetchPendingParams{
 				StreamIDs: []uuid.UUID{stream}, LeaseDuration: 20 * time.Second, Now: at(10 * time.Second),
 			}))
 
-			// b abandons a: every row a held gains an attempt, so version 3
-			// shows whether a leased it.
+			// b abandons a. The failure took version 1 and the rows above it
+			// off a's hands (a stops at a failure), so the abandonment
+			// charges none of them.
 			b := tb.instance(t)
 			b.heartbeat(t, at(20*time.Second))
 			require.Equal(t, []uuid.UUID{a.id}, b.heartbeat(t, at(45*time.Second)).Abandoned)
@@ -522,7 +534,7 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, []uuid.UUID{stream}, b.claim(t, at(61*time.Second)))
 			res := b.fetch(t, at(61*time.Second), stream)
 			require.Equal(t, []int64{1, 2, 3}, versionsOf(res.Work))
-			require.Equal(t, []int{1, 1, 0}, attemptsOf(res.Work), "version 1 failed, version 2 was taken from a, version 3 was never leased")
+			require.Equal(t, []int{1, 0, 0}, attemptsOf(res.Work), "version 1 failed once; versions 2 and 3 were not being applied when a died")
 		},
 		"ScheduledRetryExpiresAndUnblocks": func(t *testing.T) {
 			_, a, stream := setupScheduledRetry(t, newBackend)
@@ -533,7 +545,7 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, []int64{1, 2, 3}, versionsOf(res.Work))
 			require.Equal(t, []int{1, 0, 0}, attemptsOf(res.Work), "the failure counted, a's own rows did not")
 		},
-		"ScheduledRetryLeavesOwnLaterRowsAlone": func(t *testing.T) {
+		"ScheduledRetryLeavesTheLeaseAlone": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			a, b := tb.pair(t)
 			subscribe(t, tb.backend, eventType, perspective)
@@ -549,22 +561,50 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 				FailedWorkIDs: workIDs(work[:1]), Error: "boom", RetryAt: at(2 * time.Minute),
 			})
 
-			// Version 2's lease ends at(40s) while version 1 waits: claims and
-			// fetches before the retry time must leave it alone.
+			// The lease ends at(40s) while version 1 waits: the stream is not
+			// drainable, so claims and fetches before the retry time must
+			// leave its lease alone.
 			a.heartbeat(t, at(45*time.Second))
-			a.claimWith(t, ports.WorkClaimParams{LeaseDuration: lease, Now: at(45 * time.Second)})
+			require.Empty(t, a.claimWith(t, ports.WorkClaimParams{LeaseDuration: lease, Now: at(45 * time.Second)}).StreamIDs)
 			requireNoWork(t, a.fetch(t, at(45*time.Second), stream))
 			a.heartbeat(t, at(90*time.Second))
-			a.claimWith(t, ports.WorkClaimParams{LeaseDuration: lease, Now: at(90 * time.Second)})
+			require.Empty(t, a.claimWith(t, ports.WorkClaimParams{LeaseDuration: lease, Now: at(90 * time.Second)}).StreamIDs)
 
-			// a is dead from at(120s) and b, joining, abandons nobody. Had a
-			// leased version 2 again at(90s), its lease would run until
-			// at(130s) and keep b out; its lease of at(0) expired long ago.
-			require.True(t, b.heartbeat(t, at(121*time.Second)).Rejoined)
-			require.Equal(t, []uuid.UUID{stream}, b.claim(t, at(121*time.Second)))
+			// a is live. Had it leased the stream again at(45s) or at(90s),
+			// its lease would keep b out; the lease of at(0) expired long
+			// ago, and b takes the stream of a live holder without charge.
+			a.heartbeat(t, at(120*time.Second))
+			b.heartbeat(t, at(121*time.Second))
 			res := b.fetch(t, at(121*time.Second), stream)
-			require.Equal(t, []int64{1, 2}, versionsOf(res.Work), "version 2 was not leased again")
-			require.Equal(t, []int{1, 1}, attemptsOf(res.Work), "version 1 failed once, version 2 was taken over from a")
+			require.Equal(t, []int64{1, 2}, versionsOf(res.Work), "a's lease was not renewed")
+			require.Equal(t, []int{1, 0}, attemptsOf(res.Work), "version 1 failed once; a lives, so nothing was taken over")
+		},
+		"TakesExpiredLeaseOfLiveHolderWithoutAttempt": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			low, high := tb.pair(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 2)
+			low.heartbeat(t, at(0))
+			high.heartbeat(t, at(0))
+			// A fetch applies no partition rule: high is handed the rows under
+			// a 10s lease. With one partition every stream nobody holds is
+			// low's.
+			require.Len(t, high.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: 10 * time.Second, Now: at(0)}).Work, 2)
+			claim := func(now time.Time) []uuid.UUID {
+				t.Helper()
+				return low.claimWith(t, ports.WorkClaimParams{PartitionCount: onePartition, Now: now}).StreamIDs
+			}
+
+			require.Empty(t, claim(at(5*time.Second)), "high's lease is live")
+			high.heartbeat(t, at(15*time.Second))
+			low.heartbeat(t, at(15*time.Second))
+			require.Equal(t, []uuid.UUID{stream}, claim(at(20*time.Second)), "high lives, but its lease expired")
+
+			res := low.fetch(t, at(20*time.Second), stream)
+			require.Equal(t, []int64{1, 2}, versionsOf(res.Work))
+			require.Equal(t, []int{0, 0}, attemptsOf(res.Work), "high did not crash: taking its expired lease is no takeover")
+			requireNoWork(t, high.fetch(t, at(21*time.Second), stream))
 		},
 		"SmallestBacklogFirst": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -607,12 +647,13 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			require.Empty(t, active.claimWith(t, ports.WorkClaimParams{PartitionCount: passivePartitions, Now: at(time.Second)}).StreamIDs, "under the passive instance's live lease")
 			require.Equal(t, []uuid.UUID{held}, passive.claimWith(t, ports.WorkClaimParams{PartitionCount: passivePartitions, Now: at(time.Second)}).StreamIDs, "the passive instance drains what it holds")
 
-			// Its lease expired, but it is live: its pin keeps the stream.
+			// Its lease expired; nobody took the stream, so it still holds it
+			// and its claim leases it again.
 			passive.heartbeatAs(t, at(15*time.Second), true)
 			active.heartbeat(t, at(15*time.Second))
-			require.Empty(t, active.claimWith(t, ports.WorkClaimParams{PartitionCount: passivePartitions, Now: at(20 * time.Second)}).StreamIDs, "pinned to a live passive instance")
+			require.Equal(t, []uuid.UUID{held}, passive.claimWith(t, ports.WorkClaimParams{PartitionCount: passivePartitions, Now: at(20 * time.Second)}).StreamIDs, "its own stream")
+			require.Empty(t, active.claimWith(t, ports.WorkClaimParams{PartitionCount: passivePartitions, Now: at(20 * time.Second)}).StreamIDs, "under the passive instance's live lease again")
 			requireNoWork(t, active.fetch(t, at(20*time.Second), held))
-			require.Equal(t, []uuid.UUID{held}, passive.claimWith(t, ports.WorkClaimParams{PartitionCount: passivePartitions, Now: at(20 * time.Second)}).StreamIDs, "its own pinned stream")
 			require.Equal(t, []int{0}, attemptsOf(passive.fetch(t, at(20*time.Second), held).Work), "re-leased its own expired lease")
 		},
 		"IsAbandonedWhenStale": func(t *testing.T) {
@@ -680,6 +721,20 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 	})
 
 	group(t, "WorkRenewLeases", map[string]func(t *testing.T){
+		"CountsLeases": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective, perspective2)
+			streams := newIDs(t, 2)
+			for _, s := range streams {
+				appendN(t, tb.backend, s, at(0), eventType, 3)
+			}
+			a.heartbeat(t, at(0))
+			require.Len(t, a.fetch(t, at(0), streams...).Work, 12)
+
+			require.Equal(t, 2, a.renew(t, at(time.Second), time.Minute, streams[1], streams[0], streams[1], newID(t)),
+				"one lease per stream, whatever its rows; a duplicate or unknown stream adds none")
+		},
 		"ExtendsOwnLeases": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			ins := tb.instances(t, 2)
@@ -690,17 +745,37 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			a.heartbeat(t, at(0))
 			lease := 45 * time.Second
 			require.Equal(t, []uuid.UUID{stream}, a.claimWith(t, ports.WorkClaimParams{LeaseDuration: lease, Now: at(0)}).StreamIDs)
-			ids := workIDs(a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: lease, Now: at(0)}).Work)
+			require.Len(t, a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: lease, Now: at(0)}).Work, 2)
 			c.heartbeat(t, at(25*time.Second))
 
-			require.Equal(t, 2, a.renew(t, at(29*time.Second), lease, ids...))
+			require.Equal(t, 1, a.renew(t, at(29*time.Second), lease, stream))
 
-			// a is dead from at(30s); without the renewal its leases would
-			// have ended at(45s), with it they run until at(74s).
-			require.Empty(t, c.claim(t, at(50*time.Second)))
-			c.heartbeat(t, at(60*time.Second))
-			require.Equal(t, []uuid.UUID{stream}, c.claim(t, at(76*time.Second)))
-			require.Equal(t, []int{1, 1}, attemptsOf(c.fetch(t, at(76*time.Second), stream).Work), "released by the abandonment of a")
+			// a stays live. Without the renewal its lease would have ended
+			// at(45s); with it, it runs until at(74s).
+			a.heartbeat(t, at(50*time.Second))
+			c.heartbeat(t, at(50*time.Second))
+			requireNoWork(t, c.fetch(t, at(50*time.Second), stream))
+			a.heartbeat(t, at(75*time.Second))
+			c.heartbeat(t, at(75*time.Second))
+			res := c.fetch(t, at(76*time.Second), stream)
+			require.Equal(t, []int64{1, 2}, versionsOf(res.Work), "the renewed lease expired")
+			require.Equal(t, []int{0, 0}, attemptsOf(res.Work), "a lives: nothing was taken over")
+		},
+		"RenewsOwnExpiredLease": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a, b := tb.pair(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 1)
+			a.heartbeat(t, at(0))
+			require.Len(t, a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: 10 * time.Second, Now: at(0)}).Work, 1)
+			a.heartbeat(t, at(15*time.Second))
+			b.heartbeat(t, at(15*time.Second))
+
+			require.Equal(t, 1, a.renew(t, at(20*time.Second), 10*time.Second, stream), "nobody took the expired lease: it is still a's")
+
+			requireNoWork(t, b.fetch(t, at(25*time.Second), stream))
+			require.Equal(t, []int{0}, attemptsOf(a.fetch(t, at(26*time.Second), stream).Work))
 		},
 		"CountsNoAttempt": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -713,8 +788,8 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			ids := workIDs(a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: lease, Now: at(0)}).Work)
 			require.Len(t, ids, 2)
 
-			require.Equal(t, 2, a.renew(t, at(5*time.Second), lease, ids...))
-			require.Equal(t, 2, a.renew(t, at(20*time.Second), lease, ids...), "nobody took the expired leases over: they are still a's")
+			require.Equal(t, 1, a.renew(t, at(5*time.Second), lease, stream))
+			require.Equal(t, 1, a.renew(t, at(20*time.Second), lease, stream), "nobody took the expired lease over: it is still a's")
 
 			res := a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: lease, Now: at(21 * time.Second)})
 			require.Equal(t, ids, workIDs(res.Work))
@@ -731,13 +806,18 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			work := a.fetch(t, at(0), stream).Work
 			require.Len(t, work, 2)
 
-			require.Zero(t, b.renew(t, at(time.Second), time.Minute, workIDs(work)...), "not b's rows")
-			require.Zero(t, a.renew(t, at(time.Second), time.Minute, newID(t)), "unknown row")
+			require.Zero(t, b.renew(t, at(time.Second), time.Minute, stream), "not b's stream")
+			require.Zero(t, a.renew(t, at(time.Second), time.Minute, newID(t)), "unknown stream")
 			a.complete(t, at(2*time.Second), ports.Completion{
 				StreamID: stream, Perspective: perspective,
 				LastEventID: events[0].ID, LastVersion: 1, WorkIDs: workIDs(work[:1]),
 			})
-			require.Equal(t, 1, a.renew(t, at(3*time.Second), time.Minute, workIDs(work)...), "completed rows are not pending")
+			require.Equal(t, 1, a.renew(t, at(3*time.Second), time.Minute, stream), "version 2 is pending: a still holds the stream")
+			a.complete(t, at(4*time.Second), ports.Completion{
+				StreamID: stream, Perspective: perspective,
+				LastEventID: events[1].ID, LastVersion: 2, WorkIDs: workIDs(work[1:]),
+			})
+			require.Zero(t, a.renew(t, at(5*time.Second), time.Minute, stream), "the drained stream was released")
 		},
 		"FencedAfterTakeover": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -748,10 +828,11 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 			a.heartbeat(t, at(0))
 			require.Equal(t, []uuid.UUID{stream}, a.claimWith(t, ports.WorkClaimParams{LeaseDuration: 40 * time.Second, Now: at(0)}).StreamIDs)
 			b.heartbeat(t, at(20*time.Second))
-			work := b.fetch(t, at(45*time.Second), stream).Work
-			require.Len(t, work, 1, "b took over the expired lease of dead a")
+			require.Len(t, b.fetch(t, at(45*time.Second), stream).Work, 1, "b took the stream of dead a")
 
-			require.Zero(t, a.renew(t, at(46*time.Second), time.Minute, workIDs(work)...))
+			require.Zero(t, a.renew(t, at(46*time.Second), time.Minute, stream))
+			a.heartbeat(t, at(47*time.Second))
+			requireNoWork(t, a.fetch(t, at(48*time.Second), stream))
 		},
 	})
 }
@@ -777,7 +858,7 @@ func requireActiveClaimsAll(t *testing.T, tb *testBundle, active, passive *insta
 	passive.heartbeatAs(t, at(0), true)
 
 	res := passive.claimWith(t, ports.WorkClaimParams{PartitionCount: passivePartitions, Now: at(time.Second)})
-	require.Empty(t, res.StreamIDs, "a passive instance takes no unpinned stream")
+	require.Empty(t, res.StreamIDs, "a passive instance takes no stream nobody holds")
 	require.False(t, res.HasMore, "no candidate is the passive instance's")
 
 	require.ElementsMatch(t, streams, claimAll(t, active, at(time.Second)), "the only active instance owns every partition")
@@ -845,9 +926,9 @@ func runTransient(t *testing.T, newBackend NewBackendFunc, breakConnections func
 	})
 }
 
-// setupScheduledRetry prepares a stream whose version 1 failed on a and is
-// scheduled for at(60s), whose version 2 is still leased to a (until at(5m))
-// and whose version 3 arrived after the failure.
+// setupScheduledRetry prepares a stream leased to a (until at(5m)) whose
+// versions 1 and 2 were handed out to a, whose version 1 then failed and is
+// scheduled for at(60s), and whose version 3 arrived after the failure.
 func setupScheduledRetry(t *testing.T, newBackend NewBackendFunc) (*testBundle, *instance, uuid.UUID) {
 	t.Helper()
 	tb := setup(t, newBackend)

@@ -17,7 +17,7 @@
 //	}
 //
 // The suite tests only through the ports. Each case is a parallel subtest,
-// named Port method/Behaviour (WorkClaim/OrderingGuardBlocksLaterRows), on a
+// named Port method/Behaviour (WorkClaim/ScheduledRetryBlocksLaterRows), on a
 // fresh backend, and passes an explicit Now in every parameter struct that has
 // one, derived by hand from a fixed base time, so lease expiry and instance
 // staleness are deterministic on every backend: a backend must use the given

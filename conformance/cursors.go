@@ -10,7 +10,8 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
-// drainFixture is a stream whose work rows are all leased to a.
+// drainFixture is a stream leased to a, every work row of which was handed
+// out to a.
 type drainFixture struct {
 	tb     *testBundle
 	a      *instance
@@ -208,7 +209,7 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, int64(2), f.cursor(t).LastVersion)
 			require.Empty(t, f.a.claim(t, at(2*time.Second)))
 			requireNoWork(t, f.a.fetch(t, at(2*time.Second), f.stream))
-			require.Zero(t, f.a.renew(t, at(2*time.Second), time.Minute, workIDs(f.work)...))
+			require.Zero(t, f.a.renew(t, at(2*time.Second), time.Minute, f.stream), "the drained stream was released")
 			require.Zero(t, f.a.complete(t, at(3*time.Second), f.completion(2, 1, 2)).Completed, "processed rows are not pending")
 			_, moved := f.a.deadLetter(t, at(3*time.Second), f.work[0].WorkID)
 			require.False(t, moved)
@@ -243,7 +244,7 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			a.heartbeat(t, at(0))
 			work := a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: 40 * time.Second, Now: at(0)}).Work
 			b.heartbeat(t, at(20*time.Second))
-			require.Equal(t, []int{1}, attemptsOf(b.fetch(t, at(45*time.Second), stream).Work), "b took over the expired lease of dead a")
+			require.Equal(t, []int{1}, attemptsOf(b.fetch(t, at(45*time.Second), stream).Work), "b took the stream of dead a")
 
 			res := a.complete(t, at(46*time.Second), ports.Completion{
 				StreamID: stream, Perspective: perspective,
@@ -252,6 +253,27 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 
 			require.Zero(t, res.Completed)
 			require.Equal(t, workIDs(work), workIDs(b.fetch(t, at(47*time.Second), stream).Work), "the row is still b's")
+		},
+		"FencedAfterExpiredLeaseTaken": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a, b := tb.pair(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			events := appendN(t, tb.backend, stream, at(0), eventType, 2)
+			a.heartbeat(t, at(0))
+			b.heartbeat(t, at(0))
+			work := a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: 10 * time.Second, Now: at(0)}).Work
+			require.Len(t, work, 2)
+			a.heartbeat(t, at(15*time.Second))
+			require.Equal(t, []int{0, 0}, attemptsOf(b.fetch(t, at(20*time.Second), stream).Work), "b took the expired lease of live a")
+
+			res := a.complete(t, at(21*time.Second), ports.Completion{
+				StreamID: stream, Perspective: perspective,
+				LastEventID: events[0].ID, LastVersion: 1, WorkIDs: workIDs(work[:1]),
+			})
+
+			require.Zero(t, res.Completed, "a's lease was taken: its completions no longer take effect")
+			require.Equal(t, workIDs(work), workIDs(b.fetch(t, at(22*time.Second), stream).Work), "the rows are still b's")
 		},
 		"FencedToHolder": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 2)
@@ -262,6 +284,24 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 
 			require.Zero(t, res.Completed)
 			require.Equal(t, workIDs(f.work), workIDs(f.a.fetch(t, at(2*time.Second), f.stream).Work), "the rows are still a's")
+		},
+		"CompletesUnderOwnExpiredLease": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			events := appendN(t, tb.backend, stream, at(0), eventType, 2)
+			a.heartbeat(t, at(0))
+			work := a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: 10 * time.Second, Now: at(0)}).Work
+			require.Len(t, work, 2)
+
+			res := a.complete(t, at(time.Minute), ports.Completion{
+				StreamID: stream, Perspective: perspective,
+				LastEventID: events[1].ID, LastVersion: 2, WorkIDs: workIDs(work),
+			})
+
+			require.Equal(t, 2, res.Completed, "a's lease expired and a is no longer live, but nobody took the stream")
+			require.Equal(t, int64(2), mustCursor(t, tb.backend, stream, perspective).LastVersion)
 		},
 		"FullListLeavesNoRewind": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 3)
@@ -284,19 +324,19 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, int64(2), cur.LastVersion)
 			require.Equal(t, ports.CursorCompleted, cur.Status)
 		},
-		"KeepsPinWhileRowsPending": func(t *testing.T) {
+		"KeepsLeaseWhileRowsPending": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 2)
 			b := f.tb.instance(t)
 			b.heartbeat(t, at(time.Second))
 			f.a.complete(t, at(time.Second), f.completion(1, 1))
-			// Release version 2 without completing it.
+			// Version 2 fails and waits for its retry: the stream stays a's.
 			f.a.fail(t, at(2*time.Second), ports.Failure{
 				StreamID: f.stream, Perspective: perspective, LastEventID: f.events[0].ID, LastVersion: 1,
 				FailedWorkIDs: workIDs(f.work[1:]), Error: "boom", RetryAt: at(2 * time.Second),
 			})
 
 			requireNoWork(t, b.fetch(t, at(3*time.Second), f.stream))
-			require.Equal(t, workIDs(f.work[1:]), workIDs(f.a.fetch(t, at(3*time.Second), f.stream).Work), "a still owns the stream")
+			require.Equal(t, workIDs(f.work[1:]), workIDs(f.a.fetch(t, at(3*time.Second), f.stream).Work), "a still holds the stream")
 		},
 		"MarksStragglersAfterTheCursorMovedBack": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -309,8 +349,11 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			a.complete(t, at(time.Second), ports.Completion{
 				StreamID: stream, Perspective: perspective, LastEventID: events[1].ID, LastVersion: 5, WorkIDs: workIDs(work[1:]),
 			})
-			// A model saved back at version 1 moves the cursor below version
-			// 3, which is then stored on time.
+			// a stops, releasing its lease: no mark says version 5 was handed
+			// out any more. A model saved back at version 1 moves the cursor
+			// below version 3, which is then stored on time.
+			require.NoError(t, a.b.Claimer.InstanceDeregister(t.Context(), &ports.InstanceDeregisterParams{InstanceID: a.id}))
+			a.heartbeat(t, at(2*time.Second))
 			require.NoError(t, tb.backend.Models.ModelSave(t.Context(), &ports.ModelSaveParams{
 				StreamID: stream, Perspective: perspective, Data: []byte(`{}`),
 				LastEventID: events[0].ID, LastVersion: 1, ExpectedVersion: 5, Now: at(2 * time.Second),
@@ -405,16 +448,35 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			requireTime(t, at(11*time.Second), dl.ResolvedAt, "ResolvedAt")
 			require.Equal(t, ports.DeadLetterDead, f.get(t, f.dead[1].ID).Status, "a dead letter that was not requeued stays dead")
 		},
-		"UnpinsDrainedStreams": func(t *testing.T) {
-			f := setupDrain(t, newBackend, 1)
-			b := f.tb.instance(t)
-			b.heartbeat(t, at(time.Second))
-			f.a.complete(t, at(time.Second), f.completion(1, 1))
-			appendN(t, f.tb.backend, f.stream, at(2*time.Second), eventType, 1)
+		"ReleasesDrainedStreams": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			low, high := tb.pair(t)
+			subscribe(t, tb.backend, eventType, perspective, perspective2)
+			drained, busy := newID(t), newID(t)
+			events := appendN(t, tb.backend, drained, at(0), eventType, 1)
+			busyEvents := appendN(t, tb.backend, busy, at(0), eventType, 1)
+			high.heartbeat(t, at(0))
+			low.heartbeat(t, at(0))
+			work := high.fetch(t, at(0), drained, busy).Work
+			require.Len(t, work, 4)
 
-			res := b.fetch(t, at(3*time.Second), f.stream)
+			// Both rows of drained complete; busy keeps a pending row of
+			// perspective2.
+			high.complete(t, at(time.Second),
+				ports.Completion{StreamID: drained, Perspective: perspective, LastEventID: events[0].ID, LastVersion: 1, WorkIDs: workIDs(ofPerspective(ofStream(work, drained), perspective))},
+				ports.Completion{StreamID: drained, Perspective: perspective2, LastEventID: events[0].ID, LastVersion: 1, WorkIDs: workIDs(ofPerspective(ofStream(work, drained), perspective2))},
+				ports.Completion{StreamID: busy, Perspective: perspective, LastEventID: busyEvents[0].ID, LastVersion: 1, WorkIDs: workIDs(ofPerspective(ofStream(work, busy), perspective))},
+			)
+			appendN(t, tb.backend, drained, at(2*time.Second), eventType, 1)
+			appendN(t, tb.backend, busy, at(2*time.Second), eventType, 1)
 
-			require.Equal(t, []int64{2}, versionsOf(res.Work), "a is live but no longer owns the stream")
+			// high is live, but no longer holds the drained stream: with one
+			// partition it is low's at once.
+			require.Equal(t, []uuid.UUID{drained}, low.claimWith(t, ports.WorkClaimParams{PartitionCount: onePartition, Now: at(3 * time.Second)}).StreamIDs)
+			requireNoWork(t, low.fetch(t, at(3*time.Second), busy))
+			res := low.fetch(t, at(3*time.Second), drained)
+			require.Equal(t, []int64{2, 2}, versionsOf(res.Work))
+			require.Equal(t, []int{0, 0}, attemptsOf(res.Work))
 		},
 	})
 
@@ -509,14 +571,15 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, int64(3), cur.LastVersion)
 			require.True(t, cur.Status.Has(ports.CursorFailed), "status %s", cur.Status)
 			requireRewind(t, cur, events[1], at(2*time.Second), at(2*time.Second))
-			// The ordering guard holds the pair until the retry time, even
-			// for an event appended meanwhile.
+			// The row holds the pair until its retry time, even an event
+			// appended meanwhile.
 			appendN(t, tb.backend, stream, at(3*time.Second), eventType, 1)
 			requireNoWork(t, a.fetch(t, at(10*time.Second), stream))
 			require.Empty(t, a.claim(t, at(10*time.Second)))
 
-			// a is dead at(61s) and b, joining, abandons nobody: had the row
-			// been leased to a, b would take it over with a second attempt.
+			// a is dead at(61s) and b, joining, abandons nobody: had a fetch
+			// handed the row to a, b would take it over with a second
+			// attempt.
 			require.True(t, b.heartbeat(t, at(61*time.Second)).Rejoined)
 			res := b.fetch(t, at(61*time.Second), stream)
 			require.Equal(t, []int64{2, 4}, versionsOf(res.Work))
@@ -575,6 +638,27 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, []int64{1, 2}, versionsOf(res.Work), "neither completed nor released")
 			require.Equal(t, []int{0, 0}, attemptsOf(res.Work), "b's failure counts nothing against a's rows")
 		},
+		"FencedAfterTakeover": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a, b := tb.pair(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 2)
+			a.heartbeat(t, at(0))
+			work := a.fetch(t, at(0), stream).Work
+			require.Len(t, work, 2)
+			b.heartbeat(t, at(20*time.Second))
+			require.Equal(t, []int{1, 1}, attemptsOf(b.fetch(t, at(35*time.Second), stream).Work), "b took the stream of dead a")
+
+			a.fail(t, at(36*time.Second), ports.Failure{
+				StreamID: stream, Perspective: perspective,
+				FailedWorkIDs: workIDs(work[:1]), Error: "boom", RetryAt: at(time.Hour),
+			})
+
+			res := b.fetch(t, at(37*time.Second), stream)
+			require.Equal(t, []int64{1, 2}, versionsOf(res.Work), "version 1 is not scheduled: a's failure took no effect")
+			require.Equal(t, []int{1, 1}, attemptsOf(res.Work), "a's failure counts nothing")
+		},
 		"KeepsPositionWithoutLastVersion": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 2)
 			f.a.complete(t, at(time.Second), f.completion(1, 1))
@@ -589,6 +673,31 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, f.events[0].ID, cur.LastEventID)
 			require.True(t, cur.Status.Has(ports.CursorFailed))
 			require.Equal(t, "second failed", cur.Error)
+		},
+		"LowersTheHandedOutMark": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a, b := tb.pair(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			events := appendEvents(t, tb.backend, stream, at(0), newEvent(eventType, 1), newEvent(eventType, 2), newEvent(eventType, 4)).Events
+			a.heartbeat(t, at(0))
+			work := a.fetch(t, at(0), stream).Work
+			require.Equal(t, []int64{1, 2, 4}, versionsOf(work))
+
+			// Version 1 applied, version 2 failed: a stops there, so version
+			// 4 is no longer being applied.
+			a.fail(t, at(time.Second), ports.Failure{
+				StreamID: stream, Perspective: perspective, LastEventID: events[0].ID, LastVersion: 1,
+				AppliedWorkIDs: workIDs(work[:1]), FailedWorkIDs: workIDs(work[1:2]), Error: "boom", RetryAt: at(time.Hour),
+			})
+			appendEvents(t, tb.backend, stream, at(2*time.Second), newEvent(eventType, 3))
+			b.heartbeat(t, at(20*time.Second))
+			require.Equal(t, []uuid.UUID{a.id}, b.heartbeat(t, at(31*time.Second)).Abandoned)
+
+			res := b.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, Now: at(2 * time.Hour)})
+			require.Equal(t, []int64{2, 3, 4}, versionsOf(res.Work))
+			require.Equal(t, []int{1, 0, 0}, attemptsOf(res.Work), "the abandonment charged neither the failed row again nor the rows above it")
+			require.Equal(t, []bool{false, false, false}, lateOf(res.Work), "version 3 arrived above every row still handed out")
 		},
 		"RecordsErrorAndSchedulesRetry": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 3)
@@ -612,7 +721,7 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, []uuid.UUID{f.stream}, f.a.claim(t, at(61*time.Second)))
 			res := f.a.fetch(t, at(61*time.Second), f.stream)
 			require.Equal(t, []int64{2, 3}, versionsOf(res.Work), "version 1 completed")
-			require.Equal(t, []int{1, 0}, attemptsOf(res.Work), "version 2 failed once, version 3 stayed leased to a")
+			require.Equal(t, []int{1, 0}, attemptsOf(res.Work), "version 2 failed once, version 3 did not fail")
 		},
 	})
 }

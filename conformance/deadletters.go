@@ -182,7 +182,7 @@ func runDeadLetters(t *testing.T, newBackend NewBackendFunc, admin bool) {
 			require.Equal(t, []int64{1, 3}, versionsOf(work))
 			require.Equal(t, []bool{true, false}, lateOf(work), "the cursor (at 2) is past version 1, not version 3")
 		},
-		"LateBelowALeasedRow": func(t *testing.T) {
+		"LateBelowTheHandedOutMark": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 3)
 			dl, moved := f.a.deadLetter(t, at(time.Second), f.work[0].WorkID)
 			require.True(t, moved)

@@ -522,7 +522,7 @@ func testStaleInstance(t *testing.T, newBackend NewBackendFunc) {
 	}
 	pr.waitUntil(t, "the victim instance applied some events", func() bool { return victimApplied.Load() > 0 })
 	kill.dead.Store(true)
-	// More work for every stream, including those pinned to the dead
+	// More work for every stream, including those leased to the dead
 	// instance: it must flow once the survivors abandon it.
 	for _, s := range streams {
 		appendTicks(t, reg, backends[0], s, 4, 3)

@@ -476,30 +476,37 @@ func runEvents(t *testing.T, newBackend NewBackendFunc) {
 			c, ok := cursorOf(t, tb.backend, stream, perspective2)
 			require.False(t, ok && c.Status.Has(ports.CursorRewindRequired), "only a cursor past the event is flagged")
 		},
-		"StoresRowsBelowALeasedRowLate": func(t *testing.T) {
+		"StoresRowsBelowTheHandedOutMarkLate": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			a := tb.instance(t)
+			a, c := tb.pair(t)
 			subscribe(t, tb.backend, eventType, perspective)
-			leased, idle := newID(t), newID(t)
-			for _, stream := range []uuid.UUID{leased, idle} {
+			handed, idle, released := newID(t), newID(t), newID(t)
+			for _, stream := range []uuid.UUID{handed, idle, released} {
 				appendEvents(t, tb.backend, stream, at(0), newEvent(eventType, 1), newEvent(eventType, 3))
 			}
 			a.heartbeat(t, at(0))
-			require.Len(t, a.fetch(t, at(0), leased).Work, 2)
+			c.heartbeat(t, at(0))
+			require.Len(t, a.fetch(t, at(0), handed).Work, 2)
+			require.Len(t, c.fetch(t, at(0), released).Work, 2)
+			// A graceful shutdown releases the lease and its marks: c's
+			// applies are over.
+			require.NoError(t, c.b.Claimer.InstanceDeregister(t.Context(), &ports.InstanceDeregisterParams{InstanceID: c.id}))
 
-			// Past the lease: it still counts, its holder may have saved.
-			for _, stream := range []uuid.UUID{leased, idle} {
-				appendEvents(t, tb.backend, stream, at(time.Hour), newEvent(eventType, 2))
+			// Past the lease and a's liveness: the mark still counts, its
+			// holder may have saved. Version 4 lands above it.
+			for _, stream := range []uuid.UUID{handed, idle, released} {
+				appendEvents(t, tb.backend, stream, at(time.Hour), newEvent(eventType, 2), newEvent(eventType, 4))
 			}
 
 			a.heartbeat(t, at(time.Hour))
-			work := a.fetch(t, at(time.Hour), leased, idle).Work
-			require.Equal(t, []int64{1, 2, 3}, versionsOf(ofStream(work, leased)))
-			require.Equal(t, []bool{false, true, false}, lateOf(ofStream(work, leased)),
+			work := a.fetch(t, at(time.Hour), handed, idle, released).Work
+			require.Equal(t, []int64{1, 2, 3, 4}, versionsOf(ofStream(work, handed)))
+			require.Equal(t, []bool{false, true, false, false}, lateOf(ofStream(work, handed)),
 				"version 3 was handed to an apply, whose save may pass version 2")
-			require.Equal(t, []int64{1, 2, 3}, versionsOf(ofStream(work, idle)))
-			require.Equal(t, []bool{false, false, false}, lateOf(ofStream(work, idle)), "nothing above version 2 was handed out")
-			_, ok := cursorOf(t, tb.backend, leased, perspective)
+			require.Equal(t, []int64{1, 2, 3, 4}, versionsOf(ofStream(work, idle)))
+			require.Equal(t, []bool{false, false, false, false}, lateOf(ofStream(work, idle)), "nothing of the stream was handed out")
+			require.Equal(t, []bool{false, false, false, false}, lateOf(ofStream(work, released)), "the released lease kept no mark")
+			_, ok := cursorOf(t, tb.backend, handed, perspective)
 			require.False(t, ok, "no cursor is flagged: none is past the event")
 		},
 		"StoresNoWorkWithoutSubscribers": func(t *testing.T) {

@@ -27,7 +27,7 @@ func runFetcher(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, []int64{1, 2}, versionsOf(res.Work))
 			require.Equal(t, []uuid.UUID{events[0].ID, events[1].ID}, eventIDs(res.Events))
 
-			// The rest stayed leased to a.
+			// The rest stayed pending, under a's lease.
 			all := a.fetch(t, at(time.Second), stream)
 			require.Equal(t, []int64{1, 2, 3, 4, 5}, versionsOf(all.Work))
 			require.Equal(t, []int{0, 0, 0, 0, 0}, attemptsOf(all.Work))
@@ -63,6 +63,7 @@ func runFetcher(t *testing.T, newBackend NewBackendFunc) {
 			stream := newID(t)
 			appendN(t, tb.backend, stream, at(0), eventType, 1)
 			a.heartbeat(t, at(0))
+			b.heartbeat(t, at(0))
 			fetch := func(in *instance, now time.Time) []ports.WorkItem {
 				t.Helper()
 				return in.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: 20 * time.Second, Now: now}).Work
@@ -71,11 +72,12 @@ func runFetcher(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, []int{0}, attemptsOf(fetch(a, at(0))))
 			require.Equal(t, []int{0}, attemptsOf(fetch(a, at(15*time.Second))), "extending a live lease is no attempt")
 
-			// a is dead from at(30s); the first lease ended at(20s), the
-			// extended one ends at(35s).
-			b.heartbeat(t, at(25*time.Second))
-			require.Empty(t, fetch(b, at(32*time.Second)))
-			require.Equal(t, []int{1}, attemptsOf(fetch(b, at(36*time.Second))), "b took the expired lease of dead a over")
+			// a stays live; the first lease ended at(20s), the extended one
+			// ends at(35s).
+			a.heartbeat(t, at(20*time.Second))
+			b.heartbeat(t, at(20*time.Second))
+			require.Empty(t, fetch(b, at(22*time.Second)))
+			require.Equal(t, []int{0}, attemptsOf(fetch(b, at(36*time.Second))), "b took the expired lease of live a: no takeover")
 		},
 		"ExtendsOwnLeaseOnlyPastHalf": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -92,15 +94,16 @@ func runFetcher(t *testing.T, newBackend NewBackendFunc) {
 			require.Len(t, fetch(a, at(0), streams[0]), 1)
 			require.Len(t, fetch(a, at(0), streams[1]), 1)
 
-			// With more than half of the lease left a fetch returns the row
-			// and leaves its lease as it is (ends at(28s)); with less than
+			// With more than half of the lease left a fetch returns the rows
+			// and leaves the lease as it is (ends at(28s)); with less than
 			// half left it extends it (ends at(48s)).
 			require.Equal(t, []int{0}, attemptsOf(fetch(a, at(13*time.Second), streams[0])))
 			require.Equal(t, []int{0}, attemptsOf(fetch(a, at(20*time.Second), streams[1])))
 
-			// a is dead from at(30s); nobody abandoned it yet.
+			// a stays live.
+			a.heartbeat(t, at(25*time.Second))
 			b.heartbeat(t, at(25*time.Second))
-			require.Equal(t, []int{1}, attemptsOf(fetch(b, at(31*time.Second), streams[0])), "the lease was not extended at(13s)")
+			require.Equal(t, []int{0}, attemptsOf(fetch(b, at(31*time.Second), streams[0])), "the lease was not extended at(13s)")
 			require.Empty(t, fetch(b, at(31*time.Second), streams[1]), "the lease was extended at(20s)")
 		},
 		"IgnoresUnknownStreams": func(t *testing.T) {
@@ -140,24 +143,25 @@ func runFetcher(t *testing.T, newBackend NewBackendFunc) {
 			}).Completed)
 			requireNoWork(t, a.fetch(t, at(8*time.Second), stream))
 		},
-		"LeasesAndPinsWithoutClaim": func(t *testing.T) {
+		"LeasesWithoutClaim": func(t *testing.T) {
 			tb := setup(t, newBackend)
-			a, b := tb.pair(t)
+			low, high := tb.pair(t)
 			subscribe(t, tb.backend, eventType, perspective)
 			stream := newID(t)
 			appendN(t, tb.backend, stream, at(0), eventType, 2)
-			a.heartbeat(t, at(0))
+			high.heartbeat(t, at(0))
+			low.heartbeat(t, at(0))
 
-			res := a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: 10 * time.Second, Now: at(0)})
+			res := high.fetch(t, at(0), stream)
 			require.Equal(t, []int64{1, 2}, versionsOf(res.Work))
 			require.Equal(t, []int{0, 0}, attemptsOf(res.Work))
 
-			// a's leases expired at(10s) but a is live: its pin keeps b out.
-			b.heartbeat(t, at(time.Second))
-			a.heartbeat(t, at(15*time.Second))
-			require.Empty(t, b.claim(t, at(20*time.Second)))
-			requireNoWork(t, b.fetch(t, at(20*time.Second), stream))
-			require.Equal(t, []int64{1, 2}, versionsOf(a.fetch(t, at(20*time.Second), stream).Work))
+			// With one partition the stream would be low's, had high's fetch
+			// not leased it.
+			require.Empty(t, low.claimWith(t, ports.WorkClaimParams{PartitionCount: onePartition, Now: at(time.Second)}).StreamIDs)
+			requireNoWork(t, low.fetch(t, at(time.Second), stream))
+			require.Equal(t, []uuid.UUID{stream}, high.claim(t, at(2*time.Second)), "the stream high holds, whatever its partition")
+			require.Equal(t, []int64{1, 2}, versionsOf(high.fetch(t, at(2*time.Second), stream).Work))
 		},
 		"OrdersWorkAndEvents": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -196,6 +200,26 @@ func runFetcher(t *testing.T, newBackend NewBackendFunc) {
 				requireEvent(t, want[i], res.Events[i])
 			}
 		},
+		"ReleasesHeldStreamWithoutPendingRows": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			low, high := tb.pair(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 1)
+			high.heartbeat(t, at(0))
+			low.heartbeat(t, at(0))
+			work := high.fetch(t, at(0), stream).Work
+			require.Len(t, work, 1)
+			_, moved := high.deadLetter(t, at(time.Second), work[0].WorkID)
+			require.True(t, moved)
+
+			// Whatever the move did with the lease, a fetch of a stream the
+			// caller holds and that has nothing pending leaves it free.
+			requireNoWork(t, high.fetch(t, at(2*time.Second), stream))
+			appendN(t, tb.backend, stream, at(3*time.Second), eventType, 1)
+			require.Equal(t, []uuid.UUID{stream}, low.claimWith(t, ports.WorkClaimParams{PartitionCount: onePartition, Now: at(4 * time.Second)}).StreamIDs,
+				"with one partition a stream nobody holds is low's")
+		},
 		"RetakesOwnExpiredLeaseWithoutAttempt": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			a := tb.instance(t)
@@ -208,28 +232,57 @@ func runFetcher(t *testing.T, newBackend NewBackendFunc) {
 				return a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: 10 * time.Second, Now: now}).Work
 			}
 
-			require.Equal(t, []int{0}, attemptsOf(fetch(at(0))), "an unleased row is no attempt")
+			require.Equal(t, []int{0}, attemptsOf(fetch(at(0))), "an unleased stream is no attempt")
 			a.heartbeat(t, at(20*time.Second))
-			require.Equal(t, []int{0}, attemptsOf(fetch(at(20*time.Second))), "a slow instance re-leasing its own row is no attempt")
+			require.Equal(t, []int{0}, attemptsOf(fetch(at(20*time.Second))), "a slow instance re-leasing its own stream is no attempt")
 		},
-		"TakesOverExpiredLeaseWithAttempt": func(t *testing.T) {
+		"TakesStreamOfDeadHolderWithAttemptOnHandedOutRows": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a, b := tb.pair(t)
+			subscribe(t, tb.backend, eventType, perspective, perspective2)
+			expired, live := newID(t), newID(t)
+			appendN(t, tb.backend, expired, at(0), eventType, 2)
+			appendN(t, tb.backend, live, at(0), eventType, 2)
+			a.heartbeat(t, at(0))
+			require.Equal(t, []int{0, 0, 0, 0}, attemptsOf(a.fetchWith(t, ports.EventsFetchPendingParams{
+				StreamIDs: []uuid.UUID{expired}, LeaseDuration: 10 * time.Second, Now: at(0),
+			}).Work))
+			// The second fetch is cut after the first row of perspective2,
+			// and a version arrives after it: neither was handed out.
+			res := a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{live}, MaxRows: 3, Now: at(0)})
+			require.Len(t, res.Work, 3)
+			appendN(t, tb.backend, live, at(time.Second), eventType, 1)
+			b.heartbeat(t, at(20*time.Second))
+
+			// a is dead from at(30s); one lease expired at(10s), the other
+			// runs until at(5m).
+			res = b.fetch(t, at(31*time.Second), expired, live)
+
+			require.Equal(t, []int{1, 1, 1, 1}, attemptsOf(ofStream(res.Work, expired)), "each row handed out to dead a counts one takeover")
+			got := ofStream(res.Work, live)
+			require.Equal(t, []int64{1, 2, 3}, versionsOf(ofPerspective(got, perspective)))
+			require.Equal(t, []int{1, 1, 0}, attemptsOf(ofPerspective(got, perspective)), "version 3 arrived after the fetch")
+			require.Equal(t, []int64{1, 2, 3}, versionsOf(ofPerspective(got, perspective2)))
+			require.Equal(t, []int{1, 0, 0}, attemptsOf(ofPerspective(got, perspective2)), "the fetch was cut after version 1")
+			require.Equal(t, attemptsOf(res.Work), attemptsOf(b.fetch(t, at(32*time.Second), expired, live).Work), "b's own lease counts nothing more")
+		},
+		"TakesExpiredLeaseOfLiveHolderWithoutAttempt": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			a, b := tb.pair(t)
 			subscribe(t, tb.backend, eventType, perspective, perspective2)
 			stream := newID(t)
 			appendN(t, tb.backend, stream, at(0), eventType, 2)
 			a.heartbeat(t, at(0))
-			require.Equal(t, []int{0, 0, 0, 0}, attemptsOf(a.fetchWith(t, ports.EventsFetchPendingParams{
-				StreamIDs: []uuid.UUID{stream}, LeaseDuration: 10 * time.Second, Now: at(0),
-			}).Work))
-			b.heartbeat(t, at(20*time.Second))
+			b.heartbeat(t, at(0))
+			require.Len(t, a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: 10 * time.Second, Now: at(0)}).Work, 4)
 
-			// a is dead from at(30s) and its leases expired at(10s).
-			res := b.fetch(t, at(31*time.Second), stream)
+			requireNoWork(t, b.fetch(t, at(5*time.Second), stream))
+			a.heartbeat(t, at(15*time.Second))
+			res := b.fetch(t, at(20*time.Second), stream)
 
 			require.Len(t, res.Work, 4)
-			require.Equal(t, []int{1, 1, 1, 1}, attemptsOf(res.Work), "each row taken from dead a counts one takeover")
-			require.Equal(t, []int{1, 1, 1, 1}, attemptsOf(b.fetch(t, at(32*time.Second), stream).Work), "b's own lease counts nothing more")
+			require.Equal(t, []int{0, 0, 0, 0}, attemptsOf(res.Work), "a lives: its expired lease is taken without charge")
+			requireNoWork(t, a.fetch(t, at(21*time.Second), stream))
 		},
 		"ReturnsCursorsOfWorkPairs": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -300,7 +353,7 @@ func runFetcher(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, ofPerspective(work, perspective2), res.Work, "a poison event parks only its own perspective")
 			require.Len(t, res.Events, 2)
 		},
-		"SkipsStreamsPinnedToLiveOthers": func(t *testing.T) {
+		"SkipsStreamsUnderAnothersLiveLease": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			a, b := tb.pair(t)
 			subscribe(t, tb.backend, eventType, perspective)

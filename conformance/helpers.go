@@ -25,6 +25,10 @@ const (
 	perspective    = "orders"
 	perspective2   = "shipping"
 	wakeTimeout    = 10 * time.Second
+	// onePartition is the PartitionCount of claims whose outcome must not
+	// depend on a stream's hash: every stream nobody holds is then the
+	// lowest-ranked live instance's.
+	onePartition = 1
 )
 
 // base is the fixed instant every test's time starts from.
@@ -174,12 +178,12 @@ func (in *instance) fetchWith(t *testing.T, p ports.EventsFetchPendingParams) *p
 	return res
 }
 
-// renew renews the leases of ids until now+lease and returns the count.
+// renew renews the leases of the streams until now+lease and returns the count.
 func (in *instance) renew(t *testing.T, now time.Time, lease time.Duration, ids ...uuid.UUID) int {
 	t.Helper()
 	n, err := in.b.Claimer.WorkRenewLeases(t.Context(), &ports.WorkRenewLeasesParams{
 		InstanceID:    in.id,
-		WorkIDs:       ids,
+		StreamIDs:     ids,
 		LeaseDuration: lease,
 		Now:           now,
 	})

@@ -134,7 +134,7 @@ func invalidCalls(instanceID, stream uuid.UUID, events []ports.Event) []invalidC
 		{name: "WorkClaimParams.LeaseDuration", call: claim(func(p *ports.WorkClaimParams) { p.LeaseDuration = 0 })},
 		{name: "WorkClaimParams.StaleThreshold", call: claim(func(p *ports.WorkClaimParams) { p.StaleThreshold = -time.Second })},
 		{name: "WorkRenewLeasesParams.LeaseDuration", call: func(t *testing.T, b ports.Backend) error {
-			_, err := b.Claimer.WorkRenewLeases(t.Context(), &ports.WorkRenewLeasesParams{InstanceID: instanceID, WorkIDs: []uuid.UUID{newID(t)}, Now: at(time.Second)})
+			_, err := b.Claimer.WorkRenewLeases(t.Context(), &ports.WorkRenewLeasesParams{InstanceID: instanceID, StreamIDs: []uuid.UUID{newID(t)}, Now: at(time.Second)})
 			return err
 		}},
 		{name: "EventsFetchPendingParams.InstanceID", call: fetch(func(p *ports.EventsFetchPendingParams) { p.InstanceID = uuid.Nil })},

@@ -134,7 +134,7 @@ func (dr *drainer) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []port
 		now := dr.now()
 		for i := range streams {
 			sw := &streams[i]
-			dr.renewer.hold(sw.id, sw.work, now)
+			dr.renewer.hold(sw.id, now)
 			task := &streamTask{dr: dr, id: sw.id, collect: collect}
 			task.onFinish = func(n int, evs []ports.Event) {
 				mu.Lock()

@@ -215,7 +215,7 @@ func (dr *drainer) drainStream(ctx context.Context, t *streamTask, sw *streamWor
 			return nil
 		}
 		sw = &next[0]
-		dr.renewer.hold(sw.id, sw.work, dr.now())
+		dr.renewer.hold(sw.id, dr.now())
 		cursors = cursorsByPair(res.Cursors)
 	}
 }

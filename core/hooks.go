@@ -43,7 +43,7 @@ type Hooks struct {
 	// scan finished (see Worker.StartupScanComplete).
 	OnStartupScanComplete func()
 	// OnLeasesRenewed fires after the leases of the work being drained
-	// were renewed, with how many rows the backend renewed.
+	// were renewed, with how many stream leases the backend renewed.
 	OnLeasesRenewed func(renewed int)
 	// OnApplyAbandoned fires when an apply that ignored its cancelled
 	// context was abandoned (see Options.ApplyAbandonGrace).

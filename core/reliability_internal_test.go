@@ -212,10 +212,10 @@ func (s *renewSpy) WorkRenewLeases(_ context.Context, p *ports.WorkRenewLeasesPa
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls = append(s.calls, *p)
-	return len(p.WorkIDs), nil
+	return len(p.StreamIDs), nil
 }
 
-func TestRenewerRenewsHeldRowsEveryQuarterLease(t *testing.T) {
+func TestRenewerRenewsHeldStreamsEveryQuarterLease(t *testing.T) {
 	t.Parallel()
 
 	clock := clocktest.NewFake()
@@ -229,17 +229,18 @@ func TestRenewerRenewsHeldRowsEveryQuarterLease(t *testing.T) {
 	go func() { defer close(done); r.run(ctx) }()
 	t.Cleanup(func() { stop(); <-done })
 
-	held := []ports.WorkItem{{WorkID: uuid.New()}, {WorkID: uuid.New()}}
-	s1, s2 := uuid.New(), uuid.New()
-	r.hold(s1, held, clock.Now())
+	s1, s2, s3 := uuid.New(), uuid.New(), uuid.New()
+	r.hold(s1, clock.Now())
+	r.hold(s3, clock.Now())
 	<-clock.WaitTimers(timers + 1)
 	clock.Advance(30 * time.Second)
-	r.hold(s2, []ports.WorkItem{{WorkID: uuid.New()}}, clock.Now()) // fetched later
-	clock.Advance(30 * time.Second)                                 // one minute: a quarter lease
+	r.hold(s2, clock.Now())         // fetched later
+	r.hold(s1, clock.Now())         // fetched again: its lease dates from the first fetch
+	clock.Advance(30 * time.Second) // one minute: a quarter lease
 	<-spy.seen
 	spy.mu.Lock()
 	require.Len(t, spy.calls, 1)
-	require.ElementsMatch(t, []uuid.UUID{held[0].WorkID, held[1].WorkID}, spy.calls[0].WorkIDs, "only the leases granted a quarter lease ago")
+	require.ElementsMatch(t, []uuid.UUID{s1, s3}, spy.calls[0].StreamIDs, "only the leases granted a quarter lease ago")
 	require.Equal(t, 4*time.Minute, spy.calls[0].LeaseDuration)
 	require.Equal(t, clock.Now(), spy.calls[0].Now)
 	spy.mu.Unlock()
@@ -247,6 +248,7 @@ func TestRenewerRenewsHeldRowsEveryQuarterLease(t *testing.T) {
 	// A failed renewal is tried again at the next tick; a dropped stream is
 	// no longer renewed.
 	r.drop(s1)
+	r.drop(s3)
 	spy.fail.Store(true)
 	<-clock.WaitTimers(timers + 1)
 	clock.Advance(time.Minute)
@@ -258,7 +260,7 @@ func TestRenewerRenewsHeldRowsEveryQuarterLease(t *testing.T) {
 	spy.mu.Lock()
 	defer spy.mu.Unlock()
 	require.Len(t, spy.calls, 2)
-	require.Len(t, spy.calls[1].WorkIDs, 1, "only the stream still held")
+	require.Equal(t, []uuid.UUID{s2}, spy.calls[1].StreamIDs, "only the stream still held")
 }
 
 func TestFailureReason(t *testing.T) {

@@ -11,36 +11,30 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
-// renewChunk bounds the work ids of one renewal call.
+// renewChunk bounds the stream ids of one renewal call.
 const renewChunk = 5000
 
-// renewer renews the leases of the work this instance is draining, for as
-// long as it drains it: the rows a fetch handed out, per stream, from the
-// fetch until the stream's completions are acknowledged. A stream whose
-// applies legitimately take longer than a lease (a slow handler, a long
-// backlog behind a semaphore) thus never loses its rows' leases; rows
-// already completed are simply not renewed by the backend (the renewal is
-// fenced to pending rows the caller holds).
+// renewer renews the leases of the streams this instance is draining, for
+// as long as it drains them: from a stream's fetch until its completions
+// are acknowledged. A stream whose applies legitimately take longer than a
+// lease (a slow handler, a long backlog behind a semaphore) thus never
+// loses its lease; a stream another instance took meanwhile is simply not
+// renewed by the backend (the renewal is fenced to the caller's leases).
 //
-// A fetch guarantees every row it returns at least half a lease, so a row
-// renewed, or fetched, within the last quarter of a lease needs nothing;
-// the loop runs every quarter lease and renews the older ones.
+// A fetch guarantees every stream it returns at least half a lease, so a
+// stream renewed, or fetched, within the last quarter of a lease needs
+// nothing; the loop runs every quarter lease and renews the older ones.
 type renewer struct {
 	*engine
 	startStop
 	every time.Duration
 
 	mu      sync.Mutex
-	streams map[uuid.UUID]*renewal
-}
-
-type renewal struct {
-	work    [][]ports.WorkItem // the stream's rows of each fetch, shared with the drain (read only)
-	renewed time.Time          // when the leases were last granted (fetch or renewal)
+	streams map[uuid.UUID]time.Time // stream -> when its lease was last granted (fetch or renewal)
 }
 
 func newRenewer(e *engine) *renewer {
-	return &renewer{engine: e, every: e.opts.LeaseDuration / 4, streams: map[uuid.UUID]*renewal{}}
+	return &renewer{engine: e, every: e.opts.LeaseDuration / 4, streams: map[uuid.UUID]time.Time{}}
 }
 
 // Start launches the renewals; they run until Stop or until ctx (the
@@ -52,19 +46,16 @@ func (r *renewer) Start(ctx context.Context) {
 	}
 }
 
-// hold starts renewing the leases of a stream's fetched rows.
-func (r *renewer) hold(stream uuid.UUID, work []ports.WorkItem, at time.Time) {
+// hold starts renewing the lease of a stream fetched at the given time.
+func (r *renewer) hold(stream uuid.UUID, at time.Time) {
 	r.mu.Lock()
-	if cur, ok := r.streams[stream]; ok {
-		cur.work = append(cur.work, work)
-		cur.renewed = minTime(cur.renewed, at)
-	} else {
-		r.streams[stream] = &renewal{work: [][]ports.WorkItem{work}, renewed: at}
+	if cur, ok := r.streams[stream]; !ok || at.Before(cur) {
+		r.streams[stream] = at
 	}
 	r.mu.Unlock()
 }
 
-// drop stops renewing a stream's rows.
+// drop stops renewing a stream's lease.
 func (r *renewer) drop(stream uuid.UUID) {
 	r.mu.Lock()
 	delete(r.streams, stream)
@@ -76,23 +67,15 @@ func (r *renewer) run(ctx context.Context) {
 	every(ctx, r.clock, r.every, func() { r.renewDue(ctx) })
 }
 
-// renewDue renews the rows of every stream whose leases were granted more
-// than a quarter lease ago.
+// renewDue renews the lease of every stream granted more than a quarter
+// lease ago.
 func (r *renewer) renewDue(ctx context.Context) {
 	now := r.now()
-	var (
-		ids     []uuid.UUID
-		streams []*renewal
-	)
+	var ids []uuid.UUID
 	r.mu.Lock()
-	for _, s := range r.streams {
-		if now.Sub(s.renewed) >= r.every {
-			for _, work := range s.work {
-				for i := range work {
-					ids = append(ids, work[i].WorkID)
-				}
-			}
-			streams = append(streams, s)
+	for id, at := range r.streams {
+		if now.Sub(at) >= r.every {
+			ids = append(ids, id)
 		}
 	}
 	r.mu.Unlock()
@@ -103,7 +86,7 @@ func (r *renewer) renewDue(ctx context.Context) {
 	for chunk := range slices.Chunk(ids, renewChunk) {
 		n, err := r.backend.Claimer.WorkRenewLeases(ctx, &ports.WorkRenewLeasesParams{
 			InstanceID:    r.opts.InstanceID,
-			WorkIDs:       chunk,
+			StreamIDs:     chunk,
 			LeaseDuration: r.opts.LeaseDuration,
 			Now:           r.paramNow(),
 		})
@@ -117,18 +100,13 @@ func (r *renewer) renewDue(ctx context.Context) {
 	}
 	r.faults.ok(ctx, "renewing leases")
 	r.mu.Lock()
-	for _, s := range streams {
-		s.renewed = now
+	for _, id := range ids {
+		if _, ok := r.streams[id]; ok {
+			r.streams[id] = now
+		}
 	}
 	r.mu.Unlock()
 	if h := r.opts.Hooks.OnLeasesRenewed; h != nil {
 		h(renewed)
 	}
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
 }

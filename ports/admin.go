@@ -21,14 +21,14 @@ type Admin interface {
 	StreamLocks(ctx context.Context, params *StreamLocksParams) (map[string]StreamLock, error)
 
 	// DeadLetterRequeue stores the dead letter's work row (see
-	// DeadLetterStore) again, pending,
-	// unleased, with zero attempts, under its original work id, and marks
+	// DeadLetterStore) again, pending, with zero attempts, under its
+	// original work id, and marks
 	// the dead letter DeadLetterRequeued (counting the requeue and recording
 	// params.Generation and the time); listeners are woken. If the pair's
 	// cursor is already past the event, the row is Late and the cursor is
 	// flagged RewindRequired, so that a rewind applies the event in order;
-	// the row is Late too when a pending row of the pair above the event is
-	// leased (see WorkItem.Late). Only a
+	// the row is Late too when the event is below its pair's handed-out
+	// mark (see WorkItem.Late). Only a
 	// DeadLetterDead or DeadLetterIgnored dead letter is requeued: it
 	// returns ErrNotFound for an unknown id and ErrVersionConflict for one
 	// that is requeued or recovered.
@@ -42,7 +42,8 @@ type Admin interface {
 
 	// PerspectiveRetire retires a perspective: its subscriptions are deleted
 	// and later registrations of them are ignored, so appends stop creating
-	// its work rows; its pending work rows are deleted; with DropState its
+	// its work rows; its pending work rows are deleted (streams left with
+	// none are released); with DropState its
 	// cursors, models and snapshots are deleted too. Safe while instances
 	// run: their completions of deleted rows change nothing (an apply in
 	// flight may still save its model once; retiring again drops it).

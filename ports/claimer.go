@@ -12,35 +12,60 @@ import (
 // claiming work per stream, lease renewal and graceful deregistration.
 //
 // Liveness: an instance is live while its last heartbeat is newer than
-// Now - StaleThreshold. Stream affinity: a stream is pinned to at most one
-// live instance at a time; claims never take a stream pinned to a live other.
+// Now - StaleThreshold.
+//
+// Stream leases: work is leased per stream, never per row. A stream's lease
+// names one holder instance and an expiry, and covers every pending row of
+// the stream, whatever its perspective. A lease is live while its holder is
+// live and its expiry is after Now. A stream under another instance's live
+// lease is never claimed, fetched, completed or failed by the caller; a
+// stream whose lease is not live (unleased, expired, or held by an instance
+// that is not live) may be taken by a claim or a fetch. Claiming, fetching
+// and renewing write the lease, not the work rows: a work row is written
+// only when it is stored, fails, or is deleted (completed, dead-lettered,
+// retired). The holder of a stream's lease, live or expired, is the only
+// caller whose completions and failures of that stream's rows take effect,
+// until another instance takes the stream (fencing): an instance that lost
+// a stream can neither complete nor fail its rows, and its saves are fenced
+// by the model's expected version (ModelStore).
+//
+// Handed-out rows: a lease remembers, per perspective, the highest version
+// that a fetch under it returned (EventsFetchPending): the pending rows of
+// the pair at or below it were handed to the holder to apply. A failure of
+// a row lowers its pair's mark below that row (the rows from it on are no
+// longer being applied: the holder stops at a failure). The marks are
+// cleared when the stream passes to another holder or is released.
 //
 // Passive instances: an instance whose latest heartbeat set
 // InstanceHeartbeatParams.Passive is live like any other (nobody takes its
-// pinned streams or its live leases, it heartbeats and abandons stale
-// instances, and is abandoned when it goes stale), but it takes no share of
-// the unpinned streams: the partition rule of WorkClaim counts and ranks
-// only the live instances that are not passive, so the streams of every
-// partition fall to an instance that claims them. A passive caller's
-// WorkClaim leases it no unpinned stream and none pinned to a dead
-// instance; it still leases the candidate rows of the streams pinned to it
-// and returns the streams it can drain, as for any caller.
+// live leases, it heartbeats and abandons stale instances, and is abandoned
+// when it goes stale), but it takes no share of the streams nobody holds:
+// the partition rule of WorkClaim counts and ranks only the live instances
+// that are not passive, so the streams of every partition fall to an
+// instance that claims them. A passive caller's WorkClaim leases it no
+// stream it does not hold already; it still returns the streams it holds
+// and can drain, as for any caller.
 //
 // Attempts: a work row's Attempts count the applies of it that failed
-// (recorded by CursorStore.WorkFail) and the times it was taken over from a
-// dead instance: released by the abandonment of its holder, or leased from
-// another instance's expired lease. Leasing an unleased row, re-leasing the
-// caller's own rows (its lease expired or not) and renewing leases never
-// count, so a live instance that is slow, or whose database was briefly
-// unreachable, costs its events nothing.
+// (recorded by CursorStore.WorkFail) and the times it was handed out to an
+// instance that died holding it: when a stream is taken from a holder that
+// is not live, by the abandonment of that instance (InstanceHeartbeat) or
+// by another instance's claim or fetch, every pending row handed out under
+// that lease (at or below its pair's mark) gains one attempt. Nothing else
+// counts: not a claim or a fetch (handing a row out writes nothing), not a
+// lease that expired while its holder lives (the holder did not crash; an
+// apply that overruns its deadline is charged through WorkFail), not a
+// renewal, a deregistration or a backend error. A live instance that is
+// slow, or whose database was briefly unreachable, costs its events
+// nothing.
 type WorkClaimer interface {
 	// InstanceHeartbeat upserts the caller's instance row and refreshes its
 	// heartbeat. Instances whose heartbeat is older than Now-StaleThreshold
-	// are abandoned in the same call: their rows are deleted, every lease
-	// they hold is released (one attempt more on each released row: a
-	// takeover from a dead instance) and their stream pins are cleared, so
-	// others can claim the work at once. It returns the abandoned instance
-	// ids.
+	// are abandoned in the same call: their rows are deleted, every stream
+	// lease they hold is released, one attempt more on each pending row
+	// handed out under it (a takeover from a dead instance, see Attempts),
+	// so others can claim the streams at once. It returns the abandoned
+	// instance ids.
 	//
 	// Only a caller that was live itself before the call abandons others:
 	// one whose previous heartbeat is newer than Now-StaleThreshold. A new
@@ -69,46 +94,47 @@ type WorkClaimer interface {
 	// whatever the number of survivors.
 	InstanceHeartbeat(ctx context.Context, params *InstanceHeartbeatParams) (*InstanceHeartbeatResult, error)
 
-	// InstanceDeregister releases every lease and stream pin of the instance
-	// and deletes its row (graceful shutdown). Deregistering an unknown
-	// instance is a no-op. The released rows gain no attempt. A claim or
-	// fetch of the instance still running on the backend may lease rows
+	// InstanceDeregister releases every stream lease of the instance and
+	// deletes its row (graceful shutdown). Deregistering an unknown
+	// instance is a no-op. Its streams' rows gain no attempt. A claim or
+	// fetch of the instance still running on the backend may lease streams
 	// after it: call it once those returned.
 	InstanceDeregister(ctx context.Context, params *InstanceDeregisterParams) error
 
-	// WorkClaim leases work to the caller and returns the streams it should
-	// drain. Returns ErrInstanceNotAlive if the caller has no live heartbeat.
+	// WorkClaim leases streams to the caller and returns the streams it
+	// should drain. Returns ErrInstanceNotAlive if the caller has no live
+	// heartbeat, and then changes nothing.
 	//
-	// A pending row is a candidate when it is unleased or its lease expired,
-	// it is not scheduled in the future, its stream is pinned to the caller
-	// or (unpinned, or pinned to a dead instance, and the stream's partition
-	// modulo the count of live instances that are not passive equals the
-	// caller's rank among them ordered by id; a passive caller has no rank),
-	// and no earlier row (lower version) of the same (stream, perspective)
-	// is under another holder's live lease or scheduled in the future (the
-	// ordering guard). Candidate streams are selected within the MaxStreams
-	// bound below, every candidate row of a selected stream is leased to the
-	// caller, and the stream is pinned to the caller. Streams come back
-	// smallest backlog first (an adapter may count a backlog only up to a
-	// cap and order those past it as equal). A row leased from another
-	// instance's expired lease gains an attempt; no other row does (see
-	// Attempts above).
+	// A stream is drainable when one of its perspectives' first pending row
+	// is not scheduled in the future (a pair's rows are applied in version
+	// order, so a row waiting for its retry time holds back the later rows
+	// of its pair, and only those). A drainable stream is a candidate when
+	// its lease names the caller (live or expired: nobody took it), or when
+	// its lease is not live and the stream's partition modulo the count of
+	// live instances that are not passive equals the caller's rank among
+	// them ordered by id (a passive caller has no rank). Candidates are
+	// taken oldest pending work first, within the MaxStreams bound below;
+	// each is leased to the caller until Now + LeaseDuration, and one taken
+	// from a holder that is not live charges the rows handed out under that
+	// lease an attempt (see Attempts). A stream the caller holds under a
+	// live lease is not written.
 	//
-	// The result lists every stream the caller can drain now (some
-	// perspective's first pending row is under the caller's live lease), at
-	// most MaxStreams; the same stream is returned on every call until its
-	// rows complete (unless its first rows wait behind a row scheduled in
-	// the future, or the result is cut at MaxStreams). New streams are
-	// leased only while the result stays
-	// within MaxStreams, so no lease ticks on a stream nobody drains.
-	// HasMore is true when candidate streams were left out or the result was
-	// cut at MaxStreams.
+	// The result lists every stream the caller can drain now (drainable and
+	// under the caller's live lease), at most MaxStreams, smallest backlog
+	// first (an adapter may count a backlog only up to a cap and order
+	// those past it as equal); the same stream is returned on every call
+	// until its rows complete (unless all its pairs wait for a retry time,
+	// or the result is cut at MaxStreams). New streams are leased only
+	// while the result stays within MaxStreams, so no lease ticks on a
+	// stream nobody drains. HasMore is true when candidate streams were
+	// left out or the result was cut at MaxStreams.
 	WorkClaim(ctx context.Context, params *WorkClaimParams) (*WorkClaimResult, error)
 
-	// WorkRenewLeases extends the leases of the listed rows that are pending
-	// and still held by the caller (fenced) to Now+LeaseDuration, whether or
-	// not their lease expired meanwhile (nobody took them over); attempts do
-	// not change. It returns how many it renewed.
+	// WorkRenewLeases extends to Now+LeaseDuration the leases of the listed
+	// streams that the caller holds, whether or not a lease expired
+	// meanwhile (nobody took the stream); streams leased to another
+	// instance, or released, are left alone (fenced). Attempts do not
+	// change. It returns how many leases it renewed.
 	WorkRenewLeases(ctx context.Context, params *WorkRenewLeasesParams) (int, error)
 }
 
@@ -121,8 +147,8 @@ type InstanceHeartbeatParams struct {
 	Metadata       map[string]string
 	StaleThreshold time.Duration
 	Now            time.Time
-	// Passive declares an instance that claims no share of the unpinned
-	// streams (see WorkClaimer): it stays live but takes no rank in the
+	// Passive declares an instance that claims no share of the streams
+	// nobody holds (see WorkClaimer): it stays live but takes no rank in the
 	// partition rule. The latest heartbeat's value is the instance's; false,
 	// the zero value, claims as any instance.
 	Passive bool
@@ -149,19 +175,20 @@ type InstanceHeartbeatResult struct {
 }
 
 // PartitionCountDefault is the number of partitions stream ids hash into
-// to spread orphaned streams over the live instances (see WorkClaim): the
+// to spread the streams nobody holds over the live instances (see
+// WorkClaim): the
 // engine's default Options.PartitionCount, and what an adapter uses when
 // WorkClaimParams.PartitionCount is not positive. Every instance sharing a
-// backend must use the same count; a change re-buckets the unpinned
-// streams.
+// backend must use the same count; a change re-buckets the streams
+// nobody holds.
 const PartitionCountDefault = 10_000
 
 // WorkClaimParams are the inputs of WorkClaim.
 type WorkClaimParams struct {
 	InstanceID uuid.UUID
 	MaxStreams int
-	// PartitionCount is the number of partitions orphaned streams are
-	// spread over; not positive selects PartitionCountDefault.
+	// PartitionCount is the number of partitions the streams nobody holds
+	// are spread over; not positive selects PartitionCountDefault.
 	PartitionCount int
 	LeaseDuration  time.Duration
 	StaleThreshold time.Duration
@@ -176,8 +203,9 @@ type WorkClaimResult struct {
 
 // WorkRenewLeasesParams are the inputs of WorkRenewLeases.
 type WorkRenewLeasesParams struct {
-	InstanceID    uuid.UUID
-	WorkIDs       []uuid.UUID
+	InstanceID uuid.UUID
+	// StreamIDs are the streams whose leases to renew.
+	StreamIDs     []uuid.UUID
 	LeaseDuration time.Duration
 	Now           time.Time
 }

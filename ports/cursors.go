@@ -17,36 +17,49 @@ type CursorStore interface {
 
 	// WorkComplete records completions in one atomic step. For every
 	// completion it deletes exactly the listed work rows of that
-	// (stream, perspective) that are pending and leased to the caller (in
-	// DebugMode it keeps them, marked processed and unleased, invisible to
-	// claims); it never touches rows of other perspectives. Then it upserts
-	// each cursor from the payload: the position only moves forward, status
-	// becomes Completed (Failed and the error are cleared), and
-	// the rewind columns are cleared. A completed row that Admin.DeadLetterRequeue
-	// stored marks its dead letter DeadLetterRecovered. Then, for each
-	// cursor, the pending rows of the pair below the position this call
-	// reports for it (stragglers) become Late and set RewindRequired with
-	// the smallest such event as trigger. Rows below the stored cursor but
-	// not below the reported position are rows applied earlier whose
-	// completions are still on their way, not stragglers. All deletions of
-	// the call happen before any cursor is examined. Finally streams of the
-	// call with no pending rows are unpinned. Idempotent: completing missing rows is a
-	// no-op and cursor writes are set-to-value.
+	// (stream, perspective) that are pending, provided the caller holds the
+	// stream's lease (live or expired: nobody took the stream; see
+	// WorkClaimer); in DebugMode it keeps them, marked processed, invisible
+	// to claims and fetches. It never touches rows of other perspectives.
+	// Then it upserts each cursor from the payload: the position only moves
+	// forward, status becomes Completed (Failed and the error are cleared),
+	// and the rewind columns are cleared. A completed row that
+	// Admin.DeadLetterRequeue stored marks its dead letter
+	// DeadLetterRecovered. Then, for each cursor, the pending rows of the
+	// pair below the position this call reports for it (stragglers) become
+	// Late and set RewindRequired with the smallest such event as trigger.
+	// Rows below the stored cursor but not below the reported position are
+	// rows applied earlier whose completions are still on their way, not
+	// stragglers. All deletions of the call happen before any cursor is
+	// examined. Finally the leases of the streams of the call that have no
+	// pending rows left are released. Idempotent: completing missing rows
+	// is a no-op and cursor writes are set-to-value.
+	//
+	// The cursor writes are not fenced: a caller that lost the stream
+	// deletes no row, but its completion still moves the cursor forward
+	// (never back) and flags stragglers, since the model it saved, which
+	// ModelStore fenced by its expected version, is at that position.
 	WorkComplete(ctx context.Context, params *WorkCompleteParams) (*WorkCompleteResult, error)
 
 	// WorkFail records failures in one atomic step: applied rows complete as
 	// in WorkComplete, the cursor advances to LastVersion (when set), gets the
-	// Failed flag and the error text; failed rows still held by the caller
-	// gain one attempt (an apply of theirs failed), keep the error, lose
-	// their lease and are scheduled at RetryAt. A FailedEventID (a replay
+	// Failed flag and the error text; failed rows of streams whose lease
+	// the caller holds (as in WorkComplete) gain one attempt (an apply of
+	// theirs failed), keep the error and are scheduled at RetryAt, and
+	// their pair's handed-out mark drops to just below the lowest of them
+	// (its version minus one) when it was higher (see WorkClaimer): the
+	// pair's later rows wait behind them. A FailedEventID (a replay
 	// failed on an event with no pending row of the pair) stores a pending
-	// row for that event, unleased, with one attempt, the error and RetryAt
+	// row for that event, with one attempt, the error and RetryAt
 	// (or, when the pair has a pending row for it, adds the attempt to that
-	// row as for a failed row, whoever holds it), and flags the cursor
-	// RewindRequired when it is past the event, keeping an earlier trigger
-	// (such a row is Late). When a failure moves the cursor past pending
-	// rows, those become Late and flag the cursor as in WorkComplete.
-	// Rewind flags are otherwise left as they are.
+	// row as for a failed row, whoever holds the stream), and flags the
+	// cursor RewindRequired when it is past the event, keeping an earlier
+	// trigger (such a row is Late); it leaves the handed-out marks as they
+	// are. When a failure moves the cursor past pending rows, those become
+	// Late and flag the cursor as in WorkComplete. Rewind flags are
+	// otherwise left as they are. The stream's lease stays with the caller,
+	// unless the stream has no pending rows left: it is then released, as
+	// by WorkComplete.
 	WorkFail(ctx context.Context, params *WorkFailParams) error
 }
 

@@ -26,7 +26,8 @@ type DeadLetterStore interface {
 	// time. Attempts is the row's, or params.Attempts when that is larger;
 	// an empty Error keeps the error the row recorded. It reports Moved
 	// false, with no error, when the row is already gone (idempotent under
-	// retry).
+	// retry). A stream left with no pending rows is released (see
+	// WorkClaimer), whoever holds it.
 	DeadLetterMove(ctx context.Context, params *DeadLetterMoveParams) (*DeadLetterMoveResult, error)
 	// DeadLettersList returns dead letters, oldest first (by the time they
 	// were last dead-lettered), filtered by the non-zero fields of params.

@@ -12,8 +12,8 @@ import (
 // EventStore appends events and fans them out to perspectives.
 type EventStore interface {
 	// EventsAppend stores events in a stream and, atomically with them, one
-	// pending unleased work row per perspective subscribed to each event's
-	// type; after commit it publishes a wake notification.
+	// pending work row per perspective subscribed to each event's type;
+	// after commit it publishes a wake notification.
 	//
 	// ExpectedVersion 0 skips the concurrency check, ExpectNoStream requires
 	// an empty stream, and a positive value must equal the stream's current
@@ -21,8 +21,8 @@ type EventStore interface {
 	// Version get consecutive versions after the stream head; an explicit
 	// version that is taken is ErrVersionConflict. A stored event below a
 	// perspective's cursor flags that cursor RewindRequired and stores its
-	// row Late; so does, without the flag, an event below a leased pending
-	// row of the pair (see WorkItem.Late).
+	// row Late; so does, without the flag, an event below its pair's
+	// handed-out mark (see WorkItem.Late).
 	//
 	// Subscriptions, when set, are the subscriptions the caller's
 	// perspectives call for: the store registers them in the same atomic

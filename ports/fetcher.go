@@ -11,30 +11,36 @@ import (
 // EventFetcher claims and fetches the pending events of streams, and reads
 // whole streams for rewinds.
 type EventFetcher interface {
-	// EventsFetchPending first leases to the caller every pending row of the
-	// given streams that is unleased, lease-expired or already the caller's,
-	// not scheduled in the future, whose stream is not pinned to a different
-	// live instance, and that passes the ordering guard (see WorkClaim).
-	// A row leased from another instance's expired lease gains an attempt;
-	// taking an unleased row, or the caller's own whether its lease expired
-	// or not, does not (see WorkClaimer). A row under the caller's live
-	// lease is extended only when
-	// less than half of LeaseDuration is left (otherwise it is left as it
-	// is, so a fetch right after a claim or an earlier fetch writes
-	// nothing); every row returned therefore has at least half a lease left.
-	// The streams in which it leased or holds a row are pinned to the
-	// caller.
+	// EventsFetchPending first takes the lease (see WorkClaimer) of each
+	// given stream that is drainable (see WorkClaim) and not under another
+	// instance's live lease: one that is unleased, expired, or held by the
+	// caller or by an instance that is not live. The lease runs until Now +
+	// LeaseDuration, except that a lease the caller holds with at least
+	// half of LeaseDuration left is left as it is, so every stream returned
+	// has at least half a lease left. Taking a stream from a holder that is
+	// not live charges the rows handed out under that lease an attempt;
+	// taking an unleased or expired stream, or the caller's own, charges
+	// nothing (see Attempts). No partition rule applies, and the caller
+	// need not be live.
 	//
-	// It then returns, per (stream, perspective), the longest prefix in
-	// version order of pending rows leased to the caller: a row held
-	// elsewhere or scheduled in the future ends the prefix, so nothing is
-	// ever returned ahead of an earlier unfinished event. Work is ordered by
-	// stream, perspective, version; Events holds each referenced event once,
-	// ordered by stream and version. MaxRows, when positive, bounds the
-	// number of work rows returned (the rest stay leased for a refetch).
-	// Cursors holds, read in the same atomic step, the cursor of every
-	// (stream, perspective) of Work that has one: the position its stored
-	// model is at, and its rewind flags.
+	// It then returns, for each leased stream and each of its
+	// perspectives, the longest prefix in version order of pending rows
+	// that are not scheduled in the future: a row waiting for its retry
+	// time ends its pair's prefix, so nothing is ever returned ahead of an
+	// earlier unfinished event. Work is ordered by stream, perspective,
+	// version; Events holds each referenced event once, ordered by stream
+	// and version. MaxRows, when positive, bounds the number of work rows
+	// returned, cutting the last stream in that order (the rest stay
+	// pending for a refetch). The lease records, per pair, the highest
+	// version returned as handed out. Cursors holds, read in the same
+	// atomic step, the cursor of every (stream, perspective) of Work that
+	// has one: the position its stored model is at, and its rewind flags.
+	//
+	// A requested stream that is under another instance's live lease, or
+	// is not drainable, contributes nothing; a requested stream the caller
+	// holds that has no pending row is released. Every requested stream the
+	// call may lease is leased, also one that MaxRows leaves out of the
+	// result.
 	EventsFetchPending(ctx context.Context, params *EventsFetchPendingParams) (*EventsFetchPendingResult, error)
 
 	// EventsReadStream returns the events of a stream with a version greater

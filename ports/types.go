@@ -146,17 +146,17 @@ type WorkItem struct {
 	// was taken over from a dead instance (see WorkClaimer); 0 for a row
 	// nobody failed on.
 	Attempts int
-	// Late is set on a row whose event was stored below its pair's cursor (a
-	// late arrival, a dead letter requeued past it) or that a completion
+	// Late is set on a row whose event was stored below its pair's cursor
+	// (a late arrival, a dead letter requeued past it) or that a completion
 	// found pending below the position it reported (a straggler): its event
 	// was never applied, although the cursor passed it, and only a rewind
-	// can apply it in order. It is set too on a row stored below a leased
-	// pending row of its pair (leased even if the lease expired): that row
-	// was handed to an apply whose save may move the cursor past the new
-	// row before the pair is fetched again, and a crash may then keep the
-	// completion that would find the straggler from ever being reported. A
-	// Late row above the cursor is applied as any other. Once set it stays
-	// until the row is deleted.
+	// can apply it in order. It is set too on a row stored below its
+	// pair's handed-out mark (see WorkClaimer; whether or not the stream's
+	// lease is still live): rows above it were handed to an apply whose
+	// save may move the cursor past the new row before the pair is fetched
+	// again, and a crash may then keep the completion that would find the
+	// straggler from ever being reported. A Late row above the cursor is
+	// applied as any other. Once set it stays until the row is deleted.
 	Late bool
 }
 
@@ -209,9 +209,8 @@ type Failure struct {
 	// AppliedWorkIDs are rows applied before the failure; they complete.
 	AppliedWorkIDs []uuid.UUID
 	// FailedWorkIDs are the rows that failed (the engine reports one): each
-	// gains an attempt, its lease is released and it is scheduled at
-	// RetryAt. Later rows of the pair are not listed: they stay leased to
-	// the caller and wait behind the ordering guard.
+	// gains an attempt and is scheduled at RetryAt. Later rows of the pair
+	// are not listed: they wait behind it.
 	FailedWorkIDs []uuid.UUID
 	// FailedEventID and FailedEventVersion, set by a rewind instead of
 	// FailedWorkIDs, name an event whose replay failed and that has no
@@ -237,7 +236,7 @@ type Instance struct {
 	LastHeartbeatAt time.Time
 	// Passive is what the latest heartbeat declared (see
 	// InstanceHeartbeatParams.Passive): the instance takes no share of the
-	// unpinned streams.
+	// streams nobody holds.
 	Passive bool
 }
 

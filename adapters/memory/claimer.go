@@ -17,17 +17,17 @@ import (
 // InstanceHeartbeat implements ports.WorkClaimer. It upserts the caller's
 // instance and, when the caller was live before the call, abandons every
 // other instance whose heartbeat is older than Now - StaleThreshold: their
-// leases and pins are released, each released row gains an attempt, and
-// their rows are deleted. A caller that was not live (new, or back from an
-// outage) only re-registers and reports Rejoined. Abandoned ids are returned
-// in id order. NextStaleAt is the earliest deadline among the other
-// instances that are not stale yet: a stale instance left recorded by a
-// rejoin is not "the next to go stale", and reporting its deadline, already
-// past, would make the caller heartbeat again at once and abandon the peers
-// the rejoin meant to wait for. Calls are serialized by the store's mutex,
-// so concurrent callers abandon a stale instance once between them. It
-// returns ports.ErrInvalidArgument for a nil instance id or a non-positive
-// StaleThreshold.
+// stream leases are released, each row handed out under them gains an
+// attempt, and their rows are deleted. A caller that was not live (new, or
+// back from an outage) only re-registers and reports Rejoined. Abandoned ids
+// are returned in id order. NextStaleAt is the earliest deadline among the
+// other instances that are not stale yet: a stale instance left recorded by
+// a rejoin is not "the next to go stale", and reporting its deadline,
+// already past, would make the caller heartbeat again at once and abandon
+// the peers the rejoin meant to wait for. Calls are serialized by the
+// store's mutex, so concurrent callers abandon a stale instance once
+// between them. It returns ports.ErrInvalidArgument for a nil instance id
+// or a non-positive StaleThreshold.
 func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHeartbeatParams) (*ports.InstanceHeartbeatResult, error) {
 	if err := params.Validate(); err != nil {
 		return nil, fmt.Errorf("recording heartbeat: %w", err)
@@ -76,10 +76,10 @@ func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHea
 	return result, nil
 }
 
-// InstanceDeregister implements ports.WorkClaimer: it releases every lease
-// and pin of the instance and deletes its row. The released rows gain no
-// attempt: a graceful shutdown is no takeover from a dead instance. Unknown
-// instances are a no-op.
+// InstanceDeregister implements ports.WorkClaimer: it releases every stream
+// lease of the instance and deletes its row. The rows handed out under them
+// gain no attempt: a graceful shutdown is no takeover from a dead instance.
+// Unknown instances are a no-op.
 func (s *Store) InstanceDeregister(ctx context.Context, params *ports.InstanceDeregisterParams) error {
 	instanceID := params.InstanceID
 	if err := s.lock(ctx); err != nil {
@@ -92,8 +92,7 @@ func (s *Store) InstanceDeregister(ctx context.Context, params *ports.InstanceDe
 	return nil
 }
 
-// deleteInstance deletes the row of an instance whose leases and pins are
-// released.
+// deleteInstance deletes the row of an instance whose leases are released.
 func (s *Store) deleteInstance(id uuid.UUID) {
 	if i, ok := slices.BinarySearchFunc(s.instanceIDs, id, compareUUID); ok {
 		s.instanceIDs = slices.Delete(s.instanceIDs, i, i+1)
@@ -120,27 +119,27 @@ func (s *Store) InstancesList(ctx context.Context) ([]ports.Instance, error) {
 
 // WorkClaim implements ports.WorkClaimer.
 //
-// The result lists the streams the caller can drain now: those where some
-// perspective's first pending row is under the caller's live lease (what
-// EventsFetchPending would return). A stream whose held rows all wait behind
-// a failed row scheduled for later is left out until the retry time.
+// The result lists the streams the caller can drain now: those under its
+// live lease of which some perspective's first pending row is not waiting
+// for a retry time (what EventsFetchPending would return rows of). A stream
+// whose pairs all wait for a retry time is left out until the earliest one.
 //
-// Candidate streams are selected oldest pending work first (the insertion
-// order of the oldest first pending row, per perspective, that the claim can
-// lease), so a stream never starves behind newer ones, and only as long as
-// the result stays within MaxStreams: a caller already draining MaxStreams
-// streams leases no new stream, only new rows of the streams it drains.
-// HasMore is true when candidate streams were left unselected or the result
-// was cut at MaxStreams.
+// Candidate streams are taken oldest pending work first (the insertion
+// order of the oldest first pending row, per perspective, that is not
+// waiting for a retry), so a stream never starves behind newer ones, and
+// only as long as the result stays within MaxStreams: a caller already
+// draining MaxStreams streams leases no new stream. HasMore is true when
+// candidate streams were left out or the result was cut at MaxStreams. A
+// stream under the caller's live lease is not written.
 //
-// The cost is that of the streams the caller holds and the rows it leases,
-// plus O(log n) per stream for the claim index: it does not depend on the
-// backlog of other streams. Streams pinned to a dead instance that was not
-// yet abandoned are the exception: the claim looks at every claimable one of
-// them until a heartbeat abandons the instance. Instances sharing a store
-// should pass the same PartitionCount; a change re-buckets the unpinned
-// claimable streams, as does a change in the number of live instances that
-// are not passive.
+// The cost is that of the streams the caller holds and the streams it
+// leases, plus O(log n) per stream for the claim index: it does not depend
+// on the backlog of other streams. Streams leased to an instance that is no
+// longer live, and not yet abandoned, are the exception: while their leases
+// have not expired the claim looks at every one of them until a heartbeat
+// abandons the instance. Instances sharing a store should pass the same
+// PartitionCount; a change re-buckets the claimable streams, as does a
+// change in the number of live instances that are not passive.
 //
 // It returns ports.ErrInvalidArgument for a nil instance id or a
 // non-positive MaxStreams, LeaseDuration or StaleThreshold, and
@@ -164,61 +163,74 @@ func (s *Store) WorkClaim(ctx context.Context, params *ports.WorkClaimParams) (*
 	if params.PartitionCount > 0 {
 		partitions = uint32(params.PartitionCount)
 	}
-	// With only passive instances live, the orphans keep the buckets of one
-	// instance until an instance that claims them is live again.
+	// With only passive instances live, the streams nobody holds keep the
+	// buckets of one instance until an instance that claims them is live
+	// again.
 	s.claims.arrange(partitions, max(live.count, 1))
 	s.wakeDue(now)
 	expiry := now.Add(params.LeaseDuration)
 
-	// Streams the caller can already drain take their new rows for free.
-	// Other streams are selected only while the caller would still be told
-	// to drain at most MaxStreams streams: leasing more would leave leases
-	// ticking on streams nobody drains, and a takeover of them after a crash
-	// would count attempts against events that never ran. A selected stream
-	// is drainable once leased: its leased rows start some perspective's
-	// pending rows.
+	// The streams the caller drains already, under its live lease, take no
+	// capacity and are not written. Its drainable streams whose lease
+	// expired are its own candidates, whatever their bucket: nobody took
+	// them.
 	draining := s.draining[:0]
-	for st := range s.held[caller] {
-		if !drainable(st, caller, now) {
-			continue
-		}
-		draining = append(draining, st)
-		if s.claimable(st, caller, live, rank) {
-			s.claimStream(st, caller, now, expiry)
+	var own []candidate
+	for st := range s.leases[caller] {
+		key, ok, _ := st.drainState(now)
+		switch {
+		case !ok:
+		case st.expiry.After(now):
+			draining = append(draining, st)
+		default:
+			own = append(own, candidate{st: st, key: key})
 		}
 	}
+	slices.SortFunc(own, compareCandidates)
 
-	// Then the claimable streams the caller may take, oldest work first: its
-	// own, the orphans of its rank and those of its rank pinned to dead
-	// instances (a passive caller has no rank: only its own). The loop above
-	// served every one the caller drains, so each stream selected here takes
-	// capacity; the drainable check only guards that invariant.
+	// Then the candidates, oldest work first: its own, the claimable
+	// streams of its rank's bucket, and those of its rank leased to
+	// instances that are no longer live (a passive caller has no rank: only
+	// its own). Each takes capacity: none is under the caller's live lease.
+	// New streams are leased only while the caller would still be told to
+	// drain at most MaxStreams streams: leasing more would leave leases
+	// ticking on streams nobody drains.
 	capacity := params.MaxStreams - len(draining)
 	unselected := false
-	var orphaned []orphanCandidate
+	var bucket *readyQueue
+	var ofDead []candidate
 	if rank >= 0 {
-		orphaned = s.orphanedOfDead(caller, live, rank, now)
+		bucket = s.claims.buckets[rank]
+		ofDead = s.leasedToDead(caller, live, rank, now)
 	}
 	for {
-		st := s.nextClaimable(caller, rank, orphaned)
+		st, from := nextCandidate(own, bucket, ofDead)
+		switch from {
+		case fromNone:
+		case fromOwn:
+			own = own[1:]
+			if st.holder != caller || st.expiry.After(now) {
+				continue // taken from the bucket by this claim already
+			}
+		case fromDead:
+			ofDead = ofDead[1:] // checked as of now by leasedToDead
+		case fromBucket:
+			if key, ok, _ := st.claimState(now); !ok || key != st.readyKey {
+				s.touch(st, now) // filed as of another Now: refile and look again
+				continue
+			}
+		}
 		if st == nil {
 			break
 		}
-		if len(orphaned) > 0 && st == orphaned[0].st {
-			orphaned = orphaned[1:] // checked as of now by orphanedOfDead
-		} else if key, ok, _ := st.claimState(now); !ok || key != st.readyKey {
-			s.touch(st, now) // filed as of another Now: refile and look again
-			continue
+		if capacity <= 0 {
+			unselected = true
+			break
 		}
-		if !drainable(st, caller, now) {
-			if capacity <= 0 {
-				unselected = true
-				break
-			}
-			capacity--
-			draining = append(draining, st)
-		}
-		s.claimStream(st, caller, now, expiry)
+		capacity--
+		draining = append(draining, st)
+		s.leaseTo(st, caller, expiry, live)
+		s.touch(st, now)
 	}
 
 	// Smallest backlog first. Sorting copies of the keys, not the scattered
@@ -263,141 +275,76 @@ func compareDrainKeys(a, b drainKey) int {
 	}
 }
 
-// drainable reports whether a fetch by caller at now would return work of
-// st: some perspective's first pending row is under the caller's live lease.
-// Held rows waiting behind a failed row scheduled for later (or behind an
-// expired lease of their own) do not make the stream drainable, so such
-// streams neither fill the result nor keep HasMore set.
-func drainable(st *stream, caller uuid.UUID, now time.Time) bool {
-	for _, p := range st.pairs {
-		if r := p.first(); r.holder == caller && r.expiry.After(now) {
-			return true
-		}
-	}
-	return false
-}
-
-// claimable reports whether caller, of the given rank among the live
-// instances that are not passive, may lease rows of st: st is pinned to the
-// caller, or it is unpinned or pinned to a dead instance and its partition
-// falls to the caller's rank (never to a passive caller's negative rank).
-func (s *Store) claimable(st *stream, caller uuid.UUID, live liveness, rank int) bool {
-	switch owner := st.pinnedTo; {
-	case owner == caller:
-		return true
-	case owner != uuid.Nil && live.live(owner):
-		return false // a live other owner's stream is never taken
-	default:
-		return s.claims.bucket(st) == rank
-	}
-}
-
-// orphanCandidate is a claimable stream pinned to a dead instance, with its
-// claim key as of the current claim.
-type orphanCandidate struct {
+// candidate is a stream a claim may take that is not in a ready queue, with
+// its claim key as of the claim.
+type candidate struct {
 	st  *stream
 	key uint64
 }
 
-// orphanedOfDead returns the claimable streams of the caller's rank that are
-// pinned to dead instances other than the caller, oldest work first. Dead
-// instances lose their pins when a heartbeat abandons them, so this is
-// usually empty.
-func (s *Store) orphanedOfDead(caller uuid.UUID, live liveness, rank int, now time.Time) []orphanCandidate {
-	var out []orphanCandidate
-	for owner, q := range s.claims.owned {
-		if owner == caller || live.live(owner) {
+func compareCandidates(a, b candidate) int { return cmp.Compare(a.key, b.key) }
+
+// leasedToDead returns the drainable streams of the caller's rank whose
+// lease has not expired but whose holder, another instance, is no longer
+// live, oldest work first. Their leases are not live, so the partition rule
+// applies; the ones that expired are in the ready queues already. A
+// heartbeat releases them when it abandons their holder, so this is usually
+// empty.
+func (s *Store) leasedToDead(caller uuid.UUID, live liveness, rank int, now time.Time) []candidate {
+	var out []candidate
+	for holder, leased := range s.leases {
+		if holder == caller || live.live(holder) {
 			continue
 		}
-		for _, st := range q.streams {
-			if s.claims.bucket(st) != rank {
+		for st := range leased {
+			if !st.expiry.After(now) || s.claims.bucket(st) != rank {
 				continue
 			}
-			if key, ok, _ := st.claimState(now); ok {
-				out = append(out, orphanCandidate{st: st, key: key})
+			if key, ok, _ := st.drainState(now); ok {
+				out = append(out, candidate{st: st, key: key})
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b orphanCandidate) int { return cmp.Compare(a.key, b.key) })
+	slices.SortFunc(out, compareCandidates)
 	return out
 }
 
-// nextClaimable returns the claimable stream with the oldest work among the
-// caller's own ready queue, its rank's orphan queue (none for a passive
-// caller, whose rank is negative) and orphaned, nil when all are empty. It
-// does not remove it: claiming it or refiling it does.
-func (s *Store) nextClaimable(caller uuid.UUID, rank int, orphaned []orphanCandidate) *stream {
-	best := s.claims.owned[caller].peek()
-	if rank >= 0 {
-		if st := s.claims.orphans[rank].peek(); st != nil && (best == nil || st.readyKey < best.readyKey) {
-			best = st
-		}
-	}
-	if len(orphaned) > 0 && (best == nil || orphaned[0].key < best.readyKey) {
-		best = orphaned[0].st
-	}
-	return best
-}
+// Sources of nextCandidate.
+const (
+	fromNone = iota
+	fromOwn
+	fromBucket
+	fromDead
+)
 
-// claimStream leases to caller, until expiry, the rows of st a claim may
-// take: per perspective, in version order, every row that is unleased or
-// whose lease expired, stopping at the first row scheduled in the future or
-// under another holder's live lease (the ordering guard). Rows under the
-// caller's own live lease are passed over. A row taken from another
-// instance's expired lease gains an attempt (a takeover from a dead
-// instance); an unleased row, or the caller's own expired one, does not.
-// When it leases a row it pins st to the caller and refiles it in the claim
-// index.
-//
-// A perspective whose rows are all under live leases is skipped without a
-// walk (see pair.leaseFloor); a walk that finds every row under the caller's
-// live lease resets the floor to the earliest expiry.
-func (s *Store) claimStream(st *stream, caller uuid.UUID, now, expiry time.Time) {
-	leased := false
-	for _, p := range st.pairs {
-		if p.unleased == 0 && p.leaseFloor.After(now) {
-			continue
-		}
-		complete := true
-		var floor time.Time
-	rows:
-		for _, r := range p.pending() {
-			switch {
-			case r.scheduled.After(now):
-				complete = false
-				break rows
-			case r.holder != uuid.Nil && r.expiry.After(now):
-				if r.holder != caller {
-					complete = false
-					break rows
-				}
-			default:
-				if r.holder != uuid.Nil && r.holder != caller {
-					r.attempts++
-				}
-				s.take(st, p, r, caller, expiry)
-				leased = true
-			}
-			if floor.IsZero() || r.expiry.Before(floor) {
-				floor = r.expiry
-			}
-		}
-		if complete && !floor.IsZero() {
-			p.leaseFloor = floor // every row of p is the caller's, leased until floor or later
-		}
+// nextCandidate returns the stream with the oldest work among the caller's
+// own expired streams, its bucket (nil for a passive caller) and the
+// streams leased to dead instances, and which of them it came from. It
+// removes nothing: the caller does.
+func nextCandidate(own []candidate, bucket *readyQueue, ofDead []candidate) (*stream, int) {
+	var (
+		best *stream
+		key  uint64
+		from = fromNone
+	)
+	if len(own) > 0 {
+		best, key, from = own[0].st, own[0].key, fromOwn
 	}
-	if leased {
-		s.pin(st, caller)
-		s.touch(st, now)
+	if st := bucket.peek(); st != nil && (best == nil || st.readyKey < key) {
+		best, key, from = st, st.readyKey, fromBucket
 	}
+	if len(ofDead) > 0 && (best == nil || ofDead[0].key < key) {
+		best, from = ofDead[0].st, fromDead
+	}
+	return best, from
 }
 
 // WorkRenewLeases implements ports.WorkClaimer: it extends to Now +
-// LeaseDuration the leases of the listed rows that are pending and held by
-// the caller, and returns how many it renewed. A row whose lease expired but
-// that nobody took over is still held by the caller and is renewed. Now +
-// LeaseDuration may come before the current expiry: the lease is then
-// shortened, and the stream is refiled in the claim index.
+// LeaseDuration the leases of the listed streams that the caller holds, and
+// returns how many it renewed. A lease that expired but that nobody took is
+// still the caller's and is renewed. Now + LeaseDuration may come before
+// the current expiry: the lease is then shortened, and the stream is
+// refiled in the claim index either way.
 func (s *Store) WorkRenewLeases(ctx context.Context, params *ports.WorkRenewLeasesParams) (int, error) {
 	if err := params.Validate(); err != nil {
 		return 0, fmt.Errorf("renewing leases: %w", err)
@@ -413,18 +360,11 @@ func (s *Store) WorkRenewLeases(ctx context.Context, params *ports.WorkRenewLeas
 	now := s.now(params.Now)
 	expiry := now.Add(params.LeaseDuration)
 	renewed := 0
-	for _, id := range uniqueSorted(params.WorkIDs) {
-		r := s.work[id]
-		if r == nil || r.holder != params.InstanceID {
-			continue
-		}
-		st := s.streams[r.streamID]
-		p := st.pair(r.perspective)
-		shortened := expiry.Before(r.expiry)
-		extend(p, r, expiry)
-		renewed++
-		if shortened && r == p.first() {
-			s.touch(st, now) // the first row may unblock sooner than its timer says
+	for _, id := range uniqueSorted(params.StreamIDs) {
+		if st := s.streams[id]; st != nil && st.holder == params.InstanceID {
+			st.expiry = expiry
+			s.touch(st, now)
+			renewed++
 		}
 	}
 	return renewed, nil

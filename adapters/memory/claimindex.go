@@ -7,143 +7,133 @@ import (
 	"github.com/google/uuid"
 )
 
-// claimIndex finds the streams a claim may lease rows of without looking at
-// any other stream.
+// claimIndex finds the streams a claim may take without looking at any
+// other stream.
 //
-// Whether a claim can lease a row of a stream depends only on the first
-// pending row of each of its perspectives: the ordering guard stops every
-// walk at the first row that is scheduled in the future or under a live
-// lease, so a stream is claimable exactly when some perspective's first row
-// is unleased or lease-expired and not scheduled in the future. (A first row
-// under the caller's own live lease makes the stream one the caller already
-// drains; WorkClaim handles those from Store.held.) Being claimable is
-// therefore a property of the stream and the time, not of the caller, and it
-// changes only when a first row changes (rows appended, leased, released,
-// completed, a lease renewed) or when time reaches the lease expiry or retry
-// time of a blocked first row.
+// A claim takes streams that are drainable (some perspective's first
+// pending row is not scheduled in the future) and whose lease is not live.
+// A lease is live while its expiry is after now and its holder is live;
+// the first part is a matter of time, the second of heartbeats. The index
+// files streams by the first part only, which depends on the stream and the
+// time, never on the caller or on liveness: a stream is claimable when it
+// is drainable and unleased or its lease expired. It changes only when a
+// first row or the lease changes (rows appended, completed, failed or
+// dead-lettered; the stream leased, renewed or released) or when time
+// reaches the retry time of a first row or the expiry of the lease.
 //
-// Every claimable stream sits in one ready queue: the queue of its owner when
-// it is pinned, or the orphan queue of its rank bucket ((hash mod partitions)
-// mod live instances that are not passive) when it is not. Queues are
-// min-heaps on readyKey, the insertion sequence of the stream's oldest
-// claimable first row, so a claim pops streams oldest work first and stops
-// as soon as it is full. A stream with a blocked first row also sits in the
-// timer queue until the earliest time one can unblock.
+// Every claimable stream sits in the ready queue of its rank bucket ((hash
+// mod partitions) mod live instances that are not passive), whoever held
+// it last: a min-heap on readyKey, the insertion sequence of the stream's
+// oldest first row not waiting for a retry, so a claim pops streams oldest
+// work first and stops as soon as it is full. A stream whose first rows
+// wait for a retry time, or whose lease has not expired, also sits in the
+// timer queue until the earliest time that can change.
 //
-// Store operations call touch after changing a stream's rows or pin, with
+// The rest is found elsewhere: a claim reaches the streams its caller holds
+// through Store.leases (its drainable live ones fill its result, its
+// expired ones are taken again whatever their bucket), and the unexpired
+// leases of instances that are no longer live through Store.leases too,
+// until a heartbeat abandons those instances and releases their streams
+// into the ready queues.
+//
+// Store operations call touch after changing a stream's rows or lease, with
 // their own Now. Queue membership is therefore exact as of that Now; a claim
 // with a different Now first moves due timers to the ready queues, and checks
 // each stream it pops again, so a stale entry costs one check and is refiled.
 type claimIndex struct {
 	partitions uint32
-	orphans    []*readyQueue             // unpinned claimable streams by rank bucket; len = ranked live instances
-	owned      map[uuid.UUID]*readyQueue // pinned claimable streams by owner; no queue is empty
-	timers     timerQueue                // streams with a blocked first row, earliest wake first
+	buckets    []*readyQueue // claimable streams by rank bucket; len = ranked live instances
+	timers     timerQueue    // streams waiting for a retry time or a lease expiry, earliest first
 }
 
 // init sets up an empty index for one live instance.
 func (c *claimIndex) init(partitions uint32) {
 	c.partitions = partitions
-	c.orphans = []*readyQueue{{}}
-	c.owned = make(map[uuid.UUID]*readyQueue)
+	c.buckets = []*readyQueue{{}}
 }
 
-// bucket returns the rank whose claims may take st when it is unpinned or
-// pinned to a dead instance.
+// bucket returns the rank whose claims may take st when its lease is not
+// live.
 func (c *claimIndex) bucket(st *stream) int {
-	return int(st.hash%c.partitions) % len(c.orphans)
+	return int(st.hash%c.partitions) % len(c.buckets)
 }
 
-// arrange re-buckets the orphan queues when the partition count or the
+// arrange re-buckets the ready queues when the partition count or the
 // number of ranked live instances differs from the last claim's. Membership
-// changes are rare, so the O(orphans) rebuild is amortized over many claims.
+// changes are rare, so the O(claimable streams) rebuild is amortized over
+// many claims.
 func (c *claimIndex) arrange(partitions uint32, live int) {
-	if partitions == c.partitions && live == len(c.orphans) {
+	if partitions == c.partitions && live == len(c.buckets) {
 		return
 	}
-	old := c.orphans
+	old := c.buckets
 	c.partitions = partitions
-	c.orphans = make([]*readyQueue, live)
-	for i := range c.orphans {
-		c.orphans[i] = &readyQueue{}
+	c.buckets = make([]*readyQueue, live)
+	for i := range c.buckets {
+		c.buckets[i] = &readyQueue{}
 	}
 	for _, q := range old {
 		for _, st := range q.streams {
-			nq := c.orphans[c.bucket(st)]
+			nq := c.buckets[c.bucket(st)]
 			st.ready, st.readyIdx = nq, len(nq.streams)
 			nq.streams = append(nq.streams, st)
 		}
 	}
-	for _, q := range c.orphans {
+	for _, q := range c.buckets {
 		heap.Init(q)
 	}
 }
 
-// queueFor returns the ready queue st belongs in while claimable.
-func (c *claimIndex) queueFor(st *stream) *readyQueue {
-	if st.pinnedTo == uuid.Nil {
-		return c.orphans[c.bucket(st)]
-	}
-	q := c.owned[st.pinnedTo]
-	if q == nil {
-		q = &readyQueue{owner: st.pinnedTo}
-		c.owned[st.pinnedTo] = q
-	}
-	return q
-}
-
-// leave takes st out of its ready queue, if any.
-func (c *claimIndex) leave(st *stream) {
-	q := st.ready
-	if q == nil {
-		return
-	}
-	heap.Remove(q, st.readyIdx)
-	if q.owner != uuid.Nil && q.Len() == 0 {
-		delete(c.owned, q.owner)
-	}
-}
-
-// claimState reports whether a claim at now can lease a row of st that is
-// not under the caller's own live lease (see claimIndex), with the insertion
-// sequence of the oldest such first row as key, and the earliest time after
-// now at which a blocked first row can become claimable (zero when none is
-// blocked).
-func (st *stream) claimState(now time.Time) (key uint64, claimable bool, wake time.Time) {
+// drainState reports whether st is drainable at now (some perspective's
+// first row is not scheduled after now), with the insertion sequence of the
+// oldest such first row as key, and the earliest retry time after now of a
+// first row that waits (zero when none waits).
+func (st *stream) drainState(now time.Time) (key uint64, drainable bool, retry time.Time) {
 	for _, p := range st.pairs {
 		r := p.first()
-		var until time.Time
-		switch {
-		case r.scheduled.After(now):
-			until = r.scheduled
-		case r.holder != uuid.Nil && r.expiry.After(now):
-			until = r.expiry
-		default:
-			if !claimable || r.seq < key {
-				key = r.seq
+		if r.scheduled.After(now) {
+			if retry.IsZero() || r.scheduled.Before(retry) {
+				retry = r.scheduled
 			}
-			claimable = true
 			continue
 		}
-		if wake.IsZero() || until.Before(wake) {
-			wake = until
+		if !drainable || r.seq < key {
+			key = r.seq
 		}
+		drainable = true
 	}
-	return key, claimable, wake
+	return key, drainable, retry
+}
+
+// claimState reports whether st is claimable at now (see claimIndex), with
+// its key, and the earliest time after now at which that can change: a
+// retry time, or the expiry of the lease of a drainable stream (zero when
+// nothing is due).
+func (st *stream) claimState(now time.Time) (key uint64, claimable bool, wake time.Time) {
+	key, drainable, wake := st.drainState(now)
+	if drainable && st.holder != uuid.Nil && st.expiry.After(now) {
+		if wake.IsZero() || st.expiry.Before(wake) {
+			wake = st.expiry
+		}
+		return key, false, wake
+	}
+	return key, drainable, wake
 }
 
 // touch files st in the claim index as of now, after a change to its rows or
-// pin. It costs O(perspectives of st + log queue length).
+// lease. It costs O(perspectives of st + log queue length).
 func (s *Store) touch(st *stream, now time.Time) {
 	c := &s.claims
 	key, claimable, wake := st.claimState(now)
 	var q *readyQueue
 	if claimable {
-		q = c.queueFor(st)
+		q = c.buckets[c.bucket(st)]
 	}
 	switch {
 	case st.ready != q:
-		c.leave(st)
+		if st.ready != nil {
+			heap.Remove(st.ready, st.readyIdx)
+		}
 		if q != nil {
 			st.readyKey = key
 			heap.Push(q, st)
@@ -178,7 +168,6 @@ func (s *Store) wakeDue(now time.Time) {
 // readyQueue is a min-heap of claimable streams on readyKey. It implements
 // heap.Interface and keeps each stream's ready and readyIdx up to date.
 type readyQueue struct {
-	owner   uuid.UUID // the pin owner, uuid.Nil for an orphan bucket
 	streams []*stream
 }
 

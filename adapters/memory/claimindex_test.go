@@ -21,10 +21,12 @@ import (
 // (WorkClaim), the other through referenceClaim, a full scan of every stream
 // that is the claim contract written out directly. Every claim must return
 // the same result and, after every operation, both stores must hold the same
-// rows, leases, attempts and pins. Operations include lease expiry, stale
-// instances, abandonment, deregistration, failures with retry times, dead
-// letters, out-of-order versions, a changing partition count and Now moving
-// backwards, so the index's lazy refiling is exercised on every path.
+// rows, attempts, stream leases and handed-out marks. Operations include
+// lease expiry, stale instances, abandonment, deregistration, failures with
+// retry times, completions and failures by instances that do not hold the
+// stream, dead letters, out-of-order versions, a changing partition count
+// and Now moving backwards, so the index's lazy refiling is exercised on
+// every path.
 func TestClaimIndexMatchesFullScan(t *testing.T) {
 	t.Parallel()
 
@@ -237,27 +239,33 @@ type rowKey struct {
 }
 
 // heldRuns returns, per (stream, perspective), the pending rows of the fast
-// store held by instance, in version order.
+// store's streams leased to instance, in version order.
 func (tw *twin) heldRuns(instance uuid.UUID) [][]rowKey {
 	var runs [][]rowKey
 	for _, id := range tw.streams {
 		st := tw.fast.streams[id]
-		if st == nil {
+		if st == nil || st.holder != instance {
 			continue
 		}
 		for _, p := range st.pairs {
 			var run []rowKey
 			for _, r := range p.pending() {
-				if r.holder == instance {
-					run = append(run, rowKey{id, p.perspective, r.version})
-				}
+				run = append(run, rowKey{id, p.perspective, r.version})
 			}
-			if len(run) > 0 {
-				runs = append(runs, run)
-			}
+			runs = append(runs, run)
 		}
 	}
 	return runs
+}
+
+// reporter returns the instance that reports the completion or failure of
+// rows held by instance: usually instance, sometimes another, whose report
+// the lease fences.
+func (tw *twin) reporter(instance uuid.UUID) uuid.UUID {
+	if tw.pick(5) == 0 {
+		return tw.instance()
+	}
+	return instance
 }
 
 // row returns the pending row of s named by k, nil when there is none.
@@ -295,9 +303,10 @@ func (tw *twin) complete() string {
 	run = run[:1+tw.pick(len(run))]
 	last := run[len(run)-1]
 	debug := tw.pick(10) == 0
+	reporter := tw.reporter(instance)
 	results := tw.both(func(s *Store) (any, error) {
 		res, err := s.WorkComplete(tw.t.Context(), &ports.WorkCompleteParams{
-			InstanceID: instance,
+			InstanceID: reporter,
 			Completions: []ports.Completion{{
 				StreamID: last.stream, Perspective: last.perspective,
 				LastEventID: s.eventID(last), LastVersion: last.version, WorkIDs: s.workIDs(run),
@@ -330,6 +339,7 @@ func (tw *twin) fail() string {
 	if tw.pick(2) == 0 {
 		retryAt = tw.now.Add(tw.duration(40))
 	}
+	reporter := tw.reporter(instance)
 	for _, s := range tw.stores() {
 		f := ports.Failure{
 			StreamID: run[0].stream, Perspective: run[0].perspective,
@@ -339,14 +349,14 @@ func (tw *twin) fail() string {
 		if failed > 0 {
 			f.LastEventID, f.LastVersion = s.eventID(run[failed-1]), run[failed-1].version
 		}
-		require.NoError(tw.t, s.WorkFail(tw.t.Context(), &ports.WorkFailParams{InstanceID: instance, Failures: []ports.Failure{f}, Now: tw.now}))
+		require.NoError(tw.t, s.WorkFail(tw.t.Context(), &ports.WorkFailParams{InstanceID: reporter, Failures: []ports.Failure{f}, Now: tw.now}))
 	}
 	return "fail"
 }
 
 // failEvent charges a replay failure to a random stored event: it stores a
 // scheduled row, possibly below pending ones, or schedules the pending row of
-// the event, whoever holds it.
+// the event, whoever holds the stream.
 func (tw *twin) failEvent() string {
 	id := tw.streams[tw.pick(len(tw.streams))]
 	st := tw.fast.streams[id]
@@ -368,15 +378,15 @@ func (tw *twin) failEvent() string {
 
 func (tw *twin) renew() string {
 	instance := tw.instance()
-	var keys []rowKey
-	for _, run := range tw.heldRuns(instance) {
-		if tw.pick(2) == 0 {
-			keys = append(keys, run...)
+	var streams []uuid.UUID
+	for _, id := range tw.streams {
+		if st := tw.fast.streams[id]; st != nil && (st.holder == instance || tw.pick(8) == 0) && tw.pick(2) == 0 {
+			streams = append(streams, id)
 		}
 	}
 	lease := tw.duration(60)
 	results := tw.both(func(s *Store) (any, error) {
-		return s.WorkRenewLeases(tw.t.Context(), &ports.WorkRenewLeasesParams{InstanceID: instance, WorkIDs: s.workIDs(keys), LeaseDuration: lease, Now: tw.now})
+		return s.WorkRenewLeases(tw.t.Context(), &ports.WorkRenewLeasesParams{InstanceID: instance, StreamIDs: streams, LeaseDuration: lease, Now: tw.now})
 	})
 	require.Equal(tw.t, results[0], results[1], "renew")
 	return "renew"
@@ -460,8 +470,8 @@ func (tw *twin) both(call func(s *Store) (any, error)) [2]any {
 	return out
 }
 
-// requireSameState fails unless both stores hold the same rows, leases,
-// attempts, schedules and pins.
+// requireSameState fails unless both stores hold the same rows, attempts,
+// schedules, late flags, stream leases and marks.
 func (tw *twin) requireSameState(when string) {
 	tw.t.Helper()
 	want, got := tw.ref.snapshot(tw.streams, tw.instances), tw.fast.snapshot(tw.streams, tw.instances)
@@ -470,20 +480,21 @@ func (tw *twin) requireSameState(when string) {
 	}
 }
 
-// rowState is one line of a snapshot: a stream's pin and backlog (version
-// 0), one of its pending rows, or an instance's held and pinned counts
-// (stream id nil).
+// rowState is one line of a snapshot: a stream's lease and backlog (version
+// 0), one of its marks (version 0, perspective set), one of its pending
+// rows, or an instance's count of leased streams (stream id nil).
 type rowState struct {
-	stream, holder      uuid.UUID
-	perspective, err    string
-	version             int64
-	expiry, scheduled   int64 // Unix nanoseconds
-	attempts, pending   int
-	heldBy, pinnedCount int
+	stream, holder   uuid.UUID
+	perspective, err string
+	version, mark    int64
+	expiry, sched    int64 // Unix nanoseconds
+	attempts         int
+	pending, leases  int
+	late             bool
 }
 
-// snapshot returns the rows, leases and pins of the given streams and the
-// held and pinned counts of the given instances.
+// snapshot returns the rows, leases and marks of the given streams and the
+// lease counts of the given instances.
 func (s *Store) snapshot(streams, instances []uuid.UUID) []rowState {
 	var out []rowState
 	for _, id := range streams {
@@ -491,51 +502,48 @@ func (s *Store) snapshot(streams, instances []uuid.UUID) []rowState {
 		if st == nil {
 			continue
 		}
-		out = append(out, rowState{stream: id, holder: st.pinnedTo, pending: st.pending})
+		out = append(out, rowState{stream: id, holder: st.holder, expiry: st.expiry.UnixNano(), pending: st.pending})
+		marks := slices.Clone(st.marks)
+		slices.SortFunc(marks, func(a, b handedOut) int { return cmp.Compare(a.perspective, b.perspective) })
+		for _, m := range marks {
+			out = append(out, rowState{stream: id, perspective: m.perspective, mark: m.version})
+		}
 		for _, p := range st.pairs {
 			for _, r := range p.pending() {
 				out = append(out, rowState{
-					stream: id, holder: r.holder, perspective: p.perspective, err: r.err, version: r.version,
-					expiry: r.expiry.UnixNano(), scheduled: r.scheduled.UnixNano(), attempts: r.attempts,
+					stream: id, perspective: p.perspective, err: r.err, version: r.version,
+					sched: r.scheduled.UnixNano(), attempts: r.attempts, late: r.late,
 				})
 			}
 		}
 	}
 	for _, id := range instances {
-		out = append(out, rowState{holder: id, heldBy: len(s.held[id]), pinnedCount: len(s.pins[id])})
+		out = append(out, rowState{holder: id, leases: len(s.leases[id])})
 	}
 	return out
 }
 
 // requireIndexConsistent checks the claim index's bookkeeping as of now:
-// every queued stream knows its queue and position, sits in the queue its pin
-// and bucket call for, no queue breaks the heap order, and every stream
-// claimable at now is queued or has a due timer.
+// every queued stream knows its queue and position, sits in the queue of its
+// bucket, no queue breaks the heap order, every stream claimable at now is
+// queued or has a due timer, and the leases index matches the streams'
+// holders.
 func (s *Store) requireIndexConsistent(t *testing.T, now time.Time) {
 	t.Helper()
 	c := &s.claims
-	check := func(q *readyQueue) {
+	for _, q := range c.buckets {
 		for i, st := range q.streams {
 			switch {
 			case st.ready != q || st.readyIdx != i:
 				t.Fatalf("stream %s at %d of a queue records %p at %d", st.id, i, st.ready, st.readyIdx)
-			case c.queueFor(st) != q:
-				t.Fatalf("stream %s is filed under the wrong owner or bucket", st.id)
+			case c.buckets[c.bucket(st)] != q:
+				t.Fatalf("stream %s is filed under the wrong bucket", st.id)
 			case st.pending == 0:
 				t.Fatalf("stream %s without pending rows is queued", st.id)
 			case i > 0 && q.streams[(i-1)/2].readyKey > st.readyKey:
 				t.Fatalf("ready queue out of heap order at %d", i)
 			}
 		}
-	}
-	for _, q := range c.orphans {
-		check(q)
-	}
-	for owner, q := range c.owned {
-		if owner != q.owner || q.Len() == 0 {
-			t.Fatalf("owner queue of %s: owner %s, %d streams", owner, q.owner, q.Len())
-		}
-		check(q)
 	}
 	for i, st := range c.timers {
 		if st.timerIdx != i || i > 0 && st.wake.Before(c.timers[(i-1)/2].wake) {
@@ -549,13 +557,23 @@ func (s *Store) requireIndexConsistent(t *testing.T, now time.Time) {
 		if _, ok, _ := st.claimState(now); ok && st.ready == nil && (st.timerIdx < 0 || st.wake.After(now)) {
 			t.Fatalf("claimable stream %s is neither queued nor due", st.id)
 		}
+		if _, ok := s.leases[st.holder][st]; st.holder != uuid.Nil && !ok || st.holder == uuid.Nil && (!st.expiry.IsZero() || len(st.marks) > 0) {
+			t.Fatalf("stream %s: holder %s, expiry %s, %d marks, indexed %t", st.id, st.holder, st.expiry, len(st.marks), ok)
+		}
+	}
+	for holder, leased := range s.leases {
+		for st := range leased {
+			if st.holder != holder {
+				t.Fatalf("stream %s is indexed under %s but leased to %s", st.id, holder, st.holder)
+			}
+		}
 	}
 }
 
 // referenceClaim is WorkClaim as a full scan: it looks at every stream with
-// pending rows, collects each eligible stream's candidate rows, orders the
-// streams by the oldest claimable first row and selects them as WorkClaim
-// documents. It shares no claim index code, only the row helpers.
+// pending rows, collects the candidates the contract describes, orders them
+// by the oldest drainable first row and selects them as WorkClaim documents.
+// It shares no claim index code, only the row and lease helpers.
 func (s *Store) referenceClaim(params *ports.WorkClaimParams) (*ports.WorkClaimResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -563,7 +581,7 @@ func (s *Store) referenceClaim(params *ports.WorkClaimParams) (*ports.WorkClaimR
 	now := s.now(params.Now)
 	caller := params.InstanceID
 	live, rank := s.liveAt(now, params.StaleThreshold, caller)
-	if rank < 0 {
+	if rank == -1 {
 		return nil, fmt.Errorf("claiming work for instance %s: %w", caller, ports.ErrInstanceNotAlive)
 	}
 	partitions := uint32(s.partitionCount)
@@ -571,79 +589,61 @@ func (s *Store) referenceClaim(params *ports.WorkClaimParams) (*ports.WorkClaimR
 		partitions = uint32(params.PartitionCount)
 	}
 
-	type candidate struct {
-		st   *stream
-		rows []*workRow
-		key  uint64
+	// A stream is drainable when some perspective's first pending row is
+	// not scheduled after now; its key is the oldest such row.
+	drainable := func(st *stream) (uint64, bool) {
+		key, ok := uint64(0), false
+		for _, p := range st.pairs {
+			if r := p.first(); !r.scheduled.After(now) && (!ok || r.seq < key) {
+				key, ok = r.seq, true
+			}
+		}
+		return key, ok
 	}
+	type candidate struct {
+		st  *stream
+		key uint64
+	}
+	var draining []*stream
 	var candidates []candidate
 	for _, st := range s.streams {
-		if st.pending == 0 {
-			continue
+		key, ok := drainable(st)
+		switch {
+		case !ok:
+		case st.holder == caller && st.expiry.After(now):
+			draining = append(draining, st) // under the caller's live lease
+		case st.holder == caller:
+			candidates = append(candidates, candidate{st, key}) // nobody took it
+		case st.holder != uuid.Nil && st.expiry.After(now) && live.live(st.holder):
+			// under another instance's live lease
+		case rank >= 0 && int(st.hash%partitions)%live.count == rank:
+			candidates = append(candidates, candidate{st, key})
 		}
-		if owner := st.pinnedTo; owner != caller {
-			if owner != uuid.Nil && live.live(owner) {
-				continue
-			}
-			if int(st.hash%partitions)%live.count != rank {
-				continue
-			}
-		}
-		var rows []*workRow
-		key, keyed := uint64(0), false
-		for _, p := range st.pairs {
-		walk:
-			for i, r := range p.pending() {
-				switch {
-				case r.scheduled.After(now):
-					break walk
-				case r.holder != uuid.Nil && r.expiry.After(now):
-					if r.holder != caller {
-						break walk
-					}
-				default:
-					rows = append(rows, r)
-					if i == 0 && (!keyed || r.seq < key) {
-						key, keyed = r.seq, true
-					}
-				}
-			}
-		}
-		if len(rows) == 0 {
-			continue
-		}
-		if !keyed && !drainable(st, caller, now) {
-			panic("a stream the caller does not drain has candidates but no claimable first row")
-		}
-		candidates = append(candidates, candidate{st: st, rows: rows, key: key})
 	}
 	slices.SortFunc(candidates, func(a, b candidate) int { return cmp.Compare(a.key, b.key) })
 
-	var draining []*stream
-	for st := range s.held[caller] {
-		if drainable(st, caller, now) {
-			draining = append(draining, st)
-		}
-	}
 	capacity := params.MaxStreams - len(draining)
 	unselected := false
 	expiry := now.Add(params.LeaseDuration)
 	for _, c := range candidates {
-		if !drainable(c.st, caller, now) {
-			if capacity <= 0 {
-				unselected = true
-				continue
-			}
-			capacity--
-			draining = append(draining, c.st)
+		if capacity <= 0 {
+			unselected = true
+			break
 		}
-		for _, r := range c.rows {
-			if r.holder != uuid.Nil && r.holder != caller {
-				r.attempts++ // taken over from another instance's expired lease
+		capacity--
+		draining = append(draining, c.st)
+		if c.st.holder != caller {
+			if c.st.holder != uuid.Nil && !live.live(c.st.holder) {
+				c.st.chargeHandedOut() // taken from a dead holder
 			}
-			s.take(c.st, c.st.pair(r.perspective), r, caller, expiry)
+			s.unlease(c.st, false)
+			if s.leases[caller] == nil {
+				s.leases[caller] = map[*stream]struct{}{}
+			}
+			s.leases[caller][c.st] = struct{}{}
+			c.st.holder = caller
 		}
-		s.pin(c.st, caller)
+		c.st.expiry = expiry
 	}
 	slices.SortFunc(draining, func(a, b *stream) int {
 		return cmp.Or(cmp.Compare(a.pending, b.pending), compareUUID(a.id, b.id))

@@ -46,9 +46,9 @@ func (s *Store) CursorsGet(ctx context.Context, params *ports.CursorsGetParams) 
 }
 
 // WorkComplete implements ports.CursorStore. A completion's rows count only
-// when they belong to its (stream, perspective), are pending and are held by
-// the caller, whether or not the lease has expired since (nobody took them
-// over). The same pair may appear in several completions of one call; its
+// when they belong to its (stream, perspective) and are pending, and the
+// caller holds the stream's lease, whether or not it has expired since
+// (nobody took the stream). The same pair may appear in several completions of one call; its
 // cursor then ends at the highest position. Rows completed in DebugMode stay
 // in memory, invisible to every port, for the life of the store. A completed
 // row that DeadLetterRequeue stored, in DebugMode too, marks its dead letter
@@ -95,7 +95,7 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 			result.RewindsFlagged++
 		}
 		st := s.streams[k.streamID]
-		s.unpinIfDrained(st)
+		s.releaseIfDrained(st)
 		s.touch(st, now)
 	}
 	return result, nil
@@ -103,19 +103,22 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 
 // WorkFail implements ports.CursorStore. Applied rows complete as in
 // WorkComplete. Failed rows must belong to the failure's (stream,
-// perspective) and be held by the caller; they gain an attempt, keep Error,
-// lose their lease and are scheduled at RetryAt (a zero RetryAt makes them
-// claimable at once). A FailedEventID is charged to the pair's pending row
-// of that event, whoever holds it, as to a failed row; without one, a new
-// pending row is stored for it, unleased, with one attempt, the error and
-// RetryAt.
+// perspective), and the caller must hold the stream's lease; they gain an
+// attempt, keep Error and are scheduled at RetryAt (a zero RetryAt makes
+// them drainable at once), and the pair's handed-out mark drops below them.
+// The lease stays the caller's. A FailedEventID is charged to the pair's
+// pending row of that event, whoever holds the stream, as to a failed row;
+// without one, a new pending row is stored for it, with one attempt, the
+// error and RetryAt. Either way the marks are left as they are: the event
+// was applied long ago, and a replay's failure says nothing of the rows a
+// holder is applying.
 //
 // The cursor is upserted: its position moves forward to LastVersion when that
 // is higher, Completed is replaced by Failed and Error is stored. When the
 // position moved, pending rows below it become late and flag RewindRequired
 // as in WorkComplete, and a FailedEventID below the position makes its row
 // late and flags it too, keeping an earlier trigger; rewind columns are
-// otherwise left alone. Streams left without pending rows are unpinned. It
+// otherwise left alone. Streams left without pending rows are released. It
 // returns ports.ErrInvalidArgument, and changes nothing, when a failure has a
 // nil stream id, an empty perspective, a negative LastVersion, or a
 // FailedEventID that is not the stored event of FailedEventVersion in the
@@ -158,15 +161,16 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 	reported := map[pairKey]int64{}
 	for i, f := range params.Failures {
 		st := s.streamFor(f.StreamID)
+		holds := params.InstanceID != uuid.Nil && st.holder == params.InstanceID
 		for _, id := range f.FailedWorkIDs {
 			r := s.work[id]
-			if !heldRowOf(r, params.InstanceID, f.StreamID, f.Perspective) {
+			if !holds || !rowOf(r, f.StreamID, f.Perspective) {
 				continue
 			}
-			s.release(st, st.pair(f.Perspective), r)
 			r.attempts++
 			r.err = f.Error
 			r.scheduled = f.RetryAt
+			st.lowerMark(f.Perspective, r.version)
 		}
 		var eventRow *workRow
 		if f.FailedEventID != uuid.Nil {
@@ -194,24 +198,23 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 	}
 	for _, f := range params.Failures {
 		st := s.streams[f.StreamID]
-		s.unpinIfDrained(st)
+		s.releaseIfDrained(st)
 		s.touch(st, now)
 	}
 	return nil
 }
 
 // failEvent charges the failure f of an event (FailedEventID) to the pending
-// row of its pair for that event, whoever holds it, as to a failed row; when
-// the pair has none, as after a replay of an event applied long ago, it
-// stores one under rowID, unless the perspective is retired. Either way the
-// row waits, unleased, until RetryAt, and the ordering guard holds the rest of
-// the pair behind it. It returns the row, which the caller makes late when the
-// cursor is past the event, or nil.
+// row of its pair for that event, whoever holds the stream, as to a failed
+// row; when the pair has none, as after a replay of an event applied long
+// ago, it stores one under rowID, unless the perspective is retired. Either
+// way the row waits until RetryAt, holding the rest of the pair behind it.
+// It returns the row, which the caller makes late when the cursor is past
+// the event, or nil.
 func (s *Store) failEvent(st *stream, f *ports.Failure, rowID uuid.UUID, now time.Time) *workRow {
 	if p := st.pair(f.Perspective); p != nil {
 		if i, ok := p.rowIndex(f.FailedEventVersion); ok {
 			r := p.pending()[i]
-			s.release(st, p, r)
 			r.attempts++
 			r.err = f.Error
 			r.scheduled = f.RetryAt
@@ -237,14 +240,14 @@ func (s *Store) failEvent(st *stream, f *ports.Failure, rowID uuid.UUID, now tim
 	return r
 }
 
-// finishRows completes the listed rows of one (stream, perspective) held by
-// instance and returns how many it completed. A completed row stored by a
+// finishRows completes the listed rows of one (stream, perspective) of a
+// stream whose lease instance holds and returns how many it completed. A completed row stored by a
 // dead-letter requeue recovers its dead letter. The rows are usually the
 // pair's first pending rows in version order, which come off its front in
 // O(1) each.
 func (s *Store) finishRows(instance, streamID uuid.UUID, perspective string, ids []uuid.UUID, debug bool, now time.Time) int {
 	st := s.streams[streamID]
-	if st == nil || instance == uuid.Nil {
+	if st == nil || instance == uuid.Nil || st.holder != instance {
 		return 0
 	}
 	pi, ok := st.pairIndex(perspective)
@@ -255,11 +258,10 @@ func (s *Store) finishRows(instance, streamID uuid.UUID, perspective string, ids
 	n := 0
 	for _, id := range ids {
 		r := s.work[id]
-		if !heldRowOf(r, instance, streamID, perspective) {
+		if !rowOf(r, streamID, perspective) {
 			continue
 		}
-		p.remove(r) // a held row is pending, so it is in p
-		r.holder, r.expiry = uuid.Nil, time.Time{}
+		p.remove(r) // a row of s.work is pending, so it is in p
 		delete(s.work, id)
 		if r.deadLetterID != uuid.Nil {
 			s.recoverDeadLetter(r.deadLetterID, now)
@@ -274,18 +276,16 @@ func (s *Store) finishRows(instance, streamID uuid.UUID, perspective string, ids
 		return 0
 	}
 	st.pending -= n
-	s.dropHeld(instance, st, n)
 	if len(p.pending()) == 0 {
 		st.pairs = slices.Delete(st.pairs, pi, pi+1)
 	}
 	return n
 }
 
-// heldRowOf reports whether r is a pending row of (streamID, perspective)
-// held by instance: the fence of every completion and failure.
-func heldRowOf(r *workRow, instance, streamID uuid.UUID, perspective string) bool {
-	return r != nil && instance != uuid.Nil && r.holder == instance &&
-		r.streamID == streamID && r.perspective == perspective
+// rowOf reports whether r is a pending row of (streamID, perspective). With
+// the lease of the stream, it is the fence of every completion and failure.
+func rowOf(r *workRow, streamID uuid.UUID, perspective string) bool {
+	return r != nil && r.streamID == streamID && r.perspective == perspective
 }
 
 // cursorFor returns the cursor of (st, perspective), creating an empty one

@@ -15,7 +15,7 @@ import (
 // DeadLetterMove implements ports.DeadLetterStore. The row need not be held
 // by params.InstanceID, which is recorded as the instance that dead-lettered
 // it. Removing the row unblocks later rows of its (stream, perspective); a
-// stream left without pending rows is unpinned. A row stored by
+// stream left without pending rows is released. A row stored by
 // DeadLetterRequeue updates its dead letter, which keeps its id, its requeue
 // count and the time and generation of its last requeue. A row already gone,
 // or kept as processed by debug mode, yields Moved false.
@@ -48,7 +48,7 @@ func (s *Store) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMove
 	now := s.now(params.Now)
 	st := s.streams[r.streamID]
 	s.removeRow(st, r)
-	s.unpinIfDrained(st)
+	s.releaseIfDrained(st)
 	s.touch(st, now)
 	dl.Attempts = max(r.attempts, params.Attempts)
 	dl.Reason = params.Reason
@@ -105,11 +105,12 @@ func (s *Store) sortedDeadLetters(keep func(dl *deadLetter) bool) []*deadLetter 
 	return out
 }
 
-// DeadLetterRequeue implements ports.Admin. The row comes back
-// with its original work id, pending, unleased, unscheduled and with zero
-// attempts, and listeners are woken. If the pair's cursor is past the event,
-// the row is late and the cursor is flagged RewindRequired (the trigger keeps
-// the smallest version). It returns ports.ErrNotFound for an unknown id and
+// DeadLetterRequeue implements ports.Admin. The row comes back with its
+// original work id, pending, unscheduled and with zero attempts, and
+// listeners are woken. If the pair's cursor is past the event, the row is
+// late and the cursor is flagged RewindRequired (the trigger keeps the
+// smallest version); below the pair's handed-out mark it is late without
+// the flag. It returns ports.ErrNotFound for an unknown id and
 // ports.ErrVersionConflict for a dead letter that is requeued or recovered.
 func (s *Store) DeadLetterRequeue(ctx context.Context, params *ports.DeadLetterRequeueParams) error {
 	if err := s.lock(ctx); err != nil {

@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/vantage-go/vantage/ports"
 )
@@ -14,10 +11,9 @@ import (
 // EventsFetchPending implements ports.EventFetcher.
 //
 // Streams are processed in id order (duplicates ignored, unknown streams
-// skipped). The caller need not be live: the call only gates on a live other
-// owner, as the contract says. A stream in which the caller holds at least
-// one row after the leasing step is pinned to it. Cursors come in the order
-// of Work's pairs.
+// skipped). The caller need not be live: the call only gates on another
+// instance's live lease, as the contract says. Cursors come in the order of
+// Work's pairs.
 //
 // It returns ports.ErrInvalidArgument for a nil instance id, a non-positive
 // LeaseDuration or StaleThreshold, or a negative MaxRows.
@@ -36,27 +32,37 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 	expiry := now.Add(params.LeaseDuration)
 	extendBefore := now.Add(params.LeaseDuration / 2)
 
+	// Lease: take each drainable stream that is not under another
+	// instance's live lease; extend the caller's own lease only when less
+	// than half of LeaseDuration is left. Release a stream the caller holds
+	// that has nothing pending.
 	var streams []*stream
 	for _, id := range uniqueSorted(params.StreamIDs) {
-		if st := s.pendingStream(id); st != nil {
-			streams = append(streams, st)
-		}
-	}
-
-	// Lease: take every candidate row and extend the caller's own live
-	// leases, unless a live other instance owns the stream.
-	for _, st := range streams {
-		if owner := st.pinnedTo; owner != uuid.Nil && owner != caller && live.live(owner) {
+		st := s.streams[id]
+		switch {
+		case st == nil:
+			continue
+		case st.pending == 0:
+			if st.holder == caller {
+				s.unlease(st, false)
+			}
+			continue
+		case st.holder != caller && st.leaseLive(live, now):
 			continue
 		}
-		if s.fetchLease(st, caller, now, expiry, extendBefore) {
-			s.pin(st, caller)
+		if _, ok, _ := st.drainState(now); !ok {
+			continue
+		}
+		if st.holder != caller || st.expiry.Before(extendBefore) {
+			s.leaseTo(st, caller, expiry, live)
 			s.touch(st, now)
 		}
+		streams = append(streams, st)
 	}
 
-	// Fetch: per (stream, perspective) the prefix of rows under the caller's
-	// live lease, bounded by MaxRows over the whole result.
+	// Fetch: per (stream, perspective) the prefix of rows not waiting for a
+	// retry time, bounded by MaxRows over the whole result, and the highest
+	// version of each handed out under the lease.
 	bound := 0
 	for _, st := range streams {
 		bound += st.pending
@@ -75,7 +81,7 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 		for _, p := range st.pairs {
 			rows := len(result.Work)
 			for _, r := range p.pending() {
-				if r.holder != caller || !r.expiry.After(now) {
+				if r.scheduled.After(now) {
 					break
 				}
 				if params.MaxRows > 0 && len(result.Work) == params.MaxRows {
@@ -92,7 +98,11 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 				})
 				versions = append(versions, r.version)
 			}
-			if cur := st.cursors[p.perspective]; cur != nil && len(result.Work) > rows {
+			if len(result.Work) == rows {
+				continue
+			}
+			st.raiseMark(p.perspective, result.Work[len(result.Work)-1].EventVersion)
+			if cur := st.cursors[p.perspective]; cur != nil {
 				result.Cursors = append(result.Cursors, *cur) // a Cursor holds no reference: the copy is deep
 			}
 		}
@@ -138,54 +148,6 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 type versionSpan struct {
 	st       *stream
 	from, to int
-}
-
-// fetchLease leases to caller, until expiry, every row of st a fetch may
-// take: per perspective, in version order, rows that are unleased, whose
-// lease expired or that are under the caller's live lease ending before
-// extendBefore, stopping at the first row scheduled in the future or under
-// another holder's live lease. A row taken from another instance's expired
-// lease gains an attempt; an unleased row, the caller's own expired lease
-// and the extension of its live lease do not. The caller's leases ending at
-// or after extendBefore are left as they are. It reports whether it leased
-// any row.
-func (s *Store) fetchLease(st *stream, caller uuid.UUID, now, expiry, extendBefore time.Time) bool {
-	leased := false
-	for _, p := range st.pairs {
-		complete := true
-		floor := expiry
-		for _, r := range p.pending() {
-			if r.scheduled.After(now) {
-				complete = false
-				break
-			}
-			liveLease := r.holder != uuid.Nil && r.expiry.After(now)
-			if liveLease && r.holder != caller {
-				complete = false
-				break
-			}
-			if liveLease && !r.expiry.Before(extendBefore) {
-				floor = earliest(floor, r.expiry)
-				continue
-			}
-			if !liveLease && r.holder != uuid.Nil && r.holder != caller {
-				r.attempts++
-			}
-			s.take(st, p, r, caller, expiry)
-			leased = true
-		}
-		if complete {
-			p.leaseFloor = floor // every row of p is now the caller's until floor or later
-		}
-	}
-	return leased
-}
-
-func earliest(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
 }
 
 // EventsReadStream implements ports.EventFetcher. An unknown stream has no

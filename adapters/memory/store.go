@@ -33,21 +33,27 @@
 // # Indexes
 //
 // Pending work rows are indexed by stream and by (stream, perspective) in
-// version order, held rows by instance, and stream pins by instance, so
-// fetches, completions and abandonment touch only the streams and rows they
-// concern, never the whole store. Events are indexed by type, both by stream
-// and by creation, for rebuild paging and lifecycle reconciliation. Claims
-// find new work through a claim index (see claimindex.go): priority queues
-// of the streams that have a claimable first row, per pin owner and per rank
-// bucket, oldest work first, plus a timer queue of lease expiries and retry
-// times. A claim therefore costs O(streams the caller holds + rows it
-// leases), amortized, plus a logarithmic factor, whatever the backlog of
-// other streams; appends, fetches, completions and failures cost O(their
-// input and result). Each (stream, perspective) keeps a version below which
-// every pending row is late, so the stragglers a completion marks late are
-// walked once, not again by every later completion. Each work row stored by a dead-letter requeue keeps its
-// dead letter's id, so completing or dead-lettering it again finds the dead
-// letter in O(1); listing and recovering dead letters walk all of them.
+// version order, and stream leases by instance, so fetches, completions and
+// abandonment touch only the streams and rows they concern, never the whole
+// store. A lease is held by the stream, not by its rows: claiming, fetching
+// and renewing write one stream, whatever its backlog. The lease keeps, per
+// perspective, the highest version a fetch handed out: an abandonment
+// charges the pending rows up to it, and a row stored below it is late.
+// Events are
+// indexed by type, both by stream and by creation, for rebuild paging and
+// lifecycle reconciliation. Claims find new work through a claim index (see
+// claimindex.go): priority queues of the drainable streams whose lease is
+// not live as far as time goes (unleased or expired), per rank bucket,
+// oldest work first, plus a timer queue of lease expiries and retry times.
+// A claim therefore costs O(streams the caller holds + streams it leases),
+// amortized, plus a logarithmic factor, whatever the backlog of other
+// streams; appends, fetches, completions and failures cost O(their input and
+// result). Each (stream, perspective) keeps a version below which every
+// pending row is late, so the stragglers a completion marks late are walked
+// once, not again by every later completion. Each work row stored by a
+// dead-letter requeue keeps its dead letter's id, so completing or
+// dead-lettering it again finds the dead letter in O(1); listing and
+// recovering dead letters walk all of them.
 // CLAIMING.md at the repository root describes the claim policy both adapters implement.
 package memory
 
@@ -71,9 +77,10 @@ type Options struct {
 	// Clock supplies the time whenever a params Now is zero. Defaults to
 	// ports.SystemClock{}.
 	Clock ports.Clock
-	// PartitionCount is the number of partitions a stream id hashes into for
-	// orphan distribution, used when WorkClaimParams.PartitionCount is not
-	// positive. Values below 1 select ports.PartitionCountDefault.
+	// PartitionCount is the number of partitions a stream id hashes into to
+	// spread the streams nobody holds over the live instances, used when
+	// WorkClaimParams.PartitionCount is not positive. Values below 1 select
+	// ports.PartitionCountDefault.
 	PartitionCount int
 }
 
@@ -94,9 +101,8 @@ type Store struct {
 	eventIDs    map[uuid.UUID]eventLoc             // every stored event id, with where it is stored
 	work        map[uuid.UUID]*workRow             // pending work rows by work id
 	processed   map[uuid.UUID]*workRow             // rows completed in debug mode, kept for forensics
-	held        map[uuid.UUID]map[*stream]int      // instance -> stream -> pending rows it holds
-	pins        map[uuid.UUID]map[*stream]struct{} // instance -> streams pinned to it
-	claims      claimIndex                         // streams a claim may lease rows of, see claimindex.go
+	leases      map[uuid.UUID]map[*stream]struct{} // instance -> streams leased to it
+	claims      claimIndex                         // streams a claim may take, see claimindex.go
 	subs        map[string][]string                // event type -> perspectives, sorted
 	retired     map[string]struct{}                // retired perspectives, never subscribed
 	deadLetters map[uuid.UUID]*deadLetter          // by dead letter id
@@ -121,8 +127,15 @@ type stream struct {
 	id   uuid.UUID
 	hash uint32 // FNV-1a of the 16 id bytes; partition = hash % partition count
 
-	events   []ports.Event // stored copies, sorted by version
-	pinnedTo uuid.UUID     // owning instance, uuid.Nil when unpinned
+	events []ports.Event // stored copies, sorted by version
+
+	// The stream's lease (see ports.WorkClaimer): it covers every pending
+	// row of the stream. marks holds, per perspective, the highest version
+	// a fetch under the lease handed out; it is cleared when the lease
+	// passes to another holder or is released.
+	holder uuid.UUID // uuid.Nil when unleased
+	expiry time.Time // zero when unleased
+	marks  []handedOut
 
 	pairs   []*pair // pending rows by perspective, sorted by perspective; none empty
 	pending int     // pending rows over all pairs
@@ -132,12 +145,19 @@ type stream struct {
 	// the timer queue.
 	ready    *readyQueue // nil when in no ready queue
 	readyIdx int
-	readyKey uint64 // insertion sequence of the oldest claimable first row
+	readyKey uint64 // insertion sequence of the oldest first row not waiting for a retry
 	timerIdx int    // -1 when not in the timer queue
 	wake     time.Time
 
 	cursors map[string]*ports.Cursor
 	models  map[string]*ports.StoredModel
+}
+
+// handedOut is the mark of one perspective of a stream's lease: the
+// highest version a fetch under the lease handed out.
+type handedOut struct {
+	perspective string
+	version     int64
 }
 
 // pair holds the pending rows of one (stream, perspective) in version order.
@@ -148,11 +168,6 @@ type pair struct {
 	perspective string
 	buf         []*workRow
 	head        int
-	unleased    int // pending rows with no holder
-	// leaseFloor is a lower bound of the lease expiries of the held rows:
-	// when every row is held and leaseFloor is after now, a claim finds no
-	// row to lease in the pair and skips it without a walk.
-	leaseFloor time.Time
 	// lateBelow is a version below which every pending row is late, so
 	// marking the stragglers below a reported position walks only the rows
 	// not marked before, however long a backlog of late rows waits for its
@@ -167,8 +182,6 @@ type workRow struct {
 	perspective string
 	eventID     uuid.UUID
 	version     int64
-	holder      uuid.UUID // uuid.Nil when unleased
-	expiry      time.Time // lease expiry, zero when unleased
 	scheduled   time.Time // retry-not-before, zero when not scheduled
 	attempts    int
 	late        bool // stored below its pair's cursor, or found straggling; never cleared
@@ -222,8 +235,7 @@ func New(opts Options) *Store {
 		eventIDs:       make(map[uuid.UUID]eventLoc),
 		work:           make(map[uuid.UUID]*workRow),
 		processed:      make(map[uuid.UUID]*workRow),
-		held:           make(map[uuid.UUID]map[*stream]int),
-		pins:           make(map[uuid.UUID]map[*stream]struct{}),
+		leases:         make(map[uuid.UUID]map[*stream]struct{}),
 		subs:           make(map[string][]string),
 		retired:        make(map[string]struct{}),
 		deadLetters:    make(map[uuid.UUID]*deadLetter),
@@ -323,15 +335,6 @@ func (s *Store) streamFor(id uuid.UUID) *stream {
 	return st
 }
 
-// pendingStream returns the stream with the given id when it has pending
-// rows, nil otherwise.
-func (s *Store) pendingStream(id uuid.UUID) *stream {
-	if st := s.streams[id]; st != nil && st.pending > 0 {
-		return st
-	}
-	return nil
-}
-
 // pair returns the pending rows of perspective in st, nil when it has none.
 func (st *stream) pair(perspective string) *pair {
 	if i, ok := st.pairIndex(perspective); ok {
@@ -379,9 +382,6 @@ func (p *pair) pending() []*workRow { return p.buf[p.head:] }
 
 // first returns the pending row of p with the lowest version.
 func (p *pair) first() *workRow { return p.buf[p.head] }
-
-// held returns how many pending rows of p have a holder.
-func (p *pair) held() int { return len(p.buf) - p.head - p.unleased }
 
 // rowIndex returns the index in p.pending() of the row with version v and
 // whether it is there.
@@ -434,9 +434,9 @@ func (p *pair) remove(r *workRow) {
 	}
 }
 
-// addRow stores a new pending, unleased row in its stream's indexes. The
-// caller sets r.late before, or marks the row late later. The caller then
-// updates the claim index with touch.
+// addRow stores a new pending row in its stream's indexes. The caller sets
+// r.late before, or marks the row late later. The caller then updates the
+// claim index with touch.
 func (s *Store) addRow(st *stream, r *workRow) {
 	i, ok := st.pairIndex(r.perspective)
 	if !ok {
@@ -444,7 +444,6 @@ func (s *Store) addRow(st *stream, r *workRow) {
 	}
 	p := st.pairs[i]
 	p.insert(r)
-	p.unleased++
 	if !r.late && r.version < p.lateBelow {
 		p.lateBelow = r.version // keep every row below it late
 	}
@@ -455,25 +454,15 @@ func (s *Store) addRow(st *stream, r *workRow) {
 // arrivesLate reports whether a row of perspective stored now at version is
 // late, and whether that is because the pair's cursor is past it (only then
 // is the cursor flagged: otherwise the completion that moves it past does).
-// A row is late when the cursor is past its version, or when a pending row
-// of the pair above it is held: that row was handed to an apply, whose save
-// may move the cursor past the new row before the pair is fetched again.
+// A row is late when the cursor is past its version, or when it is below
+// the pair's handed-out mark: a row above it was handed to an apply, whose
+// save may move the cursor past the new row before the pair is fetched
+// again.
 func arrivesLate(st *stream, perspective string, version int64) (late, belowCursor bool) {
 	if cur := st.cursors[perspective]; cur != nil && cur.LastVersion > version {
 		return true, true
 	}
-	p := st.pair(perspective)
-	if p == nil || p.held() == 0 {
-		return false, false
-	}
-	rows := p.pending()
-	i, _ := p.rowIndex(version)
-	for _, r := range rows[i:] {
-		if r.holder != uuid.Nil && r.version > version {
-			return true, false
-		}
-	}
-	return false, false
+	return version < st.mark(perspective), false
 }
 
 // markLate makes every pending row of p below version late.
@@ -494,9 +483,7 @@ func (p *pair) markLate(version int64) {
 func (s *Store) removeRow(st *stream, r *workRow) {
 	pi, _ := st.pairIndex(r.perspective)
 	p := st.pairs[pi]
-	s.release(st, p, r)
 	p.remove(r)
-	p.unleased--
 	if len(p.pending()) == 0 {
 		st.pairs = slices.Delete(st.pairs, pi, pi+1)
 	}
@@ -504,127 +491,129 @@ func (s *Store) removeRow(st *stream, r *workRow) {
 	delete(s.work, r.id)
 }
 
-// take leases r, a row of pair p of st, to holder until expiry. The caller
-// adjusts attempts.
-func (s *Store) take(st *stream, p *pair, r *workRow, holder uuid.UUID, expiry time.Time) {
-	if r.holder != holder {
-		s.release(st, p, r)
-		r.holder = holder
-		p.unleased--
-		s.addHeld(holder, st, 1)
+// mark returns the handed-out mark of perspective under st's lease, 0 when
+// none.
+func (st *stream) mark(perspective string) int64 {
+	for _, m := range st.marks {
+		if m.perspective == perspective {
+			return m.version
+		}
 	}
-	extend(p, r, expiry)
+	return 0
 }
 
-// extend sets the lease expiry of a held row of p, keeping p.leaseFloor a
-// lower bound of the held rows' expiries.
-func extend(p *pair, r *workRow, expiry time.Time) {
-	r.expiry = expiry
-	if p.held() == 1 || expiry.Before(p.leaseFloor) {
-		// This row is the only held row, or it lowers the floor.
-		p.leaseFloor = expiry
+// raiseMark records that a fetch under st's lease handed out the rows of
+// perspective up to version.
+func (st *stream) raiseMark(perspective string, version int64) {
+	for i := range st.marks {
+		if m := &st.marks[i]; m.perspective == perspective {
+			m.version = max(m.version, version)
+			return
+		}
+	}
+	st.marks = append(st.marks, handedOut{perspective: perspective, version: version})
+}
+
+// lowerMark takes the rows of perspective from version on off the lease's
+// hands: their holder stopped at a failure of the row at version.
+func (st *stream) lowerMark(perspective string, version int64) {
+	for i := range st.marks {
+		if m := &st.marks[i]; m.perspective == perspective {
+			m.version = min(m.version, version-1)
+			return
+		}
 	}
 }
 
-// release clears the lease of r, a row of pair p of st, if any.
-func (s *Store) release(st *stream, p *pair, r *workRow) {
-	if r.holder == uuid.Nil {
+// chargeHandedOut adds an attempt to every pending row handed out under
+// st's lease: its holder died holding them. The rows of a pair at or below
+// its mark are a prefix of its pending rows, so the cost is that of the
+// rows charged.
+func (st *stream) chargeHandedOut() {
+	for _, m := range st.marks {
+		p := st.pair(m.perspective)
+		if p == nil {
+			continue
+		}
+		for _, r := range p.pending() {
+			if r.version > m.version {
+				break
+			}
+			r.attempts++
+		}
+	}
+}
+
+// leaseTo leases st to caller until expiry. A stream taken from another
+// holder loses that lease and its marks; taken from a holder that is not
+// live at the time of live, it first charges the rows handed out under the
+// lease an attempt (a takeover from a dead instance). The caller then
+// updates the claim index with touch.
+func (s *Store) leaseTo(st *stream, caller uuid.UUID, expiry time.Time, live liveness) {
+	if st.holder != caller {
+		if st.holder != uuid.Nil {
+			s.unlease(st, !live.live(st.holder))
+		}
+		st.holder = caller
+		set := s.leases[caller]
+		if set == nil {
+			set = make(map[*stream]struct{})
+			s.leases[caller] = set
+		}
+		set[st] = struct{}{}
+	}
+	st.expiry = expiry
+}
+
+// unlease releases the lease of st, if any. With charge (its holder is
+// dead) every pending row handed out under it gains an attempt. The caller
+// then updates the claim index with touch.
+func (s *Store) unlease(st *stream, charge bool) {
+	if st.holder == uuid.Nil {
 		return
 	}
-	s.dropHeld(r.holder, st, 1)
-	r.holder = uuid.Nil
-	r.expiry = time.Time{}
-	p.unleased++
-}
-
-// addHeld records that holder took n more rows of st.
-func (s *Store) addHeld(holder uuid.UUID, st *stream, n int) {
-	byStream := s.held[holder]
-	if byStream == nil {
-		byStream = make(map[*stream]int)
-		s.held[holder] = byStream
+	if charge {
+		st.chargeHandedOut()
 	}
-	byStream[st] += n
-}
-
-// dropHeld records that holder no longer holds n rows of st.
-func (s *Store) dropHeld(holder uuid.UUID, st *stream, n int) {
-	byStream := s.held[holder]
-	if byStream == nil {
-		return
-	}
-	if byStream[st] -= n; byStream[st] <= 0 {
-		delete(byStream, st)
-	}
-	if len(byStream) == 0 {
-		delete(s.held, holder)
-	}
-}
-
-// pin pins st to instance. The caller then updates the claim index with
-// touch, which files the stream under its new owner.
-func (s *Store) pin(st *stream, instance uuid.UUID) {
-	if st.pinnedTo == instance {
-		return
-	}
-	s.unpin(st)
-	st.pinnedTo = instance
-	set := s.pins[instance]
-	if set == nil {
-		set = make(map[*stream]struct{})
-		s.pins[instance] = set
-	}
-	set[st] = struct{}{}
-}
-
-// unpin clears the pin of st, if any. The caller then updates the claim
-// index with touch.
-func (s *Store) unpin(st *stream) {
-	if st.pinnedTo == uuid.Nil {
-		return
-	}
-	if set := s.pins[st.pinnedTo]; set != nil {
+	if set := s.leases[st.holder]; set != nil {
 		delete(set, st)
 		if len(set) == 0 {
-			delete(s.pins, st.pinnedTo)
+			delete(s.leases, st.holder)
 		}
 	}
-	st.pinnedTo = uuid.Nil
+	st.holder, st.expiry = uuid.Nil, time.Time{}
+	st.marks = st.marks[:0]
 }
 
-// unpinIfDrained unpins st when it has no pending rows left.
-func (s *Store) unpinIfDrained(st *stream) {
+// releaseIfDrained releases the lease of st when it has no pending rows
+// left. The caller then updates the claim index with touch.
+func (s *Store) releaseIfDrained(st *stream) {
 	if st.pending == 0 {
-		s.unpin(st)
+		s.unlease(st, false)
 	}
 }
 
-// releaseInstance releases every lease and pin of instance. Streams it held
-// or owned become claimable by the partition rule as of now. With takeover
-// (the instance was abandoned as dead) every released row gains an attempt.
+// releaseInstance releases every lease of instance. Its streams become
+// claimable by the partition rule as of now. With takeover (the instance
+// was abandoned as dead) every row handed out under its leases gains an
+// attempt.
 func (s *Store) releaseInstance(instance uuid.UUID, now time.Time, takeover bool) {
-	held, pinned := s.held[instance], s.pins[instance]
-	delete(s.held, instance)
-	delete(s.pins, instance)
-	for st := range pinned {
-		st.pinnedTo = uuid.Nil
-	}
-	for st := range held {
-		for _, p := range st.pairs {
-			for _, r := range p.pending() {
-				if r.holder == instance {
-					s.release(st, p, r)
-					if takeover {
-						r.attempts++
-					}
-				}
-			}
+	leased := s.leases[instance]
+	delete(s.leases, instance)
+	for st := range leased {
+		if takeover {
+			st.chargeHandedOut()
 		}
+		st.holder, st.expiry = uuid.Nil, time.Time{}
+		st.marks = st.marks[:0]
 		s.touch(st, now)
 	}
-	for st := range pinned {
-		s.touch(st, now)
-	}
+}
+
+// leaseLive reports whether st is under a live lease at now: its holder is
+// live and its expiry is after now.
+func (st *stream) leaseLive(live liveness, now time.Time) bool {
+	return st.holder != uuid.Nil && st.expiry.After(now) && live.live(st.holder)
 }
 
 // liveness is the set of live instances at one instant.
@@ -642,7 +631,7 @@ func (s *Store) livenessAt(now time.Time, threshold time.Duration) liveness {
 }
 
 // noRank is the rank liveAt reports for a live passive instance: it takes
-// no share of the unpinned streams.
+// no share of the streams nobody holds.
 const noRank = -2
 
 // liveAt is livenessAt with the live instances that are not passive

@@ -46,25 +46,32 @@ SELECT count(*) FROM deleted`
 
 // sqlRetireRows deletes the pending rows of perspective $1, leased ones
 // included, with $2 (DropState) its cursors (and with them the rewind
-// locks they carry), models and snapshots, and unpins the streams it leaves
-// without pending rows; it returns how many rows of each it deleted. Rows
+// locks they carry), models and snapshots; it returns how many rows of
+// each it deleted, and the streams whose rows it deleted, which
+// PerspectiveRetire then releases when they have no pending row left. Rows
 // kept processed by debug mode stay: they are history.
 //
-// Locks are taken as everywhere: work rows in work id order, then cursors
-// in key order, then models (as ModelSave takes them), snapshots, and the
-// pins in stream id order last, as completions take them; each step waits
-// for the one before (the count subqueries). The rows of a perspective are
-// found by scans, since every key leads with the stream: an index by
-// perspective would cost every append and completion for the sake of a rare
-// operator action. The unpinning runs on the statement's snapshot, in which
-// the deleted rows are still pending, so it looks for rows of other
-// perspectives.
-const sqlRetireRows = `WITH deleted AS (
+// Locks are taken as everywhere: the streams' rows in vantage_active_streams
+// in stream id order, then work rows in work id order, then cursors in key
+// order, then models (as ModelSave takes them) and snapshots; each step
+// waits for the one before (the count subqueries). The rows of a
+// perspective are found by scans, since every key leads with the stream: an
+// index by perspective would cost every append and completion for the sake
+// of a rare operator action.
+const sqlRetireRows = `WITH streams AS MATERIALIZED (
+    SELECT a.stream_id
+    FROM /* SCHEMA */.vantage_active_streams a
+    WHERE a.stream_id IN (
+        SELECT l.stream_id FROM /* SCHEMA */.vantage_work l WHERE l.perspective = $1 AND l.processed_at IS NULL)
+    ORDER BY a.stream_id
+    FOR KEY SHARE
+),
+deleted AS (
     DELETE FROM /* SCHEMA */.vantage_work w
     WHERE w.work_id = ANY (ARRAY(
         SELECT l.work_id
         FROM /* SCHEMA */.vantage_work l
-        WHERE l.perspective = $1 AND l.processed_at IS NULL
+        WHERE l.perspective = $1 AND l.processed_at IS NULL AND (SELECT count(*) FROM streams) >= 0
         ORDER BY l.work_id
         FOR UPDATE))
     RETURNING w.stream_id
@@ -95,23 +102,9 @@ snapshots AS (
         ORDER BY l.stream_id, l.event_version
         FOR UPDATE)
     RETURNING 1
-),
-unpinned AS (
-    DELETE FROM /* SCHEMA */.vantage_active_streams a
-    WHERE a.stream_id IN (
-        SELECT p.stream_id
-        FROM /* SCHEMA */.vantage_active_streams p
-        WHERE p.stream_id IN (SELECT stream_id FROM deleted)
-          AND NOT EXISTS (
-              SELECT 1 FROM /* SCHEMA */.vantage_work o
-              WHERE o.stream_id = p.stream_id AND o.processed_at IS NULL AND o.perspective <> $1)
-          AND (SELECT count(*) FROM snapshots) >= 0
-        ORDER BY p.stream_id
-        FOR UPDATE)
-    RETURNING 1
 )
 SELECT (SELECT count(*) FROM deleted), (SELECT count(*) FROM cursors), (SELECT count(*) FROM models),
-       (SELECT count(*) FROM snapshots), (SELECT count(*) FROM unpinned)`
+       (SELECT count(*) FROM snapshots), ARRAY(SELECT DISTINCT d.stream_id FROM deleted d)`
 
 // PerspectiveRetire implements ports.Admin in two transactions (see
 // above): the retirement and the subscriptions, then the work rows and the
@@ -120,7 +113,7 @@ SELECT (SELECT count(*) FROM deleted), (SELECT count(*) FROM cursors), (SELECT c
 // deleted like the others; their holders' completions and failures of them
 // then change nothing, except that a completion still moves the cursor (a
 // model saved by an apply in flight comes back with it: retiring again
-// drops it). Streams left without pending rows are unpinned. Its dead
+// drops it). Streams left without pending rows are released. Its dead
 // letters and lifecycle stages are kept: they are history, not work. Should
 // the second transaction fail, the perspective is retired all the same, and
 // retiring it again deletes the rest. It returns ports.ErrInvalidArgument
@@ -143,11 +136,14 @@ func (s *Store) PerspectiveRetire(ctx context.Context, params *ports.Perspective
 	if err != nil {
 		return nil, fmt.Errorf("retiring perspective %q: %w", name, translate(err))
 	}
-	var unpinned int
+	var streams [][16]byte
 	err = s.pool.QueryRow(ctx, s.sql(sqlRetireRows), name, params.DropState).
-		Scan(&result.Work, &result.Cursors, &result.Models, &result.Snapshots, &unpinned)
+		Scan(&result.Work, &result.Cursors, &result.Models, &result.Snapshots, &streams)
 	if err != nil {
 		return nil, fmt.Errorf("deleting the work of retired perspective %q: %w", name, translate(err))
+	}
+	if _, err := s.pool.Exec(ctx, s.sql(sqlReleaseDrained), streams, nil, s.appendLockClass()); err != nil {
+		return nil, fmt.Errorf("releasing the streams of retired perspective %q: %w", name, translate(err))
 	}
 	return result, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/ports"
@@ -15,8 +16,8 @@ import (
 
 // TestConcurrentClaimers has several instances, each on its own pool, claim
 // and then fetch every stream at the same time. Whatever the interleaving,
-// a stream ends up leased to exactly one instance, every row is leased once
-// (attempts 1), and fetches by non-owners lease nothing.
+// a stream ends up leased to exactly one instance, no row gains an attempt,
+// and fetches by non-owners take nothing.
 func TestConcurrentClaimers(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -124,18 +125,31 @@ func TestConcurrentClaimers(t *testing.T) {
 	}
 	require.Equal(t, streams*2*2, rowsSeen, "every row of the fresh streams was leased once")
 
-	var holders int
-	require.NoError(t, first.pool.QueryRow(ctx, `SELECT count(DISTINCT (stream_id, instance_id)) FROM `+
-		pgx.Identifier{first.schema}.Sanitize()+`.vantage_work`).Scan(&holders))
-	require.Equal(t, 2*streams, holders, "each stream's rows have one holder")
+	for s, i := range owner {
+		seen[s] = i
+	}
+	rows, err := first.pool.Query(ctx, `SELECT stream_id, instance_id FROM `+
+		pgx.Identifier{first.schema}.Sanitize()+`.vantage_active_streams`)
+	require.NoError(t, err)
+	var (
+		stream, holder uuid.UUID
+		leases         int
+	)
+	_, err = pgx.ForEachRow(rows, []any{&stream, &holder}, func() error {
+		require.Equal(t, ids[seen[stream]], holder, "stream %s is leased to the instance that fetched it", stream)
+		leases++
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, 2*streams, leases, "one lease per stream")
 }
 
-// TestClaimRefreshesHeldStreams checks the rows and pins a claim writes for
-// the streams the caller already drains, which it skips when they have
-// nothing to lease: a row appended to a held stream is leased by the next
-// claim, a held stream whose pin was lost is pinned again, and a claim by a
-// caller that is no longer live changes neither.
-func TestClaimRefreshesHeldStreams(t *testing.T) {
+// TestClaimLeavesLiveHeldStreamsAlone checks what a claim writes for the
+// streams the caller holds: nothing while their lease is live (a new row
+// appended to one is drained under the same lease), a new expiry once it
+// expired (nobody took the stream), and nothing at all when the caller is
+// no longer live.
+func TestClaimLeavesLiveHeldStreamsAlone(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	b := setup(t)
@@ -147,47 +161,50 @@ func TestClaimRefreshesHeldStreams(t *testing.T) {
 		_, err := b.backend.Events.EventsAppend(ctx, &ports.EventsAppendParams{StreamID: stream, Events: newEvents(1), Now: at})
 		require.NoError(t, err)
 	}
-	claim := func(at time.Time) error {
+	claim := func(at time.Time) ([]uuid.UUID, error) {
 		t.Helper()
-		_, err := b.backend.Claimer.WorkClaim(ctx, &ports.WorkClaimParams{
-			InstanceID: instance, MaxStreams: 10, LeaseDuration: time.Hour, StaleThreshold: time.Minute, Now: at,
+		res, err := b.backend.Claimer.WorkClaim(ctx, &ports.WorkClaimParams{
+			InstanceID: instance, MaxStreams: 10, LeaseDuration: time.Minute, StaleThreshold: time.Hour, Now: at,
 		})
-		return err
+		if err != nil {
+			return nil, err
+		}
+		return res.StreamIDs, nil
 	}
-	leasedTo := func() []any {
+	type lease struct {
+		holder  pgtype.UUID
+		expiry  pgtype.Timestamptz
+		version string // the row version (xmin): a write changes it
+	}
+	leaseOf := func() lease {
 		t.Helper()
-		rows, err := b.pool.Query(ctx, `SELECT instance_id FROM `+s+`.vantage_work ORDER BY event_version`)
-		require.NoError(t, err)
-		holders, err := pgx.CollectRows(rows, pgx.RowTo[any])
-		require.NoError(t, err)
-		return holders
+		var l lease
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT instance_id, lease_expiry, xmin::text FROM `+s+`.vantage_active_streams WHERE stream_id = $1`, stream).
+			Scan(&l.holder, &l.expiry, &l.version))
+		return l
 	}
-	pinned := func() bool {
-		t.Helper()
-		var ok bool
-		require.NoError(t, b.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+s+`.vantage_active_streams WHERE stream_id = $1 AND instance_id = $2)`, stream, instance).Scan(&ok))
-		return ok
-	}
-	holder := [16]byte(instance)
-	_, err := b.backend.Claimer.InstanceHeartbeat(ctx, &ports.InstanceHeartbeatParams{InstanceID: instance, StaleThreshold: time.Minute, Now: base})
+	_, err := b.backend.Claimer.InstanceHeartbeat(ctx, &ports.InstanceHeartbeatParams{InstanceID: instance, StaleThreshold: time.Hour, Now: base})
 	require.NoError(t, err)
 	appendAt(base)
-	require.NoError(t, claim(base))
-	require.Equal(t, []any{holder}, leasedTo())
+	got, err := claim(base)
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{stream}, got)
+	first := leaseOf()
+	require.Equal(t, [16]byte(instance), first.holder.Bytes)
+	require.Equal(t, base.Add(time.Minute), first.expiry.Time.UTC())
 
 	appendAt(base.Add(time.Second))
-	require.NoError(t, claim(base.Add(2*time.Second)))
-	require.Equal(t, []any{holder, holder}, leasedTo(), "the appended row of the held stream")
-
-	_, err = b.pool.Exec(ctx, `DELETE FROM `+s+`.vantage_active_streams WHERE stream_id = $1`, stream)
+	got, err = claim(base.Add(2 * time.Second))
 	require.NoError(t, err)
-	require.NoError(t, claim(base.Add(3*time.Second)))
-	require.True(t, pinned(), "the held stream is pinned again")
+	require.Equal(t, []uuid.UUID{stream}, got)
+	require.Equal(t, first, leaseOf(), "a held stream under a live lease is not written")
 
-	_, err = b.pool.Exec(ctx, `DELETE FROM `+s+`.vantage_active_streams WHERE stream_id = $1`, stream)
+	got, err = claim(base.Add(2 * time.Minute))
 	require.NoError(t, err)
-	appendAt(base.Add(4 * time.Second))
-	require.ErrorIs(t, claim(base.Add(2*time.Minute)), ports.ErrInstanceNotAlive)
-	require.False(t, pinned(), "a claim of a caller that is not live pins nothing")
-	require.Equal(t, []any{holder, holder, nil}, leasedTo(), "and leases nothing")
+	require.Equal(t, []uuid.UUID{stream}, got)
+	require.Equal(t, base.Add(3*time.Minute), leaseOf().expiry.Time.UTC(), "the caller's own expired lease is taken back")
+
+	_, err = claim(base.Add(2 * time.Hour))
+	require.ErrorIs(t, err, ports.ErrInstanceNotAlive)
+	require.Equal(t, base.Add(3*time.Minute), leaseOf().expiry.Time.UTC(), "a claim of a caller that is not live writes nothing")
 }

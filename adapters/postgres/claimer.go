@@ -16,32 +16,48 @@ import (
 // Shared SQL fragments. Every statement that needs the current time starts
 // with the clock CTE: the caller's Now when set, else the database's now().
 
-// sqlCandidate is the predicate of a row that may be leased: pending, not
-// under a live lease, not scheduled in the future. w is the row, $1 the
-// caller.
-const sqlCandidate = `w.processed_at IS NULL
-      AND (w.lease_expiry IS NULL OR w.lease_expiry <= clock.now)
-      AND (w.scheduled_for IS NULL OR w.scheduled_for <= clock.now)`
-
-// sqlPin pins the streams of the CTE named "picked" to the caller ($1): a
-// missing row is inserted, a row that is unpinned or pinned to the caller or
-// to an instance missing from the "live" CTE is taken over, and a row pinned
-// to a live other instance is left alone. ON CONFLICT locks the pin row even
-// when it does not update it, so claims and fetches of one stream serialise
-// on it; rows are taken in stream id order, so two callers pinning
-// overlapping sets cannot deadlock. RETURNING lists exactly the streams now
-// pinned to the caller.
-const sqlPin = `pinned AS (
-    INSERT INTO /* SCHEMA */.vantage_active_streams AS a (stream_id, instance_id, last_activity_at, created_at)
-    SELECT p.stream_id, $1::uuid, clock.now, clock.now FROM picked p, clock
-    ORDER BY p.stream_id
-    ON CONFLICT (stream_id) DO UPDATE
-    SET instance_id = excluded.instance_id, last_activity_at = excluded.last_activity_at
-    WHERE a.instance_id IS NULL
-       OR a.instance_id = excluded.instance_id
-       OR a.instance_id NOT IN (SELECT instance_id FROM live)
-    RETURNING a.stream_id
+// sqlLive is the CTE of the live instances at clock.now, passive ones
+// included (their leases stand), given the stale threshold $3.
+const sqlLive = `live AS (
+    SELECT i.instance_id
+    FROM /* SCHEMA */.vantage_instances i, clock
+    WHERE i.last_heartbeat_at > clock.now - $3::interval
 )`
+
+// sqlOpenTo is true when the stream row a is not under the live lease of an
+// instance other than the caller $1: unleased, held by the caller, expired,
+// or held by an instance missing from the live CTE. Such a stream may be
+// taken (a claim adds the partition rule).
+const sqlOpenTo = `(a.instance_id IS NULL OR a.instance_id = $1 OR a.lease_expiry <= clock.now
+       OR a.instance_id NOT IN (SELECT l.instance_id FROM live l))`
+
+// sqlCharge returns the CTE charged, which adds an attempt to every pending
+// row handed out under the leases of the streams of the CTE taken (columns
+// stream_id, holder and handed_out, as they were before the statement
+// changed them) whose holder is neither the caller $1 nor live, and that
+// satisfy cond: the rows of a pair at or below its mark (see
+// vantage_active_streams.handed_out), one range of
+// vantage_work_pending_idx per pair. A takeover from a live holder (its
+// lease expired) charges nothing.
+func sqlCharge(taken, cond string) string {
+	return `charged AS (
+    UPDATE /* SCHEMA */.vantage_work w
+    SET attempts = w.attempts + 1
+    FROM (
+        SELECT t.stream_id, m.key AS perspective, m.value::bigint AS mark
+        FROM ` + taken + ` t
+        CROSS JOIN LATERAL jsonb_each_text(t.handed_out) m
+        WHERE t.holder IS NOT NULL AND t.holder <> $1 AND t.holder NOT IN (SELECT l.instance_id FROM live l)
+          AND ` + cond + `
+    ) h
+    WHERE w.stream_id = h.stream_id AND w.perspective = h.perspective AND w.event_version <= h.mark
+      AND w.processed_at IS NULL
+    RETURNING 1
+)`
+}
+
+// sqlUnlease is the SET list that releases a stream row a's lease.
+const sqlUnlease = `instance_id = NULL, lease_expiry = NULL, handed_out = '{}'`
 
 // sqlClock is the clock CTE of statements whose $2 is params.Now, sqlClock1
 // that of statements whose $1 is.
@@ -51,7 +67,7 @@ const (
 )
 
 // Heartbeat statements, sent as one batch in this order: lock, leases,
-// pins, instances, upsert. Parameters: $1 caller, $2 now, and $3 the stale
+// instances, upsert. Parameters: $1 caller, $2 now, and $3 the stale
 // threshold, except in sqlHeartbeat: $3 service, $4 host, $5 pid, $6
 // metadata, $7 passive.
 //
@@ -59,23 +75,27 @@ const (
 // ports.WorkClaimer.InstanceHeartbeat): the upsert comes last, so every
 // statement before it reads the caller's previous heartbeat (sqlWasLive).
 //
-// Lock order: instance rows, then work rows, then stream pins, each in key
-// order. sqlHeartbeatLock locks the caller's instance row and the stale ones
-// in instance id order before anything else, so survivors abandoning the
-// same dead instances queue there: the first abandons them, and the others,
-// once it committed, find them gone (FOR UPDATE skips a deleted row and
-// rechecks a changed one) and abandon nothing, so each is abandoned once and
-// each released row gains one attempt. Work rows are locked in work id
-// order and pins in stream id order, so that overlapping abandonments
-// cannot deadlock on the rows either. Every other statement that waits for
-// locks on both work rows and stream pins also takes the work rows first
-// (completions, failures, dead letters) and several of them in key order;
-// deregistration takes its instance row first. Claims and fetches take pins
-// first, but never wait for work rows (SKIP LOCKED). So none of them
-// deadlock: a deadlock would stall the heartbeat for deadlock_timeout and
-// could make the caller itself look stale. Each statement finds the stale
-// instances again (sqlStale), on the rows the lock statement locked; the
-// caller is never one, whatever its stored heartbeat says.
+// Lock order, for every statement of the adapter that waits for row locks:
+// instance rows, then stream rows (vantage_active_streams), then work rows,
+// then cursors and dead letters, several rows of a table in key order; a
+// requeue, whose work rows are new, takes its dead letters first. The
+// per-stream append locks (sqlAppendLock) are waited for only before any
+// row lock; vantage_release_drained takes them without waiting.
+// sqlHeartbeatLock locks the caller's instance row and the stale ones in
+// instance id order before anything else, so survivors abandoning the same
+// dead instances queue there: the first abandons them, and the others, once
+// it committed, find them gone (FOR UPDATE skips a deleted row and rechecks
+// a changed one) and abandon nothing, so each is abandoned once and each
+// handed-out row gains one attempt. Stream rows are locked in stream id
+// order, so that overlapping abandonments cannot deadlock on them either;
+// the work rows they charge are reached only through the stream rows they
+// hold, which every other writer of a stream's work rows locks first
+// (completions, failures, dead letters, retirement) or never waits for
+// (claims skip locked stream rows). So none of them deadlock: a deadlock
+// would stall the heartbeat for deadlock_timeout and could make the caller
+// itself look stale. Each statement finds the stale instances again
+// (sqlStale), on the rows the lock statement locked; the caller is never
+// one, whatever its stored heartbeat says.
 const (
 	// sqlWasLive is true when the caller $1 was live before this call: its
 	// stored heartbeat is newer than now - $3.
@@ -99,40 +119,6 @@ WHERE i.instance_id = $1
 ORDER BY i.instance_id
 FOR UPDATE OF i`
 
-	// sqlAbandonLeases releases the leases of the stale instances, one
-	// attempt more on each row (a takeover from a dead instance). The rows
-	// are locked in work id order by the subquery, then updated by key.
-	sqlAbandonLeases = `WITH ` + sqlClock + `,
-` + sqlStale + `
-UPDATE /* SCHEMA */.vantage_work w
-SET instance_id = NULL, lease_expiry = NULL, attempts = w.attempts + 1
-WHERE w.work_id = ANY (ARRAY(
-    SELECT l.work_id
-    FROM /* SCHEMA */.vantage_work l
-    WHERE l.instance_id = ANY (ARRAY(SELECT instance_id FROM stale)) AND l.processed_at IS NULL
-    ORDER BY l.work_id
-    FOR UPDATE))`
-
-	sqlAbandonPins = `WITH ` + sqlClock + `,
-` + sqlStale + `
-DELETE FROM /* SCHEMA */.vantage_active_streams a
-WHERE a.stream_id IN (
-    SELECT p.stream_id
-    FROM /* SCHEMA */.vantage_active_streams p
-    WHERE p.instance_id = ANY (ARRAY(SELECT instance_id FROM stale))
-    ORDER BY p.stream_id
-    FOR UPDATE
-)`
-
-	// sqlAbandonInstances deletes the stale instances and returns one row:
-	// their ids, the NextStaleAt of the other instances (see
-	// ports.InstanceHeartbeatResult) and whether the caller rejoined.
-	// NextStaleAt counts the instances that are not stale: the subquery sees
-	// the snapshot from before the DELETE, so it applies the complementary
-	// filter, and on the same clock an instance is either abandoned or
-	// counted, never both. A caller that rejoins leaves the stale instances
-	// recorded, but they are stale already: its next heartbeat, once it is
-	// live, abandons them unless they heartbeat first.
 	sqlAbandonInstances = `WITH ` + sqlClock + `,
 ` + sqlStale + `,
 abandoned AS (
@@ -161,6 +147,28 @@ SET service_name = excluded.service_name,
     passive = excluded.passive`
 )
 
+// sqlAbandonLeases releases the stream leases of the stale instances and
+// charges the rows handed out under them an attempt (a takeover from a dead
+// instance, see sqlCharge): the stream rows are locked in stream id order
+// (vantage_active_streams_instance_idx), released by key, then the rows
+// charged. The charge runs last (a data-modifying CTE the main statement
+// does not read), on the marks as they were locked.
+var sqlAbandonLeases = `WITH ` + sqlClock + `,
+` + sqlStale + `,
+` + sqlLive + `,
+taken AS MATERIALIZED (
+    SELECT a.stream_id, a.instance_id AS holder, a.handed_out
+    FROM /* SCHEMA */.vantage_active_streams a
+    WHERE a.instance_id = ANY (ARRAY(SELECT instance_id FROM stale))
+    ORDER BY a.stream_id
+    FOR UPDATE OF a
+),
+` + sqlCharge("taken", "true") + `
+UPDATE /* SCHEMA */.vantage_active_streams a
+SET ` + sqlUnlease + `
+FROM taken t
+WHERE a.stream_id = t.stream_id`
+
 // InstanceHeartbeat implements ports.WorkClaimer in one round trip: the lock,
 // the abandonment, NextStaleAt and the upsert go as one batch in one
 // implicit transaction. Liveness boundaries: an instance is live while
@@ -185,12 +193,11 @@ func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHea
 	b := &pgx.Batch{}
 	b.Queue(s.sql(sqlHeartbeatLock), params.InstanceID, now, params.StaleThreshold)
 	b.Queue(s.sql(sqlAbandonLeases), params.InstanceID, now, params.StaleThreshold)
-	b.Queue(s.sql(sqlAbandonPins), params.InstanceID, now, params.StaleThreshold)
 	b.Queue(s.sql(sqlAbandonInstances), params.InstanceID, now, params.StaleThreshold)
 	b.Queue(s.sql(sqlHeartbeat), params.InstanceID, now, params.ServiceName, params.HostName, params.ProcessID, meta, params.Passive)
 	result := &ports.InstanceHeartbeatResult{}
 	err = s.sendWork(ctx, b, func(br pgx.BatchResults) error {
-		if err := execN(br, 3); err != nil {
+		if err := execN(br, 2); err != nil {
 			return err
 		}
 		var nextStaleAt pgtype.Timestamptz
@@ -209,18 +216,16 @@ func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHea
 }
 
 // Deregistration statements ($1 the instance), sent as one batch in the
-// lock order of abandonment: the instance row, then the leases, then the
-// pins in stream id order. Taking the instance row first matters: a
-// survivor abandoning the instance at the same time has locked it, and
-// waits for nothing the deregistration holds.
+// lock order: the instance row, then its stream rows in stream id order,
+// whose leases are released without charge (a graceful stop is no
+// takeover). Taking the instance row first matters: a survivor abandoning
+// the instance at the same time has locked it, and waits for nothing the
+// deregistration holds.
 const (
 	sqlDeregister = `DELETE FROM /* SCHEMA */.vantage_instances WHERE instance_id = $1`
 
-	sqlDeregisterLeases = `UPDATE /* SCHEMA */.vantage_work
-SET instance_id = NULL, lease_expiry = NULL
-WHERE instance_id = $1 AND processed_at IS NULL`
-
-	sqlDeregisterPins = `DELETE FROM /* SCHEMA */.vantage_active_streams a
+	sqlDeregisterLeases = `UPDATE /* SCHEMA */.vantage_active_streams a
+SET ` + sqlUnlease + `
 WHERE a.stream_id IN (
     SELECT p.stream_id FROM /* SCHEMA */.vantage_active_streams p
     WHERE p.instance_id = $1
@@ -239,7 +244,6 @@ func (s *Store) InstanceDeregister(ctx context.Context, params *ports.InstanceDe
 	b := &pgx.Batch{}
 	b.Queue(s.sql(sqlDeregister), instanceID)
 	b.Queue(s.sql(sqlDeregisterLeases), instanceID)
-	b.Queue(s.sql(sqlDeregisterPins), instanceID)
 	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error { return execN(br, b.Len()) })
 	if err != nil {
 		return fmt.Errorf("deregistering instance %s: %w", instanceID, translate(err))
@@ -278,176 +282,99 @@ func (s *Store) InstancesList(ctx context.Context) ([]ports.Instance, error) {
 
 // sqlClaimAlive reports whether the caller ($1) is live at now ($2) given the
 // stale threshold ($3). A passive caller is live: its claim serves the
-// streams pinned to it.
+// streams it holds.
 const sqlClaimAlive = `WITH ` + sqlClock + `
 SELECT EXISTS (
     SELECT 1 FROM /* SCHEMA */.vantage_instances i, clock
     WHERE i.instance_id = $1 AND i.last_heartbeat_at > clock.now - $3::interval
 )`
 
-// sqlDrainable lists the streams the caller ($1) can drain now: those where
-// some perspective's first pending row is under the caller's live lease,
-// which is what EventsFetchPending would return. Held rows that wait behind
-// a row scheduled for later (or behind their own expired lease) do not count.
-// held is a skip scan over vantage_work_holder_idx (one probe per stream the
-// caller holds rows of), held_heads the first row of each of their pairs
-// (see sqlPairHeads), so the cost does not depend on how many rows it holds.
-// The statement must begin WITH RECURSIVE.
-var sqlDrainable = `held AS (
-    (SELECT w.stream_id
-     FROM /* SCHEMA */.vantage_work w
-     WHERE w.instance_id = $1 AND w.processed_at IS NULL
-     ORDER BY w.stream_id
-     LIMIT 1)
-    UNION ALL
-    SELECT (SELECT w.stream_id
-            FROM /* SCHEMA */.vantage_work w
-            WHERE w.instance_id = $1 AND w.processed_at IS NULL AND w.stream_id > h.stream_id
-            ORDER BY w.stream_id
-            LIMIT 1)
-    FROM held h
-    WHERE h.stream_id IS NOT NULL
-),
-` + sqlPairHeads("held_heads", "(SELECT h.stream_id FROM held h WHERE h.stream_id IS NOT NULL)") + `,
-drainable AS (
-    SELECT DISTINCT h.stream_id
-    FROM held_heads h, clock
-    WHERE h.instance_id = $1 AND h.lease_expiry > clock.now
-)`
-
-// sqlClaim leases work to the caller ($1). Parameters: $2 now, $3 stale
-// threshold, $4 lease duration, $5 MaxStreams, $6 partition count.
+// sqlClaim leases streams to the caller ($1). Parameters: $2 now, $3 stale
+// threshold, $4 lease duration, $5 MaxStreams, $6 partition count, $7 the
+// append lock class (see vantage_release_drained).
 //
-//   - live are every live instance, passive or not: a stream pinned to one
-//     is never taken (sqlPin). Only the partition rule leaves the passive
-//     ones out, inside vantage_claim_candidates (see 004).
-//   - drainable are the streams the caller drains already; they take their
-//     new candidate rows without counting against MaxStreams.
-//   - ranked takes, oldest pending work first, as many other candidate
-//     streams as MaxStreams leaves room for (at most sqlClaimChunk), plus one to learn whether any
-//     was left over, from vantage_claim_candidates (see the migration): it
-//     walks the rows with the caller's rank, the partition rule and the
-//     ordering guard, and stops as soon as it has found enough; a passive
-//     caller, which has no rank, gets only the streams pinned to it. It
+//   - held are the streams the caller holds, when it is live
+//     (vantage_active_streams_instance_idx), each with whether it is
+//     drainable (vantage_stream_drainable: a skip scan of its pairs' first
+//     rows). Those it can drain take room in the result; those without a
+//     pending row left (a release that an append in flight held off, and
+//     the append rolled back) are released by emptied.
+//   - ranked takes, oldest pending work first, as many other streams as
+//     MaxStreams leaves room for (at most sqlClaimChunk), plus one to learn
+//     whether any was left over, from vantage_claim_streams (see the
+//     migration): it walks the streams nobody holds, those whose lease
+//     expired and those of holders that are not live, with the caller's
+//     rank, the partition rule and drainability, and stops as soon as it
+//     has found enough; a passive caller, which has no rank, gets none. It
 //     returns nothing when the caller is not live, and then the whole
 //     statement changes nothing.
-//   - refresh keeps, when the caller is live, the drainable streams that
-//     have rows to lease (a pair with an unleased row or a lease-expired
-//     row: four index probes per pair, none reading the caller's live rows)
-//     or that are not pinned to the caller (a completion's unpin can race
-//     with a claim that leases a row appended meanwhile; re-pinning repairs
-//     it). The others are pinned to the caller and have nothing to lease,
-//     so the steps below, whose cost grows with the pairs they visit, skip
-//     them: most held streams of a claim, whether live appends reach a few
-//     of them between two claims or a catch-up holds streams whose rows it
-//     leased at once.
-//   - pinned pins the selected and the refreshed streams (see sqlPin).
-//   - guarded bounds each pair of the pinned streams by its ordering guard
-//     (see sqlGuardBound), and candidate reads, up to that bound, the pair's
-//     unleased rows (vantage_work_stream_unleased_idx) and its lease-expired
-//     rows (vantage_work_stream_leased_idx, per holder range, so the caller's
-//     live rows are not read): only rows the claim leases.
-//   - leasable locks them, SKIP LOCKED, checking again that each is still a
-//     candidate, and leased leases them (clearing a past retry time, see
-//     vantage_work_schedule_check). A row taken from another instance's
-//     expired lease gains an attempt (sqlTakeoverAttempt); an unleased row,
-//     or one whose lease the caller itself let expire, does not.
-var sqlClaim = `WITH RECURSIVE ` + sqlClock + `,
-live AS (
-    SELECT i.instance_id
-    FROM /* SCHEMA */.vantage_instances i, clock
-    WHERE i.last_heartbeat_at > clock.now - $3::interval
+//   - picked adds the held streams the caller can drain whose lease
+//     expired: nobody took them, and the caller takes them back without
+//     charge. A held stream under a live lease is not written.
+//   - sqlTake locks the picked streams, SKIP LOCKED, checking again that
+//     no other instance holds them under a live lease, leases them, and
+//     charges the rows handed out under a lease taken from a holder that is
+//     not live (sqlCharge).
+var sqlClaim = `WITH ` + sqlClock + `,
+` + sqlLive + `,
+held AS MATERIALIZED (
+    SELECT a.stream_id, a.lease_expiry, /* SCHEMA */.vantage_stream_drainable(a.stream_id, clock.now) AS drainable
+    FROM /* SCHEMA */.vantage_active_streams a, clock
+    WHERE a.instance_id = $1 AND EXISTS (SELECT 1 FROM live l WHERE l.instance_id = $1)
 ),
-` + sqlDrainable + `,
+emptied AS (
+    SELECT /* SCHEMA */.vantage_release_drained(ARRAY(SELECT h.stream_id FROM held h WHERE h.drainable IS NULL), $7, $1) AS n
+),
 room AS (
-    SELECT least(greatest($5 - (SELECT count(*) FROM drainable), 0), ` + sqlClaimChunk + `)::integer AS n
+    SELECT least(greatest($5 - (SELECT count(*) FROM held h WHERE h.drainable), 0), ` + sqlClaimChunk + `)::integer AS n
 ),
 ranked AS (
     SELECT c.candidate_stream AS stream_id, row_number() OVER (ORDER BY min(c.candidate_seq)) AS rn
     FROM clock, room,
-         /* SCHEMA */.vantage_claim_candidates($1, clock.now, $3::interval, $6, room.n + 1,
-                                               ARRAY(SELECT stream_id FROM drainable)) c
+         /* SCHEMA */.vantage_claim_streams($1, clock.now, $3::interval, $6, room.n + 1, $7) c
     GROUP BY c.candidate_stream
     ORDER BY min(c.candidate_seq)
     LIMIT (SELECT n + 1 FROM room)
 ),
-refresh AS (
-    SELECT DISTINCT p.stream_id
-    FROM held_heads p, clock
-    WHERE p.stream_id IN (SELECT stream_id FROM drainable)
-      AND EXISTS (SELECT 1 FROM live l WHERE l.instance_id = $1)
-      AND (` + sqlMinUnleased("") + ` IS NOT NULL
-           OR ` + sqlMinLeased("<", "<= clock.now") + ` IS NOT NULL
-           OR ` + sqlMinLeased("=", "<= clock.now") + ` IS NOT NULL
-           OR ` + sqlMinLeased(">", "<= clock.now") + ` IS NOT NULL
-           OR NOT EXISTS (SELECT 1 FROM /* SCHEMA */.vantage_active_streams a
-                          WHERE a.stream_id = p.stream_id AND a.instance_id = $1))
-),
 picked AS (
     SELECT stream_id FROM ranked WHERE rn <= (SELECT n FROM room)
     UNION
-    SELECT stream_id FROM refresh
+    SELECT h.stream_id FROM held h, clock WHERE h.drainable AND h.lease_expiry <= clock.now
 ),
-` + sqlPin + `,
-` + sqlPairHeads("heads", "pinned") + `,
-guarded AS MATERIALIZED (
-    SELECT p.stream_id, p.perspective, ` + sqlGuardBound + ` AS bound
-    FROM heads p, clock
-),
-candidate AS (
-    SELECT c.work_id
-    FROM guarded g
-    CROSS JOIN clock
-    CROSS JOIN LATERAL (
-        SELECT w.work_id FROM /* SCHEMA */.vantage_work w
-        WHERE w.stream_id = g.stream_id AND w.perspective = g.perspective AND w.processed_at IS NULL
-          AND w.instance_id IS NULL AND w.event_version <= g.bound
-          AND (w.scheduled_for IS NULL OR w.scheduled_for <= clock.now)
-        UNION ALL ` + sqlExpiredRows("<") + `
-        UNION ALL ` + sqlExpiredRows("=") + `
-        UNION ALL ` + sqlExpiredRows(">") + `
-    ) c
-),
-leasable AS (
-    SELECT w.work_id
-    FROM /* SCHEMA */.vantage_work w, clock
-    WHERE w.work_id = ANY (ARRAY(SELECT work_id FROM candidate))
-      AND ` + sqlCandidate + `
-    FOR UPDATE OF w SKIP LOCKED
+` + sqlTake + `
+SELECT (SELECT count(*) FROM ranked) > (SELECT n FROM room), (SELECT count(*) FROM leased), (SELECT n FROM emptied)`
+
+// sqlTake leases the streams of the CTE picked to the caller ($1) until
+// clock.now + $4. taken locks their rows FOR UPDATE (a change of holder is
+// a key update, see sqlFenced) in stream id order, SKIP LOCKED (a claim
+// never waits: a stream being completed, fetched or taken by another is
+// left for the next claim), keeping those not under another instance's
+// live lease (sqlOpenTo), with their holder and marks as they were. leased
+// leases them: the marks are cleared when the stream passes to another
+// holder. charged charges the rows handed out under a lease taken from a
+// holder that is not live (sqlCharge), after the stream rows were locked.
+var sqlTake = `taken AS MATERIALIZED (
+    SELECT a.stream_id, a.instance_id AS holder, a.handed_out
+    FROM /* SCHEMA */.vantage_active_streams a, clock
+    WHERE a.stream_id IN (SELECT stream_id FROM picked) AND ` + sqlOpenTo + `
+    ORDER BY a.stream_id
+    FOR UPDATE OF a SKIP LOCKED
 ),
 leased AS (
-    UPDATE /* SCHEMA */.vantage_work w
-    SET instance_id = $1, lease_expiry = clock.now + $4::interval, attempts = ` + sqlTakeoverAttempt + `, scheduled_for = NULL
-    FROM clock
-    WHERE w.work_id = ANY (ARRAY(SELECT work_id FROM leasable))
-    RETURNING w.work_id
-)
-SELECT (SELECT count(*) FROM ranked) > (SELECT n FROM room), (SELECT count(*) FROM leased)`
+    UPDATE /* SCHEMA */.vantage_active_streams a
+    SET instance_id = $1, lease_expiry = clock.now + $4::interval, last_activity_at = clock.now,
+        handed_out = CASE WHEN t.holder = $1 THEN a.handed_out ELSE '{}' END
+    FROM taken t, clock
+    WHERE a.stream_id = t.stream_id
+    RETURNING a.stream_id
+),
+` + sqlCharge("taken", "true")
 
-// sqlTakeoverAttempt is the attempts of a row w that the caller $1 leases:
-// one more when w is taken from another instance's lease (which, for a row
-// that claims and fetches may lease, has expired), the same otherwise. In
-// an UPDATE's SET list, w.instance_id is the holder before the update.
-const sqlTakeoverAttempt = `w.attempts + CASE WHEN w.instance_id <> $1 THEN 1 ELSE 0 END`
-
-// sqlClaimChunk bounds the new streams one claim takes. A claim leases every
-// candidate row of the streams it takes, in one statement, and nothing is
-// drained before it returns: with long backlogs, 300 streams are 100,000
-// rows and more, seconds of updates. Smaller claims report HasMore, and the
+// sqlClaimChunk bounds the new streams one claim takes. Nothing is drained
+// before a claim returns, and a stream taken from a dead holder charges its
+// handed-out rows in the claim: smaller claims report HasMore, and the
 // engine claims again at once while it drains what the first one took.
 const sqlClaimChunk = `64`
-
-// sqlExpiredRows reads the rows of the pair g (see sqlClaim) up to its guard
-// bound whose lease expired, held by instances whose id compares to the
-// caller's ($1) by op: one bounded range of vantage_work_stream_leased_idx
-// per op, so the caller's live rows, between the others', are never read.
-// Like sqlMinLeased, it tests no processed_at (leased rows are pending).
-func sqlExpiredRows(op string) string {
-	return `
-        SELECT w.work_id FROM /* SCHEMA */.vantage_work w
-        WHERE w.stream_id = g.stream_id AND w.perspective = g.perspective
-          AND w.instance_id ` + op + ` $1 AND w.lease_expiry <= clock.now AND w.event_version <= g.bound`
-}
 
 // sqlBacklogCap bounds the count of a stream's pending rows by which
 // sqlClaimHeld orders its result, so that ordering costs at most this many
@@ -455,16 +382,22 @@ func sqlExpiredRows(op string) string {
 // this many pending rows rank as equally long, by stream id.
 const sqlBacklogCap = `100`
 
-// sqlClaimHeld lists the streams the caller can drain (see sqlDrainable),
-// smallest backlog (pending rows of the stream, counted up to
-// sqlBacklogCap) first, with how many there are in all. The count reads
-// the stream's rows in vantage_work_pending_idx order, so that it is a
-// bounded range scan of that index whatever the statistics say (a limited
-// sequential scan looks as cheap to a planner that sees few rows, and reads
-// the whole table for a stream with fewer rows than the cap). Parameters: $1
-// caller, $2 now, $3 MaxStreams.
-var sqlClaimHeld = `WITH RECURSIVE ` + sqlClock + `,
-` + sqlDrainable + `
+// sqlClaimHeld lists the streams the caller can drain: held under its live
+// lease (vantage_active_streams_instance_idx) and drainable
+// (vantage_stream_drainable), smallest backlog (pending rows of the
+// stream, counted up to sqlBacklogCap) first, with how many there are in
+// all. The count reads the stream's rows in vantage_work_pending_idx
+// order, so that it is a bounded range scan of that index whatever the
+// statistics say (a limited sequential scan looks as cheap to a planner
+// that sees few rows, and reads the whole table for a stream with fewer
+// rows than the cap). Parameters: $1 caller, $2 now, $3 MaxStreams.
+var sqlClaimHeld = `WITH ` + sqlClock + `,
+drainable AS (
+    SELECT a.stream_id
+    FROM /* SCHEMA */.vantage_active_streams a, clock
+    WHERE a.instance_id = $1 AND a.lease_expiry > clock.now
+      AND /* SCHEMA */.vantage_stream_drainable(a.stream_id, clock.now)
+)
 SELECT d.stream_id, count(*) OVER ()
 FROM drainable d
 CROSS JOIN LATERAL (
@@ -483,21 +416,20 @@ LIMIT $3`
 // WorkClaim implements ports.WorkClaimer in one round trip: a batch of three
 // statements in one implicit transaction (liveness check, claim, result).
 //
-// The result lists the streams the caller can drain now: those where some
-// perspective's first pending row is under the caller's live lease (what
-// EventsFetchPending would return). A stream whose held rows all wait behind
-// a failed row scheduled for later is left out until the retry time.
+// The result lists the streams the caller can drain now: held under its
+// live lease, with a perspective whose first pending row is not scheduled
+// in the future (what EventsFetchPending would return rows of). A stream
+// whose pairs all wait for a retry time is left out until then.
 //
-// Candidate streams are selected oldest pending work first, so no stream
-// starves, and only as long as the result stays within MaxStreams: a caller
-// already draining MaxStreams streams leases no new stream, only new rows of
-// the streams it drains (leasing more would leave leases ticking on streams
-// nobody drains, which keeps other instances from them and, should the
-// caller die, counts a takeover attempt against events that never ran).
-// HasMore is true when candidate streams were left unselected or the
-// result was cut at MaxStreams. The result lists the smallest backlogs
-// first (pending rows counted up to sqlBacklogCap, then by stream id). A
-// non-positive PartitionCount selects ports.PartitionCountDefault. It returns
+// Streams are taken oldest pending work first, so no stream starves, and
+// only as long as the result stays within MaxStreams: a caller already
+// draining MaxStreams streams takes no new stream (a lease on a stream
+// nobody drains keeps other instances from it and, should the caller die,
+// charges a takeover attempt to events that never ran). HasMore is true
+// when candidate streams were left out or the result was cut at
+// MaxStreams. The result lists the smallest backlogs first (pending rows
+// counted up to sqlBacklogCap, then by stream id). A non-positive
+// PartitionCount selects ports.PartitionCountDefault. It returns
 // ports.ErrInvalidArgument for a nil instance id or a non-positive
 // MaxStreams, LeaseDuration or StaleThreshold, and
 // ports.ErrInstanceNotAlive when the caller has no live heartbeat (the claim
@@ -516,19 +448,19 @@ func (s *Store) WorkClaim(ctx context.Context, params *ports.WorkClaimParams) (*
 	now := nowArg(params.Now)
 	b := &pgx.Batch{}
 	b.Queue(s.sql(sqlClaimAlive), params.InstanceID, now, params.StaleThreshold)
-	b.Queue(s.sql(sqlClaim), params.InstanceID, now, params.StaleThreshold, params.LeaseDuration, params.MaxStreams, partitions)
+	b.Queue(s.sql(sqlClaim), params.InstanceID, now, params.StaleThreshold, params.LeaseDuration, params.MaxStreams, partitions, s.appendLockClass())
 	b.Queue(s.sql(sqlClaimHeld), params.InstanceID, now, params.MaxStreams)
 
 	var (
 		alive, unselected bool
-		leased            int
+		leased, released  int
 		result            = &ports.WorkClaimResult{}
 	)
 	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error {
 		if err := br.QueryRow().Scan(&alive); err != nil {
 			return err
 		}
-		if err := br.QueryRow().Scan(&unselected, &leased); err != nil {
+		if err := br.QueryRow().Scan(&unselected, &leased, &released); err != nil {
 			return err
 		}
 		rows, err := br.Query()
@@ -555,37 +487,36 @@ func (s *Store) WorkClaim(ctx context.Context, params *ports.WorkClaimParams) (*
 	return result, nil
 }
 
-// sqlRenewLeases extends the leases of the rows $4 held by the caller $1
-// (see sqlHeldByCaller) to $2 + $3.
+// sqlRenewLeases extends to $2 + $3 the leases of the streams $4 held by
+// the caller $1, expired or not (nobody took them). The rows are locked in
+// stream id order, as every statement locks them; the (instance_id,
+// stream_id) key of vantage_active_streams_instance_idx bounds the lookup
+// by both, whichever index the planner picks.
 const sqlRenewLeases = `WITH ` + sqlClock + `
-UPDATE /* SCHEMA */.vantage_work w
+UPDATE /* SCHEMA */.vantage_active_streams a
 SET lease_expiry = clock.now + $3::interval
 FROM clock
-WHERE w.work_id = ANY($4::uuid[]) AND ` + sqlHeldByCaller + ` AND w.processed_at IS NULL`
+WHERE a.stream_id IN (
+    SELECT p.stream_id FROM /* SCHEMA */.vantage_active_streams p
+    WHERE p.stream_id = ANY ($4::uuid[]) AND p.instance_id = $1
+    ORDER BY p.stream_id
+    FOR NO KEY UPDATE)
+  AND a.instance_id = $1`
 
-// sqlHeldByCaller is the fence of the statements that find rows by id: the
-// row w is leased to $1. It is written so that no index serves it (a
-// coalesce is not indexable): the statistics of a queue table lag behind,
-// and after a burst of appends they make the rows leased to $1 look rare
-// just when the caller holds the whole backlog; the planner would then read
-// them all through an index on instance_id, testing each against the listed
-// ids, instead of looking the ids up in the primary key (see sqlListedRow).
-const sqlHeldByCaller = `coalesce(w.instance_id = $1, false)`
-
-// WorkRenewLeases implements ports.WorkClaimer. A row whose lease expired but
-// that nobody took over is still the caller's and is renewed. It returns
-// ports.ErrInvalidArgument for a non-positive LeaseDuration.
+// WorkRenewLeases implements ports.WorkClaimer. A stream whose lease
+// expired but that nobody took is still the caller's and is renewed. It
+// returns ports.ErrInvalidArgument for a non-positive LeaseDuration.
 func (s *Store) WorkRenewLeases(ctx context.Context, params *ports.WorkRenewLeasesParams) (int, error) {
 	if err := params.Validate(); err != nil {
 		return 0, fmt.Errorf("renewing leases: %w", err)
 	}
-	if len(params.WorkIDs) == 0 || params.InstanceID == uuid.Nil {
+	if len(params.StreamIDs) == 0 || params.InstanceID == uuid.Nil {
 		return 0, nil
 	}
 	if err := s.ready(ctx); err != nil {
 		return 0, err
 	}
-	tag, err := s.pool.Exec(ctx, s.sql(sqlRenewLeases), params.InstanceID, nowArg(params.Now), params.LeaseDuration, uuidsArg(params.WorkIDs))
+	tag, err := s.pool.Exec(ctx, s.sql(sqlRenewLeases), params.InstanceID, nowArg(params.Now), params.LeaseDuration, uuidsArg(params.StreamIDs))
 	if err != nil {
 		return 0, fmt.Errorf("renewing leases of instance %s: %w", params.InstanceID, translate(err))
 	}

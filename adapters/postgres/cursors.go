@@ -75,31 +75,77 @@ func scanCursor(row pgx.CollectableRow) (ports.Cursor, error) {
 
 // sqlFinish completes the listed rows: $1 caller, $2 work ids with their
 // (stream, perspective) in $3 and $4, $5 now. Only pending rows of that pair
-// held by the caller count (the fence); the lease may have expired as long
-// as nobody took the row over. A completed row that DeadLetterRequeue stored
-// marks its dead letter recovered (see sqlRecovered). It returns the rows
-// completed and the dead letters recovered.
+// in a stream whose lease the caller holds count (the fence, sqlFenced);
+// the lease may have expired as long as nobody took the stream. A completed
+// row that DeadLetterRequeue stored marks its dead letter recovered (see
+// sqlRecovered). It returns the rows completed and the dead letters
+// recovered.
 //
 // The list drives the statement, one primary key probe per id (see
 // sqlListedRow).
-var sqlFinish = `WITH finished AS (
-    DELETE FROM /* SCHEMA */.vantage_work w
-    USING ` + sqlFinishRows + `
-    RETURNING w.dead_letter_id
-),
-` + sqlRecovered + `
-SELECT (SELECT count(*) FROM finished), (SELECT count(*) FROM recovered)`
+var sqlFinish = finishStatement(sqlFenceShared, false)
 
 // sqlFinishDebug is sqlFinish for debug mode: rows are kept, marked processed
-// at $5 and unleased, which hides them from every pending-row query.
-var sqlFinishDebug = `WITH finished AS (
-    UPDATE /* SCHEMA */.vantage_work w
-    SET processed_at = coalesce($5::timestamptz, now()), instance_id = NULL, lease_expiry = NULL
-    FROM ` + sqlFinishRows + `
+// at $5 (their retry time cleared, see vantage_work_scheduled_check), which
+// hides them from every pending-row query.
+var sqlFinishDebug = finishStatement(sqlFenceShared, true)
+
+// finishStatement returns the statement completing the listed rows under
+// the fence lock (see sqlFenced), keeping them as processed in debug mode.
+func finishStatement(lock string, debug bool) string {
+	change := `DELETE FROM /* SCHEMA */.vantage_work w
+    USING ` + sqlFinishRows
+	if debug {
+		change = `UPDATE /* SCHEMA */.vantage_work w
+    SET processed_at = coalesce($5::timestamptz, now()), scheduled_for = NULL
+    FROM ` + sqlFinishRows
+	}
+	return `WITH ` + sqlFenced(lock) + `,
+finished AS (
+    ` + change + `
     RETURNING w.dead_letter_id
 ),
 ` + sqlRecovered + `
 SELECT (SELECT count(*) FROM finished), (SELECT count(*) FROM recovered)`
+}
+
+// sqlFenced returns the CTE fenced: the streams of the rows listed in $3
+// whose lease the caller $1 holds, live or expired, the fence of
+// completions and failures. It locks their rows FOR KEY SHARE in stream id
+// order, before any work row, so that no claim, fetch or abandonment takes
+// a stream while its rows are being completed or failed (a change of
+// holder is a key update, see vantage_active_streams_instance_idx: claims
+// skip the stream, the others wait), and so that the rows a takeover
+// charges are never those a completion deletes. The holder's own fetches
+// and renewals update the rows without changing their key, and never wait
+// for its completions. (WorkFail locks its streams more strongly first,
+// see sqlFailFence.)
+func sqlFenced(lock string) string {
+	return `fenced AS MATERIALIZED (
+    SELECT a.stream_id
+    FROM /* SCHEMA */.vantage_active_streams a
+    WHERE a.stream_id = ANY ($3::uuid[]) AND a.instance_id = $1
+    ORDER BY a.stream_id
+    FOR ` + lock + `
+)`
+}
+
+// sqlFenceShared is the lock of the fence (see sqlFenced).
+const sqlFenceShared = `KEY SHARE`
+
+// sqlFailFence locks FOR NO KEY UPDATE, in stream id order, the rows of
+// the streams $2 that the caller $1 holds: the first statement of WorkFail,
+// which lowers the marks of the streams it fences. Taking the exclusive
+// lock up front, rather than upgrading the fence's shared lock when it
+// writes the marks, keeps it from deadlocking with a fetch that holds one
+// of the streams and waits, to take another over, for the shared lock.
+const sqlFailFence = `SELECT count(*) FROM (
+    SELECT a.stream_id
+    FROM /* SCHEMA */.vantage_active_streams a
+    WHERE a.stream_id = ANY ($2::uuid[]) AND a.instance_id = $1
+    ORDER BY a.stream_id
+    FOR NO KEY UPDATE
+) f`
 
 // sqlFinishRows is the row list and fence shared by sqlFinish and
 // sqlFinishDebug.
@@ -121,18 +167,18 @@ const sqlRecovered = `recovered AS (
 
 // sqlListedRow is the condition of the statements that change the rows a
 // list l (work_id, stream_id, perspective) names: the row w has the listed
-// id and pair, is pending and is held by the caller $1 (the fence).
+// id and pair, is pending, and its stream is in the CTE fenced (see
+// sqlFenced).
 //
 // The id is the only condition an index can serve: the pair is compared
-// with IS NOT DISTINCT FROM and the holder with sqlHeldByCaller, neither
-// indexable. Queue statistics lag behind the table, and with "=" the
-// planner, taking a (stream, perspective) or the rows of a holder for a
-// handful of rows, would probe vantage_work_pending_idx or an index on
-// instance_id per listed id instead, reading the whole backlog of a long
-// stream for each.
+// with IS NOT DISTINCT FROM and the stream's membership in fenced is
+// wrapped in coalesce, neither indexable. Queue statistics lag behind the
+// table, and with "=" the planner, taking a (stream, perspective) for a
+// handful of rows, would probe vantage_work_pending_idx per listed id
+// instead, reading the whole backlog of a long stream for each.
 func sqlListedRow(l string) string {
 	return `w.work_id = ` + l + `.work_id AND (w.stream_id, w.perspective) IS NOT DISTINCT FROM (` + l + `.stream_id, ` + l + `.perspective)
-  AND w.processed_at IS NULL AND ` + sqlHeldByCaller
+  AND w.processed_at IS NULL AND coalesce(w.stream_id = ANY (ARRAY(SELECT f.stream_id FROM fenced f)), false)`
 }
 
 // sqlCompleteCursors upserts one cursor per pair from the payload: $1 now,
@@ -231,20 +277,19 @@ func sqlMarkLate(bounds string) string {
 )`
 }
 
-// sqlUnpinDrained unpins the streams $1 that have no pending row left. It
-// locks the pin rows in stream id order, as claims and fetches do (see
-// sqlPin), so the two never deadlock.
-const sqlUnpinDrained = `DELETE FROM /* SCHEMA */.vantage_active_streams a
-WHERE a.stream_id IN (
-    SELECT p.stream_id
-    FROM /* SCHEMA */.vantage_active_streams p
-    WHERE p.stream_id = ANY($1::uuid[])
+// sqlReleaseDrained releases the streams $1 that have no pending row left
+// and that the caller $2 holds or nobody does (whoever holds them when $2
+// is NULL; see
+// vantage_release_drained, $3 the append lock class). The streams are
+// filtered first by a probe of vantage_work_pending_idx each, so a
+// completion of a stream with more work, the common case, takes no lock.
+const sqlReleaseDrained = `SELECT /* SCHEMA */.vantage_release_drained(ARRAY(
+    SELECT a.stream_id
+    FROM /* SCHEMA */.vantage_active_streams a
+    WHERE a.stream_id = ANY ($1::uuid[]) AND ($2::uuid IS NULL OR a.instance_id = $2 OR a.instance_id IS NULL)
       AND NOT EXISTS (
           SELECT 1 FROM /* SCHEMA */.vantage_work w
-          WHERE w.stream_id = p.stream_id AND w.processed_at IS NULL)
-    ORDER BY p.stream_id
-    FOR UPDATE
-)`
+          WHERE w.stream_id = a.stream_id AND w.processed_at IS NULL)), $3, $2::uuid)`
 
 // finishArgs flattens the rows to complete of a call, the ids already in
 // the form of a uuid[] parameter (see uuidsArg).
@@ -284,18 +329,16 @@ func (f *finishArgs) Swap(i, j int) {
 
 // queue queues the statements completing the rows; read reads their
 // results and returns the count of rows completed. The rows are sent in
-// work id order, the order in which the statement probes and locks them:
-// abandonment locks the rows of a dead instance in that order too, so an
-// instance completing rows while a survivor abandons it (it was only slow)
-// cannot deadlock with the survivor.
+// work id order, the order in which the statement probes and locks them,
+// after the fence locked their streams (see sqlFenced).
 func (f *finishArgs) queue(s *Store, b *pgx.Batch, instanceID uuid.UUID, debug bool, now any) {
 	sort.Sort(f)
-	b.Queue(sqlJoinsByKey)
+	stmt := sqlFinish
 	if debug {
-		b.Queue(s.sql(sqlFinishDebug), instanceID, f.workIDs, f.streams, f.perspectives, now)
-	} else {
-		b.Queue(s.sql(sqlFinish), instanceID, f.workIDs, f.streams, f.perspectives, now)
+		stmt = sqlFinishDebug
 	}
+	b.Queue(sqlJoinsByKey)
+	b.Queue(s.sql(stmt), instanceID, f.workIDs, f.streams, f.perspectives, now)
 	b.Queue(sqlJoinsAny)
 }
 
@@ -374,9 +417,10 @@ func (p *positions) columns() (streams [][16]byte, perspectives []string, eventI
 
 // WorkComplete implements ports.CursorStore in one round trip: a batch of
 // four statements in one implicit transaction, in this order: complete the
-// listed rows (between sqlJoinsByKey and sqlJoinsAny), recovering the dead
-// letters of requeued ones, upsert the cursors, mark stragglers late and
-// flag their cursors, unpin drained streams.
+// listed rows of the streams the caller holds (between sqlJoinsByKey and
+// sqlJoinsAny, fenced by sqlFenced), recovering the dead letters of
+// requeued ones, upsert the cursors, mark stragglers late and flag their
+// cursors, release drained streams (sqlReleaseDrained).
 // Every deletion of the call thus precedes every cursor check. A pair listed
 // in several completions ends at its highest position. Stragglers are rows
 // below the position the completions report, not below a stored position
@@ -408,7 +452,7 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 	finish.queue(s, b, params.InstanceID, params.DebugMode, now)
 	b.Queue(s.sql(sqlCompleteCursors), now, streams, perspectives, eventIDs, versions)
 	b.Queue(s.sql(sqlFlagStragglers), now, streams, perspectives, versions)
-	b.Queue(s.sql(sqlUnpinDrained), distinctStreams(streams))
+	b.Queue(s.sql(sqlReleaseDrained), distinctStreams(streams), params.InstanceID, s.appendLockClass())
 	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error {
 		var err error
 		if result.Completed, err = finish.read(br); err != nil {
@@ -431,16 +475,38 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 	return result, nil
 }
 
-// sqlFailRows releases the failed rows still held by the caller ($1), adds
-// an attempt to each (an apply of it failed), stores their error and
-// schedules them: $2 work ids, $3 streams, $4 perspectives, $5 errors, $6
-// retry times (NULL: claimable at once). Rows are found by id, as in
-// sqlFinish (see sqlListedRow).
-var sqlFailRows = `UPDATE /* SCHEMA */.vantage_work w
-SET instance_id = NULL, lease_expiry = NULL, attempts = w.attempts + 1, error = f.error, scheduled_for = f.retry_at
-FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::timestamptz[])
-     AS f(work_id, stream_id, perspective, error, retry_at)
-WHERE ` + sqlListedRow("f")
+// sqlFailRows charges the failed rows of streams whose lease the caller
+// ($1) holds (the fence, as in sqlFinish) an attempt (an apply of it
+// failed), stores their error and schedules them: $2 work ids, $3 streams,
+// $4 perspectives, $5 errors, $6 retry times (NULL: claimable at once).
+// Rows are found by id, as in sqlFinish (see sqlListedRow). Then each
+// failed pair's handed-out mark drops below its lowest failed row: the rows
+// from it on are no longer being applied (the holder stops at a failure),
+// and a row stored below them later is not late. The stream rows, locked
+// by the fence, are updated last.
+var sqlFailRows = `WITH ` + sqlFenced(sqlFenceShared) + `,
+failed AS (
+    UPDATE /* SCHEMA */.vantage_work w
+    SET attempts = w.attempts + 1, error = f.error, scheduled_for = f.retry_at
+    FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::timestamptz[])
+         AS f(work_id, stream_id, perspective, error, retry_at)
+    WHERE ` + sqlListedRow("f") + `
+    RETURNING w.stream_id, w.perspective, w.event_version
+),
+lowered AS MATERIALIZED (
+    SELECT f.stream_id, f.perspective, min(f.event_version) - 1 AS mark
+    FROM failed f
+    GROUP BY f.stream_id, f.perspective
+)
+UPDATE /* SCHEMA */.vantage_active_streams a
+SET handed_out = a.handed_out || (
+    SELECT jsonb_object_agg(l.perspective, l.mark)
+    FROM lowered l
+    WHERE l.stream_id = a.stream_id AND (a.handed_out ->> l.perspective)::bigint > l.mark)
+WHERE a.stream_id IN (SELECT l.stream_id FROM lowered l)
+  AND EXISTS (
+      SELECT 1 FROM lowered l
+      WHERE l.stream_id = a.stream_id AND (a.handed_out ->> l.perspective)::bigint > l.mark)`
 
 // sqlFailCursors upserts one cursor per failed pair: $1 now, $2 streams, $3
 // perspectives, $4 last event ids, $5 last versions, $6 errors. The position
@@ -518,24 +584,34 @@ const sqlFailRewinds = `excluded.last_version > c.last_version AND excluded.rewi
 // sqlFailEvents charges failures to events that have no pending row of
 // their pair (a replay failed on an event applied long ago): $1 now, $2
 // streams, $3 perspectives, $4 event ids, $5 versions, $6 errors, $7 retry
-// times. It stores a pending, unleased row for the event with one attempt,
-// the error and the retry time; when the pair has a pending row for the
-// event already (the key of pending work, vantage_work_pending_idx), that
-// row gets the attempt instead, as a failed row does, whoever holds it.
-// A retired perspective gets no row: nothing would ever apply it (its
-// instances no longer run it), and its stream would never drain.
-// Rows are written in key order, so overlapping calls cannot deadlock.
-const sqlFailEvents = `WITH ` + sqlClock1 + `
-INSERT INTO /* SCHEMA */.vantage_work AS w
-    (work_id, stream_id, perspective, event_id, event_version, attempts, error, scheduled_for, created_at)
-SELECT /* SCHEMA */.vantage_uuid_v7(), f.stream_id, f.perspective, f.event_id, f.event_version, 1, f.error, f.retry_at, clock.now
-FROM unnest($2::uuid[], $3::text[], $4::uuid[], $5::bigint[], $6::text[], $7::timestamptz[])
-     AS f(stream_id, perspective, event_id, event_version, error, retry_at), clock
-WHERE NOT EXISTS (SELECT 1 FROM /* SCHEMA */.vantage_retired_perspectives r WHERE r.perspective = f.perspective)
-ORDER BY f.stream_id, f.perspective COLLATE "C", f.event_version
-ON CONFLICT (stream_id, perspective, event_version) WHERE processed_at IS NULL DO UPDATE
-SET instance_id = NULL, lease_expiry = NULL, attempts = w.attempts + 1,
-    error = excluded.error, scheduled_for = excluded.scheduled_for`
+// times. It stores a pending row for the event with one attempt, the error
+// and the retry time; when the pair has a pending row for the event
+// already (the key of pending work, vantage_work_pending_idx), that row
+// gets the attempt instead, as a failed row does, whoever holds the
+// stream. A retired perspective gets no row: nothing would ever apply it
+// (its instances no longer run it), and its stream would never drain.
+// Rows are written in key order, so overlapping calls cannot deadlock, and
+// the streams get their row in vantage_active_streams (see sqlAppend's
+// streamed) under the append locks that WorkFail took first.
+const sqlFailEvents = `WITH ` + sqlClock1 + `,
+stored AS (
+    INSERT INTO /* SCHEMA */.vantage_work AS w
+        (work_id, stream_id, perspective, event_id, event_version, attempts, error, scheduled_for, created_at)
+    SELECT /* SCHEMA */.vantage_uuid_v7(), f.stream_id, f.perspective, f.event_id, f.event_version, 1, f.error, f.retry_at, clock.now
+    FROM unnest($2::uuid[], $3::text[], $4::uuid[], $5::bigint[], $6::text[], $7::timestamptz[])
+         AS f(stream_id, perspective, event_id, event_version, error, retry_at), clock
+    WHERE NOT EXISTS (SELECT 1 FROM /* SCHEMA */.vantage_retired_perspectives r WHERE r.perspective = f.perspective)
+    ORDER BY f.stream_id, f.perspective COLLATE "C", f.event_version
+    ON CONFLICT (stream_id, perspective, event_version) WHERE processed_at IS NULL DO UPDATE
+    SET attempts = w.attempts + 1, error = excluded.error, scheduled_for = excluded.scheduled_for
+    RETURNING w.stream_id, w.seq
+)
+INSERT INTO /* SCHEMA */.vantage_active_streams (stream_id, first_seq, last_activity_at, created_at)
+SELECT s.stream_id, min(s.seq), clock.now, clock.now
+FROM stored s, clock
+GROUP BY s.stream_id, clock.now
+ORDER BY s.stream_id
+ON CONFLICT (stream_id) DO NOTHING`
 
 // sqlFlagFailedEvents makes late the rows of the failed events ($2 to $5)
 // that their pair's cursor is past, and flags those cursors
@@ -603,6 +679,15 @@ type failedEventColumns struct {
 	retryAt           []pgtype.Timestamptz
 }
 
+// streams returns the streams of the failed events.
+func (e *failedEvents) streams() [][16]byte {
+	out := make([][16]byte, 0, len(e.order))
+	for _, k := range e.order {
+		out = append(out, k.pair.streamID)
+	}
+	return out
+}
+
 // columns returns the failed events as parallel arrays in key order, so that
 // sqlFailEvents writes rows and sqlFlagFailedEvents cursors in one order.
 func (e *failedEvents) columns() failedEventColumns {
@@ -622,14 +707,17 @@ func (e *failedEvents) columns() failedEventColumns {
 	return c
 }
 
-// WorkFail implements ports.CursorStore in one round trip: a batch of four
-// to six statements in one implicit transaction: complete the applied rows,
-// release and schedule the failed rows (fenced like completions), store the
-// failed events (sqlFailEvents, when a failure names one), upsert the
-// cursors (marking late the pending rows below a position that moved), mark
-// late the failed events' rows below their cursor and flag those cursors
-// (sqlFlagFailedEvents), unpin drained streams. A zero RetryAt makes the
-// failed rows claimable at once. A failed event of a retired perspective
+// WorkFail implements ports.CursorStore in one round trip: a batch of five
+// to eight statements in one implicit transaction: take the append locks
+// of the failed events' streams (when a failure names an event), lock the
+// streams the caller holds (sqlFailFence), complete
+// the applied rows, charge and schedule the failed rows and lower their
+// pairs' marks (fenced like completions), store the failed events
+// (sqlFailEvents), upsert the cursors (marking late the pending rows below
+// a position that moved), mark late the failed events' rows below their
+// cursor and flag those cursors (sqlFlagFailedEvents), release drained
+// streams. The stream's lease stays with the caller. A zero RetryAt makes
+// the failed rows drainable at once. A failed event of a retired perspective
 // stores no row.
 // It returns ports.ErrInvalidArgument, and changes nothing, when a failure
 // has a nil stream id, an empty perspective, a negative LastVersion, or a
@@ -670,6 +758,10 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 	now := nowArg(params.Now)
 	streams, perspectives, eventIDs, versions, errs := pos.columns()
 	b := &pgx.Batch{}
+	if len(events.order) > 0 {
+		b.Queue(sqlAppendLocks, s.appendLockClass(), events.streams())
+	}
+	b.Queue(s.sql(sqlFailFence), params.InstanceID, distinctStreams(streams))
 	finish.queue(s, b, params.InstanceID, params.DebugMode, now)
 	b.Queue(s.sql(sqlFailRows), params.InstanceID, failed.workIDs, failed.streams, failed.perspectives, failed.errs, failed.retryAt)
 	var ev failedEventColumns
@@ -681,7 +773,7 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 	if len(events.order) > 0 {
 		b.Queue(s.sql(sqlFlagFailedEvents), now, ev.streams, ev.perspectives, ev.eventIDs, ev.versions)
 	}
-	b.Queue(s.sql(sqlUnpinDrained), distinctStreams(streams))
+	b.Queue(s.sql(sqlReleaseDrained), distinctStreams(streams), params.InstanceID, s.appendLockClass())
 	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error { return execN(br, b.Len()) })
 	if err != nil {
 		return fmt.Errorf("recording failures of instance %s: %w", params.InstanceID, translate(err))

@@ -28,7 +28,9 @@ const sqlDeadLetterColumns = `id, work_id, stream_id, perspective, event_id, eve
 // $1 dead letter id, $2 now, $3 work id, $4 instance, $5 reason, $6 error
 // (empty: the row's), $7 attempts (when larger than the row's), $8
 // generation. No row (already moved, completed, or kept as processed by
-// debug mode) records nothing. The stream is unpinned when that was its last
+// debug mode) records nothing. The stream's row in vantage_active_streams
+// is locked first (stream rows before work rows, as everywhere), and
+// DeadLetterMove releases the stream afterwards when that was its last
 // pending row.
 //
 // A row that DeadLetterRequeue stored names its dead letter, which is
@@ -37,21 +39,19 @@ const sqlDeadLetterColumns = `id, work_id, stream_id, perspective, event_id, eve
 // requeue history stays, so a dead letter that failed again on the
 // generation that requeued it reads generation = requeue_generation. A row
 // whose dead letter an operator deleted records it again under that id.
-// Locks are taken as everywhere: the work row, then the pin, then the dead
-// letter.
+// Locks are taken as everywhere: the stream row, then the work row, then
+// the dead letter.
 const sqlDeadLetterMove = `WITH ` + sqlClock + `,
+stream AS MATERIALIZED (
+    SELECT a.stream_id
+    FROM /* SCHEMA */.vantage_active_streams a
+    WHERE a.stream_id = (SELECT w.stream_id FROM /* SCHEMA */.vantage_work w WHERE w.work_id = $3 AND w.processed_at IS NULL)
+    FOR KEY SHARE
+),
 moved AS (
     DELETE FROM /* SCHEMA */.vantage_work
-    WHERE work_id = $3 AND processed_at IS NULL
+    WHERE work_id = $3 AND processed_at IS NULL AND (SELECT count(*) FROM stream) >= 0
     RETURNING work_id, stream_id, perspective, event_id, event_version, attempts, error, dead_letter_id
-),
-unpinned AS (
-    DELETE FROM /* SCHEMA */.vantage_active_streams a
-    USING moved m
-    WHERE a.stream_id = m.stream_id
-      AND NOT EXISTS (
-          SELECT 1 FROM /* SCHEMA */.vantage_work w
-          WHERE w.stream_id = m.stream_id AND w.processed_at IS NULL AND w.work_id <> m.work_id)
 )
 INSERT INTO /* SCHEMA */.vantage_dead_letters AS d
     (id, work_id, stream_id, perspective, event_id, event_version, attempts, reason, error, instance_id, generation, dead_lettered_at)
@@ -69,10 +69,12 @@ SET attempts = excluded.attempts,
     resolved_at = NULL
 RETURNING ` + sqlDeadLetterColumns
 
-// DeadLetterMove implements ports.DeadLetterStore in one statement. The row
-// need not be held by params.InstanceID, which is recorded as the instance
-// that dead-lettered it. Removing the row unblocks later rows of its
-// (stream, perspective). A row already gone yields Moved false.
+// DeadLetterMove implements ports.DeadLetterStore in one statement, then
+// releases the stream when it has no pending row left (sqlReleaseDrained,
+// whoever holds it). The row need not be held by params.InstanceID, which
+// is recorded as the instance that dead-lettered it. Removing the row
+// unblocks later rows of its (stream, perspective). A row already gone
+// yields Moved false.
 func (s *Store) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMoveParams) (*ports.DeadLetterMoveResult, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
@@ -88,6 +90,10 @@ func (s *Store) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMove
 	}
 	if len(dls) == 0 {
 		return &ports.DeadLetterMoveResult{}, nil
+	}
+	streams := [][16]byte{dls[0].StreamID}
+	if _, err := s.pool.Exec(ctx, s.sql(sqlReleaseDrained), streams, nil, s.appendLockClass()); err != nil {
+		return nil, fmt.Errorf("moving work %s to dead letters: releasing its stream: %w", params.WorkID, translate(err))
 	}
 	return &ports.DeadLetterMoveResult{DeadLetter: dls[0], Moved: true}, nil
 }
@@ -137,45 +143,54 @@ func scanDeadLetter(row pgx.CollectableRow) (ports.DeadLetter, error) {
 // sqlRequeue is the part DeadLetterRequeue and DeadLettersRecover share: the
 // CTEs that store the work rows of the dead letters in the CTE dl (id,
 // work_id, stream_id, perspective, event_id, event_version), flag the
-// cursors already past them and wake the claimers. $3 is the NOTIFY channel.
+// cursors already past them and wake the claimers. $3 is the NOTIFY
+// channel, $5 the append lock class.
 //
-//   - pending share-locks the pairs' pending rows at and above the events,
-//     in work id order, and tells which are leased: a lease in progress is
-//     waited for, a new one held back (fetches skip locked rows) until the
-//     requeue committed. cur then locks the pairs' cursors in key order and
-//     reads their positions as committed: work rows before cursors, as
-//     completions lock them. A completion moving a cursor past a requeued
-//     event either committed before (cur sees it) or waits for the requeue
-//     to commit (its straggler check then sees the row).
+//   - locked takes the streams' append locks in stream id order (see
+//     sqlAppendLock): the rows stored here are pending work, which a
+//     concurrent release must not miss.
+//   - marks share-locks the streams' rows in vantage_active_streams and
+//     reads their handed-out marks; cur then locks the pairs' cursors in
+//     key order and reads their positions as committed: stream rows before
+//     cursors, as everywhere. A fetch moving a mark or a completion moving
+//     a cursor past a requeued event either committed before (marks or cur
+//     sees it) or waits for the requeue to commit (the fetch then hands out
+//     the row, the completion's straggler check sees it).
 //   - requeued stores each row again with its original work id, pending,
-//     unleased, unscheduled, with zero attempts, naming its dead letter. It
-//     is late when cur is past its event, or when a row of its pair above
-//     it is leased: that row was handed to an apply, whose save may move
-//     the cursor past the requeued one (see ports.WorkItem.Late). When the
-//     pair has a pending row for the event already (say, a replay failure
-//     stored one), that row is linked to the dead letter instead (and
-//     becomes late too when the requeued row would be): the event is
-//     applied once, and its completion recovers the dead letter.
+//     unscheduled, with zero attempts, naming its dead letter. It is late
+//     when cur is past its event, or when its pair's handed-out mark is:
+//     rows above it were handed to an apply, whose save may move the cursor
+//     past the requeued one (see ports.WorkItem.Late). When the pair has a
+//     pending row for the event already (say, a replay failure stored one),
+//     that row is linked to the dead letter instead (and becomes late too
+//     when the requeued row would be): the event is applied once, and its
+//     completion recovers the dead letter.
+//   - streamed gives the streams their row in vantage_active_streams when
+//     they have none (see sqlAppend).
 //   - flagged flags RewindRequired on the cursors already past a requeued
 //     event, so that a rewind applies it in order; the trigger keeps the
 //     smallest version (sqlFlagRewind).
 //   - notified queues a NOTIFY, delivered when the transaction commits.
 //
-// Locks: the dead letters (in dl), then work rows, then cursors; the new
-// rows last.
-const sqlRequeue = `pending AS MATERIALIZED (
-    SELECT w.stream_id, w.perspective, w.event_version, w.instance_id IS NOT NULL AS leased
-    FROM /* SCHEMA */.vantage_work w
-    JOIN dl r ON w.stream_id = r.stream_id AND w.perspective = r.perspective AND w.event_version >= r.event_version
-    WHERE w.processed_at IS NULL
-    ORDER BY w.work_id
-    FOR SHARE OF w
+// Locks: the dead letters (in dl), then the append locks, then stream
+// rows, then cursors; the new rows last.
+const sqlRequeue = `locked AS MATERIALIZED (
+    SELECT count(pg_advisory_xact_lock(hashtext($5::text), hashtext(s.stream_id::text))) AS n
+    FROM (SELECT DISTINCT r.stream_id FROM dl r ORDER BY 1) s
+),
+marks AS MATERIALIZED (
+    SELECT a.stream_id, a.handed_out
+    FROM /* SCHEMA */.vantage_active_streams a
+    WHERE a.stream_id IN (SELECT r.stream_id FROM dl r)
+      AND (SELECT n FROM locked) >= 0 -- after the append locks
+    ORDER BY a.stream_id
+    FOR SHARE OF a
 ),
 cur AS MATERIALIZED (
     SELECT c.stream_id, c.perspective, c.last_version
     FROM /* SCHEMA */.vantage_cursors c
     WHERE (c.stream_id, c.perspective) IN (SELECT r.stream_id, r.perspective FROM dl r)
-      AND (SELECT count(*) FROM pending) >= 0 -- after pending: work rows first
+      AND (SELECT count(*) FROM marks) >= 0 -- after marks: stream rows first
     ORDER BY c.stream_id, c.perspective COLLATE "C"
     FOR UPDATE OF c
 ),
@@ -185,9 +200,7 @@ requeued AS (
     SELECT DISTINCT ON (r.stream_id, r.perspective, r.event_version)
            r.work_id, r.stream_id, r.perspective, r.event_id, r.event_version, r.id,
            coalesce(c.last_version > r.event_version, false)
-           OR EXISTS (
-               SELECT 1 FROM pending p
-               WHERE p.stream_id = r.stream_id AND p.perspective = r.perspective AND p.leased AND p.event_version > r.event_version),
+           OR coalesce((SELECT (m.handed_out ->> r.perspective)::bigint FROM marks m WHERE m.stream_id = r.stream_id) > r.event_version, false),
            clock.now
     FROM dl r
     LEFT JOIN cur c ON c.stream_id = r.stream_id AND c.perspective = r.perspective
@@ -195,7 +208,15 @@ requeued AS (
     ORDER BY r.stream_id, r.perspective, r.event_version, r.id
     ON CONFLICT (stream_id, perspective, event_version) WHERE processed_at IS NULL
     DO UPDATE SET dead_letter_id = excluded.dead_letter_id, late = w.late OR excluded.late
-    RETURNING 1
+    RETURNING w.stream_id, w.seq
+),
+streamed AS (
+    INSERT INTO /* SCHEMA */.vantage_active_streams (stream_id, first_seq, last_activity_at, created_at)
+    SELECT q.stream_id, min(q.seq), clock.now, clock.now
+    FROM requeued q, clock
+    GROUP BY q.stream_id, clock.now
+    ORDER BY q.stream_id
+    ON CONFLICT (stream_id) DO NOTHING
 ),
 flagged AS (
     UPDATE /* SCHEMA */.vantage_cursors c
@@ -223,7 +244,8 @@ const sqlRequeueSet = `status = ` + sqlDeadLetterRequeued + `,
         resolved_at = NULL`
 
 // sqlDeadLetterRequeue requeues the dead letter $1 when it is dead or
-// ignored (see sqlRequeue): $2 now, $3 NOTIFY channel, $4 generation. It
+// ignored (see sqlRequeue): $2 now, $3 NOTIFY channel, $4 generation, $5
+// the append lock class. It
 // returns whether it did, and the status the dead letter had (NULL for an
 // unknown id), which tells a requeued or recovered one from an unknown one.
 const sqlDeadLetterRequeue = `WITH ` + sqlClock + `,
@@ -241,12 +263,12 @@ dl AS (
 SELECT (SELECT count(*) FROM dl), (SELECT status FROM prior), (SELECT count(*) FROM notified)`
 
 // DeadLetterRequeue implements ports.Admin in one statement. The
-// row comes back with its original work id, pending, unleased, unscheduled
-// and with zero attempts, and listeners are woken on commit. If the pair's
-// cursor is past the event (LastVersion greater than the event's version),
-// the row is late and the cursor is flagged RewindRequired (the trigger
-// keeps the smallest version); the row is late too, without the flag, when
-// a pending row of the pair above it is leased. It returns ports.ErrNotFound for an unknown id and
+// row comes back with its original work id, pending, unscheduled and with
+// zero attempts, and listeners are woken on commit. If the pair's cursor
+// is past the event (LastVersion greater than the event's version), the
+// row is late and the cursor is flagged RewindRequired (the trigger keeps
+// the smallest version); the row is late too, without the flag, when the
+// event is below its pair's handed-out mark. It returns ports.ErrNotFound for an unknown id and
 // ports.ErrVersionConflict for a dead letter that is requeued or recovered
 // (or that a concurrent call requeued first).
 func (s *Store) DeadLetterRequeue(ctx context.Context, params *ports.DeadLetterRequeueParams) error {
@@ -257,7 +279,7 @@ func (s *Store) DeadLetterRequeue(ctx context.Context, params *ports.DeadLetterR
 		requeued, notified int
 		prior              pgtype.Text
 	)
-	err := s.pool.QueryRow(ctx, s.sql(sqlDeadLetterRequeue), params.ID, nowArg(params.Now), s.channel, params.Generation).
+	err := s.pool.QueryRow(ctx, s.sql(sqlDeadLetterRequeue), params.ID, nowArg(params.Now), s.channel, params.Generation, s.appendLockClass()).
 		Scan(&requeued, &prior, &notified)
 	if err != nil {
 		return fmt.Errorf("requeueing dead letter %s: %w", params.ID, translate(err))
@@ -320,7 +342,8 @@ func (s *Store) DeadLetterIgnore(ctx context.Context, params *ports.DeadLetterIg
 
 // sqlDeadLettersRecover requeues (see sqlRequeue), by generation $4, up to
 // $1 dead letters, oldest first, that are dead, failed on a generation other
-// than $4 and were never requeued on it: $2 now, $3 NOTIFY channel. It walks
+// than $4 and were never requeued on it: $2 now, $3 NOTIFY channel, $5 the
+// append lock class. It walks
 // vantage_dead_letters_status_idx in time order and stops after $1 matches.
 // FOR UPDATE SKIP LOCKED passes over the dead letters a concurrent recovery
 // has locked, and one it committed meanwhile no longer matches when locked,
@@ -358,7 +381,7 @@ func (s *Store) DeadLettersRecover(ctx context.Context, params *ports.DeadLetter
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
-	out, err := queryRows(ctx, s, sqlDeadLettersRecover, scanDeadLetter, params.Limit, nowArg(params.Now), s.channel, params.Generation)
+	out, err := queryRows(ctx, s, sqlDeadLettersRecover, scanDeadLetter, params.Limit, nowArg(params.Now), s.channel, params.Generation, s.appendLockClass())
 	if err != nil {
 		return nil, fmt.Errorf("recovering dead letters of generation %q: %w", params.Generation, err)
 	}

@@ -35,21 +35,40 @@
 //
 // Operations that touch several tables run as one pgx.Batch, which
 // PostgreSQL executes as one implicit transaction: one network round trip,
-// and an error in any statement rolls back all of them. Claims lock their
-// rows with FOR UPDATE SKIP LOCKED and serialise per stream on the stream's
-// pin row, so concurrent instances never lease the same rows. Appends take a
+// and an error in any statement rolls back all of them. Appends take a
 // per-stream advisory lock for the rest of their transaction, so within a
 // stream version order is commit order and a late commit can never land
 // below an event already processed. AppendTx appends inside the caller's
 // transaction, so business writes and events commit together.
 //
+// # Stream leases
+//
+// Work is leased per stream: vantage_active_streams has a row for every
+// stream with pending work, holding its lease (holder and expiry) and, per
+// perspective, the highest version a fetch under the lease handed out.
+// Claims and fetches write that row, never the work rows, which are written
+// only when stored, failed or deleted. Claims walk the stream rows oldest
+// work first (vantage_claim_streams) and lock them with FOR UPDATE SKIP
+// LOCKED, so concurrent instances never take the same stream and a claim
+// never waits; fetches lock the rows of the streams they fetch before they
+// read their work, which orders them with a late append (see Late rows).
+// Completions and failures take effect only in the streams whose lease the
+// caller holds, which they lock first (the fence). A stream taken from a
+// holder that is not live charges the rows handed out under its lease an
+// attempt. A stream's row is deleted once it has no pending row, only by
+// vantage_release_drained, which leaves alone the streams whose append
+// lock is held and decides in a snapshot taken after it got the others':
+// every statement that stores pending rows holds that lock and inserts the
+// row, so a stream with pending work always has one.
+//
 // Statements that wait for locks take them in one order (instance rows,
-// then work rows, then stream pins, cursors and dead letters, several rows
-// of a table in key order; a requeue, whose work rows are new, takes its
-// dead letters first), so instances never deadlock each other; claims and
-// fetches never wait for a work row. Survivors abandoning the same dead
-// instance queue on its instance row, and the first abandons it alone.
-// CLAIMING.md at the repository root describes the whole claim policy.
+// then stream rows, then work rows, then cursors and dead letters, several
+// rows of a table in key order; a requeue, whose work rows are new, takes
+// its dead letters first; the append locks are waited for only before any
+// row lock), so instances never deadlock each other. Survivors abandoning
+// the same dead instance queue on its instance row, and the first abandons
+// it alone. CLAIMING.md at the repository root describes the whole claim
+// policy.
 //
 // # Late rows
 //
@@ -57,19 +76,19 @@
 // is below its pair's cursor without having been applied: stored there by
 // an append with an explicit version, a requeue or a failed replay, or
 // found pending below the position a completion or failure reported; or
-// when it is stored below a leased row of its pair, whose apply may move
-// the cursor past it. A writer of such a row share-locks the pair's
-// pending rows above it and then locks the pair's cursor before it reads
-// leases and position (an append only when one of its versions is at or
-// below the stream head, the only case in which a row or a cursor can be
-// past it), and a completion marks the stragglers after its cursor upsert
-// locked the cursor: whichever commits second sees the other's write, so a
-// concurrent lease, completion and late arrival never leave a late row
-// unmarked. One case no row lock orders: the save or completion that
-// creates a pair's first cursor, which an append in flight cannot lock
-// before it exists. The mark stays until the row is deleted. Marking
-// stragglers takes the pair's rows after its cursor, which only the
-// cursor's holder does.
+// when it is stored below its pair's handed-out mark, whose apply may move
+// the cursor past it. A writer of such a row share-locks the stream's row
+// and then locks the pair's cursor before it reads marks and position (an
+// append only when one of its versions is at or below the stream head, the
+// only case in which a mark or a cursor can be past it), while a fetch
+// locks the stream's row before it reads the rows it hands out and a
+// completion marks the stragglers after its cursor upsert locked the
+// cursor: whichever commits second sees the other's write, so a concurrent
+// fetch, completion and late arrival never leave a late row unmarked. One
+// case no row lock orders: the save or completion that creates a pair's
+// first cursor, which an append in flight cannot lock before it exists.
+// The mark stays until the row is deleted. Marking stragglers takes the
+// pair's rows after its cursor, which only the cursor's holder does.
 //
 // # Lifecycle stages
 //
@@ -82,10 +101,11 @@
 // # Attempts and dead letters
 //
 // A work row's attempts count the applies that failed (WorkFail) and the
-// takeovers from dead instances (abandonment, or a lease taken over after
-// it expired), never a claim of an unleased row or the caller's own: a
-// slow instance, or one whose database was briefly unreachable, costs its
-// events nothing. A dead letter keeps its status (dead, requeued,
+// times it was handed out to an instance that died holding it (its stream
+// taken from a holder that is not live, by abandonment or by a claim or
+// fetch), never a claim or a fetch, nor a lease that expired while its
+// holder lives: a slow instance, or one whose database was briefly
+// unreachable, costs its events nothing. A dead letter keeps its status (dead, requeued,
 // recovered, ignored) and the deploy generation that gave up on it; a
 // requeued work row names its dead letter (vantage_work.dead_letter_id),
 // so its completion marks the dead letter recovered and its failure marks
@@ -114,12 +134,12 @@
 //
 // The work statements cost O((pairs + rows they touch) · log n), however
 // long a stream's backlog: per (stream, perspective) they find the rows that
-// decide what they may take (the first pending row, the first row the
-// ordering guard waits for, the end of the caller's prefix) with bounded
-// index probes, then range-scan only the rows they lease, return or delete
-// (see pairs.go and the indexes of the migration). The rows a fetch touches
-// include every row the caller holds in the fetched streams, whose leases
-// it extends as the contract requires. Their batches run with JIT
+// decide what they may take (the first pending row, the first row waiting
+// for its retry time) with bounded index probes, then range-scan only the
+// rows they return, charge or delete (see pairs.go and the indexes of the
+// migrations). Taking, extending and renewing a lease is one write of the
+// stream's row, whatever its backlog; a fetch records its marks in the
+// same row, in no index, so heap-only. Their batches run with JIT
 // compilation off and random_page_cost at 1.1 (see sqlWorkSettings).
 //
 // # Time

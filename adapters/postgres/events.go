@@ -14,11 +14,24 @@ import (
 )
 
 // sqlAppendLock serialises appends to one stream for the rest of the
-// transaction: $1 the schema's lock class, $2 the stream. Versions are read
-// and assigned under it, so within a stream version order is commit order
-// and a committed version is never below one still in flight. Two streams
-// whose ids collide in hashtext merely share the lock.
+// transaction: $1 the schema's lock class (see appendLockClass), $2 the
+// stream. Versions are read and assigned under it, so within a stream
+// version order is commit order and a committed version is never below one
+// still in flight. Every other statement that stores pending rows takes it
+// too, before any row lock, and vantage_release_drained leaves alone the
+// streams whose lock is held: a stream being given work keeps its row in
+// vantage_active_streams. Two streams whose ids collide in hashtext merely
+// share the lock.
 const sqlAppendLock = `SELECT pg_advisory_xact_lock(hashtext($1::text), hashtext($2::text))`
+
+// sqlAppendLocks takes the append locks (see sqlAppendLock) of the streams
+// $2, in stream id order: $1 the lock class.
+const sqlAppendLocks = `SELECT count(pg_advisory_xact_lock(hashtext($1::text), hashtext(s.stream_id::text)))
+FROM (SELECT DISTINCT u.stream_id FROM unnest($2::uuid[]) AS u(stream_id) ORDER BY 1) s`
+
+// appendLockClass is the class of the Store's append locks: one per schema,
+// so that services sharing a database do not share stream locks.
+func (s *Store) appendLockClass() string { return "vantage_append:" + s.opts.Schema }
 
 // sqlAppend stores events and their work rows in one statement, and
 // registers the subscriptions the call carries. Parameters: $1 stream, $2
@@ -58,25 +71,26 @@ const sqlAppendLock = `SELECT pg_advisory_xact_lock(hashtext($1::text), hashtext
 //     arrival) or below a cursor already. Otherwise (every implicit
 //     append: no cursor passes the head, read under the stream's lock, and
 //     no row lies above it) nothing below is read or locked.
-//   - above share-locks the stream's pending rows above the lowest new
-//     version, in work id order (as completions lock rows), and tells
-//     which are leased: a lease in progress is waited for, and the row
-//     read as it committed; a new one is held back (fetches skip locked
-//     rows) until this append committed. Every row is locked, whatever its
-//     lease: a lock that skipped the leased ones would drop a row leased
-//     meanwhile. A late arrival thus reads its stream's backlog above it;
-//     an append above the head reads none. cur then locks the stream's
-//     cursors, in perspective order as completions lock them, and reads
-//     their positions as committed: a completion moving one past a new
-//     event either committed before (cur sees it) or waits for this append
-//     to commit (its straggler check then sees the new row).
+//   - marks share-locks the stream's row in vantage_active_streams and
+//     reads its handed-out marks (see ports.WorkClaimer), and cur then
+//     locks the stream's cursors, in perspective order as completions lock
+//     them, and reads their positions as committed: a fetch moving a mark
+//     (it locks the stream row before it reads the rows it hands out) or a
+//     completion moving a cursor past a new event either committed before
+//     (marks or cur sees it) or waits for this append to commit (the fetch
+//     then hands out the new row, the completion's straggler check sees
+//     it). Both run only when the append is exposed: an append above the
+//     head reads and locks nothing below.
 //   - fanout lists, per event type of the call, the perspectives subscribed
 //     to it, recorded or carried, each once; work fans out one pending,
-//     unleased row per event and perspective of its type. A row is late
-//     when cur is past its event, or when a row of its pair above it is
-//     leased: that row was handed to an apply, whose save may move the
-//     cursor past the new row before the pair is fetched again (see
-//     ports.WorkItem.Late).
+//     row per event and perspective of its type. A row is late when cur is
+//     past its event, or when its pair's handed-out mark is: rows above it
+//     were handed to an apply, whose save may move the cursor past the new
+//     row before the pair is fetched again (see ports.WorkItem.Late).
+//   - streamed inserts the stream's row in vantage_active_streams when it
+//     has none (the stream's first pending work), with the insertion order
+//     of its first new row: every stream with pending work has one. It
+//     does nothing when the row exists, without waiting for its locks.
 //   - late flags the cursors past a new row, with the smallest such event
 //     as trigger.
 //   - notified queues a NOTIFY, delivered when the transaction commits,
@@ -145,19 +159,17 @@ exposed AS (
            <= greatest((SELECT h.version FROM head h),
                        (SELECT max(c.last_version) FROM /* SCHEMA */.vantage_cursors c WHERE c.stream_id = $1)) AS yes
 ),
-above AS MATERIALIZED (
-    SELECT w.perspective, w.event_version, w.instance_id IS NOT NULL AS leased
-    FROM /* SCHEMA */.vantage_work w
-    WHERE w.stream_id = $1 AND w.processed_at IS NULL
-      AND w.event_version > (SELECT min(n.version) FROM numbered n) AND (SELECT x.yes FROM exposed x)
-    ORDER BY w.work_id
+marks AS MATERIALIZED (
+    SELECT a.handed_out
+    FROM /* SCHEMA */.vantage_active_streams a
+    WHERE a.stream_id = $1 AND (SELECT x.yes FROM exposed x)
     FOR SHARE
 ),
 cur AS MATERIALIZED (
     SELECT c.perspective, c.last_version
     FROM /* SCHEMA */.vantage_cursors c
     WHERE c.stream_id = $1 AND (SELECT x.yes FROM exposed x)
-      AND (SELECT count(*) FROM above) >= 0 -- after above: work rows first
+      AND (SELECT count(*) FROM marks) >= 0 -- after marks: stream rows first
     ORDER BY c.perspective COLLATE "C"
     FOR UPDATE
 ),
@@ -173,7 +185,7 @@ work AS (
     SELECT /* SCHEMA */.vantage_uuid_v7(), $1, f.perspective, st.id, st.version,
            CASE WHEN (SELECT x.yes FROM exposed x)
                 THEN coalesce(cur.last_version > st.version, false)
-                     OR EXISTS (SELECT 1 FROM above a WHERE a.perspective = f.perspective AND a.leased AND a.event_version > st.version)
+                     OR coalesce((SELECT (m.handed_out ->> f.perspective)::bigint FROM marks m) > st.version, false)
                 ELSE false END,
            clock.now
     FROM stored st
@@ -181,7 +193,14 @@ work AS (
     LEFT JOIN cur ON cur.perspective = f.perspective
     CROSS JOIN clock
     ORDER BY st.version, f.perspective COLLATE "C"
-    RETURNING perspective, event_id, event_version, late
+    RETURNING seq, perspective, event_id, event_version, late
+),
+streamed AS (
+    INSERT INTO /* SCHEMA */.vantage_active_streams (stream_id, first_seq, last_activity_at, created_at)
+    SELECT $1, min(w.seq), clock.now, clock.now
+    FROM work w, clock
+    GROUP BY clock.now
+    ON CONFLICT (stream_id) DO NOTHING
 ),
 late AS (
     UPDATE /* SCHEMA */.vantage_cursors c
@@ -233,8 +252,8 @@ LEFT JOIN (
 // that is not such a repeat. On error nothing is stored.
 //
 // A new row is late (ports.WorkItem.Late) when its pair's cursor is past
-// its event, which also flags the cursor RewindRequired, or when a pending
-// row of the pair above it is leased.
+// its event, which also flags the cursor RewindRequired, or when its pair's
+// handed-out mark is.
 //
 // The Subscriptions of the call are registered by the same statement, as
 // SubscriptionsRegister would (those of retired perspectives are ignored),
@@ -318,7 +337,7 @@ func (s *Store) append(ctx context.Context, db batchSender, params *ports.Events
 	}
 
 	b := &pgx.Batch{}
-	b.Queue(sqlAppendLock, "vantage_append:"+s.opts.Schema, params.StreamID)
+	b.Queue(sqlAppendLock, s.appendLockClass(), params.StreamID)
 	b.Queue(s.sql(sqlAppend), [16]byte(params.StreamID), nowArg(params.Now), params.ExpectedVersion,
 		ids, types, versions, data, metadata, textArg(channel), subTypes, subPerspectives)
 

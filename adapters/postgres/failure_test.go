@@ -51,7 +51,9 @@ func TestWorkFailChargesFailedEvent(t *testing.T) {
 	}
 	rows := func() []row {
 		t.Helper()
-		r, err := b.pool.Query(ctx, `SELECT event_id, attempts, error, instance_id, scheduled_for FROM `+s+`.vantage_work WHERE stream_id = $1 ORDER BY event_version`, stream)
+		r, err := b.pool.Query(ctx, `SELECT w.event_id, w.attempts, w.error, a.instance_id, w.scheduled_for
+FROM `+s+`.vantage_work w LEFT JOIN `+s+`.vantage_active_streams a ON a.stream_id = w.stream_id
+WHERE w.stream_id = $1 ORDER BY w.event_version`, stream)
 		require.NoError(t, err)
 		out, err := pgx.CollectRows(r, func(r pgx.CollectableRow) (row, error) {
 			var x row
@@ -73,7 +75,7 @@ func TestWorkFailChargesFailedEvent(t *testing.T) {
 	require.Equal(t, events[1].ID, got[0].eventID)
 	require.Equal(t, 1, got[0].attempts)
 	require.Equal(t, "replay failed", got[0].errText)
-	require.False(t, got[0].holder.Valid, "unleased")
+	require.False(t, got[0].holder.Valid, "its stream is unleased: the completion released it, the failure took no lease")
 	require.Equal(t, base.Add(time.Second+time.Hour), got[0].retryAt.Time.UTC())
 	cursors, err := b.backend.Cursors.CursorsGet(ctx, &ports.CursorsGetParams{StreamIDs: []uuid.UUID{stream}})
 	require.NoError(t, err)
@@ -84,17 +86,20 @@ func TestWorkFailChargesFailedEvent(t *testing.T) {
 	require.Equal(t, events[1].ID, c.RewindTriggerEventID)
 	require.Equal(t, int64(3), c.LastVersion)
 
-	// The row is taken by another instance; failing the event again charges
-	// that row, releases it and keeps the earlier trigger.
-	_, err = b.pool.Exec(ctx, `UPDATE `+s+`.vantage_work SET instance_id = $2, lease_expiry = $3, scheduled_for = NULL WHERE stream_id = $1`,
+	// The stream is taken by another instance; failing the event again
+	// charges that row, whoever holds the stream, and keeps the earlier
+	// trigger.
+	_, err = b.pool.Exec(ctx, `UPDATE `+s+`.vantage_active_streams SET instance_id = $2, lease_expiry = $3 WHERE stream_id = $1`,
 		stream, other, base.Add(2*time.Hour))
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, `UPDATE `+s+`.vantage_work SET scheduled_for = NULL WHERE stream_id = $1`, stream)
 	require.NoError(t, err)
 	require.NoError(t, fail(base.Add(2*time.Second), "again"))
 	got = rows()
 	require.Len(t, got, 1)
 	require.Equal(t, 2, got[0].attempts)
 	require.Equal(t, "again", got[0].errText)
-	require.False(t, got[0].holder.Valid, "released, whoever held it")
+	require.Equal(t, [16]byte(other), got[0].holder.Bytes, "the stream stays with its holder")
 	require.Equal(t, base.Add(2*time.Second+time.Hour), got[0].retryAt.Time.UTC())
 	cursors, err = b.backend.Cursors.CursorsGet(ctx, &ports.CursorsGetParams{StreamIDs: []uuid.UUID{stream}})
 	require.NoError(t, err)

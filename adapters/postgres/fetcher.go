@@ -14,101 +14,85 @@ import (
 )
 
 // sqlFetchLease is the leasing step of EventsFetchPending. Parameters: $1
-// caller, $2 now, $3 stale threshold, $4 lease duration, $5 stream ids.
+// caller, $2 now, $3 stale threshold, $4 lease duration, $5 stream ids, $6
+// the append lock class (see vantage_release_drained).
 //
-// heads lists the pairs of the requested streams (see sqlPairHeads), and
-// guarded bounds each by its ordering guard (see sqlGuardBound). candidate
-// reads, per pair, the rows up to that bound that the caller may lease:
-// pending, not scheduled in the future, unleased, lease-expired or the
-// caller's with less than half of the lease left (see sqlLeasableByCaller).
-// Rows the caller holds with more left are not written. OFFSET 0 keeps the
-// per-pair range scan: flattened, the subquery became a hash join over the
-// whole work table.
-// picked are the streams with a candidate row, and pinned keeps those not
-// pinned to a live other instance (see sqlPin). Their candidate rows are
-// locked SKIP LOCKED, checked again and leased, and a past retry time is
-// cleared (see vantage_work_schedule_check). Only a row taken from another
-// instance's expired lease gains an attempt (see sqlTakeoverAttempt):
-// unleased rows and the caller's own, expired or extended, do not.
-var sqlFetchLease = `WITH RECURSIVE ` + sqlClock + `,
-live AS (
-    SELECT i.instance_id
-    FROM /* SCHEMA */.vantage_instances i, clock
-    WHERE i.last_heartbeat_at > clock.now - $3::interval
+// taken locks, in stream id order, the rows of the requested streams that
+// are not under another instance's live lease (sqlOpenTo), waiting for a
+// statement that holds one: the lock is what orders this fetch with an
+// append that may be late (see sqlAppend), so it is taken even on a stream
+// the caller holds with lease to spare, whose row it then does not write.
+// Each comes with its holder and marks as they were, and whether it is
+// drainable (vantage_stream_drainable). leased leases the drainable ones
+// to the caller until $2 + $4, except those it holds with at least half of
+// the lease left: a fetch right after a claim or an earlier fetch writes no
+// lease. The marks are cleared when the stream passes to another holder,
+// and charged charges the rows handed out under a lease taken from a
+// holder that is not live (sqlCharge). released releases the streams the
+// caller holds that have no pending row left. No partition rule applies,
+// and the caller need not be live.
+var sqlFetchLease = `WITH ` + sqlClock + `,
+` + sqlLive + `,
+taken AS MATERIALIZED (
+    SELECT a.stream_id, a.instance_id AS holder, a.lease_expiry, a.handed_out,
+           /* SCHEMA */.vantage_stream_drainable(a.stream_id, clock.now) AS drainable
+    FROM /* SCHEMA */.vantage_active_streams a, clock
+    WHERE a.stream_id = ANY ($5::uuid[]) AND ` + sqlOpenTo + `
+    ORDER BY a.stream_id
+    FOR NO KEY UPDATE OF a
 ),
-requested AS (
-    SELECT DISTINCT r.stream_id FROM unnest($5::uuid[]) AS r(stream_id)
+leased AS (
+    UPDATE /* SCHEMA */.vantage_active_streams a
+    SET instance_id = $1, lease_expiry = clock.now + $4::interval, last_activity_at = clock.now,
+        handed_out = CASE WHEN t.holder = $1 THEN a.handed_out ELSE '{}' END
+    FROM taken t, clock
+    WHERE a.stream_id = t.stream_id AND t.drainable
+      AND (t.holder IS DISTINCT FROM $1 OR t.lease_expiry < clock.now + $4::interval / 2)
+    RETURNING 1
 ),
-` + sqlPairHeads("heads", "requested") + `,
-guarded AS MATERIALIZED (
-    SELECT p.stream_id, p.perspective, ` + sqlGuardBound + ` AS bound
-    FROM heads p, clock
-),
-candidate AS (
-    SELECT w.work_id, w.stream_id
-    FROM guarded g
-    CROSS JOIN clock
-    CROSS JOIN LATERAL (
-        SELECT w.work_id, w.stream_id
-        FROM /* SCHEMA */.vantage_work w
-        WHERE w.stream_id = g.stream_id AND w.perspective = g.perspective AND w.event_version <= g.bound
-          AND ` + sqlLeasableByCaller + `
-        OFFSET 0
-    ) w
-),
-picked AS (
-    SELECT DISTINCT stream_id FROM candidate
-),
-` + sqlPin + `,
-leasable AS (
-    SELECT w.work_id
-    FROM /* SCHEMA */.vantage_work w, clock
-    WHERE w.work_id = ANY (ARRAY(
-              SELECT c.work_id FROM candidate c WHERE c.stream_id IN (SELECT stream_id FROM pinned)))
-      AND ` + sqlLeasableByCaller + `
-    FOR UPDATE OF w SKIP LOCKED
+` + sqlCharge("taken", "t.drainable") + `,
+released AS (
+    SELECT /* SCHEMA */.vantage_release_drained(
+        ARRAY(SELECT t.stream_id FROM taken t WHERE t.drainable IS NULL AND t.holder = $1), $6, $1) AS n
 )
-UPDATE /* SCHEMA */.vantage_work w
-SET instance_id = $1,
-    lease_expiry = clock.now + $4::interval,
-    attempts = ` + sqlTakeoverAttempt + `,
-    scheduled_for = NULL
-FROM clock
-WHERE w.work_id = ANY (ARRAY(SELECT work_id FROM leasable))`
+SELECT (SELECT count(*) FROM leased), (SELECT n FROM released)`
 
-// sqlLeasableByCaller is sqlCandidate widened to rows under the caller's own
-// live lease with less than half of the lease duration ($4) left, which a
-// fetch extends. Rows with more left are not written: a fetch right after a
-// claim or an earlier fetch updates nothing.
-const sqlLeasableByCaller = `w.processed_at IS NULL
-      AND (w.lease_expiry IS NULL OR w.lease_expiry <= clock.now
-           OR (w.instance_id = $1 AND w.lease_expiry < clock.now + $4::interval / 2))
-      AND (w.scheduled_for IS NULL OR w.scheduled_for <= clock.now)`
-
-// sqlFetchRows returns, per (stream, perspective), the longest version-order
-// prefix of pending rows under the caller's live lease. Parameters: $1
-// caller, $2 now, $3 stream ids, $4 row limit (NULL for none).
+// sqlFetchRows returns, per (stream, perspective) of the requested streams
+// under the caller's live lease, the longest version-order prefix of
+// pending rows not scheduled in the future, and records in each stream's
+// lease the highest version it returns per pair (the handed-out marks).
+// Parameters: $1 caller, $2 now, $3 stream ids, $4 row limit (NULL for
+// none).
 //
-// bounded finds where each pair's prefix ends with a few index probes (see
-// sqlPrefixEnd), and picked reads the prefix by a range scan, at most $4
-// rows a pair, before the rows of all pairs are ordered and cut at $4: a
-// fetch reads the rows it returns, not the backlog behind them. Each event's
-// payload is sent once, on its first row. Events are looked up by primary
-// key row by row (the LATERAL ... LIMIT 1 keeps the planner from hashing the
-// whole events table, which it would otherwise pick for the row estimate of
-// a LIMIT $4 plan).
+// bounded finds where each pair's prefix ends with a probe (see
+// sqlPrefixEnd), and picked reads the prefixes pair after pair, in the
+// order of the result, by a range scan each, and stops at $4 rows: the
+// pairs come sorted, so the rows of a pair need sorting only among
+// themselves (an incremental sort), and the pairs after the cut are not
+// read. A fetch reads the rows it returns, not the backlog behind them, nor
+// the rows of the pairs it cuts off. handed
+// raises the marks that the rows returned pass (a mark never drops here: a
+// refetch that returns fewer rows leaves it), one update of a stream row
+// per fetch, in no index, so heap-only. Each event's payload is sent once,
+// on its row of the first perspective (firsts, hashed: no sort), and looked
+// up only for that row, by primary key (the LATERAL ... LIMIT 1 keeps the
+// planner from hashing the whole events table, which it would otherwise
+// pick for the row estimate of a LIMIT $4 plan). picked is in the result's
+// order already, so the final sort finds its input sorted.
 var sqlFetchRows = `WITH RECURSIVE ` + sqlClock + `,
-requested AS (
-    SELECT DISTINCT r.stream_id FROM unnest($3::uuid[]) AS r(stream_id)
+mine AS (
+    SELECT a.stream_id
+    FROM /* SCHEMA */.vantage_active_streams a, clock
+    WHERE a.stream_id = ANY ($3::uuid[]) AND a.instance_id = $1 AND a.lease_expiry > clock.now
 ),
-` + sqlPairHeads("heads", "requested") + `,
+` + sqlPairHeads("heads", "mine") + `,
 bounded AS MATERIALIZED (
     SELECT p.stream_id, p.perspective, ` + sqlPrefixEnd + ` AS prefix_end
     FROM heads p, clock
 ),
 picked AS (
     SELECT w.*
-    FROM bounded b
+    FROM (SELECT * FROM bounded b ORDER BY b.stream_id, b.perspective COLLATE "C") b
     CROSS JOIN LATERAL (
         SELECT w.work_id, w.stream_id, w.perspective, w.event_id, w.event_version, w.attempts, w.late
         FROM /* SCHEMA */.vantage_work w
@@ -117,25 +101,40 @@ picked AS (
         ORDER BY w.event_version
         LIMIT $4::bigint
     ) w
-    ORDER BY w.stream_id, w.perspective COLLATE "C", w.event_version
+    ORDER BY b.stream_id, b.perspective COLLATE "C", w.event_version
     LIMIT $4::bigint
 ),
-marked AS (
-    SELECT picked.*, row_number() OVER (PARTITION BY event_id ORDER BY perspective COLLATE "C") = 1 AS first
-    FROM picked
+tops AS MATERIALIZED (
+    SELECT p.stream_id, p.perspective, max(p.event_version) AS version
+    FROM picked p
+    GROUP BY p.stream_id, p.perspective
+),
+handed AS (
+    UPDATE /* SCHEMA */.vantage_active_streams a
+    SET handed_out = a.handed_out || (
+        SELECT jsonb_object_agg(t.perspective, t.version)
+        FROM tops t
+        WHERE t.stream_id = a.stream_id AND t.version > coalesce((a.handed_out ->> t.perspective)::bigint, 0))
+    WHERE a.stream_id IN (SELECT t.stream_id FROM tops t)
+      AND EXISTS (
+          SELECT 1 FROM tops t
+          WHERE t.stream_id = a.stream_id AND t.version > coalesce((a.handed_out ->> t.perspective)::bigint, 0))
+),
+firsts AS (
+    SELECT p.event_id, min(p.perspective COLLATE "C") AS perspective
+    FROM picked p
+    GROUP BY p.event_id
 )
-SELECT p.work_id, p.stream_id, p.perspective, p.event_id, p.event_version, p.attempts, p.late, p.first,
-       CASE WHEN p.first THEN e.type END,
-       CASE WHEN p.first THEN e.data END,
-       CASE WHEN p.first THEN e.metadata END,
-       e.created_at
-FROM marked p
-CROSS JOIN LATERAL (
+SELECT p.work_id, p.stream_id, p.perspective, p.event_id, p.event_version, p.attempts, p.late, f.event_id IS NOT NULL,
+       e.type, e.data, e.metadata, e.created_at
+FROM picked p
+LEFT JOIN firsts f ON f.event_id = p.event_id AND f.perspective = p.perspective
+LEFT JOIN LATERAL (
     SELECT e.type, e.data, e.metadata, e.created_at
     FROM /* SCHEMA */.vantage_events e
-    WHERE e.id = p.event_id
+    WHERE e.id = p.event_id AND f.event_id IS NOT NULL
     LIMIT 1
-) e
+) e ON true
 ORDER BY p.stream_id, p.perspective COLLATE "C", p.event_version`
 
 // sqlFetchCursors reads the cursors of the fetched streams $1 (a primary
@@ -147,10 +146,11 @@ WHERE stream_id = ANY($1::uuid[])`
 
 // EventsFetchPending implements ports.EventFetcher in one round trip: the
 // lease, fetch and cursor statements go as one batch in one implicit
-// transaction. The cursors are read after the rows, so a cursor is at least
-// as recent as the rows returned with it.
-// The caller need not be live; only a live other owner's pin stops the
-// leasing step. Duplicate stream ids are ignored.
+// transaction. The rows are read in a statement after the lease, so they
+// include every row stored before the stream's row was locked; the cursors
+// are read after the rows, so a cursor is at least as recent as the rows
+// returned with it. The caller need not be live; only another instance's
+// live lease stops the leasing step. Duplicate stream ids are ignored.
 //
 // It returns ports.ErrInvalidArgument for a nil instance id, a non-positive
 // LeaseDuration or StaleThreshold, or a negative MaxRows.
@@ -167,7 +167,7 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 	}
 	now, streams := nowArg(params.Now), uuidsArg(params.StreamIDs)
 	b := &pgx.Batch{}
-	b.Queue(s.sql(sqlFetchLease), params.InstanceID, now, params.StaleThreshold, params.LeaseDuration, streams)
+	b.Queue(s.sql(sqlFetchLease), params.InstanceID, now, params.StaleThreshold, params.LeaseDuration, streams, s.appendLockClass())
 	b.Queue(s.sql(sqlFetchRows), params.InstanceID, now, streams, limitArg(params.MaxRows))
 	b.Queue(s.sql(sqlFetchCursors), streams)
 

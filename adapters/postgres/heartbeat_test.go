@@ -19,8 +19,8 @@ import (
 // hundreds of rows over many streams went stale, several rounds in a row.
 // Whatever the interleaving, no heartbeat fails (an abandonment that locked
 // rows in no particular order deadlocked in about one of six), the victim
-// is abandoned by exactly one of them, and each of its rows is released
-// with exactly one attempt more.
+// is abandoned by exactly one of them, its streams are released, and each
+// row it was handed gains exactly one attempt, the others none.
 func TestConcurrentAbandonersAbandonOnce(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -29,6 +29,7 @@ func TestConcurrentAbandonersAbandonOnce(t *testing.T) {
 		rounds    = 6
 		streams   = 40
 		perStream = 10
+		handedOut = 6 // the victim's fetches returned versions 1 to 6
 		threshold = 30 * time.Second
 	)
 	b := setup(t)
@@ -51,15 +52,15 @@ func TestConcurrentAbandonersAbandonOnce(t *testing.T) {
 		require.NoError(t, b.pool.QueryRow(ctx, `
 WITH st AS (SELECT gen_random_uuid() AS id FROM generate_series(1, $1::integer)),
 rows AS (
-    INSERT INTO `+s+`.vantage_work (work_id, stream_id, perspective, event_id, event_version, instance_id, lease_expiry)
-    SELECT gen_random_uuid(), st.id, 'p', gen_random_uuid(), v, $3::uuid, $4::timestamptz + interval '1 hour'
+    INSERT INTO `+s+`.vantage_work (work_id, stream_id, perspective, event_id, event_version)
+    SELECT gen_random_uuid(), st.id, 'p', gen_random_uuid(), v
     FROM st, generate_series(1, $2::integer) v
 ),
-pins AS (
-    INSERT INTO `+s+`.vantage_active_streams (stream_id, instance_id, last_activity_at)
-    SELECT st.id, $3::uuid, $4::timestamptz FROM st
+leases AS (
+    INSERT INTO `+s+`.vantage_active_streams (stream_id, instance_id, lease_expiry, handed_out, first_seq, last_activity_at)
+    SELECT st.id, $3::uuid, $4::timestamptz + interval '1 hour', jsonb_build_object('p', $5::integer), 0, $4::timestamptz FROM st
 )
-SELECT array_agg(id) FROM st`, streams, perStream, victim, start).Scan(&victimStreams))
+SELECT array_agg(id) FROM st`, streams, perStream, victim, start, handedOut).Scan(&victimStreams))
 		// The survivors come back after an hour (Rejoined: they abandon
 		// nobody) and are live from here on; the victim never heartbeats
 		// again.
@@ -93,15 +94,17 @@ SELECT array_agg(id) FROM st`, streams, perStream, victim, start).Scan(&victimSt
 		}
 		require.Equal(t, []uuid.UUID{victim}, abandoned, "round %d: the victim is abandoned once in all", round)
 
-		var total, released, pinned, instances int
+		var total, charged, uncharged, released, instances int
 		require.NoError(t, b.pool.QueryRow(ctx, `
-SELECT count(*), count(*) FILTER (WHERE attempts = 1 AND instance_id IS NULL AND lease_expiry IS NULL),
-       (SELECT count(*) FROM `+s+`.vantage_active_streams WHERE instance_id = $2),
+SELECT count(*), count(*) FILTER (WHERE attempts = 1 AND event_version <= $3), count(*) FILTER (WHERE attempts = 0 AND event_version > $3),
+       (SELECT count(*) FROM `+s+`.vantage_active_streams
+        WHERE stream_id = ANY($1) AND instance_id IS NULL AND lease_expiry IS NULL AND handed_out = '{}'),
        (SELECT count(*) FROM `+s+`.vantage_instances WHERE instance_id = $2)
-FROM `+s+`.vantage_work WHERE stream_id = ANY($1)`, victimStreams, victim).Scan(&total, &released, &pinned, &instances))
+FROM `+s+`.vantage_work WHERE stream_id = ANY($1)`, victimStreams, victim, handedOut).Scan(&total, &charged, &uncharged, &released, &instances))
 		require.Equal(t, streams*perStream, total, "round %d", round)
-		require.Equal(t, total, released, "round %d: every row of the victim is released with one attempt more", round)
-		require.Zero(t, pinned, "round %d: the victim's pins are cleared", round)
+		require.Equal(t, streams*handedOut, charged, "round %d: every row handed to the victim gains one attempt", round)
+		require.Equal(t, streams*(perStream-handedOut), uncharged, "round %d: the rows it was not handed gain none", round)
+		require.Equal(t, streams, released, "round %d: the victim's leases are released and their marks cleared", round)
 		require.Zero(t, instances, "round %d: the victim's row is deleted", round)
 
 		listed, err := b.backend.Admin.InstancesList(ctx)

@@ -53,7 +53,7 @@ func TestMigrator(t *testing.T) {
 		schema := freshSchema(t)
 		m, err := postgres.NewMigrator(nil, schema)
 		require.NoError(t, err)
-		require.Equal(t, 4, m.Latest())
+		require.Equal(t, 5, m.Latest())
 
 		v, err := m.Version(ctx, pool)
 		require.NoError(t, err)
@@ -111,7 +111,7 @@ func TestMigrator(t *testing.T) {
 		require.NoError(t, err)
 		versions, err = pgx.CollectRows(rows, pgx.RowTo[int])
 		require.NoError(t, err)
-		require.Equal(t, []int{1, 2, 3, 4}, versions)
+		require.Equal(t, []int{1, 2, 3, 4, 5}, versions)
 	})
 
 	t.Run("ReliabilityKeepsExistingDeadLettersDead", func(t *testing.T) {
@@ -148,6 +148,62 @@ func TestMigrator(t *testing.T) {
 		require.Nil(t, resolved)
 		_, err = pool.Exec(ctx, `UPDATE `+q+`.vantage_dead_letters SET status = 'lost' WHERE id = $1`, id)
 		require.Error(t, err, "statuses are checked")
+	})
+
+	t.Run("StreamLeasesKeepPendingWorkClaimable", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool := pgtest.Pool(t)
+		schema := freshSchema(t)
+		m, err := postgres.NewMigrator(nil, schema)
+		require.NoError(t, err)
+		require.NoError(t, m.Up(ctx, pool))
+		require.NoError(t, m.Down(ctx, pool, 4))
+		q := pgx.Identifier{schema}.Sanitize()
+		// Under 004: a stream with a leased row and a pin, one with an
+		// unleased row and no pin, and a drained stream still pinned.
+		leased, unleased, drained, holder := uuid.New(), uuid.New(), uuid.New(), uuid.New()
+		_, err = pool.Exec(ctx, `
+INSERT INTO `+q+`.vantage_work (work_id, stream_id, perspective, event_id, event_version, instance_id, lease_expiry, attempts)
+VALUES (gen_random_uuid(), $1, 'p', gen_random_uuid(), 1, $3, now() + interval '1 hour', 2),
+       (gen_random_uuid(), $2, 'p', gen_random_uuid(), 1, NULL, NULL, 0)`, leased, unleased, holder)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `INSERT INTO `+q+`.vantage_active_streams (stream_id, instance_id, last_activity_at)
+VALUES ($1, $2, now()), ($3, $2, now())`, leased, holder, drained)
+		require.NoError(t, err)
+
+		require.NoError(t, m.Up(ctx, pool))
+		streams := func() map[uuid.UUID]bool {
+			t.Helper()
+			rows, err := pool.Query(ctx, `SELECT stream_id, instance_id IS NULL FROM `+q+`.vantage_active_streams`)
+			require.NoError(t, err)
+			out := map[uuid.UUID]bool{}
+			var (
+				id   uuid.UUID
+				free bool
+			)
+			_, err = pgx.ForEachRow(rows, []any{&id, &free}, func() error { out[id] = free; return nil })
+			require.NoError(t, err)
+			return out
+		}
+		require.Equal(t, map[uuid.UUID]bool{leased: true, unleased: true}, streams(),
+			"every stream with pending work has its row, unleased; the drained one has none")
+		var attempts []int
+		rows, err := pool.Query(ctx, `SELECT attempts FROM `+q+`.vantage_work ORDER BY attempts`)
+		require.NoError(t, err)
+		attempts, err = pgx.CollectRows(rows, pgx.RowTo[int])
+		require.NoError(t, err)
+		require.Equal(t, []int{0, 2}, attempts, "attempts stay")
+
+		// And back: the rows come back unleased, the streams unpinned.
+		require.NoError(t, m.Down(ctx, pool, 4))
+		var held int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+q+`.vantage_work WHERE instance_id IS NOT NULL`).Scan(&held))
+		require.Zero(t, held)
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+q+`.vantage_active_streams WHERE instance_id IS NOT NULL`).Scan(&held))
+		require.Zero(t, held)
+		require.NoError(t, m.Up(ctx, pool))
+		require.Equal(t, map[uuid.UUID]bool{leased: true, unleased: true}, streams())
 	})
 
 	t.Run("InjectedMigrationsInOrder", func(t *testing.T) {

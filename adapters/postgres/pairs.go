@@ -12,10 +12,11 @@ package postgres
 //
 //   - sqlPairHeads lists the pairs of some streams with their first pending
 //     rows (a skip scan, one probe per pair);
-//   - sqlGuardBound is the ordering guard as a version bound: a row passes
-//     when its version is at most the lowest version of a blocking row;
 //   - sqlPrefixEnd ends the prefix a fetch returns: the lowest version of a
-//     row not under the caller's live lease.
+//     row scheduled in the future (one probe of vantage_work_scheduled_idx).
+//
+// Leases are per stream (vantage_active_streams), so nothing a pair's rows
+// carry decides who may take them: only retry times do.
 //
 // A statement therefore costs O((pairs + rows it touches) · log n).
 
@@ -23,14 +24,14 @@ package postgres
 const sqlMaxVersion = `9223372036854775807`
 
 // sqlPairHeads returns the recursive CTE name listing the first pending row
-// (stream_id, perspective, event_version, instance_id, lease_expiry,
-// scheduled_for) of every (stream, perspective) of the streams in streams, a
-// table expression with a stream_id column. It is a skip scan over
-// vantage_work_pending_idx: one LIMIT 1 probe per pair and one more per
-// stream, whatever the backlog. The statement must begin WITH RECURSIVE.
+// (stream_id, perspective, event_version, scheduled_for) of every (stream,
+// perspective) of the streams in streams, a table expression with a
+// stream_id column. It is a skip scan over vantage_work_pending_idx: one
+// LIMIT 1 probe per pair and one more per stream, whatever the backlog. The
+// statement must begin WITH RECURSIVE.
 func sqlPairHeads(name, streams string) string {
 	const head = `
-        SELECT w.stream_id, w.perspective, w.event_version, w.instance_id, w.lease_expiry, w.scheduled_for
+        SELECT w.stream_id, w.perspective, w.event_version, w.scheduled_for
         FROM /* SCHEMA */.vantage_work w`
 	return name + ` AS (
     SELECT f.*
@@ -51,72 +52,15 @@ func sqlPairHeads(name, streams string) string {
 )`
 }
 
-// sqlBlocking is true when the row r is under another holder's live lease or
-// scheduled in the future: the rows the ordering guard waits for. $1 is the
-// caller.
-func sqlBlocking(r string) string {
-	return `((` + r + `.lease_expiry > clock.now AND ` + r + `.instance_id <> $1) OR ` + r + `.scheduled_for > clock.now)`
-}
-
-// sqlGuardBound is the ordering guard of the pair whose first pending row is
-// p (see sqlPairHeads), for the caller $1 at clock.now, as a version bound:
-// a pending row of the pair passes the guard when its version is at most the
-// bound, the lowest version of a blocking row (sqlMaxVersion when none).
-//
-// When the first row blocks, it is the bound. Otherwise three probes find the
-// lowest blocking row: a row scheduled in the future is unleased
-// (vantage_work_schedule_check), so it is the first such row of
-// vantage_work_stream_unleased_idx, reached past the unleased rows below it
-// (which the caller may lease); rows under another holder's live lease are
-// in the holder ranges below and above $1 (see sqlMinLeased), so the rows
-// the caller holds itself are never read.
-var sqlGuardBound = `CASE WHEN ` + sqlBlocking("p") + ` THEN p.event_version ELSE coalesce(least(
-        ` + sqlMinUnleased(" AND b.scheduled_for > clock.now") + `,
-        ` + sqlMinLeased("<", "> clock.now") + `,
-        ` + sqlMinLeased(">", "> clock.now") + `
-    ), ` + sqlMaxVersion + `) END`
-
-// sqlMine is true when the row r is under the caller's ($1) live lease and
-// not scheduled in the future: a row a fetch returns.
-func sqlMine(r string) string {
-	return `coalesce(` + r + `.instance_id = $1 AND ` + r + `.lease_expiry > clock.now
-             AND (` + r + `.scheduled_for IS NULL OR ` + r + `.scheduled_for <= clock.now), false)`
-}
-
-// sqlPrefixEnd is the version that ends the prefix a fetch by the caller $1
-// returns from the pair whose first pending row is p: the lowest version of a
-// pending row that is not the caller's (see sqlMine), sqlMaxVersion when
-// every row is. When the first row is not the caller's, it ends the prefix at
-// once. Otherwise four probes find the lowest unleased row (rows scheduled in
-// the future are among them), the lowest row held by another instance (on
-// either side of $1) and the lowest row whose lease the caller let expire;
-// none reads the caller's live rows.
-var sqlPrefixEnd = `CASE WHEN NOT ` + sqlMine("p") + ` THEN p.event_version ELSE coalesce(least(
-        ` + sqlMinUnleased("") + `,
-        ` + sqlMinLeased("<", "IS NOT NULL") + `,
-        ` + sqlMinLeased(">", "IS NOT NULL") + `,
-        ` + sqlMinLeased("=", "<= clock.now") + `
-    ), ` + sqlMaxVersion + `) END`
-
-// sqlMinUnleased is the lowest version of an unleased pending row of the
-// pair p that also satisfies cond (an AND term, or empty), in version order
-// through vantage_work_stream_unleased_idx.
-func sqlMinUnleased(cond string) string {
-	return `(SELECT min(b.event_version) FROM /* SCHEMA */.vantage_work b
-         WHERE b.stream_id = p.stream_id AND b.perspective = p.perspective AND b.processed_at IS NULL
-           AND b.instance_id IS NULL` + cond + `)`
-}
-
-// sqlMinLeased is the lowest version of a row of the pair p leased to an
-// instance whose id compares to the caller's ($1) by op, with a lease expiry
-// that satisfies expiry: one range of vantage_work_stream_leased_idx. A
-// leased row is always pending (vantage_work_processed_check), so the probe
-// tests no processed_at: that keeps it off vantage_work_pending_idx, where
-// the planner would turn the min into a walk of the pair in version order
-// that stops at the first match and, when nothing matches, reads every row
-// of the pair.
-func sqlMinLeased(op, expiry string) string {
-	return `(SELECT min(b.event_version) FROM /* SCHEMA */.vantage_work b
-         WHERE b.stream_id = p.stream_id AND b.perspective = p.perspective
-           AND b.instance_id ` + op + ` $1 AND b.lease_expiry ` + expiry + `)`
-}
+// sqlPrefixEnd is the version that ends the prefix a fetch returns from the
+// pair whose first pending row is p: the lowest version of a pending row
+// scheduled in the future, sqlMaxVersion when there is none. When the first
+// row waits, it ends the prefix at once. Otherwise one probe of
+// vantage_work_scheduled_idx finds it: a row with a retry time is pending
+// (vantage_work_scheduled_check), and the probe's condition implies that
+// index's predicate and not that of vantage_work_pending_idx, so it never
+// walks the pair's rows in version order.
+var sqlPrefixEnd = `CASE WHEN p.scheduled_for > clock.now THEN p.event_version ELSE coalesce(
+        (SELECT min(b.event_version) FROM /* SCHEMA */.vantage_work b
+         WHERE b.stream_id = p.stream_id AND b.perspective = p.perspective AND b.scheduled_for > clock.now),
+        ` + sqlMaxVersion + `) END`
