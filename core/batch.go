@@ -41,7 +41,8 @@ type drainer struct {
 // fetch would return the rows just applied again (they are still pending
 // and leased to us), only for the dedup cache to skip them. No stream waits
 // for another stream of its batch. A stream pushed meanwhile, by a claim or
-// a notification, is drained again after its release.
+// a notification, is fetched again by its own drain (see drainStream), or
+// drained again after its release when its drain loop ended.
 func (dr *drainer) processBatch(ctx context.Context, ids []uuid.UUID) {
 	dr.completer.sweep(ctx)
 	defer dr.act.batchStarted()()
@@ -98,24 +99,20 @@ func (dr *drainer) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []port
 	)
 	collect := dr.reg.hasReceptors(PostAllPerspectives, PostLifecycle)
 	sem := make(chan struct{}, dr.opts.MaxConcurrentStreams)
-	// inflight counts the rows of fetches some of whose streams are still
-	// draining (a fetch's rows share its result's memory). A fetch of the
-	// streams past a cut waits until they are fewer than twice FetchMaxRows,
-	// so a batch holds about three fetches' worth of rows however long the
-	// streams' backlogs are, not MaxConcurrentStreams streams' worth.
-	inflight := 0
-	settled := sync.NewCond(&mu)
+	// rows counts the rows of fetches some of whose streams are still
+	// draining (a fetch's rows share its result's memory), and those a
+	// stream still draining refetched. A fetch of the streams past a cut
+	// waits until they are fewer than twice FetchMaxRows, so a batch holds
+	// about three fetches' worth of rows however long the streams' backlogs
+	// are, not MaxConcurrentStreams streams' worth. A stream's refetch does
+	// not wait (the stream would wait for rows it holds itself) but is
+	// counted: it returns the events appended while the stream was drained,
+	// or the rest of a stream cut at the fetch limit.
+	rows := &rowsInFlight{}
 	remaining := ids
 	for len(remaining) > 0 && ctx.Err() == nil {
 		if len(remaining) < len(ids) {
-			mu.Lock()
-			if inflight >= 2*dr.opts.FetchMaxRows {
-				dr.signals.fetchWait()
-			}
-			for inflight >= 2*dr.opts.FetchMaxRows {
-				settled.Wait()
-			}
-			mu.Unlock()
+			rows.waitBelow(2*dr.opts.FetchMaxRows, dr.signals.fetchWait)
 			dr.completer.flushPending(ctx) // let the drains' completions travel meanwhile
 		}
 		res, seq, err := dr.fetch(ctx, remaining)
@@ -125,26 +122,25 @@ func (dr *drainer) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []port
 		streams := splitByStream(res, seq, dr.opts.FetchMaxRows)
 		dr.releaseIdle(ctx, remaining, streams)
 		cursors := cursorsByPair(res.Cursors)
-		rows, left := len(res.Work), len(streams)
+		fetched, left := len(res.Work), len(streams)
 		if left > 0 {
-			mu.Lock()
-			inflight += rows
-			mu.Unlock()
+			rows.add(fetched)
 		}
 		now := dr.now()
 		for i := range streams {
 			sw := &streams[i]
 			dr.renewer.hold(sw.id, now)
-			task := &streamTask{dr: dr, id: sw.id, collect: collect}
+			task := &streamTask{dr: dr, id: sw.id, collect: collect, rows: rows}
 			task.onFinish = func(n int, evs []ports.Event) {
 				mu.Lock()
 				applied += n
 				events = append(events, evs...)
-				if left--; left == 0 {
-					inflight -= rows
-					settled.Broadcast()
-				}
+				left--
+				last := left == 0
 				mu.Unlock()
+				if last {
+					rows.add(-fetched)
+				}
 				<-sem
 				wg.Done()
 			}
@@ -165,6 +161,40 @@ func (dr *drainer) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []port
 	}
 	wg.Wait()
 	return applied, events
+}
+
+// rowsInFlight counts the fetched rows a batch holds (see drainBatch).
+type rowsInFlight struct {
+	mu      sync.Mutex
+	settled *sync.Cond // broadcast when rows were let go
+	n       int
+}
+
+// add counts n more rows, or lets -n go.
+func (r *rowsInFlight) add(n int) {
+	r.mu.Lock()
+	r.n += n
+	if n < 0 && r.settled != nil {
+		r.settled.Broadcast()
+	}
+	r.mu.Unlock()
+}
+
+// waitBelow waits until fewer than limit rows are held, calling waiting
+// first when it has to wait.
+func (r *rowsInFlight) waitBelow(limit int, waiting func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n < limit {
+		return
+	}
+	waiting()
+	if r.settled == nil {
+		r.settled = sync.NewCond(&r.mu)
+	}
+	for r.n >= limit {
+		r.settled.Wait()
+	}
 }
 
 // releaseIdle releases the streams a fetch covered that came back without
@@ -214,27 +244,34 @@ func cursorsByPair(cs []ports.Cursor) map[pairKey]*ports.Cursor {
 	return out
 }
 
-// streamTask is the drain of one stream within a batch. It ends exactly once
-// (finish): when its drain returns, or earlier when one of its applies is
-// abandoned, which takes the stream over while the apply runs on.
+// streamTask is the drain of one stream within a batch. It ends once its
+// drain returned: every pair of its last pass ended or was abandoned (see
+// drainPass).
 type streamTask struct {
 	dr       *drainer
 	id       uuid.UUID
 	collect  bool // keep the events applied, for the terminal stages
 	onFinish func(applied int, events []ports.Event)
 
-	// Written by the drain goroutine; read by finish, which runs after the
-	// drain returned or while it is blocked in an abandoned apply (whose
-	// start ordered these writes before the abandonment).
+	rows *rowsInFlight // the batch's, counting the rows the task refetched
+
+	// Used by the drain's goroutine alone: its pairs report to it.
 	applied int
 	events  []ports.Event
 	seen    map[uuid.UUID]bool
 	more    bool
-
-	once sync.Once
+	held    int // rows of the latest refetch
 }
 
-// add records what a pair's run applied.
+// refetched counts the rows of a refetch of the stream, which replace those
+// of its previous one.
+func (t *streamTask) refetched(n int) {
+	t.rows.add(n - t.held)
+	t.held = n
+}
+
+// add records what a pair's run applied: the events, for the terminal
+// stages, once each, in the order of the pairs and of their events.
 func (t *streamTask) add(n int, events []ports.Event) {
 	t.applied += n
 	if !t.collect {
@@ -251,24 +288,10 @@ func (t *streamTask) add(n int, events []ports.Event) {
 	}
 }
 
-// drain drains the stream, then finishes the task unless an abandonment did.
+// drain drains the stream, then releases it and reports what it applied.
 func (t *streamTask) drain(ctx context.Context, sw *streamWork, cursors map[pairKey]*ports.Cursor) {
-	if err := t.dr.drainStream(ctx, t, sw, cursors); err != nil {
-		return // abandoned: the abandonment finished the task
-	}
-	t.finish(ctx, t.more)
-}
-
-// abandon finishes the task on behalf of a run whose apply was abandoned,
-// counting what that run saved.
-func (t *streamTask) abandon(ctx context.Context, n int, events []ports.Event) {
-	t.add(n, events)
-	t.finish(ctx, false)
-}
-
-func (t *streamTask) finish(ctx context.Context, more bool) {
-	t.once.Do(func() {
-		t.dr.releaseStream(ctx, t.id, more)
-		t.onFinish(t.applied, t.events)
-	})
+	t.dr.drainStream(ctx, t, sw, cursors)
+	t.dr.releaseStream(ctx, t.id, t.more)
+	t.rows.add(-t.held)
+	t.onFinish(t.applied, t.events)
 }

@@ -77,6 +77,9 @@ type batchBundle struct {
 	applied *atomic.Int64
 	// gate, when set, holds every apply until it is closed.
 	gate *atomic.Pointer[chan struct{}]
+	// onApply, when set, runs in every apply before it counts, with the
+	// perspective's name and the event.
+	onApply *atomic.Pointer[func(ctx context.Context, perspective string, e placed)]
 }
 
 // setupBatch builds a worker that is not started: the tests drive its batch
@@ -89,7 +92,13 @@ func setupBatch(t *testing.T) *batchBundle {
 // setupBatchWith is setupBatch with the worker's options.
 func setupBatchWith(t *testing.T, opts *Options) *batchBundle {
 	t.Helper()
-	b := memory.New(memory.Options{}).Backend()
+	return setupBatchNamed(t, opts, memory.New(memory.Options{}).Backend(), "c")
+}
+
+// setupBatchNamed is setupBatchWith on backend b with a perspective of each
+// name, every one counting the placed events it applies.
+func setupBatchNamed(t *testing.T, opts *Options, b ports.Backend, names ...string) *batchBundle {
+	t.Helper()
 	spy := &spyBackend{}
 	cursors := &spyCursors{CursorStore: b.Cursors, spy: spy}
 	b.Claimer = spyClaimer{b.Claimer, spy}
@@ -98,17 +107,23 @@ func setupBatchWith(t *testing.T, opts *Options) *batchBundle {
 
 	applied := &atomic.Int64{}
 	gate := &atomic.Pointer[chan struct{}]{}
+	onApply := &atomic.Pointer[func(context.Context, string, placed)]{}
 	reg := newTestRegistry(t)
-	p := NewPerspective[counter]("c")
-	MustHandle(p, func(_ context.Context, m counter, _ placed) (counter, error) {
-		if g := gate.Load(); g != nil {
-			<-*g
-		}
-		applied.Add(1)
-		m.N++
-		return m, nil
-	})
-	require.NoError(t, reg.AddPerspective(p))
+	for _, name := range names {
+		p := NewPerspective[counter](name)
+		MustHandle(p, func(ctx context.Context, m counter, e placed) (counter, error) {
+			if g := gate.Load(); g != nil {
+				<-*g
+			}
+			if f := onApply.Load(); f != nil {
+				(*f)(ctx, name, e)
+			}
+			applied.Add(1)
+			m.N++
+			return m, nil
+		})
+		require.NoError(t, reg.AddPerspective(p))
+	}
 	w, err := New(b, reg, opts)
 	require.NoError(t, err)
 	require.NoError(t, w.completer.completions.Start(t.Context()))
@@ -120,7 +135,7 @@ func setupBatchWith(t *testing.T, opts *Options) *batchBundle {
 	require.NoError(t, reg.RegisterSubscriptions(t.Context(), b.Events))
 	_, err = b.Claimer.InstanceHeartbeat(t.Context(), &ports.InstanceHeartbeatParams{InstanceID: w.InstanceID(), StaleThreshold: w.opts.StaleInstanceThreshold})
 	require.NoError(t, err)
-	return &batchBundle{w: w, spy: spy, cursors: cursors, backend: b, applied: applied, gate: gate}
+	return &batchBundle{w: w, spy: spy, cursors: cursors, backend: b, applied: applied, gate: gate, onApply: onApply}
 }
 
 // appendStreams appends evs to each of n new streams and returns them.
@@ -141,8 +156,8 @@ func (bb *batchBundle) drainFetched(t *testing.T, res *ports.EventsFetchPendingR
 	t.Helper()
 	n := 0
 	for _, sw := range splitByStream(res, seq, bb.w.opts.FetchMaxRows) {
-		task := &streamTask{dr: bb.w.drain, id: sw.id}
-		require.NoError(t, bb.w.drain.drainStream(t.Context(), task, &sw, cursorsByPair(res.Cursors)))
+		task := &streamTask{dr: bb.w.drain, id: sw.id, rows: &rowsInFlight{}}
+		bb.w.drain.drainStream(t.Context(), task, &sw, cursorsByPair(res.Cursors))
 		n += task.applied
 	}
 	return n

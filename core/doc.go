@@ -104,8 +104,8 @@
 //
 // # Failures
 //
-// A bad or slow event costs only its own (stream, perspective); every other
-// stream, and every other stream of the same batch, flows meanwhile.
+// A bad or slow event costs only its own (stream, perspective); the other
+// perspectives of its stream, and every other stream, flow meanwhile.
 //
 //   - An apply that returns an error, panics or runs past
 //     [Options.ApplyTimeout] (its context is then cancelled) counts one

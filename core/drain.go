@@ -6,6 +6,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/google/uuid"
 
@@ -29,59 +30,67 @@ func uncovered(ids []uuid.UUID, streams []streamWork) []uuid.UUID {
 	return out
 }
 
-// streamWork is one stream's share of a fetch result. It is drained by one
-// goroutine at a time.
+// streamWork is one stream's share of a fetch result. Its perspectives
+// drain it in parallel: they only read it, but for the cache of what they
+// share about its events.
 type streamWork struct {
 	id     uuid.UUID
 	events []ports.Event    // ordered by version
 	work   []ports.WorkItem // ordered by perspective, version
 	seq    uint64           // the fetch's sequence number (see parking.nextFetch)
 	cut    bool             // the fetch may have stopped inside this stream's rows
-	// decoded caches, by index in events, decoded values every perspective
-	// may share; nil until the first decode.
+	// decoded caches, by index in events, what every perspective applying
+	// an event may share. It is allocated with the streamWork (one array
+	// per fetch, as events), since the perspectives fill it concurrently.
 	decoded []decodedEvent
 }
 
+// decodedEvent is what the perspectives of a stream share about one of its
+// events, each part computed once, by the first perspective that needs it,
+// while the others wait for it.
 type decodedEvent struct {
-	value any
-	err   error
-	done  bool
-	boxed any // events[i] as an any, for the contexts of its applies
+	decodeOnce sync.Once
+	value      any // the decoded value, when it is shareable
+	err        error
+	shareable  bool
+	boxOnce    sync.Once
+	boxed      any // the event as an any, for the contexts of its applies
 }
 
 // boxed returns events[i] as an any, boxed once for every perspective
 // applying it (EventFromContext hands out copies).
 func (sw *streamWork) boxed(i int) any {
-	d := sw.slot(i)
-	if d.boxed == nil {
-		d.boxed = sw.events[i]
-	}
+	d := &sw.decoded[i]
+	d.boxOnce.Do(func() { d.boxed = sw.events[i] })
 	return d.boxed
 }
 
 // decode returns the decoded value of events[i]. A value of a shareable
 // type (see eventType.shareable) is decoded once for all the perspectives
-// applying it; others are decoded afresh for each, since a handler may
-// mutate what its value refers to.
+// applying it; others are decoded afresh for each but the first, since a
+// handler may mutate what its value refers to.
 func (sw *streamWork) decode(reg *Registry, i int) (any, error) {
-	if sw.decoded != nil && sw.decoded[i].done {
-		return sw.decoded[i].value, sw.decoded[i].err
+	d := &sw.decoded[i]
+	var (
+		v     any
+		err   error
+		first bool
+	)
+	d.decodeOnce.Do(func() {
+		first = true
+		v, d.shareable, err = reg.decode(sw.events[i])
+		if d.shareable {
+			d.value, d.err = v, err
+		}
+	})
+	switch {
+	case first:
+		return v, err
+	case d.shareable:
+		return d.value, d.err
 	}
-	v, shareable, err := reg.decode(sw.events[i])
-	if shareable {
-		d := sw.slot(i)
-		d.value, d.err, d.done = v, err, true
-	}
+	v, _, err = reg.decode(sw.events[i])
 	return v, err
-}
-
-// slot returns the cache entry of events[i], allocating the cache on first
-// use.
-func (sw *streamWork) slot(i int) *decodedEvent {
-	if sw.decoded == nil {
-		sw.decoded = make([]decodedEvent, len(sw.events))
-	}
-	return &sw.decoded[i]
 }
 
 // event returns the index in sw.events of the event of row r, -1 when the
@@ -124,6 +133,7 @@ func splitByStream(res *ports.EventsFetchPendingResult, seq uint64, maxRows int)
 		slices.SortStableFunc(events, compareEvents)
 	}
 	var out []streamWork
+	decoded := make([]decodedEvent, len(events))
 	for i, j := 0, 0; i < len(work); {
 		id := work[i].StreamID
 		end := i + 1
@@ -137,7 +147,7 @@ func splitByStream(res *ports.EventsFetchPendingResult, seq uint64, maxRows int)
 		for evEnd < len(events) && events[evEnd].StreamID == id {
 			evEnd++
 		}
-		out = append(out, streamWork{id: id, events: events[j:evEnd:evEnd], work: work[i:end:end], seq: seq})
+		out = append(out, streamWork{id: id, events: events[j:evEnd:evEnd], work: work[i:end:end], decoded: decoded[j:evEnd:evEnd], seq: seq})
 		i, j = end, evEnd
 	}
 	if maxRows > 0 && len(work) >= maxRows && len(out) > 0 {
@@ -176,46 +186,167 @@ func groupByPerspective(work []ports.WorkItem) [][]ports.WorkItem {
 	return groups
 }
 
-// drainStream applies a stream's pending events perspective by perspective.
-// When the fetch may have been cut inside the stream it refetches the rest,
-// once what it applied is acknowledged (else the refetch would return it
-// again), while each pass still applies enough; the task notes when rows
-// past the fetch limit may be left. It returns errPairAbandoned when one of
-// its applies was abandoned: the abandonment then owns the task.
-func (dr *drainer) drainStream(ctx context.Context, t *streamTask, sw *streamWork, cursors map[pairKey]*ports.Cursor) error {
+// drainStream drains a stream's pending events in passes, each applying
+// what one fetch returned (see drainPass). The stream is fetched again
+// within the batch when its fetch may have been cut at FetchMaxRows, or
+// when it was pushed to the drain queue while it was drained (a claim or a
+// notification saw events appended meanwhile): up to DrainLoopMaxIterations
+// passes in all, while the last pass applied at least
+// DrainLoopRefetchMinBatch events. A pass that found less to do leaves the
+// rest to the next batch, which the push queues. Before a refetch what was
+// applied is acknowledged, else the refetch would return it again. The
+// task notes when rows past the fetch limit may be left. A pass in which an
+// apply was abandoned ends the drain: the abandoned pair is retried later.
+func (dr *drainer) drainStream(ctx context.Context, t *streamTask, sw *streamWork, cursors map[pairKey]*ports.Cursor) {
 	for iter := 1; ; iter++ {
-		n := 0
-		for _, group := range groupByPerspective(sw.work) {
-			k, events, err := dr.drainPair(ctx, t, sw, group, cursors[pairKey{stream: sw.id, perspective: group[0].Perspective}])
-			if err != nil {
-				return err
-			}
-			t.add(k, events)
-			n += k
+		pass, abandoned := dr.drainPass(ctx, t, sw, cursors)
+		if abandoned {
+			return
 		}
-		if !sw.cut {
-			return nil
+		if !pass.enough || iter >= dr.opts.DrainLoopMaxIterations || ctx.Err() != nil {
+			t.more = sw.cut && ctx.Err() == nil
+			return
 		}
-		if n < dr.opts.DrainLoopRefetchMinBatch || iter >= dr.opts.DrainLoopMaxIterations || ctx.Err() != nil {
-			t.more = ctx.Err() == nil
-			return nil
+		// The push is taken before the fetch: one that comes after it
+		// marks the stream again, for the next pass or the next batch.
+		if !dr.queue.TakeDirty(sw.id) && !sw.cut {
+			return
 		}
 		if err := dr.completer.flushNow(ctx); err != nil && ctx.Err() != nil {
-			return nil
+			return
 		}
 		res, seq, err := dr.fetch(ctx, []uuid.UUID{sw.id})
 		if err != nil {
 			if ctx.Err() == nil {
 				dr.parking.wakeAt(sw.id, dr.now().Add(dr.opts.InfraRetry.Max))
 			}
-			return nil
+			return
 		}
+		t.refetched(len(res.Work))
 		next := splitByStream(res, seq, dr.opts.FetchMaxRows)
 		if len(next) == 0 || next[0].id != sw.id {
-			return nil
+			return
 		}
 		sw = &next[0]
 		dr.renewer.hold(sw.id, dr.now())
 		cursors = cursorsByPair(res.Cursors)
 	}
+}
+
+// drainPass runs the perspectives of one fetch of a stream, each on a
+// goroutine of its own, at most MaxConcurrentPerspectives at once, and
+// waits until every one of them ended or was abandoned: an abandoned apply
+// runs on, and neither the stream nor the batch waits for it. It records
+// on the task what the pairs applied, in the order of the perspectives
+// whatever the order they ended in, and reports the events the pass
+// applied and whether an apply was abandoned.
+func (dr *drainer) drainPass(ctx context.Context, t *streamTask, sw *streamWork, cursors map[pairKey]*ports.Cursor) (passEvents, bool) {
+	groups := groupByPerspective(sw.work)
+	outcomes := make([]pairOutcome, len(groups))
+	ended := make(chan pairEnd, len(groups)) // an ending pair never waits
+	running := 0
+	wait := func() {
+		e := <-ended
+		outcomes[e.index] = e.outcome
+		running--
+	}
+	for i, rows := range groups {
+		if running == dr.opts.MaxConcurrentPerspectives {
+			dr.signals.pairSlotWait()
+			wait()
+		}
+		running++
+		pt := &pairTask{stream: t, index: i, ended: ended}
+		cursor := cursors[pairKey{stream: sw.id, perspective: rows[0].Perspective}]
+		go func() {
+			if o, err := dr.drainPair(ctx, pt, sw, rows, cursor); err == nil {
+				pt.end(o)
+			} // else abandoned: the abandonment ended the pair
+		}()
+	}
+	for running > 0 {
+		wait()
+	}
+	pass := passEvents{limit: dr.opts.DrainLoopRefetchMinBatch}
+	abandoned := false
+	for _, o := range outcomes {
+		t.add(o.applied, o.events)
+		pass.add(o)
+		abandoned = abandoned || o.abandoned
+	}
+	return pass, abandoned
+}
+
+// pairOutcome is what the run of one pair applied.
+type pairOutcome struct {
+	applied int           // events applied and saved
+	events  []ports.Event // those events, when the stream collects them
+	// versions are the versions of the events applied when they are fewer
+	// than DrainLoopRefetchMinBatch (see passEvents).
+	versions []int64
+	// abandoned is set when an apply of the run was abandoned.
+	abandoned bool
+}
+
+// pairEnd is how a pair of a pass reports its end.
+type pairEnd struct {
+	index   int // of the pair in the pass
+	outcome pairOutcome
+}
+
+// pairTask is one pair's part in a pass of its stream's drain. It ends
+// exactly once: when its run returns, or, when an apply of the run is
+// abandoned, on the abandonment's goroutine while the apply runs on (the
+// run's goroutine then touches nothing).
+type pairTask struct {
+	stream *streamTask
+	index  int
+	ended  chan<- pairEnd // buffered for every pair of the pass
+}
+
+func (pt *pairTask) end(o pairOutcome) { pt.ended <- pairEnd{index: pt.index, outcome: o} }
+
+// abandon ends the task on behalf of a run whose apply was abandoned,
+// counting what that run saved.
+func (pt *pairTask) abandon(n int, events []ports.Event) {
+	pt.end(pairOutcome{applied: n, events: events, abandoned: true})
+}
+
+// newPairOutcome returns the outcome of a pair that applied n events (and
+// events, when it kept them); version(i) is the version of the i-th.
+func (dr *drainer) newPairOutcome(n int, events []ports.Event, version func(i int) int64) pairOutcome {
+	o := pairOutcome{applied: n, events: events}
+	if n < dr.opts.DrainLoopRefetchMinBatch {
+		for i := range n {
+			o.versions = append(o.versions, version(i))
+		}
+	}
+	return o
+}
+
+// passEvents counts the distinct events one pass of the drain loop applied
+// (an event applied by several perspectives counts once), as far as the
+// loop asks: whether they reach limit. A pair that applied limit events
+// settles it; the versions of the pairs that applied fewer are counted
+// once each.
+type passEvents struct {
+	limit    int
+	enough   bool
+	versions []int64
+}
+
+func (p *passEvents) add(o pairOutcome) {
+	if p.enough {
+		return
+	}
+	if o.applied >= p.limit {
+		p.enough = true
+		return
+	}
+	for _, v := range o.versions {
+		if !slices.Contains(p.versions, v) {
+			p.versions = append(p.versions, v)
+		}
+	}
+	p.enough = len(p.versions) >= p.limit
 }

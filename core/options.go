@@ -30,6 +30,7 @@ const (
 	IdleThresholdPollsDefault           = 2
 	PerspectiveBatchSizeDefault         = 100
 	MaxConcurrentStreamsDefault         = 30
+	MaxConcurrentPerspectivesDefault    = 4
 	MaxConcurrentDrainConsumersDefault  = 4
 	MaxStreamsPerBatchDefault           = 300
 	DrainLoopMaxIterationsDefault       = 5
@@ -207,8 +208,8 @@ type Options struct {
 	// logged at Error, counted (Worker.AbandonedApplies,
 	// Hooks.OnApplyAbandoned), its event counts a failed attempt and its
 	// pair is released for a retry while the apply runs on; whatever the
-	// apply returns then is discarded. No other stream waits for it.
-	// Defaults to 10s.
+	// apply returns then is discarded. Neither the other perspectives of
+	// its stream nor any other stream waits for it. Defaults to 10s.
 	ApplyAbandonGrace time.Duration
 	// StaleInstanceThreshold is how long without a heartbeat before an
 	// instance is abandoned and its work reclaimed. Defaults to 30s.
@@ -228,16 +229,28 @@ type Options struct {
 	// MaxConcurrentStreams bounds the streams drained in parallel within
 	// one batch. Defaults to 30.
 	MaxConcurrentStreams int
+	// MaxConcurrentPerspectives bounds the perspectives of one stream
+	// drained in parallel: each runs its own events in order, under its
+	// own gate, and the stream is released once every one of them ended.
+	// With MaxConcurrentStreams streams at once, up to
+	// MaxConcurrentStreams × MaxConcurrentPerspectives applies run in
+	// parallel. Defaults to 4; 1 drains them one after another.
+	MaxConcurrentPerspectives int
 	// MaxConcurrentDrainConsumers is the number of consumer loops. Defaults to 4.
 	MaxConcurrentDrainConsumers int
 	// MaxStreamsPerBatch bounds the streams one claim returns, those the
 	// instance holds already included. Defaults to 300.
 	MaxStreamsPerBatch int
-	// DrainLoopMaxIterations bounds the refetches of one stream within a
-	// batch. Defaults to 5; 1 means a single pass.
+	// DrainLoopMaxIterations bounds the passes over one stream within a
+	// batch: a stream is fetched again, once what it applied is
+	// acknowledged, when its fetch was cut at FetchMaxRows or when events
+	// arrived while it was drained (a claim or a notification pushed it
+	// meanwhile). Defaults to 5; 1 means a single pass.
 	DrainLoopMaxIterations int
-	// DrainLoopRefetchMinBatch is the fewest events an iteration must apply to
-	// refetch. Defaults to 2.
+	// DrainLoopRefetchMinBatch is the fewest events a pass must apply for
+	// the stream to be fetched again within the batch (an event applied by
+	// several perspectives counts once); below it, what arrived meanwhile
+	// waits for the next batch. Defaults to 2.
 	DrainLoopRefetchMinBatch int
 	// ModelCacheSize is how many (stream, perspective) models this instance
 	// keeps, encoded, after saving them, so draining a pair it owns needs no
@@ -394,6 +407,7 @@ func (c *Options) countDefaults(errs *[]error) {
 	num("IdleThresholdPolls", &c.IdleThresholdPolls, IdleThresholdPollsDefault, false)
 	num("PerspectiveBatchSize", &c.PerspectiveBatchSize, PerspectiveBatchSizeDefault, false)
 	num("MaxConcurrentStreams", &c.MaxConcurrentStreams, MaxConcurrentStreamsDefault, false)
+	num("MaxConcurrentPerspectives", &c.MaxConcurrentPerspectives, MaxConcurrentPerspectivesDefault, false)
 	num("MaxConcurrentDrainConsumers", &c.MaxConcurrentDrainConsumers, MaxConcurrentDrainConsumersDefault, false)
 	num("MaxStreamsPerBatch", &c.MaxStreamsPerBatch, MaxStreamsPerBatchDefault, false)
 	num("DrainLoopMaxIterations", &c.DrainLoopMaxIterations, DrainLoopMaxIterationsDefault, false)

@@ -14,9 +14,9 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
-// errPairAbandoned is returned up the drain of a stream whose apply the
-// engine abandoned: the abandonment took the stream over, so its drain must
-// stop at once and touch nothing.
+// errPairAbandoned is returned up the run of a pair whose apply the engine
+// abandoned: the abandonment took the pair over, so its run must stop at
+// once and touch nothing.
 var errPairAbandoned = errors.New("pair abandoned")
 
 // drainPair runs one perspective over one stream's rows (version order)
@@ -24,17 +24,16 @@ var errPairAbandoned = errors.New("pair abandoned")
 // up, load the model (checked against the cursor the fetch read), skip
 // events at or below its position, apply the rest, save model and cursor
 // every PerspectiveBatchSize events and at the end, and buffer the
-// completion (or the failure). It returns the number of events applied and,
-// when collect is set, those events; errPairAbandoned when an apply was
-// abandoned.
-func (dr *drainer) drainPair(ctx context.Context, task *streamTask, sw *streamWork, rows []ports.WorkItem, cursor *ports.Cursor) (int, []ports.Event, error) {
+// completion (or the failure). It returns what it applied, and
+// errPairAbandoned when an apply was abandoned.
+func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork, rows []ports.WorkItem, cursor *ports.Cursor) (pairOutcome, error) {
 	key := pairKey{stream: sw.id, perspective: rows[0].Perspective}
 	if dr.parking.isParked(key) {
-		return 0, nil, nil
+		return pairOutcome{}, nil
 	}
 	release, err := dr.gates.acquire(ctx, key, nil)
 	if err != nil {
-		return 0, nil, nil
+		return pairOutcome{}, nil
 	}
 	release = sync.OnceFunc(release) // an abandonment releases it early
 	defer release()
@@ -42,17 +41,17 @@ func (dr *drainer) drainPair(ctx context.Context, task *streamTask, sw *streamWo
 	// and rows fetched before its failure was acknowledged are stale (the
 	// backend released the failed row since).
 	if dr.parking.isParked(key) || dr.parking.staleFetch(key, sw.seq) {
-		return 0, nil, nil
+		return pairOutcome{}, nil
 	}
 
 	if rows = dr.toApply(ctx, key, rows); len(rows) == 0 {
-		return 0, nil, nil
+		return pairOutcome{}, nil
 	}
 
 	p, ok := dr.reg.perspective(key.perspective)
 	if !ok {
 		dr.parking.unknownPerspective(ctx, key)
-		return 0, nil, nil
+		return pairOutcome{}, nil
 	}
 	var (
 		position int64
@@ -66,26 +65,26 @@ func (dr *drainer) drainPair(ctx context.Context, task *streamTask, sw *streamWo
 	late := slices.ContainsFunc(rows, func(r ports.WorkItem) bool { return r.Late && r.EventVersion <= position })
 	if dr.rewind.rewindEnabled() && (late || flags.Status.Has(ports.CursorRewindRequired)) {
 		evs, err := dr.rewind.rewindPair(ctx, p, key, rows, flags, false, &rewindOwner{task: task, release: release})
-		return len(evs), evs, err
+		return dr.newPairOutcome(len(evs), evs, func(i int) int64 { return evs[i].Version }), err
 	}
 	if late {
 		if rows, err = dr.fail.deadLetterLate(ctx, rows, position); err != nil {
 			dr.parking.infraFailed(ctx, key, "moving late work to dead letters", err)
-			return 0, nil, nil
+			return pairOutcome{}, nil
 		}
 		if len(rows) == 0 {
-			return 0, nil, nil
+			return pairOutcome{}, nil
 		}
 	}
 	stored, err := dr.store.load(ctx, key, position)
 	if err != nil && !errors.Is(err, ports.ErrNotFound) {
 		dr.parking.infraFailed(ctx, key, "loading model", err)
-		return 0, nil, nil
+		return pairOutcome{}, nil
 	}
 	model, err := p.decodeModel(stored.Data)
 	if err != nil {
 		dr.parking.infraFailed(ctx, key, "decoding the stored model", err)
-		return 0, nil, nil
+		return pairOutcome{}, nil
 	}
 
 	actx, cancel := context.WithCancelCause(ctx)
@@ -98,13 +97,13 @@ func (dr *drainer) drainPair(ctx context.Context, task *streamTask, sw *streamWo
 	defer run.watch.done()
 	if err := dr.prePerspective(actx, sw, rows, stored.LastVersion); err != nil {
 		dr.parking.infraFailed(ctx, key, "running PrePerspective", err)
-		return 0, nil, nil
+		return pairOutcome{}, nil
 	}
 	if err := run.run(ctx); err != nil {
-		return 0, nil, err
+		return pairOutcome{}, err
 	}
 	n, events := run.finish(ctx)
-	return n, events, nil
+	return dr.newPairOutcome(n, events, func(i int) int64 { return run.rows[run.saved[i]].EventVersion }), nil
 }
 
 // toApply returns the rows of a pair to apply now. Rows applied by an
@@ -145,7 +144,7 @@ type pairRun struct {
 	dr      *drainer
 	p       perspective
 	key     pairKey
-	task    *streamTask
+	task    *pairTask
 	sw      *streamWork
 	rows    []ports.WorkItem
 	stored  ports.StoredModel
@@ -361,7 +360,7 @@ func (r *pairRun) finish(ctx context.Context) (int, []ports.Event) {
 	n := len(r.saved)
 	fire := r.dr.reg.hasReceptors(PostPerspective)
 	redelivered := fire && r.dr.backend.Lifecycle != nil && len(r.redelivered) > 0
-	if n == 0 && !redelivered || !fire && !r.task.collect {
+	if n == 0 && !redelivered || !fire && !r.task.stream.collect {
 		return n, nil
 	}
 	events := make([]ports.Event, 0, n)
@@ -454,9 +453,10 @@ func (r *pairRun) failAt(ctx context.Context, i int, cause error) bool {
 // abandon takes over a run whose apply the monitor abandoned, on a
 // goroutine of its own while the apply goes on: the event counts a failed
 // attempt (or is dead-lettered) unless the worker is stopping, what the run
-// saved before completes, and the pair's gate and the stream are released,
-// so the pair is retried and no other stream waits. The run's goroutine,
-// once the apply returns, touches nothing.
+// saved before completes, the pair's gate is released and the pair ends, so
+// the pair is retried and neither its stream (once its other pairs ended)
+// nor any other stream waits. The run's goroutine, once the apply returns,
+// touches nothing.
 func (r *pairRun) abandon(info AbandonedApply, late bool) {
 	ctx := context.WithoutCancel(r.actx)
 	dr := r.dr
@@ -486,7 +486,7 @@ func (r *pairRun) abandon(info AbandonedApply, late bool) {
 	}
 	n, events := r.finish(ctx)
 	r.release()
-	r.task.abandon(ctx, n, events)
+	r.task.abandon(n, events)
 }
 
 func workID(r *ports.WorkItem) uuid.UUID { return r.WorkID }

@@ -96,6 +96,20 @@ func (q *drainQueue) Done(ids []uuid.UUID) {
 	}
 }
 
+// TakeDirty reports whether an in-flight id was pushed since it was taken
+// (or since the last TakeDirty) and clears the mark: the drain that takes
+// it fetches the stream again itself, so the stream is not queued again
+// when its drain ends unless it is pushed once more.
+func (q *drainQueue) TakeDirty(id uuid.UUID) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	dirty := q.inFlight[id]
+	if dirty {
+		q.inFlight[id] = false
+	}
+	return dirty
+}
+
 // IsInFlight reports whether a stream is being drained.
 func (q *drainQueue) IsInFlight(id uuid.UUID) bool {
 	q.mu.Lock()

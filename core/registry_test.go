@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
@@ -181,13 +182,13 @@ func TestStreamWorkDecodeSharing(t *testing.T) {
 	sw := &streamWork{events: []ports.Event{
 		{ID: uuid.New(), Type: "placed", Version: 1, Data: []byte(`{"id":"a"}`)},
 		{ID: uuid.New(), Type: "tagged", Version: 2, Data: []byte(`{"Tags":["x"]}`)},
-	}}
+	}, decoded: make([]decodedEvent, 2)}
 	a, err := sw.decode(r, 0)
 	require.NoError(t, err)
 	b, err := sw.decode(r, 0)
 	require.NoError(t, err)
 	require.Equal(t, placed{ID: "a"}, b)
-	require.True(t, sw.decoded[0].done, "placed holds only a string: decoded once")
+	require.True(t, sw.decoded[0].shareable, "placed holds only a string: decoded once")
 	require.Equal(t, a, b)
 
 	first, err := sw.decode(r, 1)
@@ -196,6 +197,34 @@ func TestStreamWorkDecodeSharing(t *testing.T) {
 	second, err := sw.decode(r, 1)
 	require.NoError(t, err)
 	require.Equal(t, tagged{Tags: []string{"x"}}, second, "a slice is decoded afresh for each perspective")
+}
+
+// The perspectives of a stream decode and box its events concurrently,
+// sharing what the first of them computed.
+func TestStreamWorkDecodeConcurrently(t *testing.T) {
+	t.Parallel()
+
+	r := newTestRegistry(t)
+	ev := ports.Event{ID: uuid.New(), Type: "placed", Version: 1, Data: []byte(`{"id":"a"}`)}
+	sw := &streamWork{events: []ports.Event{ev}, decoded: make([]decodedEvent, 1)}
+	type got struct {
+		value, boxed any
+		err          error
+	}
+	results := make([]got, 8)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Go(func() {
+			v, err := sw.decode(r, 0)
+			results[i] = got{value: v, boxed: sw.boxed(0), err: err}
+		})
+	}
+	wg.Wait()
+	for _, g := range results {
+		require.NoError(t, g.err)
+		require.Equal(t, placed{ID: "a"}, g.value)
+		require.Equal(t, ev, g.boxed)
+	}
 }
 
 // flakyStore is an EventStore whose appends fail as scripted: each entry of

@@ -160,11 +160,11 @@ func (rw *rewinder) rewindDue(c ports.Cursor) (bool, time.Time) {
 }
 
 // rewindOwner is what an abandoned apply of a rewind run by a drain hands
-// back: the drain's stream task and the pair's gate. Rewinds run outside a
+// back: the drain's pair task and the pair's gate. Rewinds run outside a
 // drain (the startup repair) have none: a late apply there is cancelled
 // and, past its grace, logged, but its caller waits for it.
 type rewindOwner struct {
-	task    *streamTask
+	task    *pairTask
 	release func()
 }
 
@@ -222,7 +222,7 @@ func (rw *rewinder) rewindPair(ctx context.Context, p perspective, key pairKey, 
 				unlock()
 				freeSem()
 				owner.release()
-				owner.task.abandon(actx, 0, nil)
+				owner.task.abandon(0, nil)
 			}
 		}
 		res, err := rw.replay(ctx, p, key, trigger, rows, abandon)

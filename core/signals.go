@@ -15,6 +15,13 @@ type testSignals struct {
 	// windowFunc is called each time the sliding window took more ids or
 	// closed (see consumers.collectWindow).
 	windowFunc func(took int, closed bool)
+	// pairSlotWaitFunc runs when a stream's drain waits for one of its
+	// perspectives to end before it starts another (see drainer.drainPass).
+	pairSlotWaitFunc func()
+	// prePerspectiveWaitFunc runs when a perspective waits for another
+	// perspective of its stream to run PrePerspective (see
+	// lifecycle.prePerspective).
+	prePerspectiveWaitFunc func()
 }
 
 func (s *testSignals) fetchWait() {
@@ -32,5 +39,17 @@ func (s *testSignals) claimDeferred(wait time.Duration) {
 func (s *testSignals) window(took int, closed bool) {
 	if s.windowFunc != nil {
 		s.windowFunc(took, closed)
+	}
+}
+
+func (s *testSignals) pairSlotWait() {
+	if s.pairSlotWaitFunc != nil {
+		s.pairSlotWaitFunc()
+	}
+}
+
+func (s *testSignals) prePerspectiveWait() {
+	if s.prePerspectiveWaitFunc != nil {
+		s.prePerspectiveWaitFunc()
 	}
 }

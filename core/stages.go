@@ -37,6 +37,10 @@ type lifecycle struct {
 	runMu   sync.Mutex
 	running map[stageKey]struct{}
 
+	// streams serializes the PrePerspective stages of each stream (keyed
+	// by stream alone), which its perspectives ask for in parallel.
+	streams *gates
+
 	taskMu   sync.Mutex
 	lastTask chan struct{} // closed when the latest batch task finished
 }
@@ -52,7 +56,7 @@ type stageKey struct {
 func newLifecycle(e *engine, c *completer, scopes *scopeCache) *lifecycle {
 	done := make(chan struct{})
 	close(done)
-	return &lifecycle{engine: e, completer: c, scopes: scopes, memGuard: map[stageKey]struct{}{}, running: map[stageKey]struct{}{}, lastTask: done}
+	return &lifecycle{engine: e, completer: c, scopes: scopes, memGuard: map[stageKey]struct{}{}, running: map[stageKey]struct{}{}, streams: newGates(), lastTask: done}
 }
 
 // memGuardLimit bounds the in-process guard; the oldest half is dropped when
@@ -310,14 +314,23 @@ func (l *lifecycle) callReceptor(ctx context.Context, rc receptor, decoded any, 
 	return rc.call(ctx, decoded, info)
 }
 
-// prePerspective runs PrePerspective for events about to be applied. A
-// failed claim is returned: the caller applies nothing and retries the
-// pair later, as for any backend error, so the stage still runs first.
+// prePerspective runs PrePerspective for events of one stream about to be
+// applied. The perspectives of a stream, drained in parallel, each ask for
+// the stage of the events they apply: one runs it while the others wait,
+// then finds it done, so that it runs once per event and before any
+// perspective applies the event. A failed claim is returned: the caller
+// applies nothing and retries the pair later, as for any backend error, so
+// the stage still runs first (another perspective may run it meanwhile).
 func (l *lifecycle) prePerspective(ctx context.Context, events []ports.Event) error {
-	if !l.reg.hasReceptors(PrePerspective) {
+	if !l.reg.hasReceptors(PrePerspective) || len(events) == 0 {
 		return nil
 	}
-	_, err := l.run(ctx, PrePerspective, "", events)
+	release, err := l.streams.acquire(ctx, pairKey{stream: events[0].StreamID}, l.signals.prePerspectiveWait)
+	if err != nil {
+		return err
+	}
+	defer release()
+	_, err = l.run(ctx, PrePerspective, "", events)
 	return err
 }
 

@@ -383,3 +383,44 @@ func TestStopFlushesCompletions(t *testing.T) {
 	require.True(t, cursor.Status.Has(ports.CursorCompleted), "the completion was flushed at Stop")
 	require.Equal(t, int64(1), cursor.LastVersion)
 }
+
+// The perspectives of one stream apply its events in parallel: each apply
+// below waits until the other perspective's has started.
+func TestStreamPerspectivesApplyInParallel(t *testing.T) {
+	t.Parallel()
+
+	b := memory.New(memory.Options{}).Backend()
+	var (
+		mu      sync.Mutex
+		arrived = map[string]bool{}
+		both    = make(chan struct{})
+	)
+	reg := core.NewRegistry()
+	require.NoError(t, core.RegisterEvent[added](reg, "added"))
+	for _, name := range []string{"left", "right"} {
+		p := core.NewPerspective[total](name)
+		core.MustHandle(p, func(_ context.Context, m total, e added) (total, error) {
+			mu.Lock()
+			if !arrived[name] {
+				if arrived[name] = true; len(arrived) == 2 {
+					close(both)
+				}
+			}
+			mu.Unlock()
+			select {
+			case <-both:
+			case <-time.After(waitTimeout):
+				t.Errorf("%s applied alone: the perspectives of a stream ran one after another", name)
+			}
+			m.Sum += e.N
+			return m, nil
+		})
+		require.NoError(t, reg.AddPerspective(p))
+	}
+	opts := quietOptions(t)
+	processed := reportProcessed(&opts, 2)
+	startWorker(t, b, reg, opts)
+	appendAdded(t, reg, b, uuid.New(), 1)
+	got := []string{waitFor(t, processed, "a perspective").Perspective, waitFor(t, processed, "the other").Perspective}
+	require.ElementsMatch(t, []string{"left", "right"}, got)
+}

@@ -1,0 +1,328 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vantage-go/vantage/adapters/memory"
+	"github.com/vantage-go/vantage/internal/clocktest"
+	"github.com/vantage-go/vantage/ports"
+)
+
+// take queues streams and takes them as a consumer does: they are in flight
+// until their drain releases them.
+func (bb *batchBundle) take(t *testing.T, ids ...uuid.UUID) []uuid.UUID {
+	t.Helper()
+	bb.w.drain.queue.Push(ids...)
+	taken := bb.w.drain.queue.Take(len(ids))
+	require.ElementsMatch(t, ids, taken)
+	return taken
+}
+
+// settle waits until the completions handed over so far are acknowledged
+// and the releases of streams waiting for them ran.
+func (bb *batchBundle) settle(t *testing.T) {
+	t.Helper()
+	done := make(chan struct{})
+	bb.w.completer.afterSettled(func() { close(done) }) // after every release registered before
+	require.NoError(t, bb.w.completer.flushNow(t.Context()))
+	recv(t, done, "the completions to settle")
+}
+
+// appendOnFirst appends, the first time each event "<n>-first" is applied,
+// more events "<n+1>-first", "<n+1>-x" ... (perPass in all) to the stream
+// being drained and pushes it, as the claim that sees them would; it stops
+// after pass last.
+func (bb *batchBundle) appendOnFirst(t *testing.T, stream uuid.UUID, perPass, last int) {
+	t.Helper()
+	var mu sync.Mutex
+	seen := map[int]bool{}
+	f := func(ctx context.Context, _ string, e placed) {
+		n, err := strconv.Atoi(strings.TrimSuffix(e.ID, "-first"))
+		mu.Lock()
+		again := seen[n]
+		seen[n] = true
+		mu.Unlock()
+		if err != nil || again || n >= last {
+			return
+		}
+		evs := []any{placed{ID: fmt.Sprintf("%d-first", n+1)}}
+		for i := 1; i < perPass; i++ {
+			evs = append(evs, placed{ID: fmt.Sprintf("%d-%d", n+1, i)})
+		}
+		if _, err := bb.w.reg.Append(ctx, bb.backend.Events, stream, 0, evs...); err != nil {
+			t.Errorf("appending while draining: %v", err)
+		}
+		bb.w.drain.queue.Push(stream)
+	}
+	bb.onApply.Store(&f)
+}
+
+// batchCycles sets opts' OnBatchCycleComplete hook to send every non-idle
+// cycle on the returned channel.
+func batchCycles(opts *Options) <-chan BatchCycle {
+	cycles := make(chan BatchCycle, 10)
+	opts.Hooks.OnBatchCycleComplete = func(c BatchCycle) {
+		if c.Streams > 0 {
+			cycles <- c
+		}
+	}
+	return cycles
+}
+
+// Events appended to a stream while it is drained are applied by the same
+// batch: the push of the stream while it was in flight makes the drain
+// fetch it again once what it applied is acknowledged, and the push is
+// consumed, so the stream is not drained again for nothing.
+func TestDrainLoopRefetchesStreamPushedWhileDrained(t *testing.T) {
+	t.Parallel()
+
+	opts := &Options{}
+	cycles := batchCycles(opts)
+	bb := setupBatchWith(t, opts)
+	stream := bb.appendStreams(t, 1, placed{ID: "1-first"}, placed{ID: "1-1"})[0]
+	bb.appendOnFirst(t, stream, 2, 2)
+
+	bb.w.drain.processBatch(t.Context(), bb.take(t, stream))
+	require.Equal(t, BatchCycle{Streams: 1, Applied: 4}, recv(t, cycles, "the batch"), "one batch applied the events appended meanwhile")
+	require.Equal(t, int64(2), bb.spy.fetches.Load(), "a fetch and a refetch")
+	bb.settle(t)
+	require.False(t, bb.w.drain.queue.IsInFlight(stream), "released")
+	require.Zero(t, bb.w.drain.queue.Len(), "the push was consumed by the refetch")
+}
+
+// The drain loop stops after DrainLoopMaxIterations passes, however many
+// events keep arriving; the stream, pushed meanwhile, is queued again.
+func TestDrainLoopStopsAtMaxIterations(t *testing.T) {
+	t.Parallel()
+
+	opts := &Options{DrainLoopMaxIterations: 3}
+	cycles := batchCycles(opts)
+	bb := setupBatchWith(t, opts)
+	stream := bb.appendStreams(t, 1, placed{ID: "1-first"}, placed{ID: "1-1"})[0]
+	bb.appendOnFirst(t, stream, 2, 100)
+
+	bb.w.drain.processBatch(t.Context(), bb.take(t, stream))
+	require.Equal(t, BatchCycle{Streams: 1, Applied: 6}, recv(t, cycles, "the batch"), "three passes of two events")
+	require.Equal(t, int64(3), bb.spy.fetches.Load())
+	bb.settle(t)
+	require.Equal(t, []uuid.UUID{stream}, bb.w.drain.queue.Take(10), "queued again for the events of the last push")
+}
+
+// A pass that applied fewer than DrainLoopRefetchMinBatch events ends the
+// drain loop: the stream, pushed meanwhile, waits for the next batch. The
+// events are counted once however many perspectives applied them.
+func TestDrainLoopNeedsRefetchMinBatch(t *testing.T) {
+	t.Parallel()
+
+	opts := &Options{}
+	cycles := batchCycles(opts)
+	bb := setupBatchNamed(t, opts, memory.New(memory.Options{}).Backend(), "c", "d")
+	stream := bb.appendStreams(t, 1, placed{ID: "1-first"})[0]
+	bb.appendOnFirst(t, stream, 1, 100)
+
+	bb.w.drain.processBatch(t.Context(), bb.take(t, stream))
+	require.Equal(t, BatchCycle{Streams: 1, Applied: 2}, recv(t, cycles, "the batch"), "one event, two perspectives")
+	require.Equal(t, int64(1), bb.spy.fetches.Load(), "one event is too few to refetch for")
+	bb.settle(t)
+	require.Equal(t, []uuid.UUID{stream}, bb.w.drain.queue.Take(10), "queued again for the next batch")
+}
+
+// The perspectives of a stream are drained in parallel, never more than
+// MaxConcurrentPerspectives at once.
+func TestStreamPerspectivesDrainInParallel(t *testing.T) {
+	t.Parallel()
+
+	bb := setupBatchNamed(t, &Options{MaxConcurrentPerspectives: 2}, memory.New(memory.Options{}).Backend(), "a", "b", "c", "d")
+	slotWaits := make(chan struct{}, 10)
+	bb.w.signals.pairSlotWaitFunc = func() {
+		select {
+		case slotWaits <- struct{}{}:
+		default:
+		}
+	}
+	var inside, most atomic.Int64
+	started := make(chan string, 4)
+	release := make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	f := func(_ context.Context, name string, _ placed) {
+		n := inside.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		started <- name
+		<-release
+		inside.Add(-1)
+	}
+	bb.onApply.Store(&f)
+	stream := bb.appendStreams(t, 1, placed{ID: "a"})[0]
+
+	done := make(chan struct{})
+	go func() { defer close(done); bb.w.drain.processBatch(t.Context(), bb.take(t, stream)) }()
+	first := []string{recv(t, started, "a first perspective"), recv(t, started, "a second perspective while the first applies")}
+	recv(t, slotWaits, "the stream to wait for a free perspective slot")
+	require.Equal(t, int64(2), inside.Load(), "two perspectives apply at once")
+	once.Do(func() { close(release) })
+	rest := []string{recv(t, started, "a third perspective"), recv(t, started, "a fourth perspective")}
+	recv(t, done, "the batch")
+	require.ElementsMatch(t, []string{"a", "b", "c", "d"}, append(first, rest...))
+	require.Equal(t, int64(2), most.Load(), "never more than MaxConcurrentPerspectives at once")
+	require.Equal(t, int64(4), bb.applied.Load())
+}
+
+// blockingLoads holds the model loads of some perspectives of one stream
+// until their channel is closed, reporting each on blocked.
+type blockingLoads struct {
+	ports.ModelStore
+	stream  uuid.UUID
+	hold    map[string]chan struct{}
+	blocked chan string
+}
+
+func (b *blockingLoads) ModelLoad(ctx context.Context, p *ports.ModelLoadParams) (ports.StoredModel, error) {
+	if ch, ok := b.hold[p.Perspective]; ok && p.StreamID == b.stream {
+		b.blocked <- p.Perspective
+		<-ch
+	}
+	return b.ModelStore.ModelLoad(ctx, p)
+}
+
+// renewing reports whether the renewer holds the lease of stream.
+func (r *renewer) renewing(stream uuid.UUID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.streams[stream]
+	return ok
+}
+
+// An apply that hangs, ignoring its context, holds neither the other
+// perspectives of its stream nor other streams; once it is abandoned, its
+// stream is released only when its other perspectives ended too.
+func TestHungApplyHoldsOnlyItsPair(t *testing.T) {
+	t.Parallel()
+
+	clock := clocktest.NewFake()
+	b := memory.New(memory.Options{Clock: clock}).Backend()
+	hung, other := uuid.New(), uuid.New()
+	loads := &blockingLoads{ModelStore: b.Models, stream: hung, blocked: make(chan string, 2),
+		hold: map[string]chan struct{}{"b": make(chan struct{}), "c": make(chan struct{})}}
+	b.Models, b.ModelBatch = loads, nil
+	processed := make(chan pairKey, 10)
+	abandoned := make(chan AbandonedApply, 1)
+	opts := &Options{
+		Clock: clock, ApplyTimeout: time.Minute, ApplyAbandonGrace: 10 * time.Second, MaxConcurrentPerspectives: 3,
+		Hooks: Hooks{
+			OnPerspectiveEventProcessed: func(e PerspectiveEventProcessed) {
+				processed <- pairKey{stream: e.StreamID, perspective: e.Perspective}
+			},
+			OnApplyAbandoned: func(a AbandonedApply) { abandoned <- a },
+		},
+	}
+	bb := setupBatchNamed(t, opts, b, "a", "b", "c")
+	hang := make(chan struct{})
+	started := make(chan struct{}, 1)
+	f := func(ctx context.Context, name string, _ placed) {
+		if ev, _ := EventFromContext(ctx); ev.StreamID == hung && name == "a" {
+			started <- struct{}{}
+			<-hang // ignores its context
+		}
+	}
+	bb.onApply.Store(&f)
+	for _, s := range []uuid.UUID{hung, other} {
+		_, err := bb.w.reg.Append(t.Context(), b.Events, s, 0, placed{ID: "x"})
+		require.NoError(t, err)
+	}
+	bb.w.monitor.Start(t.Context(), nil)
+	t.Cleanup(func() {
+		close(hang)
+		for _, ch := range loads.hold {
+			select {
+			case <-ch:
+			default:
+				close(ch)
+			}
+		}
+		bb.w.monitor.Stop()
+		bb.w.monitor.waitAbandons()
+	})
+
+	done := make(chan struct{})
+	go func() { defer close(done); bb.w.drain.processBatch(t.Context(), bb.take(t, hung, other)) }()
+	recv(t, started, "the apply that hangs")
+	require.ElementsMatch(t, []string{"b", "c"}, []string{recv(t, loads.blocked, "another perspective"), recv(t, loads.blocked, "another perspective")},
+		"the other perspectives of the stream drain while one apply hangs")
+	close(loads.hold["b"])
+	want := map[pairKey]bool{{hung, "b"}: true, {other, "a"}: true, {other, "b"}: true, {other, "c"}: true}
+	for len(want) > 0 {
+		k := recv(t, processed, "the other pairs")
+		require.True(t, want[k], "unexpected %v", k)
+		delete(want, k)
+	}
+
+	clock.Advance(time.Minute + 10*time.Second)
+	require.Equal(t, "a", recv(t, abandoned, "the abandonment").Perspective)
+	bb.w.monitor.waitAbandons() // the abandonment handed its pair back
+	bb.settle(t)
+	require.True(t, bb.w.drain.queue.IsInFlight(hung), "not released while a perspective still drains")
+	require.True(t, bb.w.renewer.renewing(hung), "its leases are still renewed")
+	select {
+	case <-done:
+		t.Fatal("the batch ended while a pair still drains")
+	default:
+	}
+
+	close(loads.hold["c"])
+	require.Equal(t, pairKey{hung, "c"}, recv(t, processed, "the last pair"))
+	recv(t, done, "the batch, once every pair ended or was abandoned")
+	bb.settle(t)
+	require.False(t, bb.w.drain.queue.IsInFlight(hung), "released")
+	require.False(t, bb.w.renewer.renewing(hung))
+}
+
+// PrePerspective still runs once per event and before any perspective
+// applies it, though the perspectives of the stream drain in parallel: a
+// perspective that finds the stage running waits for it.
+func TestPrePerspectiveRunsBeforeParallelApplies(t *testing.T) {
+	t.Parallel()
+
+	bb := setupBatchNamed(t, &Options{}, memory.New(memory.Options{}).Backend(), "a", "b")
+	waiting := make(chan struct{}, 1)
+	bb.w.signals.prePerspectiveWaitFunc = func() {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	}
+	var fired atomic.Int64
+	var ran atomic.Bool
+	require.NoError(t, AddReceptor(bb.w.reg, PrePerspective, Inline, func(context.Context, placed, StageInfo) error {
+		fired.Add(1)
+		select {
+		case <-waiting:
+		case <-time.After(10 * time.Second):
+			t.Error("the other perspective did not wait for PrePerspective")
+		}
+		ran.Store(true)
+		return nil
+	}))
+	f := func(_ context.Context, name string, _ placed) {
+		if !ran.Load() {
+			t.Errorf("%s applied the event before its PrePerspective stage ran", name)
+		}
+	}
+	bb.onApply.Store(&f)
+	stream := bb.appendStreams(t, 1, placed{ID: "a"})[0]
+
+	bb.w.drain.processBatch(t.Context(), bb.take(t, stream))
+	require.Equal(t, int64(2), bb.applied.Load())
+	require.Equal(t, int64(1), fired.Load(), "once per event")
+}
