@@ -24,6 +24,8 @@ type spyBackend struct {
 	afterFetch  func(rows int)
 	// claimed, when set, receives the Now of every claim.
 	claimed chan time.Time
+	// duringClaim, when set, runs inside every claim.
+	duringClaim func()
 }
 
 type spyClaimer struct {
@@ -33,6 +35,9 @@ type spyClaimer struct {
 
 func (c spyClaimer) WorkClaim(ctx context.Context, p *ports.WorkClaimParams) (*ports.WorkClaimResult, error) {
 	c.spy.claims.Add(1)
+	if c.spy.duringClaim != nil {
+		c.spy.duringClaim()
+	}
 	res, err := c.WorkClaimer.WorkClaim(ctx, p)
 	if c.spy.claimed != nil {
 		c.spy.claimed <- p.Now
@@ -297,15 +302,17 @@ func TestStaleFetchAfterFailureAck(t *testing.T) {
 	require.False(t, bb.w.parking.staleFetch(k, before), "the mark is cleared once fresh rows were seen")
 }
 
-// Notifications wake the claim loop at most once per ClaimInterval (every
-// instance hears every append); RequestImmediatePoll-style wakes claim at
-// once.
-func TestClaimLoopCoalescesNotifications(t *testing.T) {
+// A notification claims as soon as the previous claim rested four times
+// its own duration (never longer than ClaimInterval): at once on a quiet
+// instance, coalesced under a stream of appends. RequestImmediatePoll-style
+// wakes claim at once.
+func TestClaimLoopPacesNotifications(t *testing.T) {
 	t.Parallel()
 
 	clock := clocktest.NewFake()
 	bb := setupBatchWith(t, &Options{Clock: clock, ClaimInterval: 250 * time.Millisecond})
 	bb.spy.claimed = make(chan time.Time, 10)
+	bb.spy.duringClaim = func() { clock.Advance(10 * time.Millisecond) } // every claim takes 10ms
 	deferred := make(chan time.Duration, 10)
 	bb.w.signals.claimDeferFunc = func(wait time.Duration) { deferred <- wait }
 	ctx, cancel := context.WithCancel(t.Context())
@@ -313,14 +320,28 @@ func TestClaimLoopCoalescesNotifications(t *testing.T) {
 	go func() { defer close(done); bb.w.claims.loop(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
-	start := recv(t, bb.spy.claimed, "the first claim")
-	<-clock.WaitTimers(1) // the loop re-armed its cadence
+	start := recv(t, bb.spy.claimed, "the first claim") // it ends 10ms later
+	<-clock.WaitTimers(1)                               // the loop re-armed its cadence
 	signal(bb.w.claims.notify)
-	require.Equal(t, 250*time.Millisecond, recv(t, deferred, "the notification to be deferred"))
-	require.Equal(t, int64(1), bb.spy.claims.Load(), "no claim before the interval is up")
-	clock.Advance(250 * time.Millisecond)
-	require.Equal(t, start.Add(250*time.Millisecond), recv(t, bb.spy.claimed, "the deferred claim"))
+	require.Equal(t, 40*time.Millisecond, recv(t, deferred, "the notification to wait for the rest"))
+	require.Equal(t, int64(1), bb.spy.claims.Load(), "no claim before the rest is over")
+	clock.Advance(40 * time.Millisecond)
+	require.Equal(t, start.Add(50*time.Millisecond), recv(t, bb.spy.claimed, "the deferred claim"))
+
+	<-clock.WaitTimers(1)
+	clock.Advance(50 * time.Millisecond) // rested
+	signal(bb.w.claims.notify)
+	require.Equal(t, start.Add(110*time.Millisecond), recv(t, bb.spy.claimed, "a claim at once"))
 
 	signal(bb.w.claims.wake)
-	require.Equal(t, start.Add(250*time.Millisecond), recv(t, bb.spy.claimed, "the immediate wake"), "claims at once, clock unmoved")
+	require.Equal(t, start.Add(120*time.Millisecond), recv(t, bb.spy.claimed, "the immediate wake"), "claims at once, without a rest")
+}
+
+func TestClaimPace(t *testing.T) {
+	t.Parallel()
+	w, _ := newWindowWorker(t, 10)
+	require.Equal(t, 8*time.Millisecond, w.claims.claimPace(2*time.Millisecond))
+	require.Equal(t, notifyClaimSpacing, w.claims.claimPace(time.Second), "at most notifyClaimSpacing")
+	w.opts.ClaimInterval = 20 * time.Millisecond
+	require.Equal(t, 20*time.Millisecond, w.claims.claimPace(time.Second), "at most ClaimInterval")
 }

@@ -86,7 +86,7 @@ func BenchmarkSlidingWindowBySize(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				w.consumers.queue.Push(ids...)
-				batch := w.consumers.collectWindow(b.Context(), w.consumers.queue.Take(1))
+				batch := w.consumers.collectWindow(b.Context(), w.consumers.queue.Take(1), time.Hour, nil)
 				if len(batch) != n {
 					b.Fatalf("window closed with %d ids, want %d", len(batch), n)
 				}
@@ -107,7 +107,7 @@ func BenchmarkSlidingWindowByTimer(b *testing.B) {
 	for b.Loop() {
 		w.consumers.queue.Push(id...)
 		first := w.consumers.queue.Take(1)
-		go func() { out <- w.consumers.collectWindow(b.Context(), first) }()
+		go func() { out <- w.consumers.collectWindow(b.Context(), first, time.Hour, nil) }()
 		<-clock.WaitTimers(1)
 		clock.Advance(SlidingWindowDefault)
 		w.consumers.queue.Done(<-out)

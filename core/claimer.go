@@ -13,6 +13,12 @@ import (
 // (see claimer.loop) when ClaimInterval is longer.
 const notifyClaimSpacing = 250 * time.Millisecond
 
+// notifyClaimRest is how many times its own duration the claim loop rests
+// after a claim before a notification may start the next one: claims thus
+// take at most a fifth of a connection's time however fast appends come,
+// and a burst of appends coalesces into one claim per rest.
+const notifyClaimRest = 4
+
 // claimer leases work to this instance and pushes the streams it may drain
 // into the drain queue. It claims on its cadence, at once while claims
 // report more work, and when woken.
@@ -64,14 +70,19 @@ func (c *claimer) roomFreed() {
 }
 
 // loop claims on its cadence, at once while claims report more work, and on
-// wakes: at once for RequestImmediatePoll, freed room and abandoned peers;
-// for notifications at most once per ClaimInterval (or notifyClaimSpacing
-// if shorter), since every instance is woken by every append's notification
-// and a claim per append per instance cost more than the appends themselves.
+// wakes: at once for RequestImmediatePoll, freed room and abandoned peers,
+// and for notifications as soon as the previous claim rested (see
+// claimPace): every instance hears every append, and a claim per append per
+// instance would cost more than the appends themselves, while a claim that
+// waits adds its wait to every append's latency.
 func (c *claimer) loop(ctx context.Context) {
 	t := c.clock.NewTimer(0)
 	defer t.Stop()
-	var last time.Time
+	var (
+		ended    time.Time     // when the last claim returned
+		took     time.Duration // how long it took
+		notified bool          // a notification came since the last claim
+	)
 	for {
 		select {
 		case <-ctx.Done():
@@ -79,14 +90,18 @@ func (c *claimer) loop(ctx context.Context) {
 		case <-t.C():
 		case <-c.wake:
 		case <-c.notify:
-			if wait := min(c.opts.ClaimInterval, notifyClaimSpacing) - c.now().Sub(last); !last.IsZero() && wait > 0 {
-				resetTimer(t, wait) // claim when the interval is up
+			notified = true
+			if wait := c.claimPace(took) - c.now().Sub(ended); !ended.IsZero() && wait > 0 {
+				resetTimer(t, wait) // claim when the rest is over
 				c.signals.claimDeferred(wait)
 				continue
 			}
 		}
-		last = c.now()
-		hasMore := c.claimOnce(ctx)
+		start := c.now()
+		hasMore := c.claimOnce(ctx, notified || !c.notes.healthy())
+		notified = false
+		ended = c.now()
+		took = ended.Sub(start)
 		interval := c.opts.ClaimInterval
 		if c.notes.healthy() {
 			interval = c.opts.ClaimNotifyHealthyInterval
@@ -98,8 +113,18 @@ func (c *claimer) loop(ctx context.Context) {
 	}
 }
 
+// claimPace returns the least time between the end of a claim that took
+// took and a claim woken by a notification: notifyClaimRest times took,
+// at most ClaimInterval or notifyClaimSpacing.
+func (c *claimer) claimPace(took time.Duration) time.Duration {
+	return min(notifyClaimRest*took, c.opts.ClaimInterval, notifyClaimSpacing)
+}
+
 // claimOnce runs one claim and reports whether to claim again at once.
-func (c *claimer) claimOnce(ctx context.Context) bool {
+// fresh tells whether the streams this instance is draining may have
+// received events since their fetch (a notification came, or none can be
+// heard): they are then marked to be fetched again (see drainQueue.Push).
+func (c *claimer) claimOnce(ctx context.Context, fresh bool) bool {
 	recovering := c.recovering.Swap(false)
 	cctx, cancel := leaseCallContext(ctx)
 	defer cancel()
@@ -134,7 +159,11 @@ func (c *claimer) claimOnce(ctx context.Context) bool {
 	if recovering {
 		c.windowSkip.Store(true) // before the push, so the consumer taking the ids sees it
 	}
-	added := c.queue.Push(res.StreamIDs...)
+	push := c.queue.PushHeld
+	if fresh {
+		push = c.queue.Push
+	}
+	added := push(res.StreamIDs...)
 	c.hasMore.Store(res.HasMore)
 	// Re-poll at once only while claims keep finding new streams. When the
 	// backlog is larger than what we hold, the next claim is woken by an

@@ -9,7 +9,7 @@ import (
 )
 
 // consumers are the MaxConcurrentDrainConsumers loops that take stream ids
-// from the drain queue, gather them into a sliding-window batch and hand the
+// from the drain queue, gather them into a batch (see pace.go) and hand the
 // batch to the drain; a consumer with nothing to drain runs an idle tick
 // (buffered completions are flushed, an empty poll is counted).
 type consumers struct {
@@ -20,6 +20,9 @@ type consumers struct {
 	notes  *listener
 	act    *activity
 	wakes  []chan struct{}
+	// arrivals and flights pace the gathering of a batch.
+	arrivals *arrivals
+	flights  *flights
 	// drain drains one batch of streams; tick runs when a consumer found
 	// nothing to drain.
 	drain func(ctx context.Context, ids []uuid.UUID)
@@ -34,8 +37,8 @@ func (c *consumers) Start(runCtx, workCtx context.Context) {
 	if !ok {
 		return
 	}
-	for _, wake := range c.wakes {
-		wg.Go(func() { c.loop(ctx, workCtx, wake) })
+	for i, wake := range c.wakes {
+		wg.Go(func() { c.loop(ctx, workCtx, i, wake) })
 	}
 }
 
@@ -55,8 +58,8 @@ func (c *consumers) idleTimeout() time.Duration {
 
 // loop waits for any of: stream ids in the drain queue, a wake
 // (notification or RequestImmediatePoll), or the idle timeout; then it drains
-// a sliding-window batch or runs an idle tick.
-func (c *consumers) loop(runCtx, workCtx context.Context, wake chan struct{}) {
+// a batch or runs an idle tick. id numbers the consumer.
+func (c *consumers) loop(runCtx, workCtx context.Context, id int, wake chan struct{}) {
 	t := c.clock.NewTimer(c.idleTimeout())
 	defer t.Stop()
 	var lastWakes uint64
@@ -80,25 +83,30 @@ func (c *consumers) loop(runCtx, workCtx context.Context, wake chan struct{}) {
 			}
 		}
 		if c.wantWindow(len(ids), &lastWakes) {
-			ids = c.collectWindow(runCtx, ids)
+			if wait, ended := c.flights.gather(c.now(), c.arrivals.interval()); wait > 0 {
+				ids = c.collectWindow(runCtx, ids, wait, ended)
+			}
 		}
+		c.flights.start(id, c.now())
 		c.drain(workCtx, ids)
+		c.flights.end(id, c.now())
 		if runCtx.Err() != nil {
 			return
 		}
 	}
 }
 
-// wantWindow reports whether a consumer holding n ids should extend them
-// into a sliding window. The window coalesces bursts of live appends, so it
-// is skipped where no burst can be coming: when n reached MaxSize; while the
-// claim loop reports a backlog larger than what this instance holds (the ids
-// came in bulk from a claim); for streams taken over from an abandoned
-// instance (they have waited a stale threshold already); and, while
-// notifications are healthy, when no notification arrived since this
-// consumer's last batch (a backlog being worked through or a periodic claim:
-// nothing to wait for). lastWakes is the consumer's notification count at
-// its last batch; wantWindow updates it.
+// wantWindow reports whether a consumer holding n ids may gather more
+// before it drains them (how long is the flights' to say). Gathering
+// coalesces bursts of live appends, so it is skipped where no burst can be
+// coming: when n reached MaxSize; while the claim loop reports a backlog
+// larger than what this instance holds (the ids came in bulk from a claim);
+// for streams taken over from an abandoned instance (they have waited a
+// stale threshold already); and, while notifications are healthy, when no
+// notification arrived since this consumer's last batch (a backlog being
+// worked through or a periodic claim: nothing to wait for). lastWakes is
+// the consumer's notification count at its last batch; wantWindow updates
+// it.
 func (c *consumers) wantWindow(n int, lastWakes *uint64) bool {
 	wakes := c.notes.count.Load()
 	live := wakes != *lastWakes || !c.notes.healthy()
@@ -106,16 +114,17 @@ func (c *consumers) wantWindow(n int, lastWakes *uint64) bool {
 	return n < c.opts.DrainBatcher.MaxSize && !c.claims.hasMore.Load() && !c.claims.windowSkip.Swap(false) && live
 }
 
-// collectWindow extends a batch while drain signals keep arriving: it waits
-// up to SlidingWindow after the latest arrival, at most MaxWait after the
-// first, for at most MaxSize ids.
-func (c *consumers) collectWindow(ctx context.Context, ids []uuid.UUID) []uuid.UUID {
+// collectWindow extends a batch with the streams that arrive for at most
+// wait, until ended is closed (the batch it waited behind ended), and
+// within the DrainBatcher bounds: SlidingWindow after the latest arrival,
+// MaxWait after the first, at most MaxSize ids.
+func (c *consumers) collectWindow(ctx context.Context, ids []uuid.UUID, wait time.Duration, ended <-chan struct{}) []uuid.UUID {
 	first := c.now()
 	last := first
 	defer c.signals.window(0, true)
 	for len(ids) < c.opts.DrainBatcher.MaxSize {
 		now := c.now()
-		remaining := min(c.opts.DrainBatcher.SlidingWindow-now.Sub(last), c.opts.DrainBatcher.MaxWait-now.Sub(first))
+		remaining := min(wait-now.Sub(first), c.opts.DrainBatcher.SlidingWindow-now.Sub(last), c.opts.DrainBatcher.MaxWait-now.Sub(first))
 		if remaining <= 0 {
 			return ids
 		}
@@ -124,6 +133,9 @@ func (c *consumers) collectWindow(ctx context.Context, ids []uuid.UUID) []uuid.U
 		case <-ctx.Done():
 			t.Stop()
 			return ids
+		case <-ended:
+			t.Stop()
+			return append(ids, c.queue.Take(c.opts.DrainBatcher.MaxSize-len(ids))...)
 		case <-t.C():
 			return ids
 		case <-c.queue.signal:

@@ -74,13 +74,18 @@ const (
 	CompletionInstant
 )
 
-// DrainBatcherOptions configure the sliding window that coalesces drain
-// signals into one batch.
+// DrainBatcherOptions bound how streams that arrive to be drained gather
+// into one batch. A batch starts at once while no other batch is being
+// drained; streams that arrive while one is gather into the next for as
+// long as the batch in flight is expected to run (its average duration)
+// and more arrivals are expected meanwhile, and no longer than these
+// bounds. A quiet instance thus drains an append as soon as it is claimed,
+// and a busy one in full batches.
 type DrainBatcherOptions struct {
-	// SlidingWindow is how long the batcher waits after the latest arrival.
+	// SlidingWindow bounds the gathering after the latest arrival.
 	// Defaults to 300ms.
 	SlidingWindow time.Duration
-	// MaxWait caps the total wait from the first arrival. Defaults to 3s.
+	// MaxWait bounds the gathering from the first arrival. Defaults to 3s.
 	MaxWait time.Duration
 	// MaxSize is the most stream ids in one batch. Defaults to 1000.
 	MaxSize int
@@ -165,8 +170,10 @@ type Options struct {
 	// used). Defaults to 1s.
 	NotifyHealthyPollingInterval time.Duration
 	// ClaimInterval is the claim loop's tight cadence. Defaults to 250ms.
-	// It is also the least time between claims woken by notifications (at
-	// most 250ms), which coalesces the claims of a burst of appends.
+	// A notification claims at once unless the previous claim ended less
+	// than four times its duration ago, which coalesces the claims of a
+	// burst of appends; that rest is never longer than ClaimInterval (nor
+	// 250ms).
 	ClaimInterval time.Duration
 	// ClaimNotifyHealthyInterval is the claim loop's relaxed cadence while
 	// notifications are healthy. Defaults to 5s.
@@ -258,7 +265,7 @@ type Options struct {
 	ModelCacheSize int
 	// FetchMaxRows bounds the work rows one fetch returns. Defaults to 10000.
 	FetchMaxRows int
-	// DrainBatcher configures the sliding window over drain signals.
+	// DrainBatcher bounds the gathering of streams into a batch.
 	DrainBatcher DrainBatcherOptions
 	// CompletionResend is when a completion or failure report the engine
 	// handed to the backend is sent again because its acknowledgement has

@@ -18,6 +18,9 @@ type drainQueue struct {
 	order    []uuid.UUID
 	queued   map[uuid.UUID]struct{}
 	inFlight map[uuid.UUID]bool // value: dirty
+
+	// arrived, when set, is called after a push queued new ids.
+	arrived func()
 }
 
 func newDrainQueue() *drainQueue {
@@ -29,13 +32,24 @@ func newDrainQueue() *drainQueue {
 }
 
 // Push queues stream ids and reports how many were newly queued (neither
-// queued already nor in flight).
-func (q *drainQueue) Push(ids ...uuid.UUID) int {
+// queued already nor in flight). An id in flight is marked dirty: it may
+// have received events its drain has not fetched.
+func (q *drainQueue) Push(ids ...uuid.UUID) int { return q.push(true, ids) }
+
+// PushHeld queues stream ids as Push does but leaves the ids in flight
+// unmarked: for a claim that cannot have seen new events of the streams
+// this instance drains (no notification since), since a mark would make
+// their drains fetch again for nothing.
+func (q *drainQueue) PushHeld(ids ...uuid.UUID) int { return q.push(false, ids) }
+
+func (q *drainQueue) push(dirty bool, ids []uuid.UUID) int {
 	q.mu.Lock()
 	added := 0
 	for _, id := range ids {
 		if _, ok := q.inFlight[id]; ok {
-			q.inFlight[id] = true
+			if dirty {
+				q.inFlight[id] = true
+			}
 			continue
 		}
 		if _, ok := q.queued[id]; ok {
@@ -47,6 +61,9 @@ func (q *drainQueue) Push(ids ...uuid.UUID) int {
 	}
 	q.mu.Unlock()
 	if added > 0 {
+		if q.arrived != nil {
+			q.arrived()
+		}
 		q.notify()
 	}
 	return added

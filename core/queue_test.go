@@ -83,3 +83,17 @@ func TestDrainQueue(t *testing.T) {
 		require.Equal(t, 1, q.Len(), "a mark not taken still queues the stream again")
 	})
 }
+
+// PushHeld queues new ids as Push does, but a stream in flight is not
+// marked: its drain is not sent back for another fetch.
+func TestDrainQueuePushHeld(t *testing.T) {
+	t.Parallel()
+	q := newDrainQueue()
+	a, b := uuid.New(), uuid.New()
+	q.Push(a)
+	q.Take(1)
+	require.Equal(t, 1, q.PushHeld(a, b), "b is new, a in flight")
+	require.False(t, q.TakeDirty(a), "a held, not marked")
+	q.Push(a)
+	require.True(t, q.TakeDirty(a), "Push marks it")
+}

@@ -355,7 +355,7 @@ func TestLeaseCallsOutliveCancellation(t *testing.T) {
 
 	_, err = w.heart.beat(stopped)
 	require.NoError(t, err)
-	w.claims.claimOnce(stopped)
+	w.claims.claimOnce(stopped, true)
 	_, _, err = w.drain.fetch(stopped, []uuid.UUID{uuid.New()})
 	require.NoError(t, err)
 	require.Equal(t, map[string]bool{"heartbeat": false, "claim": false, "fetch": false}, spy.done)

@@ -1,6 +1,8 @@
 package core
 
 import (
+	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,8 +34,16 @@ type windowBundle struct {
 }
 
 // setupWindow runs collectWindow on a fake clock with the default window
-// (300ms sliding, 3s cap) and maxSize ids at most.
+// (300ms sliding, 3s cap) and maxSize ids at most, gathering for as long
+// as the window allows.
 func setupWindow(t *testing.T, maxSize int, first ...uuid.UUID) *windowBundle {
+	t.Helper()
+	return setupGather(t, maxSize, time.Hour, nil, first...)
+}
+
+// setupGather runs collectWindow as setupWindow does, for at most wait and
+// until ended closes.
+func setupGather(t *testing.T, maxSize int, wait time.Duration, ended <-chan struct{}, first ...uuid.UUID) *windowBundle {
 	t.Helper()
 	w, clock := newWindowWorker(t, maxSize)
 	wb := &windowBundle{w: w, clock: clock, took: make(chan int, 100), out: make(chan []uuid.UUID, 1)}
@@ -42,7 +52,7 @@ func setupWindow(t *testing.T, maxSize int, first ...uuid.UUID) *windowBundle {
 			wb.took <- n
 		}
 	}
-	go func() { wb.out <- w.consumers.collectWindow(t.Context(), first) }()
+	go func() { wb.out <- w.consumers.collectWindow(t.Context(), first, wait, ended) }()
 	<-clock.WaitTimers(1)
 	return wb
 }
@@ -118,6 +128,148 @@ func TestSlidingWindow(t *testing.T) {
 		require.Equal(t, []uuid.UUID{a, b, c}, ids)
 		require.Equal(t, 1, wb.w.consumers.queue.Len(), "the id beyond MaxSize stays queued")
 	})
+
+	t.Run("WaitCapsTheWindow", func(t *testing.T) {
+		t.Parallel()
+		wb := setupGather(t, 1000, 40*time.Millisecond, nil, a)
+		wb.clock.Advance(30 * time.Millisecond)
+		wb.push(t, b)
+		<-wb.clock.WaitTimers(1)
+		wb.clock.Advance(9 * time.Millisecond)
+		wb.requireOpen(t)
+		wb.clock.Advance(time.Millisecond) // 40ms: the gathering ends, not 300ms after b
+		require.Equal(t, []uuid.UUID{a, b}, wb.result(t))
+	})
+
+	t.Run("EndsWithTheBatchInFlight", func(t *testing.T) {
+		t.Parallel()
+		ended := make(chan struct{})
+		wb := setupGather(t, 1000, time.Second, ended, a)
+		wb.w.consumers.queue.Push(b)
+		recv(t, wb.took, "the window to take b")
+		<-wb.clock.WaitTimers(1)
+		close(ended)
+		require.Equal(t, []uuid.UUID{a, b}, wb.result(t), "drains at once, clock unmoved")
+	})
+}
+
+func TestGatherBehindBatches(t *testing.T) {
+	t.Parallel()
+	ms := time.Millisecond
+	at := time.Unix(1000, 0)
+
+	t.Run("NothingInFlightDrainsAtOnce", func(t *testing.T) {
+		t.Parallel()
+		f := newFlights()
+		f.took = 10 * ms
+		wait, _ := f.gather(at, ms)
+		require.Zero(t, wait)
+	})
+	t.Run("GathersWhileTheBatchRuns", func(t *testing.T) {
+		t.Parallel()
+		f := newFlights()
+		f.took = 10 * ms
+		f.start(0, at)
+		wait, ended := f.gather(at.Add(2*ms), ms)
+		require.Equal(t, 8*ms, wait, "until the batch in flight is expected to end")
+		f.end(0, at.Add(3*ms))
+		select {
+		case <-ended:
+		default:
+			t.Fatal("the end of the batch did not end the gathering")
+		}
+	})
+	t.Run("OldestBatchSetsTheWait", func(t *testing.T) {
+		t.Parallel()
+		f := newFlights()
+		f.took = 10 * ms
+		f.start(0, at.Add(4*ms))
+		f.start(1, at)
+		wait, _ := f.gather(at.Add(5*ms), ms)
+		require.Equal(t, 5*ms, wait)
+	})
+	t.Run("NoArrivalExpected", func(t *testing.T) {
+		t.Parallel()
+		f := newFlights()
+		f.took = 10 * ms
+		f.start(0, at)
+		wait, _ := f.gather(at.Add(2*ms), 20*ms)
+		require.Zero(t, wait, "arrivals every 20ms: none before the batch ends in 8ms")
+		wait, _ = f.gather(at.Add(2*ms), 0)
+		require.Zero(t, wait, "no arrival rate measured yet")
+	})
+	t.Run("StalledBatchIsNotWaitedFor", func(t *testing.T) {
+		t.Parallel()
+		f := newFlights()
+		f.took = 10 * ms
+		f.start(0, at)
+		wait, _ := f.gather(at.Add(11*ms), ms)
+		require.Zero(t, wait, "the batch ran past its average: it may be stuck on a slow apply")
+	})
+	t.Run("BatchDurationsAverage", func(t *testing.T) {
+		t.Parallel()
+		f := newFlights()
+		f.start(0, at)
+		f.end(0, at.Add(8*ms))
+		require.Equal(t, 8*ms, f.took, "the first sample is taken as it is")
+		f.start(0, at)
+		f.end(0, at.Add(16*ms))
+		require.Equal(t, 9*ms, f.took, "later ones move the average an eighth of the way")
+	})
+	t.Run("ArrivalGapsAverageAndForgetIdleSpells", func(t *testing.T) {
+		t.Parallel()
+		a := &arrivals{cap: 100 * ms}
+		a.arrived(at)
+		require.Zero(t, a.interval(), "one arrival tells no rate")
+		a.arrived(at.Add(4 * ms))
+		require.Equal(t, 4*ms, a.interval())
+		a.arrived(at.Add(time.Hour))
+		require.Equal(t, 4*ms+(100*ms-4*ms)/8, a.interval(), "an idle hour counts as the cap")
+	})
+}
+
+// A consumer drains at once while no batch is in flight, and another
+// gathers the streams that arrive while a batch runs, draining them
+// together as soon as it ends (a group commit); the clock never moves.
+func TestConsumersGroupCommit(t *testing.T) {
+	t.Parallel()
+
+	w, clock := newWindowWorker(t, 1000)
+	c := w.consumers
+	c.arrivals.every = time.Millisecond
+	c.flights.took = time.Second
+	drained := make(chan []uuid.UUID, 2)
+	release := make(chan struct{})
+	c.drain = func(_ context.Context, ids []uuid.UUID) {
+		drained <- ids
+		if len(ids) == 1 {
+			<-release // the first batch runs until released
+		}
+		c.queue.Done(ids)
+	}
+	c.tick = func(context.Context) {}
+	took := make(chan int, 10)
+	w.signals.windowFunc = func(n int, closed bool) {
+		if !closed {
+			took <- n
+		}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	for i, wake := range c.wakes[:2] {
+		wg.Go(func() { c.loop(ctx, ctx, i, wake) })
+	}
+	t.Cleanup(func() { cancel(); close(release); wg.Wait() })
+
+	a, b, d := uuid.New(), uuid.New(), uuid.New()
+	c.queue.Push(a)
+	require.Equal(t, []uuid.UUID{a}, recv(t, drained, "a, at once"))
+	c.queue.Push(b)
+	<-clock.WaitTimers(3) // both idle timers, and the gathering behind a
+	c.queue.Push(d)
+	require.Equal(t, 1, recv(t, took, "d to join b"))
+	release <- struct{}{}
+	require.ElementsMatch(t, []uuid.UUID{b, d}, recv(t, drained, "b and d, once a ended"))
 }
 
 // healthyNotifier reports healthy notifications; nothing else is called.

@@ -89,7 +89,9 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	w.parking = newParking(e, queue)
 	w.renewer = newRenewer(e)
 	w.monitor = newApplyMonitor(e)
-	w.consumers = &consumers{engine: e, queue: queue, act: act}
+	w.consumers = &consumers{engine: e, queue: queue, act: act, flights: newFlights(),
+		arrivals: &arrivals{cap: o.DrainBatcher.MaxWait}}
+	queue.arrived = func() { w.consumers.arrivals.arrived(e.now()) }
 	for range o.MaxConcurrentDrainConsumers {
 		w.consumers.wakes = append(w.consumers.wakes, make(chan struct{}, 1))
 	}

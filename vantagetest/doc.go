@@ -22,8 +22,8 @@
 //		}
 //	}
 //
-// The production defaults of core.Options favour throughput across many
-// instances: a 300ms sliding window, polls every second, a first retry
+// The production defaults of core.Options favour many instances sharing a
+// database: polls every second when no notification comes, a first retry
 // after a minute and dead letters after 10 attempts. [Options] returns
 // cadences and retry delays of milliseconds instead, so that an append
 // reaches its model, and an event that always fails reaches dead letters,

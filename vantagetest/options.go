@@ -9,14 +9,15 @@ import (
 )
 
 // Options returns core.Options for tests. The production defaults favour
-// throughput across many instances and cost a unit test hundreds of
-// milliseconds per append (a 250ms claim spacing, a 300ms drain window) and
-// over half an hour to dead-letter an event that always fails; these
-// values make the same work take milliseconds (BENCHMARKS.md measures it):
+// many instances sharing a database: they drain a notified append within
+// milliseconds, but poll every second without notifications (the memory
+// backend has none), gather batches for up to 300ms, and take over half an
+// hour to dead-letter an event that always fails; these values make the
+// same work take milliseconds (BENCHMARKS.md measures it):
 //
-//   - the cadences between an append and its stored model (claim spacing,
-//     polls, the sliding drain window) are 1-10ms, so an append reaches
-//     its model within a few of them;
+//   - the cadences between an append and its stored model (claims, polls,
+//     the gathering of a batch) are 1-10ms, so an append reaches its model
+//     within a few of them;
 //   - a failing event is retried after 2ms doubling to 10ms and
 //     dead-lettered at its third failure, so a test sees both the retry
 //     and the dead letter within tens of milliseconds;

@@ -1,0 +1,112 @@
+package core
+
+import (
+	"sync"
+	"time"
+)
+
+// The drain window adapts to load like a group commit: a batch starts at
+// once when no other batch is being drained, and streams that arrive while
+// one is gather into the next, for as long as the batch in flight is
+// expected to run and more arrivals are expected meanwhile. The options
+// SlidingWindow, MaxWait and MaxSize bound the gathering; they are no
+// longer how long every batch waits. A quiet worker thus drains an append
+// as soon as it is claimed, and a busy one still drains in full batches.
+
+// ewmaWeight is the weight of a new sample in the moving averages below:
+// an eighth, so one outlier moves an average little and a change of load
+// shows within a few dozen samples.
+const ewmaWeight = 8
+
+// ewma folds sample into the moving average avg; a zero avg (no sample
+// yet) takes the sample as it is.
+func ewma(avg, sample time.Duration) time.Duration {
+	if avg == 0 {
+		return max(sample, 1)
+	}
+	return avg + (sample-avg)/ewmaWeight
+}
+
+// arrivals measures how often streams arrive in the drain queue.
+type arrivals struct {
+	mu    sync.Mutex
+	last  time.Time
+	every time.Duration // moving average of the gap between arrivals; 0 until two were seen
+	cap   time.Duration // the longest gap a sample counts, so an idle spell is forgotten fast
+}
+
+// arrived records an arrival at now.
+func (a *arrivals) arrived(now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.last.IsZero() {
+		a.every = ewma(a.every, min(max(now.Sub(a.last), 0), a.cap))
+	}
+	a.last = now
+}
+
+// interval returns the average gap between arrivals, 0 while unknown.
+func (a *arrivals) interval() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.every
+}
+
+// flights tracks the batches being drained: when each started, how long
+// batches take on average, and a channel closed whenever one ends.
+type flights struct {
+	mu      sync.Mutex
+	started map[int]time.Time // by consumer
+	took    time.Duration     // moving average of a batch's duration
+	ended   chan struct{}     // closed and replaced when a batch ends
+}
+
+func newFlights() *flights {
+	return &flights{started: map[int]time.Time{}, ended: make(chan struct{})}
+}
+
+// start records that consumer began a batch at now.
+func (f *flights) start(consumer int, now time.Time) {
+	f.mu.Lock()
+	f.started[consumer] = now
+	f.mu.Unlock()
+}
+
+// end records that consumer's batch ended at now and wakes those gathering
+// behind it.
+func (f *flights) end(consumer int, now time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if at, ok := f.started[consumer]; ok {
+		f.took = ewma(f.took, max(now.Sub(at), 0))
+		delete(f.started, consumer)
+	}
+	close(f.ended)
+	f.ended = make(chan struct{})
+}
+
+// gather returns how long a batch about to start at now should gather more
+// streams, and a channel closed when a batch in flight ends (which ends the
+// gathering: the group it waited behind committed). It is zero when no
+// batch is in flight (nothing to wait behind), when the oldest one has
+// already run longer than batches take on average (it may be stalled on a
+// slow apply, and waiting behind it would make every stream pay for one),
+// or when no arrival is expected before it ends.
+func (f *flights) gather(now time.Time, arrivalEvery time.Duration) (time.Duration, <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var oldest time.Time
+	for _, at := range f.started {
+		if oldest.IsZero() || at.Before(oldest) {
+			oldest = at
+		}
+	}
+	if oldest.IsZero() || f.took == 0 || arrivalEvery == 0 {
+		return 0, nil
+	}
+	remaining := f.took - now.Sub(oldest)
+	if remaining <= 0 || remaining < arrivalEvery {
+		return 0, nil
+	}
+	return remaining, f.ended
+}
