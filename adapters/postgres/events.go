@@ -40,7 +40,10 @@ func (s *Store) appendLockClass() string { return "vantage_append:" + s.opts.Sch
 // carried subscriptions (event types, perspectives).
 //
 //   - known are the events of the call whose id is stored already (a
-//     primary key probe per event), each telling whether it is the same
+//     primary key probe per event: the LATERAL ... LIMIT 1 keeps it one
+//     while the table has no statistics yet, as in its first minute, when
+//     the planner would hash a scan of the whole table for every append),
+//     each telling whether it is the same
 //     event: in this stream, with the same type and data, at its explicit
 //     version when one is given. repeat tells whether the call repeats an
 //     append that took effect: every event known and the same, and the
@@ -114,7 +117,12 @@ known AS MATERIALIZED (
            e.stream_id = $1 AND e.type = i.type AND e.data = i.data::jsonb
            AND (i.explicit = 0 OR e.version = i.explicit) AS same
     FROM input i
-    JOIN /* SCHEMA */.vantage_events e ON e.id = i.id
+    CROSS JOIN LATERAL (
+        SELECT e.id, e.stream_id, e.type, e.data, e.version, e.metadata, e.created_at
+        FROM /* SCHEMA */.vantage_events e
+        WHERE e.id = i.id
+        LIMIT 1
+    ) e
 ),
 repeat AS (
     SELECT count(*) > 0 AS any,

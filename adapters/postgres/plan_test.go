@@ -545,3 +545,45 @@ SELECT ev.id, 4, gen_random_uuid(), now() FROM ev WHERE ev.version <= 5`, stream
 		require.Less(t, large, 2*small[name], "%s reads the events table", name)
 	}
 }
+
+// TestAppendProbesEventsWithoutStatistics plans the append on a young
+// schema, its events table small and never analyzed, as in a deployment's
+// first minute, and checks that it looks its events up by key. A plan
+// made then is kept (a connection caches its generic plan, and no ANALYZE
+// has run to invalidate it); with a sequential scan it made every later
+// append read the whole table, which grew with every append.
+func TestAppendProbesEventsWithoutStatistics(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t)
+	s := pgx.Identifier{b.schema}.Sanitize()
+	_, err := b.pool.Exec(ctx, `INSERT INTO `+s+`.vantage_events (id, stream_id, type, version, data)
+		SELECT gen_random_uuid(), gen_random_uuid(), 'T', 1, '{}' FROM generate_series(1, 50)`)
+	require.NoError(t, err)
+	args := []string{"'" + uuid.NewString() + "'::uuid", "NULL", "0", "ARRAY['" + uuid.NewString() + "']::uuid[]",
+		"ARRAY['T']", "ARRAY[0]::bigint[]", "ARRAY['{}']", "ARRAY['{}']", "'" + b.store.Channel() + "'", "ARRAY['T']", "ARRAY['a']"}
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		rolledBack(t, b, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = `+mode); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `PREPARE append_probe AS `+b.store.Render(postgres.Queries["Append"])); err != nil {
+				return err
+			}
+			rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, TIMING off) EXECUTE append_probe(`+strings.Join(args, ", ")+`)`)
+			if err != nil {
+				return err
+			}
+			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `DEALLOCATE append_probe`); err != nil {
+				return err
+			}
+			plan := strings.Join(lines, "\n")
+			require.NotRegexp(t, `Seq Scan on vantage_events\b`, plan, "the append (%s) scans the events table", mode)
+			return nil
+		}, mode)
+	}
+}
