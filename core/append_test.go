@@ -159,8 +159,8 @@ func TestMetadataFromContext(t *testing.T) {
 		// reach the events its handlers append.
 		outer := WithHeaders(WithCorrelationID(t.Context(), uuid.New()), map[string]string{"outer": "x"})
 		contexts := map[string]func(ports.Event) context.Context{
-			"Scoped":   func(e ports.Event) context.Context { return withEvent(outer, e) },
-			"Unscoped": func(e ports.Event) context.Context { return &unscopedEventContext{Context: outer, event: e} },
+			"Scoped":   func(e ports.Event) context.Context { return withEvent(outer, &e) },
+			"Unscoped": func(e ports.Event) context.Context { return &unscopedEventContext{Context: outer, event: &e} },
 		}
 		for name, handlerContext := range contexts {
 			t.Run(name, func(t *testing.T) {

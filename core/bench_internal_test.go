@@ -181,7 +181,7 @@ func BenchmarkApplyTyped(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if model, err = p.apply(withEvent(ctx, ev), model, ev.Type, decoded); err != nil {
+		if model, err = p.apply(withEvent(ctx, &ev), model, ev.Type, decoded); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -17,11 +17,17 @@ type headersKey struct{}
 
 // EventFromContext returns the event being applied, inside an apply function.
 func EventFromContext(ctx context.Context) (ports.Event, bool) {
-	e, ok := ctx.Value(eventKey{}).(ports.Event)
-	return e, ok
+	e, ok := ctx.Value(eventKey{}).(*ports.Event)
+	if !ok {
+		return ports.Event{}, false
+	}
+	return *e, true
 }
 
-func withEvent(ctx context.Context, e ports.Event) context.Context {
+// withEvent returns a context carrying e for EventFromContext. The context
+// holds e itself, not a copy: the engine never changes an event it applies,
+// and EventFromContext hands out copies.
+func withEvent(ctx context.Context, e *ports.Event) context.Context {
 	return context.WithValue(ctx, eventKey{}, e)
 }
 

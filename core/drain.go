@@ -53,16 +53,6 @@ type decodedEvent struct {
 	value      any // the decoded value, when it is shareable
 	err        error
 	shareable  bool
-	boxOnce    sync.Once
-	boxed      any // the event as an any, for the contexts of its applies
-}
-
-// boxed returns events[i] as an any, boxed once for every perspective
-// applying it (EventFromContext hands out copies).
-func (sw *streamWork) boxed(i int) any {
-	d := &sw.decoded[i]
-	d.boxOnce.Do(func() { d.boxed = sw.events[i] })
-	return d.boxed
 }
 
 // decode returns the decoded value of events[i]. A value of a shareable

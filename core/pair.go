@@ -331,7 +331,7 @@ func (dr *drainer) applyContext(ctx context.Context, sw *streamWork, i int) (con
 	if dr.opts.Security.Provider != nil || sw.events[i].Metadata.Scope != nil {
 		return dr.scopes.establish(ctx, sw.events[i])
 	}
-	return &unscopedEventContext{Context: ctx, event: sw.boxed(i)}, nil
+	return &unscopedEventContext{Context: ctx, event: &sw.events[i]}, nil
 }
 
 // unscopedEventContext carries the event being applied and no scope or
@@ -339,7 +339,7 @@ func (dr *drainer) applyContext(ctx context.Context, sw *streamWork, i int) (con
 // establishSecurity).
 type unscopedEventContext struct {
 	context.Context
-	event any // a ports.Event, boxed once
+	event *ports.Event // what withEvent stores: the event itself, never changed
 }
 
 func (c *unscopedEventContext) Value(key any) any {

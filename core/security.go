@@ -87,7 +87,7 @@ func UserID(ctx context.Context) string {
 // established once per event in this instance (provider and callbacks
 // included) and reused for every apply, receptor and replay of the event.
 func (c *scopeCache) establish(ctx context.Context, event ports.Event) (context.Context, error) {
-	ctx = withEvent(ctx, event)
+	ctx = withEvent(ctx, &event)
 	sc, err := c.get(event.ID, func() (establishedScope, error) { return newSecurityContext(ctx, c.sec, event) })
 	if err != nil {
 		return ctx, err
