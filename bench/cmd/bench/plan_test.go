@@ -87,3 +87,22 @@ func TestPlanCatchupAloneHasNoWideRun(t *testing.T) {
 		t.Fatalf("planned %q, want %q", got, want)
 	}
 }
+
+func TestLiveTargets(t *testing.T) {
+	t.Parallel()
+
+	for _, c := range []struct {
+		setting string
+		rate    int
+		want    float64
+	}{
+		{settingDefaults, 100, 10},
+		{settingDefaults, 1000, 25},
+		{settingLowLatency, 100, 50},
+		{settingLowLatency, 1000, 50},
+	} {
+		if got := liveTargetMs(c.setting, c.rate); got != c.want {
+			t.Errorf("liveTargetMs(%s, %d) = %v, want %v", c.setting, c.rate, got, c.want)
+		}
+	}
+}
