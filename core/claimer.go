@@ -15,9 +15,11 @@ const notifyClaimSpacing = 250 * time.Millisecond
 
 // notifyClaimRest is how many times its own duration the claim loop rests
 // after a claim before a notification may start the next one: claims thus
-// take at most a fifth of a connection's time however fast appends come,
-// and a burst of appends coalesces into one claim per rest.
-const notifyClaimRest = 4
+// take at most half of a connection's time however fast appends come, and
+// a burst of appends coalesces into one claim per rest. Under load claims
+// slow down, and so their rate does; at low rates the rest is short enough
+// that a notification rarely waits for it.
+const notifyClaimRest = 1
 
 // claimer leases work to this instance and pushes the streams it may drain
 // into the drain queue. It claims on its cadence, at once while claims

@@ -171,7 +171,7 @@ type Options struct {
 	NotifyHealthyPollingInterval time.Duration
 	// ClaimInterval is the claim loop's tight cadence. Defaults to 250ms.
 	// A notification claims at once unless the previous claim ended less
-	// than four times its duration ago, which coalesces the claims of a
+	// than its duration ago, which coalesces the claims of a
 	// burst of appends; that rest is never longer than ClaimInterval (nor
 	// 250ms).
 	ClaimInterval time.Duration
