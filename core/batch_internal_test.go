@@ -345,3 +345,20 @@ func TestClaimPace(t *testing.T) {
 	w.opts.ClaimInterval = 20 * time.Millisecond
 	require.Equal(t, 20*time.Millisecond, w.claims.claimPace(time.Second), "at most ClaimInterval")
 }
+
+// A claim marks the streams it returns that are being drained only when it
+// may have seen new events of them (a notification came, or none can be
+// heard): otherwise every claim of a catch-up would send every held stream
+// back for a refetch that finds nothing new.
+func TestClaimMarksHeldStreamsOnlyWhenFresh(t *testing.T) {
+	t.Parallel()
+
+	bb := setupBatch(t)
+	stream := bb.appendStreams(t, 1, placed{ID: "1"})[0]
+	bb.w.claims.claimOnce(t.Context(), false)
+	require.Equal(t, []uuid.UUID{stream}, bb.w.drain.queue.Take(1), "the claim queued it; now in flight")
+	bb.w.claims.claimOnce(t.Context(), false)
+	require.False(t, bb.w.drain.queue.TakeDirty(stream), "a claim no notification woke leaves it")
+	bb.w.claims.claimOnce(t.Context(), true)
+	require.True(t, bb.w.drain.queue.TakeDirty(stream), "a notified claim marks it")
+}
