@@ -302,10 +302,10 @@ func TestStaleFetchAfterFailureAck(t *testing.T) {
 	require.False(t, bb.w.parking.staleFetch(k, before), "the mark is cleared once fresh rows were seen")
 }
 
-// A notification claims as soon as the previous claim rested as long as
-// it took (never longer than ClaimInterval): at once on a quiet
-// instance, coalesced under a stream of appends. RequestImmediatePoll-style
-// wakes claim at once.
+// A notification claims at once while claims took little of the recent
+// time, and waits for the budget when they took more than half of it
+// (never longer than ClaimInterval). RequestImmediatePoll-style wakes
+// claim at once.
 func TestClaimLoopPacesNotifications(t *testing.T) {
 	t.Parallel()
 
@@ -323,27 +323,59 @@ func TestClaimLoopPacesNotifications(t *testing.T) {
 	start := recv(t, bb.spy.claimed, "the first claim") // it ends 10ms later
 	<-clock.WaitTimers(1)                               // the loop re-armed its cadence
 	signal(bb.w.claims.notify)
-	require.Equal(t, 10*time.Millisecond, recv(t, deferred, "the notification to wait for the rest"))
-	require.Equal(t, int64(1), bb.spy.claims.Load(), "no claim before the rest is over")
+	require.Equal(t, start.Add(10*time.Millisecond), recv(t, bb.spy.claimed, "a claim at once, within the burst"))
+	<-clock.WaitTimers(1)
+	signal(bb.w.claims.notify)
+	require.Equal(t, 10*time.Millisecond, recv(t, deferred, "the notification to wait for the budget"))
+	require.Equal(t, int64(2), bb.spy.claims.Load(), "no claim before the budget allows")
 	clock.Advance(10 * time.Millisecond)
-	require.Equal(t, start.Add(20*time.Millisecond), recv(t, bb.spy.claimed, "the deferred claim"))
+	require.Equal(t, start.Add(30*time.Millisecond), recv(t, bb.spy.claimed, "the deferred claim"))
 
 	<-clock.WaitTimers(1)
-	clock.Advance(50 * time.Millisecond) // rested
+	clock.Advance(50 * time.Millisecond) // the budget drained
 	signal(bb.w.claims.notify)
-	require.Equal(t, start.Add(80*time.Millisecond), recv(t, bb.spy.claimed, "a claim at once"))
+	require.Equal(t, start.Add(90*time.Millisecond), recv(t, bb.spy.claimed, "a claim at once"))
 
 	signal(bb.w.claims.wake)
-	require.Equal(t, start.Add(90*time.Millisecond), recv(t, bb.spy.claimed, "the immediate wake"), "claims at once, without a rest")
+	require.Equal(t, start.Add(100*time.Millisecond), recv(t, bb.spy.claimed, "the immediate wake"), "claims at once, whatever the budget")
 }
 
-func TestClaimPace(t *testing.T) {
+func TestClaimBudget(t *testing.T) {
 	t.Parallel()
+	ms := time.Millisecond
+	// run claims of took each, every gap (or as soon as the budget allows),
+	// for a second, and returns the share of the time they took and the
+	// longest wait.
+	run := func(took, gap time.Duration) (share float64, longest time.Duration) {
+		var (
+			b     claimBudget
+			now   = time.Unix(1000, 0)
+			end   = now.Add(time.Second)
+			spent time.Duration
+			start = now
+		)
+		for now.Before(end) {
+			w := b.wait(now)
+			longest = max(longest, w)
+			now = now.Add(w)
+			now = now.Add(took)
+			b.spent(now, took)
+			spent += took
+			now = now.Add(gap)
+		}
+		return float64(spent) / float64(now.Sub(start)), longest
+	}
+	share, longest := run(2*ms, 8*ms)
+	require.Zero(t, longest, "claims of 2ms every 10ms never wait")
+	require.InDelta(t, 0.2, share, 0.01)
+	share, longest = run(2*ms, 0)
+	require.LessOrEqual(t, share, 0.51, "back-to-back claims take at most half of the time")
+	require.Equal(t, 2*ms, longest, "each waits as long as it took")
+
 	w, _ := newWindowWorker(t, 10)
-	require.Equal(t, 2*time.Millisecond, w.claims.claimPace(2*time.Millisecond))
-	require.Equal(t, notifyClaimSpacing, w.claims.claimPace(time.Second), "at most notifyClaimSpacing")
-	w.opts.ClaimInterval = 20 * time.Millisecond
-	require.Equal(t, 20*time.Millisecond, w.claims.claimPace(time.Second), "at most ClaimInterval")
+	b := claimBudget{level: time.Hour, at: w.now()}
+	w.opts.ClaimInterval = 20 * ms
+	require.Equal(t, 20*ms, w.claims.claimPace(&b), "at most ClaimInterval")
 }
 
 // A claim marks the streams it returns that are being drained only when it

@@ -13,13 +13,43 @@ import (
 // (see claimer.loop) when ClaimInterval is longer.
 const notifyClaimSpacing = 250 * time.Millisecond
 
-// notifyClaimRest is how many times its own duration the claim loop rests
-// after a claim before a notification may start the next one: claims thus
-// take at most half of a connection's time however fast appends come, and
-// a burst of appends coalesces into one claim per rest. Under load claims
-// slow down, and so their rate does; at low rates the rest is short enough
-// that a notification rarely waits for it.
-const notifyClaimRest = 1
+// Claims woken by notifications are paced by a budget (see claimBudget):
+// they may take up to notifyClaimShare of the claim loop's time, with
+// bursts of notifyClaimBurst. A notification at a low rate thus claims at
+// once, and a steady stream of them coalesces into claims that take at
+// most half of a connection's time, however fast appends come; under load
+// claims slow down, and so their rate does.
+const (
+	notifyClaimShare = 2 // claims take at most 1/notifyClaimShare of the time
+	notifyClaimBurst = 10 * time.Millisecond
+)
+
+// claimBudget is a leaky bucket of claim time: each claim adds its
+// duration, and the level drains by 1/notifyClaimShare of the time that
+// passes.
+type claimBudget struct {
+	level time.Duration
+	at    time.Time
+}
+
+// spent records a claim that ended at end after took.
+func (b *claimBudget) spent(end time.Time, took time.Duration) {
+	b.level = b.levelAt(end) + took
+	b.at = end
+}
+
+func (b *claimBudget) levelAt(now time.Time) time.Duration {
+	if b.at.IsZero() {
+		return 0
+	}
+	return max(b.level-now.Sub(b.at)/notifyClaimShare, 0)
+}
+
+// wait returns how long a notified claim waits at now for the level to
+// drain to notifyClaimBurst.
+func (b *claimBudget) wait(now time.Time) time.Duration {
+	return max(b.levelAt(now)-notifyClaimBurst, 0) * notifyClaimShare
+}
 
 // claimer leases work to this instance and pushes the streams it may drain
 // into the drain queue. It claims on its cadence, at once while claims
@@ -31,7 +61,7 @@ type claimer struct {
 	heart  *heartbeater
 	notes  *listener
 	wake   chan struct{} // claim now: RequestImmediatePoll, freed room, abandoned peers
-	notify chan struct{} // notifications, coalesced to one claim per ClaimInterval
+	notify chan struct{} // notifications, paced by the claim budget
 
 	// hasMore is set while the latest claim left candidate streams out: a
 	// backlog larger than what this instance holds.
@@ -73,17 +103,16 @@ func (c *claimer) roomFreed() {
 
 // loop claims on its cadence, at once while claims report more work, and on
 // wakes: at once for RequestImmediatePoll, freed room and abandoned peers,
-// and for notifications as soon as the previous claim rested (see
-// claimPace): every instance hears every append, and a claim per append per
+// and for notifications as soon as the claim budget allows (see
+// claimBudget): every instance hears every append, and a claim per append per
 // instance would cost more than the appends themselves, while a claim that
 // waits adds its wait to every append's latency.
 func (c *claimer) loop(ctx context.Context) {
 	t := c.clock.NewTimer(0)
 	defer t.Stop()
 	var (
-		ended    time.Time     // when the last claim returned
-		took     time.Duration // how long it took
-		notified bool          // a notification came since the last claim
+		budget   claimBudget
+		notified bool // a notification came since the last claim
 	)
 	for {
 		select {
@@ -93,8 +122,8 @@ func (c *claimer) loop(ctx context.Context) {
 		case <-c.wake:
 		case <-c.notify:
 			notified = true
-			if wait := c.claimPace(took) - c.now().Sub(ended); !ended.IsZero() && wait > 0 {
-				resetTimer(t, wait) // claim when the rest is over
+			if wait := c.claimPace(&budget); wait > 0 {
+				resetTimer(t, wait) // claim when the budget allows
 				c.signals.claimDeferred(wait)
 				continue
 			}
@@ -102,8 +131,8 @@ func (c *claimer) loop(ctx context.Context) {
 		start := c.now()
 		hasMore := c.claimOnce(ctx, notified || !c.notes.healthy())
 		notified = false
-		ended = c.now()
-		took = ended.Sub(start)
+		end := c.now()
+		budget.spent(end, end.Sub(start))
 		interval := c.opts.ClaimInterval
 		if c.notes.healthy() {
 			interval = c.opts.ClaimNotifyHealthyInterval
@@ -115,11 +144,10 @@ func (c *claimer) loop(ctx context.Context) {
 	}
 }
 
-// claimPace returns the least time between the end of a claim that took
-// took and a claim woken by a notification: notifyClaimRest times took,
-// at most ClaimInterval or notifyClaimSpacing.
-func (c *claimer) claimPace(took time.Duration) time.Duration {
-	return min(notifyClaimRest*took, c.opts.ClaimInterval, notifyClaimSpacing)
+// claimPace returns how long a claim woken by a notification waits for the
+// budget, at most ClaimInterval or notifyClaimSpacing.
+func (c *claimer) claimPace(b *claimBudget) time.Duration {
+	return min(b.wait(c.now()), c.opts.ClaimInterval, notifyClaimSpacing)
 }
 
 // claimOnce runs one claim and reports whether to claim again at once.

@@ -170,10 +170,10 @@ type Options struct {
 	// used). Defaults to 1s.
 	NotifyHealthyPollingInterval time.Duration
 	// ClaimInterval is the claim loop's tight cadence. Defaults to 250ms.
-	// A notification claims at once unless the previous claim ended less
-	// than its duration ago, which coalesces the claims of a
-	// burst of appends; that rest is never longer than ClaimInterval (nor
-	// 250ms).
+	// A notification claims at once while claims took less than half of
+	// the recent time (bursts of 10ms allowed); beyond that it waits, which
+	// coalesces the claims of a stream of appends, never longer than
+	// ClaimInterval (nor 250ms).
 	ClaimInterval time.Duration
 	// ClaimNotifyHealthyInterval is the claim loop's relaxed cadence while
 	// notifications are healthy. Defaults to 5s.
