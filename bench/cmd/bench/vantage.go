@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -422,6 +424,8 @@ type liveStream struct {
 	appended []appendRecord
 	head     int64
 	progress [][]progressRecord // per perspective, in time order
+	// the instance that applied its latest event, -1 before any (failover)
+	servedBy int
 	// first apply by a surviving instance after the kill (failover)
 	recovered time.Time
 }
@@ -477,7 +481,7 @@ func (v *vantage) live(ctx context.Context) (*result, error) {
 	index := make(map[uuid.UUID]int, s.Streams)
 	for i := range streams {
 		streams[i] = uuid.Must(uuid.NewV7())
-		state[i] = &liveStream{progress: make([][]progressRecord, s.Perspectives)}
+		state[i] = &liveStream{progress: make([][]progressRecord, s.Perspectives), servedBy: -1}
 		index[streams[i]] = i
 	}
 	var (
@@ -497,7 +501,9 @@ func (v *vantage) live(ctx context.Context) (*result, error) {
 			ls.mu.Lock()
 			p := v.nameIdx[e.Perspective]
 			ls.progress[p] = append(ls.progress[p], progressRecord{e.LastVersion, now})
-			if killed.Load() && inst != victim && victims[i] && ls.recovered.IsZero() {
+			if !killed.Load() {
+				ls.servedBy = inst
+			} else if inst != victim && victims[i] && ls.recovered.IsZero() {
 				ls.recovered = now
 			}
 			ls.mu.Unlock()
@@ -584,9 +590,21 @@ func (v *vantage) live(ctx context.Context) (*result, error) {
 		case <-ctx.Done():
 			return r, ctx.Err()
 		}
-		victims, lastBeat, err = v.victimStreams(ctx, v.workers[victim].InstanceID(), index)
+		leased, beat, err := v.victimStreams(ctx, v.workers[victim].InstanceID(), index)
 		if err != nil {
 			return r, err
+		}
+		lastBeat = beat
+		// The victim's streams: those it holds, and those it served last (a
+		// stream is leased only while it is drained, but the victim's
+		// partitions stay its own until it is stale).
+		victims = maps.Clone(leased)
+		for i, ls := range state {
+			ls.mu.Lock()
+			if ls.servedBy == victim {
+				victims[i] = true
+			}
+			ls.mu.Unlock()
 		}
 		killedAt = time.Now()
 		killed.Store(true)
@@ -595,8 +613,8 @@ func (v *vantage) live(ctx context.Context) (*result, error) {
 		// against a closed store until the end.
 		_ = v.stores[victim].Close()
 		go v.enginePools[victim].Close()
-		fmt.Fprintf(os.Stderr, "  killed instance %d holding %d streams (last heartbeat %s before the kill)\n",
-			victim, len(victims), killedAt.Sub(lastBeat).Round(time.Millisecond))
+		fmt.Fprintf(os.Stderr, "  killed instance %d serving %d streams, %d of them leased (last heartbeat %s before the kill)\n",
+			victim, len(victims), len(leased), killedAt.Sub(lastBeat).Round(time.Millisecond))
 		r.VictimStreams = len(victims)
 	}
 	wg.Wait()
@@ -645,7 +663,7 @@ func (v *vantage) live(ctx context.Context) (*result, error) {
 			}
 			lat.Add(last.Sub(a.at))
 		}
-		if failover && victims[i] {
+		if failover && victims[i] && appendedAfter(ls.appended, killedAt) {
 			if ls.recovered.IsZero() {
 				r.NotRecovered++
 			} else {
@@ -695,7 +713,13 @@ func (v *vantage) allApplied(state []*liveStream) bool {
 	return true
 }
 
-// victimStreams returns the streams (by index) pinned to instance and its
+// appendedAfter reports whether an event was appended after t: a victim's
+// stream that received none has nothing to recover.
+func appendedAfter(appended []appendRecord, t time.Time) bool {
+	return slices.ContainsFunc(appended, func(a appendRecord) bool { return a.at.After(t) })
+}
+
+// victimStreams returns the streams (by index) leased to instance and its
 // last heartbeat.
 func (v *vantage) victimStreams(ctx context.Context, instance uuid.UUID, index map[uuid.UUID]int) (map[int]bool, time.Time, error) {
 	rows, err := v.admin.Query(ctx, fmt.Sprintf(`SELECT stream_id FROM %s.vantage_active_streams WHERE instance_id = $1`, quoted(v.spec.Schema)), instance)
