@@ -10,8 +10,8 @@ import (
 
 // Options returns core.Options for tests. The production defaults favour
 // many instances sharing a database: they drain a notified append within
-// milliseconds, but poll every second without notifications (the memory
-// backend has none), gather batches for up to 300ms, and take over half an
+// milliseconds too, but poll every second when a wake-up is missed, may
+// gather a batch for up to 300ms behind a slow one, and take over half an
 // hour to dead-letter an event that always fails; these values make the
 // same work take milliseconds (BENCHMARKS.md measures it):
 //
