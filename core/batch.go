@@ -227,6 +227,11 @@ func (dr *drainer) releaseStream(ctx context.Context, id uuid.UUID, more bool) {
 		dr.queue.Push(id) // in flight: queued again once done
 	}
 	dr.completer.flushPending(ctx)
+	if dr.queue.Settle(id) && !more {
+		// Events arrived meanwhile: they wait for the acknowledgement, so
+		// it should not wait for the flusher's coalescing window.
+		dr.completer.hurry()
+	}
 	dr.completer.afterSettled(func() {
 		dr.renewer.drop(id)
 		dr.queue.Done([]uuid.UUID{id})

@@ -394,3 +394,34 @@ func TestClaimMarksHeldStreamsOnlyWhenFresh(t *testing.T) {
 	bb.w.claims.claimOnce(t.Context(), true)
 	require.True(t, bb.w.drain.queue.TakeDirty(stream), "a notified claim marks it")
 }
+
+// A stream whose drain ended waits for its completions' acknowledgement
+// before it is drained again. When events arrive for it meanwhile, the
+// completions are sent at once rather than at the end of the flusher's
+// coalescing window, and the stream is queued again as soon as they are
+// acknowledged; the clock never moves.
+func TestEventsBehindAnAcknowledgementHurryTheFlush(t *testing.T) {
+	t.Parallel()
+
+	clock := clocktest.NewFake()
+	flushed := make(chan CompletionsFlushed, 10)
+	bb := setupBatchWith(t, &Options{Clock: clock, Hooks: Hooks{
+		OnCompletionsFlushed: func(f CompletionsFlushed) { flushed <- f },
+	}})
+	stream := bb.appendStreams(t, 1, placed{ID: "1"})[0]
+	bb.w.drain.processBatch(t.Context(), bb.take(t, stream))
+	require.Equal(t, int64(1), bb.applied.Load())
+	select {
+	case <-flushed:
+		t.Fatal("the completion was sent before its window elapsed or anything waited for it")
+	default:
+	}
+	require.True(t, bb.w.drain.queue.IsInFlight(stream), "released only once acknowledged")
+
+	bb.w.drain.queue.Push(stream) // a notified claim: an event arrived
+	recv(t, flushed, "the completion, sent at once")
+	released := make(chan struct{})
+	bb.w.completer.afterSettled(func() { close(released) }) // after the stream's own
+	recv(t, released, "the stream's release")
+	require.Equal(t, []uuid.UUID{stream}, bb.w.drain.queue.Take(1), "queued again")
+}

@@ -134,6 +134,10 @@ func (c *completer) flushNow(ctx context.Context) error {
 // is settled (see flush.Flusher.AfterSettled).
 func (c *completer) afterSettled(fn func()) { c.completions.AfterSettled(fn) }
 
+// hurry sends the completions handed to the flusher without waiting for
+// its coalescing window: a stream waits for their acknowledgement.
+func (c *completer) hurry() { c.completions.Hurry() }
+
 // flushPending moves buffered completions and failures into the flushers
 // (re-queueing unacknowledged ones whose timeout passed).
 func (c *completer) flushPending(ctx context.Context) {

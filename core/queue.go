@@ -18,9 +18,15 @@ type drainQueue struct {
 	order    []uuid.UUID
 	queued   map[uuid.UUID]struct{}
 	inFlight map[uuid.UUID]bool // value: dirty
+	// settling are the ids in flight whose drain ended and that wait for
+	// their completions' acknowledgement (see Settle).
+	settling map[uuid.UUID]struct{}
 
-	// arrived, when set, is called after a push queued new ids.
+	// arrived, when set, is called after a push queued new ids; waiting
+	// after a push marked a settling id: events wait for its
+	// acknowledgement.
 	arrived func()
+	waiting func()
 }
 
 func newDrainQueue() *drainQueue {
@@ -28,6 +34,7 @@ func newDrainQueue() *drainQueue {
 		signal:   make(chan struct{}, 1),
 		queued:   map[uuid.UUID]struct{}{},
 		inFlight: map[uuid.UUID]bool{},
+		settling: map[uuid.UUID]struct{}{},
 	}
 }
 
@@ -44,11 +51,14 @@ func (q *drainQueue) PushHeld(ids ...uuid.UUID) int { return q.push(false, ids) 
 
 func (q *drainQueue) push(dirty bool, ids []uuid.UUID) int {
 	q.mu.Lock()
-	added := 0
+	added, waiting := 0, false
 	for _, id := range ids {
-		if _, ok := q.inFlight[id]; ok {
+		if was, ok := q.inFlight[id]; ok {
 			if dirty {
 				q.inFlight[id] = true
+				if _, settling := q.settling[id]; settling && !was {
+					waiting = true
+				}
 			}
 			continue
 		}
@@ -60,6 +70,9 @@ func (q *drainQueue) push(dirty bool, ids []uuid.UUID) int {
 		added++
 	}
 	q.mu.Unlock()
+	if waiting && q.waiting != nil {
+		q.waiting()
+	}
 	if added > 0 {
 		if q.arrived != nil {
 			q.arrived()
@@ -67,6 +80,19 @@ func (q *drainQueue) push(dirty bool, ids []uuid.UUID) int {
 		q.notify()
 	}
 	return added
+}
+
+// Settle marks an id in flight whose drain ended and that waits for its
+// completions' acknowledgement, until Done, and reports whether it is
+// dirty: events wait for the acknowledgement then. A later push that marks
+// it calls waiting.
+func (q *drainQueue) Settle(id uuid.UUID) (dirty bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if _, ok := q.inFlight[id]; ok {
+		q.settling[id] = struct{}{}
+	}
+	return q.inFlight[id]
 }
 
 func (q *drainQueue) notify() {
@@ -106,6 +132,7 @@ func (q *drainQueue) Done(ids []uuid.UUID) {
 			again = append(again, id)
 		}
 		delete(q.inFlight, id)
+		delete(q.settling, id)
 	}
 	q.mu.Unlock()
 	if len(again) > 0 {

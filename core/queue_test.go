@@ -97,3 +97,29 @@ func TestDrainQueuePushHeld(t *testing.T) {
 	q.Push(a)
 	require.True(t, q.TakeDirty(a), "Push marks it")
 }
+
+// A push that marks a stream waiting for its completions' acknowledgement
+// calls waiting, once: events wait behind that acknowledgement.
+func TestDrainQueueSettle(t *testing.T) {
+	t.Parallel()
+	q := newDrainQueue()
+	waited := 0
+	q.waiting = func() { waited++ }
+	a, b := uuid.New(), uuid.New()
+	q.Push(a, b)
+	q.Take(2)
+	q.Push(b) // b is being drained, not settling
+	require.Zero(t, waited)
+	require.False(t, q.Settle(a), "nothing arrived for a")
+	q.PushHeld(a)
+	require.Zero(t, waited, "a held push marks nothing")
+	q.Push(a)
+	q.Push(a)
+	require.Equal(t, 1, waited, "the first mark of a settling stream")
+	require.True(t, q.Settle(b), "b was marked while drained")
+	q.Done([]uuid.UUID{a, b})
+	require.Equal(t, 2, q.Len(), "both queued again")
+	q.Take(2)
+	q.Push(a)
+	require.Equal(t, 1, waited, "Done ended the settling")
+}

@@ -106,6 +106,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	if w.completer, err = newCompleter(e, cache); err != nil {
 		return nil, fmt.Errorf("building worker: %w", err)
 	}
+	queue.waiting = w.completer.hurry // events wait behind a stream's acknowledgement
 	w.consumers.tick = w.completer.sweep
 	w.completer.onFailureAcked = w.parking.parkAcked
 	w.completer.onCompleted = w.claims.roomFreed // room was freed for more of the backlog

@@ -281,6 +281,20 @@ func (f *Flusher[T]) Add(ctx context.Context, items ...T) error {
 	}
 }
 
+// Hurry ends the current coalescing window without waiting: the items
+// queued before the call are sent as soon as the loop is free, not when the
+// window elapses. It does nothing when nothing is pending or after Close.
+func (f *Flusher[T]) Hurry() {
+	f.mu.Lock()
+	if f.closed || f.settled >= f.enqueued {
+		f.mu.Unlock()
+		return
+	}
+	f.force = max(f.force, f.enqueued)
+	f.mu.Unlock()
+	f.signal()
+}
+
 // Flush ends the current coalescing window and waits until every item
 // queued before the call was flushed or dropped (OnFlushed and OnDropped have
 // run by then). It returns an error if any of them was dropped, ctx's error

@@ -741,3 +741,32 @@ func TestAfterSettled(t *testing.T) {
 		require.NoError(t, recv(t, closed))
 	})
 }
+
+func TestHurry(t *testing.T) {
+	t.Parallel()
+
+	t.Run("SendsWithoutWaitingForTheWindow", func(t *testing.T) {
+		t.Parallel()
+		b := started(t, flush.Options[int]{ImmediateAt: 10})
+		require.NoError(t, b.flusher.Add(t.Context(), 1, 2))
+		<-b.clock.WaitTimers(1) // the coalescing window is open
+		b.flusher.Hurry()
+		require.Equal(t, []int{1, 2}, b.answer(t, nil), "sent with the clock unmoved")
+		require.Equal(t, []int{1, 2}, recv(t, b.flushed))
+	})
+
+	t.Run("NothingPendingDoesNothing", func(t *testing.T) {
+		t.Parallel()
+		b := started(t, flush.Options[int]{ImmediateAt: 10})
+		b.flusher.Hurry()
+		require.NoError(t, b.flusher.Add(t.Context(), 1))
+		<-b.clock.WaitTimers(1)
+		select {
+		case batch := <-b.calls:
+			t.Fatalf("an earlier Hurry sent %v before its window", batch)
+		default:
+		}
+		b.clock.Advance(flush.CoalesceDefault)
+		require.Equal(t, []int{1}, b.answer(t, nil), "sent when the window elapsed")
+	})
+}
