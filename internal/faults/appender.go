@@ -183,7 +183,10 @@ func (a *appender) appendOne(ctx context.Context, s *streamState, step Step, at 
 }
 
 func (a *appender) tryAppend(ctx context.Context, s *streamState, step Step, at int64) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, appendTimeout)
+	// An append in flight when the appender stops runs to its end: a
+	// cancelled append may still commit, after the run has checked that
+	// no work is pending, and its event would be left unapplied.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), appendTimeout)
 	defer cancel()
 	expected := s.version
 	if expected == 0 {
