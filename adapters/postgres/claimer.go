@@ -59,6 +59,13 @@ func sqlCharge(taken, cond string) string {
 // sqlUnlease is the SET list that releases a stream row a's lease.
 const sqlUnlease = `instance_id = NULL, lease_expiry = NULL, handed_out = '{}'`
 
+// sqlLeaseTo is the SET list that leases a stream row a, taken as t (with
+// its holder before the statement), to the caller $1 until clock.now + $4:
+// the handed-out marks stay with a lease the caller renews and are cleared
+// when the stream passes to it from another holder.
+const sqlLeaseTo = `instance_id = $1, lease_expiry = clock.now + $4::interval, last_activity_at = clock.now,
+        handed_out = CASE WHEN t.holder = $1 THEN a.handed_out ELSE '{}' END`
+
 // sqlClock is the clock CTE of statements whose $2 is params.Now, sqlClock1
 // that of statements whose $1 is.
 const (
@@ -362,8 +369,7 @@ var sqlTake = `taken AS MATERIALIZED (
 ),
 leased AS (
     UPDATE /* SCHEMA */.vantage_active_streams a
-    SET instance_id = $1, lease_expiry = clock.now + $4::interval, last_activity_at = clock.now,
-        handed_out = CASE WHEN t.holder = $1 THEN a.handed_out ELSE '{}' END
+    SET ` + sqlLeaseTo + `
     FROM taken t, clock
     WHERE a.stream_id = t.stream_id
     RETURNING a.stream_id

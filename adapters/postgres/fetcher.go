@@ -43,8 +43,7 @@ taken AS MATERIALIZED (
 ),
 leased AS (
     UPDATE /* SCHEMA */.vantage_active_streams a
-    SET instance_id = $1, lease_expiry = clock.now + $4::interval, last_activity_at = clock.now,
-        handed_out = CASE WHEN t.holder = $1 THEN a.handed_out ELSE '{}' END
+    SET ` + sqlLeaseTo + `
     FROM taken t, clock
     WHERE a.stream_id = t.stream_id AND t.drainable
       AND (t.holder IS DISTINCT FROM $1 OR t.lease_expiry < clock.now + $4::interval / 2)
