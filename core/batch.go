@@ -108,7 +108,7 @@ func (dr *drainer) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []port
 	// not wait (the stream would wait for rows it holds itself) but is
 	// counted: it returns the events appended while the stream was drained,
 	// or the rest of a stream cut at the fetch limit.
-	rows := &rowsInFlight{}
+	rows := newRowsInFlight()
 	remaining := ids
 	for len(remaining) > 0 && ctx.Err() == nil {
 		if len(remaining) < len(ids) {
@@ -166,18 +166,24 @@ func (dr *drainer) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []port
 // rowsInFlight counts the fetched rows a batch holds (see drainBatch).
 type rowsInFlight struct {
 	mu      sync.Mutex
-	settled *sync.Cond // broadcast when rows were let go
+	settled sync.Cond // on mu; broadcast when rows were let go
 	n       int
+}
+
+func newRowsInFlight() *rowsInFlight {
+	r := &rowsInFlight{}
+	r.settled.L = &r.mu
+	return r
 }
 
 // add counts n more rows, or lets -n go.
 func (r *rowsInFlight) add(n int) {
 	r.mu.Lock()
 	r.n += n
-	if n < 0 && r.settled != nil {
+	r.mu.Unlock()
+	if n < 0 {
 		r.settled.Broadcast()
 	}
-	r.mu.Unlock()
 }
 
 // waitBelow waits until fewer than limit rows are held, calling waiting
@@ -185,12 +191,8 @@ func (r *rowsInFlight) add(n int) {
 func (r *rowsInFlight) waitBelow(limit int, waiting func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.n < limit {
-		return
-	}
-	waiting()
-	if r.settled == nil {
-		r.settled = sync.NewCond(&r.mu)
+	if r.n >= limit {
+		waiting()
 	}
 	for r.n >= limit {
 		r.settled.Wait()

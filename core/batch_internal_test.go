@@ -161,7 +161,7 @@ func (bb *batchBundle) drainFetched(t *testing.T, res *ports.EventsFetchPendingR
 	t.Helper()
 	n := 0
 	for _, sw := range splitByStream(res, seq, bb.w.opts.FetchMaxRows) {
-		task := &streamTask{dr: bb.w.drain, id: sw.id, rows: &rowsInFlight{}}
+		task := &streamTask{dr: bb.w.drain, id: sw.id, rows: newRowsInFlight()}
 		bb.w.drain.drainStream(t.Context(), task, &sw, cursorsByPair(res.Cursors))
 		n += task.applied
 	}
