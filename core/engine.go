@@ -43,6 +43,7 @@ type engine struct {
 	log     *slog.Logger
 	faults  *faultLog
 	signals *testSignals
+	stats   *statsCache
 }
 
 // now is the engine's time; paramNow is what it passes to the backend: its

@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/vantage-go/vantage/core/completion"
 	"github.com/vantage-go/vantage/core/internal/retry"
@@ -22,6 +25,7 @@ const (
 	ClaimIntervalDefault                = 250 * time.Millisecond
 	ClaimNotifyHealthyIntervalDefault   = 5 * time.Second
 	HeartbeatIntervalDefault            = 5 * time.Second
+	StatsIntervalDefault                = 5 * time.Second
 	MaxPerspectiveEventAttemptsDefault  = 10
 	LeaseDurationDefault                = 300 * time.Second
 	ApplyTimeoutDefault                 = time.Minute
@@ -323,6 +327,21 @@ type Options struct {
 	Clock ports.Clock
 	// Logger receives background errors. Defaults to slog.Default().
 	Logger *slog.Logger
+	// MeterProvider creates the engine's instruments (see the README's
+	// Observability section). Defaults to otel.GetMeterProvider(), the
+	// global provider, which records nothing until the application installs
+	// one.
+	MeterProvider metric.MeterProvider
+	// TracerProvider creates the engine's spans. Defaults to
+	// otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
+	// StatsInterval is the least time between two reads of the backend's
+	// backlog figures (ports.Stats) for the lag metrics and Worker.Health:
+	// figures younger than that are served from memory, and nothing is read
+	// while nobody asks. Defaults to 5s.
+	StatsInterval time.Duration
+	// Health sets the thresholds of Worker.Health.
+	Health HealthOptions
 	// Hooks are callbacks for monitoring and tests.
 	Hooks Hooks
 	// Rewind configures rewinds of perspectives after late events.
@@ -349,6 +368,12 @@ func (o *Options) withDefaults() (Options, error) {
 	c.check(&errs)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = otel.GetMeterProvider()
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
 	}
 	if err := errors.Join(errs...); err != nil {
 		return c, fmt.Errorf("invalid options: %w", err)
@@ -393,6 +418,7 @@ func (c *Options) durationDefaults(errs *[]error) {
 	dur("StaleInstanceThreshold", &c.StaleInstanceThreshold, StaleInstanceThresholdDefault)
 	dur("DrainBatcher.SlidingWindow", &c.DrainBatcher.SlidingWindow, SlidingWindowDefault)
 	dur("DrainBatcher.MaxWait", &c.DrainBatcher.MaxWait, MaxWaitDefault)
+	dur("StatsInterval", &c.StatsInterval, StatsIntervalDefault)
 	defaultBackoff(errs, "CompletionResend", &c.CompletionResend,
 		Backoff{CompletionResendInitialDefault, CompletionResendMaxDefault, CompletionResendMultiplierDefault})
 	defaultBackoff(errs, "FlushRetry", &c.FlushRetry.Backoff,

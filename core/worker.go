@@ -82,6 +82,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		faults:  newFaultLog(log, clock),
 		signals: &testSignals{},
 	}
+	e.stats = newStatsCache(e)
 	w := &Worker{engine: e, run: runState{done: make(chan struct{})}}
 	queue := newDrainQueue()
 	act := newActivity(&e.opts)

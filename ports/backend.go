@@ -8,7 +8,7 @@ import (
 // Backend bundles the ports one engine instance needs. Adapters return one
 // from their Backend method. Claimer, Fetcher, Cursors, DeadLetters, Events
 // and Models are required; Notifier, ModelBatch, Lifecycle, Rewind,
-// Snapshots and Admin are optional: the engine degrades gracefully without
+// Snapshots, Admin and Stats are optional: the engine degrades gracefully without
 // them (see their docs and the package doc).
 type Backend struct {
 	Claimer     WorkClaimer
@@ -23,6 +23,7 @@ type Backend struct {
 	Rewind      RewindStore
 	Snapshots   SnapshotStore
 	Admin       Admin
+	Stats       Stats
 }
 
 // Validate reports, by name, every required port that is missing.

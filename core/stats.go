@@ -1,0 +1,126 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// ErrNoStats is returned by Worker.Lag when the backend has no Stats port.
+var ErrNoStats = errors.New("vantage: the backend reports no backlog figures (no ports.Stats)")
+
+// statsReadTimeout bounds one read of the backlog figures.
+const statsReadTimeout = 5 * time.Second
+
+// Lag is the backlog of one perspective, as read from the backend at At.
+type Lag struct {
+	Perspective string
+	// Pending counts the perspective's pending work rows, on every
+	// instance.
+	Pending int64
+	// OldestAge is how long its oldest pending event has waited (zero when
+	// none is pending).
+	OldestAge time.Duration
+}
+
+// LagReport is the backlog of every perspective this worker runs.
+type LagReport struct {
+	// At is when the figures were read.
+	At time.Time
+	// Perspectives has one entry per registered perspective, pending or
+	// not, sorted by name.
+	Perspectives []Lag
+}
+
+// OldestAge is the greatest OldestAge of the report.
+func (r LagReport) OldestAge() time.Duration {
+	var oldest time.Duration
+	for _, l := range r.Perspectives {
+		oldest = max(oldest, l.OldestAge)
+	}
+	return oldest
+}
+
+// statsCache serves the backend's backlog figures, read at most once per
+// interval and only when asked: metrics callbacks and health checks share
+// one read, and an instance nobody watches reads nothing.
+type statsCache struct {
+	engine *engine
+	group  singleflight.Group
+
+	mu   sync.Mutex
+	last LagReport
+	read bool // last holds a successful read
+}
+
+func newStatsCache(e *engine) *statsCache { return &statsCache{engine: e} }
+
+// lag returns figures at most Options.StatsInterval old, reading them from
+// the backend when the kept ones are older. Concurrent callers share one
+// read.
+func (c *statsCache) lag(ctx context.Context) (LagReport, error) {
+	stats := c.engine.backend.Stats
+	if stats == nil {
+		return LagReport{}, ErrNoStats
+	}
+	now := c.engine.now()
+	c.mu.Lock()
+	if c.read && now.Sub(c.last.At) < c.engine.opts.StatsInterval {
+		report := c.last
+		c.mu.Unlock()
+		return report, nil
+	}
+	c.mu.Unlock()
+	ch := c.group.DoChan("lag", func() (any, error) {
+		// The read outlives a caller that gives up, so that the next one
+		// finds it done.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), statsReadTimeout)
+		defer cancel()
+		lags, err := stats.PerspectivesLag(rctx, &ports.PerspectivesLagParams{Now: c.engine.paramNow()})
+		if err != nil {
+			return LagReport{}, err
+		}
+		report := c.engine.lagReport(c.engine.now(), lags)
+		c.mu.Lock()
+		c.last, c.read = report, true
+		c.mu.Unlock()
+		return report, nil
+	})
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return LagReport{}, res.Err
+		}
+		return res.Val.(LagReport), nil
+	case <-ctx.Done():
+		return LagReport{}, ctx.Err()
+	}
+}
+
+// lagReport keeps the figures of the registered perspectives, with a zero
+// entry for each that has nothing pending.
+func (e *engine) lagReport(at time.Time, lags []ports.PerspectiveLag) LagReport {
+	byName := make(map[string]ports.PerspectiveLag, len(lags))
+	for _, l := range lags {
+		byName[l.Perspective] = l
+	}
+	names := e.reg.Perspectives()
+	report := LagReport{At: at, Perspectives: make([]Lag, 0, len(names))}
+	for _, name := range names {
+		l := byName[name]
+		report.Perspectives = append(report.Perspectives, Lag{Perspective: name, Pending: l.Pending, OldestAge: max(l.OldestAge, 0)})
+	}
+	return report
+}
+
+// Lag returns the backlog of every perspective of the registry: pending work
+// rows and the age of the oldest pending event, across all instances. The
+// figures are read from the backend at most once per Options.StatsInterval
+// (see ports.Stats); it returns ErrNoStats when the backend has none. Lag
+// works whether or not the worker runs.
+func (w *Worker) Lag(ctx context.Context) (LagReport, error) { return w.stats.lag(ctx) }

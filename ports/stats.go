@@ -1,0 +1,37 @@
+package ports
+
+import (
+	"context"
+	"time"
+)
+
+// Stats is the optional port of backlog figures for metrics and health
+// checks. Its reads must stay cheap on a large backlog (an index-only scan
+// on PostgreSQL): the engine calls them at most once per
+// Options.StatsInterval, and only while something asks for the figures.
+// Without it the engine reports no lag.
+type Stats interface {
+	// PerspectivesLag returns, for each perspective with pending work rows,
+	// how many there are and the age of the oldest one, ordered by
+	// perspective. A work row is pending from its append until it completes
+	// or moves to dead letters; rows waiting for a retry count. Perspectives
+	// with no pending row are absent.
+	PerspectivesLag(ctx context.Context, params *PerspectivesLagParams) ([]PerspectiveLag, error)
+}
+
+// PerspectivesLagParams are the inputs of PerspectivesLag.
+type PerspectivesLagParams struct {
+	// Now is the time ages are measured at: when set, else the backend's
+	// own clock.
+	Now time.Time
+}
+
+// PerspectiveLag is the backlog of one perspective.
+type PerspectiveLag struct {
+	Perspective string
+	// Pending counts the perspective's pending work rows.
+	Pending int64
+	// OldestAge is how long the oldest pending work row has waited since
+	// its event was appended (zero or more).
+	OldestAge time.Duration
+}
