@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/vantage-go/vantage/ports"
@@ -26,6 +27,22 @@ type heartbeater struct {
 	// takeOver is called when a stale peer was abandoned, by this
 	// instance or another survivor.
 	takeOver func()
+
+	// lastBeat is when the latest successful heartbeat returned (unix
+	// nanoseconds on the engine's clock, 0 before the first), live the
+	// number of live instances it reported.
+	lastBeat atomic.Int64
+	live     atomic.Int64
+}
+
+// last returns when the latest successful heartbeat returned (zero before
+// the first) and how many live instances it reported.
+func (h *heartbeater) last() (time.Time, int) {
+	at := h.lastBeat.Load()
+	if at == 0 {
+		return time.Time{}, 0
+	}
+	return time.Unix(0, at), int(h.live.Load())
 }
 
 func newHeartbeater(e *engine, takeOver func()) *heartbeater {
@@ -59,6 +76,8 @@ func (h *heartbeater) beat(ctx context.Context) (*ports.InstanceHeartbeatResult,
 	if err != nil {
 		return nil, err
 	}
+	h.lastBeat.Store(h.now().UnixNano())
+	h.live.Store(int64(res.Live))
 	if len(res.Abandoned) > 0 {
 		ids := make([]string, len(res.Abandoned))
 		for i, id := range res.Abandoned {

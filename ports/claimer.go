@@ -172,6 +172,9 @@ type InstanceHeartbeatResult struct {
 	// StaleThreshold among them, on the clock of the staleness check. Zero
 	// when no other instance remains.
 	NextStaleAt time.Time
+	// Live counts the live instances after this call, the caller included
+	// (passive ones too).
+	Live int
 }
 
 // PartitionCountDefault is the number of partitions stream ids hash into
