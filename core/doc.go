@@ -136,4 +136,7 @@
 // [Worker.AbandonedApplies] report its state. Background failures are
 // logged to [Options.Logger] once, then summed up every few seconds, and
 // their recovery is logged at Info.
+//
+// [Worker.Health] sums the state up for liveness and readiness probes, and
+// package health serves it over HTTP.
 package core

@@ -30,9 +30,12 @@ type heartbeater struct {
 
 	// lastBeat is when the latest successful heartbeat returned (unix
 	// nanoseconds on the engine's clock, 0 before the first), live the
-	// number of live instances it reported.
+	// number of live instances it reported. lastTry is when the latest
+	// heartbeat returned, successful or not: a loop that keeps trying
+	// while the backend is down is alive, one that stopped trying is not.
 	lastBeat atomic.Int64
 	live     atomic.Int64
+	lastTry  atomic.Int64
 }
 
 // last returns when the latest successful heartbeat returned (zero before
@@ -43,6 +46,16 @@ func (h *heartbeater) last() (time.Time, int) {
 		return time.Time{}, 0
 	}
 	return time.Unix(0, at), int(h.live.Load())
+}
+
+// lastAttempt returns when the latest heartbeat returned, successful or
+// not (zero before the first).
+func (h *heartbeater) lastAttempt() time.Time {
+	at := h.lastTry.Load()
+	if at == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, at)
 }
 
 func newHeartbeater(e *engine, takeOver func()) *heartbeater {
@@ -73,6 +86,7 @@ func (h *heartbeater) beat(ctx context.Context) (*ports.InstanceHeartbeatResult,
 		Now:            h.paramNow(),
 		Passive:        h.opts.ClaimsDisabled,
 	})
+	h.lastTry.Store(h.now().UnixNano())
 	if err != nil {
 		return nil, err
 	}

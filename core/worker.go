@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -55,6 +56,11 @@ type runState struct {
 	loops      sync.WaitGroup // the housekeeping loops
 	stopOnce   sync.Once
 	done       chan struct{}
+	// running and stopping are set once Start succeeded and once Stop
+	// began on a started worker, for Health, which must not wait for mu:
+	// Start holds it through its calls to the backend.
+	running  atomic.Bool
+	stopping atomic.Bool
 }
 
 // New builds a Worker over backend for the perspectives of registry. It
@@ -186,6 +192,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("starting worker: %w", err)
 	}
 	w.run.started = true
+	w.run.running.Store(true)
 	w.notes.Start(runCtx)
 	w.heart.Start(runCtx, beat)
 	if !w.opts.ClaimsDisabled {
@@ -222,6 +229,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 		w.run.stopOnce.Do(func() { close(w.run.done) })
 		return nil
 	}
+	w.run.stopping.Store(true)
 	w.run.stopOnce.Do(func() { go w.shutdown(ctx) })
 	select {
 	case <-w.run.done:
