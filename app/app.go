@@ -12,6 +12,9 @@
 //		fx.Provide(newRegistry), // func() (*core.Registry, error)
 //	)
 //
+// app.HealthModule adds the worker's liveness and readiness probes to the
+// application's *http.ServeMux.
+//
 // Everything here can be built without fx: see NewWorker and core.New.
 package app
 
