@@ -202,6 +202,42 @@ func runClaimer(t *testing.T, newBackend NewBackendFunc) {
 				require.Len(t, list, 2)
 			}
 		},
+		"LiveCountsLiveInstances": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			ins := tb.instances(t, 3)
+			a, b, passive := ins[0], ins[1], ins[2]
+
+			require.Equal(t, 1, a.heartbeat(t, at(0)).Live, "the caller alone")
+			require.Equal(t, 2, b.heartbeat(t, at(10*time.Second)).Live, "a and b")
+			require.Equal(t, 3, passive.heartbeatAs(t, at(15*time.Second), true).Live, "a passive instance counts itself")
+			require.Equal(t, 3, a.heartbeat(t, at(20*time.Second)).Live, "and is counted by the others")
+			require.Equal(t, 3, b.heartbeat(t, at(30*time.Second)).Live)
+
+			// The passive instance is stale after at(45s), a after at(50s).
+			res := b.heartbeat(t, at(46*time.Second))
+			require.Equal(t, []uuid.UUID{passive.id}, res.Abandoned)
+			require.Equal(t, 2, res.Live, "the abandoned instance is gone")
+			res = b.heartbeat(t, at(51*time.Second))
+			require.Equal(t, []uuid.UUID{a.id}, res.Abandoned)
+			require.Equal(t, 1, res.Live, "b alone is left")
+		},
+		"LiveLeavesOutInstancesThatAreNotLive": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a, b := tb.pair(t)
+			a.heartbeat(t, at(0))
+
+			// At the boundary a is no longer live, though not abandoned yet.
+			res := b.heartbeat(t, at(staleThreshold))
+			require.Empty(t, res.Abandoned)
+			require.Equal(t, 1, res.Live, "a at the boundary is not live")
+
+			// A rejoin abandons nobody: the stale a stays recorded, not live.
+			c := tb.instance(t)
+			res = c.heartbeat(t, at(40*time.Second))
+			require.True(t, res.Rejoined)
+			require.Empty(t, res.Abandoned)
+			require.Equal(t, 2, res.Live, "b and c; a is stale")
+		},
 		"NextStaleAtIgnoresOwnHeartbeat": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			a, b := tb.pair(t)

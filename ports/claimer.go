@@ -173,7 +173,10 @@ type InstanceHeartbeatResult struct {
 	// when no other instance remains.
 	NextStaleAt time.Time
 	// Live counts the live instances after this call, the caller included
-	// (passive ones too).
+	// (passive ones too): the caller and every other instance whose
+	// heartbeat is newer than Now - StaleThreshold, on the clock of the
+	// staleness check. Stale instances a rejoining caller left recorded do
+	// not count.
 	Live int
 }
 

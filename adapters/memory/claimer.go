@@ -24,7 +24,8 @@ import (
 // other instances that are not stale yet: a stale instance left recorded by
 // a rejoin is not "the next to go stale", and reporting its deadline,
 // already past, would make the caller heartbeat again at once and abandon
-// the peers the rejoin meant to wait for. Calls are serialized by the
+// the peers the rejoin meant to wait for. Live counts the caller and the
+// others whose heartbeat is after the cutoff. Calls are serialized by the
 // store's mutex, so concurrent callers abandon a stale instance once
 // between them. It returns ports.ErrInvalidArgument for a nil instance id
 // or a non-positive StaleThreshold.
@@ -54,7 +55,7 @@ func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHea
 	inst.LastHeartbeatAt = now
 	inst.Passive = params.Passive
 
-	result := &ports.InstanceHeartbeatResult{Rejoined: !wasLive}
+	result := &ports.InstanceHeartbeatResult{Rejoined: !wasLive, Live: 1}
 	for _, id := range s.instanceIDs { // in id order, so Abandoned needs no sort
 		other := s.instances[id]
 		switch {
@@ -64,6 +65,9 @@ func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHea
 				result.Abandoned = append(result.Abandoned, id)
 			}
 		default:
+			if other.LastHeartbeatAt.After(cutoff) {
+				result.Live++
+			}
 			if staleAt := other.LastHeartbeatAt.Add(params.StaleThreshold); result.NextStaleAt.IsZero() || staleAt.Before(result.NextStaleAt) {
 				result.NextStaleAt = staleAt
 			}

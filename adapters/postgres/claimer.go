@@ -126,6 +126,10 @@ WHERE i.instance_id = $1
 ORDER BY i.instance_id
 FOR UPDATE OF i`
 
+	// sqlAbandonInstances deletes the stale instances and returns their
+	// ids, NextStaleAt, Rejoined and Live: the caller, whose upsert comes
+	// next, and the other instances live at clock.now (the stale ones it
+	// deletes are not).
 	sqlAbandonInstances = `WITH ` + sqlClock + `,
 ` + sqlStale + `,
 abandoned AS (
@@ -138,7 +142,10 @@ SELECT
     (SELECT min(i.last_heartbeat_at) + $3::interval
      FROM /* SCHEMA */.vantage_instances i
      WHERE i.last_heartbeat_at >= clock.now - $3::interval AND i.instance_id <> $1),
-    NOT ` + sqlWasLive + `
+    NOT ` + sqlWasLive + `,
+    1 + (SELECT count(*)
+         FROM /* SCHEMA */.vantage_instances i
+         WHERE i.last_heartbeat_at > clock.now - $3::interval AND i.instance_id <> $1)
 FROM clock`
 
 	sqlHeartbeat = `WITH ` + sqlClock + `
@@ -208,7 +215,7 @@ func (s *Store) InstanceHeartbeat(ctx context.Context, params *ports.InstanceHea
 			return err
 		}
 		var nextStaleAt pgtype.Timestamptz
-		if err := br.QueryRow().Scan(&result.Abandoned, &nextStaleAt, &result.Rejoined); err != nil {
+		if err := br.QueryRow().Scan(&result.Abandoned, &nextStaleAt, &result.Rejoined, &result.Live); err != nil {
 			return err
 		}
 		result.NextStaleAt = fromTime(nextStaleAt)
