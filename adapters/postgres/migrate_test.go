@@ -53,7 +53,7 @@ func TestMigrator(t *testing.T) {
 		schema := freshSchema(t)
 		m, err := postgres.NewMigrator(nil, schema)
 		require.NoError(t, err)
-		require.Equal(t, 5, m.Latest())
+		require.Equal(t, 6, m.Latest())
 
 		v, err := m.Version(ctx, pool)
 		require.NoError(t, err)
@@ -111,7 +111,7 @@ func TestMigrator(t *testing.T) {
 		require.NoError(t, err)
 		versions, err = pgx.CollectRows(rows, pgx.RowTo[int])
 		require.NoError(t, err)
-		require.Equal(t, []int{1, 2, 3, 4, 5}, versions)
+		require.Equal(t, []int{1, 2, 3, 4, 5, 6}, versions)
 	})
 
 	t.Run("ReliabilityKeepsExistingDeadLettersDead", func(t *testing.T) {
@@ -204,6 +204,46 @@ VALUES ($1, $2, now()), ($3, $2, now())`, leased, holder, drained)
 		require.Zero(t, held)
 		require.NoError(t, m.Up(ctx, pool))
 		require.Equal(t, map[uuid.UUID]bool{leased: true, unleased: true}, streams())
+	})
+
+	t.Run("PendingAgeCoversTheKeyOfPendingWork", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool := pgtest.Pool(t)
+		schema := freshSchema(t)
+		m, err := postgres.NewMigrator(nil, schema)
+		require.NoError(t, err)
+		require.NoError(t, m.Up(ctx, pool))
+		q := pgx.Identifier{schema}.Sanitize()
+		definition := func() string {
+			t.Helper()
+			var def string
+			require.NoError(t, pool.QueryRow(ctx, `SELECT pg_get_indexdef(($1 || '.vantage_work_pending_idx')::regclass)`, q).Scan(&def))
+			return def
+		}
+		pending := func() int {
+			t.Helper()
+			var n int
+			require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+q+`.vantage_work WHERE processed_at IS NULL`).Scan(&n))
+			return n
+		}
+		require.Contains(t, definition(), "INCLUDE (created_at)")
+		_, err = pool.Exec(ctx, `INSERT INTO `+q+`.vantage_work (work_id, stream_id, perspective, event_id, event_version)
+SELECT gen_random_uuid(), gen_random_uuid(), 'p', gen_random_uuid(), 1 FROM generate_series(1, 3)`)
+		require.NoError(t, err)
+
+		require.NoError(t, m.Down(ctx, pool, 5))
+		def := definition()
+		require.Contains(t, def, "CREATE UNIQUE INDEX vantage_work_pending_idx")
+		require.NotContains(t, def, "INCLUDE", "005's key of pending work")
+		require.Contains(t, def, "WHERE (processed_at IS NULL)")
+		require.Equal(t, 3, pending(), "rows stay")
+
+		require.NoError(t, m.Up(ctx, pool))
+		def = definition()
+		require.Contains(t, def, "CREATE UNIQUE INDEX vantage_work_pending_idx")
+		require.Contains(t, def, "(stream_id, perspective, event_version) INCLUDE (created_at) WHERE (processed_at IS NULL)")
+		require.Equal(t, 3, pending())
 	})
 
 	t.Run("InjectedMigrationsInOrder", func(t *testing.T) {
