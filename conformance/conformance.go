@@ -91,6 +91,7 @@ func runPorts(t *testing.T, newBackend NewBackendFunc, features Features) {
 	runSnapshots(t, newBackend, probe.Snapshots != nil)
 	runAdmin(t, newBackend, admin)
 	runModelBatch(t, newBackend, probe.ModelBatch != nil)
+	runStats(t, newBackend, probe.Stats != nil)
 }
 
 // group runs the cases of one port method as parallel subtests of a parallel

@@ -262,6 +262,7 @@ func (s *Store) finishRows(instance, streamID uuid.UUID, perspective string, ids
 			continue
 		}
 		p.remove(r) // a row of s.work is pending, so it is in p
+		s.leaveBacklog(p, r)
 		delete(s.work, id)
 		if r.deadLetterID != uuid.Nil {
 			s.recoverDeadLetter(r.deadLetterID, now)

@@ -44,7 +44,7 @@ func TestConformanceRequiredPortsOnly(t *testing.T) {
 		t.Cleanup(func() { _ = store.Close() })
 		return func(*testing.T) ports.Backend {
 			b := store.Backend()
-			b.Notifier, b.ModelBatch, b.Lifecycle, b.Rewind, b.Snapshots, b.Admin = nil, nil, nil, nil, nil, nil
+			b.Notifier, b.ModelBatch, b.Lifecycle, b.Rewind, b.Snapshots, b.Admin, b.Stats = nil, nil, nil, nil, nil, nil, nil
 			require.NoError(t, b.Validate())
 			return b
 		}
@@ -142,6 +142,24 @@ func TestInjectedClock(t *testing.T) {
 
 	require.NoError(t, err)
 	require.Equal(t, clocktest.Start.Add(time.Hour), res.Events[0].CreatedAt, "a zero Now reads the injected clock")
+}
+
+func TestPerspectivesLagReadsTheInjectedClock(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	_, err := tb.store.EventsAppend(t.Context(), &ports.EventsAppendParams{
+		StreamID:      uuid.New(),
+		Events:        []ports.NewEvent{{Type: "T", Data: []byte(`{}`)}},
+		Subscriptions: []ports.Subscription{{EventType: "T", Perspective: "p"}},
+	})
+	require.NoError(t, err)
+	tb.clock.Advance(time.Minute)
+
+	lags, err := tb.store.PerspectivesLag(t.Context(), &ports.PerspectivesLagParams{})
+
+	require.NoError(t, err)
+	require.Equal(t, []ports.PerspectiveLag{{Perspective: "p", Pending: 1, OldestAge: time.Minute}}, lags,
+		"rows are timed, and ages measured, by the injected clock when Now is zero")
 }
 
 func TestNoAliasing(t *testing.T) {

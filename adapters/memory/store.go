@@ -53,7 +53,10 @@
 // once, not again by every later completion. Each work row stored by a
 // dead-letter requeue keeps its dead letter's id, so completing or
 // dead-lettering it again finds the dead letter in O(1); listing and
-// recovering dead letters walk all of them.
+// recovering dead letters walk all of them. Each perspective's pending rows
+// are kept in a heap by storage time as well, so the backlog figures
+// (PerspectivesLag) cost O(perspectives) and every row stored or removed
+// O(log n) more.
 // CLAIMING.md at the repository root describes the claim policy both adapters implement.
 package memory
 
@@ -100,6 +103,7 @@ type Store struct {
 	streams     map[uuid.UUID]*stream              // every stream with events, work, cursors or models
 	eventIDs    map[uuid.UUID]eventLoc             // every stored event id, with where it is stored
 	work        map[uuid.UUID]*workRow             // pending work rows by work id
+	backlogs    map[string]*backlog                // perspective -> its pending rows, oldest first (stats.go)
 	processed   map[uuid.UUID]*workRow             // rows completed in debug mode, kept for forensics
 	leases      map[uuid.UUID]map[*stream]struct{} // instance -> streams leased to it
 	claims      claimIndex                         // streams a claim may take, see claimindex.go
@@ -168,6 +172,7 @@ type pair struct {
 	perspective string
 	buf         []*workRow
 	head        int
+	backlog     *backlog // the pending rows of the perspective, this pair's among them
 	// lateBelow is a version below which every pending row is late, so
 	// marking the stragglers below a reported position walks only the rows
 	// not marked before, however long a backlog of late rows waits for its
@@ -189,6 +194,7 @@ type workRow struct {
 	seq         uint64
 	createdAt   time.Time
 	processedAt time.Time // set only in debug mode
+	backlogIdx  int       // position in its perspective's backlog while pending
 	// deadLetterID is the dead letter whose requeue stored the row, uuid.Nil
 	// for a row stored by an append or a failure: completing the row
 	// recovers that dead letter, dead-lettering it again updates it.
@@ -222,6 +228,7 @@ var (
 	_ ports.RewindStore     = (*Store)(nil)
 	_ ports.SnapshotStore   = (*Store)(nil)
 	_ ports.Admin           = (*Store)(nil)
+	_ ports.Stats           = (*Store)(nil)
 )
 
 // New returns an empty Store configured by opts. It starts nothing: the store
@@ -234,6 +241,7 @@ func New(opts Options) *Store {
 		streams:        make(map[uuid.UUID]*stream),
 		eventIDs:       make(map[uuid.UUID]eventLoc),
 		work:           make(map[uuid.UUID]*workRow),
+		backlogs:       make(map[string]*backlog),
 		processed:      make(map[uuid.UUID]*workRow),
 		leases:         make(map[uuid.UUID]map[*stream]struct{}),
 		subs:           make(map[string][]string),
@@ -269,6 +277,7 @@ func (s *Store) Backend() ports.Backend {
 		Rewind:      s,
 		Snapshots:   s,
 		Admin:       s,
+		Stats:       s,
 	}
 }
 
@@ -440,10 +449,11 @@ func (p *pair) remove(r *workRow) {
 func (s *Store) addRow(st *stream, r *workRow) {
 	i, ok := st.pairIndex(r.perspective)
 	if !ok {
-		st.pairs = slices.Insert(st.pairs, i, &pair{perspective: r.perspective})
+		st.pairs = slices.Insert(st.pairs, i, &pair{perspective: r.perspective, backlog: s.backlogOf(r.perspective)})
 	}
 	p := st.pairs[i]
 	p.insert(r)
+	p.backlog.push(r)
 	if !r.late && r.version < p.lateBelow {
 		p.lateBelow = r.version // keep every row below it late
 	}
@@ -484,6 +494,7 @@ func (s *Store) removeRow(st *stream, r *workRow) {
 	pi, _ := st.pairIndex(r.perspective)
 	p := st.pairs[pi]
 	p.remove(r)
+	s.leaveBacklog(p, r)
 	if len(p.pending()) == 0 {
 		st.pairs = slices.Delete(st.pairs, pi, pi+1)
 	}

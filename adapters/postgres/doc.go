@@ -1,6 +1,6 @@
 // Package postgres is the PostgreSQL backend of Vantage: every port of
-// package ports, the optional lifecycle, rewind, snapshot and admin stores
-// included, on a pgx v5 pool, with wake-ups through a lib/pq listener.
+// package ports, the optional lifecycle, rewind, snapshot, admin and stats
+// stores included, on a pgx v5 pool, with wake-ups through a lib/pq listener.
 //
 // Use it in production: events, work, models and dead letters are durable
 // and shared by every instance of a service, in any number of processes,

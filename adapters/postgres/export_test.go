@@ -64,6 +64,7 @@ var Queries = map[string]string{
 	"RetireRows":            sqlRetireRows,
 	"PerspectiveRevive":     sqlPerspectiveRevive,
 	"PerspectivesRetired":   sqlPerspectivesRetired,
+	"PerspectivesLag":       sqlPerspectivesLag,
 }
 
 // WorkSettings is the statement that opens every batch of work statements.

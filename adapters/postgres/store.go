@@ -151,6 +151,7 @@ func (s *Store) Backend() ports.Backend {
 		Rewind:      s,
 		Snapshots:   s,
 		Admin:       s,
+		Stats:       s,
 	}
 }
 
