@@ -131,6 +131,49 @@ func runEvents(t *testing.T, newBackend NewBackendFunc) {
 				requireMetadata(t, want, repeat.Events[i].Metadata, "repeated event %d", i)
 			}
 		},
+		"RoundTripsTraceContext": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			// The W3C trace context of the appending code: the engine links
+			// the spans of an event's applies to it, so it must come back
+			// exactly as given.
+			metas := []ports.Metadata{
+				{TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", TraceState: "vendor=opaque,other=t61rcWkgMzE"},
+				{TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"},
+				{},
+				{CorrelationID: newID(t), Headers: map[string]string{"h": "v"}, TraceParent: "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01"},
+			}
+			events := make([]ports.NewEvent, len(metas))
+			for i, md := range metas {
+				events[i] = newEvent(eventType, 0)
+				events[i].Metadata = md.Clone()
+			}
+			params := ports.EventsAppendParams{StreamID: stream, Events: withIDs(t, events...), Now: at(0)}
+			res, err := tb.backend.Events.EventsAppend(t.Context(), &params)
+			require.NoError(t, err)
+
+			read, err := tb.backend.Fetcher.EventsReadStream(t.Context(), &ports.EventsReadStreamParams{StreamID: stream})
+			require.NoError(t, err)
+			a.heartbeat(t, at(0))
+			fetched := a.fetch(t, at(0), stream).Events
+			repeat, err := tb.backend.Events.EventsAppend(t.Context(), &params)
+			require.NoError(t, err)
+			require.True(t, repeat.AlreadyStored)
+			require.Len(t, read, len(metas))
+			require.Len(t, fetched, len(metas))
+			for i, want := range metas {
+				for what, got := range map[string]ports.Metadata{
+					"appended": res.Events[i].Metadata, "read": read[i].Metadata,
+					"fetched": fetched[i].Metadata, "repeated": repeat.Events[i].Metadata,
+				} {
+					require.Equal(t, want.TraceParent, got.TraceParent, "TraceParent of %s event %d", what, i)
+					require.Equal(t, want.TraceState, got.TraceState, "TraceState of %s event %d", what, i)
+				}
+				requireMetadata(t, want, read[i].Metadata, "read event %d", i)
+			}
+		},
 		"ChecksExpectedVersion": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			stream := newID(t)

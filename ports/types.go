@@ -70,6 +70,12 @@ type Metadata struct {
 	Scope *Scope `json:"scope,omitempty"`
 	// Headers carries free-form string metadata.
 	Headers map[string]string `json:"headers,omitempty"`
+	// TraceParent and TraceState are the W3C Trace Context
+	// (https://www.w3.org/TR/trace-context/) of the code that appended the
+	// event: the traceparent and tracestate header values, empty when it
+	// ran outside a trace. Adapters store them as they are given.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 }
 
 // Clone returns a deep copy of m: adapters keep and hand out copies, never
