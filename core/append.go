@@ -22,8 +22,9 @@ var appendRetry = retry.Backoff{Initial: 50 * time.Millisecond, Max: time.Second
 
 // Append encodes events with the registry and appends them to a stream.
 // Each event stores the metadata of ctx (see MetadataFromContext): the
-// scope of WithScope, the correlation id of WithCorrelationID and the
-// headers of WithHeaders and, inside a handler, the handled event as
+// scope of WithScope, the correlation id of WithCorrelationID, the headers
+// of WithHeaders, the W3C trace context of ctx's span (which the spans of
+// the event's applies link to) and, inside a handler, the handled event as
 // causation and its correlation id unless ctx sets one. The events carry
 // the registry's subscriptions of their types, which the store registers
 // as it appends them (retired perspectives excepted), so they fan out to

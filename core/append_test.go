@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/vantage-go/vantage/ports"
 )
@@ -147,6 +148,29 @@ func TestMetadataFromContext(t *testing.T) {
 		require.Equal(t, uuid.Nil, MetadataFromContext(WithCorrelationID(ctx, uuid.Nil)).CorrelationID, "uuid.Nil restores the default")
 	})
 
+	t.Run("TraceContext", func(t *testing.T) {
+		t.Parallel()
+		sc := testSpanContext(t, trace.FlagsSampled)
+		md := MetadataFromContext(trace.ContextWithSpanContext(t.Context(), sc))
+		require.Equal(t, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", md.TraceParent)
+		require.Equal(t, "vendor=opaque", md.TraceState)
+		got, ok := appendedSpanContext(&md)
+		require.True(t, ok)
+		require.Equal(t, sc.WithRemote(true), got, "the stored context reads back as the append's")
+
+		unsampled := MetadataFromContext(trace.ContextWithSpanContext(t.Context(), testSpanContext(t, 0)))
+		require.Equal(t, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00", unsampled.TraceParent, "an unsampled trace is linked to as well")
+
+		set := ports.Metadata{TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+		injectTraceContext(trace.ContextWithSpanContext(t.Context(), sc), &set)
+		require.Equal(t, ports.Metadata{TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}, set, "a trace context already set is kept")
+
+		invalid := trace.ContextWithSpanContext(t.Context(), trace.SpanContext{})
+		require.Equal(t, ports.Metadata{}, MetadataFromContext(invalid), "no valid span: no trace context")
+		_, ok = appendedSpanContext(&ports.Metadata{TraceParent: "garbage"})
+		require.False(t, ok, "an unreadable trace context links to nothing")
+	})
+
 	t.Run("InsideAHandler", func(t *testing.T) {
 		t.Parallel()
 		root := ports.Event{ID: uuid.New()}
@@ -186,4 +210,43 @@ func TestMetadataFromContext(t *testing.T) {
 			})
 		}
 	})
+}
+
+// testSpanContext returns a span context with fixed ids and a trace state,
+// as a request's span would carry.
+func testSpanContext(t *testing.T, flags trace.TraceFlags) trace.SpanContext {
+	t.Helper()
+	traceID, err := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	require.NoError(t, err)
+	spanID, err := trace.SpanIDFromHex("00f067aa0ba902b7")
+	require.NoError(t, err)
+	state, err := trace.ParseTraceState("vendor=opaque")
+	require.NoError(t, err)
+	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: traceID, SpanID: spanID, TraceFlags: flags, TraceState: state})
+}
+
+// TestAppendStoresTraceContext appends under a span: Append and AppendTx
+// store its W3C trace context with every event, so the spans of the
+// events' applies can link to the request that appended them.
+func TestAppendStoresTraceContext(t *testing.T) {
+	t.Parallel()
+
+	r := subscribedRegistry(t)
+	ctx := trace.ContextWithSpanContext(t.Context(), testSpanContext(t, trace.FlagsSampled))
+	plain, tx := &flakyStore{}, &txStore{}
+	_, err := r.Append(ctx, plain, uuid.New(), 0, placed{ID: "a"}, shipped{By: "b"})
+	require.NoError(t, err)
+	_, err = AppendTx(ctx, r, tx, &fakeTx{}, uuid.New(), 0, placed{ID: "a"}, shipped{By: "b"})
+	require.NoError(t, err)
+	for name, call := range map[string]*ports.EventsAppendParams{"Append": plain.calls[0], "AppendTx": tx.calls[0]} {
+		require.Len(t, call.Events, 2)
+		for _, ne := range call.Events {
+			require.Equal(t, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", ne.Metadata.TraceParent, name)
+			require.Equal(t, "vendor=opaque", ne.Metadata.TraceState, name)
+		}
+	}
+
+	_, err = r.Append(t.Context(), plain, uuid.New(), 0, placed{ID: "a"})
+	require.NoError(t, err)
+	require.Empty(t, plain.calls[1].Events[0].Metadata.TraceParent, "outside a trace")
 }

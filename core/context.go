@@ -109,7 +109,10 @@ func WithHeaders(ctx context.Context, h map[string]string) context.Context {
 //   - CausationID: inside a handler, the handled event's id;
 //   - CorrelationID: the id of WithCorrelationID, or inside a handler the
 //     handled event's correlation id (its id when it has none);
-//   - Headers: those of WithHeaders, nil when none.
+//   - Headers: those of WithHeaders, nil when none;
+//   - TraceParent and TraceState: the W3C trace context of the span ctx
+//     carries (go.opentelemetry.io/otel/trace), when it is valid; inside a
+//     handler, the span of the apply.
 //
 // The result shares no map with ctx.
 func MetadataFromContext(ctx context.Context) ports.Metadata {
@@ -132,5 +135,6 @@ func MetadataFromContext(ctx context.Context) ports.Metadata {
 	if h, ok := appendValueFrom[map[string]string](ctx, headersKey{}); ok && len(h) > 0 {
 		md.Headers = maps.Clone(h)
 	}
+	injectTraceContext(ctx, &md)
 	return md
 }
