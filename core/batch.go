@@ -44,11 +44,13 @@ type drainer struct {
 // a notification, is fetched again by its own drain (see drainStream), or
 // drained again after its release when its drain loop ended.
 func (dr *drainer) processBatch(ctx context.Context, ids []uuid.UUID) {
+	ctx, span := dr.tracing.startBatch(ctx, len(ids))
 	dr.completer.sweep(ctx)
 	defer dr.act.batchStarted()()
 
 	applied, events := dr.drainBatch(ctx, ids)
 	dr.completer.flushPending(ctx)
+	endBatch(span, applied)
 	// The cycle is complete once its terminal lifecycle stages ran.
 	dr.life.afterBatch(ctx, events, func() {
 		if h := dr.opts.Hooks.OnBatchCycleComplete; h != nil {

@@ -32,7 +32,7 @@ func leaseCallContext(ctx context.Context) (context.Context, context.CancelFunc)
 
 // engine is what every component of a Worker shares: the backend, the
 // registry, the validated options, the clock, the instance's logger, the
-// fault log and the test signals. New builds it once and nothing changes
+// fault log, the tracer and the test signals. New builds it once and nothing changes
 // it afterwards (tests set their signals before they drive the engine), so
 // components read it without locks.
 type engine struct {
@@ -44,6 +44,7 @@ type engine struct {
 	faults  *faultLog
 	signals *testSignals
 	stats   *statsCache
+	tracing tracing
 }
 
 // now is the engine's time; paramNow is what it passes to the backend: its

@@ -228,14 +228,23 @@ func (r *pairRun) run(ctx context.Context) error {
 }
 
 // apply applies sw.events[i], the event of the next row, under the apply
-// monitor. It returns errPairAbandoned when the apply was abandoned.
+// monitor and in a span of its own. It returns errPairAbandoned when the
+// apply was abandoned.
 func (r *pairRun) apply(i int) error {
+	ctx, span := r.dr.tracing.startApply(r.actx, r.key.perspective, &r.sw.events[i])
+	err := r.applyIn(ctx, i)
+	endApply(span, err)
+	return err
+}
+
+// applyIn is apply under ctx, the applies' context with the apply's span.
+func (r *pairRun) applyIn(ctx context.Context, i int) error {
 	ev := &r.sw.events[i]
 	decoded, err := r.sw.decode(r.dr.reg, i)
 	if err != nil {
 		return err
 	}
-	actx, err := r.dr.applyContext(r.actx, r.sw, i)
+	actx, err := r.dr.applyContext(ctx, r.sw, i)
 	if err != nil {
 		return err
 	}

@@ -209,6 +209,12 @@ func (rw *rewinder) rewindPair(ctx context.Context, p perspective, key pairKey, 
 	if trigger == 0 && len(rows) > 0 {
 		trigger = rows[0].EventVersion
 	}
+	ctx, span := rw.tracing.startRewind(ctx, key, trigger)
+	var (
+		res replayResult
+		err error
+	)
+	defer func() { endRewind(span, res, err) }()
 	for try := 1; ; try++ {
 		abandon := func(info AbandonedApply, _ bool) { rw.monitor.noteAbandoned(ctx, info) }
 		if owner != nil {
@@ -225,7 +231,7 @@ func (rw *rewinder) rewindPair(ctx context.Context, p perspective, key pairKey, 
 				owner.task.abandon(0, nil)
 			}
 		}
-		res, err := rw.replay(ctx, p, key, trigger, rows, abandon)
+		res, err = rw.replay(ctx, p, key, trigger, rows, abandon)
 		if errors.Is(err, errPairAbandoned) {
 			return nil, err
 		}

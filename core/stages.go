@@ -214,13 +214,16 @@ func stageName(stage Stage, perspective string) string {
 // returns the events it ran the stage for, and the claim's error, which the
 // caller handles.
 func (l *lifecycle) run(ctx context.Context, stage Stage, perspective string, events []ports.Event) ([]ports.Event, error) {
+	ctx, span := l.tracing.startStage(ctx, stage, perspective, events)
 	won, keys, err := l.claim(ctx, events, stage, perspective)
 	if err != nil {
+		endStage(span, 0, err)
 		return nil, err
 	}
 	l.faults.ok(ctx, "claiming lifecycle stages")
 	l.fire(ctx, stage, perspective, won)
 	l.complete(ctx, keys)
+	endStage(span, len(won), nil)
 	return won, nil
 }
 
@@ -288,6 +291,7 @@ func (l *lifecycle) fire(ctx context.Context, stage Stage, perspective string, e
 				info := StageInfo{Stage: stage, Mode: rc.mode, Event: e, Perspective: perspective, Receptor: rc.index}
 				if mode == Inline {
 					if err := l.callReceptor(rctx, rc, decoded, info); err != nil {
+						receptorFailed(ctx, rc.index, err)
 						l.log.ErrorContext(ctx, "inline receptor failed", slog.String("stage", stage.String()), slog.String("event_id", e.ID.String()), slog.Any("error", err))
 					}
 					continue

@@ -2,12 +2,232 @@ package core
 
 import (
 	"context"
+	"errors"
+	"slices"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/vantage-go/vantage/ports"
 )
+
+// tracerName is the instrumentation scope of the engine's spans.
+const tracerName = "github.com/vantage-go/vantage"
+
+// Attributes of the engine's spans. The README's Observability section
+// lists which span carries which.
+const (
+	attrStreamID       = attribute.Key("vantage.stream.id")
+	attrPerspective    = attribute.Key("vantage.perspective")
+	attrEventID        = attribute.Key("vantage.event.id")
+	attrEventType      = attribute.Key("vantage.event.type")
+	attrEventVersion   = attribute.Key("vantage.event.version")
+	attrBatchStreams   = attribute.Key("vantage.batch.streams")
+	attrBatchApplied   = attribute.Key("vantage.batch.applied")
+	attrRewindTrigger  = attribute.Key("vantage.rewind.trigger_version")
+	attrRewindFrom     = attribute.Key("vantage.rewind.from_version")
+	attrRewindReplayed = attribute.Key("vantage.rewind.replayed")
+	attrRewindNew      = attribute.Key("vantage.rewind.new")
+	attrStage          = attribute.Key("vantage.lifecycle.stage")
+	attrStageEvents    = attribute.Key("vantage.lifecycle.events")
+	attrStageClaimed   = attribute.Key("vantage.lifecycle.claimed")
+	attrReceptor       = attribute.Key("vantage.lifecycle.receptor")
+)
+
+// Span names: a batch's, and those of an apply and a rewind, which end
+// with the perspective's name (see stageSpanName for the stages').
+const (
+	batchSpanName    = "vantage.batch"
+	applySpanPrefix  = "vantage.apply "
+	rewindSpanPrefix = "vantage.rewind "
+)
+
+// tracing starts the engine's spans, from Options.TracerProvider.
+//
+// A drain batch is a root span: it is background work that no request
+// waits for, and it serves the events of many requests. The apply of each
+// event is a child of its batch, linked to the span the event was appended
+// under (see injectTraceContext), which is how a request's trace reaches
+// the projection of its events. Rewinds and lifecycle stages are children
+// of the batch that runs them, or roots when a background loop does.
+type tracing struct {
+	tracer trace.Tracer
+}
+
+func newTracing(tp trace.TracerProvider) tracing {
+	return tracing{tracer: tp.Tracer(tracerName)}
+}
+
+// withoutSpan returns ctx without the span it may carry: the engine's
+// background work outlives the call that started the worker, and its spans
+// must not join that call's trace.
+func withoutSpan(ctx context.Context) context.Context {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return ctx
+	}
+	return trace.ContextWithSpanContext(ctx, trace.SpanContext{})
+}
+
+// startBatch starts the span of a drain batch of streams.
+func (t tracing) startBatch(ctx context.Context, streams int) (context.Context, trace.Span) {
+	ctx, span := t.tracer.Start(ctx, batchSpanName, trace.WithNewRoot())
+	if span.IsRecording() {
+		span.SetAttributes(attrBatchStreams.Int(streams))
+	}
+	return ctx, span
+}
+
+// endBatch ends a batch's span, which applied applied (event, perspective)
+// pairs.
+func endBatch(span trace.Span, applied int) {
+	if span.IsRecording() {
+		span.SetAttributes(attrBatchApplied.Int(applied))
+	}
+	span.End()
+}
+
+// startApply starts the span of perspective's apply of e: a child of the
+// span ctx carries (the batch's), linked to the span e was appended under.
+// It is a consumer span: it processes a message that another trace
+// produced, which is what that kind means to trace backends.
+//
+// Applies are the engine's hot path, run for every event and perspective.
+// When ctx's span is not recording (no TracerProvider installed, or a
+// batch the sampler dropped, whose children it would drop too) startApply
+// returns ctx and a nil span, having allocated nothing; endApply accepts
+// the nil span.
+func (t tracing) startApply(ctx context.Context, perspective string, e *ports.Event) (context.Context, trace.Span) {
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return ctx, nil
+	}
+	opts := []trace.SpanStartOption{
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attrStreamID.String(e.StreamID.String()),
+			attrPerspective.String(perspective),
+			attrEventID.String(e.ID.String()),
+			attrEventType.String(e.Type),
+			attrEventVersion.Int64(e.Version),
+		),
+	}
+	if sc, ok := appendedSpanContext(&e.Metadata); ok {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+	}
+	return t.tracer.Start(ctx, applySpanPrefix+perspective, opts...)
+}
+
+// endApply ends an apply's span (nil when startApply started none),
+// recording err when the apply failed.
+func endApply(span trace.Span, err error) {
+	if span == nil {
+		return
+	}
+	if err != nil {
+		failSpan(span, err)
+	}
+	span.End()
+}
+
+// startRewind starts the span of the rewind of a pair, whose first late
+// event has version trigger.
+func (t tracing) startRewind(ctx context.Context, key pairKey, trigger int64) (context.Context, trace.Span) {
+	ctx, span := t.tracer.Start(ctx, rewindSpanPrefix+key.perspective)
+	if span.IsRecording() {
+		span.SetAttributes(attrStreamID.String(key.stream.String()), attrPerspective.String(key.perspective), attrRewindTrigger.Int64(trigger))
+	}
+	return ctx, span
+}
+
+// endRewind ends a rewind's span with what its replay did, linking it to
+// the spans that appended the events it applied for the first time. err
+// is the reason the rewind stopped, if it did not complete.
+func endRewind(span trace.Span, res replayResult, err error) {
+	if span.IsRecording() {
+		span.SetAttributes(attrRewindFrom.Int64(res.from), attrRewindReplayed.Int(res.replayed), attrRewindNew.Int(len(res.fresh)))
+		for i := range res.fresh {
+			if sc, ok := appendedSpanContext(&res.fresh[i].Metadata); ok {
+				span.AddLink(trace.Link{SpanContext: sc})
+			}
+		}
+	}
+	if err != nil {
+		failSpan(span, err)
+	}
+	span.End()
+}
+
+// startStage starts the span of a lifecycle stage run for events (of
+// perspective, for PostPerspective); none, and a nil span, when there are
+// no events.
+func (t tracing) startStage(ctx context.Context, stage Stage, perspective string, events []ports.Event) (context.Context, trace.Span) {
+	if len(events) == 0 {
+		return ctx, nil
+	}
+	ctx, span := t.tracer.Start(ctx, stageSpanName(stage))
+	if span.IsRecording() {
+		attrs := []attribute.KeyValue{attrStage.String(stage.String()), attrStageEvents.Int(len(events))}
+		if perspective != "" {
+			attrs = append(attrs, attrPerspective.String(perspective))
+		}
+		if stream := events[0].StreamID; !slices.ContainsFunc(events, func(e ports.Event) bool { return e.StreamID != stream }) {
+			attrs = append(attrs, attrStreamID.String(stream.String()))
+		}
+		span.SetAttributes(attrs...)
+	}
+	return ctx, span
+}
+
+// endStage ends a stage's span (nil when startStage started none), which
+// ran its receptors for claimed events, or failed with err.
+func endStage(span trace.Span, claimed int, err error) {
+	if span == nil {
+		return
+	}
+	if span.IsRecording() {
+		span.SetAttributes(attrStageClaimed.Int(claimed))
+	}
+	if err != nil {
+		failSpan(span, err)
+	}
+	span.End()
+}
+
+// receptorFailed records on the stage span ctx carries that the inline
+// receptor of index receptor failed with err.
+func receptorFailed(ctx context.Context, receptor int, err error) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	span.RecordError(err, trace.WithAttributes(attrReceptor.Int(receptor)))
+	span.SetStatus(codes.Error, "inline receptor failed")
+}
+
+// stageSpanName returns the name of a stage's span.
+func stageSpanName(s Stage) string {
+	switch s {
+	case PrePerspective:
+		return "vantage.lifecycle PrePerspective"
+	case PostPerspective:
+		return "vantage.lifecycle PostPerspective"
+	case PostAllPerspectives:
+		return "vantage.lifecycle PostAllPerspectives"
+	case PostLifecycle:
+		return "vantage.lifecycle PostLifecycle"
+	}
+	return "vantage.lifecycle"
+}
+
+// failSpan records err on span and marks it failed.
+func failSpan(span trace.Span, err error) {
+	if errors.Is(err, errPairAbandoned) {
+		err = errApplyAbandoned // what errPairAbandoned means to a reader
+	}
+	span.RecordError(err)
+	span.SetStatus(codes.Error, err.Error())
+}
 
 // traceContext is the W3C Trace Context propagator. The engine uses it
 // directly, not the global propagator the application may have installed:

@@ -87,6 +87,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		log:     log,
 		faults:  newFaultLog(log, clock),
 		signals: &testSignals{},
+		tracing: newTracing(o.TracerProvider),
 	}
 	e.stats = newStatsCache(e)
 	w := &Worker{engine: e, run: runState{done: make(chan struct{})}}
@@ -182,8 +183,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	// Every loop runs under runCtx, which Stop ends first; the drains'
 	// work (and the flushers serving it) under workCtx, which Stop ends
 	// once in-flight batches finished and their outcomes were sent.
-	runCtx, cancelRun := context.WithCancelCause(context.WithoutCancel(ctx))
-	workCtx, cancelWork := context.WithCancelCause(context.WithoutCancel(ctx))
+	runCtx, cancelRun := context.WithCancelCause(withoutSpan(context.WithoutCancel(ctx)))
+	workCtx, cancelWork := context.WithCancelCause(withoutSpan(context.WithoutCancel(ctx)))
 	w.run.cancelRun, w.run.cancelWork = cancelRun, cancelWork
 
 	if err := w.completer.Start(workCtx); err != nil {
