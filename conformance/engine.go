@@ -38,6 +38,7 @@ func runEngine(t *testing.T, newBackend NewBackendFunc) {
 	runEngineLifecycle(t, newBackend)
 	runEngineReliability(t, newBackend)
 	runEngineStages(t, newBackend)
+	runEngineTraces(t, newBackend)
 }
 
 // Events and model of the scenarios.
