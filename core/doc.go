@@ -139,4 +139,10 @@
 //
 // [Worker.Health] sums the state up for liveness and readiness probes, and
 // package health serves it over HTTP.
+//
+// Spans go to [Options.TracerProvider]: a root per drain batch, one per
+// apply (a child of its batch, linked to the span its event was appended
+// under, whose trace context [Registry.Append] stores with the event), per
+// rewind and per lifecycle stage. The README's Observability section lists
+// them with their attributes.
 package core

@@ -332,8 +332,10 @@ type Options struct {
 	// global provider, which records nothing until the application installs
 	// one.
 	MeterProvider metric.MeterProvider
-	// TracerProvider creates the engine's spans. Defaults to
-	// otel.GetTracerProvider().
+	// TracerProvider creates the engine's spans (see the README's
+	// Observability section). Defaults to otel.GetTracerProvider(), the
+	// global provider, which records nothing until the application
+	// installs one.
 	TracerProvider trace.TracerProvider
 	// StatsInterval is the least time between two reads of the backend's
 	// backlog figures (ports.Stats) for the lag metrics and Worker.Health:
