@@ -112,6 +112,10 @@ type Options[T any] struct {
 	// OnDropped, when set, is called with every batch given up on, with the
 	// last error. It runs on the loop goroutine like OnFlushed.
 	OnDropped func(batch []T, err error)
+	// OnRetry, when set, is called before each retry of a failed batch,
+	// with the batch, the number of the attempt that failed and its error.
+	// It runs on the loop goroutine like OnFlushed.
+	OnRetry func(batch []T, attempt int, err error)
 }
 
 // Flusher buffers items and flushes them in batches on one goroutine. The
@@ -511,6 +515,9 @@ func (f *Flusher[T]) flushBatch(ctx context.Context, batch []T) {
 			return
 		}
 		wait := bo.NextBackOff()
+		if f.opts.OnRetry != nil {
+			f.opts.OnRetry(batch, attempt, err)
+		}
 		f.logger.WarnContext(ctx, "flush failed; retrying the same batch",
 			slog.Int("attempt", attempt),
 			slog.Int("max_attempts", f.opts.MaxAttempts),

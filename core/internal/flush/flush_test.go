@@ -596,6 +596,38 @@ func TestRetryMultiplierGrowsWaits(t *testing.T) {
 	require.Equal(t, []int{1}, recv(t, b.flushed))
 }
 
+// OnRetry hears of every retry, before its backoff, with the attempt that
+// failed; neither the last failed attempt nor a success is a retry.
+func TestOnRetryReportsEachRetry(t *testing.T) {
+	t.Parallel()
+
+	type retried struct {
+		batch   []int
+		attempt int
+		err     error
+	}
+	retries := make(chan retried, 10)
+	b := started(t, flush.Options[int]{ImmediateAt: 2, MaxAttempts: 3, OnRetry: func(batch []int, attempt int, err error) {
+		retries <- retried{batch, attempt, err}
+	}})
+	require.NoError(t, b.flusher.Add(t.Context(), 1, 2))
+	for attempt := 1; attempt <= 2; attempt++ {
+		require.Equal(t, []int{1, 2}, b.answer(t, errFlush), "attempt %d", attempt)
+		r := recv(t, retries)
+		require.Equal(t, retried{[]int{1, 2}, attempt, errFlush}, r)
+		wait(t, b.clock.WaitTimers(1))
+		b.clock.Advance(time.Minute)
+	}
+	require.Equal(t, []int{1, 2}, b.answer(t, errFlush), "attempt 3, the last")
+	require.Equal(t, []int{1, 2}, recv(t, b.dropped).batch)
+	requireNone(t, retries, "the last attempt is not followed by a retry")
+
+	require.NoError(t, b.flusher.Add(t.Context(), 3, 4))
+	require.Equal(t, []int{3, 4}, b.answer(t, nil))
+	require.Equal(t, []int{3, 4}, recv(t, b.flushed))
+	requireNone(t, retries, "a batch flushed at once was not retried")
+}
+
 func TestPermanentErrorDropsAtOnce(t *testing.T) {
 	t.Parallel()
 
