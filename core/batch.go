@@ -48,9 +48,11 @@ func (dr *drainer) processBatch(ctx context.Context, ids []uuid.UUID) {
 	dr.completer.sweep(ctx)
 	defer dr.act.batchStarted()()
 
+	start := dr.now()
 	applied, events := dr.drainBatch(ctx, ids)
 	dr.completer.flushPending(ctx)
 	endBatch(span, applied)
+	dr.metrics.batchDrained(ctx, len(ids), applied, dr.now().Sub(start))
 	// The cycle is complete once its terminal lifecycle stages ran.
 	dr.life.afterBatch(ctx, events, func() {
 		if h := dr.opts.Hooks.OnBatchCycleComplete; h != nil {

@@ -158,6 +158,7 @@ func (c *claimer) claimOnce(ctx context.Context, fresh bool) bool {
 	recovering := c.recovering.Swap(false)
 	cctx, cancel := leaseCallContext(ctx)
 	defer cancel()
+	start := c.now()
 	res, err := c.backend.Claimer.WorkClaim(cctx, &ports.WorkClaimParams{
 		InstanceID:     c.opts.InstanceID,
 		MaxStreams:     c.opts.MaxStreamsPerBatch,
@@ -166,6 +167,7 @@ func (c *claimer) claimOnce(ctx context.Context, fresh bool) bool {
 		StaleThreshold: c.opts.StaleInstanceThreshold,
 		Now:            c.paramNow(),
 	})
+	c.metrics.claimed(ctx, c.now().Sub(start), res, err)
 	if err != nil {
 		if recovering {
 			c.recovering.Store(true) // the next claim takes the streams over

@@ -61,10 +61,10 @@ func newCompleter(e *engine, cache *dedup.Cache) (*completer, error) {
 			return nil, err
 		}
 	}
-	if c.completions, err = newFlusher(e, "completions", c.flushCompletions, c.completionsAcknowledged); err != nil {
+	if c.completions, err = newFlusher(e, flusherCompletions, c.flushCompletions, c.completionsAcknowledged); err != nil {
 		return nil, err
 	}
-	if c.failures, err = newFlusher(e, "failures", c.flushFailures, c.failuresAcknowledged); err != nil {
+	if c.failures, err = newFlusher(e, flusherFailures, c.flushFailures, c.failuresAcknowledged); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -81,6 +81,8 @@ func newFlusher[T any](e *engine, name string, flushFn func(context.Context, []c
 		Clock:           e.clock,
 		Logger:          e.log,
 		OnFlushed:       acked,
+		OnRetry:         func([]completion.Tracked[T], int, error) { e.metrics.flushRetried(name) },
+		OnDropped:       func(batch []completion.Tracked[T], _ error) { e.metrics.flushGaveUp(name, len(batch)) },
 	}, flushFn)
 }
 
@@ -176,22 +178,27 @@ func (c *completer) flushPending(ctx context.Context) {
 }
 
 func (c *completer) flushCompletions(ctx context.Context, batch []completion.Tracked[ports.Completion]) error {
+	start := c.now()
 	_, err := c.backend.Cursors.WorkComplete(ctx, &ports.WorkCompleteParams{
 		InstanceID:  c.opts.InstanceID,
 		Completions: itemsOf(batch),
 		DebugMode:   c.opts.DebugMode,
 		Now:         c.paramNow(),
 	})
+	c.metrics.flushed(ctx, flusherCompletions, len(batch), c.now().Sub(start), err)
 	return err
 }
 
 func (c *completer) flushFailures(ctx context.Context, batch []completion.Tracked[ports.Failure]) error {
-	return c.backend.Cursors.WorkFail(ctx, &ports.WorkFailParams{
+	start := c.now()
+	err := c.backend.Cursors.WorkFail(ctx, &ports.WorkFailParams{
 		InstanceID: c.opts.InstanceID,
 		Failures:   itemsOf(batch),
 		DebugMode:  c.opts.DebugMode,
 		Now:        c.paramNow(),
 	})
+	c.metrics.flushed(ctx, flusherFailures, len(batch), c.now().Sub(start), err)
+	return err
 }
 
 func (c *completer) completionsAcknowledged(batch []completion.Tracked[ports.Completion]) {

@@ -32,9 +32,9 @@ func leaseCallContext(ctx context.Context) (context.Context, context.CancelFunc)
 
 // engine is what every component of a Worker shares: the backend, the
 // registry, the validated options, the clock, the instance's logger, the
-// fault log, the tracer and the test signals. New builds it once and nothing changes
-// it afterwards (tests set their signals before they drive the engine), so
-// components read it without locks.
+// fault log, the tracer, the metric instruments and the test signals. New
+// builds it once and nothing changes it afterwards (tests set their signals
+// before they drive the engine), so components read it without locks.
 type engine struct {
 	backend ports.Backend
 	reg     *Registry
@@ -45,6 +45,7 @@ type engine struct {
 	signals *testSignals
 	stats   *statsCache
 	tracing tracing
+	metrics *metrics
 }
 
 // now is the engine's time; paramNow is what it passes to the backend: its

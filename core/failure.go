@@ -48,6 +48,7 @@ const (
 // when that was the last, the move to dead letters with the cause, at once,
 // so the pair goes on without waiting for a retry.
 func (fl *failures) eventFailed(ctx context.Context, k pairKey, row ports.WorkItem, cause error) failureOutcome {
+	fl.metrics.applyFailed(ctx, k.perspective)
 	attempts := row.Attempts + 1
 	limit := fl.opts.MaxPerspectiveEventAttempts
 	if limit == Unlimited || attempts < limit {
@@ -75,6 +76,7 @@ func (fl *failures) eventFailed(ctx context.Context, k pairKey, row ports.WorkIt
 
 // deadLettered logs and announces a dead letter.
 func (fl *failures) deadLettered(ctx context.Context, dl ports.DeadLetter) {
+	fl.metrics.deadLettered(ctx, dl)
 	fl.log.WarnContext(ctx, "event dead-lettered; its pair goes on with the next event",
 		append(pairAttrs(dl.StreamID, dl.Perspective), slog.Int64("version", dl.EventVersion), slog.String("event_id", dl.EventID.String()),
 			slog.Int("attempts", dl.Attempts), slog.String("reason", dl.Reason), slog.String("error", dl.Error))...)
@@ -122,6 +124,7 @@ func (fl *failures) failed(ctx context.Context, k pairKey, f ports.Failure, vers
 		fl.cache.AddRange(f.AppliedWorkIDs)
 	}
 	fl.parking.park(k, f.RetryAt)
+	fl.metrics.failureReported(ctx, k.perspective, failureReason(cause))
 	fl.log.WarnContext(ctx, "perspective failed on event; will retry",
 		append(pairAttrs(k.stream, k.perspective), slog.Int64("version", version), slog.Int("attempts", attempts),
 			slog.Int("max_attempts", fl.opts.MaxPerspectiveEventAttempts), slog.Time("retry_at", f.RetryAt), slog.Any("error", cause))...)

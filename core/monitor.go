@@ -134,8 +134,8 @@ func (aw *applyWatch) done() {
 	aw.m.mu.Unlock()
 }
 
-// begin notes that an apply of the event started now.
-func (aw *applyWatch) begin(eventID uuid.UUID, version int64) {
+// begin notes that an apply of the event started now, and returns now.
+func (aw *applyWatch) begin(eventID uuid.UUID, version int64) time.Time {
 	now := aw.m.now()
 	aw.mu.Lock()
 	aw.active, aw.started, aw.eventID, aw.version = true, now, eventID, version
@@ -147,6 +147,7 @@ func (aw *applyWatch) begin(eventID uuid.UUID, version int64) {
 	if now.Add(aw.m.timeout).UnixNano() < aw.m.armedAt.Load() {
 		signal(aw.m.wake)
 	}
+	return now
 }
 
 // applyOutcome is what became of an apply by the time it returned.
@@ -297,6 +298,7 @@ func (m *applyMonitor) check(ctx context.Context, wg *sync.WaitGroup) time.Time 
 // noteAbandoned logs, counts and announces an abandoned apply.
 func (m *applyMonitor) noteAbandoned(ctx context.Context, info AbandonedApply) {
 	m.abandonedTotal.Add(1)
+	m.metrics.applyAbandoned(ctx, info.Perspective)
 	m.log.ErrorContext(ctx, "apply abandoned: it ran past its deadline and ignored its cancelled context; its pair is retried while it runs on",
 		append(pairAttrs(info.StreamID, info.Perspective), slog.String("event_id", info.EventID.String()), slog.Int64("version", info.Version),
 			slog.Duration("elapsed", info.Elapsed), slog.Duration("apply_timeout", m.opts.ApplyTimeout))...)

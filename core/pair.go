@@ -112,6 +112,7 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 // letters; when that move fails, the pair is retried and nothing is applied.
 func (dr *drainer) toApply(ctx context.Context, key pairKey, rows []ports.WorkItem) []ports.WorkItem {
 	fresh, deduped := dedup.Partition(dr.cache, rows, workID)
+	dr.metrics.deduped(ctx, key.perspective, len(deduped))
 	if len(deduped) > 0 && dr.opts.Hooks.DedupObserver != nil {
 		dr.opts.Hooks.DedupObserver.OnEventsDeduped(deduped, key.perspective, key.stream)
 	}
@@ -248,8 +249,9 @@ func (r *pairRun) applyIn(ctx context.Context, i int) error {
 	if err != nil {
 		return err
 	}
-	r.watch.begin(ev.ID, ev.Version)
+	started := r.watch.begin(ev.ID, ev.Version)
 	next, err := r.p.apply(actx, r.model, ev.Type, decoded)
+	r.dr.metrics.applyTook(actx, r.key.perspective, started)
 	switch r.watch.end() {
 	case applyAbandoned:
 		return errPairAbandoned
@@ -367,6 +369,7 @@ func (c *unscopedEventContext) Value(key any) any {
 // says a crash interrupted it (the claim passes over completed ones).
 func (r *pairRun) finish(ctx context.Context) (int, []ports.Event) {
 	n := len(r.saved)
+	r.dr.metrics.pairRan(ctx, r.key.perspective, n, len(r.redelivered))
 	fire := r.dr.reg.hasReceptors(PostPerspective)
 	redelivered := fire && r.dr.backend.Lifecycle != nil && len(r.redelivered) > 0
 	if n == 0 && !redelivered || !fire && !r.task.stream.collect {

@@ -165,6 +165,7 @@ func (p *parking) infraFailed(ctx context.Context, k pairKey, op string, err err
 	delay := b.NextBackOff()
 	p.mu.Unlock()
 	p.parkFor(k, p.now().Add(delay))
+	p.metrics.backendError(ctx, k.perspective)
 	p.faults.fail(ctx, op, err, append(pairAttrs(k.stream, k.perspective), slog.Duration("retry_in", delay))...)
 }
 

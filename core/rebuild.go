@@ -52,6 +52,7 @@ func (rw *rewinder) rebuild(ctx context.Context, perspectiveName string, streams
 			return fmt.Errorf("rebuilding stream %s: %w", stream, err)
 		}
 		rebuilt++
+		rw.metrics.rewound(ctx, perspectiveName, true, rw.now().Sub(start), res.replayed, 0)
 		if h := rw.opts.Hooks.OnRewind; h != nil {
 			h(RewindInfo{StreamID: stream, Perspective: perspectiveName, Replayed: res.replayed, Duration: rw.now().Sub(start), Rebuild: true})
 		}

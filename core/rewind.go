@@ -237,6 +237,7 @@ func (rw *rewinder) rewindPair(ctx context.Context, p perspective, key pairKey, 
 		}
 		if err == nil {
 			rw.parking.infraRecovered(key)
+			rw.metrics.rewound(ctx, key.perspective, false, rw.now().Sub(start), res.replayed, len(res.fresh))
 			rw.log.InfoContext(ctx, "rewound perspective", append(pairAttrs(key.stream, key.perspective),
 				slog.Int64("trigger_version", trigger), slog.Int64("from_version", res.from), slog.Int("replayed", res.replayed),
 				slog.Int("skipped", res.skipped), slog.Int("new", len(res.fresh)))...)

@@ -216,6 +216,7 @@ func stageName(stage Stage, perspective string) string {
 func (l *lifecycle) run(ctx context.Context, stage Stage, perspective string, events []ports.Event) ([]ports.Event, error) {
 	ctx, span := l.tracing.startStage(ctx, stage, perspective, events)
 	won, keys, err := l.claim(ctx, events, stage, perspective)
+	l.metrics.stageRan(ctx, stage, len(won), err)
 	if err != nil {
 		endStage(span, 0, err)
 		return nil, err
@@ -292,6 +293,7 @@ func (l *lifecycle) fire(ctx context.Context, stage Stage, perspective string, e
 				if mode == Inline {
 					if err := l.callReceptor(rctx, rc, decoded, info); err != nil {
 						receptorFailed(ctx, rc.index, err)
+						l.metrics.receptorFailed(ctx, stage)
 						l.log.ErrorContext(ctx, "inline receptor failed", slog.String("stage", stage.String()), slog.String("event_id", e.ID.String()), slog.Any("error", err))
 					}
 					continue
@@ -299,6 +301,7 @@ func (l *lifecycle) fire(ctx context.Context, stage Stage, perspective string, e
 				dctx := context.WithoutCancel(rctx)
 				l.tasks.Go(func() {
 					if err := l.callReceptor(dctx, rc, decoded, info); err != nil {
+						l.metrics.receptorFailed(dctx, stage)
 						l.log.ErrorContext(dctx, "detached receptor failed", slog.String("stage", stage.String()), slog.String("mode", mode.String()),
 							slog.String("event_id", e.ID.String()), slog.Any("error", err))
 					}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/vantage-go/vantage/core/internal/dedup"
 	"github.com/vantage-go/vantage/ports"
@@ -27,7 +28,9 @@ var ErrStopped = errors.New("vantage: worker stopped")
 // Construct it with New, then Start it; Stop drains in-flight work, flushes
 // completions, deregisters the instance and waits for every goroutine. A
 // Worker runs once: after Stop, build a new one. Its methods are safe for
-// concurrent use.
+// concurrent use. Its observable instruments (see Options.MeterProvider)
+// report from New until Stop: call Stop on a Worker you drop, started or
+// not.
 type Worker struct {
 	*engine
 
@@ -61,6 +64,9 @@ type runState struct {
 	// Start holds it through its calls to the backend.
 	running  atomic.Bool
 	stopping atomic.Bool
+	// gauges registers the callback of the observable instruments, from
+	// New until Stop.
+	gauges metric.Registration
 }
 
 // New builds a Worker over backend for the perspectives of registry. It
@@ -90,6 +96,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		tracing: newTracing(o.TracerProvider),
 	}
 	e.stats = newStatsCache(e)
+	e.metrics = newMetrics(e)
 	w := &Worker{engine: e, run: runState{done: make(chan struct{})}}
 	queue := newDrainQueue()
 	act := newActivity(&e.opts)
@@ -134,6 +141,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	}
 	w.drain.rewind = w.rewind
 	w.consumers.drain = w.drain.processBatch
+	w.run.gauges = w.observeGauges()
 	return w, nil
 }
 
@@ -227,7 +235,10 @@ func (w *Worker) Stop(ctx context.Context) error {
 	started := w.run.started
 	w.run.mu.Unlock()
 	if !started {
-		w.run.stopOnce.Do(func() { close(w.run.done) })
+		w.run.stopOnce.Do(func() {
+			w.metrics.unobserve(w.run.gauges)
+			close(w.run.done)
+		})
 		return nil
 	}
 	w.run.stopping.Store(true)
@@ -274,6 +285,7 @@ func (w *Worker) shutdown(ctx context.Context) {
 	w.monitor.Stop()
 	w.renewer.Stop()
 	w.monitor.waitAbandons()
+	w.metrics.unobserve(w.run.gauges)
 	w.log.InfoContext(ctx, "worker stopped", w.identity()...)
 }
 
