@@ -145,4 +145,18 @@
 // under, whose trace context [Registry.Append] stores with the event), per
 // rewind and per lifecycle stage. The README's Observability section lists
 // them with their attributes.
+//
+// # Metrics
+//
+// The engine records metrics through the OpenTelemetry metric API, on the
+// meter "github.com/vantage-go/vantage" of [Options.MeterProvider] (the
+// global provider by default, which records nothing until the application
+// installs an SDK): work rows applied, failed and skipped per perspective,
+// apply durations, batches, claims, completion flushes, failures and dead
+// letters by reason, rewinds, lifecycle stages, abandoned applies, and
+// gauges of live instances, listener health and, on a backend with a
+// [ports.Stats] port, each perspective's backlog, read at most once per
+// [Options.StatsInterval]. The README's Observability section lists every
+// instrument with its unit and attributes. The library depends on the API
+// only; the application chooses the SDK and the exporter.
 package core
