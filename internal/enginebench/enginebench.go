@@ -4,8 +4,11 @@ package enginebench
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,4 +100,58 @@ func Rewind(b *testing.B, backend ports.Backend, n int64, snapshotEvery int) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(replayed)/float64(b.N), "replayed/op")
+}
+
+// CatchUp appends perStream events to each of streams new streams of
+// backend, with no worker running, then starts a worker with opts over
+// perspectives perspectives (each summing the events) and returns how long
+// it took from Start until every perspective had applied every event. opts
+// is the caller's copy: its Logger defaults to a discarding one and its
+// OnPerspectiveEventProcessed hook is taken.
+func CatchUp(b *testing.B, backend ports.Backend, perspectives, streams, perStream int, opts core.Options) time.Duration {
+	b.Helper()
+	reg := core.NewRegistry()
+	require.NoError(b, core.RegisterEvent[tick](reg, "tick"))
+	for i := range perspectives {
+		p := core.NewPerspective[sum](fmt.Sprintf("sum%d", i))
+		core.MustHandle(p, func(_ context.Context, m sum, e tick) (sum, error) {
+			m.Total += e.N
+			m.Events++
+			return m, nil
+		})
+		require.NoError(b, reg.AddPerspective(p))
+	}
+	events := make([]any, perStream)
+	for i := range events {
+		events[i] = tick{N: 1}
+	}
+	for range streams {
+		_, err := reg.Append(b.Context(), backend.Events, uuid.New(), ports.ExpectNoStream, events...)
+		require.NoError(b, err)
+	}
+
+	want := int64(perspectives * streams * perStream)
+	var applied atomic.Int64
+	done := make(chan struct{})
+	caughtUp := sync.OnceFunc(func() { close(done) })
+	opts.Hooks.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) {
+		if applied.Add(int64(e.EventCount)) >= want {
+			caughtUp()
+		}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	w, err := core.New(backend, reg, &opts)
+	require.NoError(b, err)
+	start := time.Now()
+	require.NoError(b, w.Start(b.Context()))
+	select {
+	case <-done:
+	case <-time.After(5 * time.Minute):
+		b.Fatalf("catch-up applied %d of %d events in 5 minutes", applied.Load(), want)
+	}
+	took := time.Since(start)
+	require.NoError(b, w.Stop(context.Background()))
+	return took
 }
