@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,10 +33,11 @@ func newTestMetrics(tb testing.TB, provider metric.MeterProvider) *metrics {
 	})
 }
 
-// sdkProvider returns an SDK MeterProvider, shut down at cleanup.
-func sdkProvider(tb testing.TB) *sdkmetric.MeterProvider {
+// sdkProvider returns an SDK MeterProvider with opts, shut down at
+// cleanup.
+func sdkProvider(tb testing.TB, opts ...sdkmetric.Option) *sdkmetric.MeterProvider {
 	tb.Helper()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	mp := sdkmetric.NewMeterProvider(append(opts, sdkmetric.WithReader(sdkmetric.NewManualReader()))...)
 	tb.Cleanup(func() { require.NoError(tb, mp.Shutdown(context.Background())) })
 	return mp
 }
@@ -75,5 +77,38 @@ func BenchmarkMetricsPerEvent(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// countingClock counts the reads of the system clock.
+type countingClock struct {
+	ports.SystemClock
+	reads atomic.Int64
+}
+
+func (c *countingClock) Now() time.Time {
+	c.reads.Add(1)
+	return c.SystemClock.Now()
+}
+
+// An application that drops the apply duration with a view saves the
+// clock read it needs, as with no SDK at all.
+func TestApplyDurationDroppedReadsNoClock(t *testing.T) {
+	t.Parallel()
+
+	drop := sdkmetric.NewView(sdkmetric.Instrument{Name: "vantage.perspective.apply.duration"}, sdkmetric.Stream{Aggregation: sdkmetric.AggregationDrop{}})
+	for name, tc := range map[string]struct {
+		provider metric.MeterProvider
+		reads    int64
+	}{
+		"noop":    {metricnoop.NewMeterProvider(), 0},
+		"sdk":     {sdkProvider(t), 1},
+		"dropped": {sdkProvider(t, sdkmetric.WithView(drop)), 0},
+	} {
+		m := newTestMetrics(t, tc.provider)
+		clock := &countingClock{}
+		m.clock = clock
+		m.applyTook(t.Context(), "bench", time.Now())
+		require.Equal(t, tc.reads, clock.reads.Load(), "%s: clock reads", name)
 	}
 }
