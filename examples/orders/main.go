@@ -7,6 +7,8 @@
 //	go run ./examples/orders                 # in-memory backend
 //	go run ./examples/orders -customers 2000 -instances 3
 //	go run ./examples/orders -postgres postgres://localhost/test -instances 3
+//	go run ./examples/orders -metrics :9464 -wait   # Prometheus at /metrics
+//	go run ./examples/orders -trace                 # print one order's trace
 package main
 
 import (
@@ -27,6 +29,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/vantage-go/vantage/adapters/memory"
 	"github.com/vantage-go/vantage/adapters/postgres"
@@ -55,6 +59,9 @@ type config struct {
 	profile   string
 	postgres  string
 	schema    string
+	metrics   string
+	trace     bool
+	wait      bool
 }
 
 func parseFlags(args []string, out io.Writer) (config, error) {
@@ -71,6 +78,9 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&c.profile, "cpuprofile", "", "write a CPU profile to this file")
 	fs.StringVar(&c.postgres, "postgres", os.Getenv("DATABASE_URL"), "PostgreSQL connection string (default $DATABASE_URL); empty runs in memory")
 	fs.StringVar(&c.schema, "schema", "orders_demo", "PostgreSQL schema of the demo")
+	fs.StringVar(&c.metrics, "metrics", "", "serve the engine's metrics for Prometheus at http://ADDR/metrics (e.g. :9464)")
+	fs.BoolVar(&c.trace, "trace", false, "print the trace of one order: its append and the engine's spans linked to it")
+	fs.BoolVar(&c.wait, "wait", false, "with -metrics: keep serving after the check until interrupted")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -84,6 +94,9 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	}
 	if c.timeout <= 0 {
 		return c, fmt.Errorf("-timeout must be positive, got %s", c.timeout)
+	}
+	if c.wait && c.metrics == "" {
+		return c, errors.New("-wait needs -metrics")
 	}
 	return c, nil
 }
@@ -134,6 +147,17 @@ func runDemo(ctx context.Context, cfg config, reg *core.Registry, backends []por
 		logLevel = slog.LevelWarn
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel}))
+	tel, err := newTelemetry(cfg, out)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := tel.Close(closeCtx); err != nil {
+			fmt.Fprintln(out, "orders: closing telemetry:", err)
+		}
+	}()
 
 	var applied [2]atomic.Int64 // by perspective index
 	perspectiveIndex := map[string]int{orderSummaryName: 0, customerStatsName: 1}
@@ -141,7 +165,9 @@ func runDemo(ctx context.Context, cfg config, reg *core.Registry, backends []por
 	workers := make([]*core.Worker, 0, len(backends))
 	for _, b := range backends {
 		w, err := core.New(b, reg, &core.Options{
-			Logger: logger,
+			Logger:         logger,
+			MeterProvider:  tel.meters,
+			TracerProvider: tel.tracers,
 			Hooks: core.Hooks{OnPerspectiveEventProcessed: func(e core.PerspectiveEventProcessed) {
 				applied[perspectiveIndex[e.Perspective]].Add(int64(e.EventCount))
 				select {
@@ -156,6 +182,9 @@ func runDemo(ctx context.Context, cfg config, reg *core.Registry, backends []por
 		if err := w.Start(ctx); err != nil {
 			return err
 		}
+		if len(workers) == 0 {
+			tel.serveHealth(w)
+		}
 		workers = append(workers, w)
 	}
 	defer func() {
@@ -169,7 +198,7 @@ func runDemo(ctx context.Context, cfg config, reg *core.Registry, backends []por
 	}()
 
 	start := time.Now()
-	customers, appended, err := appendOrders(ctx, cfg, reg, backends[0].Events)
+	customers, appended, err := appendOrders(ctx, cfg, reg, backends[0].Events, tel.tracers.Tracer("orders-demo"))
 	if err != nil {
 		return err
 	}
@@ -208,12 +237,20 @@ func runDemo(ctx context.Context, cfg config, reg *core.Registry, backends []por
 	if !ok {
 		return errors.New("applied events do not match appended events")
 	}
+	tel.printTrace(out)
+	if err := tel.printMetrics(ctx, out); err != nil {
+		return err
+	}
+	if cfg.wait {
+		fmt.Fprintf(out, "serving http://%s/metrics until interrupted\n", tel.addr)
+		<-ctx.Done()
+	}
 	return nil
 }
 
 // appendOrders appends every customer's orders with cfg.writers concurrent
 // writers and returns the streams and the number of events appended.
-func appendOrders(ctx context.Context, cfg config, reg *core.Registry, store ports.EventStore) ([]uuid.UUID, int64, error) {
+func appendOrders(ctx context.Context, cfg config, reg *core.Registry, store ports.EventStore, tracer trace.Tracer) ([]uuid.UUID, int64, error) {
 	customers := make([]uuid.UUID, cfg.customers)
 	for i := range customers {
 		customers[i] = uuid.Must(uuid.NewV7())
@@ -226,7 +263,7 @@ func appendOrders(ctx context.Context, cfg config, reg *core.Registry, store por
 	for range cfg.writers {
 		wg.Go(func() {
 			for i := range jobs {
-				n, err := appendCustomer(ctx, cfg, reg, store, customers[i], i)
+				n, err := appendCustomer(ctx, cfg, reg, store, tracer, customers[i], i)
 				appended.Add(n)
 				if err != nil {
 					once.Do(func() { firstErr = err })
@@ -242,7 +279,9 @@ func appendOrders(ctx context.Context, cfg config, reg *core.Registry, store por
 	return customers, appended.Load(), firstErr
 }
 
-func appendCustomer(ctx context.Context, cfg config, reg *core.Registry, store ports.EventStore, customer uuid.UUID, seed int) (int64, error) {
+// appendCustomer appends the customer's orders; the first customer's first
+// order is appended under a span of its own, the one -trace prints.
+func appendCustomer(ctx context.Context, cfg config, reg *core.Registry, store ports.EventStore, tracer trace.Tracer, customer uuid.UUID, seed int) (int64, error) {
 	var n int64
 	version := int64(0)
 	for o := range cfg.orders {
@@ -256,7 +295,13 @@ func appendCustomer(ctx context.Context, cfg config, reg *core.Registry, store p
 		if expected == 0 {
 			expected = ports.ExpectNoStream
 		}
-		res, err := reg.Append(ctx, store, customer, expected, events...)
+		actx, span := ctx, trace.SpanFromContext(ctx)
+		if seed == 0 && o == 0 {
+			actx, span = tracer.Start(ctx, tracedOrder, trace.WithAttributes(
+				attribute.String("order.id", order.String()), attribute.String("customer.id", customer.String())))
+		}
+		res, err := reg.Append(actx, store, customer, expected, events...)
+		span.End()
 		if err != nil {
 			return n, fmt.Errorf("appending order %d of customer %s: %w", o, customer, err)
 		}
