@@ -187,15 +187,19 @@ func runDemo(ctx context.Context, cfg config, reg *core.Registry, backends []por
 		}
 		workers = append(workers, w)
 	}
-	defer func() {
-		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		for _, w := range workers {
-			if err := w.Stop(stopCtx); err != nil {
-				fmt.Fprintln(out, "orders: stopping worker:", err)
+	var stopOnce sync.Once
+	stopAll := func() {
+		stopOnce.Do(func() {
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			for _, w := range workers {
+				if err := w.Stop(stopCtx); err != nil {
+					fmt.Fprintln(out, "orders: stopping worker:", err)
+				}
 			}
-		}
-	}()
+		})
+	}
+	defer stopAll()
 
 	start := time.Now()
 	customers, appended, err := appendOrders(ctx, cfg, reg, backends[0].Events, tel.tracers.Tracer("orders-demo"))
@@ -237,9 +241,12 @@ func runDemo(ctx context.Context, cfg config, reg *core.Registry, backends []por
 	if !ok {
 		return errors.New("applied events do not match appended events")
 	}
-	tel.printTrace(out)
 	if err := tel.printMetrics(ctx, out); err != nil {
 		return err
+	}
+	if cfg.trace {
+		stopAll() // every batch span ends
+		tel.printTrace(out)
 	}
 	if cfg.wait {
 		fmt.Fprintf(out, "serving http://%s/metrics until interrupted\n", tel.addr)

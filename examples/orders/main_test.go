@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -22,5 +23,25 @@ func TestRunRejectsBadFlags(t *testing.T) {
 	var out bytes.Buffer
 	require.ErrorContains(t, run(t.Context(), []string{"-customers", "0"}, &out), "-customers must be at least 1, got 0")
 	require.ErrorContains(t, run(t.Context(), []string{"-timeout", "-1s"}, &out), "-timeout must be positive")
+	require.ErrorContains(t, run(t.Context(), []string{"-wait"}, &out), "-wait needs -metrics")
 	require.Error(t, run(t.Context(), []string{"-nope"}, &out))
+}
+
+func TestRunPrintsTheTraceOfOneOrder(t *testing.T) {
+	t.Parallel()
+
+	var out bytes.Buffer
+	err := run(t.Context(), []string{"-customers", "10", "-orders", "1", "-items", "2", "-trace"}, &out)
+	require.NoError(t, err, out.String())
+	require.Contains(t, out.String(), `trace of one order: span "place order"`)
+	// One order of 4 events (place, 2 items, ship), applied by both
+	// perspectives, each apply in a batch.
+	var applies int
+	for line := range strings.Lines(out.String()) {
+		if strings.Contains(line, "links to it: vantage.apply ") {
+			require.Contains(t, line, "in vantage.batch ", line)
+			applies++
+		}
+	}
+	require.Equal(t, 8, applies, out.String())
 }

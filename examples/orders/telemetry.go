@@ -134,7 +134,8 @@ const tracedOrder = "place order"
 
 // printTrace prints the trace of the traced order: the application's span
 // that appended it and every span of the engine linked to it (the applies
-// of its events, each under its batch).
+// of its events, each in its batch's trace). Call it once the workers
+// stopped, so that every batch span has ended.
 func (t *telemetry) printTrace(out io.Writer) {
 	if t.spans == nil {
 		return
@@ -152,7 +153,7 @@ func (t *telemetry) printTrace(out io.Writer) {
 		fmt.Fprintln(out, "trace: the traced order's span was not recorded")
 		return
 	}
-	fmt.Fprintf(out, "trace %s: %s (%s)\n", root.SpanContext.TraceID(), root.Name, describe(root.Attributes))
+	fmt.Fprintf(out, "trace of one order: span %q in trace %s (%s)\n", root.Name, root.SpanContext.TraceID(), describe(root.Attributes))
 	var linked []tracetest.SpanStub
 	for _, s := range spans {
 		for _, l := range s.Links {
@@ -164,11 +165,14 @@ func (t *telemetry) printTrace(out io.Writer) {
 	}
 	slices.SortFunc(linked, func(a, b tracetest.SpanStub) int { return a.StartTime.Compare(b.StartTime) })
 	for _, s := range linked {
-		parent := "no parent"
+		attrs := attribute.NewSet(s.Attributes...)
+		version, _ := attrs.Value("vantage.event.version")
+		typ, _ := attrs.Value("vantage.event.type")
+		where := "no parent"
 		if p, ok := byID[s.Parent.SpanID()]; ok {
-			parent = "in " + p.Name + " " + p.SpanContext.TraceID().String()[:8]
+			where = fmt.Sprintf("in %s %s (%s)", p.Name, p.SpanContext.TraceID().String()[:8], describe(p.Attributes))
 		}
-		fmt.Fprintf(out, "  linked: %-34s %8s  %s (%s)\n", s.Name, s.EndTime.Sub(s.StartTime).Round(time.Microsecond), describe(s.Attributes), parent)
+		fmt.Fprintf(out, "  links to it: %-28s v%-2s %-22s %7s  %s\n", s.Name, version.Emit(), typ.Emit(), s.EndTime.Sub(s.StartTime).Round(time.Microsecond), where)
 	}
 	if len(linked) == 0 {
 		fmt.Fprintln(out, "  no engine span links to it")
