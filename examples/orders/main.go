@@ -168,6 +168,7 @@ func runDemo(ctx context.Context, cfg config, reg *core.Registry, backends []por
 			Logger:         logger,
 			MeterProvider:  tel.meters,
 			TracerProvider: tel.tracers,
+			StatsInterval:  50 * time.Millisecond, // the demo waits on the backlog below
 			Hooks: core.Hooks{OnPerspectiveEventProcessed: func(e core.PerspectiveEventProcessed) {
 				applied[perspectiveIndex[e.Perspective]].Add(int64(e.EventCount))
 				select {
@@ -226,6 +227,12 @@ func runDemo(ctx context.Context, cfg config, reg *core.Registry, backends []por
 	}
 	elapsed := time.Since(start)
 	fmt.Fprintf(out, "caught up in %s: %.0f events/s appended and applied by both perspectives\n", elapsed.Round(time.Millisecond), float64(appended)/elapsed.Seconds())
+
+	// Completions are acknowledged in batches after the applies: wait
+	// until the backlog is empty, so that the metrics show nothing pending.
+	if err := waitNothingPending(ctx, workers[0], deadline.C); err != nil {
+		return err
+	}
 
 	// The check reads the stored models: each counts the events it applied.
 	summaries, stats, err := countStored(ctx, backends[0].Models, customers)
@@ -377,4 +384,34 @@ func openPostgres(ctx context.Context, cfg config, backends []ports.Backend) (fu
 		backends[i] = store.Backend()
 	}
 	return closeAll, nil
+}
+
+// waitNothingPending waits until the backlog figures show no pending work
+// row. A backend without them has nothing to wait for.
+func waitNothingPending(ctx context.Context, w *core.Worker, deadline <-chan time.Time) error {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		lag, err := w.Lag(ctx)
+		if errors.Is(err, core.ErrNoStats) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading the backlog: %w", err)
+		}
+		pending := int64(0)
+		for _, p := range lag.Perspectives {
+			pending += p.Pending
+		}
+		if pending == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline:
+			return fmt.Errorf("%d work rows still pending", pending)
+		case <-tick.C:
+		}
+	}
 }

@@ -45,3 +45,21 @@ func TestRunPrintsTheTraceOfOneOrder(t *testing.T) {
 	}
 	require.Equal(t, 8, applies, out.String())
 }
+
+func TestRunServesMetricsForPrometheus(t *testing.T) {
+	t.Parallel()
+
+	var out bytes.Buffer
+	err := run(t.Context(), []string{"-customers", "40", "-orders", "2", "-items", "2", "-metrics", "127.0.0.1:0"}, &out)
+	require.NoError(t, err, out.String())
+	// The demo scrapes its own endpoint once it caught up: every event
+	// applied by each perspective, and nothing left pending.
+	for _, line := range []string{
+		`vantage_perspective_events_total{vantage_outcome="applied",vantage_perspective="order_summary"} 320`,
+		`vantage_perspective_events_total{vantage_outcome="applied",vantage_perspective="customer_stats"} 320`,
+		`vantage_perspective_lag_pending{vantage_perspective="order_summary"} 0`,
+		`vantage_instances_live 1`,
+	} {
+		require.Contains(t, out.String(), line)
+	}
+}

@@ -47,7 +47,7 @@ func newTelemetry(cfg config, out io.Writer) (*telemetry, error) {
 		// A registry of its own: the demo's page shows Vantage's
 		// instruments and nothing of the Go runtime's.
 		registry := prometheus.NewRegistry()
-		exporter, err := otelprom.New(otelprom.WithRegisterer(registry))
+		exporter, err := otelprom.New(otelprom.WithRegisterer(registry), otelprom.WithoutScopeInfo())
 		if err != nil {
 			return nil, fmt.Errorf("building the Prometheus exporter: %w", err)
 		}
