@@ -13,7 +13,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -64,16 +63,13 @@ type count struct {
 var errPoison = errors.New("poison pill")
 
 // Run runs the workload on a backend newBackend returns (fresh, with its
-// own cleanup). A backend without a Stats port gets the fake of LagTracker,
-// so the lag gauges are checked either way.
+// own cleanup). The backend must have a Stats port: the lag gauges are
+// checked.
 func Run(t *testing.T, newBackend func(t *testing.T) ports.Backend, f Features) {
 	t.Helper()
 	clock := clocktest.NewOffset()
 	b := newBackend(t)
-	if b.Stats == nil {
-		b = NewLagTracker(clock).Wrap(b)
-	}
-	b.Claimer = liveCounter{b.Claimer}
+	require.NotNil(t, b.Stats, "the backend has no Stats port")
 	reader := sdkmetric.NewManualReader()
 	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { require.NoError(t, provider.Shutdown(context.Background())) })
@@ -395,176 +391,4 @@ func (c Collection) GaugeFloat(t testing.TB, name string, kvs ...attribute.KeyVa
 	}
 	t.Fatalf("%s has no data point %v", name, kvs)
 	return 0
-}
-
-// liveCounter stands in for an adapter that does not count the live
-// instances its heartbeats see (InstanceHeartbeatResult.Live is 0): the
-// workload runs one instance, so one is live. A count the adapter gives is
-// left alone.
-type liveCounter struct{ ports.WorkClaimer }
-
-func (lc liveCounter) InstanceHeartbeat(ctx context.Context, p *ports.InstanceHeartbeatParams) (*ports.InstanceHeartbeatResult, error) {
-	res, err := lc.WorkClaimer.InstanceHeartbeat(ctx, p)
-	if err == nil && res.Live == 0 {
-		res.Live = 1
-	}
-	return res, err
-}
-
-// LagTracker is a ports.Stats for backends that have none: it follows the
-// work rows of a backend through its ports (appended with their events,
-// gone when a completion or failure report moves the cursor past them or
-// they are moved to dead letters), as a backend would count them. It knows
-// only what passes through the backend Wrap returns, and does not follow
-// late events or requeues.
-type LagTracker struct {
-	clock ports.Clock
-
-	mu      sync.Mutex
-	pending map[pairKey][]row
-}
-
-type pairKey struct {
-	stream      uuid.UUID
-	perspective string
-}
-
-type row struct {
-	version int64
-	at      time.Time
-}
-
-// NewLagTracker returns a tracker that dates appends on clock.
-func NewLagTracker(clock ports.Clock) *LagTracker {
-	return &LagTracker{clock: clock, pending: map[pairKey][]row{}}
-}
-
-// Wrap returns b with the tracker as its Stats, watching its appends,
-// completions and dead letters.
-func (lt *LagTracker) Wrap(b ports.Backend) ports.Backend {
-	b.Events = trackedEvents{EventStore: b.Events, lt: lt}
-	b.Cursors = trackedCursors{CursorStore: b.Cursors, lt: lt}
-	b.DeadLetters = trackedDeadLetters{DeadLetterStore: b.DeadLetters, lt: lt}
-	b.Stats = lt
-	return b
-}
-
-// PerspectivesLag implements ports.Stats.
-func (lt *LagTracker) PerspectivesLag(_ context.Context, p *ports.PerspectivesLagParams) ([]ports.PerspectiveLag, error) {
-	now := p.Now
-	if now.IsZero() {
-		now = lt.clock.Now()
-	}
-	lt.mu.Lock()
-	defer lt.mu.Unlock()
-	byName := map[string]*ports.PerspectiveLag{}
-	var names []string
-	for k, rows := range lt.pending {
-		if len(rows) == 0 {
-			continue
-		}
-		l, ok := byName[k.perspective]
-		if !ok {
-			l = &ports.PerspectiveLag{Perspective: k.perspective}
-			byName[k.perspective] = l
-			names = append(names, k.perspective)
-		}
-		l.Pending += int64(len(rows))
-		for _, r := range rows {
-			l.OldestAge = max(l.OldestAge, now.Sub(r.at))
-		}
-	}
-	out := make([]ports.PerspectiveLag, 0, len(names))
-	slices.Sort(names)
-	for _, n := range names {
-		out = append(out, *byName[n])
-	}
-	return out, nil
-}
-
-func (lt *LagTracker) appended(params *ports.EventsAppendParams, res *ports.EventsAppendResult) {
-	if res.AlreadyStored {
-		return
-	}
-	perspectives := map[string][]string{}
-	for _, s := range params.Subscriptions {
-		perspectives[s.EventType] = append(perspectives[s.EventType], s.Perspective)
-	}
-	at := lt.clock.Now()
-	lt.mu.Lock()
-	defer lt.mu.Unlock()
-	for _, e := range res.Events {
-		for _, p := range perspectives[e.Type] {
-			k := pairKey{stream: e.StreamID, perspective: p}
-			lt.pending[k] = append(lt.pending[k], row{version: e.Version, at: at})
-		}
-	}
-}
-
-// done forgets the rows of a pair up to version (or, with only, the row at
-// version alone).
-func (lt *LagTracker) done(stream uuid.UUID, perspective string, version int64, only bool) {
-	lt.mu.Lock()
-	defer lt.mu.Unlock()
-	k := pairKey{stream: stream, perspective: perspective}
-	rows := lt.pending[k][:0]
-	for _, r := range lt.pending[k] {
-		if r.version > version || only && r.version < version {
-			rows = append(rows, r)
-		}
-	}
-	lt.pending[k] = rows
-}
-
-type trackedEvents struct {
-	ports.EventStore
-	lt *LagTracker
-}
-
-func (te trackedEvents) EventsAppend(ctx context.Context, params *ports.EventsAppendParams) (*ports.EventsAppendResult, error) {
-	res, err := te.EventStore.EventsAppend(ctx, params)
-	if err == nil {
-		te.lt.appended(params, res)
-	}
-	return res, err
-}
-
-type trackedCursors struct {
-	ports.CursorStore
-	lt *LagTracker
-}
-
-func (tc trackedCursors) WorkComplete(ctx context.Context, params *ports.WorkCompleteParams) (*ports.WorkCompleteResult, error) {
-	res, err := tc.CursorStore.WorkComplete(ctx, params)
-	if err == nil {
-		for _, c := range params.Completions {
-			tc.lt.done(c.StreamID, c.Perspective, c.LastVersion, false)
-		}
-	}
-	return res, err
-}
-
-func (tc trackedCursors) WorkFail(ctx context.Context, params *ports.WorkFailParams) error {
-	err := tc.CursorStore.WorkFail(ctx, params)
-	if err == nil {
-		for _, f := range params.Failures {
-			if len(f.AppliedWorkIDs) > 0 {
-				tc.lt.done(f.StreamID, f.Perspective, f.LastVersion, false)
-			}
-		}
-	}
-	return err
-}
-
-type trackedDeadLetters struct {
-	ports.DeadLetterStore
-	lt *LagTracker
-}
-
-func (td trackedDeadLetters) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMoveParams) (*ports.DeadLetterMoveResult, error) {
-	res, err := td.DeadLetterStore.DeadLetterMove(ctx, params)
-	if err == nil && res.Moved {
-		td.lt.done(res.DeadLetter.StreamID, res.DeadLetter.Perspective, res.DeadLetter.EventVersion, true)
-	}
-	return res, err
 }
