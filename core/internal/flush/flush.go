@@ -103,7 +103,9 @@ type Options[T any] struct {
 	// timeout. Defaults to ports.SystemClock.
 	Clock ports.Clock
 	// Logger receives retry warnings, drop errors and debug lifecycle
-	// messages. Defaults to slog.Default().
+	// messages, each with the attribute flusher=<name>; it names the
+	// component itself, since a JSON line carrying a key twice loses one
+	// of the values downstream. Defaults to slog.Default().
 	Logger *slog.Logger
 	// OnFlushed, when set, is called with every batch flush accepted. It
 	// runs on the loop goroutine before the next batch starts, so it must
@@ -216,7 +218,7 @@ func New[T any](name string, opts Options[T], flush func(ctx context.Context, ba
 		opts:      opts,
 		backoff:   retry.Backoff{Initial: opts.RetryBase, Max: opts.RetryMax, Multiplier: opts.RetryMultiplier},
 		flush:     flush,
-		logger:    opts.Logger.With(slog.String("component", "flush"), slog.String("flusher", name)),
+		logger:    opts.Logger.With(slog.String("flusher", name)),
 		threshold: min(opts.ImmediateAt, opts.MaxBatch),
 		closing:   make(chan struct{}),
 		wake:      make(chan struct{}, 1),
