@@ -2,11 +2,13 @@ package conformance
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/vantage-go/vantage/internal/logtest"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -68,6 +70,33 @@ func runNotifier(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			requireWake(t, first)
 			requireWake(t, second)
 		},
+		"TakesNilParams": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			if tb.backend.Notifier == nil {
+				t.Skip("adapter does not implement ports.Notifier")
+			}
+			wakes, err := tb.backend.Notifier.NotifierListen(t.Context(), nil)
+			require.NoError(t, err, "a nil params is the zero NotifierListenParams")
+
+			require.NoError(t, tb.backend.Notifier.NotifierPublish(t.Context()))
+
+			requireWake(t, wakes)
+		},
+		"TakesSubscriberLogger": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			logger, logs := logtest.NewJSON(slog.LevelDebug)
+			wakes := listenWith(t.Context(), t, tb.backend, &ports.NotifierListenParams{Logger: logger})
+
+			require.NoError(t, tb.backend.Notifier.NotifierPublish(t.Context()))
+
+			requireWake(t, wakes)
+			// What the adapter logs about this subscription, if anything,
+			// names its component once (the subscriber's logger has none);
+			// Lines fails on a key logged twice.
+			for _, line := range logs.Lines(t) {
+				require.NotEmpty(t, line["component"], "a line of the adapter names its component: %v", line)
+			}
+		},
 		"WakesOnAppend": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			wakes := listen(t.Context(), t, tb.open(t))
@@ -83,10 +112,16 @@ func runNotifier(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 // listen subscribes to b's wakes until ctx is done.
 func listen(ctx context.Context, t *testing.T, b ports.Backend) <-chan ports.Wake {
 	t.Helper()
+	return listenWith(ctx, t, b, &ports.NotifierListenParams{})
+}
+
+// listenWith subscribes to b's wakes with params until ctx is done.
+func listenWith(ctx context.Context, t *testing.T, b ports.Backend, params *ports.NotifierListenParams) <-chan ports.Wake {
+	t.Helper()
 	if b.Notifier == nil {
 		t.Skip("adapter does not implement ports.Notifier")
 	}
-	wakes, err := b.Notifier.NotifierListen(ctx)
+	wakes, err := b.Notifier.NotifierListen(ctx, params)
 	require.NoError(t, err)
 	require.NotNil(t, wakes)
 	return wakes

@@ -20,10 +20,13 @@ type listener struct {
 	count atomic.Uint64
 	// onWake is called for each notification.
 	onWake func()
+	// backendLog is the logger handed to the backend's Notifier, which
+	// names its own component.
+	backendLog *slog.Logger
 }
 
-func newListener(e *engine, onWake func()) *listener {
-	return &listener{engine: e, onWake: onWake}
+func newListener(e *engine, backendLog *slog.Logger, onWake func()) *listener {
+	return &listener{engine: e, backendLog: backendLog, onWake: onWake}
 }
 
 // Start subscribes to the backend's notifications and launches the loop
@@ -38,7 +41,7 @@ func (l *listener) Start(ctx context.Context) {
 		l.log.InfoContext(ctx, "the backend has no notifier; polling only")
 		return
 	}
-	wakes, err := l.backend.Notifier.NotifierListen(ctx)
+	wakes, err := l.backend.Notifier.NotifierListen(ctx, &ports.NotifierListenParams{Logger: l.backendLog})
 	if err != nil {
 		l.log.WarnContext(ctx, "notifications unavailable; polling only", slog.Any("error", err))
 		return

@@ -84,7 +84,11 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		return nil, fmt.Errorf("building worker: %w", err)
 	}
 	clock := cmp.Or[ports.Clock](o.Clock, ports.SystemClock{})
-	log := o.Logger.With(slog.String("component", "vantage.worker"), slog.String("instance_id", o.InstanceID.String()))
+	// Every line names the instance; each part of the engine adds its
+	// component once (the backend's notifier its own), never on top of
+	// another's.
+	instanceLog := o.Logger.With(slog.String("instance_id", o.InstanceID.String()))
+	log := instanceLog.With(slog.String("component", "vantage.worker"))
 	e := &engine{
 		backend: backend,
 		reg:     registry,
@@ -110,7 +114,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	for range o.MaxConcurrentDrainConsumers {
 		w.consumers.wakes = append(w.consumers.wakes, make(chan struct{}, 1))
 	}
-	w.notes = newListener(e, func() {
+	w.notes = newListener(e, instanceLog, func() {
 		signal(w.claims.notify)
 		w.consumers.wakeAll()
 	})

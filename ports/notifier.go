@@ -2,6 +2,7 @@ package ports
 
 import (
 	"context"
+	"log/slog"
 )
 
 // Notifier carries wake-up hints. Notifications are best effort: polling is
@@ -10,11 +11,24 @@ import (
 // their relaxed notify-healthy cadences.
 type Notifier interface {
 	// NotifierListen subscribes to wake signals. The returned channel has a
-	// buffer of one and coalesces bursts; it is closed once ctx is done.
-	NotifierListen(ctx context.Context) (<-chan Wake, error)
+	// buffer of one and coalesces bursts; it is closed once ctx is done. A
+	// nil params is the zero NotifierListenParams.
+	NotifierListen(ctx context.Context, params *NotifierListenParams) (<-chan Wake, error)
 	// NotifierPublish wakes every listener of this backend (service).
 	NotifierPublish(ctx context.Context) error
 	// NotifierHealthy reports whether notifications are currently delivered
 	// (the engine relaxes its poll cadence only while true).
 	NotifierHealthy() bool
+}
+
+// NotifierListenParams are the inputs of NotifierListen.
+type NotifierListenParams struct {
+	// Logger, when set, receives what the adapter logs about the delivery
+	// of the subscription's wakes (a listener's connection lost and
+	// regained, say) in place of the adapter's own logger, so that these
+	// lines join the subscriber's, with its attributes. The adapter adds
+	// its own "component" attribute, so Logger should carry none: a JSON
+	// line holding a key twice loses one of the values. Defaults to the
+	// adapter's logger.
+	Logger *slog.Logger
 }

@@ -77,7 +77,7 @@ func TestClose(t *testing.T) {
 	t.Run("ClosesListenersAndRejectsCalls", func(t *testing.T) {
 		t.Parallel()
 		tb := setup(t)
-		wakes, err := tb.store.NotifierListen(t.Context())
+		wakes, err := tb.store.NotifierListen(t.Context(), nil)
 		require.NoError(t, err)
 
 		require.NoError(t, tb.store.Close())
@@ -91,7 +91,7 @@ func TestClose(t *testing.T) {
 			StreamID: uuid.New(), Events: []ports.NewEvent{{Type: "T", Data: []byte(`{}`)}},
 		})
 		require.ErrorIs(t, err, ports.ErrClosed)
-		_, err = tb.store.NotifierListen(t.Context())
+		_, err = tb.store.NotifierListen(t.Context(), nil)
 		require.ErrorIs(t, err, ports.ErrClosed)
 		require.ErrorIs(t, tb.store.NotifierPublish(t.Context()), ports.ErrClosed)
 	})
@@ -108,7 +108,7 @@ func TestClose(t *testing.T) {
 		t.Parallel()
 		tb := setup(t)
 		ctx, cancel := context.WithCancel(t.Context())
-		wakes, err := tb.store.NotifierListen(ctx)
+		wakes, err := tb.store.NotifierListen(ctx, nil)
 		require.NoError(t, err)
 		require.NoError(t, tb.store.Close())
 
@@ -127,7 +127,7 @@ func TestCanceledContext(t *testing.T) {
 
 	_, err := tb.store.InstancesList(ctx)
 	require.ErrorIs(t, err, context.Canceled)
-	_, err = tb.store.NotifierListen(ctx)
+	_, err = tb.store.NotifierListen(ctx, nil)
 	require.ErrorIs(t, err, context.Canceled)
 }
 
@@ -231,7 +231,7 @@ func TestNoAliasing(t *testing.T) {
 func TestNotifierCoalescesExactly(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
-	wakes, err := tb.store.NotifierListen(t.Context())
+	wakes, err := tb.store.NotifierListen(t.Context(), nil)
 	require.NoError(t, err)
 
 	for range 3 {

@@ -16,8 +16,9 @@ type listener struct {
 // of one: a wake published while one is already buffered is coalesced into
 // it. The channel is closed once ctx is done or the store is closed. No
 // goroutine runs while the listener waits; context.AfterFunc starts one,
-// briefly, when ctx ends. It returns ctx.Err() if ctx is already done.
-func (s *Store) NotifierListen(ctx context.Context) (<-chan ports.Wake, error) {
+// briefly, when ctx ends. In-process delivery has nothing to log, so
+// params.Logger is unused. It returns ctx.Err() if ctx is already done.
+func (s *Store) NotifierListen(ctx context.Context, _ *ports.NotifierListenParams) (<-chan ports.Wake, error) {
 	if err := s.lock(ctx); err != nil {
 		return nil, err
 	}

@@ -190,7 +190,7 @@ func TestAppendTx(t *testing.T) {
 		b := setup(t)
 		subscribe(t, b, testPerspective)
 		listener := newStore(t, b.schema)
-		wakes, err := listener.backend.Notifier.NotifierListen(ctx)
+		wakes, err := listener.backend.Notifier.NotifierListen(ctx, nil)
 		require.NoError(t, err)
 
 		tx, err := b.pool.Begin(ctx)
@@ -345,9 +345,9 @@ func TestSchemasAreIndependent(t *testing.T) {
 	subscribe(t, b, "other")
 	stream := newUUID(t)
 
-	aWakes, err := a.backend.Notifier.NotifierListen(ctx)
+	aWakes, err := a.backend.Notifier.NotifierListen(ctx, nil)
 	require.NoError(t, err)
-	bWakes, err := b.backend.Notifier.NotifierListen(ctx)
+	bWakes, err := b.backend.Notifier.NotifierListen(ctx, nil)
 	require.NoError(t, err)
 
 	for _, tb := range []*testBundle{a, b} {

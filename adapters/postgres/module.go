@@ -32,7 +32,8 @@ import (
 // each supplied as a value or a pointer (fx.Supply(&postgres.Options{...})
 // or fx.Supply(postgres.Options{...}); both forms of one type at once is an
 // error rather than a silent choice), and the application's *slog.Logger,
-// which the Store and its listener log to unless Options.Logger is set.
+// which the Store and its listener log to unless Options.Logger is set (a
+// worker's listener logs to the worker's logger).
 // Without them the defaults apply.
 //
 // On start the module migrates Options.Schema to the latest version (unless

@@ -158,7 +158,7 @@ func TestModule(t *testing.T) {
 			fx.Populate(&backend),
 		)
 		app.RequireStart()
-		_, err := backend.Notifier.NotifierListen(t.Context())
+		_, err := backend.Notifier.NotifierListen(t.Context(), nil)
 		require.NoError(t, err)
 		app.RequireStop() // closing the Store waits for the listener's last record
 		require.NotEmpty(t, withMessage(records.all(), "listener stopped"), "the listener logs to the application's logger")

@@ -32,7 +32,10 @@ type notifier struct {
 	connString string
 	minDelay   time.Duration
 	maxDelay   time.Duration
-	logger     *slog.Logger
+	schema     string
+	// logger is the Store's, for the lines about the listener while no
+	// subscriber brought a logger of its own (see log).
+	logger *slog.Logger
 
 	connected atomic.Bool // the listener's connection is up
 	listening atomic.Bool // our LISTEN was acknowledged once
@@ -73,6 +76,10 @@ type notifier struct {
 type subscription struct {
 	ch   chan ports.Wake
 	stop func() bool // unregisters the context.AfterFunc
+	// base is NotifierListenParams.Logger, nil when none was given, and
+	// logger the same with the listener's attributes.
+	base   *slog.Logger
+	logger *slog.Logger
 }
 
 func newNotifier(s *Store) *notifier {
@@ -81,7 +88,8 @@ func newNotifier(s *Store) *notifier {
 		connString: s.opts.ConnString,
 		minDelay:   s.opts.ListenerMinReconnect,
 		maxDelay:   s.opts.ListenerMaxReconnect,
-		logger:     s.opts.Logger.With(slog.String("component", "postgres.listener"), slog.String("schema", s.opts.Schema)),
+		schema:     s.opts.Schema,
+		logger:     listenerLogger(s.opts.Logger, s.opts.Schema),
 		subs:       map[*subscription]struct{}{},
 		up:         make(chan struct{}),
 		failed:     make(chan struct{}),
@@ -100,21 +108,38 @@ func newNotifier(s *Store) *notifier {
 // Wake{Reconnected: true} and is never coalesced away. The channel is
 // closed once ctx is done or the Store is closed. It returns ports.ErrClosed
 // after Close, and ctx's error when ctx ends before NotifierListen returns.
-func (s *Store) NotifierListen(ctx context.Context) (<-chan ports.Wake, error) {
+//
+// The listener, shared by the Store's subscriptions, logs its connection
+// events to the params.Logger of each open subscription (once per distinct
+// logger), with component=postgres.listener and the schema; while none is
+// open, or none gave a Logger, to Options.Logger.
+func (s *Store) NotifierListen(ctx context.Context, params *ports.NotifierListenParams) (<-chan ports.Wake, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return s.notifier.listen(ctx)
+	var logger *slog.Logger
+	if params != nil {
+		logger = params.Logger
+	}
+	return s.notifier.listen(ctx, logger)
 }
 
-func (n *notifier) listen(ctx context.Context) (<-chan ports.Wake, error) {
+// listenerLogger is logger with the attributes of the listener's lines.
+func listenerLogger(logger *slog.Logger, schema string) *slog.Logger {
+	return logger.With(slog.String("component", "postgres.listener"), slog.String("schema", schema))
+}
+
+func (n *notifier) listen(ctx context.Context, logger *slog.Logger) (<-chan ports.Wake, error) {
+	sub := &subscription{ch: make(chan ports.Wake, 1), base: logger, logger: n.logger}
+	if logger != nil {
+		sub.logger = listenerLogger(logger, n.schema)
+	}
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
 		return nil, fmt.Errorf("listening for wakes: %w", ports.ErrClosed)
 	}
 	n.startLocked()
-	sub := &subscription{ch: make(chan ports.Wake, 1)}
 	n.subs[sub] = struct{}{}
 	sub.stop = context.AfterFunc(ctx, func() { n.unsubscribe(sub) })
 	ready := n.ready
@@ -135,7 +160,7 @@ func (n *notifier) listen(ctx context.Context) (<-chan ports.Wake, error) {
 	case <-n.failed:
 		return n.late(sub), nil
 	case <-timer.C:
-		n.logger.Warn("listener not connected yet; relying on polling until it is", slog.String("channel", n.channel))
+		sub.logger.Warn("listener not connected yet; relying on polling until it is", slog.String("channel", n.channel))
 		return n.late(sub), nil
 	case <-ctx.Done():
 		n.unsubscribe(sub)
@@ -219,8 +244,8 @@ func (n *notifier) startLocked() {
 // dispatch fans the listener's notifications out until the listener is
 // closed. pq sends nil after a reconnect: notifications may have been lost.
 func (n *notifier) dispatch(l *pq.Listener) {
-	n.logger.Debug("listener started", slog.String("channel", n.channel))
-	defer n.logger.Debug("listener stopped", slog.String("channel", n.channel))
+	n.log(slog.LevelDebug, "listener started", slog.String("channel", n.channel))
+	defer n.log(slog.LevelDebug, "listener stopped", slog.String("channel", n.channel))
 	for msg := range l.Notify {
 		switch {
 		case msg == nil:
@@ -243,10 +268,10 @@ func (n *notifier) event(ev pq.ListenerEventType, err error) {
 		n.connected.Store(true)
 		n.upOnce.Do(func() { close(n.up) })
 		if n.outage.since.IsZero() {
-			n.logger.Debug("listener connected", slog.String("event", ev.String()))
+			n.log(slog.LevelDebug, "listener connected", slog.String("event", ev.String()))
 			return
 		}
-		n.logger.Info("listener reconnected",
+		n.log(slog.LevelInfo, "listener reconnected",
 			slog.Duration("down_for", time.Since(n.outage.since)), slog.Int("failed_attempts", n.outage.failed))
 		n.outage.since, n.outage.failed = time.Time{}, 0
 	case pq.ListenerEventDisconnected:
@@ -257,7 +282,7 @@ func (n *notifier) event(ev pq.ListenerEventType, err error) {
 		n.failOnce.Do(func() { close(n.failed) })
 		n.down(err)
 		n.outage.failed++
-		n.logger.Debug("listener connection attempt failed", slog.Int("failed_attempts", n.outage.failed), slog.Any("error", err))
+		n.log(slog.LevelDebug, "listener connection attempt failed", slog.Int("failed_attempts", n.outage.failed), slog.Any("error", err))
 	}
 }
 
@@ -268,7 +293,30 @@ func (n *notifier) down(err error) {
 		return
 	}
 	n.outage.since = time.Now()
-	n.logger.Warn("listener disconnected; relying on polling until it reconnects", slog.Any("error", err))
+	n.log(slog.LevelWarn, "listener disconnected; relying on polling until it reconnects", slog.Any("error", err))
+}
+
+// log logs a line about the listener to the logger of every open
+// subscription that gave one, once per distinct logger, or to the Store's
+// when there is none: each subscriber learns, in its own log, why its wakes
+// stop and resume.
+func (n *notifier) log(level slog.Level, msg string, attrs ...any) {
+	var loggers []*slog.Logger
+	n.mu.Lock()
+	seen := map[*slog.Logger]bool{}
+	for sub := range n.subs {
+		if sub.base != nil && !seen[sub.base] {
+			seen[sub.base] = true
+			loggers = append(loggers, sub.logger)
+		}
+	}
+	n.mu.Unlock()
+	if len(loggers) == 0 {
+		loggers = append(loggers, n.logger)
+	}
+	for _, l := range loggers {
+		l.Log(context.Background(), level, msg, attrs...)
+	}
 }
 
 // broadcast offers w to every subscriber without blocking. A wake already

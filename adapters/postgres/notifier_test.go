@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/adapters/postgres"
+	"github.com/vantage-go/vantage/core"
+	"github.com/vantage-go/vantage/internal/logtest"
 	"github.com/vantage-go/vantage/internal/pgtest"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -38,7 +40,7 @@ func TestNotifier(t *testing.T) {
 		ctx := t.Context()
 		b := setup(t)
 		require.False(t, b.store.NotifierHealthy(), "not healthy before the first Listen")
-		wakes, err := b.store.NotifierListen(ctx)
+		wakes, err := b.store.NotifierListen(ctx, nil)
 		require.NoError(t, err)
 		require.True(t, b.store.NotifierHealthy())
 
@@ -74,7 +76,7 @@ func TestNotifier(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, store.Close()) })
 
-		wakes, err := store.NotifierListen(ctx)
+		wakes, err := store.NotifierListen(ctx, nil)
 		require.NoError(t, err)
 		require.True(t, store.NotifierHealthy())
 
@@ -116,11 +118,11 @@ func TestNotifier(t *testing.T) {
 		// The listener cannot log in: NotifierListen returns once its first
 		// attempt failed, well before it would have given up waiting (5s).
 		started := time.Now()
-		wakes, err := store.NotifierListen(ctx)
+		wakes, err := store.NotifierListen(ctx, nil)
 		require.NoError(t, err)
 		require.Less(t, time.Since(started), 4*time.Second, "NotifierListen waited for a listener that cannot connect")
 		require.False(t, store.NotifierHealthy())
-		again, err := store.NotifierListen(ctx)
+		again, err := store.NotifierListen(ctx, nil)
 		require.NoError(t, err, "a second subscriber does not wait either")
 
 		logs.waitFor(t, "at least three failed attempts", func(rs []slog.Record) bool {
@@ -156,14 +158,14 @@ func TestNotifier(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		b := setup(t)
-		wakes, err := b.store.NotifierListen(ctx)
+		wakes, err := b.store.NotifierListen(ctx, nil)
 		require.NoError(t, err)
 		require.NoError(t, b.store.Close())
 		_, open := <-wakes
 		require.False(t, open)
 		require.NoError(t, b.store.Close())
 		require.False(t, b.store.NotifierHealthy())
-		_, err = b.store.NotifierListen(ctx)
+		_, err = b.store.NotifierListen(ctx, nil)
 		require.ErrorIs(t, err, ports.ErrClosed)
 		_, err = b.store.InstancesList(ctx)
 		require.ErrorIs(t, err, ports.ErrClosed)
@@ -179,12 +181,12 @@ func TestNotifier(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		b := setup(t)
-		wakes, err := b.store.NotifierListen(ctx)
+		wakes, err := b.store.NotifierListen(ctx, nil)
 		require.NoError(t, err)
 		require.NoError(t, b.store.NotifierPublish(ctx))
 		// Wait until the plain wake is buffered: a second subscriber
 		// receiving it proves the listener dispatched it.
-		probe, err := b.store.NotifierListen(ctx)
+		probe, err := b.store.NotifierListen(ctx, nil)
 		require.NoError(t, err)
 		require.NoError(t, b.store.NotifierPublish(ctx))
 		wait(t, probe, "the probe's wake")
@@ -215,7 +217,7 @@ func TestNotifier(t *testing.T) {
 		store, err := postgres.New(pool, postgres.Options{Schema: schema, ListenerMinReconnect: 10 * time.Millisecond, Logger: testLogger(t)})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, store.Close()) })
-		wakes, err := store.NotifierListen(ctx)
+		wakes, err := store.NotifierListen(ctx, nil)
 		require.NoError(t, err)
 		require.True(t, store.NotifierHealthy(), "pq accepted the derived connection string")
 		require.NoError(t, store.NotifierPublish(ctx))
@@ -310,4 +312,68 @@ func attrs(r slog.Record) map[string]slog.Value {
 		return true
 	})
 	return out
+}
+
+// TestWorkerListenerLogsToWorkerLogger runs a worker on a Store that has no
+// Logger of its own, with a JSON logger in core.Options, and makes its
+// listener reconnect: the listener's lines must reach the worker's logger,
+// as JSON with the worker's instance id, and not slog.Default, where they
+// would come out as text in the middle of the application's JSON.
+//
+// Not parallel: it replaces slog.Default, which the parallel tests of the
+// package only use once this test ended (they wait for every sequential
+// test) and its Store was closed.
+func TestWorkerListenerLogsToWorkerLogger(t *testing.T) {
+	defaults := newLogRecorder(t)
+	prev := slog.Default()
+	slog.SetDefault(slog.New(defaults))
+	t.Cleanup(func() { slog.SetDefault(prev) }) // after the Store's Close, registered below
+
+	ctx := t.Context()
+	store, err := postgres.New(pgtest.NewPool(t, 4), postgres.Options{
+		Schema:               pgtest.Schema(t),
+		ConnString:           pgtest.ConnString(t),
+		ListenerMinReconnect: 10 * time.Millisecond,
+		ListenerMaxReconnect: 200 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, store.Close()) })
+
+	logger, logs := logtest.NewJSON(slog.LevelDebug)
+	reg := core.NewRegistry()
+	require.NoError(t, core.RegisterEvent[driftAdded](reg, "listener.added"))
+	p := core.NewPerspective[driftTotal]("listener_totals")
+	core.MustHandle(p, func(_ context.Context, m driftTotal, e driftAdded) (driftTotal, error) {
+		m.Sum += e.N
+		return m, nil
+	})
+	require.NoError(t, reg.AddPerspective(p))
+	w, err := core.New(store.Backend(), reg, &core.Options{Logger: logger})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+		defer cancel()
+		require.NoError(t, w.Stop(stopCtx))
+	})
+	require.True(t, store.NotifierHealthy(), "Start waits for the LISTEN")
+
+	require.Equal(t, 1, terminateListener(t, store))
+	logs.WaitFor(t, "the listener's reconnection in the worker's log", 10*time.Second, func(ls []logtest.Line) bool {
+		return len(logtest.WithMsg(ls, "listener reconnected")) > 0
+	})
+
+	lines := logs.Lines(t) // fails on a repeated key
+	for _, msg := range []string{"listener disconnected; relying on polling until it reconnects", "listener reconnected"} {
+		got := logtest.WithMsg(lines, msg)
+		require.Len(t, got, 1, "%q is logged once per outage", msg)
+		require.Equal(t, "postgres.listener", got[0]["component"], msg)
+		require.Equal(t, w.InstanceID().String(), got[0]["instance_id"], msg)
+		require.Equal(t, store.Schema(), got[0]["schema"], msg)
+	}
+	require.Equal(t, "WARN", logtest.WithMsg(lines, "listener disconnected; relying on polling until it reconnects")[0].Level())
+	require.Equal(t, "INFO", logtest.WithMsg(lines, "listener reconnected")[0].Level())
+	for _, r := range defaults.all() {
+		require.NotContains(t, r.Message, "listener", "a listener line went to slog.Default: %q", r.Message)
+	}
 }

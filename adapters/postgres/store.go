@@ -47,7 +47,10 @@ type Options struct {
 	// ListenerMaxReconnect caps the reconnect delay. Defaults to
 	// ListenerMaxReconnectDefault. Must be at least ListenerMinReconnect.
 	ListenerMaxReconnect time.Duration
-	// Logger receives the listener's connection events. Defaults to
+	// Logger receives the listener's connection events while no
+	// subscription brought a logger of its own: a worker hands its
+	// logger to NotifierListen (ports.NotifierListenParams.Logger), so
+	// that the listener's lines join the engine's. Defaults to
 	// slog.Default().
 	Logger *slog.Logger
 	// Schema holds the adapter's tables. Defaults to SchemaDefault. Must

@@ -206,7 +206,7 @@ func ptr[T any](v T) *T { return &v }
 // silentNotifier never wakes anyone, so only polls and explicit requests do.
 type silentNotifier struct{}
 
-func (silentNotifier) NotifierListen(ctx context.Context) (<-chan ports.Wake, error) {
+func (silentNotifier) NotifierListen(context.Context, *ports.NotifierListenParams) (<-chan ports.Wake, error) {
 	return nil, errors.New("notifications disabled in this test")
 }
 func (silentNotifier) NotifierPublish(context.Context) error { return nil }
