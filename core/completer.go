@@ -12,6 +12,7 @@ import (
 	"github.com/vantage-go/vantage/core/completion"
 	"github.com/vantage-go/vantage/core/internal/dedup"
 	"github.com/vantage-go/vantage/core/internal/flush"
+	"github.com/vantage-go/vantage/core/internal/retry"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -80,10 +81,36 @@ func newFlusher[T any](e *engine, name string, flushFn func(context.Context, []c
 		RetryMultiplier: e.opts.FlushRetry.Multiplier,
 		Clock:           e.clock,
 		Logger:          e.log,
+		Faults:          flushFaults{e.faults},
 		OnFlushed:       acked,
 		OnRetry:         func([]completion.Tracked[T], int, error) { e.metrics.flushRetried(name) },
 		OnDropped:       func(batch []completion.Tracked[T], _ error) { e.metrics.flushGaveUp(name, len(batch)) },
 	}, flushFn)
+}
+
+// flushFaults hands the flushers' failures to the engine's fault log, so
+// that an outage costs a few lines per flusher rather than one per retry
+// and per batch: a failing flush is logged like any background operation
+// ("flushing completions failed", a summary, "recovered"), and the batches
+// given up on at most once per faultSummaryEvery, with how many items were
+// dropped since.
+type flushFaults struct{ f *faultLog }
+
+func (ff flushFaults) Fail(ctx context.Context, op string, err error, attrs ...any) {
+	ff.f.fail(ctx, op, err, attrs...)
+}
+
+func (ff flushFaults) OK(ctx context.Context, op string) { ff.f.ok(ctx, op) }
+
+func (ff flushFaults) Drop(ctx context.Context, op, msg string, n int, err error, attrs ...any) {
+	// The last call of a batch failed too: it counts as a failure of the
+	// operation, unless the backend refused the items (no outage) or the
+	// worker is stopping.
+	if ctx.Err() == nil && !retry.Permanent(err) {
+		ff.f.fail(ctx, op, err, attrs...)
+	}
+	ff.f.recur(ctx, recurrence{key: op + ": " + msg, every: faultSummaryEvery, level: slog.LevelError, msg: msg, countKey: "dropped_items", op: op},
+		n, append(attrs, slog.Any("error", err))...)
 }
 
 // Start launches the flushers; they run until Stop or until ctx ends.

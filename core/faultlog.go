@@ -22,6 +22,10 @@ const faultSummaryEvery = 10 * time.Second
 // The first success after failures is logged at Info with how long the
 // operation failed and how often. A database outage of ten seconds thus
 // costs a few lines per operation, not one per claim tick.
+//
+// Conditions that are no failure of an operation but may recur as often
+// (a batch given up on, work of an unknown perspective skipped) are logged
+// by recur, at most once per interval, with a count.
 type faultLog struct {
 	log   *slog.Logger
 	clock ports.Clock
@@ -29,8 +33,9 @@ type faultLog struct {
 	// atomic load on the paths that succeed.
 	failing atomic.Int32
 
-	mu  sync.Mutex
-	ops map[string]*faultState
+	mu     sync.Mutex
+	ops    map[string]*faultState
+	recurs map[string]*recurState
 }
 
 type faultState struct {
@@ -41,7 +46,7 @@ type faultState struct {
 }
 
 func newFaultLog(log *slog.Logger, clock ports.Clock) *faultLog {
-	return &faultLog{log: log, clock: clock, ops: map[string]*faultState{}}
+	return &faultLog{log: log, clock: clock, ops: map[string]*faultState{}, recurs: map[string]*recurState{}}
 }
 
 // fail records a failure of op, logging it when it is the first or a
@@ -79,20 +84,103 @@ func (f *faultLog) fail(ctx context.Context, op string, err error, attrs ...any)
 		slog.Duration("failing_for", now.Sub(since)), slog.Any("error", err))...)
 }
 
-// ok records a success of op, logging the recovery when it failed before.
+// ok records a success of op, logging the recovery when it failed before,
+// preceded by what the recurrences tied to op (see recurrence.op) counted
+// since their last line.
 func (f *faultLog) ok(ctx context.Context, op string, attrs ...any) {
 	if f.failing.Load() == 0 {
 		return
 	}
 	f.mu.Lock()
 	st, failed := f.ops[op]
+	var untold []untoldRecurrence
 	if failed {
 		delete(f.ops, op)
 		f.failing.Add(-1)
+		untold = f.untoldLocked(op, f.clock.Now())
 	}
 	f.mu.Unlock()
-	if failed {
-		f.log.InfoContext(ctx, op+" recovered", append(attrs,
-			slog.Int("failures", st.failures), slog.Duration("failed_for", f.clock.Now().Sub(st.since)))...)
+	if !failed {
+		return
 	}
+	for _, u := range untold {
+		f.log.Log(ctx, u.level, u.msg, u.attrs...)
+	}
+	f.log.InfoContext(ctx, op+" recovered", append(attrs,
+		slog.Int("failures", st.failures), slog.Duration("failed_for", f.clock.Now().Sub(st.since)))...)
+}
+
+// recurrence is a condition that may recur many times a second, logged by
+// faultLog.recur at most once per every.
+type recurrence struct {
+	key      string // names the condition: one count per key
+	every    time.Duration
+	level    slog.Level
+	msg      string
+	countKey string // the attribute that carries the summed counts
+	// op, when set, is the operation whose failures cause the condition:
+	// its recovery tells what was counted since the last line, which no
+	// later occurrence will.
+	op string
+}
+
+type recurState struct {
+	r           recurrence
+	told        time.Time // last line logged
+	count       int       // sum of n since told
+	occurrences int       // since told
+	attrs       []any     // of the latest occurrence
+}
+
+// untoldRecurrence is a line ok logs for a recurrence it ends.
+type untoldRecurrence struct {
+	level slog.Level
+	msg   string
+	attrs []any
+}
+
+// recur records an occurrence of r that counts n (events, items), and logs
+// r.msg when it is the first of its key or every passed since the previous
+// line. A line carries, as r.countKey, the sum of n over the occurrences
+// it stands for (those since the previous line, its own included) and how
+// many they were ("occurrences"), with attrs of the latest. Occurrences
+// counted after the last line are told with the next one, or when r.op
+// recovers; a condition that stops recurring without either keeps them
+// untold.
+func (f *faultLog) recur(ctx context.Context, r recurrence, n int, attrs ...any) {
+	now := f.clock.Now()
+	f.mu.Lock()
+	st, ok := f.recurs[r.key]
+	if !ok {
+		st = &recurState{r: r}
+		f.recurs[r.key] = st
+	}
+	st.count += n
+	st.occurrences++
+	st.attrs = attrs
+	tell := !ok || now.Sub(st.told) >= r.every
+	count, occurrences := st.count, st.occurrences
+	if tell {
+		st.told, st.count, st.occurrences, st.attrs = now, 0, 0, nil
+	}
+	f.mu.Unlock()
+	if tell {
+		f.log.Log(ctx, r.level, r.msg, append(attrs, slog.Int(r.countKey, count), slog.Int("occurrences", occurrences))...)
+	}
+}
+
+// untoldLocked returns the lines of the recurrences tied to op that
+// counted occurrences since their last line, and resets them. The caller
+// holds f.mu.
+func (f *faultLog) untoldLocked(op string, now time.Time) []untoldRecurrence {
+	var out []untoldRecurrence
+	for _, st := range f.recurs {
+		if st.r.op != op || st.occurrences == 0 {
+			continue
+		}
+		out = append(out, untoldRecurrence{level: st.r.level, msg: st.r.msg, attrs: append(st.attrs,
+			slog.Int(st.r.countKey, st.count), slog.Int("occurrences", st.occurrences))})
+		st.told, st.count, st.occurrences, st.attrs = now, 0, 0, nil
+	}
+	return out
 }

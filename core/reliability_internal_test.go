@@ -89,6 +89,51 @@ func TestFaultLogTellsRepeatsOnce(t *testing.T) {
 	require.Equal(t, 10250*time.Millisecond, recs.attr(3, "failed_for").Duration())
 }
 
+func TestFaultLogRecurTellsOncePerInterval(t *testing.T) {
+	t.Parallel()
+
+	clock := clocktest.NewFake()
+	recs := &logRecords{}
+	f := newFaultLog(slog.New(recs), clock)
+	ctx := t.Context()
+	dropped := recurrence{key: "drops", every: 10 * time.Second, level: slog.LevelError, msg: "dropping batch", countKey: "dropped_items", op: "flushing completions"}
+	transient := fmt.Errorf("connection refused: %w", ports.ErrTransient)
+
+	f.fail(ctx, "flushing completions", transient)
+	for range 25 { // a batch of 3 dropped every second for 25s
+		f.recur(ctx, dropped, 3, slog.String("flusher", "completions"))
+		clock.Advance(time.Second)
+	}
+	f.ok(ctx, "flushing completions")
+
+	require.Equal(t, []string{
+		"WARN flushing completions failed; retrying",
+		"ERROR dropping batch",
+		"ERROR dropping batch",
+		"ERROR dropping batch",
+		"ERROR dropping batch",
+		"INFO flushing completions recovered",
+	}, recs.lines(), "the first drop, one line per 10s, and what was left untold when the operation recovered")
+	for i, want := range map[int]struct{ items, occurrences int64 }{
+		1: {3, 1},   // at 0s
+		2: {30, 10}, // at 10s: the drops of 1s..10s
+		3: {30, 10}, // at 20s
+		4: {12, 4},  // at the recovery: 21s..24s
+	} {
+		require.Equal(t, want.items, recs.attr(i, "dropped_items").Int64(), "line %d", i)
+		require.Equal(t, want.occurrences, recs.attr(i, "occurrences").Int64(), "line %d", i)
+		require.Equal(t, "completions", recs.attr(i, "flusher").String(), "line %d", i)
+	}
+
+	// A recovery tells nothing twice, and a recurrence of another
+	// operation is not its to tell.
+	f.recur(ctx, recurrence{key: "other", every: time.Minute, level: slog.LevelWarn, msg: "skipping", countKey: "events_skipped"}, 1)
+	f.recur(ctx, recurrence{key: "other", every: time.Minute, level: slog.LevelWarn, msg: "skipping", countKey: "events_skipped"}, 1)
+	f.fail(ctx, "flushing completions", transient)
+	f.ok(ctx, "flushing completions")
+	require.Equal(t, []string{"WARN skipping", "WARN flushing completions failed; retrying", "INFO flushing completions recovered"}, recs.lines()[6:])
+}
+
 // startMonitor runs an apply monitor with the given deadline and grace on a
 // fake clock until the test ends; closing work ends the work, as Stop's
 // deadline does.

@@ -17,7 +17,8 @@
 // RetryMultiplier, capped at RetryMax, no jitter), up to MaxAttempts calls
 // in all. The next batch waits meanwhile, so nothing is reordered. After
 // the last failure the batch is dropped: OnDropped is called and an Error
-// is logged. A permanent error (retry.Permanent: the backend refused the
+// is logged (each retry and each drop goes to Options.Faults when set, so
+// that the owner logs them rate-limited). A permanent error (retry.Permanent: the backend refused the
 // batch as invalid) is not retried, since the same batch would be refused
 // again: a batch of several items is halved, and each half flushed in turn,
 // so that only the items the backend refuses are dropped, each after its
@@ -102,11 +103,19 @@ type Options[T any] struct {
 	// Clock drives the coalescing window, the retry backoff and the drain
 	// timeout. Defaults to ports.SystemClock.
 	Clock ports.Clock
-	// Logger receives retry warnings, drop errors and debug lifecycle
-	// messages, each with the attribute flusher=<name>; it names the
-	// component itself, since a JSON line carrying a key twice loses one
-	// of the values downstream. Defaults to slog.Default().
+	// Logger receives retry warnings, drop errors (unless Faults is set)
+	// and debug lifecycle messages, each with the attribute
+	// flusher=<name>; it names the component itself, since a JSON line
+	// carrying a key twice loses one of the values downstream. Defaults to
+	// slog.Default().
 	Logger *slog.Logger
+	// Faults, when set, is told of every failed flush call that is
+	// retried, every batch dropped and every flush call that succeeded, in
+	// place of the retry warnings and drop errors logged to Logger, so
+	// that the owner logs them with its other background failures: once,
+	// then summed up, and their recovery. Defaults to logging each retry
+	// and drop to Logger.
+	Faults Faults
 	// OnFlushed, when set, is called with every batch flush accepted. It
 	// runs on the loop goroutine before the next batch starts, so it must
 	// be quick, and must not call Close.
@@ -120,14 +129,48 @@ type Options[T any] struct {
 	OnRetry func(batch []T, attempt int, err error)
 }
 
+// Faults is told what goes wrong in a Flusher (see Options.Faults). Its
+// methods are called on the loop goroutine, so they must be quick. op names
+// the flusher's operation: "flushing <name>"; attrs start with
+// flusher=<name>.
+type Faults interface {
+	// Fail is told of a failed flush call whose batch is tried again;
+	// attrs describe the attempt (attempt, max_attempts, batch_size,
+	// retry_in).
+	Fail(ctx context.Context, op string, err error, attrs ...any)
+	// OK is told of every flush call that succeeded.
+	OK(ctx context.Context, op string)
+	// Drop is told of a batch of n items given up on after err (the error
+	// of its last call, or the cause of the flusher's stop); msg says what
+	// becomes of the items, and attrs describe the batch.
+	Drop(ctx context.Context, op, msg string, n int, err error, attrs ...any)
+}
+
+// logFaults is the Faults of a Flusher without Options.Faults: every retry
+// is logged at Warn and every drop at Error, to Options.Logger (the attrs
+// name the flusher).
+type logFaults struct{ logger *slog.Logger }
+
+func (l logFaults) Fail(ctx context.Context, _ string, err error, attrs ...any) {
+	l.logger.WarnContext(ctx, "flush failed; retrying the same batch", append(attrs, slog.String("error", err.Error()))...)
+}
+
+func (l logFaults) OK(context.Context, string) {}
+
+func (l logFaults) Drop(ctx context.Context, _, msg string, _ int, err error, attrs ...any) {
+	l.logger.ErrorContext(ctx, msg, append(attrs, slog.String("error", err.Error()))...)
+}
+
 // Flusher buffers items and flushes them in batches on one goroutine. The
 // zero value is not usable; call New. Safe for concurrent use.
 type Flusher[T any] struct {
 	name    string
+	op      string     // "flushing <name>", for Faults
 	opts    Options[T] // defaults applied
 	backoff retry.Backoff
 	flush   func(ctx context.Context, batch []T) error
 	logger  *slog.Logger
+	faults  Faults
 	// threshold ends a coalescing window: min(ImmediateAt, MaxBatch).
 	threshold int
 
@@ -213,12 +256,19 @@ func New[T any](name string, opts Options[T], flush func(ctx context.Context, ba
 	}
 	opts.Clock = cmp.Or[ports.Clock](opts.Clock, ports.SystemClock{})
 	opts.Logger = cmp.Or(opts.Logger, slog.Default())
+	logger := opts.Logger.With(slog.String("flusher", name))
+	faults := opts.Faults
+	if faults == nil {
+		faults = logFaults{opts.Logger}
+	}
 	return &Flusher[T]{
 		name:      name,
+		op:        "flushing " + name,
 		opts:      opts,
 		backoff:   retry.Backoff{Initial: opts.RetryBase, Max: opts.RetryMax, Multiplier: opts.RetryMultiplier},
 		flush:     flush,
-		logger:    opts.Logger.With(slog.String("flusher", name)),
+		logger:    logger,
+		faults:    faults,
 		threshold: min(opts.ImmediateAt, opts.MaxBatch),
 		closing:   make(chan struct{}),
 		wake:      make(chan struct{}, 1),
@@ -494,6 +544,7 @@ func (f *Flusher[T]) flushBatch(ctx context.Context, batch []T) {
 	for attempt := 1; ; attempt++ {
 		err := f.flush(ctx, batch)
 		if err == nil {
+			f.faults.OK(ctx, f.op)
 			if f.opts.OnFlushed != nil {
 				f.opts.OnFlushed(batch)
 			}
@@ -520,12 +571,12 @@ func (f *Flusher[T]) flushBatch(ctx context.Context, batch []T) {
 		if f.opts.OnRetry != nil {
 			f.opts.OnRetry(batch, attempt, err)
 		}
-		f.logger.WarnContext(ctx, "flush failed; retrying the same batch",
+		f.faults.Fail(ctx, f.op, err,
+			slog.String("flusher", f.name),
 			slog.Int("attempt", attempt),
 			slog.Int("max_attempts", f.opts.MaxAttempts),
 			slog.Int("batch_size", len(batch)),
-			slog.Duration("retry_in", wait),
-			slog.String("error", err.Error()))
+			slog.Duration("retry_in", wait))
 		if !f.sleep(ctx, wait) {
 			f.drop(ctx, batch, attempt, err)
 			return
@@ -559,12 +610,12 @@ func (f *Flusher[T]) drop(ctx context.Context, batch []T, attempts int, err erro
 }
 
 // giveUp drops batch after attempts failed calls, the last with err, and
-// logs msg at Error.
+// reports msg to Faults.
 func (f *Flusher[T]) giveUp(ctx context.Context, batch []T, attempts int, err error, msg string) {
 	attrs := []any{
+		slog.String("flusher", f.name),
 		slog.Int("batch_size", len(batch)),
 		slog.Int("attempts", attempts),
-		slog.String("error", err.Error()),
 	}
 	if cause := context.Cause(ctx); cause != nil {
 		attrs = append(attrs, slog.String("stopped", cause.Error()))
@@ -572,7 +623,7 @@ func (f *Flusher[T]) giveUp(ctx context.Context, batch []T, attempts int, err er
 		f.stopDropped += len(batch)
 		f.mu.Unlock()
 	}
-	f.logger.ErrorContext(ctx, msg, attrs...)
+	f.faults.Drop(ctx, f.op, msg, len(batch), err, attrs...)
 	if f.opts.OnDropped != nil {
 		f.opts.OnDropped(batch, err)
 	}
@@ -589,10 +640,9 @@ func (f *Flusher[T]) dropRemaining(ctx context.Context) {
 		return
 	}
 	err := context.Cause(ctx)
-	f.logger.ErrorContext(ctx, "dropping queued items: flusher stopped before flushing them; "+
+	f.faults.Drop(ctx, f.op, "dropping queued items: flusher stopped before flushing them; "+
 		"their rows stay leased until their lease expires and are re-delivered",
-		slog.Int("batch_size", len(rest)),
-		slog.String("error", err.Error()))
+		len(rest), err, slog.String("flusher", f.name), slog.Int("batch_size", len(rest)))
 	if f.opts.OnDropped != nil {
 		f.opts.OnDropped(rest, err)
 	}

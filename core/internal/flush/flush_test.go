@@ -91,6 +91,44 @@ func (h *logRecorder) messages(level slog.Level) []string {
 	return out
 }
 
+// faultRecorder is a flush.Faults that keeps a line per call.
+type faultRecorder struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (r *faultRecorder) add(line string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lines = append(r.lines, line)
+}
+
+func (r *faultRecorder) calls() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.lines)
+}
+
+// attr returns the value of the slog.Attr named key in attrs.
+func attr(attrs []any, key string) any {
+	for _, a := range attrs {
+		if a, ok := a.(slog.Attr); ok && a.Key == key {
+			return a.Value.Any()
+		}
+	}
+	return nil
+}
+
+func (r *faultRecorder) Fail(_ context.Context, op string, err error, attrs ...any) {
+	r.add(fmt.Sprintf("fail %s: attempt %v of a batch of %v: %v", op, attr(attrs, "attempt"), attr(attrs, "batch_size"), err))
+}
+
+func (r *faultRecorder) OK(_ context.Context, op string) { r.add("ok " + op) }
+
+func (r *faultRecorder) Drop(_ context.Context, op, _ string, n int, err error, attrs ...any) {
+	r.add(fmt.Sprintf("drop %s: %d items after %v attempts: %v", op, n, attr(attrs, "attempts"), err))
+}
+
 type dropped struct {
 	batch []int
 	err   error
@@ -432,6 +470,31 @@ func TestFlusher(t *testing.T) {
 		require.Len(t, warns, 1)
 		require.Contains(t, warns[0], "retrying")
 		require.Empty(t, b.logs.messages(slog.LevelError))
+	})
+
+	t.Run("FaultsTakeRetriesAndDropsFromTheLogger", func(t *testing.T) {
+		t.Parallel()
+		faults := &faultRecorder{}
+		b := started(t, flush.Options[int]{MaxAttempts: 2, Faults: faults})
+		require.NoError(t, b.flusher.Add(t.Context(), 1, 2))
+		flushed := flushAsync(t.Context(), b.flusher)
+		require.Equal(t, []int{1, 2}, b.answer(t, errFlush))
+		wait(t, b.clock.WaitTimers(1))
+		b.clock.Advance(flush.RetryBaseDefault)
+		require.Equal(t, []int{1, 2}, b.answer(t, errFlush))
+		require.ErrorIs(t, recv(t, flushed), errFlush)
+		require.NoError(t, b.flusher.Add(t.Context(), 3))
+		flushed = flushAsync(t.Context(), b.flusher)
+		require.Equal(t, []int{3}, b.answer(t, nil))
+		require.NoError(t, recv(t, flushed))
+
+		require.Equal(t, []string{
+			"fail flushing test: attempt 1 of a batch of 2: database unavailable",
+			"drop flushing test: 2 items after 2 attempts: database unavailable",
+			"ok flushing test",
+		}, faults.calls(), "each failed call retried, each drop and each success, in order")
+		require.Empty(t, b.logs.messages(slog.LevelWarn), "the retries went to Faults only")
+		require.Empty(t, b.logs.messages(slog.LevelError), "the drop went to Faults only")
 	})
 
 	t.Run("FlushReportsDroppedItems", func(t *testing.T) {

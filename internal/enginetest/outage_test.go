@@ -1,0 +1,337 @@
+package enginetest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vantage-go/vantage/adapters/memory"
+	"github.com/vantage-go/vantage/core"
+	"github.com/vantage-go/vantage/internal/clocktest"
+	"github.com/vantage-go/vantage/internal/logtest"
+	"github.com/vantage-go/vantage/ports"
+)
+
+// outage fails the engine's coordination calls while down is set, as an
+// unreachable database would: claims, heartbeats, lease renewals, fetches,
+// completions, failures, cursor reads and dead-letter requeues. The models
+// stay reachable (they may live elsewhere), so the events applied during
+// the outage pile up outcomes that cannot be sent. It counts the failed
+// calls by the operation of the engine that makes them, as the engine's
+// log names it.
+type outage struct {
+	down atomic.Bool
+
+	mu     sync.Mutex
+	failed map[string]int
+}
+
+func (o *outage) err(op string) error {
+	if !o.down.Load() {
+		return nil
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.failed == nil {
+		o.failed = map[string]int{}
+	}
+	o.failed[op]++
+	return fmt.Errorf("dial tcp 10.0.0.5:5432: connect: connection refused: %w", ports.ErrTransient)
+}
+
+// failedOps returns the operations that failed at least once, with how
+// many of their calls failed.
+func (o *outage) failedOps() map[string]int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return maps.Clone(o.failed)
+}
+
+// outageClaimer also reports the streams of every claim that went
+// through to claimed.
+type outageClaimer struct {
+	ports.WorkClaimer
+	o       *outage
+	claimed func([]uuid.UUID)
+}
+
+func (c outageClaimer) WorkClaim(ctx context.Context, p *ports.WorkClaimParams) (*ports.WorkClaimResult, error) {
+	if err := c.o.err("claiming work"); err != nil {
+		return nil, err
+	}
+	res, err := c.WorkClaimer.WorkClaim(ctx, p)
+	if err == nil {
+		c.claimed(res.StreamIDs)
+	}
+	return res, err
+}
+
+func (c outageClaimer) InstanceHeartbeat(ctx context.Context, p *ports.InstanceHeartbeatParams) (*ports.InstanceHeartbeatResult, error) {
+	if err := c.o.err("heartbeat"); err != nil {
+		return nil, err
+	}
+	return c.WorkClaimer.InstanceHeartbeat(ctx, p)
+}
+
+func (c outageClaimer) WorkRenewLeases(ctx context.Context, p *ports.WorkRenewLeasesParams) (int, error) {
+	if err := c.o.err("renewing leases"); err != nil {
+		return 0, err
+	}
+	return c.WorkClaimer.WorkRenewLeases(ctx, p)
+}
+
+type outageFetcher struct {
+	ports.EventFetcher
+	o *outage
+}
+
+func (f outageFetcher) EventsFetchPending(ctx context.Context, p *ports.EventsFetchPendingParams) (*ports.EventsFetchPendingResult, error) {
+	if err := f.o.err("fetching pending events"); err != nil {
+		return nil, err
+	}
+	return f.EventFetcher.EventsFetchPending(ctx, p)
+}
+
+type outageCursors struct {
+	ports.CursorStore
+	o *outage
+}
+
+func (c outageCursors) WorkComplete(ctx context.Context, p *ports.WorkCompleteParams) (*ports.WorkCompleteResult, error) {
+	if err := c.o.err("flushing completions"); err != nil {
+		return nil, err
+	}
+	return c.CursorStore.WorkComplete(ctx, p)
+}
+
+func (c outageCursors) WorkFail(ctx context.Context, p *ports.WorkFailParams) error {
+	if err := c.o.err("flushing failures"); err != nil {
+		return err
+	}
+	return c.CursorStore.WorkFail(ctx, p)
+}
+
+func (c outageCursors) CursorsGet(ctx context.Context, p *ports.CursorsGetParams) ([]ports.Cursor, error) {
+	if err := c.o.err("reading cursors"); err != nil {
+		return nil, err
+	}
+	return c.CursorStore.CursorsGet(ctx, p)
+}
+
+type outageDeadLetters struct {
+	ports.DeadLetterStore
+	o *outage
+}
+
+func (d outageDeadLetters) DeadLettersRecover(ctx context.Context, p *ports.DeadLettersRecoverParams) ([]ports.DeadLetter, error) {
+	if err := d.o.err("requeueing dead letters for the new generation"); err != nil {
+		return nil, err
+	}
+	return d.DeadLetterStore.DeadLettersRecover(ctx, p)
+}
+
+// TestOutageLoggedOncePerOperation takes the backend's coordination calls
+// down for 9 seconds of the worker's clock (a claim every 250ms, a
+// heartbeat and a dead-letter requeue every second), while a stream is
+// being drained (its leases need renewing), outcomes are being sent (a
+// completion and a failure, each retried and then dropped by its flusher)
+// and a stream that received events meanwhile is fetched again. Each
+// background operation must log its first failure, at most one summary
+// per 10s, and one Info line when it recovers, saying how long it failed
+// and how often: a few lines per operation, not one per claim tick, retry
+// or batch.
+//
+// The worker runs in a synctest bubble on a fake clock: after each tick
+// of the clock, synctest.Wait returns once every goroutine of the worker
+// is blocked again, so each loop has done its tick's work before the
+// clock moves on, however slowly the machine schedules it.
+func TestOutageLoggedOncePerOperation(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, testOutageLoggedOncePerOperation)
+}
+
+func testOutageLoggedOncePerOperation(t *testing.T) {
+	const (
+		tick      = 250 * time.Millisecond // the claim interval
+		outageFor = 9 * time.Second
+	)
+	clock := clocktest.NewFake()
+	mem := memory.New(memory.Options{Clock: clock}).Backend()
+	down := &outage{}
+	b := mem
+	b.Notifier = nil // claims every ClaimInterval
+	b.Fetcher = outageFetcher{EventFetcher: mem.Fetcher, o: down}
+	b.Cursors = outageCursors{CursorStore: mem.Cursors, o: down}
+	b.DeadLetters = outageDeadLetters{DeadLetterStore: mem.DeadLetters, o: down}
+
+	// held is drained all along, sent is applied once the outage began
+	// (its completion cannot be sent, and it is fetched again since a
+	// claim saw an event appended to it meanwhile) and refused fails then
+	// (its failure cannot be sent).
+	held, sent, refused := uuid.New(), uuid.New(), uuid.New()
+	var sentClaimed atomic.Bool
+	b.Claimer = outageClaimer{WorkClaimer: mem.Claimer, o: down, claimed: func(ids []uuid.UUID) {
+		sentClaimed.Store(sentClaimed.Load() || slices.Contains(ids, sent))
+	}}
+	releaseHeld, outageBegan := make(chan struct{}), make(chan struct{})
+	release, begin := sync.OnceFunc(func() { close(releaseHeld) }), sync.OnceFunc(func() { close(outageBegan) })
+	var (
+		mu      sync.Mutex
+		entered = map[uuid.UUID]bool{}
+		tried   = map[uuid.UUID]bool{}
+	)
+	reg := registryWith(t, func(ctx context.Context, m total, e added) (total, error) {
+		ev, _ := core.EventFromContext(ctx)
+		mu.Lock()
+		entered[ev.StreamID] = true
+		first := !tried[ev.StreamID]
+		tried[ev.StreamID] = true
+		mu.Unlock()
+		switch ev.StreamID {
+		case held:
+			<-releaseHeld
+		case sent:
+			<-outageBegan
+		case refused:
+			<-outageBegan
+			if first {
+				return m, errors.New("refused during the outage")
+			}
+		}
+		m.Sum += e.N
+		return m, nil
+	})
+	appendAdded(t, reg, mem, held, 1)
+	appendAdded(t, reg, mem, sent, 1, 2) // enough for a refetch (DrainLoopRefetchMinBatch)
+	appendAdded(t, reg, mem, refused, 1)
+
+	logger, logs := logtest.NewJSON(slog.LevelInfo)
+	opts := quietOptions(t)
+	opts.Logger = logger
+	opts.Clock = clock
+	opts.ClaimInterval = tick
+	opts.ClaimNotifyHealthyInterval = tick
+	opts.HeartbeatInterval = time.Second
+	opts.PollingInterval = time.Second
+	opts.NotifyHealthyPollingInterval = time.Second
+	opts.LeaseDuration = 20 * time.Second // renewed every 5s
+	opts.ApplyTimeout = time.Hour
+	opts.Generation = "v2"
+	opts.DeadLetterRecovery = core.DeadLetterRecoveryOptions{Interval: time.Second}
+	startWorker(t, b, reg, opts)
+	t.Cleanup(func() { release(); begin() }) // runs before the worker's Stop
+	step := func() {
+		clock.Advance(tick)
+		synctest.Wait()
+	}
+	synctest.Wait()
+	ready := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return entered[held] && entered[sent] && entered[refused]
+	}
+
+	// Before the outage: the streams are claimed and being drained, and a
+	// claim saw an event appended to sent while it was drained: it is to
+	// be fetched again.
+	for range 200 {
+		if ready() {
+			break
+		}
+		step()
+	}
+	require.True(t, ready(), "the streams were drained up to the outage")
+	sentClaimed.Store(false)
+	appendAdded(t, reg, mem, sent, 3)
+	for range 200 {
+		if sentClaimed.Load() {
+			break
+		}
+		step()
+	}
+	require.True(t, sentClaimed.Load(), "a claim saw the event appended to sent")
+
+	down.down.Store(true)
+	began := clock.Now()
+	begin()
+	for clock.Now().Sub(began) < outageFor {
+		step()
+	}
+	down.down.Store(false)
+
+	// The outage reached every loop that calls the backend on its own
+	// cadence, the outcomes of the applies it interrupted and the refetch
+	// of sent.
+	failed := down.failedOps()
+	for _, op := range []string{
+		"claiming work",
+		"heartbeat",
+		"renewing leases",
+		"fetching pending events",
+		"flushing completions",
+		"flushing failures",
+		"requeueing dead letters for the new generation",
+	} {
+		require.Contains(t, failed, op, "the outage failed %s", op)
+	}
+
+	// Each operation that failed logs its recovery at its next success.
+	// Renewals need a stream being drained: held is released only once
+	// they recovered.
+	ops := slices.Sorted(maps.Keys(failed))
+	recovered := func(op string) bool { return len(logtest.WithMsg(logs.Lines(t), op+" recovered")) > 0 }
+	for range 400 { // 100s
+		if !slices.ContainsFunc(ops, func(op string) bool { return !recovered(op) }) {
+			break
+		}
+		if recovered("renewing leases") {
+			release()
+		}
+		step()
+	}
+	release()
+
+	lines := logs.Lines(t)
+	for _, op := range ops {
+		first := logtest.WithMsg(lines, op+" failed; retrying")
+		require.Len(t, first, 1, "%s: its first failure is logged once", op)
+		require.Equal(t, "WARN", first[0].Level(), "%s: the backend called the error transient", op)
+		require.Empty(t, logtest.WithMsg(lines, op+" still failing; retrying"), "%s: no summary within its first 10s of failures", op)
+		back := logtest.WithMsg(lines, op+" recovered")
+		require.Len(t, back, 1, "%s: its recovery is logged once", op)
+		require.Equal(t, "INFO", back[0].Level(), op)
+		require.Equal(t, float64(failed[op]), back[0]["failures"], "%s: the recovery counts every failed call", op)
+		require.Positive(t, back[0]["failed_for"], op)
+	}
+	// Nothing else repeats either: every message of every flusher comes
+	// twice at most (the first and a summary, or what the recovery
+	// tells), however many ticks, retries and batches failed.
+	counts := map[string]int{}
+	for _, l := range lines {
+		counts[fmt.Sprint(l.Level(), " ", l.Msg(), " ", l["flusher"])]++
+	}
+	for line, n := range counts {
+		require.LessOrEqual(t, n, 2, "logged %d times during a %s outage: %s", n, outageFor, line)
+	}
+	for _, flusher := range []string{"completions", "failures"} {
+		var dropped float64
+		for _, l := range logtest.WithMsg(lines, "dropping batch after its last flush attempt; its rows stay leased until their lease expires and are re-delivered") {
+			if l["flusher"] == flusher {
+				require.Equal(t, "ERROR", l.Level())
+				dropped += l["dropped_items"].(float64)
+			}
+		}
+		require.Positive(t, dropped, "the %s flusher dropped batches", flusher)
+	}
+}
