@@ -132,12 +132,17 @@ func (c *completer) Stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// reportCompletion records a completion. A failure to record it is logged
-// as msg unless ctx ended: the rows stay pending and are re-delivered.
-func (c *completer) reportCompletion(ctx context.Context, comp ports.Completion, msg string) {
-	if err := c.strategy.ReportCompletion(ctx, comp); err != nil && ctx.Err() == nil {
-		c.log.ErrorContext(ctx, msg, slog.Any("error", err))
+// reportCompletion records a completion. A failure to record it (a
+// strategy that reports each completion to the backend) goes to the fault
+// log unless ctx ended: the rows stay pending and are re-delivered.
+func (c *completer) reportCompletion(ctx context.Context, comp ports.Completion) {
+	if err := c.strategy.ReportCompletion(ctx, comp); err != nil {
+		if ctx.Err() == nil {
+			c.faults.fail(ctx, "reporting completions", err, pairAttrs(comp.StreamID, comp.Perspective)...)
+		}
+		return
 	}
+	c.faults.ok(ctx, "reporting completions")
 }
 
 // reportFailure records a failure.

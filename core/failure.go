@@ -128,8 +128,12 @@ func (fl *failures) failed(ctx context.Context, k pairKey, f ports.Failure, vers
 	fl.log.WarnContext(ctx, "perspective failed on event; will retry",
 		append(pairAttrs(k.stream, k.perspective), slog.Int64("version", version), slog.Int("attempts", attempts),
 			slog.Int("max_attempts", fl.opts.MaxPerspectiveEventAttempts), slog.Time("retry_at", f.RetryAt), slog.Any("error", cause))...)
+	// A failure not recorded leaves the row leased: the event is retried
+	// once the lease expired.
 	if err := fl.completer.reportFailure(ctx, f); err != nil {
-		fl.log.ErrorContext(ctx, "reporting failure failed; the event is retried after its lease", slog.Any("error", err))
+		fl.faults.fail(ctx, "reporting failures", err, pairAttrs(k.stream, k.perspective)...)
+	} else {
+		fl.faults.ok(ctx, "reporting failures")
 	}
 	if h := fl.opts.Hooks.OnFailure; h != nil {
 		h(f)

@@ -421,7 +421,7 @@ func (r *pairRun) complete(ctx context.Context) {
 	lastID, lastVersion := r.position()
 	c := ports.Completion{StreamID: r.key.stream, Perspective: r.key.perspective, LastEventID: lastID, LastVersion: lastVersion, WorkIDs: r.done}
 	r.dr.cache.AddRange(r.done)
-	r.dr.completer.reportCompletion(ctx, c, "reporting completion failed; rows are re-delivered")
+	r.dr.completer.reportCompletion(ctx, c)
 	r.done = nil
 	r.announceSaved(lastVersion)
 }

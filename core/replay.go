@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 
 	"github.com/google/uuid"
 
@@ -239,7 +238,7 @@ func (r *replayRun) complete(ctx context.Context) error {
 	rw.cache.RemoveRange(ids)
 	rw.cache.AddRange(ids)
 	c := ports.Completion{StreamID: r.key.stream, Perspective: r.key.perspective, LastEventID: r.lastID, LastVersion: r.lastVer, WorkIDs: ids}
-	rw.completer.reportCompletion(ctx, c, "reporting rewind completion failed")
+	rw.completer.reportCompletion(ctx, c)
 	if len(ids) == 0 {
 		// Nothing pending: clear the flag directly.
 		if _, err := rw.backend.Cursors.WorkComplete(ctx, &ports.WorkCompleteParams{InstanceID: rw.opts.InstanceID, Completions: []ports.Completion{c}, DebugMode: rw.opts.DebugMode, Now: rw.paramNow()}); err != nil {
@@ -276,9 +275,13 @@ func (rw *rewinder) maybeSnapshot(ctx context.Context, key pairKey, from int64, 
 		return
 	}
 	err := rw.backend.Snapshots.SnapshotSave(ctx, &ports.SnapshotSaveParams{Snapshot: ports.Snapshot{StreamID: key.stream, Perspective: key.perspective, Version: last.Version, EventID: last.ID, Data: data, CreatedAt: rw.now()}})
-	if err != nil && ctx.Err() == nil {
-		rw.log.WarnContext(ctx, "saving snapshot failed", slog.Any("error", err))
+	if err != nil {
+		if ctx.Err() == nil {
+			rw.faults.fail(ctx, "saving snapshots", err, pairAttrs(key.stream, key.perspective)...)
+		}
+		return
 	}
+	rw.faults.ok(ctx, "saving snapshots")
 }
 
 // snapshotDue reports whether a model moving from version from to version

@@ -128,10 +128,11 @@ func (rw *rewinder) cursorsOf(ctx context.Context, streams []uuid.UUID) map[pair
 	cs, err := rw.backend.Cursors.CursorsGet(ctx, &ports.CursorsGetParams{StreamIDs: streams})
 	if err != nil {
 		if ctx.Err() == nil {
-			rw.log.ErrorContext(ctx, "reading cursors failed; rewinds wait for the next batch", slog.Any("error", err))
+			rw.faults.fail(ctx, "reading cursors for rewinds", err)
 		}
 		return nil
 	}
+	rw.faults.ok(ctx, "reading cursors for rewinds")
 	out := make(map[pairKey]ports.Cursor, len(cs))
 	for _, c := range cs {
 		out[pairKey{stream: c.StreamID, perspective: c.Perspective}] = c
@@ -308,10 +309,14 @@ func (rw *rewinder) lockPair(ctx context.Context, key pairKey, reason string) (f
 	o := rw.opts.Rewind
 	params := &ports.StreamLockParams{StreamID: key.stream, Perspective: key.perspective, InstanceID: rw.opts.InstanceID, Reason: reason, Duration: o.LockTimeout, Now: rw.paramNow()}
 	ok, err := rw.backend.Rewind.StreamLockAcquire(ctx, params)
-	if err != nil || !ok {
-		if err != nil && ctx.Err() == nil {
-			rw.log.ErrorContext(ctx, "acquiring stream lock", slog.Any("error", err))
+	if err != nil {
+		if ctx.Err() == nil {
+			rw.faults.fail(ctx, "acquiring stream locks", err, pairAttrs(key.stream, key.perspective)...)
 		}
+		return nil, false
+	}
+	rw.faults.ok(ctx, "acquiring stream locks")
+	if !ok {
 		return nil, false
 	}
 	stop := make(chan struct{})
@@ -330,8 +335,16 @@ func (rw *rewinder) lockPair(ctx context.Context, key pairKey, reason string) (f
 			}
 			p := *params
 			p.Now = rw.paramNow()
-			if ok, err := rw.backend.Rewind.StreamLockAcquire(ctx, &p); err != nil || !ok {
-				rw.log.WarnContext(ctx, "renewing stream lock failed", slog.Bool("held", ok), slog.Any("error", err))
+			switch ok, err := rw.backend.Rewind.StreamLockAcquire(ctx, &p); {
+			case err != nil:
+				if ctx.Err() == nil {
+					rw.faults.fail(ctx, "renewing stream locks", err, pairAttrs(key.stream, key.perspective)...)
+				}
+			case !ok:
+				rw.faults.ok(ctx, "renewing stream locks")
+				rw.log.WarnContext(ctx, "renewing stream lock failed", append(pairAttrs(key.stream, key.perspective), slog.Bool("held", false))...)
+			default:
+				rw.faults.ok(ctx, "renewing stream locks")
 			}
 			t.Reset(o.KeepAlive)
 		}
@@ -342,7 +355,9 @@ func (rw *rewinder) lockPair(ctx context.Context, key pairKey, reason string) (f
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deregisterTimeout)
 		defer cancel()
 		if err := rw.backend.Rewind.StreamLockRelease(rctx, params); err != nil {
-			rw.log.WarnContext(ctx, "releasing stream lock", slog.Any("error", err))
+			rw.faults.fail(ctx, "releasing stream locks", err, pairAttrs(key.stream, key.perspective)...)
+			return
 		}
+		rw.faults.ok(ctx, "releasing stream locks")
 	}, true
 }

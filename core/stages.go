@@ -248,8 +248,13 @@ func (l *lifecycle) runRetried(ctx context.Context, stage Stage, perspective str
 		}
 		l.claimFailed(ctx, stage, err)
 		if !errors.Is(err, ports.ErrTransient) || try == stageClaimRetries {
-			l.log.ErrorContext(ctx, "giving up on a lifecycle stage; its receptors do not run for these events",
-				slog.String("stage", stageName(stage, perspective)), slog.Int("events", len(events)), slog.Any("error", err))
+			// Once per stage and faultSummaryEvery: an outage gives up on
+			// the stage of every batch.
+			name := stageName(stage, perspective)
+			l.faults.recur(ctx, recurrence{
+				key: "giving up on " + name, every: faultSummaryEvery, level: slog.LevelError, countKey: "events", op: "claiming lifecycle stages",
+				msg: "giving up on a lifecycle stage; its receptors do not run for these events",
+			}, len(events), slog.String("stage", name), slog.Any("error", err))
 			return
 		}
 		t := l.clock.NewTimer(b.Delay(try))
@@ -397,6 +402,7 @@ func (l *lifecycle) completeEvents(ctx context.Context, events []ports.Event) {
 		}
 		return
 	}
+	l.faults.ok(ctx, "checking which events every perspective applied")
 	l.runTerminalStages(ctx, ready)
 }
 
@@ -483,6 +489,7 @@ func (l *lifecycle) runTerminalStages(ctx context.Context, events []ports.Event)
 			}
 			return
 		}
+		l.faults.ok(ctx, "reading lifecycle stages")
 		next = next[:0:0]
 		for _, e := range events {
 			if done[e.ID]&ports.StagePostAllPerspectives != 0 {
@@ -531,6 +538,7 @@ func (l *lifecycle) reconcile(ctx context.Context) int {
 			}
 			return healed
 		}
+		l.faults.ok(ctx, "finding interrupted lifecycles")
 		l.runTerminalStages(ctx, orphans)
 		healed += len(orphans)
 		if len(orphans) < orphanBatch {

@@ -25,13 +25,16 @@ import (
 
 // outage fails the engine's coordination calls while down is set, as an
 // unreachable database would: claims, heartbeats, lease renewals, fetches,
-// completions, failures, cursor reads and dead-letter requeues. The models
-// stay reachable (they may live elsewhere), so the events applied during
-// the outage pile up outcomes that cannot be sent. It counts the failed
-// calls by the operation of the engine that makes them, as the engine's
-// log names it.
+// completions, failures, cursor reads, lifecycle stages and dead-letter
+// requeues. The models stay reachable (they may live elsewhere), so the
+// events applied during the outage pile up outcomes that cannot be sent.
+// It counts the failed calls by the operation of the engine that makes
+// them, as the engine's log names it.
 type outage struct {
 	down atomic.Bool
+	// completing and failing name the operations that send outcomes:
+	// the flushers' or, with instant completions, the reports'.
+	completing, failing string
 
 	mu     sync.Mutex
 	failed map[string]int
@@ -109,21 +112,21 @@ type outageCursors struct {
 }
 
 func (c outageCursors) WorkComplete(ctx context.Context, p *ports.WorkCompleteParams) (*ports.WorkCompleteResult, error) {
-	if err := c.o.err("flushing completions"); err != nil {
+	if err := c.o.err(c.o.completing); err != nil {
 		return nil, err
 	}
 	return c.CursorStore.WorkComplete(ctx, p)
 }
 
 func (c outageCursors) WorkFail(ctx context.Context, p *ports.WorkFailParams) error {
-	if err := c.o.err("flushing failures"); err != nil {
+	if err := c.o.err(c.o.failing); err != nil {
 		return err
 	}
 	return c.CursorStore.WorkFail(ctx, p)
 }
 
 func (c outageCursors) CursorsGet(ctx context.Context, p *ports.CursorsGetParams) ([]ports.Cursor, error) {
-	if err := c.o.err("reading cursors"); err != nil {
+	if err := c.o.err("reading cursors for rewinds"); err != nil {
 		return nil, err
 	}
 	return c.CursorStore.CursorsGet(ctx, p)
@@ -141,16 +144,58 @@ func (d outageDeadLetters) DeadLettersRecover(ctx context.Context, p *ports.Dead
 	return d.DeadLetterStore.DeadLettersRecover(ctx, p)
 }
 
+type outageLifecycle struct {
+	ports.LifecycleStore
+	o *outage
+}
+
+func (l outageLifecycle) LifecycleClaim(ctx context.Context, p *ports.LifecycleClaimParams) ([]uuid.UUID, error) {
+	if err := l.o.err("claiming lifecycle stages"); err != nil {
+		return nil, err
+	}
+	return l.LifecycleStore.LifecycleClaim(ctx, p)
+}
+
+func (l outageLifecycle) LifecycleComplete(ctx context.Context, p *ports.LifecycleCompleteParams) error {
+	if err := l.o.err("recording lifecycle stages"); err != nil {
+		return err
+	}
+	return l.LifecycleStore.LifecycleComplete(ctx, p)
+}
+
+func (l outageLifecycle) LifecycleStages(ctx context.Context, p *ports.LifecycleStagesParams) (map[uuid.UUID]ports.LifecycleStage, error) {
+	if err := l.o.err("reading lifecycle stages"); err != nil {
+		return nil, err
+	}
+	return l.LifecycleStore.LifecycleStages(ctx, p)
+}
+
+func (l outageLifecycle) LifecycleReady(ctx context.Context, p *ports.LifecycleReadyParams) ([]uuid.UUID, error) {
+	if err := l.o.err("checking which events every perspective applied"); err != nil {
+		return nil, err
+	}
+	return l.LifecycleStore.LifecycleReady(ctx, p)
+}
+
+func (l outageLifecycle) LifecycleOrphans(ctx context.Context, p *ports.LifecycleOrphansParams) ([]ports.Event, error) {
+	if err := l.o.err("finding interrupted lifecycles"); err != nil {
+		return nil, err
+	}
+	return l.LifecycleStore.LifecycleOrphans(ctx, p)
+}
+
 // TestOutageLoggedOncePerOperation takes the backend's coordination calls
 // down for 9 seconds of the worker's clock (a claim every 250ms, a
 // heartbeat and a dead-letter requeue every second), while a stream is
-// being drained (its leases need renewing), outcomes are being sent (a
-// completion and a failure, each retried and then dropped by its flusher)
-// and a stream that received events meanwhile is fetched again. Each
-// background operation must log its first failure, at most one summary
-// per 10s, and one Info line when it recovers, saying how long it failed
-// and how often: a few lines per operation, not one per claim tick, retry
-// or batch.
+// being drained (its leases need renewing), the outcomes and lifecycle
+// stages of several streams are being sent (with batched completions each
+// batch is retried and then dropped by its flusher; with instant ones each
+// outcome is reported on its own) and a stream that received events
+// meanwhile is fetched again. Each background operation must log its
+// first failure, at most one summary per 10s, and one Info line when it
+// recovers (events appended after the outage give each one a success),
+// saying how long it failed and how often: a few lines per operation, not
+// one per claim tick, retry, batch or stream.
 //
 // The worker runs in a synctest bubble on a fake clock: after each tick
 // of the clock, synctest.Wait returns once every goroutine of the worker
@@ -158,28 +203,42 @@ func (d outageDeadLetters) DeadLettersRecover(ctx context.Context, p *ports.Dead
 // clock moves on, however slowly the machine schedules it.
 func TestOutageLoggedOncePerOperation(t *testing.T) {
 	t.Parallel()
-	synctest.Test(t, testOutageLoggedOncePerOperation)
+
+	t.Run("Batched", func(t *testing.T) {
+		t.Parallel()
+		synctest.Test(t, func(t *testing.T) {
+			testOutageLogged(t, core.CompletionBatched, &outage{completing: "flushing completions", failing: "flushing failures"})
+		})
+	})
+	t.Run("Instant", func(t *testing.T) {
+		t.Parallel()
+		synctest.Test(t, func(t *testing.T) {
+			testOutageLogged(t, core.CompletionInstant, &outage{completing: "reporting completions", failing: "reporting failures"})
+		})
+	})
 }
 
-func testOutageLoggedOncePerOperation(t *testing.T) {
+func testOutageLogged(t *testing.T, mode core.CompletionMode, down *outage) {
 	const (
 		tick      = 250 * time.Millisecond // the claim interval
 		outageFor = 9 * time.Second
 	)
 	clock := clocktest.NewFake()
 	mem := memory.New(memory.Options{Clock: clock}).Backend()
-	down := &outage{}
 	b := mem
 	b.Notifier = nil // claims every ClaimInterval
 	b.Fetcher = outageFetcher{EventFetcher: mem.Fetcher, o: down}
 	b.Cursors = outageCursors{CursorStore: mem.Cursors, o: down}
 	b.DeadLetters = outageDeadLetters{DeadLetterStore: mem.DeadLetters, o: down}
+	b.Lifecycle = outageLifecycle{LifecycleStore: mem.Lifecycle, o: down}
 
-	// held is drained all along, sent is applied once the outage began
-	// (its completion cannot be sent, and it is fetched again since a
-	// claim saw an event appended to it meanwhile) and refused fails then
-	// (its failure cannot be sent).
-	held, sent, refused := uuid.New(), uuid.New(), uuid.New()
+	// held is drained all along; sent and alsoSent are applied once the
+	// outage began (their completions and stages cannot be sent, and sent
+	// is fetched again since a claim saw an event appended to it
+	// meanwhile) and refused fails then (its failure cannot be sent).
+	// After the outage, later is applied and laterRefused fails.
+	held, sent, refused, later, laterRefused := uuid.New(), uuid.New(), uuid.New(), uuid.New(), uuid.New()
+	alsoSent := []uuid.UUID{uuid.New(), uuid.New(), uuid.New()}
 	var sentClaimed atomic.Bool
 	b.Claimer = outageClaimer{WorkClaimer: mem.Claimer, o: down, claimed: func(ids []uuid.UUID) {
 		sentClaimed.Store(sentClaimed.Load() || slices.Contains(ids, sent))
@@ -198,28 +257,37 @@ func testOutageLoggedOncePerOperation(t *testing.T) {
 		first := !tried[ev.StreamID]
 		tried[ev.StreamID] = true
 		mu.Unlock()
-		switch ev.StreamID {
-		case held:
+		switch {
+		case ev.StreamID == held:
 			<-releaseHeld
-		case sent:
+		case ev.StreamID == sent || slices.Contains(alsoSent, ev.StreamID):
 			<-outageBegan
-		case refused:
+		case ev.StreamID == refused:
 			<-outageBegan
 			if first {
 				return m, errors.New("refused during the outage")
 			}
+		case ev.StreamID == laterRefused && first:
+			return m, errors.New("refused after the outage")
 		}
 		m.Sum += e.N
 		return m, nil
 	})
+	for _, stage := range []core.Stage{core.PostPerspective, core.PostLifecycle} {
+		require.NoError(t, core.AddReceptor(reg, stage, core.Inline, func(context.Context, added, core.StageInfo) error { return nil }))
+	}
 	appendAdded(t, reg, mem, held, 1)
 	appendAdded(t, reg, mem, sent, 1, 2) // enough for a refetch (DrainLoopRefetchMinBatch)
 	appendAdded(t, reg, mem, refused, 1)
+	for _, s := range alsoSent {
+		appendAdded(t, reg, mem, s, 1)
+	}
 
 	logger, logs := logtest.NewJSON(slog.LevelInfo)
 	opts := quietOptions(t)
 	opts.Logger = logger
 	opts.Clock = clock
+	opts.Completion = mode
 	opts.ClaimInterval = tick
 	opts.ClaimNotifyHealthyInterval = tick
 	opts.HeartbeatInterval = time.Second
@@ -239,7 +307,11 @@ func testOutageLoggedOncePerOperation(t *testing.T) {
 	ready := func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return entered[held] && entered[sent] && entered[refused]
+		all := entered[held] && entered[sent] && entered[refused]
+		for _, s := range alsoSent {
+			all = all && entered[s]
+		}
+		return all
 	}
 
 	// Before the outage: the streams are claimed and being drained, and a
@@ -269,6 +341,8 @@ func testOutageLoggedOncePerOperation(t *testing.T) {
 		step()
 	}
 	down.down.Store(false)
+	appendAdded(t, reg, mem, later, 1)
+	appendAdded(t, reg, mem, laterRefused, 1)
 
 	// The outage reached every loop that calls the backend on its own
 	// cadence, the outcomes of the applies it interrupted and the refetch
@@ -279,8 +353,9 @@ func testOutageLoggedOncePerOperation(t *testing.T) {
 		"heartbeat",
 		"renewing leases",
 		"fetching pending events",
-		"flushing completions",
-		"flushing failures",
+		down.completing,
+		down.failing,
+		"claiming lifecycle stages",
 		"requeueing dead letters for the new generation",
 	} {
 		require.Contains(t, failed, op, "the outage failed %s", op)
@@ -323,6 +398,9 @@ func testOutageLoggedOncePerOperation(t *testing.T) {
 	}
 	for line, n := range counts {
 		require.LessOrEqual(t, n, 2, "logged %d times during a %s outage: %s", n, outageFor, line)
+	}
+	if mode == core.CompletionInstant {
+		return // no flusher
 	}
 	for _, flusher := range []string{"completions", "failures"} {
 		var dropped float64
