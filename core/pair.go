@@ -50,7 +50,7 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 
 	p, ok := dr.reg.perspective(key.perspective)
 	if !ok {
-		dr.parking.unknownPerspective(ctx, key)
+		dr.parking.unknownPerspective(ctx, key, len(rows))
 		return pairOutcome{}, nil
 	}
 	var (

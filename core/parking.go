@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -74,6 +73,10 @@ const (
 	// unknownPerspectiveRetry holds back work of a perspective this
 	// instance does not know (another instance may, during a deploy).
 	unknownPerspectiveRetry = 30 * time.Second
+	// unknownPerspectiveLogEvery is the least time between two lines
+	// about the work of one unknown perspective: its rows come back every
+	// unknownPerspectiveRetry, per stream, for as long as they stay.
+	unknownPerspectiveLogEvery = time.Minute
 )
 
 // held says until when a pair is held back: until its failure is
@@ -209,13 +212,15 @@ func (p *parking) saveEachDone(k pairKey) {
 	p.mu.Unlock()
 }
 
-// unknownPerspective holds back work of a perspective this instance does not
-// know; it is logged once in a while, never charged to the events.
-func (p *parking) unknownPerspective(ctx context.Context, k pairKey) {
+// unknownPerspective holds back the events of a perspective this instance
+// does not know, never charging them; it is logged once per perspective
+// and unknownPerspectiveLogEvery, with the events skipped since.
+func (p *parking) unknownPerspective(ctx context.Context, k pairKey, events int) {
 	p.parkFor(k, p.now().Add(unknownPerspectiveRetry))
-	p.faults.fail(ctx, "draining perspective "+k.perspective,
-		fmt.Errorf("no perspective named %q is registered in this instance; its work waits", k.perspective),
-		slog.String("perspective", k.perspective))
+	p.faults.recur(ctx, recurrence{
+		key: "unknown perspective " + k.perspective, every: unknownPerspectiveLogEvery, level: slog.LevelWarn, countKey: "events_skipped",
+		msg: "skipping the work of a perspective this instance does not have; it waits for an instance that has it",
+	}, events, slog.String("perspective", k.perspective))
 }
 
 // saveBatchSize is how many applied events one save of the pair may cover:

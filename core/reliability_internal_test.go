@@ -509,3 +509,53 @@ func TestRewindFailuresLoggedOncePerOutage(t *testing.T) {
 		"INFO releasing stream locks recovered",
 	}, lines)
 }
+
+// Work rows of a perspective this instance does not have (removed from the
+// code, or not deployed here yet) are skipped and held back for 30s at a
+// time, and never charged to their events. Logging each skip would log
+// every 30s per stream, for as long as the rows stay: it is logged once per
+// perspective and minute, with the events skipped since.
+func TestUnknownPerspectiveLoggedOncePerInterval(t *testing.T) {
+	t.Parallel()
+
+	ctx := t.Context()
+	clock := clocktest.NewFake()
+	mem := memory.New(memory.Options{Clock: clock}).Backend()
+	// The deploy before this one had a "gone" perspective: its
+	// subscription stored work rows for it.
+	previous := newTestRegistry(t)
+	for _, name := range []string{"c", "gone"} {
+		p := NewPerspective[counter](name)
+		MustHandle(p, func(_ context.Context, m counter, _ placed) (counter, error) { return m, nil })
+		require.NoError(t, previous.AddPerspective(p))
+	}
+	require.NoError(t, previous.RegisterSubscriptions(ctx, mem.Events))
+	recs := &logRecords{}
+	bb := setupBatchNamed(t, &Options{Clock: clock, Logger: slog.New(recs)}, mem, "c")
+	streams := []uuid.UUID{uuid.New(), uuid.New()}
+	for _, s := range streams {
+		_, err := previous.Append(ctx, mem.Events, s, 0, placed{ID: "a"}, placed{ID: "b"}, placed{ID: "c"})
+		require.NoError(t, err)
+	}
+
+	// Every 30s for 5 minutes the streams are drained again: each time
+	// the 3 events of each stream are skipped for "gone".
+	const rounds = 11
+	for range rounds {
+		bb.w.drain.processBatch(ctx, streams)
+		clock.Advance(unknownPerspectiveRetry)
+	}
+
+	var told []int64
+	for i, line := range recs.lines() {
+		if recs.attr(i, "perspective").String() != "gone" {
+			continue
+		}
+		require.Equal(t, "WARN skipping the work of a perspective this instance does not have; it waits for an instance that has it", line)
+		told = append(told, recs.attr(i, "events_skipped").Int64())
+	}
+	// The first stream's skip is told at once; the next line, a minute
+	// later, counts the second stream's skip at 0s, both at 30s and the
+	// first stream's at 60s.
+	require.Equal(t, []int64{3, 12, 12, 12, 12, 12}, told, "once at first, then once a minute with the events skipped since")
+}
