@@ -2,9 +2,10 @@
 //
 // app.Module builds a *core.Worker from the ports.Backend that an adapter
 // module provides (memory.Module or postgres.Module), the *core.Registry the
-// application provides, and optional core.Options and *slog.Logger; it
-// starts the worker on application start and stops it, draining completions,
-// on application stop. examples/fxapp is a whole program.
+// application provides, and optional core.Options and *slog.Logger (which
+// the backend's listener logs to as well, through the worker); it starts
+// the worker on application start and stops it, draining completions, on
+// application stop. examples/fxapp is a whole program.
 //
 //	fx.New(
 //		memory.Module,
@@ -34,7 +35,9 @@ import (
 // module) and a *core.Registry. It may provide core.Options, as a value or a
 // pointer (fx.Supply(&core.Options{...}) or fx.Supply(core.Options{...}));
 // both at once is an error rather than a silent choice. It may provide a
-// *slog.Logger, which the worker logs to unless Options.Logger is set.
+// *slog.Logger, which the worker logs to unless Options.Logger is set; the
+// worker hands its logger to the backend's notifier, so a PostgreSQL
+// listener logs there too, whatever postgres.Options.Logger says.
 var Module = fx.Module("vantage",
 	fx.Provide(newModuleWorker),
 	fx.Invoke(registerLifecycle),

@@ -133,9 +133,19 @@
 //
 // [Hooks] are called synchronously from the engine's loops; [Worker.IsIdle],
 // [Worker.WaitForStream], [Worker.WaitLifecycle] and
-// [Worker.AbandonedApplies] report its state. Background failures are
-// logged to [Options.Logger] once, then summed up every few seconds, and
-// their recovery is logged at Info.
+// [Worker.AbandonedApplies] report its state.
+//
+// The worker logs to [Options.Logger], and hands it to the backend's
+// Notifier (ports.NotifierListenParams.Logger), so that the lines of a
+// listener join the engine's. Every line carries instance_id and one
+// component attribute. The start and stop are logged at Info with the
+// service, host and generation. A background operation that fails (a
+// claim, a heartbeat, a fetch, a flush, a lease renewal ...) is logged at
+// its first failure, then summed up at most every 10s, and its recovery at
+// Info with how long it failed and how often, so an outage costs a few
+// lines per operation. What recurs with each batch (a batch given up on, a
+// lifecycle stage given up on, the work of a perspective this instance
+// does not have) is logged at most once per interval with a count.
 //
 // [Worker.Health] sums the state up for liveness and readiness probes, and
 // package health serves it over HTTP.

@@ -325,7 +325,12 @@ type Options struct {
 	// the backend (tests); when nil the real clock is used and the backend
 	// uses its own (the database clock on PostgreSQL).
 	Clock ports.Clock
-	// Logger receives background errors. Defaults to slog.Default().
+	// Logger receives the worker's lines (its start and stop, background
+	// failures, logged once and then summed up, and their recoveries), and
+	// is handed to the backend's Notifier for the lines about its
+	// subscription (ports.NotifierListenParams). The worker adds
+	// instance_id and a component to each line, so Logger should carry
+	// neither. Defaults to slog.Default().
 	Logger *slog.Logger
 	// MeterProvider creates the engine's instruments (see the README's
 	// Observability section). Defaults to otel.GetMeterProvider(), the
