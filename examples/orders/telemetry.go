@@ -112,7 +112,7 @@ func (t *telemetry) printMetrics(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("scraping the metrics: %w", err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("scraping the metrics: %s", resp.Status)
 	}
@@ -172,7 +172,7 @@ func (t *telemetry) printTrace(out io.Writer) {
 		if p, ok := byID[s.Parent.SpanID()]; ok {
 			where = fmt.Sprintf("in %s %s (%s)", p.Name, p.SpanContext.TraceID().String()[:8], describe(p.Attributes))
 		}
-		fmt.Fprintf(out, "  links to it: %-28s v%-2s %-22s %7s  %s\n", s.Name, version.Emit(), typ.Emit(), s.EndTime.Sub(s.StartTime).Round(time.Microsecond), where)
+		fmt.Fprintf(out, "  links to it: %-28s v%-2s %-22s %7s  %s\n", s.Name, version.String(), typ.String(), s.EndTime.Sub(s.StartTime).Round(time.Microsecond), where)
 	}
 	if len(linked) == 0 {
 		fmt.Fprintln(out, "  no engine span links to it")
@@ -183,7 +183,7 @@ func (t *telemetry) printTrace(out io.Writer) {
 func describe(attrs []attribute.KeyValue) string {
 	var parts []string
 	for _, kv := range attrs {
-		parts = append(parts, string(kv.Key)+"="+kv.Value.Emit())
+		parts = append(parts, string(kv.Key)+"="+kv.Value.String())
 	}
 	slices.Sort(parts)
 	return strings.Join(parts, " ")
