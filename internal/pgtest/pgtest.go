@@ -201,13 +201,40 @@ func ConnString(t testing.TB) string {
 // several engine instances give each one its own pool.
 func NewPool(t testing.TB, maxConns int32) *pgxpool.Pool {
 	t.Helper()
-	s := get(t)
-	if maxConns <= 0 {
-		maxConns = 4
+	return NewPoolWith(t, PoolOptions{MaxConns: maxConns})
+}
+
+// PoolOptions configure NewPoolWith. The zero value is valid.
+type PoolOptions struct {
+	// ConnString is the database to connect to (pgx syntax), such as a
+	// PgBouncer's. Defaults to the test database (see ConnString).
+	ConnString string
+	// MaxConns caps the pool's connections. Defaults to 4.
+	MaxConns int32
+	// QueryExecMode is how the pool's connections run queries (its
+	// ConnConfig.DefaultQueryExecMode). Defaults to pgx's default,
+	// pgx.QueryExecModeCacheStatement.
+	QueryExecMode pgx.QueryExecMode
+}
+
+// NewPoolWith returns a new pool configured by opts, closed in t.Cleanup.
+// Its search_path is empty, unless a PgBouncer drops it (see
+// PgBouncerOptions).
+func NewPoolWith(t testing.TB, opts PoolOptions) *pgxpool.Pool {
+	t.Helper()
+	cs := opts.ConnString
+	if cs == "" {
+		cs = get(t).connString
 	}
-	cfg, err := poolConfig(s.connString, maxConns)
+	if opts.MaxConns <= 0 {
+		opts.MaxConns = 4
+	}
+	cfg, err := poolConfig(cs, opts.MaxConns)
 	if err != nil {
 		t.Fatalf("pgtest: parsing connection string: %v", err)
+	}
+	if opts.QueryExecMode != 0 {
+		cfg.ConnConfig.DefaultQueryExecMode = opts.QueryExecMode
 	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
