@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/vantage-go/vantage/ports"
 )
@@ -136,7 +137,7 @@ func (s *Store) PerspectiveRetire(ctx context.Context, params *ports.Perspective
 	if err != nil {
 		return nil, fmt.Errorf("retiring perspective %q: %w", name, translate(err))
 	}
-	var streams [][16]byte
+	var streams []pgtype.UUID
 	err = s.pool.QueryRow(ctx, s.sql(sqlRetireRows), name, params.DropState).
 		Scan(&result.Work, &result.Cursors, &result.Models, &result.Snapshots, &streams)
 	if err != nil {

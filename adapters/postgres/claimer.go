@@ -536,10 +536,13 @@ func (s *Store) WorkRenewLeases(ctx context.Context, params *ports.WorkRenewLeas
 	return int(tag.RowsAffected()), nil
 }
 
-// jsonMap encodes m as a JSON object ("{}" for nil).
-func jsonMap(m map[string]string) ([]byte, error) {
+// jsonMap encodes m as a JSON object ("{}" for nil) for a jsonb parameter:
+// a string, because under QueryExecModeExec and QueryExecModeSimpleProtocol
+// pgx sends a []byte as bytea ('\x7b7d'), which is no JSON.
+func jsonMap(m map[string]string) (string, error) {
 	if m == nil {
-		return []byte("{}"), nil
+		return "{}", nil
 	}
-	return json.Marshal(m)
+	b, err := json.Marshal(m)
+	return string(b), err
 }

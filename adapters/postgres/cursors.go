@@ -294,15 +294,15 @@ const sqlReleaseDrained = `SELECT /* SCHEMA */.vantage_release_drained(ARRAY(
 // finishArgs flattens the rows to complete of a call, the ids already in
 // the form of a uuid[] parameter (see uuidsArg).
 type finishArgs struct {
-	workIDs      [][16]byte
-	streams      [][16]byte
+	workIDs      []pgtype.UUID
+	streams      []pgtype.UUID
 	perspectives []string
 }
 
 func (f *finishArgs) add(streamID uuid.UUID, perspective string, ids []uuid.UUID) {
 	for _, id := range ids {
-		f.workIDs = append(f.workIDs, id)
-		f.streams = append(f.streams, streamID)
+		f.workIDs = append(f.workIDs, uuidElem(id))
+		f.streams = append(f.streams, uuidElem(streamID))
 		f.perspectives = append(f.perspectives, perspective)
 	}
 }
@@ -319,8 +319,10 @@ const (
 )
 
 // Len, Less and Swap sort the rows by work id (sort.Interface).
-func (f *finishArgs) Len() int           { return len(f.workIDs) }
-func (f *finishArgs) Less(i, j int) bool { return bytes.Compare(f.workIDs[i][:], f.workIDs[j][:]) < 0 }
+func (f *finishArgs) Len() int { return len(f.workIDs) }
+func (f *finishArgs) Less(i, j int) bool {
+	return bytes.Compare(f.workIDs[i].Bytes[:], f.workIDs[j].Bytes[:]) < 0
+}
 func (f *finishArgs) Swap(i, j int) {
 	f.workIDs[i], f.workIDs[j] = f.workIDs[j], f.workIDs[i]
 	f.streams[i], f.streams[j] = f.streams[j], f.streams[i]
@@ -402,13 +404,13 @@ func comparePair(a, b pairKey) int {
 // columns returns the pairs and positions as parallel arrays, ordered by
 // stream and perspective so that concurrent calls lock cursors in one order.
 // The ids are in the form of a uuid[] parameter (see uuidsArg).
-func (p *positions) columns() (streams [][16]byte, perspectives []string, eventIDs [][16]byte, versions []int64, errs []string) {
+func (p *positions) columns() (streams []pgtype.UUID, perspectives []string, eventIDs []pgtype.UUID, versions []int64, errs []string) {
 	slices.SortFunc(p.order, comparePair)
 	for _, k := range p.order {
 		pos := p.byKey[k]
-		streams = append(streams, k.streamID)
+		streams = append(streams, uuidElem(k.streamID))
 		perspectives = append(perspectives, k.perspective)
-		eventIDs = append(eventIDs, pos.eventID)
+		eventIDs = append(eventIDs, uuidElem(pos.eventID))
 		versions = append(versions, pos.version)
 		errs = append(errs, pos.err)
 	}
@@ -672,7 +674,7 @@ func (e *failedEvents) add(f *ports.Failure) {
 // failedEventColumns are the columns of the failed events of a call, in
 // key order.
 type failedEventColumns struct {
-	streams, eventIDs [][16]byte
+	streams, eventIDs []pgtype.UUID
 	perspectives      []string
 	versions          []int64
 	errs              []string
@@ -680,10 +682,10 @@ type failedEventColumns struct {
 }
 
 // streams returns the streams of the failed events.
-func (e *failedEvents) streams() [][16]byte {
-	out := make([][16]byte, 0, len(e.order))
+func (e *failedEvents) streams() []pgtype.UUID {
+	out := make([]pgtype.UUID, 0, len(e.order))
 	for _, k := range e.order {
-		out = append(out, k.pair.streamID)
+		out = append(out, uuidElem(k.pair.streamID))
 	}
 	return out
 }
@@ -697,9 +699,9 @@ func (e *failedEvents) columns() failedEventColumns {
 	var c failedEventColumns
 	for _, k := range e.order {
 		f := e.byKey[k]
-		c.streams = append(c.streams, f.StreamID)
+		c.streams = append(c.streams, uuidElem(f.StreamID))
 		c.perspectives = append(c.perspectives, f.Perspective)
-		c.eventIDs = append(c.eventIDs, f.FailedEventID)
+		c.eventIDs = append(c.eventIDs, uuidElem(f.FailedEventID))
 		c.versions = append(c.versions, f.FailedEventVersion)
 		c.errs = append(c.errs, f.Error)
 		c.retryAt = append(c.retryAt, timestamptz(f.RetryAt))
@@ -783,7 +785,7 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 
 // distinctStreams returns the distinct ids of streams, which must be sorted
 // (as columns returns them), in a new slice: the caller's stays as it was.
-func distinctStreams(streams [][16]byte) [][16]byte {
+func distinctStreams(streams []pgtype.UUID) []pgtype.UUID {
 	return slices.Compact(slices.Clone(streams))
 }
 

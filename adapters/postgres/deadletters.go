@@ -91,7 +91,7 @@ func (s *Store) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMove
 	if len(dls) == 0 {
 		return &ports.DeadLetterMoveResult{}, nil
 	}
-	streams := [][16]byte{dls[0].StreamID}
+	streams := []pgtype.UUID{uuidElem(dls[0].StreamID)}
 	if _, err := s.pool.Exec(ctx, s.sql(sqlReleaseDrained), streams, nil, s.appendLockClass()); err != nil {
 		return nil, fmt.Errorf("moving work %s to dead letters: releasing its stream: %w", params.WorkID, translate(err))
 	}

@@ -315,7 +315,7 @@ func (s *Store) append(ctx context.Context, db batchSender, params *ports.Events
 	subTypes, subPerspectives := subscriptionColumns(params.Subscriptions)
 	n := len(params.Events)
 	var (
-		ids      = make([][16]byte, n) // a uuid[] parameter (see uuidsArg)
+		ids      = make([]pgtype.UUID, n) // a uuid[] parameter (see uuidsArg)
 		types    = make([]string, n)
 		versions = make([]int64, n)
 		data     = make([]string, n)
@@ -337,7 +337,7 @@ func (s *Store) append(ctx context.Context, db batchSender, params *ports.Events
 		if err != nil {
 			return nil, fmt.Errorf("appending to stream %s: encoding metadata of event %d: %w", params.StreamID, i, err)
 		}
-		ids[i], types[i], versions[i], data[i], metadata[i] = id, e.Type, e.Version, string(e.Data), string(meta)
+		ids[i], types[i], versions[i], data[i], metadata[i] = uuidElem(id), e.Type, e.Version, string(e.Data), string(meta)
 		byID[id] = i
 	}
 	if err := s.ready(ctx); err != nil {
@@ -346,7 +346,7 @@ func (s *Store) append(ctx context.Context, db batchSender, params *ports.Events
 
 	b := &pgx.Batch{}
 	b.Queue(sqlAppendLock, s.appendLockClass(), params.StreamID)
-	b.Queue(s.sql(sqlAppend), [16]byte(params.StreamID), nowArg(params.Now), params.ExpectedVersion,
+	b.Queue(s.sql(sqlAppend), uuidArg(params.StreamID), nowArg(params.Now), params.ExpectedVersion,
 		ids, types, versions, data, metadata, textArg(channel), subTypes, subPerspectives)
 
 	var (

@@ -101,7 +101,7 @@ func (s *Store) ModelSave(ctx context.Context, params *ports.ModelSaveParams) er
 }
 
 func modelSaveArgs(params *ports.ModelSaveParams) []any {
-	return []any{[16]byte(params.StreamID), nowArg(params.Now), params.Perspective,
+	return []any{uuidArg(params.StreamID), nowArg(params.Now), params.Perspective,
 		string(params.Data), uuidArg(params.LastEventID), params.LastVersion, params.ExpectedVersion}
 }
 
@@ -126,10 +126,10 @@ func (s *Store) ModelLoadMany(ctx context.Context, params *ports.ModelLoadManyPa
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
-	streams := make([][16]byte, len(pairs)) // a uuid[] parameter (see uuidsArg)
+	streams := make([]pgtype.UUID, len(pairs)) // a uuid[] parameter (see uuidsArg)
 	names := make([]string, len(pairs))
 	for i, p := range pairs {
-		streams[i], names[i] = p.StreamID, p.Perspective
+		streams[i], names[i] = uuidElem(p.StreamID), p.Perspective
 	}
 	models, err := queryRows(ctx, s, sqlModelLoadMany, func(row pgx.CollectableRow) (ports.StoredModel, error) {
 		var (

@@ -1,12 +1,14 @@
 package postgres_test
 
 import (
+	"cmp"
 	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -35,19 +37,24 @@ type testBundle struct {
 // newStore opens a Store with its own pool on schema, closed in t.Cleanup.
 func newStore(t *testing.T, schema string) *testBundle {
 	t.Helper()
-	pool := pgtest.NewPool(t, 4)
-	store, err := postgres.New(pool, postgres.Options{
-		Schema:               schema,
-		ConnString:           pgtest.ConnString(t),
-		ListenerMinReconnect: 10 * time.Millisecond,
-		ListenerMaxReconnect: 200 * time.Millisecond,
-		Logger:               testLogger(t),
-	})
+	return newStoreWith(t, pgtest.PoolOptions{}, postgres.Options{Schema: schema})
+}
+
+// newStoreWith is newStore on a pool made with poolOpts and a Store made
+// with opts, whose listener settings and logger default to newStore's.
+func newStoreWith(t *testing.T, poolOpts pgtest.PoolOptions, opts postgres.Options) *testBundle {
+	t.Helper()
+	pool := pgtest.NewPoolWith(t, poolOpts)
+	opts.ConnString = cmp.Or(opts.ConnString, pgtest.ConnString(t))
+	opts.ListenerMinReconnect = cmp.Or(opts.ListenerMinReconnect, 10*time.Millisecond)
+	opts.ListenerMaxReconnect = cmp.Or(opts.ListenerMaxReconnect, 200*time.Millisecond)
+	opts.Logger = cmp.Or(opts.Logger, testLogger(t))
+	store, err := postgres.New(pool, opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, store.Close()) })
 	storePools.Store(store, pool)
 	t.Cleanup(func() { storePools.Delete(store) })
-	return &testBundle{pool: pool, schema: schema, store: store, backend: store.Backend()}
+	return &testBundle{pool: pool, schema: opts.Schema, store: store, backend: store.Backend()}
 }
 
 // storePools maps the Stores of newStore to their pools, for
@@ -116,6 +123,37 @@ func TestConformance(t *testing.T) {
 		schema := pgtest.Schema(t)
 		return func(t *testing.T) ports.Backend { return newStore(t, schema).backend }
 	}, conformance.Features{BreakConnections: breakConnections})
+}
+
+// TestConformanceQueryExecModes runs the suite of TestConformance on pools
+// of every other pgx query exec mode. Under QueryExecModeExec and
+// QueryExecModeSimpleProtocol, the modes of a pool behind PgBouncer in
+// transaction pooling mode, pgx sends every parameter as text and infers
+// its type from its Go type, since the server never describes the
+// statement: a [16]byte or a []byte meant for jsonb fails there, unlike in
+// the default mode.
+func TestConformanceQueryExecModes(t *testing.T) {
+	t.Parallel()
+
+	for _, mode := range []struct {
+		name string
+		mode pgx.QueryExecMode
+	}{
+		{"CacheDescribe", pgx.QueryExecModeCacheDescribe},
+		{"DescribeExec", pgx.QueryExecModeDescribeExec},
+		{"Exec", pgx.QueryExecModeExec},
+		{"SimpleProtocol", pgx.QueryExecModeSimpleProtocol},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			conformance.Run(t, func(t *testing.T) conformance.Opener {
+				schema := pgtest.Schema(t)
+				return func(t *testing.T) ports.Backend {
+					return newStoreWith(t, pgtest.PoolOptions{QueryExecMode: mode.mode}, postgres.Options{Schema: schema}).backend
+				}
+			}, conformance.Features{BreakConnections: breakConnections})
+		})
+	}
 }
 
 // TestLostConnectionIsTransient checks that a call whose connection was

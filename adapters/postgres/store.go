@@ -274,34 +274,42 @@ func nowArg(t time.Time) any {
 	return t.Truncate(time.Microsecond)
 }
 
-// uuidsArg converts ids for a uuid[] parameter. pgx encodes a uuid.UUID
-// through its driver.Valuer: to text, parsed back, with the element's
-// encoding planned anew each time, which dominated the engine's CPU in a
-// catch-up, where completions carry every work id (see BENCHMARKS.md); a
-// [16]byte it encodes directly. nil stays nil (a NULL array).
-func uuidsArg(ids []uuid.UUID) [][16]byte {
+// UUID parameters are pgtype.UUID values, which pgx encodes in every query
+// exec mode. A uuid.UUID goes through its driver.Valuer, to text and parsed
+// back, with the encoding of each array element planned anew, which
+// dominated the engine's CPU in a catch-up, where completions carry every
+// work id (see BENCHMARKS.md). A bare [16]byte pgx encodes directly only
+// when the server told it the parameter's type: under QueryExecModeExec and
+// QueryExecModeSimpleProtocol, the modes for a pool behind PgBouncer in
+// transaction pooling mode, parameters are sent as text of no declared
+// type, pgx finds their encoding by their Go type, and it knows none for
+// [16]byte. A pgtype.UUID is the uuid type in every mode, encoded from its
+// bytes. Every uuid parameter of the package's statements is cast
+// ($1::uuid, $2::uuid[]) or compared with a uuid column, so that the server
+// reads the untyped text as a uuid.
+
+// uuidsArg converts ids for a uuid[] parameter. nil stays nil (a NULL
+// array); uuid.Nil elements stay all-zero uuids, as uuid.UUID encodes them.
+func uuidsArg(ids []uuid.UUID) []pgtype.UUID {
 	if ids == nil {
 		return nil
 	}
-	out := make([][16]byte, len(ids))
+	out := make([]pgtype.UUID, len(ids))
 	for i, id := range ids {
-		out[i] = id
+		out[i] = uuidElem(id)
 	}
 	return out
 }
+
+// uuidElem is id as an element of a uuid[] parameter, never NULL.
+func uuidElem(id uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: id, Valid: true} }
 
 // uuidDest is a scan target for a uuid column that pgx fills directly; into
 // a *uuid.UUID it goes through sql.Scanner, by way of text.
 func uuidDest(u *uuid.UUID) *[16]byte { return (*[16]byte)(u) }
 
-// uuidArg is id for a uuid parameter, NULL when nil, as a [16]byte (see
-// uuidsArg).
-func uuidArg(id uuid.UUID) any {
-	if id == uuid.Nil {
-		return nil
-	}
-	return [16]byte(id)
-}
+// uuidArg is id for a uuid parameter, NULL when nil.
+func uuidArg(id uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: id, Valid: id != uuid.Nil} }
 
 // Scan helpers: NULL becomes the zero value, times come back in UTC.
 

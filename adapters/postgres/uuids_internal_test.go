@@ -27,6 +27,44 @@ func TestUUIDsArgEncodesLikeUUIDs(t *testing.T) {
 	require.Nil(t, encode(uuidsArg(nil)), "NULL")
 }
 
+// TestUUIDArgsEncodeAsText checks that uuid parameters encode the way pgx
+// sends them under QueryExecModeExec and QueryExecModeSimpleProtocol: as
+// text, planned by their Go type alone (OID 0), which a bare [16]byte
+// cannot be.
+func TestUUIDArgsEncodeAsText(t *testing.T) {
+	m := pgtype.NewMap()
+	encode := func(v any) []byte {
+		t.Helper()
+		buf, err := m.Encode(0, pgtype.TextFormatCode, v, nil)
+		require.NoError(t, err)
+		return buf
+	}
+	a, b := uuid.New(), uuid.New()
+	require.Equal(t, a.String(), string(encode(uuidArg(a))))
+	require.Nil(t, encode(uuidArg(uuid.Nil)), "a nil id is NULL")
+	require.Equal(t, "{"+a.String()+","+uuid.Nil.String()+","+b.String()+"}", string(encode(uuidsArg([]uuid.UUID{a, uuid.Nil, b}))))
+	require.Nil(t, encode(uuidsArg(nil)), "NULL")
+
+	_, err := m.Encode(0, pgtype.TextFormatCode, [16]byte(a), nil)
+	require.Error(t, err, "the form the adapter passed before")
+}
+
+// TestJSONMapIsText checks that jsonMap's value reaches a jsonb parameter
+// as JSON text in every exec mode: a []byte would be sent as bytea there.
+func TestJSONMapIsText(t *testing.T) {
+	m := pgtype.NewMap()
+	check := func(in map[string]string, want string) {
+		t.Helper()
+		js, err := jsonMap(in)
+		require.NoError(t, err)
+		buf, err := m.Encode(0, pgtype.TextFormatCode, js, nil)
+		require.NoError(t, err)
+		require.JSONEq(t, want, string(buf))
+	}
+	check(nil, `{}`)
+	check(map[string]string{"host": "a"}, `{"host":"a"}`)
+}
+
 // BenchmarkUUIDArray encodes a uuid[] parameter of 1,000 ids, as given to
 // pgx before and after uuidsArg.
 func BenchmarkUUIDArray(b *testing.B) {
