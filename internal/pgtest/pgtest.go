@@ -20,6 +20,11 @@
 // StartCluster (or RequireCluster in a test) makes a private cluster with
 // the local binaries, which its caller may Restart and must Close.
 //
+// A test of the adapter behind a connection pooler starts a private
+// pgbouncer in front of the test database: StartPgBouncer (or
+// RequirePgBouncer in a test), in transaction pooling mode unless told
+// otherwise, whose ConnString a pool (NewPoolWith) connects to.
+//
 // A test package using pgtest must wrap its TestMain with WrapMain, which
 // closes the shared pool and stops a server pgtest started once the tests
 // are done:

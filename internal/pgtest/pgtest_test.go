@@ -115,3 +115,37 @@ func TestCluster(t *testing.T) {
 	require.NoDirExists(t, c.DataDir())
 	require.Error(t, c.Restart(ctx, pgtest.ShutdownFast), "a closed cluster does not restart")
 }
+
+func TestPgBouncer(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	// One server connection: every client of the PgBouncer shares it.
+	b := pgtest.RequirePgBouncer(t, pgtest.PgBouncerOptions{Settings: map[string]string{"default_pool_size": "1"}})
+	require.Contains(t, b.ConnString(), fmt.Sprintf("127.0.0.1:%d/", b.Port()))
+
+	connect := func() *pgx.Conn {
+		t.Helper()
+		conn, err := pgx.Connect(ctx, b.ConnString())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = conn.Close(context.Background()) })
+		return conn
+	}
+	first, second := connect(), connect()
+	var db string
+	require.NoError(t, first.QueryRow(ctx, `SELECT current_database()`).Scan(&db))
+	require.Equal(t, "test", db, "the PgBouncer forwards the test database")
+
+	// In transaction pooling mode, session state set by one client is
+	// seen by the next client lent the same server connection.
+	_, err := first.Exec(ctx, `SET vantage.probe = 'set-by-first'`, pgx.QueryExecModeSimpleProtocol)
+	require.NoError(t, err)
+	var name string
+	require.NoError(t, second.QueryRow(ctx, `SHOW vantage.probe`, pgx.QueryExecModeSimpleProtocol).Scan(&name))
+	require.Equal(t, "set-by-first", name, "the clients share a server connection between transactions")
+
+	require.NoError(t, b.Close())
+	require.NoError(t, b.Close(), "Close is idempotent")
+	require.NoFileExists(t, b.LogPath())
+	_, err = pgx.Connect(ctx, b.ConnString())
+	require.Error(t, err, "a closed PgBouncer accepts no connection")
+}
