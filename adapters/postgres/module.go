@@ -57,7 +57,8 @@ type ModuleOptions struct {
 	// included) of the pool the module builds and owns when the application
 	// provides no *pgxpool.Pool. Must be empty when it does, so that the
 	// module never silently uses another database than the one named here.
-	// The listener dials it too unless Options.ConnString is set.
+	// The listener dials it too unless Options.ConnString or
+	// Options.PollOnly is set.
 	PoolConnString string
 	// SkipMigrations turns off migrating Options.Schema on start, for hosts
 	// that migrate in a deploy step of their own (Migrate, Migrator.Up).

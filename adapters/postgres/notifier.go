@@ -201,12 +201,17 @@ func (n *notifier) late(sub *subscription) <-chan ports.Wake {
 // startLocked starts the listener, its dispatch loop and the initial LISTEN.
 // The caller holds n.mu.
 func (n *notifier) startLocked() {
-	if n.listener != nil {
+	if n.ready != nil {
+		return
+	}
+	n.ready = make(chan struct{})
+	if n.connString == "" { // Options.PollOnly
+		n.readyErr = ErrPollOnly
+		close(n.ready)
 		return
 	}
 	l := pq.NewListener(n.connString, n.minDelay, n.maxDelay, n.event)
 	n.listener = l
-	n.ready = make(chan struct{})
 	n.wg.Add(2)
 	go func() {
 		defer n.wg.Done()

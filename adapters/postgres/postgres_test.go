@@ -41,11 +41,14 @@ func newStore(t *testing.T, schema string) *testBundle {
 }
 
 // newStoreWith is newStore on a pool made with poolOpts and a Store made
-// with opts, whose listener settings and logger default to newStore's.
+// with opts, whose listener settings and logger default to newStore's: the
+// listener dials the test database, unless opts.PollOnly.
 func newStoreWith(t *testing.T, poolOpts pgtest.PoolOptions, opts postgres.Options) *testBundle {
 	t.Helper()
 	pool := pgtest.NewPoolWith(t, poolOpts)
-	opts.ConnString = cmp.Or(opts.ConnString, pgtest.ConnString(t))
+	if !opts.PollOnly {
+		opts.ConnString = cmp.Or(opts.ConnString, pgtest.ConnString(t))
+	}
 	opts.ListenerMinReconnect = cmp.Or(opts.ListenerMinReconnect, 10*time.Millisecond)
 	opts.ListenerMaxReconnect = cmp.Or(opts.ListenerMaxReconnect, 200*time.Millisecond)
 	opts.Logger = cmp.Or(opts.Logger, testLogger(t))

@@ -19,6 +19,10 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
+// ErrPollOnly is returned by NotifierListen on a Store made with
+// Options.PollOnly, which has no listener. Compare with errors.Is.
+var ErrPollOnly = errors.New("the Store has no listener (Options.PollOnly)")
+
 // Defaults of Options.
 const (
 	ListenerMinReconnectDefault = 100 * time.Millisecond
@@ -28,14 +32,20 @@ const (
 // Options configures a Store. The zero value is valid.
 type Options struct {
 	// ConnString is the connection string the notification listener dials
-	// (lib/pq syntax: URL or key=value). Defaults to the pool's connection
-	// string without pgx-only parameters (pool_*, statement_cache_capacity,
-	// ...) and with sslmode=prefer when it names none (pgx's default; lib/pq
-	// would otherwise require TLS). Set it when the pool's configuration was
-	// built in code rather than parsed from a string, or when the pool's
-	// string lists several hosts. Must parse with lib/pq and name a single
-	// host: the one the pool commits to, since NOTIFY reaches only
-	// listeners on the server that commits it.
+	// (lib/pq syntax: URL or key=value), on a connection of its own, apart
+	// from the pool. Defaults to the pool's connection string without
+	// pgx-only parameters (pool_*, statement_cache_capacity, ...) and with
+	// sslmode=prefer when it names none (pgx's default; lib/pq would
+	// otherwise require TLS). Set it when the pool's configuration was
+	// built in code rather than parsed from a string, when the pool's
+	// string lists several hosts, and when the pool goes through a
+	// connection pooler in transaction mode, such as PgBouncer: LISTEN is
+	// state of a server session, which such a pooler lends a client for
+	// one transaction only, so the listener must reach the server directly
+	// (or through a pooler in session mode); without such a route, set
+	// PollOnly instead. Must parse with lib/pq and name a single host: the
+	// one the pool commits to, since NOTIFY reaches only listeners on the
+	// server that commits it. Must be empty when PollOnly is set.
 	ConnString string
 	// Gate holds every SQL call until the schema is migrated. Defaults to an
 	// open gate: the host migrated the schema before using the Store.
@@ -53,6 +63,17 @@ type Options struct {
 	// that the listener's lines join the engine's. Defaults to
 	// slog.Default().
 	Logger *slog.Logger
+	// PollOnly makes a Store without a notification listener: Backend
+	// leaves Notifier nil, so the engine polls (at core's PollingInterval
+	// and ClaimInterval) and logs once, when it starts, that it polls
+	// only, and NotifierListen returns ErrPollOnly. Set it when the pool
+	// goes through a connection pooler in transaction mode and the server
+	// cannot be reached directly for ConnString: a listener dialing the
+	// pooler would LISTEN on a server connection lent to it for one
+	// transaction, and miss the notifications without an error. Appends
+	// still NOTIFY, which wakes the instances that listen. Defaults to
+	// false.
+	PollOnly bool
 	// Schema holds the adapter's tables. Defaults to SchemaDefault. Must
 	// satisfy ValidateSchema.
 	Schema string
@@ -92,7 +113,8 @@ var (
 // on opts.Gate, and the notification listener starts on the first
 // NotifierListen. It fails, naming the option to set, when an option is
 // invalid or the listener's connection string (opts.ConnString, or the one
-// derived from the pool) is one lib/pq cannot dial, or lists several hosts.
+// derived from the pool, unless opts.PollOnly) is one lib/pq cannot dial,
+// or lists several hosts.
 func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("postgres.New: pool is nil")
@@ -103,6 +125,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 		ListenerMinReconnect: cmp.Or(opts.ListenerMinReconnect, ListenerMinReconnectDefault),
 		ListenerMaxReconnect: cmp.Or(opts.ListenerMaxReconnect, ListenerMaxReconnectDefault),
 		Logger:               cmp.Or(opts.Logger, slog.Default()),
+		PollOnly:             opts.PollOnly,
 		Schema:               cmp.Or(opts.Schema, SchemaDefault),
 	}
 	if err := ValidateSchema(o.Schema); err != nil {
@@ -117,7 +140,11 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	if o.Gate == nil {
 		o.Gate = openGate()
 	}
-	if o.ConnString == "" {
+	switch {
+	case o.PollOnly && o.ConnString != "":
+		return nil, errors.New("Options.ConnString is the listener's and Options.PollOnly makes a Store without one: set one of them")
+	case o.PollOnly: // no listener to dial
+	case o.ConnString == "":
 		cs, err := listenerConnString(pool.Config().ConnConfig.ConnString())
 		if err == nil {
 			err = checkListenerConnString(cs)
@@ -126,8 +153,10 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("deriving Options.ConnString from the pool's connection string: %w; set Options.ConnString", err)
 		}
 		o.ConnString = cs
-	} else if err := checkListenerConnString(o.ConnString); err != nil {
-		return nil, fmt.Errorf("Options.ConnString: %w", err)
+	default:
+		if err := checkListenerConnString(o.ConnString); err != nil {
+			return nil, fmt.Errorf("Options.ConnString: %w", err)
+		}
 	}
 	s := &Store{
 		pool:    pool,
@@ -139,9 +168,10 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// Backend returns the ports the Store implements.
+// Backend returns the ports the Store implements. Notifier is nil when
+// Options.PollOnly is set: the engine then polls only, by design.
 func (s *Store) Backend() ports.Backend {
-	return ports.Backend{
+	b := ports.Backend{
 		Claimer:     s,
 		Fetcher:     s,
 		Cursors:     s,
@@ -156,6 +186,10 @@ func (s *Store) Backend() ports.Backend {
 		Admin:       s,
 		Stats:       s,
 	}
+	if s.opts.PollOnly {
+		b.Notifier = nil
+	}
+	return b
 }
 
 // Schema returns the schema the Store works in.
