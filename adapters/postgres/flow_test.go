@@ -7,15 +7,41 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/vantage-go/vantage/adapters/postgres"
+	"github.com/vantage-go/vantage/internal/pgtest"
 	"github.com/vantage-go/vantage/ports"
 )
 
 // TestFlow walks one event through every port: append, heartbeat, claim,
 // fetch, complete, with model save and cursor read. It is a smoke test; the
-// conformance suite owns the contracts.
+// conformance suite owns the contracts. It runs on pools of every pgx query
+// exec mode, and through a PgBouncer in transaction pooling mode in the
+// modes that work there, whereas the whole suite runs in the modes of
+// TestConformance, TestConformanceQueryExecModes and
+// TestConformanceThroughPgBouncer only.
 func TestFlow(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+
+	for _, mode := range queryExecModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			testFlow(t, newStoreWith(t, pgtest.PoolOptions{QueryExecMode: mode.mode}, postgres.Options{Schema: pgtest.Schema(t)}))
+		})
+	}
+	t.Run("PgBouncer", func(t *testing.T) {
+		t.Parallel()
+		bouncer := pgtest.RequirePgBouncer(t, pgtest.PgBouncerOptions{})
+		for _, mode := range bouncerExecModes {
+			t.Run(mode.name, func(t *testing.T) {
+				t.Parallel()
+				pool := pgtest.PoolOptions{ConnString: bouncer.ConnString(), QueryExecMode: mode.mode}
+				testFlow(t, newStoreWith(t, pool, postgres.Options{Schema: pgtest.Schema(t)}))
+			})
+		}
+	})
+}
+
+func testFlow(t *testing.T, b *testBundle) {
 	ctx := t.Context()
 	be := b.backend
 

@@ -16,6 +16,18 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
+// bouncerExecModes are the query exec modes that work through PgBouncer
+// before 1.21 in transaction pooling mode (see bouncerExecMode), which
+// TestFlow runs there.
+var bouncerExecModes = []struct {
+	name string
+	mode pgx.QueryExecMode
+}{
+	{"CacheDescribe", pgx.QueryExecModeCacheDescribe},
+	{"Exec", pgx.QueryExecModeExec},
+	{"SimpleProtocol", pgx.QueryExecModeSimpleProtocol},
+}
+
 // bouncerExecMode is the query exec mode the README tells users of
 // PgBouncer before 1.21 (Debian's is 1.18) to configure, and that of the
 // pools of the tests behind it: in transaction pooling mode a named
