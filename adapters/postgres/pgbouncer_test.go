@@ -57,9 +57,9 @@ func TestConformanceThroughPgBouncer(t *testing.T) {
 }
 
 // TestWorkerThroughPgBouncer runs a worker whose pool goes through a
-// PgBouncer in transaction pooling mode: poll-only, it applies every event
-// and says once that it polls only; with a listener dialing the server
-// directly, notifications wake it.
+// PgBouncer in transaction pooling mode: with a listener dialing the server
+// directly, or a PgBouncer in session pooling mode, notifications wake it;
+// poll-only, it applies every event and says once that it polls only.
 func TestWorkerThroughPgBouncer(t *testing.T) {
 	t.Parallel()
 
@@ -116,6 +116,20 @@ func TestWorkerThroughPgBouncer(t *testing.T) {
 		})
 		require.True(t, b.store.NotifierHealthy(), "the listener is up once the worker started")
 		appendAndWait(t, b)
+		appendAndWait(t, b)
+		require.True(t, b.store.NotifierHealthy())
+	})
+
+	t.Run("ListenerThroughSessionPooling", func(t *testing.T) {
+		t.Parallel()
+		bouncer := pgtest.RequirePgBouncer(t, pgtest.PgBouncerOptions{})
+		session := pgtest.RequirePgBouncer(t, pgtest.PgBouncerOptions{PoolMode: pgtest.PoolModeSession})
+		b := setup(t, bouncer, postgres.Options{ConnString: session.ConnString()}, core.Options{
+			PollingInterval:              time.Minute,
+			NotifyHealthyPollingInterval: time.Minute,
+			ClaimInterval:                time.Minute,
+			ClaimNotifyHealthyInterval:   time.Minute,
+		})
 		appendAndWait(t, b)
 		require.True(t, b.store.NotifierHealthy())
 	})
