@@ -159,7 +159,34 @@
 // ports.Wake{Reconnected: true}; NotifierListen does not wait for a
 // listener whose connection fails, whose subscribers get that wake once it
 // is up. The listener warns once per outage and reports at info when it is
-// back. NOTIFY is a hint: the engine polls regardless.
+// back. NOTIFY is a hint: the engine polls regardless. A Store made with
+// Options.PollOnly has no listener: its Backend has no Notifier, so the
+// engine polls only, and NotifierListen returns ErrPollOnly; its appends
+// still NOTIFY.
+//
+// # PgBouncer
+//
+// The Store works on a pool behind PgBouncer in transaction pooling mode,
+// which lends each transaction whichever server connection is free.
+// Every call is one statement, one batch (an implicit transaction) or one
+// explicit transaction that leaves nothing on its server connection: the
+// batches' planner settings are set_config(..., true), local to their
+// transaction, and the append and migration locks are
+// pg_advisory_xact_lock. Parameters encode in every pgx query exec mode
+// (uuids as pgtype.UUID, JSON as text). Two settings remain the
+// application's:
+//
+//   - The pool's ConnConfig.DefaultQueryExecMode: pgx.QueryExecModeExec
+//     (or default_query_exec_mode=exec in the connection string) before
+//     PgBouncer 1.21, whose server connections keep no prepared statement
+//     of the default mode across transactions. QueryExecModeCacheDescribe
+//     and QueryExecModeSimpleProtocol work too; QueryExecModeDescribeExec
+//     does not.
+//   - The listener's route: LISTEN is state of a server session, and a
+//     listener dialing PgBouncer in transaction mode receives nothing while
+//     it reports healthy. Set Options.ConnString to the server itself (or
+//     to a PgBouncer database in session pooling mode), or set
+//     Options.PollOnly.
 //
 // # Errors
 //
