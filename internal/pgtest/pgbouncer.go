@@ -90,7 +90,7 @@ type PgBouncer struct {
 // the PgBouncer as the same user and database. ctx bounds the start only.
 // The caller must Close it. It returns an error wrapping ErrNoPgBouncer when
 // the binary cannot be found.
-func StartPgBouncer(ctx context.Context, target string, opts PgBouncerOptions) (_ *PgBouncer, err error) {
+func StartPgBouncer(ctx context.Context, target string, opts PgBouncerOptions) (*PgBouncer, error) {
 	bin, err := findPgBouncer()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNoPgBouncer, err)
@@ -103,6 +103,21 @@ func StartPgBouncer(ctx context.Context, target string, opts PgBouncerOptions) (
 	if err != nil {
 		return nil, fmt.Errorf("parsing the target connection string: %w", err)
 	}
+	// The free port may be taken by another process before pgbouncer
+	// binds it: then it exits at once, and another port is tried.
+	for attempt := 1; ; attempt++ {
+		b, err := startPgBouncer(ctx, bin, user, server, opts)
+		if err == nil || !errors.Is(err, errPortTaken) || attempt == 3 {
+			return b, err
+		}
+	}
+}
+
+// errPortTaken reports that pgbouncer could not bind its port.
+var errPortTaken = errors.New("port taken")
+
+// startPgBouncer is one attempt of StartPgBouncer, on a new port.
+func startPgBouncer(ctx context.Context, bin string, user clusterUser, server *pgconn.Config, opts PgBouncerOptions) (_ *PgBouncer, err error) {
 	dir, err := os.MkdirTemp("", "vantage-pgbouncer-")
 	if err != nil {
 		return nil, err
@@ -264,7 +279,11 @@ func (b *PgBouncer) waitReady(ctx context.Context) error {
 		select {
 		case <-b.done:
 			log, _ := os.ReadFile(b.LogPath())
-			return fmt.Errorf("pgbouncer exited (%v): %s", b.waitErr, strings.TrimSpace(string(log)))
+			err := fmt.Errorf("pgbouncer exited (%v): %s", b.waitErr, strings.TrimSpace(string(log)))
+			if strings.Contains(string(log), "Address already in use") {
+				err = fmt.Errorf("%w: %w", errPortTaken, err)
+			}
+			return err
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for pgbouncer on %s: %w", addr, ctx.Err())
 		case <-tick.C:
