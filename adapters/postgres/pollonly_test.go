@@ -22,14 +22,14 @@ func TestPollOnly(t *testing.T) {
 
 	require.Nil(t, b.backend.Notifier, "the engine polls only")
 	require.NoError(t, b.backend.Validate())
-	_, err := b.store.NotifierListen(ctx)
+	_, err := b.store.NotifierListen(ctx, nil)
 	require.ErrorIs(t, err, postgres.ErrPollOnly)
-	_, err = b.store.NotifierListen(ctx)
+	_, err = b.store.NotifierListen(ctx, nil)
 	require.ErrorIs(t, err, postgres.ErrPollOnly, "every call")
 	require.False(t, b.store.NotifierHealthy())
 
 	listening := newStore(t, schema)
-	wakes, err := listening.store.NotifierListen(ctx)
+	wakes, err := listening.store.NotifierListen(ctx, nil)
 	require.NoError(t, err)
 	subscribe(t, b, testPerspective)
 	_, err = b.backend.Events.EventsAppend(ctx, &ports.EventsAppendParams{StreamID: newUUID(t), Events: newEvents(1), Now: base})
