@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/ports"
@@ -17,6 +18,44 @@ func runAdmin(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 	const port = "Admin"
 
 	optionalGroup(t, "InstancesList", port, implemented, map[string]func(t *testing.T){
+		"CountsTheStreamsEachHolds": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a, b := tb.pair(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			streams := newIDs(t, 3)
+			for _, s := range streams {
+				appendN(t, tb.backend, s, at(0), eventType, 1)
+			}
+			a.heartbeat(t, at(0))
+			b.heartbeat(t, at(0))
+			work := a.fetch(t, at(0), streams[0], streams[1]).Work
+			require.Len(t, work, 2)
+			require.Len(t, b.fetch(t, at(0), streams[2]).Work, 1)
+			leased := func() map[uuid.UUID]int {
+				t.Helper()
+				list, ok := instances(t, tb.backend)
+				require.True(t, ok)
+				out := map[uuid.UUID]int{}
+				for _, in := range list {
+					out[in.ID] = in.LeasedStreams
+				}
+				return out
+			}
+			require.Equal(t, map[uuid.UUID]int{a.id: 2, b.id: 1}, leased())
+
+			first := ofStream(work, streams[0])[0]
+			a.complete(t, at(time.Second), ports.Completion{
+				StreamID: streams[0], Perspective: perspective, LastEventID: first.EventID, LastVersion: 1, WorkIDs: workIDs([]ports.WorkItem{first}),
+			})
+			require.Equal(t, map[uuid.UUID]int{a.id: 1, b.id: 1}, leased(), "a drained stream is released")
+
+			later := at(leaseDuration + time.Minute)
+			a.heartbeat(t, later)
+			b.heartbeat(t, later)
+			require.Equal(t, map[uuid.UUID]int{a.id: 1, b.id: 1}, leased(), "an expired lease still names its holder")
+			require.Len(t, b.fetch(t, later, streams[1]).Work, 1)
+			require.Equal(t, map[uuid.UUID]int{a.id: 0, b.id: 2}, leased(), "b took the stream whose lease expired")
+		},
 		"RecordsInstances": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			ins := tb.instances(t, 2)

@@ -12,7 +12,12 @@ import (
 // excepted (the engine reads it at start to warn about retired
 // perspectives it runs, and skips the warning without an Admin).
 type Admin interface {
-	// InstancesList returns the recorded instances ordered by id.
+	// InstancesList returns the recorded instances ordered by id, each with
+	// the count of streams it holds (Instance.LeasedStreams). Instances
+	// stay recorded until they deregister or another instance abandons
+	// them (see WorkClaimer): an operator tool tells a live one by the age
+	// of its LastHeartbeatAt, which is on the clock of its heartbeats (the
+	// database's on PostgreSQL, unless the engine passes its own).
 	InstancesList(ctx context.Context) ([]Instance, error)
 
 	// StreamLocks returns the unexpired lock holder (see

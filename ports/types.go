@@ -244,6 +244,10 @@ type Instance struct {
 	// InstanceHeartbeatParams.Passive): the instance takes no share of the
 	// streams nobody holds.
 	Passive bool
+	// LeasedStreams counts the streams whose lease names the instance,
+	// expired or not (nobody took them since; see WorkClaimer): the streams
+	// it holds. Set by Admin.InstancesList; zero elsewhere.
+	LeasedStreams int
 }
 
 // DeadLetter is a work row the engine gave up on, with the cause.

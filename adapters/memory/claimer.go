@@ -105,7 +105,8 @@ func (s *Store) deleteInstance(id uuid.UUID) {
 }
 
 // InstancesList implements ports.Admin: the recorded instances, ordered
-// by id.
+// by id, each with the count of streams its leases name, read from the
+// index of leases by instance.
 func (s *Store) InstancesList(ctx context.Context) ([]ports.Instance, error) {
 	if err := s.lock(ctx); err != nil {
 		return nil, err
@@ -116,6 +117,7 @@ func (s *Store) InstancesList(ctx context.Context) ([]ports.Instance, error) {
 	for _, id := range s.instanceIDs {
 		inst := *s.instances[id]
 		inst.Metadata = maps.Clone(inst.Metadata)
+		inst.LeasedStreams = len(s.leases[id])
 		out = append(out, inst)
 	}
 	return out, nil

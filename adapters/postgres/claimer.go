@@ -265,10 +265,13 @@ func (s *Store) InstanceDeregister(ctx context.Context, params *ports.InstanceDe
 	return nil
 }
 
-const sqlInstancesList = `SELECT instance_id, service_name, host_name, process_id, metadata, started_at, last_heartbeat_at, passive
-FROM /* SCHEMA */.vantage_instances ORDER BY instance_id`
+// sqlInstancesList lists the instances with the count of the streams their
+// leases name, one range of vantage_active_streams_instance_idx each.
+const sqlInstancesList = `SELECT i.instance_id, i.service_name, i.host_name, i.process_id, i.metadata, i.started_at, i.last_heartbeat_at, i.passive,
+       (SELECT count(*) FROM /* SCHEMA */.vantage_active_streams a WHERE a.instance_id = i.instance_id)
+FROM /* SCHEMA */.vantage_instances i ORDER BY i.instance_id`
 
-// InstancesList implements ports.Admin.
+// InstancesList implements ports.Admin in one statement.
 func (s *Store) InstancesList(ctx context.Context) ([]ports.Instance, error) {
 	if err := s.ready(ctx); err != nil {
 		return nil, err
@@ -279,7 +282,7 @@ func (s *Store) InstancesList(ctx context.Context) ([]ports.Instance, error) {
 			meta          []byte
 			started, beat pgtype.Timestamptz
 		)
-		if err := row.Scan(&inst.ID, &inst.ServiceName, &inst.HostName, &inst.ProcessID, &meta, &started, &beat, &inst.Passive); err != nil {
+		if err := row.Scan(&inst.ID, &inst.ServiceName, &inst.HostName, &inst.ProcessID, &meta, &started, &beat, &inst.Passive, &inst.LeasedStreams); err != nil {
 			return inst, err
 		}
 		if err := json.Unmarshal(meta, &inst.Metadata); err != nil {
