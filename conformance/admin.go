@@ -274,6 +274,82 @@ func runAdmin(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 		},
 	})
 
+	optionalGroup(t, "PerspectivesStatus", port, implemented, map[string]func(t *testing.T){
+		"CountsEachFigurePerPerspective": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			retire(t, tb.backend, "audit", false)
+			subscribe(t, tb.backend, eventType, perspective, perspective2)
+			subscribe(t, tb.backend, otherType, perspective)
+			subscribe(t, tb.backend, "Unappended", "idle")
+			streams := newIDs(t, 4)
+			// streams[0] gets versions 1 and 3 now, and 2 late.
+			appendEvents(t, tb.backend, streams[0], at(0), newEvent(eventType, 1), newEvent(eventType, 3))
+			appendN(t, tb.backend, streams[1], at(10*time.Second), eventType, 1)
+			appendN(t, tb.backend, streams[2], at(20*time.Second), otherType, 1)
+			appendN(t, tb.backend, streams[3], at(0), eventType, 1)
+			a.heartbeat(t, at(20*time.Second))
+			work := a.fetch(t, at(20*time.Second), streams...).Work
+			require.Len(t, work, 9)
+			rows := func(stream uuid.UUID, name string) []ports.WorkItem {
+				return ofPerspective(ofStream(work, stream), name)
+			}
+			completion := func(stream uuid.UUID, name string, rows ...ports.WorkItem) ports.Completion {
+				last := rows[len(rows)-1]
+				return ports.Completion{StreamID: stream, Perspective: name, LastEventID: last.EventID, LastVersion: last.EventVersion, WorkIDs: workIDs(rows)}
+			}
+			a.complete(t, at(30*time.Second),
+				completion(streams[0], perspective, rows(streams[0], perspective)...),   // cursor at 3
+				completion(streams[0], perspective2, rows(streams[0], perspective2)[0]), // cursor at 1, version 3 pending
+				completion(streams[3], perspective, rows(streams[3], perspective)...),
+				completion(streams[3], perspective2, rows(streams[3], perspective2)...),
+			)
+			a.fail(t, at(30*time.Second), ports.Failure{
+				StreamID: streams[1], Perspective: perspective,
+				FailedWorkIDs: workIDs(rows(streams[1], perspective)), Error: "boom", RetryAt: at(10 * time.Minute),
+			})
+			_, moved := a.deadLetter(t, at(30*time.Second), rows(streams[2], perspective)[0].WorkID)
+			require.True(t, moved)
+			// Below the cursor of perspective, above that of perspective2.
+			late := appendEvents(t, tb.backend, streams[0], at(40*time.Second), newEvent(eventType, 2)).Events[0]
+			requireRewind(t, mustCursor(t, tb.backend, streams[0], perspective), late, at(40*time.Second), at(40*time.Second))
+
+			require.Equal(t, []ports.PerspectiveStatus{
+				{Perspective: "audit", Retired: true},
+				{Perspective: "idle", EventTypes: []string{"Unappended"}},
+				{
+					Perspective: perspective, EventTypes: []string{eventType, otherType},
+					Streams: 3, CaughtUp: 1, PendingStreams: 2, Failed: 1, AwaitingRetry: 1, RewindRequired: 1,
+					Pending: 2, OldestAge: 50 * time.Second, DeadLetters: 1,
+				},
+				{
+					Perspective: perspective2, EventTypes: []string{eventType},
+					Streams: 2, CaughtUp: 1, PendingStreams: 2,
+					Pending: 3, OldestAge: time.Minute,
+				},
+			}, perspectivesStatus(t, tb.backend, at(time.Minute)))
+			later := perspectivesStatus(t, tb.backend, at(11*time.Minute))
+			require.Zero(t, later[2].AwaitingRetry, "the retry time passed")
+			require.Equal(t, 11*time.Minute-10*time.Second, later[2].OldestAge)
+		},
+		"EmptyBackendHasNone": func(t *testing.T) {
+			tb := setup(t, newBackend)
+
+			require.Empty(t, perspectivesStatus(t, tb.backend, at(0)))
+		},
+		"RetiredKeepsItsState": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 2)
+			f.a.complete(t, at(time.Second), f.completion(1, 1))
+			retire(t, f.tb.backend, perspective, false)
+
+			require.Equal(t, []ports.PerspectiveStatus{{Perspective: perspective, Retired: true, Streams: 1, CaughtUp: 1}},
+				perspectivesStatus(t, f.tb.backend, at(time.Minute)), "its subscriptions and pending rows are gone, its cursor stays")
+
+			retire(t, f.tb.backend, perspective, true)
+			require.Equal(t, []ports.PerspectiveStatus{{Perspective: perspective, Retired: true}}, perspectivesStatus(t, f.tb.backend, at(time.Minute)))
+		},
+	})
+
 	optionalGroup(t, "PerspectivesRetired", port, implemented, map[string]func(t *testing.T){
 		"ListsThemSorted": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -306,6 +382,14 @@ func retired(t *testing.T, b ports.Backend) []string {
 	names, err := b.Admin.PerspectivesRetired(t.Context())
 	require.NoError(t, err)
 	return names
+}
+
+// perspectivesStatus reads the state of every perspective at now.
+func perspectivesStatus(t *testing.T, b ports.Backend, now time.Time) []ports.PerspectiveStatus {
+	t.Helper()
+	status, err := b.Admin.PerspectivesStatus(t.Context(), &ports.PerspectivesStatusParams{Now: now})
+	require.NoError(t, err)
+	return status
 }
 
 // needAdmin skips the case when the adapter does not implement the optional

@@ -63,6 +63,64 @@ type Admin interface {
 
 	// PerspectivesRetired lists the retired perspectives, sorted.
 	PerspectivesRetired(ctx context.Context) ([]string, error)
+
+	// PerspectivesStatus returns the state of every perspective the
+	// backend knows: those with a subscription, a cursor, a pending work
+	// row or a dead letter waiting (DeadLetterDead), and the retired ones,
+	// ordered by
+	// name (byte order). See PerspectiveStatus for each figure. The
+	// figures of one call come from one consistent snapshot; it changes
+	// nothing. Its cost grows with the cursors and the pending work rows
+	// (one pass over each on PostgreSQL, in a single statement), never
+	// with a round trip per stream: it serves an operator's status
+	// command or page, not a metric scraped every few seconds (see Stats).
+	PerspectivesStatus(ctx context.Context, params *PerspectivesStatusParams) ([]PerspectiveStatus, error)
+}
+
+// PerspectivesStatusParams are the inputs of PerspectivesStatus.
+type PerspectivesStatusParams struct {
+	// Now is the time ages and retry times are measured at: when set,
+	// else the backend's own clock.
+	Now time.Time
+}
+
+// PerspectiveStatus is the state of one perspective across its streams. A
+// pair is one (stream, perspective).
+type PerspectiveStatus struct {
+	Perspective string
+	// Retired is set for a retired perspective (see Admin.PerspectiveRetire).
+	Retired bool
+	// EventTypes are the event types it is subscribed to, sorted; none for
+	// a retired perspective, or one known only by its state.
+	EventTypes []string
+	// Streams counts its cursors: the streams it has applied, or begun to
+	// (a rewind's lock creates one too).
+	Streams int64
+	// CaughtUp counts the cursors whose pair has no pending work row.
+	CaughtUp int64
+	// PendingStreams counts the pairs with pending work rows, whether or
+	// not they have a cursor yet: the streams it is behind on.
+	PendingStreams int64
+	// Failed counts the cursors that record a failure
+	// (CursorFailed): the latest outcome reported for the pair was a failed
+	// apply, whose event waits for its retry or was moved to dead letters
+	// since. The flag clears with the pair's next completion.
+	Failed int64
+	// AwaitingRetry counts the pending work rows whose retry time is after
+	// Now: events whose apply failed, each holding back the later rows of
+	// its pair until then.
+	AwaitingRetry int64
+	// RewindRequired counts the cursors flagged CursorRewindRequired: pairs
+	// waiting for a rewind to apply a late event in order.
+	RewindRequired int64
+	// Pending and OldestAge are its backlog as Stats.PerspectivesLag
+	// reports it: the pending work rows, and how long the oldest has
+	// waited at Now (zero when none is pending).
+	Pending   int64
+	OldestAge time.Duration
+	// DeadLetters counts its dead letters waiting for a requeue
+	// (DeadLetterDead); requeued, recovered and ignored ones do not count.
+	DeadLetters int64
 }
 
 // PerspectiveRetireParams are the inputs of PerspectiveRetire.

@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -106,5 +107,80 @@ func (s *Store) PerspectivesRetired(ctx context.Context) ([]string, error) {
 
 	out := slices.AppendSeq(make([]string, 0, len(s.retired)), maps.Keys(s.retired))
 	slices.Sort(out)
+	return out, nil
+}
+
+// PerspectivesStatus implements ports.Admin. It walks every stream (its
+// cursors and pending pairs, and the rows of those pairs for their retry
+// times) and every dead letter, under the store's mutex: an operator's
+// status read, rare next to the work it holds back. The backlog figures
+// come from the perspectives' heaps, as PerspectivesLag's do. Ages and
+// retry times are measured at params.Now, or on the store's Clock when it
+// is zero.
+func (s *Store) PerspectivesStatus(ctx context.Context, params *ports.PerspectivesStatusParams) ([]ports.PerspectiveStatus, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+
+	now := s.now(params.Now)
+	byName := map[string]*ports.PerspectiveStatus{}
+	of := func(name string) *ports.PerspectiveStatus {
+		ps := byName[name]
+		if ps == nil {
+			ps = &ports.PerspectiveStatus{Perspective: name}
+			byName[name] = ps
+		}
+		return ps
+	}
+	for typ, names := range s.subs {
+		for _, name := range names {
+			ps := of(name)
+			ps.EventTypes = append(ps.EventTypes, typ)
+		}
+	}
+	for name := range s.retired {
+		of(name).Retired = true
+	}
+	for _, st := range s.streams {
+		for name, cur := range st.cursors {
+			ps := of(name)
+			ps.Streams++
+			if st.pair(name) == nil {
+				ps.CaughtUp++
+			}
+			if cur.Status.Has(ports.CursorFailed) {
+				ps.Failed++
+			}
+			if cur.Status.Has(ports.CursorRewindRequired) {
+				ps.RewindRequired++
+			}
+		}
+		for _, p := range st.pairs {
+			ps := of(p.perspective)
+			ps.PendingStreams++
+			for _, r := range p.pending() {
+				if r.scheduled.After(now) {
+					ps.AwaitingRetry++
+				}
+			}
+		}
+	}
+	for name, b := range s.backlogs {
+		ps := of(name)
+		ps.Pending = int64(len(b.rows))
+		ps.OldestAge = max(now.Sub(b.rows[0].createdAt), 0)
+	}
+	for _, dl := range s.deadLetters {
+		if dl.Status == ports.DeadLetterDead {
+			of(dl.Perspective).DeadLetters++
+		}
+	}
+	out := make([]ports.PerspectiveStatus, 0, len(byName))
+	for _, ps := range byName {
+		slices.Sort(ps.EventTypes)
+		out = append(out, *ps)
+	}
+	slices.SortFunc(out, func(a, b ports.PerspectiveStatus) int { return cmp.Compare(a.Perspective, b.Perspective) })
 	return out, nil
 }

@@ -65,6 +65,7 @@ var Queries = map[string]string{
 	"PerspectiveRevive":     sqlPerspectiveRevive,
 	"PerspectivesRetired":   sqlPerspectivesRetired,
 	"PerspectivesLag":       sqlPerspectivesLag,
+	"PerspectivesStatus":    sqlPerspectivesStatus,
 }
 
 // WorkSettings is the statement that opens every batch of work statements.
