@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"bytes"
 	"slices"
 	"sync"
 	"testing"
@@ -323,6 +324,24 @@ func runDeadLetters(t *testing.T, newBackend NewBackendFunc, admin bool) {
 			require.Equal(t, []uuid.UUID{s1p1}, list(ports.DeadLettersListParams{Perspective: perspective, StreamID: streams[0]}))
 			require.Equal(t, []uuid.UUID{s1p1, s1p2}, list(ports.DeadLettersListParams{Limit: 2}))
 		},
+		"BreaksTiesByID": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 3)
+			var dead []ports.DeadLetter
+			for _, w := range f.work {
+				dl, moved := f.a.deadLetter(t, at(time.Second), w.WorkID)
+				require.True(t, moved)
+				dead = append(dead, dl)
+			}
+			slices.SortFunc(dead, func(a, b ports.DeadLetter) int { return bytes.Compare(a.ID[:], b.ID[:]) })
+			oldest := idsOf(dead)
+			newest := slices.Clone(oldest)
+			slices.Reverse(newest)
+
+			require.Equal(t, oldest, idsOf(listDeadLetters(t, f.tb.backend, ports.DeadLettersListParams{})), "same time: by id")
+			require.Equal(t, newest, idsOf(listDeadLetters(t, f.tb.backend, ports.DeadLettersListParams{NewestFirst: true})))
+			require.Equal(t, [][]uuid.UUID{{oldest[0]}, {oldest[1]}, {oldest[2]}}, pagesOf(t, f.tb.backend, ports.DeadLettersListParams{Limit: 1}))
+			require.Equal(t, [][]uuid.UUID{{newest[0]}, {newest[1]}, {newest[2]}}, pagesOf(t, f.tb.backend, ports.DeadLettersListParams{NewestFirst: true, Limit: 1}))
+		},
 		"FiltersByStatus": func(t *testing.T) {
 			f := setupDeadLetters(t, newBackend, 4)
 			requeue(t, f.tb.backend, f.dead[1].ID, gen2, at(10*time.Second))
@@ -348,6 +367,26 @@ func runDeadLetters(t *testing.T, newBackend NewBackendFunc, admin bool) {
 			require.Equal(t, []uuid.UUID{f.dead[1].ID}, ids(ports.DeadLetterRecovered))
 			require.Equal(t, []uuid.UUID{f.dead[3].ID}, ids(ports.DeadLetterIgnored))
 			require.Len(t, listDeadLetters(t, f.tb.backend, ports.DeadLettersListParams{}), 4, "no Status keeps every status")
+		},
+		"PagesNewestFirstSince": func(t *testing.T) {
+			f := setupDeadLetters(t, newBackend, 5)
+			d := f.ids()
+			list := func(p ports.DeadLettersListParams) []uuid.UUID {
+				t.Helper()
+				return idsOf(listDeadLetters(t, f.tb.backend, p))
+			}
+
+			require.Equal(t, []uuid.UUID{d[4], d[3], d[2], d[1], d[0]}, list(ports.DeadLettersListParams{NewestFirst: true}))
+			require.Equal(t, [][]uuid.UUID{{d[4], d[3]}, {d[2], d[1]}, {d[0]}}, pagesOf(t, f.tb.backend, ports.DeadLettersListParams{NewestFirst: true, Limit: 2}))
+			require.Equal(t, [][]uuid.UUID{{d[0], d[1]}, {d[2], d[3]}, {d[4]}}, pagesOf(t, f.tb.backend, ports.DeadLettersListParams{Limit: 2}))
+			require.Equal(t, []uuid.UUID{d[4], d[3], d[2], d[1]}, list(ports.DeadLettersListParams{NewestFirst: true, Since: at(2 * time.Second)}),
+				"dead-lettered at or after Since")
+			require.Equal(t, []uuid.UUID{d[1], d[2], d[3], d[4]}, list(ports.DeadLettersListParams{Since: at(2 * time.Second)}))
+			require.Equal(t, []uuid.UUID{d[3], d[2]}, list(ports.DeadLettersListParams{
+				NewestFirst: true, Since: at(2 * time.Second), After: f.dead[4].Cursor(), Limit: 2, Perspective: perspective, Status: ports.DeadLetterDead,
+			}), "every filter at once")
+			require.Empty(t, list(ports.DeadLettersListParams{Since: at(6 * time.Second)}))
+			require.Empty(t, list(ports.DeadLettersListParams{NewestFirst: true, Perspective: perspective2}))
 		},
 		"OrdersByLastDeadLettered": func(t *testing.T) {
 			f := setupDeadLetters(t, newBackend, 2)
@@ -550,6 +589,23 @@ func recoverDeadLetters(t *testing.T, b ports.Backend, generation string, limit 
 	dls, err := b.DeadLetters.DeadLettersRecover(t.Context(), &ports.DeadLettersRecoverParams{Generation: generation, Limit: limit, Now: now})
 	require.NoError(t, err)
 	return dls
+}
+
+// pagesOf lists dead letters filtered by p page by page, each page
+// continuing after the last dead letter of the one before, and returns the
+// ids of each page.
+func pagesOf(t *testing.T, b ports.Backend, p ports.DeadLettersListParams) [][]uuid.UUID {
+	t.Helper()
+	var pages [][]uuid.UUID
+	for {
+		page := listDeadLetters(t, b, p)
+		if len(page) == 0 {
+			return pages
+		}
+		require.LessOrEqual(t, len(page), p.Limit)
+		pages = append(pages, idsOf(page))
+		p.After = page[len(page)-1].Cursor()
+	}
 }
 
 // idsOf returns the ids of dls.

@@ -29,8 +29,11 @@ type DeadLetterStore interface {
 	// retry). A stream left with no pending rows is released (see
 	// WorkClaimer), whoever holds it.
 	DeadLetterMove(ctx context.Context, params *DeadLetterMoveParams) (*DeadLetterMoveResult, error)
-	// DeadLettersList returns dead letters, oldest first (by the time they
-	// were last dead-lettered), filtered by the non-zero fields of params.
+	// DeadLettersList returns dead letters filtered by the non-zero fields
+	// of params, ordered by the time they were last dead-lettered, then by
+	// id (byte order): oldest first, or newest first with
+	// params.NewestFirst. At most Limit when positive; a listing continues
+	// page by page with params.After. It changes nothing.
 	DeadLettersList(ctx context.Context, params *DeadLettersListParams) ([]DeadLetter, error)
 	// DeadLettersRecover requeues, as Admin.DeadLetterRequeue would, up to Limit
 	// dead letters, oldest first, that are DeadLetterDead, failed on a
@@ -66,13 +69,40 @@ type DeadLetterMoveResult struct {
 	Moved bool
 }
 
-// DeadLettersListParams filter DeadLettersList.
+// DeadLettersListParams filter and order DeadLettersList. Zero fields
+// filter nothing.
 type DeadLettersListParams struct {
 	Perspective string
 	StreamID    uuid.UUID
 	// Status, when set, keeps the dead letters in that status only.
 	Status DeadLetterStatus
-	Limit  int
+	// Since, when set, keeps the dead letters last dead-lettered at or
+	// after it.
+	Since time.Time
+	// NewestFirst lists the most recently dead-lettered first.
+	NewestFirst bool
+	// After, when its DeadLetteredAt is set, continues a listing: only the
+	// dead letters that come after it in the listing's order are returned.
+	// Set it to the Cursor of the last dead letter of the previous page,
+	// keeping the filters and the order; a dead letter dead-lettered again
+	// meanwhile moves to its new place in the order.
+	After DeadLetterCursor
+	// Limit bounds the dead letters returned when positive.
+	Limit int
+}
+
+// DeadLetterCursor is a place in a listing of dead letters: the time a
+// dead letter was last dead-lettered, and its id, which orders those of
+// the same time (a nil id comes before every other).
+type DeadLetterCursor struct {
+	DeadLetteredAt time.Time
+	ID             uuid.UUID
+}
+
+// Cursor returns the place of dl in a listing, for
+// DeadLettersListParams.After.
+func (dl DeadLetter) Cursor() DeadLetterCursor {
+	return DeadLetterCursor{DeadLetteredAt: dl.DeadLetteredAt, ID: dl.ID}
 }
 
 // DeadLettersRecoverParams are the inputs of DeadLettersRecover.

@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -62,10 +63,11 @@ func (s *Store) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMove
 	return &ports.DeadLetterMoveResult{DeadLetter: dl.DeadLetter, Moved: true}, nil
 }
 
-// DeadLettersList implements ports.DeadLetterStore: oldest first by the time
-// they were last dead-lettered (ties in the order that happened), at most
-// Limit when positive. It walks every dead letter. It returns
-// ports.ErrInvalidArgument for a negative Limit.
+// DeadLettersList implements ports.DeadLetterStore: by the time they were
+// last dead-lettered, then by id, oldest or newest first, after
+// params.After when set, at most Limit when positive. It walks every dead
+// letter. It returns ports.ErrInvalidArgument for a negative Limit or an
+// unknown Status.
 func (s *Store) DeadLettersList(ctx context.Context, params *ports.DeadLettersListParams) ([]ports.DeadLetter, error) {
 	if err := params.Validate(); err != nil {
 		return nil, fmt.Errorf("listing dead letters: %w", err)
@@ -75,19 +77,34 @@ func (s *Store) DeadLettersList(ctx context.Context, params *ports.DeadLettersLi
 	}
 	defer s.mu.Unlock()
 
-	matches := s.sortedDeadLetters(func(dl *deadLetter) bool {
-		return (params.Perspective == "" || dl.Perspective == params.Perspective) &&
+	// order compares dead letters, or a dead letter and the cursor, in the
+	// listing's order.
+	order := func(a, b ports.DeadLetterCursor) int {
+		c := cmp.Or(a.DeadLetteredAt.Compare(b.DeadLetteredAt), bytes.Compare(a.ID[:], b.ID[:]))
+		if params.NewestFirst {
+			return -c
+		}
+		return c
+	}
+	after := !params.After.DeadLetteredAt.IsZero()
+	var matches []ports.DeadLetter
+	for _, dl := range s.deadLetters {
+		if (params.Perspective == "" || dl.Perspective == params.Perspective) &&
 			(params.StreamID == uuid.Nil || dl.StreamID == params.StreamID) &&
-			(params.Status == "" || dl.Status == params.Status)
-	})
+			(params.Status == "" || dl.Status == params.Status) &&
+			(params.Since.IsZero() || !dl.DeadLetteredAt.Before(params.Since)) &&
+			(!after || order(dl.Cursor(), params.After) > 0) {
+			matches = append(matches, dl.DeadLetter)
+		}
+	}
+	slices.SortFunc(matches, func(a, b ports.DeadLetter) int { return order(a.Cursor(), b.Cursor()) })
 	if params.Limit > 0 && len(matches) > params.Limit {
 		matches = matches[:params.Limit]
 	}
-	out := make([]ports.DeadLetter, 0, len(matches))
-	for _, dl := range matches {
-		out = append(out, dl.DeadLetter)
+	if matches == nil {
+		matches = []ports.DeadLetter{}
 	}
-	return out, nil
+	return matches, nil
 }
 
 // sortedDeadLetters returns the dead letters for which keep is true, oldest

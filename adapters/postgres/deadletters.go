@@ -98,17 +98,34 @@ func (s *Store) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMove
 	return &ports.DeadLetterMoveResult{DeadLetter: dls[0], Moved: true}, nil
 }
 
-const sqlDeadLettersList = `SELECT ` + sqlDeadLetterColumns + `
+// sqlDeadLettersFilter is the WHERE clause of the listings: $1 perspective,
+// $2 stream, $4 status (” or NULL: any), $5 since, $6 and $7 the time and
+// id of the cursor (After) the listing continues from.
+const sqlDeadLettersFilter = `
 FROM /* SCHEMA */.vantage_dead_letters
 WHERE ($1 = '' OR perspective = $1) AND ($2::uuid IS NULL OR stream_id = $2::uuid) AND ($4 = '' OR status = $4)
+  AND ($5::timestamptz IS NULL OR dead_lettered_at >= $5::timestamptz)`
+
+// sqlDeadLettersList lists dead letters oldest first ($3 the limit, NULL
+// for none); sqlDeadLettersListNewest newest first. Either walks
+// vantage_dead_letters_time_idx in its order, or another index of the
+// filters.
+const (
+	sqlDeadLettersList = `SELECT ` + sqlDeadLetterColumns + sqlDeadLettersFilter + `
+  AND ($6::timestamptz IS NULL OR (dead_lettered_at, id) > ($6::timestamptz, $7::uuid))
 ORDER BY dead_lettered_at, id
 LIMIT $3::bigint`
+	sqlDeadLettersListNewest = `SELECT ` + sqlDeadLetterColumns + sqlDeadLettersFilter + `
+  AND ($6::timestamptz IS NULL OR (dead_lettered_at, id) < ($6::timestamptz, $7::uuid))
+ORDER BY dead_lettered_at DESC, id DESC
+LIMIT $3::bigint`
+)
 
-// DeadLettersList implements ports.DeadLetterStore: oldest first by the time
-// they were last dead-lettered (ties in id order, which for UUIDv7 ids is
-// the order they were first recorded), at most Limit when positive. It
-// returns ports.ErrInvalidArgument for a negative Limit or an unknown
-// Status.
+// DeadLettersList implements ports.DeadLetterStore in one statement: by the
+// time they were last dead-lettered, then by id (for UUIDv7 ids the order
+// they were first recorded), oldest or newest first, after params.After
+// when set, at most Limit when positive. It returns
+// ports.ErrInvalidArgument for a negative Limit or an unknown Status.
 func (s *Store) DeadLettersList(ctx context.Context, params *ports.DeadLettersListParams) ([]ports.DeadLetter, error) {
 	if err := params.Validate(); err != nil {
 		return nil, fmt.Errorf("listing dead letters: %w", err)
@@ -116,8 +133,13 @@ func (s *Store) DeadLettersList(ctx context.Context, params *ports.DeadLettersLi
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
-	out, err := queryRows(ctx, s, sqlDeadLettersList, scanDeadLetter, params.Perspective, uuidArg(params.StreamID),
-		limitArg(params.Limit), string(params.Status))
+	query := sqlDeadLettersList
+	if params.NewestFirst {
+		query = sqlDeadLettersListNewest
+	}
+	// A nil cursor id is the all-zero id, which comes before every other.
+	out, err := queryRows(ctx, s, query, scanDeadLetter, params.Perspective, uuidArg(params.StreamID),
+		limitArg(params.Limit), string(params.Status), nowArg(params.Since), nowArg(params.After.DeadLetteredAt), [16]byte(params.After.ID))
 	if err != nil {
 		return nil, fmt.Errorf("listing dead letters: %w", err)
 	}

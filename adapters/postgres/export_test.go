@@ -41,6 +41,7 @@ var Queries = map[string]string{
 	"ModelSave":          sqlModelSave,
 	"DeadLetterMove":     sqlDeadLetterMove,
 	"DeadLettersList":    sqlDeadLettersList,
+	"DeadLettersNewest":  sqlDeadLettersListNewest,
 	"DeadLetterRequeue":  sqlDeadLetterRequeue,
 	"DeadLetterIgnore":   sqlDeadLetterIgnore,
 	"DeadLettersRecover": sqlDeadLettersRecover,
