@@ -247,6 +247,30 @@ func runDeadLetters(t *testing.T, newBackend NewBackendFunc, admin bool) {
 		},
 	})
 
+	optionalGroup(t, "DeadLetterGet", "Admin", admin, map[string]func(t *testing.T){
+		"NotFoundForUnknownID": func(t *testing.T) {
+			tb := setup(t, newBackend)
+
+			_, err := tb.backend.Admin.DeadLetterGet(t.Context(), &ports.DeadLetterGetParams{ID: newID(t)})
+
+			require.ErrorIs(t, err, ports.ErrNotFound)
+		},
+		"ReturnsItAsListed": func(t *testing.T) {
+			f := setupDeadLetters(t, newBackend, 2)
+			requeue(t, f.tb.backend, f.dead[1].ID, gen2, at(10*time.Second))
+
+			for _, id := range f.ids() {
+				dl, err := f.tb.backend.Admin.DeadLetterGet(t.Context(), &ports.DeadLetterGetParams{ID: id})
+				require.NoError(t, err)
+				require.Equal(t, f.get(t, id), dl)
+			}
+			dl, err := f.tb.backend.Admin.DeadLetterGet(t.Context(), &ports.DeadLetterGetParams{ID: f.dead[1].ID})
+			require.NoError(t, err)
+			require.Equal(t, ports.DeadLetterRequeued, dl.Status)
+			require.Equal(t, gen2, dl.RequeueGeneration)
+		},
+	})
+
 	optionalGroup(t, "DeadLetterIgnore", "Admin", admin, map[string]func(t *testing.T){
 		"ConflictForRequeuedOrRecovered": func(t *testing.T) {
 			f := setupDeadLetters(t, newBackend, 1)

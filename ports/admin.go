@@ -39,6 +39,10 @@ type Admin interface {
 	// that is requeued or recovered.
 	DeadLetterRequeue(ctx context.Context, params *DeadLetterRequeueParams) error
 
+	// DeadLetterGet returns the dead letter params.ID as DeadLettersList
+	// lists it, or ErrNotFound for an unknown id.
+	DeadLetterGet(ctx context.Context, params *DeadLetterGetParams) (DeadLetter, error)
+
 	// DeadLetterIgnore marks a DeadLetterDead dead letter DeadLetterIgnored:
 	// DeadLettersRecover never retries it (an explicit DeadLetterRequeue
 	// still may). Idempotent. Returns ErrNotFound for an unknown id and
@@ -142,6 +146,11 @@ type DeadLetterRequeueParams struct {
 	// Generation is the deploy generation of the requeue ("" for none).
 	Generation string
 	Now        time.Time
+}
+
+// DeadLetterGetParams are the inputs of DeadLetterGet.
+type DeadLetterGetParams struct {
+	ID uuid.UUID
 }
 
 // DeadLetterIgnoreParams are the inputs of DeadLetterIgnore.

@@ -200,6 +200,21 @@ func (s *Store) recoverDeadLetter(id uuid.UUID, now time.Time) {
 	}
 }
 
+// DeadLetterGet implements ports.Admin. It returns ports.ErrNotFound for an
+// unknown id.
+func (s *Store) DeadLetterGet(ctx context.Context, params *ports.DeadLetterGetParams) (ports.DeadLetter, error) {
+	if err := s.lock(ctx); err != nil {
+		return ports.DeadLetter{}, err
+	}
+	defer s.mu.Unlock()
+
+	dl := s.deadLetters[params.ID]
+	if dl == nil {
+		return ports.DeadLetter{}, fmt.Errorf("reading dead letter %s: %w", params.ID, ports.ErrNotFound)
+	}
+	return dl.DeadLetter, nil
+}
+
 // DeadLetterIgnore implements ports.Admin. Ignoring an ignored dead
 // letter changes nothing, its ResolvedAt included. It returns
 // ports.ErrNotFound for an unknown id and ports.ErrVersionConflict for a dead

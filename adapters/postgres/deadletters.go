@@ -146,6 +146,24 @@ func (s *Store) DeadLettersList(ctx context.Context, params *ports.DeadLettersLi
 	return out, nil
 }
 
+const sqlDeadLetterGet = `SELECT ` + sqlDeadLetterColumns + ` FROM /* SCHEMA */.vantage_dead_letters WHERE id = $1`
+
+// DeadLetterGet implements ports.Admin in one statement. It returns
+// ports.ErrNotFound for an unknown id.
+func (s *Store) DeadLetterGet(ctx context.Context, params *ports.DeadLetterGetParams) (ports.DeadLetter, error) {
+	if err := s.ready(ctx); err != nil {
+		return ports.DeadLetter{}, err
+	}
+	dls, err := queryRows(ctx, s, sqlDeadLetterGet, scanDeadLetter, uuidArg(params.ID))
+	switch {
+	case err != nil:
+		return ports.DeadLetter{}, fmt.Errorf("reading dead letter %s: %w", params.ID, err)
+	case len(dls) == 0:
+		return ports.DeadLetter{}, fmt.Errorf("reading dead letter %s: %w", params.ID, ports.ErrNotFound)
+	}
+	return dls[0], nil
+}
+
 // scanDeadLetter scans the columns of sqlDeadLetterColumns.
 func scanDeadLetter(row pgx.CollectableRow) (ports.DeadLetter, error) {
 	var (

@@ -44,6 +44,7 @@ var Queries = map[string]string{
 	"DeadLettersNewest":  sqlDeadLettersListNewest,
 	"DeadLetterRequeue":  sqlDeadLetterRequeue,
 	"DeadLetterIgnore":   sqlDeadLetterIgnore,
+	"DeadLetterGet":      sqlDeadLetterGet,
 	"DeadLettersRecover": sqlDeadLettersRecover,
 
 	"CursorsRewindRequired": sqlCursorsRewindRequired,

@@ -101,6 +101,7 @@ ANALYZE `+s+`.vantage_events; ANALYZE `+s+`.vantage_work; ANALYZE `+s+`.vantage_
 		"DeadLettersNewest":  {"a", streams[0], 10, "", times[0], times[0], id},
 		"DeadLetterRequeue":  {id, nil, channel, "g2", "lock"},
 		"DeadLetterIgnore":   {id, nil},
+		"DeadLetterGet":      {id},
 		"DeadLettersRecover": {10, nil, channel, "g2", "lock"},
 
 		"CursorsRewindRequired": {10},
