@@ -247,6 +247,124 @@ func runDeadLetters(t *testing.T, newBackend NewBackendFunc, admin bool) {
 		},
 	})
 
+	optionalGroup(t, "DeadLettersRequeue", "Admin", admin, map[string]func(t *testing.T){
+		"ConcurrentCallersRequeueOnce": func(t *testing.T) {
+			const n, callers = 8, 4
+			f := setupDeadLetters(t, newBackend, n)
+
+			counts := make([]int, callers)
+			errs := make([]error, callers)
+			var wg sync.WaitGroup
+			for i := range callers {
+				b := f.tb.open(t)
+				wg.Go(func() {
+					counts[i], errs[i] = b.Admin.DeadLettersRequeue(t.Context(), &ports.DeadLettersRequeueParams{
+						Perspective: perspective, Generation: gen2, Now: at(time.Minute),
+					})
+				})
+			}
+			wg.Wait()
+
+			total := 0
+			for i := range callers {
+				require.NoError(t, errs[i])
+				total += counts[i]
+			}
+			require.Equal(t, n, total, "every dead letter requeued once between the callers")
+			for _, dl := range listDeadLetters(t, f.tb.backend, ports.DeadLettersListParams{}) {
+				require.Equal(t, 1, dl.Requeues, "dead letter %s", dl.ID)
+			}
+		},
+		"FlagsRewindWhenCursorPast": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 2)
+			dl, moved := f.a.deadLetter(t, at(time.Second), f.work[0].WorkID)
+			require.True(t, moved)
+			f.a.complete(t, at(2*time.Second), f.completion(2, 2))
+
+			require.Equal(t, 1, requeueMany(t, f.tb.backend, ports.DeadLettersRequeueParams{IDs: []uuid.UUID{dl.ID}, Now: at(3 * time.Second)}))
+
+			requireRewind(t, f.cursor(t), f.events[0], at(3*time.Second), at(3*time.Second))
+			work := f.a.fetch(t, at(4*time.Second), f.stream).Work
+			require.Equal(t, []uuid.UUID{dl.WorkID}, workIDs(work), "under its original work id")
+			require.Equal(t, []bool{true}, lateOf(work))
+		},
+		"RequeuesEveryDeadOneOfThePerspective": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective, perspective2)
+			stream := newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 3)
+			a.heartbeat(t, at(0))
+			work := a.fetch(t, at(0), stream).Work
+			var mine, theirs []ports.DeadLetter
+			for i, w := range work {
+				dl, moved := a.deadLetter(t, at(time.Duration(i+1)*time.Second), w.WorkID)
+				require.True(t, moved)
+				if w.Perspective == perspective {
+					mine = append(mine, dl)
+				} else {
+					theirs = append(theirs, dl)
+				}
+			}
+			require.Len(t, mine, 3)
+			ignore(t, tb.backend, mine[0].ID, at(10*time.Second))
+
+			require.Equal(t, 1, requeueMany(t, tb.backend, ports.DeadLettersRequeueParams{
+				Perspective: perspective, Since: mine[2].DeadLetteredAt, Generation: gen2, Now: at(time.Minute),
+			}), "only those dead-lettered since")
+			require.Equal(t, 1, requeueMany(t, tb.backend, ports.DeadLettersRequeueParams{Perspective: perspective, Generation: gen2, Now: at(time.Minute)}),
+				"the ignored one is left out, the requeued one is not requeued again")
+
+			status := func(dl ports.DeadLetter) ports.DeadLetterStatus {
+				t.Helper()
+				got, err := tb.backend.Admin.DeadLetterGet(t.Context(), &ports.DeadLetterGetParams{ID: dl.ID})
+				require.NoError(t, err)
+				return got.Status
+			}
+			require.Equal(t, ports.DeadLetterIgnored, status(mine[0]))
+			require.Equal(t, ports.DeadLetterRequeued, status(mine[1]))
+			require.Equal(t, ports.DeadLetterRequeued, status(mine[2]))
+			for _, dl := range theirs {
+				require.Equal(t, ports.DeadLetterDead, status(dl), "another perspective's dead letters stay")
+			}
+			pending := ofPerspective(a.fetch(t, at(2*time.Minute), stream).Work, perspective)
+			require.Equal(t, []int64{2, 3}, versionsOf(pending))
+		},
+		"RequeuesTheNamedOnes": func(t *testing.T) {
+			f := setupDeadLetters(t, newBackend, 4)
+			ignore(t, f.tb.backend, f.dead[1].ID, at(10*time.Second))
+			requeue(t, f.tb.backend, f.dead[2].ID, gen2, at(10*time.Second))
+
+			n := requeueMany(t, f.tb.backend, ports.DeadLettersRequeueParams{
+				IDs: []uuid.UUID{f.dead[0].ID, f.dead[1].ID, f.dead[2].ID, newID(t)}, Generation: gen3, Now: at(time.Minute),
+			})
+
+			require.Equal(t, 2, n, "the dead and the ignored one; not the requeued one, nor an unknown id")
+			for _, i := range []int{0, 1} {
+				dl := f.get(t, f.dead[i].ID)
+				require.Equal(t, ports.DeadLetterRequeued, dl.Status)
+				require.Equal(t, gen3, dl.RequeueGeneration)
+				requireTime(t, at(time.Minute), dl.RequeuedAt, "RequeuedAt")
+				require.Equal(t, 1, dl.Requeues)
+			}
+			require.Equal(t, gen2, f.get(t, f.dead[2].ID).RequeueGeneration, "left as it was")
+			require.Equal(t, ports.DeadLetterDead, f.get(t, f.dead[3].ID).Status, "not named")
+			f.a.heartbeat(t, at(time.Minute))
+			require.Equal(t, []int64{1, 2, 3}, versionsOf(f.a.fetch(t, at(time.Minute), f.stream).Work))
+			require.Zero(t, requeueMany(t, f.tb.backend, ports.DeadLettersRequeueParams{
+				IDs: []uuid.UUID{f.dead[3].ID}, Perspective: perspective2, Now: at(time.Minute),
+			}), "a named dead letter of another perspective is left out")
+		},
+		"WakesListeners": func(t *testing.T) {
+			f := setupDeadLetters(t, newBackend, 2)
+			wakes := listen(t.Context(), t, f.tb.backend)
+
+			require.Equal(t, 2, requeueMany(t, f.tb.backend, ports.DeadLettersRequeueParams{Perspective: perspective, Now: at(time.Minute)}))
+
+			requireWake(t, wakes)
+		},
+	})
+
 	optionalGroup(t, "DeadLetterGet", "Admin", admin, map[string]func(t *testing.T){
 		"NotFoundForUnknownID": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -598,6 +716,15 @@ func requeue(t *testing.T, b ports.Backend, id uuid.UUID, generation string, now
 	t.Helper()
 	needAdmin(t, b)
 	require.NoError(t, b.Admin.DeadLetterRequeue(t.Context(), &ports.DeadLetterRequeueParams{ID: id, Generation: generation, Now: now}))
+}
+
+// requeueMany requeues the dead letters p selects and returns how many.
+func requeueMany(t *testing.T, b ports.Backend, p ports.DeadLettersRequeueParams) int {
+	t.Helper()
+	needAdmin(t, b)
+	n, err := b.Admin.DeadLettersRequeue(t.Context(), &p)
+	require.NoError(t, err)
+	return n
 }
 
 // ignore ignores the dead letter id at now.

@@ -229,6 +229,14 @@ func invalidCalls(instanceID, stream uuid.UUID, events []ports.Event) []invalidC
 		{name: "SnapshotSaveParams.Snapshot.Version", port: "Snapshots", call: snapshot(func(s *ports.Snapshot) { s.Version = 0 })},
 		{name: "SnapshotSaveParams.Snapshot.EventID", port: "Snapshots", call: snapshot(func(s *ports.Snapshot) { s.EventID = uuid.Nil })},
 		{name: "SnapshotSaveParams.Snapshot.Data", port: "Snapshots", call: snapshot(func(s *ports.Snapshot) { s.Data = nil })},
+		{name: "DeadLettersRequeueParams.IDs", port: "Admin", call: func(t *testing.T, b ports.Backend) error {
+			_, err := b.Admin.DeadLettersRequeue(t.Context(), &ports.DeadLettersRequeueParams{Perspective: perspective, IDs: []uuid.UUID{uuid.Nil}, Now: at(time.Second)})
+			return err
+		}},
+		{name: "DeadLettersRequeueParams.Perspective", port: "Admin", call: func(t *testing.T, b ports.Backend) error {
+			_, err := b.Admin.DeadLettersRequeue(t.Context(), &ports.DeadLettersRequeueParams{Generation: gen2, Now: at(time.Second)})
+			return err
+		}},
 		{name: "PerspectiveRetireParams.Perspective", port: "Admin", call: func(t *testing.T, b ports.Backend) error {
 			_, err := b.Admin.PerspectiveRetire(t.Context(), &ports.PerspectiveRetireParams{DropState: true})
 			return err

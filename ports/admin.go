@@ -39,6 +39,22 @@ type Admin interface {
 	// that is requeued or recovered.
 	DeadLetterRequeue(ctx context.Context, params *DeadLetterRequeueParams) error
 
+	// DeadLettersRequeue requeues the dead letters params selects, each as
+	// DeadLetterRequeue would (its row stored again, Late and flagging a
+	// rewind where that one would be; the dead letter marked
+	// DeadLetterRequeued on params.Generation at Now), all in one atomic
+	// step, and returns how many it requeued; listeners are woken once when
+	// it requeued any. With IDs it requeues those of them that are
+	// DeadLetterDead or DeadLetterIgnored (and of Perspective, and
+	// dead-lettered since Since, when set): unknown ids, and dead letters
+	// requeued or recovered, are left out without an error, which the count
+	// tells. Without IDs it requeues every DeadLetterDead dead letter of
+	// Perspective (dead-lettered since Since, when set); ignored ones are
+	// requeued only when named. Concurrent requeues never requeue a dead
+	// letter twice. Returns ErrInvalidArgument for a nil id, or when
+	// neither Perspective nor IDs is given.
+	DeadLettersRequeue(ctx context.Context, params *DeadLettersRequeueParams) (int, error)
+
 	// DeadLetterGet returns the dead letter params.ID as DeadLettersList
 	// lists it, or ErrNotFound for an unknown id.
 	DeadLetterGet(ctx context.Context, params *DeadLetterGetParams) (DeadLetter, error)
@@ -146,6 +162,33 @@ type DeadLetterRequeueParams struct {
 	// Generation is the deploy generation of the requeue ("" for none).
 	Generation string
 	Now        time.Time
+}
+
+// DeadLettersRequeueParams select the dead letters of DeadLettersRequeue.
+type DeadLettersRequeueParams struct {
+	// Perspective, when set, keeps the dead letters of that perspective
+	// only. Required without IDs.
+	Perspective string
+	// IDs, when not empty, names the dead letters to requeue.
+	IDs []uuid.UUID
+	// Since, when set, keeps the dead letters last dead-lettered at or
+	// after it.
+	Since time.Time
+	// Generation is the deploy generation of the requeue ("" for none).
+	Generation string
+	Now        time.Time
+}
+
+// Validate reports the first field every Admin rejects with
+// ErrInvalidArgument: a nil id in IDs, or an empty Perspective without IDs.
+func (p *DeadLettersRequeueParams) Validate() error {
+	if err := checkIDs("DeadLettersRequeueParams.IDs", p.IDs); err != nil {
+		return err
+	}
+	if len(p.IDs) == 0 && p.Perspective == "" {
+		return invalidParam("DeadLettersRequeueParams.Perspective", "must not be empty without IDs")
+	}
+	return nil
 }
 
 // DeadLetterGetParams are the inputs of DeadLetterGet.

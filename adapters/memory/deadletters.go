@@ -116,10 +116,14 @@ func (s *Store) sortedDeadLetters(keep func(dl *deadLetter) bool) []*deadLetter 
 			out = append(out, dl)
 		}
 	}
-	slices.SortFunc(out, func(a, b *deadLetter) int {
-		return cmp.Or(a.DeadLetteredAt.Compare(b.DeadLetteredAt), cmp.Compare(a.seq, b.seq))
-	})
+	slices.SortFunc(out, byLastDeadLettered)
 	return out
+}
+
+// byLastDeadLettered orders dead letters oldest first by the time they were
+// last dead-lettered, ties in the order that happened.
+func byLastDeadLettered(a, b *deadLetter) int {
+	return cmp.Or(a.DeadLetteredAt.Compare(b.DeadLetteredAt), cmp.Compare(a.seq, b.seq))
 }
 
 // DeadLetterRequeue implements ports.Admin. The row comes back with its
@@ -149,6 +153,56 @@ func (s *Store) DeadLetterRequeue(ctx context.Context, params *ports.DeadLetterR
 	s.requeue(dl, workID, params.Generation, s.now(params.Now))
 	s.publishLocked()
 	return nil
+}
+
+// DeadLettersRequeue implements ports.Admin. The call is atomic: the dead
+// letters it selects are requeued oldest first, as DeadLetterRequeue would,
+// and listeners are woken once when it requeued any. With IDs it looks them
+// up; without, it walks every dead letter. It returns ports.ErrInvalidArgument for a nil id or
+// when neither Perspective nor IDs is given.
+func (s *Store) DeadLettersRequeue(ctx context.Context, params *ports.DeadLettersRequeueParams) (int, error) {
+	if err := params.Validate(); err != nil {
+		return 0, fmt.Errorf("requeueing dead letters: %w", err)
+	}
+	if err := s.lock(ctx); err != nil {
+		return 0, err
+	}
+	defer s.mu.Unlock()
+
+	keep := func(dl *deadLetter) bool {
+		return (params.Perspective == "" || dl.Perspective == params.Perspective) &&
+			(params.Since.IsZero() || !dl.DeadLetteredAt.Before(params.Since))
+	}
+	var due []*deadLetter
+	if len(params.IDs) > 0 {
+		named := make(map[uuid.UUID]bool, len(params.IDs))
+		for _, id := range params.IDs {
+			dl := s.deadLetters[id]
+			if dl != nil && !named[id] && (dl.Status == ports.DeadLetterDead || dl.Status == ports.DeadLetterIgnored) && keep(dl) {
+				named[id] = true
+				due = append(due, dl)
+			}
+		}
+		slices.SortFunc(due, byLastDeadLettered)
+	} else {
+		due = s.sortedDeadLetters(func(dl *deadLetter) bool { return dl.Status == ports.DeadLetterDead && keep(dl) })
+	}
+	workIDs := make([]uuid.UUID, len(due)) // drawn before any change: the call is atomic
+	for i, dl := range due {
+		id, err := s.requeueWorkID(dl)
+		if err != nil {
+			return 0, fmt.Errorf("requeueing dead letter %s: %w", dl.ID, err)
+		}
+		workIDs[i] = id
+	}
+	now := s.now(params.Now)
+	for i, dl := range due {
+		s.requeue(dl, workIDs[i], params.Generation, now)
+	}
+	if len(due) > 0 {
+		s.publishLocked()
+	}
+	return len(due), nil
 }
 
 // requeueWorkID returns the id the requeued row of dl gets: its original

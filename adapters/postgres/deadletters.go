@@ -327,6 +327,76 @@ func (s *Store) DeadLetterRequeue(ctx context.Context, params *ports.DeadLetterR
 	return deadLetterOutcome("requeueing", params.ID, requeued > 0, prior)
 }
 
+// sqlDeadLettersRequeueTail requeues the dead letters of the CTE picked
+// (see sqlRequeue) and returns how many: $2 now, $3 NOTIFY channel, $4
+// generation, $5 the append lock class.
+const sqlDeadLettersRequeueTail = `
+dl AS (
+    UPDATE /* SCHEMA */.vantage_dead_letters d
+    SET ` + sqlRequeueSet + `
+    FROM clock
+    WHERE d.id IN (SELECT p.id FROM picked p)
+    RETURNING d.id, d.work_id, d.stream_id, d.perspective, d.event_id, d.event_version
+),
+` + sqlRequeue + `
+SELECT (SELECT count(*) FROM dl), (SELECT count(*) FROM notified)`
+
+// sqlDeadLettersRequeueIDs requeues the dead letters $7 that are dead or
+// ignored, of perspective $1 (” for any), dead-lettered since $6 (NULL
+// for any); sqlDeadLettersRequeuePerspective every dead one of $1 since
+// $6. picked locks them in id order, so that concurrent requeues, which
+// lock them in the same order, wait for each other rather than deadlock;
+// one that waited re-reads the status once the other committed, and leaves
+// out the dead letters the other requeued (READ COMMITTED re-checks the
+// rows it locks), so none is requeued twice. DeadLettersRecover skips the
+// rows locked here. The IDs variant reads them by primary key, the other
+// by vantage_dead_letters_status_idx or vantage_dead_letters_perspective_idx.
+const (
+	sqlDeadLettersRequeueIDs = `WITH ` + sqlClock + `,
+picked AS (
+    SELECT d.id
+    FROM /* SCHEMA */.vantage_dead_letters d
+    WHERE d.id = ANY ($7::uuid[]) AND d.status IN (` + sqlDeadLetterDead + `, ` + sqlDeadLetterIgnored + `)
+      AND ($1 = '' OR d.perspective = $1) AND ($6::timestamptz IS NULL OR d.dead_lettered_at >= $6::timestamptz)
+    ORDER BY d.id
+    FOR UPDATE
+),` + sqlDeadLettersRequeueTail
+	sqlDeadLettersRequeuePerspective = `WITH ` + sqlClock + `,
+picked AS (
+    SELECT d.id
+    FROM /* SCHEMA */.vantage_dead_letters d
+    WHERE d.status = ` + sqlDeadLetterDead + ` AND d.perspective = $1
+      AND ($6::timestamptz IS NULL OR d.dead_lettered_at >= $6::timestamptz)
+    ORDER BY d.id
+    FOR UPDATE
+),` + sqlDeadLettersRequeueTail
+)
+
+// DeadLettersRequeue implements ports.Admin in one statement (see
+// sqlDeadLettersRequeueIDs): the dead letters it selects are requeued
+// together or not at all, and listeners are woken on commit. It returns
+// ports.ErrInvalidArgument for a nil id or when neither Perspective nor IDs
+// is given.
+func (s *Store) DeadLettersRequeue(ctx context.Context, params *ports.DeadLettersRequeueParams) (int, error) {
+	if err := params.Validate(); err != nil {
+		return 0, fmt.Errorf("requeueing dead letters: %w", err)
+	}
+	if err := s.ready(ctx); err != nil {
+		return 0, err
+	}
+	query := sqlDeadLettersRequeuePerspective
+	args := []any{params.Perspective, nowArg(params.Now), s.channel, params.Generation, s.appendLockClass(), nowArg(params.Since)}
+	if len(params.IDs) > 0 {
+		query = sqlDeadLettersRequeueIDs
+		args = append(args, uuidsArg(params.IDs))
+	}
+	var requeued, notified int
+	if err := s.pool.QueryRow(ctx, s.sql(query), args...).Scan(&requeued, &notified); err != nil {
+		return 0, fmt.Errorf("requeueing dead letters: %w", translate(err))
+	}
+	return requeued, nil
+}
+
 // deadLetterOutcome turns the outcome of a statement that changes one dead
 // letter into the error of the port: nil when it changed it, else
 // ErrNotFound when the id is unknown and ErrVersionConflict when the dead

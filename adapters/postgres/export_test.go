@@ -45,6 +45,8 @@ var Queries = map[string]string{
 	"DeadLetterRequeue":  sqlDeadLetterRequeue,
 	"DeadLetterIgnore":   sqlDeadLetterIgnore,
 	"DeadLetterGet":      sqlDeadLetterGet,
+	"RequeueIDs":         sqlDeadLettersRequeueIDs,
+	"RequeuePerspective": sqlDeadLettersRequeuePerspective,
 	"DeadLettersRecover": sqlDeadLettersRecover,
 
 	"CursorsRewindRequired": sqlCursorsRewindRequired,

@@ -102,6 +102,8 @@ ANALYZE `+s+`.vantage_events; ANALYZE `+s+`.vantage_work; ANALYZE `+s+`.vantage_
 		"DeadLetterRequeue":  {id, nil, channel, "g2", "lock"},
 		"DeadLetterIgnore":   {id, nil},
 		"DeadLetterGet":      {id},
+		"RequeueIDs":         {"a", nil, channel, "g2", "lock", nil, ids},
+		"RequeuePerspective": {"a", nil, channel, "g2", "lock", nil},
 		"DeadLettersRecover": {10, nil, channel, "g2", "lock"},
 
 		"CursorsRewindRequired": {10},
