@@ -92,6 +92,7 @@ func runPorts(t *testing.T, newBackend NewBackendFunc, features Features) {
 	runAdmin(t, newBackend, admin)
 	runModelBatch(t, newBackend, probe.ModelBatch != nil)
 	runStats(t, newBackend, probe.Stats != nil)
+	runRebuilds(t, newBackend, probe.Rebuilds != nil && admin)
 }
 
 // group runs the cases of one port method as parallel subtests of a parallel

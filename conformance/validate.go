@@ -126,6 +126,21 @@ func invalidCalls(instanceID, stream uuid.UUID, events []ports.Event) []invalidC
 			return b.Snapshots.SnapshotSave(t.Context(), &ports.SnapshotSaveParams{Snapshot: s})
 		}
 	}
+	rebuildClaim := func(mod func(p *ports.RebuildClaimParams)) func(t *testing.T, b ports.Backend) error {
+		return func(t *testing.T, b ports.Backend) error {
+			p := ports.RebuildClaimParams{InstanceID: instanceID, Perspectives: []string{perspective}, ClaimDuration: time.Minute, Now: at(time.Second)}
+			mod(&p)
+			_, err := b.Rebuilds.RebuildClaim(t.Context(), &p)
+			return err
+		}
+	}
+	rebuildProgress := func(mod func(p *ports.RebuildProgressParams)) func(t *testing.T, b ports.Backend) error {
+		return func(t *testing.T, b ports.Backend) error {
+			p := ports.RebuildProgressParams{ID: stream, InstanceID: instanceID, Attempt: 1, ClaimDuration: time.Minute, Now: at(time.Second)}
+			mod(&p)
+			return b.Rebuilds.RebuildProgress(t.Context(), &p)
+		}
+	}
 	return []invalidCall{
 		{name: "InstanceHeartbeatParams.InstanceID", call: heartbeat(func(p *ports.InstanceHeartbeatParams) { p.InstanceID = uuid.Nil })},
 		{name: "InstanceHeartbeatParams.StaleThreshold", call: heartbeat(func(p *ports.InstanceHeartbeatParams) { p.StaleThreshold = 0 })},
@@ -237,6 +252,33 @@ func invalidCalls(instanceID, stream uuid.UUID, events []ports.Event) []invalidC
 			_, err := b.Admin.DeadLettersRequeue(t.Context(), &ports.DeadLettersRequeueParams{Generation: gen2, Now: at(time.Second)})
 			return err
 		}},
+		{name: "RebuildRequestParams.Perspective", port: "Rebuilds", call: func(t *testing.T, b ports.Backend) error {
+			_, err := b.Admin.RebuildRequest(t.Context(), &ports.RebuildRequestParams{StreamIDs: []uuid.UUID{stream}, Now: at(time.Second)})
+			return err
+		}},
+		{name: "RebuildRequestParams.StreamIDs", port: "Rebuilds", call: func(t *testing.T, b ports.Backend) error {
+			_, err := b.Admin.RebuildRequest(t.Context(), &ports.RebuildRequestParams{Perspective: perspective, StreamIDs: []uuid.UUID{stream, uuid.Nil}, Now: at(time.Second)})
+			return err
+		}},
+		{name: "RebuildsListParams.Limit", port: "Rebuilds", call: func(t *testing.T, b ports.Backend) error {
+			_, err := b.Admin.RebuildsList(t.Context(), &ports.RebuildsListParams{Limit: -1})
+			return err
+		}},
+		{name: "RebuildsListParams.Status", port: "Rebuilds", call: func(t *testing.T, b ports.Backend) error {
+			_, err := b.Admin.RebuildsList(t.Context(), &ports.RebuildsListParams{Status: "paused"})
+			return err
+		}},
+		{name: "RebuildClaimParams.InstanceID", port: "Rebuilds", call: rebuildClaim(func(p *ports.RebuildClaimParams) { p.InstanceID = uuid.Nil })},
+		{name: "RebuildClaimParams.Perspectives", port: "Rebuilds", call: rebuildClaim(func(p *ports.RebuildClaimParams) { p.Perspectives = append(p.Perspectives, "") })},
+		{name: "RebuildClaimParams.ClaimDuration", port: "Rebuilds", call: rebuildClaim(func(p *ports.RebuildClaimParams) { p.ClaimDuration = 0 })},
+		{name: "RebuildProgressParams.ID", port: "Rebuilds", call: rebuildProgress(func(p *ports.RebuildProgressParams) { p.ID = uuid.Nil })},
+		{name: "RebuildProgressParams.InstanceID", port: "Rebuilds", call: rebuildProgress(func(p *ports.RebuildProgressParams) { p.InstanceID = uuid.Nil })},
+		{name: "RebuildProgressParams.Attempt", port: "Rebuilds", call: rebuildProgress(func(p *ports.RebuildProgressParams) { p.Attempt = 0 })},
+		{name: "RebuildProgressParams.StreamsDone", port: "Rebuilds", call: rebuildProgress(func(p *ports.RebuildProgressParams) { p.StreamsDone = -1 })},
+		{name: "RebuildProgressParams.ClaimDuration", port: "Rebuilds", call: rebuildProgress(func(p *ports.RebuildProgressParams) { p.ClaimDuration = 0 })},
+		{name: "RebuildFinishParams.Attempt", port: "Rebuilds", call: func(t *testing.T, b ports.Backend) error {
+			return b.Rebuilds.RebuildFinish(t.Context(), &ports.RebuildFinishParams{ID: stream, InstanceID: instanceID, Now: at(time.Second)})
+		}},
 		{name: "PerspectiveRetireParams.Perspective", port: "Admin", call: func(t *testing.T, b ports.Backend) error {
 			_, err := b.Admin.PerspectiveRetire(t.Context(), &ports.PerspectiveRetireParams{DropState: true})
 			return err
@@ -256,6 +298,8 @@ func hasPort(b ports.Backend, port string) bool {
 		return b.Snapshots != nil
 	case "Admin":
 		return b.Admin != nil
+	case "Rebuilds":
+		return b.Admin != nil && b.Rebuilds != nil
 	}
 	return true
 }
@@ -270,6 +314,7 @@ type state struct {
 	Snapshot    ports.Snapshot
 	Instances   []ports.Instance
 	Retired     []string
+	Rebuilds    []ports.RebuildRequest
 }
 
 // fingerprint reads, through every port the adapter implements, the state
@@ -302,6 +347,10 @@ func fingerprint(t *testing.T, b ports.Backend, stream uuid.UUID, events []ports
 		s.Instances, err = b.Admin.InstancesList(t.Context())
 		require.NoError(t, err)
 		s.Retired, err = b.Admin.PerspectivesRetired(t.Context())
+		require.NoError(t, err)
+	}
+	if hasPort(b, "Rebuilds") {
+		s.Rebuilds, err = b.Admin.RebuildsList(t.Context(), &ports.RebuildsListParams{})
 		require.NoError(t, err)
 	}
 	return s

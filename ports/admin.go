@@ -84,6 +84,33 @@ type Admin interface {
 	// PerspectivesRetired lists the retired perspectives, sorted.
 	PerspectivesRetired(ctx context.Context) ([]string, error)
 
+	// RebuildRequest stores a request to rebuild params.Perspective, for
+	// params.StreamIDs or every stream with events it handles, and returns
+	// it, RebuildPending: a running engine instance that runs the
+	// perspective claims it and carries it out (see RebuildQueue, whose
+	// port Backend.Rebuilds an adapter implementing this one provides
+	// too). The stream ids are stored sorted, without duplicates. Returns
+	// ErrInvalidArgument for an empty perspective or a nil stream id.
+	RebuildRequest(ctx context.Context, params *RebuildRequestParams) (RebuildRequest, error)
+
+	// RebuildGet returns the request params.ID as it stands, progress
+	// included, or ErrNotFound for an unknown id.
+	RebuildGet(ctx context.Context, params *RebuildGetParams) (RebuildRequest, error)
+
+	// RebuildsList returns the requests filtered by the non-zero fields of
+	// params, newest first (by RequestedAt, then id in reverse byte
+	// order), at most Limit when positive. Returns ErrInvalidArgument for a
+	// negative Limit or an unknown Status.
+	RebuildsList(ctx context.Context, params *RebuildsListParams) ([]RebuildRequest, error)
+
+	// RebuildCancel cancels a pending or running request: it becomes
+	// RebuildCancelled, FinishedAt Now, and the instance running it is
+	// fenced out (its next progress report returns ErrVersionConflict), so
+	// it stops after the stream it is rebuilding. Cancelling a cancelled
+	// request changes nothing. Returns ErrNotFound for an unknown id and
+	// ErrVersionConflict for a request that is done or failed.
+	RebuildCancel(ctx context.Context, params *RebuildCancelParams) error
+
 	// PerspectivesStatus returns the state of every perspective the
 	// backend knows: those with a subscription, a cursor, a pending work
 	// row or a dead letter waiting (DeadLetterDead), and the retired ones,

@@ -8,8 +8,8 @@ import (
 // Backend bundles the ports one engine instance needs. Adapters return one
 // from their Backend method. Claimer, Fetcher, Cursors, DeadLetters, Events
 // and Models are required; Notifier, ModelBatch, Lifecycle, Rewind,
-// Snapshots, Admin and Stats are optional: the engine degrades gracefully without
-// them (see their docs and the package doc).
+// Snapshots, Admin, Stats and Rebuilds are optional: the engine degrades
+// gracefully without them (see their docs and the package doc).
 type Backend struct {
 	Claimer     WorkClaimer
 	Fetcher     EventFetcher
@@ -24,6 +24,7 @@ type Backend struct {
 	Snapshots   SnapshotStore
 	Admin       Admin
 	Stats       Stats
+	Rebuilds    RebuildQueue
 }
 
 // Validate reports, by name, every required port that is missing.

@@ -123,6 +123,7 @@ type Store struct {
 	lifecycle   map[uuid.UUID]*lifecycleRecord            // event id -> completed stages and open claims
 	streamLocks map[uuid.UUID]map[string]ports.StreamLock // stream -> perspective -> lock holder
 	snapshots   map[pairKey][]ports.Snapshot              // (stream, perspective) -> snapshots by version
+	rebuilds    map[uuid.UUID]*ports.RebuildRequest       // rebuild requests by id (rebuilds.go)
 }
 
 // stream is everything stored for one stream id. It is reached through
@@ -252,6 +253,7 @@ func New(opts Options) *Store {
 		lifecycle:      make(map[uuid.UUID]*lifecycleRecord),
 		streamLocks:    make(map[uuid.UUID]map[string]ports.StreamLock),
 		snapshots:      make(map[pairKey][]ports.Snapshot),
+		rebuilds:       make(map[uuid.UUID]*ports.RebuildRequest),
 	}
 	if s.partitionCount < 1 {
 		s.partitionCount = ports.PartitionCountDefault
@@ -278,6 +280,7 @@ func (s *Store) Backend() ports.Backend {
 		Snapshots:   s,
 		Admin:       s,
 		Stats:       s,
+		Rebuilds:    s,
 	}
 }
 

@@ -70,6 +70,14 @@ var Queries = map[string]string{
 	"PerspectivesRetired":   sqlPerspectivesRetired,
 	"PerspectivesLag":       sqlPerspectivesLag,
 	"PerspectivesStatus":    sqlPerspectivesStatus,
+
+	"RebuildRequest":  sqlRebuildRequest,
+	"RebuildGet":      sqlRebuildGet,
+	"RebuildsList":    sqlRebuildsList,
+	"RebuildCancel":   sqlRebuildCancel,
+	"RebuildClaim":    sqlRebuildClaim,
+	"RebuildProgress": sqlRebuildProgress,
+	"RebuildFinish":   sqlRebuildFinish,
 }
 
 // WorkSettings is the statement that opens every batch of work statements.

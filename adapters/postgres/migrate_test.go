@@ -53,7 +53,7 @@ func TestMigrator(t *testing.T) {
 		schema := freshSchema(t)
 		m, err := postgres.NewMigrator(nil, schema)
 		require.NoError(t, err)
-		require.Equal(t, 6, m.Latest())
+		require.Equal(t, 7, m.Latest())
 
 		v, err := m.Version(ctx, pool)
 		require.NoError(t, err)
@@ -66,7 +66,7 @@ func TestMigrator(t *testing.T) {
 		require.Equal(t, []string{
 			"vantage_active_streams", "vantage_cursors", "vantage_dead_letters", "vantage_events",
 			"vantage_instances", "vantage_lifecycle_stages", "vantage_migrations", "vantage_models",
-			"vantage_retired_perspectives", "vantage_snapshots", "vantage_subscriptions", "vantage_work",
+			"vantage_rebuilds", "vantage_retired_perspectives", "vantage_snapshots", "vantage_subscriptions", "vantage_work",
 		}, tables(t, schema))
 
 		require.NoError(t, m.Up(ctx, pool), "Up is idempotent")
@@ -111,7 +111,7 @@ func TestMigrator(t *testing.T) {
 		require.NoError(t, err)
 		versions, err = pgx.CollectRows(rows, pgx.RowTo[int])
 		require.NoError(t, err)
-		require.Equal(t, []int{1, 2, 3, 4, 5, 6}, versions)
+		require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7}, versions)
 	})
 
 	t.Run("ReliabilityKeepsExistingDeadLettersDead", func(t *testing.T) {
@@ -244,6 +244,34 @@ SELECT gen_random_uuid(), gen_random_uuid(), 'p', gen_random_uuid(), 1 FROM gene
 		require.Contains(t, def, "CREATE UNIQUE INDEX vantage_work_pending_idx")
 		require.Contains(t, def, "(stream_id, perspective, event_version) INCLUDE (created_at) WHERE (processed_at IS NULL)")
 		require.Equal(t, 3, pending())
+	})
+
+	t.Run("RebuildRequestsKeepTheirClaimConsistent", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool := pgtest.Pool(t)
+		schema := freshSchema(t)
+		m, err := postgres.NewMigrator(nil, schema)
+		require.NoError(t, err)
+		require.NoError(t, m.Up(ctx, pool))
+		q := pgx.Identifier{schema}.Sanitize()
+		insert := func(status string, expiry *time.Time) error {
+			_, err := pool.Exec(ctx, `INSERT INTO `+q+`.vantage_rebuilds (id, perspective, requested_at, updated_at, status, claim_expiry)
+VALUES (gen_random_uuid(), 'p', now(), now(), $1, $2)`, status, expiry)
+			return err
+		}
+		expiry := time.Now().Add(time.Minute)
+
+		require.NoError(t, insert("pending", nil))
+		require.NoError(t, insert("running", &expiry))
+		require.Error(t, insert("running", nil), "a running request has a claim")
+		require.Error(t, insert("done", &expiry), "only a running one")
+		require.Error(t, insert("paused", nil), "statuses are checked")
+
+		require.NoError(t, m.Down(ctx, pool, 6))
+		require.NotContains(t, tables(t, schema), "vantage_rebuilds")
+		require.NoError(t, m.Up(ctx, pool))
+		require.Contains(t, tables(t, schema), "vantage_rebuilds")
 	})
 
 	t.Run("InjectedMigrationsInOrder", func(t *testing.T) {

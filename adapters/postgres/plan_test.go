@@ -127,6 +127,14 @@ ANALYZE `+s+`.vantage_events; ANALYZE `+s+`.vantage_work; ANALYZE `+s+`.vantage_
 		"PerspectivesRetired":   {},
 		"PerspectivesLag":       {nil},
 		"PerspectivesStatus":    {nil},
+
+		"RebuildRequest":  {id, nil, "a", ids, "ops"},
+		"RebuildGet":      {id},
+		"RebuildsList":    {"a", "running", 10},
+		"RebuildCancel":   {id, nil},
+		"RebuildClaim":    {id, nil, []string{"a", "b"}, minute},
+		"RebuildProgress": {id, nil, id, 1, int64(3), int64(1), int64(5), id, minute, false},
+		"RebuildFinish":   {id, nil, id, 1, int64(3), int64(3), int64(9), id, ""},
 	}
 	require.Len(t, cases, len(postgres.Queries), "every query has a case")
 	for name, args := range cases {

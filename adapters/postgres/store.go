@@ -185,6 +185,7 @@ func (s *Store) Backend() ports.Backend {
 		Snapshots:   s,
 		Admin:       s,
 		Stats:       s,
+		Rebuilds:    s,
 	}
 	if s.opts.PollOnly {
 		b.Notifier = nil
