@@ -39,6 +39,7 @@ func runEngine(t *testing.T, newBackend NewBackendFunc) {
 	runEngineReliability(t, newBackend)
 	runEngineStages(t, newBackend)
 	runEngineTraces(t, newBackend)
+	runEngineRebuilds(t, newBackend)
 }
 
 // Events and model of the scenarios.

@@ -129,6 +129,22 @@
 // DeadLetterStore) or, once per generation, when an instance of a new
 // [Options.Generation] runs: the events are then applied in order.
 //
+// # Rebuilding
+//
+// A perspective whose code changed is rebuilt: its models are replayed from
+// scratch, for some of its streams or all of them, while everything else
+// flows; handlers do not fire. [Worker.Rebuild] does it in the calling
+// process. An operator with no engine at hand stores a request through the
+// backend's ports.Admin (RebuildRequest) instead: the running workers that
+// run the perspective look for requests every
+// [Options.RebuildPollInterval], one of them claims it and carries it out,
+// recording its progress (streams done of the total, events replayed) for
+// RebuildGet and RebuildsList to show, and [Hooks].OnRebuildRequest to
+// report. Should that instance die, or stop (it hands the request back),
+// another resumes the request after the last stream recorded done. An
+// event the perspective cannot replay fails the request with the error; an
+// operator may cancel one (RebuildCancel).
+//
 // # Observing
 //
 // [Hooks] are called synchronously from the engine's loops; [Worker.IsIdle],

@@ -39,6 +39,12 @@ type Hooks struct {
 	OnDeadLettersRequeued func([]ports.DeadLetter)
 	// OnRewind fires after a (stream, perspective) was rewound.
 	OnRewind func(RewindInfo)
+	// OnRebuildRequest fires when this instance claimed a rebuild request
+	// (Status RebuildRunning), recorded its progress (RebuildRunning, with
+	// the figures recorded), finished it (RebuildDone or RebuildFailed)
+	// or released it (RebuildPending), with the request as this instance
+	// recorded it. It does not fire when the instance lost the claim.
+	OnRebuildRequest func(ports.RebuildRequest)
 	// OnStartupScanComplete fires once the startup reconciliation and rewind
 	// scan finished (see Worker.StartupScanComplete).
 	OnStartupScanComplete func()

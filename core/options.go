@@ -58,6 +58,7 @@ const (
 	InfraRetryMultiplierDefault         = 1.5
 	DeadLetterRecoveryIntervalDefault   = 10 * time.Second
 	DeadLetterRecoveryBatchDefault      = 10
+	RebuildPollIntervalDefault          = 5 * time.Second
 	ServiceNameDefault                  = "vantage"
 )
 
@@ -192,8 +193,8 @@ type Options struct {
 	// while the streams it holds stay its own. Everything else runs: the
 	// heartbeat, the consumers (which drain what parking wakes and rewinds
 	// hand them; notifications and RequestImmediatePoll only wake them),
-	// rewinds, Rebuild, the startup rewind scan, lifecycle reconciliation
-	// and dead-letter recovery. For operator instances, a rebuild box, or a
+	// rewinds, Rebuild and rebuild requests, the startup rewind scan,
+	// lifecycle reconciliation and dead-letter recovery. For operator instances, a rebuild box, or a
 	// deploy being drained. Defaults to false: the instance claims.
 	ClaimsDisabled bool
 
@@ -320,6 +321,16 @@ type Options struct {
 	// DeadLetterRecovery configures the requeue of dead letters by a new
 	// generation.
 	DeadLetterRecovery DeadLetterRecoveryOptions
+	// RebuildPollInterval is how often the worker looks for rebuild
+	// requests of its perspectives (ports.Admin.RebuildRequest), which it
+	// claims and carries out one at a time, resuming those whose instance
+	// died or stopped (see Rebuilding in the package doc). Each look is one
+	// index probe of the backend's RebuildQueue; a backend without one, or
+	// without a RewindStore, has the worker look for none. A request's
+	// claim lasts Rewind.LockTimeout and is renewed every Rewind.KeepAlive,
+	// and whenever its progress is recorded (at most once a second).
+	// Defaults to 5s.
+	RebuildPollInterval time.Duration
 
 	// Clock is the time source. When set, the engine also passes its time to
 	// the backend (tests); when nil the real clock is used and the backend
@@ -426,6 +437,7 @@ func (c *Options) durationDefaults(errs *[]error) {
 	dur("DrainBatcher.SlidingWindow", &c.DrainBatcher.SlidingWindow, SlidingWindowDefault)
 	dur("DrainBatcher.MaxWait", &c.DrainBatcher.MaxWait, MaxWaitDefault)
 	dur("StatsInterval", &c.StatsInterval, StatsIntervalDefault)
+	dur("RebuildPollInterval", &c.RebuildPollInterval, RebuildPollIntervalDefault)
 	defaultBackoff(errs, "CompletionResend", &c.CompletionResend,
 		Backoff{CompletionResendInitialDefault, CompletionResendMaxDefault, CompletionResendMultiplierDefault})
 	defaultBackoff(errs, "FlushRetry", &c.FlushRetry.Backoff,

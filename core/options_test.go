@@ -27,6 +27,7 @@ func TestOptionsDefaults(t *testing.T) {
 	require.Equal(t, 300, o.MaxStreamsPerBatch)
 	require.Equal(t, 5, o.DrainLoopMaxIterations)
 	require.Equal(t, 2, o.DrainLoopRefetchMinBatch)
+	require.Equal(t, 5*time.Second, o.RebuildPollInterval)
 	require.Equal(t, DrainBatcherOptions{SlidingWindow: 300 * time.Millisecond, MaxWait: 3 * time.Second, MaxSize: 1000}, o.DrainBatcher)
 	require.Equal(t, Backoff{Initial: time.Second, Max: 60 * time.Second, Multiplier: 2}, o.CompletionResend)
 	require.Equal(t, FlushRetryOptions{Backoff: Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}, MaxAttempts: 5}, o.FlushRetry)

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,75 +11,137 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
+// errStreamLockHeld reports a stream whose rebuild found the pair's lock
+// held by another instance (a rewind or a rebuild running there).
+var errStreamLockHeld = errors.New("its lock is held by another instance")
+
 // Rebuild replays one perspective from scratch for the given streams (every
 // stream with events it handles when none is given) while the worker keeps
 // serving everything else. Each stream is rebuilt under its pair's gate and
 // rebuild lock; handlers do not fire (nothing is new). It needs a backend
-// with a RewindStore.
+// with a RewindStore. To have a running worker rebuild a perspective
+// without calling it in-process (an operator's tool, say), store a request
+// with ports.Admin.RebuildRequest instead (see Options.RebuildPollInterval).
 func (w *Worker) Rebuild(ctx context.Context, perspectiveName string, streams ...uuid.UUID) (int, error) {
 	return w.rewind.rebuild(ctx, perspectiveName, streams)
 }
 
 // rebuild carries out Worker.Rebuild.
 func (rw *rewinder) rebuild(ctx context.Context, perspectiveName string, streams []uuid.UUID) (int, error) {
+	p, err := rw.rebuildable(perspectiveName)
+	if err != nil {
+		return 0, err
+	}
+	rebuilt := 0
+	err = rw.eachRebuildStream(ctx, p, streams, uuid.Nil, func(stream uuid.UUID) error {
+		if _, err := rw.rebuildStream(ctx, p, stream); err != nil {
+			return err
+		}
+		rebuilt++
+		return nil
+	})
+	return rebuilt, err
+}
+
+// rebuildable returns the registered perspective named perspectiveName, or
+// why it cannot be rebuilt.
+func (rw *rewinder) rebuildable(perspectiveName string) (perspective, error) {
 	if rw.backend.Rewind == nil {
-		return 0, errors.New("rebuilding: the backend has no RewindStore")
+		return nil, errors.New("rebuilding: the backend has no RewindStore")
 	}
 	p, ok := rw.reg.perspective(perspectiveName)
 	if !ok {
-		return 0, fmt.Errorf("rebuilding: no perspective named %q", perspectiveName)
+		return nil, fmt.Errorf("rebuilding: no perspective named %q", perspectiveName)
 	}
-	rebuilt := 0
-	rebuild := func(stream uuid.UUID) error {
-		key := pairKey{stream: stream, perspective: perspectiveName}
-		release, err := rw.gates.acquire(ctx, key, nil)
-		if err != nil {
-			return err
-		}
-		defer release()
-		unlock, ok := rw.lockPair(ctx, key, lockReasonRB)
-		if !ok {
-			return fmt.Errorf("rebuilding stream %s: its lock is held by another instance", stream)
-		}
-		defer unlock()
-		start := rw.now()
-		if rw.backend.Snapshots != nil {
-			if _, err := rw.backend.Snapshots.SnapshotsDeleteFrom(ctx, &ports.SnapshotsDeleteFromParams{StreamID: stream, Perspective: perspectiveName}); err != nil {
-				return fmt.Errorf("rebuilding stream %s: %w", stream, err)
-			}
-		}
-		res, err := rw.replay(ctx, p, key, 0, nil, func(info AbandonedApply, _ bool) { rw.monitor.noteAbandoned(ctx, info) })
-		if err != nil {
-			return fmt.Errorf("rebuilding stream %s: %w", stream, err)
-		}
-		rebuilt++
-		rw.metrics.rewound(ctx, perspectiveName, true, rw.now().Sub(start), res.replayed, 0)
-		if h := rw.opts.Hooks.OnRewind; h != nil {
-			h(RewindInfo{StreamID: stream, Perspective: perspectiveName, Replayed: res.replayed, Duration: rw.now().Sub(start), Rebuild: true})
-		}
-		return nil
-	}
-	rebuildAll := func(streams []uuid.UUID) error {
+	return p, nil
+}
+
+// eachRebuildStream calls fn with each stream a rebuild of p covers, in
+// order, stopping at the first error: the given streams, or, when there are
+// none, every stream with events p handles, in byte order of the ids, a
+// page at a time. A stream at or below after (byte order) is skipped: a
+// resumed rebuild passes the last stream done.
+func (rw *rewinder) eachRebuildStream(ctx context.Context, p perspective, streams []uuid.UUID, after uuid.UUID, fn func(stream uuid.UUID) error) error {
+	if len(streams) > 0 {
 		for _, s := range streams {
-			if err := rebuild(s); err != nil {
+			if after != uuid.Nil && bytes.Compare(s[:], after[:]) <= 0 {
+				continue
+			}
+			if err := fn(s); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
+	return rw.rebuildPages(ctx, p, after, func(page []uuid.UUID) error {
+		for _, s := range page {
+			if err := fn(s); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// countRebuildStreams counts the streams a rebuild of p covers: the given
+// streams, or every stream with events p handles (a pass over their ids).
+func (rw *rewinder) countRebuildStreams(ctx context.Context, p perspective, streams []uuid.UUID) (int64, error) {
 	if len(streams) > 0 {
-		err := rebuildAll(streams)
-		return rebuilt, err
+		return int64(len(streams)), nil
 	}
+	var n int64
+	err := rw.rebuildPages(ctx, p, uuid.Nil, func(page []uuid.UUID) error {
+		n += int64(len(page))
+		return nil
+	})
+	return n, err
+}
+
+// rebuildPages calls fn with each page of the streams with events p
+// handles, above after in byte order, until the last page or an error.
+func (rw *rewinder) rebuildPages(ctx context.Context, p perspective, after uuid.UUID, fn func(page []uuid.UUID) error) error {
 	types := p.eventTypes()
-	for after := uuid.Nil; ; {
+	for {
 		page, err := rw.backend.Rewind.StreamsWithEventTypes(ctx, &ports.StreamsWithEventTypesParams{EventTypes: types, After: after, Limit: rebuildPageSize})
 		if err != nil {
-			return rebuilt, fmt.Errorf("rebuilding: listing streams: %w", err)
+			return fmt.Errorf("rebuilding: listing streams: %w", err)
 		}
-		if err := rebuildAll(page); err != nil || len(page) < rebuildPageSize {
-			return rebuilt, err
+		if err := fn(page); err != nil || len(page) < rebuildPageSize {
+			return err
 		}
 		after = page[len(page)-1]
 	}
+}
+
+// rebuildStream replays p from scratch for one stream, under the pair's
+// gate and rebuild lock, and returns the events it replayed. A lock held
+// by another instance is errStreamLockHeld; an event that fails to decode
+// or apply is a *replayFailure.
+func (rw *rewinder) rebuildStream(ctx context.Context, p perspective, stream uuid.UUID) (int, error) {
+	key := pairKey{stream: stream, perspective: p.Name()}
+	release, err := rw.gates.acquire(ctx, key, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer release()
+	unlock, ok := rw.lockPair(ctx, key, lockReasonRB)
+	if !ok {
+		return 0, fmt.Errorf("rebuilding stream %s: %w", stream, errStreamLockHeld)
+	}
+	defer unlock()
+	start := rw.now()
+	if rw.backend.Snapshots != nil {
+		if _, err := rw.backend.Snapshots.SnapshotsDeleteFrom(ctx, &ports.SnapshotsDeleteFromParams{StreamID: stream, Perspective: key.perspective}); err != nil {
+			return 0, fmt.Errorf("rebuilding stream %s: %w", stream, err)
+		}
+	}
+	res, err := rw.replay(ctx, p, key, 0, nil, func(info AbandonedApply, _ bool) { rw.monitor.noteAbandoned(ctx, info) })
+	if err != nil {
+		return 0, fmt.Errorf("rebuilding stream %s: %w", stream, err)
+	}
+	rw.metrics.rewound(ctx, key.perspective, true, rw.now().Sub(start), res.replayed, 0)
+	if h := rw.opts.Hooks.OnRewind; h != nil {
+		h(RewindInfo{StreamID: stream, Perspective: key.perspective, Replayed: res.replayed, Duration: rw.now().Sub(start), Rebuild: true})
+	}
+	return res.replayed, nil
 }

@@ -44,8 +44,9 @@ type Worker struct {
 	monitor   *applyMonitor
 	life      *lifecycle
 
-	drain  *drainer
-	rewind *rewinder
+	drain    *drainer
+	rewind   *rewinder
+	rebuilds *rebuildQueue
 
 	run runState
 }
@@ -144,6 +145,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		sem: make(chan struct{}, o.Rewind.MaxConcurrentRewinds), startupDone: make(chan struct{}),
 	}
 	w.drain.rewind = w.rewind
+	w.rebuilds = &rebuildQueue{engine: e, rewind: w.rewind}
 	w.consumers.drain = w.drain.processBatch
 	w.run.gauges = w.observeGauges()
 	return w, nil
@@ -170,7 +172,9 @@ func (w *Worker) RequestImmediatePoll() {
 
 // Start registers the perspectives' subscriptions and the instance with the
 // backend, then launches the heartbeat, claim (unless
-// Options.ClaimsDisabled), listener and consumer loops.
+// Options.ClaimsDisabled), listener and consumer loops, and the
+// housekeeping loops (dead-letter recovery, the startup rewind scan,
+// lifecycle reconciliation, rebuild requests).
 // ctx bounds only this start-up; the loops run until Stop. Start on a running
 // worker is a no-op; on a stopped one it returns ErrStopped.
 func (w *Worker) Start(ctx context.Context) error {
@@ -221,6 +225,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.run.loops.Go(func() { w.rewind.startupScan(runCtx) })
 	w.run.loops.Go(func() { w.life.reconcileLoop(runCtx) })
 	w.run.loops.Go(func() { w.resubscribeLoop(runCtx) })
+	w.run.loops.Go(func() { w.rebuilds.loop(runCtx) })
 	attrs := append(w.identity(), slog.Int("consumers", len(w.consumers.wakes)))
 	if w.opts.ClaimsDisabled {
 		attrs = append(attrs, slog.Bool("claims_disabled", true))
@@ -229,9 +234,10 @@ func (w *Worker) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the loops, lets in-flight batches finish, flushes every buffered
-// completion and failure, deregisters the instance (releasing its leases) and
-// waits for all goroutines. If ctx ends first, in-flight applies are cancelled
+// Stop ends the loops, lets in-flight batches finish, releases the rebuild
+// request it is carrying out (another instance resumes it), flushes every
+// buffered completion and failure, deregisters the instance (releasing its
+// leases) and waits for all goroutines. If ctx ends first, in-flight applies are cancelled
 // and Stop returns ctx.Err(); calling Stop again waits for the rest. Stop on a
 // worker that never started is a no-op.
 func (w *Worker) Stop(ctx context.Context) error {

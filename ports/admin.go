@@ -106,8 +106,8 @@ type Admin interface {
 	// RebuildCancel cancels a pending or running request: it becomes
 	// RebuildCancelled, FinishedAt Now, and the instance running it is
 	// fenced out (its next progress report returns ErrVersionConflict), so
-	// it stops after the stream it is rebuilding. Cancelling a cancelled
-	// request changes nothing. Returns ErrNotFound for an unknown id and
+	// it stops; the streams it rebuilt stay rebuilt. Cancelling a
+	// cancelled request changes nothing. Returns ErrNotFound for an unknown id and
 	// ErrVersionConflict for a request that is done or failed.
 	RebuildCancel(ctx context.Context, params *RebuildCancelParams) error
 

@@ -79,9 +79,10 @@ func quietOptions(t *testing.T) core.Options {
 	}
 }
 
-// wakeOnlyOptions is quietOptions with polls and periodic claims an hour
-// apart, heartbeats a minute apart and instances stale only after an hour:
-// once started, the worker claims only when something wakes it.
+// wakeOnlyOptions is quietOptions with polls, periodic claims and looks for
+// rebuild requests an hour apart, heartbeats a minute apart and instances
+// stale only after an hour: once started, the worker claims only when
+// something wakes it.
 func wakeOnlyOptions(t *testing.T) core.Options {
 	o := quietOptions(t)
 	o.PollingInterval = time.Hour
@@ -90,6 +91,7 @@ func wakeOnlyOptions(t *testing.T) core.Options {
 	o.ClaimNotifyHealthyInterval = time.Hour
 	o.HeartbeatInterval = time.Minute
 	o.StaleInstanceThreshold = time.Hour
+	o.RebuildPollInterval = time.Hour
 	return o
 }
 

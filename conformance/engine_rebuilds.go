@@ -1,0 +1,313 @@
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vantage-go/vantage/core"
+	"github.com/vantage-go/vantage/ports"
+)
+
+// runEngineRebuilds runs the scenarios of rebuild requests: stored through
+// ports.Admin, carried out by running workers through ports.RebuildQueue.
+// They skip when the backend lacks either port or a RewindStore.
+func runEngineRebuilds(t *testing.T, newBackend NewBackendFunc) {
+	t.Helper()
+	group(t, "EngineRebuilds", map[string]func(t *testing.T){
+		"RequestCarriedOutByARunningWorker":   func(t *testing.T) { testRebuildRequest(t, newBackend) },
+		"RequestReleasedAtStopAndResumed":     func(t *testing.T) { testRebuildRequestReleasedAtStop(t, newBackend) },
+		"RequestTakenOverFromADeadInstance":   func(t *testing.T) { testRebuildRequestTakenOver(t, newBackend) },
+		"RequestFailsOnAnEventItCannotReplay": func(t *testing.T) { testRebuildRequestFails(t, newBackend) },
+		"RequestCancelledWhileRunningStops":   func(t *testing.T) { testRebuildRequestCancelled(t, newBackend) },
+	})
+}
+
+// rebuildFixture is a backend whose streams hold three ticks each, applied
+// by the perspective "scaled" at factor 1: each model holds the versions
+// times the factor its events were applied at, so a model rebuilt at
+// another factor tells which streams were rebuilt.
+type rebuildFixture struct {
+	open    Opener
+	b       ports.Backend
+	streams []uuid.UUID // in byte order, the order rebuilds go through them
+	factor  atomic.Int64
+	// block, when set, makes the apply of streams[1] wait for its context
+	// to end, after sending on entered.
+	block   atomic.Bool
+	entered chan struct{}
+	// fail, when set, makes the apply of streams[1] fail.
+	fail atomic.Bool
+	// requests receives what OnRebuildRequest reports.
+	requests chan ports.RebuildRequest
+}
+
+// setupRebuild appends the events of three streams and has a first worker
+// apply them at factor 1, then stops it.
+func setupRebuild(t *testing.T, newBackend NewBackendFunc) *rebuildFixture {
+	t.Helper()
+	f := &rebuildFixture{open: newBackend(t), entered: make(chan struct{}, 1), requests: make(chan ports.RebuildRequest, 1000)}
+	f.b = f.open(t)
+	if f.b.Rebuilds == nil || f.b.Admin == nil || f.b.Rewind == nil {
+		t.Skip("adapter does not implement ports.RebuildQueue, ports.Admin and ports.RewindStore")
+	}
+	f.factor.Store(1)
+	for range 3 {
+		f.streams = append(f.streams, uuid.Must(uuid.NewV7()))
+	}
+	slices.SortFunc(f.streams, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
+	pr := newProgress()
+	o := f.options()
+	o.Hooks = pr.hooks(o.Hooks)
+	w := f.start(t, o)
+	reg := f.registry(t)
+	for _, s := range f.streams {
+		_, err := reg.Append(t.Context(), f.b.Events, s, 0, tick{N: 1}, tick{N: 2}, tick{N: 3})
+		require.NoError(t, err)
+	}
+	pr.waitUntil(t, "every stream applied", func() bool {
+		for _, s := range f.streams {
+			if len(f.scaled(t, s)) < 3 {
+				return false
+			}
+		}
+		return true
+	})
+	stop(t, w)
+	return f
+}
+
+// registry returns a registry with the perspective "scaled".
+func (f *rebuildFixture) registry(t *testing.T) *core.Registry {
+	t.Helper()
+	p := core.NewPerspective[versioned]("scaled")
+	core.MustHandle(p, func(ctx context.Context, m versioned, _ tick) (versioned, error) {
+		ev, _ := core.EventFromContext(ctx)
+		if f.block.Load() && ev.StreamID == f.streams[1] {
+			select {
+			case f.entered <- struct{}{}:
+			default:
+			}
+			<-ctx.Done()
+			return m, ctx.Err()
+		}
+		if f.fail.Load() && ev.StreamID == f.streams[1] {
+			return m, errors.New("boom")
+		}
+		m.Values = append(m.Values, ev.Version*f.factor.Load())
+		return m, nil
+	})
+	return newRegistry(t, p)
+}
+
+// options are the workers' options: requests looked for every 10ms.
+func (f *rebuildFixture) options() core.Options {
+	o := lifecycleOptions()
+	o.RebuildPollInterval = 10 * time.Millisecond
+	o.Hooks.OnRebuildRequest = func(r ports.RebuildRequest) {
+		select {
+		case f.requests <- r:
+		default:
+		}
+	}
+	return o
+}
+
+// start starts a worker of the perspective "scaled" on its own handle.
+func (f *rebuildFixture) start(t *testing.T, o core.Options) *core.Worker {
+	t.Helper()
+	return startWorker(t, f.open(t), f.registry(t), o)
+}
+
+// scaled returns the values of the stream's model.
+func (f *rebuildFixture) scaled(t *testing.T, stream uuid.UUID) []int64 {
+	t.Helper()
+	return loadModel[versioned](t, f.b, stream, "scaled").Values
+}
+
+// waitRequest waits until a worker reports the request id in status.
+func (f *rebuildFixture) waitRequest(t *testing.T, id uuid.UUID, status ports.RebuildStatus) ports.RebuildRequest {
+	t.Helper()
+	deadline := time.NewTimer(scenarioTimeout)
+	defer deadline.Stop()
+	for {
+		select {
+		case r := <-f.requests:
+			if r.ID == id && r.Status == status {
+				return r
+			}
+		case <-deadline.C:
+			t.Fatalf("timed out waiting for rebuild request %s to be %s; it is %+v", id, status, getRebuild(t, f.b, id))
+		}
+	}
+}
+
+// stop stops w at once.
+func stop(t *testing.T, w *core.Worker) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), scenarioTimeout)
+	defer cancel()
+	require.NoError(t, w.Stop(ctx))
+}
+
+func testRebuildRequest(t *testing.T, newBackend NewBackendFunc) {
+	f := setupRebuild(t, newBackend)
+	w := f.start(t, f.options())
+	f.factor.Store(10)
+
+	all := requestRebuild(t, f.b, ports.RebuildRequestParams{Perspective: "scaled", RequestedBy: "conformance"})
+	done := f.waitRequest(t, all.ID, ports.RebuildDone)
+
+	for _, s := range f.streams {
+		require.Equal(t, []int64{10, 20, 30}, f.scaled(t, s), "rebuilt model equals a fresh replay")
+	}
+	r := getRebuild(t, f.b, all.ID)
+	require.Equal(t, ports.RebuildDone, r.Status)
+	require.Empty(t, r.Error)
+	require.Equal(t, w.InstanceID(), r.InstanceID)
+	require.Equal(t, 1, r.Attempt)
+	require.Equal(t, ports.RebuildFigures{StreamsTotal: 3, StreamsDone: 3, EventsReplayed: 9, ResumeAfter: f.streams[2]}, r.RebuildFigures)
+	require.Equal(t, r.RebuildFigures, done.RebuildFigures, "the hook reports what was recorded")
+	require.False(t, r.StartedAt.IsZero())
+	require.False(t, r.FinishedAt.Before(r.StartedAt), "finished %s, started %s", r.FinishedAt, r.StartedAt)
+
+	// A request for some streams rebuilds those only.
+	f.factor.Store(100)
+	one := requestRebuild(t, f.b, ports.RebuildRequestParams{Perspective: "scaled", StreamIDs: []uuid.UUID{f.streams[1]}})
+	f.waitRequest(t, one.ID, ports.RebuildDone)
+	require.Equal(t, []int64{100, 200, 300}, f.scaled(t, f.streams[1]))
+	require.Equal(t, []int64{10, 20, 30}, f.scaled(t, f.streams[0]))
+	require.Equal(t, ports.RebuildFigures{StreamsTotal: 1, StreamsDone: 1, EventsReplayed: 3, ResumeAfter: f.streams[1]},
+		getRebuild(t, f.b, one.ID).RebuildFigures)
+
+	// A request for a perspective the worker does not run waits.
+	other := requestRebuild(t, f.b, ports.RebuildRequestParams{Perspective: "elsewhere"})
+	f.factor.Store(1000)
+	last := requestRebuild(t, f.b, ports.RebuildRequestParams{Perspective: "scaled", StreamIDs: []uuid.UUID{f.streams[0]}})
+	f.waitRequest(t, last.ID, ports.RebuildDone)
+	require.Equal(t, ports.RebuildPending, getRebuild(t, f.b, other.ID).Status)
+}
+
+func testRebuildRequestReleasedAtStop(t *testing.T, newBackend NewBackendFunc) {
+	f := setupRebuild(t, newBackend)
+	first := f.start(t, f.options())
+	f.factor.Store(10)
+	f.block.Store(true)
+
+	r := requestRebuild(t, f.b, ports.RebuildRequestParams{Perspective: "scaled"})
+	select {
+	case <-f.entered:
+	case <-time.After(scenarioTimeout):
+		t.Fatal("the rebuild never reached the second stream")
+	}
+	stop(t, first)
+
+	released := getRebuild(t, f.b, r.ID)
+	require.Equal(t, ports.RebuildPending, released.Status, "released at stop")
+	require.True(t, released.ClaimExpiry.IsZero(), "no claim stands, got %s", released.ClaimExpiry)
+	require.Equal(t, ports.RebuildFigures{StreamsTotal: 3, StreamsDone: 1, EventsReplayed: 3, ResumeAfter: f.streams[0]}, released.RebuildFigures,
+		"the stream done is recorded")
+	require.Equal(t, []int64{10, 20, 30}, f.scaled(t, f.streams[0]))
+	require.Equal(t, []int64{1, 2, 3}, f.scaled(t, f.streams[1]), "the stream in hand keeps its model")
+
+	f.block.Store(false)
+	second := f.start(t, f.options())
+	done := f.waitRequest(t, r.ID, ports.RebuildDone)
+
+	require.Equal(t, second.InstanceID(), done.InstanceID)
+	require.Equal(t, 2, done.Attempt)
+	require.Equal(t, ports.RebuildFigures{StreamsTotal: 3, StreamsDone: 3, EventsReplayed: 9, ResumeAfter: f.streams[2]}, done.RebuildFigures)
+	for _, s := range f.streams {
+		require.Equal(t, []int64{10, 20, 30}, f.scaled(t, s))
+	}
+}
+
+func testRebuildRequestTakenOver(t *testing.T, newBackend NewBackendFunc) {
+	f := setupRebuild(t, newBackend)
+	o := f.options()
+	// An instance claimed the request an hour ago, rebuilt the first
+	// stream, and died.
+	r := requestRebuild(t, f.b, ports.RebuildRequestParams{Perspective: "scaled"})
+	past := o.Clock.Now().Add(-time.Hour).Truncate(time.Second)
+	dead := newID(t)
+	res, err := f.b.Rebuilds.RebuildClaim(t.Context(), &ports.RebuildClaimParams{
+		InstanceID: dead, Perspectives: []string{"scaled"}, ClaimDuration: time.Minute, Now: past,
+	})
+	require.NoError(t, err)
+	require.True(t, res.Claimed)
+	figures := ports.RebuildFigures{StreamsTotal: 3, StreamsDone: 1, EventsReplayed: 3, ResumeAfter: f.streams[0]}
+	require.NoError(t, f.b.Rebuilds.RebuildProgress(t.Context(), &ports.RebuildProgressParams{
+		ID: r.ID, InstanceID: dead, Attempt: 1, RebuildFigures: figures, ClaimDuration: time.Minute, Now: past,
+	}))
+
+	f.factor.Store(10)
+	w := f.start(t, o)
+	done := f.waitRequest(t, r.ID, ports.RebuildDone)
+
+	require.Equal(t, w.InstanceID(), done.InstanceID)
+	require.Equal(t, 2, done.Attempt)
+	require.Equal(t, ports.RebuildFigures{StreamsTotal: 3, StreamsDone: 3, EventsReplayed: 9, ResumeAfter: f.streams[2]}, done.RebuildFigures)
+	require.Equal(t, []int64{1, 2, 3}, f.scaled(t, f.streams[0]), "done before the takeover: not rebuilt again")
+	require.Equal(t, []int64{10, 20, 30}, f.scaled(t, f.streams[1]))
+	require.Equal(t, []int64{10, 20, 30}, f.scaled(t, f.streams[2]))
+	requireTime(t, past, getRebuild(t, f.b, r.ID).StartedAt, "StartedAt")
+}
+
+func testRebuildRequestFails(t *testing.T, newBackend NewBackendFunc) {
+	f := setupRebuild(t, newBackend)
+	w := f.start(t, f.options())
+	f.factor.Store(10)
+	f.fail.Store(true)
+
+	r := requestRebuild(t, f.b, ports.RebuildRequestParams{Perspective: "scaled"})
+	failed := f.waitRequest(t, r.ID, ports.RebuildFailed)
+
+	require.Contains(t, failed.Error, f.streams[1].String(), "the error names the stream")
+	require.Contains(t, failed.Error, "boom")
+	stored := getRebuild(t, f.b, r.ID)
+	require.Equal(t, failed.Error, stored.Error, "the hook reports what was recorded")
+	require.Equal(t, failed.RebuildFigures, stored.RebuildFigures)
+	require.Equal(t, ports.RebuildFigures{StreamsTotal: 3, StreamsDone: 1, EventsReplayed: 3, ResumeAfter: f.streams[0]}, failed.RebuildFigures)
+	require.Equal(t, []int64{10, 20, 30}, f.scaled(t, f.streams[0]), "rebuilt before the failure")
+	require.Equal(t, []int64{1, 2, 3}, f.scaled(t, f.streams[1]), "the failed stream keeps its model")
+	require.Equal(t, []int64{1, 2, 3}, f.scaled(t, f.streams[2]), "not reached")
+
+	// The worker goes on with the next request.
+	f.fail.Store(false)
+	again := requestRebuild(t, f.b, ports.RebuildRequestParams{Perspective: "scaled", StreamIDs: []uuid.UUID{f.streams[1]}})
+	require.Equal(t, w.InstanceID(), f.waitRequest(t, again.ID, ports.RebuildDone).InstanceID)
+	require.Equal(t, []int64{10, 20, 30}, f.scaled(t, f.streams[1]))
+}
+
+func testRebuildRequestCancelled(t *testing.T, newBackend NewBackendFunc) {
+	f := setupRebuild(t, newBackend)
+	f.start(t, f.options())
+	f.factor.Store(10)
+	f.block.Store(true)
+
+	r := requestRebuild(t, f.b, ports.RebuildRequestParams{Perspective: "scaled"})
+	select {
+	case <-f.entered:
+	case <-time.After(scenarioTimeout):
+		t.Fatal("the rebuild never reached the second stream")
+	}
+	cancelRebuild(t, f.b, r.ID, time.Time{})
+
+	// The worker learns of it at its next report, stops the request, and
+	// carries out the next one.
+	f.block.Store(false)
+	next := requestRebuild(t, f.b, ports.RebuildRequestParams{Perspective: "scaled", StreamIDs: []uuid.UUID{f.streams[2]}})
+	f.waitRequest(t, next.ID, ports.RebuildDone)
+	cancelled := getRebuild(t, f.b, r.ID)
+	require.Equal(t, ports.RebuildCancelled, cancelled.Status)
+	require.Equal(t, []int64{10, 20, 30}, f.scaled(t, f.streams[0]), "rebuilt before the cancellation")
+	require.Equal(t, []int64{1, 2, 3}, f.scaled(t, f.streams[1]), "the stream in hand keeps its model")
+	require.Equal(t, []int64{10, 20, 30}, f.scaled(t, f.streams[2]), "rebuilt by the next request")
+}
