@@ -43,8 +43,29 @@
 //     stream.
 //   - Admin: skips its start-up warning about retired perspectives. The
 //     engine calls nothing else of it: Admin serves operator tools
-//     (instances, stream locks, requeueing and ignoring dead letters,
-//     retiring perspectives).
+//     (status, instances, stream locks, dead letters, rebuild requests,
+//     retiring perspectives; see Operator tools).
+//   - Stats: reports no lag.
+//   - Rebuilds (RebuildQueue): carries out no rebuild request; Worker.Rebuild
+//     still rebuilds in process.
+//
+// # Operator tools
+//
+// A command-line tool or a status page needs no engine: it opens the
+// backend and calls Admin. PerspectivesStatus gives the state of every
+// perspective in one call (streams applied and caught up, pairs behind,
+// failed or awaiting a retry, rewinds required, the backlog and the age of
+// its oldest event, dead letters waiting, retired ones flagged);
+// InstancesList the instances with their heartbeats and the streams each
+// holds; DeadLettersList, DeadLetterGet and DeadLettersRequeue list, show and
+// requeue dead letters (newest first, since a time, page by page with
+// DeadLetter.Cursor). A rebuild is a request, not a call: RebuildRequest
+// stores it, a running instance of the perspective claims it through
+// RebuildQueue and records its progress, and RebuildGet, RebuildsList and
+// RebuildRequest.Remaining show how far it is; RebuildCancel stops it. A
+// request outlives the instance running it: a claim that expires, or that
+// the instance hands back at stop, lets another resume it after the last
+// stream it recorded done.
 //
 // Every method takes a context and a params struct (a method without
 // inputs takes the context alone) and returns at most one value besides
