@@ -139,7 +139,7 @@ func (s *Store) DeadLettersList(ctx context.Context, params *ports.DeadLettersLi
 	}
 	// A nil cursor id is the all-zero id, which comes before every other.
 	out, err := queryRows(ctx, s, query, scanDeadLetter, params.Perspective, uuidArg(params.StreamID),
-		limitArg(params.Limit), string(params.Status), nowArg(params.Since), nowArg(params.After.DeadLetteredAt), [16]byte(params.After.ID))
+		limitArg(params.Limit), string(params.Status), nowArg(params.Since), nowArg(params.After.DeadLetteredAt), uuidElem(params.After.ID))
 	if err != nil {
 		return nil, fmt.Errorf("listing dead letters: %w", err)
 	}

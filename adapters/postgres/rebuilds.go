@@ -72,11 +72,11 @@ func (s *Store) RebuildRequest(ctx context.Context, params *ports.RebuildRequest
 	if err := s.ready(ctx); err != nil {
 		return ports.RebuildRequest{}, err
 	}
-	var streams [][16]byte
+	var streams []pgtype.UUID
 	if len(params.StreamIDs) > 0 {
-		streams = uuidsArg(params.StreamIDs)
-		slices.SortFunc(streams, func(a, b [16]byte) int { return bytes.Compare(a[:], b[:]) })
-		streams = slices.Compact(streams)
+		ids := slices.Clone(params.StreamIDs)
+		slices.SortFunc(ids, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
+		streams = uuidsArg(slices.Compact(ids))
 	}
 	rs, err := queryRows(ctx, s, sqlRebuildRequest, scanRebuild, uuidArg(id), nowArg(params.Now), params.Perspective, streams, params.RequestedBy)
 	if err != nil {
