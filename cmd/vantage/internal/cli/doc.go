@@ -1,0 +1,32 @@
+// Package cli implements the commands of the vantage operator tool: Run
+// executes one command line in process, so the binary's main and the tests
+// run commands the same way, with their output, prompts and exit code.
+//
+// # Commands
+//
+//	vantage migrate up                       apply the missing migrations
+//	vantage migrate down [--to N] [--force]  revert migrations (confirmed; refused while instances are live)
+//	vantage migrate status                   the schema's version, each migration applied or not
+//	vantage migrate sql [--from N] [--to N] [--down]   print the migrations' SQL, run nothing
+//
+// Global flags name the database (--database, else DATABASE_URL), the
+// schema (--schema, validated as postgres.ValidateSchema does), the output
+// (--json) and the bound of each database call (--timeout). Every command
+// documents its JSON fields in its --help.
+//
+// # Exit codes
+//
+// [ExitOK], [ExitFailed], [ExitUsage], [ExitRefused] and [ExitNotFound].
+// Bad input (an unknown command or flag, a malformed argument, no database)
+// fails before anything is read or changed.
+//
+// # How commands are built
+//
+// Each command is a constructor on app that returns its *cobra.Command and
+// runs its body through app.action, which maps the body's error to an exit
+// code (see exitCode); errors made by usageErrorf and its siblings carry
+// theirs. A body opens a session (app.connect), bounds each call with
+// app.call, and prints a report: a struct whose JSON tags are its --json
+// form and whose writeText is its table. Commands that destroy data ask
+// through app.confirm.
+package cli

@@ -1,0 +1,130 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/vantage-go/vantage/adapters/postgres"
+	"github.com/vantage-go/vantage/cmd/vantage/internal/cli"
+	"github.com/vantage-go/vantage/internal/pgtest"
+	"github.com/vantage-go/vantage/ports"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden with the output of the commands")
+
+// TestMain checks for leaked goroutines once the tests ran: every command
+// closes its pool before Run returns.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(pgtest.WrapMain(m))
+}
+
+// result is what one run of the command printed and returned.
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// run runs the command line args in process, as the vantage binary would
+// with env, and returns what it printed and its exit code.
+func run(t *testing.T, env cli.Env, args ...string) result {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := cli.Run(t.Context(), args, &stdout, &stderr, env)
+	t.Logf("vantage %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, stdout.String(), stderr.String())
+	return result{stdout: stdout.String(), stderr: stderr.String(), code: code}
+}
+
+// db is a schema of the test database the commands run against.
+type db struct {
+	url    string
+	schema string
+	env    cli.Env
+}
+
+// args prepends the global flags that name the database and the schema.
+func (d *db) args(args ...string) []string {
+	return append([]string{"--database", d.url, "--schema", d.schema}, args...)
+}
+
+// run runs a command on the schema.
+func (d *db) run(t *testing.T, args ...string) result {
+	t.Helper()
+	return run(t, d.env, d.args(args...)...)
+}
+
+// freshDB returns the name of a schema that does not exist yet, dropped
+// after the test.
+func freshDB(t *testing.T) *db {
+	t.Helper()
+	schema := pgtest.NewSchemaName(t)
+	t.Cleanup(func() {
+		_, err := pgtest.Pool(t).Exec(context.WithoutCancel(t.Context()), `DROP SCHEMA IF EXISTS `+schema+` CASCADE`)
+		require.NoError(t, err)
+	})
+	return &db{url: pgtest.ConnString(t), schema: schema}
+}
+
+// backend opens the adapter on the schema, for the tests' own fixtures and
+// checks.
+func (d *db) backend(t *testing.T) ports.Backend {
+	t.Helper()
+	store, err := postgres.New(pgtest.NewPool(t, 4), postgres.Options{Schema: d.schema, ConnString: pgtest.ConnString(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, store.Close()) })
+	return store.Backend()
+}
+
+// version returns the schema's version.
+func (d *db) version(t *testing.T) int {
+	t.Helper()
+	m, err := postgres.NewMigrator(nil, d.schema)
+	require.NoError(t, err)
+	v, err := m.Version(t.Context(), pgtest.Pool(t))
+	require.NoError(t, err)
+	return v
+}
+
+var (
+	uuidPattern = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+	timePattern = regexp.MustCompile(`\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z`)
+)
+
+// mask replaces what changes from run to run by placeholders of the same
+// width, so that table columns stay aligned: the schema's name, times, and
+// every UUID but those of keep.
+func mask(s, schema string, keep ...string) string {
+	s = strings.ReplaceAll(s, schema, "SCHEMA")
+	s = timePattern.ReplaceAllString(s, "YYYY-MM-DDThh:mm:ssZ")
+	return uuidPattern.ReplaceAllStringFunc(s, func(id string) string {
+		for _, k := range keep {
+			if id == k {
+				return id
+			}
+		}
+		return "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+	})
+}
+
+// golden compares got with testdata/name.golden, or rewrites the file
+// with -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		require.NoError(t, os.MkdirAll("testdata", 0o755))
+		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
+		return
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err, "run go test with -update to create %s", path)
+	require.Equal(t, string(want), got, "output differs from %s (go test -update rewrites it)", path)
+}
