@@ -122,7 +122,8 @@ type app struct {
 }
 
 // rootHelp is the long help of the root command.
-const rootHelp = `vantage operates the PostgreSQL schema of Vantage: its migrations.
+const rootHelp = `vantage operates the PostgreSQL schema of Vantage: migrations and engine
+instances.
 
 The database comes from --database or else the DATABASE_URL environment
 variable (a postgres:// URL or a key=value connection string); the schema
@@ -140,7 +141,7 @@ Exit codes:
 
 const rootExample = `  export DATABASE_URL=postgres://vantage@db.internal:5432/app
   vantage migrate status
-  vantage migrate up`
+  vantage instances`
 
 func (a *app) rootCommand() *cobra.Command {
 	root := &cobra.Command{
@@ -162,6 +163,7 @@ func (a *app) rootCommand() *cobra.Command {
 	flags.DurationVar(&a.timeout, "timeout", TimeoutDefault, "longest a database call may take (0: no limit)")
 	root.AddCommand(
 		a.migrateCommand(),
+		a.instancesCommand(),
 	)
 	return root
 }
@@ -262,6 +264,11 @@ func (a *app) call(ctx context.Context) (context.Context, context.CancelFunc) {
 		return context.WithCancel(ctx)
 	}
 	return context.WithTimeout(ctx, a.timeout)
+}
+
+// warnf writes a warning to stderr.
+func (a *app) warnf(format string, args ...any) {
+	fmt.Fprintf(a.stderr, "vantage: warning: "+format+"\n", args...)
 }
 
 // version is the module version the binary was built from: the tag for

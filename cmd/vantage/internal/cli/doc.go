@@ -8,6 +8,7 @@
 //	vantage migrate down [--to N] [--force]  revert migrations (confirmed; refused while instances are live)
 //	vantage migrate status                   the schema's version, each migration applied or not
 //	vantage migrate sql [--from N] [--to N] [--down]   print the migrations' SQL, run nothing
+//	vantage instances                        engine instances and their heartbeats
 //
 // Global flags name the database (--database, else DATABASE_URL), the
 // schema (--schema, validated as postgres.ValidateSchema does), the output
@@ -25,8 +26,9 @@
 // Each command is a constructor on app that returns its *cobra.Command and
 // runs its body through app.action, which maps the body's error to an exit
 // code (see exitCode); errors made by usageErrorf and its siblings carry
-// theirs. A body opens a session (app.connect), bounds each call with
-// app.call, and prints a report: a struct whose JSON tags are its --json
-// form and whose writeText is its table. Commands that destroy data ask
-// through app.confirm.
+// theirs. A body opens a session (app.connect, or app.open for the commands
+// that use the adapter's ports), bounds each call with app.call, and prints
+// a report: a struct whose JSON tags are its --json form and whose
+// writeText is its table. Commands that destroy data ask through
+// app.confirm.
 package cli

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -59,6 +60,12 @@ func (d *db) args(args ...string) []string {
 func (d *db) run(t *testing.T, args ...string) result {
 	t.Helper()
 	return run(t, d.env, d.args(args...)...)
+}
+
+// migratedDB returns a migrated, empty schema for the test's own use.
+func migratedDB(t *testing.T) *db {
+	t.Helper()
+	return &db{url: pgtest.ConnString(t), schema: pgtest.Schema(t)}
 }
 
 // freshDB returns the name of a schema that does not exist yet, dropped
@@ -128,3 +135,6 @@ func golden(t *testing.T, name, got string) {
 	require.NoError(t, err, "run go test with -update to create %s", path)
 	require.Equal(t, string(want), got, "output differs from %s (go test -update rewrites it)", path)
 }
+
+// fixedNow is the clock of the tests whose output shows ages.
+var fixedNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
