@@ -122,8 +122,8 @@ type app struct {
 }
 
 // rootHelp is the long help of the root command.
-const rootHelp = `vantage operates the PostgreSQL schema of Vantage: migrations and engine
-instances.
+const rootHelp = `vantage operates the PostgreSQL schema of Vantage: migrations, engine
+instances and dead letters.
 
 The database comes from --database or else the DATABASE_URL environment
 variable (a postgres:// URL or a key=value connection string); the schema
@@ -141,7 +141,9 @@ Exit codes:
 
 const rootExample = `  export DATABASE_URL=postgres://vantage@db.internal:5432/app
   vantage migrate status
-  vantage instances`
+  vantage instances
+  vantage dead-letters list --perspective order_summary
+  vantage dead-letters requeue 0197a3c4-5b6e-7f80-9a1b-2c3d4e5f6a7b`
 
 func (a *app) rootCommand() *cobra.Command {
 	root := &cobra.Command{
@@ -164,6 +166,7 @@ func (a *app) rootCommand() *cobra.Command {
 	root.AddCommand(
 		a.migrateCommand(),
 		a.instancesCommand(),
+		a.deadLettersCommand(),
 	)
 	return root
 }

@@ -22,8 +22,9 @@ type session struct {
 	// store is nil for the migrate commands, which work on a schema that
 	// may not be migrated.
 	store *postgres.Store
-	// admin is the store's Admin port.
-	admin ports.Admin
+	// admin is the store's Admin port; deadLetters its DeadLetterStore.
+	admin       ports.Admin
+	deadLetters ports.DeadLetterStore
 }
 
 // close releases the session's connections.
@@ -112,7 +113,7 @@ func (a *app) open(ctx context.Context) (*session, error) {
 	}
 	s.store = store
 	b := store.Backend()
-	s.admin = b.Admin
+	s.admin, s.deadLetters = b.Admin, b.DeadLetters
 	return s, nil
 }
 

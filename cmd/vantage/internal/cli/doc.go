@@ -9,6 +9,9 @@
 //	vantage migrate status                   the schema's version, each migration applied or not
 //	vantage migrate sql [--from N] [--to N] [--down]   print the migrations' SQL, run nothing
 //	vantage instances                        engine instances and their heartbeats
+//	vantage dead-letters list                dead letters, oldest first, filtered
+//	vantage dead-letters requeue ID...       apply dead letters' events again
+//	vantage dead-letters ignore ID...        never retry dead letters
 //
 // Global flags name the database (--database, else DATABASE_URL), the
 // schema (--schema, validated as postgres.ValidateSchema does), the output

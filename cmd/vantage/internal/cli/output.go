@@ -57,6 +57,14 @@ func cell(s string) string {
 	return s
 }
 
+// timeText is how tables show a time: UTC, to the second.
+func timeText(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
 // jsonTime is how JSON shows a time: UTC RFC 3339 with fractions, null
 // when unset.
 func jsonTime(t time.Time) *time.Time {

@@ -1,0 +1,212 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vantage-go/vantage/cmd/vantage/internal/cli"
+	"github.com/vantage-go/vantage/ports"
+)
+
+// deadLettersJSON is the JSON of dead-letters list.
+type deadLettersJSON struct {
+	Truncated   bool `json:"truncated"`
+	DeadLetters []struct {
+		ID                uuid.UUID  `json:"id"`
+		WorkID            uuid.UUID  `json:"work_id"`
+		StreamID          uuid.UUID  `json:"stream_id"`
+		Perspective       string     `json:"perspective"`
+		EventID           uuid.UUID  `json:"event_id"`
+		EventVersion      int64      `json:"event_version"`
+		Attempts          int        `json:"attempts"`
+		Reason            string     `json:"reason"`
+		Error             string     `json:"error"`
+		InstanceID        *uuid.UUID `json:"instance_id"`
+		Generation        string     `json:"generation"`
+		DeadLetteredAt    *time.Time `json:"dead_lettered_at"`
+		Status            string     `json:"status"`
+		Requeues          int        `json:"requeues"`
+		RequeuedAt        *time.Time `json:"requeued_at"`
+		RequeueGeneration string     `json:"requeue_generation"`
+		ResolvedAt        *time.Time `json:"resolved_at"`
+	} `json:"dead_letters"`
+}
+
+// outcomesJSON is the JSON of dead-letters requeue and ignore.
+type outcomesJSON struct {
+	Results []struct {
+		ID      uuid.UUID `json:"id"`
+		Outcome string    `json:"outcome"`
+		Error   string    `json:"error"`
+	} `json:"results"`
+}
+
+func TestDeadLetters(t *testing.T) {
+	t.Parallel()
+
+	type testBundle struct {
+		*db
+		b   ports.Backend
+		dls []ports.DeadLetter
+	}
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+		d := migratedDB(t)
+		b := d.backend(t)
+		return &testBundle{db: d, b: b, dls: deadLetters(t, b)}
+	}
+	status := func(t *testing.T, tb *testBundle, id uuid.UUID) ports.DeadLetterStatus {
+		t.Helper()
+		dls, err := tb.b.DeadLetters.DeadLettersList(t.Context(), &ports.DeadLettersListParams{})
+		require.NoError(t, err)
+		for _, dl := range dls {
+			if dl.ID == id {
+				return dl.Status
+			}
+		}
+		t.Fatalf("no dead letter %s", id)
+		return ""
+	}
+	listJSON := func(t *testing.T, tb *testBundle, args ...string) deadLettersJSON {
+		t.Helper()
+		res := tb.run(t, append([]string{"dead-letters", "list", "--json"}, args...)...)
+		require.Equal(t, cli.ExitOK, res.code, res.stderr)
+		var got deadLettersJSON
+		require.NoError(t, json.Unmarshal([]byte(res.stdout), &got))
+		return got
+	}
+
+	t.Run("List", func(t *testing.T) {
+		t.Parallel()
+		tb := setup(t)
+		res := tb.run(t, "dead-letters", "list")
+		require.Equal(t, cli.ExitOK, res.code)
+		golden(t, "dead_letters_list", mask(res.stdout, tb.schema, orderStream.String()))
+
+		got := listJSON(t, tb)
+		require.False(t, got.Truncated)
+		require.Len(t, got.DeadLetters, 2)
+		for i, dl := range got.DeadLetters {
+			want := tb.dls[i]
+			require.Equal(t, want.ID, dl.ID)
+			require.Equal(t, want.WorkID, dl.WorkID)
+			require.Equal(t, orderStream, dl.StreamID)
+			require.Equal(t, "order_summary", dl.Perspective)
+			require.Equal(t, want.EventID, dl.EventID)
+			require.Equal(t, int64(2*i+2), dl.EventVersion)
+			require.Equal(t, 1, dl.Attempts)
+			require.Equal(t, ports.ReasonFailed, dl.Reason)
+			require.Contains(t, dl.Error, errGateway.Error())
+			require.NotNil(t, dl.InstanceID)
+			require.Equal(t, want.InstanceID, *dl.InstanceID)
+			require.True(t, want.DeadLetteredAt.Equal(*dl.DeadLetteredAt))
+			require.Equal(t, "dead", dl.Status)
+			require.Zero(t, dl.Requeues)
+			require.Nil(t, dl.RequeuedAt)
+			require.Nil(t, dl.ResolvedAt)
+		}
+	})
+	t.Run("ListFilters", func(t *testing.T) {
+		t.Parallel()
+		tb := setup(t)
+		require.Empty(t, listJSON(t, tb, "--perspective", "customer_stats").DeadLetters)
+		require.Len(t, listJSON(t, tb, "--perspective", "order_summary").DeadLetters, 2)
+		require.Len(t, listJSON(t, tb, "--stream", orderStream.String()).DeadLetters, 2)
+		require.Empty(t, listJSON(t, tb, "--stream", uuid.NewString()).DeadLetters)
+
+		limited := listJSON(t, tb, "--limit", "1")
+		require.True(t, limited.Truncated, "another one matches")
+		require.Len(t, limited.DeadLetters, 1)
+		require.Equal(t, tb.dls[0].ID, limited.DeadLetters[0].ID, "the oldest")
+		res := tb.run(t, "dead-letters", "list", "--limit", "1")
+		require.Equal(t, cli.ExitOK, res.code)
+		require.Contains(t, res.stderr, "more dead letters match")
+		require.False(t, listJSON(t, tb, "--limit", "2").Truncated)
+		require.Len(t, listJSON(t, tb, "--limit", "0").DeadLetters, 2)
+
+		// --since: a time, a duration back on the database's clock.
+		second := tb.dls[1].DeadLetteredAt
+		since := listJSON(t, tb, "--since", second.Format(time.RFC3339Nano))
+		require.Len(t, since.DeadLetters, 1)
+		require.Equal(t, tb.dls[1].ID, since.DeadLetters[0].ID)
+		require.Len(t, listJSON(t, tb, "--since", "1h").DeadLetters, 2)
+		require.Empty(t, listJSON(t, tb, "--since", second.Add(time.Second).Format(time.RFC3339Nano)).DeadLetters)
+		sinceLimited := listJSON(t, tb, "--since", "2000-01-01", "--limit", "1")
+		require.True(t, sinceLimited.Truncated)
+		require.Len(t, sinceLimited.DeadLetters, 1)
+
+		// Statuses: only the waiting ones unless asked.
+		require.Equal(t, cli.ExitOK, tb.run(t, "dead-letters", "ignore", tb.dls[0].ID.String()).code)
+		require.Len(t, listJSON(t, tb).DeadLetters, 1)
+		require.Len(t, listJSON(t, tb, "--status", "ignored").DeadLetters, 1)
+		require.Len(t, listJSON(t, tb, "--status", "all").DeadLetters, 2)
+	})
+	t.Run("Requeue", func(t *testing.T) {
+		t.Parallel()
+		tb := setup(t)
+		first, second := tb.dls[0].ID, tb.dls[1].ID
+		res := tb.run(t, "dead-letters", "requeue", first.String(), "--generation", "v2")
+		require.Equal(t, cli.ExitOK, res.code)
+		require.Equal(t, "requeued "+first.String()+"\n", res.stdout)
+		require.Equal(t, ports.DeadLetterRequeued, status(t, tb, first))
+		requeued := listJSON(t, tb, "--status", "requeued").DeadLetters
+		require.Len(t, requeued, 1)
+		require.Equal(t, "v2", requeued[0].RequeueGeneration)
+		require.Equal(t, 1, requeued[0].Requeues)
+
+		// A requeued one is refused, an unknown id not found; the others
+		// are still requeued, and the exit code is the gravest failure's.
+		unknown := uuid.New()
+		res = tb.run(t, "dead-letters", "requeue", "--json", first.String(), unknown.String(), second.String())
+		require.Equal(t, cli.ExitNotFound, res.code)
+		var got outcomesJSON
+		require.NoError(t, json.Unmarshal([]byte(res.stdout), &got))
+		require.Len(t, got.Results, 3)
+		require.Equal(t, first, got.Results[0].ID)
+		require.Equal(t, "refused", got.Results[0].Outcome)
+		require.Contains(t, got.Results[0].Error, "requeued")
+		require.Equal(t, unknown, got.Results[1].ID)
+		require.Equal(t, "not_found", got.Results[1].Outcome)
+		require.Equal(t, second, got.Results[2].ID)
+		require.Equal(t, "requeued", got.Results[2].Outcome)
+		require.Empty(t, got.Results[2].Error)
+		require.Contains(t, res.stderr, "2 of 3 dead letters not requeued")
+		require.Equal(t, ports.DeadLetterRequeued, status(t, tb, second))
+
+		res = tb.run(t, "dead-letters", "requeue", first.String())
+		require.Equal(t, cli.ExitRefused, res.code)
+		golden(t, "dead_letters_requeue_refused", mask(res.stdout, tb.schema))
+	})
+	t.Run("Ignore", func(t *testing.T) {
+		t.Parallel()
+		tb := setup(t)
+		first, second := tb.dls[0].ID, tb.dls[1].ID
+		res := tb.run(t, "dead-letters", "ignore", first.String(), first.String())
+		require.Equal(t, cli.ExitOK, res.code)
+		require.Equal(t, "ignored "+first.String()+"\n", res.stdout, "a repeated id is acted on once")
+		require.Equal(t, ports.DeadLetterIgnored, status(t, tb, first))
+		require.Equal(t, cli.ExitOK, tb.run(t, "dead-letters", "ignore", first.String()).code, "ignoring is idempotent")
+
+		require.Equal(t, cli.ExitOK, tb.run(t, "dl", "requeue", second.String()).code)
+		res = tb.run(t, "dead-letters", "ignore", second.String())
+		require.Equal(t, cli.ExitRefused, res.code, "a requeued one is not ignored")
+		require.Equal(t, ports.DeadLetterRequeued, status(t, tb, second))
+
+		res = tb.run(t, "dead-letters", "ignore", uuid.NewString())
+		require.Equal(t, cli.ExitNotFound, res.code)
+		require.Contains(t, res.stdout, "no dead letter has this id")
+	})
+	t.Run("BadIDsChangeNothing", func(t *testing.T) {
+		t.Parallel()
+		tb := setup(t)
+		res := tb.run(t, "dead-letters", "requeue", tb.dls[0].ID.String(), "not-a-uuid")
+		require.Equal(t, cli.ExitUsage, res.code)
+		require.Contains(t, res.stderr, `"not-a-uuid"`)
+		require.Empty(t, res.stdout)
+		require.Equal(t, ports.DeadLetterDead, status(t, tb, tb.dls[0].ID), "nothing was requeued")
+	})
+}
