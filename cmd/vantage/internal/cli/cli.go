@@ -123,7 +123,7 @@ type app struct {
 
 // rootHelp is the long help of the root command.
 const rootHelp = `vantage operates the PostgreSQL schema of Vantage: migrations, engine
-instances and dead letters.
+instances, dead letters and retired perspectives.
 
 The database comes from --database or else the DATABASE_URL environment
 variable (a postgres:// URL or a key=value connection string); the schema
@@ -143,7 +143,8 @@ const rootExample = `  export DATABASE_URL=postgres://vantage@db.internal:5432/a
   vantage migrate status
   vantage instances
   vantage dead-letters list --perspective order_summary
-  vantage dead-letters requeue 0197a3c4-5b6e-7f80-9a1b-2c3d4e5f6a7b`
+  vantage dead-letters requeue 0197a3c4-5b6e-7f80-9a1b-2c3d4e5f6a7b
+  vantage --schema billing retire invoice_totals_v1 --drop-models --yes`
 
 func (a *app) rootCommand() *cobra.Command {
 	root := &cobra.Command{
@@ -167,6 +168,8 @@ func (a *app) rootCommand() *cobra.Command {
 		a.migrateCommand(),
 		a.instancesCommand(),
 		a.deadLettersCommand(),
+		a.retireCommand(),
+		a.reviveCommand(),
 	)
 	return root
 }
@@ -259,6 +262,10 @@ func usageErrorf(format string, args ...any) error { return usageError(fmt.Error
 
 func refusedErrorf(format string, args ...any) error {
 	return &exitError{code: ExitRefused, err: fmt.Errorf(format, args...)}
+}
+
+func notFoundErrorf(format string, args ...any) error {
+	return &exitError{code: ExitNotFound, err: fmt.Errorf(format, args...)}
 }
 
 // call returns ctx bounded by --timeout, for one database call.

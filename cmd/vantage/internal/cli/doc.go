@@ -12,6 +12,8 @@
 //	vantage dead-letters list                dead letters, oldest first, filtered
 //	vantage dead-letters requeue ID...       apply dead letters' events again
 //	vantage dead-letters ignore ID...        never retry dead letters
+//	vantage retire PERSPECTIVE [--drop-models]  stop and delete a perspective's work (confirmed)
+//	vantage revive PERSPECTIVE               undo a retirement
 //
 // Global flags name the database (--database, else DATABASE_URL), the
 // schema (--schema, validated as postgres.ValidateSchema does), the output
