@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/cmd/vantage/internal/cli"
+	"github.com/vantage-go/vantage/internal/pgtest"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -106,6 +108,22 @@ func TestInstances(t *testing.T) {
 		require.Equal(t, id, got.Instances[0].ID)
 		require.True(t, got.Instances[0].Live, "it just heartbeat")
 		require.GreaterOrEqual(t, got.Instances[0].HeartbeatAgeSeconds, 0.0)
+	})
+	t.Run("Timeout", func(t *testing.T) {
+		t.Parallel()
+		d := migratedDB(t)
+		// A transaction holding the instances table makes the listing wait
+		// until --timeout gives up.
+		tx, err := pgtest.Pool(t).Begin(t.Context())
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, tx.Rollback(context.WithoutCancel(t.Context()))) })
+		_, err = tx.Exec(t.Context(), `LOCK TABLE `+d.schema+`.vantage_instances IN ACCESS EXCLUSIVE MODE`)
+		require.NoError(t, err)
+
+		res := d.run(t, "--timeout", "200ms", "instances")
+		require.Equal(t, cli.ExitFailed, res.code)
+		require.Contains(t, res.stderr, "the database did not answer within --timeout 200ms")
+		require.Empty(t, res.stdout)
 	})
 	t.Run("None", func(t *testing.T) {
 		t.Parallel()
