@@ -251,7 +251,9 @@ func (r *pairRun) applyIn(ctx context.Context, i int) error {
 	}
 	started := r.watch.begin(ev.ID, ev.Version)
 	next, err := r.p.apply(actx, r.model, ev.Type, decoded)
-	r.dr.metrics.applyTook(actx, r.key.perspective, started)
+	// ctx holds the apply's span for an exemplar, without the layers the
+	// apply's own context adds, which the SDK would walk for each event.
+	r.dr.metrics.applyTook(ctx, r.key.perspective, started)
 	switch r.watch.end() {
 	case applyAbandoned:
 		return errPairAbandoned
