@@ -136,19 +136,28 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (_ *Cluster, err err
 // fails, like the shared server's tests.
 func RequireCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	t.Helper()
-	c, err := StartCluster(t.Context(), opts)
-	if errors.Is(err, ErrNoCluster) && os.Getenv(EnvCI) == "" {
+	return requireStarted(t, "a cluster", ErrNoCluster, func() (*Cluster, error) { return StartCluster(t.Context(), opts) })
+}
+
+// requireStarted starts what start starts, closed in t.Cleanup. When start
+// fails with missing (its binaries are not installed) it skips the test,
+// unless the CI environment variable is set: then it fails, like the
+// shared server's tests.
+func requireStarted[T interface{ Close() error }](t testing.TB, what string, missing error, start func() (T, error)) T {
+	t.Helper()
+	v, err := start()
+	if errors.Is(err, missing) && os.Getenv(EnvCI) == "" {
 		t.Skipf("pgtest: %v", err)
 	}
 	if err != nil {
-		t.Fatalf("pgtest: starting a cluster: %v", err)
+		t.Fatalf("pgtest: starting %s: %v", what, err)
 	}
 	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("pgtest: closing the cluster: %v", err)
+		if err := v.Close(); err != nil {
+			t.Errorf("pgtest: closing %s: %v", what, err)
 		}
 	})
-	return c
+	return v
 }
 
 // ConnString returns the URL of the cluster's postgres database.

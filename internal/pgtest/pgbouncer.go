@@ -165,19 +165,7 @@ func startPgBouncer(ctx context.Context, bin string, user clusterUser, server *p
 func RequirePgBouncer(t testing.TB, opts PgBouncerOptions) *PgBouncer {
 	t.Helper()
 	target := ConnString(t)
-	b, err := StartPgBouncer(t.Context(), target, opts)
-	if errors.Is(err, ErrNoPgBouncer) && os.Getenv(EnvCI) == "" {
-		t.Skipf("pgtest: %v", err)
-	}
-	if err != nil {
-		t.Fatalf("pgtest: starting pgbouncer: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := b.Close(); err != nil {
-			t.Errorf("pgtest: closing pgbouncer: %v", err)
-		}
-	})
-	return b
+	return requireStarted(t, "pgbouncer", ErrNoPgBouncer, func() (*PgBouncer, error) { return StartPgBouncer(t.Context(), target, opts) })
 }
 
 // ConnString returns the URL of the database through the PgBouncer.
