@@ -178,11 +178,12 @@
 // meter "github.com/vantage-go/vantage" of [Options.MeterProvider] (the
 // global provider by default, which records nothing until the application
 // installs an SDK): work rows applied, failed and skipped per perspective,
-// apply durations, batches, claims, completion flushes, failures and dead
-// letters by reason, rewinds, lifecycle stages, abandoned applies, and
-// gauges of live instances, listener health and, on a backend with a
-// [ports.Stats] port, each perspective's backlog, read at most once per
-// [Options.StatsInterval]. The README's Observability section lists every
-// instrument with its unit and attributes. The library depends on the API
-// only; the application chooses the SDK and the exporter.
+// apply durations (sampled, see [Options.ApplyDurationInterval]), batches,
+// claims, completion flushes, failures and dead letters by reason, rewinds,
+// lifecycle stages, abandoned applies, and gauges of live instances,
+// listener health and, on a backend with a [ports.Stats] port, each
+// perspective's backlog, read at most once per [Options.StatsInterval].
+// The README's Observability section lists every instrument with its unit
+// and attributes. The library depends on the API only; the application
+// chooses the SDK and the exporter.
 package core

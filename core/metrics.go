@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -66,6 +67,9 @@ type metrics struct {
 	clock ports.Clock
 	log   *slog.Logger
 	meter metric.Meter
+	// applyEvery spaces the recorded apply durations of a perspective
+	// (Options.ApplyDurationInterval).
+	applyEvery time.Duration
 
 	// Per perspective.
 	events        metric.Int64Counter
@@ -130,6 +134,9 @@ type perspectiveAttrs struct {
 	name                     string
 	base                     attrs // vantage.perspective alone
 	applied, failed, skipped attrs // with vantage.outcome
+	// nextSample is the earliest start, in Unix nanoseconds, of the next
+	// apply whose duration is recorded.
+	nextSample atomic.Int64
 }
 
 func newPerspectiveAttrs(name string) *perspectiveAttrs {
@@ -156,7 +163,7 @@ type flushAttrs struct {
 
 func newMetrics(e *engine) *metrics {
 	meter := e.opts.MeterProvider.Meter(meterName)
-	m := &metrics{clock: e.clock, log: e.log, meter: meter, byName: map[string]*perspectiveAttrs{}, flushAttrs: map[string]*flushAttrs{}}
+	m := &metrics{clock: e.clock, log: e.log, meter: meter, applyEvery: e.opts.ApplyDurationInterval, byName: map[string]*perspectiveAttrs{}, flushAttrs: map[string]*flushAttrs{}}
 	var errs []error
 	counter := func(name, unit, desc string) metric.Int64Counter {
 		c, err := meter.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
@@ -276,12 +283,26 @@ func (m *metrics) pairRan(ctx context.Context, perspective string, applied, skip
 	}
 }
 
-// applyTook records the duration of an apply that started at started.
-func (m *metrics) applyTook(ctx context.Context, perspective string, started time.Time) {
+// sampleApply reports whether the duration of p's apply that starts at
+// started is to be recorded: the first apply of the perspective to start
+// applyEvery after the last recorded one (every apply when applyEvery is
+// negative). A start does not depend on how long its own apply takes, so
+// the recorded durations are a fair sample of all of them; skipping the
+// others spares a catch-up a histogram record and a clock read per event.
+func (m *metrics) sampleApply(p *perspectiveAttrs, started time.Time) bool {
+	if m.applyEvery < 0 {
+		return true
+	}
+	now, next := started.UnixNano(), p.nextSample.Load()
+	return now >= next && p.nextSample.CompareAndSwap(next, now+int64(m.applyEvery))
+}
+
+// applyTook records the duration of p's apply that started at started.
+func (m *metrics) applyTook(ctx context.Context, p *perspectiveAttrs, started time.Time) {
 	if !m.applyDuration.Enabled(ctx) {
 		return
 	}
-	m.applyDuration.Record(ctx, m.clock.Now().Sub(started).Seconds(), m.perspective(perspective).base.record...)
+	m.applyDuration.Record(ctx, m.clock.Now().Sub(started).Seconds(), p.base.record...)
 }
 
 // deduped counts the rows of a pair the dedup cache skipped.

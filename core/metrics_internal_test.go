@@ -27,7 +27,7 @@ func newTestMetrics(tb testing.TB, provider metric.MeterProvider) *metrics {
 	require.NoError(tb, reg.AddPerspective(p))
 	return newMetrics(&engine{
 		reg:   reg,
-		opts:  Options{MeterProvider: provider},
+		opts:  Options{MeterProvider: provider, ApplyDurationInterval: ApplyDurationIntervalDefault},
 		clock: ports.SystemClock{},
 		log:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -50,9 +50,11 @@ func TestMetricsHotPathAllocatesNothing(t *testing.T) {
 	for name, provider := range map[string]metric.MeterProvider{"noop": metricnoop.NewMeterProvider(), "sdk": sdkProvider(t)} {
 		m := newTestMetrics(t, provider)
 		ctx := t.Context()
+		p := m.perspective("bench")
 		started := time.Now()
 		allocs := testing.AllocsPerRun(100, func() {
-			m.applyTook(ctx, "bench", started)
+			m.sampleApply(p, started)
+			m.applyTook(ctx, p, started)
 			m.pairRan(ctx, "bench", 10, 1)
 			m.deduped(ctx, "bench", 2)
 			m.batchDrained(ctx, 3, 30, time.Millisecond)
@@ -62,21 +64,70 @@ func TestMetricsHotPathAllocatesNothing(t *testing.T) {
 }
 
 // BenchmarkMetricsPerEvent measures what metrics add to each event a drain
-// applies: the apply duration, and a share of the per-run count.
+// applies: the sampled apply duration, and a share of the per-run count.
+// The apply's start is read by the drain anyway; every sub-benchmark reads
+// it, so that they differ by the metrics alone. "every" measures every
+// apply (ApplyDurationInterval below zero).
 func BenchmarkMetricsPerEvent(b *testing.B) {
-	for name, provider := range map[string]metric.MeterProvider{"noop": metricnoop.NewMeterProvider(), "sdk": sdkProvider(b)} {
-		b.Run(name, func(b *testing.B) {
-			m := newTestMetrics(b, provider)
+	for _, tc := range []struct {
+		name     string
+		provider metric.MeterProvider
+		every    time.Duration
+	}{
+		{"noop", metricnoop.NewMeterProvider(), ApplyDurationIntervalDefault},
+		{"sdk", sdkProvider(b), ApplyDurationIntervalDefault},
+		{"sdk-every", sdkProvider(b), -1},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			m := newTestMetrics(b, tc.provider)
+			m.applyEvery = tc.every
+			p := m.perspective("bench")
 			ctx := b.Context()
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				m.applyTook(ctx, "bench", time.Now())
+				started := time.Now()
+				if m.sampleApply(p, started) {
+					m.applyTook(ctx, p, started)
+				}
 				if i++; i%100 == 0 {
 					m.pairRan(ctx, "bench", 100, 0)
 				}
 			}
 		})
+	}
+}
+
+// Of a perspective's applies, the first to start at least
+// ApplyDurationInterval after the last measured one is measured; a
+// negative interval measures each.
+func TestApplyDurationSampled(t *testing.T) {
+	t.Parallel()
+
+	m := newTestMetrics(t, metricnoop.NewMeterProvider())
+	p, other := m.perspective("bench"), newPerspectiveAttrs("other")
+	t0 := time.Unix(1_700_000_000, 0)
+	for _, step := range []struct {
+		p     *perspectiveAttrs
+		at    time.Duration
+		taken bool
+	}{
+		{p, 0, true},
+		{p, 0, false},
+		{other, 0, true}, // each perspective is sampled on its own
+		{p, 999 * time.Microsecond, false},
+		{p, time.Millisecond, true},
+		{p, 1500 * time.Microsecond, false},
+		{p, 5 * time.Millisecond, true}, // a pause does not bank samples
+		{p, 5*time.Millisecond + 999*time.Microsecond, false},
+		{p, 6 * time.Millisecond, true},
+	} {
+		require.Equal(t, step.taken, m.sampleApply(step.p, t0.Add(step.at)), "%s apply at +%s", step.p.name, step.at)
+	}
+
+	m.applyEvery = -1
+	for range 3 {
+		require.True(t, m.sampleApply(p, t0), "every apply measured")
 	}
 }
 
@@ -108,7 +159,7 @@ func TestApplyDurationDroppedReadsNoClock(t *testing.T) {
 		m := newTestMetrics(t, tc.provider)
 		clock := &countingClock{}
 		m.clock = clock
-		m.applyTook(t.Context(), "bench", time.Now())
+		m.applyTook(t.Context(), m.perspective("bench"), time.Now())
 		require.Equal(t, tc.reads, clock.reads.Load(), "%s: clock reads", name)
 	}
 }

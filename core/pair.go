@@ -91,6 +91,7 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 	run := &pairRun{
 		dr: dr, p: p, key: key, task: task, sw: sw, rows: rows, stored: stored, model: model,
 		parent: ctx, actx: actx, cancel: cancel, release: release, batchSize: dr.parking.saveBatchSize(key),
+		attrs: dr.metrics.perspective(key.perspective), traced: recording(ctx),
 	}
 	defer func() { run.cancel(nil) }()
 	run.watch = dr.monitor.watch(key, cancel, run.abandon)
@@ -155,6 +156,10 @@ type pairRun struct {
 	cancel  context.CancelCauseFunc
 	watch   *applyWatch
 	release func() // the pair's gate, released once
+	// attrs are the perspective's metric attributes; traced is whether
+	// the batch's span records, so that the applies' spans are started.
+	attrs  *perspectiveAttrs
+	traced bool
 	// batchSize is how many applied events a save may cover.
 	batchSize int
 
@@ -232,6 +237,9 @@ func (r *pairRun) run(ctx context.Context) error {
 // monitor and in a span of its own. It returns errPairAbandoned when the
 // apply was abandoned.
 func (r *pairRun) apply(i int) error {
+	if !r.traced {
+		return r.applyIn(r.actx, i)
+	}
 	ctx, span := r.dr.tracing.startApply(r.actx, r.key.perspective, &r.sw.events[i])
 	err := r.applyIn(ctx, i)
 	endApply(span, err)
@@ -250,10 +258,13 @@ func (r *pairRun) applyIn(ctx context.Context, i int) error {
 		return err
 	}
 	started := r.watch.begin(ev.ID, ev.Version)
+	measured := r.dr.metrics.sampleApply(r.attrs, started)
 	next, err := r.p.apply(actx, r.model, ev.Type, decoded)
-	// ctx holds the apply's span for an exemplar, without the layers the
-	// apply's own context adds, which the SDK would walk for each event.
-	r.dr.metrics.applyTook(ctx, r.key.perspective, started)
+	if measured {
+		// ctx holds the apply's span for an exemplar, without the layers
+		// the apply's own context adds.
+		r.dr.metrics.applyTook(ctx, r.attrs, started)
+	}
 	switch r.watch.end() {
 	case applyAbandoned:
 		return errPairAbandoned

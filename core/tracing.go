@@ -118,6 +118,12 @@ func (t tracing) startApply(ctx context.Context, perspective string, e *ports.Ev
 	return t.tracer.Start(ctx, applySpanPrefix+perspective, opts...)
 }
 
+// recording reports whether ctx's span records, so that spans started
+// under it record too.
+func recording(ctx context.Context) bool {
+	return trace.SpanFromContext(ctx).IsRecording()
+}
+
 // endApply ends an apply's span (nil when startApply started none),
 // recording err when the apply failed.
 func endApply(span trace.Span, err error) {

@@ -98,6 +98,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) ports.Backend, f Features) 
 		Logger:                       slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError + 1})),
 		MeterProvider:                provider,
 		StatsInterval:                time.Nanosecond, // every Collection reads the backlog
+		ApplyDurationInterval:        -1,              // every apply's duration, to count them
 		MaxPerspectiveEventAttempts:  attempts,
 		EventRetry:                   core.Backoff{Initial: 20 * time.Millisecond, Max: 20 * time.Millisecond},
 		PollingInterval:              20 * time.Millisecond,
