@@ -401,7 +401,7 @@ func (m *Migrator) step(ctx context.Context, db Beginner, target int, beforeReve
 // lockAndRead serialises migrators of the schema for the rest of tx, creates
 // the schema and the version table when missing, and returns the version.
 func (m *Migrator) lockAndRead(ctx context.Context, tx pgx.Tx) (int, error) {
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('vantage_migrate'), hashtext($1))`, m.schema); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))`, migrationLock, m.schema); err != nil {
 		return 0, fmt.Errorf("taking the migration lock: %w", err)
 	}
 	var exists bool
@@ -414,11 +414,7 @@ func (m *Migrator) lockAndRead(ctx context.Context, tx pgx.Tx) (int, error) {
 			return 0, fmt.Errorf("creating the schema: %w", err)
 		}
 	}
-	_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+q+`.vantage_migrations (
-		version    integer     PRIMARY KEY,
-		name       text        NOT NULL,
-		applied_at timestamptz NOT NULL DEFAULT now()
-	)`)
+	_, err := tx.Exec(ctx, fmt.Sprintf(versionTableDDL, q))
 	if err != nil {
 		return 0, fmt.Errorf("creating the version table: %w", err)
 	}

@@ -63,8 +63,8 @@ func TestBadInput(t *testing.T) {
 		{"DownAboveLatest", []string{"migrate", "down", "--to", "99", "--yes"}, nil, cli.ExitUsage, "--to 99 is above the latest version", ""},
 		{"DownNegative", []string{"migrate", "down", "--to", "-2", "--yes"}, nil, cli.ExitUsage, "--to must not be negative", ""},
 		{"SQLWithJSON", []string{"migrate", "sql", "--json"}, nil, cli.ExitUsage, "--json does not apply", ""},
-		{"SQLFromAboveLatest", []string{"migrate", "sql", "--from", "99"}, nil, cli.ExitUsage, "--from 99 must be a version", ""},
-		{"SQLDownUpwards", []string{"migrate", "sql", "--down", "--from", "2", "--to", "4"}, nil, cli.ExitUsage, "must be below --from", ""},
+		{"SQLFromAboveLatest", []string{"migrate", "sql", "--from", "99"}, nil, cli.ExitUsage, "from version 99: must be from 0 to", ""},
+		{"SQLDownUpwards", []string{"migrate", "sql", "--down", "--from", "2", "--to", "4"}, nil, cli.ExitUsage, "to version 4 must be below from version 2", ""},
 		{"InstancesBadLiveWithin", []string{"instances", "--live-within", "0s"}, nil, cli.ExitUsage, "--live-within must be positive", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
