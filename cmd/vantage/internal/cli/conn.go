@@ -103,9 +103,10 @@ func (a *app) open(ctx context.Context) (*session, error) {
 	}
 	store, err := postgres.New(s.pool, postgres.Options{
 		Schema: a.schema,
-		// The commands never listen for notifications; the listener's
-		// connection events are all the store logs.
-		Logger: slog.New(slog.DiscardHandler),
+		// The commands never listen for notifications, so any connection
+		// string pgx takes will do, several hosts or a pooler included.
+		PollOnly: true,
+		Logger:   slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		s.close()
