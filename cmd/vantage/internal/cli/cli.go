@@ -170,6 +170,7 @@ func (a *app) rootCommand() *cobra.Command {
 		a.deadLettersCommand(),
 		a.retireCommand(),
 		a.reviveCommand(),
+		a.serveCommand(),
 	)
 	return root
 }

@@ -14,6 +14,7 @@
 //	vantage dead-letters ignore ID...        never retry dead letters
 //	vantage retire PERSPECTIVE [--drop-models]  stop and delete a perspective's work (confirmed)
 //	vantage revive PERSPECTIVE               undo a retirement
+//	vantage serve [--addr ADDR] [--token T]  serve the status page (package statuspage) until interrupted
 //
 // Global flags name the database (--database, else DATABASE_URL), the
 // schema (--schema, validated as postgres.ValidateSchema does), the output
