@@ -22,9 +22,11 @@ type session struct {
 	// store is nil for the migrate commands, which work on a schema that
 	// may not be migrated.
 	store *postgres.Store
-	// admin is the store's Admin port; deadLetters its DeadLetterStore.
+	// admin is the store's Admin port; deadLetters its DeadLetterStore;
+	// events its EventFetcher, which reads the events dead letters name.
 	admin       ports.Admin
 	deadLetters ports.DeadLetterStore
+	events      ports.EventFetcher
 }
 
 // close releases the session's connections.
@@ -114,7 +116,7 @@ func (a *app) open(ctx context.Context) (*session, error) {
 	}
 	s.store = store
 	b := store.Backend()
-	s.admin, s.deadLetters = b.Admin, b.DeadLetters
+	s.admin, s.deadLetters, s.events = b.Admin, b.DeadLetters, b.Fetcher
 	return s, nil
 }
 

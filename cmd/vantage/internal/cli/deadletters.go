@@ -15,7 +15,7 @@ import (
 )
 
 func (a *app) deadLettersCommand() *cobra.Command {
-	cmd := groupCommand("dead-letters", "List, requeue or ignore dead letters",
+	cmd := groupCommand("dead-letters", "List, show, requeue or ignore dead letters",
 		`A dead letter is an event a perspective failed to apply until the engine
 gave up on it. It waits (status dead) until an operator requeues it, a new
 deploy generation retries it, or an operator ignores it.
@@ -23,10 +23,11 @@ deploy generation retries it, or an operator ignores it.
 Statuses: dead (waiting), requeued (its work is pending again), recovered
 (applied since), ignored (never retried).`,
 		`  vantage dead-letters list --perspective order_summary
+  vantage dead-letters show 0197a3c4-5b6e-7f80-9a1b-2c3d4e5f6a7b
   vantage dead-letters requeue 0197a3c4-5b6e-7f80-9a1b-2c3d4e5f6a7b
   vantage dl ignore 0197a3c4-5b6e-7f80-9a1b-2c3d4e5f6a7b`)
 	cmd.Aliases = []string{"dl"}
-	cmd.AddCommand(a.deadLettersListCommand(), a.deadLettersRequeueCommand(), a.deadLettersIgnoreCommand())
+	cmd.AddCommand(a.deadLettersListCommand(), a.deadLettersShowCommand(), a.deadLettersRequeueCommand(), a.deadLettersIgnoreCommand())
 	return cmd
 }
 

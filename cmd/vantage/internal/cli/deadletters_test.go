@@ -36,6 +36,28 @@ type deadLettersJSON struct {
 	} `json:"dead_letters"`
 }
 
+// deadLetterJSON is the JSON of dead-letters show.
+type deadLetterJSON struct {
+	DeadLetter struct {
+		ID           uuid.UUID `json:"id"`
+		WorkID       uuid.UUID `json:"work_id"`
+		StreamID     uuid.UUID `json:"stream_id"`
+		Perspective  string    `json:"perspective"`
+		EventID      uuid.UUID `json:"event_id"`
+		EventVersion int64     `json:"event_version"`
+		Error        string    `json:"error"`
+		Status       string    `json:"status"`
+	} `json:"dead_letter"`
+	Event *struct {
+		ID        uuid.UUID       `json:"id"`
+		Type      string          `json:"type"`
+		Version   int64           `json:"version"`
+		CreatedAt *time.Time      `json:"created_at"`
+		Data      json.RawMessage `json:"data"`
+		Metadata  json.RawMessage `json:"metadata"`
+	} `json:"event"`
+}
+
 // outcomesJSON is the JSON of dead-letters requeue and ignore.
 type outcomesJSON struct {
 	Results []struct {
@@ -144,6 +166,41 @@ func TestDeadLetters(t *testing.T) {
 		require.Len(t, listJSON(t, tb).DeadLetters, 1)
 		require.Len(t, listJSON(t, tb, "--status", "ignored").DeadLetters, 1)
 		require.Len(t, listJSON(t, tb, "--status", "all").DeadLetters, 2)
+	})
+	t.Run("Show", func(t *testing.T) {
+		t.Parallel()
+		tb := setup(t)
+		first := tb.dls[0]
+		res := tb.run(t, "dead-letters", "show", first.ID.String())
+		require.Equal(t, cli.ExitOK, res.code, res.stderr)
+		golden(t, "dead_letters_show", mask(res.stdout, tb.schema, orderStream.String()))
+		require.Contains(t, res.stdout, "  "+errGateway.Error()+"\n", "the error in full, on its own line")
+
+		res = tb.run(t, "dl", "show", first.ID.String(), "--json")
+		require.Equal(t, cli.ExitOK, res.code, res.stderr)
+		var got deadLetterJSON
+		require.NoError(t, json.Unmarshal([]byte(res.stdout), &got))
+		require.Equal(t, first.ID, got.DeadLetter.ID)
+		require.Equal(t, first.WorkID, got.DeadLetter.WorkID)
+		require.Equal(t, orderStream, got.DeadLetter.StreamID)
+		require.Equal(t, "order_summary", got.DeadLetter.Perspective)
+		require.Equal(t, first.EventID, got.DeadLetter.EventID)
+		require.Equal(t, int64(2), got.DeadLetter.EventVersion)
+		require.Equal(t, first.Error, got.DeadLetter.Error, "the error in full")
+		require.Equal(t, "dead", got.DeadLetter.Status)
+		require.NotNil(t, got.Event)
+		require.Equal(t, first.EventID, got.Event.ID)
+		require.Equal(t, "payment_failed", got.Event.Type)
+		require.Equal(t, int64(2), got.Event.Version)
+		require.NotNil(t, got.Event.CreatedAt)
+		require.JSONEq(t, `{"Reason": "card"}`, string(got.Event.Data))
+		var meta ports.Metadata
+		require.NoError(t, json.Unmarshal(got.Event.Metadata, &meta), "metadata decodes as ports.Metadata")
+
+		res = tb.run(t, "dead-letters", "show", uuid.NewString())
+		require.Equal(t, cli.ExitNotFound, res.code)
+		require.Contains(t, res.stderr, "no dead letter has id")
+		require.Empty(t, res.stdout)
 	})
 	t.Run("Requeue", func(t *testing.T) {
 		t.Parallel()

@@ -10,6 +10,7 @@
 //	vantage migrate sql [--from N] [--to N] [--down]   print the migrations' SQL, run nothing
 //	vantage instances                        engine instances and their heartbeats
 //	vantage dead-letters list                dead letters, oldest first, filtered
+//	vantage dead-letters show ID             one dead letter in full, with its event
 //	vantage dead-letters requeue ID...       apply dead letters' events again
 //	vantage dead-letters ignore ID...        never retry dead letters
 //	vantage retire PERSPECTIVE [--drop-models]  stop and delete a perspective's work (confirmed)
