@@ -251,39 +251,6 @@ func (a *app) deadLettersList(ctx context.Context, f listFlags) error {
 	return nil
 }
 
-func (a *app) deadLettersRequeueCommand() *cobra.Command {
-	var generation string
-	cmd := &cobra.Command{
-		Use:   "requeue ID...",
-		Short: "Requeue dead letters: apply their events again",
-		Long: `Requeue each dead letter named: its work is stored again, pending, with
-no attempts, and applied in order (by a rewind when its perspective went on
-past the event). Its status becomes requeued, then recovered once applied;
-if it fails again, it is dead again. A dead or ignored dead letter can be
-requeued; a requeued or recovered one is refused.
-
-Every id is tried, one at a time, and its outcome printed; an id that fails
-does not undo the ones before it. The exit code is 0 when every id was
-requeued, else that of the gravest failure: 1 (a database error) over 4
-(an unknown id) over 3 (refused). Ids that are not UUIDs fail the command
-as usage before anything is changed.
-
-JSON: {"results": [{"id", "outcome", "error"}]}, outcome one of requeued,
-not_found, refused, failed.`,
-		Example: `  vantage dead-letters requeue 0197a3c4-5b6e-7f80-9a1b-2c3d4e5f6a7b
-  vantage dead-letters list --perspective order_summary --json \
-    | jq -r '.dead_letters[].id' | xargs -r vantage dead-letters requeue --generation v42`,
-		Args: cobra.MinimumNArgs(1),
-	}
-	cmd.RunE = a.action(func(ctx context.Context, args []string) error {
-		return a.eachDeadLetter(ctx, args, "requeued", func(ctx context.Context, admin ports.Admin, id uuid.UUID) error {
-			return admin.DeadLetterRequeue(ctx, &ports.DeadLetterRequeueParams{ID: id, Generation: generation})
-		})
-	})
-	cmd.Flags().StringVar(&generation, "generation", "", "deploy generation recorded with the requeue (the code that will apply it)")
-	return cmd
-}
-
 func (a *app) deadLettersIgnoreCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ignore ID...",

@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,6 +57,19 @@ type deadLetterJSON struct {
 		Data      json.RawMessage `json:"data"`
 		Metadata  json.RawMessage `json:"metadata"`
 	} `json:"event"`
+}
+
+// requeueBulkJSON is the JSON of a bulk dead-letters requeue.
+type requeueBulkJSON struct {
+	Requeued     int            `json:"requeued"`
+	Since        *time.Time     `json:"since"`
+	Generation   string         `json:"generation"`
+	Perspectives []requeuedJSON `json:"perspectives"`
+}
+
+type requeuedJSON struct {
+	Perspective string `json:"perspective"`
+	Requeued    int    `json:"requeued"`
 }
 
 // outcomesJSON is the JSON of dead-letters requeue and ignore.
@@ -237,6 +251,77 @@ func TestDeadLetters(t *testing.T) {
 		res = tb.run(t, "dead-letters", "requeue", first.String())
 		require.Equal(t, cli.ExitRefused, res.code)
 		golden(t, "dead_letters_requeue_refused", mask(res.stdout, tb.schema))
+	})
+	t.Run("RequeuePerspective", func(t *testing.T) {
+		t.Parallel()
+		tb := setup(t)
+		first, second := tb.dls[0].ID, tb.dls[1].ID
+
+		res := tb.run(t, "dead-letters", "requeue", "--perspective", "order_summary")
+		require.Equal(t, cli.ExitRefused, res.code, "no terminal, no --yes")
+		require.Contains(t, res.stderr, "a bulk requeue needs a confirmation: pass --yes")
+		require.Empty(t, res.stdout)
+		tb.env = cli.Env{Interactive: true, Stdin: strings.NewReader("n\n")}
+		res = tb.run(t, "dead-letters", "requeue", "--perspective", "order_summary")
+		require.Equal(t, cli.ExitRefused, res.code, "declined")
+		require.Contains(t, res.stderr, `Requeue 2 waiting dead letters of perspective "order_summary" in schema "`+tb.schema+`"?`)
+		require.Equal(t, ports.DeadLetterDead, status(t, tb, first), "nothing was requeued")
+
+		// --since keeps the second only.
+		tb.env = cli.Env{Interactive: true, Stdin: strings.NewReader("y\n")}
+		since := tb.dls[1].DeadLetteredAt
+		res = tb.run(t, "dead-letters", "requeue", "--perspective", "order_summary", "--since", since.Format(time.RFC3339Nano),
+			"--generation", "v2", "--json")
+		require.Equal(t, cli.ExitOK, res.code, res.stderr)
+		require.Contains(t, res.stderr, "Requeue 1 waiting dead letter of perspective")
+		var got requeueBulkJSON
+		require.NoError(t, json.Unmarshal([]byte(res.stdout), &got))
+		require.Equal(t, 1, got.Requeued)
+		require.True(t, since.Equal(*got.Since))
+		require.Equal(t, "v2", got.Generation)
+		require.Equal(t, []requeuedJSON{{Perspective: "order_summary", Requeued: 1}}, got.Perspectives)
+		require.Equal(t, ports.DeadLetterDead, status(t, tb, first))
+		require.Equal(t, ports.DeadLetterRequeued, status(t, tb, second))
+
+		tb.env = cli.Env{}
+		res = tb.run(t, "dl", "requeue", "--perspective", "order_summary", "-y")
+		require.Equal(t, cli.ExitOK, res.code)
+		require.Equal(t, "requeued 1 dead letter of perspective \"order_summary\"\n", res.stdout)
+		require.Equal(t, ports.DeadLetterRequeued, status(t, tb, first))
+		res = tb.run(t, "dl", "requeue", "--perspective", "order_summary", "-y")
+		require.Equal(t, cli.ExitOK, res.code)
+		require.Equal(t, "no waiting dead letters of perspective \"order_summary\" to requeue\n", res.stdout)
+	})
+	t.Run("RequeueAll", func(t *testing.T) {
+		t.Parallel()
+		tb := setup(t)
+		invoice := handMadeDeadLetter(t, tb.b, "invoice_totals")
+		legacy := handMadeDeadLetter(t, tb.b, "legacy_totals")
+		_, err := tb.b.Admin.PerspectiveRetire(t.Context(), &ports.PerspectiveRetireParams{Perspective: "legacy_totals"})
+		require.NoError(t, err)
+
+		res := tb.run(t, "dead-letters", "requeue", "--perspective", "legacy_totals", "--yes")
+		require.Equal(t, cli.ExitRefused, res.code)
+		require.Contains(t, res.stderr, `perspective "legacy_totals" is retired: revive it`)
+
+		tb.env = cli.Env{Interactive: true, Stdin: strings.NewReader("y\n")}
+		res = tb.run(t, "dead-letters", "requeue", "--all")
+		require.Equal(t, cli.ExitOK, res.code, res.stderr)
+		require.Contains(t, res.stderr, `Requeue 3 waiting dead letters of 2 perspectives (invoice_totals, order_summary)`)
+		require.Contains(t, res.stderr, `skipped 1 waiting dead letter of retired perspective "legacy_totals"`)
+		require.Equal(t, `requeued 1 dead letter of perspective "invoice_totals"
+requeued 2 dead letters of perspective "order_summary"
+requeued 3 dead letters of 2 perspectives
+`, res.stdout)
+		for _, id := range []uuid.UUID{invoice.ID, tb.dls[0].ID, tb.dls[1].ID} {
+			require.Equal(t, ports.DeadLetterRequeued, status(t, tb, id))
+		}
+		require.Equal(t, ports.DeadLetterDead, status(t, tb, legacy.ID), "a retired perspective's dead letters stay")
+
+		tb.env = cli.Env{}
+		res = tb.run(t, "dead-letters", "requeue", "--all", "--yes", "--json")
+		require.Equal(t, cli.ExitOK, res.code)
+		require.JSONEq(t, `{"requeued": 0, "since": null, "generation": "", "perspectives": []}`, res.stdout)
 	})
 	t.Run("Ignore", func(t *testing.T) {
 		t.Parallel()

@@ -12,6 +12,7 @@
 //	vantage dead-letters list                dead letters, oldest first, filtered
 //	vantage dead-letters show ID             one dead letter in full, with its event
 //	vantage dead-letters requeue ID...       apply dead letters' events again
+//	vantage dead-letters requeue --perspective P | --all   the same in bulk (confirmed)
 //	vantage dead-letters ignore ID...        never retry dead letters
 //	vantage retire PERSPECTIVE [--drop-models]  stop and delete a perspective's work (confirmed)
 //	vantage revive PERSPECTIVE               undo a retirement

@@ -125,3 +125,31 @@ func deadLetters(t *testing.T, b ports.Backend) []ports.DeadLetter {
 	require.True(t, slices.IsSortedFunc(dls, func(a, b ports.DeadLetter) int { return int(a.EventVersion - b.EventVersion) }))
 	return dls
 }
+
+// handMadeDeadLetter stores a dead letter of perspective through the
+// ports, with no engine: an event of a new stream that only perspective
+// subscribes to, its work row fetched and moved to dead letters by a
+// made-up instance.
+func handMadeDeadLetter(t *testing.T, b ports.Backend, perspective string) ports.DeadLetter {
+	t.Helper()
+	ctx := t.Context()
+	stream, instance := uuid.New(), uuid.New()
+	eventType := perspective + "_event"
+	_, err := b.Events.EventsAppend(ctx, &ports.EventsAppendParams{
+		StreamID: stream, ExpectedVersion: ports.ExpectNoStream,
+		Events:        []ports.NewEvent{{Type: eventType, Data: []byte(`{}`)}},
+		Subscriptions: []ports.Subscription{{EventType: eventType, Perspective: perspective}},
+	})
+	require.NoError(t, err)
+	fetched, err := b.Fetcher.EventsFetchPending(ctx, &ports.EventsFetchPendingParams{
+		InstanceID: instance, StreamIDs: []uuid.UUID{stream}, LeaseDuration: time.Minute, StaleThreshold: time.Minute,
+	})
+	require.NoError(t, err)
+	require.Len(t, fetched.Work, 1)
+	moved, err := b.DeadLetters.DeadLetterMove(ctx, &ports.DeadLetterMoveParams{
+		WorkID: fetched.Work[0].WorkID, InstanceID: instance, Reason: ports.ReasonFailed, Error: "made by hand", Attempts: 1,
+	})
+	require.NoError(t, err)
+	require.True(t, moved.Moved)
+	return moved.DeadLetter
+}
