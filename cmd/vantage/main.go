@@ -1,6 +1,7 @@
 // Command vantage operates the PostgreSQL schema of Vantage: it migrates the
 // schema, lists engine instances and dead letters, requeues or ignores dead
-// letters, and retires or revives perspectives.
+// letters, requests rebuilds that running instances carry out, and retires
+// or revives perspectives.
 //
 //	go install github.com/vantage-go/vantage/cmd/vantage@latest
 //	vantage --help

@@ -6,13 +6,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/cmd/vantage/internal/cli"
+	"github.com/vantage-go/vantage/ports"
 )
 
 // TestBadInput runs command lines that are wrong, or name what does not
 // exist: each fails with its exit code and a message that says what is
 // wrong, prints nothing on stdout, and changes nothing (the schema stays
 // at its version with no retired perspective, which the test checks after
-// every case).
+// every case), and no rebuild requested.
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 
@@ -74,6 +75,14 @@ func TestBadInput(t *testing.T) {
 		{"RetireTwoPerspectives", []string{"retire", "a", "b", "--yes"}, nil, cli.ExitUsage, "got 2 arguments", ""},
 		{"RetireUnknownPerspective", []string{"retire", "orders_summary", "--yes"}, nil, cli.ExitNotFound, `perspective "orders_summary" is unknown`, ""},
 		{"ReviveUnknownPerspective", []string{"revive", "orders_summary"}, nil, cli.ExitNotFound, `perspective "orders_summary" is unknown`, ""},
+		{"RebuildNoPerspective", []string{"rebuild"}, nil, cli.ExitUsage, "takes one PERSPECTIVE, got 0 arguments", ""},
+		{"RebuildUnknownPerspective", []string{"rebuild", "orders_summary"}, nil, cli.ExitNotFound, `perspective "orders_summary" is unknown`, ""},
+		{"RebuildBadStream", []string{"rebuild", "order_summary", "--stream", "orders"}, nil, cli.ExitUsage, `--stream "orders" is not a UUID`, ""},
+		{"RebuildNilStream", []string{"rebuild", "order_summary", "--stream", "00000000-0000-0000-0000-000000000000"}, nil, cli.ExitUsage,
+			"--stream must not be the nil UUID", ""},
+		{"RebuildZeroInterval", []string{"rebuild", "order_summary", "--wait", "--interval", "0s"}, nil, cli.ExitUsage, "--interval must be positive, got 0s", ""},
+		{"RebuildNegativeInterval", []string{"rebuild", "order_summary", "--wait", "--interval", "-1s"}, nil, cli.ExitUsage, "--interval must be positive", ""},
+		{"RebuildIntervalWithoutWait", []string{"rebuild", "order_summary", "--interval", "1s"}, nil, cli.ExitUsage, "--interval applies with --wait only", ""},
 		{"DownAboveLatest", []string{"migrate", "down", "--to", "99", "--yes"}, nil, cli.ExitUsage, "--to 99 is above the latest version", ""},
 		{"DownNegative", []string{"migrate", "down", "--to", "-2", "--yes"}, nil, cli.ExitUsage, "--to must not be negative", ""},
 		{"SQLWithJSON", []string{"migrate", "sql", "--json"}, nil, cli.ExitUsage, "--json does not apply", ""},
@@ -106,6 +115,9 @@ func TestBadInput(t *testing.T) {
 			retired, err := b.Admin.PerspectivesRetired(t.Context())
 			require.NoError(t, err)
 			require.Empty(t, retired)
+			rebuilds, err := b.Admin.RebuildsList(t.Context(), &ports.RebuildsListParams{})
+			require.NoError(t, err)
+			require.Empty(t, rebuilds, "no rebuild requested")
 		})
 	}
 }

@@ -32,7 +32,9 @@ const (
 	// ExitRefused: the command would not act: live engine instances
 	// (migrate down without --force), a confirmation declined or
 	// impossible (no terminal and no --yes), a dead letter whose status
-	// does not allow the action.
+	// does not allow the action, a retired perspective; or what it waited
+	// for was stopped on purpose: a rebuild cancelled while rebuild --wait
+	// followed it.
 	ExitRefused = 3
 	// ExitNotFound: what the command names does not exist: a dead letter
 	// id, or a perspective the schema does not know.
@@ -67,6 +69,11 @@ type Env struct {
 	// records heartbeats and dead letters, so that ages stay right when
 	// the operator's clock is off.
 	Now func() time.Time
+
+	// ticks, when set, replaces the ticker of the commands that repeat
+	// (rebuild --wait), whatever their --interval: a test sends a tick when
+	// it wants the next round.
+	ticks <-chan time.Time
 }
 
 // ProcessEnv returns the Env of the running process: its environment, its
@@ -123,7 +130,7 @@ type app struct {
 
 // rootHelp is the long help of the root command.
 const rootHelp = `vantage operates the PostgreSQL schema of Vantage: migrations, engine
-instances, dead letters and retired perspectives.
+instances, dead letters, rebuild requests and retired perspectives.
 
 The database comes from --database or else the DATABASE_URL environment
 variable (a postgres:// URL or a key=value connection string); the schema
@@ -135,8 +142,9 @@ Exit codes:
   0  ok, or nothing to do
   1  the operation failed (database unreachable, a statement failed, --timeout)
   2  usage error: unknown command or flag, bad argument; nothing was changed
-  3  refused: live instances, confirmation declined or not possible, or a
-     dead letter whose status does not allow the action
+  3  refused: live instances, confirmation declined or not possible, a
+     dead letter whose status does not allow the action, or a rebuild
+     cancelled while 'rebuild --wait' followed it
   4  not found: an unknown dead letter id or perspective`
 
 const rootExample = `  export DATABASE_URL=postgres://vantage@db.internal:5432/app
@@ -144,6 +152,7 @@ const rootExample = `  export DATABASE_URL=postgres://vantage@db.internal:5432/a
   vantage instances
   vantage dead-letters list --perspective order_summary
   vantage dead-letters requeue 0197a3c4-5b6e-7f80-9a1b-2c3d4e5f6a7b
+  vantage rebuild order_summary --wait
   vantage --schema billing retire invoice_totals_v1 --drop-models --yes`
 
 func (a *app) rootCommand() *cobra.Command {
@@ -171,6 +180,7 @@ func (a *app) rootCommand() *cobra.Command {
 		a.retireCommand(),
 		a.reviveCommand(),
 		a.serveCommand(),
+		a.rebuildCommand(),
 	)
 	return root
 }
@@ -267,6 +277,16 @@ func refusedErrorf(format string, args ...any) error {
 
 func notFoundErrorf(format string, args ...any) error {
 	return &exitError{code: ExitNotFound, err: fmt.Errorf(format, args...)}
+}
+
+// ticker returns the ticks of a command that repeats every d, and the
+// function that stops them.
+func (a *app) ticker(d time.Duration) (<-chan time.Time, func()) {
+	if a.env.ticks != nil {
+		return a.env.ticks, func() {}
+	}
+	t := time.NewTicker(d)
+	return t.C, t.Stop
 }
 
 // call returns ctx bounded by --timeout, for one database call.

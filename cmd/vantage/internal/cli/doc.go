@@ -17,6 +17,7 @@
 //	vantage retire PERSPECTIVE [--drop-models]  stop and delete a perspective's work (confirmed)
 //	vantage revive PERSPECTIVE               undo a retirement
 //	vantage serve [--addr ADDR] [--token T]  serve the status page (package statuspage) until interrupted
+//	vantage rebuild PERSPECTIVE [--wait]     request a rebuild that the running instances carry out
 //
 // Global flags name the database (--database, else DATABASE_URL), the
 // schema (--schema, validated as postgres.ValidateSchema does), the output
@@ -34,7 +35,8 @@
 // Each command is a constructor on app that returns its *cobra.Command and
 // runs its body through app.action, which maps the body's error to an exit
 // code (see exitCode); errors made by usageErrorf and its siblings carry
-// theirs. A body opens a session (app.connect, or app.open for the commands
+// theirs. Commands that repeat (rebuild --wait) take their ticks from
+// app.ticker, which tests drive through Env. A body opens a session (app.connect, or app.open for the commands
 // that use the adapter's ports), bounds each call with app.call, and prints
 // a report: a struct whose JSON tags are its --json form and whose
 // writeText is its table. Commands that destroy data ask through

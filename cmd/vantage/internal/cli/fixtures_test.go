@@ -69,6 +69,12 @@ func appendOrders(t *testing.T, b ports.Backend, after int64, events ...any) {
 // (it deregisters).
 func process(t *testing.T, b ports.Backend, opts core.Options, wait func()) {
 	t.Helper()
+	processWith(t, b, registry(t), opts, wait)
+}
+
+// processWith is process with the perspectives of reg.
+func processWith(t *testing.T, b ports.Backend, reg *core.Registry, opts core.Options, wait func()) {
+	t.Helper()
 	opts.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError}))
 	opts.PollingInterval = 10 * time.Millisecond
 	opts.NotifyHealthyPollingInterval = 10 * time.Millisecond
@@ -76,7 +82,7 @@ func process(t *testing.T, b ports.Backend, opts core.Options, wait func()) {
 	opts.ClaimNotifyHealthyInterval = 10 * time.Millisecond
 	opts.HeartbeatInterval = 100 * time.Millisecond
 	opts.DrainBatcher = core.DrainBatcherOptions{SlidingWindow: time.Millisecond, MaxWait: 5 * time.Millisecond}
-	w, err := core.New(b, registry(t), &opts)
+	w, err := core.New(b, reg, &opts)
 	require.NoError(t, err)
 	require.NoError(t, w.Start(t.Context()))
 	wait()

@@ -138,3 +138,51 @@ func golden(t *testing.T, name, got string) {
 
 // fixedNow is the clock of the tests whose output shows ages.
 var fixedNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// writes is a writer that hands each write to the test, so that it sees
+// the output of a command that runs on as it comes.
+type writes chan string
+
+func (w writes) Write(p []byte) (int, error) {
+	w <- string(p)
+	return len(p), nil
+}
+
+// started is a command running in the background: its writes to stdout
+// arrive on stdout, its exit code on code; stderr is complete once the
+// code arrived.
+type started struct {
+	stdout writes
+	stderr *bytes.Buffer
+	code   chan int
+	cancel context.CancelFunc
+}
+
+// start runs the command line args on the schema in the background. The
+// test ends it by cancelling it or letting it end, and waits for its code.
+func (d *db) start(t *testing.T, args ...string) *started {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	s := &started{stdout: make(writes, 64), stderr: &bytes.Buffer{}, code: make(chan int, 1), cancel: cancel}
+	go func() {
+		s.code <- cli.Run(ctx, d.args(args...), s.stdout, s.stderr, d.env)
+	}()
+	t.Cleanup(cancel)
+	return s
+}
+
+// wait waits for the command to end and returns its code and all it wrote
+// to stdout since the test last read.
+func (s *started) wait(t *testing.T) (code int, stdout string) {
+	t.Helper()
+	code = waitFor(t, s.code, "the command to end")
+	for {
+		select {
+		case w := <-s.stdout:
+			stdout += w
+		default:
+			t.Logf("exit %d\nstdout (the rest):\n%s\nstderr:\n%s", code, stdout, s.stderr.String())
+			return code, stdout
+		}
+	}
+}
