@@ -37,7 +37,7 @@ const (
 	// followed it.
 	ExitRefused = 3
 	// ExitNotFound: what the command names does not exist: a dead letter
-	// id, or a perspective the schema does not know.
+	// id, a rebuild request id, or a perspective the schema does not know.
 	ExitNotFound = 4
 )
 
@@ -145,7 +145,8 @@ Exit codes:
   3  refused: live instances, confirmation declined or not possible, a
      dead letter whose status does not allow the action, or a rebuild
      cancelled while 'rebuild --wait' followed it
-  4  not found: an unknown dead letter id or perspective`
+  4  not found: an unknown dead letter id, rebuild request id or
+     perspective`
 
 const rootExample = `  export DATABASE_URL=postgres://vantage@db.internal:5432/app
   vantage migrate status

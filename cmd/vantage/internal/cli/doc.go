@@ -18,6 +18,8 @@
 //	vantage revive PERSPECTIVE               undo a retirement
 //	vantage serve [--addr ADDR] [--token T]  serve the status page (package statuspage) until interrupted
 //	vantage rebuild PERSPECTIVE [--wait]     request a rebuild that the running instances carry out
+//	vantage rebuild list                     rebuild requests, newest first, with their progress
+//	vantage rebuild cancel ID                stop a pending or running rebuild
 //
 // Global flags name the database (--database, else DATABASE_URL), the
 // schema (--schema, validated as postgres.ValidateSchema does), the output

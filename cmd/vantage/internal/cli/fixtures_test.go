@@ -159,3 +159,65 @@ func handMadeDeadLetter(t *testing.T, b ports.Backend, perspective string) ports
 	require.True(t, moved.Moved)
 	return moved.DeadLetter
 }
+
+// rebuildInstance is the made-up instance that claims the rebuild
+// requests of the fixtures.
+var rebuildInstance = uuid.MustParse("0197a3c4-0000-7000-8000-00000000000a")
+
+// rebuildRequests stores rebuild requests in every status through the
+// ports, on the tests' fixed clock, and returns them as they stand, oldest
+// first:
+//
+//   - running: customer_stats, every stream, 2 of 5 streams done in 8
+//     minutes, so 12 minutes left;
+//   - done: order_summary, one stream;
+//   - failed: customer_stats, at its second stream;
+//   - cancelled: order_summary, before an instance claimed it;
+//   - pending: customer_stats, two streams.
+func rebuildRequests(t *testing.T, b ports.Backend) []ports.RebuildRequest {
+	t.Helper()
+	ctx := t.Context()
+	at := func(ago time.Duration) time.Time { return fixedNow.Add(-ago) }
+	request := func(perspective, by string, ago time.Duration, streams ...uuid.UUID) ports.RebuildRequest {
+		t.Helper()
+		r, err := b.Admin.RebuildRequest(ctx, &ports.RebuildRequestParams{Perspective: perspective, StreamIDs: streams, RequestedBy: by, Now: at(ago)})
+		require.NoError(t, err)
+		return r
+	}
+	claim := func(want ports.RebuildRequest, ago time.Duration) ports.RebuildRequest {
+		t.Helper()
+		res, err := b.Rebuilds.RebuildClaim(ctx, &ports.RebuildClaimParams{
+			InstanceID: rebuildInstance, Perspectives: []string{want.Perspective}, ClaimDuration: time.Hour, Now: at(ago),
+		})
+		require.NoError(t, err)
+		require.True(t, res.Claimed)
+		require.Equal(t, want.ID, res.Request.ID)
+		return res.Request
+	}
+	finish := func(r ports.RebuildRequest, figures ports.RebuildFigures, errText string, ago time.Duration) {
+		t.Helper()
+		require.NoError(t, b.Rebuilds.RebuildFinish(ctx, &ports.RebuildFinishParams{
+			ID: r.ID, InstanceID: rebuildInstance, Attempt: r.Attempt, RebuildFigures: figures, Error: errText, Now: at(ago),
+		}))
+	}
+
+	running := claim(request("customer_stats", "alice, INC-2291", 10*time.Minute), 9*time.Minute)
+	done := claim(request("order_summary", "", 8*time.Minute, orderStream), 7*time.Minute)
+	finish(done, ports.RebuildFigures{StreamsTotal: 1, StreamsDone: 1, EventsReplayed: 4, ResumeAfter: orderStream}, "", 6*time.Minute)
+	failed := claim(request("customer_stats", "bob", 5*time.Minute), 5*time.Minute)
+	finish(failed, ports.RebuildFigures{StreamsTotal: 5, StreamsDone: 1, EventsReplayed: 3, ResumeAfter: orderStream},
+		"rebuilding stream 0197a3c4-2222-7000-8000-000000000002: applying event 3 (order_placed): amount must be positive", 4*time.Minute)
+	cancelled := request("order_summary", "", 3*time.Minute)
+	require.NoError(t, b.Admin.RebuildCancel(ctx, &ports.RebuildCancelParams{ID: cancelled.ID, Now: at(150 * time.Second)}))
+	request("customer_stats", "", 2*time.Minute, orderStreams[1], orderStreams[0])
+	require.NoError(t, b.Rebuilds.RebuildProgress(ctx, &ports.RebuildProgressParams{
+		ID: running.ID, InstanceID: rebuildInstance, Attempt: running.Attempt, ClaimDuration: time.Hour, Now: at(time.Minute),
+		RebuildFigures: ports.RebuildFigures{StreamsTotal: 5, StreamsDone: 2, EventsReplayed: 40, ResumeAfter: orderStreams[1]},
+	}))
+
+	list, err := b.Admin.RebuildsList(ctx, &ports.RebuildsListParams{})
+	require.NoError(t, err)
+	require.Len(t, list, 5)
+	slices.Reverse(list)
+	return list
+}

@@ -109,8 +109,13 @@ var (
 // width, so that table columns stay aligned: the schema's name, times, and
 // every UUID but those of keep.
 func mask(s, schema string, keep ...string) string {
-	s = strings.ReplaceAll(s, schema, "SCHEMA")
 	s = timePattern.ReplaceAllString(s, "YYYY-MM-DDThh:mm:ssZ")
+	return maskIDs(s, schema, keep...)
+}
+
+// maskIDs is mask for output whose times are fixed: it keeps them.
+func maskIDs(s, schema string, keep ...string) string {
+	s = strings.ReplaceAll(s, schema, "SCHEMA")
 	return uuidPattern.ReplaceAllStringFunc(s, func(id string) string {
 		for _, k := range keep {
 			if id == k {

@@ -50,7 +50,9 @@ command (Ctrl-C) stops the waiting, not the rebuild.
 A perspective the schema does not know fails with exit 4: a mistyped
 name would wait forever for an instance that runs it. A retired one is
 refused (exit 3): revive it first. When no instance is live, a warning
-says that the request waits for one.
+says that the request waits for one. 'rebuild list' and 'rebuild cancel'
+are subcommands: a perspective named list or cancel is rebuilt with
+'vantage rebuild -- list'.
 
 JSON: the request, {"id", "perspective", "stream_ids", "requested_by",
 "requested_at", "status", "instance_id", "attempt", "claim_expiry",
@@ -78,6 +80,7 @@ left, null when there is nothing to go by yet.`,
 	fl.StringVar(&f.requestedBy, "requested-by", "", "who asks, or why: stored with the request (a name, a ticket)")
 	fl.BoolVar(&f.wait, "wait", false, "follow the request until it ends, printing its progress")
 	fl.DurationVar(&f.interval, "interval", IntervalDefault, "with --wait: how often to read the request")
+	cmd.AddCommand(a.rebuildListCommand(), a.rebuildCancelCommand())
 	return cmd
 }
 
