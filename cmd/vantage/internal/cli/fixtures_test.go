@@ -221,3 +221,46 @@ func rebuildRequests(t *testing.T, b ports.Backend) []ports.RebuildRequest {
 	slices.Reverse(list)
 	return list
 }
+
+// instanceIDs are the instances heartbeats records.
+var instanceIDs = []uuid.UUID{
+	uuid.MustParse("0197a3c4-0000-7000-8000-000000000001"),
+	uuid.MustParse("0197a3c4-0000-7000-8000-000000000002"),
+	uuid.MustParse("0197a3c4-0000-7000-8000-000000000003"),
+}
+
+// heartbeats records instanceIDs on the tests' fixed clock: two instances
+// of the orders service, one silent for 45s, and a passive one of
+// billing, silent for 3m07s.
+func heartbeats(t *testing.T, b ports.Backend) {
+	t.Helper()
+	for _, hb := range []ports.InstanceHeartbeatParams{
+		{InstanceID: instanceIDs[0], ServiceName: "orders", HostName: "orders-7d9f-abc", ProcessID: 101, Now: fixedNow.Add(-2 * time.Second)},
+		{InstanceID: instanceIDs[1], ServiceName: "orders", HostName: "orders-7d9f-def", ProcessID: 102, Now: fixedNow.Add(-45 * time.Second)},
+		{InstanceID: instanceIDs[2], ServiceName: "billing", HostName: "billing-1", ProcessID: 7, Passive: true,
+			Metadata: map[string]string{"version": "v42"}, Now: fixedNow.Add(-3*time.Minute - 7*time.Second)},
+	} {
+		hb.StaleThreshold = time.Hour // none abandons another
+		_, err := b.Claimer.InstanceHeartbeat(t.Context(), &hb)
+		require.NoError(t, err)
+	}
+}
+
+// leaseStream has instance lease a new stream: an event of it that only
+// shipping_eta subscribes to, fetched on the tests' fixed clock and left
+// pending.
+func leaseStream(t *testing.T, b ports.Backend, instance uuid.UUID) {
+	t.Helper()
+	stream := uuid.New()
+	_, err := b.Events.EventsAppend(t.Context(), &ports.EventsAppendParams{
+		StreamID: stream, ExpectedVersion: ports.ExpectNoStream, Now: fixedNow.Add(-30 * time.Second),
+		Events:        []ports.NewEvent{{Type: "parcel_shipped", Data: []byte(`{}`)}},
+		Subscriptions: []ports.Subscription{{EventType: "parcel_shipped", Perspective: "shipping_eta"}},
+	})
+	require.NoError(t, err)
+	fetched, err := b.Fetcher.EventsFetchPending(t.Context(), &ports.EventsFetchPendingParams{
+		InstanceID: instance, StreamIDs: []uuid.UUID{stream}, LeaseDuration: time.Hour, StaleThreshold: time.Hour, Now: fixedNow.Add(-10 * time.Second),
+	})
+	require.NoError(t, err)
+	require.Len(t, fetched.Work, 1)
+}

@@ -31,7 +31,8 @@ heartbeats.
 
 JSON: {"live_within_seconds", "instances": [{"id", "service", "host",
 "pid", "started_at", "last_heartbeat_at", "heartbeat_age_seconds", "live",
-"passive", "metadata"}]}.`,
+"passive", "leased_streams", "metadata"}]}; leased_streams counts the
+streams whose lease names the instance, expired or not: those it holds.`,
 		Example: `  vantage instances
   vantage instances --live-within 1m --json | jq '.instances[] | select(.live | not) | .id'`,
 		Args: cobra.NoArgs,
@@ -57,6 +58,7 @@ type instanceView struct {
 	HeartbeatAgeSeconds float64           `json:"heartbeat_age_seconds"`
 	Live                bool              `json:"live"`
 	Passive             bool              `json:"passive"`
+	LeasedStreams       int               `json:"leased_streams"`
 	Metadata            map[string]string `json:"metadata"`
 
 	age time.Duration
@@ -126,6 +128,7 @@ func viewInstance(in ports.Instance, now time.Time, liveWithin time.Duration) in
 		HeartbeatAgeSeconds: age.Seconds(),
 		Live:                age < liveWithin,
 		Passive:             in.Passive,
+		LeasedStreams:       in.LeasedStreams,
 		Metadata:            meta,
 		age:                 age,
 	}

@@ -27,6 +27,7 @@ type instancesJSON struct {
 		HeartbeatAgeSeconds float64           `json:"heartbeat_age_seconds"`
 		Live                bool              `json:"live"`
 		Passive             bool              `json:"passive"`
+		LeasedStreams       int               `json:"leased_streams"`
 		Metadata            map[string]string `json:"metadata"`
 	} `json:"instances"`
 }
@@ -34,27 +35,12 @@ type instancesJSON struct {
 func TestInstances(t *testing.T) {
 	t.Parallel()
 
-	// Two instances of the orders service, one silent for 45s, and a
-	// passive one of billing, recorded on the tests' fixed clock.
-	ids := []uuid.UUID{
-		uuid.MustParse("0197a3c4-0000-7000-8000-000000000001"),
-		uuid.MustParse("0197a3c4-0000-7000-8000-000000000002"),
-		uuid.MustParse("0197a3c4-0000-7000-8000-000000000003"),
-	}
 	setup := func(t *testing.T) *db {
 		t.Helper()
 		d := migratedDB(t)
 		b := d.backend(t)
-		for _, hb := range []ports.InstanceHeartbeatParams{
-			{InstanceID: ids[0], ServiceName: "orders", HostName: "orders-7d9f-abc", ProcessID: 101, Now: fixedNow.Add(-2 * time.Second)},
-			{InstanceID: ids[1], ServiceName: "orders", HostName: "orders-7d9f-def", ProcessID: 102, Now: fixedNow.Add(-45 * time.Second)},
-			{InstanceID: ids[2], ServiceName: "billing", HostName: "billing-1", ProcessID: 7, Passive: true,
-				Metadata: map[string]string{"version": "v42"}, Now: fixedNow.Add(-3*time.Minute - 7*time.Second)},
-		} {
-			hb.StaleThreshold = time.Hour // none abandons another
-			_, err := b.Claimer.InstanceHeartbeat(t.Context(), &hb)
-			require.NoError(t, err)
-		}
+		heartbeats(t, b)
+		leaseStream(t, b, instanceIDs[0])
 		d.env.Now = func() time.Time { return fixedNow }
 		return d
 	}
@@ -80,13 +66,15 @@ func TestInstances(t *testing.T) {
 		require.Equal(t, 30.0, got.LiveWithinSeconds)
 		require.Len(t, got.Instances, 3)
 		first, billing := got.Instances[0], got.Instances[2]
-		require.Equal(t, ids[0], first.ID)
+		require.Equal(t, instanceIDs[0], first.ID)
 		require.Equal(t, "orders", first.Service)
 		require.Equal(t, "orders-7d9f-abc", first.Host)
 		require.Equal(t, 101, first.PID)
 		require.Equal(t, 2.0, first.HeartbeatAgeSeconds)
 		require.True(t, first.Live)
 		require.False(t, first.Passive)
+		require.Equal(t, 1, first.LeasedStreams, "it holds one stream")
+		require.Zero(t, billing.LeasedStreams)
 		require.Equal(t, fixedNow.Add(-2*time.Second), *first.LastHeartbeatAt)
 		require.NotNil(t, first.StartedAt)
 		require.Equal(t, map[string]string{}, first.Metadata, "metadata is an object, empty when none")
