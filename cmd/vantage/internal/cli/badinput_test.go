@@ -88,6 +88,8 @@ func TestBadInput(t *testing.T) {
 		{"RebuildCancelBadID", []string{"rebuild", "cancel", "42"}, nil, cli.ExitUsage, `not a rebuild request id (a UUID): "42"`, ""},
 		{"RebuildCancelUnknownID", []string{"rebuild", "cancel", "0197a3c4-5b6e-7f80-9a1b-2c3d4e5f6a7b"}, nil, cli.ExitNotFound,
 			"no rebuild request has id 0197a3c4-5b6e-7f80-9a1b-2c3d4e5f6a7b", ""},
+		{"StatusBadLiveWithin", []string{"status", "--live-within", "0s"}, nil, cli.ExitUsage, "--live-within must be positive", ""},
+		{"StatusExtraArgument", []string{"status", "order_summary"}, nil, cli.ExitUsage, `unknown command "order_summary"`, ""},
 		{"DownAboveLatest", []string{"migrate", "down", "--to", "99", "--yes"}, nil, cli.ExitUsage, "--to 99 is above the latest version", ""},
 		{"DownNegative", []string{"migrate", "down", "--to", "-2", "--yes"}, nil, cli.ExitUsage, "--to must not be negative", ""},
 		{"SQLWithJSON", []string{"migrate", "sql", "--json"}, nil, cli.ExitUsage, "--json does not apply", ""},

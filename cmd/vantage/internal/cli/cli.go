@@ -71,8 +71,8 @@ type Env struct {
 	Now func() time.Time
 
 	// ticks, when set, replaces the ticker of the commands that repeat
-	// (rebuild --wait), whatever their --interval: a test sends a tick when
-	// it wants the next round.
+	// (rebuild --wait), whatever their --interval: a test
+	// sends a tick when it wants the next round.
 	ticks <-chan time.Time
 }
 
@@ -176,6 +176,7 @@ func (a *app) rootCommand() *cobra.Command {
 	flags.DurationVar(&a.timeout, "timeout", TimeoutDefault, "longest a database call may take (0: no limit)")
 	root.AddCommand(
 		a.migrateCommand(),
+		a.statusCommand(),
 		a.instancesCommand(),
 		a.deadLettersCommand(),
 		a.retireCommand(),

@@ -8,6 +8,7 @@
 //	vantage migrate down [--to N] [--force]  revert migrations (confirmed; refused while instances are live)
 //	vantage migrate status                   the schema's version, each migration applied or not
 //	vantage migrate sql [--from N] [--to N] [--down]   print the migrations' SQL, run nothing
+//	vantage status                           perspectives, instances and rebuilds at a glance
 //	vantage instances                        engine instances and their heartbeats
 //	vantage dead-letters list                dead letters, oldest first, filtered
 //	vantage dead-letters show ID             one dead letter in full, with its event

@@ -248,8 +248,8 @@ func heartbeats(t *testing.T, b ports.Backend) {
 
 // leaseStream has instance lease a new stream: an event of it that only
 // shipping_eta subscribes to, fetched on the tests' fixed clock and left
-// pending.
-func leaseStream(t *testing.T, b ports.Backend, instance uuid.UUID) {
+// pending. It returns the event's work row.
+func leaseStream(t *testing.T, b ports.Backend, instance uuid.UUID) ports.WorkItem {
 	t.Helper()
 	stream := uuid.New()
 	_, err := b.Events.EventsAppend(t.Context(), &ports.EventsAppendParams{
@@ -263,4 +263,5 @@ func leaseStream(t *testing.T, b ports.Backend, instance uuid.UUID) {
 	})
 	require.NoError(t, err)
 	require.Len(t, fetched.Work, 1)
+	return fetched.Work[0]
 }

@@ -63,11 +63,12 @@ func (r *rebuildsReport) writeText(w io.Writer) {
 		fmt.Fprintln(w, "no rebuild requests")
 		return
 	}
-	writeRebuildsTable(w, r.Rebuilds)
+	writeRebuildsTable(w, "ID", r.Rebuilds)
 }
 
-// writeRebuildsTable writes rebuild requests as a table.
-func writeRebuildsTable(w io.Writer, rebuilds []rebuildView) {
+// writeRebuildsTable writes rebuild requests as a table, its first column
+// headed first.
+func writeRebuildsTable(w io.Writer, first string, rebuilds []rebuildView) {
 	rows := make([][]string, len(rebuilds))
 	for i, v := range rebuilds {
 		r := v.req
@@ -82,7 +83,7 @@ func writeRebuildsTable(w io.Writer, rebuilds []rebuildView) {
 		rows[i] = []string{r.ID.String(), timeText(r.RequestedAt), cell(r.Perspective), scope, string(r.Status), progress,
 			strconv.FormatInt(r.EventsReplayed, 10), etaText(r), cell(r.RequestedBy), cell(r.Error)}
 	}
-	writeTable(w, []string{"ID", "REQUESTED", "PERSPECTIVE", "STREAMS", "STATUS", "DONE", "EVENTS", "ETA", "BY", "ERROR"}, rows)
+	writeTable(w, []string{first, "REQUESTED", "PERSPECTIVE", "STREAMS", "STATUS", "DONE", "EVENTS", "ETA", "BY", "ERROR"}, rows)
 }
 
 func (a *app) rebuildsList(ctx context.Context, f rebuildsListFlags) error {
