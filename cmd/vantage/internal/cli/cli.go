@@ -70,16 +70,27 @@ type Env struct {
 	// the operator's clock is off.
 	Now func() time.Time
 
+	// OutputTerminal reports that stdout is a terminal: status --watch
+	// then redraws it, clearing it before each frame, rather than printing
+	// the frames one after another.
+	OutputTerminal bool
+
 	// ticks, when set, replaces the ticker of the commands that repeat
-	// (rebuild --wait), whatever their --interval: a test
+	// (status --watch, rebuild --wait), whatever their --interval: a test
 	// sends a tick when it wants the next round.
 	ticks <-chan time.Time
 }
 
 // ProcessEnv returns the Env of the running process: its environment, its
-// standard input, and whether that input is a terminal.
+// standard input, and whether that input and its standard output are
+// terminals.
 func ProcessEnv() Env {
-	return Env{Getenv: os.Getenv, Stdin: os.Stdin, Interactive: term.IsTerminal(int(os.Stdin.Fd()))}
+	return Env{
+		Getenv:         os.Getenv,
+		Stdin:          os.Stdin,
+		Interactive:    term.IsTerminal(int(os.Stdin.Fd())),
+		OutputTerminal: term.IsTerminal(int(os.Stdout.Fd())),
+	}
 }
 
 // Run runs the vantage command line args (without the program name),

@@ -8,7 +8,7 @@
 //	vantage migrate down [--to N] [--force]  revert migrations (confirmed; refused while instances are live)
 //	vantage migrate status                   the schema's version, each migration applied or not
 //	vantage migrate sql [--from N] [--to N] [--down]   print the migrations' SQL, run nothing
-//	vantage status                           perspectives, instances and rebuilds at a glance
+//	vantage status [--watch]                 perspectives, instances and rebuilds at a glance
 //	vantage instances                        engine instances and their heartbeats
 //	vantage dead-letters list                dead letters, oldest first, filtered
 //	vantage dead-letters show ID             one dead letter in full, with its event
@@ -38,10 +38,10 @@
 // Each command is a constructor on app that returns its *cobra.Command and
 // runs its body through app.action, which maps the body's error to an exit
 // code (see exitCode); errors made by usageErrorf and its siblings carry
-// theirs. Commands that repeat (rebuild --wait) take their ticks from
-// app.ticker, which tests drive through Env. A body opens a session (app.connect, or app.open for the commands
-// that use the adapter's ports), bounds each call with app.call, and prints
-// a report: a struct whose JSON tags are its --json form and whose
-// writeText is its table. Commands that destroy data ask through
-// app.confirm.
+// theirs. Commands that repeat (status --watch, rebuild --wait) take their
+// ticks from app.ticker, which tests drive through Env. A body opens a
+// session (app.connect, or app.open for the commands that use the adapter's
+// ports), bounds each call with app.call, and prints a report: a struct
+// whose JSON tags are its --json form and whose writeText is its table.
+// Commands that destroy data ask through app.confirm.
 package cli

@@ -18,11 +18,16 @@ type report interface {
 
 // print writes r to stdout as --json asks.
 func (a *app) print(r report) error {
+	return a.render(a.stdout, r)
+}
+
+// render writes r to w as --json asks.
+func (a *app) render(w io.Writer, r report) error {
 	if !a.json {
-		r.writeText(a.stdout)
+		r.writeText(w)
 		return nil
 	}
-	enc := json.NewEncoder(a.stdout)
+	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(r); err != nil {
 		return fmt.Errorf("writing JSON: %w", err)

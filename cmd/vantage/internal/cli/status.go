@@ -22,8 +22,13 @@ import (
 // running ones.
 const StatusFinishedRebuilds = 5
 
+// clearScreen moves the cursor home and clears a terminal (ANSI).
+const clearScreen = "\x1b[H\x1b[2J"
+
 // statusFlags are the flags of status.
 type statusFlags struct {
+	watch      bool
+	interval   time.Duration
 	liveWithin time.Duration
 }
 
@@ -49,6 +54,15 @@ Rebuild requests: the pending and running ones, then the newest finished
 ones (at most 5), each with its progress and the time it has left, as
 'vantage rebuild list' shows them.
 
+With --watch the status is drawn again every --interval until the command
+is interrupted (Ctrl-C, exit 0): on a terminal the screen is cleared
+before each frame, otherwise the frames follow one another, a blank line
+apart (one JSON document each with --json). A frame that fails (the
+database went away) is reported on stderr and the next one is tried.
+Each frame reads the tables afresh: perspectives cost a pass over the
+cursors and the pending work, so keep --interval in seconds, not
+milliseconds, on a large schema.
+
 Ages are measured on the database's clock, which records heartbeats and
 work.
 
@@ -59,16 +73,24 @@ JSON: {"schema", "now", "live_within_seconds", "perspectives":
 [{the fields of 'vantage instances --json'}], "rebuilds": [{the fields of
 'vantage rebuild --json'}]}.`,
 		Example: `  vantage status
+  vantage status --watch --interval 5s
   vantage status --json | jq '.perspectives[] | select(.oldest_pending_age_seconds > 60) | .perspective'`,
 		Args: cobra.NoArgs,
 	}
 	cmd.RunE = a.action(func(ctx context.Context, _ []string) error {
-		if f.liveWithin <= 0 {
+		switch {
+		case f.interval <= 0:
+			return usageErrorf("--interval must be positive, got %s", f.interval)
+		case cmd.Flags().Changed("interval") && !f.watch:
+			return usageErrorf("--interval applies with --watch only")
+		case f.liveWithin <= 0:
 			return usageErrorf("--live-within must be positive, got %s", f.liveWithin)
 		}
 		return a.status(ctx, f)
 	})
 	fl := cmd.Flags()
+	fl.BoolVarP(&f.watch, "watch", "w", false, "draw the status again every --interval until interrupted")
+	fl.DurationVar(&f.interval, "interval", IntervalDefault, "with --watch: how often to draw it")
 	fl.DurationVar(&f.liveWithin, "live-within", postgres.LiveWithinDefault, "an instance whose heartbeat is newer is live")
 	return cmd
 }
@@ -196,18 +218,50 @@ func (r *statusReport) summary() string {
 
 func count(n int64) string { return strconv.FormatInt(n, 10) }
 
-// status prints the status.
+// status prints the status once, or with --watch every --interval until
+// ctx ends.
 func (a *app) status(ctx context.Context, f statusFlags) error {
 	s, err := a.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	r, err := a.statusReport(ctx, s, f.liveWithin)
-	if err != nil {
-		return err
+	if !f.watch {
+		r, err := a.statusReport(ctx, s, f.liveWithin)
+		if err != nil {
+			return err
+		}
+		return a.print(r)
 	}
-	return a.print(r)
+	ticks, stop := a.ticker(f.interval)
+	defer stop()
+	clear := a.env.OutputTerminal && !a.json
+	for frame := 0; ; frame++ {
+		var b bytes.Buffer
+		switch r, err := a.statusReport(ctx, s, f.liveWithin); {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			a.warnf("reading the status failed, trying again in %s: %v", f.interval, err)
+		default:
+			if clear {
+				b.WriteString(clearScreen)
+			} else if frame > 0 && !a.json {
+				b.WriteString("\n")
+			}
+			if err := a.render(&b, r); err != nil {
+				return err
+			}
+			if _, err := a.stdout.Write(b.Bytes()); err != nil {
+				return fmt.Errorf("writing the status: %w", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticks:
+		}
+	}
 }
 
 // statusReport reads the status of the schema.

@@ -1,7 +1,9 @@
 package cli_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -198,6 +200,82 @@ func TestStatus(t *testing.T) {
 			want = append(want, cancelled[i])
 		}
 		require.Equal(t, append(want, old.ID), ids)
+	})
+	// --watch draws a frame per tick, a blank line apart, until
+	// interrupted; the second frame shows what changed since the first.
+	t.Run("Watch", func(t *testing.T) {
+		t.Parallel()
+		d, b := statusSchema(t)
+		first := d.run(t, "status").stdout
+		ticks := make(chan time.Time)
+		d.env = cli.WithTicks(d.env, ticks)
+		cmd := d.start(t, "status", "--watch")
+		require.Equal(t, first, waitFor(t, cmd.stdout, "the first frame"))
+
+		// The pending rebuild request is claimed and moves on.
+		claimed, err := b.Rebuilds.RebuildClaim(t.Context(), &ports.RebuildClaimParams{
+			InstanceID: instanceIDs[1], Perspectives: []string{"customer_stats"}, ClaimDuration: time.Hour, Now: fixedNow.Add(-40 * time.Second),
+		})
+		require.NoError(t, err)
+		require.True(t, claimed.Claimed)
+		require.NoError(t, b.Rebuilds.RebuildProgress(t.Context(), &ports.RebuildProgressParams{
+			ID: claimed.Request.ID, InstanceID: instanceIDs[1], Attempt: 1, ClaimDuration: time.Hour, Now: fixedNow.Add(-10 * time.Second),
+			RebuildFigures: ports.RebuildFigures{StreamsTotal: 2, StreamsDone: 1, EventsReplayed: 3, ResumeAfter: orderStreams[0]},
+		}))
+		ticks <- time.Time{}
+		second := waitFor(t, cmd.stdout, "the second frame")
+		require.True(t, strings.HasPrefix(second, "\n"), "frames are a blank line apart")
+		require.NotEqual(t, first, second[1:])
+		golden(t, "status_watch_second", statusMask(second, d.schema))
+
+		cmd.cancel()
+		code, rest := cmd.wait(t)
+		require.Equal(t, cli.ExitOK, code, "interrupting a watch is how it ends")
+		require.Empty(t, rest)
+		require.Empty(t, cmd.stderr.String())
+	})
+	t.Run("WatchOnATerminal", func(t *testing.T) {
+		t.Parallel()
+		d := migratedDB(t)
+		ticks := make(chan time.Time)
+		d.env = cli.WithTicks(cli.Env{OutputTerminal: true}, ticks)
+		cmd := d.start(t, "status", "--watch", "--interval", "5s")
+		for range 2 {
+			frame := waitFor(t, cmd.stdout, "a frame")
+			require.True(t, strings.HasPrefix(frame, "\x1b[H\x1b[2Jschema "), "each frame clears the screen first: %q", frame)
+			ticks <- time.Time{}
+		}
+		waitFor(t, cmd.stdout, "the third frame")
+		cmd.cancel()
+		code, _ := cmd.wait(t)
+		require.Equal(t, cli.ExitOK, code)
+	})
+	t.Run("WatchJSON", func(t *testing.T) {
+		t.Parallel()
+		d := migratedDB(t)
+		ticks := make(chan time.Time)
+		d.env = cli.WithTicks(cli.Env{OutputTerminal: true}, ticks)
+		cmd := d.start(t, "status", "--watch", "--json")
+		first := waitFor(t, cmd.stdout, "the first frame")
+		_, err := d.backend(t).Claimer.InstanceHeartbeat(t.Context(), &ports.InstanceHeartbeatParams{InstanceID: instanceIDs[0], StaleThreshold: time.Hour})
+		require.NoError(t, err)
+		ticks <- time.Time{}
+		second := waitFor(t, cmd.stdout, "the second frame")
+		cmd.cancel()
+		code, _ := cmd.wait(t)
+		require.Equal(t, cli.ExitOK, code)
+
+		// One JSON document per frame, never a screen to clear.
+		dec := json.NewDecoder(bytes.NewReader([]byte(first + second)))
+		var frames []statusJSON
+		for dec.More() {
+			var f statusJSON
+			require.NoError(t, dec.Decode(&f))
+			frames = append(frames, f)
+		}
+		require.Len(t, frames, 2)
+		require.Empty(t, frames[0].Instances)
+		require.Len(t, frames[1].Instances, 1)
 	})
 	t.Run("None", func(t *testing.T) {
 		t.Parallel()
