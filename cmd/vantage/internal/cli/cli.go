@@ -140,8 +140,10 @@ type app struct {
 }
 
 // rootHelp is the long help of the root command.
-const rootHelp = `vantage operates the PostgreSQL schema of Vantage: migrations, engine
-instances, dead letters, rebuild requests and retired perspectives.
+const rootHelp = `vantage operates the PostgreSQL schema of Vantage: migrations, the status
+of perspectives and engine instances, dead letters, rebuild requests and
+retired perspectives. It runs no engine: the running instances carry out
+the rebuilds it requests.
 
 The database comes from --database or else the DATABASE_URL environment
 variable (a postgres:// URL or a key=value connection string); the schema
@@ -154,13 +156,15 @@ Exit codes:
   1  the operation failed (database unreachable, a statement failed, --timeout)
   2  usage error: unknown command or flag, bad argument; nothing was changed
   3  refused: live instances, confirmation declined or not possible, a
-     dead letter whose status does not allow the action, or a rebuild
-     cancelled while 'rebuild --wait' followed it
+     dead letter whose status does not allow the action, a retired
+     perspective, a finished rebuild (cancel), or a rebuild cancelled
+     while 'rebuild --wait' followed it
   4  not found: an unknown dead letter id, rebuild request id or
      perspective`
 
 const rootExample = `  export DATABASE_URL=postgres://vantage@db.internal:5432/app
   vantage migrate status
+  vantage status --watch
   vantage instances
   vantage dead-letters list --perspective order_summary
   vantage dead-letters requeue 0197a3c4-5b6e-7f80-9a1b-2c3d4e5f6a7b
