@@ -142,8 +142,8 @@ type app struct {
 // rootHelp is the long help of the root command.
 const rootHelp = `vantage operates the PostgreSQL schema of Vantage: migrations, the status
 of perspectives and engine instances, dead letters, rebuild requests and
-retired perspectives. It runs no engine: the running instances carry out
-the rebuilds it requests.
+retired perspectives; 'vantage serve' shows them on a status page. It
+runs no engine: the running instances carry out the rebuilds it requests.
 
 The database comes from --database or else the DATABASE_URL environment
 variable (a postgres:// URL or a key=value connection string); the schema
@@ -169,6 +169,7 @@ const rootExample = `  export DATABASE_URL=postgres://vantage@db.internal:5432/a
   vantage dead-letters list --perspective order_summary
   vantage dead-letters requeue 0197a3c4-5b6e-7f80-9a1b-2c3d4e5f6a7b
   vantage rebuild order_summary --wait
+  VANTAGE_TOKEN=... vantage serve --addr 127.0.0.1:9090
   vantage --schema billing retire invoice_totals_v1 --drop-models --yes`
 
 func (a *app) rootCommand() *cobra.Command {
