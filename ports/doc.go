@@ -11,7 +11,8 @@
 // engine and a backend ([Event], [Metadata], [Scope], [DeadLetter],
 // [ExpectNoStream], the sentinel errors) and for the ports it calls
 // itself: [EventStore] to append, [ModelStore] to read models
-// (core.Perspective.Load decodes them), [DeadLetterStore] and [Admin] for
+// (core.Perspective.Load decodes them) and [ModelQuery] to find them
+// (core.Perspective.Find), [DeadLetterStore] and [Admin] for
 // operator actions. An adapter author implements the ports and checks them
 // with the conformance suite; [TxEventStore] is the port core.AppendTx
 // appends through, in the caller's transaction.
@@ -35,6 +36,9 @@
 //     of being woken by appends.
 //   - ModelBatch (ModelBatchStore): loads and saves models one pair per
 //     call instead of grouping concurrent ones.
+//   - ModelQuery: builds no index of the models. The engine calls nothing
+//     else of it: ModelsFind serves the application's queries, which
+//     cannot find models without it (see Reading models).
 //   - Lifecycle (LifecycleStore): guards lifecycle stages in memory only,
 //     so a crash may lose a stage.
 //   - Rewind (RewindStore): never rewinds; a late event is dead-lettered
@@ -72,6 +76,18 @@
 // the error. A params type whose fields can be invalid has a Validate
 // method, which an adapter calls before anything else: the argument checks
 // are the same in every adapter.
+//
+// # Reading models
+//
+// A model is read by its stream with ModelStore.ModelLoad. ModelQuery finds
+// the models of a perspective by the values of their fields (equality on a
+// field, top-level or nested, and jsonb-style containment), ordered by
+// stream id, update time or a field, page by page with a cursor that stays
+// stable while models are saved. Perspectives declare the fields they are
+// queried by; the engine hands the declarations to
+// ModelQuery.ModelIndexesEnsure when it starts, and the PostgreSQL adapter
+// builds matching indexes. A filter on a field no index covers still works,
+// model by model.
 //
 // # Time
 //
