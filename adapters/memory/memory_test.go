@@ -44,7 +44,7 @@ func TestConformanceRequiredPortsOnly(t *testing.T) {
 		t.Cleanup(func() { _ = store.Close() })
 		return func(*testing.T) ports.Backend {
 			b := store.Backend()
-			b.Notifier, b.ModelBatch, b.Lifecycle, b.Rewind, b.Snapshots, b.Admin, b.Stats, b.Rebuilds = nil, nil, nil, nil, nil, nil, nil, nil
+			b.Notifier, b.ModelBatch, b.ModelQuery, b.Lifecycle, b.Rewind, b.Snapshots, b.Admin, b.Stats, b.Rebuilds = nil, nil, nil, nil, nil, nil, nil, nil, nil
 			require.NoError(t, b.Validate())
 			return b
 		}
