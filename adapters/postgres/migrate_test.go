@@ -53,7 +53,7 @@ func TestMigrator(t *testing.T) {
 		schema := freshSchema(t)
 		m, err := postgres.NewMigrator(nil, schema)
 		require.NoError(t, err)
-		require.Equal(t, 7, m.Latest())
+		require.Equal(t, 8, m.Latest())
 
 		v, err := m.Version(ctx, pool)
 		require.NoError(t, err)
@@ -111,7 +111,7 @@ func TestMigrator(t *testing.T) {
 		require.NoError(t, err)
 		versions, err = pgx.CollectRows(rows, pgx.RowTo[int])
 		require.NoError(t, err)
-		require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7}, versions)
+		require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7, 8}, versions)
 	})
 
 	t.Run("ReliabilityKeepsExistingDeadLettersDead", func(t *testing.T) {
@@ -272,6 +272,56 @@ VALUES (gen_random_uuid(), 'p', now(), now(), $1, $2)`, status, expiry)
 		require.NotContains(t, tables(t, schema), "vantage_rebuilds")
 		require.NoError(t, m.Up(ctx, pool))
 		require.Contains(t, tables(t, schema), "vantage_rebuilds")
+	})
+
+	t.Run("ModelQueriesKeyModelsByPerspective", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool := pgtest.Pool(t)
+		schema := freshSchema(t)
+		m, err := postgres.NewMigrator(nil, schema)
+		require.NoError(t, err)
+		require.NoError(t, m.Up(ctx, pool))
+		q := pgx.Identifier{schema}.Sanitize()
+		indexes := func() map[string]string {
+			t.Helper()
+			rows, err := pool.Query(ctx, `SELECT indexname::text, indexdef FROM pg_indexes WHERE schemaname = $1 AND tablename = 'vantage_models'`, schema)
+			require.NoError(t, err)
+			out := map[string]string{}
+			var name, def string
+			_, err = pgx.ForEachRow(rows, []any{&name, &def}, func() error { out[name] = def; return nil })
+			require.NoError(t, err)
+			return out
+		}
+		jsonTime := func(v string) *time.Time {
+			t.Helper()
+			var at *time.Time
+			require.NoError(t, pool.QueryRow(ctx, `SELECT `+q+`.vantage_json_time($1::jsonb)`, v).Scan(&at))
+			return at
+		}
+		// A time index a perspective declared, which the function carries.
+		_, err = pool.Exec(ctx, `CREATE INDEX declared_time_idx ON `+q+`.vantage_models ((`+q+`.vantage_json_time(data -> 'at')))`)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `INSERT INTO `+q+`.vantage_models (stream_id, perspective, data) VALUES (gen_random_uuid(), 'p', '{"at": "2026-02-30T00:00:00Z"}')`)
+		require.NoError(t, err, "a time that does not exist is no error")
+
+		defs := indexes()
+		require.Contains(t, defs["vantage_models_pkey"], "(perspective, stream_id)")
+		require.Contains(t, defs["vantage_models_updated_idx"], "(perspective, updated_at, stream_id)")
+		require.Equal(t, time.Date(2026, 1, 1, 11, 0, 0, 123457000, time.UTC), jsonTime(`"2026-01-01T12:00:00.1234567+01:00"`).UTC())
+		for _, v := range []string{`"2026-02-30T00:00:00Z"`, `"0000-01-01T00:00:00Z"`, `"2026-01-01T00:00:00+16:00"`, `"2026-01-01"`, `"2026-01-01t00:00:00z"`, `20260101`, `null`} {
+			require.Nil(t, jsonTime(v), "%s is no time", v)
+		}
+
+		require.NoError(t, m.Down(ctx, pool, 7))
+		defs = indexes()
+		require.Contains(t, defs["vantage_models_pkey"], "(stream_id, perspective)", "007's key")
+		require.NotContains(t, defs, "vantage_models_updated_idx")
+		require.NotContains(t, defs, "declared_time_idx", "dropped with the function")
+		require.NoError(t, m.Up(ctx, pool))
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+q+`.vantage_models`).Scan(&n))
+		require.Equal(t, 1, n, "models stay")
 	})
 
 	t.Run("InjectedMigrationsInOrder", func(t *testing.T) {
