@@ -354,7 +354,7 @@ func compareKeys(order ports.ModelOrder, a, b modelKey) int {
 // with seconds, at most nine fraction digits, and an offset below 16 hours,
 // upper case, the values PostgreSQL reads as timestamptz whatever its
 // settings. The PostgreSQL adapter checks the same pattern (migration 008).
-var timeFormat = regexp.MustCompile(`^[0-9]{4}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-](0[0-9]|1[0-5]):[0-5][0-9])$`)
+var timeFormat = regexp.MustCompile(`^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]([.][0-9]{1,9})?(Z|[+-](0[0-9]|1[0-5]):[0-5][0-9])$`)
 
 // parseTime returns the instant of a time value, rounded to the
 // microsecond (half to even) as PostgreSQL keeps it, or false when s is
