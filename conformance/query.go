@@ -328,6 +328,44 @@ func runModelQuery(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			q.Perspective = perspective
 			require.Len(t, find(t, tb.backend, q).Models, 20)
 		},
+		"PerspectiveOfAnyName": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			const name = `it's a "back\slash"; --`
+			ids := newIDs(t, 3)
+			for i, doc := range []string{`{"k": "x", "n": 2}`, `{"k": "y", "n": 1}`, `{"k": "x", "n": 3}`} {
+				storeModel(t, tb.backend, name, ids[i], 1, doc, at(time.Second))
+			}
+			ensureIndexes(t, tb.backend, name, []ports.ModelIndex{{Fields: []ports.ModelField{
+				{Path: []string{"k"}, Kind: ports.ModelFieldText}, {Path: []string{"n"}, Kind: ports.ModelFieldNumber},
+			}}})
+
+			q := equal(`"x"`, "k")
+			q.Perspective = name
+			q.Order = ports.ModelOrder{By: ports.ModelOrderField, Field: ports.ModelField{Path: []string{"n"}, Kind: ports.ModelFieldNumber}, Desc: true}
+			require.Equal(t, []uuid.UUID{ids[2], ids[0]}, streamsOf(findAll(t, tb.backend, q)))
+		},
+		"SavesNeverFail": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			ensureIndexes(t, tb.backend, perspective, queryIndexes)
+			ids := newIDs(t, 5)
+
+			// Values of other kinds, or none, in the indexed fields.
+			for i, doc := range []string{
+				`{"status": 1, "total": "many", "created": "2026-02-30T00:00:00Z"}`,
+				`{"status": null, "total": {"n": 1}, "created": "0000-01-01T00:00:00Z", "customer": "c1"}`,
+				`{"status": ["open"], "total": true, "created": 20260101, "customer": {"tier": 2}}`,
+				`{"created": "2026-01-01T00:00:00+16:00"}`,
+				`[1, 2, 3]`,
+			} {
+				storeModel(t, tb.backend, perspective, ids[i], 1, doc, at(time.Second))
+			}
+
+			require.Len(t, find(t, tb.backend, ports.ModelsFindParams{Perspective: perspective}).Models, 5)
+			byTime := ports.ModelsFindParams{Perspective: perspective, Order: ports.ModelOrder{
+				By: ports.ModelOrderField, Field: ports.ModelField{Path: []string{"created"}, Kind: ports.ModelFieldTime},
+			}}
+			require.Empty(t, find(t, tb.backend, byTime).Models, "none holds a time")
+		},
 		"RejectsInvalidParams": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			text := func(path ...string) ports.ModelField { return ports.ModelField{Path: path, Kind: ports.ModelFieldText} }
