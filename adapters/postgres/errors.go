@@ -22,6 +22,7 @@ const (
 	pgNotNullViolation          = "23502"
 	pgInvalidTextRepresentation = "22P02"
 	pgInvalidJSONText           = "22032"
+	pgDuplicateTable            = "42P07"
 
 	// Transient failures (see isTransientCode).
 	pgConnectionExceptionClass = "08"

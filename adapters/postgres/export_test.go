@@ -2,9 +2,20 @@ package postgres
 
 // Test-only access to the adapter's SQL, for the index-usage test.
 
+import "github.com/vantage-go/vantage/ports"
+
 // WaitForPublisher returns once no wake notification of an append is in
 // flight. The caller must not append meanwhile.
 func (s *Store) WaitForPublisher() { s.publisher.wg.Wait() }
+
+// FindStatement returns the statement of a ModelsFind with params and
+// its arguments.
+func (s *Store) FindStatement(params *ports.ModelsFindParams) (string, []any, error) {
+	if err := params.Validate(); err != nil {
+		return "", nil, err
+	}
+	return s.findStatement(params)
+}
 
 // Render returns a query of the package with the Store's schema filled in.
 func (s *Store) Render(text string) string { return s.sql(text) }

@@ -180,6 +180,7 @@ func (s *Store) Backend() ports.Backend {
 		Events:      s,
 		Models:      s,
 		ModelBatch:  s,
+		ModelQuery:  s,
 		Lifecycle:   s,
 		Rewind:      s,
 		Snapshots:   s,

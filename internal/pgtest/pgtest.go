@@ -313,7 +313,10 @@ func (s *server) newPoolSchemaName() string {
 }
 
 // resetSchema empties a pooled schema: rows of the vantage_ tables go (the
-// migration version stays), other tables are dropped.
+// migration version stays), other tables are dropped, and so are the
+// indexes of models that perspectives declared (ports.ModelQuery), which
+// would otherwise slow the saves of the next tests and serve their
+// queries.
 func resetSchema(ctx context.Context, pool *pgxpool.Pool, name string) error {
 	rows, err := pool.Query(ctx, `SELECT tablename::text FROM pg_catalog.pg_tables WHERE schemaname = $1`, name)
 	if err != nil {
@@ -323,7 +326,19 @@ func resetSchema(ctx context.Context, pool *pgxpool.Pool, name string) error {
 	if err != nil {
 		return err
 	}
+	rows, err = pool.Query(ctx, `SELECT indexname::text FROM pg_catalog.pg_indexes
+		WHERE schemaname = $1 AND tablename = 'vantage_models' AND indexname LIKE 'vantage\_model\_%'`, name)
+	if err != nil {
+		return err
+	}
+	indexes, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
 	b := &pgx.Batch{}
+	for _, index := range indexes {
+		b.Queue(`DROP INDEX IF EXISTS ` + pgx.Identifier{name, index}.Sanitize())
+	}
 	for _, table := range tables {
 		q := pgx.Identifier{name, table}.Sanitize()
 		switch {

@@ -1,0 +1,61 @@
+package postgres
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+func TestModelIndexName(t *testing.T) {
+	t.Parallel()
+
+	text := func(path ...string) ports.ModelField { return ports.ModelField{Path: path, Kind: ports.ModelFieldText} }
+
+	t.Run("ReadableWhenShort", func(t *testing.T) {
+		t.Parallel()
+		name := modelIndexName("orders", []ports.ModelField{text("customer", "id")})
+		require.Regexp(t, `^vantage_model_orders_customer_id_[0-9a-f]{16}$`, name)
+		require.Equal(t, name, modelIndexName("orders", []ports.ModelField{text("customer", "id")}), "deterministic")
+	})
+
+	t.Run("AtMost63BytesWhenLong", func(t *testing.T) {
+		t.Parallel()
+		long := strings.Repeat("Ä", 60)
+		name := modelIndexName(long+"'\\", []ports.ModelField{text(long), text("b", long)})
+		require.LessOrEqual(t, len(name), 63)
+		require.Regexp(t, `^vantage_model_[a-z0-9_]+_[0-9a-f]{16}$`, name, "a plain identifier")
+	})
+
+	t.Run("DistinctForEveryDefinition", func(t *testing.T) {
+		t.Parallel()
+		names := map[string]bool{}
+		for _, def := range []struct {
+			perspective string
+			fields      []ports.ModelField
+		}{
+			{"orders", []ports.ModelField{text("a_b")}},
+			{"orders", []ports.ModelField{text("a", "b")}},
+			{"orders", []ports.ModelField{text("a"), text("b")}},
+			{"orders", []ports.ModelField{text("b"), text("a")}},
+			{"orders", []ports.ModelField{{Path: []string{"a_b"}, Kind: ports.ModelFieldNumber}}},
+			{"orders", []ports.ModelField{{Path: []string{"a_b"}, Kind: ports.ModelFieldTime}}},
+			{"orders_a", []ports.ModelField{text("b")}},
+			{"Orders", []ports.ModelField{text("a_b")}},
+		} {
+			name := modelIndexName(def.perspective, def.fields)
+			require.False(t, names[name], "%s is another definition's", name)
+			names[name] = true
+		}
+	})
+}
+
+func TestQuoteLiteral(t *testing.T) {
+	t.Parallel()
+
+	require.Equal(t, `'orders'`, quoteLiteral("orders"))
+	require.Equal(t, `'o''k'`, quoteLiteral("o'k"))
+	require.Equal(t, `E'a\\b''c'`, quoteLiteral(`a\b'c`), "an escape string, read alike whatever standard_conforming_strings says")
+}
