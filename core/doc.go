@@ -6,7 +6,8 @@
 // [Registry], builds a [Worker] with [New] over a backend
 // (adapters/memory in process, adapters/postgres in production), starts
 // it, and appends events with [Registry.Append]; the worker applies them to
-// the models, which [Perspective.Load] reads. ExampleNew is the whole flow
+// the models, which [Perspective.Load] reads one by one and
+// [Perspective.Find] queries (see Reading). ExampleNew is the whole flow
 // in one function; package app runs the worker in an fx application, and
 // package vantagetest tests perspectives in milliseconds.
 //
@@ -76,6 +77,24 @@
 // deregisters. Instances coordinate only through the backend: a stream is
 // drained by one live instance at a time, and an instance that stops
 // heartbeating loses its streams to the others.
+//
+// # Reading
+//
+// A model is read typed, from any process, with or without a Worker:
+// [Perspective.Load] reads the model of one stream from the backend's
+// ModelStore; [Perspective.Find] reads a page of the models of the
+// perspective that a [Query] selects from its ModelQuery: filters ([Eq]
+// on a field, top-level or nested, [Contains] on the document), an order
+// ([ByStreamID], [ByUpdatedAt], [ByField], each [Order.Desc] too, ties
+// broken by stream id) and a cursor ([Page].Next) that continues the
+// listing without repeating or skipping the models that did not change
+// meanwhile. A perspective declares the fields it is queried by with
+// [Perspective.Index] ([TextField], [NumberField], [TimeField]), which
+// ByField requires and, on PostgreSQL, each Worker builds indexes of when
+// it starts, in the background; a filter on another field still works,
+// checked model by model. Models lag their streams' latest events:
+// [Worker.WaitForStream] waits until one reflects a version.
+// ExamplePerspective_Find pages through a query.
 //
 // # Guarantees
 //

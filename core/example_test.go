@@ -537,3 +537,88 @@ func ExampleWorker_Rebuild() {
 	// rebuilt streams: 1
 	// {Items:4 Status:open Carrier:}
 }
+
+// Find the models of a perspective by their fields, in order, page by
+// page: the open orders, the largest first, two at a time. The perspective
+// declares the fields it is queried by; on PostgreSQL a Worker builds a
+// matching index of each declaration when it starts.
+func ExamplePerspective_Find() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	reg := core.NewRegistry()
+	core.MustRegisterEvent[OrderPlaced](reg, "orders.order_placed")
+	core.MustRegisterEvent[OrderShipped](reg, "orders.order_shipped")
+	summary := core.NewPerspective[OrderSummary]("order_summary")
+	core.MustHandle(summary, func(_ context.Context, m OrderSummary, e OrderPlaced) (OrderSummary, error) {
+		m.Items, m.Status = e.Items, "open"
+		return m, nil
+	})
+	core.MustHandle(summary, func(_ context.Context, m OrderSummary, e OrderShipped) (OrderSummary, error) {
+		m.Status, m.Carrier = "shipped", e.Carrier
+		return m, nil
+	})
+	// Orders are found by status, ordered by items.
+	if err := summary.Index(core.TextField("status"), core.NumberField("items")); err != nil {
+		log.Fatal(err)
+	}
+	if err := reg.AddPerspective(summary); err != nil {
+		log.Fatal(err)
+	}
+
+	backend := memory.New(memory.Options{}).Backend()
+	w, err := core.New(backend, reg, &core.Options{
+		ClaimInterval: time.Millisecond,
+		DrainBatcher:  core.DrainBatcherOptions{SlidingWindow: time.Millisecond},
+		Logger:        slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	defer func() {
+		if err := w.Stop(ctx); err != nil {
+			log.Fatal(err)
+		}
+	}()
+
+	for _, items := range []int{3, 1, 4, 1, 5} {
+		events := []any{OrderPlaced{Items: items}}
+		if items == 4 {
+			events = append(events, OrderShipped{Carrier: "DHL"})
+		}
+		order := uuid.New()
+		if _, err := reg.Append(ctx, backend.Events, order, ports.ExpectNoStream, events...); err != nil {
+			log.Fatal(err)
+		}
+		if err := w.WaitForStream(ctx, order, int64(len(events))); err != nil {
+			log.Fatal(err)
+		}
+	}
+
+	q := core.Query{
+		Where:   []core.Filter{core.Eq("status", "open")},
+		OrderBy: core.ByField("items").Desc(),
+		Limit:   2,
+	}
+	for {
+		page, err := summary.Find(ctx, backend.ModelQuery, q)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Print("page:")
+		for _, m := range page.Models {
+			fmt.Printf(" %d items (version %d)", m.Value.Items, m.LastVersion)
+		}
+		fmt.Println()
+		if page.Next == "" {
+			break
+		}
+		q.After = page.Next
+	}
+	// Output:
+	// page: 5 items (version 1) 3 items (version 1)
+	// page: 1 items (version 1) 1 items (version 1)
+}

@@ -11,8 +11,10 @@ import (
 )
 
 // Model is a perspective's stored model of one stream, decoded: what
-// Perspective.Load returns.
+// Perspective.Load and Perspective.Find return.
 type Model[M any] struct {
+	// StreamID is the stream the model folds.
+	StreamID uuid.UUID
 	// Value is the model, decoded as the engine encoded it.
 	Value M
 	// LastEventID and LastVersion are the last event reflected in Value:
@@ -38,15 +40,9 @@ func (p *Perspective[M]) Load(ctx context.Context, models ports.ModelStore, stre
 	if err != nil {
 		return Model[M]{}, fmt.Errorf("loading model of perspective %q for stream %s: %w", p.name, streamID, err)
 	}
-	v, err := p.decodeModel(stored.Data)
+	m, err := p.model(stored)
 	if err != nil {
-		return Model[M]{}, fmt.Errorf("loading model for stream %s: %w", streamID, err)
+		return Model[M]{}, fmt.Errorf("loading %w", err)
 	}
-	m, _ := v.(M) // a nil interface M decodes to nil, which asserts to nothing
-	return Model[M]{
-		Value:       m,
-		LastEventID: stored.LastEventID,
-		LastVersion: stored.LastVersion,
-		UpdatedAt:   stored.UpdatedAt,
-	}, nil
+	return m, nil
 }

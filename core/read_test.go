@@ -63,6 +63,7 @@ func TestPerspectiveLoad(t *testing.T) {
 		got, err := b.p.Load(t.Context(), store(b, data), b.stream)
 		require.NoError(t, err)
 		require.Equal(t, want, got.Value)
+		require.Equal(t, b.stream, got.StreamID)
 		require.Equal(t, int64(7), got.LastVersion)
 		require.Equal(t, time.Unix(100, 0).UTC(), got.UpdatedAt)
 	})

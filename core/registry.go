@@ -229,6 +229,7 @@ type Perspective[M any] struct {
 	mu       sync.Mutex
 	handlers map[reflect.Type]func(ctx context.Context, m M, e any) (M, error)
 	byName   map[string]func(ctx context.Context, m M, e any) (M, error)
+	indexes  []ports.ModelIndex // declared by Index (index.go)
 }
 
 // NewPerspective returns an empty perspective with a stable name (stored with
@@ -280,6 +281,7 @@ type perspective interface {
 	decodeModel(data []byte) (any, error)
 	encodeModel(model any) ([]byte, error)
 	apply(ctx context.Context, model any, typ string, event any) (any, error)
+	Indexes() []ports.ModelIndex
 }
 
 // Registrable is implemented by *Perspective[M] for every M.

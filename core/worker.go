@@ -174,7 +174,8 @@ func (w *Worker) RequestImmediatePoll() {
 // backend, then launches the heartbeat, claim (unless
 // Options.ClaimsDisabled), listener and consumer loops, and the
 // housekeeping loops (dead-letter recovery, the startup rewind scan,
-// lifecycle reconciliation, rebuild requests).
+// lifecycle reconciliation, rebuild requests, and the indexes the
+// perspectives declare, built in the background: see Perspective.Index).
 // ctx bounds only this start-up; the loops run until Stop. Start on a running
 // worker is a no-op; on a stopped one it returns ErrStopped.
 func (w *Worker) Start(ctx context.Context) error {
@@ -226,6 +227,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.run.loops.Go(func() { w.life.reconcileLoop(runCtx) })
 	w.run.loops.Go(func() { w.resubscribeLoop(runCtx) })
 	w.run.loops.Go(func() { w.rebuilds.loop(runCtx) })
+	w.run.loops.Go(func() { w.ensureIndexesLoop(runCtx) })
 	attrs := append(w.identity(), slog.Int("consumers", len(w.consumers.wakes)))
 	if w.opts.ClaimsDisabled {
 		attrs = append(attrs, slog.Bool("claims_disabled", true))
