@@ -1,0 +1,89 @@
+package postgres_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vantage-go/vantage/adapters/postgres"
+	"github.com/vantage-go/vantage/internal/pgtest"
+	"github.com/vantage-go/vantage/ports"
+)
+
+// BenchmarkModelSaveMany measures what the indexes of vantage_models cost
+// the engine's saves of models: batches of 100 saves of existing models
+// (ModelSaveMany, as a drain makes them) among 20,000, on the schema of
+// version 7 (the primary key only), of version 8 (the key by perspective
+// and the update-time index) and of version 8 with the four indexes of the
+// order queries declared (BenchmarkModelsFind).
+//
+//	go test -run '^$' -bench ModelSaveMany ./adapters/postgres/
+func BenchmarkModelSaveMany(b *testing.B) {
+	for _, c := range []struct {
+		name    string
+		version int
+		indexes []ports.ModelIndex
+	}{
+		{"Version7", 7, nil},
+		{"Version8", 8, nil},
+		{"Version8Declared4", 8, ordersIndexes},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			ctx := b.Context()
+			schema := pgtest.NewSchemaName(b)
+			pool := pgtest.NewPool(b, 4)
+			m, err := postgres.NewMigrator(nil, schema)
+			require.NoError(b, err)
+			require.NoError(b, m.Up(ctx, pool))
+			b.Cleanup(func() { _, _ = pgtest.Pool(b).Exec(ctx, `DROP SCHEMA `+schema+` CASCADE`) })
+			require.NoError(b, m.Down(ctx, pool, c.version))
+			store, err := postgres.New(pool, postgres.Options{Schema: schema, PollOnly: true})
+			require.NoError(b, err)
+			b.Cleanup(func() { _ = store.Close() })
+			backend := store.Backend()
+
+			const models, batch = 20_000, 100
+			streams := make([]uuid.UUID, models)
+			versions := make([]int64, models)
+			save := func(from int, perspective string) {
+				saves := make([]*ports.ModelSaveParams, 0, batch)
+				for i := from; i < from+batch; i++ {
+					v := versions[i]
+					saves = append(saves, &ports.ModelSaveParams{
+						StreamID: streams[i], Perspective: perspective, LastEventID: uuid.New(),
+						LastVersion: v + 1, ExpectedVersion: v,
+						Data: fmt.Appendf(nil, `{"customer_id": "c%d", "status": "open", "total": %d, "created_at": %q, "customer": {"tier": "gold"}, "lines": ["a", "b", "c"]}`,
+							i%1000, v, time.Unix(v, 0).UTC().Format(time.RFC3339)),
+					})
+					versions[i] = v + 1
+				}
+				errs, err := backend.ModelBatch.ModelSaveMany(ctx, &ports.ModelSaveManyParams{Saves: saves})
+				require.NoError(b, err)
+				for _, err := range errs {
+					require.NoError(b, err)
+				}
+			}
+			for i := range streams {
+				streams[i] = uuid.New()
+			}
+			for from := 0; from < models; from += batch {
+				save(from, "orders")
+			}
+			if c.indexes != nil {
+				require.NoError(b, backend.ModelQuery.ModelIndexesEnsure(ctx, &ports.ModelIndexesEnsureParams{Perspective: "orders", Indexes: c.indexes}))
+			}
+			_, err = pool.Exec(ctx, `VACUUM ANALYZE `+schema+`.vantage_models`)
+			require.NoError(b, err)
+
+			from := 0
+			for b.Loop() {
+				save(from, "orders")
+				from = (from + batch) % models
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*batch), "µs/save")
+		})
+	}
+}
