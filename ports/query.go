@@ -59,11 +59,11 @@ type ModelQuery interface {
 	//
 	// Paging: After is the Next of the previous page, with the same
 	// perspective, filters and order. The page holds the models whose key
-	// comes after it: a model that did not change between the two calls is
-	// returned by exactly one of them, so paging through a perspective while
-	// models are saved neither repeats nor skips those models. A model saved
-	// meanwhile is found at the place its new key gives it: once more if
-	// that place is after the cursor, not again if it is before.
+	// comes after it (a keyset, not an offset), so a listing returns
+	// exactly once each model that is not saved while it runs, however many
+	// others are. A model saved meanwhile is found at the place its new key
+	// gives it: once more if that place is after the cursor, not again if
+	// it is before.
 	//
 	// Each call reads one consistent snapshot and changes nothing. It
 	// returns ErrInvalidArgument for params that ModelsFindParams.Validate
@@ -337,10 +337,11 @@ func (p *ModelIndexesEnsureParams) Validate() error {
 	return nil
 }
 
-// ValidateModelPath reports whether path names a field as ModelQuery
-// accepts it: from 1 to ModelFieldPathMax keys, each made of letters,
-// digits, '_' and '-' only. The keys are limited so that a path is safe
-// and stable in index definitions and query texts.
+// ValidateModelPath returns an error wrapping ErrInvalidArgument unless
+// path names a field as ModelQuery accepts it: from 1 to ModelFieldPathMax
+// keys, each made of letters, digits, '_' and '-' only. The keys are
+// limited so that a path reads the same in every index definition and
+// query text an adapter writes.
 func ValidateModelPath(path []string) error {
 	return checkPath("path", path)
 }
