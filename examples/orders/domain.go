@@ -120,6 +120,22 @@ func newRegistry() (*core.Registry, error) {
 		return nil, err
 	}
 
+	stats, err := newCustomerStats()
+	if err != nil {
+		return nil, err
+	}
+	if err := reg.AddPerspective(summary); err != nil {
+		return nil, err
+	}
+	if err := reg.AddPerspective(stats); err != nil {
+		return nil, err
+	}
+	return reg, nil
+}
+
+// newCustomerStats returns the customer_stats perspective: per customer,
+// orders placed and shipped, items and money spent, indexed by spend.
+func newCustomerStats() (*core.Perspective[CustomerStats], error) {
 	stats := core.NewPerspective[CustomerStats](customerStatsName)
 	if err := errors.Join(
 		core.Handle(stats, func(_ context.Context, s CustomerStats, _ OrderPlaced) (CustomerStats, error) {
@@ -141,13 +157,12 @@ func newRegistry() (*core.Registry, error) {
 	); err != nil {
 		return nil, err
 	}
-	if err := reg.AddPerspective(summary); err != nil {
+	// Queried by spend (topSpenders): on PostgreSQL the workers build the
+	// index at start.
+	if err := stats.Index(core.NumberField("spent_cents")); err != nil {
 		return nil, err
 	}
-	if err := reg.AddPerspective(stats); err != nil {
-		return nil, err
-	}
-	return reg, nil
+	return stats, nil
 }
 
 func loadModel[M any](ctx context.Context, models ports.ModelStore, stream uuid.UUID, perspective string) (M, error) {

@@ -248,6 +248,9 @@ func runDemo(ctx context.Context, cfg config, reg *core.Registry, backends []por
 	if !ok {
 		return errors.New("applied events do not match appended events")
 	}
+	if err := printTopSpenders(ctx, backends[0].ModelQuery, out); err != nil {
+		return err
+	}
 	if err := tel.printMetrics(ctx, out); err != nil {
 		return err
 	}
@@ -302,7 +305,7 @@ func appendCustomer(ctx context.Context, cfg config, reg *core.Registry, store p
 		order := uuid.Must(uuid.NewV7())
 		events := []any{OrderPlaced{OrderID: order, CustomerID: customer}}
 		for i := range cfg.items {
-			events = append(events, ItemAdded{OrderID: order, SKU: fmt.Sprintf("SKU-%03d", (seed+o+i)%250), Quantity: 1 + i%3, PriceCents: int64(199 + 100*((seed+i)%7))})
+			events = append(events, ItemAdded{OrderID: order, SKU: fmt.Sprintf("SKU-%03d", (seed+o+i)%250), Quantity: 1 + (seed*o+i)%3, PriceCents: int64(199 + 100*((seed*(o+1)+i)%7) + (seed*37)%97)})
 		}
 		events = append(events, OrderShipped{OrderID: order, Carrier: carriers[(seed+o)%len(carriers)]})
 		expected := version
@@ -341,6 +344,28 @@ func countStored(ctx context.Context, models ports.ModelStore, customers []uuid.
 		stats += st.Events
 	}
 	return summaries, stats, nil
+}
+
+// topSpendersShown is how many customers printTopSpenders prints.
+const topSpendersShown = 3
+
+// printTopSpenders prints the customers who spent most, from a query of
+// customer_stats ordered by its indexed spent_cents field.
+func printTopSpenders(ctx context.Context, models ports.ModelQuery, out io.Writer) error {
+	stats, err := newCustomerStats()
+	if err != nil {
+		return err
+	}
+	page, err := stats.Find(ctx, models, core.Query{OrderBy: core.ByField("spent_cents").Desc(), Limit: topSpendersShown})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "top %d customers by spend (a query on %s):\n", len(page.Models), customerStatsName)
+	for _, m := range page.Models {
+		fmt.Fprintf(out, "  customer %s: %d.%02d spent on %d orders, %d shipped\n",
+			m.StreamID, m.Value.SpentCents/100, m.Value.SpentCents%100, m.Value.Orders, m.Value.Shipped)
+	}
+	return nil
 }
 
 // openPostgres migrates the schema and fills backends with one Store per

@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"cmp"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,6 +18,28 @@ func TestRunChecksOut(t *testing.T) {
 	err := run(t.Context(), []string{"-customers", "40", "-orders", "2", "-items", "2", "-instances", "2"}, &out)
 	require.NoError(t, err, out.String())
 	require.Contains(t, out.String(), "check: appended=320 order_summary=320 customer_stats=320 OK")
+	requireTopSpenders(t, out.String())
+}
+
+// requireTopSpenders checks the query the demo prints: three customers,
+// largest spend first.
+func requireTopSpenders(t *testing.T, out string) {
+	t.Helper()
+	_, top, ok := strings.Cut(out, "top 3 customers by spend (a query on customer_stats):\n")
+	require.True(t, ok, "the demo prints its query")
+	var spent []float64
+	for line := range strings.Lines(top) {
+		if !strings.HasPrefix(line, "  customer ") {
+			break
+		}
+		var id string
+		var amount float64
+		_, err := fmt.Sscanf(strings.TrimSpace(line), "customer %s %f spent", &id, &amount)
+		require.NoError(t, err, line)
+		spent = append(spent, amount)
+	}
+	require.Len(t, spent, 3)
+	require.True(t, slices.IsSortedFunc(spent, func(a, b float64) int { return cmp.Compare(b, a) }), "largest first: %v", spent)
 }
 
 func TestRunRejectsBadFlags(t *testing.T) {
