@@ -156,9 +156,6 @@ func (a *app) requeueBulk(ctx context.Context, f requeueFlags, since sinceFlag) 
 			return err
 		}
 	}
-	if !f.yes && !a.env.Interactive {
-		return a.confirm(false, "a bulk requeue", "")
-	}
 	if since.ago > 0 {
 		now, err := a.now(ctx, s)
 		if err != nil {

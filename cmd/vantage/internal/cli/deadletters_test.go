@@ -291,6 +291,10 @@ func TestDeadLetters(t *testing.T) {
 		res = tb.run(t, "dl", "requeue", "--perspective", "order_summary", "-y")
 		require.Equal(t, cli.ExitOK, res.code)
 		require.Equal(t, "no waiting dead letters of perspective \"order_summary\" to requeue\n", res.stdout)
+		// Nothing to requeue needs no confirmation, terminal or not.
+		res = tb.run(t, "dl", "requeue", "--perspective", "order_summary")
+		require.Equal(t, cli.ExitOK, res.code, res.stderr)
+		require.Equal(t, "no waiting dead letters of perspective \"order_summary\" to requeue\n", res.stdout)
 	})
 	t.Run("RequeueAll", func(t *testing.T) {
 		t.Parallel()
