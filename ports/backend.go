@@ -7,9 +7,10 @@ import (
 
 // Backend bundles the ports one engine instance needs. Adapters return one
 // from their Backend method. Claimer, Fetcher, Cursors, DeadLetters, Events
-// and Models are required; Notifier, ModelBatch, ModelQuery, Lifecycle,
-// Rewind, Snapshots, Admin, Stats and Rebuilds are optional: the engine
-// degrades gracefully without them (see their docs and the package doc).
+// and Models are required; Notifier, ModelBatch, ModelTx, ModelQuery,
+// Lifecycle, Rewind, Snapshots, Admin, Stats and Rebuilds are optional: the
+// engine degrades gracefully without them (see their docs and the package
+// doc), except that table projections need ModelTx.
 type Backend struct {
 	Claimer     WorkClaimer
 	Fetcher     EventFetcher
@@ -19,6 +20,7 @@ type Backend struct {
 	Events      EventStore
 	Models      ModelStore
 	ModelBatch  ModelBatchStore
+	ModelTx     TxModelStore
 	ModelQuery  ModelQuery
 	Lifecycle   LifecycleStore
 	Rewind      RewindStore

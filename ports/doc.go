@@ -36,6 +36,8 @@
 //     of being woken by appends.
 //   - ModelBatch (ModelBatchStore): loads and saves models one pair per
 //     call instead of grouping concurrent ones.
+//   - ModelTx (TxModelStore): refuses to build a worker whose registry has
+//     a table projection (core.NewProjection); models work as before.
 //   - ModelQuery: builds no index of the models. The engine calls nothing
 //     else of it: ModelsFind serves the application's queries, which
 //     cannot find models without it (see Reading models).

@@ -18,3 +18,41 @@ type TxEventStore[Tx any] interface {
 	// the whole transaction rather than this call.
 	AppendTx(ctx context.Context, tx Tx, params *EventsAppendParams) (*EventsAppendResult, error)
 }
+
+// Tx is an open transaction of a TxModelStore, handed to the apply of a
+// table projection while the projection's cursor moves in it. It is opaque
+// to ports and core: the adapter that opens it documents what Unwrap
+// returns and offers a typed accessor (postgres.TxOf returns its pgx.Tx).
+// A Tx is valid only during the call it is passed to; whoever receives it
+// must not commit or roll it back.
+type Tx interface {
+	// Unwrap returns the driver's transaction value.
+	Unwrap() any
+}
+
+// TxModelStore is an optional port next to ModelStore, on the same models
+// and cursors: it moves a pair's cursor and runs the caller's writes in one
+// transaction, so that the writes of a table projection commit or roll
+// back with the position they bring the projection to. Backend.ModelTx
+// holds it; core refuses to run table projections without it.
+type TxModelStore interface {
+	// ModelSaveTx opens a transaction, saves params.Save in it exactly as
+	// ModelSave would (the cursor is moved first, so its row lock makes a
+	// concurrent save of the same pair wait, and then fail the version
+	// check, before it writes anything), then calls params.Apply with the
+	// transaction, and commits. If the save fails its check, Apply is not
+	// called and it returns an error wrapping ErrVersionConflict (or
+	// ErrInvalidArgument); if Apply returns an error, it rolls back and
+	// returns an error wrapping Apply's. In every error case nothing is
+	// stored: neither the cursor move, nor the model, nor Apply's writes.
+	ModelSaveTx(ctx context.Context, params *ModelSaveTxParams) error
+}
+
+// ModelSaveTxParams are the inputs of ModelSaveTx.
+type ModelSaveTxParams struct {
+	// Apply runs the caller's writes in the transaction, after the save.
+	// It must not be nil.
+	Apply func(ctx context.Context, tx Tx) error
+	// Save is the model and cursor move, as ModelSave takes them.
+	Save ModelSaveParams
+}

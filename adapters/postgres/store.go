@@ -107,6 +107,7 @@ var (
 	_ ports.EventStore      = (*Store)(nil)
 	_ ports.ModelStore      = (*Store)(nil)
 	_ ports.ModelBatchStore = (*Store)(nil)
+	_ ports.TxModelStore    = (*Store)(nil)
 )
 
 // New returns a Store on pool. It does not touch the database: SQL calls wait
@@ -180,6 +181,7 @@ func (s *Store) Backend() ports.Backend {
 		Events:      s,
 		Models:      s,
 		ModelBatch:  s,
+		ModelTx:     s,
 		ModelQuery:  s,
 		Lifecycle:   s,
 		Rewind:      s,
