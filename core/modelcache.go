@@ -68,7 +68,8 @@ func (c *modelCache) drop(k pairKey) {
 type modelStore struct {
 	backend ports.ModelStore
 	cache   *modelCache
-	batches *modelBatches // nil unless the model store batches
+	batches *modelBatches      // nil unless the model store batches
+	tx      ports.TxModelStore // nil unless the backend runs table projections
 }
 
 // load returns the pair's model at position, the cursor position the
@@ -104,6 +105,19 @@ func (s *modelStore) save(ctx context.Context, p *ports.ModelSaveParams) error {
 		return err
 	}
 	s.cache.put(k, ports.StoredModel{StreamID: p.StreamID, Perspective: p.Perspective, Data: p.Data, LastEventID: p.LastEventID, LastVersion: p.LastVersion})
+	return nil
+}
+
+// saveTx saves a table projection's cursor and runs its writes in one
+// transaction (ports.TxModelStore), keeping the position in the cache as
+// save does. Each call is its own transaction.
+func (s *modelStore) saveTx(ctx context.Context, p *ports.ModelSaveTxParams) error {
+	k := pairKey{stream: p.Save.StreamID, perspective: p.Save.Perspective}
+	if err := s.tx.ModelSaveTx(ctx, p); err != nil {
+		s.cache.drop(k)
+		return err
+	}
+	s.cache.put(k, ports.StoredModel{StreamID: p.Save.StreamID, Perspective: p.Save.Perspective, Data: p.Save.Data, LastEventID: p.Save.LastEventID, LastVersion: p.Save.LastVersion})
 	return nil
 }
 

@@ -282,6 +282,9 @@ func (r *pairRun) applyIn(ctx context.Context, i int) error {
 // save saves the model and cursor after the unsaved rows. It reports false
 // when the run must stop (the failure or the retry is recorded).
 func (r *pairRun) save(ctx context.Context) bool {
+	if tp, ok := r.p.(*Projection); ok {
+		return r.saveProjection(ctx, tp)
+	}
 	data, err := r.p.encodeModel(r.model)
 	if err != nil {
 		return r.saveRefused(ctx, err)

@@ -73,8 +73,8 @@ func (r *replayRun) start(ctx context.Context, trigger int64) error {
 		return err
 	}
 	snaps := rw.backend.Snapshots
-	if snaps == nil || trigger <= 0 {
-		return nil
+	if snaps == nil || trigger <= 0 || isProjection(r.p) {
+		return nil // a projection replays from the start, after its reset
 	}
 	snap, err := snaps.SnapshotLatestBefore(ctx, &ports.SnapshotLatestBeforeParams{StreamID: r.key.stream, Perspective: r.key.perspective, Version: trigger})
 	switch {
@@ -189,7 +189,7 @@ func (r *replayRun) apply(ctx context.Context, toReplay, toFire []ports.Event, a
 // multiple of SnapshotEvery since version prev.
 func (r *replayRun) snapshot(ctx context.Context, prev int64, e ports.Event) error {
 	snaps := r.rw.backend.Snapshots
-	if snaps == nil || !r.rw.snapshotDue(prev, e.Version) {
+	if snaps == nil || !r.rw.snapshotDue(prev, e.Version) || isProjection(r.p) {
 		return nil
 	}
 	data, err := r.p.encodeModel(r.model)
@@ -204,6 +204,9 @@ func (r *replayRun) snapshot(ctx context.Context, prev int64, e ports.Event) err
 
 // save stores the rebuilt model against the position it was loaded at.
 func (r *replayRun) save(ctx context.Context, toReplay []ports.Event) error {
+	if p, ok := r.p.(*Projection); ok {
+		return r.saveProjection(ctx, p, toReplay)
+	}
 	data, err := r.p.encodeModel(r.model)
 	if err != nil {
 		if len(toReplay) > 0 {

@@ -84,6 +84,9 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	if err != nil {
 		return nil, fmt.Errorf("building worker: %w", err)
 	}
+	if err := checkProjections(backend, registry); err != nil {
+		return nil, fmt.Errorf("building worker: %w", err)
+	}
 	clock := cmp.Or[ports.Clock](o.Clock, ports.SystemClock{})
 	// Every line names the instance; each part of the engine adds its
 	// component once (the backend's notifier its own), never on top of
@@ -131,7 +134,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	w.completer.onFailureAcked = w.parking.parkAcked
 	w.completer.onCompleted = w.claims.roomFreed // room was freed for more of the backlog
 	scopes := newScopeCache(o.Security)
-	store := &modelStore{backend: backend.Models, cache: newModelCache(o.ModelCacheSize), batches: newModelBatches(backend.ModelBatch, backendCallTimeout)}
+	store := &modelStore{backend: backend.Models, cache: newModelCache(o.ModelCacheSize), batches: newModelBatches(backend.ModelBatch, backendCallTimeout), tx: backend.ModelTx}
 	gates := newGates()
 	w.life = newLifecycle(e, w.completer, scopes)
 	fail := &failures{engine: e, parking: w.parking, completer: w.completer, cache: cache}
@@ -188,6 +191,9 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	if w.run.started {
 		return nil
+	}
+	if err := checkProjections(w.backend, w.reg); err != nil {
+		return fmt.Errorf("starting worker: %w", err)
 	}
 	if err := w.reg.RegisterSubscriptions(ctx, w.backend.Events); err != nil {
 		return fmt.Errorf("starting worker: %w", err)
