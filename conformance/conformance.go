@@ -91,6 +91,7 @@ func runPorts(t *testing.T, newBackend NewBackendFunc, features Features) {
 	runSnapshots(t, newBackend, probe.Snapshots != nil)
 	runAdmin(t, newBackend, admin)
 	runModelBatch(t, newBackend, probe.ModelBatch != nil)
+	runModelTx(t, newBackend, probe.ModelTx != nil)
 	runModelQuery(t, newBackend, probe.ModelQuery != nil)
 	runStats(t, newBackend, probe.Stats != nil)
 	runRebuilds(t, newBackend, probe.Rebuilds != nil && admin)

@@ -1,0 +1,86 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/vantage-go/vantage/ports"
+)
+
+// runModelTx verifies the optional ports.TxModelStore. What Apply writes
+// with the transaction is the adapter's own business; the suite checks
+// what every adapter promises through the ports: the save and Apply
+// commit together or not at all, and a failed check runs no Apply.
+func runModelTx(t *testing.T, newBackend NewBackendFunc, implemented bool) {
+	t.Helper()
+	const port = "TxModelStore"
+	store := func(t *testing.T, b ports.Backend) ports.TxModelStore {
+		t.Helper()
+		require.NotNil(t, b.ModelTx, "every handle of the backend sets Backend.ModelTx")
+		return b.ModelTx
+	}
+
+	optionalGroup(t, "ModelSaveTx", port, implemented, map[string]func(t *testing.T){
+		"SavesAndAppliesTogether": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			stream, last := newID(t), newID(t)
+			applied := 0
+			err := store(t, tb.backend).ModelSaveTx(t.Context(), &ports.ModelSaveTxParams{
+				Save: *modelParams(stream, perspective, 0, last, 3, `{"n":3}`),
+				Apply: func(_ context.Context, tx ports.Tx) error {
+					require.NotNil(t, tx, "Apply gets the transaction")
+					applied++
+					return nil
+				},
+			})
+			require.NoError(t, err)
+			require.Equal(t, 1, applied)
+			m := mustModel(t, tb.backend, stream, perspective)
+			require.Equal(t, int64(3), m.LastVersion)
+			require.Equal(t, last, m.LastEventID)
+		},
+		"ApplyErrorStoresNothing": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			stream := newID(t)
+			require.NoError(t, saveModel(t, tb.backend, stream, 0, newID(t), 1, `{"n":1}`))
+			refused := errors.New("refused")
+			err := store(t, tb.backend).ModelSaveTx(t.Context(), &ports.ModelSaveTxParams{
+				Save:  *modelParams(stream, perspective, 1, newID(t), 2, `{"n":2}`),
+				Apply: func(context.Context, ports.Tx) error { return refused },
+			})
+			require.ErrorIs(t, err, refused, "Apply's error comes back wrapped")
+			m := mustModel(t, tb.backend, stream, perspective)
+			require.Equal(t, int64(1), m.LastVersion, "the cursor did not move")
+			require.JSONEq(t, `{"n":1}`, string(m.Data), "the model did not change")
+		},
+		"ConflictRunsNoApply": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			stream := newID(t)
+			require.NoError(t, saveModel(t, tb.backend, stream, 0, newID(t), 2, `{"n":2}`))
+			applied := false
+			err := store(t, tb.backend).ModelSaveTx(t.Context(), &ports.ModelSaveTxParams{
+				Save:  *modelParams(stream, perspective, 0, newID(t), 1, `{"n":1}`),
+				Apply: func(context.Context, ports.Tx) error { applied = true; return nil },
+			})
+			require.ErrorIs(t, err, ports.ErrVersionConflict)
+			require.False(t, applied, "a save that fails its check writes nothing")
+			require.Equal(t, int64(2), mustModel(t, tb.backend, stream, perspective).LastVersion)
+		},
+		"InvalidArgument": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			applied := false
+			bad := modelParams(newID(t), "", 0, newID(t), 1, `{}`)
+			err := store(t, tb.backend).ModelSaveTx(t.Context(), &ports.ModelSaveTxParams{
+				Save:  *bad,
+				Apply: func(context.Context, ports.Tx) error { applied = true; return nil },
+			})
+			require.ErrorIs(t, err, ports.ErrInvalidArgument, "an empty perspective")
+			require.False(t, applied)
+			err = store(t, tb.backend).ModelSaveTx(t.Context(), &ports.ModelSaveTxParams{Save: *modelParams(newID(t), perspective, 0, newID(t), 1, `{}`)})
+			require.ErrorIs(t, err, ports.ErrInvalidArgument, "a nil Apply")
+		},
+	})
+}
