@@ -1,0 +1,399 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vantage-go/vantage/adapters/postgres"
+	"github.com/vantage-go/vantage/core"
+	"github.com/vantage-go/vantage/ports"
+)
+
+// Events of the table projection tests: an order line is set (inserted or
+// its quantity replaced) or removed.
+type (
+	lineSet struct {
+		SKU string
+		Qty int
+	}
+	lineRemoved struct{ SKU string }
+)
+
+// projectionBundle is a schema with the application's tables, order_lines
+// (the projection's rows) and line_effects (one row per write an apply
+// made, so a double apply shows), and a registry with the order_lines
+// projection.
+type projectionBundle struct {
+	*testBundle
+	reg *core.Registry
+	// fail, when set, runs in the apply of lineSet after its writes; an
+	// error it returns (or a panic in it) fails the event.
+	fail func(e lineSet) error
+	// applies counts the applies of each SKU, failed ones included.
+	mu      sync.Mutex
+	applies map[string]int
+}
+
+func setupProjection(t *testing.T) *projectionBundle {
+	t.Helper()
+	b := &projectionBundle{testBundle: setup(t), reg: core.NewRegistry(), applies: map[string]int{}}
+	_, err := b.pool.Exec(t.Context(), `
+CREATE TABLE `+b.table("order_lines")+` (stream_id uuid, sku text, qty int NOT NULL, PRIMARY KEY (stream_id, sku));
+CREATE TABLE `+b.table("line_effects")+` (stream_id uuid NOT NULL, version bigint NOT NULL)`)
+	require.NoError(t, err)
+	require.NoError(t, core.RegisterEvent[lineSet](b.reg, "line.set"))
+	require.NoError(t, core.RegisterEvent[lineRemoved](b.reg, "line.removed"))
+
+	p := core.NewProjection("order_lines", func(ctx context.Context, tx ports.Tx, stream uuid.UUID) error {
+		_, err := postgres.TxOf(tx).Exec(ctx, `DELETE FROM `+b.table("order_lines")+` WHERE stream_id = $1;`, stream)
+		if err == nil {
+			_, err = postgres.TxOf(tx).Exec(ctx, `DELETE FROM `+b.table("line_effects")+` WHERE stream_id = $1`, stream)
+		}
+		return err
+	})
+	core.MustHandleTx(p, func(ctx context.Context, tx ports.Tx, e lineSet) error {
+		b.mu.Lock()
+		b.applies[e.SKU]++
+		b.mu.Unlock()
+		ev, _ := core.EventFromContext(ctx)
+		if err := b.effect(ctx, tx, ev); err != nil {
+			return err
+		}
+		_, err := postgres.TxOf(tx).Exec(ctx, `INSERT INTO `+b.table("order_lines")+` VALUES ($1, $2, $3)
+ON CONFLICT (stream_id, sku) DO UPDATE SET qty = excluded.qty`, ev.StreamID, e.SKU, e.Qty)
+		if err == nil && b.fail != nil {
+			err = b.fail(e)
+		}
+		return err
+	})
+	core.MustHandleTx(p, func(ctx context.Context, tx ports.Tx, e lineRemoved) error {
+		ev, _ := core.EventFromContext(ctx)
+		if err := b.effect(ctx, tx, ev); err != nil {
+			return err
+		}
+		_, err := postgres.TxOf(tx).Exec(ctx, `DELETE FROM `+b.table("order_lines")+` WHERE stream_id = $1 AND sku = $2`, ev.StreamID, e.SKU)
+		return err
+	})
+	require.NoError(t, b.reg.AddPerspective(p))
+	return b
+}
+
+func (b *projectionBundle) table(name string) string {
+	return pgx.Identifier{b.schema, name}.Sanitize()
+}
+
+func (b *projectionBundle) effect(ctx context.Context, tx ports.Tx, ev ports.Event) error {
+	_, err := postgres.TxOf(tx).Exec(ctx, `INSERT INTO `+b.table("line_effects")+` VALUES ($1, $2)`, ev.StreamID, ev.Version)
+	return err
+}
+
+// appendLines appends events to stream, at explicit versions when
+// versions is not nil.
+func (b *projectionBundle) appendLines(t *testing.T, stream uuid.UUID, versions []int64, events ...any) {
+	t.Helper()
+	require.NoError(t, b.reg.RegisterSubscriptions(t.Context(), b.backend.Events))
+	news := make([]ports.NewEvent, len(events))
+	for i, e := range events {
+		ne, err := b.reg.Encode(e)
+		require.NoError(t, err)
+		if versions != nil {
+			ne.Version = versions[i]
+		}
+		news[i] = ne
+	}
+	_, err := b.backend.Events.EventsAppend(t.Context(), &ports.EventsAppendParams{StreamID: stream, Events: news, Now: time.Now()})
+	require.NoError(t, err)
+}
+
+// lines returns the order lines of stream, SKU to quantity.
+func (b *projectionBundle) lines(t *testing.T, stream uuid.UUID) map[string]int {
+	t.Helper()
+	rows, err := b.pool.Query(t.Context(), `SELECT sku, qty FROM `+b.table("order_lines")+` WHERE stream_id = $1`, stream)
+	require.NoError(t, err)
+	out := map[string]int{}
+	for rows.Next() {
+		var (
+			sku string
+			qty int
+		)
+		require.NoError(t, rows.Scan(&sku, &qty))
+		out[sku] = qty
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// effects returns the versions of stream whose writes are stored, in order.
+func (b *projectionBundle) effects(t *testing.T, stream uuid.UUID) []int64 {
+	t.Helper()
+	rows, err := b.pool.Query(t.Context(), `SELECT version FROM `+b.table("line_effects")+` WHERE stream_id = $1 ORDER BY version`, stream)
+	require.NoError(t, err)
+	vs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	return vs
+}
+
+func (b *projectionBundle) appliesOf(sku string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.applies[sku]
+}
+
+// projectionOptions are quick options for one worker of the tests.
+func projectionOptions(t *testing.T) core.Options {
+	return core.Options{
+		Logger:                       testLogger(t),
+		PollingInterval:              10 * time.Millisecond,
+		NotifyHealthyPollingInterval: 10 * time.Millisecond,
+		ClaimInterval:                10 * time.Millisecond,
+		ClaimNotifyHealthyInterval:   10 * time.Millisecond,
+		HeartbeatInterval:            100 * time.Millisecond,
+		DrainBatcher:                 core.DrainBatcherOptions{SlidingWindow: time.Millisecond, MaxWait: 5 * time.Millisecond},
+		EventRetry:                   core.Backoff{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond, Multiplier: 1},
+		Rewind:                       core.RewindOptions{Debounce: 20 * time.Millisecond, MaxDebounce: 100 * time.Millisecond, LockTimeout: 5 * time.Second, KeepAlive: time.Second},
+	}
+}
+
+func startProjectionWorker(t *testing.T, backend ports.Backend, reg *core.Registry, opts core.Options) *core.Worker {
+	t.Helper()
+	w, err := core.New(backend, reg, &opts)
+	require.NoError(t, err)
+	require.NoError(t, w.Start(t.Context()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 20*time.Second)
+		defer cancel()
+		require.NoError(t, w.Stop(ctx))
+	})
+	return w
+}
+
+func waitForStream(t *testing.T, w *core.Worker, stream uuid.UUID, version int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, w.WaitForStream(ctx, stream, version))
+}
+
+// TestProjection runs table projections on a worker: their rows commit
+// with their cursor, exactly once, and a failed write leaves nothing.
+func TestProjection(t *testing.T) {
+	t.Parallel()
+
+	t.Run("CatchUpWritesEachEventOnce", func(t *testing.T) {
+		t.Parallel()
+		b := setupProjection(t)
+		streams := []uuid.UUID{newUUID(t), newUUID(t), newUUID(t)}
+		const perStream = 20
+		for _, s := range streams {
+			events := make([]any, 0, perStream)
+			for i := range perStream {
+				events = append(events, lineSet{SKU: fmt.Sprintf("sku-%d", i%5), Qty: i})
+			}
+			events = append(events, lineRemoved{SKU: "sku-0"})
+			b.appendLines(t, s, nil, events...)
+		}
+		opts := projectionOptions(t)
+		opts.PerspectiveBatchSize = 3 // several transactions per stream
+		w := startProjectionWorker(t, b.backend, b.reg, opts)
+
+		for _, s := range streams {
+			waitForStream(t, w, s, perStream+1)
+			require.Equal(t, seq(1, perStream+1), b.effects(t, s), "one write per event")
+			require.Equal(t, map[string]int{"sku-1": 16, "sku-2": 17, "sku-3": 18, "sku-4": 19}, b.lines(t, s))
+		}
+	})
+
+	t.Run("RedeliveryWritesNothingAgain", func(t *testing.T) {
+		t.Parallel()
+		b := setupProjection(t)
+		stream := newUUID(t)
+		b.appendLines(t, stream, nil, lineSet{SKU: "a", Qty: 1}, lineSet{SKU: "b", Qty: 2}, lineSet{SKU: "a", Qty: 3})
+
+		// The first worker writes and moves the cursor, but its completions
+		// are lost: the work rows stay pending, as after a crash.
+		first := b.backend
+		first.Cursors = &lostCompletions{CursorStore: b.backend.Cursors}
+		opts := projectionOptions(t)
+		processed := make(chan core.PerspectiveEventProcessed, 8)
+		opts.Hooks.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) { processed <- e }
+		w, err := core.New(first, b.reg, &opts)
+		require.NoError(t, err)
+		require.NoError(t, w.Start(t.Context()))
+		for e := wait(t, processed, "the first worker's writes"); e.LastVersion < 3; e = wait(t, processed, "the first worker's writes") {
+		}
+		stopCtx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		defer cancel()
+		require.NoError(t, w.Stop(stopCtx))
+		require.Equal(t, seq(1, 3), workVersions(t, b.testBundle, stream, "order_lines"), "the completions were lost")
+
+		// A second worker gets the rows again and completes them unapplied.
+		opts = projectionOptions(t)
+		flushed := make(chan core.CompletionsFlushed, 8)
+		opts.Hooks.OnCompletionsFlushed = func(f core.CompletionsFlushed) { flushed <- f }
+		startProjectionWorker(t, b.backend, b.reg, opts)
+		for len(workVersions(t, b.testBundle, stream, "order_lines")) > 0 {
+			wait(t, flushed, "the second worker's completions")
+		}
+		require.Equal(t, seq(1, 3), b.effects(t, stream), "each event written once")
+		require.Equal(t, map[string]int{"a": 3, "b": 2}, b.lines(t, stream))
+	})
+
+	for _, mode := range []struct {
+		name string
+		fail func() error
+	}{
+		{"ApplyErrorLeavesNoRows", func() error { return errors.New("refused") }},
+		{"PanicBeforeCommitLeavesNoRows", func() error { panic("crash between the write and the commit") }},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupProjection(t)
+			b.fail = func(e lineSet) error {
+				if e.SKU == "poison" {
+					return mode.fail()
+				}
+				return nil
+			}
+			stream := newUUID(t)
+			// One batch: the poison event's failure rolls back the writes
+			// of the events around it too, which are saved again without it.
+			b.appendLines(t, stream, nil, lineSet{SKU: "a", Qty: 1}, lineSet{SKU: "b", Qty: 2},
+				lineSet{SKU: "poison", Qty: 3}, lineSet{SKU: "c", Qty: 4})
+			opts := projectionOptions(t)
+			opts.MaxPerspectiveEventAttempts = 3
+			failures := make(chan ports.Failure, 8)
+			dead := make(chan ports.DeadLetter, 1)
+			opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
+			opts.Hooks.OnDeadLettered = func(d ports.DeadLetter) { dead <- d }
+			w := startProjectionWorker(t, b.backend, b.reg, opts)
+
+			d := wait(t, dead, "the poison event dead-lettered")
+			require.Equal(t, int64(3), d.EventVersion)
+			require.Equal(t, 3, b.appliesOf("poison"), "every attempt applied it")
+			f := wait(t, failures, "the first failure")
+			require.Equal(t, int64(2), f.LastVersion, "the events before the poison one were saved without it")
+			require.Len(t, f.FailedWorkIDs, 1)
+			waitForStream(t, w, stream, 4)
+			require.Equal(t, []int64{1, 2, 4}, b.effects(t, stream), "nothing of the poison event is stored")
+			require.Equal(t, map[string]int{"a": 1, "b": 2, "c": 4}, b.lines(t, stream))
+		})
+	}
+
+	t.Run("RewindAndRebuildEqualCleanReplay", func(t *testing.T) {
+		t.Parallel()
+		b := setupProjection(t)
+		stream := newUUID(t)
+		b.appendLines(t, stream, []int64{1, 3}, lineSet{SKU: "a", Qty: 1}, lineSet{SKU: "a", Qty: 3})
+		opts := projectionOptions(t)
+		rewinds := make(chan core.RewindInfo, 4)
+		opts.Hooks.OnRewind = func(i core.RewindInfo) { rewinds <- i }
+		w := startProjectionWorker(t, b.backend, b.reg, opts)
+		waitForStream(t, w, stream, 3)
+		require.Equal(t, map[string]int{"a": 3}, b.lines(t, stream))
+
+		// A late event at version 2: applied in its place, it would set a
+		// to 2; the rewind resets the rows and replays 1, 2, 3.
+		b.appendLines(t, stream, []int64{2}, lineSet{SKU: "b", Qty: 2})
+		b.appendLines(t, stream, []int64{4}, lineSet{SKU: "a", Qty: 4}) // unrelated to the late one
+		info := wait(t, rewinds, "the rewind")
+		require.False(t, info.Rebuild)
+		waitForStream(t, w, stream, 4)
+		clean := map[string]int{"a": 4, "b": 2}
+		require.Equal(t, clean, b.lines(t, stream))
+		require.Equal(t, seq(1, 4), b.effects(t, stream), "a clean replay's writes, once each")
+
+		// A rebuild starts from the reset too, whatever the tables hold.
+		_, err := b.pool.Exec(t.Context(), `INSERT INTO `+b.table("order_lines")+` VALUES ($1, 'junk', 0)`, stream)
+		require.NoError(t, err)
+		n, err := w.Rebuild(t.Context(), "order_lines", stream)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "one stream rebuilt")
+		require.Equal(t, clean, b.lines(t, stream))
+		require.Equal(t, seq(1, 4), b.effects(t, stream))
+	})
+}
+
+// lostCompletions is a CursorStore whose completions never reach the
+// database, as when an instance crashes after saving.
+type lostCompletions struct{ ports.CursorStore }
+
+func (lostCompletions) WorkComplete(context.Context, *ports.WorkCompleteParams) (*ports.WorkCompleteResult, error) {
+	return &ports.WorkCompleteResult{}, nil
+}
+
+// TestModelSaveTxFencing checks that a save of a pair in a transaction
+// waits for another one in flight and then fails its version check
+// without running its writes: an instance that lost its lease cannot write
+// the stream's rows at the same time as the new holder, nor after it.
+func TestModelSaveTxFencing(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t)
+	stream := newUUID(t)
+	save := func(event uuid.UUID) ports.ModelSaveParams {
+		return ports.ModelSaveParams{StreamID: stream, Perspective: "order_lines", Data: []byte(`{}`), LastEventID: event, LastVersion: 1, Now: base}
+	}
+
+	entered, release := make(chan uint32), make(chan struct{})
+	firstDone := make(chan error, 1)
+	go func() {
+		firstDone <- b.store.ModelSaveTx(ctx, &ports.ModelSaveTxParams{Save: save(newUUID(t)), Apply: func(ctx context.Context, tx ports.Tx) error {
+			entered <- postgres.TxOf(tx).Conn().PgConn().PID()
+			<-release
+			return nil
+		}})
+	}()
+	pid := wait(t, entered, "the first transaction's writes")
+
+	var secondApplied atomic.Bool
+	secondDone := make(chan error, 1)
+	go func() {
+		secondDone <- b.store.ModelSaveTx(ctx, &ports.ModelSaveTxParams{Save: save(newUUID(t)), Apply: func(context.Context, ports.Tx) error {
+			secondApplied.Store(true)
+			return nil
+		}})
+	}()
+	waitUntilBlockedBy(t, pid)
+	require.False(t, secondApplied.Load(), "the second save waits before its writes")
+	close(release)
+
+	require.NoError(t, wait(t, firstDone, "the first save"))
+	require.ErrorIs(t, wait(t, secondDone, "the second save"), ports.ErrVersionConflict)
+	require.False(t, secondApplied.Load(), "a save that lost the race writes nothing")
+}
+
+// TestModelSaveTxRollsBack checks that an error of Apply stores nothing:
+// neither its writes nor the cursor move.
+func TestModelSaveTxRollsBack(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t)
+	table := pgx.Identifier{b.schema, "rows"}.Sanitize()
+	_, err := b.pool.Exec(ctx, `CREATE TABLE `+table+` (id int)`)
+	require.NoError(t, err)
+	stream := newUUID(t)
+	refused := errors.New("refused")
+
+	err = b.store.ModelSaveTx(ctx, &ports.ModelSaveTxParams{
+		Save: ports.ModelSaveParams{StreamID: stream, Perspective: "p", Data: []byte(`{}`), LastEventID: newUUID(t), LastVersion: 1, Now: base},
+		Apply: func(ctx context.Context, tx ports.Tx) error {
+			if _, err := postgres.TxOf(tx).Exec(ctx, `INSERT INTO `+table+` VALUES (1)`); err != nil {
+				return err
+			}
+			return refused
+		},
+	})
+	require.ErrorIs(t, err, refused)
+	require.Zero(t, rowCount(t, b, "rows"))
+	_, err = b.store.ModelLoad(ctx, &ports.ModelLoadParams{StreamID: stream, Perspective: "p"})
+	require.ErrorIs(t, err, ports.ErrNotFound, "the cursor did not move")
+}
