@@ -83,4 +83,46 @@ func runModelTx(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			require.ErrorIs(t, err, ports.ErrInvalidArgument, "a nil Apply")
 		},
 	})
+
+	optionalGroup(t, "ModelSaveTxMany", port, implemented, map[string]func(t *testing.T){
+		"EachEntryStandsAlone": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			streams := newIDs(t, 4)
+			require.NoError(t, saveModel(t, tb.backend, streams[2], 0, newID(t), 5, `{"n":5}`))
+			refused := errors.New("refused")
+			var applied []int
+			entry := func(i int, expected int64, err error) *ports.ModelSaveTxParams {
+				return &ports.ModelSaveTxParams{
+					Save: *modelParams(streams[i], perspective, expected, newID(t), 1, `{"n":1}`),
+					Apply: func(context.Context, ports.Tx) error {
+						applied = append(applied, i)
+						return err
+					},
+				}
+			}
+			bad := entry(3, 0, nil)
+			bad.Save.Perspective = ""
+			errs, err := store(t, tb.backend).ModelSaveTxMany(t.Context(), &ports.ModelSaveTxManyParams{Saves: []*ports.ModelSaveTxParams{
+				entry(0, 0, nil), entry(1, 0, refused), entry(2, 0, nil), bad,
+			}})
+			require.NoError(t, err)
+			require.Len(t, errs, 4)
+			require.NoError(t, errs[0])
+			require.ErrorIs(t, errs[1], refused)
+			require.ErrorIs(t, errs[2], ports.ErrVersionConflict)
+			require.ErrorIs(t, errs[3], ports.ErrInvalidArgument)
+			require.ElementsMatch(t, []int{0, 1}, applied, "no Apply for a failed check or an invalid entry")
+
+			require.Equal(t, int64(1), mustModel(t, tb.backend, streams[0], perspective).LastVersion)
+			_, err = tb.backend.Models.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: streams[1], Perspective: perspective})
+			require.ErrorIs(t, err, ports.ErrNotFound, "the entry whose Apply failed stored nothing")
+			require.Equal(t, int64(5), mustModel(t, tb.backend, streams[2], perspective).LastVersion)
+		},
+		"Empty": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			errs, err := store(t, tb.backend).ModelSaveTxMany(t.Context(), &ports.ModelSaveTxManyParams{})
+			require.NoError(t, err)
+			require.Empty(t, errs)
+		},
+	})
 }

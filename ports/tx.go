@@ -46,6 +46,20 @@ type TxModelStore interface {
 	// returns an error wrapping Apply's. In every error case nothing is
 	// stored: neither the cursor move, nor the model, nor Apply's writes.
 	ModelSaveTx(ctx context.Context, params *ModelSaveTxParams) error
+	// ModelSaveTxMany saves each entry of Saves exactly as ModelSaveTx
+	// would, in one transaction (one commit for all): each entry runs in a
+	// savepoint of it, so an entry whose save check fails or whose Apply
+	// returns an error stores nothing and does not affect the others. The
+	// result holds one error per entry, as ModelSaveTx would return it (nil
+	// when saved). A call error means nothing was stored. The engine groups
+	// the saves of table projections it drains concurrently into it.
+	ModelSaveTxMany(ctx context.Context, params *ModelSaveTxManyParams) ([]error, error)
+}
+
+// ModelSaveTxManyParams are the inputs of ModelSaveTxMany.
+type ModelSaveTxManyParams struct {
+	// Saves are the saves to run, each as ModelSaveTx would.
+	Saves []*ModelSaveTxParams
 }
 
 // ModelSaveTxParams are the inputs of ModelSaveTx.

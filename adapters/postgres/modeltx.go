@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -37,37 +38,101 @@ func TxOf(t ports.Tx) pgx.Tx {
 // its Apply writes anything.
 func (s *Store) ModelSaveTx(ctx context.Context, params *ports.ModelSaveTxParams) error {
 	save := &params.Save
-	if params.Apply == nil {
-		return fmt.Errorf("saving model in a transaction: %w: ModelSaveTxParams.Apply is nil", ports.ErrInvalidArgument)
-	}
-	if err := save.Validate(); err != nil {
-		return fmt.Errorf("saving model: %w", err)
+	if err := checkSaveTx(params); err != nil {
+		return err
 	}
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	var conflict, applyErr error
+	var entryErr error
 	err := withTx(ctx, s.pool, func(t pgx.Tx) error {
-		var (
-			saved  int
-			stored pgtype.Int8
-		)
-		if err := t.QueryRow(ctx, s.sql(sqlModelSave), modelSaveArgs(save)...).Scan(&saved, &stored); err != nil {
-			return fmt.Errorf("saving model %q of stream %s: %w", save.Perspective, save.StreamID, translate(err))
+		_, entryErr = s.saveTxIn(ctx, t, params)
+		return entryErr
+	})
+	if err == nil || entryErr != nil && errors.Is(err, entryErr) {
+		return err // a conflict or Apply's error, as it came
+	}
+	return fmt.Errorf("saving model %q of stream %s in a transaction: %w", save.Perspective, save.StreamID, translate(err))
+}
+
+// checkSaveTx returns the ports.ErrInvalidArgument of a save that stores
+// nothing: a nil Apply or a Save that ModelSave refuses.
+func checkSaveTx(params *ports.ModelSaveTxParams) error {
+	if params.Apply == nil {
+		return fmt.Errorf("saving model in a transaction: %w: ModelSaveTxParams.Apply is nil", ports.ErrInvalidArgument)
+	}
+	if err := params.Save.Validate(); err != nil {
+		return fmt.Errorf("saving model: %w", err)
+	}
+	return nil
+}
+
+// saveTxIn runs sqlModelSave, then params.Apply, in t. It returns the
+// entry's error (a conflict, or Apply's), and infra when the error is
+// rather a failure of the database call, which t cannot survive.
+func (s *Store) saveTxIn(ctx context.Context, t pgx.Tx, params *ports.ModelSaveTxParams) (infra bool, err error) {
+	save := &params.Save
+	var (
+		saved  int
+		stored pgtype.Int8
+	)
+	if err := t.QueryRow(ctx, s.sql(sqlModelSave), modelSaveArgs(save)...).Scan(&saved, &stored); err != nil {
+		return true, fmt.Errorf("saving model %q of stream %s: %w", save.Perspective, save.StreamID, translate(err))
+	}
+	if err := modelSaveResult(save, saved, stored); err != nil {
+		return false, err
+	}
+	return false, params.Apply(ctx, tx{t})
+}
+
+// ModelSaveTxMany implements ports.TxModelStore: one transaction, a
+// savepoint per valid entry (a nested pgx.Tx), sent ordered by pair so
+// concurrent calls lock cursors in the same order, as ModelSaveMany does.
+// An entry that fails its check or whose Apply fails is rolled back to its
+// savepoint; a failed database call fails the whole call.
+func (s *Store) ModelSaveTxMany(ctx context.Context, p *ports.ModelSaveTxManyParams) ([]error, error) {
+	params := p.Saves
+	errs := make([]error, len(params))
+	order := make([]int, 0, len(params))
+	for i, p := range params {
+		if errs[i] = checkSaveTx(p); errs[i] == nil {
+			order = append(order, i)
 		}
-		if conflict = modelSaveResult(save, saved, stored); conflict != nil {
-			return conflict
-		}
-		if applyErr = params.Apply(ctx, tx{t}); applyErr != nil {
-			return applyErr
+	}
+	if len(order) == 0 {
+		return errs, nil
+	}
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		return comparePair(pairKey{params[a].Save.StreamID, params[a].Save.Perspective}, pairKey{params[b].Save.StreamID, params[b].Save.Perspective})
+	})
+	err := withTx(ctx, s.pool, func(t pgx.Tx) error {
+		for _, i := range order {
+			sp, err := t.Begin(ctx)
+			if err != nil {
+				return fmt.Errorf("opening a savepoint: %w", err)
+			}
+			infra, entryErr := s.saveTxIn(ctx, sp, params[i])
+			if infra {
+				return entryErr
+			}
+			if entryErr != nil {
+				errs[i] = entryErr
+				if err := sp.Rollback(ctx); err != nil {
+					return fmt.Errorf("rolling back to the savepoint: %w", err)
+				}
+				continue
+			}
+			if err := sp.Commit(ctx); err != nil {
+				return fmt.Errorf("releasing the savepoint: %w", err)
+			}
 		}
 		return nil
 	})
-	switch {
-	case err == nil:
-		return nil
-	case conflict != nil || applyErr != nil && errors.Is(err, applyErr):
-		return err // the caller's own error, or a conflict, as it came
+	if err != nil {
+		return nil, fmt.Errorf("saving %d models in a transaction: %w", len(order), translate(err))
 	}
-	return fmt.Errorf("saving model %q of stream %s in a transaction: %w", save.Perspective, save.StreamID, translate(err))
+	return errs, nil
 }

@@ -397,3 +397,43 @@ func TestModelSaveTxRollsBack(t *testing.T) {
 	_, err = b.store.ModelLoad(ctx, &ports.ModelLoadParams{StreamID: stream, Perspective: "p"})
 	require.ErrorIs(t, err, ports.ErrNotFound, "the cursor did not move")
 }
+
+// TestModelSaveTxManySavepoints checks that the entries of one
+// ModelSaveTxMany commit together while an entry whose Apply fails loses
+// its writes, and only its own (its savepoint is rolled back).
+func TestModelSaveTxManySavepoints(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t)
+	table := pgx.Identifier{b.schema, "rows"}.Sanitize()
+	_, err := b.pool.Exec(ctx, `CREATE TABLE `+table+` (id int PRIMARY KEY)`)
+	require.NoError(t, err)
+	entry := func(id int, fail bool) *ports.ModelSaveTxParams {
+		return &ports.ModelSaveTxParams{
+			Save: ports.ModelSaveParams{StreamID: newUUID(t), Perspective: "p", Data: []byte(`{}`), LastEventID: newUUID(t), LastVersion: 1, Now: base},
+			Apply: func(ctx context.Context, tx ports.Tx) error {
+				if _, err := postgres.TxOf(tx).Exec(ctx, `INSERT INTO `+table+` VALUES ($1)`, id); err != nil {
+					return err
+				}
+				if fail {
+					// A statement error aborts the savepoint, not the
+					// transaction of the others.
+					_, err := postgres.TxOf(tx).Exec(ctx, `INSERT INTO `+table+` VALUES ($1)`, id)
+					return err
+				}
+				return nil
+			},
+		}
+	}
+
+	errs, err := b.store.ModelSaveTxMany(ctx, &ports.ModelSaveTxManyParams{Saves: []*ports.ModelSaveTxParams{entry(1, false), entry(2, true), entry(3, false)}})
+	require.NoError(t, err)
+	require.NoError(t, errs[0])
+	require.Error(t, errs[1], "a duplicate key")
+	require.NoError(t, errs[2])
+	rows, err := b.pool.Query(ctx, `SELECT id FROM `+table+` ORDER BY id`)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	require.NoError(t, err)
+	require.Equal(t, []int32{1, 3}, ids)
+}
