@@ -144,3 +144,18 @@ func (b *modelBatches) save(ctx context.Context, p *ports.ModelSaveParams) error
 	}
 	return res
 }
+
+// newTxSaves returns the combiner that groups the saves of table
+// projections into ModelSaveTxMany calls (a lone save goes through
+// ModelSaveTx, which needs no savepoint), or nil without the port.
+func newTxSaves(tx ports.TxModelStore, timeout time.Duration) *combiner[*ports.ModelSaveTxParams, error] {
+	if tx == nil {
+		return nil
+	}
+	return newCombiner(2, modelCombineLimit, timeout, func(ctx context.Context, saves []*ports.ModelSaveTxParams) ([]error, error) {
+		if len(saves) == 1 {
+			return []error{tx.ModelSaveTx(ctx, saves[0])}, nil
+		}
+		return tx.ModelSaveTxMany(ctx, &ports.ModelSaveTxManyParams{Saves: saves})
+	})
+}

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
@@ -68,8 +69,9 @@ func (c *modelCache) drop(k pairKey) {
 type modelStore struct {
 	backend ports.ModelStore
 	cache   *modelCache
-	batches *modelBatches      // nil unless the model store batches
-	tx      ports.TxModelStore // nil unless the backend runs table projections
+	batches *modelBatches                              // nil unless the model store batches
+	tx      ports.TxModelStore                         // nil unless the backend runs table projections
+	txSaves *combiner[*ports.ModelSaveTxParams, error] // groups tx's saves; nil with tx
 }
 
 // load returns the pair's model at position, the cursor position the
@@ -110,10 +112,21 @@ func (s *modelStore) save(ctx context.Context, p *ports.ModelSaveParams) error {
 
 // saveTx saves a table projection's cursor and runs its writes in one
 // transaction (ports.TxModelStore), keeping the position in the cache as
-// save does. Each call is its own transaction.
+// save does. Concurrent saves go together in one transaction
+// (ModelSaveTxMany), each in a savepoint of its own.
 func (s *modelStore) saveTx(ctx context.Context, p *ports.ModelSaveTxParams) error {
 	k := pairKey{stream: p.Save.StreamID, perspective: p.Save.Perspective}
-	if err := s.tx.ModelSaveTx(ctx, p); err != nil {
+	save := s.tx.ModelSaveTx
+	if s.txSaves != nil {
+		save = func(ctx context.Context, p *ports.ModelSaveTxParams) error {
+			res, err := s.txSaves.do(ctx, p)
+			if err != nil {
+				return fmt.Errorf("saving projection %q of stream %s: %w", p.Save.Perspective, p.Save.StreamID, err)
+			}
+			return res
+		}
+	}
+	if err := save(ctx, p); err != nil {
 		s.cache.drop(k)
 		return err
 	}
