@@ -1,7 +1,11 @@
 // Package memory is an in-process Vantage backend. It is a real adapter, not
 // a mock: it implements every port of package ports with the documented
 // contracts, passes the conformance suite, and serves as the backend for
-// tests, runnable examples and single-process embedded use.
+// tests, runnable examples and single-process embedded use. The exception
+// is ports.TxModelStore: it has no transaction in which a table
+// projection could write the application's tables, so table projections
+// need PostgreSQL (core.New refuses them on this backend with an error
+// wrapping errors.ErrUnsupported).
 //
 // Use it where the events need not outlive the process: unit tests
 // (package vantagetest runs a worker on it), examples, and programs whose
@@ -263,7 +267,7 @@ func New(opts Options) *Store {
 }
 
 // Backend returns the store as every port of a ports.Backend, the optional
-// ones included. Every engine instance sharing the store may use the same
+// ones included but ModelTx (see the package doc). Every engine instance sharing the store may use the same
 // Backend value.
 func (s *Store) Backend() ports.Backend {
 	return ports.Backend{
