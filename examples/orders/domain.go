@@ -7,7 +7,9 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
+	"github.com/vantage-go/vantage/adapters/postgres"
 	"github.com/vantage-go/vantage/core"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -178,4 +180,44 @@ func loadModel[M any](ctx context.Context, models ports.ModelStore, stream uuid.
 		return m, fmt.Errorf("decoding %s of %s: %w", perspective, stream, err)
 	}
 	return m, nil
+}
+
+// orderLinesName names the order_lines table projection.
+const orderLinesName = "order_lines"
+
+// orderLinesTable returns the quoted name of schema's order_lines table.
+func orderLinesTable(schema string) string { return pgx.Identifier{schema, "order_lines"}.Sanitize() }
+
+// orderLinesDDL creates the table the order_lines projection writes.
+const orderLinesDDL = `CREATE TABLE IF NOT EXISTS %s (
+    customer_id uuid   NOT NULL,
+    version     bigint NOT NULL,
+    order_id    uuid   NOT NULL,
+    sku         text   NOT NULL,
+    quantity    int    NOT NULL,
+    price_cents bigint NOT NULL,
+    PRIMARY KEY (customer_id, version)
+)`
+
+// newOrderLines returns the order_lines table projection: a row of the
+// application's own table per item added, written in the transaction that
+// moves the projection's cursor (PostgreSQL only). A rewind or rebuild
+// deletes a customer's rows before replaying them.
+func newOrderLines(schema string) (*core.Projection, error) {
+	table := orderLinesTable(schema)
+	lines := core.NewProjection(orderLinesName, func(ctx context.Context, tx ports.Tx, customer uuid.UUID) error {
+		_, err := postgres.TxOf(tx).Exec(ctx, `DELETE FROM `+table+` WHERE customer_id = $1`, customer)
+		return err
+	})
+	err := core.HandleTx(lines, func(ctx context.Context, tx ports.Tx, e ItemAdded) error {
+		ev, _ := core.EventFromContext(ctx)
+		_, err := postgres.TxOf(tx).Exec(ctx,
+			`INSERT INTO `+table+` (customer_id, version, order_id, sku, quantity, price_cents) VALUES ($1, $2, $3, $4, $5, $6)`,
+			ev.StreamID, ev.Version, e.OrderID, e.SKU, e.Quantity, e.PriceCents)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return lines, nil
 }

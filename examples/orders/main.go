@@ -28,6 +28,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -110,6 +111,15 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if cfg.postgres != "" {
+		lines, err := newOrderLines(cfg.schema)
+		if err != nil {
+			return err
+		}
+		if err := reg.AddPerspective(lines); err != nil {
+			return err
+		}
+	}
 	if cfg.profile != "" {
 		f, err := os.Create(cfg.profile)
 		if err != nil {
@@ -170,7 +180,9 @@ func runDemo(ctx context.Context, cfg config, reg *core.Registry, backends []por
 			TracerProvider: tel.tracers,
 			StatsInterval:  50 * time.Millisecond, // the demo waits on the backlog below
 			Hooks: core.Hooks{OnPerspectiveEventProcessed: func(e core.PerspectiveEventProcessed) {
-				applied[perspectiveIndex[e.Perspective]].Add(int64(e.EventCount))
+				if i, ok := perspectiveIndex[e.Perspective]; ok { // the models; order_lines is checked in its table
+					applied[i].Add(int64(e.EventCount))
+				}
 				select {
 				case progress <- struct{}{}:
 				default:
@@ -250,6 +262,11 @@ func runDemo(ctx context.Context, cfg config, reg *core.Registry, backends []por
 	}
 	if err := printTopSpenders(ctx, backends[0].ModelQuery, out); err != nil {
 		return err
+	}
+	if cfg.postgres != "" {
+		if err := checkOrderLines(ctx, cfg, customers, out); err != nil {
+			return err
+		}
 	}
 	if err := tel.printMetrics(ctx, out); err != nil {
 		return err
@@ -346,6 +363,31 @@ func countStored(ctx context.Context, models ports.ModelStore, customers []uuid.
 	return summaries, stats, nil
 }
 
+// checkOrderLines counts the rows the order_lines table projection wrote
+// for the customers of this run: one per item added, each exactly once.
+func checkOrderLines(ctx context.Context, cfg config, customers []uuid.UUID, out io.Writer) error {
+	conn, err := pgx.Connect(ctx, cfg.postgres)
+	if err != nil {
+		return fmt.Errorf("connecting to PostgreSQL: %w", err)
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }() // a read: nothing to lose
+	var rows int64
+	err = conn.QueryRow(ctx, `SELECT count(*) FROM `+orderLinesTable(cfg.schema)+` WHERE customer_id = ANY($1)`, customers).Scan(&rows)
+	if err != nil {
+		return fmt.Errorf("counting order lines: %w", err)
+	}
+	want := int64(len(customers) * cfg.orders * cfg.items)
+	verdict := "OK"
+	if rows != want {
+		verdict = "MISMATCH"
+	}
+	fmt.Fprintf(out, "%s (a table projection): %d rows for %d items added %s\n", orderLinesName, rows, want, verdict)
+	if rows != want {
+		return errors.New("order lines do not match the items added")
+	}
+	return nil
+}
+
 // topSpendersShown is how many customers printTopSpenders prints.
 const topSpendersShown = 3
 
@@ -398,6 +440,10 @@ func openPostgres(ctx context.Context, cfg config, backends []ports.Backend) (fu
 			if err := postgres.Migrate(ctx, pool, cfg.schema); err != nil {
 				closeAll()
 				return nil, fmt.Errorf("migrating schema %q: %w", cfg.schema, err)
+			}
+			if _, err := pool.Exec(ctx, fmt.Sprintf(orderLinesDDL, orderLinesTable(cfg.schema))); err != nil {
+				closeAll()
+				return nil, fmt.Errorf("creating the order_lines table: %w", err)
 			}
 		}
 		store, err := postgres.New(pool, postgres.Options{Schema: cfg.schema})

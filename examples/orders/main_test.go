@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/vantage-go/vantage/internal/pgtest"
 )
 
 func TestRunChecksOut(t *testing.T) {
@@ -87,4 +90,22 @@ func TestRunServesMetricsForPrometheus(t *testing.T) {
 	} {
 		require.Contains(t, out.String(), line)
 	}
+}
+
+// On PostgreSQL the demo also projects the items into its order_lines
+// table, one row per item, in the transaction of the projection's cursor.
+func TestRunOnPostgres(t *testing.T) {
+	t.Parallel()
+
+	schema := pgtest.NewSchemaName(t)
+	t.Cleanup(func() {
+		_, err := pgtest.Pool(t).Exec(context.WithoutCancel(t.Context()), `DROP SCHEMA IF EXISTS `+schema+` CASCADE`)
+		require.NoError(t, err)
+	})
+	var out bytes.Buffer
+	err := run(t.Context(), []string{"-postgres", pgtest.ConnString(t), "-schema", schema, "-customers", "20", "-orders", "2", "-items", "3", "-instances", "2"}, &out)
+	require.NoError(t, err, out.String())
+	require.Contains(t, out.String(), "check: appended=200 order_summary=200 customer_stats=200 OK")
+	require.Contains(t, out.String(), "order_lines (a table projection): 120 rows for 120 items added OK")
+	requireTopSpenders(t, out.String())
 }
