@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/core"
+	"github.com/vantage-go/vantage/internal/proccpu"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -157,14 +158,14 @@ func CatchUpCPU(b *testing.B, backend ports.Backend, perspectives, streams, perS
 	// The appends' garbage is collected now rather than during the
 	// catch-up, which would pay for it otherwise.
 	runtime.GC()
-	start, startCPU := time.Now(), processCPU()
+	start, startCPU := time.Now(), proccpu.Used()
 	require.NoError(b, w.Start(b.Context()))
 	select {
 	case <-done:
 	case <-time.After(5 * time.Minute):
 		b.Fatalf("catch-up applied %d of %d events in 5 minutes", applied.Load(), want)
 	}
-	took, cpu = time.Since(start), processCPU()-startCPU
+	took, cpu = time.Since(start), proccpu.Used()-startCPU
 	require.NoError(b, w.Stop(context.Background()))
 	return took, cpu
 }

@@ -11,8 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/vantage-go/vantage/internal/proccpu"
 )
 
 // Latencies collects durations from many goroutines.
@@ -92,13 +93,7 @@ func ResetPeakRSS() error {
 }
 
 // ProcessCPU returns the user and system CPU time the process used so far.
-func ProcessCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
+func ProcessCPU() time.Duration { return proccpu.Used() }
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat times; 100 on every
 // Linux platform Go supports.
