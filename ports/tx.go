@@ -51,8 +51,11 @@ type TxModelStore interface {
 	// savepoint of it, so an entry whose save check fails or whose Apply
 	// returns an error stores nothing and does not affect the others. The
 	// result holds one error per entry, as ModelSaveTx would return it (nil
-	// when saved). A call error means nothing was stored. The engine groups
-	// the saves of table projections it drains concurrently into it.
+	// when saved). A call error means nothing was stored; when an entry's
+	// Apply left the transaction unusable (a cancelled statement may close
+	// the connection), the call error wraps that Apply's error, so the
+	// caller can tell whose it was and send the others again. The engine
+	// groups the saves of table projections it drains concurrently into it.
 	ModelSaveTxMany(ctx context.Context, params *ModelSaveTxManyParams) ([]error, error)
 }
 

@@ -121,7 +121,9 @@ func (s *Store) ModelSaveTxMany(ctx context.Context, p *ports.ModelSaveTxManyPar
 			if entryErr != nil {
 				errs[i] = entryErr
 				if err := sp.Rollback(ctx); err != nil {
-					return fmt.Errorf("rolling back to the savepoint: %w", err)
+					// Apply left the transaction unusable (a cancelled
+					// statement closes the connection): say whose it was.
+					return fmt.Errorf("rolling back to the savepoint after %w: %w", entryErr, err)
 				}
 				continue
 			}

@@ -437,3 +437,40 @@ func TestModelSaveTxManySavepoints(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []int32{1, 3}, ids)
 }
+
+// TestModelSaveTxManyBrokenTransaction checks that when an entry's Apply
+// leaves the transaction unusable (its statement was cancelled, which
+// closes the connection), the call fails, stores nothing, and its error
+// wraps that Apply's error: the caller can tell whose fault it was.
+func TestModelSaveTxManyBrokenTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t)
+	table := pgx.Identifier{b.schema, "rows"}.Sanitize()
+	_, err := b.pool.Exec(ctx, `CREATE TABLE `+table+` (id int PRIMARY KEY)`)
+	require.NoError(t, err)
+	errSlow := errors.New("slow write")
+	entry := func(id int, slow bool) *ports.ModelSaveTxParams {
+		return &ports.ModelSaveTxParams{
+			Save: ports.ModelSaveParams{StreamID: newUUID(t), Perspective: "p", Data: []byte(`{}`), LastEventID: newUUID(t), LastVersion: 1, Now: base},
+			Apply: func(ctx context.Context, tx ports.Tx) error {
+				if _, err := postgres.TxOf(tx).Exec(ctx, `INSERT INTO `+table+` VALUES ($1)`, id); err != nil || !slow {
+					return err
+				}
+				wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+				defer cancel()
+				_, err := postgres.TxOf(tx).Exec(wctx, `SELECT pg_sleep(60)`)
+				return fmt.Errorf("%w: %w", errSlow, err)
+			},
+		}
+	}
+
+	_, err = b.store.ModelSaveTxMany(ctx, &ports.ModelSaveTxManyParams{Saves: []*ports.ModelSaveTxParams{entry(1, false), entry(2, true), entry(3, false)}})
+	require.ErrorIs(t, err, errSlow)
+	var n int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&n))
+	require.Zero(t, n, "nothing stored")
+
+	err = b.store.ModelSaveTx(ctx, entry(4, true))
+	require.ErrorIs(t, err, errSlow, "alone, too")
+}
