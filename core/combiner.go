@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -148,14 +149,53 @@ func (b *modelBatches) save(ctx context.Context, p *ports.ModelSaveParams) error
 // newTxSaves returns the combiner that groups the saves of table
 // projections into ModelSaveTxMany calls (a lone save goes through
 // ModelSaveTx, which needs no savepoint), or nil without the port.
+//
+// A write that broke the group's transaction (its deadline cancelled a
+// statement, which closes the connection) fails the whole call with its
+// *writeFailure: that save gets the error, and the others are sent again
+// without it, so that a slow write costs the saves grouped with it nothing.
 func newTxSaves(tx ports.TxModelStore, timeout time.Duration) *combiner[*ports.ModelSaveTxParams, error] {
 	if tx == nil {
 		return nil
 	}
 	return newCombiner(2, modelCombineLimit, timeout, func(ctx context.Context, saves []*ports.ModelSaveTxParams) ([]error, error) {
-		if len(saves) == 1 {
-			return []error{tx.ModelSaveTx(ctx, saves[0])}, nil
+		res := make([]error, len(saves))
+		left := make([]int, len(saves)) // indexes in saves not sent yet
+		for i := range left {
+			left[i] = i
 		}
-		return tx.ModelSaveTxMany(ctx, &ports.ModelSaveTxManyParams{Saves: saves})
+		for len(left) > 0 {
+			if len(left) == 1 {
+				res[left[0]] = tx.ModelSaveTx(ctx, saves[left[0]])
+				return res, nil
+			}
+			group := make([]*ports.ModelSaveTxParams, len(left))
+			for j, i := range left {
+				group[j] = saves[i]
+			}
+			errs, err := tx.ModelSaveTxMany(ctx, &ports.ModelSaveTxManyParams{Saves: group})
+			if err == nil {
+				if len(errs) != len(group) {
+					return nil, fmt.Errorf("backend returned %d results for %d saves", len(errs), len(group))
+				}
+				for j, i := range left {
+					res[i] = errs[j]
+				}
+				return res, nil
+			}
+			var wf *writeFailure
+			j := -1
+			if errors.As(err, &wf) {
+				j = slices.IndexFunc(group, func(p *ports.ModelSaveTxParams) bool {
+					return p.Save.StreamID == wf.key.stream && p.Save.Perspective == wf.key.perspective
+				})
+			}
+			if j < 0 {
+				return nil, err
+			}
+			res[left[j]] = err
+			left = slices.Delete(left, j, j+1)
+		}
+		return res, nil
 	})
 }

@@ -59,6 +59,12 @@ func (e *engine) paramNow() time.Time {
 	return time.Time{}
 }
 
+// writeLimit is the bound of each write of a table projection: the bound
+// of an apply, on the engine's clock.
+func (e *engine) writeLimit() writeLimit {
+	return writeLimit{timeout: e.opts.ApplyTimeout, clock: e.clock}
+}
+
 // identity are the log attributes naming this instance.
 func (e *engine) identity() []any {
 	attrs := []any{slog.String("service", e.opts.ServiceName), slog.String("host", e.opts.HostName)}

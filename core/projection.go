@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -53,9 +55,10 @@ func (p *Projection) Name() string { return p.name }
 // share a transaction. An error or a panic fails the event: the whole
 // transaction rolls back, what came before the event is saved again
 // without it, and the event is retried with backoff, then dead-lettered.
-// The writes run while the save runs, so Options.ApplyTimeout does not
-// bound them; the transaction's context does. Use
-// EventFromContext for the event's id, stream, version and metadata.
+// Each write is bounded by Options.ApplyTimeout: past it its context is
+// cancelled and the event counts a failed attempt, as a slow apply does;
+// a write that ignores its context holds the transaction until it returns.
+// Use EventFromContext for the event's id, stream, version and metadata.
 // HandleTx returns ErrDuplicate if E already has a function.
 func HandleTx[E any](p *Projection, apply func(ctx context.Context, tx ports.Tx, event E) error) error {
 	if p == nil || apply == nil {
@@ -146,9 +149,14 @@ func (p *Projection) apply(ctx context.Context, model any, typ string, event any
 	return append(m[:len(m):len(m)], pendingWrite{ectx: ctx, typ: typ, event: event}), nil
 }
 
-// writeFailure is the failure of a projection's write: which of the
-// pending writes failed (-1: the reset) and why.
+// errWriteDeadline is the cause of a projection write's context cancelled
+// at Options.ApplyTimeout.
+var errWriteDeadline = errors.New("projection write ran past its deadline")
+
+// writeFailure is the failure of a projection's write: whose (the pair),
+// which of the pending writes failed (-1: the reset) and why.
 type writeFailure struct {
+	key   pairKey
 	index int
 	cause error
 }
@@ -156,34 +164,61 @@ type writeFailure struct {
 func (f *writeFailure) Error() string { return f.cause.Error() }
 func (f *writeFailure) Unwrap() error { return f.cause }
 
+// writeLimit bounds each write of a projection: timeout on clock.
+type writeLimit struct {
+	timeout time.Duration
+	clock   ports.Clock
+}
+
 // writes returns the Apply of a ModelSaveTx that runs the reset of stream
-// when reset is set, then the pending writes of m in order. A write's
-// error or panic is returned as a *writeFailure.
-func (p *Projection) writes(m projectionModel, stream uuid.UUID, reset bool) func(ctx context.Context, tx ports.Tx) error {
+// when reset is set, then the pending writes of m in order, each within
+// limit. A write's error, panic or deadline is returned as a *writeFailure.
+func (p *Projection) writes(m projectionModel, stream uuid.UUID, reset bool, limit writeLimit) func(ctx context.Context, tx ports.Tx) error {
+	key := pairKey{stream: stream, perspective: p.name}
 	return func(ctx context.Context, tx ports.Tx) error {
 		if reset {
-			if err := p.call(ctx, func(ctx context.Context) error { return p.reset(ctx, tx, stream) }); err != nil {
-				return &writeFailure{index: -1, cause: fmt.Errorf("resetting projection %q of stream %s: %w", p.name, stream, err)}
+			if err := p.call(ctx, limit, func(ctx context.Context) error { return p.reset(ctx, tx, stream) }); err != nil {
+				return &writeFailure{key: key, index: -1, cause: fmt.Errorf("resetting projection %q of stream %s: %w", p.name, stream, err)}
 			}
 		}
 		for i, w := range m {
 			h := p.byName[w.typ]
-			if err := p.call(&valuesContext{Context: ctx, values: w.ectx}, func(ctx context.Context) error { return h(ctx, tx, w.event) }); err != nil {
-				return &writeFailure{index: i, cause: err}
+			if err := p.call(&valuesContext{Context: ctx, values: w.ectx}, limit, func(ctx context.Context) error { return h(ctx, tx, w.event) }); err != nil {
+				return &writeFailure{key: key, index: i, cause: err}
 			}
 		}
 		return nil
 	}
 }
 
-// call runs fn, turning a panic into an error.
-func (p *Projection) call(ctx context.Context, fn func(context.Context) error) (err error) {
+// call runs fn under a context cancelled past limit, turning a panic into
+// an error. An error once that deadline passed (and not ctx's) wraps
+// errWriteDeadline: the write was too slow, whatever it returned.
+func (p *Projection) call(ctx context.Context, limit writeLimit, fn func(context.Context) error) (err error) {
+	wctx, cancel := context.WithCancelCause(ctx)
+	timer := limit.clock.NewTimer(limit.timeout)
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		select {
+		case <-timer.C():
+			cancel(errWriteDeadline)
+		case <-stop:
+		}
+	}()
 	defer func() {
+		close(stop)
+		timer.Stop()
+		<-stopped
 		if r := recover(); r != nil {
 			err = fmt.Errorf("projection %q panicked: %v", p.name, r)
 		}
+		if err != nil && ctx.Err() == nil && errors.Is(context.Cause(wctx), errWriteDeadline) {
+			err = fmt.Errorf("projection %q: %w (ApplyTimeout %s): %w", p.name, errWriteDeadline, limit.timeout, err)
+		}
+		cancel(nil)
 	}()
-	return fn(ctx)
+	return fn(wctx)
 }
 
 // valuesContext is Context with the values of another context.
@@ -229,7 +264,7 @@ func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 		last = &r.sw.events[ei]
 	}
 	err := r.dr.store.saveTx(ctx, &ports.ModelSaveTxParams{
-		Apply: p.writes(pending, r.key.stream, false),
+		Apply: p.writes(pending, r.key.stream, false, r.dr.writeLimit()),
 		Save: ports.ModelSaveParams{
 			StreamID:        r.key.stream,
 			Perspective:     r.key.perspective,
@@ -243,7 +278,7 @@ func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 	var wf *writeFailure
 	switch {
 	case err == nil:
-	case errors.As(err, &wf) && wf.index >= 0 && wf.index < len(r.unsaved):
+	case errors.As(err, &wf) && wf.key == r.key && wf.index >= 0 && wf.index < len(r.unsaved):
 		k := wf.index
 		failed, after := r.unsaved[k], slices.Clone(r.unsaved[k+1:])
 		r.unsaved, r.model = r.unsaved[:k], pending[:k:k]
@@ -281,23 +316,35 @@ func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 // saveProjection is replayRun.save for a table projection: one transaction
 // moves the cursor, resets the stream's rows and runs the writes of every
 // replayed event, so the tables end as a clean replay leaves them or
-// unchanged. A failed write is a *replayFailure of its event; a failed
-// reset is the backend's error (it is retried, no event is charged).
+// unchanged. A failed write is a *replayFailure of its event. A failed
+// reset is one too, of the earliest pending event (the late one that
+// triggered a rewind), or of the first replayed event for a rebuild: the
+// projection's code failed, not the backend, so it must not be retried
+// forever; the event is retried, then dead-lettered, with the reset's
+// error.
 func (r *replayRun) saveProjection(ctx context.Context, p *Projection, toReplay []ports.Event) error {
 	pending := r.model.(projectionModel)
 	if r.lastVer < r.stored.LastVersion {
 		r.lastID, r.lastVer = r.stored.LastEventID, r.stored.LastVersion
 	}
 	err := r.rw.store.saveTx(ctx, &ports.ModelSaveTxParams{
-		Apply: p.writes(pending, r.key.stream, true),
+		Apply: p.writes(pending, r.key.stream, true, r.rw.writeLimit()),
 		Save: ports.ModelSaveParams{
 			StreamID: r.key.stream, Perspective: r.key.perspective, Data: projectionData,
 			LastEventID: r.lastID, LastVersion: r.lastVer, ExpectedVersion: r.stored.LastVersion, Now: r.rw.paramNow(),
 		},
 	})
 	var wf *writeFailure
-	if errors.As(err, &wf) && wf.index >= 0 && wf.index < len(toReplay) {
-		return &replayFailure{event: toReplay[wf.index], cause: wf.cause}
+	if errors.As(err, &wf) && wf.key == r.key {
+		switch {
+		case wf.index >= 0 && wf.index < len(toReplay):
+			return &replayFailure{event: toReplay[wf.index], cause: wf.cause}
+		case wf.index < 0 && len(r.rows) > 0:
+			first := slices.MinFunc(r.rows, func(a, b ports.WorkItem) int { return cmp.Compare(a.EventVersion, b.EventVersion) })
+			return &replayFailure{event: ports.Event{ID: first.EventID, StreamID: first.StreamID, Version: first.EventVersion}, cause: wf.cause}
+		case wf.index < 0 && len(toReplay) > 0:
+			return &replayFailure{event: toReplay[0], cause: wf.cause}
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("saving rewound projection: %w", err)

@@ -37,7 +37,9 @@ type projectionBundle struct {
 	reg *core.Registry
 	// fail, when set, runs in the apply of lineSet after its writes; an
 	// error it returns (or a panic in it) fails the event.
-	fail func(e lineSet) error
+	fail func(ctx context.Context, tx ports.Tx, e lineSet) error
+	// resetFailures is how many more resets fail.
+	resetFailures atomic.Int32
 	// applies counts the applies of each SKU, failed ones included.
 	mu      sync.Mutex
 	applies map[string]int
@@ -54,6 +56,9 @@ CREATE TABLE `+b.table("line_effects")+` (stream_id uuid NOT NULL, version bigin
 	require.NoError(t, core.RegisterEvent[lineRemoved](b.reg, "line.removed"))
 
 	p := core.NewProjection("order_lines", func(ctx context.Context, tx ports.Tx, stream uuid.UUID) error {
+		if b.resetFailures.Add(-1) >= 0 {
+			return errors.New("order_lines reset refused")
+		}
 		_, err := postgres.TxOf(tx).Exec(ctx, `DELETE FROM `+b.table("order_lines")+` WHERE stream_id = $1;`, stream)
 		if err == nil {
 			_, err = postgres.TxOf(tx).Exec(ctx, `DELETE FROM `+b.table("line_effects")+` WHERE stream_id = $1`, stream)
@@ -71,7 +76,7 @@ CREATE TABLE `+b.table("line_effects")+` (stream_id uuid NOT NULL, version bigin
 		_, err := postgres.TxOf(tx).Exec(ctx, `INSERT INTO `+b.table("order_lines")+` VALUES ($1, $2, $3)
 ON CONFLICT (stream_id, sku) DO UPDATE SET qty = excluded.qty`, ev.StreamID, e.SKU, e.Qty)
 		if err == nil && b.fail != nil {
-			err = b.fail(e)
+			err = b.fail(ctx, tx, e)
 		}
 		return err
 	})
@@ -257,7 +262,7 @@ func TestProjection(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
 			b := setupProjection(t)
-			b.fail = func(e lineSet) error {
+			b.fail = func(_ context.Context, _ ports.Tx, e lineSet) error {
 				if e.SKU == "poison" {
 					return mode.fail()
 				}
@@ -287,6 +292,88 @@ func TestProjection(t *testing.T) {
 			require.Equal(t, map[string]int{"a": 1, "b": 2, "c": 4}, b.lines(t, stream))
 		})
 	}
+
+	// A write past ApplyTimeout is cancelled, which closes its
+	// connection: its event counts a failed attempt, as a slow apply does,
+	// and the writes grouped with it commit without it.
+	t.Run("SlowWriteTimesOut", func(t *testing.T) {
+		t.Parallel()
+		b := setupProjection(t)
+		b.fail = func(ctx context.Context, tx ports.Tx, e lineSet) error {
+			if e.SKU != "slow" {
+				return nil
+			}
+			_, err := postgres.TxOf(tx).Exec(ctx, `SELECT pg_sleep(60)`)
+			return err
+		}
+		slow, others := newUUID(t), []uuid.UUID{newUUID(t), newUUID(t), newUUID(t)}
+		b.appendLines(t, slow, nil, lineSet{SKU: "a", Qty: 1}, lineSet{SKU: "slow", Qty: 2}, lineSet{SKU: "c", Qty: 3})
+		for _, s := range others {
+			b.appendLines(t, s, nil, lineSet{SKU: "x", Qty: 1}, lineSet{SKU: "y", Qty: 2})
+		}
+		opts := projectionOptions(t)
+		opts.ApplyTimeout = 200 * time.Millisecond
+		opts.MaxPerspectiveEventAttempts = 2
+		dead := make(chan ports.DeadLetter, 1)
+		opts.Hooks.OnDeadLettered = func(d ports.DeadLetter) { dead <- d }
+		w := startProjectionWorker(t, b.backend, b.reg, opts)
+
+		d := wait(t, dead, "the slow event dead-lettered")
+		require.Equal(t, slow, d.StreamID)
+		require.Equal(t, int64(2), d.EventVersion)
+		require.Contains(t, d.Error, "past its deadline")
+		require.Equal(t, 2, b.appliesOf("slow"), "each attempt timed out")
+		waitForStream(t, w, slow, 3)
+		require.Equal(t, map[string]int{"a": 1, "c": 3}, b.lines(t, slow))
+		for _, s := range others {
+			waitForStream(t, w, s, 2)
+			require.Equal(t, map[string]int{"x": 1, "y": 2}, b.lines(t, s))
+			require.Equal(t, seq(1, 2), b.effects(t, s))
+		}
+	})
+
+	// A reset that fails is the projection's fault, not the backend's: the
+	// late event whose rewind needs it is retried, then dead-lettered with
+	// the reset's error; requeued once the reset works, it is rewound in.
+	t.Run("FailingResetDeadLettersTheLateEvent", func(t *testing.T) {
+		t.Parallel()
+		b := setupProjection(t)
+		stream := newUUID(t)
+		b.appendLines(t, stream, []int64{1, 3}, lineSet{SKU: "a", Qty: 1}, lineSet{SKU: "a", Qty: 3})
+		opts := projectionOptions(t)
+		opts.MaxPerspectiveEventAttempts = 2
+		dead := make(chan ports.DeadLetter, 1)
+		opts.Hooks.OnDeadLettered = func(d ports.DeadLetter) { dead <- d }
+		rewinds := make(chan core.RewindInfo, 4)
+		opts.Hooks.OnRewind = func(i core.RewindInfo) { rewinds <- i }
+		w := startProjectionWorker(t, b.backend, b.reg, opts)
+		waitForStream(t, w, stream, 3)
+
+		// Each attempt of the rewind fails; once the event is
+		// dead-lettered, the rewind goes on without it.
+		b.resetFailures.Store(int32(opts.MaxPerspectiveEventAttempts))
+		b.appendLines(t, stream, []int64{2}, lineSet{SKU: "b", Qty: 2})
+		d := wait(t, dead, "the late event dead-lettered")
+		require.Equal(t, int64(2), d.EventVersion)
+		require.Contains(t, d.Error, "order_lines reset refused")
+		info := wait(t, rewinds, "the rewind without the late event")
+		require.Equal(t, 2, info.Replayed, "the dead-lettered event left out")
+		require.Equal(t, map[string]int{"a": 3}, b.lines(t, stream))
+
+		require.NoError(t, b.backend.Admin.DeadLetterRequeue(t.Context(), &ports.DeadLetterRequeueParams{ID: d.ID, Generation: "test", Now: time.Now()}))
+		w.RequestImmediatePoll()
+		info = wait(t, rewinds, "the requeued event's rewind")
+		require.Equal(t, int64(2), info.TriggerVersion)
+		require.Equal(t, 3, info.Replayed)
+		require.Equal(t, map[string]int{"a": 3, "b": 2}, b.lines(t, stream))
+		require.Equal(t, seq(1, 3), b.effects(t, stream))
+
+		// A rebuild with a failing reset ends with the reset's error.
+		b.resetFailures.Store(1 << 20)
+		_, err := w.Rebuild(t.Context(), "order_lines", stream)
+		require.ErrorContains(t, err, "order_lines reset refused")
+		require.Equal(t, map[string]int{"a": 3, "b": 2}, b.lines(t, stream))
+	})
 
 	t.Run("RewindAndRebuildEqualCleanReplay", func(t *testing.T) {
 		t.Parallel()
