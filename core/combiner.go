@@ -92,6 +92,13 @@ func (c *combiner[Req, Res]) sendBatch(ctx context.Context, batch []*combined[Re
 // modelCombineLimit bounds the pairs of one batched model load or save.
 const modelCombineLimit = 256
 
+// txSaveCombineLimit bounds the pairs of one grouped save of table
+// projections. Each pair runs in a savepoint of the transaction, and
+// PostgreSQL caches at most 64 subtransactions of a transaction in shared
+// memory: past that, every other session's snapshot checks consult
+// pg_subtrans while the transaction is open, slowing the whole server.
+const txSaveCombineLimit = 64
+
 // modelBatches groups model loads and saves when the backend has a
 // ports.ModelBatchStore (Backend.ModelBatch).
 type modelBatches struct {
@@ -158,7 +165,7 @@ func newTxSaves(tx ports.TxModelStore, timeout time.Duration) *combiner[*ports.M
 	if tx == nil {
 		return nil
 	}
-	return newCombiner(2, modelCombineLimit, timeout, func(ctx context.Context, saves []*ports.ModelSaveTxParams) ([]error, error) {
+	return newCombiner(2, txSaveCombineLimit, timeout, func(ctx context.Context, saves []*ports.ModelSaveTxParams) ([]error, error) {
 		res := make([]error, len(saves))
 		left := make([]int, len(saves)) // indexes in saves not sent yet
 		for i := range left {
