@@ -67,16 +67,22 @@ func checkSaveTx(params *ports.ModelSaveTxParams) error {
 	return nil
 }
 
-// saveTxIn runs sqlModelSave, then params.Apply, in t. It returns the
+// saveTxIn runs sqlModelSave, then params.Apply, in t; first it sends
+// the statements of prelude, in the same round trip. It returns the
 // entry's error (a conflict, or Apply's), and infra when the error is
 // rather a failure of the database call, which t cannot survive.
-func (s *Store) saveTxIn(ctx context.Context, t pgx.Tx, params *ports.ModelSaveTxParams) (infra bool, err error) {
+func (s *Store) saveTxIn(ctx context.Context, t pgx.Tx, params *ports.ModelSaveTxParams, prelude ...string) (infra bool, err error) {
 	save := &params.Save
 	var (
 		saved  int
 		stored pgtype.Int8
 	)
-	if err := t.QueryRow(ctx, s.sql(sqlModelSave), modelSaveArgs(save)...).Scan(&saved, &stored); err != nil {
+	batch := &pgx.Batch{}
+	for _, sql := range prelude {
+		batch.Queue(sql)
+	}
+	batch.Queue(s.sql(sqlModelSave), modelSaveArgs(save)...).QueryRow(func(row pgx.Row) error { return row.Scan(&saved, &stored) })
+	if err := t.SendBatch(ctx, batch).Close(); err != nil {
 		return true, fmt.Errorf("saving model %q of stream %s: %w", save.Perspective, save.StreamID, translate(err))
 	}
 	if err := modelSaveResult(save, saved, stored); err != nil {
@@ -86,10 +92,11 @@ func (s *Store) saveTxIn(ctx context.Context, t pgx.Tx, params *ports.ModelSaveT
 }
 
 // ModelSaveTxMany implements ports.TxModelStore: one transaction, a
-// savepoint per valid entry (a nested pgx.Tx), sent ordered by pair so
-// concurrent calls lock cursors in the same order, as ModelSaveMany does.
-// An entry that fails its check or whose Apply fails is rolled back to its
-// savepoint; a failed database call fails the whole call.
+// savepoint per valid entry, sent ordered by pair so concurrent calls lock
+// cursors in the same order, as ModelSaveMany does. An entry that fails
+// its check or whose Apply fails is rolled back to its savepoint; a failed
+// database call fails the whole call. An entry's savepoint, the release
+// of the one before it and its save go in one round trip.
 func (s *Store) ModelSaveTxMany(ctx context.Context, p *ports.ModelSaveTxManyParams) ([]error, error) {
 	params := p.Saves
 	errs := make([]error, len(params))
@@ -108,27 +115,22 @@ func (s *Store) ModelSaveTxMany(ctx context.Context, p *ports.ModelSaveTxManyPar
 	slices.SortStableFunc(order, func(a, b int) int {
 		return comparePair(pairKey{params[a].Save.StreamID, params[a].Save.Perspective}, pairKey{params[b].Save.StreamID, params[b].Save.Perspective})
 	})
+	const savepoint, release, rollback = "SAVEPOINT vantage_save", "RELEASE SAVEPOINT vantage_save", "ROLLBACK TO SAVEPOINT vantage_save"
 	err := withTx(ctx, s.pool, func(t pgx.Tx) error {
+		prelude := []string{savepoint}
 		for _, i := range order {
-			sp, err := t.Begin(ctx)
-			if err != nil {
-				return fmt.Errorf("opening a savepoint: %w", err)
-			}
-			infra, entryErr := s.saveTxIn(ctx, sp, params[i])
+			infra, entryErr := s.saveTxIn(ctx, t, params[i], prelude...)
 			if infra {
 				return entryErr
 			}
+			prelude = []string{release, savepoint}
 			if entryErr != nil {
 				errs[i] = entryErr
-				if err := sp.Rollback(ctx); err != nil {
+				if _, err := t.Exec(ctx, rollback); err != nil {
 					// Apply left the transaction unusable (a cancelled
 					// statement closes the connection): say whose it was.
 					return fmt.Errorf("rolling back to the savepoint after %w: %w", entryErr, err)
 				}
-				continue
-			}
-			if err := sp.Commit(ctx); err != nil {
-				return fmt.Errorf("releasing the savepoint: %w", err)
 			}
 		}
 		return nil
