@@ -31,14 +31,19 @@ func runEngineLifecycle(t *testing.T, newBackend NewBackendFunc) {
 	})
 }
 
-// stageLog records receptor invocations.
+// stageLog records receptor invocations. onAdd, when set, is called after
+// each, so that a test can wait for detached receptors.
 type stageLog struct {
+	onAdd func()
 	mu    sync.Mutex
 	calls map[string]int // stage/perspective/eventID
 	order map[uuid.UUID][]core.Stage
 }
 
 func (l *stageLog) add(stage core.Stage, perspective string, id uuid.UUID) {
+	if l.onAdd != nil {
+		defer l.onAdd()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.calls == nil {
@@ -242,9 +247,9 @@ func testLateEventRewind(t *testing.T, newBackend NewBackendFunc, snapshotEvery 
 	if snapshotEvery > 0 && b.Snapshots == nil {
 		t.Skip("adapter does not implement ports.SnapshotStore")
 	}
-	log := &stageLog{}
-	var violations atomic.Int64
 	pr := newProgress()
+	log := &stageLog{onAdd: pr.poke}
+	var violations atomic.Int64
 	rewinds := make(chan core.RewindInfo, 10)
 	reg := newRegistry(t, trailPerspective(t, "alpha", nil, nil))
 	addStageReceptors(t, reg, b, log, []string{"alpha"}, &violations)
@@ -298,6 +303,16 @@ func testLateEventRewind(t *testing.T, newBackend NewBackendFunc, snapshotEvery 
 	all, err := b.Fetcher.EventsReadStream(t.Context(), &ports.EventsReadStreamParams{StreamID: stream})
 	require.NoError(t, err)
 	require.Len(t, all, 12)
+	// PostPerspective receptors are Detached: they run in the background,
+	// possibly after the late event's lifecycle completed.
+	pr.waitUntil(t, "every event's detached PostPerspective receptor", func() bool {
+		for _, e := range all {
+			if log.count(core.PostPerspective, "alpha", e.ID) == 0 {
+				return false
+			}
+		}
+		return true
+	})
 	for _, e := range all {
 		require.Equal(t, 1, log.count(core.PrePerspective, "", e.ID), "PrePerspective of version %d", e.Version)
 		require.Equal(t, 1, log.count(core.PostPerspective, "alpha", e.ID), "PostPerspective of version %d", e.Version)
