@@ -114,7 +114,7 @@ func (s *Store) PerspectivesRetired(ctx context.Context) ([]string, error) {
 // cursors and pending pairs, and the rows of those pairs for their retry
 // times) and every dead letter, under the store's mutex: an operator's
 // status read, rare next to the work it holds back. The backlog figures
-// come from the perspectives' heaps, as PerspectivesLag's do. Ages and
+// come from the perspectives' backlogs, as PerspectivesLag's do. Ages and
 // retry times are measured at params.Now, or on the store's Clock when it
 // is zero.
 func (s *Store) PerspectivesStatus(ctx context.Context, params *ports.PerspectivesStatusParams) ([]ports.PerspectiveStatus, error) {
@@ -168,8 +168,8 @@ func (s *Store) PerspectivesStatus(ctx context.Context, params *ports.Perspectiv
 	}
 	for name, b := range s.backlogs {
 		ps := of(name)
-		ps.Pending = int64(len(b.rows))
-		ps.OldestAge = max(now.Sub(b.rows[0].createdAt), 0)
+		ps.Pending = int64(b.pending)
+		ps.OldestAge = max(now.Sub(b.oldest().createdAt), 0)
 	}
 	for _, dl := range s.deadLetters {
 		if dl.Status == ports.DeadLetterDead {

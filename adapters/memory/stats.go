@@ -2,6 +2,7 @@ package memory
 
 import (
 	"cmp"
+	"container/heap"
 	"context"
 	"slices"
 
@@ -9,10 +10,10 @@ import (
 )
 
 // PerspectivesLag implements ports.Stats. Each perspective's pending rows
-// are kept in a heap by storage time (see backlog), so a call costs
-// O(perspectives), whatever the backlog, and holds the store's mutex only
-// that long. Ages are measured at params.Now, or on the store's Clock when
-// it is zero.
+// are counted and kept in storage order (see backlog), so a call costs
+// O(perspectives), plus the rows that left since the last call, amortized,
+// whatever the backlog, and holds the store's mutex only that long. Ages
+// are measured at params.Now, or on the store's Clock when it is zero.
 func (s *Store) PerspectivesLag(ctx context.Context, params *ports.PerspectivesLagParams) ([]ports.PerspectiveLag, error) {
 	if err := s.lock(ctx); err != nil {
 		return nil, err
@@ -22,8 +23,8 @@ func (s *Store) PerspectivesLag(ctx context.Context, params *ports.PerspectivesL
 	for name, b := range s.backlogs {
 		out = append(out, ports.PerspectiveLag{
 			Perspective: name,
-			Pending:     int64(len(b.rows)),
-			OldestAge:   max(now.Sub(b.rows[0].createdAt), 0),
+			Pending:     int64(b.pending),
+			OldestAge:   max(now.Sub(b.oldest().createdAt), 0),
 		})
 	}
 	s.mu.Unlock()
@@ -31,15 +32,31 @@ func (s *Store) PerspectivesLag(ctx context.Context, params *ports.PerspectivesL
 	return out, nil
 }
 
-// backlog holds the pending rows of one perspective, over every stream, in
-// a binary min-heap ordered by storage time, then insertion order: its size
-// is the perspective's pending count and its root the oldest row. Each row
-// knows its position (workRow.backlogIdx), so any row leaves in O(log n);
-// rows arrive mostly in time order and sift no further than their parent.
+// backlog tracks the pending rows of one perspective, over every stream:
+// how many there are, and which is the oldest, by storage time, then
+// insertion order.
+//
+// Rows are stored in that order but complete in any order (stream after
+// stream, perspective after perspective), and the oldest row is asked for
+// only by the rare figures reads, so the backlog does the least work when a
+// row is stored or leaves and the rest when the oldest is asked for. A row
+// stored no earlier than the last one, the rule, is appended to queue, which
+// stays sorted; one stored earlier (a Now moved backwards) goes to the heap
+// early instead. A row that leaves is only flagged (workRow.left) and
+// counted: the oldest skips the flagged rows in front of queue and at the
+// root of early, and when flagged rows outnumber pending ones both are
+// compacted. Storing or removing a row thus costs O(1) amortized, O(log n)
+// for a row stored out of order, and finding the oldest O(1) amortized.
+//
 // It is reached through Store.backlogs and pair.backlog, guarded by
-// Store.mu, and never empty: the store drops it with its last row.
+// Store.mu, and never without pending rows: the store drops it with its
+// last one.
 type backlog struct {
-	rows []*workRow
+	pending int        // the perspective's pending rows
+	left    int        // rows of queue and early flagged as left
+	queue   []*workRow // rows in storage order from head on, left ones included
+	head    int
+	early   rowHeap // rows stored before the last row of queue, left ones included
 }
 
 // backlogOf returns the backlog of perspective, creating it when missing.
@@ -56,7 +73,7 @@ func (s *Store) backlogOf(perspective string) *backlog {
 // perspective's backlog, dropping the backlog with its last row.
 func (s *Store) leaveBacklog(p *pair, r *workRow) {
 	p.backlog.remove(r)
-	if len(p.backlog.rows) == 0 {
+	if p.backlog.pending == 0 {
 		delete(s.backlogs, p.perspective)
 	}
 }
@@ -71,62 +88,77 @@ func older(a, b *workRow) bool {
 	return a.seq < b.seq
 }
 
-// push adds r.
+// push adds r, a new pending row.
 func (b *backlog) push(r *workRow) {
-	r.backlogIdx = len(b.rows)
-	b.rows = append(b.rows, r)
-	b.up(r.backlogIdx)
+	b.pending++
+	if n := len(b.queue); n > b.head && older(r, b.queue[n-1]) {
+		heap.Push(&b.early, r)
+		return
+	}
+	b.queue = append(b.queue, r)
 }
 
-// remove takes r, one of b's rows, out.
+// remove flags r, one of b's pending rows, as left, compacting b once
+// left rows are the larger part.
 func (b *backlog) remove(r *workRow) {
-	i, last := r.backlogIdx, len(b.rows)-1
-	if i != last {
-		b.swap(i, last)
-	}
-	b.rows[last] = nil
-	b.rows = b.rows[:last]
-	if i != last && !b.down(i) {
-		b.up(i)
-	}
-	r.backlogIdx = -1
-}
-
-func (b *backlog) swap(i, j int) {
-	b.rows[i], b.rows[j] = b.rows[j], b.rows[i]
-	b.rows[i].backlogIdx = i
-	b.rows[j].backlogIdx = j
-}
-
-// up moves the row at i towards the root while it is older than its parent.
-func (b *backlog) up(i int) {
-	for i > 0 {
-		parent := (i - 1) / 2
-		if !older(b.rows[i], b.rows[parent]) {
-			return
-		}
-		b.swap(i, parent)
-		i = parent
+	r.left = true
+	b.pending--
+	b.left++
+	if b.left > b.pending {
+		b.compact()
 	}
 }
 
-// down moves the row at i towards the leaves while a child is older, and
-// reports whether it moved.
-func (b *backlog) down(i int) bool {
-	start, n := i, len(b.rows)
-	for {
-		child := 2*i + 1
-		if child >= n {
-			break
-		}
-		if right := child + 1; right < n && older(b.rows[right], b.rows[child]) {
-			child = right
-		}
-		if !older(b.rows[child], b.rows[i]) {
-			break
-		}
-		b.swap(i, child)
-		i = child
+// oldest returns the oldest pending row. b must hold one.
+func (b *backlog) oldest() *workRow {
+	for b.head < len(b.queue) && b.queue[b.head].left {
+		b.queue[b.head] = nil
+		b.head++
+		b.left--
 	}
-	return i > start
+	if b.head > 16 && 2*b.head > len(b.queue) {
+		n := copy(b.queue, b.queue[b.head:])
+		clear(b.queue[n:])
+		b.queue, b.head = b.queue[:n], 0
+	}
+	for len(b.early) > 0 && b.early[0].left {
+		heap.Pop(&b.early)
+		b.left--
+	}
+	switch {
+	case len(b.early) == 0:
+		return b.queue[b.head]
+	case b.head == len(b.queue) || older(b.early[0], b.queue[b.head]):
+		return b.early[0]
+	}
+	return b.queue[b.head]
+}
+
+// compact drops every row flagged as left.
+func (b *backlog) compact() {
+	q := slices.DeleteFunc(b.queue[b.head:], func(r *workRow) bool { return r.left })
+	n := copy(b.queue, q)
+	clear(b.queue[n:])
+	b.queue, b.head = b.queue[:n], 0
+	if len(b.early) > 0 {
+		b.early = slices.DeleteFunc(b.early, func(r *workRow) bool { return r.left })
+		heap.Init(&b.early)
+	}
+	b.left = 0
+}
+
+// rowHeap is a min-heap of rows by storage order, for container/heap.
+type rowHeap []*workRow
+
+func (h rowHeap) Len() int           { return len(h) }
+func (h rowHeap) Less(i, j int) bool { return older(h[i], h[j]) }
+func (h rowHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *rowHeap) Push(x any)        { *h = append(*h, x.(*workRow)) }
+
+func (h *rowHeap) Pop() any {
+	old := *h
+	r := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return r
 }

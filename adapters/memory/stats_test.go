@@ -16,8 +16,8 @@ import (
 // TestClaimIndexMatchesFullScan (appends below pending rows, completions in
 // and out of debug mode, failures, replay failures, dead letters, requeues,
 // Now moving backwards) and checks after every one that PerspectivesLag,
-// read from the per-perspective heaps, equals the figures of a scan of every
-// pending row, and that each heap holds exactly its perspective's rows.
+// read from the per-perspective backlogs, equals the figures of a scan of every
+// pending row, and that each backlog holds exactly its perspective's rows.
 func TestPerspectivesLagMatchesFullScan(t *testing.T) {
 	t.Parallel()
 
@@ -58,30 +58,48 @@ func (s *Store) referenceLag(now time.Time) []ports.PerspectiveLag {
 }
 
 // requireBacklogsConsistent checks that every pending row is in its
-// perspective's backlog at the position it records, that the backlogs hold
-// nothing else, none is empty, and each is a heap.
+// perspective's backlog exactly once, that the backlogs hold nothing else
+// but rows flagged as left, which they count, that the counts are right,
+// none is kept without pending rows, queue is in storage order and early a
+// heap.
 func (s *Store) requireBacklogsConsistent(t *testing.T) {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	held := 0
 	for name, b := range s.backlogs {
-		if len(b.rows) == 0 {
-			t.Fatalf("backlog %s is kept empty: it goes with its last row", name)
+		if b.pending == 0 {
+			t.Fatalf("backlog %s is kept without pending rows: it goes with its last one", name)
 		}
-		for i, r := range b.rows {
+		queue := b.queue[b.head:]
+		seen := map[*workRow]bool{}
+		pending, left := 0, 0
+		for i, r := range slices.Concat(queue, b.early) {
 			switch {
 			case r.perspective != name:
 				t.Fatalf("row %s of %s is in the backlog of %s", r.id, r.perspective, name)
-			case r.backlogIdx != i:
-				t.Fatalf("row %s records position %d, is at %d", r.id, r.backlogIdx, i)
-			case s.work[r.id] != r:
+			case seen[r]:
+				t.Fatalf("row %s is twice in the backlog of %s", r.id, name)
+			case r.left && s.work[r.id] == r:
+				t.Fatalf("row %s of the backlog of %s is flagged as left but pending", r.id, name)
+			case !r.left && s.work[r.id] != r:
 				t.Fatalf("row %s of the backlog of %s is not pending", r.id, name)
-			case i > 0 && older(r, b.rows[(i-1)/2]):
-				t.Fatalf("row %s is older than its parent in the backlog of %s", r.id, name)
+			case i > 0 && i < len(queue) && older(r, queue[i-1]):
+				t.Fatalf("row %s is older than the row before it in the queue of %s", r.id, name)
+			case i > len(queue) && older(r, b.early[(i-len(queue)-1)/2]):
+				t.Fatalf("row %s is older than its parent in the early rows of %s", r.id, name)
+			}
+			seen[r] = true
+			if r.left {
+				left++
+			} else {
+				pending++
 			}
 		}
-		held += len(b.rows)
+		require.Equal(t, pending, b.pending, "the backlog of %s counts its pending rows", name)
+		require.Equal(t, left, b.left, "the backlog of %s counts its rows flagged as left", name)
+		require.LessOrEqual(t, b.left, b.pending, "the backlog of %s is compacted once left rows are the larger part", name)
+		held += pending
 	}
 	require.Equal(t, len(s.work), held, "every pending row is in a backlog")
 	for _, st := range s.streams {

@@ -58,9 +58,9 @@
 // dead-letter requeue keeps its dead letter's id, so completing or
 // dead-lettering it again finds the dead letter in O(1); listing and
 // recovering dead letters walk all of them. Each perspective's pending rows
-// are kept in a heap by storage time as well, so the backlog figures
-// (PerspectivesLag) cost O(perspectives) and every row stored or removed
-// O(log n) more.
+// are counted and kept in storage order as well, removed lazily, so the
+// backlog figures (PerspectivesLag) cost O(perspectives) and every row
+// stored or removed O(1) more, amortized (see backlog).
 // CLAIMING.md at the repository root describes the claim policy both adapters implement.
 package memory
 
@@ -107,7 +107,7 @@ type Store struct {
 	streams     map[uuid.UUID]*stream              // every stream with events, work, cursors or models
 	eventIDs    map[uuid.UUID]eventLoc             // every stored event id, with where it is stored
 	work        map[uuid.UUID]*workRow             // pending work rows by work id
-	backlogs    map[string]*backlog                // perspective -> its pending rows, oldest first (stats.go)
+	backlogs    map[string]*backlog                // perspective -> its pending rows in storage order (stats.go)
 	processed   map[uuid.UUID]*workRow             // rows completed in debug mode, kept for forensics
 	leases      map[uuid.UUID]map[*stream]struct{} // instance -> streams leased to it
 	claims      claimIndex                         // streams a claim may take, see claimindex.go
@@ -199,7 +199,7 @@ type workRow struct {
 	seq         uint64
 	createdAt   time.Time
 	processedAt time.Time // set only in debug mode
-	backlogIdx  int       // position in its perspective's backlog while pending
+	left        bool      // left the pending rows: its perspective's backlog skips it
 	// deadLetterID is the dead letter whose requeue stored the row, uuid.Nil
 	// for a row stored by an append or a failure: completing the row
 	// recovers that dead letter, dead-lettering it again updates it.
