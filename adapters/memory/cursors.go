@@ -257,11 +257,15 @@ func (s *Store) finishRows(instance, streamID uuid.UUID, perspective string, ids
 	p := st.pairs[pi]
 	n := 0
 	for _, id := range ids {
-		r := s.work[id]
-		if !rowOf(r, streamID, perspective) {
+		// The pair's first row is the usual one, and is recognized without a
+		// lookup in s.work, which holds every pending row of the store.
+		var r *workRow
+		if rows := p.pending(); len(rows) > 0 && rows[0].id == id {
+			r = rows[0]
+		} else if r = s.work[id]; !rowOf(r, streamID, perspective) {
 			continue
 		}
-		p.remove(r) // a row of s.work is pending, so it is in p
+		p.remove(r) // a pending row of (streamID, perspective) is in p
 		s.leaveBacklog(p, r)
 		delete(s.work, id)
 		if r.deadLetterID != uuid.Nil {
