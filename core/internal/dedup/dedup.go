@@ -112,11 +112,15 @@ type Cache struct {
 	// answers Contains, and moving an entry to Retained updates it in place.
 	entries map[uuid.UUID]entry
 	// order lists the Retained entries from order[head] on, oldest
-	// retention start first, as (id, gen). An element whose gen differs from
-	// its entry's (the entry was removed, or removed and added again) is
-	// stale and skipped. Entries are never promoted, so the order is that of
-	// their retention starts: EvictExpired stops at the first live entry and
-	// capacity evictions drop the oldest acknowledgement.
+	// retention start first, as (id, gen, at). An element whose gen differs
+	// from its entry's (the entry was removed, or removed and added again)
+	// is stale and skipped. Entries are never promoted, so the order is that
+	// of their retention starts: EvictExpired stops at the first live entry
+	// and capacity evictions drop the oldest acknowledgement. Each Retained
+	// entry has one element, so order holds stale elements exactly when it
+	// is longer than retained; until then its front is known to be live
+	// without a map lookup, which in a full cache is most of the cost of an
+	// eviction.
 	order    []retainedRef
 	head     int
 	retained int    // Retained entries stored (expired ones included)
@@ -130,9 +134,12 @@ type entry struct {
 	at  time.Duration
 }
 
+// retainedRef is an element of Cache.order: the entry of id that became
+// Retained as gen, at the given offset (a copy of its entry's).
 type retainedRef struct {
 	id  uuid.UUID
 	gen uint64
+	at  time.Duration
 }
 
 // New returns an empty Cache. It panics, naming the field, if opts holds a
@@ -270,7 +277,7 @@ func (c *Cache) retainLocked(id uuid.UUID, now time.Duration) int {
 	}
 	c.gen++
 	c.entries[id] = entry{gen: c.gen, at: now}
-	c.order = append(c.order, retainedRef{id: id, gen: c.gen})
+	c.order = append(c.order, retainedRef{id: id, gen: c.gen, at: now})
 	c.retained++
 	return evicted
 }
@@ -280,6 +287,9 @@ func (c *Cache) retainLocked(id uuid.UUID, now time.Duration) int {
 func (c *Cache) oldestLocked() (entry, bool) {
 	for c.head < len(c.order) {
 		ref := c.order[c.head]
+		if len(c.order)-c.head == c.retained {
+			return entry{gen: ref.gen, at: ref.at}, true // no element is stale
+		}
 		if e, ok := c.entries[ref.id]; ok && e.gen == ref.gen {
 			return e, true
 		}
