@@ -143,7 +143,7 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 			return fmt.Errorf("recording failures: event %s is not version %d of stream %s: %w",
 				f.FailedEventID, f.FailedEventVersion, f.StreamID, ports.ErrInvalidArgument)
 		}
-		id, err := uuid.NewV7()
+		id, err := s.work.newID()
 		if err != nil {
 			return fmt.Errorf("recording failures: generating work id: %w", err)
 		}
@@ -163,7 +163,7 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 		st := s.streamFor(f.StreamID)
 		holds := params.InstanceID != uuid.Nil && st.holder == params.InstanceID
 		for _, id := range f.FailedWorkIDs {
-			r := s.work[id]
+			r := s.work.get(id)
 			if !holds || !rowOf(r, f.StreamID, f.Perspective) {
 				continue
 			}
@@ -258,16 +258,16 @@ func (s *Store) finishRows(instance, streamID uuid.UUID, perspective string, ids
 	n := 0
 	for _, id := range ids {
 		// The pair's first row is the usual one, and is recognized without a
-		// lookup in s.work, which holds every pending row of the store.
+		// lookup in s.work.
 		var r *workRow
 		if rows := p.pending(); len(rows) > 0 && rows[0].id == id {
 			r = rows[0]
-		} else if r = s.work[id]; !rowOf(r, streamID, perspective) {
+		} else if r = s.work.get(id); !rowOf(r, streamID, perspective) {
 			continue
 		}
 		p.remove(r) // a pending row of (streamID, perspective) is in p
 		s.leaveBacklog(p, r)
-		delete(s.work, id)
+		s.work.remove(r)
 		if r.deadLetterID != uuid.Nil {
 			s.recoverDeadLetter(r.deadLetterID, now)
 		}

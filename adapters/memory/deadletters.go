@@ -26,7 +26,7 @@ func (s *Store) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMove
 	}
 	defer s.mu.Unlock()
 
-	r := s.work[params.WorkID]
+	r := s.work.get(params.WorkID)
 	if r == nil {
 		return &ports.DeadLetterMoveResult{}, nil
 	}
@@ -208,11 +208,11 @@ func (s *Store) DeadLettersRequeue(ctx context.Context, params *ports.DeadLetter
 // requeueWorkID returns the id the requeued row of dl gets: its original
 // work id, unless a pending row has it.
 func (s *Store) requeueWorkID(dl *deadLetter) (uuid.UUID, error) {
-	if _, taken := s.work[dl.WorkID]; !taken {
+	if s.work.get(dl.WorkID) == nil {
 		return dl.WorkID, nil
 	}
 	// Cannot happen through the ports; never let two rows share an id.
-	id, err := uuid.NewV7()
+	id, err := s.work.newID()
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("generating work id: %w", err)
 	}

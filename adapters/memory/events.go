@@ -112,7 +112,7 @@ func (s *Store) EventsAppend(ctx context.Context, params *ports.EventsAppendPara
 			}
 		}
 		for range n {
-			id, err := uuid.NewV7()
+			id, err := s.work.newID()
 			if err != nil {
 				return nil, fmt.Errorf("appending to stream %s: generating work id: %w", params.StreamID, err)
 			}

@@ -43,11 +43,15 @@ func (s *Store) referenceLag(now time.Time) []ports.PerspectiveLag {
 	defer s.mu.Unlock()
 	oldest := map[string]time.Time{}
 	count := map[string]int64{}
-	for _, r := range s.work {
-		if at, ok := oldest[r.perspective]; !ok || r.createdAt.Before(at) {
-			oldest[r.perspective] = r.createdAt
+	for _, st := range s.streams {
+		for _, p := range st.pairs {
+			for _, r := range p.pending() {
+				if at, ok := oldest[r.perspective]; !ok || r.createdAt.Before(at) {
+					oldest[r.perspective] = r.createdAt
+				}
+				count[r.perspective]++
+			}
 		}
-		count[r.perspective]++
 	}
 	out := make([]ports.PerspectiveLag, 0, len(count))
 	for name, n := range count {
@@ -80,9 +84,9 @@ func (s *Store) requireBacklogsConsistent(t *testing.T) {
 				t.Fatalf("row %s of %s is in the backlog of %s", r.id, r.perspective, name)
 			case seen[r]:
 				t.Fatalf("row %s is twice in the backlog of %s", r.id, name)
-			case r.left && s.work[r.id] == r:
+			case r.left && s.work.get(r.id) == r:
 				t.Fatalf("row %s of the backlog of %s is flagged as left but pending", r.id, name)
-			case !r.left && s.work[r.id] != r:
+			case !r.left && s.work.get(r.id) != r:
 				t.Fatalf("row %s of the backlog of %s is not pending", r.id, name)
 			case i > 0 && i < len(queue) && older(r, queue[i-1]):
 				t.Fatalf("row %s is older than the row before it in the queue of %s", r.id, name)
@@ -101,7 +105,7 @@ func (s *Store) requireBacklogsConsistent(t *testing.T) {
 		require.LessOrEqual(t, b.left, b.pending, "the backlog of %s is compacted once left rows are the larger part", name)
 		held += pending
 	}
-	require.Equal(t, len(s.work), held, "every pending row is in a backlog")
+	require.Equal(t, s.work.rows, held, "every pending row is in a backlog")
 	for _, st := range s.streams {
 		for _, p := range st.pairs {
 			if p.backlog != s.backlogs[p.perspective] {

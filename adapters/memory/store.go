@@ -57,7 +57,9 @@
 // once, not again by every later completion. Each work row stored by a
 // dead-letter requeue keeps its dead letter's id, so completing or
 // dead-lettering it again finds the dead letter in O(1); listing and
-// recovering dead letters walk all of them. Each perspective's pending rows
+// recovering dead letters walk all of them. Rows are found by work id
+// through slots the ids the store draws carry (see workIndex), so the rows a
+// completion removes usually lie side by side. Each perspective's pending rows
 // are counted and kept in storage order as well, removed lazily, so the
 // backlog figures (PerspectivesLag) cost O(perspectives) and every row
 // stored or removed O(1) more, amortized (see backlog).
@@ -106,7 +108,7 @@ type Store struct {
 	instanceIDs []uuid.UUID                        // keys of instances in byte order (rank order)
 	streams     map[uuid.UUID]*stream              // every stream with events, work, cursors or models
 	eventIDs    map[uuid.UUID]eventLoc             // every stored event id, with where it is stored
-	work        map[uuid.UUID]*workRow             // pending work rows by work id
+	work        workIndex                          // pending work rows by work id (workindex.go)
 	backlogs    map[string]*backlog                // perspective -> its pending rows in storage order (stats.go)
 	processed   map[uuid.UUID]*workRow             // rows completed in debug mode, kept for forensics
 	leases      map[uuid.UUID]map[*stream]struct{} // instance -> streams leased to it
@@ -245,7 +247,7 @@ func New(opts Options) *Store {
 		instances:      make(map[uuid.UUID]*ports.Instance),
 		streams:        make(map[uuid.UUID]*stream),
 		eventIDs:       make(map[uuid.UUID]eventLoc),
-		work:           make(map[uuid.UUID]*workRow),
+		work:           newWorkIndex(),
 		backlogs:       make(map[string]*backlog),
 		processed:      make(map[uuid.UUID]*workRow),
 		leases:         make(map[uuid.UUID]map[*stream]struct{}),
@@ -466,7 +468,7 @@ func (s *Store) addRow(st *stream, r *workRow) {
 		p.lateBelow = r.version // keep every row below it late
 	}
 	st.pending++
-	s.work[r.id] = r
+	s.work.put(r)
 }
 
 // arrivesLate reports whether a row of perspective stored now at version is
@@ -507,7 +509,7 @@ func (s *Store) removeRow(st *stream, r *workRow) {
 		st.pairs = slices.Delete(st.pairs, pi, pi+1)
 	}
 	st.pending--
-	delete(s.work, r.id)
+	s.work.remove(r)
 }
 
 // mark returns the handed-out mark of perspective under st's lease, 0 when
