@@ -88,10 +88,16 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 	}
 
 	actx, cancel := context.WithCancelCause(ctx)
+	batchSize := dr.parking.saveBatchSize(key)
 	run := &pairRun{
 		dr: dr, p: p, key: key, task: task, sw: sw, rows: rows, stored: stored, model: model,
-		parent: ctx, actx: actx, cancel: cancel, release: release, batchSize: dr.parking.saveBatchSize(key),
+		parent: ctx, actx: actx, cancel: cancel, release: release, batchSize: batchSize,
 		attrs: dr.metrics.perspective(key.perspective), traced: recording(ctx),
+		// Sized for the usual run, which applies and completes every row,
+		// so that they are not grown row by row.
+		done:    make([]uuid.UUID, 0, len(rows)),
+		unsaved: make([]int, 0, min(len(rows), batchSize)),
+		saved:   make([]int, 0, len(rows)),
 	}
 	defer func() { run.cancel(nil) }()
 	run.watch = dr.monitor.watch(key, cancel, run.abandon)
