@@ -92,6 +92,31 @@ func BenchmarkWorkClaimBacklog(b *testing.B) {
 	}
 }
 
+// BenchmarkEventsFetchPending measures the fetch of a busy instance: 300
+// streams of 30 events fanned out to two perspectives, leased to the
+// caller and fetched whole, with their work rows, cursors and events.
+func BenchmarkEventsFetchPending(b *testing.B) {
+	bb := newBenchBundle(b, "p1", "p2")
+	bb.appendStreams(b, 300, 30)
+	res, err := bb.store.WorkClaim(b.Context(), bb.claimParams(300))
+	require.NoError(b, err)
+	require.Len(b, res.StreamIDs, 300)
+	params := &ports.EventsFetchPendingParams{
+		InstanceID: bb.instance, StreamIDs: res.StreamIDs,
+		LeaseDuration: time.Hour, StaleThreshold: time.Hour, Now: bb.now,
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		fetched, err := bb.store.EventsFetchPending(b.Context(), params)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(fetched.Work) != 300*30*2 || len(fetched.Events) != 300*30 {
+			b.Fatalf("fetched %d rows and %d events", len(fetched.Work), len(fetched.Events))
+		}
+	}
+}
+
 // BenchmarkCatchUp appends 5,000 streams of 20 events fanned out to two
 // perspectives (the orders demo) and drains them the way the engine does:
 // claim up to 300 streams, fetch them, complete every fetched row with its
