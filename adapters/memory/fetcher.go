@@ -115,14 +115,21 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 	}
 	size := 0
 	for _, sp := range spans {
+		// The versions are sorted and usually consecutive: each is looked
+		// for just after the previous one's event before being searched.
+		next := 0
 		for k, v := range versions[sp.from:sp.to] {
-			i, ok := sp.st.eventIndex(v)
+			i, ok := next, next < len(sp.st.events) && sp.st.events[next].Version == v
 			if !ok {
-				i = -1
-			} else {
-				size += len(sp.st.events[i].Data)
+				i, ok = sp.st.eventIndex(v)
 			}
+			if !ok {
+				versions[sp.from+k] = -1
+				continue
+			}
+			size += len(sp.st.events[i].Data)
 			versions[sp.from+k] = int64(i) // from here on, the event's index
+			next = i + 1
 		}
 	}
 	result.Events = make([]ports.Event, 0, len(versions))
