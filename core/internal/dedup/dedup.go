@@ -24,7 +24,7 @@
 //
 // # Why not an expiring LRU
 //
-// The Retained phase is a map and a FIFO of retention starts, not
+// The Retained phase is a hash table and a FIFO of retention starts, not
 // golang-lru's expirable.LRU. With a TTL, that LRU starts a cleanup
 // goroutine it gives no way to stop (one would leak per Worker) and judges
 // expiry by wall time, out of reach of an injected clock. Without a TTL it is
@@ -108,38 +108,18 @@ type Cache struct {
 	base time.Time
 
 	mu sync.Mutex
-	// entries holds every stored id, in either phase: one map lookup
-	// answers Contains, and moving an entry to Retained updates it in place.
-	entries map[uuid.UUID]entry
-	// order lists the Retained entries from order[head] on, oldest
-	// retention start first, as (id, gen, at). An element whose gen differs
-	// from its entry's (the entry was removed, or removed and added again)
-	// is stale and skipped. Entries are never promoted, so the order is that
-	// of their retention starts: EvictExpired stops at the first live entry
-	// and capacity evictions drop the oldest acknowledgement. Each Retained
-	// entry has one element, so order holds stale elements exactly when it
-	// is longer than retained; until then its front is known to be live
-	// without a map lookup, which in a full cache is most of the cost of an
-	// eviction.
-	order    []retainedRef
-	head     int
-	retained int    // Retained entries stored (expired ones included)
-	gen      uint64 // the last gen handed out
-}
-
-// entry is one stored id: InFlight while gen is 0, else Retained since
-// base+at, gen being its place in the retention order.
-type entry struct {
-	gen uint64
-	at  time.Duration
-}
-
-// retainedRef is an element of Cache.order: the entry of id that became
-// Retained as gen, at the given offset (a copy of its entry's).
-type retainedRef struct {
-	id  uuid.UUID
-	gen uint64
-	at  time.Duration
+	// entries holds every stored id, in either phase, with its mark
+	// (markInFlight, or its retention start): one lookup answers Contains,
+	// and moving an entry to Retained updates it in place.
+	entries table
+	// order lists the Retained entries, oldest retention start first. An
+	// element whose mark differs from its entry's (the entry was removed,
+	// or removed and retained again) is stale and skipped. Entries are
+	// never promoted, so the order is that of their retention starts:
+	// EvictExpired stops at the first live entry and capacity evictions
+	// drop the oldest acknowledgement.
+	order    fifo
+	retained int // Retained entries stored (expired ones included)
 }
 
 // New returns an empty Cache. It panics, naming the field, if opts holds a
@@ -157,7 +137,7 @@ func New(opts Options) *Cache {
 		clock:     opts.Clock,
 		observer:  opts.Observer,
 		observed:  opts.Observer != nil,
-		entries:   make(map[uuid.UUID]entry),
+		entries:   newTable(),
 	}
 	if c.retention == 0 {
 		c.retention = RetentionDefault
@@ -176,8 +156,9 @@ func New(opts Options) *Cache {
 	return c
 }
 
-// since returns t as an offset from the cache's base time.
-func (c *Cache) since(t time.Time) time.Duration { return t.Sub(c.base) }
+// since returns t as an offset from the cache's base time, the mark of an
+// entry retained at t.
+func (c *Cache) since(t time.Time) int64 { return max(int64(t.Sub(c.base)), markRetainedMin) }
 
 // AddRange records ids as InFlight. Ids already present are left untouched:
 // an InFlight entry stays InFlight and a Retained entry keeps its original
@@ -218,7 +199,7 @@ func (c *Cache) add(ids []uuid.UUID) []uuid.UUID {
 		if !c.absentLocked(id, now) {
 			continue
 		}
-		c.entries[id] = entry{}
+		c.entries.set(id, markInFlight)
 		if c.observed {
 			added = append(added, id)
 		}
@@ -243,23 +224,23 @@ func (c *Cache) addRetained(ids []uuid.UUID) (added []uuid.UUID, evicted int) {
 // absentLocked reports whether id may be added: it is neither InFlight nor
 // Retained with its retention still running. An expired Retained entry is
 // dropped on the way.
-func (c *Cache) absentLocked(id uuid.UUID, now time.Duration) bool {
-	e, ok := c.entries[id]
-	switch {
-	case !ok:
+func (c *Cache) absentLocked(id uuid.UUID, now int64) bool {
+	switch m := c.entries.get(id); {
+	case m == markEmpty:
 		return true
-	case e.gen == 0 || c.live(e.at, now):
+	case m == markInFlight || c.live(m, now):
 		return false
+	default:
+		c.deleteLocked(id, m)
+		return true
 	}
-	c.deleteLocked(id, e)
-	return true
 }
 
-// deleteLocked drops the stored entry e of id. Its element in order, if
-// any, becomes stale.
-func (c *Cache) deleteLocked(id uuid.UUID, e entry) {
-	delete(c.entries, id)
-	if e.gen != 0 {
+// deleteLocked drops the stored entry of id, whose mark is m. Its element
+// in order, if any, becomes stale.
+func (c *Cache) deleteLocked(id uuid.UUID, m int64) {
+	c.entries.delete(id)
+	if m != markInFlight {
 		c.retained--
 	}
 }
@@ -267,7 +248,7 @@ func (c *Cache) deleteLocked(id uuid.UUID, e entry) {
 // retainLocked makes id Retained from now (it is absent or InFlight),
 // evicting the oldest Retained entry when the phase is full. It returns how
 // many entries it evicted.
-func (c *Cache) retainLocked(id uuid.UUID, now time.Duration) int {
+func (c *Cache) retainLocked(id uuid.UUID, now int64) int {
 	evicted := 0
 	if c.retained >= c.capacity {
 		if _, ok := c.oldestLocked(); ok {
@@ -275,49 +256,35 @@ func (c *Cache) retainLocked(id uuid.UUID, now time.Duration) int {
 			evicted++
 		}
 	}
-	c.gen++
-	c.entries[id] = entry{gen: c.gen, at: now}
-	c.order = append(c.order, retainedRef{id: id, gen: c.gen, at: now})
+	c.entries.set(id, now)
+	c.order.push(retainedRef{id: id, mark: now})
 	c.retained++
 	return evicted
 }
 
-// oldestLocked returns the Retained entry with the oldest retention start,
-// dropping the stale elements in front of it.
-func (c *Cache) oldestLocked() (entry, bool) {
-	for c.head < len(c.order) {
-		ref := c.order[c.head]
-		if len(c.order)-c.head == c.retained {
-			return entry{gen: ref.gen, at: ref.at}, true // no element is stale
+// oldestLocked returns the retention start of the Retained entry retained
+// first, dropping the stale elements in front of it.
+func (c *Cache) oldestLocked() (int64, bool) {
+	for c.order.n > 0 {
+		ref := c.order.front()
+		// Each Retained entry has one element, so the order holds stale
+		// elements only when it is longer than retained: until then its
+		// front is live without a lookup, which in a full cache is most of
+		// the cost of an eviction.
+		if c.order.n == c.retained || c.entries.get(ref.id) == ref.mark {
+			return ref.mark, true
 		}
-		if e, ok := c.entries[ref.id]; ok && e.gen == ref.gen {
-			return e, true
-		}
-		c.popLocked()
+		c.order.pop()
 	}
-	return entry{}, false
+	return 0, false
 }
 
 // evictOldestLocked removes the entry oldestLocked just returned.
 func (c *Cache) evictOldestLocked() {
-	ref := c.order[c.head]
-	c.popLocked()
-	delete(c.entries, ref.id)
+	ref := c.order.front()
+	c.order.pop()
+	c.entries.delete(ref.id)
 	c.retained--
-}
-
-// popLocked drops the front element of order, reclaiming the space in front
-// once it is the larger part.
-func (c *Cache) popLocked() {
-	c.order[c.head] = retainedRef{}
-	c.head++
-	switch {
-	case c.head == len(c.order):
-		c.order, c.head = c.order[:0], 0
-	case c.head > 1024 && 2*c.head > len(c.order):
-		n := copy(c.order, c.order[c.head:])
-		c.order, c.head = c.order[:n], 0
-	}
 }
 
 // Contains reports whether id was processed and should be skipped: true for
@@ -327,8 +294,8 @@ func (c *Cache) popLocked() {
 func (c *Cache) Contains(id uuid.UUID) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.entries[id]
-	return ok && (e.gen == 0 || c.live(e.at, c.since(c.clock.Now())))
+	m := c.entries.get(id)
+	return m == markInFlight || m != markEmpty && c.live(m, c.since(c.clock.Now()))
 }
 
 // Partition splits items, whose ids id returns, into those the cache does
@@ -338,19 +305,20 @@ func (c *Cache) Contains(id uuid.UUID) bool {
 func Partition[T any](c *Cache, items []T, id func(*T) uuid.UUID) (fresh []T, skipped []uuid.UUID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.entries) == 0 {
+	if c.entries.n == 0 {
 		return items, nil
 	}
-	var now time.Duration
+	var now int64
 	haveNow := false
 	for i := range items {
 		k := id(&items[i])
-		e, ok := c.entries[k]
-		if ok && e.gen != 0 {
+		m := c.entries.get(k)
+		ok := m != markEmpty
+		if ok && m != markInFlight {
 			if !haveNow {
 				now, haveNow = c.since(c.clock.Now()), true
 			}
-			ok = c.live(e.at, now)
+			ok = c.live(m, now)
 		}
 		if !ok {
 			if skipped != nil {
@@ -376,10 +344,8 @@ func (c *Cache) ActivateRetention() {
 	c.mu.Lock()
 	now := c.since(c.clock.Now())
 	activated, evicted := 0, 0
-	for id, e := range c.entries {
-		if e.gen != 0 {
-			continue
-		}
+	// Collected first: an eviction for room moves entries of the table.
+	for _, id := range c.entries.inFlight() {
 		evicted += c.retainLocked(id, now)
 		activated++
 	}
@@ -396,7 +362,7 @@ func (c *Cache) ActivateRetentionFor(ids []uuid.UUID) {
 	now := c.since(c.clock.Now())
 	activated, evicted := 0, 0
 	for _, id := range ids {
-		if e, ok := c.entries[id]; !ok || e.gen != 0 {
+		if c.entries.get(id) != markInFlight {
 			continue
 		}
 		evicted += c.retainLocked(id, now)
@@ -422,8 +388,8 @@ func (c *Cache) EvictExpired() {
 	now := c.since(c.clock.Now())
 	evicted := 0
 	for {
-		e, ok := c.oldestLocked()
-		if !ok || c.live(e.at, now) {
+		at, ok := c.oldestLocked()
+		if !ok || c.live(at, now) {
 			break
 		}
 		c.evictOldestLocked()
@@ -446,8 +412,8 @@ func (c *Cache) RemoveRange(ids []uuid.UUID) {
 	c.mu.Lock()
 	var removed []uuid.UUID
 	for _, id := range ids {
-		if e, ok := c.entries[id]; ok {
-			c.deleteLocked(id, e)
+		if m := c.entries.get(id); m != markEmpty {
+			c.deleteLocked(id, m)
 			removed = append(removed, id)
 		}
 	}
@@ -462,13 +428,13 @@ func (c *Cache) RemoveRange(ids []uuid.UUID) {
 func (c *Cache) Count() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.entries)
+	return c.entries.n
 }
 
 // live reports whether a Retained entry started at offset at still counts
 // as contained at offset now.
-func (c *Cache) live(at, now time.Duration) bool {
-	return now < at+c.retention
+func (c *Cache) live(at, now int64) bool {
+	return now < at+int64(c.retention)
 }
 
 type nopObserver struct{}
