@@ -205,30 +205,50 @@ func readFetchedRows(br pgx.BatchResults, result *ports.EventsFetchPendingResult
 		return err
 	}
 	defer rows.Close()
+	names := internedNames{}
 	for rows.Next() {
 		var (
-			item    ports.WorkItem
-			first   bool
-			ev      ports.Event
-			evType  pgtype.Text
-			meta    []byte
-			created pgtype.Timestamptz
+			item        ports.WorkItem
+			first       bool
+			ev          ports.Event
+			perspective pgtype.DriverBytes
+			evType      pgtype.DriverBytes
+			meta        []byte
+			created     pgtype.Timestamptz
 		)
-		if err := rows.Scan(uuidDest(&item.WorkID), uuidDest(&item.StreamID), &item.Perspective, uuidDest(&item.EventID), &item.EventVersion,
+		if err := rows.Scan(uuidDest(&item.WorkID), uuidDest(&item.StreamID), &perspective, uuidDest(&item.EventID), &item.EventVersion,
 			&item.Attempts, &item.Late, &first, &evType, &ev.Data, &meta, &created); err != nil {
 			return err
 		}
+		item.Perspective = names.intern(perspective)
 		result.Work = append(result.Work, item)
 		if !first {
 			continue
 		}
-		ev.ID, ev.StreamID, ev.Type, ev.Version, ev.CreatedAt = item.EventID, item.StreamID, fromText(evType), item.EventVersion, fromTime(created)
+		ev.ID, ev.StreamID, ev.Type, ev.Version, ev.CreatedAt = item.EventID, item.StreamID, names.intern(evType), item.EventVersion, fromTime(created)
 		if err := json.Unmarshal(meta, &ev.Metadata); err != nil {
 			return fmt.Errorf("decoding metadata of event %s: %w", ev.ID, err)
 		}
 		result.Events = append(result.Events, ev)
 	}
 	return rows.Err()
+}
+
+// internedNames hands out one string per distinct perspective or event
+// type name of a fetch: thousands of rows name a few of them, and a string
+// of its own per row would be an allocation per row, held as long as the
+// row.
+type internedNames map[string]string
+
+// intern returns the string of b, which may be the driver's memory (valid
+// until the next row only).
+func (n internedNames) intern(b []byte) string {
+	if s, ok := n[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	n[s] = s
+	return s
 }
 
 // pairCursors keeps the cursors of the pairs of work.
