@@ -23,6 +23,9 @@ const (
 	pgInvalidTextRepresentation = "22P02"
 	pgInvalidJSONText           = "22032"
 	pgDuplicateTable            = "42P07"
+	// pgInternalError is raised, among others, by two sessions updating
+	// one catalog row at once ("tuple concurrently updated").
+	pgInternalError = "XX000"
 
 	// Transient failures (see isTransientCode).
 	pgConnectionExceptionClass = "08"

@@ -453,7 +453,8 @@ func (s *Store) modelsUnlocked(ctx context.Context) (bool, error) {
 
 // isIndexCollision reports whether a build or drop failed because another
 // instance's ran at the same time: a deadlock between the two, a lock
-// not available, or the name taken meanwhile.
+// not available, the name taken meanwhile, or both updating the table's
+// catalog row at once (an internal error, "tuple concurrently updated").
 func isIndexCollision(err error) bool {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
@@ -462,6 +463,8 @@ func isIndexCollision(err error) bool {
 	switch pgErr.Code {
 	case pgDeadlockDetected, pgLockNotAvailable, pgUniqueViolation, pgDuplicateTable:
 		return true
+	case pgInternalError:
+		return pgErr.Message == "tuple concurrently updated"
 	}
 	return false
 }

@@ -1,9 +1,12 @@
 package postgres
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/ports"
@@ -58,4 +61,30 @@ func TestQuoteLiteral(t *testing.T) {
 	require.Equal(t, `'orders'`, quoteLiteral("orders"))
 	require.Equal(t, `'o''k'`, quoteLiteral("o'k"))
 	require.Equal(t, `E'a\\b''c'`, quoteLiteral(`a\b'c`), "an escape string, read alike whatever standard_conforming_strings says")
+}
+
+// Two instances building one model index at once fail in several ways,
+// each a collision to wait out, not an error: among them the internal
+// error of two sessions updating the table's catalog row together.
+func TestIsIndexCollision(t *testing.T) {
+	t.Parallel()
+	pg := func(code, msg string) error {
+		return fmt.Errorf("building: %w", &pgconn.PgError{Code: code, Message: msg})
+	}
+	for _, err := range []error{
+		pg(pgDeadlockDetected, "deadlock detected"),
+		pg(pgLockNotAvailable, "could not obtain lock"),
+		pg(pgUniqueViolation, "duplicate key value violates unique constraint"),
+		pg(pgDuplicateTable, "relation already exists"),
+		pg(pgInternalError, "tuple concurrently updated"),
+	} {
+		require.True(t, isIndexCollision(err), err)
+	}
+	for _, err := range []error{
+		pg(pgInternalError, "could not read block"),
+		pg("42501", "must be owner of table"),
+		errors.New("conn closed"),
+	} {
+		require.False(t, isIndexCollision(err), err)
+	}
 }
