@@ -17,15 +17,19 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
-// countingStrategy wraps a built-in strategy and counts what it is given.
+// countingStrategy wraps a built-in strategy and counts what it is given;
+// reported is closed at the first completion.
 type countingStrategy struct {
 	completion.Strategy
 	completions atomic.Int64
 	acked       atomic.Int64
+	reported    chan struct{}
+	once        sync.Once
 }
 
 func (s *countingStrategy) ReportCompletion(ctx context.Context, c ports.Completion) error {
 	s.completions.Add(1)
+	s.once.Do(func() { close(s.reported) })
 	return s.Strategy.ReportCompletion(ctx, c)
 }
 
@@ -61,7 +65,7 @@ func TestUserCompletionStrategy(t *testing.T) {
 			}
 			opts.CompletionStrategy = func(r completion.Reporter) (completion.Strategy, error) {
 				s, err := inner(r)
-				strategy = &countingStrategy{Strategy: s}
+				strategy = &countingStrategy{Strategy: s, reported: make(chan struct{})}
 				return strategy, err
 			}
 			w := startWorker(t, b, reg, opts)
@@ -73,7 +77,8 @@ func TestUserCompletionStrategy(t *testing.T) {
 			defer cancel()
 			require.NoError(t, w.WaitForStream(ctx, stream, res.Events[len(res.Events)-1].Version))
 			require.Equal(t, 3, loadTotal(t, b, stream).Sum)
-			require.Positive(t, strategy.completions.Load(), "the engine reported through the user's strategy")
+			// The completion is handed over after the save WaitForStream saw.
+			waitFor(t, strategy.reported, "the engine to report through the user's strategy")
 			if name == "Batched" {
 				// Every completion handed over is settled by its
 				// acknowledgement, by identity.
