@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -28,6 +30,10 @@ const sqlAppendLock = `SELECT pg_advisory_xact_lock(hashtext($1::text), hashtext
 // $2, in stream id order: $1 the lock class.
 const sqlAppendLocks = `SELECT count(pg_advisory_xact_lock(hashtext($1::text), hashtext(s.stream_id::text)))
 FROM (SELECT DISTINCT u.stream_id FROM unnest($2::uuid[]) AS u(stream_id) ORDER BY 1) s`
+
+// rollbackTimeout bounds the ROLLBACK that ends an append's failed
+// transaction, after the caller's context may have ended.
+const rollbackTimeout = 5 * time.Second
 
 // appendLockClass is the class of the Store's append locks: one per schema,
 // so that services sharing a database do not share stream locks.
@@ -239,13 +245,17 @@ LEFT JOIN (
     SELECT true, k.id, k.version, k.created_at, k.metadata, k.same FROM known k
 ) x ON true`
 
-// EventsAppend implements ports.EventStore in one round trip: the stream
-// lock and the append statement go as one batch in one implicit transaction.
-// The wake notification is sent right after the commit, from outside the
-// transaction and coalesced with those of concurrent appends (see
-// publisher), so appends do not serialize on the notification queue; a
-// repeated append wakes the listeners too, since the call that stored the
-// events may have failed before it could.
+// EventsAppend implements ports.EventStore in one round trip: the append
+// runs in a transaction of its own (the stream lock and the append
+// statement), and the wake notification follows in a second transaction in
+// the same round trip, so that it is sent right after the commit. A NOTIFY
+// inside the appending transaction would hold PostgreSQL's notification
+// queue lock across the commit's WAL flush, and concurrent appends would
+// commit one at a time; the notification's own transaction writes nothing
+// and flushes nothing. A repeated append wakes the listeners too, since the
+// call that stored the events may have failed before its notification, and
+// so does an append that failed its ExpectedVersion check (a harmless
+// wake); an append that fails with an error from the database does not.
 //
 // Events are placed in order: one without a Version gets the version after
 // the highest one stored or placed so far, so in a batch an implicit event
@@ -271,9 +281,28 @@ LEFT JOIN (
 // ports.ErrInvalidArgument, and stores nothing, for a subscription with an
 // empty event type or perspective.
 func (s *Store) EventsAppend(ctx context.Context, params *ports.EventsAppendParams) (*ports.EventsAppendResult, error) {
-	res, err := s.append(ctx, s.pool, params, "")
-	if err == nil {
-		s.publisher.wake()
+	if err := params.Validate(); err != nil {
+		return nil, err
+	}
+	// Wait for the schema before taking a connection, which the migration
+	// being waited for may need.
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("appending to stream %s: %w", params.StreamID, translate(err))
+	}
+	defer conn.Release()
+	res, err := s.append(ctx, conn, params, "", true)
+	if pc := conn.Conn().PgConn(); err != nil && !pc.IsClosed() && pc.TxStatus() != 'I' {
+		// The batch opened the transaction and failed before its COMMIT:
+		// end it, so the connection goes back to the pool usable.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		if _, rerr := conn.Exec(rctx, "ROLLBACK"); rerr != nil {
+			_ = conn.Conn().Close(rctx) // the pool drops a closed connection
+		}
+		cancel()
 	}
 	return res, err
 }
@@ -295,7 +324,7 @@ var _ ports.TxEventStore[pgx.Tx] = (*Store)(nil)
 // transaction usable; after a taken version the transaction is aborted (a
 // unique violation): roll it back.
 func (s *Store) AppendTx(ctx context.Context, tx pgx.Tx, params *ports.EventsAppendParams) (*ports.EventsAppendResult, error) {
-	return s.append(ctx, tx, params, s.channel)
+	return s.append(ctx, tx, params, s.channel, false)
 }
 
 // appendRow is one row of sqlAppend's result.
@@ -308,7 +337,12 @@ type appendRow struct {
 	same     pgtype.Bool
 }
 
-func (s *Store) append(ctx context.Context, db batchSender, params *ports.EventsAppendParams, channel string) (*ports.EventsAppendResult, error) {
+// append stores the events of params through db (see EventsAppend). With
+// own set, db is a connection outside any transaction: the batch wraps
+// the append in a transaction of its own and notifies s.channel after its
+// commit (see EventsAppend). Without it, db is the caller's transaction and
+// channel, when set, is notified when that transaction commits.
+func (s *Store) append(ctx context.Context, db batchSender, params *ports.EventsAppendParams, channel string, own bool) (*ports.EventsAppendResult, error) {
 	if err := params.Validate(); err != nil {
 		return nil, err
 	}
@@ -345,20 +379,25 @@ func (s *Store) append(ctx context.Context, db batchSender, params *ports.Events
 	}
 
 	b := &pgx.Batch{}
+	if own {
+		b.Queue("BEGIN")
+	}
 	b.Queue(sqlAppendLock, s.appendLockClass(), params.StreamID)
 	b.Queue(s.sql(sqlAppend), uuidArg(params.StreamID), nowArg(params.Now), params.ExpectedVersion,
 		ids, types, versions, data, metadata, textArg(channel), subTypes, subPerspectives)
+	if own {
+		b.Queue("COMMIT")
+		b.Queue(sqlPublish, s.channel)
+	}
 
 	var (
 		head          int64
 		repeat        bool
 		stored, known []appendRow
 		workRows      int
+		committed     bool
 	)
-	err := sendBatch(ctx, db, b, func(br pgx.BatchResults) error {
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
+	readRows := func(br pgx.BatchResults) error {
 		rows, err := br.Query()
 		if err != nil {
 			return err
@@ -382,7 +421,32 @@ func (s *Store) append(ctx context.Context, db batchSender, params *ports.Events
 			}
 		}
 		return rows.Err()
+	}
+	err := sendBatch(ctx, db, b, func(br pgx.BatchResults) error {
+		leading := 1 // the lock; BEGIN before it
+		if own {
+			leading = 2
+		}
+		if err := execN(br, leading); err != nil {
+			return err
+		}
+		if err := readRows(br); err != nil || !own {
+			return err
+		}
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		committed = true
+		_, err := br.Exec()
+		return err
 	})
+	if err != nil && committed {
+		// Only the wake notification failed: the events are stored, and
+		// listeners fall back on polling.
+		s.opts.Logger.Warn("publishing the wake notification of an append failed; listeners rely on polling",
+			slog.String("stream_id", params.StreamID.String()), slog.Any("error", err))
+		err = nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("appending to stream %s: %w", params.StreamID, translate(err))
 	}

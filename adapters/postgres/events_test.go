@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/vantage-go/vantage/adapters/postgres"
 	"github.com/vantage-go/vantage/internal/pgtest"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -483,4 +484,51 @@ func TestAppendTxRepeatKeepsTransaction(t *testing.T) {
 	require.Equal(t, int64(3), res.Events[0].Version)
 	require.NoError(t, tx.Commit(ctx))
 	require.Equal(t, seq(1, 3), streamVersions(t, b, stream))
+}
+
+// TestAppendConflictKeepsConnection checks that an append rejected by the
+// database (a taken version aborts its transaction) or by its
+// ExpectedVersion check ends its transaction before the connection returns
+// to the pool, in every query execution mode: the next append runs on the
+// same server process and succeeds.
+func TestAppendConflictKeepsConnection(t *testing.T) {
+	for name, mode := range map[string]pgx.QueryExecMode{
+		"CacheStatement": pgx.QueryExecModeCacheStatement,
+		"CacheDescribe":  pgx.QueryExecModeCacheDescribe,
+		"DescribeExec":   pgx.QueryExecModeDescribeExec,
+		"Exec":           pgx.QueryExecModeExec,
+		"SimpleProtocol": pgx.QueryExecModeSimpleProtocol,
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := newStoreWith(t, pgtest.PoolOptions{MaxConns: 1, QueryExecMode: mode}, postgres.Options{Schema: pgtest.Schema(t)})
+			subscribe(t, b, testPerspective)
+			ctx := t.Context()
+			pid := func() uint32 {
+				conn, err := b.pool.Acquire(ctx)
+				require.NoError(t, err)
+				defer conn.Release()
+				return conn.Conn().PgConn().PID()
+			}
+			stream := newUUID(t)
+			first := pid()
+			_, err := b.backend.Events.EventsAppend(ctx, &ports.EventsAppendParams{StreamID: stream, Events: newEvents(1)})
+			require.NoError(t, err)
+
+			taken := newEvents(1)
+			taken[0].Version = 1
+			_, err = b.backend.Events.EventsAppend(ctx, &ports.EventsAppendParams{StreamID: stream, Events: taken})
+			require.ErrorIs(t, err, ports.ErrVersionConflict)
+			require.Equal(t, first, pid(), "the connection survived the aborted transaction")
+
+			_, err = b.backend.Events.EventsAppend(ctx, &ports.EventsAppendParams{StreamID: stream, ExpectedVersion: 5, Events: newEvents(1)})
+			require.ErrorIs(t, err, ports.ErrVersionConflict)
+			require.Equal(t, first, pid(), "the connection survived the failed version check")
+
+			res, err := b.backend.Events.EventsAppend(ctx, &ports.EventsAppendParams{StreamID: stream, ExpectedVersion: 1, Events: newEvents(1)})
+			require.NoError(t, err)
+			require.Equal(t, int64(2), res.Events[0].Version)
+			require.Equal(t, []int64{1, 2}, streamVersions(t, b, stream))
+			require.Equal(t, []int64{1, 2}, workVersions(t, b, stream, testPerspective))
+		})
+	}
 }

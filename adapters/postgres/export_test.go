@@ -4,10 +4,6 @@ package postgres
 
 import "github.com/vantage-go/vantage/ports"
 
-// WaitForPublisher returns once no wake notification of an append is in
-// flight. The caller must not append meanwhile.
-func (s *Store) WaitForPublisher() { s.publisher.wg.Wait() }
-
 // FindStatement returns the statement of a ModelsFind with params and
 // its arguments.
 func (s *Store) FindStatement(params *ports.ModelsFindParams) (string, []any, error) {

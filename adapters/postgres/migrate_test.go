@@ -486,6 +486,30 @@ func TestGate(t *testing.T) {
 		require.True(t, gate.Ready())
 	})
 
+	t.Run("HeldAppendTakesNoConnection", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		schema := freshSchema(t)
+		gate := postgres.NewGate()
+		pool := pgtest.NewPool(t, 1)
+		store, err := postgres.New(pool, postgres.Options{Schema: schema, Gate: gate, ConnString: pgtest.ConnString(t), Logger: testLogger(t)})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, store.Close()) })
+
+		appended := make(chan error, 1)
+		go func() {
+			_, err := store.EventsAppend(ctx, &ports.EventsAppendParams{StreamID: uuid.New(), Events: newEvents(1)})
+			appended <- err
+		}()
+		// The migration needs the pool's only connection: an append
+		// waiting for the gate must not hold it.
+		mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		require.NoError(t, postgres.Migrate(mctx, pool, schema), "the migration got the connection")
+		gate.Open()
+		require.NoError(t, wait(t, appended, "the held append"))
+	})
+
 	t.Run("FailReleasesWaitersWithTheError", func(t *testing.T) {
 		t.Parallel()
 		gate := postgres.NewGate()

@@ -406,13 +406,16 @@ func (n *notifier) close() error {
 	return nil
 }
 
+// sqlPublish wakes the listeners of a channel, $1.
+const sqlPublish = `SELECT pg_notify($1, '')`
+
 // NotifierPublish implements ports.Notifier: a NOTIFY on the schema's
 // channel, which wakes every listener of every Store on the schema.
 func (s *Store) NotifierPublish(ctx context.Context) error {
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	if _, err := s.pool.Exec(ctx, `SELECT pg_notify($1, '')`, s.channel); err != nil {
+	if _, err := s.pool.Exec(ctx, sqlPublish, s.channel); err != nil {
 		return fmt.Errorf("publishing wake on %q: %w", s.channel, translate(err))
 	}
 	return nil

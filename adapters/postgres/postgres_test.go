@@ -78,12 +78,9 @@ func breakConnections(t *testing.T, b ports.Backend) {
 	v, ok := storePools.Load(store)
 	require.True(t, ok, "a Store of newStore")
 	pool := v.(*pgxpool.Pool)
-	// An append's wake notification, sent from a goroutine, would otherwise
-	// take the broken connection in place of the next call.
-	store.WaitForPublisher()
 	// Reset closes the idle connections, and the busy ones when they come
-	// back (a wake notification in flight), so the one acquired next is the
-	// only connection left in the pool.
+	// back, so the one acquired next is the only connection left in the
+	// pool.
 	pool.Reset()
 	conn, err := pool.Acquire(ctx)
 	require.NoError(t, err)

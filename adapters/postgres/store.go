@@ -91,8 +91,7 @@ type Store struct {
 	channel  string   // NOTIFY channel of the schema
 	rendered sync.Map // query text -> text with the schema filled in
 
-	notifier  *notifier
-	publisher publisher
+	notifier *notifier
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -165,7 +164,6 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 		channel: notifyChannel(o.Schema),
 	}
 	s.notifier = newNotifier(s)
-	s.publisher.s = s
 	return s, nil
 }
 
@@ -212,7 +210,6 @@ func (s *Store) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
-		s.publisher.wait()
 		err = s.notifier.close()
 	})
 	return err
@@ -241,7 +238,8 @@ func (s *Store) ready(ctx context.Context) error {
 	return nil
 }
 
-// batchSender sends batches: the pool, or the caller's transaction (AppendTx).
+// batchSender sends batches: the pool, a connection, or the caller's
+// transaction (AppendTx).
 type batchSender interface {
 	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
 }
