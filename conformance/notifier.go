@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/internal/logtest"
@@ -105,6 +106,46 @@ func runNotifier(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			appendN(t, tb.open(t), newID(t), at(0), eventType, 1)
 
 			requireWake(t, wakes)
+		},
+		"AppendWakesNameTheirStreams": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			wakes := listen(t.Context(), t, tb.open(t))
+			subscribe(t, tb.backend, eventType, perspective)
+			appender := tb.open(t)
+			streams := []uuid.UUID{newID(t), newID(t), newID(t)}
+			for _, s := range streams {
+				appendN(t, appender, s, at(0), eventType, 1)
+			}
+
+			// Received now or merged while buffered, every stream is named
+			// by a wake, and no wake names another.
+			named := map[uuid.UUID]bool{}
+			for len(named) < len(streams) {
+				select {
+				case w, ok := <-wakes:
+					require.True(t, ok, "the channel was closed instead of woken")
+					require.NotEmpty(t, w.Streams, "a wake of appends names their streams")
+					for _, id := range w.Streams {
+						require.Contains(t, streams, id, "a wake names only streams appended to")
+						named[id] = true
+					}
+				case <-time.After(wakeTimeout):
+					require.FailNow(t, "streams not named within "+wakeTimeout.String(), "named %v of %v", named, streams)
+				}
+			}
+		},
+		"PublishedWakeNamesNoStream": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			wakes := listen(t.Context(), t, tb.open(t))
+
+			require.NoError(t, tb.open(t).Notifier.NotifierPublish(t.Context()))
+
+			select {
+			case w := <-wakes:
+				require.Empty(t, w.Streams, "a published wake may report anything: it names no stream")
+			case <-time.After(wakeTimeout):
+				require.FailNow(t, "no wake within "+wakeTimeout.String())
+			}
 		},
 	})
 }

@@ -2,6 +2,7 @@ package ports
 
 import (
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -356,4 +357,33 @@ type Wake struct {
 	// Reconnected is true when the listener reconnected and notifications may
 	// have been missed; the receiver should poll.
 	Reconnected bool
+	// Streams, when set, are the streams whose appends this wake reports,
+	// and the wake reports nothing else: a receiver may drain them without
+	// asking the backend which streams have work. Empty means unknown (a
+	// NotifierPublish, a requeue, wakes merged past WakeStreamsMax): the
+	// receiver should poll.
+	Streams []uuid.UUID
+}
+
+// WakeStreamsMax bounds the Streams of a merged Wake; past it the merged
+// wake names none, which asks for a poll.
+const WakeStreamsMax = 256
+
+// Merge returns the wake that reports what w and o report, for a listener
+// that coalesces a wake into one still buffered: Reconnected when either
+// is, and the streams of both, unless either names none (unknown stays
+// unknown) or they would exceed WakeStreamsMax. It does not modify w or o.
+func (w Wake) Merge(o Wake) Wake {
+	m := Wake{Reconnected: w.Reconnected || o.Reconnected}
+	if len(w.Streams) == 0 || len(o.Streams) == 0 || len(w.Streams)+len(o.Streams) > WakeStreamsMax {
+		return m
+	}
+	m.Streams = make([]uuid.UUID, 0, len(w.Streams)+len(o.Streams))
+	m.Streams = append(m.Streams, w.Streams...)
+	for _, id := range o.Streams {
+		if !slices.Contains(m.Streams, id) {
+			m.Streams = append(m.Streams, id)
+		}
+	}
+	return m
 }

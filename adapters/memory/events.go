@@ -152,7 +152,7 @@ func (s *Store) EventsAppend(ctx context.Context, params *ports.EventsAppendPara
 	if result.WorkRows > 0 {
 		s.touch(st, now)
 	}
-	s.publishLocked()
+	s.publishLocked(params.StreamID)
 	return result, nil
 }
 

@@ -3,6 +3,8 @@ package memory
 import (
 	"context"
 
+	"github.com/google/uuid"
+
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -13,8 +15,8 @@ type listener struct {
 }
 
 // NotifierListen implements ports.Notifier. The returned channel has a buffer
-// of one: a wake published while one is already buffered is coalesced into
-// it. The channel is closed once ctx is done or the store is closed. No
+// of one: a wake published while one is already buffered is merged into it
+// (ports.Wake.Merge). The wake of an append names its stream. The channel is closed once ctx is done or the store is closed. No
 // goroutine runs while the listener waits; context.AfterFunc starts one,
 // briefly, when ctx ends. In-process delivery has nothing to log, so
 // params.Logger is unused. It returns ctx.Err() if ctx is already done.
@@ -49,13 +51,23 @@ func (s *Store) NotifierPublish(ctx context.Context) error {
 	return nil
 }
 
-// publishLocked wakes every listener. The caller holds s.mu, which also
-// serializes sends with the closes of listener channels.
-func (s *Store) publishLocked() {
+// publishLocked wakes every listener, naming streams when the wake reports
+// appends to them and none when it may report anything. The caller holds
+// s.mu, which also serializes sends with the closes of listener channels,
+// so a buffered wake taken back here can be replaced without blocking.
+func (s *Store) publishLocked(streams ...uuid.UUID) {
+	w := ports.Wake{Streams: streams}
 	for l := range s.listeners {
 		select {
-		case l.ch <- ports.Wake{}:
-		default: // a wake is already buffered: coalesce
+		case l.ch <- w:
+			continue
+		default:
+		}
+		select {
+		case buffered := <-l.ch:
+			l.ch <- buffered.Merge(w)
+		default: // taken meanwhile: the channel has room
+			l.ch <- w
 		}
 	}
 }

@@ -102,10 +102,10 @@ func (s *Store) appendLockClass() string { return "vantage_append:" + s.opts.Sch
 //     does nothing when the row exists, without waiting for its locks.
 //   - late flags the cursors past a new row, with the smallest such event
 //     as trigger.
-//   - notified queues a NOTIFY, delivered when the transaction commits,
-//     when $9 is set (AppendTx) and the call stored its events or repeated
-//     an append; EventsAppend passes NULL and notifies after the commit
-//     instead (see publisher).
+//   - notified queues a NOTIFY naming the stream, delivered when the
+//     transaction commits, when $9 is set (AppendTx) and the call stored
+//     its events or repeated an append; EventsAppend passes NULL and
+//     notifies after the commit instead (see EventsAppend).
 //
 // The result has one row per stored event, or per known event (known true),
 // or a single row of NULLs when nothing was stored and no event is known.
@@ -230,7 +230,7 @@ late AS (
     RETURNING 1
 ),
 notified AS (
-    SELECT pg_notify($9, '')
+    SELECT pg_notify($9, $1::text)
     FROM (SELECT 1 FROM ok UNION ALL SELECT 1 FROM repeat WHERE yes) x
     WHERE $9::text IS NOT NULL
 )
@@ -387,7 +387,7 @@ func (s *Store) append(ctx context.Context, db batchSender, params *ports.Events
 		ids, types, versions, data, metadata, textArg(channel), subTypes, subPerspectives)
 	if own {
 		b.Queue("COMMIT")
-		b.Queue(sqlPublish, s.channel)
+		b.Queue(sqlPublish, s.channel, params.StreamID.String())
 	}
 
 	var (

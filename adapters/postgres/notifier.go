@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/lib/pq"
 
 	"github.com/vantage-go/vantage/ports"
@@ -256,7 +257,7 @@ func (n *notifier) dispatch(l *pq.Listener) {
 		case msg == nil:
 			n.broadcast(ports.Wake{Reconnected: true})
 		case msg.Channel == n.channel:
-			n.broadcast(ports.Wake{})
+			n.broadcast(wakeOf(msg.Extra))
 		}
 	}
 }
@@ -324,9 +325,19 @@ func (n *notifier) log(level slog.Level, msg string, attrs ...any) {
 	}
 }
 
-// broadcast offers w to every subscriber without blocking. A wake already
-// buffered absorbs a plain one; a Reconnected wake replaces a buffered plain
-// one, so the receiver learns that it must poll.
+// wakeOf returns the wake of a notification's payload: an append's names
+// its stream (see sqlPublish); any other payload names none.
+func wakeOf(payload string) ports.Wake {
+	id, err := uuid.Parse(payload)
+	if err != nil || payload == "" {
+		return ports.Wake{}
+	}
+	return ports.Wake{Streams: []uuid.UUID{id}}
+}
+
+// broadcast offers w to every subscriber without blocking. A wake still
+// buffered is replaced by its merge with w (ports.Wake.Merge), so the
+// receiver learns of every stream, or that it must poll.
 func (n *notifier) broadcast(w ports.Wake) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -336,18 +347,13 @@ func (n *notifier) broadcast(w ports.Wake) {
 			continue
 		default:
 		}
-		if !w.Reconnected {
-			continue
-		}
-		// Only this goroutine sends (under n.mu), so after taking the
-		// buffered wake the send cannot block.
+		// Only this goroutine sends (under n.mu), so once the buffered wake
+		// is taken back, or was received meanwhile, the send cannot block.
 		select {
-		case <-sub.ch:
+		case buffered := <-sub.ch:
+			sub.ch <- buffered.Merge(w)
 		default:
-		}
-		select {
-		case sub.ch <- w:
-		default:
+			sub.ch <- w
 		}
 	}
 }
@@ -406,8 +412,9 @@ func (n *notifier) close() error {
 	return nil
 }
 
-// sqlPublish wakes the listeners of a channel, $1.
-const sqlPublish = `SELECT pg_notify($1, '')`
+// sqlPublish wakes the listeners of a channel, $1, with a payload, $2: the
+// stream id of an append (see wakeOf), or empty.
+const sqlPublish = `SELECT pg_notify($1, $2::text)`
 
 // NotifierPublish implements ports.Notifier: a NOTIFY on the schema's
 // channel, which wakes every listener of every Store on the schema.
@@ -415,7 +422,7 @@ func (s *Store) NotifierPublish(ctx context.Context) error {
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	if _, err := s.pool.Exec(ctx, sqlPublish, s.channel); err != nil {
+	if _, err := s.pool.Exec(ctx, sqlPublish, s.channel, ""); err != nil {
 		return fmt.Errorf("publishing wake on %q: %w", s.channel, translate(err))
 	}
 	return nil
