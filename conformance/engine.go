@@ -217,6 +217,33 @@ func startWorker(t *testing.T, b ports.Backend, reg *core.Registry, opts core.Op
 	return w
 }
 
+// waitForPeers waits until the latest heartbeat of every worker counted all
+// of them live, so that none takes live work for its own alone. Heartbeats
+// report nothing else to wait on, hence the polling of Health.
+func waitForPeers(t *testing.T, workers []*core.Worker) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, w := range workers {
+			if liveInstances(t.Context(), w) < len(workers) {
+				return false
+			}
+		}
+		return true
+	}, scenarioTimeout, 5*time.Millisecond, "every worker's heartbeat counts %d live instances", len(workers))
+}
+
+// liveInstances returns the live instances w's latest heartbeat counted, 0
+// when unknown.
+func liveInstances(ctx context.Context, w *core.Worker) int {
+	for _, c := range w.Health(ctx).Checks {
+		if c.Name == core.HealthCheckHeartbeat {
+			n, _ := c.Values["live_instances"].(int)
+			return n
+		}
+	}
+	return 0
+}
+
 func appendTicks(t *testing.T, reg *core.Registry, b ports.Backend, stream uuid.UUID, from, n int) {
 	t.Helper()
 	evs := make([]any, 0, n)
@@ -501,7 +528,10 @@ func testStaleInstance(t *testing.T, newBackend NewBackendFunc) {
 	opts.StaleInstanceThreshold = time.Second
 	opts.FlushRetry.MaxAttempts = 1
 
-	var backends []ports.Backend
+	var (
+		backends []ports.Backend
+		workers  []*core.Worker
+	)
 	for i := range 3 {
 		b := open(t)
 		backends = append(backends, b)
@@ -512,8 +542,12 @@ func testStaleInstance(t *testing.T, newBackend NewBackendFunc) {
 			h.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) { victimApplied.Add(int64(e.EventCount)) }
 		}
 		o.Hooks = pr.hooks(h)
-		startWorker(t, b, newRegistry(t, trailPerspective(t, "alpha", nil, nil), trailPerspective(t, "beta", nil, nil)), o)
+		workers = append(workers, startWorker(t, b, newRegistry(t, trailPerspective(t, "alpha", nil, nil), trailPerspective(t, "beta", nil, nil)), o))
 	}
+	// An instance that found itself alone drains the streams a
+	// notification names without claiming them, until its next heartbeat
+	// finds the others: the work is shared from then on.
+	waitForPeers(t, workers)
 	reg := newRegistry(t)
 	streams := make([]uuid.UUID, 30)
 	n := map[uuid.UUID]int64{}

@@ -48,6 +48,17 @@ func (h *heartbeater) last() (time.Time, int) {
 	return time.Unix(0, at), int(h.live.Load())
 }
 
+// alone reports whether this instance may drain the streams a notification
+// names without claiming them first: it claims (it is not passive), and its
+// latest heartbeat, recent enough that the instance is surely still live,
+// found no other live instance, so every partition is its own. A peer that
+// started since is learned at the next heartbeat; meanwhile both may ask
+// for a stream, and its lease gives it to one of them.
+func (h *heartbeater) alone() bool {
+	at, live := h.last()
+	return live == 1 && !h.opts.ClaimsDisabled && !at.IsZero() && h.now().Sub(at) < h.opts.StaleInstanceThreshold/2
+}
+
 // lastAttempt returns when the latest heartbeat returned, successful or
 // not (zero before the first).
 func (h *heartbeater) lastAttempt() time.Time {

@@ -19,13 +19,13 @@ type listener struct {
 	// count numbers the notifications received (see consumers.wantWindow).
 	count atomic.Uint64
 	// onWake is called for each notification.
-	onWake func()
+	onWake func(ports.Wake)
 	// backendLog is the logger handed to the backend's Notifier, which
 	// names its own component.
 	backendLog *slog.Logger
 }
 
-func newListener(e *engine, backendLog *slog.Logger, onWake func()) *listener {
+func newListener(e *engine, backendLog *slog.Logger, onWake func(ports.Wake)) *listener {
 	return &listener{engine: e, backendLog: backendLog, onWake: onWake}
 }
 
@@ -60,7 +60,7 @@ func (l *listener) loop(ctx context.Context, wakes <-chan ports.Wake) {
 		select {
 		case <-ctx.Done():
 			return
-		case _, ok := <-wakes:
+		case w, ok := <-wakes:
 			if !ok {
 				if ctx.Err() == nil {
 					l.listening.Store(false)
@@ -68,10 +68,8 @@ func (l *listener) loop(ctx context.Context, wakes <-chan ports.Wake) {
 				}
 				return
 			}
-			// A reconnect (possibly missed notifications) and a plain
-			// notification both mean: poll now.
 			l.count.Add(1)
-			l.onWake()
+			l.onWake(w)
 		}
 	}
 }

@@ -118,8 +118,18 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	for range o.MaxConcurrentDrainConsumers {
 		w.consumers.wakes = append(w.consumers.wakes, make(chan struct{}, 1))
 	}
-	w.notes = newListener(e, instanceLog, func() {
-		signal(w.claims.notify)
+	w.notes = newListener(e, instanceLog, func(wake ports.Wake) {
+		if len(wake.Streams) > 0 && !wake.Reconnected && w.heart.alone() {
+			// The streams with new events are named, and every one is
+			// this instance's: its fetch leases them, and a claim would
+			// only cost a round trip on each event's way.
+			queue.Push(wake.Streams...)
+		} else {
+			// A reconnect (possibly missed notifications) and a
+			// notification that names no stream, or streams that may be
+			// another instance's, mean: claim now.
+			signal(w.claims.notify)
+		}
 		w.consumers.wakeAll()
 	})
 	w.claims = newClaimer(e, queue, w.notes)
