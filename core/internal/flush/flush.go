@@ -123,6 +123,9 @@ type Options[T any] struct {
 	// OnDropped, when set, is called with every batch given up on, with the
 	// last error. It runs on the loop goroutine like OnFlushed.
 	OnDropped func(batch []T, err error)
+	// Weight, when set, weighs an item for WaitBelow (the rows a completion
+	// settles, say). Defaults to 1 per item.
+	Weight func(item T) int
 	// OnRetry, when set, is called before each retry of a failed batch,
 	// with the batch, the number of the attempt that failed and its error.
 	// It runs on the loop goroutine like OnFlushed.
@@ -188,6 +191,10 @@ type Flusher[T any] struct {
 	taken    uint64 // taken into a batch by the loop
 	settled  uint64 // flushed or dropped
 	force    uint64 // the loop skips coalescing while taken < force
+	// unsettledWeight is the Weight of the items accepted and not yet
+	// settled; lighter is closed and replaced whenever it decreases.
+	unsettledWeight int
+	lighter         chan struct{}
 	// stopDropped counts items dropped because the loop was cancelled.
 	stopDropped int
 	waiters     []*waiter
@@ -273,6 +280,7 @@ func New[T any](name string, opts Options[T], flush func(ctx context.Context, ba
 		closing:   make(chan struct{}),
 		wake:      make(chan struct{}, 1),
 		space:     make(chan struct{}),
+		lighter:   make(chan struct{}),
 	}, nil
 }
 
@@ -318,6 +326,7 @@ func (f *Flusher[T]) Add(ctx context.Context, items ...T) error {
 		if f.opts.Capacity-len(f.queue) >= len(chunk) {
 			f.queue = append(f.queue, chunk...)
 			f.enqueued += uint64(len(chunk))
+			f.unsettledWeight += f.weight(chunk)
 			f.mu.Unlock()
 			f.signal()
 			if items = items[len(chunk):]; len(items) == 0 {
@@ -331,6 +340,46 @@ func (f *Flusher[T]) Add(ctx context.Context, items ...T) error {
 		case <-space:
 		case <-f.closing:
 			return fmt.Errorf("adding to %s flusher: %w", f.name, ports.ErrClosed)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// weight returns the Weight of items.
+func (f *Flusher[T]) weight(items []T) int {
+	if f.opts.Weight == nil {
+		return len(items)
+	}
+	w := 0
+	for _, it := range items {
+		w += f.opts.Weight(it)
+	}
+	return w
+}
+
+// WaitBelow waits until the items accepted and not yet flushed or dropped
+// weigh less than limit (see Options.Weight), calling waiting (when not
+// nil) first when it has to wait. While it waits, the items queued are sent
+// without waiting for the coalescing window. Items dropped count as settled,
+// so a failing backend does not hold it forever. It returns ctx's error if
+// ctx ends first.
+func (f *Flusher[T]) WaitBelow(ctx context.Context, limit int, waiting func()) error {
+	for first := true; ; first = false {
+		f.mu.Lock()
+		if f.unsettledWeight < limit {
+			f.mu.Unlock()
+			return nil
+		}
+		f.force = max(f.force, f.enqueued)
+		lighter := f.lighter
+		f.mu.Unlock()
+		if first && waiting != nil {
+			waiting()
+		}
+		f.signal()
+		select {
+		case <-lighter:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -548,7 +597,7 @@ func (f *Flusher[T]) flushBatch(ctx context.Context, batch []T) {
 			if f.opts.OnFlushed != nil {
 				f.opts.OnFlushed(batch)
 			}
-			f.settle(len(batch), nil)
+			f.settle(batch, nil)
 			return
 		}
 		if retry.Permanent(err) {
@@ -627,7 +676,7 @@ func (f *Flusher[T]) giveUp(ctx context.Context, batch []T, attempts int, err er
 	if f.opts.OnDropped != nil {
 		f.opts.OnDropped(batch, err)
 	}
-	f.settle(len(batch), fmt.Errorf("flushing %s flusher: dropped a batch of %d after %d attempts: %w", f.name, len(batch), attempts, err))
+	f.settle(batch, fmt.Errorf("flushing %s flusher: dropped a batch of %d after %d attempts: %w", f.name, len(batch), attempts, err))
 }
 
 // dropRemaining drops every item still queued once the loop was cancelled.
@@ -646,17 +695,23 @@ func (f *Flusher[T]) dropRemaining(ctx context.Context) {
 	if f.opts.OnDropped != nil {
 		f.opts.OnDropped(rest, err)
 	}
-	f.settle(len(rest), fmt.Errorf("flushing %s flusher: dropped %d queued items: %w", f.name, len(rest), err))
+	f.settle(rest, fmt.Errorf("flushing %s flusher: dropped %d queued items: %w", f.name, len(rest), err))
 }
 
-// settle records that the next n items were flushed (err nil) or dropped,
-// releases the Flush calls waiting for them and then runs the AfterSettled
-// callbacks they satisfy, outside the lock.
-func (f *Flusher[T]) settle(n int, err error) {
+// settle records that the next items, batch, were flushed (err nil) or
+// dropped, releases the Flush and WaitBelow calls waiting for them and then
+// runs the AfterSettled callbacks they satisfy, outside the lock.
+func (f *Flusher[T]) settle(batch []T, err error) {
 	var due []func()
+	w := f.weight(batch)
 	f.mu.Lock()
 	start := f.settled
-	f.settled += uint64(n)
+	f.settled += uint64(len(batch))
+	if w > 0 {
+		f.unsettledWeight -= w
+		close(f.lighter)
+		f.lighter = make(chan struct{})
+	}
 	keep := f.waiters[:0]
 	for _, w := range f.waiters {
 		if err != nil && w.err == nil && w.target > start {

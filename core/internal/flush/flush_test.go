@@ -865,3 +865,48 @@ func TestHurry(t *testing.T) {
 		require.Equal(t, []int{1}, b.answer(t, nil), "sent when the window elapsed")
 	})
 }
+
+func TestWaitBelow(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ReturnsAtOnceBelowTheLimit", func(t *testing.T) {
+		t.Parallel()
+		b := started(t, flush.Options[int]{ImmediateAt: 10, Weight: func(n int) int { return n }})
+		require.NoError(t, b.flusher.Add(t.Context(), 2, 3))
+		waited := false
+		require.NoError(t, b.flusher.WaitBelow(t.Context(), 6, func() { waited = true }))
+		require.False(t, waited, "2+3 weigh less than 6")
+	})
+
+	t.Run("WaitsUntilSettledItemsLightenTheQueue", func(t *testing.T) {
+		t.Parallel()
+		b := started(t, flush.Options[int]{ImmediateAt: 10, MaxBatch: 1, Weight: func(n int) int { return n }})
+		require.NoError(t, b.flusher.Add(t.Context(), 4, 3))
+		waiting := make(chan struct{})
+		done := make(chan error, 1)
+		go func() { done <- b.flusher.WaitBelow(t.Context(), 4, func() { close(waiting) }) }()
+		wait(t, waiting)
+		// The clock never moves: the wait ends the coalescing window.
+		require.Equal(t, []int{4}, b.answer(t, nil))
+		require.NoError(t, recv(t, done), "3 left, below 4")
+	})
+
+	t.Run("CountsDroppedItemsAsSettled", func(t *testing.T) {
+		t.Parallel()
+		b := started(t, flush.Options[int]{MaxAttempts: 1, ImmediateAt: 1})
+		require.NoError(t, b.flusher.Add(t.Context(), 1))
+		done := make(chan error, 1)
+		go func() { done <- b.flusher.WaitBelow(t.Context(), 1, nil) }()
+		require.Equal(t, []int{1}, b.answer(t, errFlush))
+		require.NoError(t, recv(t, done))
+	})
+
+	t.Run("ReturnsWhenTheContextEnds", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, flush.Options[int]{}, nil) // never started: nothing settles
+		require.NoError(t, b.flusher.Add(t.Context(), 1))
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		require.ErrorIs(t, b.flusher.WaitBelow(ctx, 1, nil), context.Canceled)
+	})
+}
