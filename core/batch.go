@@ -30,6 +30,9 @@ type drainer struct {
 	store     *modelStore
 	fail      *failures
 	rewind    *rewinder
+	// rows counts the fetched rows of the streams being drained, across
+	// batches (see drainBatch).
+	rows *rowsInFlight
 }
 
 // processBatch drains a batch of streams: flush what is buffered, fetch and
@@ -103,22 +106,22 @@ func (dr *drainer) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []port
 	)
 	collect := dr.reg.hasReceptors(PostAllPerspectives, PostLifecycle)
 	sem := make(chan struct{}, dr.opts.MaxConcurrentStreams)
-	// rows counts the rows of fetches some of whose streams are still
-	// draining (a fetch's rows share its result's memory), and those a
-	// stream still draining refetched. A fetch of the streams past a cut
-	// waits until they are fewer than twice FetchMaxRows, so a batch holds
-	// about three fetches' worth of rows however long the streams' backlogs
-	// are, not MaxConcurrentStreams streams' worth. A stream's refetch does
-	// not wait (the stream would wait for rows it holds itself) but is
-	// counted: it returns the events appended while the stream was drained,
-	// or the rest of a stream cut at the fetch limit.
-	rows := newRowsInFlight()
+	// What a worker holds while it catches up is its fetched rows, until
+	// their streams' drains end, and the applied rows whose completions
+	// wait for the backend's acknowledgement. Both are bounded across
+	// batches by MaxRowsInFlight: before each fetch a batch waits until
+	// fewer rows than that are fetched and not drained, and fewer are
+	// applied and not acknowledged. Without the second bound, drains that
+	// end before their completions are acknowledged would let fetches run
+	// ahead of the acknowledgements by the whole backlog. A drain never
+	// waits on the fetch loop, so both counts fall while it waits. A
+	// stream's refetch does not wait (it replaces rows it holds itself) but
+	// is counted: it returns the events appended while the stream was
+	// drained, or the rest of a stream cut at the fetch limit.
 	remaining := ids
 	for len(remaining) > 0 && ctx.Err() == nil {
-		if len(remaining) < len(ids) {
-			rows.waitBelow(2*dr.opts.FetchMaxRows, dr.signals.fetchWait)
-			dr.completer.flushPending(ctx) // let the drains' completions travel meanwhile
-		}
+		dr.rows.waitBelow(dr.opts.MaxRowsInFlight, dr.signals.fetchWait)
+		dr.completer.waitUnackedBelow(ctx, dr.opts.MaxRowsInFlight)
 		res, seq, err := dr.fetch(ctx, remaining)
 		if err != nil {
 			break
@@ -126,25 +129,17 @@ func (dr *drainer) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []port
 		streams := splitByStream(res, seq, dr.opts.FetchMaxRows)
 		dr.releaseIdle(ctx, remaining, streams)
 		cursors := cursorsByPair(res.Cursors)
-		fetched, left := len(res.Work), len(streams)
-		if left > 0 {
-			rows.add(fetched)
-		}
 		now := dr.now()
 		for i := range streams {
 			sw := &streams[i]
 			dr.renewer.hold(sw.id, now)
-			task := &streamTask{dr: dr, id: sw.id, collect: collect, rows: rows}
+			task := &streamTask{dr: dr, id: sw.id, collect: collect, rows: dr.rows}
+			task.refetched(len(sw.work))
 			task.onFinish = func(n int, evs []ports.Event) {
 				mu.Lock()
 				applied += n
 				events = append(events, evs...)
-				left--
-				last := left == 0
 				mu.Unlock()
-				if last {
-					rows.add(-fetched)
-				}
 				<-sem
 				wg.Done()
 			}
@@ -167,7 +162,8 @@ func (dr *drainer) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []port
 	return applied, events
 }
 
-// rowsInFlight counts the fetched rows a batch holds (see drainBatch).
+// rowsInFlight counts the fetched rows the streams being drained hold,
+// across batches (see drainBatch).
 type rowsInFlight struct {
 	mu      sync.Mutex
 	settled sync.Cond // on mu; broadcast when rows were let go
@@ -264,7 +260,7 @@ type streamTask struct {
 	collect  bool // keep the events applied, for the terminal stages
 	onFinish func(applied int, events []ports.Event)
 
-	rows *rowsInFlight // the batch's, counting the rows the task refetched
+	rows *rowsInFlight // the drainer's, counting the rows the task holds
 
 	// Used by the drain's goroutine alone: its pairs report to it.
 	applied int
@@ -274,7 +270,7 @@ type streamTask struct {
 	held    int // rows of the latest refetch
 }
 
-// refetched counts the rows of a refetch of the stream, which replace those
+// refetched counts the rows of a fetch of the stream, which replace those
 // of its previous one.
 func (t *streamTask) refetched(n int) {
 	t.rows.add(n - t.held)

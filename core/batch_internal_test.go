@@ -66,9 +66,14 @@ type spyCursors struct {
 	ports.CursorStore
 	spy  *spyBackend
 	last atomic.Pointer[ports.WorkCompleteParams]
+	// hold, when set, holds every WorkComplete until it is closed.
+	hold atomic.Pointer[chan struct{}]
 }
 
 func (c *spyCursors) WorkComplete(ctx context.Context, p *ports.WorkCompleteParams) (*ports.WorkCompleteResult, error) {
+	if h := c.hold.Load(); h != nil {
+		<-*h
+	}
 	c.spy.completes.Add(1)
 	c.last.Store(p)
 	return c.CursorStore.WorkComplete(ctx, p)
@@ -264,6 +269,46 @@ func TestBatchBoundsRowsInFlight(t *testing.T) {
 	bb.w.drain.processBatch(t.Context(), streams)
 	require.Equal(t, int64(27), bb.applied.Load())
 	require.Less(t, worst.Load(), int64(2*limit), "fetched rows waiting to be drained when a later fetch started")
+}
+
+// While the backend does not acknowledge completions, a batch stops
+// fetching once MaxRowsInFlight applied rows wait for their
+// acknowledgement, although its streams' drains ended and let their fetched
+// rows go: what waits for the backend does not grow with the backlog.
+func TestBatchBoundsUnacknowledgedRows(t *testing.T) {
+	t.Parallel()
+
+	const limit, fetchMax = 3, 2
+	// One pass per stream: a stream cut at the fetch limit does not wait
+	// for its acknowledgement to fetch its rest, so only the bound stops
+	// the batch.
+	bb := setupBatchWith(t, &Options{FetchMaxRows: fetchMax, MaxRowsInFlight: limit, DrainLoopMaxIterations: 1})
+	streams := bb.appendStreams(t, 12, placed{ID: "a"})
+	hold := make(chan struct{})
+	bb.cursors.hold.Store(&hold)
+	var (
+		once    sync.Once
+		fetched atomic.Int64
+		atWait  int64 = -1
+	)
+	release := func() { once.Do(func() { close(hold) }) }
+	bb.w.signals.ackWaitFunc = func() {
+		once.Do(func() {
+			atWait = fetched.Load()
+			close(hold)
+		})
+	}
+	bb.spy.afterFetch = func(rows int) { fetched.Add(int64(rows)) }
+
+	bb.w.drain.processBatch(t.Context(), streams)
+	release()
+	// When a fetch starts, fewer than limit rows are held by drains and
+	// fewer than limit drained rows are unacknowledged; the fetch adds at
+	// most fetchMax.
+	require.GreaterOrEqual(t, atWait, int64(limit), "the batch waited for acknowledgements before fetching every stream")
+	require.LessOrEqual(t, atWait, int64(2*(limit-1)+fetchMax), "rows fetched before the batch waited for acknowledgements")
+	require.NoError(t, bb.w.completer.completions.Flush(t.Context()))
+	require.Equal(t, int64(len(streams)), bb.applied.Load(), "every event applied once")
 }
 
 // Rows fetched again before their completion is acknowledged are skipped

@@ -62,18 +62,20 @@ func newCompleter(e *engine, cache *dedup.Cache) (*completer, error) {
 			return nil, err
 		}
 	}
-	if c.completions, err = newFlusher(e, flusherCompletions, c.flushCompletions, c.completionsAcknowledged); err != nil {
+	completionRows := func(t completion.Tracked[ports.Completion]) int { return len(t.Item.WorkIDs) }
+	if c.completions, err = newFlusher(e, flusherCompletions, c.flushCompletions, c.completionsAcknowledged, completionRows); err != nil {
 		return nil, err
 	}
-	if c.failures, err = newFlusher(e, flusherFailures, c.flushFailures, c.failuresAcknowledged); err != nil {
+	if c.failures, err = newFlusher(e, flusherFailures, c.flushFailures, c.failuresAcknowledged, nil); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
 // newFlusher builds the flusher of one kind of outcome: it hands batches to
-// flushFn and reports acknowledged batches to acked.
-func newFlusher[T any](e *engine, name string, flushFn func(context.Context, []completion.Tracked[T]) error, acked func([]completion.Tracked[T])) (*flush.Flusher[completion.Tracked[T]], error) {
+// flushFn, reports acknowledged batches to acked and weighs items with
+// weight (nil: one per item).
+func newFlusher[T any](e *engine, name string, flushFn func(context.Context, []completion.Tracked[T]) error, acked func([]completion.Tracked[T]), weight func(completion.Tracked[T]) int) (*flush.Flusher[completion.Tracked[T]], error) {
 	return flush.New(name, flush.Options[completion.Tracked[T]]{
 		MaxAttempts:     e.opts.FlushRetry.MaxAttempts,
 		RetryBase:       e.opts.FlushRetry.Initial,
@@ -83,6 +85,7 @@ func newFlusher[T any](e *engine, name string, flushFn func(context.Context, []c
 		Logger:          e.log,
 		Faults:          flushFaults{e.faults},
 		OnFlushed:       acked,
+		Weight:          weight,
 		OnRetry:         func([]completion.Tracked[T], int, error) { e.metrics.flushRetried(name) },
 		OnDropped:       func(batch []completion.Tracked[T], _ error) { e.metrics.flushGaveUp(name, len(batch)) },
 	}, flushFn)
@@ -162,6 +165,14 @@ func (c *completer) sweep(ctx context.Context) {
 func (c *completer) flushNow(ctx context.Context) error {
 	c.flushPending(ctx)
 	return c.completions.Flush(ctx)
+}
+
+// waitUnackedBelow sends what is buffered and waits until the completions
+// handed to the flusher and not yet acknowledged (or given up on) complete
+// fewer than limit work rows, or ctx ends.
+func (c *completer) waitUnackedBelow(ctx context.Context, limit int) {
+	c.flushPending(ctx)
+	_ = c.completions.WaitBelow(ctx, limit, c.signals.ackWait) // only ctx's end stops the wait
 }
 
 // afterSettled calls fn once every completion handed to the flusher so far

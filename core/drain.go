@@ -109,7 +109,7 @@ func (sw *streamWork) event(r ports.WorkItem, hint int) int {
 // splitByStream cuts a fetch result into its streams, in stream id order,
 // dropping streams without work. The port orders Work by stream,
 // perspective and version and Events by stream and version, so each stream's
-// share is a sub-slice; a result ordered otherwise is sorted first (copies).
+// share is a contiguous run; a result ordered otherwise is sorted first.
 // When the result holds maxRows rows the fetch may have been cut inside its
 // last stream, which is marked cut.
 func splitByStream(res *ports.EventsFetchPendingResult, seq uint64, maxRows int) []streamWork {
@@ -123,7 +123,6 @@ func splitByStream(res *ports.EventsFetchPendingResult, seq uint64, maxRows int)
 		slices.SortStableFunc(events, compareEvents)
 	}
 	var out []streamWork
-	decoded := make([]decodedEvent, len(events))
 	for i, j := 0, 0; i < len(work); {
 		id := work[i].StreamID
 		end := i + 1
@@ -137,8 +136,18 @@ func splitByStream(res *ports.EventsFetchPendingResult, seq uint64, maxRows int)
 		for evEnd < len(events) && events[evEnd].StreamID == id {
 			evEnd++
 		}
-		out = append(out, streamWork{id: id, events: events[j:evEnd:evEnd], work: work[i:end:end], decoded: decoded[j:evEnd:evEnd], seq: seq})
+		out = append(out, streamWork{id: id, events: events[j:evEnd:evEnd], work: work[i:end:end], seq: seq})
 		i, j = end, evEnd
+	}
+	// Each stream of a result holding several gets arrays of its own: a
+	// stream's rows are then let go when its drain ends, as drainBatch
+	// counts them, not once the last stream of the fetch ended.
+	for k := range out {
+		sw := &out[k]
+		if len(out) > 1 {
+			sw.events, sw.work = slices.Clone(sw.events), slices.Clone(sw.work)
+		}
+		sw.decoded = make([]decodedEvent, len(sw.events))
 	}
 	if maxRows > 0 && len(work) >= maxRows && len(out) > 0 {
 		out[len(out)-1].cut = true

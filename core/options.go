@@ -271,6 +271,13 @@ type Options struct {
 	ModelCacheSize int
 	// FetchMaxRows bounds the work rows one fetch returns. Defaults to 10000.
 	FetchMaxRows int
+	// MaxRowsInFlight bounds the work rows a worker holds while it catches
+	// up, whatever the backlog: before each fetch a batch waits until fewer
+	// than MaxRowsInFlight fetched rows wait to be drained, across the
+	// worker's batches, and until the rows applied and not yet acknowledged
+	// by the backend are fewer than MaxRowsInFlight too. Each fetch may
+	// then add up to FetchMaxRows. Defaults to twice FetchMaxRows.
+	MaxRowsInFlight int
 	// DrainBatcher bounds the gathering of streams into a batch.
 	DrainBatcher DrainBatcherOptions
 	// CompletionResend is when a completion or failure report the engine
@@ -482,6 +489,7 @@ func (c *Options) countDefaults(errs *[]error) {
 	num("DrainLoopMaxIterations", &c.DrainLoopMaxIterations, DrainLoopMaxIterationsDefault, false)
 	num("DrainLoopRefetchMinBatch", &c.DrainLoopRefetchMinBatch, DrainLoopRefetchMinBatchDefault, false)
 	num("FetchMaxRows", &c.FetchMaxRows, FetchMaxRowsDefault, false)
+	num("MaxRowsInFlight", &c.MaxRowsInFlight, 2*max(c.FetchMaxRows, 1), false)
 	num("ModelCacheSize", &c.ModelCacheSize, ModelCacheSizeDefault, true)
 	num("DrainBatcher.MaxSize", &c.DrainBatcher.MaxSize, MaxSizeDefault, false)
 	num("FlushRetry.MaxAttempts", &c.FlushRetry.MaxAttempts, FlushRetryMaxAttemptsDefault, false)

@@ -9,6 +9,9 @@ type testSignals struct {
 	// fetchWaitFunc runs when a batch waits for its fetched rows to drain
 	// before fetching more (see drainer.drainBatch).
 	fetchWaitFunc func()
+	// ackWaitFunc runs when a batch waits for the acknowledgement of the
+	// rows it applied before fetching more (see drainer.drainBatch).
+	ackWaitFunc func()
 	// claimDeferFunc sees each notification whose claim waits for the
 	// claim interval (see claimer.loop).
 	claimDeferFunc func(wait time.Duration)
@@ -27,6 +30,12 @@ type testSignals struct {
 func (s *testSignals) fetchWait() {
 	if s.fetchWaitFunc != nil {
 		s.fetchWaitFunc()
+	}
+}
+
+func (s *testSignals) ackWait() {
+	if s.ackWaitFunc != nil {
+		s.ackWaitFunc()
 	}
 }
 

@@ -151,6 +151,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	w.drain = &drainer{
 		engine: e, queue: queue, act: act, cache: cache, completer: w.completer, parking: w.parking,
 		renewer: w.renewer, monitor: w.monitor, life: w.life, gates: gates, scopes: scopes, store: store, fail: fail,
+		rows: newRowsInFlight(),
 	}
 	w.rewind = &rewinder{
 		engine: e, parking: w.parking, life: w.life, monitor: w.monitor, completer: w.completer, cache: cache,
