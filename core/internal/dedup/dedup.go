@@ -196,10 +196,19 @@ func (c *Cache) add(ids []uuid.UUID) []uuid.UUID {
 	now := c.since(c.clock.Now())
 	var added []uuid.UUID
 	for _, id := range ids {
-		if !c.absentLocked(id, now) {
+		i, ok := c.entries.lookup(id)
+		switch {
+		case !ok:
+			c.entries.insert(i, id, markInFlight)
+		case c.entries.slots[i].mark == markInFlight || c.live(c.entries.slots[i].mark, now):
 			continue
+		default:
+			// Retained and expired: logically absent, so it becomes a
+			// fresh InFlight entry in place and its element in order goes
+			// stale.
+			c.entries.slots[i].mark = markInFlight
+			c.retained--
 		}
-		c.entries.set(id, markInFlight)
 		if c.observed {
 			added = append(added, id)
 		}
@@ -249,17 +258,27 @@ func (c *Cache) deleteLocked(id uuid.UUID, m int64) {
 // evicting the oldest Retained entry when the phase is full. It returns how
 // many entries it evicted.
 func (c *Cache) retainLocked(id uuid.UUID, now int64) int {
-	evicted := 0
-	if c.retained >= c.capacity {
-		if _, ok := c.oldestLocked(); ok {
-			c.evictOldestLocked()
-			evicted++
-		}
-	}
 	c.entries.set(id, now)
+	return c.retainedLocked(id, now)
+}
+
+// retainedLocked records that id's entry just became Retained from now: it
+// joins the order, and the oldest Retained entry is evicted when the phase
+// is over capacity. The entry is stored first so that the caller can update
+// it in the slot it found: an eviction moves entries of the table. The new
+// entry is the newest, so it is never the one evicted. It returns how many
+// entries it evicted.
+func (c *Cache) retainedLocked(id uuid.UUID, now int64) int {
 	c.order.push(retainedRef{id: id, mark: now})
 	c.retained++
-	return evicted
+	if c.retained <= c.capacity {
+		return 0
+	}
+	if _, ok := c.oldestLocked(); !ok {
+		return 0
+	}
+	c.evictOldestLocked()
+	return 1
 }
 
 // oldestLocked returns the retention start of the Retained entry retained
@@ -362,10 +381,12 @@ func (c *Cache) ActivateRetentionFor(ids []uuid.UUID) {
 	now := c.since(c.clock.Now())
 	activated, evicted := 0, 0
 	for _, id := range ids {
-		if c.entries.get(id) != markInFlight {
+		i, ok := c.entries.lookup(id)
+		if !ok || c.entries.slots[i].mark != markInFlight {
 			continue
 		}
-		evicted += c.retainLocked(id, now)
+		c.entries.slots[i].mark = now
+		evicted += c.retainedLocked(id, now)
 		activated++
 	}
 	c.mu.Unlock()

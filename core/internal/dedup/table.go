@@ -73,6 +73,15 @@ func (t *table) find(id uuid.UUID) (int, bool) {
 	}
 }
 
+// lookup is find on a table that may be empty: it returns -1 and false
+// when the table has no slots.
+func (t *table) lookup(id uuid.UUID) (int, bool) {
+	if len(t.slots) == 0 {
+		return -1, false
+	}
+	return t.find(id)
+}
+
 // get returns id's mark, or markEmpty when the table does not hold id.
 func (t *table) get(id uuid.UUID) int64 {
 	if t.n == 0 {
@@ -86,16 +95,22 @@ func (t *table) get(id uuid.UUID) int64 {
 
 // set stores id with mark, adding it when absent.
 func (t *table) set(id uuid.UUID, mark int64) {
-	if len(t.slots) > 0 {
-		if i, ok := t.find(id); ok {
-			t.slots[i].mark = mark
-			return
-		}
+	i, ok := t.lookup(id)
+	if ok {
+		t.slots[i].mark = mark
+		return
 	}
+	t.insert(i, id, mark)
+}
+
+// insert adds id, which the table does not hold, with mark. i is the empty
+// slot lookup returned for id, so that the common insert probes once; a
+// growth finds the slot again.
+func (t *table) insert(i int, id uuid.UUID, mark int64) {
 	if 4*(t.n+1) > 3*len(t.slots) {
 		t.resize(max(tableMinSlots, 2*len(t.slots)))
+		i, _ = t.find(id)
 	}
-	i, _ := t.find(id)
 	t.slots[i] = slot{id: id, mark: mark}
 	t.n++
 }
