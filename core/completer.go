@@ -245,17 +245,13 @@ func (c *completer) flushFailures(ctx context.Context, batch []completion.Tracke
 }
 
 func (c *completer) completionsAcknowledged(batch []completion.Tracked[ports.Completion]) {
-	n := 0
-	for _, t := range batch {
-		n += len(t.Item.WorkIDs)
-	}
-	workIDs := make([]uuid.UUID, 0, n)
-	for _, t := range batch {
-		workIDs = append(workIDs, t.Item.WorkIDs...)
+	ranges := make([]dedup.Range, len(batch))
+	for i, t := range batch {
+		ranges[i] = dedup.Range{Key: dedup.Key{Stream: t.Item.StreamID, Perspective: t.Item.Perspective}, IDs: t.Item.WorkIDs}
 	}
 	// One ActivateRetentionFor for the batch: one hold of the dedup lock
 	// the drains contend for, not one per completion.
-	c.acknowledge(trackingIDs(batch), workIDs)
+	c.acknowledge(trackingIDs(batch), ranges)
 	if c.onCompleted != nil {
 		c.onCompleted()
 	}
@@ -265,15 +261,16 @@ func (c *completer) completionsAcknowledged(batch []completion.Tracked[ports.Com
 }
 
 func (c *completer) failuresAcknowledged(batch []completion.Tracked[ports.Failure]) {
-	var workIDs []uuid.UUID
+	ranges := make([]dedup.Range, 0, len(batch))
 	for _, t := range batch {
 		f := t.Item
-		workIDs = append(workIDs, f.AppliedWorkIDs...)
+		k := pairKey{stream: f.StreamID, perspective: f.Perspective}
+		ranges = append(ranges, dedup.Range{Key: k.dedupKey(), IDs: f.AppliedWorkIDs})
 		if c.onFailureAcked != nil {
-			c.onFailureAcked(pairKey{stream: f.StreamID, perspective: f.Perspective})
+			c.onFailureAcked(k)
 		}
 	}
-	c.acknowledge(trackingIDs(batch), workIDs)
+	c.acknowledge(trackingIDs(batch), ranges)
 	if h := c.opts.Hooks.OnCompletionsFlushed; h != nil {
 		h(CompletionsFlushed{Failures: itemsOf(batch)})
 	}
@@ -281,10 +278,10 @@ func (c *completer) failuresAcknowledged(batch []completion.Tracked[ports.Failur
 
 // acknowledge settles acknowledged items by identity and starts the dedup
 // retention of their work rows.
-func (c *completer) acknowledge(trackingIDs, workIDs []uuid.UUID) {
+func (c *completer) acknowledge(trackingIDs []uuid.UUID, rows []dedup.Range) {
 	c.strategy.MarkAcknowledged(trackingIDs)
 	c.strategy.ClearAcknowledged()
-	c.cache.ActivateRetentionFor(workIDs)
+	c.cache.ActivateRetentionFor(rows)
 	c.signalProgress()
 }
 

@@ -121,7 +121,7 @@ func (fl *failures) reportFailure(ctx context.Context, k pairKey, row ports.Work
 func (fl *failures) failed(ctx context.Context, k pairKey, f ports.Failure, version int64, attempts int, cause error) {
 	ctx = context.WithoutCancel(ctx)
 	if len(f.AppliedWorkIDs) > 0 {
-		fl.cache.AddRange(f.AppliedWorkIDs)
+		fl.cache.AddRange(k.dedupKey(), f.AppliedWorkIDs)
 	}
 	fl.parking.park(k, f.RetryAt)
 	fl.metrics.failureReported(ctx, k.perspective, failureReason(cause))

@@ -5,12 +5,19 @@ import (
 	"sync"
 
 	"github.com/google/uuid"
+
+	"github.com/vantage-go/vantage/core/internal/dedup"
 )
 
 // pairKey identifies a (stream, perspective) pair.
 type pairKey struct {
 	stream      uuid.UUID
 	perspective string
+}
+
+// dedupKey returns k as the dedup cache names pairs.
+func (k pairKey) dedupKey() dedup.Key {
+	return dedup.Key{Stream: k.stream, Perspective: k.perspective}
 }
 
 // gates serializes load-apply-save per (stream, perspective) within one

@@ -118,7 +118,7 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 // fetch: they are skipped. Rows whose attempts are used up go to dead
 // letters; when that move fails, the pair is retried and nothing is applied.
 func (dr *drainer) toApply(ctx context.Context, key pairKey, rows []ports.WorkItem) []ports.WorkItem {
-	fresh, deduped := dedup.Partition(dr.cache, rows, workID)
+	fresh, deduped := dedup.Partition(dr.cache, key.dedupKey(), rows, workID)
 	dr.metrics.deduped(ctx, key.perspective, len(deduped))
 	if len(deduped) > 0 && dr.opts.Hooks.DedupObserver != nil {
 		dr.opts.Hooks.DedupObserver.OnEventsDeduped(deduped, key.perspective, key.stream)
@@ -442,7 +442,7 @@ func (r *pairRun) complete(ctx context.Context) {
 	}
 	lastID, lastVersion := r.position()
 	c := ports.Completion{StreamID: r.key.stream, Perspective: r.key.perspective, LastEventID: lastID, LastVersion: lastVersion, WorkIDs: r.done}
-	r.dr.cache.AddRange(r.done)
+	r.dr.cache.AddRange(r.key.dedupKey(), r.done)
 	r.dr.completer.reportCompletion(ctx, c)
 	r.done = nil
 	r.announceSaved(lastVersion)

@@ -238,8 +238,8 @@ func (r *replayRun) complete(ctx context.Context) error {
 		}
 	}
 	// Replayed rows must not be suppressed by the dedup cache later.
-	rw.cache.RemoveRange(ids)
-	rw.cache.AddRange(ids)
+	rw.cache.RemoveRange(r.key.dedupKey(), ids)
+	rw.cache.AddRange(r.key.dedupKey(), ids)
 	c := ports.Completion{StreamID: r.key.stream, Perspective: r.key.perspective, LastEventID: r.lastID, LastVersion: r.lastVer, WorkIDs: ids}
 	rw.completer.reportCompletion(ctx, c)
 	if len(ids) == 0 {

@@ -84,7 +84,7 @@ func (rw *rewinder) repairRewind(ctx context.Context, key pairKey, c ports.Curso
 			rows = append(rows, r)
 		}
 	}
-	rows, _ = dedup.Partition(rw.cache, rows, workID)
+	rows, _ = dedup.Partition(rw.cache, key.dedupKey(), rows, workID)
 	rows, err = rw.fail.deadLetterExhausted(ctx, rows)
 	if err != nil {
 		rw.parking.infraFailed(ctx, key, "moving work to dead letters", err)

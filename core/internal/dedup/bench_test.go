@@ -13,23 +13,31 @@ import (
 
 // BenchmarkContains measures the per-row dedup check of a drain, for a row
 // the cache holds (InFlight or Retained) and one it does not, with size
-// entries stored.
+// entries stored in pairs of 100.
 func BenchmarkContains(b *testing.B) {
 	for _, size := range []int{1_000, 100_000} {
-		inFlight, retained := ids(size/2), ids(size/2)
 		c := dedup.New(dedup.Options{Clock: clocktest.NewFake()})
-		c.AddRange(inFlight)
-		c.AddRange(retained)
+		inFlight, retained := pairs(size/200, 100), pairs(size/200, 100)
+		for _, r := range inFlight {
+			c.AddRange(r.Key, r.IDs)
+		}
+		for _, r := range retained {
+			c.AddRange(r.Key, r.IDs)
+		}
 		c.ActivateRetentionFor(retained)
-		absent := uuid.New()
 		for _, bc := range []struct {
 			name string
+			key  dedup.Key
 			id   uuid.UUID
-		}{{"inflight", inFlight[size/4]}, {"retained", retained[size/4]}, {"absent", absent}} {
+		}{
+			{"inflight", inFlight[len(inFlight)/2].Key, inFlight[len(inFlight)/2].IDs[50]},
+			{"retained", retained[len(retained)/2].Key, retained[len(retained)/2].IDs[50]},
+			{"absent", retained[len(retained)/2].Key, uuid.New()},
+		} {
 			b.Run(fmt.Sprintf("size=%d/%s", size, bc.name), func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
-					c.Contains(bc.id)
+					c.Contains(bc.key, bc.id)
 				}
 			})
 		}
@@ -42,16 +50,13 @@ func BenchmarkAddRange(b *testing.B) {
 	for _, n := range []int{1, 100} {
 		b.Run(fmt.Sprintf("rows=%d", n), func(b *testing.B) {
 			c := dedup.New(dedup.Options{Clock: clocktest.NewFake()})
-			batches := make([][]uuid.UUID, 1024)
-			for i := range batches {
-				batches[i] = ids(n)
-			}
+			batches := pairs(1024, n)
 			i := 0
 			b.ReportAllocs()
 			for b.Loop() {
 				batch := batches[i%len(batches)]
-				c.AddRange(batch)
-				c.RemoveRange(batch) // keep the cache at a steady size
+				c.AddRange(batch.Key, batch.IDs)
+				c.RemoveRange(batch.Key, batch.IDs) // keep the cache at a steady size
 				i++
 			}
 		})
@@ -65,19 +70,18 @@ func BenchmarkActivateRetentionFor(b *testing.B) {
 	for _, n := range []int{1, 100} {
 		b.Run(fmt.Sprintf("rows=%d", n), func(b *testing.B) {
 			c := dedup.New(dedup.Options{Clock: clocktest.NewFake(), Capacity: 10_000})
-			fill := ids(10_000)
-			c.AddRange(fill)
-			c.ActivateRetentionFor(fill)
-			batches := make([][]uuid.UUID, 1024)
-			for i := range batches {
-				batches[i] = ids(n)
+			fill := pairs(100, 100)
+			for _, r := range fill {
+				c.AddRange(r.Key, r.IDs)
 			}
+			c.ActivateRetentionFor(fill)
+			batches := pairs(1024, n)
 			i := 0
 			b.ReportAllocs()
 			for b.Loop() {
 				batch := batches[i%len(batches)]
-				c.AddRange(batch)
-				c.ActivateRetentionFor(batch)
+				c.AddRange(batch.Key, batch.IDs)
+				c.ActivateRetentionFor([]dedup.Range{batch})
 				i++
 			}
 		})
@@ -85,19 +89,24 @@ func BenchmarkActivateRetentionFor(b *testing.B) {
 }
 
 // BenchmarkPartition measures the dedup check of one fetched pair of 100
-// rows against a cache holding 10,000 entries: rows the cache does not hold
-// (the catch-up case), rows still InFlight (re-delivered before their
-// completion was acknowledged) and rows already Retained.
+// rows against a cache holding 10,000 entries of 100 pairs: rows of a pair
+// the cache holds nothing of (the catch-up case), rows still InFlight
+// (re-delivered before their completion was acknowledged) and rows already
+// Retained.
 func BenchmarkPartition(b *testing.B) {
 	type row struct {
 		id      uuid.UUID
 		version int64
 	}
 	const rows, stored = 100, 10_000
-	inFlight, retained := ids(stored/2), ids(stored/2)
+	inFlight, retained := pairs(stored/rows/2, rows), pairs(stored/rows/2, rows)
 	c := dedup.New(dedup.Options{Clock: clocktest.NewFake()})
-	c.AddRange(inFlight)
-	c.AddRangeRetained(retained)
+	for _, r := range inFlight {
+		c.AddRange(r.Key, r.IDs)
+	}
+	for _, r := range retained {
+		c.AddRangeRetained(r.Key, r.IDs)
+	}
 	rowsOf := func(ids []uuid.UUID) []row {
 		out := make([]row, len(ids))
 		for i, id := range ids {
@@ -106,19 +115,21 @@ func BenchmarkPartition(b *testing.B) {
 		return out
 	}
 	workID := func(r *row) uuid.UUID { return r.id }
+	fresh := pairs(1, rows)[0]
 	for _, bc := range []struct {
 		name    string
-		rows    []row
+		pair    dedup.Range
 		skipped int
 	}{
-		{"fresh", rowsOf(ids(rows)), 0},
-		{"inflight", rowsOf(inFlight[:rows]), rows},
-		{"retained", rowsOf(retained[:rows]), rows},
+		{"fresh", fresh, 0},
+		{"inflight", inFlight[0], rows},
+		{"retained", retained[0], rows},
 	} {
 		b.Run(fmt.Sprintf("rows=%d/%s", rows, bc.name), func(b *testing.B) {
+			rs := rowsOf(bc.pair.IDs)
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, skipped := dedup.Partition(c, bc.rows, workID); len(skipped) != bc.skipped {
+				if _, skipped := dedup.Partition(c, bc.pair.Key, rs, workID); len(skipped) != bc.skipped {
 					b.Fatalf("skipped %d rows, want %d", len(skipped), bc.skipped)
 				}
 			}
@@ -127,21 +138,18 @@ func BenchmarkPartition(b *testing.B) {
 }
 
 // BenchmarkRetentionStep measures one completion's whole stay in the cache
-// at a steady state: its 100 rows enter InFlight, are acknowledged, and the
-// expiry sweep drops the 100 rows acknowledged Retention ago, so the
-// Retained phase holds 10,000 entries throughout.
+// at a steady state: its 100 rows, of one pair, enter InFlight, are
+// acknowledged, and the expiry sweep drops the 100 rows acknowledged
+// Retention ago, so the Retained phase holds 10,000 entries throughout.
 func BenchmarkRetentionStep(b *testing.B) {
 	const n, steps = 100, 100
 	clock := clocktest.NewFake()
 	c := dedup.New(dedup.Options{Clock: clock, Retention: steps * time.Second})
-	batches := make([][]uuid.UUID, 1024) // reused only long after expiring
-	for i := range batches {
-		batches[i] = ids(n)
-	}
+	batches := pairs(1024, n) // reused only long after expiring
 	step := func(i int) {
 		batch := batches[i%len(batches)]
-		c.AddRange(batch)
-		c.ActivateRetentionFor(batch)
+		c.AddRange(batch.Key, batch.IDs)
+		c.ActivateRetentionFor([]dedup.Range{batch})
 		c.EvictExpired()
 		clock.Advance(time.Second)
 	}
@@ -157,4 +165,51 @@ func BenchmarkRetentionStep(b *testing.B) {
 	if got := c.Count(); got != steps*n {
 		b.Fatalf("cache holds %d entries, want %d", got, steps*n)
 	}
+}
+
+// pairs returns n pairs of rows ids each.
+func pairs(n, rows int) []dedup.Range {
+	out := make([]dedup.Range, n)
+	for i := range out {
+		out[i] = dedup.Range{Key: dedup.Key{Stream: uuid.New(), Perspective: "orders"}, IDs: ids(rows)}
+	}
+	return out
+}
+
+// BenchmarkCatchUpPair measures one pair of a catch-up from the cache's
+// side: its 200 fetched rows are checked, recorded InFlight after their
+// apply and acknowledged, in a cache whose Retained phase is full at the
+// default capacity, so that every acknowledged row evicts one of a pair
+// acknowledged long before, whose entries have left the CPU cache.
+func BenchmarkCatchUpPair(b *testing.B) {
+	const rows = 200
+	c := dedup.New(dedup.Options{Clock: clocktest.NewFake()})
+	batches := pairs(4*dedup.CapacityDefault/rows, rows) // each reused only after its eviction
+	type row struct{ id uuid.UUID }
+	fetched := make([][]row, len(batches))
+	for i, p := range batches {
+		fetched[i] = make([]row, rows)
+		for j, id := range p.IDs {
+			fetched[i][j].id = id
+		}
+	}
+	workID := func(r *row) uuid.UUID { return r.id }
+	step := func(i int) {
+		p := batches[i%len(batches)]
+		if fresh, _ := dedup.Partition(c, p.Key, fetched[i%len(batches)], workID); len(fresh) != rows {
+			b.Fatalf("%d fresh rows, want %d", len(fresh), rows)
+		}
+		c.AddRange(p.Key, p.IDs)
+		c.ActivateRetentionFor([]dedup.Range{p})
+	}
+	for i := range dedup.CapacityDefault / rows {
+		step(i)
+	}
+	i := dedup.CapacityDefault / rows
+	b.ReportAllocs()
+	for b.Loop() {
+		step(i)
+		i++
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*rows), "ns/row")
 }

@@ -22,10 +22,23 @@
 // Every expiry decision follows the injected ports.Clock, so tests drive time
 // with a fake clock and never sleep.
 //
+// # Layout
+//
+// Every call names the (stream, perspective) pair its ids belong to (Key),
+// and the entries of a pair are kept in a small hash table of their own.
+// The engine works pair by pair: it checks a pair's fetched rows, records
+// them after their apply and acknowledges them together. A catch-up passes
+// hundreds of thousands of rows through the cache; in one table shared by
+// every pair, each of those steps cost each row a lookup at a random place
+// of a table far larger than the CPU cache. Per pair, a batch's rows touch
+// a few small tables, the rows of a pair the cache holds nothing of are
+// found fresh with one map lookup, and an acknowledged pair is evicted
+// without reaching its slots again (see group).
+//
 // # Why not an expiring LRU
 //
-// The Retained phase is a hash table and a FIFO of retention starts, not
-// golang-lru's expirable.LRU. With a TTL, that LRU starts a cleanup
+// The Retained phase is a set of hash tables and a FIFO of retention
+// starts, not golang-lru's expirable.LRU. With a TTL, that LRU starts a cleanup
 // goroutine it gives no way to stop (one would leak per Worker) and judges
 // expiry by wall time, out of reach of an injected clock. Without a TTL it is
 // a plain bounded LRU, and one was tried: the cache's hot operations (the
@@ -38,6 +51,7 @@ package dedup
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -94,6 +108,20 @@ type Options struct {
 	Observer Observer
 }
 
+// Key names the (stream, perspective) pair whose work rows an id belongs
+// to. Every work id belongs to one pair, and every call that names an id
+// names its pair too: an id looked for under another pair is not found.
+type Key struct {
+	Stream      uuid.UUID
+	Perspective string
+}
+
+// Range is ids of one pair.
+type Range struct {
+	Key Key
+	IDs []uuid.UUID
+}
+
 // Cache is the two-phase ProcessedEventCache keyed by work id. The zero
 // value is not usable; call New. Safe for concurrent use.
 type Cache struct {
@@ -106,20 +134,80 @@ type Cache struct {
 	// from it, so entries hold no pointer for the garbage collector to
 	// follow and comparisons keep the clock's monotonic reading.
 	base time.Time
+	seed uint64 // hash seed of the groups' tables
 
 	mu sync.Mutex
-	// entries holds every stored id, in either phase, with its mark
-	// (markInFlight, or its retention start): one lookup answers Contains,
-	// and moving an entry to Retained updates it in place.
-	entries table
+	// groups holds every stored id, in either phase, with its mark
+	// (markInFlight, or its retention start), in the table of its pair:
+	// one lookup answers Contains, and moving an entry to Retained updates
+	// it in place. A pair with no entry has no group.
+	groups map[Key]*group
+	n      int // entries stored, in every group
 	// order lists the Retained entries, oldest retention start first. An
-	// element whose mark differs from its entry's (the entry was removed,
-	// or removed and retained again) is stale and skipped. Entries are
-	// never promoted, so the order is that of their retention starts:
+	// element whose entry no longer has its seq (the entry was removed, or
+	// removed and retained again) is stale and skipped. Entries are never
+	// promoted, so the order is that of their retention starts:
 	// EvictExpired stops at the first live entry and capacity evictions
 	// drop the oldest acknowledgement.
 	order    fifo
-	retained int // Retained entries stored (expired ones included)
+	retained int    // Retained entries stored (expired ones included)
+	seq      uint64 // the last retention's sequence number
+}
+
+// group is the entries of one pair.
+//
+// Its Retained entries leave in the order of their retentions, the
+// cache's order: an eviction only moves the group's evicted mark up to
+// the entry's seq, so evicting does not reach the entry's slot, which has
+// long left the CPU cache when the entry is the oldest. An evicted entry
+// stays in the table until its slot is reused, the table is purged, or
+// the group is dropped with its last live entry, which is how most of a
+// busy pair's entries go.
+type group struct {
+	key     Key
+	entries table
+	live    int    // entries stored, evicted ones excluded
+	evicted uint64 // Retained entries with a seq up to this are evicted
+}
+
+// mark returns the mark of the entry in slot i, markEmpty when it was
+// evicted.
+func (g *group) mark(i int) int64 {
+	s := &g.entries.slots[i]
+	if s.mark != markInFlight && s.seq <= g.evicted {
+		return markEmpty
+	}
+	return s.mark
+}
+
+// get returns id's mark, markEmpty when g does not hold it.
+func (g *group) get(id uuid.UUID) int64 {
+	if g.entries.n == 0 {
+		return markEmpty
+	}
+	if i, ok := g.entries.find(id); ok {
+		return g.mark(i)
+	}
+	return markEmpty
+}
+
+// purge drops the evicted entries from the table once they are more than
+// the live ones, so that a long-lived group does not keep the room of the
+// entries it lost.
+func (g *group) purge() {
+	if g.entries.n-g.live <= max(g.live, tableMinSlots) {
+		return
+	}
+	old := g.entries.slots
+	g.entries.slots, g.entries.n = nil, 0
+	g.entries.reserve(g.live)
+	for i := range old {
+		if old[i].mark != markEmpty && (old[i].mark == markInFlight || old[i].seq > g.evicted) {
+			j, _ := g.entries.find(old[i].id)
+			g.entries.slots[j] = old[i]
+			g.entries.n++
+		}
+	}
 }
 
 // New returns an empty Cache. It panics, naming the field, if opts holds a
@@ -137,7 +225,8 @@ func New(opts Options) *Cache {
 		clock:     opts.Clock,
 		observer:  opts.Observer,
 		observed:  opts.Observer != nil,
-		entries:   newTable(),
+		seed:      rand.Uint64(),
+		groups:    map[Key]*group{},
 	}
 	if c.retention == 0 {
 		c.retention = RetentionDefault
@@ -160,25 +249,39 @@ func New(opts Options) *Cache {
 // entry retained at t.
 func (c *Cache) since(t time.Time) int64 { return max(int64(t.Sub(c.base)), markRetainedMin) }
 
-// AddRange records ids as InFlight. Ids already present are left untouched:
-// an InFlight entry stays InFlight and a Retained entry keeps its original
-// retention start (re-adding never resets a timer). A Retained entry whose
-// retention already ended is logically absent (Contains reports false), so
-// it is replaced by a fresh InFlight entry.
-func (c *Cache) AddRange(ids []uuid.UUID) {
-	added := c.add(ids)
+// groupFor returns the group of k, creating it, with room for n entries,
+// when missing.
+func (c *Cache) groupFor(k Key, n int) *group {
+	g := c.groups[k]
+	if g == nil {
+		g = &group{key: k, entries: newTable(c.seed)}
+		g.entries.reserve(n)
+		c.groups[k] = g
+	} else {
+		g.purge()
+	}
+	return g
+}
+
+// AddRange records ids, all of pair k, as InFlight. Ids already present
+// are left untouched: an InFlight entry stays InFlight and a Retained entry
+// keeps its original retention start (re-adding never resets a timer). A
+// Retained entry whose retention already ended is logically absent
+// (Contains reports false), so it is replaced by a fresh InFlight entry.
+func (c *Cache) AddRange(k Key, ids []uuid.UUID) {
+	added := c.add(k, ids)
 	if len(added) > 0 {
 		c.observer.OnEventsMarkedInFlight(added)
 	}
 }
 
-// AddRangeRetained records ids as Retained with their retention starting
-// now, for work whose completion is already acknowledged. Present ids are
-// left untouched, as in AddRange. The observer sees the added ids marked
-// InFlight and then their retention activated, so counters derived from the
-// callbacks stay balanced.
-func (c *Cache) AddRangeRetained(ids []uuid.UUID) {
-	added, evicted := c.addRetained(ids)
+// AddRangeRetained records ids, all of pair k, as Retained with their
+// retention starting now, for work whose completion is already
+// acknowledged. Present ids are left untouched, as in AddRange. The
+// observer sees the added ids marked InFlight and then their retention
+// activated, so counters derived from the callbacks stay balanced.
+func (c *Cache) AddRangeRetained(k Key, ids []uuid.UUID) {
+	added, evicted := c.addRetained(k, ids)
 	if len(added) > 0 {
 		c.observer.OnEventsMarkedInFlight(added)
 		c.observer.OnRetentionActivated(len(added))
@@ -190,24 +293,18 @@ func (c *Cache) AddRangeRetained(ids []uuid.UUID) {
 
 // add stores the absent ids as InFlight and returns them when an observer
 // wants them.
-func (c *Cache) add(ids []uuid.UUID) []uuid.UUID {
+func (c *Cache) add(k Key, ids []uuid.UUID) []uuid.UUID {
+	if len(ids) == 0 {
+		return nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.since(c.clock.Now())
+	g := c.groupFor(k, len(ids))
 	var added []uuid.UUID
 	for _, id := range ids {
-		i, ok := c.entries.lookup(id)
-		switch {
-		case !ok:
-			c.entries.insert(i, id, markInFlight)
-		case c.entries.slots[i].mark == markInFlight || c.live(c.entries.slots[i].mark, now):
+		if !c.makeLocked(g, id, now) {
 			continue
-		default:
-			// Retained and expired: logically absent, so it becomes a
-			// fresh InFlight entry in place and its element in order goes
-			// stale.
-			c.entries.slots[i].mark = markInFlight
-			c.retained--
 		}
 		if c.observed {
 			added = append(added, id)
@@ -216,60 +313,94 @@ func (c *Cache) add(ids []uuid.UUID) []uuid.UUID {
 	return added
 }
 
-func (c *Cache) addRetained(ids []uuid.UUID) (added []uuid.UUID, evicted int) {
+func (c *Cache) addRetained(k Key, ids []uuid.UUID) (added []uuid.UUID, evicted int) {
+	if len(ids) == 0 {
+		return nil, 0
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.since(c.clock.Now())
+	g := c.groupFor(k, len(ids))
 	for _, id := range ids {
-		if !c.absentLocked(id, now) {
+		i, ok := c.slotForLocked(g, id, now)
+		if !ok {
 			continue
 		}
-		evicted += c.retainLocked(id, now)
+		evicted += c.retainLocked(g, i, now)
 		added = append(added, id)
 	}
 	return added, evicted
 }
 
-// absentLocked reports whether id may be added: it is neither InFlight nor
-// Retained with its retention still running. An expired Retained entry is
-// dropped on the way.
-func (c *Cache) absentLocked(id uuid.UUID, now int64) bool {
-	switch m := c.entries.get(id); {
-	case m == markEmpty:
-		return true
-	case m == markInFlight || c.live(m, now):
-		return false
-	default:
-		c.deleteLocked(id, m)
-		return true
+// makeLocked stores id in g as InFlight unless it is contained, and reports
+// whether it did.
+func (c *Cache) makeLocked(g *group, id uuid.UUID, now int64) bool {
+	i, ok := c.slotForLocked(g, id, now)
+	if ok {
+		g.entries.slots[i].mark, g.entries.slots[i].seq = markInFlight, 0
 	}
+	return ok
 }
 
-// deleteLocked drops the stored entry of id, whose mark is m. Its element
-// in order, if any, becomes stale.
-func (c *Cache) deleteLocked(id uuid.UUID, m int64) {
-	c.entries.delete(id)
+// slotForLocked returns the slot of id in g for a new entry, InFlight
+// until the caller says otherwise, and true; or false when id is contained
+// (InFlight, or Retained with its retention running). An evicted entry's
+// slot is reused, and an expired Retained entry is replaced in place: it is
+// logically absent, and its element in order goes stale.
+func (c *Cache) slotForLocked(g *group, id uuid.UUID, now int64) (int, bool) {
+	i, ok := g.entries.lookup(id)
+	if !ok {
+		i = g.entries.insert(i, id, markInFlight, 0)
+		g.live++
+		c.n++
+		return i, true
+	}
+	switch m := g.mark(i); {
+	case m == markEmpty:
+		g.entries.slots[i].mark, g.entries.slots[i].seq = markInFlight, 0
+		g.live++
+		c.n++
+	case m == markInFlight || c.live(m, now):
+		return i, false
+	default:
+		g.entries.slots[i].mark, g.entries.slots[i].seq = markInFlight, 0
+		c.retained--
+	}
+	return i, true
+}
+
+// deleteLocked drops the stored entry of id in g, whose mark is m, and g
+// with its last entry. The entry's element in order, if any, becomes
+// stale.
+func (c *Cache) deleteLocked(g *group, id uuid.UUID, m int64) {
+	g.entries.delete(id)
 	if m != markInFlight {
 		c.retained--
 	}
+	c.leftLocked(g)
 }
 
-// retainLocked makes id Retained from now (it is absent or InFlight),
-// evicting the oldest Retained entry when the phase is full. It returns how
-// many entries it evicted.
-func (c *Cache) retainLocked(id uuid.UUID, now int64) int {
-	c.entries.set(id, now)
-	return c.retainedLocked(id, now)
+// leftLocked counts an entry of g that left, dropping g with its last one.
+func (c *Cache) leftLocked(g *group) {
+	g.live--
+	c.n--
+	if g.live == 0 {
+		delete(c.groups, g.key)
+		// Its elements in order, now stale, keep g until they are dropped:
+		// not its table.
+		g.entries = table{}
+	}
 }
 
-// retainedLocked records that id's entry just became Retained from now: it
-// joins the order, and the oldest Retained entry is evicted when the phase
-// is over capacity. The entry is stored first so that the caller can update
-// it in the slot it found: an eviction moves entries of the table. The new
-// entry is the newest, so it is never the one evicted. It returns how many
-// entries it evicted.
-func (c *Cache) retainedLocked(id uuid.UUID, now int64) int {
-	c.order.push(retainedRef{id: id, mark: now})
+// retainLocked makes the entry in slot i of g, InFlight, Retained from
+// now: it joins the order, and the oldest Retained entry is evicted when
+// the phase is over capacity. The new entry is the newest, so it is never
+// the one evicted, and g keeps it. It returns how many entries it evicted.
+func (c *Cache) retainLocked(g *group, i int, now int64) int {
+	c.seq++
+	s := &g.entries.slots[i]
+	s.mark, s.seq = now, c.seq
+	c.order.push(retainedRef{group: g, id: s.id, mark: now, seq: c.seq})
 	c.retained++
 	if c.retained <= c.capacity {
 		return 0
@@ -290,7 +421,7 @@ func (c *Cache) oldestLocked() (int64, bool) {
 		// elements only when it is longer than retained: until then its
 		// front is live without a lookup, which in a full cache is most of
 		// the cost of an eviction.
-		if c.order.n == c.retained || c.entries.get(ref.id) == ref.mark {
+		if c.order.n == c.retained || ref.live() {
 			return ref.mark, true
 		}
 		c.order.pop()
@@ -298,40 +429,49 @@ func (c *Cache) oldestLocked() (int64, bool) {
 	return 0, false
 }
 
-// evictOldestLocked removes the entry oldestLocked just returned.
+// evictOldestLocked removes the entry oldestLocked just returned. Every
+// Retained entry of its group retained before it left already, so the
+// group's evicted mark moves up to it.
 func (c *Cache) evictOldestLocked() {
 	ref := c.order.front()
 	c.order.pop()
-	c.entries.delete(ref.id)
+	ref.group.evicted = ref.seq
 	c.retained--
+	c.leftLocked(ref.group)
 }
 
-// Contains reports whether id was processed and should be skipped: true for
-// an InFlight entry whatever the time, true for a Retained entry while
-// now < retention start + Retention, false otherwise (lazy expiry: an
-// expired entry reports false even before EvictExpired removes it).
-func (c *Cache) Contains(id uuid.UUID) bool {
+// Contains reports whether id, of pair k, was processed and should be
+// skipped: true for an InFlight entry whatever the time, true for a
+// Retained entry while now < retention start + Retention, false otherwise
+// (lazy expiry: an expired entry reports false even before EvictExpired
+// removes it).
+func (c *Cache) Contains(k Key, id uuid.UUID) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	m := c.entries.get(id)
+	g := c.groups[k]
+	if g == nil {
+		return false
+	}
+	m := g.get(id)
 	return m == markInFlight || m != markEmpty && c.live(m, c.since(c.clock.Now()))
 }
 
-// Partition splits items, whose ids id returns, into those the cache does
-// not contain (fresh, in order) and the ids of those it does (skipped), as
-// Contains would per item, under one lock. fresh aliases items when nothing
-// is skipped.
-func Partition[T any](c *Cache, items []T, id func(*T) uuid.UUID) (fresh []T, skipped []uuid.UUID) {
+// Partition splits items of pair k, whose ids id returns, into those the
+// cache does not contain (fresh, in order) and the ids of those it does
+// (skipped), as Contains would per item, under one lock. fresh aliases
+// items when nothing is skipped.
+func Partition[T any](c *Cache, k Key, items []T, id func(*T) uuid.UUID) (fresh []T, skipped []uuid.UUID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.entries.n == 0 {
+	g := c.groups[k]
+	if g == nil {
 		return items, nil
 	}
 	var now int64
 	haveNow := false
 	for i := range items {
-		k := id(&items[i])
-		m := c.entries.get(k)
+		key := id(&items[i])
+		m := g.get(key)
 		ok := m != markEmpty
 		if ok && m != markInFlight {
 			if !haveNow {
@@ -348,7 +488,7 @@ func Partition[T any](c *Cache, items []T, id func(*T) uuid.UUID) (fresh []T, sk
 		if skipped == nil {
 			fresh = append(make([]T, 0, len(items)-1), items[:i]...)
 		}
-		skipped = append(skipped, k)
+		skipped = append(skipped, key)
 	}
 	if skipped == nil {
 		return items, nil
@@ -363,9 +503,22 @@ func (c *Cache) ActivateRetention() {
 	c.mu.Lock()
 	now := c.since(c.clock.Now())
 	activated, evicted := 0, 0
-	// Collected first: an eviction for room moves entries of the table.
-	for _, id := range c.entries.inFlight() {
-		evicted += c.retainLocked(id, now)
+	// Collected first: an eviction for room drops emptied groups.
+	type ref struct {
+		g  *group
+		id uuid.UUID
+	}
+	var refs []ref
+	for _, g := range c.groups {
+		for _, id := range g.entries.inFlight() {
+			refs = append(refs, ref{g, id})
+		}
+	}
+	for _, r := range refs {
+		// r.g still holds r.id InFlight: evictions remove Retained entries
+		// only, and leave the slots of the others in place.
+		i, _ := r.g.entries.find(r.id)
+		evicted += c.retainLocked(r.g, i, now)
 		activated++
 	}
 	c.mu.Unlock()
@@ -375,19 +528,27 @@ func (c *Cache) ActivateRetention() {
 // ActivateRetentionFor moves the listed ids that are InFlight to Retained
 // with their retention starting now. Other InFlight entries stay InFlight;
 // listed ids that are Retained or absent are ignored. The engine calls it
-// once a completion is really acknowledged.
-func (c *Cache) ActivateRetentionFor(ids []uuid.UUID) {
+// once completions are really acknowledged, with the rows of each, under
+// one hold of the lock.
+func (c *Cache) ActivateRetentionFor(ranges []Range) {
 	c.mu.Lock()
 	now := c.since(c.clock.Now())
 	activated, evicted := 0, 0
-	for _, id := range ids {
-		i, ok := c.entries.lookup(id)
-		if !ok || c.entries.slots[i].mark != markInFlight {
+	for _, r := range ranges {
+		g := c.groups[r.Key]
+		if g == nil {
 			continue
 		}
-		c.entries.slots[i].mark = now
-		evicted += c.retainedLocked(id, now)
-		activated++
+		for _, id := range r.IDs {
+			i, ok := g.entries.lookup(id)
+			if !ok || g.entries.slots[i].mark != markInFlight {
+				continue
+			}
+			// g keeps this entry through the eviction, so it stays the
+			// group of r.Key.
+			evicted += c.retainLocked(g, i, now)
+			activated++
+		}
 	}
 	c.mu.Unlock()
 	c.notifyActivated(activated, evicted)
@@ -422,19 +583,24 @@ func (c *Cache) EvictExpired() {
 	}
 }
 
-// Remove drops id in any phase, so a rewind or rebuild can apply it again.
-func (c *Cache) Remove(id uuid.UUID) {
-	c.RemoveRange([]uuid.UUID{id})
+// Remove drops id, of pair k, in any phase, so a rewind or rebuild can
+// apply it again.
+func (c *Cache) Remove(k Key, id uuid.UUID) {
+	c.RemoveRange(k, []uuid.UUID{id})
 }
 
-// RemoveRange drops the listed ids in any phase. The observer hears only
-// about the ids that were actually stored.
-func (c *Cache) RemoveRange(ids []uuid.UUID) {
+// RemoveRange drops the listed ids, all of pair k, in any phase. The
+// observer hears only about the ids that were actually stored.
+func (c *Cache) RemoveRange(k Key, ids []uuid.UUID) {
 	c.mu.Lock()
 	var removed []uuid.UUID
 	for _, id := range ids {
-		if m := c.entries.get(id); m != markEmpty {
-			c.deleteLocked(id, m)
+		g := c.groups[k] // dropped with its last entry
+		if g == nil {
+			break
+		}
+		if m := g.get(id); m != markEmpty {
+			c.deleteLocked(g, id, m)
 			removed = append(removed, id)
 		}
 	}
@@ -449,7 +615,7 @@ func (c *Cache) RemoveRange(ids []uuid.UUID) {
 func (c *Cache) Count() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.entries.n
+	return c.n
 }
 
 // live reports whether a Retained entry started at offset at still counts

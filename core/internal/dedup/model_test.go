@@ -122,13 +122,17 @@ func TestCacheMatchesModel(t *testing.T) {
 		capacity := 8 + rng.IntN(24)
 		b := setup(t, dedup.Options{Retention: retentionSteps * time.Second, Capacity: capacity})
 		m := &cacheModel{retention: retentionSteps * time.Second, capacity: capacity, entries: map[uuid.UUID]*modelEntry{}}
-		pool := ids(64)
-		pick := func() []uuid.UUID {
+		// The ids belong to three pairs; a call names one of them.
+		keys := []dedup.Key{{Stream: uuid.New(), Perspective: "a"}, {Stream: uuid.New(), Perspective: "a"}, {Stream: key.Stream, Perspective: "b"}}
+		pool := ids(63)
+		keyOf := func(i int) dedup.Key { return keys[i%len(keys)] }
+		pick := func() (dedup.Key, []uuid.UUID) {
+			k := rng.IntN(len(keys))
 			out := make([]uuid.UUID, rng.IntN(12))
 			for i := range out {
-				out[i] = pool[rng.IntN(len(pool))] // repeats included
+				out[i] = pool[k+len(keys)*rng.IntN(len(pool)/len(keys))] // repeats included
 			}
-			return out
+			return keys[k], out
 		}
 		type row struct{ id uuid.UUID }
 		for step := range 20_000 {
@@ -139,30 +143,36 @@ func TestCacheMatchesModel(t *testing.T) {
 			m.now += time.Nanosecond
 			switch op := rng.IntN(100); {
 			case op < 30:
-				batch := pick()
-				b.cache.AddRange(batch)
+				k, batch := pick()
+				b.cache.AddRange(k, batch)
 				m.addRange(batch)
 			case op < 40:
-				batch := pick()
-				b.cache.AddRangeRetained(batch)
+				k, batch := pick()
+				b.cache.AddRangeRetained(k, batch)
 				m.addRangeRetained(batch)
 			case op < 65:
-				batch := pick()
-				b.cache.ActivateRetentionFor(batch)
-				m.activateRetentionFor(batch)
+				var ranges []dedup.Range
+				var all []uuid.UUID
+				for range 1 + rng.IntN(3) {
+					k, batch := pick()
+					ranges = append(ranges, dedup.Range{Key: k, IDs: batch})
+					all = append(all, batch...)
+				}
+				b.cache.ActivateRetentionFor(ranges)
+				m.activateRetentionFor(all)
 			case op < 70:
 				b.cache.EvictExpired()
 				m.evictExpired()
 			case op < 78:
-				batch := pick()
-				b.cache.RemoveRange(batch)
+				k, batch := pick()
+				b.cache.RemoveRange(k, batch)
 				m.removeRange(batch)
 			case op < 90:
 				d := time.Duration(rng.IntN(3)) * time.Second
 				b.clock.Advance(d)
 				m.now += d
 			default:
-				batch := pick()
+				k, batch := pick()
 				rows := make([]row, len(batch))
 				var wantFresh []row
 				var wantSkipped []uuid.UUID
@@ -174,7 +184,7 @@ func TestCacheMatchesModel(t *testing.T) {
 						wantFresh = append(wantFresh, row{id})
 					}
 				}
-				fresh, skipped := dedup.Partition(b.cache, rows, func(r *row) uuid.UUID { return r.id })
+				fresh, skipped := dedup.Partition(b.cache, k, rows, func(r *row) uuid.UUID { return r.id })
 				require.Equal(t, len(wantFresh), len(fresh), "step %d", step)
 				if len(wantFresh) > 0 {
 					require.Equal(t, wantFresh, fresh, "step %d", step)
@@ -182,8 +192,8 @@ func TestCacheMatchesModel(t *testing.T) {
 				require.Equal(t, wantSkipped, skipped, "step %d", step)
 			}
 			require.Equal(t, len(m.entries), b.cache.Count(), "step %d", step)
-			for _, id := range pool {
-				require.Equal(t, m.contains(id), b.cache.Contains(id), "step %d", step)
+			for i, id := range pool {
+				require.Equal(t, m.contains(id), b.cache.Contains(keyOf(i), id), "step %d", step)
 			}
 		}
 		o := b.observer

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"math"
 	"math/bits"
-	"math/rand/v2"
 
 	"github.com/google/uuid"
 )
@@ -19,20 +18,32 @@ const (
 	markRetainedMin int64 = math.MinInt64 + 2
 )
 
-// tableMinSlots is the size of a table's first allocation, below which it
-// never shrinks (24KiB): a cache that fills and empties by a few hundred
-// entries, as a worker's at low traffic, never reallocates.
-const tableMinSlots = 1024
+// tableMinSlots is the smallest size of a table: the cache keeps one table
+// per pair, most of which hold a few entries.
+const tableMinSlots = 8
 
-// table is the set of the cache's entries: an open-addressing hash table of
+// tableShrinkMin is the size up to which a table never shrinks (1.5KiB). A
+// pair's entries are evicted one after the other, and its table is dropped
+// with the last; shrinking step by step on the way would copy the
+// remaining entries again and again.
+const tableShrinkMin = 64
+
+// fifoMinSlots is the size of the retention order's first allocation,
+// below which it never shrinks (40KiB): a cache that fills and empties by a
+// few hundred entries, as a worker's at low traffic, never reallocates it.
+const fifoMinSlots = 1024
+
+// table is the set of one pair's entries: an open-addressing hash table of
 // ids with linear probing that deletes by shifting the entries after the
 // deleted one back (no tombstones). Every id the cache holds is added once
 // and deleted once, hundreds of thousands of times over during a long
 // catch-up. A Go map under that churn keeps the room of its deleted entries
 // and settles at about twice the memory of a map holding the same entries,
 // and never gives it back; this table's size follows its entries, up at
-// three quarters full and down at an eighth, so an idle worker returns the
-// memory of its busy hours. A slot is 24 bytes: the id and its mark.
+// three quarters full and down at an eighth (see tableShrinkMin), and the
+// cache drops it with its last entry, so an idle pair returns the memory of
+// its busy hours. A slot is 32 bytes: the id, its mark and its retention
+// sequence number.
 //
 // The table is not safe for concurrent use; the cache's lock guards it.
 type table struct {
@@ -44,9 +55,32 @@ type table struct {
 type slot struct {
 	id   uuid.UUID
 	mark int64 // markEmpty, markInFlight or a retention start
+	// seq numbers a Retained entry's retention among all of the cache's
+	// (see group.evicted); 0 for an InFlight entry.
+	seq uint64
 }
 
-func newTable() table { return table{seed: rand.Uint64()} }
+// newTable returns an empty table hashing with seed.
+func newTable(seed uint64) table { return table{seed: seed} }
+
+// reserve sizes an empty table with no slots for n entries, so that a pair
+// whose first rows arrive together is not grown step by step.
+func (t *table) reserve(n int) {
+	if len(t.slots) > 0 {
+		return
+	}
+	t.resize(sizeFor(n))
+}
+
+// sizeFor returns the size of a table holding n entries at most three
+// quarters full.
+func sizeFor(n int) int {
+	size := tableMinSlots
+	for 4*n > 3*size {
+		size *= 2
+	}
+	return size
+}
 
 // hash mixes the two halves of id with the table's seed (the multiply-fold
 // of wyhash): work ids are random or time-ordered, and linear probing needs
@@ -100,19 +134,20 @@ func (t *table) set(id uuid.UUID, mark int64) {
 		t.slots[i].mark = mark
 		return
 	}
-	t.insert(i, id, mark)
+	t.insert(i, id, mark, 0)
 }
 
-// insert adds id, which the table does not hold, with mark. i is the empty
-// slot lookup returned for id, so that the common insert probes once; a
-// growth finds the slot again.
-func (t *table) insert(i int, id uuid.UUID, mark int64) {
+// insert adds id, which the table does not hold, with mark and seq, and
+// returns its slot. i is the empty slot lookup returned for id, so that the
+// common insert probes once; a growth finds the slot again.
+func (t *table) insert(i int, id uuid.UUID, mark int64, seq uint64) int {
 	if 4*(t.n+1) > 3*len(t.slots) {
 		t.resize(max(tableMinSlots, 2*len(t.slots)))
 		i, _ = t.find(id)
 	}
-	t.slots[i] = slot{id: id, mark: mark}
+	t.slots[i] = slot{id: id, mark: mark, seq: seq}
 	t.n++
+	return i
 }
 
 // delete removes id, if held, and returns whether it was.
@@ -136,8 +171,8 @@ func (t *table) delete(id uuid.UUID) bool {
 	}
 	t.slots[i] = slot{mark: markEmpty}
 	t.n--
-	if 8*t.n < len(t.slots) && len(t.slots) > tableMinSlots {
-		t.resize(len(t.slots) / 2)
+	if 8*t.n < len(t.slots) && len(t.slots) > tableShrinkMin {
+		t.resize(sizeFor(2 * t.n))
 	}
 	return true
 }
@@ -173,14 +208,25 @@ func (t *table) inFlight() []uuid.UUID {
 	return ids
 }
 
-// retainedRef is an element of the retention order: the id of an entry
-// made Retained at the retention start mark. It is stale when the entry
-// was removed since, or removed and retained again later (its mark
-// differs). One that was removed and retained again at the same start
-// still names the same expiry, so it may stand for the entry.
+// retainedRef is an element of the retention order: the id of an entry of
+// group made Retained at the retention start mark, with the retention's
+// sequence number. It is stale when the entry was removed since, or removed
+// and retained again later (its seq differs).
 type retainedRef struct {
-	id   uuid.UUID
-	mark int64
+	group *group
+	id    uuid.UUID
+	mark  int64
+	seq   uint64
+}
+
+// live reports whether r is not stale.
+func (r *retainedRef) live() bool {
+	g := r.group
+	if g.live == 0 || g.entries.n == 0 { // dropped
+		return false
+	}
+	i, ok := g.entries.find(r.id)
+	return ok && g.mark(i) != markInFlight && g.entries.slots[i].seq == r.seq && r.seq > g.evicted
 }
 
 // fifo is a growable ring of retainedRefs. Like table, it shrinks when it
@@ -193,7 +239,7 @@ type fifo struct {
 
 func (q *fifo) push(r retainedRef) {
 	if q.n == len(q.buf) {
-		q.resize(max(tableMinSlots, 2*len(q.buf)))
+		q.resize(max(fifoMinSlots, 2*len(q.buf)))
 	}
 	q.buf[(q.head+q.n)&(len(q.buf)-1)] = r
 	q.n++
@@ -207,7 +253,7 @@ func (q *fifo) pop() {
 	q.buf[q.head] = retainedRef{}
 	q.head = (q.head + 1) & (len(q.buf) - 1)
 	q.n--
-	if 8*q.n < len(q.buf) && len(q.buf) > tableMinSlots {
+	if 8*q.n < len(q.buf) && len(q.buf) > fifoMinSlots {
 		q.resize(len(q.buf) / 2)
 	}
 }
