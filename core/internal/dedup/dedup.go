@@ -152,6 +152,11 @@ type Cache struct {
 	order    fifo
 	retained int    // Retained entries stored (expired ones included)
 	seq      uint64 // the last retention's sequence number
+	// spare holds the slot arrays of dropped groups for new groups: in a
+	// catch-up, pairs come and go by the thousand with tables of the same
+	// size, and allocating a new one (and collecting the old) cost more,
+	// under the lock, than all of the pair's other work in the cache.
+	spare [][]slot
 }
 
 // group is the entries of one pair.
@@ -255,13 +260,37 @@ func (c *Cache) groupFor(k Key, n int) *group {
 	g := c.groups[k]
 	if g == nil {
 		g = &group{key: k, entries: newTable(c.seed)}
-		g.entries.reserve(n)
+		if s := c.spareFor(sizeFor(n)); s != nil {
+			g.entries.adopt(s)
+		} else {
+			g.entries.reserve(n)
+		}
 		c.groups[k] = g
 	} else {
 		g.purge()
 	}
 	return g
 }
+
+// spareFor takes a spare slot array of at least size slots, or returns nil.
+func (c *Cache) spareFor(size int) []slot {
+	for i := len(c.spare) - 1; i >= 0; i-- {
+		if s := c.spare[i]; len(s) >= size && len(s) <= 4*size {
+			c.spare[i] = c.spare[len(c.spare)-1]
+			c.spare[len(c.spare)-1] = nil
+			c.spare = c.spare[:len(c.spare)-1]
+			return s
+		}
+	}
+	return nil
+}
+
+// Spare slot arrays: at most spareMax, of at most spareMaxSlots slots
+// (512KiB in all).
+const (
+	spareMax      = 32
+	spareMaxSlots = 512
+)
 
 // AddRange records ids, all of pair k, as InFlight. Ids already present
 // are left untouched: an InFlight entry stays InFlight and a Retained entry
@@ -387,7 +416,10 @@ func (c *Cache) leftLocked(g *group) {
 	if g.live == 0 {
 		delete(c.groups, g.key)
 		// Its elements in order, now stale, keep g until they are dropped:
-		// not its table.
+		// not its table, which the next new group may reuse.
+		if s := g.entries.slots; len(s) > 0 && len(s) <= spareMaxSlots && len(c.spare) < spareMax {
+			c.spare = append(c.spare, s)
+		}
 		g.entries = table{}
 	}
 }

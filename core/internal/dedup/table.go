@@ -72,6 +72,15 @@ func (t *table) reserve(n int) {
 	t.resize(sizeFor(n))
 }
 
+// adopt makes slots, whose length is a power of two, the slots of an empty
+// table with none.
+func (t *table) adopt(slots []slot) {
+	for i := range slots {
+		slots[i] = slot{mark: markEmpty}
+	}
+	t.slots, t.n = slots, 0
+}
+
 // sizeFor returns the size of a table holding n entries at most three
 // quarters full.
 func sizeFor(n int) int {
