@@ -12,10 +12,10 @@ import (
 type Notifier interface {
 	// NotifierListen subscribes to wake signals. The returned channel has a
 	// buffer of one and coalesces bursts (a wake sent while one is buffered
-	// replaces it with their Merge); it is closed once ctx is done. A wake of
-	// an append should name the appended streams (Wake.Streams): a sole
-	// engine instance then drains them without a claim. A nil params is the
-	// zero NotifierListenParams.
+	// replaces it with their Merge); it is closed once ctx is done. The wake
+	// of an append names the appended stream (Wake.Streams; the conformance
+	// suite checks it): a sole engine instance then drains it without a
+	// claim. A nil params is the zero NotifierListenParams.
 	NotifierListen(ctx context.Context, params *NotifierListenParams) (<-chan Wake, error)
 	// NotifierPublish wakes every listener of this backend (service).
 	NotifierPublish(ctx context.Context) error
