@@ -281,12 +281,9 @@ LEFT JOIN (
 // ports.ErrInvalidArgument, and stores nothing, for a subscription with an
 // empty event type or perspective.
 func (s *Store) EventsAppend(ctx context.Context, params *ports.EventsAppendParams) (*ports.EventsAppendResult, error) {
-	if err := params.Validate(); err != nil {
-		return nil, err
-	}
 	// Wait for the schema before taking a connection, which the migration
 	// being waited for may need.
-	if err := s.ready(ctx); err != nil {
+	if err := s.appendReady(ctx, params); err != nil {
 		return nil, err
 	}
 	conn, err := s.pool.Acquire(ctx)
@@ -324,7 +321,20 @@ var _ ports.TxEventStore[pgx.Tx] = (*Store)(nil)
 // transaction usable; after a taken version the transaction is aborted (a
 // unique violation): roll it back.
 func (s *Store) AppendTx(ctx context.Context, tx pgx.Tx, params *ports.EventsAppendParams) (*ports.EventsAppendResult, error) {
+	if err := s.appendReady(ctx, params); err != nil {
+		return nil, err
+	}
 	return s.append(ctx, tx, params, s.channel, false)
+}
+
+// appendReady returns the error of an append of params before it is sent:
+// params that every EventStore rejects, a closed Store, or a schema that
+// is not ready.
+func (s *Store) appendReady(ctx context.Context, params *ports.EventsAppendParams) error {
+	if err := params.Validate(); err != nil {
+		return err
+	}
+	return s.ready(ctx)
 }
 
 // appendRow is one row of sqlAppend's result.
@@ -341,11 +351,9 @@ type appendRow struct {
 // own set, db is a connection outside any transaction: the batch wraps
 // the append in a transaction of its own and notifies s.channel after its
 // commit (see EventsAppend). Without it, db is the caller's transaction and
-// channel, when set, is notified when that transaction commits.
+// channel, when set, is notified when that transaction commits. The caller
+// checked appendReady.
 func (s *Store) append(ctx context.Context, db batchSender, params *ports.EventsAppendParams, channel string, own bool) (*ports.EventsAppendResult, error) {
-	if err := params.Validate(); err != nil {
-		return nil, err
-	}
 	subTypes, subPerspectives := subscriptionColumns(params.Subscriptions)
 	n := len(params.Events)
 	var (
@@ -373,9 +381,6 @@ func (s *Store) append(ctx context.Context, db batchSender, params *ports.Events
 		}
 		ids[i], types[i], versions[i], data[i], metadata[i] = uuidElem(id), e.Type, e.Version, string(e.Data), string(meta)
 		byID[id] = i
-	}
-	if err := s.ready(ctx); err != nil {
-		return nil, err
 	}
 
 	b := &pgx.Batch{}
