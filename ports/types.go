@@ -369,6 +369,25 @@ type Wake struct {
 // wake names none, which asks for a poll.
 const WakeStreamsMax = 256
 
+// OfferWake hands w to a listener's channel of capacity one without
+// blocking: when a wake is still buffered it is replaced by its Merge with
+// w. The caller must be the channel's only sender (an adapter sends under
+// one lock), so that once the buffered wake is taken back, or was received
+// meanwhile, the send cannot block.
+func OfferWake(ch chan Wake, w Wake) {
+	select {
+	case ch <- w:
+		return
+	default:
+	}
+	select {
+	case buffered := <-ch:
+		ch <- buffered.Merge(w)
+	default:
+		ch <- w
+	}
+}
+
 // Merge returns the wake that reports what w and o report, for a listener
 // that coalesces a wake into one still buffered: Reconnected when either
 // is, and the streams of both, unless either names none (unknown stays

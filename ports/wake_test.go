@@ -33,3 +33,15 @@ func TestWakeMerge(t *testing.T) {
 		})
 	}
 }
+
+func TestOfferWake(t *testing.T) {
+	a, b := uuid.New(), uuid.New()
+	ch := make(chan ports.Wake, 1)
+	ports.OfferWake(ch, ports.Wake{Streams: []uuid.UUID{a}})
+	ports.OfferWake(ch, ports.Wake{Streams: []uuid.UUID{b}})
+	require.Equal(t, ports.Wake{Streams: []uuid.UUID{a, b}}, <-ch, "the second wake merged into the buffered one")
+	require.Empty(t, ch)
+
+	ports.OfferWake(ch, ports.Wake{Reconnected: true})
+	require.Equal(t, ports.Wake{Reconnected: true}, <-ch, "an empty channel takes the wake as it is")
+}

@@ -54,21 +54,11 @@ func (s *Store) NotifierPublish(ctx context.Context) error {
 // publishLocked wakes every listener, naming streams when the wake reports
 // appends to them and none when it may report anything. The caller holds
 // s.mu, which also serializes sends with the closes of listener channels,
-// so a buffered wake taken back here can be replaced without blocking.
+// and makes this the channels' only sender (see ports.OfferWake).
 func (s *Store) publishLocked(streams ...uuid.UUID) {
 	w := ports.Wake{Streams: streams}
 	for l := range s.listeners {
-		select {
-		case l.ch <- w:
-			continue
-		default:
-		}
-		select {
-		case buffered := <-l.ch:
-			l.ch <- buffered.Merge(w)
-		default: // taken meanwhile: the channel has room
-			l.ch <- w
-		}
+		ports.OfferWake(l.ch, w)
 	}
 }
 

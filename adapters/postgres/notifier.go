@@ -329,7 +329,7 @@ func (n *notifier) log(level slog.Level, msg string, attrs ...any) {
 // its stream (see sqlPublish); any other payload names none.
 func wakeOf(payload string) ports.Wake {
 	id, err := uuid.Parse(payload)
-	if err != nil || payload == "" {
+	if err != nil {
 		return ports.Wake{}
 	}
 	return ports.Wake{Streams: []uuid.UUID{id}}
@@ -342,19 +342,7 @@ func (n *notifier) broadcast(w ports.Wake) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for sub := range n.subs {
-		select {
-		case sub.ch <- w:
-			continue
-		default:
-		}
-		// Only this goroutine sends (under n.mu), so once the buffered wake
-		// is taken back, or was received meanwhile, the send cannot block.
-		select {
-		case buffered := <-sub.ch:
-			sub.ch <- buffered.Merge(w)
-		default:
-			sub.ch <- w
-		}
+		ports.OfferWake(sub.ch, w) // only this goroutine sends, under n.mu
 	}
 }
 
