@@ -457,22 +457,30 @@ func TestNewValidatesListenerConnString(t *testing.T) {
 	}
 }
 
+// gatedStore returns a fresh schema, not migrated yet, and a Store on a
+// pool of conns connections whose calls wait for the returned gate.
+func gatedStore(t *testing.T, conns int32) (string, *postgres.Gate, *pgxpool.Pool, *postgres.Store) {
+	t.Helper()
+	schema := freshSchema(t)
+	gate := postgres.NewGate()
+	pool := pgtest.NewPool(t, conns)
+	store, err := postgres.New(pool, postgres.Options{Schema: schema, Gate: gate, ConnString: pgtest.ConnString(t), Logger: testLogger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, store.Close()) })
+	return schema, gate, pool, store
+}
+
 func TestGate(t *testing.T) {
 	t.Parallel()
 
 	t.Run("HoldsCallsUntilMigrated", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
-		schema := freshSchema(t)
-		gate := postgres.NewGate()
-		pool := pgtest.NewPool(t, 2)
-		store, err := postgres.New(pool, postgres.Options{Schema: schema, Gate: gate, ConnString: pgtest.ConnString(t), Logger: testLogger(t)})
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, store.Close()) })
+		schema, gate, pool, store := gatedStore(t, 2)
 
 		shortCtx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		defer cancel()
-		_, err = store.InstancesList(shortCtx)
+		_, err := store.InstancesList(shortCtx)
 		require.ErrorIs(t, err, context.DeadlineExceeded, "calls wait while the gate is closed")
 
 		listed := make(chan error, 1)
@@ -489,12 +497,7 @@ func TestGate(t *testing.T) {
 	t.Run("HeldAppendTakesNoConnection", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
-		schema := freshSchema(t)
-		gate := postgres.NewGate()
-		pool := pgtest.NewPool(t, 1)
-		store, err := postgres.New(pool, postgres.Options{Schema: schema, Gate: gate, ConnString: pgtest.ConnString(t), Logger: testLogger(t)})
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, store.Close()) })
+		schema, gate, pool, store := gatedStore(t, 1)
 
 		appended := make(chan error, 1)
 		go func() {
