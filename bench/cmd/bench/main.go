@@ -495,7 +495,7 @@ func printMoving(w io.Writer, rs []*result) {
 			notes += fmt.Sprintf(" achieved=%.0f/s samples=%d max=%.0fms", r.AchievedRate, r.Samples, r.MaxMs)
 		}
 		if r.Scenario == scenarioLive {
-			notes += fmt.Sprintf(" p99_target=%.0fms", r.TargetMs)
+			notes += fmt.Sprintf(" p99_target=%.0fms append_p50=%.1fms append_p99=%.1fms", r.TargetMs, r.AppendP50Ms, r.AppendP99Ms)
 		}
 		notes += cpuNote(r, 1)
 		if r.Deferred > 0 {

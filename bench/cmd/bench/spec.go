@@ -88,7 +88,11 @@ type result struct {
 	P50Ms        float64 `json:"p50_ms"`
 	P99Ms        float64 `json:"p99_ms"`
 	MaxMs        float64 `json:"max_ms"`
-	PeakRSSMB    float64 `json:"peak_rss_mb"`
+	// AppendP50Ms and AppendP99Ms: how long the live scenario's Append calls
+	// took, the part of the latency spent before the event is committed.
+	AppendP50Ms float64 `json:"append_p50_ms,omitempty"`
+	AppendP99Ms float64 `json:"append_p99_ms,omitempty"`
+	PeakRSSMB   float64 `json:"peak_rss_mb"`
 
 	// Comparisons, on Vantage's PostgreSQL catch-up lines.
 	RiverJobsPerS float64 `json:"river_jobs_per_s,omitempty"`

@@ -433,6 +433,7 @@ type liveStream struct {
 type appendRecord struct {
 	version  int64
 	at       time.Time
+	took     time.Duration // the Append call
 	measured bool
 }
 
@@ -571,7 +572,7 @@ func (v *vantage) live(ctx context.Context) (*result, error) {
 				ls := state[i]
 				ls.mu.Lock()
 				ver := res.Events[0].Version
-				ls.appended = append(ls.appended, appendRecord{version: ver, at: at, measured: !at.Before(measureFrom)})
+				ls.appended = append(ls.appended, appendRecord{version: ver, at: at, took: time.Since(at), measured: !at.Before(measureFrom)})
 				ls.head = max(ls.head, ver)
 				ls.mu.Unlock()
 			}
@@ -636,7 +637,7 @@ func (v *vantage) live(ctx context.Context) (*result, error) {
 	ph.end(r, r.Events)
 	r.Seconds = appendEnd.Sub(ph.start).Seconds()
 
-	var lat measure.Latencies
+	var lat, appendLat measure.Latencies
 	unapplied := 0
 	var recovery measure.Latencies
 	for i, ls := range state {
@@ -645,6 +646,7 @@ func (v *vantage) live(ctx context.Context) (*result, error) {
 			if !a.measured {
 				continue
 			}
+			appendLat.Add(a.took)
 			var last time.Time
 			ok := true
 			for p := range s.Perspectives {
@@ -674,6 +676,8 @@ func (v *vantage) live(ctx context.Context) (*result, error) {
 	}
 	ps := lat.Percentiles(0.5, 0.99, 1)
 	r.P50Ms, r.P99Ms, r.MaxMs, r.Samples = ps[0], ps[1], ps[2], lat.Len()
+	aps := appendLat.Percentiles(0.5, 0.99)
+	r.AppendP50Ms, r.AppendP99Ms = aps[0], aps[1]
 	if unapplied > 0 && r.Error == "" {
 		r.Error = fmt.Sprintf("%d measured events never applied", unapplied)
 	}
