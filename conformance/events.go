@@ -519,6 +519,34 @@ func runEvents(t *testing.T, newBackend NewBackendFunc) {
 			c, ok := cursorOf(t, tb.backend, stream, perspective2)
 			require.False(t, ok && c.Status.Has(ports.CursorRewindRequired), "only a cursor past the event is flagged")
 		},
+		"StoresImplicitRowsBelowACursorLate": func(t *testing.T) {
+			// A completion may report a position past the stream's head (an
+			// apply of events appended elsewhere, a cursor set by hand): an
+			// event appended at the next version then lies below it.
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			events := appendEvents(t, tb.backend, stream, at(0), newEvent(eventType, 0)).Events
+			a.heartbeat(t, at(0))
+			a.complete(t, at(time.Second), ports.Completion{
+				StreamID: stream, Perspective: perspective,
+				LastEventID: events[0].ID, LastVersion: 3, WorkIDs: workIDs(a.fetch(t, at(0), stream).Work),
+			})
+
+			next := appendEvents(t, tb.backend, stream, at(2*time.Second), newEvent(eventType, 0)).Events[0]
+			require.Equal(t, int64(2), next.Version)
+			requireRewind(t, mustCursor(t, tb.backend, stream, perspective), next, at(2*time.Second), at(2*time.Second))
+			work := a.fetch(t, at(3*time.Second), stream).Work
+			require.Equal(t, []int64{2}, versionsOf(work))
+			require.Equal(t, []bool{true}, lateOf(work), "stored below the cursor")
+
+			above := appendEvents(t, tb.backend, stream, at(4*time.Second), newEvent(eventType, 0), newEvent(eventType, 0)).Events
+			require.Equal(t, []int64{3, 4}, []int64{above[0].Version, above[1].Version})
+			work = a.fetch(t, at(5*time.Second), stream).Work
+			require.Equal(t, []int64{2, 3, 4}, versionsOf(work))
+			require.Equal(t, []bool{true, false, false}, lateOf(work), "the cursor is at version 3, not past it")
+		},
 		"StoresRowsBelowTheHandedOutMarkLate": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			a, c := tb.pair(t)
