@@ -245,10 +245,11 @@ LEFT JOIN (
     SELECT true, k.id, k.version, k.created_at, k.metadata, k.same FROM known k
 ) x ON true`
 
-// EventsAppend implements ports.EventStore in one round trip: the append
-// runs in a transaction of its own (the stream lock and the append
-// statement), and the wake notification follows in a second transaction in
-// the same round trip, so that it is sent right after the commit. A NOTIFY
+// EventsAppend implements ports.EventStore in one round trip (two when the
+// common case hands the call over, see below): the append runs in a
+// transaction of its own (the stream lock and the append statement), and
+// the wake notification follows in a second transaction in the same round
+// trip, so that it is sent right after the commit. A NOTIFY
 // inside the appending transaction would hold PostgreSQL's notification
 // queue lock across the commit's WAL flush, and concurrent appends would
 // commit one at a time; the notification's own transaction writes nothing
@@ -256,6 +257,13 @@ LEFT JOIN (
 // call that stored the events may have failed before its notification, and
 // so does an append that failed its ExpectedVersion check (a harmless
 // wake); an append that fails with an error from the database does not.
+//
+// An append whose events all take the next versions of their stream goes
+// through vantage_append_implicit first (see appendImplicit), which costs
+// the database about a third less; when it finds the call needs the general
+// statement (a version conflict, a stored event id, a cursor past the head,
+// a carried subscription to record), it stores nothing and the general
+// statement runs in a second round trip.
 //
 // Events are placed in order: one without a Version gets the version after
 // the highest one stored or placed so far, so in a batch an implicit event
@@ -383,6 +391,22 @@ func (s *Store) append(ctx context.Context, db batchSender, params *ports.Events
 		byID[id] = i
 	}
 
+	if own && allImplicit(params.Events) {
+		stored, workRows, err := s.appendImplicit(ctx, db, params, ids, types, data, metadata, subTypes, subPerspectives)
+		if err != nil {
+			return nil, fmt.Errorf("appending to stream %s: %w", params.StreamID, translate(err))
+		}
+		if len(stored) == n {
+			res, err := appendResult(params, byID, stored, false)
+			if err != nil {
+				return nil, err
+			}
+			res.WorkRows = workRows
+			return res, nil
+		}
+		// Stored nothing: the general statement decides.
+	}
+
 	b := &pgx.Batch{}
 	if own {
 		b.Queue("BEGIN")
@@ -446,10 +470,7 @@ func (s *Store) append(ctx context.Context, db batchSender, params *ports.Events
 		return err
 	})
 	if err != nil && committed {
-		// Only the wake notification failed: the events are stored, and
-		// listeners fall back on polling.
-		s.opts.Logger.Warn("publishing the wake notification of an append failed; listeners rely on polling",
-			slog.String("stream_id", params.StreamID.String()), slog.Any("error", err))
+		s.notifyFailed(params.StreamID, err)
 		err = nil
 	}
 	if err != nil {
@@ -474,6 +495,83 @@ func (s *Store) append(ctx context.Context, db batchSender, params *ports.Events
 	}
 	res.WorkRows = workRows
 	return res, nil
+}
+
+// sqlAppendImplicit appends events at the next versions of their stream
+// when nothing calls for the general statement (see
+// vantage_append_implicit).
+const sqlAppendImplicit = `SELECT id, version, created_at, work_rows
+FROM /* SCHEMA */.vantage_append_implicit($1, $2, $3, $4::uuid[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[])`
+
+// allImplicit reports whether no event of an append names its version.
+func allImplicit(events []ports.NewEvent) bool {
+	for _, e := range events {
+		if e.Version != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// appendImplicit is EventsAppend's common case, every event at the next
+// version of its stream, in the same round trip as the general statement
+// (BEGIN, lock, append, COMMIT, notification) but through
+// vantage_append_implicit, whose small statements cost the database less
+// than the general statement. It returns the stored events, or none (having
+// stored nothing) when the general statement must run: an ExpectedVersion
+// that does not match, a stored event id, a cursor past the head, or a
+// carried subscription that is not recorded. The notification is sent
+// either way; without events stored it is a harmless wake.
+func (s *Store) appendImplicit(ctx context.Context, db batchSender, params *ports.EventsAppendParams,
+	ids []pgtype.UUID, types, data, metadata, subTypes, subPerspectives []string,
+) (stored []appendRow, workRows int, err error) {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(sqlAppendLock, s.appendLockClass(), params.StreamID)
+	b.Queue(s.sql(sqlAppendImplicit), uuidArg(params.StreamID), nowArg(params.Now), params.ExpectedVersion,
+		ids, types, data, metadata, subTypes, subPerspectives)
+	b.Queue("COMMIT")
+	b.Queue(sqlPublish, s.channel, params.StreamID.String())
+	committed := false
+	err = sendBatch(ctx, db, b, func(br pgx.BatchResults) error {
+		if err := execN(br, 2); err != nil {
+			return err
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var r appendRow
+			if err := rows.Scan(&r.id, &r.version, &r.created, &workRows); err != nil {
+				rows.Close()
+				return err
+			}
+			stored = append(stored, r)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		committed = true
+		_, err = br.Exec()
+		return err
+	})
+	if err != nil && committed {
+		s.notifyFailed(params.StreamID, err)
+		err = nil
+	}
+	return stored, workRows, err
+}
+
+// notifyFailed logs that the wake notification of a committed append to
+// stream failed: the events are stored, and listeners fall back on polling.
+func (s *Store) notifyFailed(stream uuid.UUID, err error) {
+	s.opts.Logger.Warn("publishing the wake notification of an append failed; listeners rely on polling",
+		slog.String("stream_id", stream.String()), slog.Any("error", err))
 }
 
 // appendResult returns the events of rows (one per event of params) in the
