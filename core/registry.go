@@ -155,9 +155,13 @@ func RegisterEvent[E any](r *Registry, name string) error {
 	if prev, ok := r.byGoType[t]; ok {
 		return fmt.Errorf("registering event %q: %w: %s already registered as %q", name, ErrDuplicate, t, prev.name)
 	}
+	unmarshal := json.Unmarshal
+	if copiesInput(t) {
+		unmarshal = decodePayload
+	}
 	et := &eventType{name: name, goType: t, shareable: immutable(t), decode: func(data []byte) (any, error) {
 		var e E
-		if err := json.Unmarshal(data, &e); err != nil {
+		if err := unmarshal(data, &e); err != nil {
 			return nil, err
 		}
 		return e, nil
