@@ -1,0 +1,25 @@
+-- 010_drainable_plpgsql: back to the SQL function of 005_stream_leases.
+
+CREATE OR REPLACE FUNCTION /* SCHEMA */.vantage_stream_drainable(p_stream uuid, p_now timestamptz) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    WITH RECURSIVE heads AS (
+        (SELECT w.perspective, w.scheduled_for
+         FROM /* SCHEMA */.vantage_work w
+         WHERE w.stream_id = p_stream AND w.processed_at IS NULL
+         ORDER BY w.perspective, w.event_version
+         LIMIT 1)
+        UNION ALL
+        SELECT f.perspective, f.scheduled_for
+        FROM heads h
+        CROSS JOIN LATERAL (
+            SELECT w.perspective, w.scheduled_for
+            FROM /* SCHEMA */.vantage_work w
+            WHERE w.stream_id = p_stream AND w.perspective > h.perspective AND w.processed_at IS NULL
+            ORDER BY w.perspective, w.event_version
+            LIMIT 1
+        ) f
+        WHERE h.scheduled_for > p_now
+    )
+    SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM heads) THEN NULL
+                ELSE EXISTS (SELECT 1 FROM heads h WHERE h.scheduled_for IS NULL OR h.scheduled_for <= p_now) END
+$$;
