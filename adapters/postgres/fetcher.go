@@ -63,6 +63,13 @@ SELECT (SELECT count(*) FROM leased), (SELECT n FROM released)`
 // Parameters: $1 caller, $2 now, $3 stream ids, $4 row limit (NULL for
 // none).
 //
+// mine reads the requested streams' rows by one index probe each (the
+// LATERAL ... LIMIT 1): the planner, which cannot know how many streams a
+// call names, would otherwise pick the caller's whole range of
+// vantage_active_streams_instance_idx when its statistics were taken
+// while the caller held few streams, every stream it holds and the dead
+// entries of those it held, for a handful of requested streams.
+//
 // bounded finds where each pair's prefix ends with a probe (see
 // sqlPrefixEnd), and picked reads the prefixes pair after pair, in the
 // order of the result, by a range scan each, and stops at $4 rows: the
@@ -81,8 +88,13 @@ SELECT (SELECT count(*) FROM leased), (SELECT n FROM released)`
 var sqlFetchRows = `WITH RECURSIVE ` + sqlClock + `,
 mine AS (
     SELECT a.stream_id
-    FROM /* SCHEMA */.vantage_active_streams a, clock
-    WHERE a.stream_id = ANY ($3::uuid[]) AND a.instance_id = $1 AND a.lease_expiry > clock.now
+    FROM (SELECT DISTINCT r.stream_id FROM unnest($3::uuid[]) AS r(stream_id)) r
+    CROSS JOIN LATERAL (
+        SELECT a.stream_id
+        FROM /* SCHEMA */.vantage_active_streams a, clock
+        WHERE a.stream_id = r.stream_id AND a.instance_id = $1 AND a.lease_expiry > clock.now
+        LIMIT 1
+    ) a
 ),
 ` + sqlPairHeads("heads", "mine") + `,
 bounded AS MATERIALIZED (

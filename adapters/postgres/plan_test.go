@@ -269,11 +269,15 @@ func explainWorkRows(ctx context.Context, tx pgx.Tx, stmt string, args ...any) (
 
 // workRowsRead sums, over a JSON plan tree, the rows that scans of
 // vantage_work and its indexes returned or filtered out, over all loops.
-func workRowsRead(node map[string]any) float64 {
+func workRowsRead(node map[string]any) float64 { return tableRowsRead(node, "vantage_work") }
+
+// tableRowsRead sums, over a JSON plan tree, the rows that scans of table and
+// its indexes returned or filtered out, over all loops.
+func tableRowsRead(node map[string]any, table string) float64 {
 	var read float64
 	relation, _ := node["Relation Name"].(string)
 	index, _ := node["Index Name"].(string)
-	if relation == "vantage_work" || (relation == "" && strings.HasPrefix(index, "vantage_work")) {
+	if relation == table || (relation == "" && strings.HasPrefix(index, table+"_")) {
 		loops, _ := node["Actual Loops"].(float64)
 		for _, key := range []string{"Actual Rows", "Rows Removed by Filter", "Rows Removed by Index Recheck"} {
 			n, _ := node[key].(float64)
@@ -282,9 +286,73 @@ func workRowsRead(node map[string]any) float64 {
 	}
 	children, _ := node["Plans"].([]any)
 	for _, c := range children {
-		read += workRowsRead(c.(map[string]any))
+		read += tableRowsRead(c.(map[string]any), table)
 	}
 	return read
+}
+
+// subplan returns the node of a JSON plan tree whose Subplan Name is name,
+// or nil.
+func subplan(node map[string]any, name string) map[string]any {
+	if n, _ := node["Subplan Name"].(string); n == name {
+		return node
+	}
+	children, _ := node["Plans"].([]any)
+	for _, c := range children {
+		if found := subplan(c.(map[string]any), name); found != nil {
+			return found
+		}
+	}
+	return nil
+}
+
+// TestFetchReadsTheRequestedStreamsOnly fetches the rows of one stream for
+// an instance that holds 500, with statistics taken before it held any,
+// under the plan made for the call and the generic one, and
+// checks that finding the requested streams under the caller's lease (the
+// CTE heads, into which mine is folded) reads the requested stream's row of
+// vantage_active_streams, not every stream the instance holds.
+func TestFetchReadsTheRequestedStreamsOnly(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t)
+	s := pgx.Identifier{b.schema}.Sanitize()
+	holder := uuid.New()
+	_, err := b.pool.Exec(ctx, `
+INSERT INTO `+s+`.vantage_events (id, stream_id, type, version, data)
+SELECT gen_random_uuid(), gen_random_uuid(), 'T', 1, '{}' FROM generate_series(1, 500);
+INSERT INTO `+s+`.vantage_work (work_id, stream_id, perspective, event_id, event_version)
+SELECT gen_random_uuid(), e.stream_id, p, e.id, e.version
+FROM `+s+`.vantage_events e, (VALUES ('a'), ('b')) x(p)`)
+	require.NoError(t, err)
+	// The statistics are taken while nobody holds a stream, then the
+	// caller takes them all: its leases are news to the planner.
+	_, err = b.pool.Exec(ctx, `
+INSERT INTO `+s+`.vantage_active_streams (stream_id, first_seq, last_activity_at)
+SELECT stream_id, min(seq), now() FROM `+s+`.vantage_work GROUP BY stream_id;
+ANALYZE `+s+`.vantage_active_streams`)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, `UPDATE `+s+`.vantage_active_streams SET instance_id = $1, lease_expiry = now() + interval '1 hour'`, holder)
+	require.NoError(t, err)
+	var stream uuid.UUID
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT stream_id FROM `+s+`.vantage_active_streams LIMIT 1`).Scan(&stream))
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		rolledBack(t, b, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = `+mode); err != nil {
+				return err
+			}
+			var plan []map[string]any
+			if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+b.store.Render(postgres.Queries["FetchRows"]),
+				holder, nil, []uuid.UUID{stream}, nil).Scan(&plan); err != nil {
+				return err
+			}
+			heads := subplan(plan[0]["Plan"].(map[string]any), "CTE heads")
+			require.NotNil(t, heads, "the fetch (%s) has no CTE heads: %v", mode, plan)
+			read := tableRowsRead(heads, "vantage_active_streams")
+			require.LessOrEqual(t, read, 2.0, "the fetch (%s) read %v rows of vantage_active_streams for one stream: %v", mode, read, heads)
+			return nil
+		}, mode)
+	}
 }
 
 // TestClaimCandidatesReadBoundedBuffers calls vantage_claim_streams, the
