@@ -113,9 +113,19 @@ func modelSaveResult(params *ports.ModelSaveParams, saved int, stored pgtype.Int
 	return nil
 }
 
+// sqlModelLoadMany reads the models of the pairs ($1[i], $2[i]), each once,
+// by a primary key probe each (the LATERAL ... LIMIT 1): a model is loaded
+// when its pair is not cached, often one at a time under live traffic, and
+// the planner, which cannot know how many pairs a call names, would
+// otherwise hash a scan of the whole table while its statistics are young.
 const sqlModelLoadMany = `SELECT m.stream_id, m.perspective, m.data, m.last_event_id, m.last_version, m.updated_at
-FROM /* SCHEMA */.vantage_models m
-WHERE (m.stream_id, m.perspective) IN (SELECT * FROM unnest($1::uuid[], $2::text[]))`
+FROM (SELECT DISTINCT p.stream_id, p.perspective FROM unnest($1::uuid[], $2::text[]) AS p(stream_id, perspective)) p
+CROSS JOIN LATERAL (
+    SELECT m.stream_id, m.perspective, m.data, m.last_event_id, m.last_version, m.updated_at
+    FROM /* SCHEMA */.vantage_models m
+    WHERE m.perspective = p.perspective AND m.stream_id = p.stream_id
+    LIMIT 1
+) m`
 
 // ModelLoadMany implements ports.ModelBatchStore in one statement.
 func (s *Store) ModelLoadMany(ctx context.Context, params *ports.ModelLoadManyParams) ([]ports.StoredModel, error) {

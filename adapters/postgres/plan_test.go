@@ -94,7 +94,9 @@ ANALYZE `+s+`.vantage_events; ANALYZE `+s+`.vantage_work; ANALYZE `+s+`.vantage_
 		"FailEvents":         {nil, streams, names, ids, nums, texts, times},
 		"FlagFailedEvents":   {nil, streams, names, ids, nums},
 		"Append":             {streams[0], nil, int64(0), ids, texts, nums, []string{"{}", "{}", "{}"}, []string{"{}", "{}", "{}"}, channel, texts, names},
+		"AppendImplicit":     {streams[0], nil, int64(0), ids, texts, []string{"{}", "{}", "{}"}, []string{"{}", "{}", "{}"}, texts, names},
 		"ModelLoad":          {streams[0], "a"},
+		"ModelLoadMany":      {streams, names},
 		"ModelSave":          {streams[0], nil, "a", "{}", ids[0], int64(1), int64(0)},
 		"DeadLetterMove":     {id, nil, ids[0], id, "reason", "error", 3, "g1"},
 		"DeadLettersList":    {"a", streams[0], nil, "dead", nil, times[0], id},
@@ -667,6 +669,46 @@ func TestAppendProbesEventsWithoutStatistics(t *testing.T) {
 			}
 			plan := strings.Join(lines, "\n")
 			require.NotRegexp(t, `Seq Scan on vantage_events\b`, plan, "the append (%s) scans the events table", mode)
+			return nil
+		}, mode)
+	}
+}
+
+// TestModelLoadsProbeWithoutStatistics loads models of pairs that are not
+// cached, as live traffic does one at a time, from a models table whose
+// statistics are young (never analyzed): under the plan made for the call
+// and the generic one alike, each pair is one probe of the primary key,
+// never a scan of every model.
+func TestModelLoadsProbeWithoutStatistics(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t)
+	s := pgx.Identifier{b.schema}.Sanitize()
+	_, err := b.pool.Exec(ctx, `INSERT INTO `+s+`.vantage_models (stream_id, perspective, data, last_event_id, last_version)
+		SELECT gen_random_uuid(), p, '{}', gen_random_uuid(), 1 FROM generate_series(1, 1000), (VALUES ('a'), ('b')) x(p)`)
+	require.NoError(t, err)
+	args := "ARRAY['" + uuid.NewString() + "', '" + uuid.NewString() + "']::uuid[], ARRAY['a', 'b']"
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		rolledBack(t, b, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = `+mode); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `PREPARE load_probe AS `+b.store.Render(postgres.Queries["ModelLoadMany"])); err != nil {
+				return err
+			}
+			rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, TIMING off) EXECUTE load_probe(`+args+`)`)
+			if err != nil {
+				return err
+			}
+			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `DEALLOCATE load_probe`); err != nil {
+				return err
+			}
+			plan := strings.Join(lines, "\n")
+			require.NotRegexp(t, `Seq Scan on vantage_models\b`, plan, "the load (%s) scans the models table:\n%s", mode, plan)
 			return nil
 		}, mode)
 	}
