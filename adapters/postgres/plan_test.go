@@ -653,18 +653,8 @@ func TestAppendProbesEventsWithoutStatistics(t *testing.T) {
 			if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = `+mode); err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, `PREPARE append_probe AS `+b.store.Render(postgres.Queries["Append"])); err != nil {
-				return err
-			}
-			rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, TIMING off) EXECUTE append_probe(`+strings.Join(args, ", ")+`)`)
+			lines, err := explainPrepared(ctx, tx, b.store.Render(postgres.Queries["Append"]), strings.Join(args, ", "))
 			if err != nil {
-				return err
-			}
-			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			if err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `DEALLOCATE append_probe`); err != nil {
 				return err
 			}
 			plan := strings.Join(lines, "\n")
@@ -672,6 +662,29 @@ func TestAppendProbesEventsWithoutStatistics(t *testing.T) {
 			return nil
 		}, mode)
 	}
+}
+
+// explainPrepared prepares query in tx, runs it with args (SQL literals,
+// comma-separated) under EXPLAIN (ANALYZE, TIMING off) and returns the
+// plan's lines: a prepared statement is planned as the plan_cache_mode of
+// tx says, as the adapter's statements are. PREPARE outlives the
+// transaction, so the statement is deallocated.
+func explainPrepared(ctx context.Context, tx pgx.Tx, query, args string) ([]string, error) {
+	if _, err := tx.Exec(ctx, `PREPARE plan_probe AS `+query); err != nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, TIMING off) EXECUTE plan_probe(`+args+`)`)
+	if err != nil {
+		return nil, err
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.Exec(ctx, `DEALLOCATE plan_probe`); err != nil {
+		return nil, err
+	}
+	return lines, nil
 }
 
 // TestModelLoadsProbeWithoutStatistics loads models of pairs that are not
@@ -693,18 +706,8 @@ func TestModelLoadsProbeWithoutStatistics(t *testing.T) {
 			if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = `+mode); err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, `PREPARE load_probe AS `+b.store.Render(postgres.Queries["ModelLoadMany"])); err != nil {
-				return err
-			}
-			rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, TIMING off) EXECUTE load_probe(`+args+`)`)
+			lines, err := explainPrepared(ctx, tx, b.store.Render(postgres.Queries["ModelLoadMany"]), args)
 			if err != nil {
-				return err
-			}
-			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			if err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `DEALLOCATE load_probe`); err != nil {
 				return err
 			}
 			plan := strings.Join(lines, "\n")
@@ -761,19 +764,8 @@ ORDER BY v, st.id, x.p
 			if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = `+mode); err != nil {
 				return err
 			}
-			// PREPARE outlives the transaction: DEALLOCATE it.
-			if _, err := tx.Exec(ctx, `PREPARE lag_probe AS `+b.store.Render(postgres.Queries["PerspectivesLag"])); err != nil {
-				return err
-			}
-			rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, TIMING off) EXECUTE lag_probe(NULL)`)
+			lines, err := explainPrepared(ctx, tx, b.store.Render(postgres.Queries["PerspectivesLag"]), "NULL")
 			if err != nil {
-				return err
-			}
-			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			if err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `DEALLOCATE lag_probe`); err != nil {
 				return err
 			}
 			plan := strings.Join(lines, "\n")
