@@ -407,32 +407,15 @@ func (s *Store) append(ctx context.Context, db batchSender, params *ports.Events
 		// Stored nothing: the general statement decides.
 	}
 
-	b := &pgx.Batch{}
-	if own {
-		b.Queue("BEGIN")
-	}
-	b.Queue(sqlAppendLock, s.appendLockClass(), params.StreamID)
-	b.Queue(s.sql(sqlAppend), uuidArg(params.StreamID), nowArg(params.Now), params.ExpectedVersion,
-		ids, types, versions, data, metadata, textArg(channel), subTypes, subPerspectives)
-	if own {
-		b.Queue("COMMIT")
-		b.Queue(sqlPublish, s.channel, params.StreamID.String())
-	}
-
 	var (
 		head          int64
 		repeat        bool
 		stored, known []appendRow
 		workRows      int
-		committed     bool
 	)
-	readRows := func(br pgx.BatchResults) error {
-		rows, err := br.Query()
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
+	err := s.sendAppend(ctx, db, params.StreamID, own, s.sql(sqlAppend), []any{uuidArg(params.StreamID), nowArg(params.Now), params.ExpectedVersion,
+		ids, types, versions, data, metadata, textArg(channel), subTypes, subPerspectives},
+		func(rows pgx.Rows) error {
 			var (
 				r                         appendRow
 				late, notices, registered int
@@ -448,31 +431,8 @@ func (s *Store) append(ctx context.Context, db batchSender, params *ports.Events
 			default:
 				stored = append(stored, r)
 			}
-		}
-		return rows.Err()
-	}
-	err := sendBatch(ctx, db, b, func(br pgx.BatchResults) error {
-		leading := 1 // the lock; BEGIN before it
-		if own {
-			leading = 2
-		}
-		if err := execN(br, leading); err != nil {
-			return err
-		}
-		if err := readRows(br); err != nil || !own {
-			return err
-		}
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
-		committed = true
-		_, err := br.Exec()
-		return err
-	})
-	if err != nil && committed {
-		s.notifyFailed(params.StreamID, err)
-		err = nil
-	}
+			return nil
+		})
 	if err != nil {
 		return nil, fmt.Errorf("appending to stream %s: %w", params.StreamID, translate(err))
 	}
@@ -525,16 +485,42 @@ func allImplicit(events []ports.NewEvent) bool {
 func (s *Store) appendImplicit(ctx context.Context, db batchSender, params *ports.EventsAppendParams,
 	ids []pgtype.UUID, types, data, metadata, subTypes, subPerspectives []string,
 ) (stored []appendRow, workRows int, err error) {
+	err = s.sendAppend(ctx, db, params.StreamID, true, s.sql(sqlAppendImplicit), []any{uuidArg(params.StreamID), nowArg(params.Now), params.ExpectedVersion,
+		ids, types, data, metadata, subTypes, subPerspectives},
+		func(rows pgx.Rows) error {
+			var r appendRow
+			if err := rows.Scan(&r.id, &r.version, &r.created, &workRows); err != nil {
+				return err
+			}
+			stored = append(stored, r)
+			return nil
+		})
+	return stored, workRows, err
+}
+
+// sendAppend sends the append statement stmt with args through db, after
+// the stream's lock and, with own, inside a transaction of its own (BEGIN
+// before the lock, COMMIT after the statement) followed by the wake
+// notification (see EventsAppend). scan reads each row of the statement.
+// When only the notification failed, after the commit, the events are
+// stored: the failure is logged, listeners fall back on polling, and
+// sendAppend returns nil.
+func (s *Store) sendAppend(ctx context.Context, db batchSender, stream uuid.UUID, own bool, stmt string, args []any, scan func(pgx.Rows) error) error {
 	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue(sqlAppendLock, s.appendLockClass(), params.StreamID)
-	b.Queue(s.sql(sqlAppendImplicit), uuidArg(params.StreamID), nowArg(params.Now), params.ExpectedVersion,
-		ids, types, data, metadata, subTypes, subPerspectives)
-	b.Queue("COMMIT")
-	b.Queue(sqlPublish, s.channel, params.StreamID.String())
+	leading := 1 // the lock; BEGIN before it
+	if own {
+		b.Queue("BEGIN")
+		leading = 2
+	}
+	b.Queue(sqlAppendLock, s.appendLockClass(), stream)
+	b.Queue(stmt, args...)
+	if own {
+		b.Queue("COMMIT")
+		b.Queue(sqlPublish, s.channel, stream.String())
+	}
 	committed := false
-	err = sendBatch(ctx, db, b, func(br pgx.BatchResults) error {
-		if err := execN(br, 2); err != nil {
+	err := sendBatch(ctx, db, b, func(br pgx.BatchResults) error {
+		if err := execN(br, leading); err != nil {
 			return err
 		}
 		rows, err := br.Query()
@@ -542,15 +528,13 @@ func (s *Store) appendImplicit(ctx context.Context, db batchSender, params *port
 			return err
 		}
 		for rows.Next() {
-			var r appendRow
-			if err := rows.Scan(&r.id, &r.version, &r.created, &workRows); err != nil {
+			if err := scan(rows); err != nil {
 				rows.Close()
 				return err
 			}
-			stored = append(stored, r)
 		}
 		rows.Close()
-		if err := rows.Err(); err != nil {
+		if err := rows.Err(); err != nil || !own {
 			return err
 		}
 		if _, err := br.Exec(); err != nil {
@@ -561,17 +545,11 @@ func (s *Store) appendImplicit(ctx context.Context, db batchSender, params *port
 		return err
 	})
 	if err != nil && committed {
-		s.notifyFailed(params.StreamID, err)
-		err = nil
+		s.opts.Logger.Warn("publishing the wake notification of an append failed; listeners rely on polling",
+			slog.String("stream_id", stream.String()), slog.Any("error", err))
+		return nil
 	}
-	return stored, workRows, err
-}
-
-// notifyFailed logs that the wake notification of a committed append to
-// stream failed: the events are stored, and listeners fall back on polling.
-func (s *Store) notifyFailed(stream uuid.UUID, err error) {
-	s.opts.Logger.Warn("publishing the wake notification of an append failed; listeners rely on polling",
-		slog.String("stream_id", stream.String()), slog.Any("error", err))
+	return err
 }
 
 // appendResult returns the events of rows (one per event of params) in the
