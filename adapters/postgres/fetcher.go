@@ -76,15 +76,22 @@ SELECT (SELECT count(*) FROM leased), (SELECT n FROM released)`
 // pairs come sorted, so the rows of a pair need sorting only among
 // themselves (an incremental sort), and the pairs after the cut are not
 // read. A fetch reads the rows it returns, not the backlog behind them, nor
-// the rows of the pairs it cuts off. handed
-// raises the marks that the rows returned pass (a mark never drops here: a
-// refetch that returns fewer rows leaves it), one update of a stream row
-// per fetch, in no index, so heap-only. Each event's payload is sent once,
-// on its row of the first perspective (firsts, hashed: no sort), and looked
-// up only for that row, by primary key (the LATERAL ... LIMIT 1 keeps the
-// planner from hashing the whole events table, which it would otherwise
-// pick for the row estimate of a LIMIT $4 plan). picked is in the result's
-// order already, so the final sort finds its input sorted.
+// the rows of the pairs it cuts off.
+//
+// handed raises the marks that the rows returned pass (a mark never drops
+// here: a refetch that returns fewer rows leaves it), one update of a
+// stream row per fetch, in no index, so heap-only. It finds the rows to
+// update by primary key (= ANY of an array); whether a mark rises is an
+// aggregate per row, which the planner cannot turn into a join: as a join
+// (an EXISTS or IN), it hashed the few streams fetched against a scan of
+// every stream.
+//
+// Each event's payload is sent once, on its row of the first perspective
+// (firsts, hashed: no sort), and looked up only for that row, by primary
+// key (the LATERAL ... LIMIT 1 keeps the planner from hashing the whole
+// events table, which it would otherwise pick for the row estimate of a
+// LIMIT $4 plan). picked is in the result's order already, so the final
+// sort finds its input sorted.
 var sqlFetchRows = `WITH RECURSIVE ` + sqlClock + `,
 mine AS (
     SELECT a.stream_id
@@ -126,10 +133,9 @@ handed AS (
         SELECT jsonb_object_agg(t.perspective, t.version)
         FROM tops t
         WHERE t.stream_id = a.stream_id AND t.version > coalesce((a.handed_out ->> t.perspective)::bigint, 0))
-    WHERE a.stream_id IN (SELECT t.stream_id FROM tops t)
-      AND EXISTS (
-          SELECT 1 FROM tops t
-          WHERE t.stream_id = a.stream_id AND t.version > coalesce((a.handed_out ->> t.perspective)::bigint, 0))
+    WHERE a.stream_id = ANY (ARRAY(SELECT DISTINCT t.stream_id FROM tops t))
+      AND (SELECT bool_or(t.version > coalesce((a.handed_out ->> t.perspective)::bigint, 0))
+           FROM tops t WHERE t.stream_id = a.stream_id)
 ),
 firsts AS (
     SELECT p.event_id, min(p.perspective COLLATE "C") AS perspective

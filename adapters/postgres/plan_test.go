@@ -312,7 +312,8 @@ func subplan(node map[string]any, name string) map[string]any {
 // an instance that holds 500, with statistics taken before it held any,
 // under the plan made for the call and the generic one, and
 // checks that finding the requested streams under the caller's lease (the
-// CTE heads, into which mine is folded) reads the requested stream's row of
+// CTE heads, into which mine is folded) and recording their handed-out
+// marks (the CTE handed) read the requested stream's row of
 // vantage_active_streams, not every stream the instance holds.
 func TestFetchReadsTheRequestedStreamsOnly(t *testing.T) {
 	t.Parallel()
@@ -352,6 +353,12 @@ ANALYZE `+s+`.vantage_active_streams`)
 			require.NotNil(t, heads, "the fetch (%s) has no CTE heads: %v", mode, plan)
 			read := tableRowsRead(heads, "vantage_active_streams")
 			require.LessOrEqual(t, read, 2.0, "the fetch (%s) read %v rows of vantage_active_streams for one stream: %v", mode, read, heads)
+			handed := subplan(plan[0]["Plan"].(map[string]any), "CTE handed")
+			require.NotNil(t, handed, "the fetch (%s) has no CTE handed: %v", mode, plan)
+			// Marking the stream reads its index entries (the lease update
+			// above left a dead one) and its row.
+			read = tableRowsRead(handed, "vantage_active_streams")
+			require.LessOrEqual(t, read, 4.0, "the fetch (%s) read %v rows of vantage_active_streams to mark one stream: %v", mode, read, handed)
 			return nil
 		}, mode)
 	}
