@@ -140,7 +140,8 @@
 // migrations). Taking, extending and renewing a lease is one write of the
 // stream's row, whatever its backlog; a fetch records its marks in the
 // same row, in no index, so heap-only. Their batches run with JIT
-// compilation off and random_page_cost at 1.1 (see sqlWorkSettings).
+// compilation off, random_page_cost at 1.1 and generic plans (see
+// sqlWorkSettings).
 //
 // # Time
 //

@@ -127,7 +127,8 @@ CROSS JOIN LATERAL (
     LIMIT 1
 ) m`
 
-// ModelLoadMany implements ports.ModelBatchStore in one statement.
+// ModelLoadMany implements ports.ModelBatchStore in one statement, sent
+// after the work settings, whose generic plan it keeps.
 func (s *Store) ModelLoadMany(ctx context.Context, params *ports.ModelLoadManyParams) ([]ports.StoredModel, error) {
 	pairs := params.Pairs
 	if len(pairs) == 0 {
@@ -141,20 +142,33 @@ func (s *Store) ModelLoadMany(ctx context.Context, params *ports.ModelLoadManyPa
 	for i, p := range pairs {
 		streams[i], names[i] = uuidElem(p.StreamID), p.Perspective
 	}
-	models, err := queryRows(ctx, s, sqlModelLoadMany, func(row pgx.CollectableRow) (ports.StoredModel, error) {
-		var (
-			m         ports.StoredModel
-			lastEvent pgtype.UUID
-			updated   pgtype.Timestamptz
-		)
-		err := row.Scan(&m.StreamID, &m.Perspective, &m.Data, &lastEvent, &m.LastVersion, &updated)
-		m.LastEventID, m.UpdatedAt = fromUUID(lastEvent), fromTime(updated)
-		return m, err
-	}, streams, names)
+	b := &pgx.Batch{}
+	b.Queue(s.sql(sqlModelLoadMany), streams, names)
+	var models []ports.StoredModel
+	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		models, err = pgx.CollectRows(rows, scanStoredModel)
+		return err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("loading %d models: %w", len(pairs), err)
+		return nil, fmt.Errorf("loading %d models: %w", len(pairs), translate(err))
 	}
 	return models, nil
+}
+
+// scanStoredModel reads a row of sqlModelLoadMany.
+func scanStoredModel(row pgx.CollectableRow) (ports.StoredModel, error) {
+	var (
+		m         ports.StoredModel
+		lastEvent pgtype.UUID
+		updated   pgtype.Timestamptz
+	)
+	err := row.Scan(&m.StreamID, &m.Perspective, &m.Data, &lastEvent, &m.LastVersion, &updated)
+	m.LastEventID, m.UpdatedAt = fromUUID(lastEvent), fromTime(updated)
+	return m, err
 }
 
 // ModelSaveMany implements ports.ModelBatchStore: the valid entries go as
