@@ -119,12 +119,15 @@ SELECT (SELECT count(*) FROM finished), (SELECT count(*) FROM recovered)`
 // charges are never those a completion deletes. The holder's own fetches
 // and renewals update the rows without changing their key, and never wait
 // for its completions. (WorkFail locks its streams more strongly first,
-// see sqlFailFence.)
+// see sqlFailFence.) The streams are found by primary key: the holder
+// check, wrapped in coalesce, serves no index, since by
+// vantage_active_streams_instance_idx the planner read every stream the
+// caller holds to find the few a completion names.
 func sqlFenced(lock string) string {
 	return `fenced AS MATERIALIZED (
     SELECT a.stream_id
     FROM /* SCHEMA */.vantage_active_streams a
-    WHERE a.stream_id = ANY ($3::uuid[]) AND a.instance_id = $1
+    WHERE a.stream_id = ANY ($3::uuid[]) AND coalesce(a.instance_id = $1, false)
     ORDER BY a.stream_id
     FOR ` + lock + `
 )`
@@ -134,15 +137,16 @@ func sqlFenced(lock string) string {
 const sqlFenceShared = `KEY SHARE`
 
 // sqlFailFence locks FOR NO KEY UPDATE, in stream id order, the rows of
-// the streams $2 that the caller $1 holds: the first statement of WorkFail,
-// which lowers the marks of the streams it fences. Taking the exclusive
-// lock up front, rather than upgrading the fence's shared lock when it
-// writes the marks, keeps it from deadlocking with a fetch that holds one
-// of the streams and waits, to take another over, for the shared lock.
+// the streams $2 that the caller $1 holds (found as sqlFenced finds them):
+// the first statement of WorkFail, which lowers the marks of the streams
+// it fences. Taking the exclusive lock up front, rather than upgrading the
+// fence's shared lock when it writes the marks, keeps it from deadlocking
+// with a fetch that holds one of the streams and waits, to take another
+// over, for the shared lock.
 const sqlFailFence = `SELECT count(*) FROM (
     SELECT a.stream_id
     FROM /* SCHEMA */.vantage_active_streams a
-    WHERE a.stream_id = ANY ($2::uuid[]) AND a.instance_id = $1
+    WHERE a.stream_id = ANY ($2::uuid[]) AND coalesce(a.instance_id = $1, false)
     ORDER BY a.stream_id
     FOR NO KEY UPDATE
 ) f`
@@ -166,19 +170,27 @@ const sqlRecovered = `recovered AS (
 )`
 
 // sqlListedRow is the condition of the statements that change the rows a
-// list l (work_id, stream_id, perspective) names: the row w has the listed
-// id and pair, is pending, and its stream is in the CTE fenced (see
-// sqlFenced).
+// list l (work_id, stream_id, perspective) names, whose ids are also $2:
+// the row w has the listed id and pair, is pending, and its stream is in
+// the CTE fenced (see sqlFenced).
 //
-// The id is the only condition an index can serve: the pair is compared
-// with IS NOT DISTINCT FROM and the stream's membership in fenced is
-// wrapped in coalesce, neither indexable. Queue statistics lag behind the
-// table, and with "=" the planner, taking a (stream, perspective) for a
-// handful of rows, would probe vantage_work_pending_idx per listed id
-// instead, reading the whole backlog of a long stream for each.
+// The ids are the only condition an index can serve, the primary key: the
+// pair is compared with IS NOT DISTINCT FROM, and the pending check and
+// the stream's membership in fenced are wrapped in coalesce, none of them
+// indexable. Queue statistics lag behind the table, and the planner,
+// taking a (stream, perspective) or the pending rows for a handful of
+// rows, would otherwise read vantage_work_pending_idx: per listed id the
+// whole backlog of a long stream, or, with statistics taken while the
+// table was empty, every pending row (a matching partial index needs no
+// condition). The ids as an array give it a bounded scan of the primary
+// key whichever side of the join it puts the table: an array built by a
+// subquery, whose length the planner cannot see, since for a long list
+// whose length it sees ($2 as a literal, under the simple protocol) it
+// would rather scan the whole table.
 func sqlListedRow(l string) string {
-	return `w.work_id = ` + l + `.work_id AND (w.stream_id, w.perspective) IS NOT DISTINCT FROM (` + l + `.stream_id, ` + l + `.perspective)
-  AND w.processed_at IS NULL AND coalesce(w.stream_id = ANY (ARRAY(SELECT f.stream_id FROM fenced f)), false)`
+	return `w.work_id = ANY (ARRAY(SELECT unnest($2::uuid[]))) AND w.work_id = ` + l + `.work_id
+  AND (w.stream_id, w.perspective) IS NOT DISTINCT FROM (` + l + `.stream_id, ` + l + `.perspective)
+  AND coalesce(w.processed_at IS NULL, false) AND coalesce(w.stream_id = ANY (ARRAY(SELECT f.stream_id FROM fenced f)), false)`
 }
 
 // sqlCompleteCursors upserts one cursor per pair from the payload: $1 now,

@@ -677,6 +677,68 @@ func TestFinishLooksUpItsRowsByKey(t *testing.T) {
 	})
 }
 
+// TestFinishProbesItsStreamsAndRows completes a handful of rows, as a
+// completion flush does under live traffic, for an instance that holds 800
+// streams with 1,600 pending rows, under the generic plan the statement
+// keeps and statistics taken while the tables were empty: it locks the
+// streams it completes and deletes the rows it lists, each found by
+// primary key, not by reading the instance's whole range of
+// vantage_active_streams_instance_idx or every entry of
+// vantage_work_pending_idx.
+func TestFinishProbesItsStreamsAndRows(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t)
+	s := pgx.Identifier{b.schema}.Sanitize()
+	instance := uuid.New()
+	seed := &pgx.Batch{}
+	seed.Queue(`ANALYZE ` + s + `.vantage_work`)
+	seed.Queue(`ANALYZE ` + s + `.vantage_active_streams`)
+	seed.Queue(`INSERT INTO ` + s + `.vantage_work (work_id, stream_id, perspective, event_id, event_version)
+		SELECT gen_random_uuid(), st.id, x.p, gen_random_uuid(), 1
+		FROM (SELECT gen_random_uuid() AS id FROM generate_series(1, 800)) st, (VALUES ('a'), ('b')) x(p)`)
+	seed.Queue(`INSERT INTO `+s+`.vantage_active_streams (stream_id, instance_id, lease_expiry, first_seq, last_activity_at)
+		SELECT stream_id, $1::uuid, now() + interval '1 hour', min(seq), now() FROM `+s+`.vantage_work GROUP BY stream_id`, instance)
+	require.NoError(t, b.pool.SendBatch(ctx, seed).Close())
+	rows, err := b.pool.Query(ctx, `SELECT work_id, stream_id, perspective FROM `+s+`.vantage_work ORDER BY random() LIMIT 3`)
+	require.NoError(t, err)
+	var (
+		ids, streams []uuid.UUID
+		perspectives []string
+		id, stream   uuid.UUID
+		perspective  string
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &stream, &perspective}, func() error {
+		ids, streams, perspectives = append(ids, id), append(streams, stream), append(perspectives, perspective)
+		return nil
+	})
+	require.NoError(t, err)
+
+	rolledBack(t, b, func(tx pgx.Tx) error {
+		for _, settings := range []string{postgres.WorkSettings, postgres.JoinsByKey} {
+			if _, err := tx.Exec(ctx, settings); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.Exec(ctx, `PREPARE plan_probe AS `+b.store.Render(postgres.Queries["Finish"])); err != nil {
+			return err
+		}
+		var plan []map[string]any
+		if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE plan_probe(`+
+			sqlLiterals(t, []any{instance, ids, streams, perspectives, nil})+`)`).Scan(&plan); err != nil {
+			return err
+		}
+		// Per listed row or stream a few reads (an index entry, the row,
+		// the delete or lock, as the plan's shape counts them), against the
+		// 800 streams and 1,600 rows a scan reads.
+		root := plan[0]["Plan"].(map[string]any)
+		work, held := workRowsRead(root), tableRowsRead(root, "vantage_active_streams")
+		require.LessOrEqual(t, work, 12.0, "Finish of 3 rows read %v work rows: %v", work, plan)
+		require.LessOrEqual(t, held, 12.0, "Finish of 3 rows read %v rows of vantage_active_streams: %v", held, plan)
+		return nil
+	})
+}
+
 // TestLifecycleStatementsReadBoundedBuffers runs the lifecycle reads that
 // look events up by id (LifecycleReady, LifecycleStages) for 200 events of a
 // table of 10,000 and again once 150,000 more events arrived (the
