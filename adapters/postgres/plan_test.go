@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -151,32 +152,23 @@ ANALYZE `+s+`.vantage_events; ANALYZE `+s+`.vantage_work; ANALYZE `+s+`.vantage_
 				if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off`); err != nil {
 					return err
 				}
-				explain := "EXPLAIN " + b.store.Render(query)
+				var lines []string
 				if generic {
 					// The plan a prepared statement keeps under the work
 					// settings: made for no values of its parameters.
 					if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`); err != nil {
 						return err
 					}
-					if _, err := tx.Exec(ctx, `PREPARE plan_probe AS `+b.store.Render(query)); err != nil {
+					var err error
+					if lines, err = explainPrepared(ctx, tx, "COSTS", b.store.Render(query), sqlLiterals(t, args)); err != nil {
 						return err
 					}
-					explain = "EXPLAIN EXECUTE plan_probe"
-					if len(args) > 0 {
-						explain += "(" + sqlLiterals(t, args) + ")"
+				} else {
+					rows, err := tx.Query(ctx, "EXPLAIN "+b.store.Render(query), args...)
+					if err != nil {
+						return err
 					}
-					args = nil
-				}
-				rows, err := tx.Query(ctx, explain, args...)
-				if err != nil {
-					return err
-				}
-				lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-				if err != nil {
-					return err
-				}
-				if generic {
-					if _, err := tx.Exec(ctx, `DEALLOCATE plan_probe`); err != nil {
+					if lines, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
 						return err
 					}
 				}
@@ -645,21 +637,7 @@ func TestFinishLooksUpItsRowsByKey(t *testing.T) {
 	seed.Queue(`ANALYZE ` + s + `.vantage_work`)
 	seed.Queue(`ANALYZE ` + s + `.vantage_active_streams`)
 	require.NoError(t, b.pool.SendBatch(ctx, seed).Close())
-	var (
-		ids, streams []uuid.UUID
-		perspectives []string
-	)
-	picked, err := b.pool.Query(ctx, `SELECT work_id, stream_id, perspective FROM `+s+`.vantage_work ORDER BY random() LIMIT $1`, completed)
-	require.NoError(t, err)
-	var (
-		id, stream  uuid.UUID
-		perspective string
-	)
-	_, err = pgx.ForEachRow(picked, []any{&id, &stream, &perspective}, func() error {
-		ids, streams, perspectives = append(ids, id), append(streams, stream), append(perspectives, perspective)
-		return nil
-	})
-	require.NoError(t, err)
+	ids, streams, perspectives := randomWorkRows(t, b, completed)
 
 	rolledBack(t, b, func(tx pgx.Tx) error {
 		for _, settings := range []string{postgres.WorkSettings, postgres.JoinsByKey} {
@@ -675,6 +653,24 @@ func TestFinishLooksUpItsRowsByKey(t *testing.T) {
 		require.Less(t, read, float64(3*completed), "Finish reads the work table:\n%v", plan)
 		return nil
 	})
+}
+
+// randomWorkRows returns n work rows of b's schema picked at random, as the
+// parallel lists a completion names them by.
+func randomWorkRows(t *testing.T, b *testBundle, n int) (ids, streams []uuid.UUID, perspectives []string) {
+	t.Helper()
+	rows, err := b.pool.Query(t.Context(), `SELECT work_id, stream_id, perspective FROM `+pgx.Identifier{b.schema}.Sanitize()+`.vantage_work ORDER BY random() LIMIT $1`, n)
+	require.NoError(t, err)
+	var (
+		id, stream  uuid.UUID
+		perspective string
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &stream, &perspective}, func() error {
+		ids, streams, perspectives = append(ids, id), append(streams, stream), append(perspectives, perspective)
+		return nil
+	})
+	require.NoError(t, err)
+	return ids, streams, perspectives
 }
 
 // TestFinishProbesItsStreamsAndRows completes a handful of rows, as a
@@ -700,19 +696,7 @@ func TestFinishProbesItsStreamsAndRows(t *testing.T) {
 	seed.Queue(`INSERT INTO `+s+`.vantage_active_streams (stream_id, instance_id, lease_expiry, first_seq, last_activity_at)
 		SELECT stream_id, $1::uuid, now() + interval '1 hour', min(seq), now() FROM `+s+`.vantage_work GROUP BY stream_id`, instance)
 	require.NoError(t, b.pool.SendBatch(ctx, seed).Close())
-	rows, err := b.pool.Query(ctx, `SELECT work_id, stream_id, perspective FROM `+s+`.vantage_work ORDER BY random() LIMIT 3`)
-	require.NoError(t, err)
-	var (
-		ids, streams []uuid.UUID
-		perspectives []string
-		id, stream   uuid.UUID
-		perspective  string
-	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &stream, &perspective}, func() error {
-		ids, streams, perspectives = append(ids, id), append(streams, stream), append(perspectives, perspective)
-		return nil
-	})
-	require.NoError(t, err)
+	ids, streams, perspectives := randomWorkRows(t, b, 3)
 
 	rolledBack(t, b, func(tx pgx.Tx) error {
 		for _, settings := range []string{postgres.WorkSettings, postgres.JoinsByKey} {
@@ -720,12 +704,13 @@ func TestFinishProbesItsStreamsAndRows(t *testing.T) {
 				return err
 			}
 		}
-		if _, err := tx.Exec(ctx, `PREPARE plan_probe AS `+b.store.Render(postgres.Queries["Finish"])); err != nil {
+		lines, err := explainPrepared(ctx, tx, "ANALYZE, FORMAT JSON", b.store.Render(postgres.Queries["Finish"]),
+			sqlLiterals(t, []any{instance, ids, streams, perspectives, nil}))
+		if err != nil {
 			return err
 		}
 		var plan []map[string]any
-		if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE plan_probe(`+
-			sqlLiterals(t, []any{instance, ids, streams, perspectives, nil})+`)`).Scan(&plan); err != nil {
+		if err := json.Unmarshal([]byte(strings.Join(lines, "\n")), &plan); err != nil {
 			return err
 		}
 		// Per listed row or stream a few reads (an index entry, the row,
@@ -832,7 +817,7 @@ func TestAppendProbesEventsWithoutStatistics(t *testing.T) {
 			if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = `+mode); err != nil {
 				return err
 			}
-			lines, err := explainPrepared(ctx, tx, b.store.Render(postgres.Queries["Append"]), strings.Join(args, ", "))
+			lines, err := explainPrepared(ctx, tx, "ANALYZE, TIMING off", b.store.Render(postgres.Queries["Append"]), strings.Join(args, ", "))
 			if err != nil {
 				return err
 			}
@@ -844,15 +829,19 @@ func TestAppendProbesEventsWithoutStatistics(t *testing.T) {
 }
 
 // explainPrepared prepares query in tx, runs it with args (SQL literals,
-// comma-separated) under EXPLAIN (ANALYZE, TIMING off) and returns the
+// comma-separated, see sqlLiterals) under EXPLAIN (options) and returns the
 // plan's lines: a prepared statement is planned as the plan_cache_mode of
 // tx says, as the adapter's statements are. PREPARE outlives the
 // transaction, so the statement is deallocated.
-func explainPrepared(ctx context.Context, tx pgx.Tx, query, args string) ([]string, error) {
+func explainPrepared(ctx context.Context, tx pgx.Tx, options, query, args string) ([]string, error) {
 	if _, err := tx.Exec(ctx, `PREPARE plan_probe AS `+query); err != nil {
 		return nil, err
 	}
-	rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, TIMING off) EXECUTE plan_probe(`+args+`)`)
+	execute := `EXPLAIN (` + options + `) EXECUTE plan_probe`
+	if args != "" {
+		execute += `(` + args + `)`
+	}
+	rows, err := tx.Query(ctx, execute)
 	if err != nil {
 		return nil, err
 	}
@@ -885,7 +874,7 @@ func TestModelLoadsProbeWithoutStatistics(t *testing.T) {
 			if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = `+mode); err != nil {
 				return err
 			}
-			lines, err := explainPrepared(ctx, tx, b.store.Render(postgres.Queries["ModelLoadMany"]), args)
+			lines, err := explainPrepared(ctx, tx, "ANALYZE, TIMING off", b.store.Render(postgres.Queries["ModelLoadMany"]), args)
 			if err != nil {
 				return err
 			}
@@ -943,7 +932,7 @@ ORDER BY v, st.id, x.p
 			if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = `+mode); err != nil {
 				return err
 			}
-			lines, err := explainPrepared(ctx, tx, b.store.Render(postgres.Queries["PerspectivesLag"]), "NULL")
+			lines, err := explainPrepared(ctx, tx, "ANALYZE, TIMING off", b.store.Render(postgres.Queries["PerspectivesLag"]), "NULL")
 			if err != nil {
 				return err
 			}
