@@ -142,19 +142,9 @@ func (s *Store) ModelLoadMany(ctx context.Context, params *ports.ModelLoadManyPa
 	for i, p := range pairs {
 		streams[i], names[i] = uuidElem(p.StreamID), p.Perspective
 	}
-	b := &pgx.Batch{}
-	b.Queue(s.sql(sqlModelLoadMany), streams, names)
-	var models []ports.StoredModel
-	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error {
-		rows, err := br.Query()
-		if err != nil {
-			return err
-		}
-		models, err = pgx.CollectRows(rows, scanStoredModel)
-		return err
-	})
+	models, err := queryWorkRows(ctx, s, sqlModelLoadMany, scanStoredModel, streams, names)
 	if err != nil {
-		return nil, fmt.Errorf("loading %d models: %w", len(pairs), translate(err))
+		return nil, fmt.Errorf("loading %d models: %w", len(pairs), err)
 	}
 	return models, nil
 }

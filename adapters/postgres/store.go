@@ -411,6 +411,26 @@ func queryRows[T any](ctx context.Context, s *Store, query string, scan pgx.RowT
 	return out, nil
 }
 
+// queryWorkRows is queryRows for a work statement: query runs after
+// sqlWorkSettings, in one batch (see sendWork).
+func queryWorkRows[T any](ctx context.Context, s *Store, query string, scan pgx.RowToFunc[T], args ...any) ([]T, error) {
+	b := &pgx.Batch{}
+	b.Queue(s.sql(query), args...)
+	var out []T
+	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, scan)
+		return err
+	})
+	if err != nil {
+		return nil, translate(err)
+	}
+	return out, nil
+}
+
 // textArg is s for SQL, NULL when empty.
 func textArg(s string) any {
 	if s == "" {
