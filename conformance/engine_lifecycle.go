@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,6 +27,7 @@ func runEngineLifecycle(t *testing.T, newBackend NewBackendFunc) {
 		"CrashBeforePostLifecycleHealedOnRestart": func(t *testing.T) { testLifecycleCrashHealed(t, newBackend) },
 		"LateEventRewindsToCleanReplay":           func(t *testing.T) { testLateEventRewind(t, newBackend, 0) },
 		"LateEventRewindFromSnapshot":             func(t *testing.T) { testLateEventRewind(t, newBackend, 4) },
+		"StartupScanLeavesALiveRewindToItsDrain":  func(t *testing.T) { testStartupScanAfterLiveRewind(t, newBackend) },
 		"RebuildMatchesFreshReplay":               func(t *testing.T) { testRebuild(t, newBackend) },
 		"SecurityScopePerEventAcrossInstances":    func(t *testing.T) { testSecurityAcrossInstances(t, newBackend) },
 	})
@@ -421,4 +423,106 @@ func testSecurityAcrossInstances(t *testing.T, newBackend NewBackendFunc) {
 	}
 	pr.waitUntil(t, "every event applied", func() bool { return applied.Load() >= streams*perStream })
 	require.Zero(t, mismatches.Load(), "no handler saw another event's identity")
+}
+
+// pausedScan calls pause after each query of flagged cursors, with the
+// query's number (from 1), before the caller sees its result.
+type pausedScan struct {
+	ports.RewindStore
+	calls *atomic.Int32
+	pause func(call int32)
+}
+
+func (s pausedScan) CursorsRewindRequired(ctx context.Context, p *ports.CursorsRewindRequiredParams) ([]ports.Cursor, error) {
+	cs, err := s.RewindStore.CursorsRewindRequired(ctx, p)
+	s.pause(s.calls.Add(1))
+	return cs, err
+}
+
+// slowAcks holds back every completion of work rows until released.
+type slowAcks struct {
+	ports.CursorStore
+	release <-chan struct{}
+}
+
+func (c slowAcks) WorkComplete(ctx context.Context, p *ports.WorkCompleteParams) (*ports.WorkCompleteResult, error) {
+	if slices.ContainsFunc(p.Completions, func(c ports.Completion) bool { return len(c.WorkIDs) > 0 }) {
+		select {
+		case <-c.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return c.CursorStore.WorkComplete(ctx, p)
+}
+
+// testStartupScanAfterLiveRewind: a drain rewinds a late event while the
+// startup scan of its instance still runs. The scan finds the pair flagged,
+// first while the rewind's completion (which clears the flag) is not
+// acknowledged yet, then with the flag cleared after its query read it. It
+// leaves the pair to the drain both times: the late event is replayed by
+// one rewind only.
+func testStartupScanAfterLiveRewind(t *testing.T, newBackend NewBackendFunc) {
+	open := newBackend(t)
+	b := open(t)
+	requireRewindStore(t, b)
+	log := &appliedLog{}
+	pr := newProgress()
+	o1 := lifecycleOptions()
+	o1.Hooks = pr.hooks(core.Hooks{})
+	w1 := startWorker(t, b, newRegistry(t, trailPerspective(t, "alpha", log, nil)), o1)
+	stream := uuid.Must(uuid.NewV7())
+	reg := newRegistry(t, trailPerspective(t, "alpha", log, nil))
+	appendNew(t, b, stream, explicit(t, reg, map[int64]tick{1: {N: 1}, 2: {N: 2}, 4: {N: 4}}))
+	pr.waitUntil(t, "the first events applied and completed", func() bool {
+		return len(modelVersions(t, b, stream, "alpha")) == 3 && mustCursor(t, b, stream, "alpha").LastVersion == 4
+	})
+	stopWorker(t, w1)
+	appendNew(t, b, stream, explicit(t, reg, map[int64]tick{3: {N: 3}}))
+	require.False(t, rewindClear(t, b, stream, "alpha"), "the late event flags the pair")
+
+	// The scan's first query waits for the drain's rewind; its second one
+	// reports when it read the flag and waits until the flag is cleared.
+	scanGo, resume, acked := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	second := make(chan struct{})
+	rewinds := make(chan core.RewindInfo, 10)
+	wb := open(t)
+	wb.Rewind = pausedScan{RewindStore: wb.Rewind, calls: new(atomic.Int32), pause: func(call int32) {
+		switch call {
+		case 1:
+			<-scanGo
+		case 2:
+			close(second)
+			<-resume
+		}
+	}}
+	wb.Cursors = slowAcks{CursorStore: wb.Cursors, release: acked}
+	o2 := lifecycleOptions()
+	o2.Hooks = pr.hooks(core.Hooks{OnRewind: func(i core.RewindInfo) { rewinds <- i }})
+	w2 := startWorker(t, wb, newRegistry(t, trailPerspective(t, "alpha", log, nil)), o2)
+	start, ack, cont := sync.OnceFunc(func() { close(scanGo) }), sync.OnceFunc(func() { close(acked) }), sync.OnceFunc(func() { close(resume) })
+	t.Cleanup(func() { start(); ack(); cont() }) // before the worker's stop, which waits for them
+	first := waitFor(t, "the drain's rewind", rewinds)
+	require.Equal(t, 1, first.New, "the drain's rewind applies the late event")
+
+	start()
+	select {
+	case <-second:
+	case i := <-rewinds:
+		t.Fatalf("the scan rewound the pair before its completion was acknowledged (trigger %d, %d new)", i.TriggerVersion, i.New)
+	case <-time.After(scenarioTimeout):
+		t.Fatal("timed out waiting for the scan's second query")
+	}
+	require.False(t, rewindClear(t, b, stream, "alpha"), "the second query read the flag")
+	ack()
+	pr.waitUntil(t, "the rewind's completion clears the flag", func() bool { return rewindClear(t, b, stream, "alpha") })
+	cont()
+	select {
+	case <-w2.StartupScanComplete():
+	case <-time.After(scenarioTimeout):
+		t.Fatal("startup scan did not complete")
+	}
+	require.Empty(t, rewinds, "no other rewind")
+	require.Equal(t, seq(1, 4), modelVersions(t, b, stream, "alpha"))
+	require.Equal(t, 1, log.count("alpha", stream, 3), "the late event was replayed once")
 }

@@ -47,7 +47,7 @@ func (rw *rewinder) startupScan(ctx context.Context) {
 				return
 			}
 			key := pairKey{stream: c.StreamID, perspective: c.Perspective}
-			if !rw.repairRewind(ctx, key, c) {
+			if !rw.repairRewind(ctx, key) {
 				skip[key] = true
 			}
 		}
@@ -62,9 +62,11 @@ func (rw *rewinder) startupScan(ctx context.Context) {
 }
 
 // repairRewind rewinds a flagged pair now, with its pending rows when this
-// instance can lease them. It reports false when the pair stays flagged
-// because its rows are held elsewhere (or it is unknown here).
-func (rw *rewinder) repairRewind(ctx context.Context, key pairKey, c ports.Cursor) bool {
+// instance can lease them. It leaves a pair a drain of this instance is
+// carrying on (its applied rows await their acknowledgement) and one whose
+// flag was cleared since the poll. It reports false when the pair stays
+// flagged because its rows are held elsewhere (or it is unknown here).
+func (rw *rewinder) repairRewind(ctx context.Context, key pairKey) bool {
 	p, ok := rw.reg.perspective(key.perspective)
 	if !ok {
 		return false
@@ -84,7 +86,21 @@ func (rw *rewinder) repairRewind(ctx context.Context, key pairKey, c ports.Curso
 			rows = append(rows, r)
 		}
 	}
-	rows, _ = dedup.Partition(rw.cache, key.dedupKey(), rows, workID)
+	rows, applied := dedup.Partition(rw.cache, key.dedupKey(), rows, workID)
+	if len(applied) > 0 {
+		// A drain of this instance applied rows of the pair and waits for
+		// their acknowledgement, which carries the pair on (a rewind's
+		// clears the flag): replaying now would only repeat its work. The
+		// next poll looks again.
+		return true
+	}
+	// The flag may have been cleared since the poll read it (a drain's
+	// rewind was acknowledged): repair only what is still flagged, from
+	// its current trigger.
+	c, ok := rw.currentCursor(ctx, key, res.Cursors)
+	if !ok || !c.Status.Has(ports.CursorRewindRequired) {
+		return true
+	}
 	rows, err = rw.fail.deadLetterExhausted(ctx, rows)
 	if err != nil {
 		rw.parking.infraFailed(ctx, key, "moving work to dead letters", err)
@@ -101,6 +117,19 @@ func (rw *rewinder) repairRewind(ctx context.Context, key pairKey, c ports.Curso
 	}
 	after := rw.cursorsOf(ctx, []uuid.UUID{key.stream})
 	return !after[key].Status.Has(ports.CursorRewindRequired)
+}
+
+// currentCursor returns the pair's cursor as a fetch read it, or reads it
+// when the fetch had no work of the pair. It reports false when the cursor
+// could not be read.
+func (rw *rewinder) currentCursor(ctx context.Context, key pairKey, fetched []ports.Cursor) (ports.Cursor, bool) {
+	for _, c := range fetched {
+		if c.StreamID == key.stream && c.Perspective == key.perspective {
+			return c, true
+		}
+	}
+	c, ok := rw.cursorsOf(ctx, []uuid.UUID{key.stream})[key]
+	return c, ok
 }
 
 func (rw *rewinder) finishStartupScan() {
