@@ -53,12 +53,15 @@ SELECT count(*) FROM deleted`
 // kept processed by debug mode stay: they are history.
 //
 // Locks are taken as everywhere: the streams' rows in vantage_active_streams
-// in stream id order, then work rows in work id order, then cursors in key
-// order, then models (as ModelSave takes them) and snapshots; each step
-// waits for the one before (the count subqueries). The rows of a
-// perspective are found by scans, since every key leads with the stream: an
-// index by perspective would cost every append and completion for the sake
-// of a rare operator action.
+// in stream id order, then work rows in work id order (a completion, which
+// shares the streams' lock, deletes its rows in the order of their
+// location: should the two deadlock, PostgreSQL cancels one of them, and
+// a completion is sent again while a retirement reports the error), then
+// cursors in key order, then models (as ModelSave takes them) and
+// snapshots; each step waits for the one before (the count subqueries).
+// The rows of a perspective are found by scans, since every key leads with
+// the stream: an index by perspective would cost every append and
+// completion for the sake of a rare operator action.
 const sqlRetireRows = `WITH streams AS MATERIALIZED (
     SELECT a.stream_id
     FROM /* SCHEMA */.vantage_active_streams a
