@@ -118,17 +118,26 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 // fetch: they are skipped. Rows whose attempts are used up go to dead
 // letters; when that move fails, the pair is retried and nothing is applied.
 func (dr *drainer) toApply(ctx context.Context, key pairKey, rows []ports.WorkItem) []ports.WorkItem {
-	fresh, deduped := dedup.Partition(dr.cache, key.dedupKey(), rows, workID)
-	dr.metrics.deduped(ctx, key.perspective, len(deduped))
-	if len(deduped) > 0 && dr.opts.Hooks.DedupObserver != nil {
-		dr.opts.Hooks.DedupObserver.OnEventsDeduped(deduped, key.perspective, key.stream)
-	}
+	fresh, _ := dr.notApplied(ctx, key, rows)
 	rows, err := dr.fail.deadLetterExhausted(ctx, fresh)
 	if err != nil {
 		dr.parking.infraFailed(ctx, key, "moving work to dead letters", err)
 		return nil
 	}
 	return rows
+}
+
+// notApplied splits the rows of a pair into those the processed-event
+// cache does not hold and the count of those it holds (applied, their
+// completion not acknowledged yet, or acknowledged recently), which it
+// reports to the metrics and the DedupObserver.
+func (dr *drainer) notApplied(ctx context.Context, key pairKey, rows []ports.WorkItem) ([]ports.WorkItem, int) {
+	fresh, deduped := dedup.Partition(dr.cache, key.dedupKey(), rows, workID)
+	dr.metrics.deduped(ctx, key.perspective, len(deduped))
+	if len(deduped) > 0 && dr.opts.Hooks.DedupObserver != nil {
+		dr.opts.Hooks.DedupObserver.OnEventsDeduped(deduped, key.perspective, key.stream)
+	}
+	return fresh, len(deduped)
 }
 
 // prePerspective runs the PrePerspective stage for the rows' events past

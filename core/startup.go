@@ -6,7 +6,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/vantage-go/vantage/core/internal/dedup"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -86,8 +85,8 @@ func (rw *rewinder) repairRewind(ctx context.Context, key pairKey) bool {
 			rows = append(rows, r)
 		}
 	}
-	rows, applied := dedup.Partition(rw.cache, key.dedupKey(), rows, workID)
-	if len(applied) > 0 {
+	rows, applied := rw.drain.notApplied(ctx, key, rows)
+	if applied > 0 {
 		// A drain of this instance applied rows of the pair and waits for
 		// their acknowledgement, which carries the pair on (a rewind's
 		// clears the flag): replaying now would only repeat its work. The
