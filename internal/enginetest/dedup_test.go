@@ -255,7 +255,9 @@ func TestRewoundWorkRedeliveredIsNotReplayed(t *testing.T) {
 
 	flushed := make(chan core.CompletionsFlushed, 100)
 	opts.Hooks.OnCompletionsFlushed = func(c core.CompletionsFlushed) { flushed <- c }
-	startWorker(t, b, reg, opts)
+	w := startWorker(t, b, reg, opts)
+	// The drain, not the startup scan, is to meet the late event.
+	waitFor(t, w.StartupScanComplete(), "the startup scan")
 
 	stream := uuid.New()
 	appendAt(t, reg, b, stream, 1, 3)
