@@ -355,21 +355,36 @@ func workRowsRead(node map[string]any) float64 { return tableRowsRead(node, "van
 // tableRowsRead sums, over a JSON plan tree, the rows that scans of table and
 // its indexes returned or filtered out, over all loops.
 func tableRowsRead(node map[string]any, table string) float64 {
-	var read float64
-	relation, _ := node["Relation Name"].(string)
-	index, _ := node["Index Name"].(string)
-	if relation == table || (relation == "" && strings.HasPrefix(index, table+"_")) {
-		loops, _ := node["Actual Loops"].(float64)
-		for _, key := range []string{"Actual Rows", "Rows Removed by Filter", "Rows Removed by Index Recheck"} {
-			n, _ := node[key].(float64)
-			read += n * loops
+	return planSum(node, func(n map[string]any) float64 {
+		relation, _ := n["Relation Name"].(string)
+		index, _ := n["Index Name"].(string)
+		if relation != table && (relation != "" || !strings.HasPrefix(index, table+"_")) {
+			return 0
 		}
-	}
+		var read float64
+		for _, key := range []string{"Actual Rows", "Rows Removed by Filter", "Rows Removed by Index Recheck"} {
+			read += perLoop(n, key)
+		}
+		return read
+	})
+}
+
+// planSum sums f over the nodes of a JSON plan tree.
+func planSum(node map[string]any, f func(map[string]any) float64) float64 {
+	sum := f(node)
 	children, _ := node["Plans"].([]any)
 	for _, c := range children {
-		read += tableRowsRead(c.(map[string]any), table)
+		sum += planSum(c.(map[string]any), f)
 	}
-	return read
+	return sum
+}
+
+// perLoop returns a node's figure key, which PostgreSQL reports per loop,
+// over all its loops.
+func perLoop(node map[string]any, key string) float64 {
+	loops, _ := node["Actual Loops"].(float64)
+	n, _ := node[key].(float64)
+	return n * loops
 }
 
 // subplan returns the node of a JSON plan tree whose Subplan Name is name,
@@ -664,15 +679,10 @@ func TestFinishLooksUpItsRowsByKey(t *testing.T) {
 				}
 				var root map[string]any
 				if generic {
-					lines, err := explainPrepared(ctx, tx, "ANALYZE, FORMAT JSON", b.store.Render(postgres.Queries[name]), sqlLiterals(t, c.args))
-					if err != nil {
+					var err error
+					if root, err = explainPreparedPlan(ctx, tx, b.store.Render(postgres.Queries[name]), sqlLiterals(t, c.args)); err != nil {
 						return err
 					}
-					var plan []map[string]any
-					if err := json.Unmarshal([]byte(strings.Join(lines, "\n")), &plan); err != nil {
-						return err
-					}
-					root = plan[0]["Plan"].(map[string]any)
 				} else {
 					plan, _, err := explainWorkRows(ctx, tx, b.store.Render(postgres.Queries[name]), c.args...)
 					if err != nil {
@@ -695,14 +705,7 @@ func TestFinishLooksUpItsRowsByKey(t *testing.T) {
 // joinFilterRemoved sums, over a JSON plan tree, the rows that join filters
 // dropped, over all loops.
 func joinFilterRemoved(node map[string]any) float64 {
-	loops, _ := node["Actual Loops"].(float64)
-	n, _ := node["Rows Removed by Join Filter"].(float64)
-	removed := n * loops
-	children, _ := node["Plans"].([]any)
-	for _, c := range children {
-		removed += joinFilterRemoved(c.(map[string]any))
-	}
-	return removed
+	return planSum(node, func(n map[string]any) float64 { return perLoop(n, "Rows Removed by Join Filter") })
 }
 
 // randomWorkRows returns n work rows of b's schema picked at random, as the
@@ -754,22 +757,17 @@ func TestFinishProbesItsStreamsAndRows(t *testing.T) {
 				return err
 			}
 		}
-		lines, err := explainPrepared(ctx, tx, "ANALYZE, FORMAT JSON", b.store.Render(postgres.Queries["Finish"]),
+		root, err := explainPreparedPlan(ctx, tx, b.store.Render(postgres.Queries["Finish"]),
 			sqlLiterals(t, []any{instance, ids, streams, perspectives, nil}))
 		if err != nil {
-			return err
-		}
-		var plan []map[string]any
-		if err := json.Unmarshal([]byte(strings.Join(lines, "\n")), &plan); err != nil {
 			return err
 		}
 		// Per listed row or stream a few reads (an index entry, the row,
 		// the delete or lock, as the plan's shape counts them), against the
 		// 800 streams and 1,600 rows a scan reads.
-		root := plan[0]["Plan"].(map[string]any)
 		work, held := workRowsRead(root), tableRowsRead(root, "vantage_active_streams")
-		require.LessOrEqual(t, work, 12.0, "Finish of 3 rows read %v work rows: %v", work, plan)
-		require.LessOrEqual(t, held, 12.0, "Finish of 3 rows read %v rows of vantage_active_streams: %v", held, plan)
+		require.LessOrEqual(t, work, 12.0, "Finish of 3 rows read %v work rows: %v", work, root)
+		require.LessOrEqual(t, held, 12.0, "Finish of 3 rows read %v rows of vantage_active_streams: %v", held, root)
 		return nil
 	})
 }
@@ -876,6 +874,20 @@ func TestAppendProbesEventsWithoutStatistics(t *testing.T) {
 			return nil
 		}, mode)
 	}
+}
+
+// explainPreparedPlan runs query with args as explainPrepared does, under
+// EXPLAIN (ANALYZE, FORMAT JSON), and returns the root of its plan.
+func explainPreparedPlan(ctx context.Context, tx pgx.Tx, query, args string) (map[string]any, error) {
+	lines, err := explainPrepared(ctx, tx, "ANALYZE, FORMAT JSON", query, args)
+	if err != nil {
+		return nil, err
+	}
+	var plan []map[string]any
+	if err := json.Unmarshal([]byte(strings.Join(lines, "\n")), &plan); err != nil {
+		return nil, err
+	}
+	return plan[0]["Plan"].(map[string]any), nil
 }
 
 // explainPrepared prepares query in tx, runs it with args (SQL literals,
