@@ -341,17 +341,6 @@ func (f *finishArgs) add(streamID uuid.UUID, perspective string, ids []uuid.UUID
 	}
 }
 
-// sqlJoinsByKey and sqlJoinsAny bracket the statement completing the rows.
-// A completion flush carries thousands of ids; from a few percent of the
-// work table on, the planner joins them by reading the whole table into a
-// hash (or sorting it for a merge join), a cost that grows with the backlog
-// instead of with the flush. Between the two, the only join left is the
-// nested loop, one primary-key probe per id.
-const (
-	sqlJoinsByKey = `SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)`
-	sqlJoinsAny   = `SELECT set_config('enable_hashjoin', 'on', true), set_config('enable_mergejoin', 'on', true)`
-)
-
 // Len, Less and Swap sort the rows by work id (sort.Interface).
 func (f *finishArgs) Len() int { return len(f.workIDs) }
 func (f *finishArgs) Less(i, j int) bool {
@@ -375,20 +364,12 @@ func (f *finishArgs) queue(s *Store, b *pgx.Batch, instanceID uuid.UUID, debug b
 	if debug {
 		stmt = sqlFinishDebug
 	}
-	b.Queue(sqlJoinsByKey)
 	b.Queue(s.sql(stmt), instanceID, f.workIDs, f.streams, f.perspectives, now)
-	b.Queue(sqlJoinsAny)
 }
 
 func (f *finishArgs) read(br pgx.BatchResults) (int, error) {
-	if _, err := br.Exec(); err != nil {
-		return 0, err
-	}
 	var completed, recovered int
 	if err := br.QueryRow().Scan(&completed, &recovered); err != nil {
-		return 0, err
-	}
-	if _, err := br.Exec(); err != nil {
 		return 0, err
 	}
 	return completed, nil
@@ -455,8 +436,7 @@ func (p *positions) columns() (streams []pgtype.UUID, perspectives []string, eve
 
 // WorkComplete implements ports.CursorStore in one round trip: a batch of
 // four statements in one implicit transaction, in this order: complete the
-// listed rows of the streams the caller holds (between sqlJoinsByKey and
-// sqlJoinsAny, fenced by sqlFenced), recovering the dead letters of
+// listed rows of the streams the caller holds (fenced by sqlFenced), recovering the dead letters of
 // requeued ones, upsert the cursors, mark stragglers late and flag their
 // cursors, release drained streams (sqlReleaseDrained).
 // Every deletion of the call thus precedes every cursor check. A pair listed

@@ -91,6 +91,3 @@ var Queries = map[string]string{
 
 // WorkSettings is the statement that opens every batch of work statements.
 const WorkSettings = sqlWorkSettings
-
-// JoinsByKey is the statement that precedes the completion of rows.
-const JoinsByKey = sqlJoinsByKey

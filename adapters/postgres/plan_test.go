@@ -666,7 +666,7 @@ func TestFinishLooksUpItsRowsByKey(t *testing.T) {
 		settings []string
 		args     []any
 	}{
-		"Finish":   {[]string{postgres.WorkSettings, postgres.JoinsByKey}, []any{instance, ids, streams, perspectives, nil}},
+		"Finish":   {[]string{postgres.WorkSettings}, []any{instance, ids, streams, perspectives, nil}},
 		"FailRows": {[]string{postgres.WorkSettings}, []any{instance, ids, streams, perspectives, errs, retries}},
 	}
 	for name, c := range cases {
@@ -752,7 +752,7 @@ func TestFinishProbesItsStreamsAndRows(t *testing.T) {
 	ids, streams, perspectives := randomWorkRows(t, b, 3)
 
 	rolledBack(t, b, func(tx pgx.Tx) error {
-		for _, settings := range []string{postgres.WorkSettings, postgres.JoinsByKey} {
+		for _, settings := range []string{postgres.WorkSettings} {
 			if _, err := tx.Exec(ctx, settings); err != nil {
 				return err
 			}
