@@ -122,7 +122,8 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.BoolVar(&c.riverDefaults, "river-defaults", false, "run River with its default fetch cadence (FetchCooldown 100ms, FetchPollInterval 1s) instead of its benchmark's (2ms, 20ms)")
 	fs.IntVar(&c.appendBatch, "append-batch", 50, "events per append when seeding")
 	fs.IntVar(&c.appenders, "appenders", 4, "concurrent appenders (seeding, live)")
-	fs.StringVar(&settings, "settings", settingDefaults+","+settingLowLatency, "live and idle: engine settings to measure (defaults, low-latency)")
+	fs.StringVar(&settings, "settings", settingDefaults+","+settingLowLatency+","+settingNoEngine,
+		"live and idle: engine settings to measure (defaults, low-latency; no-engine: a live run of the appends alone, which idle skips)")
 	fs.DurationVar(&c.stale, "stale", 0, "failover: Options.StaleInstanceThreshold (0: the engine's default, 30s)")
 	fs.DurationVar(&c.killAfter, "kill-after", 10*time.Second, "failover: appending time before one instance is killed")
 	fs.DurationVar(&c.drainWait, "drain-wait", 2*time.Minute, "live and failover: how long to wait, after the appends, for every event to be applied")
@@ -155,7 +156,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	}
 	for _, s := range strings.Split(settings, ",") {
 		s = strings.TrimSpace(s)
-		if s != settingDefaults && s != settingLowLatency {
+		if s != settingDefaults && s != settingLowLatency && s != settingNoEngine {
 			return c, fmt.Errorf("-settings: unknown setting %q", s)
 		}
 		c.settings = append(c.settings, s)
@@ -275,6 +276,9 @@ func plan(c config) []spec {
 	}
 	if (all || c.scenario == scenarioIdle) && backend == "postgres" {
 		for _, setting := range c.settings {
+			if setting == settingNoEngine {
+				continue // an idle worker is what idle measures
+			}
 			s := base
 			s.Scenario, s.Impl, s.Backend, s.Setting = scenarioIdle, implVantage, backend, setting
 			s.Instances, s.Duration = 1, c.idleDuration
@@ -494,7 +498,10 @@ func printMoving(w io.Writer, rs []*result) {
 		if r.Scenario != scenarioCatchup {
 			notes += fmt.Sprintf(" achieved=%.0f/s samples=%d max=%.0fms", r.AchievedRate, r.Samples, r.MaxMs)
 		}
-		if r.Scenario == scenarioLive {
+		switch {
+		case r.Scenario == scenarioLive && r.Setting == settingNoEngine:
+			notes += " no engine: p50 and p99 are the appends'"
+		case r.Scenario == scenarioLive:
 			notes += fmt.Sprintf(" p99_target=%.0fms append_p50=%.1fms append_p99=%.1fms", r.TargetMs, r.AppendP50Ms, r.AppendP99Ms)
 		}
 		notes += cpuNote(r, 1)

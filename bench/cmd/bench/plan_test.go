@@ -54,8 +54,10 @@ func TestPlanLiveRunsEverySettingOfARateTogether(t *testing.T) {
 	want := []string{
 		"live-vantage-postgres-i1-e0-p2-r1000-defaults",
 		"live-vantage-postgres-i1-e0-p2-r1000-low-latency",
+		"live-vantage-postgres-i1-e0-p2-r1000-no-engine",
 		"live-vantage-postgres-i1-e0-p2-r100-defaults",
 		"live-vantage-postgres-i1-e0-p2-r100-low-latency",
+		"live-vantage-postgres-i1-e0-p2-r100-no-engine",
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("planned %q, want %q", got, want)
@@ -72,6 +74,9 @@ func TestPlanIdleRunsEverySettingOnPostgreSQL(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("planned %q, want %q", got, want)
+	}
+	if got := planNames(t, "-scenario", "idle", "-settings", "no-engine"); len(got) != 0 {
+		t.Fatalf("planned %q for no-engine, want nothing: idle measures a worker", got)
 	}
 	if got := planNames(t, "-scenario", "idle", "-backend", "memory"); len(got) != 0 {
 		t.Fatalf("planned %q on the memory backend, want nothing: idle measures PostgreSQL too", got)
@@ -100,6 +105,7 @@ func TestLiveTargets(t *testing.T) {
 		{settingDefaults, 1000, 25},
 		{settingLowLatency, 100, 50},
 		{settingLowLatency, 1000, 50},
+		{settingNoEngine, 1000, 0}, // no target: the floor under the others
 	} {
 		if got := liveTargetMs(c.setting, c.rate); got != c.want {
 			t.Errorf("liveTargetMs(%s, %d) = %v, want %v", c.setting, c.rate, got, c.want)

@@ -20,10 +20,13 @@ const (
 	scenarioIdle     = "idle"
 )
 
-// Engine settings of the live, failover and idle scenarios.
+// Engine settings of the live, failover and idle scenarios. settingNoEngine
+// is a live run without the engine: the appends alone, the floor under the
+// latency of the other settings on the same machine.
 const (
 	settingDefaults   = "defaults"
 	settingLowLatency = "low-latency"
+	settingNoEngine   = "no-engine"
 )
 
 // spec is one measured run, executed in a child process of its own so that

@@ -458,10 +458,12 @@ func (ls *liveStream) reached(p int, version int64) (time.Time, bool) {
 // run and measures append-to-applied latency: from the start of the Append
 // call to the moment the last perspective saved a model covering the event.
 // In the failover scenario one of the instances is killed after KillAfter.
+// With settingNoEngine no worker runs: the latency is the Append call's.
 func (v *vantage) live(ctx context.Context) (*result, error) {
 	s := v.spec
 	r := newResult(s)
 	failover := s.Scenario == scenarioFailover
+	noEngine := s.Setting == settingNoEngine
 	duration := s.Duration
 	var staleThreshold time.Duration
 	if failover {
@@ -516,8 +518,10 @@ func (v *vantage) live(ctx context.Context) (*result, error) {
 			return r, err
 		}
 	}
-	if err := v.startWorkers(ctx, hooks); err != nil {
-		return r, err
+	if !noEngine {
+		if err := v.startWorkers(ctx, hooks); err != nil {
+			return r, err
+		}
 	}
 	ph, err := v.startPhase(ctx)
 	if err != nil {
@@ -625,7 +629,7 @@ func (v *vantage) live(ctx context.Context) (*result, error) {
 	// Wait until every perspective reached every stream's head.
 	waitLimit := s.DrainWait
 	deadline := time.Now().Add(min(waitLimit, runLimit(ctx)))
-	for !v.allApplied(state) {
+	for !noEngine && !v.allApplied(state) {
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			r.Error = fmt.Sprintf("not every event was applied %s after the appends ended", waitLimit)
 			break
@@ -647,6 +651,9 @@ func (v *vantage) live(ctx context.Context) (*result, error) {
 				continue
 			}
 			appendLat.Add(a.took)
+			if noEngine {
+				continue
+			}
 			var last time.Time
 			ok := true
 			for p := range s.Perspectives {
@@ -674,8 +681,12 @@ func (v *vantage) live(ctx context.Context) (*result, error) {
 		}
 		ls.mu.Unlock()
 	}
-	ps := lat.Percentiles(0.5, 0.99, 1)
-	r.P50Ms, r.P99Ms, r.MaxMs, r.Samples = ps[0], ps[1], ps[2], lat.Len()
+	measured := &lat
+	if noEngine {
+		measured = &appendLat
+	}
+	ps := measured.Percentiles(0.5, 0.99, 1)
+	r.P50Ms, r.P99Ms, r.MaxMs, r.Samples = ps[0], ps[1], ps[2], measured.Len()
 	aps := appendLat.Percentiles(0.5, 0.99)
 	r.AppendP50Ms, r.AppendP99Ms = aps[0], aps[1]
 	if unapplied > 0 && r.Error == "" {
@@ -692,6 +703,9 @@ func (v *vantage) live(ctx context.Context) (*result, error) {
 	// Survivors stop gracefully; the victim's Stop gives up quickly.
 	v.stopWorkers(15 * time.Second)
 	ph.report(ctx, r.Events)
+	if noEngine {
+		return r, nil // nothing was applied to check
+	}
 	hs := make([]int64, len(state))
 	for i, ls := range state {
 		hs[i] = ls.head
@@ -812,9 +826,12 @@ func runLimit(ctx context.Context) time.Duration {
 // up to 100 events/s and 25ms above (a batch starts at once when none is
 // in flight, so the latency is a claim, a fetch and a save, plus the wait
 // behind the batch in flight under load); 50ms with the low-latency
-// setting, which polls and claims on short timers instead.
+// setting, which polls and claims on short timers instead; none (0) for
+// the appends alone.
 func liveTargetMs(setting string, rate int) float64 {
 	switch {
+	case setting == settingNoEngine:
+		return 0
 	case setting != settingDefaults:
 		return 50
 	case rate <= 100:
