@@ -11,8 +11,9 @@ help: ## list the targets
 demo: ## run the orders example on the in-memory backend
 	$(GO) run ./examples/orders
 
-test: ## run every test with the race detector (PostgreSQL suite included)
+test: ## run every test with the race detector (PostgreSQL suite and bench/ included)
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	cd bench && $(GO) test -race -count=1 ./...
 
 test-race: test ## alias of test
 
@@ -48,6 +49,7 @@ GOLANGCI_LINT ?= $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lin
 lint: ## gofmt, go vet and golangci-lint (staticcheck, errcheck, import layering)
 	@test -z "$$(gofmt -l .)" || (gofmt -l . && exit 1)
 	$(GO) vet $(PKGS)
+	cd bench && $(GO) vet ./...
 	$(GOLANGCI_LINT) run $(PKGS)
 
 cover: ## test coverage summary
