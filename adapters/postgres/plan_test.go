@@ -662,29 +662,24 @@ func TestFinishLooksUpItsRowsByKey(t *testing.T) {
 		errs[i] = "boom"
 	}
 
-	cases := map[string]struct {
-		settings []string
-		args     []any
-	}{
-		"Finish":   {[]string{postgres.WorkSettings}, []any{instance, ids, streams, perspectives, nil}},
-		"FailRows": {[]string{postgres.WorkSettings}, []any{instance, ids, streams, perspectives, errs, retries}},
+	cases := map[string][]any{
+		"Finish":   {instance, ids, streams, perspectives, nil},
+		"FailRows": {instance, ids, streams, perspectives, errs, retries},
 	}
-	for name, c := range cases {
+	for name, args := range cases {
 		for _, generic := range []bool{false, true} {
 			rolledBack(t, b, func(tx pgx.Tx) error {
-				for _, settings := range c.settings {
-					if _, err := tx.Exec(ctx, settings); err != nil {
-						return err
-					}
+				if _, err := tx.Exec(ctx, postgres.WorkSettings); err != nil {
+					return err
 				}
 				var root map[string]any
 				if generic {
 					var err error
-					if root, err = explainPreparedPlan(ctx, tx, b.store.Render(postgres.Queries[name]), sqlLiterals(t, c.args)); err != nil {
+					if root, err = explainPreparedPlan(ctx, tx, b.store.Render(postgres.Queries[name]), sqlLiterals(t, args)); err != nil {
 						return err
 					}
 				} else {
-					plan, _, err := explainWorkRows(ctx, tx, b.store.Render(postgres.Queries[name]), c.args...)
+					plan, _, err := explainWorkRows(ctx, tx, b.store.Render(postgres.Queries[name]), args...)
 					if err != nil {
 						return err
 					}
@@ -752,10 +747,8 @@ func TestFinishProbesItsStreamsAndRows(t *testing.T) {
 	ids, streams, perspectives := randomWorkRows(t, b, 3)
 
 	rolledBack(t, b, func(tx pgx.Tx) error {
-		for _, settings := range []string{postgres.WorkSettings} {
-			if _, err := tx.Exec(ctx, settings); err != nil {
-				return err
-			}
+		if _, err := tx.Exec(ctx, postgres.WorkSettings); err != nil {
+			return err
 		}
 		root, err := explainPreparedPlan(ctx, tx, b.store.Render(postgres.Queries["Finish"]),
 			sqlLiterals(t, []any{instance, ids, streams, perspectives, nil}))
