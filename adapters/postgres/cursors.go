@@ -154,10 +154,14 @@ const sqlFailFence = `SELECT count(*) FROM (
 // sqlFinishRows is the condition shared by sqlFinish and sqlFinishDebug:
 // the rows the list names (see sqlListedRows), reached by a scan of their
 // ctids (in physical order, each page once), and still pending when the
-// statement reaches them (a row changed since is checked again in its new
-// version, which has the same id and pair).
+// statement reaches them (sqlStillPending).
 var sqlFinishRows = `WHERE w.ctid = ANY (ARRAY(SELECT l.row_id FROM ` + sqlListedRows(`unnest($2::uuid[], $3::uuid[], $4::text[]) AS c(work_id, stream_id, perspective)`, "") + `))
-      AND coalesce(w.processed_at IS NULL, false)`
+      AND ` + sqlStillPending
+
+// sqlStillPending checks again, on the row w a statement reached by its
+// ctid, that it is pending: a row changed since it was found is reached in
+// its new version, which has the same id and pair.
+const sqlStillPending = `coalesce(w.processed_at IS NULL, false)`
 
 // sqlRecovered marks DeadLetterRecovered, at $5, the requeued dead letters
 // of the rows in finished: a primary key probe per requeued row among them
@@ -212,8 +216,8 @@ func sqlListedRows(list, cols string) string {
 // sqlListedRow is the condition on the row w of a statement joining the
 // rows sqlListedRows found, to change each with its entry's columns: w is
 // the row found (a scan by ctid per entry), and still pending when the
-// statement reaches it, as in sqlFinishRows.
-const sqlListedRow = `w.ctid = l.row_id AND coalesce(w.processed_at IS NULL, false)`
+// statement reaches it (sqlStillPending).
+const sqlListedRow = `w.ctid = l.row_id AND ` + sqlStillPending
 
 // sqlCompleteCursors upserts one cursor per pair from the payload: $1 now,
 // $2 streams, $3 perspectives, $4 last event ids, $5 last versions. The
@@ -436,9 +440,10 @@ func (p *positions) columns() (streams []pgtype.UUID, perspectives []string, eve
 
 // WorkComplete implements ports.CursorStore in one round trip: a batch of
 // four statements in one implicit transaction, in this order: complete the
-// listed rows of the streams the caller holds (fenced by sqlFenced), recovering the dead letters of
-// requeued ones, upsert the cursors, mark stragglers late and flag their
-// cursors, release drained streams (sqlReleaseDrained).
+// listed rows of the streams the caller holds (fenced by sqlFenced),
+// recovering the dead letters of requeued ones, upsert the cursors, mark
+// stragglers late and flag their cursors, release drained streams
+// (sqlReleaseDrained).
 // Every deletion of the call thus precedes every cursor check. A pair listed
 // in several completions ends at its highest position. Stragglers are rows
 // below the position the completions report, not below a stored position
