@@ -470,3 +470,53 @@ func TestEventsBehindAnAcknowledgementHurryTheFlush(t *testing.T) {
 	recv(t, released, "the stream's release")
 	require.Equal(t, []uuid.UUID{stream}, bb.w.drain.queue.Take(1), "queued again")
 }
+
+// A worker left with nothing to drain sends the completions its last batch
+// buffered at once when streams arrive less often than the flusher's
+// coalescing window lasts: waiting would gather nothing more. The clock
+// never moves, so neither the window nor the idle timeout ends.
+func TestIdleWorkerSendsItsCompletionsAtOnce(t *testing.T) {
+	t.Parallel()
+
+	clock := clocktest.NewFake()
+	flushed := make(chan CompletionsFlushed, 10)
+	bb := setupBatchWith(t, &Options{Clock: clock, Hooks: Hooks{
+		OnCompletionsFlushed: func(f CompletionsFlushed) { flushed <- f },
+	}})
+	stream := bb.appendStreams(t, 1, placed{ID: "1"})[0]
+	ctx, cancel := context.WithCancel(t.Context())
+	bb.w.consumers.Start(ctx, ctx)
+	t.Cleanup(func() { cancel(); bb.w.consumers.Stop() })
+
+	bb.w.drain.queue.Push(stream)
+	f := recv(t, flushed, "the completion, sent once the batch ended")
+	require.Len(t, f.Completions, 1)
+	require.Equal(t, stream, f.Completions[0].StreamID)
+	require.Equal(t, int64(1), bb.applied.Load())
+}
+
+// With no batch in flight, the completions still wait for the coalescing
+// window while more can be expected: streams are queued, or streams
+// arrive more often than the window lasts.
+func TestIdleCompletionsWaitWhileMoreMayCome(t *testing.T) {
+	t.Parallel()
+
+	window := 25 * time.Millisecond
+	for _, tc := range []struct {
+		name   string
+		queued int
+		every  time.Duration
+		now    bool
+	}{
+		{name: "arrivals not measured yet", now: true},
+		{name: "arrivals sparser than the window", every: 40 * time.Millisecond, now: true},
+		{name: "arrivals as sparse as the window", every: window, now: true},
+		{name: "arrivals denser than the window", every: 10 * time.Millisecond},
+		{name: "streams queued", queued: 1},
+		{name: "streams queued, arrivals sparse", queued: 3, every: time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.now, sendNow(tc.queued, tc.every, window))
+		})
+	}
+}

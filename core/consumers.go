@@ -27,6 +27,10 @@ type consumers struct {
 	// nothing to drain.
 	drain func(ctx context.Context, ids []uuid.UUID)
 	tick  func(ctx context.Context)
+	// hurry sends the completions the flusher holds without waiting for
+	// its coalescing window, which lasts coalesce (see settle).
+	hurry    func()
+	coalesce time.Duration
 }
 
 // Start launches the consumer loops. They take batches until Stop, or
@@ -89,11 +93,35 @@ func (c *consumers) loop(runCtx, workCtx context.Context, id int, wake chan stru
 		}
 		c.flights.start(id, c.now())
 		c.drain(workCtx, ids)
-		c.flights.end(id, c.now())
+		if last := c.flights.end(id, c.now()); last {
+			c.settle()
+		}
 		if runCtx.Err() != nil {
 			return
 		}
 	}
+}
+
+// settle runs when the last batch in flight ended. The completions the
+// batches left with the flusher are sent at once when waiting would
+// gather no more of them (see sendNow).
+func (c *consumers) settle() {
+	if c.hurry != nil && sendNow(c.queue.Len(), c.arrivals.interval(), c.coalesce) {
+		c.hurry()
+	}
+}
+
+// sendNow reports whether the completions of a worker with no batch in
+// flight should go without waiting for a coalescing window of length
+// window: when no stream is queued and streams arrive no more often than
+// the window lasts (every, the average gap between arrivals, 0 while
+// unknown). Otherwise the window gathers the completions of the batches
+// to come into one flush, which under load keeps their round trips few;
+// when arrivals are sparser than the window it gathers nothing anyway, so
+// sending at once costs no round trip and spares the wait: the end of a
+// catch-up, a quiet worker's event.
+func sendNow(queued int, every, window time.Duration) bool {
+	return queued == 0 && (every == 0 || every >= window)
 }
 
 // wantWindow reports whether a consumer holding n ids may gather more

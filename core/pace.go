@@ -72,9 +72,9 @@ func (f *flights) start(consumer int, now time.Time) {
 	f.mu.Unlock()
 }
 
-// end records that consumer's batch ended at now and wakes those gathering
-// behind it.
-func (f *flights) end(consumer int, now time.Time) {
+// end records that consumer's batch ended at now, wakes those gathering
+// behind it and reports whether no batch is in flight any more.
+func (f *flights) end(consumer int, now time.Time) (last bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if at, ok := f.started[consumer]; ok {
@@ -83,6 +83,7 @@ func (f *flights) end(consumer int, now time.Time) {
 	}
 	close(f.ended)
 	f.ended = make(chan struct{})
+	return len(f.started) == 0
 }
 
 // gather returns how long a batch about to start at now should gather more

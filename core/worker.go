@@ -141,6 +141,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	}
 	queue.waiting = w.completer.hurry // events wait behind a stream's acknowledgement
 	w.consumers.tick = w.completer.sweep
+	w.consumers.hurry, w.consumers.coalesce = w.completer.hurry, w.completer.completions.Coalesce()
 	w.completer.onFailureAcked = w.parking.parkAcked
 	w.completer.onCompleted = w.claims.roomFreed // room was freed for more of the backlog
 	scopes := newScopeCache(o.Security)

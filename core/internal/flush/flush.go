@@ -386,6 +386,10 @@ func (f *Flusher[T]) WaitBelow(ctx context.Context, limit int, waiting func()) e
 	}
 }
 
+// Coalesce returns how long the loop waits for more items after the first
+// one of a batch (Options.Coalesce).
+func (f *Flusher[T]) Coalesce() time.Duration { return f.opts.Coalesce }
+
 // Hurry ends the current coalescing window without waiting: the items
 // queued before the call are sent as soon as the loop is free, not when the
 // window elapses. It does nothing when nothing is pending or after Close.

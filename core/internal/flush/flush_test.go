@@ -565,6 +565,17 @@ func TestFlusher(t *testing.T) {
 		require.ErrorContains(t, err, "flush func must not be nil")
 	})
 
+	t.Run("CoalesceReportsTheWindow", func(t *testing.T) {
+		t.Parallel()
+		noop := func(context.Context, []int) error { return nil }
+		f, err := flush.New("test", flush.Options[int]{}, noop)
+		require.NoError(t, err)
+		require.Equal(t, flush.CoalesceDefault, f.Coalesce())
+		f, err = flush.New("test", flush.Options[int]{Coalesce: 7 * time.Millisecond}, noop)
+		require.NoError(t, err)
+		require.Equal(t, 7*time.Millisecond, f.Coalesce())
+	})
+
 	t.Run("KeepsFIFOOrderAcrossBatches", func(t *testing.T) {
 		t.Parallel()
 		b := started(t, flush.Options[int]{MaxBatch: 3})
