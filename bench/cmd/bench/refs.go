@@ -67,6 +67,9 @@ func runRaw(ctx context.Context, s spec) (*result, error) {
 	if _, err := e.admin.Exec(ctx, "ANALYZE "+quoted(s.Schema)+".work, "+quoted(s.Schema)+".events"); err != nil {
 		return r, err
 	}
+	if err := warm(ctx, pool); err != nil {
+		return r, err
+	}
 	hs := heads(s)
 	var stats raw.Stats
 	target := int64(s.Events * s.Perspectives)
@@ -128,6 +131,9 @@ func runRiver(ctx context.Context, s spec) (*result, error) {
 	}
 	r.SeedSeconds = time.Since(t0).Seconds()
 	r.SeedEventsPerS = float64(s.Events) / r.SeedSeconds
+	if err := warm(ctx, opts.Pools...); err != nil {
+		return r, err
+	}
 	var stats riverref.Stats
 	stop := make(chan struct{})
 	go progress(ctx, stop, s.name(), func() string {

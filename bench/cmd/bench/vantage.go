@@ -336,15 +336,25 @@ func (v *vantage) catchup(ctx context.Context) (*result, error) {
 	var start time.Time
 	// Caught up means applied by every perspective and every work row
 	// completed. On PostgreSQL the work table says so (an acknowledgement
-	// may be counted twice when a slow flush was re-sent); in memory the
-	// acknowledgements do.
+	// may be counted twice when a slow flush was re-sent): it is read as
+	// soon as the acknowledgements reach the target, and every 50ms in
+	// case they never seem to; in memory the acknowledgements say so.
+	reached := func() bool { return applied.Load() >= target && acked.Load() >= target }
 	checkDone := func() {
-		if applied.Load() >= target && acked.Load() >= target {
+		if reached() {
 			once.Do(func() { close(caughtUp) })
 		}
 	}
 	if v.admin != nil {
-		checkDone = func() {}
+		maybe := make(chan struct{}, 1)
+		checkDone = func() {
+			if reached() {
+				select {
+				case maybe <- struct{}{}:
+				default:
+				}
+			}
+		}
 		go func() {
 			t := time.NewTicker(50 * time.Millisecond)
 			defer t.Stop()
@@ -355,6 +365,7 @@ func (v *vantage) catchup(ctx context.Context) (*result, error) {
 					return
 				case <-caughtUp:
 					return
+				case <-maybe:
 				case <-t.C:
 				}
 				if applied.Load() < target {
@@ -389,6 +400,9 @@ func (v *vantage) catchup(ctx context.Context) (*result, error) {
 		return fmt.Sprintf("applied %d/%d work rows, %d acknowledged", applied.Load(), target, acked.Load())
 	})
 	defer close(stop)
+	if err := warm(ctx, v.enginePools...); err != nil {
+		return r, err
+	}
 	ph, err := v.startPhase(ctx)
 	if err != nil {
 		return r, err
