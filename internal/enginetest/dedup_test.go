@@ -107,13 +107,14 @@ func (c *refusedCompletions) WorkComplete(ctx context.Context, p *ports.WorkComp
 
 // redeliveries signals once a fetch returned the work row of a watched
 // event for the nth time since the watch began: once the row was
-// re-delivered.
+// re-delivered. rows are the work ids of that fetch, every event's.
 type redeliveries struct {
 	ports.EventFetcher
 	mu      sync.Mutex
 	watch   uuid.UUID
 	n       int
 	fetches int
+	rows    []uuid.UUID
 	again   chan struct{}
 }
 
@@ -137,31 +138,47 @@ func (r *redeliveries) EventsFetchPending(ctx context.Context, p *ports.EventsFe
 	defer r.mu.Unlock()
 	if r.watch != uuid.Nil && slices.ContainsFunc(res.Work, func(w ports.WorkItem) bool { return w.EventID == r.watch }) {
 		if r.fetches++; r.fetches == r.n {
+			for _, w := range res.Work {
+				r.rows = append(r.rows, w.WorkID)
+			}
 			close(r.again)
 		}
 	}
 	return res, nil
 }
 
-// drainedAfter returns a channel that receives a value once a batch cycle
-// that drained streams completed after the re-delivery: the re-delivered
-// rows were drained by then.
-func drainedAfter(opts *core.Options, r *redeliveries) <-chan struct{} {
-	drained := make(chan struct{}, 1)
+// deduplicatedAfter returns a channel that receives a value once a batch
+// cycle that drained streams completed after the re-delivery with every
+// re-delivered row deduplicated: the cycle of the batch that drained them
+// does. A cycle that merely ends after the re-delivery's fetch is not
+// enough: another consumer's batch, the one that released the stream
+// before its own cycle ended, may be it. A re-delivery the cache missed
+// never signals.
+func deduplicatedAfter(opts *core.Options, r *redeliveries, observer *dedupRecorder) <-chan struct{} {
+	done := make(chan struct{}, 1)
 	opts.Hooks.OnBatchCycleComplete = func(c core.BatchCycle) {
 		select {
 		case <-r.again:
 		default:
 			return
 		}
+		r.mu.Lock()
+		rows := r.rows
+		r.mu.Unlock()
+		deduped := observer.dedupedIDs()
+		for _, id := range rows {
+			if !slices.Contains(deduped, id) {
+				return
+			}
+		}
 		if c.Streams > 0 {
 			select {
-			case drained <- struct{}{}:
+			case done <- struct{}{}:
 			default:
 			}
 		}
 	}
-	return drained
+	return done
 }
 
 // Work re-delivered while its completion has not been acknowledged is
@@ -191,7 +208,7 @@ func TestRedeliveredUnacknowledgedWorkIsDeduplicated(t *testing.T) {
 	opts.FlushRetry.MaxAttempts = 1
 	opts.CompletionResend = core.Backoff{Initial: 20 * time.Millisecond, Max: 50 * time.Millisecond}
 	opts.Hooks.DedupObserver = observer
-	drained := drainedAfter(&opts, fetches)
+	drained := deduplicatedAfter(&opts, fetches, observer)
 	flushed := make(chan core.CompletionsFlushed, 10)
 	opts.Hooks.OnCompletionsFlushed = func(c core.CompletionsFlushed) { flushed <- c }
 
@@ -199,7 +216,7 @@ func TestRedeliveredUnacknowledgedWorkIsDeduplicated(t *testing.T) {
 	res := appendAdded(t, reg, b, stream, 1, 2)
 	fetches.watchFor(res.Events[1].ID, 2) // the delivery, then a re-delivery
 	startWorker(t, b, reg, opts)
-	waitFor(t, drained, "the re-delivered rows to be drained")
+	waitFor(t, drained, "the re-delivered rows to be drained and deduplicated")
 
 	require.Equal(t, int64(1), models.loads.Load(), "the re-delivery cost no model load")
 	ids := observer.dedupedIDs()
@@ -251,7 +268,7 @@ func TestRewoundWorkRedeliveredIsNotReplayed(t *testing.T) {
 		fetches.watchFor(late.Load().ID, 1)
 		rewinds <- i
 	}
-	drained := drainedAfter(&opts, fetches)
+	drained := deduplicatedAfter(&opts, fetches, observer)
 
 	flushed := make(chan core.CompletionsFlushed, 100)
 	opts.Hooks.OnCompletionsFlushed = func(c core.CompletionsFlushed) { flushed <- c }
@@ -272,7 +289,7 @@ func TestRewoundWorkRedeliveredIsNotReplayed(t *testing.T) {
 
 	info := waitFor(t, rewinds, "the rewind of the late event")
 	require.Equal(t, 1, info.New)
-	waitFor(t, drained, "the re-delivered late row to be drained")
+	waitFor(t, drained, "the re-delivered late row to be drained and deduplicated")
 
 	mu.Lock()
 	require.Equal(t, 1, applied[2], "the late event was applied once")
