@@ -440,6 +440,18 @@ func TestClaimMarksHeldStreamsOnlyWhenFresh(t *testing.T) {
 	require.True(t, bb.w.drain.queue.TakeDirty(stream), "a notified claim marks it")
 }
 
+// setupFlushWatch builds a worker on a fake clock that never moves, with
+// one stream of one event appended, and returns the channel its
+// completion flushes are reported on.
+func setupFlushWatch(t *testing.T) (*batchBundle, <-chan CompletionsFlushed, uuid.UUID) {
+	t.Helper()
+	flushed := make(chan CompletionsFlushed, 10)
+	bb := setupBatchWith(t, &Options{Clock: clocktest.NewFake(), Hooks: Hooks{
+		OnCompletionsFlushed: func(f CompletionsFlushed) { flushed <- f },
+	}})
+	return bb, flushed, bb.appendStreams(t, 1, placed{ID: "1"})[0]
+}
+
 // A stream whose drain ended waits for its completions' acknowledgement
 // before it is drained again. When events arrive for it meanwhile, the
 // completions are sent at once rather than at the end of the flusher's
@@ -448,12 +460,7 @@ func TestClaimMarksHeldStreamsOnlyWhenFresh(t *testing.T) {
 func TestEventsBehindAnAcknowledgementHurryTheFlush(t *testing.T) {
 	t.Parallel()
 
-	clock := clocktest.NewFake()
-	flushed := make(chan CompletionsFlushed, 10)
-	bb := setupBatchWith(t, &Options{Clock: clock, Hooks: Hooks{
-		OnCompletionsFlushed: func(f CompletionsFlushed) { flushed <- f },
-	}})
-	stream := bb.appendStreams(t, 1, placed{ID: "1"})[0]
+	bb, flushed, stream := setupFlushWatch(t)
 	bb.w.drain.processBatch(t.Context(), bb.take(t, stream))
 	require.Equal(t, int64(1), bb.applied.Load())
 	select {
@@ -478,12 +485,7 @@ func TestEventsBehindAnAcknowledgementHurryTheFlush(t *testing.T) {
 func TestIdleWorkerSendsItsCompletionsAtOnce(t *testing.T) {
 	t.Parallel()
 
-	clock := clocktest.NewFake()
-	flushed := make(chan CompletionsFlushed, 10)
-	bb := setupBatchWith(t, &Options{Clock: clock, Hooks: Hooks{
-		OnCompletionsFlushed: func(f CompletionsFlushed) { flushed <- f },
-	}})
-	stream := bb.appendStreams(t, 1, placed{ID: "1"})[0]
+	bb, flushed, stream := setupFlushWatch(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	bb.w.consumers.Start(ctx, ctx)
 	t.Cleanup(func() { cancel(); bb.w.consumers.Stop() })
