@@ -106,7 +106,7 @@ func (c *consumers) loop(runCtx, workCtx context.Context, id int, wake chan stru
 // batches left with the flusher are sent at once when waiting would
 // gather no more of them (see sendNow).
 func (c *consumers) settle() {
-	if c.hurry != nil && sendNow(c.queue.Len(), c.arrivals.interval(), c.coalesce) {
+	if sendNow(c.queue.Len(), c.arrivals.interval(), c.coalesce) {
 		c.hurry()
 	}
 }
