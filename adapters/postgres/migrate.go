@@ -427,6 +427,7 @@ func (m *Migrator) lockAndRead(ctx context.Context, tx pgx.Tx) (int, error) {
 
 // Migrate applies every embedded migration to schema (SchemaDefault when
 // empty), creating it if needed. It is NewMigrator(nil, schema) followed by Up.
+// Its errors name the schema, so callers need not repeat it.
 func Migrate(ctx context.Context, db Beginner, schema string) error {
 	m, err := NewMigrator(nil, schema)
 	if err != nil {

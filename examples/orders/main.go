@@ -439,7 +439,7 @@ func openPostgres(ctx context.Context, cfg config, backends []ports.Backend) (fu
 		if i == 0 {
 			if err := postgres.Migrate(ctx, pool, cfg.schema); err != nil {
 				closeAll()
-				return nil, fmt.Errorf("migrating schema %q: %w", cfg.schema, err)
+				return nil, err // names the schema and the step
 			}
 			if _, err := pool.Exec(ctx, fmt.Sprintf(orderLinesDDL, orderLinesTable(cfg.schema))); err != nil {
 				closeAll()

@@ -109,3 +109,15 @@ func TestRunOnPostgres(t *testing.T) {
 	require.Contains(t, out.String(), "order_lines (a table projection): 120 rows for 120 items added OK")
 	requireTopSpenders(t, out.String())
 }
+
+func TestRunReportsABadDatabaseOnce(t *testing.T) {
+	t.Parallel()
+
+	var out bytes.Buffer
+	err := run(t.Context(), []string{"-postgres", "postgres://nobody@127.0.0.1:1/x?connect_timeout=5", "-schema", "orders_unreachable"}, &out)
+	require.ErrorContains(t, err, `migrating schema "orders_unreachable"`)
+	require.Equal(t, 1, strings.Count(err.Error(), "migrating schema"), "the schema is named once: %v", err)
+
+	err = run(t.Context(), []string{"-postgres", "postgres://nobody@127.0.0.1:1/x?connect_timeout=5", "-schema", "Orders"}, &out)
+	require.ErrorContains(t, err, `schema "Orders" must match`)
+}

@@ -295,7 +295,7 @@ func (r *run) execute(ctx context.Context, res *RunResult) error {
 	mctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := postgres.Migrate(mctx, r.suite.pool, r.schema); err != nil {
-		return fmt.Errorf("migrating schema %s: %w", r.schema, err)
+		return err // names the schema and the step
 	}
 	// The orchestrator's own store (appends, dead letters) logs into the
 	// run's directory, not over the progress lines.

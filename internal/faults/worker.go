@@ -105,7 +105,7 @@ func runWorker(ctx context.Context, c workerConfig, ready io.Writer) error {
 	}
 	defer pool.Close()
 	if err := postgres.Migrate(startCtx, pool, c.schema); err != nil {
-		return fmt.Errorf("migrating schema %q: %w", c.schema, err)
+		return err // names the schema and the step
 	}
 	store, err := postgres.New(pool, postgres.Options{Schema: c.schema, Logger: logger})
 	if err != nil {

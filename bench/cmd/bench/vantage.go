@@ -102,7 +102,7 @@ func newVantage(ctx context.Context, s spec) (*vantage, error) {
 	case "postgres":
 		if err := postgres.Migrate(ctx, e.admin, s.Schema); err != nil {
 			e.close()
-			return nil, fmt.Errorf("migrating schema %s: %w", s.Schema, err)
+			return nil, err // names the schema and the step
 		}
 		appPool, err := e.pool(ctx, appenders(s))
 		if err != nil {
