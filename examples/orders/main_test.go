@@ -113,11 +113,12 @@ func TestRunOnPostgres(t *testing.T) {
 func TestRunReportsABadDatabaseOnce(t *testing.T) {
 	t.Parallel()
 
+	const unreachable = "postgres://nobody@127.0.0.1:1/x?connect_timeout=5"
 	var out bytes.Buffer
-	err := run(t.Context(), []string{"-postgres", "postgres://nobody@127.0.0.1:1/x?connect_timeout=5", "-schema", "orders_unreachable"}, &out)
+	err := run(t.Context(), []string{"-postgres", unreachable, "-schema", "orders_unreachable"}, &out)
 	require.ErrorContains(t, err, `migrating schema "orders_unreachable"`)
 	require.Equal(t, 1, strings.Count(err.Error(), "migrating schema"), "the schema is named once: %v", err)
 
-	err = run(t.Context(), []string{"-postgres", "postgres://nobody@127.0.0.1:1/x?connect_timeout=5", "-schema", "Orders"}, &out)
+	err = run(t.Context(), []string{"-postgres", unreachable, "-schema", "Orders"}, &out)
 	require.ErrorContains(t, err, `schema "Orders" must match`)
 }
