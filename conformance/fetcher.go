@@ -315,6 +315,28 @@ func runFetcher(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, int64(2), res.Cursors[0].LastVersion, "the position the stored model is at")
 			requireRewind(t, res.Cursors[0], events[0], at(time.Second), at(time.Second))
 		},
+		"ReturnsTheEpochOfCursors": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			events := appendN(t, tb.backend, stream, at(0), eventType, 2)
+			a.heartbeat(t, at(0))
+			require.Len(t, a.fetch(t, at(0), stream).Work, 2)
+			// The first event is saved, then the pair replayed twice.
+			save := modelParams(stream, perspective, 0, events[0].ID, 1, `{"n":1}`)
+			require.NoError(t, tb.backend.Models.ModelSave(t.Context(), save))
+			for epoch := range int64(2) {
+				save = withEpoch(modelParams(stream, perspective, 1, events[0].ID, 1, `{"n":1}`), epoch, true)
+				require.NoError(t, tb.backend.Models.ModelSave(t.Context(), save))
+			}
+
+			res := a.fetch(t, at(time.Second), stream)
+
+			require.Len(t, res.Cursors, 1)
+			require.Equal(t, int64(1), res.Cursors[0].LastVersion)
+			require.Equal(t, int64(2), res.Cursors[0].Epoch, "a drain tells a model cached before a replay by its epoch")
+		},
 		"ReturnsNoCursorOfPairsWithoutWork": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			a := tb.instance(t)

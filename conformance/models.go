@@ -54,6 +54,69 @@ func runModels(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, second, model.LastEventID)
 			require.Equal(t, int64(3), model.LastVersion)
 		},
+		"RefusesAStaleEpochAtTheSameVersion": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			stream := newID(t)
+			require.NoError(t, saveModel(t, tb.backend, stream, 0, newID(t), 2, `{"n":2}`))
+			require.Zero(t, mustModel(t, tb.backend, stream, perspective).Epoch, "a pair never replayed is at epoch 0")
+
+			// A replay (a rewind, a rebuild) replaces the model at the same
+			// version: the pair moves to epoch 1.
+			rebuilt := newID(t)
+			require.NoError(t, tb.backend.Models.ModelSave(t.Context(), withEpoch(modelParams(stream, perspective, 2, rebuilt, 2, `{"n":20}`), 0, true)))
+			model := mustModel(t, tb.backend, stream, perspective)
+			require.JSONEq(t, `{"n":20}`, string(model.Data))
+			require.Equal(t, int64(1), model.Epoch, "Rebase stores ExpectedEpoch+1")
+			require.Equal(t, int64(1), mustCursor(t, tb.backend, stream, perspective).Epoch, "the cursor holds the epoch too")
+
+			// A save based on the model loaded before the replay is at the
+			// right version and the wrong epoch.
+			err := tb.backend.Models.ModelSave(t.Context(), modelParams(stream, perspective, 2, newID(t), 3, `{"n":3}`))
+			require.ErrorIs(t, err, ports.ErrVersionConflict)
+			err = tb.backend.Models.ModelSave(t.Context(), withEpoch(modelParams(stream, perspective, 2, newID(t), 3, `{"n":3}`), 0, true))
+			require.ErrorIs(t, err, ports.ErrVersionConflict, "Rebase is checked as any save")
+			model = mustModel(t, tb.backend, stream, perspective)
+			require.JSONEq(t, `{"n":20}`, string(model.Data), "a conflict stores nothing")
+			require.Equal(t, rebuilt, model.LastEventID)
+			require.Equal(t, int64(1), model.Epoch)
+			cur := mustCursor(t, tb.backend, stream, perspective)
+			require.Equal(t, int64(2), cur.LastVersion)
+			require.Equal(t, int64(1), cur.Epoch)
+
+			// A save based on the replayed model passes and keeps its epoch.
+			require.NoError(t, tb.backend.Models.ModelSave(t.Context(), withEpoch(modelParams(stream, perspective, 2, newID(t), 3, `{"n":23}`), 1, false)))
+			model = mustModel(t, tb.backend, stream, perspective)
+			require.JSONEq(t, `{"n":23}`, string(model.Data))
+			require.Equal(t, int64(3), model.LastVersion)
+			require.Equal(t, int64(1), model.Epoch, "a save without Rebase keeps the epoch")
+			require.Equal(t, int64(1), mustCursor(t, tb.backend, stream, perspective).Epoch)
+		},
+		"RebaseOfAMissingCursorStartsAtEpochOne": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			stream := newID(t)
+			err := tb.backend.Models.ModelSave(t.Context(), withEpoch(modelParams(stream, perspective, 0, newID(t), 1, `{"n":1}`), 1, false))
+			require.ErrorIs(t, err, ports.ErrVersionConflict, "a missing cursor is at epoch 0")
+			_, err = tb.backend.Models.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: stream, Perspective: perspective})
+			require.ErrorIs(t, err, ports.ErrNotFound, "a conflict stores nothing")
+
+			require.NoError(t, tb.backend.Models.ModelSave(t.Context(), withEpoch(modelParams(stream, perspective, 0, newID(t), 1, `{"n":1}`), 0, true)))
+			require.Equal(t, int64(1), mustModel(t, tb.backend, stream, perspective).Epoch)
+			cur := mustCursor(t, tb.backend, stream, perspective)
+			require.Equal(t, int64(1), cur.Epoch)
+			require.True(t, cur.Status.Has(ports.CursorProcessing), "status %s", cur.Status)
+		},
+		"CompletionKeepsTheEpoch": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 3)
+			require.NoError(t, f.tb.backend.Models.ModelSave(t.Context(), withEpoch(modelParams(f.stream, perspective, 0, f.events[0].ID, 1, `{"n":1}`), 0, true)))
+			f.a.complete(t, at(2*time.Second), f.completion(2, 1, 2))
+			cur := f.cursor(t)
+			require.Equal(t, int64(2), cur.LastVersion)
+			require.Equal(t, int64(1), cur.Epoch, "only a model save changes the epoch")
+
+			err := f.tb.backend.Models.ModelSave(t.Context(), modelParams(f.stream, perspective, 2, f.events[2].ID, 3, `{"n":3}`))
+			require.ErrorIs(t, err, ports.ErrVersionConflict)
+			require.NoError(t, f.tb.backend.Models.ModelSave(t.Context(), withEpoch(modelParams(f.stream, perspective, 2, f.events[2].ID, 3, `{"n":3}`), 1, false)))
+		},
 		"StoresModelWithCursor": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			stream, last := newID(t), newID(t)
@@ -95,6 +158,12 @@ func modelParams(stream uuid.UUID, name string, expected int64, last uuid.UUID, 
 		ExpectedVersion: expected,
 		Now:             at(time.Second),
 	}
+}
+
+// withEpoch sets the epoch p expects and whether p rebases, and returns p.
+func withEpoch(p *ports.ModelSaveParams, expected int64, rebase bool) *ports.ModelSaveParams {
+	p.ExpectedEpoch, p.Rebase = expected, rebase
+	return p
 }
 
 // mustModel returns the stored model of (stream, name), failing t when it
@@ -149,6 +218,24 @@ func runModelBatch(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 				require.Equal(t, want.version, m.LastVersion)
 				requireTime(t, at(time.Second), m.UpdatedAt, "UpdatedAt")
 			}
+		},
+		"ReturnsEpochs": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			streams := newIDs(t, 2)
+			require.NoError(t, saveModel(t, tb.backend, streams[0], 0, newID(t), 2, `{"n":2}`))
+			require.NoError(t, tb.backend.Models.ModelSave(t.Context(), withEpoch(modelParams(streams[1], perspective, 0, newID(t), 2, `{"n":2}`), 0, true)))
+			require.NoError(t, tb.backend.Models.ModelSave(t.Context(), withEpoch(modelParams(streams[1], perspective, 2, newID(t), 2, `{"n":2}`), 1, true)))
+
+			got, err := batch(t, tb.backend).ModelLoadMany(t.Context(), &ports.ModelLoadManyParams{Pairs: []ports.Pair{
+				{StreamID: streams[0], Perspective: perspective},
+				{StreamID: streams[1], Perspective: perspective},
+			}})
+			require.NoError(t, err)
+			epochs := map[uuid.UUID]int64{}
+			for _, m := range got {
+				epochs[m.StreamID] = m.Epoch
+			}
+			require.Equal(t, map[uuid.UUID]int64{streams[0]: 0, streams[1]: 2}, epochs)
 		},
 		"EmptyForNoPairs": func(t *testing.T) {
 			tb := setup(t, newBackend)
@@ -210,6 +297,34 @@ func runModelBatch(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			m := mustModel(t, tb.backend, stream, perspective)
 			require.JSONEq(t, `{"n":3}`, string(m.Data))
 			require.Equal(t, int64(3), m.LastVersion)
+		},
+		"EachEntryChecksItsEpoch": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			streams := newIDs(t, 2)
+			last := newID(t)
+			require.NoError(t, saveModel(t, tb.backend, streams[0], 0, last, 2, `{"n":2}`))
+			require.NoError(t, tb.backend.Models.ModelSave(t.Context(), withEpoch(modelParams(streams[0], perspective, 2, last, 2, `{"n":20}`), 0, true)))
+
+			errs, err := batch(t, tb.backend).ModelSaveMany(t.Context(), &ports.ModelSaveManyParams{Saves: []*ports.ModelSaveParams{
+				modelParams(streams[0], perspective, 2, last, 3, `{"n":3}`),                       // stale epoch
+				withEpoch(modelParams(streams[0], perspective, 2, last, 3, `{"n":30}`), 1, false), // current epoch
+				withEpoch(modelParams(streams[1], perspective, 0, last, 1, `{"m":1}`), 0, true),   // a new pair rebased
+				withEpoch(modelParams(streams[1], perspective, 1, last, 1, `{"m":10}`), 0, false), // before that rebase
+			}})
+			require.NoError(t, err)
+			require.Len(t, errs, 4)
+			require.ErrorIs(t, errs[0], ports.ErrVersionConflict)
+			require.NoError(t, errs[1])
+			require.NoError(t, errs[2])
+			require.ErrorIs(t, errs[3], ports.ErrVersionConflict)
+
+			m := mustModel(t, tb.backend, streams[0], perspective)
+			require.JSONEq(t, `{"n":30}`, string(m.Data))
+			require.Equal(t, int64(1), m.Epoch)
+			m = mustModel(t, tb.backend, streams[1], perspective)
+			require.JSONEq(t, `{"m":1}`, string(m.Data), "a conflict stores nothing")
+			require.Equal(t, int64(1), m.Epoch)
+			require.Equal(t, int64(1), mustCursor(t, tb.backend, streams[1], perspective).Epoch)
 		},
 		"EmptyForNoEntries": func(t *testing.T) {
 			tb := setup(t, newBackend)

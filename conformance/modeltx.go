@@ -69,6 +69,33 @@ func runModelTx(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			require.False(t, applied, "a save that fails its check writes nothing")
 			require.Equal(t, int64(2), mustModel(t, tb.backend, stream, perspective).LastVersion)
 		},
+		"StaleEpochRunsNoApply": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			stream := newID(t)
+			require.NoError(t, saveModel(t, tb.backend, stream, 0, newID(t), 2, `{"n":2}`))
+			require.NoError(t, tb.backend.Models.ModelSave(t.Context(), withEpoch(modelParams(stream, perspective, 2, newID(t), 2, `{"n":20}`), 0, true)))
+			applied := 0
+			apply := func(context.Context, ports.Tx) error { applied++; return nil }
+
+			err := store(t, tb.backend).ModelSaveTx(t.Context(), &ports.ModelSaveTxParams{
+				Save: *modelParams(stream, perspective, 2, newID(t), 3, `{"n":3}`), Apply: apply,
+			})
+			require.ErrorIs(t, err, ports.ErrVersionConflict, "the version is right, the epoch is not")
+			require.Zero(t, applied, "a save that fails its check writes nothing")
+			m := mustModel(t, tb.backend, stream, perspective)
+			require.JSONEq(t, `{"n":20}`, string(m.Data))
+			require.Equal(t, int64(2), m.LastVersion)
+
+			// A rewind of a table projection rebases it.
+			require.NoError(t, store(t, tb.backend).ModelSaveTx(t.Context(), &ports.ModelSaveTxParams{
+				Save: *withEpoch(modelParams(stream, perspective, 2, newID(t), 3, `{"n":30}`), 1, true), Apply: apply,
+			}))
+			require.Equal(t, 1, applied)
+			m = mustModel(t, tb.backend, stream, perspective)
+			require.Equal(t, int64(3), m.LastVersion)
+			require.Equal(t, int64(2), m.Epoch)
+			require.Equal(t, int64(2), mustCursor(t, tb.backend, stream, perspective).Epoch)
+		},
 		"InvalidArgument": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			applied := false
@@ -117,6 +144,40 @@ func runModelTx(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			_, err = tb.backend.Models.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: streams[1], Perspective: perspective})
 			require.ErrorIs(t, err, ports.ErrNotFound, "the entry whose Apply failed stored nothing")
 			require.Equal(t, int64(5), mustModel(t, tb.backend, streams[2], perspective).LastVersion)
+		},
+		"EachEntryChecksItsEpoch": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			streams := newIDs(t, 3)
+			for _, s := range streams {
+				require.NoError(t, saveModel(t, tb.backend, s, 0, newID(t), 2, `{"n":2}`))
+				require.NoError(t, tb.backend.Models.ModelSave(t.Context(), withEpoch(modelParams(s, perspective, 2, newID(t), 2, `{"n":20}`), 0, true)))
+			}
+			var applied []int
+			entry := func(i int, epoch int64, rebase bool) *ports.ModelSaveTxParams {
+				return &ports.ModelSaveTxParams{
+					Save: *withEpoch(modelParams(streams[i], perspective, 2, newID(t), 3, `{"n":3}`), epoch, rebase),
+					Apply: func(context.Context, ports.Tx) error {
+						applied = append(applied, i)
+						return nil
+					},
+				}
+			}
+			errs, err := store(t, tb.backend).ModelSaveTxMany(t.Context(), &ports.ModelSaveTxManyParams{Saves: []*ports.ModelSaveTxParams{
+				entry(0, 0, false), entry(1, 1, false), entry(2, 1, true),
+			}})
+			require.NoError(t, err)
+			require.Len(t, errs, 3)
+			require.ErrorIs(t, errs[0], ports.ErrVersionConflict, "a stale epoch")
+			require.NoError(t, errs[1])
+			require.NoError(t, errs[2])
+			require.ElementsMatch(t, []int{1, 2}, applied, "no Apply for a stale epoch")
+
+			for i, want := range []struct{ version, epoch int64 }{{2, 1}, {3, 1}, {3, 2}} {
+				m := mustModel(t, tb.backend, streams[i], perspective)
+				require.Equal(t, want.version, m.LastVersion, "version of stream %d", i)
+				require.Equal(t, want.epoch, m.Epoch, "epoch of stream %d", i)
+				require.Equal(t, want.epoch, mustCursor(t, tb.backend, streams[i], perspective).Epoch, "cursor epoch of stream %d", i)
+			}
 		},
 		"Empty": func(t *testing.T) {
 			tb := setup(t, newBackend)

@@ -202,6 +202,7 @@ func invalidCalls(instanceID, stream uuid.UUID, events []ports.Event) []invalidC
 		{name: "ModelSaveParams.StreamID", call: save(func(p *ports.ModelSaveParams) { p.StreamID = uuid.Nil })},
 		{name: "ModelSaveParams.Perspective", call: save(func(p *ports.ModelSaveParams) { p.Perspective = "" })},
 		{name: "ModelSaveParams.ExpectedVersion", call: save(func(p *ports.ModelSaveParams) { p.ExpectedVersion = -1 })},
+		{name: "ModelSaveParams.ExpectedEpoch", call: save(func(p *ports.ModelSaveParams) { p.ExpectedEpoch = -1 })},
 		{name: "ModelSaveParams.Data", call: save(func(p *ports.ModelSaveParams) { p.Data = []byte(`{`) })},
 		{name: "LifecycleClaimParams.Stage", port: "Lifecycle", call: lifecycleClaim(func(p *ports.LifecycleClaimParams) {
 			p.Stage = ports.StagePrePerspective | ports.StagePostLifecycle

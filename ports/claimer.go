@@ -27,7 +27,7 @@ import (
 // caller whose completions and failures of that stream's rows take effect,
 // until another instance takes the stream (fencing): an instance that lost
 // a stream can neither complete nor fail its rows, and its saves are fenced
-// by the model's expected version (ModelStore).
+// by the model's expected version and epoch (ModelStore).
 //
 // Handed-out rows: a lease remembers, per perspective, the highest version
 // that a fetch under it returned (EventsFetchPending): the pending rows of

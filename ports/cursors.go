@@ -38,7 +38,9 @@ type CursorStore interface {
 	// The cursor writes are not fenced: a caller that lost the stream
 	// deletes no row, but its completion still moves the cursor forward
 	// (never back) and flags stragglers, since the model it saved, which
-	// ModelStore fenced by its expected version, is at that position.
+	// ModelStore fenced by its expected version and epoch, is at that
+	// position. It leaves the cursor's epoch as it is (0 for a cursor it
+	// creates).
 	WorkComplete(ctx context.Context, params *WorkCompleteParams) (*WorkCompleteResult, error)
 
 	// WorkFail records failures in one atomic step: applied rows complete as

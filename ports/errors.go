@@ -16,7 +16,8 @@ var (
 	// ErrNotFound reports that the addressed row does not exist.
 	ErrNotFound = errors.New("not found")
 	// ErrVersionConflict reports that an optimistic concurrency check failed:
-	// a stream's version or a stored cursor moved since the caller read it.
+	// a stream's version or a stored cursor (its version or epoch) moved
+	// since the caller read it.
 	ErrVersionConflict = errors.New("version conflict")
 	// ErrInstanceNotAlive reports that the calling instance has no live
 	// heartbeat; it must call InstanceHeartbeat before claiming.

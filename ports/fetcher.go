@@ -34,7 +34,8 @@ type EventFetcher interface {
 	// pending for a refetch). The lease records, per pair, the highest
 	// version returned as handed out. Cursors holds, read in the same
 	// atomic step, the cursor of every (stream, perspective) of Work that
-	// has one: the position its stored model is at, and its rewind flags.
+	// has one: the position and epoch its stored model is at, and its
+	// rewind flags.
 	//
 	// A requested stream that is under another instance's live lease, or
 	// is not drainable, contributes nothing; a requested stream the caller

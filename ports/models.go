@@ -12,13 +12,23 @@ import (
 // cursor position, so a re-delivered event can never be applied twice to a
 // stored model.
 type ModelStore interface {
-	// ModelLoad returns the stored model, or ErrNotFound.
+	// ModelLoad returns the stored model with its epoch, or ErrNotFound.
 	ModelLoad(ctx context.Context, params *ModelLoadParams) (StoredModel, error)
 	// ModelSave stores the model and moves the cursor to LastEventID and
 	// LastVersion in one atomic step (creating the cursor with status
-	// Processing when missing). ExpectedVersion is the cursor version the
-	// caller loaded (0 for none); if the stored position differs it returns
-	// ErrVersionConflict and stores nothing.
+	// Processing when missing).
+	//
+	// The save is fenced by the pair's version and epoch (see
+	// Cursor.Epoch): ExpectedVersion and ExpectedEpoch are those of the
+	// model the caller loaded (0 and 0 for none); when the cursor's version
+	// or epoch differs (a missing cursor counts as version 0, epoch 0), it
+	// returns ErrVersionConflict and stores nothing. Otherwise the cursor
+	// and the model take the epoch ExpectedEpoch, or ExpectedEpoch+1 when
+	// Rebase is set: once a save replaced the model's history (a rewind or
+	// a rebuild), every save based on a model loaded before it (another
+	// instance's cached model, an apply in flight) is refused, even at the
+	// same version. A cursor the save creates starts at epoch 0, or 1 with
+	// Rebase.
 	ModelSave(ctx context.Context, params *ModelSaveParams) error
 }
 
@@ -29,12 +39,12 @@ type ModelStore interface {
 // commit for many saves instead of one each); without it, it calls
 // ModelStore once per pair.
 type ModelBatchStore interface {
-	// ModelLoadMany returns the stored models of the listed pairs, in no
-	// particular order; pairs without a stored model are absent from the
-	// result. Duplicate pairs are returned once.
+	// ModelLoadMany returns the stored models of the listed pairs, with
+	// their epochs, in no particular order; pairs without a stored model
+	// are absent from the result. Duplicate pairs are returned once.
 	ModelLoadMany(ctx context.Context, params *ModelLoadManyParams) ([]StoredModel, error)
-	// ModelSaveMany saves each entry of Saves exactly as ModelSave would, in
-	// order:
+	// ModelSaveMany saves each entry of Saves exactly as ModelSave would
+	// (its version and epoch check included), in order:
 	// the result holds one error per entry (nil when saved; wrapping
 	// ErrVersionConflict or ErrInvalidArgument when that entry stored
 	// nothing, which does not affect the others). The successful saves are
@@ -67,22 +77,42 @@ type Pair struct {
 
 // ModelSaveParams are the inputs of ModelSave.
 type ModelSaveParams struct {
-	StreamID        uuid.UUID
-	Perspective     string
-	Data            []byte
-	LastEventID     uuid.UUID
-	LastVersion     int64
+	StreamID    uuid.UUID
+	Perspective string
+	Data        []byte
+	LastEventID uuid.UUID
+	LastVersion int64
+	// ExpectedVersion is the version of the model the caller loaded
+	// (StoredModel.LastVersion; 0 for none).
 	ExpectedVersion int64
-	Now             time.Time
+	// ExpectedEpoch is the epoch of the model the caller loaded
+	// (StoredModel.Epoch; 0 for none).
+	ExpectedEpoch int64
+	// Rebase marks a save that replaces the model's history rather than
+	// extending it (a rewind or a rebuild replayed the stream): the pair
+	// moves to the epoch ExpectedEpoch+1 (see ModelStore.ModelSave).
+	Rebase bool
+	Now    time.Time
+}
+
+// Epoch returns the epoch the save stores: ExpectedEpoch, plus one when
+// Rebase is set.
+func (p *ModelSaveParams) Epoch() int64 {
+	if p.Rebase {
+		return p.ExpectedEpoch + 1
+	}
+	return p.ExpectedEpoch
 }
 
 // Validate reports the first field every ModelStore rejects with
 // ErrInvalidArgument: a nil StreamID, an empty Perspective, a negative
-// LastVersion or ExpectedVersion, or Data that is not a JSON document.
+// LastVersion, ExpectedVersion or ExpectedEpoch, or Data that is not a
+// JSON document.
 func (p *ModelSaveParams) Validate() error {
 	return cmp.Or(
 		checkPair("ModelSaveParams", p.StreamID, p.Perspective, p.LastVersion),
 		checkNotNegative("ModelSaveParams.ExpectedVersion", p.ExpectedVersion),
+		checkNotNegative("ModelSaveParams.ExpectedEpoch", p.ExpectedEpoch),
 		checkJSON("ModelSaveParams.Data", p.Data),
 	)
 }

@@ -37,14 +37,16 @@ type Tx interface {
 // holds it; core refuses to run table projections without it.
 type TxModelStore interface {
 	// ModelSaveTx opens a transaction, saves params.Save in it exactly as
-	// ModelSave would (the cursor is moved first, so its row lock makes a
-	// concurrent save of the same pair wait, and then fail the version
-	// check, before it writes anything), then calls params.Apply with the
-	// transaction, and commits. If the save fails its check, Apply is not
-	// called and it returns an error wrapping ErrVersionConflict (or
-	// ErrInvalidArgument); if Apply returns an error, it rolls back and
-	// returns an error wrapping Apply's. In every error case nothing is
-	// stored: neither the cursor move, nor the model, nor Apply's writes.
+	// ModelSave would, its version and epoch check included (the cursor is
+	// moved first, so its row lock makes a concurrent save of the same pair
+	// wait, and then fail the check, before it writes anything), then
+	// calls params.Apply with the transaction, and commits. A rewind or a
+	// rebuild of a table projection sets Save.Rebase, as a model's does. If
+	// the save fails its check, Apply is not called and it returns an error
+	// wrapping ErrVersionConflict (or ErrInvalidArgument); if Apply returns
+	// an error, it rolls back and returns an error wrapping Apply's. In
+	// every error case nothing is stored: neither the cursor move, nor the
+	// model, nor Apply's writes.
 	ModelSaveTx(ctx context.Context, params *ModelSaveTxParams) error
 	// ModelSaveTxMany saves each entry of Saves exactly as ModelSaveTx
 	// would, in one transaction (one commit for all): each entry runs in a

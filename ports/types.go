@@ -175,6 +175,14 @@ type Cursor struct {
 	LastEventID uuid.UUID
 	// LastVersion is the version of LastEventID, zero when none was applied.
 	LastVersion int64
+	// Epoch counts the saves that replaced the pair's history (a rewind or
+	// a rebuild; see ModelSaveParams.Rebase), 0 for a pair never replayed.
+	// A model is current only at the cursor's version and epoch: one saved
+	// at an earlier epoch reflects a history the pair no longer has,
+	// whatever its version, and no save based on it passes (see
+	// ModelStore.ModelSave). Only model saves change it; completions and
+	// failures leave it as it is.
+	Epoch int64
 	// Status holds the CursorStatus flags.
 	Status CursorStatus
 	// Error is the last failure text, empty after a success.
@@ -332,7 +340,10 @@ type StoredModel struct {
 	// LastEventID and LastVersion are the last event reflected in Data.
 	LastEventID uuid.UUID
 	LastVersion int64
-	UpdatedAt   time.Time
+	// Epoch is the pair's epoch (see Cursor.Epoch) the model was saved at;
+	// a save based on the model sends it as ModelSaveParams.ExpectedEpoch.
+	Epoch     int64
+	UpdatedAt time.Time
 }
 
 // Subscription declares that a perspective applies events of a type.

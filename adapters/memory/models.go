@@ -26,12 +26,13 @@ func (s *Store) ModelLoad(ctx context.Context, params *ports.ModelLoadParams) (p
 }
 
 // ModelSave implements ports.ModelStore. The stored position is the cursor's
-// LastVersion (0 without a cursor); the cursor's status and rewind columns
-// are kept, except that a missing cursor is created with status Processing.
-// It returns ports.ErrInvalidArgument for a nil stream id, an empty
-// perspective, a negative version or Data that is not a JSON document, and
-// ports.ErrVersionConflict when ExpectedVersion differs from the stored
-// position; in both cases nothing is stored.
+// LastVersion and Epoch (0 and 0 without a cursor); the cursor's status and
+// rewind columns are kept, except that a missing cursor is created with
+// status Processing. It returns ports.ErrInvalidArgument for a nil stream
+// id, an empty perspective, a negative version or epoch or Data that is not
+// a JSON document, and ports.ErrVersionConflict when ExpectedVersion or
+// ExpectedEpoch differs from the stored position; in both cases nothing is
+// stored.
 func (s *Store) ModelSave(ctx context.Context, params *ports.ModelSaveParams) error {
 	if err := params.Validate(); err != nil {
 		return fmt.Errorf("saving model: %w", err)
@@ -95,15 +96,15 @@ func copyModel(m *ports.StoredModel) ports.StoredModel {
 
 // saveModelLocked is ModelSave for valid params, with s.mu held.
 func (s *Store) saveModelLocked(params *ports.ModelSaveParams) error {
-	var stored int64
+	var stored, epoch int64
 	if st := s.streams[params.StreamID]; st != nil {
 		if cur := st.cursors[params.Perspective]; cur != nil {
-			stored = cur.LastVersion
+			stored, epoch = cur.LastVersion, cur.Epoch
 		}
 	}
-	if stored != params.ExpectedVersion {
-		return fmt.Errorf("saving model %q of stream %s: expected version %d, cursor is at %d: %w",
-			params.Perspective, params.StreamID, params.ExpectedVersion, stored, ports.ErrVersionConflict)
+	if stored != params.ExpectedVersion || epoch != params.ExpectedEpoch {
+		return fmt.Errorf("saving model %q of stream %s: expected version %d at epoch %d, cursor is at %d at epoch %d: %w",
+			params.Perspective, params.StreamID, params.ExpectedVersion, params.ExpectedEpoch, stored, epoch, ports.ErrVersionConflict)
 	}
 
 	now := s.now(params.Now)
@@ -114,6 +115,7 @@ func (s *Store) saveModelLocked(params *ports.ModelSaveParams) error {
 		Data:        bytes.Clone(params.Data),
 		LastEventID: params.LastEventID,
 		LastVersion: params.LastVersion,
+		Epoch:       params.Epoch(),
 		UpdatedAt:   now,
 	}
 	cur := st.cursors[params.Perspective]
@@ -121,7 +123,7 @@ func (s *Store) saveModelLocked(params *ports.ModelSaveParams) error {
 		cur = s.cursorFor(st, params.Perspective, now)
 		cur.Status = ports.CursorProcessing
 	}
-	cur.LastEventID, cur.LastVersion = params.LastEventID, params.LastVersion
+	cur.LastEventID, cur.LastVersion, cur.Epoch = params.LastEventID, params.LastVersion, params.Epoch()
 	cur.UpdatedAt = now
 	return nil
 }

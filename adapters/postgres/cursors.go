@@ -24,7 +24,7 @@ const (
 	sqlStatusRewindRequired = "32"
 )
 
-const sqlCursorColumns = `stream_id, perspective, last_event_id, last_version, status, error,
+const sqlCursorColumns = `stream_id, perspective, last_event_id, last_version, epoch, status, error,
        rewind_trigger_event_id, rewind_trigger_version, rewind_flagged_at, rewind_first_flagged_at, updated_at`
 
 const sqlCursorsGet = `SELECT ` + sqlCursorColumns + `
@@ -57,7 +57,7 @@ func scanCursor(row pgx.CollectableRow) (ports.Cursor, error) {
 		triggerVersion             pgtype.Int8
 		flagged, firstFlagged, upd pgtype.Timestamptz
 	)
-	err := row.Scan(&c.StreamID, &c.Perspective, &lastEvent, &c.LastVersion, &status, &errText,
+	err := row.Scan(&c.StreamID, &c.Perspective, &lastEvent, &c.LastVersion, &c.Epoch, &status, &errText,
 		&triggerEvent, &triggerVersion, &flagged, &firstFlagged, &upd)
 	if err != nil {
 		return c, err

@@ -11,7 +11,7 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
-const sqlModelLoad = `SELECT data, last_event_id, last_version, updated_at
+const sqlModelLoad = `SELECT data, last_event_id, last_version, epoch, updated_at
 FROM /* SCHEMA */.vantage_models
 WHERE stream_id = $1 AND perspective = $2`
 
@@ -27,7 +27,7 @@ func (s *Store) ModelLoad(ctx context.Context, params *ports.ModelLoadParams) (p
 		lastEvent pgtype.UUID
 		updated   pgtype.Timestamptz
 	)
-	err := s.pool.QueryRow(ctx, s.sql(sqlModelLoad), streamID, perspective).Scan(&m.Data, &lastEvent, &m.LastVersion, &updated)
+	err := s.pool.QueryRow(ctx, s.sql(sqlModelLoad), streamID, perspective).Scan(&m.Data, &lastEvent, &m.LastVersion, &m.Epoch, &updated)
 	if err != nil {
 		return ports.StoredModel{}, fmt.Errorf("loading model %q of stream %s: %w", perspective, streamID, translate(err))
 	}
@@ -37,51 +37,55 @@ func (s *Store) ModelLoad(ctx context.Context, params *ports.ModelLoadParams) (p
 
 // sqlModelSave moves the cursor and stores the model in one statement:
 // $1 stream, $2 now, $3 perspective, $4 data, $5 last event id, $6 last
-// version, $7 expected version.
+// version, $7 expected version, $8 expected epoch, $9 the epoch to store.
 //
-//   - moved updates an existing cursor whose position is the expected one;
-//     the row lock makes a concurrent save wait and then fail the check.
+//   - moved updates an existing cursor whose version and epoch are the
+//     expected ones; the row lock makes a concurrent save wait and then
+//     fail the check.
 //   - created inserts a missing cursor (status Processing) when the
-//     expected position is 0; a concurrent insert wins the conflict and
-//     this one stores nothing.
+//     expected version and epoch are 0; a concurrent insert wins the
+//     conflict and this one stores nothing.
 //   - the model is upserted only when one of them wrote, so a failed check
 //     stores nothing.
+//   - the cursor is read by one probe, for the error of a failed check.
 const sqlModelSave = `WITH ` + sqlClock + `,
 moved AS (
     UPDATE /* SCHEMA */.vantage_cursors c
-    SET last_event_id = $5, last_version = $6, updated_at = clock.now
+    SET last_event_id = $5, last_version = $6, epoch = $9, updated_at = clock.now
     FROM clock
-    WHERE c.stream_id = $1 AND c.perspective = $3 AND c.last_version = $7
+    WHERE c.stream_id = $1 AND c.perspective = $3 AND c.last_version = $7 AND c.epoch = $8
     RETURNING 1
 ),
 created AS (
-    INSERT INTO /* SCHEMA */.vantage_cursors (stream_id, perspective, last_event_id, last_version, status, updated_at)
-    SELECT $1::uuid, $3::text, $5::uuid, $6::bigint, 1, clock.now
+    INSERT INTO /* SCHEMA */.vantage_cursors (stream_id, perspective, last_event_id, last_version, epoch, status, updated_at)
+    SELECT $1::uuid, $3::text, $5::uuid, $6::bigint, $9::bigint, 1, clock.now
     FROM clock
-    WHERE $7 = 0 AND NOT EXISTS (SELECT 1 FROM moved)
+    WHERE $7 = 0 AND $8::bigint = 0 AND NOT EXISTS (SELECT 1 FROM moved)
     ON CONFLICT (stream_id, perspective) DO NOTHING
     RETURNING 1
 ),
 saved AS (
-    INSERT INTO /* SCHEMA */.vantage_models AS m (stream_id, perspective, data, last_event_id, last_version, updated_at)
-    SELECT $1::uuid, $3::text, $4::jsonb, $5::uuid, $6::bigint, clock.now
+    INSERT INTO /* SCHEMA */.vantage_models AS m (stream_id, perspective, data, last_event_id, last_version, epoch, updated_at)
+    SELECT $1::uuid, $3::text, $4::jsonb, $5::uuid, $6::bigint, $9::bigint, clock.now
     FROM clock
     WHERE EXISTS (SELECT 1 FROM moved) OR EXISTS (SELECT 1 FROM created)
     ON CONFLICT (stream_id, perspective) DO UPDATE
     SET data = excluded.data, last_event_id = excluded.last_event_id,
-        last_version = excluded.last_version, updated_at = excluded.updated_at
+        last_version = excluded.last_version, epoch = excluded.epoch, updated_at = excluded.updated_at
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM saved),
-       (SELECT last_version FROM /* SCHEMA */.vantage_cursors WHERE stream_id = $1 AND perspective = $3)`
+SELECT (SELECT count(*) FROM saved), c.last_version, c.epoch
+FROM (VALUES (1)) AS one (x)
+LEFT JOIN /* SCHEMA */.vantage_cursors c ON c.stream_id = $1 AND c.perspective = $3`
 
 // ModelSave implements ports.ModelStore in one statement. The stored
-// position is the cursor's LastVersion (0 without a cursor); the cursor's
-// status and rewind columns are kept, except that a missing cursor is
-// created with status Processing. It returns ports.ErrInvalidArgument for a
-// nil stream id, an empty perspective, a negative version or Data that is
-// not a JSON document, and ports.ErrVersionConflict when ExpectedVersion
-// differs from the stored position; in both cases nothing is stored.
+// position is the cursor's LastVersion and epoch (0 and 0 without a
+// cursor); the cursor's status and rewind columns are kept, except that a
+// missing cursor is created with status Processing. It returns
+// ports.ErrInvalidArgument for a nil stream id, an empty perspective, a
+// negative version or epoch or Data that is not a JSON document, and
+// ports.ErrVersionConflict when ExpectedVersion or ExpectedEpoch differs
+// from the stored position; in both cases nothing is stored.
 func (s *Store) ModelSave(ctx context.Context, params *ports.ModelSaveParams) error {
 	if err := params.Validate(); err != nil {
 		return fmt.Errorf("saving model: %w", err)
@@ -89,26 +93,35 @@ func (s *Store) ModelSave(ctx context.Context, params *ports.ModelSaveParams) er
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	var (
-		saved  int
-		stored pgtype.Int8
-	)
-	err := s.pool.QueryRow(ctx, s.sql(sqlModelSave), modelSaveArgs(params)...).Scan(&saved, &stored)
+	var r modelSaveRow
+	err := s.pool.QueryRow(ctx, s.sql(sqlModelSave), modelSaveArgs(params)...).Scan(r.dest()...)
 	if err != nil {
 		return fmt.Errorf("saving model %q of stream %s: %w", params.Perspective, params.StreamID, translate(err))
 	}
-	return modelSaveResult(params, saved, stored)
+	return r.result(params)
 }
 
 func modelSaveArgs(params *ports.ModelSaveParams) []any {
 	return []any{uuidArg(params.StreamID), nowArg(params.Now), params.Perspective,
-		string(params.Data), uuidArg(params.LastEventID), params.LastVersion, params.ExpectedVersion}
+		string(params.Data), uuidArg(params.LastEventID), params.LastVersion, params.ExpectedVersion,
+		params.ExpectedEpoch, params.Epoch()}
 }
 
-func modelSaveResult(params *ports.ModelSaveParams, saved int, stored pgtype.Int8) error {
-	if saved == 0 {
-		return fmt.Errorf("saving model %q of stream %s: expected version %d, cursor is at %d: %w",
-			params.Perspective, params.StreamID, params.ExpectedVersion, fromInt8(stored), ports.ErrVersionConflict)
+// modelSaveRow is the row of sqlModelSave: whether the model was saved, and
+// the cursor's version and epoch (NULL without a cursor).
+type modelSaveRow struct {
+	saved          int
+	version, epoch pgtype.Int8
+}
+
+func (r *modelSaveRow) dest() []any { return []any{&r.saved, &r.version, &r.epoch} }
+
+// result returns the outcome of the save of params: nil when saved, else
+// its ports.ErrVersionConflict.
+func (r *modelSaveRow) result(params *ports.ModelSaveParams) error {
+	if r.saved == 0 {
+		return fmt.Errorf("saving model %q of stream %s: expected version %d at epoch %d, cursor is at %d at epoch %d: %w",
+			params.Perspective, params.StreamID, params.ExpectedVersion, params.ExpectedEpoch, fromInt8(r.version), fromInt8(r.epoch), ports.ErrVersionConflict)
 	}
 	return nil
 }
@@ -118,10 +131,10 @@ func modelSaveResult(params *ports.ModelSaveParams, saved int, stored pgtype.Int
 // when its pair is not cached, often one at a time under live traffic, and
 // the planner, which cannot know how many pairs a call names, would
 // otherwise hash a scan of the whole table while its statistics are young.
-const sqlModelLoadMany = `SELECT m.stream_id, m.perspective, m.data, m.last_event_id, m.last_version, m.updated_at
+const sqlModelLoadMany = `SELECT m.stream_id, m.perspective, m.data, m.last_event_id, m.last_version, m.epoch, m.updated_at
 FROM (SELECT DISTINCT p.stream_id, p.perspective FROM unnest($1::uuid[], $2::text[]) AS p(stream_id, perspective)) p
 CROSS JOIN LATERAL (
-    SELECT m.stream_id, m.perspective, m.data, m.last_event_id, m.last_version, m.updated_at
+    SELECT m.stream_id, m.perspective, m.data, m.last_event_id, m.last_version, m.epoch, m.updated_at
     FROM /* SCHEMA */.vantage_models m
     WHERE m.perspective = p.perspective AND m.stream_id = p.stream_id
     LIMIT 1
@@ -156,7 +169,7 @@ func scanStoredModel(row pgx.CollectableRow) (ports.StoredModel, error) {
 		lastEvent pgtype.UUID
 		updated   pgtype.Timestamptz
 	)
-	err := row.Scan(&m.StreamID, &m.Perspective, &m.Data, &lastEvent, &m.LastVersion, &updated)
+	err := row.Scan(&m.StreamID, &m.Perspective, &m.Data, &lastEvent, &m.LastVersion, &m.Epoch, &updated)
 	m.LastEventID, m.UpdatedAt = fromUUID(lastEvent), fromTime(updated)
 	return m, err
 }
@@ -190,14 +203,11 @@ func (s *Store) ModelSaveMany(ctx context.Context, p *ports.ModelSaveManyParams)
 	}
 	err := sendBatch(ctx, s.pool, b, func(br pgx.BatchResults) error {
 		for _, i := range order {
-			var (
-				saved  int
-				stored pgtype.Int8
-			)
-			if err := br.QueryRow().Scan(&saved, &stored); err != nil {
+			var r modelSaveRow
+			if err := br.QueryRow().Scan(r.dest()...); err != nil {
 				return err
 			}
-			errs[i] = modelSaveResult(params[i], saved, stored)
+			errs[i] = r.result(params[i])
 		}
 		return nil
 	})

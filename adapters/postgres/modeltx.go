@@ -7,7 +7,6 @@ import (
 	"slices"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/vantage-go/vantage/ports"
 )
@@ -34,8 +33,8 @@ func TxOf(t ports.Tx) pgx.Tx {
 // ModelSaveTx implements ports.TxModelStore: sqlModelSave, then
 // params.Apply, in one transaction. The cursor moves first, so a
 // concurrent save of the same pair (an instance that lost its lease, say)
-// waits on the cursor's row lock and then fails the version check before
-// its Apply writes anything.
+// waits on the cursor's row lock and then fails the version and epoch
+// check before its Apply writes anything.
 func (s *Store) ModelSaveTx(ctx context.Context, params *ports.ModelSaveTxParams) error {
 	save := &params.Save
 	if err := checkSaveTx(params); err != nil {
@@ -73,19 +72,16 @@ func checkSaveTx(params *ports.ModelSaveTxParams) error {
 // rather a failure of the database call, which t cannot survive.
 func (s *Store) saveTxIn(ctx context.Context, t pgx.Tx, params *ports.ModelSaveTxParams, prelude ...string) (infra bool, err error) {
 	save := &params.Save
-	var (
-		saved  int
-		stored pgtype.Int8
-	)
+	var r modelSaveRow
 	batch := &pgx.Batch{}
 	for _, sql := range prelude {
 		batch.Queue(sql)
 	}
-	batch.Queue(s.sql(sqlModelSave), modelSaveArgs(save)...).QueryRow(func(row pgx.Row) error { return row.Scan(&saved, &stored) })
+	batch.Queue(s.sql(sqlModelSave), modelSaveArgs(save)...).QueryRow(func(row pgx.Row) error { return row.Scan(r.dest()...) })
 	if err := t.SendBatch(ctx, batch).Close(); err != nil {
 		return true, fmt.Errorf("saving model %q of stream %s: %w", save.Perspective, save.StreamID, translate(err))
 	}
-	if err := modelSaveResult(save, saved, stored); err != nil {
+	if err := r.result(save); err != nil {
 		return false, err
 	}
 	return false, params.Apply(ctx, tx{t})
