@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -16,17 +17,21 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
-// runEngineRebuilds runs the scenarios of rebuild requests: stored through
-// ports.Admin, carried out by running workers through ports.RebuildQueue.
-// They skip when the backend lacks either port or a RewindStore.
+// runEngineRebuilds runs the scenarios of rebuild requests, stored through
+// ports.Admin and carried out by running workers through
+// ports.RebuildQueue, which skip when the backend lacks either port or a
+// RewindStore; and those of a rebuild on an instance that does not hold
+// the stream, which skip without a RewindStore.
 func runEngineRebuilds(t *testing.T, newBackend NewBackendFunc) {
 	t.Helper()
 	group(t, "EngineRebuilds", map[string]func(t *testing.T){
-		"RequestCarriedOutByARunningWorker":   func(t *testing.T) { testRebuildRequest(t, newBackend) },
-		"RequestReleasedAtStopAndResumed":     func(t *testing.T) { testRebuildRequestReleasedAtStop(t, newBackend) },
-		"RequestTakenOverFromADeadInstance":   func(t *testing.T) { testRebuildRequestTakenOver(t, newBackend) },
-		"RequestFailsOnAnEventItCannotReplay": func(t *testing.T) { testRebuildRequestFails(t, newBackend) },
-		"RequestCancelledWhileRunningStops":   func(t *testing.T) { testRebuildRequestCancelled(t, newBackend) },
+		"RequestCarriedOutByARunningWorker":     func(t *testing.T) { testRebuildRequest(t, newBackend) },
+		"RequestReleasedAtStopAndResumed":       func(t *testing.T) { testRebuildRequestReleasedAtStop(t, newBackend) },
+		"RequestTakenOverFromADeadInstance":     func(t *testing.T) { testRebuildRequestTakenOver(t, newBackend) },
+		"RequestFailsOnAnEventItCannotReplay":   func(t *testing.T) { testRebuildRequestFails(t, newBackend) },
+		"RequestCancelledWhileRunningStops":     func(t *testing.T) { testRebuildRequestCancelled(t, newBackend) },
+		"RebuildOnAnotherInstanceThanTheHolder": func(t *testing.T) { testRebuildElsewhere(t, newBackend) },
+		"RebuildWhileTheHolderApplies":          func(t *testing.T) { testRebuildDuringApply(t, newBackend) },
 	})
 }
 
@@ -310,4 +315,143 @@ func testRebuildRequestCancelled(t *testing.T, newBackend NewBackendFunc) {
 	require.Equal(t, []int64{10, 20, 30}, f.scaled(t, f.streams[0]), "rebuilt before the cancellation")
 	require.Equal(t, []int64{1, 2, 3}, f.scaled(t, f.streams[1]), "the stream in hand keeps its model")
 	require.Equal(t, []int64{10, 20, 30}, f.scaled(t, f.streams[2]), "rebuilt by the next request")
+}
+
+// holderFixture is a backend with one stream of three ticks, applied by
+// the perspective "scaled" on the worker that holds the stream (the
+// holder, which claims work), next to a passive worker (the rebuilder,
+// which claims none and so never holds the stream). Each model holds the
+// versions times the factor they were applied at, so a model tells which
+// apply function produced each of its values.
+type holderFixture struct {
+	open      Opener
+	b         ports.Backend
+	stream    uuid.UUID
+	factor    atomic.Int64
+	pr        *progress
+	applied   *appliedLog // applies by worker ("holder", "rebuilder") and version
+	holder    *core.Worker
+	rebuilder *core.Worker
+	// hold, when positive, makes the first apply of that version send on
+	// entered, then wait for release.
+	hold    atomic.Int64
+	entered chan struct{}
+	release chan struct{}
+}
+
+// setupHolder starts the holder with the given model cache size, has it
+// apply the stream's three ticks at factor 1, then starts the rebuilder.
+func setupHolder(t *testing.T, newBackend NewBackendFunc, modelCacheSize int) *holderFixture {
+	t.Helper()
+	f := &holderFixture{open: newBackend(t), pr: newProgress(), applied: &appliedLog{}, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	f.b = f.open(t)
+	if f.b.Rewind == nil {
+		t.Skip("adapter does not implement ports.RewindStore")
+	}
+	f.factor.Store(1)
+	f.stream = newID(t)
+	o := lifecycleOptions()
+	o.ModelCacheSize = modelCacheSize
+	o.Hooks = f.pr.hooks(o.Hooks)
+	f.holder = startWorker(t, f.open(t), f.registry(t, "holder"), o)
+	f.append(t, 1, 2, 3)
+	f.waitApplied(t, 3)
+	passive := lifecycleOptions()
+	passive.ClaimsDisabled = true
+	f.rebuilder = startWorker(t, f.open(t), f.registry(t, "rebuilder"), passive)
+	return f
+}
+
+// registry returns a registry with the perspective "scaled", whose applies
+// are logged under worker.
+func (f *holderFixture) registry(t *testing.T, worker string) *core.Registry {
+	t.Helper()
+	p := core.NewPerspective[versioned]("scaled")
+	core.MustHandle(p, func(ctx context.Context, m versioned, _ tick) (versioned, error) {
+		ev, _ := core.EventFromContext(ctx)
+		if ev.Version == f.hold.Load() && f.hold.CompareAndSwap(ev.Version, 0) {
+			f.entered <- struct{}{}
+			select {
+			case <-f.release:
+			case <-ctx.Done():
+				return m, ctx.Err()
+			}
+		}
+		f.applied.add(worker, ev.StreamID, ev.Version)
+		m.Values = append(m.Values, ev.Version*f.factor.Load())
+		return m, nil
+	})
+	return newRegistry(t, p)
+}
+
+// append appends a tick to the stream for each n.
+func (f *holderFixture) append(t *testing.T, ns ...int) {
+	t.Helper()
+	ticks := make([]any, len(ns))
+	for i, n := range ns {
+		ticks[i] = tick{N: n}
+	}
+	_, err := f.registry(t, "").Append(t.Context(), f.b.Events, f.stream, 0, ticks...)
+	require.NoError(t, err)
+}
+
+// scaled returns the values of the stream's stored model.
+func (f *holderFixture) scaled(t *testing.T) []int64 {
+	t.Helper()
+	return loadModel[versioned](t, f.b, f.stream, "scaled").Values
+}
+
+// waitApplied waits until the stored model reflects n events.
+func (f *holderFixture) waitApplied(t *testing.T, n int) {
+	t.Helper()
+	f.pr.waitUntil(t, fmt.Sprintf("%d events applied", n), func() bool { return len(f.scaled(t)) >= n })
+}
+
+// rebuild rebuilds the stream on the rebuilder at factor.
+func (f *holderFixture) rebuild(t *testing.T, factor int64) {
+	t.Helper()
+	f.factor.Store(factor)
+	rebuilt, err := f.rebuilder.Rebuild(t.Context(), "scaled", f.stream)
+	require.NoError(t, err)
+	require.Equal(t, 1, rebuilt)
+	require.Equal(t, []int64{factor, 2 * factor, 3 * factor}, f.scaled(t), "rebuilt model equals a fresh replay")
+}
+
+// A rebuild on an instance that does not hold the stream: the holder, whose
+// model cache holds the model it saved before the rebuild, applies the next
+// event to the rebuilt model, not to the one it cached.
+func testRebuildElsewhere(t *testing.T, newBackend NewBackendFunc) {
+	f := setupHolder(t, newBackend, core.ModelCacheSizeDefault)
+	f.rebuild(t, 10)
+
+	f.append(t, 4)
+	f.waitApplied(t, 4)
+	require.Equal(t, []int64{10, 20, 30, 40}, f.scaled(t), "every event reflects the rebuilt apply function")
+	require.Equal(t, 1, f.applied.count("holder", f.stream, 4), "the holder applied the event once, to the rebuilt model")
+	require.Zero(t, f.applied.count("rebuilder", f.stream, 4), "the rebuilder holds no stream")
+}
+
+// A rebuild on another instance while the holder applies an event to the
+// model it loaded before the rebuild (the model cache off, so nothing but
+// the save's check stands in the way): the holder's save is refused, and it
+// applies the event again to the rebuilt model.
+func testRebuildDuringApply(t *testing.T, newBackend NewBackendFunc) {
+	f := setupHolder(t, newBackend, core.Unlimited)
+	f.hold.Store(4)
+	f.append(t, 4)
+	select {
+	case <-f.entered:
+	case <-time.After(scenarioTimeout):
+		t.Fatal("the holder never applied the fourth event")
+	}
+	f.rebuild(t, 10)
+	close(f.release)
+
+	f.waitApplied(t, 4)
+	require.Equal(t, []int64{10, 20, 30, 40}, f.scaled(t), "the event in flight is applied again, to the rebuilt model")
+	require.Equal(t, 2, f.applied.count("holder", f.stream, 4), "applied to the model loaded before the rebuild, refused, applied again")
+	f.append(t, 5)
+	f.waitApplied(t, 5)
+	require.Equal(t, []int64{10, 20, 30, 40, 50}, f.scaled(t), "every event reflects the rebuilt apply function")
+	require.Zero(t, f.applied.count("rebuilder", f.stream, 4)+f.applied.count("rebuilder", f.stream, 5), "the rebuilder holds no stream")
 }

@@ -103,7 +103,9 @@
 // cursor, so a re-delivered event is skipped. An apply function receives
 // the model that reflects exactly the events before its event (the
 // dead-lettered ones excepted), never one that another instance moved past
-// since. Nothing is skipped: an event stored below a cursor (a late import,
+// since, and its result is never saved over a model that a rewind or a
+// rebuild replaced meanwhile, on whichever instance it ran (the replay
+// moves the pair's epoch, which every save checks). Nothing is skipped: an event stored below a cursor (a late import,
 // a requeued dead letter) is applied by a rewind that replays the pair, or,
 // when the engine cannot rewind ([RewindOptions].Disabled, a backend without
 // a RewindStore), moved to dead letters with reason "late", never completed
@@ -162,7 +164,11 @@
 // report. Should that instance die, or stop (it hands the request back),
 // another resumes the request after the last stream recorded done. An
 // event the perspective cannot replay fails the request with the error; an
-// operator may cancel one (RebuildCancel).
+// operator may cancel one (RebuildCancel). The instance that rebuilds a
+// stream need not hold it: the instance that does drops its cached model
+// and any apply it had in flight, and applies the next events to the
+// rebuilt model; when it saves the model while the stream is replayed, the
+// replay starts again from that model (a few times at most).
 //
 // # Observing
 //

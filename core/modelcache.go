@@ -16,10 +16,12 @@ const ModelCacheSizeDefault = 10_000
 // modelCache keeps the last model this instance saved per (stream,
 // perspective), encoded, so the next drain of a pair it owns needs no load
 // round trip. Stream affinity makes the cache almost always right; when it is
-// not (another instance moved the pair), the save's version check fails, the
-// entry is dropped and the next drain loads from the store. Entries are
-// encoded bytes, never live model values, so a failed apply cannot corrupt
-// them.
+// not (another instance moved the pair, or replayed it in a rewind or a
+// rebuild, which moves the pair's epoch), the cursor the fetch read is at
+// another version or epoch and the entry is not used; should the pair move
+// after the fetch, the save's version and epoch check fails, the entry is
+// dropped and the next drain loads from the store. Entries are encoded
+// bytes, never live model values, so a failed apply cannot corrupt them.
 type modelCache struct {
 	mu  sync.Mutex
 	lru *simplelru.LRU[pairKey, ports.StoredModel]
@@ -74,15 +76,16 @@ type modelStore struct {
 	txSaves *combiner[*ports.ModelSaveTxParams, error] // groups tx's saves; nil with tx
 }
 
-// load returns the pair's model at position, the cursor position the
-// fetch read: from the cache when this instance saved it last, else from
-// the store (ports.ErrNotFound when none), grouped with concurrent loads
-// when the store implements ports.ModelBatchStore. A cached model at
-// another position is stale (another instance moved the pair since) and is
-// never handed to an apply.
-func (s *modelStore) load(ctx context.Context, k pairKey, position int64) (ports.StoredModel, error) {
+// load returns the pair's model at position and epoch, those of the cursor
+// the fetch read: from the cache when this instance saved it last, else
+// from the store (ports.ErrNotFound when none), grouped with concurrent
+// loads when the store implements ports.ModelBatchStore. A cached model at
+// another position or epoch is stale (another instance moved the pair, or
+// a rewind or a rebuild replaced its model, since) and is never handed to
+// an apply.
+func (s *modelStore) load(ctx context.Context, k pairKey, position, epoch int64) (ports.StoredModel, error) {
 	if m, ok := s.cache.get(k); ok {
-		if m.LastVersion == position {
+		if m.LastVersion == position && m.Epoch == epoch {
 			return m, nil
 		}
 		s.cache.drop(k)
@@ -106,7 +109,7 @@ func (s *modelStore) save(ctx context.Context, p *ports.ModelSaveParams) error {
 		s.cache.drop(k)
 		return err
 	}
-	s.cache.put(k, ports.StoredModel{StreamID: p.StreamID, Perspective: p.Perspective, Data: p.Data, LastEventID: p.LastEventID, LastVersion: p.LastVersion})
+	s.cache.put(k, ports.StoredModel{StreamID: p.StreamID, Perspective: p.Perspective, Data: p.Data, LastEventID: p.LastEventID, LastVersion: p.LastVersion, Epoch: p.Epoch()})
 	return nil
 }
 
@@ -130,7 +133,7 @@ func (s *modelStore) saveTx(ctx context.Context, p *ports.ModelSaveTxParams) err
 		s.cache.drop(k)
 		return err
 	}
-	s.cache.put(k, ports.StoredModel{StreamID: p.Save.StreamID, Perspective: p.Save.Perspective, Data: p.Save.Data, LastEventID: p.Save.LastEventID, LastVersion: p.Save.LastVersion})
+	s.cache.put(k, ports.StoredModel{StreamID: p.Save.StreamID, Perspective: p.Save.Perspective, Data: p.Save.Data, LastEventID: p.Save.LastEventID, LastVersion: p.Save.LastVersion, Epoch: p.Save.Epoch()})
 	return nil
 }
 

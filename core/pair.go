@@ -54,11 +54,11 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 		return pairOutcome{}, nil
 	}
 	var (
-		position int64
-		flags    ports.Cursor
+		position, epoch int64
+		flags           ports.Cursor
 	)
 	if cursor != nil {
-		position, flags = cursor.LastVersion, *cursor
+		position, epoch, flags = cursor.LastVersion, cursor.Epoch, *cursor
 	}
 	// A late row below the position was never applied: only a rewind
 	// applies it in order, whether or not the cursor still carries the flag.
@@ -76,7 +76,7 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 			return pairOutcome{}, nil
 		}
 	}
-	stored, err := dr.store.load(ctx, key, position)
+	stored, err := dr.store.load(ctx, key, position, epoch)
 	if err != nil && !errors.Is(err, ports.ErrNotFound) {
 		dr.parking.infraFailed(ctx, key, "loading model", err)
 		return pairOutcome{}, nil
@@ -312,18 +312,13 @@ func (r *pairRun) save(ctx context.Context) bool {
 		LastEventID:     r.last.ID,
 		LastVersion:     r.last.Version,
 		ExpectedVersion: savedVersion,
+		ExpectedEpoch:   r.stored.Epoch,
 		Now:             r.dr.paramNow(),
 	})
 	switch {
 	case err == nil:
 	case errors.Is(err, ports.ErrVersionConflict):
-		// Another applier moved the cursor: what this run saved completes,
-		// the rest comes back and is skipped or applied on the model the
-		// store holds.
-		r.dr.log.WarnContext(ctx, "model moved under this run; dropping its unsaved part",
-			append(pairAttrs(r.key.stream, r.key.perspective), slog.Int64("expected_version", savedVersion), slog.Any("error", err))...)
-		r.unsaved = nil
-		r.complete(ctx)
+		r.moved(ctx, "model moved under this run; dropping its unsaved part", savedVersion, err)
 		return false
 	case errors.Is(err, ports.ErrInvalidArgument):
 		return r.saveRefused(ctx, err)
@@ -342,6 +337,21 @@ func (r *pairRun) save(ctx context.Context) bool {
 	r.saved = append(r.saved, r.unsaved...)
 	r.unsaved = r.unsaved[:0]
 	return true
+}
+
+// moved handles a save refused because the pair moved under the run:
+// another applier moved the cursor, or a rewind or a rebuild (here or on
+// another instance) replaced the model the run started from. Nothing is
+// charged: what this run saved completes, and the pair is drained again at
+// once (its rows stay leased to this instance, and nothing else would wake
+// it), loading the model the store holds, on which the rest is skipped or
+// applied again.
+func (r *pairRun) moved(ctx context.Context, msg string, expected int64, err error) {
+	r.dr.log.WarnContext(ctx, msg, append(pairAttrs(r.key.stream, r.key.perspective),
+		slog.Int64("expected_version", expected), slog.Int64("expected_epoch", r.stored.Epoch), slog.Any("error", err))...)
+	r.unsaved = nil
+	r.complete(ctx)
+	r.dr.parking.retrySoon(r.key)
 }
 
 // saveRefused handles a model that cannot be stored (it does not encode, or

@@ -272,6 +272,7 @@ func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 			LastEventID:     last.ID,
 			LastVersion:     last.Version,
 			ExpectedVersion: savedVersion,
+			ExpectedEpoch:   r.stored.Epoch,
 			Now:             r.dr.paramNow(),
 		},
 	})
@@ -295,6 +296,7 @@ func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 			append(pairAttrs(r.key.stream, r.key.perspective), slog.Int64("expected_version", savedVersion), slog.Any("error", err))...)
 		r.unsaved, r.model = nil, projectionModel(nil)
 		r.complete(ctx)
+		r.dr.parking.retrySoon(r.key) // see pairRun.moved
 		return false
 	default:
 		if ctx.Err() == nil {
@@ -331,7 +333,8 @@ func (r *replayRun) saveProjection(ctx context.Context, p *Projection, toReplay 
 		Apply: p.writes(pending, r.key.stream, true, r.rw.writeLimit()),
 		Save: ports.ModelSaveParams{
 			StreamID: r.key.stream, Perspective: r.key.perspective, Data: projectionData,
-			LastEventID: r.lastID, LastVersion: r.lastVer, ExpectedVersion: r.stored.LastVersion, Now: r.rw.paramNow(),
+			LastEventID: r.lastID, LastVersion: r.lastVer, ExpectedVersion: r.stored.LastVersion,
+			ExpectedEpoch: r.stored.Epoch, Rebase: true, Now: r.rw.paramNow(),
 		},
 	})
 	var wf *writeFailure

@@ -116,7 +116,10 @@ func (rw *rewinder) rebuildPages(ctx context.Context, p perspective, after uuid.
 // rebuildStream replays p from scratch for one stream, under the pair's
 // gate and rebuild lock, and returns the events it replayed. A lock held
 // by another instance is errStreamLockHeld; an event that fails to decode
-// or apply is a *replayFailure.
+// or apply is a *replayFailure. The instance that holds the stream may
+// save the model while it is replayed (the gate and the lock are not
+// its): the replay's save then fails its check and the stream is replayed
+// again from the model saved meanwhile, up to replayMovedRetries times.
 func (rw *rewinder) rebuildStream(ctx context.Context, p perspective, stream uuid.UUID) (int, error) {
 	key := pairKey{stream: stream, perspective: p.Name()}
 	release, err := rw.gates.acquire(ctx, key, nil)
@@ -130,14 +133,22 @@ func (rw *rewinder) rebuildStream(ctx context.Context, p perspective, stream uui
 	}
 	defer unlock()
 	start := rw.now()
-	if rw.backend.Snapshots != nil {
-		if _, err := rw.backend.Snapshots.SnapshotsDeleteFrom(ctx, &ports.SnapshotsDeleteFromParams{StreamID: stream, Perspective: key.perspective}); err != nil {
+	var res replayResult
+	for try := 1; ; try++ {
+		// The snapshots go on every try: the holder may have stored one
+		// with the model its save replaced.
+		if rw.backend.Snapshots != nil {
+			if _, err := rw.backend.Snapshots.SnapshotsDeleteFrom(ctx, &ports.SnapshotsDeleteFromParams{StreamID: stream, Perspective: key.perspective}); err != nil {
+				return 0, fmt.Errorf("rebuilding stream %s: %w", stream, err)
+			}
+		}
+		res, err = rw.replay(ctx, p, key, 0, nil, func(info AbandonedApply, _ bool) { rw.monitor.noteAbandoned(ctx, info) })
+		if err == nil {
+			break
+		}
+		if !replayMoved(err) || try >= replayMovedRetries {
 			return 0, fmt.Errorf("rebuilding stream %s: %w", stream, err)
 		}
-	}
-	res, err := rw.replay(ctx, p, key, 0, nil, func(info AbandonedApply, _ bool) { rw.monitor.noteAbandoned(ctx, info) })
-	if err != nil {
-		return 0, fmt.Errorf("rebuilding stream %s: %w", stream, err)
 	}
 	rw.metrics.rewound(ctx, key.perspective, true, rw.now().Sub(start), res.replayed, 0)
 	if h := rw.opts.Hooks.OnRewind; h != nil {

@@ -202,7 +202,11 @@ func (r *replayRun) snapshot(ctx context.Context, prev int64, e ports.Event) err
 	return nil
 }
 
-// save stores the rebuilt model against the position it was loaded at.
+// save stores the rebuilt model against the position and epoch it was
+// loaded at, moving the pair to the next epoch: the model it replaces, and
+// every copy of it (another instance's cached model, an apply in flight
+// there), can no longer be saved over it. When the pair moved since the
+// load, it returns an error wrapping ports.ErrVersionConflict.
 func (r *replayRun) save(ctx context.Context, toReplay []ports.Event) error {
 	if p, ok := r.p.(*Projection); ok {
 		return r.saveProjection(ctx, p, toReplay)
@@ -220,7 +224,8 @@ func (r *replayRun) save(ctx context.Context, toReplay []ports.Event) error {
 	}
 	if err := r.rw.store.save(ctx, &ports.ModelSaveParams{
 		StreamID: r.key.stream, Perspective: r.key.perspective, Data: data,
-		LastEventID: r.lastID, LastVersion: r.lastVer, ExpectedVersion: r.stored.LastVersion, Now: r.rw.paramNow(),
+		LastEventID: r.lastID, LastVersion: r.lastVer, ExpectedVersion: r.stored.LastVersion,
+		ExpectedEpoch: r.stored.Epoch, Rebase: true, Now: r.rw.paramNow(),
 	}); err != nil {
 		return fmt.Errorf("saving rewound model: %w", err)
 	}

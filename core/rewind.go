@@ -173,6 +173,20 @@ type rewindOwner struct {
 // because a failing event used up its attempts and was dead-lettered.
 const rewindRetries = 3
 
+// replayMovedRetries bounds the replays of one rewind or rebuild that
+// start again because the pair moved while it was replayed (another
+// instance saved the model: the holder, for a rebuild; an instance that
+// lost the stream with an apply in flight, for a rewind).
+const replayMovedRetries = 3
+
+// replayMoved reports whether a replay's error is its save refused
+// because the pair moved since the replay loaded it, as opposed to an
+// event's own failure.
+func replayMoved(err error) bool {
+	var rf *replayFailure
+	return errors.Is(err, ports.ErrVersionConflict) && !errors.As(err, &rf)
+}
+
 // rewindPair replays a (stream, perspective) whose cursor has
 // RewindRequired, under the cooperative rewind lock: from the latest
 // snapshot before the trigger (or from the start), every event the
@@ -181,8 +195,11 @@ const rewindRetries = 3
 // pending rows (which clears the flag). Only events that were never applied
 // (the pending rows) fire handlers. A replayed event that fails is charged
 // its attempt; when that dead-letters it the replay starts over without
-// it, so the pair goes on. The caller holds the pair's gate. It returns the
-// new events applied, and errPairAbandoned when an apply was abandoned.
+// it, so the pair goes on. A save refused because the pair moved during the
+// replay (an instance that lost the stream saved an apply it had in
+// flight) replays again from the model saved. The caller holds the pair's
+// gate. It returns the new events applied, and errPairAbandoned when an
+// apply was abandoned.
 func (rw *rewinder) rewindPair(ctx context.Context, p perspective, key pairKey, rows []ports.WorkItem, cursor ports.Cursor, force bool, owner *rewindOwner) ([]ports.Event, error) {
 	if !force {
 		if due, at := rw.rewindDue(cursor); !due {
@@ -216,7 +233,7 @@ func (rw *rewinder) rewindPair(ctx context.Context, p perspective, key pairKey, 
 		err error
 	)
 	defer func() { endRewind(span, res, err) }()
-	for try := 1; ; try++ {
+	for try, moves := 1, 1; ; {
 		abandon := func(info AbandonedApply, _ bool) { rw.monitor.noteAbandoned(ctx, info) }
 		if owner != nil {
 			pending := rows
@@ -250,6 +267,11 @@ func (rw *rewinder) rewindPair(ctx context.Context, p perspective, key pairKey, 
 		if ctx.Err() != nil {
 			return nil, nil
 		}
+		if replayMoved(err) && moves < replayMovedRetries {
+			// Replay again, from the model saved meanwhile.
+			moves++
+			continue
+		}
 		var rf *replayFailure
 		if !errors.As(err, &rf) {
 			rw.parking.infraFailed(ctx, key, "rewinding", err)
@@ -260,6 +282,7 @@ func (rw *rewinder) rewindPair(ctx context.Context, p perspective, key pairKey, 
 		}
 		// The event was dead-lettered: replay again, without it.
 		rows = slices.DeleteFunc(slices.Clone(rows), func(r ports.WorkItem) bool { return r.EventID == rf.event.ID })
+		try++
 	}
 }
 
