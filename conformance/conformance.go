@@ -39,11 +39,13 @@ import (
 // field is nil.
 type Features struct {
 	// BreakConnections, when set, makes the next port call on b fail the
-	// way a call fails when the connection to the database is lost (the
-	// PostgreSQL adapter's test terminates the server process behind b's
-	// only pooled connection); later calls reconnect. The suite then checks
-	// that the adapter reports such failures as ports.ErrTransient. Nil
-	// skips those cases (an in-process backend has no connection to lose).
+	// way a call fails when the connection to the database is lost, and
+	// the calls in flight on b too, such as a TxModelStore transaction
+	// whose Apply calls it (the PostgreSQL adapter's test terminates the
+	// server processes behind all of b's pooled connections); later calls
+	// reconnect. The suite then checks that the adapter reports such
+	// failures as ports.ErrTransient. Nil skips those cases (an in-process
+	// backend has no connection to lose).
 	BreakConnections func(t *testing.T, b ports.Backend)
 }
 
@@ -91,7 +93,7 @@ func runPorts(t *testing.T, newBackend NewBackendFunc, features Features) {
 	runSnapshots(t, newBackend, probe.Snapshots != nil)
 	runAdmin(t, newBackend, admin)
 	runModelBatch(t, newBackend, probe.ModelBatch != nil)
-	runModelTx(t, newBackend, probe.ModelTx != nil)
+	runModelTx(t, newBackend, probe.ModelTx != nil, features.BreakConnections)
 	runModelQuery(t, newBackend, probe.ModelQuery != nil)
 	runStats(t, newBackend, probe.Stats != nil)
 	runRebuilds(t, newBackend, probe.Rebuilds != nil && admin)

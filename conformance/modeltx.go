@@ -13,14 +13,22 @@ import (
 // runModelTx verifies the optional ports.TxModelStore. What Apply writes
 // with the transaction is the adapter's own business; the suite checks
 // what every adapter promises through the ports: the save and Apply
-// commit together or not at all, and a failed check runs no Apply.
-func runModelTx(t *testing.T, newBackend NewBackendFunc, implemented bool) {
+// commit together or not at all, a failed check runs no Apply, and an
+// Apply whose connection was lost under it (with breakConnections) is the
+// backend's failure.
+func runModelTx(t *testing.T, newBackend NewBackendFunc, implemented bool, breakConnections func(t *testing.T, b ports.Backend)) {
 	t.Helper()
 	const port = "TxModelStore"
 	store := func(t *testing.T, b ports.Backend) ports.TxModelStore {
 		t.Helper()
 		require.NotNil(t, b.ModelTx, "every handle of the backend sets Backend.ModelTx")
 		return b.ModelTx
+	}
+	requireBreak := func(t *testing.T) {
+		t.Helper()
+		if breakConnections == nil {
+			t.Skip("Features.BreakConnections is nil: the adapter has no connection to lose")
+		}
 	}
 
 	optionalGroup(t, "ModelSaveTx", port, implemented, map[string]func(t *testing.T){
@@ -52,7 +60,27 @@ func runModelTx(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 				Apply: func(context.Context, ports.Tx) error { return refused },
 			})
 			require.ErrorIs(t, err, refused, "Apply's error comes back wrapped")
+			require.NotErrorIs(t, err, ports.ErrTransient, "Apply's own failure is not the backend's")
 			m := mustModel(t, tb.backend, stream, perspective)
+			require.Equal(t, int64(1), m.LastVersion, "the cursor did not move")
+			require.JSONEq(t, `{"n":1}`, string(m.Data), "the model did not change")
+		},
+		"LostConnectionInApplyIsTransient": func(t *testing.T) {
+			requireBreak(t)
+			tb := setup(t, newBackend)
+			stream := newID(t)
+			require.NoError(t, saveModel(t, tb.backend, stream, 0, newID(t), 1, `{"n":1}`))
+			errWrite := errors.New("writing rows")
+			err := store(t, tb.backend).ModelSaveTx(t.Context(), &ports.ModelSaveTxParams{
+				Save: *modelParams(stream, perspective, 1, newID(t), 2, `{"n":2}`),
+				Apply: func(context.Context, ports.Tx) error {
+					breakConnections(t, tb.backend)
+					return errWrite
+				},
+			})
+			require.ErrorIs(t, err, ports.ErrTransient, "the backend failed Apply: the engine retries, never charging the event")
+			require.ErrorIs(t, err, errWrite, "Apply's error stays in the chain")
+			m := mustModel(t, tb.open(t), stream, perspective) // another handle: the next call on tb.backend fails too
 			require.Equal(t, int64(1), m.LastVersion, "the cursor did not move")
 			require.JSONEq(t, `{"n":1}`, string(m.Data), "the model did not change")
 		},
@@ -177,6 +205,31 @@ func runModelTx(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 				require.Equal(t, want.version, m.LastVersion, "version of stream %d", i)
 				require.Equal(t, want.epoch, m.Epoch, "epoch of stream %d", i)
 				require.Equal(t, want.epoch, mustCursor(t, tb.backend, streams[i], perspective).Epoch, "cursor epoch of stream %d", i)
+			}
+		},
+		"LostConnectionInApplyIsTransient": func(t *testing.T) {
+			requireBreak(t)
+			tb := setup(t, newBackend)
+			streams := newIDs(t, 3)
+			errWrite := errors.New("writing rows")
+			entries := make([]*ports.ModelSaveTxParams, len(streams))
+			for i, s := range streams {
+				entries[i] = &ports.ModelSaveTxParams{
+					Save:  *modelParams(s, perspective, 0, newID(t), 1, `{"n":1}`),
+					Apply: func(context.Context, ports.Tx) error { return nil },
+				}
+			}
+			entries[1].Apply = func(context.Context, ports.Tx) error {
+				breakConnections(t, tb.backend)
+				return errWrite
+			}
+			_, err := store(t, tb.backend).ModelSaveTxMany(t.Context(), &ports.ModelSaveTxManyParams{Saves: entries})
+			require.ErrorIs(t, err, ports.ErrTransient, "the backend failed an Apply: the engine retries, never charging an event")
+			require.ErrorIs(t, err, errWrite, "the error names whose Apply it was")
+			other := tb.open(t) // the next call on tb.backend fails too
+			for _, s := range streams {
+				_, err := other.Models.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: s, Perspective: perspective})
+				require.ErrorIs(t, err, ports.ErrNotFound, "a failed call stores nothing")
 			}
 		},
 		"Empty": func(t *testing.T) {

@@ -44,9 +44,17 @@ type TxModelStore interface {
 	// rebuild of a table projection sets Save.Rebase, as a model's does. If
 	// the save fails its check, Apply is not called and it returns an error
 	// wrapping ErrVersionConflict (or ErrInvalidArgument); if Apply returns
-	// an error, it rolls back and returns an error wrapping Apply's. In
-	// every error case nothing is stored: neither the cursor move, nor the
-	// model, nor Apply's writes.
+	// an error, it rolls back and returns an error wrapping Apply's. When
+	// Apply failed because the backend did rather than Apply's own code
+	// (the transaction's connection was lost, or the database refused a
+	// statement for a reason a retry may not meet again: a serialization
+	// failure, a deadlock), the error wraps ErrTransient too, so that the
+	// engine retries without charging the event; the adapter tells by
+	// Apply's error (the driver's error in its chain) and by the
+	// transaction (a rollback that finds the connection lost). Apply's own
+	// cancellation (its context ended) never is ErrTransient. In every
+	// error case nothing is stored: neither the cursor move, nor the model,
+	// nor Apply's writes.
 	ModelSaveTx(ctx context.Context, params *ModelSaveTxParams) error
 	// ModelSaveTxMany saves each entry of Saves exactly as ModelSaveTx
 	// would, in one transaction (one commit for all): each entry runs in a
@@ -55,9 +63,11 @@ type TxModelStore interface {
 	// result holds one error per entry, as ModelSaveTx would return it (nil
 	// when saved). A call error means nothing was stored; when an entry's
 	// Apply left the transaction unusable (a cancelled statement may close
-	// the connection), the call error wraps that Apply's error, so the
-	// caller can tell whose it was and send the others again. The engine
-	// groups the saves of table projections it drains concurrently into it.
+	// the connection, and a lost one is lost to every entry), the call
+	// error wraps that Apply's error, and ErrTransient when the backend
+	// failed it as ModelSaveTx says, so the caller can tell whose it was
+	// and send the others again. The engine groups the saves of table
+	// projections it drains concurrently into it.
 	ModelSaveTxMany(ctx context.Context, params *ModelSaveTxManyParams) ([]error, error)
 }
 

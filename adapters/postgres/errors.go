@@ -74,6 +74,26 @@ func translate(err error) error {
 	return err
 }
 
+// applyFailure classifies the error of a table projection's Apply (see
+// ports.TxModelStore), joined with the error of the rollback that followed
+// when that failed too: it wraps ports.ErrTransient around err when the
+// backend failed Apply rather than Apply's own code, that is when err is
+// transient (isTransient: the connection was lost, the statement lost a
+// serialization check or a deadlock, the server is shutting down). The
+// rollback's error counts: a connection lost under Apply fails the
+// rollback too, whatever Apply made of the statement's error. Apply's own
+// cancellation never is transient, as in translate: cancelling a statement
+// closes its connection, and Apply failed by its own deadline.
+func applyFailure(err error) error {
+	switch {
+	case errors.Is(err, ports.ErrTransient), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case isTransient(err):
+		return fmt.Errorf("%w: %w", ports.ErrTransient, err)
+	}
+	return err
+}
+
 // isTransient reports whether err is a failure of the infrastructure that may
 // pass (see ports.ErrTransient): the connection was lost (the server closed
 // it, or pgx did after a failed read), refused or timed out, or the server

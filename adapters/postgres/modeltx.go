@@ -34,7 +34,8 @@ func TxOf(t ports.Tx) pgx.Tx {
 // params.Apply, in one transaction. The cursor moves first, so a
 // concurrent save of the same pair (an instance that lost its lease, say)
 // waits on the cursor's row lock and then fails the version and epoch
-// check before its Apply writes anything.
+// check before its Apply writes anything. Apply's error is classified by
+// applyFailure, with the rollback's when the rollback failed too.
 func (s *Store) ModelSaveTx(ctx context.Context, params *ports.ModelSaveTxParams) error {
 	save := &params.Save
 	if err := checkSaveTx(params); err != nil {
@@ -43,13 +44,21 @@ func (s *Store) ModelSaveTx(ctx context.Context, params *ports.ModelSaveTxParams
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	var entryErr error
+	var (
+		stage    saveTxStage
+		entryErr error
+	)
 	err := withTx(ctx, s.pool, func(t pgx.Tx) error {
-		_, entryErr = s.saveTxIn(ctx, t, params)
+		stage, entryErr = s.saveTxIn(ctx, t, params)
 		return entryErr
 	})
-	if err == nil || entryErr != nil && errors.Is(err, entryErr) {
-		return err // a conflict or Apply's error, as it came
+	switch {
+	case err == nil:
+		return nil
+	case entryErr != nil && errors.Is(err, entryErr) && stage == saveTxApply:
+		return applyFailure(err)
+	case entryErr != nil && errors.Is(err, entryErr):
+		return err // a conflict, or a failed call translated already
 	}
 	return fmt.Errorf("saving model %q of stream %s in a transaction: %w", save.Perspective, save.StreamID, translate(err))
 }
@@ -66,11 +75,24 @@ func checkSaveTx(params *ports.ModelSaveTxParams) error {
 	return nil
 }
 
+// saveTxStage is the step of saveTxIn whose error it returns.
+type saveTxStage int
+
+const (
+	// saveTxCall: the database call failed, which the transaction cannot
+	// survive; the error is translated.
+	saveTxCall saveTxStage = iota + 1
+	// saveTxCheck: the save failed its check (a conflict); Apply did not
+	// run.
+	saveTxCheck
+	// saveTxApply: Apply failed; its error is classified by applyFailure.
+	saveTxApply
+)
+
 // saveTxIn runs sqlModelSave, then params.Apply, in t; first it sends
 // the statements of prelude, in the same round trip. It returns the
-// entry's error (a conflict, or Apply's), and infra when the error is
-// rather a failure of the database call, which t cannot survive.
-func (s *Store) saveTxIn(ctx context.Context, t pgx.Tx, params *ports.ModelSaveTxParams, prelude ...string) (infra bool, err error) {
+// entry's error and the step that failed.
+func (s *Store) saveTxIn(ctx context.Context, t pgx.Tx, params *ports.ModelSaveTxParams, prelude ...string) (saveTxStage, error) {
 	save := &params.Save
 	var r modelSaveRow
 	batch := &pgx.Batch{}
@@ -79,20 +101,25 @@ func (s *Store) saveTxIn(ctx context.Context, t pgx.Tx, params *ports.ModelSaveT
 	}
 	batch.Queue(s.sql(sqlModelSave), modelSaveArgs(save)...).QueryRow(func(row pgx.Row) error { return row.Scan(r.dest()...) })
 	if err := t.SendBatch(ctx, batch).Close(); err != nil {
-		return true, fmt.Errorf("saving model %q of stream %s: %w", save.Perspective, save.StreamID, translate(err))
+		return saveTxCall, fmt.Errorf("saving model %q of stream %s: %w", save.Perspective, save.StreamID, translate(err))
 	}
 	if err := r.result(save); err != nil {
-		return false, err
+		return saveTxCheck, err
 	}
-	return false, params.Apply(ctx, tx{t})
+	if err := params.Apply(ctx, tx{t}); err != nil {
+		return saveTxApply, applyFailure(err)
+	}
+	return 0, nil
 }
 
 // ModelSaveTxMany implements ports.TxModelStore: one transaction, a
 // savepoint per valid entry, sent ordered by pair so concurrent calls lock
 // cursors in the same order, as ModelSaveMany does. An entry that fails
 // its check or whose Apply fails is rolled back to its savepoint; a failed
-// database call fails the whole call. An entry's savepoint, the release
-// of the one before it and its save go in one round trip.
+// database call fails the whole call, and so does an Apply that left the
+// transaction unusable (applyFailure classifies its error with the
+// rollback's). An entry's savepoint, the release of the one before it and
+// its save go in one round trip.
 func (s *Store) ModelSaveTxMany(ctx context.Context, p *ports.ModelSaveTxManyParams) ([]error, error) {
 	params := p.Saves
 	errs := make([]error, len(params))
@@ -112,27 +139,36 @@ func (s *Store) ModelSaveTxMany(ctx context.Context, p *ports.ModelSaveTxManyPar
 		return comparePair(pairKey{params[a].Save.StreamID, params[a].Save.Perspective}, pairKey{params[b].Save.StreamID, params[b].Save.Perspective})
 	})
 	const savepoint, release, rollback = "SAVEPOINT vantage_save", "RELEASE SAVEPOINT vantage_save", "ROLLBACK TO SAVEPOINT vantage_save"
+	var broken error // the error of an entry that left the transaction unusable
 	err := withTx(ctx, s.pool, func(t pgx.Tx) error {
 		prelude := []string{savepoint}
 		for _, i := range order {
-			infra, entryErr := s.saveTxIn(ctx, t, params[i], prelude...)
-			if infra {
+			stage, entryErr := s.saveTxIn(ctx, t, params[i], prelude...)
+			if stage == saveTxCall {
 				return entryErr
 			}
 			prelude = []string{release, savepoint}
 			if entryErr != nil {
 				errs[i] = entryErr
 				if _, err := t.Exec(ctx, rollback); err != nil {
+					if stage != saveTxApply {
+						return fmt.Errorf("rolling back to the savepoint: %w", err)
+					}
 					// Apply left the transaction unusable (a cancelled
-					// statement closes the connection): say whose it was.
-					return fmt.Errorf("rolling back to the savepoint after %w: %w", entryErr, err)
+					// statement closes the connection, and so does a lost
+					// one): say whose it was.
+					broken = applyFailure(fmt.Errorf("rolling back to the savepoint after %w: %w", entryErr, err))
+					return broken
 				}
 			}
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("saving %d models in a transaction: %w", len(order), translate(err))
+	switch {
+	case err == nil:
+		return errs, nil
+	case broken != nil && errors.Is(err, broken):
+		return nil, fmt.Errorf("saving %d models in a transaction: %w", len(order), err)
 	}
-	return errs, nil
+	return nil, fmt.Errorf("saving %d models in a transaction: %w", len(order), translate(err))
 }

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"cmp"
 	"log/slog"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -45,6 +46,16 @@ func newStore(t *testing.T, schema string) *testBundle {
 // listener dials the test database, unless opts.PollOnly.
 func newStoreWith(t *testing.T, poolOpts pgtest.PoolOptions, opts postgres.Options) *testBundle {
 	t.Helper()
+	var app string // names the pool's connections on the server, for breakConnections
+	if poolOpts.ConnString == "" {
+		u, err := url.Parse(pgtest.ConnString(t))
+		require.NoError(t, err)
+		app = "vantage-test-" + uuid.NewString()
+		q := u.Query()
+		q.Set("application_name", app)
+		u.RawQuery = q.Encode()
+		poolOpts.ConnString = u.String()
+	}
 	pool := pgtest.NewPoolWith(t, poolOpts)
 	if !opts.PollOnly {
 		opts.ConnString = cmp.Or(opts.ConnString, pgtest.ConnString(t))
@@ -55,21 +66,29 @@ func newStoreWith(t *testing.T, poolOpts pgtest.PoolOptions, opts postgres.Optio
 	store, err := postgres.New(pool, opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, store.Close()) })
-	storePools.Store(store, pool)
+	storePools.Store(store, storePool{pool: pool, app: app})
 	t.Cleanup(func() { storePools.Delete(store) })
 	return &testBundle{pool: pool, schema: opts.Schema, store: store, backend: store.Backend()}
 }
 
+// storePool is the pool of a Store of newStore, and the application_name
+// of its connections ("" when the pool is not on the test database).
+type storePool struct {
+	pool *pgxpool.Pool
+	app  string
+}
+
 // storePools maps the Stores of newStore to their pools, for
 // breakConnections, which gets only a handle's ports.
-var storePools sync.Map // *postgres.Store -> *pgxpool.Pool
+var storePools sync.Map // *postgres.Store -> storePool
 
 // breakConnections makes the next call on b (a handle of newStore) fail the
-// way a call fails when the connection to the database is lost: the pool is
-// left with one idle connection, whose server process is terminated. The
-// pool pings a connection only after it idled for a second, so the next
-// call uses it and fails; the pool then drops it, and the call after that
-// connects anew.
+// way a call fails when the connection to the database is lost, and the
+// calls in flight on b too (a transaction's): the pool is left with one
+// idle connection, and the server processes of all its connections, busy
+// ones included, are terminated. The pool pings a connection only after
+// it idled for a second, so the next call uses it and fails; the pool then
+// drops it, and the call after that connects anew.
 func breakConnections(t *testing.T, b ports.Backend) {
 	t.Helper()
 	ctx := t.Context()
@@ -77,19 +96,24 @@ func breakConnections(t *testing.T, b ports.Backend) {
 	require.True(t, ok, "a handle of the PostgreSQL adapter")
 	v, ok := storePools.Load(store)
 	require.True(t, ok, "a Store of newStore")
-	pool := v.(*pgxpool.Pool)
+	sp := v.(storePool)
+	require.NotEmpty(t, sp.app, "a Store of newStore on the test database")
 	// Reset closes the idle connections, and the busy ones when they come
-	// back, so the one acquired next is the only connection left in the
-	// pool.
-	pool.Reset()
-	conn, err := pool.Acquire(ctx)
+	// back, so the one acquired next is the only idle connection left in
+	// the pool.
+	sp.pool.Reset()
+	conn, err := sp.pool.Acquire(ctx)
 	require.NoError(t, err)
 	pid := conn.Conn().PgConn().PID()
 	conn.Release()
-	var terminated bool
 	// With a timeout, pg_terminate_backend waits until the process is gone.
-	require.NoError(t, pgtest.Pool(t).QueryRow(ctx, `SELECT pg_terminate_backend($1, 10000)`, pid).Scan(&terminated))
-	require.True(t, terminated, "the server process %d ended", pid)
+	rows, err := pgtest.Pool(t).Query(ctx, `WITH mine AS MATERIALIZED (
+    SELECT pid FROM pg_catalog.pg_stat_activity WHERE application_name = $1
+) SELECT pid FROM mine WHERE pg_catalog.pg_terminate_backend(pid, 10000)`, sp.app)
+	require.NoError(t, err)
+	terminated, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	require.NoError(t, err)
+	require.Contains(t, terminated, int32(pid), "the server process of the idle connection ended")
 }
 
 // setup returns a store on a fresh migrated schema.

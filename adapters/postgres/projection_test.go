@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/adapters/postgres"
@@ -554,10 +555,62 @@ func TestModelSaveTxManyBrokenTransaction(t *testing.T) {
 
 	_, err = b.store.ModelSaveTxMany(ctx, &ports.ModelSaveTxManyParams{Saves: []*ports.ModelSaveTxParams{entry(1, false), entry(2, true), entry(3, false)}})
 	require.ErrorIs(t, err, errSlow)
+	require.NotErrorIs(t, err, ports.ErrTransient, "Apply's own deadline closed the connection: Apply failed, not the backend")
 	var n int
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&n))
 	require.Zero(t, n, "nothing stored")
 
 	err = b.store.ModelSaveTx(ctx, entry(4, true))
 	require.ErrorIs(t, err, errSlow, "alone, too")
+	require.NotErrorIs(t, err, ports.ErrTransient)
+}
+
+// TestModelSaveTxTransientApplyErrors checks that an Apply whose statement
+// the server refused for a reason a retry may not meet again (a
+// serialization failure, a deadlock) fails with ports.ErrTransient and
+// the server's error, stores nothing, and in ModelSaveTxMany costs the
+// other entries nothing.
+func TestModelSaveTxTransientApplyErrors(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t)
+	raise := func(code string) func(ctx context.Context, tx ports.Tx) error {
+		return func(ctx context.Context, tx ports.Tx) error {
+			_, err := postgres.TxOf(tx).Exec(ctx, `DO $$ BEGIN RAISE EXCEPTION 'lost to another transaction' USING ERRCODE = '`+code+`'; END $$`)
+			return err
+		}
+	}
+	entry := func(apply func(context.Context, ports.Tx) error) *ports.ModelSaveTxParams {
+		return &ports.ModelSaveTxParams{
+			Save:  ports.ModelSaveParams{StreamID: newUUID(t), Perspective: "p", Data: []byte(`{}`), LastEventID: newUUID(t), LastVersion: 1, Now: base},
+			Apply: apply,
+		}
+	}
+	stored := func(e *ports.ModelSaveTxParams) bool {
+		_, err := b.store.ModelLoad(ctx, &ports.ModelLoadParams{StreamID: e.Save.StreamID, Perspective: "p"})
+		if errors.Is(err, ports.ErrNotFound) {
+			return false
+		}
+		require.NoError(t, err)
+		return true
+	}
+
+	for _, code := range []string{"40001", "40P01"} {
+		e := entry(raise(code))
+		err := b.store.ModelSaveTx(ctx, e)
+		require.ErrorIs(t, err, ports.ErrTransient, code)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr, "the server's error stays in the chain")
+		require.Equal(t, code, pgErr.Code)
+		require.False(t, stored(e))
+	}
+
+	ok := func(context.Context, ports.Tx) error { return nil }
+	entries := []*ports.ModelSaveTxParams{entry(ok), entry(raise("40P01")), entry(ok)}
+	errs, err := b.store.ModelSaveTxMany(ctx, &ports.ModelSaveTxManyParams{Saves: entries})
+	require.NoError(t, err, "a deadlock leaves the transaction usable once rolled back to the savepoint")
+	require.NoError(t, errs[0])
+	require.ErrorIs(t, errs[1], ports.ErrTransient)
+	require.NoError(t, errs[2])
+	require.Equal(t, []bool{true, false, true}, []bool{stored(entries[0]), stored(entries[1]), stored(entries[2])})
 }
