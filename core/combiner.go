@@ -158,9 +158,11 @@ func (b *modelBatches) save(ctx context.Context, p *ports.ModelSaveParams) error
 // ModelSaveTx, which needs no savepoint), or nil without the port.
 //
 // A write that broke the group's transaction (its deadline cancelled a
-// statement, which closes the connection) fails the whole call with its
-// *writeFailure: that save gets the error, and the others are sent again
-// without it, so that a slow write costs the saves grouped with it nothing.
+// statement, which closes the connection, or the connection was lost under
+// it) fails the whole call with its *writeFailure: that save gets the
+// error (wrapping ports.ErrTransient when the backend failed it, which
+// charges no event), and the others are sent again without it, so that a
+// slow write or a lost connection costs the saves grouped with it nothing.
 func newTxSaves(tx ports.TxModelStore, timeout time.Duration) *combiner[*ports.ModelSaveTxParams, error] {
 	if tx == nil {
 		return nil

@@ -164,6 +164,17 @@ type writeFailure struct {
 func (f *writeFailure) Error() string { return f.cause.Error() }
 func (f *writeFailure) Unwrap() error { return f.cause }
 
+// backendFailedWrite reports whether err, the failure of a projection's
+// save, is the backend's rather than its write's: the TxModelStore marks
+// an Apply that failed because of the backend (a lost connection, a
+// serialization failure, a deadlock) with ports.ErrTransient. A write
+// cancelled at its deadline is its event's failure even so: cancelling a
+// statement may close its connection, which the adapter cannot tell from
+// a connection lost under it.
+func backendFailedWrite(err error) bool {
+	return errors.Is(err, ports.ErrTransient) && !errors.Is(err, errWriteDeadline)
+}
+
 // writeLimit bounds each write of a projection: timeout on clock.
 type writeLimit struct {
 	timeout time.Duration
@@ -253,7 +264,9 @@ func isProjection(p perspective) bool {
 // event fails, the transaction rolls back, the events before it are saved
 // again without it, and the failure is charged to that event (failAt); if
 // it was dead-lettered, the events after it stay unsaved and the run goes
-// on. It reports false when the run must stop.
+// on. A write the backend failed (backendFailedWrite) is charged to no
+// event: the pair is retried after the infrastructure backoff, as after
+// any failed save. It reports false when the run must stop.
 func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 	pending := r.model.(projectionModel)
 	_, savedVersion := r.position()
@@ -279,7 +292,7 @@ func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 	var wf *writeFailure
 	switch {
 	case err == nil:
-	case errors.As(err, &wf) && wf.key == r.key && wf.index >= 0 && wf.index < len(r.unsaved):
+	case errors.As(err, &wf) && wf.key == r.key && wf.index >= 0 && wf.index < len(r.unsaved) && !backendFailedWrite(err):
 		k := wf.index
 		failed, after := r.unsaved[k], slices.Clone(r.unsaved[k+1:])
 		r.unsaved, r.model = r.unsaved[:k], pending[:k:k]
@@ -323,7 +336,8 @@ func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 // triggered a rewind), or of the first replayed event for a rebuild: the
 // projection's code failed, not the backend, so it must not be retried
 // forever; the event is retried, then dead-lettered, with the reset's
-// error.
+// error. A write or reset the backend failed (backendFailedWrite) is the
+// backend's error, charged to no event.
 func (r *replayRun) saveProjection(ctx context.Context, p *Projection, toReplay []ports.Event) error {
 	pending := r.model.(projectionModel)
 	if r.lastVer < r.stored.LastVersion {
@@ -338,7 +352,7 @@ func (r *replayRun) saveProjection(ctx context.Context, p *Projection, toReplay 
 		},
 	})
 	var wf *writeFailure
-	if errors.As(err, &wf) && wf.key == r.key {
+	if errors.As(err, &wf) && wf.key == r.key && !backendFailedWrite(err) {
 		switch {
 		case wf.index >= 0 && wf.index < len(toReplay):
 			return &replayFailure{event: toReplay[wf.index], cause: wf.cause}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/vantage-go/vantage/adapters/postgres"
 	"github.com/vantage-go/vantage/core"
+	"github.com/vantage-go/vantage/internal/pgtest"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -333,6 +334,89 @@ func TestProjection(t *testing.T) {
 		}
 	})
 
+	// A connection lost under a write is the backend's failure: the
+	// transaction rolls back, the pair is retried after the infrastructure
+	// backoff, and the event is written once, never charged (with one
+	// attempt allowed, a charge would dead-letter it). The streams drained
+	// with it are saved too, whether or not their writes shared its
+	// transaction.
+	t.Run("LostConnectionIsNotCharged", func(t *testing.T) {
+		t.Parallel()
+		b := setupProjection(t)
+		var cut atomic.Bool
+		b.fail = func(ctx context.Context, tx ports.Tx, e lineSet) error {
+			if e.SKU != "cut" || !cut.CompareAndSwap(false, true) {
+				return nil
+			}
+			terminateTx(ctx, t, tx)
+			_, err := postgres.TxOf(tx).Exec(ctx, `SELECT 1`)
+			return err
+		}
+		streams := []uuid.UUID{newUUID(t), newUUID(t), newUUID(t), newUUID(t)}
+		b.appendLines(t, streams[0], nil, lineSet{SKU: "a", Qty: 1}, lineSet{SKU: "cut", Qty: 2}, lineSet{SKU: "c", Qty: 3})
+		for _, s := range streams[1:] {
+			b.appendLines(t, s, nil, lineSet{SKU: "x", Qty: 1}, lineSet{SKU: "y", Qty: 2})
+		}
+		opts := projectionOptions(t)
+		opts.MaxPerspectiveEventAttempts = 1
+		failures := make(chan ports.Failure, 8)
+		dead := make(chan ports.DeadLetter, 8)
+		opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
+		opts.Hooks.OnDeadLettered = func(d ports.DeadLetter) { dead <- d }
+		w := startProjectionWorker(t, b.backend, b.reg, opts)
+
+		waitForStream(t, w, streams[0], 3)
+		require.True(t, cut.Load(), "the write's connection was cut")
+		require.Equal(t, 2, b.appliesOf("cut"), "written again after the lost connection")
+		require.Equal(t, seq(1, 3), b.effects(t, streams[0]), "each event written once")
+		require.Equal(t, map[string]int{"a": 1, "cut": 2, "c": 3}, b.lines(t, streams[0]))
+		for _, s := range streams[1:] {
+			waitForStream(t, w, s, 2)
+			require.Equal(t, seq(1, 2), b.effects(t, s))
+		}
+		require.Empty(t, failures, "no event was charged")
+		require.Empty(t, dead, "no event was dead-lettered")
+	})
+
+	// A connection lost under a rewind's writes is the backend's failure
+	// too: the rewind is retried and ends as a clean replay, and the late
+	// event is never charged.
+	t.Run("LostConnectionInRewindIsNotCharged", func(t *testing.T) {
+		t.Parallel()
+		b := setupProjection(t)
+		stream := newUUID(t)
+		b.appendLines(t, stream, []int64{1, 3}, lineSet{SKU: "a", Qty: 1}, lineSet{SKU: "a", Qty: 3})
+		var rewinding, cut atomic.Bool
+		b.fail = func(ctx context.Context, tx ports.Tx, e lineSet) error {
+			if e.SKU != "b" || !rewinding.Load() || !cut.CompareAndSwap(false, true) {
+				return nil
+			}
+			terminateTx(ctx, t, tx)
+			_, err := postgres.TxOf(tx).Exec(ctx, `SELECT 1`)
+			return err
+		}
+		opts := projectionOptions(t)
+		opts.MaxPerspectiveEventAttempts = 1
+		failures := make(chan ports.Failure, 8)
+		dead := make(chan ports.DeadLetter, 8)
+		opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
+		opts.Hooks.OnDeadLettered = func(d ports.DeadLetter) { dead <- d }
+		rewinds := make(chan core.RewindInfo, 4)
+		opts.Hooks.OnRewind = func(i core.RewindInfo) { rewinds <- i }
+		w := startProjectionWorker(t, b.backend, b.reg, opts)
+		waitForStream(t, w, stream, 3)
+
+		rewinding.Store(true)
+		b.appendLines(t, stream, []int64{2}, lineSet{SKU: "b", Qty: 2})
+		info := wait(t, rewinds, "the rewind")
+		require.Equal(t, 3, info.Replayed)
+		require.True(t, cut.Load(), "the rewind's connection was cut")
+		require.Equal(t, map[string]int{"a": 3, "b": 2}, b.lines(t, stream))
+		require.Equal(t, seq(1, 3), b.effects(t, stream), "a clean replay's writes, once each")
+		require.Empty(t, failures, "no event was charged")
+		require.Empty(t, dead, "no event was dead-lettered")
+	})
+
 	// A reset that fails is the projection's fault, not the backend's: the
 	// late event whose rewind needs it is retried, then dead-lettered with
 	// the reset's error; requeued once the reset works, it is rewound in.
@@ -408,6 +492,17 @@ func TestProjection(t *testing.T) {
 		require.Equal(t, clean, b.lines(t, stream))
 		require.Equal(t, seq(1, 4), b.effects(t, stream))
 	})
+}
+
+// terminateTx terminates the server process of tx's connection, as when
+// the connection is lost under a write, and waits until it is gone.
+func terminateTx(ctx context.Context, t *testing.T, tx ports.Tx) {
+	t.Helper()
+	pid := postgres.TxOf(tx).Conn().PgConn().PID()
+	var terminated bool
+	if err := pgtest.Pool(t).QueryRow(ctx, `SELECT pg_terminate_backend($1, 10000)`, pid).Scan(&terminated); err != nil || !terminated {
+		t.Errorf("terminating the server process %d of a write: %v (terminated: %t)", pid, err, terminated)
+	}
 }
 
 // lostCompletions is a CursorStore whose completions never reach the

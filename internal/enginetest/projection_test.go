@@ -3,13 +3,19 @@ package enginetest_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/adapters/memory"
 	"github.com/vantage-go/vantage/core"
+	"github.com/vantage-go/vantage/internal/clocktest"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -70,4 +76,213 @@ func TestProjectionRegistration(t *testing.T) {
 	core.MustHandleTx(dup, writeNothing)
 	require.ErrorIs(t, core.HandleTx(dup, writeNothing), core.ErrDuplicate)
 	require.Error(t, core.HandleTx[added](nil, writeNothing))
+}
+
+// errConnLost is the error a table projection's write gets when the
+// connection to its database is lost under it.
+var errConnLost = errors.New("connection lost")
+
+// txTable is a ports.TxModelStore over the memory adapter's models, so that
+// table projections run on the fake clock: a transaction collects the
+// versions its writes wrote and commits them with the cursor move, or
+// drops them. As the PostgreSQL adapter does, it reports an Apply that
+// failed because the connection was lost (errConnLost) as
+// ports.ErrTransient, with Apply's error in the chain; a grouped call such
+// an Apply breaks fails as a whole and stores nothing.
+type txTable struct {
+	models ports.ModelStore
+
+	mu      sync.Mutex
+	written map[uuid.UUID][]int64 // versions written, by stream, in commit order
+}
+
+// txWrites is the transaction txTable hands to Apply: whether the
+// projection's reset ran in it, and the versions its writes wrote.
+type txWrites struct {
+	reset    bool
+	versions []int64
+}
+
+func (w *txWrites) Unwrap() any { return w }
+
+func newTxTable(models ports.ModelStore) *txTable {
+	return &txTable{models: models, written: map[uuid.UUID][]int64{}}
+}
+
+func (s *txTable) ModelSaveTx(ctx context.Context, p *ports.ModelSaveTxParams) error {
+	tx, err := s.apply(ctx, p)
+	if err != nil {
+		return err
+	}
+	return s.commit(ctx, p, tx)
+}
+
+func (s *txTable) ModelSaveTxMany(ctx context.Context, p *ports.ModelSaveTxManyParams) ([]error, error) {
+	txs := make([]*txWrites, len(p.Saves))
+	errs := make([]error, len(p.Saves))
+	for i, e := range p.Saves {
+		txs[i], errs[i] = s.apply(ctx, e)
+		if errors.Is(errs[i], ports.ErrTransient) {
+			return nil, fmt.Errorf("rolling back to the savepoint after %w: %w", errs[i], errConnLost)
+		}
+	}
+	for i, e := range p.Saves {
+		if errs[i] == nil {
+			errs[i] = s.commit(ctx, e, txs[i])
+		}
+	}
+	return errs, nil
+}
+
+// apply runs p's Apply in a new transaction.
+func (s *txTable) apply(ctx context.Context, p *ports.ModelSaveTxParams) (*txWrites, error) {
+	tx := &txWrites{}
+	if err := p.Apply(ctx, tx); err != nil {
+		if errors.Is(err, errConnLost) {
+			return nil, fmt.Errorf("%w: %w", ports.ErrTransient, err)
+		}
+		return nil, err
+	}
+	return tx, nil
+}
+
+// commit saves p and, when the save passes its check, tx's writes.
+func (s *txTable) commit(ctx context.Context, p *ports.ModelSaveTxParams, tx *txWrites) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.models.ModelSave(ctx, &p.Save); err != nil {
+		return err
+	}
+	if tx.reset {
+		delete(s.written, p.Save.StreamID)
+	}
+	s.written[p.Save.StreamID] = append(s.written[p.Save.StreamID], tx.versions...)
+	return nil
+}
+
+// writtenOf returns the versions written for stream, in commit order.
+func (s *txTable) writtenOf(stream uuid.UUID) []int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.written[stream])
+}
+
+// tableProjection registers added and a table projection "lines" on a
+// txTable, whose apply of an event calls write first: an error it returns
+// fails the write. A reset drops what was written for the stream.
+func tableProjection(t *testing.T, write func(ctx context.Context, ev ports.Event) error) *core.Registry {
+	t.Helper()
+	reg := core.NewRegistry()
+	require.NoError(t, core.RegisterEvent[added](reg, "added"))
+	p := core.NewProjection("lines", func(_ context.Context, tx ports.Tx, _ uuid.UUID) error {
+		tx.Unwrap().(*txWrites).reset = true
+		return nil
+	})
+	core.MustHandleTx(p, func(ctx context.Context, tx ports.Tx, _ added) error {
+		ev, _ := core.EventFromContext(ctx)
+		if err := write(ctx, ev); err != nil {
+			return err
+		}
+		w := tx.Unwrap().(*txWrites)
+		w.versions = append(w.versions, ev.Version)
+		return nil
+	})
+	require.NoError(t, reg.AddPerspective(p))
+	return reg
+}
+
+// A table projection's write that fails because the backend did (its
+// connection was lost) costs its event nothing: the pair is drained again
+// after the infrastructure backoff, on the engine's clock, and every
+// event is written once. With one attempt allowed, a charge would
+// dead-letter the event.
+func TestProjectionWriteBackendErrorNotCharged(t *testing.T) {
+	t.Parallel()
+
+	clock := clocktest.NewFake()
+	mem := memory.New(memory.Options{Clock: clock}).Backend()
+	table := newTxTable(mem.Models)
+	b := mem
+	b.ModelTx = table
+	var cut atomic.Bool
+	writes := make(chan int64, 10)
+	reg := tableProjection(t, func(_ context.Context, ev ports.Event) error {
+		writes <- ev.Version
+		if ev.Version == 2 && cut.CompareAndSwap(false, true) {
+			return fmt.Errorf("inserting line: %w", errConnLost)
+		}
+		return nil
+	})
+	stream := uuid.New()
+	appendAdded(t, reg, mem, stream, 1, 2, 3) // the start-up claim takes them: the clock stands still
+	opts := quietOptions(t)
+	opts.Clock = clock
+	opts.MaxPerspectiveEventAttempts = 1
+	opts.InfraRetry = core.Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}
+	failures := make(chan ports.Failure, 1)
+	opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
+	dead := make(chan ports.DeadLetter, 1)
+	opts.Hooks.OnDeadLettered = func(d ports.DeadLetter) { dead <- d }
+	processed := reportProcessed(&opts, 10)
+	batches := make(chan core.BatchCycle, 10)
+	opts.Hooks.OnBatchCycleComplete = func(c core.BatchCycle) {
+		if c.Streams > 0 {
+			batches <- c
+		}
+	}
+	startWorker(t, b, reg, opts)
+
+	require.Zero(t, waitFor(t, batches, "the batch of the failed save").Applied)
+	require.Equal(t, []int64{1, 2}, []int64{<-writes, <-writes}, "the write of version 2 lost its connection")
+	require.Empty(t, table.writtenOf(stream), "nothing of the failed transaction was stored")
+	clock.Advance(1500 * time.Millisecond) // the infrastructure backoff, with its jitter
+	waitForVersion(t, processed, 3)
+	require.Equal(t, []int64{1, 2, 3}, table.writtenOf(stream), "each event written once")
+	require.Empty(t, failures, "no event failure was recorded")
+	require.Empty(t, dead)
+	dls, err := mem.DeadLetters.DeadLettersList(t.Context(), &ports.DeadLettersListParams{})
+	require.NoError(t, err)
+	require.Empty(t, dls)
+}
+
+// A rewind whose transaction loses its connection during a write is the
+// backend's failure, not its event's: the rewind is retried and ends as a
+// clean replay, the late event is never charged.
+func TestProjectionReplayBackendErrorNotCharged(t *testing.T) {
+	t.Parallel()
+
+	mem := memory.New(memory.Options{}).Backend()
+	table := newTxTable(mem.Models)
+	b := mem
+	b.ModelTx = table
+	var rewinding, cut atomic.Bool
+	reg := tableProjection(t, func(_ context.Context, ev ports.Event) error {
+		if ev.Version == 2 && rewinding.Load() && cut.CompareAndSwap(false, true) {
+			return fmt.Errorf("inserting line: %w", errConnLost)
+		}
+		return nil
+	})
+	opts := rewindOptions(t)
+	opts.MaxPerspectiveEventAttempts = 1
+	opts.InfraRetry = core.Backoff{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond, Multiplier: 1}
+	failures := make(chan ports.Failure, 1)
+	opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
+	dead := make(chan ports.DeadLetter, 1)
+	opts.Hooks.OnDeadLettered = func(d ports.DeadLetter) { dead <- d }
+	rewinds := make(chan core.RewindInfo, 4)
+	opts.Hooks.OnRewind = func(i core.RewindInfo) { rewinds <- i }
+	processed := reportProcessed(&opts, 10)
+	startWorker(t, b, reg, opts)
+	stream := uuid.New()
+	appendAt(t, reg, b, stream, 1, 3)
+	waitForVersion(t, processed, 3)
+
+	rewinding.Store(true)
+	appendAt(t, reg, b, stream, 2)
+	info := waitFor(t, rewinds, "the rewind")
+	require.Equal(t, 3, info.Replayed)
+	require.True(t, cut.Load(), "the first replay lost its connection")
+	require.Equal(t, []int64{1, 2, 3}, table.writtenOf(stream), "a clean replay's writes, once each")
+	require.Empty(t, failures, "no event failure was recorded")
+	require.Empty(t, dead)
 }
