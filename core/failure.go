@@ -88,7 +88,7 @@ func (fl *failures) deadLettered(ctx context.Context, dl ports.DeadLetter) {
 // failureReason classifies the cause of a failed apply for its dead letter.
 func failureReason(cause error) string {
 	switch {
-	case errors.Is(cause, errApplyDeadline), errors.Is(cause, errApplyAbandoned):
+	case errors.Is(cause, errApplyDeadline), errors.Is(cause, errApplyAbandoned), errors.Is(cause, errWriteDeadline):
 		return ports.ReasonTimedOut
 	case errors.Is(cause, ErrUnknownEventType), errors.Is(cause, ErrNoHandler):
 		return ports.ReasonUnknownType

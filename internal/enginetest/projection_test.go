@@ -286,3 +286,54 @@ func TestProjectionReplayBackendErrorNotCharged(t *testing.T) {
 	require.Empty(t, failures, "no event failure was recorded")
 	require.Empty(t, dead)
 }
+
+// A table projection's write that hangs until its context is cancelled at
+// Options.ApplyTimeout times out: its event is dead-lettered as timed out
+// (one attempt allowed), with an error that says the write ran past
+// ApplyTimeout, whatever the write returned, even an error the backend
+// marks as transient (cancelling a statement may close its connection).
+func TestProjectionHungWriteTimesOut(t *testing.T) {
+	t.Parallel()
+
+	for name, returned := range map[string]func(ctx context.Context) error{
+		"ContextError":    func(ctx context.Context) error { return fmt.Errorf("inserting line: %w", ctx.Err()) },
+		"ConnectionError": func(context.Context) error { return fmt.Errorf("inserting line: %w", errConnLost) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			clock := clocktest.NewFake()
+			mem := memory.New(memory.Options{Clock: clock}).Backend()
+			table := newTxTable(mem.Models)
+			b := mem
+			b.ModelTx = table
+			started := make(chan struct{}, 1)
+			reg := tableProjection(t, func(ctx context.Context, ev ports.Event) error {
+				if ev.Version != 2 {
+					return nil
+				}
+				started <- struct{}{}
+				<-ctx.Done()
+				return returned(ctx)
+			})
+			stream := uuid.New()
+			appendAdded(t, reg, mem, stream, 1, 2, 3) // the start-up claim takes them: the clock stands still
+			opts := quietOptions(t)
+			opts.Clock = clock
+			opts.ApplyTimeout = time.Minute
+			opts.MaxPerspectiveEventAttempts = 1
+			dead := make(chan ports.DeadLetter, 1)
+			opts.Hooks.OnDeadLettered = func(d ports.DeadLetter) { dead <- d }
+			processed := reportProcessed(&opts, 10)
+			startWorker(t, b, reg, opts)
+
+			waitFor(t, started, "the hung write") // its deadline's timer is armed
+			clock.Advance(time.Minute)
+			d := waitFor(t, dead, "the hung write's dead letter")
+			require.Equal(t, int64(2), d.EventVersion)
+			require.Equal(t, ports.ReasonTimedOut, d.Reason)
+			require.Contains(t, d.Error, "ApplyTimeout 1m0s")
+			waitForVersion(t, processed, 3)
+			require.Equal(t, []int64{1, 3}, table.writtenOf(stream), "the events around it written once")
+		})
+	}
+}
