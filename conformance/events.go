@@ -483,6 +483,7 @@ func runEvents(t *testing.T, newBackend NewBackendFunc) {
 				"EmptyType":          {StreamID: stream, Events: []ports.NewEvent{{Data: []byte(`{}`)}}},
 				"NilData":            {StreamID: stream, Events: []ports.NewEvent{{Type: eventType}}},
 				"MalformedData":      {StreamID: stream, Events: []ports.NewEvent{{Type: eventType, Data: []byte(`{"total":`)}}},
+				"NullData":           {StreamID: stream, Events: []ports.NewEvent{valid, {Type: eventType, Data: []byte(" null\n")}}},
 				"NegativeVersion":    {StreamID: stream, Events: []ports.NewEvent{{Type: eventType, Version: -1, Data: []byte(`{}`)}}},
 				"BadExpectedVersion": {StreamID: stream, ExpectedVersion: -2, Events: []ports.NewEvent{valid}},
 			} {

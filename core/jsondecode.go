@@ -66,6 +66,13 @@ func decodePayload(data []byte, v any) error {
 	return json.Unmarshal(data, v)
 }
 
+// isNullPayload reports whether data, an event's JSON payload, is null:
+// it holds no event. json.Unmarshal takes null without an error and leaves
+// the value as it was (zero), so the registry refuses it before.
+func isNullPayload(data []byte) bool {
+	return bytes.Equal(bytes.Trim(data, " \t\r\n"), []byte("null"))
+}
+
 var (
 	jsonUnmarshalerType = reflect.TypeFor[json.Unmarshaler]()
 	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()

@@ -160,6 +160,9 @@ func RegisterEvent[E any](r *Registry, name string) error {
 		unmarshal = decodePayload
 	}
 	et := &eventType{name: name, goType: t, shareable: immutable(t), decode: func(data []byte) (any, error) {
+		if isNullPayload(data) {
+			return nil, errNullPayload
+		}
 		var e E
 		if err := unmarshal(data, &e); err != nil {
 			return nil, err
@@ -190,7 +193,12 @@ func (r *Registry) TypeName(event any) (string, error) {
 	return et.name, nil
 }
 
+// errNullPayload is the error of a payload that is JSON null.
+var errNullPayload = errors.New("the payload is JSON null")
+
 // Encode turns a registered event value into a NewEvent ready to append.
+// An event that encodes as JSON null (a nil pointer) holds nothing to
+// apply: Encode refuses it with an error wrapping ports.ErrInvalidArgument.
 func (r *Registry) Encode(event any) (ports.NewEvent, error) {
 	name, err := r.TypeName(event)
 	if err != nil {
@@ -199,6 +207,9 @@ func (r *Registry) Encode(event any) (ports.NewEvent, error) {
 	data, err := json.Marshal(event)
 	if err != nil {
 		return ports.NewEvent{}, fmt.Errorf("encoding %s: %w", name, err)
+	}
+	if isNullPayload(data) {
+		return ports.NewEvent{}, fmt.Errorf("encoding %s: %w (a nil %T?): %w", name, errNullPayload, event, ports.ErrInvalidArgument)
 	}
 	return ports.NewEvent{Type: name, Data: data}, nil
 }

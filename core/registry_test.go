@@ -66,6 +66,48 @@ func TestRegisterEvent(t *testing.T) {
 	require.ErrorContains(t, err, "decoding placed event")
 }
 
+// noted is an event registered as a pointer type, so that a nil one
+// encodes as JSON null.
+type noted struct {
+	Text string `json:"text"`
+}
+
+// An event whose payload is JSON null (a nil pointer) carries nothing to
+// apply: Append and AppendTx refuse it before calling the store, naming
+// its type, and a null payload met in the store does not decode.
+func TestNullPayloadRefused(t *testing.T) {
+	t.Parallel()
+
+	r := subscribedRegistry(t)
+	require.NoError(t, RegisterEvent[*noted](r, "noted"))
+	var nilNote *noted
+
+	_, err := r.Encode(nilNote)
+	require.ErrorIs(t, err, ports.ErrInvalidArgument)
+	require.ErrorContains(t, err, `encoding noted: the payload is JSON null`)
+	ne, err := r.Encode(&noted{Text: "hi"})
+	require.NoError(t, err, "a pointer to an event is fine")
+	require.JSONEq(t, `{"text":"hi"}`, string(ne.Data))
+
+	store := &flakyStore{}
+	_, err = r.Append(t.Context(), store, uuid.New(), 0, placed{ID: "a"}, nilNote)
+	require.ErrorIs(t, err, ports.ErrInvalidArgument)
+	require.ErrorContains(t, err, "noted")
+	require.Empty(t, store.calls, "nothing is sent")
+	txs := &txStore{}
+	_, err = AppendTx(t.Context(), r, txs, &fakeTx{}, uuid.New(), 0, nilNote)
+	require.ErrorIs(t, err, ports.ErrInvalidArgument)
+	require.Empty(t, txs.calls, "nothing is sent")
+
+	for _, typ := range []string{"placed", "noted"} {
+		for _, data := range []string{`null`, " null\n"} {
+			_, err := r.Decode(ports.Event{Type: typ, Data: []byte(data)})
+			require.ErrorIs(t, err, ErrUndecodable, "%s %q", typ, data)
+			require.ErrorContains(t, err, "JSON null")
+		}
+	}
+}
+
 func TestPerspectiveRegistration(t *testing.T) {
 	t.Parallel()
 

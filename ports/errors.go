@@ -1,6 +1,7 @@
 package ports
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"errors"
@@ -93,6 +94,11 @@ func checkJSON(field string, data []byte) error {
 		return invalidParam(field, "must be a JSON document")
 	}
 	return nil
+}
+
+// isJSONNull reports whether data, a valid JSON document, is null.
+func isJSONNull(data []byte) bool {
+	return bytes.Equal(bytes.Trim(data, " \t\r\n"), []byte("null"))
 }
 
 // checkPair rejects the identity and position of a completion, failure or

@@ -64,8 +64,9 @@ type EventsAppendParams struct {
 // Validate reports the first reason every EventStore rejects params with
 // ErrInvalidArgument: a nil stream id, no events, an ExpectedVersion below
 // ExpectNoStream, an event with an empty type, a negative version, or data
-// that is not a JSON document, or a subscription with an empty event type or
-// perspective. Adapters call it before they store anything.
+// that is not a JSON document or is JSON null (a payload that holds no
+// event), or a subscription with an empty event type or perspective.
+// Adapters call it before they store anything.
 func (p *EventsAppendParams) Validate() error {
 	invalid := func(format string, args ...any) error {
 		return fmt.Errorf("appending to stream %s: %s: %w", p.StreamID, fmt.Sprintf(format, args...), ErrInvalidArgument)
@@ -86,6 +87,8 @@ func (p *EventsAppendParams) Validate() error {
 			return invalid("event %d has negative version %d", i, e.Version)
 		case len(e.Data) == 0 || !json.Valid(e.Data):
 			return invalid("event %d data is not a JSON document", i)
+		case isJSONNull(e.Data):
+			return invalid("event %d (%s) data is JSON null", i, e.Type)
 		}
 	}
 	return checkSubscriptions("EventsAppendParams.Subscriptions", p.Subscriptions)

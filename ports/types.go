@@ -131,7 +131,8 @@ type NewEvent struct {
 	// is still free is stored as a late arrival: perspectives whose cursor is
 	// past it are flagged RewindRequired.
 	Version int64
-	// Data is the JSON payload. Required (use "{}" for an empty payload).
+	// Data is the JSON payload. Required (use "{}" for an empty payload);
+	// JSON null is refused.
 	Data []byte
 	// Metadata is stored with the event.
 	Metadata Metadata

@@ -77,3 +77,54 @@ func TestUnknownTypesAreDeadLettered(t *testing.T) {
 		require.Equal(t, 1, d.Attempts, "attempts equal the applies that ran")
 	}
 }
+
+// nullPayloads is an EventFetcher that hands out the payload of the events
+// at version nullAt as JSON null, as a row stored before appends refused
+// such payloads, or by another writer, would read.
+type nullPayloads struct {
+	ports.EventFetcher
+	nullAt int64
+}
+
+func (f nullPayloads) EventsFetchPending(ctx context.Context, p *ports.EventsFetchPendingParams) (*ports.EventsFetchPendingResult, error) {
+	res, err := f.EventFetcher.EventsFetchPending(ctx, p)
+	if err != nil {
+		return res, err
+	}
+	for i := range res.Events {
+		if res.Events[i].Version == f.nullAt {
+			res.Events[i].Data = []byte(`null`)
+		}
+	}
+	return res, nil
+}
+
+// A stored event whose payload is JSON null does not decode: it is
+// dead-lettered as undecodable, never applied as a zero value, and the
+// events around it are applied.
+func TestNullPayloadIsUndecodable(t *testing.T) {
+	t.Parallel()
+
+	mem := memory.New(memory.Options{}).Backend()
+	b := mem
+	b.Fetcher = nullPayloads{EventFetcher: mem.Fetcher, nullAt: 2}
+	reg := testRegistry(t)
+	stream := uuid.New()
+	appendAdded(t, reg, mem, stream, 1, 2, 4)
+	opts := quietOptions(t)
+	opts.MaxPerspectiveEventAttempts = 1
+	deadLetters := make(chan ports.DeadLetter, 4)
+	opts.Hooks.OnDeadLettered = func(d ports.DeadLetter) { deadLetters <- d }
+	processed := reportProcessed(&opts, 10)
+	startWorker(t, b, reg, opts)
+
+	d := waitFor(t, deadLetters, "the null payload's dead letter")
+	require.Equal(t, int64(2), d.EventVersion)
+	require.Equal(t, ports.ReasonUndecodable, d.Reason)
+	require.Contains(t, d.Error, "JSON null")
+	for e := waitFor(t, processed, "the events around it"); e.LastVersion < 3; e = waitFor(t, processed, "the events around it") {
+	}
+	tot := loadTotal(t, b, stream)
+	require.Equal(t, []int64{1, 3}, tot.Seen, "never applied as a zero value")
+	require.Equal(t, 5, tot.Sum)
+}
