@@ -56,6 +56,87 @@ func runDeadLetters(t *testing.T, newBackend NewBackendFunc, admin bool) {
 			require.Equal(t, "apply failed", dl.Error, "the error the row recorded")
 			require.Equal(t, ports.ReasonTimedOut, dl.Reason)
 		},
+		"FencedToHolder": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 2)
+			b := f.tb.instance(t)
+			b.heartbeat(t, at(time.Second))
+
+			_, err := b.tryMove(t, ports.DeadLetterMoveParams{WorkID: f.work[0].WorkID, Reason: ports.ReasonFailed, Now: at(time.Second)})
+
+			require.ErrorIs(t, err, ports.ErrLeaseLost, "a holds the stream")
+			require.Empty(t, listDeadLetters(t, f.tb.backend, ports.DeadLettersListParams{}), "nothing recorded")
+			require.Equal(t, workIDs(f.work), workIDs(f.a.fetch(t, at(2*time.Second), f.stream).Work), "the rows are still a's")
+		},
+		"FencedAfterTakeover": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a, b := tb.pair(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 2)
+			a.heartbeat(t, at(0))
+			work := a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: 40 * time.Second, Now: at(0)}).Work
+			require.Len(t, work, 2)
+			b.heartbeat(t, at(20*time.Second))
+			require.Equal(t, []int{1, 1}, attemptsOf(b.fetch(t, at(45*time.Second), stream).Work), "b took the stream of dead a")
+
+			_, err := a.tryMove(t, ports.DeadLetterMoveParams{WorkID: work[0].WorkID, Reason: ports.ReasonMaxAttemptsExceeded, Now: at(46 * time.Second)})
+
+			require.ErrorIs(t, err, ports.ErrLeaseLost, "b may have applied the row already")
+			require.Empty(t, listDeadLetters(t, tb.backend, ports.DeadLettersListParams{}), "nothing recorded")
+			res := b.fetch(t, at(47*time.Second), stream)
+			require.Equal(t, workIDs(work), workIDs(res.Work), "the rows are still b's")
+			require.Equal(t, []int{1, 1}, attemptsOf(res.Work), "a's move counts nothing")
+		},
+		"FencedAfterExpiredLeaseTaken": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a, b := tb.pair(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 1)
+			a.heartbeat(t, at(0))
+			b.heartbeat(t, at(0))
+			work := a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: 10 * time.Second, Now: at(0)}).Work
+			require.Len(t, work, 1)
+			a.heartbeat(t, at(15*time.Second))
+			b.heartbeat(t, at(15*time.Second))
+			require.Equal(t, workIDs(work), workIDs(b.fetch(t, at(20*time.Second), stream).Work), "b took the expired lease of live a")
+
+			_, err := a.tryMove(t, ports.DeadLetterMoveParams{WorkID: work[0].WorkID, Reason: ports.ReasonTimedOut, Now: at(21 * time.Second)})
+
+			require.ErrorIs(t, err, ports.ErrLeaseLost)
+			require.Empty(t, listDeadLetters(t, tb.backend, ports.DeadLettersListParams{}), "nothing recorded")
+			require.Equal(t, workIDs(work), workIDs(b.fetch(t, at(22*time.Second), stream).Work), "the row is still b's")
+		},
+		"FencedAfterRelease": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 1)
+			require.NoError(t, f.a.b.Claimer.InstanceDeregister(t.Context(), &ports.InstanceDeregisterParams{InstanceID: f.a.id}))
+
+			_, err := f.a.tryMove(t, ports.DeadLetterMoveParams{WorkID: f.work[0].WorkID, Reason: ports.ReasonFailed, Now: at(time.Second)})
+
+			require.ErrorIs(t, err, ports.ErrLeaseLost, "a released the stream")
+			require.Empty(t, listDeadLetters(t, f.tb.backend, ports.DeadLettersListParams{}), "nothing recorded")
+			b := f.tb.instance(t)
+			b.heartbeat(t, at(2*time.Second))
+			require.Equal(t, workIDs(f.work), workIDs(b.fetch(t, at(2*time.Second), f.stream).Work), "the row is still pending")
+		},
+		"MovesUnderOwnExpiredLease": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			appendN(t, tb.backend, stream, at(0), eventType, 2)
+			a.heartbeat(t, at(0))
+			work := a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: 10 * time.Second, Now: at(0)}).Work
+			require.Len(t, work, 2)
+
+			dl, moved := a.moveWith(t, ports.DeadLetterMoveParams{WorkID: work[0].WorkID, Reason: ports.ReasonFailed, Now: at(time.Minute)})
+
+			require.True(t, moved, "a's lease expired and a is no longer live, but nobody took the stream")
+			require.Equal(t, work[0].WorkID, dl.WorkID)
+			require.Equal(t, a.id, dl.InstanceID)
+			a.heartbeat(t, at(2*time.Minute))
+			require.Equal(t, []int64{2}, versionsOf(a.fetch(t, at(2*time.Minute), stream).Work))
+		},
 		"IdempotentWhenRowGone": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 1)
 			_, moved := f.a.deadLetter(t, at(time.Second), f.work[0].WorkID)
@@ -105,8 +186,7 @@ func runDeadLetters(t *testing.T, newBackend NewBackendFunc, admin bool) {
 			requeue(t, f.tb.backend, first.ID, gen2, at(2*time.Second))
 			b := f.tb.instance(t)
 			b.heartbeat(t, at(3*time.Second))
-			f.a.heartbeat(t, at(3*time.Second))
-			require.Len(t, f.a.fetch(t, at(3*time.Second), f.stream).Work, 1)
+			require.Len(t, b.fetch(t, at(3*time.Second), f.stream).Work, 1, "b takes the stream, released when its last row was moved")
 
 			again, moved := b.moveWith(t, ports.DeadLetterMoveParams{
 				WorkID: first.WorkID, Generation: gen2, Reason: ports.ReasonUndecodable, Error: "again", Attempts: 2, Now: at(4 * time.Second),
@@ -701,6 +781,14 @@ func (in *instance) moveWith(t *testing.T, p ports.DeadLetterMoveParams) (ports.
 	res, err := in.b.DeadLetters.DeadLetterMove(t.Context(), &p)
 	require.NoError(t, err)
 	return res.DeadLetter, res.Moved
+}
+
+// tryMove moves p.WorkID to dead letters on behalf of in, which p need not
+// name, and returns the result and the error.
+func (in *instance) tryMove(t *testing.T, p ports.DeadLetterMoveParams) (*ports.DeadLetterMoveResult, error) {
+	t.Helper()
+	p.InstanceID = in.id
+	return in.b.DeadLetters.DeadLetterMove(t.Context(), &p)
 }
 
 // listDeadLetters lists dead letters filtered by p.

@@ -18,6 +18,11 @@ import (
 // row that the engine gives up on again turns its dead letter back to
 // DeadLetterDead, with the new cause and generation, so "failed again on
 // generation G" reads Generation == RequeueGeneration.
+//
+// Moving a row is the engine's decision, fenced like its completions and
+// failures; an operator acts on dead letters only (Admin requeues and
+// ignores them), which takes no lease: a requeue stores a row as an append
+// does.
 type DeadLetterStore interface {
 	// DeadLetterMove atomically deletes a pending work row and records it as
 	// a dead letter with status DeadLetterDead. When the row was stored by
@@ -27,7 +32,15 @@ type DeadLetterStore interface {
 	// an empty Error keeps the error the row recorded. It reports Moved
 	// false, with no error, when the row is already gone (idempotent under
 	// retry). A stream left with no pending rows is released (see
-	// WorkClaimer), whoever holds it.
+	// WorkClaimer).
+	//
+	// The move is fenced to the holder of the stream's lease, live or
+	// expired, as completions and failures are (see WorkClaimer): when the
+	// row is pending in a stream whose lease params.InstanceID does not hold
+	// (another instance took it, or it was released), it returns
+	// ErrLeaseLost and changes nothing. An instance that lost a stream
+	// cannot dead-letter a row that the new holder may have applied and
+	// saved already.
 	DeadLetterMove(ctx context.Context, params *DeadLetterMoveParams) (*DeadLetterMoveResult, error)
 	// DeadLettersList returns dead letters filtered by the non-zero fields
 	// of params, ordered by the time they were last dead-lettered, then by
@@ -47,7 +60,8 @@ type DeadLetterStore interface {
 // DeadLetterMoveParams are the inputs of DeadLetterMove.
 type DeadLetterMoveParams struct {
 	WorkID uuid.UUID
-	// InstanceID is the instance that gave up on the row.
+	// InstanceID is the instance that gave up on the row; it must hold the
+	// lease of the row's stream.
 	InstanceID uuid.UUID
 	// Generation is that instance's deploy generation ("" for none).
 	Generation string

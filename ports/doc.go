@@ -104,11 +104,11 @@
 // Adapters translate their drivers' errors into the sentinels of this
 // package at their edge, wrapping the original for detail: ErrNotFound,
 // ErrVersionConflict, ErrInvalidArgument, ErrClosed, ErrInstanceNotAlive,
-// and ErrTransient for the failures of the infrastructure that may pass
-// (connections, timeouts, serialization failures, restarts). The engine
-// never charges an error of a port to an event: only an apply or decode
-// error, or a model the backend refuses as invalid, costs an event an
-// attempt.
+// ErrLeaseLost, and ErrTransient for the failures of the infrastructure
+// that may pass (connections, timeouts, serialization failures, restarts).
+// The engine never charges an error of a port to an event: only an apply or
+// decode error, or a model the backend refuses as invalid, costs an event
+// an attempt.
 //
 // # Concurrency
 //

@@ -28,6 +28,12 @@ var (
 	ErrInvalidArgument = errors.New("invalid argument")
 	// ErrClosed reports that the backend (or a listener) was closed.
 	ErrClosed = errors.New("closed")
+	// ErrLeaseLost reports that a write fenced to the holder of a stream's
+	// lease was refused, and changed nothing, because the caller no longer
+	// holds it: another instance took the stream, or it was released (see
+	// WorkClaimer). The caller leaves the stream to its holder; it is not an
+	// infrastructure failure, and never retried as one.
+	ErrLeaseLost = errors.New("stream lease lost")
 	// ErrTransient reports an infrastructure failure that may not happen
 	// again: a lost, refused or reset connection, a timeout, a serialization
 	// failure or deadlock, a server shutting down or starting up. The call
