@@ -3,6 +3,7 @@ package memory
 import (
 	"cmp"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -407,10 +408,25 @@ func (tw *twin) deadLetter() string {
 		return "dead letter (nothing pending)"
 	}
 	k := keys[tw.pick(len(keys))]
-	for _, s := range tw.stores() {
-		res, err := s.DeadLetterMove(tw.t.Context(), &ports.DeadLetterMoveParams{WorkID: s.workIDs([]rowKey{k})[0], InstanceID: tw.instance(), Now: tw.now})
-		require.NoError(tw.t, err)
-		require.True(tw.t, res.Moved)
+	// Mostly the holder's move; now and then another instance's, which
+	// the fence refuses unless that instance holds the stream.
+	instance := tw.instance()
+	if holder := tw.fast.streams[k.stream].holder; holder != uuid.Nil && tw.pick(4) != 0 {
+		instance = holder
+	}
+	results := tw.both(func(s *Store) (any, error) {
+		res, err := s.DeadLetterMove(tw.t.Context(), &ports.DeadLetterMoveParams{WorkID: s.workIDs([]rowKey{k})[0], InstanceID: instance, Now: tw.now})
+		if errors.Is(err, ports.ErrLeaseLost) {
+			return false, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		return res.Moved, nil
+	})
+	require.Equal(tw.t, results[0], results[1], "dead letter")
+	if moved, _ := results[0].(bool); !moved {
+		return "dead letter (refused: not the holder)"
 	}
 	return "dead letter"
 }

@@ -13,13 +13,16 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
-// DeadLetterMove implements ports.DeadLetterStore. The row need not be held
-// by params.InstanceID, which is recorded as the instance that dead-lettered
-// it. Removing the row unblocks later rows of its (stream, perspective); a
-// stream left without pending rows is released. A row stored by
-// DeadLetterRequeue updates its dead letter, which keeps its id, its requeue
-// count and the time and generation of its last requeue. A row already gone,
-// or kept as processed by debug mode, yields Moved false.
+// DeadLetterMove implements ports.DeadLetterStore. The stream of the row
+// must be held by params.InstanceID, whether or not its lease expired since
+// (nobody took the stream), as for a completion; otherwise it returns
+// ports.ErrLeaseLost and changes nothing. The holder is recorded as the
+// instance that dead-lettered the row. Removing the row unblocks later rows
+// of its (stream, perspective); a stream left without pending rows is
+// released. A row stored by DeadLetterRequeue updates its dead letter, which
+// keeps its id, its requeue count and the time and generation of its last
+// requeue. A row already gone, or kept as processed by debug mode, yields
+// Moved false.
 func (s *Store) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMoveParams) (*ports.DeadLetterMoveResult, error) {
 	if err := s.lock(ctx); err != nil {
 		return nil, err
@@ -29,6 +32,11 @@ func (s *Store) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMove
 	r := s.work.get(params.WorkID)
 	if r == nil {
 		return &ports.DeadLetterMoveResult{}, nil
+	}
+	st := s.streams[r.streamID]
+	if params.InstanceID == uuid.Nil || st.holder != params.InstanceID {
+		return nil, fmt.Errorf("moving work %s to dead letters: stream %s is not leased to instance %s: %w",
+			params.WorkID, r.streamID, params.InstanceID, ports.ErrLeaseLost)
 	}
 	dl := s.deadLetters[r.deadLetterID]
 	if dl == nil {
@@ -47,7 +55,6 @@ func (s *Store) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMove
 		s.deadLetters[id] = dl
 	}
 	now := s.now(params.Now)
-	st := s.streams[r.streamID]
 	s.removeRow(st, r)
 	s.releaseIfDrained(st)
 	s.touch(st, now)

@@ -29,9 +29,13 @@ const sqlDeadLetterColumns = `id, work_id, stream_id, perspective, event_id, eve
 // (empty: the row's), $7 attempts (when larger than the row's), $8
 // generation. No row (already moved, completed, or kept as processed by
 // debug mode) records nothing. The stream's row in vantage_active_streams
-// is locked first (stream rows before work rows, as everywhere), and
-// DeadLetterMove releases the stream afterwards when that was its last
-// pending row.
+// is locked first (stream rows before work rows, as everywhere), and only
+// when its lease names the caller, live or expired (the fence, as in
+// sqlFenced): a stream the caller lost moves nothing either, and
+// DeadLetterMove tells the two apart with sqlDeadLetterRefused. The lock
+// (FOR KEY SHARE) keeps a claim, fetch or abandonment from taking the
+// stream before the move commits: a change of holder is a key update. It
+// releases the stream afterwards when that was its last pending row.
 //
 // A row that DeadLetterRequeue stored names its dead letter, which is
 // updated instead of a new one recorded (the conflict on its id): dead
@@ -46,11 +50,12 @@ stream AS MATERIALIZED (
     SELECT a.stream_id
     FROM /* SCHEMA */.vantage_active_streams a
     WHERE a.stream_id = (SELECT w.stream_id FROM /* SCHEMA */.vantage_work w WHERE w.work_id = $3 AND w.processed_at IS NULL)
+      AND coalesce(a.instance_id = $4::uuid, false)
     FOR KEY SHARE
 ),
 moved AS (
     DELETE FROM /* SCHEMA */.vantage_work
-    WHERE work_id = $3 AND processed_at IS NULL AND (SELECT count(*) FROM stream) >= 0
+    WHERE work_id = $3 AND processed_at IS NULL AND EXISTS (SELECT 1 FROM stream)
     RETURNING work_id, stream_id, perspective, event_id, event_version, attempts, error, dead_letter_id
 )
 INSERT INTO /* SCHEMA */.vantage_dead_letters AS d
@@ -69,12 +74,24 @@ SET attempts = excluded.attempts,
     resolved_at = NULL
 RETURNING ` + sqlDeadLetterColumns
 
+// sqlDeadLetterRefused tells why sqlDeadLetterMove moved nothing: true when
+// the row $1 is pending in a stream whose lease the caller $2 does not hold
+// (the fence refused the move), false when the row is gone.
+const sqlDeadLetterRefused = `SELECT EXISTS (
+    SELECT 1
+    FROM /* SCHEMA */.vantage_work w
+    LEFT JOIN /* SCHEMA */.vantage_active_streams a ON a.stream_id = w.stream_id
+    WHERE w.work_id = $1 AND w.processed_at IS NULL AND NOT coalesce(a.instance_id = $2::uuid, false))`
+
 // DeadLetterMove implements ports.DeadLetterStore in one statement, then
-// releases the stream when it has no pending row left (sqlReleaseDrained,
-// whoever holds it). The row need not be held by params.InstanceID, which
-// is recorded as the instance that dead-lettered it. Removing the row
-// unblocks later rows of its (stream, perspective). A row already gone
-// yields Moved false.
+// releases the stream when it has no pending row left (sqlReleaseDrained).
+// The stream must be held by params.InstanceID, live or expired, which is
+// recorded as the instance that dead-lettered the row; otherwise it
+// returns ports.ErrLeaseLost and changes nothing. Removing the row unblocks
+// later rows of its (stream, perspective). A row already gone yields Moved
+// false. Only a move that moved nothing costs a second statement, which
+// tells a refusal from a row gone (the row is looked at again: one gone
+// meanwhile is gone).
 func (s *Store) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMoveParams) (*ports.DeadLetterMoveResult, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
@@ -89,10 +106,18 @@ func (s *Store) DeadLetterMove(ctx context.Context, params *ports.DeadLetterMove
 		return nil, fmt.Errorf("moving work %s to dead letters: %w", params.WorkID, err)
 	}
 	if len(dls) == 0 {
+		var refused bool
+		if err := s.pool.QueryRow(ctx, s.sql(sqlDeadLetterRefused), params.WorkID, uuidArg(params.InstanceID)).Scan(&refused); err != nil {
+			return nil, fmt.Errorf("moving work %s to dead letters: %w", params.WorkID, translate(err))
+		}
+		if refused {
+			return nil, fmt.Errorf("moving work %s to dead letters: its stream is not leased to instance %s: %w",
+				params.WorkID, params.InstanceID, ports.ErrLeaseLost)
+		}
 		return &ports.DeadLetterMoveResult{}, nil
 	}
 	streams := []pgtype.UUID{uuidElem(dls[0].StreamID)}
-	if _, err := s.pool.Exec(ctx, s.sql(sqlReleaseDrained), streams, nil, s.appendLockClass()); err != nil {
+	if _, err := s.pool.Exec(ctx, s.sql(sqlReleaseDrained), streams, uuidArg(params.InstanceID), s.appendLockClass()); err != nil {
 		return nil, fmt.Errorf("moving work %s to dead letters: releasing its stream: %w", params.WorkID, translate(err))
 	}
 	return &ports.DeadLetterMoveResult{DeadLetter: dls[0], Moved: true}, nil

@@ -49,6 +49,7 @@ var Queries = map[string]string{
 	"ModelLoadMany":      sqlModelLoadMany,
 	"ModelSave":          sqlModelSave,
 	"DeadLetterMove":     sqlDeadLetterMove,
+	"DeadLetterRefused":  sqlDeadLetterRefused,
 	"DeadLettersList":    sqlDeadLettersList,
 	"DeadLettersNewest":  sqlDeadLettersListNewest,
 	"DeadLetterRequeue":  sqlDeadLetterRequeue,

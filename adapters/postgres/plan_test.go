@@ -104,6 +104,7 @@ ANALYZE `+s+`.vantage_events; ANALYZE `+s+`.vantage_work; ANALYZE `+s+`.vantage_
 		"ModelLoadMany":      {streams, names},
 		"ModelSave":          {streams[0], nil, "a", "{}", ids[0], int64(1), int64(0), int64(0), int64(0)},
 		"DeadLetterMove":     {id, nil, ids[0], id, "reason", "error", 3, "g1"},
+		"DeadLetterRefused":  {ids[0], id},
 		"DeadLettersList":    {"a", streams[0], nil, "dead", nil, times[0], id},
 		"DeadLettersNewest":  {"a", streams[0], 10, "", times[0], times[0], id},
 		"DeadLetterRequeue":  {id, nil, channel, "g2", "lock"},
