@@ -42,6 +42,11 @@ const (
 	failureDeadLettered
 	// failureInfra: moving it to dead letters failed; the pair retries.
 	failureInfra
+	// failureLeaseLost: the move was refused because another instance
+	// took the stream (or it was released): that instance applies the
+	// pair now, and may have applied the event already. Nothing was
+	// charged; the pair's run stops and leaves the stream to its holder.
+	failureLeaseLost
 )
 
 // eventFailed decides what a failed apply of row costs: one attempt, and
@@ -65,13 +70,30 @@ func (fl *failures) eventFailed(ctx context.Context, k pairKey, row ports.WorkIt
 		Now:        fl.paramNow(),
 	})
 	if err != nil {
-		fl.parking.infraFailed(ctx, k, "moving work to dead letters", err)
+		if fl.moveFailed(ctx, k, "moving work to dead letters", err) {
+			return failureLeaseLost
+		}
 		return failureInfra
 	}
 	if res.Moved {
 		fl.deadLettered(ctx, res.DeadLetter)
 	}
 	return failureDeadLettered
+}
+
+// moveFailed handles a move to dead letters of the pair k that returned
+// err: an infrastructure error is retried after a backoff (op names the
+// call); a refusal because the stream is another instance's now
+// (ports.ErrLeaseLost) costs nothing and is only noted. It reports true for
+// the refusal.
+func (fl *failures) moveFailed(ctx context.Context, k pairKey, op string, err error) bool {
+	if !errors.Is(err, ports.ErrLeaseLost) {
+		fl.parking.infraFailed(ctx, k, op, err)
+		return false
+	}
+	fl.log.InfoContext(ctx, "stream taken by another instance; leaving its pair to it",
+		append(pairAttrs(k.stream, k.perspective), slog.Any("error", err))...)
+	return true
 }
 
 // deadLettered logs and announces a dead letter.
@@ -144,7 +166,8 @@ func (fl *failures) failed(ctx context.Context, k pairKey, f ports.Failure, vers
 // from dead instances: a failure that uses up the last attempt
 // dead-letters its row at once) to dead letters before paying for decoding
 // and applying, and returns the others. An error of the backend is
-// returned: the pair retries.
+// returned (see moveFailed): the pair retries, or, when the stream is
+// another instance's now, leaves it to that instance.
 func (fl *failures) deadLetterExhausted(ctx context.Context, rows []ports.WorkItem) ([]ports.WorkItem, error) {
 	limit := fl.opts.MaxPerspectiveEventAttempts
 	if limit == Unlimited || !slices.ContainsFunc(rows, func(r ports.WorkItem) bool { return r.Attempts >= limit }) {
@@ -169,7 +192,8 @@ func (fl *failures) deadLetterLate(ctx context.Context, rows []ports.WorkItem, p
 
 // deadLetterRows moves the rows that match selects to dead letters, with
 // the reason and error it gives, and returns the other rows. An error of
-// the backend is returned: the pair retries.
+// the backend is returned at the first row it refuses, ports.ErrLeaseLost
+// included (see moveFailed).
 func (fl *failures) deadLetterRows(ctx context.Context, rows []ports.WorkItem, match func(ports.WorkItem) (reason, cause string, ok bool)) ([]ports.WorkItem, error) {
 	keep := rows[:0:0]
 	for _, r := range rows {

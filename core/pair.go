@@ -69,7 +69,7 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 	}
 	if late {
 		if rows, err = dr.fail.deadLetterLate(ctx, rows, position); err != nil {
-			dr.parking.infraFailed(ctx, key, "moving late work to dead letters", err)
+			dr.fail.moveFailed(ctx, key, "moving late work to dead letters", err)
 			return pairOutcome{}, nil
 		}
 		if len(rows) == 0 {
@@ -116,12 +116,13 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 // toApply returns the rows of a pair to apply now. Rows applied by an
 // earlier batch whose completion is not acknowledged yet come back on every
 // fetch: they are skipped. Rows whose attempts are used up go to dead
-// letters; when that move fails, the pair is retried and nothing is applied.
+// letters; when that move fails, nothing is applied: the pair is retried,
+// or left to the instance that took its stream.
 func (dr *drainer) toApply(ctx context.Context, key pairKey, rows []ports.WorkItem) []ports.WorkItem {
 	fresh, _ := dr.notApplied(ctx, key, rows)
 	rows, err := dr.fail.deadLetterExhausted(ctx, fresh)
 	if err != nil {
-		dr.parking.infraFailed(ctx, key, "moving work to dead letters", err)
+		dr.fail.moveFailed(ctx, key, "moving work to dead letters", err)
 		return nil
 	}
 	return rows
@@ -484,7 +485,8 @@ func (r *pairRun) announceSaved(lastVersion int64) {
 // what was applied before it. It reports true when the row was
 // dead-lettered and the run goes on with the next row; false when the run
 // must stop (the failure is reported and the pair held back until its
-// retry, or an infrastructure error is being retried).
+// retry, an infrastructure error is being retried, or the stream is
+// another instance's now).
 func (r *pairRun) failAt(ctx context.Context, i int, cause error) bool {
 	if len(r.unsaved) > 0 && !r.save(ctx) {
 		return false // the save's own failure is recorded
@@ -492,7 +494,7 @@ func (r *pairRun) failAt(ctx context.Context, i int, cause error) bool {
 	switch r.dr.fail.eventFailed(ctx, r.key, r.rows[i], cause) {
 	case failureDeadLettered:
 		return true
-	case failureInfra:
+	case failureInfra, failureLeaseLost:
 		r.stop(ctx)
 		return false
 	}

@@ -290,13 +290,14 @@ func (rw *rewinder) rewindPair(ctx context.Context, p perspective, key pairKey, 
 // pending row when it has one (the failure may dead-letter it), else to a
 // row the backend stores for it (it was applied and completed long ago).
 // It reports true when the event was dead-lettered, so a replay without it
-// may go on at once.
+// may go on at once; false too when the stream is another instance's now
+// (nothing is charged: that instance rewinds the pair).
 func (rw *rewinder) replayFailed(ctx context.Context, key pairKey, rows []ports.WorkItem, eventID uuid.UUID, version int64, cause error) bool {
 	if i := slices.IndexFunc(rows, func(r ports.WorkItem) bool { return r.EventID == eventID }); i >= 0 {
 		switch rw.fail.eventFailed(ctx, key, rows[i], cause) {
 		case failureDeadLettered:
 			return true
-		case failureInfra:
+		case failureInfra, failureLeaseLost:
 			return false
 		}
 		rw.fail.reportFailure(ctx, key, rows[i], nil, uuid.Nil, 0, cause)

@@ -102,8 +102,8 @@ func (rw *rewinder) repairRewind(ctx context.Context, key pairKey) bool {
 	}
 	rows, err = rw.fail.deadLetterExhausted(ctx, rows)
 	if err != nil {
-		rw.parking.infraFailed(ctx, key, "moving work to dead letters", err)
-		return true
+		// Held elsewhere now when the move was refused: left to its holder.
+		return !rw.fail.moveFailed(ctx, key, "moving work to dead letters", err)
 	}
 	fresh, _ := rw.rewindPair(ctx, p, key, rows, c, true, nil)
 	rw.life.afterBatch(ctx, fresh, nil)
