@@ -139,3 +139,181 @@ func TestStageClaimFailuresAreRetried(t *testing.T) {
 	require.Equal(t, int64(1), post.Load(), "PostPerspective ran once")
 	require.Equal(t, 5, loadTotal(t, b, stream).Sum)
 }
+
+// heldCompletions holds the first completion of stream in the backend
+// until release is closed, after closing entered.
+type heldCompletions struct {
+	ports.CursorStore
+	stream  uuid.UUID
+	once    sync.Once
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h *heldCompletions) WorkComplete(ctx context.Context, p *ports.WorkCompleteParams) (*ports.WorkCompleteResult, error) {
+	for _, c := range p.Completions {
+		if c.StreamID != h.stream {
+			continue
+		}
+		first := false
+		h.once.Do(func() { first = true })
+		if first {
+			close(h.entered)
+			select {
+			case <-h.release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		break
+	}
+	return h.CursorStore.WorkComplete(ctx, p)
+}
+
+// A graceful Stop runs the terminal stages that the startup scan's repair
+// of an interrupted rewind queued, even when Stop begins while they wait
+// for the repair's completion to be acknowledged: the late event's
+// PostAllPerspectives and PostLifecycle fire before Stop returns.
+func TestStopRunsStagesTheStartupRepairQueued(t *testing.T) {
+	t.Parallel()
+
+	b := memory.New(memory.Options{}).Backend()
+	reg := testRegistry(t)
+	var mu sync.Mutex
+	fired := map[core.Stage][]int64{}
+	for _, stage := range []core.Stage{core.PostAllPerspectives, core.PostLifecycle} {
+		require.NoError(t, core.AddReceptor(reg, stage, core.Inline, func(_ context.Context, _ added, info core.StageInfo) error {
+			mu.Lock()
+			defer mu.Unlock()
+			fired[info.Stage] = append(fired[info.Stage], info.Event.Version)
+			return nil
+		}))
+	}
+	stream, late := interruptedRewind(t, b, reg)
+
+	held := &heldCompletions{CursorStore: b.Cursors, stream: stream, entered: make(chan struct{}), release: make(chan struct{})}
+	b2 := b
+	b2.Cursors = held
+	scanned := make(chan struct{})
+	opts2 := rewindOptions(t)
+	opts2.ClaimsDisabled = true // only the startup scan takes up the pair
+	opts2.Hooks.OnStartupScanComplete = func() { close(scanned) }
+	second := startWorker(t, b2, reg, opts2)
+	waitFor(t, held.entered, "the repair's completion to reach the backend")
+
+	stopped := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), waitTimeout)
+		defer cancel()
+		stopped <- second.Stop(ctx)
+	}()
+	// The scan ends once Stop cancelled it; only then is the completion
+	// acknowledged.
+	waitFor(t, scanned, "the startup scan to end at Stop")
+	close(held.release)
+	require.NoError(t, waitFor(t, stopped, "Stop"))
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Contains(t, fired[core.PostAllPerspectives], late.Version, "the late event's PostAllPerspectives fired before Stop returned")
+	require.Contains(t, fired[core.PostLifecycle], late.Version, "the late event's PostLifecycle fired before Stop returned")
+}
+
+// interruptedRewind applies versions 1 and 3 of a new stream on a worker
+// that then stops, and appends version 2, late, as if a crash had left its
+// rewind undone. It returns the stream and the late event.
+func interruptedRewind(t *testing.T, b ports.Backend, reg *core.Registry) (uuid.UUID, ports.Event) {
+	t.Helper()
+	stream := uuid.New()
+	opts := rewindOptions(t)
+	processed := reportProcessed(&opts, 100)
+	first := startWorker(t, b, reg, opts)
+	appendAt(t, reg, b, stream, 1, 3)
+	waitForVersion(t, processed, 3)
+	require.NoError(t, first.Stop(t.Context()))
+	late := appendAt(t, reg, b, stream, 2)[0]
+	require.True(t, cursorOf(t, b, stream).Status.Has(ports.CursorRewindRequired))
+	return stream, late
+}
+
+// heldClaims holds the first claim of stage in the backend until release
+// is closed, after closing entered.
+type heldClaims struct {
+	ports.LifecycleStore
+	stage   ports.LifecycleStage
+	once    sync.Once
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h *heldClaims) LifecycleClaim(ctx context.Context, p *ports.LifecycleClaimParams) ([]uuid.UUID, error) {
+	first := false
+	if p.Stage == h.stage {
+		h.once.Do(func() { first = true })
+	}
+	if first {
+		close(h.entered)
+		select {
+		case <-h.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return h.LifecycleStore.LifecycleClaim(ctx, p)
+}
+
+// listenWatcher closes ended once the context its listener listens under
+// ends: Stop ends it first, with every loop of the worker.
+type listenWatcher struct {
+	ports.Notifier
+	once  sync.Once
+	ended chan struct{}
+}
+
+func (n *listenWatcher) NotifierListen(ctx context.Context, p *ports.NotifierListenParams) (<-chan ports.Wake, error) {
+	context.AfterFunc(ctx, func() { n.once.Do(func() { close(n.ended) }) })
+	return n.Notifier.NotifierListen(ctx, p)
+}
+
+// A graceful Stop lets the PostPerspective stage of the events the startup
+// scan's repair saved run to its end, even when Stop begins while the
+// stage is being claimed: those events' rows complete, and nothing else
+// would run the stage.
+func TestStopRunsPostPerspectiveOfTheStartupRepair(t *testing.T) {
+	t.Parallel()
+
+	b := memory.New(memory.Options{}).Backend()
+	reg := testRegistry(t)
+	var mu sync.Mutex
+	var fired []int64
+	require.NoError(t, core.AddReceptor(reg, core.PostPerspective, core.Inline, func(_ context.Context, _ added, info core.StageInfo) error {
+		mu.Lock()
+		defer mu.Unlock()
+		fired = append(fired, info.Event.Version)
+		return nil
+	}))
+	_, late := interruptedRewind(t, b, reg)
+
+	held := &heldClaims{LifecycleStore: b.Lifecycle, stage: ports.StagePostPerspective, entered: make(chan struct{}), release: make(chan struct{})}
+	watcher := &listenWatcher{Notifier: b.Notifier, ended: make(chan struct{})}
+	b2 := b
+	b2.Lifecycle, b2.Notifier = held, watcher
+	opts := rewindOptions(t)
+	opts.ClaimsDisabled = true // only the startup scan takes up the pair
+	second := startWorker(t, b2, reg, opts)
+	waitFor(t, held.entered, "the repair's PostPerspective claim")
+
+	stopped := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), waitTimeout)
+		defer cancel()
+		stopped <- second.Stop(ctx)
+	}()
+	waitFor(t, watcher.ended, "Stop to end the worker's loops")
+	close(held.release)
+	require.NoError(t, waitFor(t, stopped, "Stop"))
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Contains(t, fired, late.Version, "the late event's PostPerspective fired before Stop returned")
+}
