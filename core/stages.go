@@ -43,6 +43,11 @@ type lifecycle struct {
 
 	taskMu   sync.Mutex
 	lastTask chan struct{} // closed when the latest batch task finished
+	// work is the lifetime of the stages once queued (see taskContext):
+	// the Worker's work context, which Stop ends only once it waited for
+	// lifecycle work, or when its deadline passed. Nil until start. It
+	// carries no values: a stage keeps those of its caller's context.
+	work context.Context //nolint:containedctx // a lifetime, set by start, read by every stage queued after
 }
 
 // stageKey names one durable stage of one event (of one perspective, for
@@ -57,6 +62,38 @@ func newLifecycle(e *engine, c *completer, scopes *scopeCache) *lifecycle {
 	done := make(chan struct{})
 	close(done)
 	return &lifecycle{engine: e, completer: c, scopes: scopes, memGuard: map[stageKey]struct{}{}, running: map[stageKey]struct{}{}, streams: newGates(), lastTask: done}
+}
+
+// start sets work, the context whose end, and only that, ends the stages
+// queued from then on, whatever their callers' contexts (see
+// taskContext). Stages queued before start run under their caller's
+// context.
+func (l *lifecycle) start(work context.Context) {
+	l.taskMu.Lock()
+	defer l.taskMu.Unlock()
+	l.work = work
+}
+
+// taskContext returns the context a stage queued under ctx runs under:
+// ctx's values (its trace, say) without its cancellation, ended with the
+// lifecycle's work context instead. A stage once queued (its events saved,
+// or their completions reported) must not be dropped because its caller's
+// context ended: Stop ends the loops' context, the startup scan's among
+// them, before it waits for lifecycle work, and nothing else would run
+// the stage in this process. The returned cancel releases the context.
+func (l *lifecycle) taskContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	l.taskMu.Lock()
+	work := l.work
+	l.taskMu.Unlock()
+	if work == nil {
+		return context.WithCancel(ctx)
+	}
+	tctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(work, func() { cancel(context.Cause(work)) })
+	return tctx, func() {
+		stop()
+		cancel(nil)
+	}
 }
 
 // memGuardLimit bounds the in-process guard; the oldest half is dropped when
@@ -347,10 +384,15 @@ func (l *lifecycle) prePerspective(ctx context.Context, events []ports.Event) er
 }
 
 // postPerspective runs PostPerspective for events a perspective saved, or
-// found saved (a re-delivery: the stage a crash interrupted runs again).
+// found saved (a re-delivery: the stage a crash interrupted runs again),
+// until it is done or the lifecycle's work ends, whatever becomes of ctx
+// (see taskContext): the events' rows complete, and nothing would run it
+// again.
 func (l *lifecycle) postPerspective(ctx context.Context, perspective string, events []ports.Event) {
-	if l.reg.hasReceptors(PostPerspective) {
-		l.runRetried(ctx, PostPerspective, perspective, events)
+	if l.reg.hasReceptors(PostPerspective) && len(events) > 0 {
+		tctx, cancel := l.taskContext(ctx)
+		defer cancel()
+		l.runRetried(tctx, PostPerspective, perspective, events)
 	}
 }
 
@@ -358,7 +400,9 @@ func (l *lifecycle) postPerspective(ctx context.Context, perspective string, eve
 // ordered after the previous batch's task, and calls then when the task is
 // done (at once when there is none). The task starts once the completions
 // reported so far are acknowledged: an event is applied for the terminal
-// stages once its work rows are gone, not merely saved.
+// stages once its work rows are gone, not merely saved. It runs until it
+// is done or the lifecycle's work ends, whatever becomes of ctx (see
+// taskContext), so Stop's wait for lifecycle work waits for it.
 func (l *lifecycle) afterBatch(ctx context.Context, events []ports.Event, then func()) {
 	if len(events) == 0 || !l.reg.hasReceptors(PostAllPerspectives, PostLifecycle) {
 		if then != nil {
@@ -366,7 +410,8 @@ func (l *lifecycle) afterBatch(ctx context.Context, events []ports.Event, then f
 		}
 		return
 	}
-	l.completer.flushPending(ctx)
+	tctx, cancel := l.taskContext(ctx)
+	l.completer.flushPending(tctx)
 	settled := make(chan struct{})
 	l.completer.afterSettled(func() { close(settled) })
 	l.taskMu.Lock()
@@ -376,6 +421,7 @@ func (l *lifecycle) afterBatch(ctx context.Context, events []ports.Event, then f
 	l.taskMu.Unlock()
 	l.tasks.Go(func() {
 		defer func() {
+			cancel()
 			close(done)
 			if then != nil {
 				then()
@@ -384,11 +430,11 @@ func (l *lifecycle) afterBatch(ctx context.Context, events []ports.Event, then f
 		for _, c := range []<-chan struct{}{prev, settled} {
 			select {
 			case <-c:
-			case <-ctx.Done():
+			case <-tctx.Done():
 				return
 			}
 		}
-		l.completeEvents(ctx, events)
+		l.completeEvents(tctx, events)
 	})
 }
 

@@ -229,6 +229,9 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	w.run.started = true
 	w.run.running.Store(true)
+	// Stages once queued run under the work context, whoever queued them:
+	// Stop waits for them after it ended the loops.
+	w.life.start(workCtx)
 	w.notes.Start(runCtx)
 	w.heart.Start(runCtx, beat)
 	if !w.opts.ClaimsDisabled {
@@ -255,11 +258,13 @@ func (w *Worker) Start(ctx context.Context) error {
 }
 
 // Stop ends the loops, lets in-flight batches finish, releases the rebuild
-// request it is carrying out (another instance resumes it), flushes every
-// buffered completion and failure, deregisters the instance (releasing its
-// leases) and waits for all goroutines. If ctx ends first, in-flight applies are cancelled
-// and Stop returns ctx.Err(); calling Stop again waits for the rest. Stop on a
-// worker that never started is a no-op.
+// request it is carrying out (another instance resumes it), runs the
+// lifecycle stages already queued (whichever part of the worker queued
+// them), flushes every buffered completion and failure, deregisters the
+// instance (releasing its leases) and waits for all goroutines. If ctx ends
+// first, in-flight applies and queued stages are cancelled and Stop returns
+// ctx.Err(); calling Stop again waits for the rest. Stop on a worker that
+// never started is a no-op.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.run.mu.Lock()
 	started := w.run.started
