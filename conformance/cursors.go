@@ -526,6 +526,7 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			res := a.fetch(t, at(61*time.Second), stream)
 			require.Equal(t, workIDs(row), workIDs(res.Work), "no second row for the event")
 			require.Equal(t, []int{1}, attemptsOf(res.Work), "a failed row, whoever held it")
+			require.Equal(t, []bool{false}, replayOf(res.Work), "the late event was never applied: its row is no replay")
 			cur := mustCursor(t, tb.backend, stream, perspective)
 			require.Equal(t, int64(3), cur.LastVersion)
 			require.True(t, cur.Status.Has(ports.CursorFailed), "status %s", cur.Status)
@@ -585,6 +586,9 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, []int64{2, 4}, versionsOf(res.Work))
 			require.Equal(t, events[1].ID, res.Work[0].EventID)
 			require.Equal(t, []int{1, 0}, attemptsOf(res.Work), "the replay failure is charged to version 2")
+			require.Equal(t, []bool{true, false}, lateOf(res.Work), "version 2 is below the cursor")
+			require.Equal(t, []bool{true, false}, replayOf(res.Work),
+				"the row stored for the failed replay says its event was applied; the appended one does not")
 			require.Equal(t, []int64{2, 4}, []int64{res.Events[0].Version, res.Events[1].Version})
 			dl, moved := b.moveWith(t, ports.DeadLetterMoveParams{WorkID: res.Work[0].WorkID, Now: at(62 * time.Second)})
 			require.True(t, moved)
@@ -608,6 +612,7 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, []int64{1, 2, 3}, versionsOf(work))
 			require.Equal(t, []int{0, 1, 0}, attemptsOf(work))
 			require.Equal(t, []bool{false, true, false}, lateOf(work), "only the failed event's row is below a flagged cursor")
+			require.Equal(t, []bool{false, false, false}, replayOf(work), "the failure was charged to the appended row, which stays as it was")
 		},
 		"MovingTheCursorPastPendingRowsMakesThemLate": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 3)

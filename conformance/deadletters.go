@@ -283,6 +283,28 @@ func runDeadLetters(t *testing.T, newBackend NewBackendFunc, admin bool) {
 
 			require.ErrorIs(t, err, ports.ErrNotFound)
 		},
+		"RequeuedReplayRowIsNoReplay": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 3)
+			f.a.complete(t, at(time.Second), f.completion(3, 1, 2, 3))
+			// A replay failed on version 2, applied long ago, and its row
+			// was given up on: the replays after it leave the event out.
+			f.a.fail(t, at(2*time.Second), ports.Failure{
+				StreamID: f.stream, Perspective: perspective,
+				FailedEventID: f.events[1].ID, FailedEventVersion: 2, Error: "replay failed", RetryAt: at(2 * time.Second),
+			})
+			work := f.a.fetch(t, at(3*time.Second), f.stream).Work
+			require.Equal(t, []bool{true}, replayOf(work))
+			dl, moved := f.a.deadLetter(t, at(4*time.Second), work[0].WorkID)
+			require.True(t, moved)
+
+			requeue(t, f.tb.backend, dl.ID, gen2, at(5*time.Second))
+
+			f.a.heartbeat(t, at(6*time.Second))
+			work = f.a.fetch(t, at(6*time.Second), f.stream).Work
+			require.Equal(t, []uuid.UUID{dl.WorkID}, workIDs(work))
+			require.Equal(t, []bool{true}, lateOf(work), "below the cursor")
+			require.Equal(t, []bool{false}, replayOf(work), "the model no longer reflects the event: applying it is new")
+		},
 		"RequeuesIgnored": func(t *testing.T) {
 			f := setupDeadLetters(t, newBackend, 1)
 			id := f.dead[0].ID

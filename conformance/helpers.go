@@ -361,6 +361,15 @@ func lateOf(items []ports.WorkItem) []bool {
 	return out
 }
 
+// replayOf returns the Replay flags of items.
+func replayOf(items []ports.WorkItem) []bool {
+	out := make([]bool, len(items))
+	for i, w := range items {
+		out[i] = w.Replay
+	}
+	return out
+}
+
 // ofPerspective returns the items of one perspective.
 func ofPerspective(items []ports.WorkItem, name string) []ports.WorkItem {
 	var out []ports.WorkItem

@@ -52,9 +52,10 @@ type CursorStore interface {
 	// (its version minus one) when it was higher (see WorkClaimer): the
 	// pair's later rows wait behind them. A FailedEventID (a replay
 	// failed on an event with no pending row of the pair) stores a pending
-	// row for that event, with one attempt, the error and RetryAt
-	// (or, when the pair has a pending row for it, adds the attempt to that
-	// row as for a failed row, whoever holds the stream), and flags the
+	// row for that event, marked Replay (see WorkItem.Replay), with one
+	// attempt, the error and RetryAt (or, when the pair has a pending row
+	// for it, adds the attempt to that row as for a failed row, whoever
+	// holds the stream, leaving its Replay as it is), and flags the
 	// cursor RewindRequired when it is past the event, keeping an earlier
 	// trigger (such a row is Late); it leaves the handed-out marks as they
 	// are. When a failure moves the cursor past pending rows, those become

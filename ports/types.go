@@ -166,6 +166,16 @@ type WorkItem struct {
 	// straggler from ever being reported. A Late row above the cursor is
 	// applied as any other. Once set it stays until the row is deleted.
 	Late bool
+	// Replay is set on a row that CursorStore.WorkFail stored for a
+	// Failure's FailedEventID: a replay of the pair (a rewind, a rebuild)
+	// failed on an event that its model had reflected already, and the row
+	// stands for that event's retry. Its event was applied before, so a
+	// replay that applies it again applies nothing new: the engine neither
+	// counts it among the new events nor runs its stages as for a first
+	// apply. It is false on every other row, a dead letter's requeued row
+	// included (the replays after the move left its event out of the
+	// model). It never changes while the row is pending.
+	Replay bool
 }
 
 // Cursor records how far a perspective has applied a stream.
@@ -231,8 +241,8 @@ type Failure struct {
 	// FailedEventID and FailedEventVersion, set by a rewind instead of
 	// FailedWorkIDs, name an event whose replay failed and that has no
 	// pending row of the pair (it was applied long ago): the backend stores
-	// one for it, so the failure is charged to the event that failed (see
-	// CursorStore.WorkFail).
+	// one for it, marked WorkItem.Replay, so the failure is charged to the
+	// event that failed (see CursorStore.WorkFail).
 	FailedEventID      uuid.UUID
 	FailedEventVersion int64
 	// Error is the failure text stored on the cursor and the failed rows.
