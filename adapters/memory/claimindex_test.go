@@ -487,7 +487,7 @@ func (tw *twin) both(call func(s *Store) (any, error)) [2]any {
 }
 
 // requireSameState fails unless both stores hold the same rows, attempts,
-// schedules, late flags, stream leases and marks.
+// schedules, late and replay flags, stream leases and marks.
 func (tw *twin) requireSameState(when string) {
 	tw.t.Helper()
 	want, got := tw.ref.snapshot(tw.streams, tw.instances), tw.fast.snapshot(tw.streams, tw.instances)
@@ -506,7 +506,7 @@ type rowState struct {
 	expiry, sched    int64 // Unix nanoseconds
 	attempts         int
 	pending, leases  int
-	late             bool
+	late, replay     bool
 }
 
 // snapshot returns the rows, leases and marks of the given streams and the
@@ -528,7 +528,7 @@ func (s *Store) snapshot(streams, instances []uuid.UUID) []rowState {
 			for _, r := range p.pending() {
 				out = append(out, rowState{
 					stream: id, perspective: p.perspective, err: r.err, version: r.version,
-					sched: r.scheduled.UnixNano(), attempts: r.attempts, late: r.late,
+					sched: r.scheduled.UnixNano(), attempts: r.attempts, late: r.late, replay: r.replay,
 				})
 			}
 		}

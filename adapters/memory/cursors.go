@@ -108,8 +108,8 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 // them drainable at once), and the pair's handed-out mark drops below them.
 // The lease stays the caller's. A FailedEventID is charged to the pair's
 // pending row of that event, whoever holds the stream, as to a failed row;
-// without one, a new pending row is stored for it, with one attempt, the
-// error and RetryAt. Either way the marks are left as they are: the event
+// without one, a new pending row is stored for it, marked as a replay's,
+// with one attempt, the error and RetryAt. Either way the marks are left as they are: the event
 // was applied long ago, and a replay's failure says nothing of the rows a
 // holder is applying.
 //
@@ -207,7 +207,8 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 // failEvent charges the failure f of an event (FailedEventID) to the pending
 // row of its pair for that event, whoever holds the stream, as to a failed
 // row; when the pair has none, as after a replay of an event applied long
-// ago, it stores one under rowID, unless the perspective is retired. Either
+// ago, it stores one under rowID, marked as a replay's (the event was
+// applied before), unless the perspective is retired. Either
 // way the row waits until RetryAt, holding the rest of the pair behind it.
 // It returns the row, which the caller makes late when the cursor is past
 // the event, or nil.
@@ -233,6 +234,7 @@ func (s *Store) failEvent(st *stream, f *ports.Failure, rowID uuid.UUID, now tim
 		scheduled:   f.RetryAt,
 		attempts:    1,
 		err:         f.Error,
+		replay:      true,
 		seq:         s.nextSeq(),
 		createdAt:   now,
 	}

@@ -95,6 +95,7 @@ func (s *Store) EventsFetchPending(ctx context.Context, params *ports.EventsFetc
 					EventVersion: r.version,
 					Attempts:     r.attempts,
 					Late:         r.late,
+					Replay:       r.replay,
 				})
 				versions = append(versions, r.version)
 			}

@@ -197,6 +197,7 @@ type workRow struct {
 	scheduled   time.Time // retry-not-before, zero when not scheduled
 	attempts    int
 	late        bool // stored below its pair's cursor, or found straggling; never cleared
+	replay      bool // stored for a failed replay of an applied event (ports.WorkItem.Replay)
 	err         string
 	seq         uint64
 	createdAt   time.Time

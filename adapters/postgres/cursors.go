@@ -607,20 +607,21 @@ const sqlFailRewinds = `excluded.last_version > c.last_version AND excluded.rewi
 // sqlFailEvents charges failures to events that have no pending row of
 // their pair (a replay failed on an event applied long ago): $1 now, $2
 // streams, $3 perspectives, $4 event ids, $5 versions, $6 errors, $7 retry
-// times. It stores a pending row for the event with one attempt, the error
-// and the retry time; when the pair has a pending row for the event
-// already (the key of pending work, vantage_work_pending_idx), that row
-// gets the attempt instead, as a failed row does, whoever holds the
-// stream. A retired perspective gets no row: nothing would ever apply it
-// (its instances no longer run it), and its stream would never drain.
+// times. It stores a pending row for the event, marked replay (the event
+// was applied before), with one attempt, the error and the retry time; when
+// the pair has a pending row for the event already (the key of pending
+// work, vantage_work_pending_idx), that row gets the attempt instead, as a
+// failed row does, whoever holds the stream, and keeps its replay flag. A
+// retired perspective gets no row: nothing would ever apply it (its
+// instances no longer run it), and its stream would never drain.
 // Rows are written in key order, so overlapping calls cannot deadlock, and
 // the streams get their row in vantage_active_streams (see sqlAppend's
 // streamed) under the append locks that WorkFail took first.
 const sqlFailEvents = `WITH ` + sqlClock1 + `,
 stored AS (
     INSERT INTO /* SCHEMA */.vantage_work AS w
-        (work_id, stream_id, perspective, event_id, event_version, attempts, error, scheduled_for, created_at)
-    SELECT /* SCHEMA */.vantage_uuid_v7(), f.stream_id, f.perspective, f.event_id, f.event_version, 1, f.error, f.retry_at, clock.now
+        (work_id, stream_id, perspective, event_id, event_version, attempts, error, scheduled_for, replay, created_at)
+    SELECT /* SCHEMA */.vantage_uuid_v7(), f.stream_id, f.perspective, f.event_id, f.event_version, 1, f.error, f.retry_at, true, clock.now
     FROM unnest($2::uuid[], $3::text[], $4::uuid[], $5::bigint[], $6::text[], $7::timestamptz[])
          AS f(stream_id, perspective, event_id, event_version, error, retry_at), clock
     WHERE NOT EXISTS (SELECT 1 FROM /* SCHEMA */.vantage_retired_perspectives r WHERE r.perspective = f.perspective)

@@ -112,7 +112,7 @@ picked AS (
     SELECT w.*
     FROM (SELECT * FROM bounded b ORDER BY b.stream_id, b.perspective COLLATE "C") b
     CROSS JOIN LATERAL (
-        SELECT w.work_id, w.stream_id, w.perspective, w.event_id, w.event_version, w.attempts, w.late
+        SELECT w.work_id, w.stream_id, w.perspective, w.event_id, w.event_version, w.attempts, w.late, w.replay
         FROM /* SCHEMA */.vantage_work w
         WHERE w.stream_id = b.stream_id AND w.perspective = b.perspective AND w.processed_at IS NULL
           AND w.event_version < b.prefix_end
@@ -142,7 +142,7 @@ firsts AS (
     FROM picked p
     GROUP BY p.event_id
 )
-SELECT p.work_id, p.stream_id, p.perspective, p.event_id, p.event_version, p.attempts, p.late, f.event_id IS NOT NULL,
+SELECT p.work_id, p.stream_id, p.perspective, p.event_id, p.event_version, p.attempts, p.late, p.replay, f.event_id IS NOT NULL,
        e.type, e.data, e.metadata, e.created_at
 FROM picked p
 LEFT JOIN firsts f ON f.event_id = p.event_id AND f.perspective = p.perspective
@@ -235,7 +235,7 @@ func readFetchedRows(br pgx.BatchResults, result *ports.EventsFetchPendingResult
 			created     pgtype.Timestamptz
 		)
 		if err := rows.Scan(uuidDest(&item.WorkID), uuidDest(&item.StreamID), &perspective, uuidDest(&item.EventID), &item.EventVersion,
-			&item.Attempts, &item.Late, &first, &evType, &ev.Data, &meta, &created); err != nil {
+			&item.Attempts, &item.Late, &item.Replay, &first, &evType, &ev.Data, &meta, &created); err != nil {
 			return err
 		}
 		item.Perspective = names.intern(perspective)
