@@ -2,6 +2,8 @@ package enginetest_test
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -199,4 +201,64 @@ func TestWaitForStreamWaitsForLateEvents(t *testing.T) {
 			require.Equal(t, 6, loadTotal(t, b, stream).Sum, "WaitForStream returned once the late event was applied")
 		})
 	}
+}
+
+// A rewind whose first replay fails on an event applied long ago counts,
+// once a retry succeeds, only the late event as new: the row the failure
+// stored for the applied event (to charge it the attempt) does not make it
+// new, and its stages do not fire again.
+func TestRewindRetriedAfterReplayFailureCountsOnlyNewEvents(t *testing.T) {
+	t.Parallel()
+
+	b := memory.New(memory.Options{}).Backend()
+	var (
+		mu      sync.Mutex
+		applies = map[int64]int{}
+		stages  = map[core.Stage][]int64{}
+	)
+	reg := registryWith(t, func(ctx context.Context, m total, e added) (total, error) {
+		ev, _ := core.EventFromContext(ctx)
+		mu.Lock()
+		applies[ev.Version]++
+		n := applies[ev.Version]
+		mu.Unlock()
+		if ev.Version == 1 && n == 2 {
+			return m, errors.New("the first replay of version 1 fails")
+		}
+		m.Sum += e.N
+		m.Seen = append(m.Seen, ev.Version)
+		return m, nil
+	})
+	for _, stage := range []core.Stage{core.PrePerspective, core.PostPerspective} {
+		require.NoError(t, core.AddReceptor(reg, stage, core.Inline, func(_ context.Context, _ added, info core.StageInfo) error {
+			mu.Lock()
+			defer mu.Unlock()
+			stages[info.Stage] = append(stages[info.Stage], info.Event.Version)
+			return nil
+		}))
+	}
+	stream := uuid.New()
+	opts := rewindOptions(t)
+	opts.EventRetry = core.Backoff{Initial: 20 * time.Millisecond, Max: 20 * time.Millisecond, Multiplier: 1}
+	processed := reportProcessed(&opts, 100)
+	failures := make(chan ports.Failure, 10)
+	opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
+	rewinds := make(chan core.RewindInfo, 10)
+	opts.Hooks.OnRewind = func(i core.RewindInfo) { rewinds <- i }
+	startWorker(t, b, reg, opts)
+	appendAt(t, reg, b, stream, 1, 3)
+	waitForVersion(t, processed, 3)
+
+	appendAt(t, reg, b, stream, 2)
+	f := waitFor(t, failures, "the failed replay")
+	require.Equal(t, int64(1), f.FailedEventVersion, "the replay failed on version 1, applied long ago")
+	info := waitFor(t, rewinds, "the retried rewind")
+
+	require.Equal(t, 3, info.Replayed)
+	require.Equal(t, 1, info.New, "only version 2 had never been applied")
+	require.Equal(t, []int64{1, 2, 3}, loadTotal(t, b, stream).Seen)
+	mu.Lock()
+	defer mu.Unlock()
+	require.ElementsMatch(t, []int64{1, 2, 3}, stages[core.PrePerspective], "PrePerspective fired once per event")
+	require.ElementsMatch(t, []int64{1, 2, 3}, stages[core.PostPerspective], "PostPerspective fired once per event")
 }
