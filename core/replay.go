@@ -94,18 +94,21 @@ func (r *replayRun) start(ctx context.Context, trigger int64) error {
 
 // events reads the stream from the replay's start and returns the events to
 // replay (those the perspective handles, up to the newest pending row or the
-// stored position, dead letters left out) and, among them, the pending ones
-// whose PrePerspective stage fires.
+// stored position, dead letters left out) and, among them, the ones never
+// applied, whose stages fire: those with a pending row, except a row stored
+// for a failed replay of an event applied before (ports.WorkItem.Replay).
 func (r *replayRun) events(ctx context.Context) (toReplay, toFire []ports.Event, err error) {
 	skip, err := r.rw.deadLetteredEvents(ctx, r.key)
 	if err != nil {
 		return nil, nil, err
 	}
 	upTo := r.stored.LastVersion
-	pending := make(map[uuid.UUID]bool, len(r.rows))
+	fresh := make(map[uuid.UUID]bool, len(r.rows))
 	for _, row := range r.rows {
 		upTo = max(upTo, row.EventVersion)
-		pending[row.EventID] = true
+		if !row.Replay {
+			fresh[row.EventID] = true
+		}
 	}
 	events, err := r.rw.backend.Fetcher.EventsReadStream(ctx, &ports.EventsReadStreamParams{StreamID: r.key.stream, AfterVersion: r.res.from})
 	if err != nil {
@@ -127,7 +130,7 @@ func (r *replayRun) events(ctx context.Context) (toReplay, toFire []ports.Event,
 			continue
 		}
 		toReplay = append(toReplay, e)
-		if pending[e.ID] {
+		if fresh[e.ID] {
 			toFire = append(toFire, e)
 		}
 	}

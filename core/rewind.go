@@ -193,13 +193,14 @@ func replayMoved(err error) bool {
 // perspective handles up to the newest pending row, except the events
 // dead-lettered for the pair, then saves the model and completes the
 // pending rows (which clears the flag). Only events that were never applied
-// (the pending rows) fire handlers. A replayed event that fails is charged
-// its attempt; when that dead-letters it the replay starts over without
-// it, so the pair goes on. A save refused because the pair moved during the
-// replay (an instance that lost the stream saved an apply it had in
-// flight) replays again from the model saved. The caller holds the pair's
-// gate. It returns the new events applied, and errPairAbandoned when an
-// apply was abandoned.
+// (the pending rows, but for those a failed replay stored for an event
+// applied before: see ports.WorkItem.Replay) fire handlers and count as
+// new. A replayed event that fails is charged its attempt; when that
+// dead-letters it the replay starts over without it, so the pair goes on.
+// A save refused because the pair moved during the replay (an instance
+// that lost the stream saved an apply it had in flight) replays again from
+// the model saved. The caller holds the pair's gate. It returns the new
+// events applied, and errPairAbandoned when an apply was abandoned.
 func (rw *rewinder) rewindPair(ctx context.Context, p perspective, key pairKey, rows []ports.WorkItem, cursor ports.Cursor, force bool, owner *rewindOwner) ([]ports.Event, error) {
 	if !force {
 		if due, at := rw.rewindDue(cursor); !due {
