@@ -106,13 +106,17 @@ func (c *claimer) roomFreed() {
 // and for notifications as soon as the claim budget allows (see
 // claimBudget): every instance hears every append, and a claim per append per
 // instance would cost more than the appends themselves, while a claim that
-// waits adds its wait to every append's latency.
+// waits adds its wait to every append's latency. A notification only ever
+// brings the armed claim forward: were each to re-arm the timer for its
+// wait, notifications coming faster than that wait would postpone the
+// claim for as long as they come.
 func (c *claimer) loop(ctx context.Context) {
 	t := c.clock.NewTimer(0)
 	defer t.Stop()
 	var (
 		budget   claimBudget
-		notified bool // a notification came since the last claim
+		notified bool      // a notification came since the last claim
+		due      = c.now() // when t fires
 	)
 	for {
 		select {
@@ -123,8 +127,12 @@ func (c *claimer) loop(ctx context.Context) {
 		case <-c.notify:
 			notified = true
 			if wait := c.claimPace(&budget); wait > 0 {
-				resetTimer(t, wait) // claim when the budget allows
-				c.signals.claimDeferred(wait)
+				now := c.now()
+				if at := now.Add(wait); at.Before(due) {
+					resetTimer(t, wait) // claim when the budget allows
+					due = at
+				}
+				c.signals.claimDeferred(due.Sub(now))
 				continue
 			}
 		}
@@ -141,6 +149,7 @@ func (c *claimer) loop(ctx context.Context) {
 			interval = 0
 		}
 		resetTimer(t, interval)
+		due = end.Add(interval)
 	}
 }
 

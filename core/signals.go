@@ -13,7 +13,8 @@ type testSignals struct {
 	// rows it applied before fetching more (see drainer.drainBatch).
 	ackWaitFunc func()
 	// claimDeferFunc sees each notification whose claim waits for the
-	// claim interval (see claimer.loop).
+	// claim budget, with how long until the claim armed (see
+	// claimer.loop).
 	claimDeferFunc func(wait time.Duration)
 	// windowFunc is called each time the sliding window took more ids or
 	// closed (see consumers.collectWindow).
