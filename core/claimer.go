@@ -24,17 +24,34 @@ const (
 	notifyClaimBurst = 10 * time.Millisecond
 )
 
+// claimChargeFactor caps what one claim costs the budget: this many times
+// the moving average of the charges before it, or notifyClaimBurst if that
+// is more (see claimBudget.spent).
+const claimChargeFactor = 4
+
 // claimBudget is a leaky bucket of claim time: each claim adds its
-// duration, and the level drains by 1/notifyClaimShare of the time that
-// passes.
+// duration, up to a cap, and the level drains by 1/notifyClaimShare of the
+// time that passes.
 type claimBudget struct {
 	level time.Duration
 	at    time.Time
+	avg   time.Duration // moving average of the charges, 0 before the first
 }
 
-// spent records a claim that ended at end after took.
+// spent records a claim that ended at end after took. The budget caps the
+// share of a connection that claims use; a claim that took far longer than
+// the claims before it spent that time waiting (on a lock, for a paused
+// process to resume, for a connection) rather than using the database, so
+// it is charged claimChargeFactor times the average charge at most. A
+// single slow claim thus costs the claims after it a short pause at most,
+// not a wait as long as twice its own duration. Claims that are slow
+// because the database is loaded raise the average within a few claims
+// (each may charge four times the average), and the budget holds them to
+// their share again.
 func (b *claimBudget) spent(end time.Time, took time.Duration) {
-	b.level = b.levelAt(end) + took
+	charge := min(took, max(claimChargeFactor*b.avg, notifyClaimBurst))
+	b.avg = ewma(b.avg, charge)
+	b.level = b.levelAt(end) + charge
 	b.at = end
 }
 

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -53,6 +54,51 @@ func (d *deferrals) take() []time.Duration {
 	w := d.waits
 	d.waits = nil
 	return w
+}
+
+// One claim that took long (it waited on a lock, or the process was
+// paused) costs the claims after it no long pause: under a steady stream
+// of notifications every one claims at once again, as before it, instead
+// of waiting twice as long as the slow claim took for the budget to drain.
+func TestClaimLoopSlowClaimCostsNoLongPause(t *testing.T) {
+	t.Parallel()
+
+	synctest.Test(t, func(t *testing.T) {
+		clock := clocktest.NewFake()
+		bb := setupClaims(t, &Options{Clock: clock, ClaimInterval: 250 * time.Millisecond}, clock)
+		var (
+			slow    atomic.Bool
+			release = make(chan struct{})
+			waits   deferrals
+		)
+		bb.spy.duringClaim = func() {
+			if slow.Load() {
+				<-release
+			}
+		}
+		waits.watch(bb.w)
+		runClaimLoop(t, bb)
+		synctest.Wait()
+		require.Equal(t, int64(1), bb.spy.claims.Load(), "the claim at start")
+
+		slow.Store(true)
+		signal(bb.w.claims.notify)
+		synctest.Wait()
+		require.Equal(t, int64(2), bb.spy.claims.Load(), "the slow claim is in flight")
+		clock.Advance(12 * time.Second)
+		slow.Store(false)
+		close(release)
+		synctest.Wait()
+
+		// A notification every 50ms for a second, each claiming in no time.
+		for i := range 20 {
+			clock.Advance(50 * time.Millisecond)
+			signal(bb.w.claims.notify)
+			synctest.Wait()
+			require.Equal(t, int64(3+i), bb.spy.claims.Load(), "notification %d after the slow claim claims at once", i+1)
+		}
+		require.Empty(t, waits.take(), "no notification waited for the budget")
+	})
 }
 
 // Notifications arriving faster than the pacing wait never postpone the
