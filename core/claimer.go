@@ -126,7 +126,8 @@ func (c *claimer) roomFreed() {
 // waits adds its wait to every append's latency. A notification only ever
 // brings the armed claim forward: were each to re-arm the timer for its
 // wait, notifications coming faster than that wait would postpone the
-// claim for as long as they come.
+// claim for as long as they come. The loop reports to the heartbeat's
+// claimWatch when each claim is due and which claims were answered.
 func (c *claimer) loop(ctx context.Context) {
 	t := c.clock.NewTimer(0)
 	defer t.Stop()
@@ -135,6 +136,8 @@ func (c *claimer) loop(ctx context.Context) {
 		notified bool      // a notification came since the last claim
 		due      = c.now() // when t fires
 	)
+	watch := &c.heart.claims
+	watch.arm(due)
 	for {
 		select {
 		case <-ctx.Done():
@@ -148,13 +151,15 @@ func (c *claimer) loop(ctx context.Context) {
 				if at := now.Add(wait); at.Before(due) {
 					resetTimer(t, wait) // claim when the budget allows
 					due = at
+					watch.arm(due)
 				}
 				c.signals.claimDeferred(due.Sub(now))
 				continue
 			}
 		}
 		start := c.now()
-		hasMore := c.claimOnce(ctx, notified || !c.notes.healthy())
+		watch.arm(start)
+		hasMore, answered := c.claimOnce(ctx, notified || !c.notes.healthy())
 		notified = false
 		end := c.now()
 		budget.spent(end, end.Sub(start))
@@ -167,6 +172,11 @@ func (c *claimer) loop(ctx context.Context) {
 		}
 		resetTimer(t, interval)
 		due = end.Add(interval)
+		if answered {
+			watch.answered(ctx, due)
+		} else {
+			watch.arm(due)
+		}
 	}
 }
 
@@ -176,11 +186,13 @@ func (c *claimer) claimPace(b *claimBudget) time.Duration {
 	return min(b.wait(c.now()), c.opts.ClaimInterval, notifyClaimSpacing)
 }
 
-// claimOnce runs one claim and reports whether to claim again at once.
-// fresh tells whether the streams this instance is draining may have
-// received events since their fetch (a notification came, or none can be
-// heard): they are then marked to be fetched again (see drainQueue.Push).
-func (c *claimer) claimOnce(ctx context.Context, fresh bool) bool {
+// claimOnce runs one claim and reports whether to claim again at once, and
+// whether the backend answered it: it returned the instance's streams, or
+// said that the instance is not live (it then re-registers). fresh tells
+// whether the streams this instance is draining may have received events
+// since their fetch (a notification came, or none can be heard): they are
+// then marked to be fetched again (see drainQueue.Push).
+func (c *claimer) claimOnce(ctx context.Context, fresh bool) (again, answered bool) {
 	recovering := c.recovering.Swap(false)
 	cctx, cancel := leaseCallContext(ctx)
 	defer cancel()
@@ -199,19 +211,20 @@ func (c *claimer) claimOnce(ctx context.Context, fresh bool) bool {
 			c.recovering.Store(true) // the next claim takes the streams over
 		}
 		if ctx.Err() != nil {
-			return false
+			return false, false
 		}
 		if errors.Is(err, ports.ErrInstanceNotAlive) {
-			// We were abandoned (a pause longer than the stale threshold):
-			// heartbeat again and claim afresh.
+			// We were abandoned (a pause longer than the stale threshold,
+			// or a stall of the claim loop: see claimWatch): heartbeat
+			// again and claim afresh.
 			c.log.WarnContext(ctx, "instance was considered stale and lost its work; re-registering")
 			if _, herr := c.heart.beat(ctx); herr != nil {
 				c.faults.fail(ctx, "heartbeat", herr)
 			}
-			return false
+			return false, true
 		}
 		c.faults.fail(ctx, "claiming work", err)
-		return false
+		return false, false
 	}
 	c.faults.ok(ctx, "claiming work")
 	if recovering {
@@ -227,5 +240,5 @@ func (c *claimer) claimOnce(ctx context.Context, fresh bool) bool {
 	// backlog is larger than what we hold, the next claim is woken by an
 	// acknowledged completion flush, which frees room (no hot loop
 	// re-claiming the streams we are already draining).
-	return res.HasMore && added > 0
+	return res.HasMore && added > 0, true
 }

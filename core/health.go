@@ -131,7 +131,9 @@ const stuckAppliesListed = 3
 //     ready: a platform stops routing to a process it terminates on its
 //     own); failing before Start, after Stop, and when the heartbeat
 //     loop stalled: no heartbeat returned, successful or not, for
-//     StaleInstanceThreshold plus the 30s bound of one call. Values:
+//     StaleInstanceThreshold plus the 30s bound of one call (a heartbeat
+//     skipped while the claim loop is stalled counts as returned: the
+//     loop runs, and the heartbeat check tells the rest). Values:
 //     state ("not started", "running", "stopping", "stopped");
 //     heartbeat_attempt_age_seconds while running.
 //   - heartbeat (readiness): the age of the last successful heartbeat. Ok

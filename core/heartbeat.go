@@ -20,19 +20,27 @@ const (
 
 // heartbeater keeps the instance live in the backend: it heartbeats every
 // HeartbeatInterval, or right when the next peer goes stale, and tells the
-// claimer when a peer was abandoned (its streams are claimable now).
+// claimer when a peer was abandoned (its streams are claimable now). It
+// skips its heartbeats while the claim loop is stalled (see claimWatch).
 type heartbeater struct {
 	*engine
 	startStop
 	// takeOver is called when a stale peer was abandoned, by this
 	// instance or another survivor.
 	takeOver func()
+	// claims is the claim loop's watch: the claim loop reports to it, and
+	// the heartbeat loop asks it before each heartbeat.
+	claims claimWatch
+	// wake makes the heartbeat loop heartbeat at once: a stall of the
+	// claim loop ended.
+	wake chan struct{}
 
 	// lastBeat is when the latest successful heartbeat returned (unix
 	// nanoseconds on the engine's clock, 0 before the first), live the
 	// number of live instances it reported. lastTry is when the latest
-	// heartbeat returned, successful or not: a loop that keeps trying
-	// while the backend is down is alive, one that stopped trying is not.
+	// heartbeat returned, successful or not, or was skipped while the
+	// claim loop stalled: a loop that keeps trying while the backend is
+	// down is alive, one that stopped trying is not.
 	lastBeat atomic.Int64
 	live     atomic.Int64
 	lastTry  atomic.Int64
@@ -70,7 +78,9 @@ func (h *heartbeater) lastAttempt() time.Time {
 }
 
 func newHeartbeater(e *engine, takeOver func()) *heartbeater {
-	return &heartbeater{engine: e, takeOver: takeOver}
+	h := &heartbeater{engine: e, takeOver: takeOver, wake: make(chan struct{}, 1)}
+	h.claims = claimWatch{engine: e, resume: func() { signal(h.wake) }}
+	return h
 }
 
 // Start launches the heartbeat loop from the result of the heartbeat at
@@ -115,7 +125,8 @@ func (h *heartbeater) beat(ctx context.Context) (*ports.InstanceHeartbeatResult,
 }
 
 // loop heartbeats until ctx is done, starting from the result of the
-// heartbeat at Start.
+// heartbeat at Start. While the claim loop is stalled it skips the
+// heartbeats, and it heartbeats at once when the stall ends.
 func (h *heartbeater) loop(ctx context.Context, first *ports.InstanceHeartbeatResult) {
 	t := h.clock.NewTimer(heartbeatDelay(h.opts.HeartbeatInterval, h.now(), first.NextStaleAt))
 	defer t.Stop()
@@ -125,9 +136,12 @@ func (h *heartbeater) loop(ctx context.Context, first *ports.InstanceHeartbeatRe
 		case <-ctx.Done():
 			return
 		case <-t.C():
+		case <-h.wake:
 		}
 		delay := h.opts.HeartbeatInterval
-		if res, err := h.beat(ctx); err != nil {
+		if !h.claims.vouch(ctx) {
+			h.lastTry.Store(h.now().UnixNano()) // the loop runs; it chose not to vouch
+		} else if res, err := h.beat(ctx); err != nil {
 			if ctx.Err() == nil {
 				h.faults.fail(ctx, "heartbeat", err)
 			}
@@ -144,7 +158,7 @@ func (h *heartbeater) loop(ctx context.Context, first *ports.InstanceHeartbeatRe
 			prev = res.NextStaleAt
 			delay = heartbeatDelay(h.opts.HeartbeatInterval, h.now(), res.NextStaleAt)
 		}
-		t.Reset(delay)
+		resetTimer(t, delay)
 	}
 }
 

@@ -85,6 +85,7 @@ type metrics struct {
 	batchDuration metric.Float64Histogram
 	claimDuration metric.Float64Histogram
 	claimStreams  metric.Int64Counter
+	claimStalls   metric.Int64Counter
 	// Completion flushes.
 	flushSize     metric.Int64Histogram
 	flushDuration metric.Float64Histogram
@@ -219,6 +220,8 @@ func newMetrics(e *engine) *metrics {
 	m.batchDuration = seconds("vantage.batch.duration", "Duration of one batch: fetch, applies, saves and the hand-off of its completions.")
 	m.claimDuration = seconds("vantage.claim.duration", "Duration of one claim of work, by outcome.")
 	m.claimStreams = counter("vantage.claim.streams", "{stream}", "Streams handed to this instance by its claims, held ones included.")
+	m.claimStalls = counter("vantage.claim.stalls", "{stall}",
+		"Stalls of the claim loop: no claim answered for half of StaleInstanceThreshold past its time; the instance skips its heartbeats until one is.")
 	m.flushSize = histogram("vantage.completion.flush.size", "{item}", "Completions or failures sent to the backend in one call.", countBuckets)
 	m.flushDuration = seconds("vantage.completion.flush.duration", "Duration of one call sending completions or failures to the backend, by outcome.")
 	m.flushRetries = counter("vantage.completion.flush.retries", "{retry}", "Flush calls repeated in place after a failure (FlushRetry).")
@@ -355,6 +358,11 @@ func (m *metrics) claimed(ctx context.Context, took time.Duration, res *ports.Wo
 	case ctx.Err() == nil:
 		m.claimDuration.Record(ctx, took.Seconds(), m.claimErr.record...)
 	}
+}
+
+// claimStalled counts a stall of the claim loop (see claimWatch).
+func (m *metrics) claimStalled(ctx context.Context) {
+	m.claimStalls.Add(ctx, 1)
 }
 
 // flushed records one call of a flusher (flusherCompletions or
