@@ -32,6 +32,7 @@ func runEngineReliability(t *testing.T, newBackend NewBackendFunc) {
 		"NewGenerationRecoversDeadLetters":       func(t *testing.T) { testGenerationRecovery(t, newBackend) },
 		"ReplayFailureChargedToItsEvent":         func(t *testing.T) { testReplayFailureCharged(t, newBackend) },
 		"ApplyNeverSeesAModelOlderThanTheCursor": func(t *testing.T) { testNoStaleModel(t, newBackend) },
+		"InstantReportsRetried":                  func(t *testing.T) { testInstantReportsRetried(t, newBackend) },
 	})
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -20,7 +21,8 @@ import (
 // the backend: the completion strategy records them, the flushers send them
 // in acknowledged, retried batches, and an acknowledgement settles exactly
 // the items it names. It starts the dedup retention of acknowledged work
-// and wakes the waiters of WaitForStream.
+// and wakes the waiters of WaitForStream. An outcome the backend refuses,
+// or the strategy neither delivered nor kept, is given up on (see givenUp).
 type completer struct {
 	*engine
 	strategy    completion.Strategy
@@ -29,9 +31,13 @@ type completer struct {
 	cache       *dedup.Cache
 
 	// onFailureAcked is called per pair whose failure reached the backend;
-	// onCompleted after each acknowledged completion batch.
+	// onCompleted after each acknowledged completion batch; onGivenUp per
+	// pair of an outcome given up on, to drain it again after a backoff,
+	// which it returns; onLanded per pair of an acknowledged outcome.
 	onFailureAcked func(pairKey)
 	onCompleted    func()
+	onGivenUp      func(pairKey) time.Duration
+	onLanded       func(pairKey)
 
 	mu sync.Mutex // serializes moving strategy items into the flushers
 
@@ -63,19 +69,22 @@ func newCompleter(e *engine, cache *dedup.Cache) (*completer, error) {
 		}
 	}
 	completionRows := func(t completion.Tracked[ports.Completion]) int { return len(t.Item.WorkIDs) }
-	if c.completions, err = newFlusher(e, flusherCompletions, c.flushCompletions, c.completionsAcknowledged, completionRows); err != nil {
+	if c.completions, err = newFlusher(e, flusherCompletions, c.flushCompletions, c.completionsAcknowledged, c.completionsRefused, completionRows); err != nil {
 		return nil, err
 	}
-	if c.failures, err = newFlusher(e, flusherFailures, c.flushFailures, c.failuresAcknowledged, nil); err != nil {
+	if c.failures, err = newFlusher(e, flusherFailures, c.flushFailures, c.failuresAcknowledged, c.failuresRefused, nil); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
 // newFlusher builds the flusher of one kind of outcome: it hands batches to
-// flushFn, reports acknowledged batches to acked and weighs items with
-// weight (nil: one per item).
-func newFlusher[T any](e *engine, name string, flushFn func(context.Context, []completion.Tracked[T]) error, acked func([]completion.Tracked[T]), weight func(completion.Tracked[T]) int) (*flush.Flusher[completion.Tracked[T]], error) {
+// flushFn, reports acknowledged batches to acked and the items the backend
+// refused to refused, and weighs items with weight (nil: one per item).
+//
+// A batch dropped for any other reason (its last retry failed, or the
+// worker stopped) stays Sent in the strategy: ResetStale re-queues it.
+func newFlusher[T any](e *engine, name string, flushFn func(context.Context, []completion.Tracked[T]) error, acked func([]completion.Tracked[T]), refused func([]completion.Tracked[T], error), weight func(completion.Tracked[T]) int) (*flush.Flusher[completion.Tracked[T]], error) {
 	return flush.New(name, flush.Options[completion.Tracked[T]]{
 		MaxAttempts:     e.opts.FlushRetry.MaxAttempts,
 		RetryBase:       e.opts.FlushRetry.Initial,
@@ -87,7 +96,12 @@ func newFlusher[T any](e *engine, name string, flushFn func(context.Context, []c
 		OnFlushed:       acked,
 		Weight:          weight,
 		OnRetry:         func([]completion.Tracked[T], int, error) { e.metrics.flushRetried(name) },
-		OnDropped:       func(batch []completion.Tracked[T], _ error) { e.metrics.flushGaveUp(name, len(batch)) },
+		OnDropped: func(batch []completion.Tracked[T], err error) {
+			e.metrics.flushGaveUp(name, len(batch))
+			if retry.Permanent(err) {
+				refused(batch, err)
+			}
+		},
 	}, flushFn)
 }
 
@@ -135,22 +149,69 @@ func (c *completer) Stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// reportCompletion records a completion. A failure to record it (a
-// strategy that reports each completion to the backend) goes to the fault
-// log unless ctx ended: the rows stay pending and are re-delivered.
+// reportCompletion hands a completion to the strategy, which delivers it or
+// keeps it until it is acknowledged. One it did neither with is given up
+// on.
 func (c *completer) reportCompletion(ctx context.Context, comp ports.Completion) {
 	if err := c.strategy.ReportCompletion(ctx, comp); err != nil {
-		if ctx.Err() == nil {
-			c.faults.fail(ctx, "reporting completions", err, pairAttrs(comp.StreamID, comp.Perspective)...)
-		}
-		return
+		c.givenUp(ctx, pairKey{stream: comp.StreamID, perspective: comp.Perspective}, comp.WorkIDs, "completions", err)
 	}
-	c.faults.ok(ctx, "reporting completions")
 }
 
-// reportFailure records a failure.
-func (c *completer) reportFailure(ctx context.Context, f ports.Failure) error {
-	return c.strategy.ReportFailure(ctx, f)
+// reportFailure hands a failure to the strategy, as reportCompletion does
+// a completion. Its pair is parked until the failure is acknowledged; one
+// given up on is drained again after a backoff instead.
+func (c *completer) reportFailure(ctx context.Context, f ports.Failure) {
+	if err := c.strategy.ReportFailure(ctx, f); err != nil {
+		c.givenUp(ctx, pairKey{stream: f.StreamID, perspective: f.Perspective}, f.AppliedWorkIDs, "failures", err)
+	}
+}
+
+// completionsRefused gives up on completions the backend refused: sent
+// again, they would be refused again.
+func (c *completer) completionsRefused(batch []completion.Tracked[ports.Completion], err error) {
+	c.settleRefused(trackingIDs(batch))
+	for _, t := range batch {
+		c.givenUp(context.Background(), pairKey{stream: t.Item.StreamID, perspective: t.Item.Perspective}, t.Item.WorkIDs, "completions", err)
+	}
+}
+
+// failuresRefused gives up on failures the backend refused.
+func (c *completer) failuresRefused(batch []completion.Tracked[ports.Failure], err error) {
+	c.settleRefused(trackingIDs(batch))
+	for _, t := range batch {
+		c.givenUp(context.Background(), pairKey{stream: t.Item.StreamID, perspective: t.Item.Perspective}, t.Item.AppliedWorkIDs, "failures", err)
+	}
+}
+
+// settleRefused drops the tracked items the backend refused from the
+// strategy, so that they are not sent again.
+func (c *completer) settleRefused(ids []uuid.UUID) {
+	c.strategy.MarkAcknowledged(ids)
+	c.strategy.ClearAcknowledged()
+}
+
+// givenUp forgets an outcome of pair k that will never be acknowledged:
+// the backend refused it, or the strategy neither delivered nor kept it.
+// The rows it completes leave the dedup cache, where they would hold back
+// their re-delivery for good, and the pair is drained again after a
+// backoff (see parking.reportGivenUp): rows the stored model already
+// reflects complete without being applied again, and a failed event (its
+// pair parked until an acknowledgement that will not come) is applied
+// again, never charged.
+func (c *completer) givenUp(ctx context.Context, k pairKey, rows []uuid.UUID, what string, err error) {
+	c.cache.RemoveRange(k.dedupKey(), rows)
+	attrs := append(pairAttrs(k.stream, k.perspective), slog.Any("error", err))
+	if c.onGivenUp != nil {
+		attrs = append(attrs, slog.Duration("retry_in", c.onGivenUp(k)))
+	}
+	if ctx.Err() != nil {
+		return // stopping: nothing to tell
+	}
+	c.faults.recur(ctx, recurrence{
+		key: "giving up on " + what, every: faultSummaryEvery, level: slog.LevelWarn, countKey: "outcomes",
+		msg: "giving up on " + what + " that cannot be reported; their pairs are drained again",
+	}, 1, attrs...)
 }
 
 // sweep drops expired dedup entries and sends buffered outcomes: before
@@ -282,6 +343,11 @@ func (c *completer) acknowledge(trackingIDs []uuid.UUID, rows []dedup.Range) {
 	c.strategy.MarkAcknowledged(trackingIDs)
 	c.strategy.ClearAcknowledged()
 	c.cache.ActivateRetentionFor(rows)
+	if c.onLanded != nil {
+		for _, r := range rows {
+			c.onLanded(pairKey{stream: r.Key.Stream, perspective: r.Key.Perspective})
+		}
+	}
 	c.signalProgress()
 }
 
@@ -325,12 +391,17 @@ func track[T any](items []T) []completion.Tracked[T] {
 }
 
 // instantReporter is the Reporter of the Instant strategy: one backend call
-// per completion or failure.
+// per completion or failure. It records each call in the fault log
+// ("reporting completions", "reporting failures"), as the flushers record
+// theirs: the strategy decides what becomes of an outcome whose call
+// failed, and the engine hears of that through the strategy's result.
 type instantReporter struct{ c *completer }
 
 func (r instantReporter) Complete(ctx context.Context, items []ports.Completion) error {
 	tracked := track(items)
-	if err := r.c.flushCompletions(ctx, tracked); err != nil {
+	err := r.c.flushCompletions(ctx, tracked)
+	r.c.reported(ctx, "reporting completions", err, len(items), func() []any { return pairAttrs(items[0].StreamID, items[0].Perspective) })
+	if err != nil {
 		return err
 	}
 	r.c.completionsAcknowledged(tracked)
@@ -339,9 +410,26 @@ func (r instantReporter) Complete(ctx context.Context, items []ports.Completion)
 
 func (r instantReporter) Fail(ctx context.Context, items []ports.Failure) error {
 	tracked := track(items)
-	if err := r.c.flushFailures(ctx, tracked); err != nil {
+	err := r.c.flushFailures(ctx, tracked)
+	r.c.reported(ctx, "reporting failures", err, len(items), func() []any { return pairAttrs(items[0].StreamID, items[0].Perspective) })
+	if err != nil {
 		return err
 	}
 	r.c.failuresAcknowledged(tracked)
 	return nil
+}
+
+// reported records the outcome of a report of n items in the fault log,
+// naming the pair of a single item (attrs); a call cut short by the end of
+// ctx is no failure of the backend.
+func (c *completer) reported(ctx context.Context, op string, err error, n int, attrs func() []any) {
+	switch {
+	case err == nil:
+		c.faults.ok(ctx, op)
+	case ctx.Err() != nil:
+	case n == 1:
+		c.faults.fail(ctx, op, err, attrs()...)
+	default:
+		c.faults.fail(ctx, op, err, slog.Int("items", n))
+	}
 }

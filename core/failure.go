@@ -150,13 +150,10 @@ func (fl *failures) failed(ctx context.Context, k pairKey, f ports.Failure, vers
 	fl.log.WarnContext(ctx, "perspective failed on event; will retry",
 		append(pairAttrs(k.stream, k.perspective), slog.Int64("version", version), slog.Int("attempts", attempts),
 			slog.Int("max_attempts", fl.opts.MaxPerspectiveEventAttempts), slog.Time("retry_at", f.RetryAt), slog.Any("error", cause))...)
-	// A failure not recorded leaves the row leased: the event is retried
-	// once the lease expired.
-	if err := fl.completer.reportFailure(ctx, f); err != nil {
-		fl.faults.fail(ctx, "reporting failures", err, pairAttrs(k.stream, k.perspective)...)
-	} else {
-		fl.faults.ok(ctx, "reporting failures")
-	}
+	// The pair stays parked until the failure is acknowledged: the strategy
+	// keeps it until then. One that cannot be reported is given up on and
+	// the pair drained again after a backoff.
+	fl.completer.reportFailure(ctx, f)
 	if h := fl.opts.Hooks.OnFailure; h != nil {
 		h(f)
 	}

@@ -127,9 +127,12 @@ func (b Backoff) internal(jitter float64) retry.Backoff {
 // all, while the batches behind it wait. A batch refused with a permanent
 // error (ports.ErrInvalidArgument, ports.ErrNotFound) is not sent again as
 // is: it is halved until the refused outcomes are alone, those are
-// dropped and the others land. A dropped outcome is not lost: its outcomes are sent again on
-// the CompletionResend schedule, and its rows, still leased, are
-// re-delivered once their lease expires.
+// given up on and the others land. An outcome dropped after its last
+// attempt is not lost: it is sent again on the CompletionResend schedule
+// until it is acknowledged. One given up on is not sent again, since it
+// would be refused again: its pair is drained again after the InfraRetry
+// backoff (its rows already in the stored model complete without being
+// applied again, and a failed event is applied again, uncharged).
 type FlushRetryOptions struct {
 	// Backoff is the wait between two sends of one batch. Defaults to
 	// 100ms, doubling, at most 5s.
@@ -284,10 +287,10 @@ type Options struct {
 	// handed to the backend is sent again because its acknowledgement has
 	// not come: a wait of Initial after the send, Multiplier times longer
 	// after each re-send, at most Max. It is what recovers an outcome whose
-	// batch the flusher dropped (see FlushRetry), whatever the error, since
-	// the outcome's rows stay leased to this instance until it is
-	// acknowledged. Multiplier 1 re-sends at a constant pace. Defaults to
-	// 1s, doubling, at most 60s (1s, 2s, 4s … 60s).
+	// batch the flusher dropped (see FlushRetry), unless the backend
+	// refused it, since the outcome's rows stay leased to this instance
+	// until it is acknowledged. Multiplier 1 re-sends at a constant pace.
+	// Defaults to 1s, doubling, at most 60s (1s, 2s, 4s … 60s).
 	CompletionResend Backoff
 	// FlushRetry configures the in-place retries of a batch whose flush to
 	// the backend failed. A permanent error is never retried: the batch is

@@ -22,10 +22,12 @@ type parking struct {
 	*engine
 	wakes *wakes
 	// fetchSeq numbers fetches (see staleFetch); infraPairs counts the
-	// pairs in infraBackoff and saveEachCount those in saveEach, so that
-	// the paths that find none take no lock.
+	// pairs in infraBackoff, givenUpPairs those in givenUpBackoff and
+	// saveEachCount those in saveEach, so that the paths that find none
+	// take no lock.
 	fetchSeq      atomic.Uint64
 	infraPairs    atomic.Int32
+	givenUpPairs  atomic.Int32
 	saveEachCount atomic.Int32
 
 	mu     sync.Mutex
@@ -37,16 +39,20 @@ type parking struct {
 	// infrastructure errors; saveEach the pairs saved event by event.
 	infraBackoff map[pairKey]backoff.BackOff
 	saveEach     map[pairKey]bool
+	// givenUpBackoff holds the backoff of each pair with a report given
+	// up on (see reportGivenUp), until a report of the pair lands.
+	givenUpBackoff map[pairKey]backoff.BackOff
 }
 
 func newParking(e *engine, queue *drainQueue) *parking {
 	return &parking{
-		engine:       e,
-		wakes:        newWakes(e.clock, queue),
-		parked:       map[pairKey]held{},
-		failAcked:    map[pairKey]uint64{},
-		infraBackoff: map[pairKey]backoff.BackOff{},
-		saveEach:     map[pairKey]bool{},
+		engine:         e,
+		wakes:          newWakes(e.clock, queue),
+		parked:         map[pairKey]held{},
+		failAcked:      map[pairKey]uint64{},
+		infraBackoff:   map[pairKey]backoff.BackOff{},
+		saveEach:       map[pairKey]bool{},
+		givenUpBackoff: map[pairKey]backoff.BackOff{},
 	}
 }
 
@@ -181,6 +187,41 @@ func (p *parking) infraRecovered(k pairKey) {
 	if _, ok := p.infraBackoff[k]; ok {
 		delete(p.infraBackoff, k)
 		p.infraPairs.Add(-1)
+	}
+	p.mu.Unlock()
+}
+
+// reportGivenUp holds a pair back after the report of one of its outcomes
+// was given up on (see completer.givenUp), ending any parking it had (a
+// failure waiting for its acknowledgement included), and drains it again
+// after the next wait of its backoff, which it returns. The backoff is
+// InfraRetry's, grown by every report of the pair given up on until one
+// lands (reportLanded): a drain that goes through does not reset it, since
+// the report of that drain is what the backend refuses.
+func (p *parking) reportGivenUp(k pairKey) time.Duration {
+	p.mu.Lock()
+	b, ok := p.givenUpBackoff[k]
+	if !ok {
+		b = p.opts.InfraRetry.internal(infraRetryJitter).New(p.clock)
+		p.givenUpBackoff[k] = b
+		p.givenUpPairs.Add(1)
+	}
+	delay := b.NextBackOff()
+	p.mu.Unlock()
+	p.parkFor(k, p.now().Add(delay))
+	return delay
+}
+
+// reportLanded forgets the backoff of reports given up on of a pair, one
+// of whose reports the backend acknowledged.
+func (p *parking) reportLanded(k pairKey) {
+	if p.givenUpPairs.Load() == 0 {
+		return
+	}
+	p.mu.Lock()
+	if _, ok := p.givenUpBackoff[k]; ok {
+		delete(p.givenUpBackoff, k)
+		p.givenUpPairs.Add(-1)
 	}
 	p.mu.Unlock()
 }

@@ -143,6 +143,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	w.consumers.tick = w.completer.sweep
 	w.consumers.hurry, w.consumers.coalesce = w.completer.hurry, w.completer.completions.Coalesce()
 	w.completer.onFailureAcked = w.parking.parkAcked
+	w.completer.onGivenUp, w.completer.onLanded = w.parking.reportGivenUp, w.parking.reportLanded
 	w.completer.onCompleted = w.claims.roomFreed // room was freed for more of the backlog
 	scopes := newScopeCache(o.Security)
 	store := &modelStore{backend: backend.Models, cache: newModelCache(o.ModelCacheSize), batches: newModelBatches(backend.ModelBatch, backendCallTimeout), tx: backend.ModelTx, txSaves: newTxSaves(backend.ModelTx, backendCallTimeout+o.ApplyTimeout)}

@@ -9,13 +9,25 @@
 // flushers, marks them Sent and, once a flush really succeeded, marks exactly
 // those items Acknowledged by their tracking ids. Items whose acknowledgement
 // never comes are re-queued by ResetStale with a growing timeout. Instant
-// reports each outcome to a Reporter at once and tracks nothing: more round
-// trips, and every outcome visible at once (tests, low traffic).
+// reports each outcome to a Reporter at once and tracks nothing: more
+// round trips, and every outcome visible at once (tests, low traffic). An
+// outcome whose report fails is given up on, as a refusal is.
 //
 // Acknowledgement is by identity, not by count: an acknowledgement can only
 // ever settle the items it names, so an item sent on an idle tick cannot be
 // settled by the acknowledgement of a later batch, nor leave that batch's
 // items Sent to be sent again.
+//
+// # Refusals
+//
+// An outcome the backend refuses (an error wrapping ports.ErrInvalidArgument
+// or ports.ErrNotFound) is not sent again: it would be refused again. The
+// engine gives it up: when its flusher meets the refusal it settles the item
+// (MarkAcknowledged, then ClearAcknowledged), and a Report method returns the
+// refusal instead of keeping the outcome. Either way the rows the outcome
+// covered are drained again after a backoff (rows the stored model already
+// reflects complete without being applied again) and a failed event's pair
+// is retried; nothing is charged to an event.
 //
 // # Writing a strategy
 //
@@ -24,8 +36,11 @@
 // and the engine's dedup cache holds them back, until their outcome is
 // acknowledged. Report methods may deliver at once through the Reporter
 // the Factory is given (as Instant does) or keep the outcome Pending for
-// the engine's flushers (as Batched does); both may be mixed. Every method
-// is called concurrently from the engine's goroutines.
+// the engine's flushers (as Batched does); both may be mixed, and a
+// strategy may embed a *Batched to keep what its Reporter could not
+// deliver. A Report method that returns an error has neither delivered
+// nor kept the outcome: the engine gives it up as it does a refusal. Every
+// method is called concurrently from the engine's goroutines.
 package completion
 
 import (
@@ -88,11 +103,15 @@ type Tracked[T any] struct {
 }
 
 // Reporter delivers outcomes to the backend immediately. The Instant
-// strategy calls it once per reported item.
+// strategy calls it once per reported item. The engine's Reporter records
+// every failed call in its log of failing operations, and settles what it
+// delivered (the dedup retention of its rows starts, a failed event's
+// retry is scheduled).
 type Reporter interface {
-	// Complete records completions.
+	// Complete records completions. An error means they were not recorded
+	// (or it is unknown whether they were).
 	Complete(ctx context.Context, items []ports.Completion) error
-	// Fail records failures.
+	// Fail records failures, with the same errors as Complete.
 	Fail(ctx context.Context, items []ports.Failure) error
 }
 
@@ -104,9 +123,12 @@ type Factory func(r Reporter) (Strategy, error)
 // Strategy decides when outcomes reach the backend. Implementations are safe
 // for concurrent use.
 type Strategy interface {
-	// ReportCompletion records (or delivers) a completion.
+	// ReportCompletion delivers a completion or keeps it until it is
+	// acknowledged. An error says it did neither: the engine gives the
+	// completion up (see Refusals in the package doc).
 	ReportCompletion(ctx context.Context, c ports.Completion) error
-	// ReportFailure records (or delivers) a failure.
+	// ReportFailure delivers or keeps a failure, with the errors of
+	// ReportCompletion.
 	ReportFailure(ctx context.Context, f ports.Failure) error
 	// PendingCompletions returns copies of the Pending completions, ordered
 	// by SentAt (never-sent items first) and then by report order.
@@ -120,6 +142,7 @@ type Strategy interface {
 	// MarkAcknowledged marks the items with the given tracking ids
 	// Acknowledged, whatever their state: a late acknowledgement of an item
 	// ResetStale already re-queued still settles it. Unknown ids are ignored.
+	// The engine settles this way the items the backend refused too.
 	MarkAcknowledged(ids []uuid.UUID)
 	// ClearAcknowledged drops every Acknowledged item.
 	ClearAcknowledged()
@@ -295,7 +318,7 @@ func NewInstant(r Reporter) *Instant {
 }
 
 // ReportCompletion calls the Reporter's Complete with c alone and returns its
-// error.
+// error: an outcome it could not deliver is given up on.
 func (in *Instant) ReportCompletion(ctx context.Context, c ports.Completion) error {
 	return in.r.Complete(ctx, []ports.Completion{c})
 }
