@@ -47,6 +47,14 @@ type completer struct {
 
 func newCompleter(e *engine, cache *dedup.Cache) (*completer, error) {
 	c := &completer{engine: e, cache: cache, progress: make(chan struct{})}
+	// Both built-in strategies re-queue what was not acknowledged with
+	// Options.CompletionResend: Instant keeps the outcomes it could not
+	// deliver as Batched keeps every outcome.
+	resend := completion.BatchedOptions{
+		BaseTimeout: e.opts.CompletionResend.Initial,
+		Multiplier:  e.opts.CompletionResend.Multiplier,
+		MaxTimeout:  e.opts.CompletionResend.Max,
+	}
 	var err error
 	switch {
 	case e.opts.CompletionStrategy != nil:
@@ -57,16 +65,12 @@ func newCompleter(e *engine, cache *dedup.Cache) (*completer, error) {
 			return nil, errors.New("Options.CompletionStrategy returned no strategy")
 		}
 	case e.opts.Completion == CompletionInstant:
-		c.strategy = completion.NewInstant(instantReporter{c})
+		c.strategy, err = completion.NewInstantWith(instantReporter{c}, resend)
 	default:
-		c.strategy, err = completion.NewBatched(completion.BatchedOptions{
-			BaseTimeout: e.opts.CompletionResend.Initial,
-			Multiplier:  e.opts.CompletionResend.Multiplier,
-			MaxTimeout:  e.opts.CompletionResend.Max,
-		})
-		if err != nil {
-			return nil, err
-		}
+		c.strategy, err = completion.NewBatched(resend)
+	}
+	if err != nil {
+		return nil, err
 	}
 	completionRows := func(t completion.Tracked[ports.Completion]) int { return len(t.Item.WorkIDs) }
 	if c.completions, err = newFlusher(e, flusherCompletions, c.flushCompletions, c.completionsAcknowledged, c.completionsRefused, completionRows); err != nil {

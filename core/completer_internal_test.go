@@ -40,7 +40,10 @@ func (c *reportErrors) WorkFail(ctx context.Context, p *ports.WorkFailParams) er
 	return c.CursorStore.WorkFail(ctx, p)
 }
 
-var errRefusedReport = fmt.Errorf("completing work: %w", ports.ErrInvalidArgument)
+var (
+	errRefusedReport   = fmt.Errorf("completing work: %w", ports.ErrInvalidArgument)
+	errTransientReport = fmt.Errorf("completing work: connection reset: %w", ports.ErrTransient)
+)
 
 // reportBundle is a batch bundle on a fake clock whose reports meet
 // reportErrors, with one stream of one event fetched and drained while
@@ -130,6 +133,24 @@ func TestRefusedCompletionReleasesItsRows(t *testing.T) {
 			require.Equal(t, int64(1), rb.applied.Load())
 		})
 	}
+}
+
+// With instant completions, a completion whose report fails is kept: its
+// rows stay held back by the dedup cache, and the flusher sends it again
+// until the backend acknowledges it.
+func TestInstantCompletionKeptUntilAcknowledged(t *testing.T) {
+	t.Parallel()
+
+	rb := setupReports(t, CompletionInstant, errTransientReport)
+	require.True(t, rb.held(), "the row stays held back")
+	require.Equal(t, 1, rb.kept(), "the completion is kept")
+	require.Equal(t, int64(1), rb.pending(t))
+
+	rb.reports.heal()
+	require.NoError(t, rb.w.completer.flushNow(t.Context()))
+	require.Zero(t, rb.pending(t), "the kept completion was sent")
+	require.Zero(t, rb.kept(), "and settled by its acknowledgement")
+	require.True(t, rb.held(), "its row is retained, not released")
 }
 
 // A failure whose report is refused is given up on, whatever the strategy:

@@ -76,7 +76,9 @@ const (
 	// identity and stale re-sends. The default.
 	CompletionBatched CompletionMode = iota
 	// CompletionInstant reports every completion and failure to the backend
-	// as soon as it happens: more round trips, immediate visibility.
+	// as soon as it happens: more round trips, immediate visibility. One
+	// whose report fails is kept and sent again as batched ones are
+	// (FlushRetry, then CompletionResend) until it is acknowledged.
 	CompletionInstant
 )
 
@@ -284,13 +286,14 @@ type Options struct {
 	// DrainBatcher bounds the gathering of streams into a batch.
 	DrainBatcher DrainBatcherOptions
 	// CompletionResend is when a completion or failure report the engine
-	// handed to the backend is sent again because its acknowledgement has
-	// not come: a wait of Initial after the send, Multiplier times longer
-	// after each re-send, at most Max. It is what recovers an outcome whose
-	// batch the flusher dropped (see FlushRetry), unless the backend
-	// refused it, since the outcome's rows stay leased to this instance
-	// until it is acknowledged. Multiplier 1 re-sends at a constant pace.
-	// Defaults to 1s, doubling, at most 60s (1s, 2s, 4s … 60s).
+	// handed to the backend (with CompletionInstant, one whose report
+	// failed) is sent again because its acknowledgement has not come: a
+	// wait of Initial after the send, Multiplier times longer after each
+	// re-send, at most Max. It is what recovers an outcome whose batch the
+	// flusher dropped (see FlushRetry), unless the backend refused it,
+	// since the outcome's rows stay leased to this instance until it is
+	// acknowledged. Multiplier 1 re-sends at a constant pace. Defaults to
+	// 1s, doubling, at most 60s (1s, 2s, 4s … 60s).
 	CompletionResend Backoff
 	// FlushRetry configures the in-place retries of a batch whose flush to
 	// the backend failed. A permanent error is never retried: the batch is

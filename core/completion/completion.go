@@ -9,9 +9,9 @@
 // flushers, marks them Sent and, once a flush really succeeded, marks exactly
 // those items Acknowledged by their tracking ids. Items whose acknowledgement
 // never comes are re-queued by ResetStale with a growing timeout. Instant
-// reports each outcome to a Reporter at once and tracks nothing: more
-// round trips, and every outcome visible at once (tests, low traffic). An
-// outcome whose report fails is given up on, as a refusal is.
+// reports each outcome to a Reporter at once: more round trips, and every
+// outcome visible at once (tests, low traffic). An outcome whose report
+// fails is kept as Batched keeps it, and travels the same way from then on.
 //
 // Acknowledgement is by identity, not by count: an acknowledgement can only
 // ever settle the items it names, so an item sent on an idle tick cannot be
@@ -300,51 +300,128 @@ func (b *Batched) Timeout(retryCount int) time.Duration {
 	return b.backoff.Delay(retryCount)
 }
 
-// Instant reports every outcome to its Reporter at once and tracks nothing.
-// Safe for concurrent use if the Reporter is.
+// holdsLocked reports whether an item of the pair (stream, perspective) is kept
+// and not acknowledged yet. The caller holds b.mu.
+func (b *Batched) holdsLocked(stream uuid.UUID, perspective string) bool {
+	for _, it := range b.completions.items {
+		if it.Status != Acknowledged && it.Item.StreamID == stream && it.Item.Perspective == perspective {
+			return true
+		}
+	}
+	for _, it := range b.failures.items {
+		if it.Status != Acknowledged && it.Item.StreamID == stream && it.Item.Perspective == perspective {
+			return true
+		}
+	}
+	return false
+}
+
+// Instant reports every outcome to its Reporter at once. An outcome whose
+// report fails is kept as a Pending tracked item, as Batched keeps every
+// outcome: the engine's flushers send it again, with their retries, and
+// ResetStale re-queues it until it is acknowledged. So is every later
+// outcome of the same (stream, perspective) pair while one is kept, so that
+// the backend gets a pair's outcomes in order and an outage costs one
+// failed report per pair. An outcome the backend refuses is returned, not
+// kept (see Refusals in the package doc). Safe for concurrent use if the
+// Reporter is.
 type Instant struct {
-	r Reporter
+	r    Reporter
+	kept *Batched
 }
 
 var _ Strategy = (*Instant)(nil)
 
 // NewInstant returns an Instant strategy delivering to r, which must not be
-// nil.
+// nil. Kept outcomes are re-queued with the default timeouts of Batched.
 func NewInstant(r Reporter) *Instant {
-	if r == nil {
-		panic("completion.NewInstant: Reporter must not be nil")
+	in, err := NewInstantWith(r, BatchedOptions{})
+	if err != nil {
+		panic(err) // the zero options are valid
 	}
-	return &Instant{r: r}
+	return in
 }
 
-// ReportCompletion calls the Reporter's Complete with c alone and returns its
-// error: an outcome it could not deliver is given up on.
+// NewInstantWith returns an Instant strategy delivering to r, which must not
+// be nil, whose kept outcomes ResetStale re-queues with the timeouts of
+// opts, as Batched's. It returns an error naming the field for an invalid
+// option.
+func NewInstantWith(r Reporter, opts BatchedOptions) (*Instant, error) {
+	if r == nil {
+		panic("completion: the Reporter of an Instant strategy must not be nil")
+	}
+	kept, err := NewBatched(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Instant{r: r, kept: kept}, nil
+}
+
+// ReportCompletion calls the Reporter's Complete with c alone, unless an
+// outcome of c's pair is kept. It keeps c when the call fails, or when it
+// was not made, and returns nil; it returns the error of a refusal.
 func (in *Instant) ReportCompletion(ctx context.Context, c ports.Completion) error {
-	return in.r.Complete(ctx, []ports.Completion{c})
+	return in.report(c.StreamID, c.Perspective, func() error { return in.r.Complete(ctx, []ports.Completion{c}) },
+		func() { in.kept.completions.add(c) })
 }
 
-// ReportFailure calls the Reporter's Fail with f alone and returns its error.
+// ReportFailure calls the Reporter's Fail with f alone, unless an outcome of
+// f's pair is kept. It keeps f as ReportCompletion keeps a completion.
 func (in *Instant) ReportFailure(ctx context.Context, f ports.Failure) error {
-	return in.r.Fail(ctx, []ports.Failure{f})
+	return in.report(f.StreamID, f.Perspective, func() error { return in.r.Fail(ctx, []ports.Failure{f}) },
+		func() { in.kept.failures.add(f) })
 }
 
-// PendingCompletions returns nil: nothing is ever pending.
-func (*Instant) PendingCompletions() []Tracked[ports.Completion] { return nil }
+// report delivers an outcome of the pair (stream, perspective) through
+// deliver, or keeps it with keep, which it calls under the lock of the kept
+// items.
+func (in *Instant) report(stream uuid.UUID, perspective string, deliver func() error, keep func()) error {
+	b := in.kept
+	b.mu.Lock()
+	behind := b.holdsLocked(stream, perspective)
+	if behind {
+		keep()
+	}
+	b.mu.Unlock()
+	if behind {
+		return nil
+	}
+	err := deliver()
+	if err == nil {
+		return nil
+	}
+	if retry.Permanent(err) {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	keep()
+	return nil
+}
 
-// PendingFailures returns nil: nothing is ever pending.
-func (*Instant) PendingFailures() []Tracked[ports.Failure] { return nil }
+// PendingCompletions returns copies of the kept completions that are
+// Pending, ordered as Batched orders them.
+func (in *Instant) PendingCompletions() []Tracked[ports.Completion] {
+	return in.kept.PendingCompletions()
+}
 
-// MarkSent does nothing.
-func (*Instant) MarkSent([]uuid.UUID, time.Time) {}
+// PendingFailures returns copies of the kept failures that are Pending,
+// ordered as Batched orders them.
+func (in *Instant) PendingFailures() []Tracked[ports.Failure] { return in.kept.PendingFailures() }
 
-// MarkAcknowledged does nothing.
-func (*Instant) MarkAcknowledged([]uuid.UUID) {}
+// MarkSent marks the kept items with the given tracking ids Sent at at.
+func (in *Instant) MarkSent(ids []uuid.UUID, at time.Time) { in.kept.MarkSent(ids, at) }
 
-// ClearAcknowledged does nothing.
-func (*Instant) ClearAcknowledged() {}
+// MarkAcknowledged marks the kept items with the given tracking ids
+// Acknowledged.
+func (in *Instant) MarkAcknowledged(ids []uuid.UUID) { in.kept.MarkAcknowledged(ids) }
 
-// ResetStale does nothing and returns 0.
-func (*Instant) ResetStale(time.Time) int { return 0 }
+// ClearAcknowledged drops every Acknowledged kept item.
+func (in *Instant) ClearAcknowledged() { in.kept.ClearAcknowledged() }
+
+// ResetStale re-queues the kept items whose acknowledgement is overdue at
+// now, as Batched does, and returns how many it re-queued.
+func (in *Instant) ResetStale(now time.Time) int { return in.kept.ResetStale(now) }
 
 // tracker holds the items of one kind in report order. It is guarded by the
 // owning strategy's mutex.

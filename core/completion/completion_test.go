@@ -2,7 +2,7 @@ package completion_test
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"math"
 	"sync"
 	"testing"
@@ -365,6 +365,7 @@ func TestInstant(t *testing.T) {
 	t.Parallel()
 
 	type testBundle struct {
+		clock    *clocktest.Fake
 		reporter *countingReporter
 		strategy *completion.Instant
 	}
@@ -372,26 +373,25 @@ func TestInstant(t *testing.T) {
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
 		r := &countingReporter{}
-		return &testBundle{reporter: r, strategy: completion.NewInstant(r)}
+		return &testBundle{clock: clocktest.NewFake(), reporter: r, strategy: completion.NewInstant(r)}
 	}
 
-	t.Run("GetPendingCompletionsAlwaysReturnsEmpty", func(t *testing.T) {
+	errDown := fmt.Errorf("database down: %w", ports.ErrTransient)
+
+	t.Run("DeliveredOutcomesAreNotKept", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		require.NoError(t, b.strategy.ReportCompletion(t.Context(), newCompletion()))
-		require.Empty(t, b.strategy.PendingCompletions())
-	})
-
-	t.Run("GetPendingFailuresAlwaysReturnsEmpty", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
 		require.NoError(t, b.strategy.ReportFailure(t.Context(), newFailure()))
+		require.Empty(t, b.strategy.PendingCompletions())
 		require.Empty(t, b.strategy.PendingFailures())
+		require.Zero(t, b.strategy.ResetStale(b.clock.Now().Add(time.Hour)), "nothing to send again")
 	})
 
 	t.Run("NilReporterPanics", func(t *testing.T) {
 		t.Parallel()
 		require.Panics(t, func() { completion.NewInstant(nil) })
+		require.Panics(t, func() { _, _ = completion.NewInstantWith(nil, completion.BatchedOptions{}) })
 	})
 
 	t.Run("ReportCompletionCallsReporterImmediately", func(t *testing.T) {
@@ -412,15 +412,135 @@ func TestInstant(t *testing.T) {
 		require.Empty(t, b.reporter.completions)
 	})
 
-	t.Run("ReporterErrorIsReturned", func(t *testing.T) {
+	t.Run("FailedReportIsKeptPending", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		b.reporter.err = errors.New("database down")
-		require.ErrorIs(t, b.strategy.ReportCompletion(t.Context(), newCompletion()), b.reporter.err)
-		require.ErrorIs(t, b.strategy.ReportFailure(t.Context(), newFailure()), b.reporter.err)
+		b.reporter.err = errDown
+		c, f := newCompletion(), newFailure()
+		require.NoError(t, b.strategy.ReportCompletion(t.Context(), c), "kept, so recorded")
+		require.NoError(t, b.strategy.ReportFailure(t.Context(), f), "kept, so recorded")
+		require.Equal(t, []ports.Completion{c}, items(b.strategy.PendingCompletions()))
+		require.Equal(t, []ports.Failure{f}, items(b.strategy.PendingFailures()))
 	})
 
-	t.Run("TrackingMethodsAreNoOps", func(t *testing.T) {
+	t.Run("ReportCancelledByItsContextIsKept", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.reporter.err = context.Canceled
+		c := newCompletion()
+		require.NoError(t, b.strategy.ReportCompletion(t.Context(), c))
+		require.Equal(t, []ports.Completion{c}, items(b.strategy.PendingCompletions()))
+	})
+
+	t.Run("KeptUntilAcknowledgedByIdentity", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.reporter.err = errDown
+		c, f := newCompletion(), newFailure()
+		require.NoError(t, b.strategy.ReportCompletion(t.Context(), c))
+		require.NoError(t, b.strategy.ReportFailure(t.Context(), f))
+		cID, fID := b.strategy.PendingCompletions()[0].ID, b.strategy.PendingFailures()[0].ID
+		b.strategy.MarkSent([]uuid.UUID{cID, fID}, b.clock.Now())
+		require.Empty(t, b.strategy.PendingCompletions(), "sent, waiting for the acknowledgement")
+
+		// An acknowledgement of something else settles nothing.
+		b.strategy.MarkAcknowledged([]uuid.UUID{uuid.New()})
+		b.strategy.ClearAcknowledged()
+		b.clock.Advance(time.Second + time.Nanosecond)
+		require.Equal(t, 2, b.strategy.ResetStale(b.clock.Now()), "both still kept")
+
+		b.strategy.MarkAcknowledged([]uuid.UUID{cID})
+		b.strategy.ClearAcknowledged()
+		require.Empty(t, b.strategy.PendingCompletions(), "the completion is settled")
+		require.Equal(t, []ports.Failure{f}, items(b.strategy.PendingFailures()), "the failure is still kept")
+	})
+
+	t.Run("ResetStaleRequeuesUnacknowledged", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.reporter.err = errDown
+		c := newCompletion()
+		require.NoError(t, b.strategy.ReportCompletion(t.Context(), c))
+		b.strategy.MarkSent(trackingIDs(b.strategy.PendingCompletions()), b.clock.Now())
+
+		// The default timeouts of Batched: 1s, then 2s.
+		require.Zero(t, b.strategy.ResetStale(b.clock.Now().Add(time.Second)), "not overdue at exactly BaseTimeout")
+		b.clock.Advance(time.Second + time.Nanosecond)
+		require.Equal(t, 1, b.strategy.ResetStale(b.clock.Now()))
+		pending := b.strategy.PendingCompletions()
+		require.Len(t, pending, 1)
+		require.Equal(t, c, pending[0].Item)
+		require.Equal(t, 1, pending[0].RetryCount)
+		require.Equal(t, completion.Pending, pending[0].Status)
+
+		b.strategy.MarkSent(trackingIDs(pending), b.clock.Now())
+		require.Zero(t, b.strategy.ResetStale(b.clock.Now().Add(2*time.Second)))
+		require.Equal(t, 1, b.strategy.ResetStale(b.clock.Now().Add(2*time.Second+time.Nanosecond)))
+	})
+
+	t.Run("RefusedReportIsReturnedNotKept", func(t *testing.T) {
+		t.Parallel()
+		for _, refusal := range []error{ports.ErrInvalidArgument, ports.ErrNotFound} {
+			b := setup(t)
+			b.reporter.err = fmt.Errorf("completing work: %w", refusal)
+			require.ErrorIs(t, b.strategy.ReportCompletion(t.Context(), newCompletion()), refusal)
+			require.ErrorIs(t, b.strategy.ReportFailure(t.Context(), newFailure()), refusal)
+			require.Empty(t, b.strategy.PendingCompletions(), "sending it again would be refused again")
+			require.Empty(t, b.strategy.PendingFailures())
+		}
+	})
+
+	t.Run("PairWaitsBehindItsKeptOutcome", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.reporter.err = errDown
+		first := newCompletion()
+		require.NoError(t, b.strategy.ReportCompletion(t.Context(), first))
+		b.reporter.err = nil
+
+		// The pair's next outcomes queue behind the kept one, so that the
+		// backend gets them in order; other pairs go at once.
+		next := first
+		next.LastVersion, next.WorkIDs = 4, []uuid.UUID{uuid.New()}
+		fail := newFailure()
+		fail.StreamID, fail.Perspective = first.StreamID, first.Perspective
+		other := newCompletion()
+		require.NoError(t, b.strategy.ReportCompletion(t.Context(), next))
+		require.NoError(t, b.strategy.ReportFailure(t.Context(), fail))
+		require.NoError(t, b.strategy.ReportCompletion(t.Context(), other))
+		require.Equal(t, [][]ports.Completion{{first}, {other}}, b.reporter.completions)
+		require.Empty(t, b.reporter.failures)
+		require.Equal(t, []ports.Completion{first, next}, items(b.strategy.PendingCompletions()))
+		require.Equal(t, []ports.Failure{fail}, items(b.strategy.PendingFailures()))
+
+		// Once they are acknowledged, the pair's outcomes go at once again.
+		kept := append(trackingIDs(b.strategy.PendingCompletions()), trackingIDs(b.strategy.PendingFailures())...)
+		b.strategy.MarkSent(kept, b.clock.Now())
+		b.strategy.MarkAcknowledged(kept)
+		b.strategy.ClearAcknowledged()
+		last := first
+		last.LastVersion, last.WorkIDs = 5, []uuid.UUID{uuid.New()}
+		require.NoError(t, b.strategy.ReportCompletion(t.Context(), last))
+		require.Equal(t, [][]ports.Completion{{first}, {other}, {last}}, b.reporter.completions)
+		require.Empty(t, b.strategy.PendingCompletions())
+	})
+
+	t.Run("NewInstantWithTimeouts", func(t *testing.T) {
+		t.Parallel()
+		r := &countingReporter{err: errDown}
+		s, err := completion.NewInstantWith(r, completion.BatchedOptions{BaseTimeout: 5 * time.Second, DisableExponentialBackoff: true})
+		require.NoError(t, err)
+		require.NoError(t, s.ReportCompletion(t.Context(), newCompletion()))
+		b := &testBundle{clock: clocktest.NewFake(), reporter: r, strategy: s}
+		b.strategy.MarkSent(trackingIDs(b.strategy.PendingCompletions()), b.clock.Now())
+		require.Zero(t, b.strategy.ResetStale(b.clock.Now().Add(5*time.Second)))
+		require.Equal(t, 1, b.strategy.ResetStale(b.clock.Now().Add(5*time.Second+time.Nanosecond)))
+
+		_, err = completion.NewInstantWith(r, completion.BatchedOptions{BaseTimeout: -time.Second})
+		require.ErrorContains(t, err, "BatchedOptions.BaseTimeout must not be negative")
+	})
+
+	t.Run("UnknownIDsAreIgnored", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		id := uuid.New()

@@ -163,6 +163,25 @@ func (rb *reportBundle) requireSettled(t *testing.T, stream uuid.UUID, events []
 	require.Empty(t, dls)
 }
 
+// With instant completions, a completion whose report fails once is kept
+// and sent again: its rows complete, the later events of the stream do not
+// leave them behind as stragglers, and the stream catches up with its
+// terminal stages run.
+func TestInstantCompletionRetriedAfterTransientError(t *testing.T) {
+	t.Parallel()
+
+	rb := setupReports(t, errReportTransient, nil)
+	rb.cursors.completes.Store(1)
+	rb.start(t, core.CompletionInstant, nil)
+	stream := uuid.New()
+	events := appendAdded(t, rb.reg, rb.b, stream, 1, 2).Events
+	require.Equal(t, "complete", waitFor(t, rb.cursors.failed, "the first completion to fail"))
+	// The next event completes on its own report, above the rows of the
+	// failed one.
+	events = append(events, appendAdded(t, rb.reg, rb.b, stream, 3).Events...)
+	rb.requireSettled(t, stream, events, true)
+}
+
 // A failure whose report fails once is retried, whatever the strategy: its
 // pair is not held back for good waiting for an acknowledgement, and the
 // event is retried and applied, uncharged.

@@ -35,6 +35,11 @@ type outage struct {
 	// completing and failing name the operations that send outcomes:
 	// the flushers' or, with instant completions, the reports'.
 	completing, failing string
+	// alsoLogged names, per operation counted here, the other operations
+	// of the engine's log whose calls it counts too: with instant
+	// completions, an outcome whose report failed is kept and sent again
+	// by a flusher, through the same backend method.
+	alsoLogged map[string][]string
 
 	mu     sync.Mutex
 	failed map[string]int
@@ -190,7 +195,8 @@ func (l outageLifecycle) LifecycleOrphans(ctx context.Context, p *ports.Lifecycl
 // being drained (its leases need renewing), the outcomes and lifecycle
 // stages of several streams are being sent (with batched completions each
 // batch is retried and then dropped by its flusher; with instant ones each
-// outcome is reported on its own) and a stream that received events
+// outcome is reported on its own, then kept and sent by the flushers) and
+// a stream that received events
 // meanwhile is fetched again. Each background operation must log its
 // first failure, at most one summary per 10s, and one Info line when it
 // recovers (events appended after the outage give each one a success),
@@ -213,7 +219,10 @@ func TestOutageLoggedOncePerOperation(t *testing.T) {
 	t.Run("Instant", func(t *testing.T) {
 		t.Parallel()
 		synctest.Test(t, func(t *testing.T) {
-			testOutageLogged(t, core.CompletionInstant, &outage{completing: "reporting completions", failing: "reporting failures"})
+			testOutageLogged(t, core.CompletionInstant, &outage{completing: "reporting completions", failing: "reporting failures", alsoLogged: map[string][]string{
+				"reporting completions": {"flushing completions"},
+				"reporting failures":    {"flushing failures"},
+			}})
 		})
 	})
 }
@@ -364,7 +373,10 @@ func testOutageLogged(t *testing.T, mode core.CompletionMode, down *outage) {
 	// Each operation that failed logs its recovery at its next success.
 	// Renewals need a stream being drained: held is released only once
 	// they recovered.
-	ops := slices.Sorted(maps.Keys(failed))
+	var ops []string
+	for _, op := range slices.Sorted(maps.Keys(failed)) {
+		ops = append(append(ops, op), down.alsoLogged[op]...)
+	}
 	recovered := func(op string) bool { return len(logtest.WithMsg(logs.Lines(t), op+" recovered")) > 0 }
 	for range 400 { // 100s
 		if !slices.ContainsFunc(ops, func(op string) bool { return !recovered(op) }) {
@@ -378,16 +390,21 @@ func testOutageLogged(t *testing.T, mode core.CompletionMode, down *outage) {
 	release()
 
 	lines := logs.Lines(t)
-	for _, op := range ops {
-		first := logtest.WithMsg(lines, op+" failed; retrying")
-		require.Len(t, first, 1, "%s: its first failure is logged once", op)
-		require.Equal(t, "WARN", first[0].Level(), "%s: the backend called the error transient", op)
-		require.Empty(t, logtest.WithMsg(lines, op+" still failing; retrying"), "%s: no summary within its first 10s of failures", op)
-		back := logtest.WithMsg(lines, op+" recovered")
-		require.Len(t, back, 1, "%s: its recovery is logged once", op)
-		require.Equal(t, "INFO", back[0].Level(), op)
-		require.Equal(t, float64(failed[op]), back[0]["failures"], "%s: the recovery counts every failed call", op)
-		require.Positive(t, back[0]["failed_for"], op)
+	for counted, calls := range failed {
+		logged := 0.0
+		for _, op := range append([]string{counted}, down.alsoLogged[counted]...) {
+			first := logtest.WithMsg(lines, op+" failed; retrying")
+			require.Len(t, first, 1, "%s: its first failure is logged once", op)
+			require.Equal(t, "WARN", first[0].Level(), "%s: the backend called the error transient", op)
+			require.Empty(t, logtest.WithMsg(lines, op+" still failing; retrying"), "%s: no summary within its first 10s of failures", op)
+			back := logtest.WithMsg(lines, op+" recovered")
+			require.Len(t, back, 1, "%s: its recovery is logged once", op)
+			require.Equal(t, "INFO", back[0].Level(), op)
+			require.Positive(t, back[0]["failures"], op)
+			require.Positive(t, back[0]["failed_for"], op)
+			logged += back[0]["failures"].(float64)
+		}
+		require.Equal(t, float64(calls), logged, "%s: the recoveries count every failed call", counted)
 	}
 	// Nothing else repeats either: every message of every flusher comes
 	// twice at most (the first and a summary, or what the recovery
@@ -399,9 +416,8 @@ func testOutageLogged(t *testing.T, mode core.CompletionMode, down *outage) {
 	for line, n := range counts {
 		require.LessOrEqual(t, n, 2, "logged %d times during a %s outage: %s", n, outageFor, line)
 	}
-	if mode == core.CompletionInstant {
-		return // no flusher
-	}
+	// The outcomes sent during the outage went through the flushers,
+	// whichever strategy reported them.
 	for _, flusher := range []string{"completions", "failures"} {
 		var dropped float64
 		for _, l := range logtest.WithMsg(lines, "dropping batch after its last flush attempt; its rows stay leased until their lease expires and are re-delivered") {
