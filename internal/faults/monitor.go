@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -126,14 +127,26 @@ SELECT coalesce((SELECT extract(epoch FROM now() - created_at) FROM late), 0)::f
        (SELECT stream_id FROM late), (SELECT version FROM late), (SELECT name FROM late)`
 }
 
-// describeStream lists a stream's first pending work rows (holder, lease,
-// retry time, attempts) and its pin, for a finding.
+// describeStream lists a stream's lease (its holder, the lease's time
+// left) and its first pending work rows (retry time, attempts), for a
+// finding. Leases are held per stream (vantage_active_streams), not per
+// row.
 func describeStream(ctx context.Context, pool *pgxpool.Pool, schema string, stream uuid.UUID) string {
-	rows, err := pool.Query(ctx, `SELECT w.perspective, w.event_version, coalesce(w.instance_id::text, '-'),
-		coalesce(extract(epoch FROM w.lease_expiry - now())::float8, 0), coalesce(extract(epoch FROM w.scheduled_for - now())::float8, 0),
-		w.attempts, coalesce(a.instance_id::text, '-')
+	var (
+		holder string
+		lease  float64
+	)
+	err := pool.QueryRow(ctx, `SELECT coalesce(a.instance_id::text, '-'), coalesce(extract(epoch FROM a.lease_expiry - now())::float8, 0)
+		FROM `+pgx.Identifier{schema, "vantage_active_streams"}.Sanitize()+` a WHERE a.stream_id = $1`, stream).Scan(&holder, &lease)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		holder = "-"
+	case err != nil:
+		return "reading its lease: " + err.Error()
+	}
+	rows, err := pool.Query(ctx, `SELECT w.perspective, w.event_version,
+		coalesce(extract(epoch FROM w.scheduled_for - now())::float8, 0), w.attempts
 		FROM `+pgx.Identifier{schema, "vantage_work"}.Sanitize()+` w
-		LEFT JOIN `+pgx.Identifier{schema, "vantage_active_streams"}.Sanitize()+` a ON a.stream_id = w.stream_id
 		WHERE w.stream_id = $1 AND w.processed_at IS NULL
 		ORDER BY w.perspective, w.event_version
 		LIMIT 6`, stream)
@@ -142,22 +155,25 @@ func describeStream(ctx context.Context, pool *pgxpool.Pool, schema string, stre
 	}
 	defer rows.Close()
 	var b strings.Builder
+	fmt.Fprintf(&b, "stream leased to %s (%.1fs left); pending:", holder, lease)
+	n := 0
 	for rows.Next() {
 		var (
-			perspective, holder, pin string
-			version                  int64
-			lease, retry             float64
-			attempts                 int
+			perspective string
+			version     int64
+			retry       float64
+			attempts    int
 		)
-		if err := rows.Scan(&perspective, &version, &holder, &lease, &retry, &attempts, &pin); err != nil {
+		if err := rows.Scan(&perspective, &version, &retry, &attempts); err != nil {
 			return "reading its work: " + err.Error()
 		}
-		if b.Len() == 0 {
-			fmt.Fprintf(&b, "stream pinned to %s; pending:", pin)
-		}
-		fmt.Fprintf(&b, " [%s v%d held by %s, lease %.1fs, retry in %.1fs, attempts %d]", perspective, version, holder, lease, retry, attempts)
+		n++
+		fmt.Fprintf(&b, " [%s v%d, retry in %.1fs, attempts %d]", perspective, version, retry, attempts)
 	}
-	if b.Len() == 0 {
+	if err := rows.Err(); err != nil {
+		return "reading its work: " + err.Error()
+	}
+	if n == 0 {
 		return "no pending work (applied since)"
 	}
 	return b.String()

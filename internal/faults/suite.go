@@ -581,8 +581,11 @@ func (r *run) pending(ctx context.Context) (int, error) {
 func (r *run) describePending(ctx context.Context) string {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	rows, err := r.suite.pool.Query(ctx, `SELECT count(*) OVER (), stream_id, perspective, event_version, attempts, coalesce(error, ''), instance_id IS NOT NULL
-		FROM `+pgx.Identifier{r.schema, "vantage_work"}.Sanitize()+` WHERE processed_at IS NULL ORDER BY seq LIMIT 5`)
+	rows, err := r.suite.pool.Query(ctx, `SELECT count(*) OVER (), w.stream_id, w.perspective, w.event_version, w.attempts, coalesce(w.error, ''),
+		coalesce(a.instance_id IS NOT NULL AND a.lease_expiry > now(), false)
+		FROM `+pgx.Identifier{r.schema, "vantage_work"}.Sanitize()+` w
+		LEFT JOIN `+pgx.Identifier{r.schema, "vantage_active_streams"}.Sanitize()+` a ON a.stream_id = w.stream_id
+		WHERE w.processed_at IS NULL ORDER BY w.seq LIMIT 5`)
 	if err != nil {
 		return "listing pending work: " + err.Error()
 	}
@@ -599,7 +602,7 @@ func (r *run) describePending(ctx context.Context) string {
 		if b.Len() == 0 {
 			fmt.Fprintf(&b, "%d pending rows, oldest:", total)
 		}
-		fmt.Fprintf(&b, " [stream %s %s version %d, %d attempts, leased %t, error %q]", stream, perspective, version, attempts, leased, cause)
+		fmt.Fprintf(&b, " [stream %s %s version %d, %d attempts, stream leased %t, error %q]", stream, perspective, version, attempts, leased, cause)
 		return nil
 	}); err != nil {
 		return "listing pending work: " + err.Error()
