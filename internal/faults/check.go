@@ -61,8 +61,9 @@ const (
 	// CheckGenerationRequeue: the workers of a new generation did not
 	// requeue the dead letters of the previous one in time.
 	CheckGenerationRequeue = "generation-requeue"
-	// CheckCleanReplay: after the requeue with the fix, a model differs
-	// from a replay of every event of its stream in order.
+	// CheckCleanReplay: after the requeue with the fix, a model (or the
+	// projection's rows) differs from a replay of every event of its
+	// stream in order.
 	CheckCleanReplay = "clean-replay"
 )
 
@@ -122,6 +123,7 @@ type dataset struct {
 	events  map[uuid.UUID][]storedEvent // by stream, in version order
 	history map[uuid.UUID][]int64       // HistoryPerspective's versions
 	counts  map[uuid.UUID]int64         // CountPerspective's count
+	rows    map[uuid.UUID][]int64       // RowsTable's versions, in write order
 	dead    []ports.DeadLetter          // every dead letter, any status
 	// pending holds the work rows still pending, per perspective.
 	pending map[string]map[eventKey]bool
@@ -133,6 +135,7 @@ func loadDataset(ctx context.Context, pool *pgxpool.Pool, dls ports.DeadLetterSt
 		events:  map[uuid.UUID][]storedEvent{},
 		history: map[uuid.UUID][]int64{},
 		counts:  map[uuid.UUID]int64{},
+		rows:    map[uuid.UUID][]int64{},
 		pending: map[string]map[eventKey]bool{},
 	}
 	rows, err := pool.Query(ctx, `SELECT stream_id, version, coalesce(data->>'fault', '') FROM `+
@@ -176,6 +179,16 @@ func loadDataset(ctx context.Context, pool *pgxpool.Pool, dls ports.DeadLetterSt
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("reading models: %w", err)
+	}
+	rows, err = pool.Query(ctx, `SELECT stream_id, version FROM `+pgx.Identifier{schema, RowsTable}.Sanitize()+` ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", RowsTable, err)
+	}
+	if _, err := pgx.ForEachRow(rows, []any{&stream, &ev.version}, func() error {
+		d.rows[stream] = append(d.rows[stream], ev.version)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", RowsTable, err)
 	}
 	rows, err = pool.Query(ctx, `SELECT stream_id, perspective, event_version FROM `+
 		pgx.Identifier{schema, "vantage_work"}.Sanitize()+` WHERE processed_at IS NULL`)
@@ -300,59 +313,14 @@ func check(d *dataset, mustApply map[eventKey]bool) (Counts, []Finding) {
 	}
 	for _, stream := range slices.SortedFunc(maps.Keys(d.events), func(a, b uuid.UUID) int { return cmp.Compare(a.String(), b.String()) }) {
 		evs := d.events[stream]
-		has := map[int64]bool{}
-		for _, e := range evs {
-			has[e.version] = true
-		}
 
-		// HistoryPerspective: which events, in which order.
-		seen := map[int64]bool{}
-		var top int64
-		for _, v := range d.history[stream] {
-			f := Finding{Stream: stream, Perspective: HistoryPerspective, Version: v}
-			switch {
-			case !has[v]:
-				f.Check, f.Detail = CheckDouble, "applied a version the stream does not have"
-				add(&c.Double, f)
-			case seen[v]:
-				f.Check, f.Detail = CheckDouble, "applied twice"
-				add(&c.Double, f)
-			case v < top:
-				f.Check, f.Detail = CheckSkipped, fmt.Sprintf("applied after version %d (out of order)", top)
-				add(&c.Skipped, f)
-			}
-			seen[v] = true
-			top = max(top, v)
-		}
-		for _, e := range evs {
-			k := eventKey{stream, e.version}
-			f := Finding{Stream: stream, Perspective: HistoryPerspective, Version: e.version}
-			_, isDL := dead[HistoryPerspective][k]
-			switch {
-			case seen[e.version]:
-				if failsForGood(e.fault) && !mustApply[k] {
-					f.Check, f.Detail = CheckFaultOutcome, fmt.Sprintf("%s event applied; want dead-lettered", e.fault)
-					findings = append(findings, f)
-				}
-			case mustApply[k]:
-				f.Check, f.Detail = CheckLost, fmt.Sprintf("%s event requeued after the fix but never applied", e.fault)
-				if e.version < top {
-					f.Check = CheckSkipped
-					add(&c.Skipped, f)
-				} else {
-					add(&c.Lost, f)
-				}
-			case isDL:
-			case e.version < top:
-				f.Check, f.Detail = CheckSkipped, fmt.Sprintf("missing, version %d applied, no dead letter (%s)", top, describe(e.fault))
-				add(&c.Skipped, f)
-			case d.pending[HistoryPerspective][k]:
-				f.Check, f.Detail = CheckLost, fmt.Sprintf("never applied, still pending (%s)", describe(e.fault))
-				add(&c.Lost, f)
-			default:
-				f.Check, f.Detail = CheckLost, fmt.Sprintf("never applied, not dead-lettered, no work row left (%s)", describe(e.fault))
-				add(&c.Lost, f)
-			}
+		// HistoryPerspective and RowsProjection: which events, in which
+		// order.
+		for _, o := range []struct {
+			perspective string
+			versions    []int64
+		}{{HistoryPerspective, d.history[stream]}, {RowsProjection, d.rows[stream]}} {
+			c.add(checkOrdered(stream, evs, o.perspective, o.versions, dead[o.perspective], d.pending[o.perspective], mustApply, &findings))
 		}
 
 		// CountPerspective: how many.
@@ -386,18 +354,20 @@ func describe(fault string) string {
 	return fault + " event"
 }
 
-// cleanReplay reports how a stream's models differ from a replay of every
-// one of its events in order (versions 1 to n), "" when they do not.
+// cleanReplay reports how a stream's models and projection rows differ
+// from a replay of every one of its events in order (versions 1 to n), ""
+// when they do not.
 func cleanReplay(d *dataset, stream uuid.UUID) string {
 	n := int64(len(d.events[stream]))
 	want := make([]int64, n)
 	for i := range want {
 		want[i] = int64(i) + 1
 	}
-	got := d.history[stream]
 	switch {
-	case !slices.Equal(got, want):
-		return fmt.Sprintf("%s is %s, want 1..%d in order", HistoryPerspective, abbreviate(got), n)
+	case !slices.Equal(d.history[stream], want):
+		return fmt.Sprintf("%s is %s, want 1..%d in order", HistoryPerspective, abbreviate(d.history[stream]), n)
+	case !slices.Equal(d.rows[stream], want):
+		return fmt.Sprintf("%s holds %s, want 1..%d in order", RowsTable, abbreviate(d.rows[stream]), n)
 	case d.counts[stream] != n:
 		return fmt.Sprintf("%s is %d, want %d", CountPerspective, d.counts[stream], n)
 	}
@@ -410,4 +380,70 @@ func abbreviate(vs []int64) string {
 		return fmt.Sprint(vs)
 	}
 	return fmt.Sprintf("%v … %v (%d versions)", vs[:6], vs[len(vs)-6:], len(vs))
+}
+
+// checkOrdered checks the versions a perspective applied to stream, in the
+// order it applied them, against the stream's events evs and the
+// perspective's dead letters and pending rows; it appends its findings.
+func checkOrdered(stream uuid.UUID, evs []storedEvent, perspective string, versions []int64,
+	dead map[eventKey]ports.DeadLetter, pending map[eventKey]bool, mustApply map[eventKey]bool, findings *[]Finding,
+) Counts {
+	var c Counts
+	add := func(counter *int, f Finding) {
+		*counter++
+		*findings = append(*findings, f)
+	}
+	has := map[int64]bool{}
+	for _, e := range evs {
+		has[e.version] = true
+	}
+	seen := map[int64]bool{}
+	var top int64
+	for _, v := range versions {
+		f := Finding{Stream: stream, Perspective: perspective, Version: v}
+		switch {
+		case !has[v]:
+			f.Check, f.Detail = CheckDouble, "applied a version the stream does not have"
+			add(&c.Double, f)
+		case seen[v]:
+			f.Check, f.Detail = CheckDouble, "applied twice"
+			add(&c.Double, f)
+		case v < top:
+			f.Check, f.Detail = CheckSkipped, fmt.Sprintf("applied after version %d (out of order)", top)
+			add(&c.Skipped, f)
+		}
+		seen[v] = true
+		top = max(top, v)
+	}
+	for _, e := range evs {
+		k := eventKey{stream, e.version}
+		f := Finding{Stream: stream, Perspective: perspective, Version: e.version}
+		_, isDL := dead[k]
+		switch {
+		case seen[e.version]:
+			if failsForGood(e.fault) && !mustApply[k] {
+				f.Check, f.Detail = CheckFaultOutcome, fmt.Sprintf("%s event applied; want dead-lettered", e.fault)
+				*findings = append(*findings, f)
+			}
+		case mustApply[k]:
+			f.Check, f.Detail = CheckLost, fmt.Sprintf("%s event requeued after the fix but never applied", e.fault)
+			if e.version < top {
+				f.Check = CheckSkipped
+				add(&c.Skipped, f)
+			} else {
+				add(&c.Lost, f)
+			}
+		case isDL:
+		case e.version < top:
+			f.Check, f.Detail = CheckSkipped, fmt.Sprintf("missing, version %d applied, no dead letter (%s)", top, describe(e.fault))
+			add(&c.Skipped, f)
+		case pending[k]:
+			f.Check, f.Detail = CheckLost, fmt.Sprintf("never applied, still pending (%s)", describe(e.fault))
+			add(&c.Lost, f)
+		default:
+			f.Check, f.Detail = CheckLost, fmt.Sprintf("never applied, not dead-lettered, no work row left (%s)", describe(e.fault))
+			add(&c.Lost, f)
+		}
+	}
+	return c
 }

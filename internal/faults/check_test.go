@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -38,11 +39,14 @@ func checks(findings []Finding) []string {
 func TestCheck(t *testing.T) {
 	t.Parallel()
 	s := uuid.MustParse("00000000-0000-0000-0000-000000000001")
+	// dataset returns a stream of n events whose projection rows are its
+	// history.
 	dataset := func(n int, faults map[int64]string, history []int64, count int64, dead ...ports.DeadLetter) *dataset {
 		return &dataset{
 			events:  map[uuid.UUID][]storedEvent{s: steps(n, faults)},
 			history: map[uuid.UUID][]int64{s: history},
 			counts:  map[uuid.UUID]int64{s: count},
+			rows:    map[uuid.UUID][]int64{s: slices.Clone(history)},
 			dead:    dead,
 			pending: map[string]map[eventKey]bool{},
 		}
@@ -59,7 +63,8 @@ func TestCheck(t *testing.T) {
 	})
 	t.Run("DeadLetteredPoisonExplainsItsGap", func(t *testing.T) {
 		t.Parallel()
-		d := dataset(3, map[int64]string{2: FaultPoison}, []int64{1, 3}, 2, poisoned(HistoryPerspective), poisoned(CountPerspective))
+		d := dataset(3, map[int64]string{2: FaultPoison}, []int64{1, 3}, 2,
+			poisoned(HistoryPerspective), poisoned(CountPerspective), poisoned(RowsProjection))
 		c, f := check(d, nil)
 		require.Empty(t, f)
 		require.Zero(t, c)
@@ -69,35 +74,49 @@ func TestCheck(t *testing.T) {
 		d := dataset(3, nil, []int64{1}, 1)
 		d.pending[HistoryPerspective] = map[eventKey]bool{{s, 3}: true}
 		c, f := check(d, nil)
-		require.Equal(t, Counts{Lost: 4}, c, "two events in each perspective")
-		require.Equal(t, []string{CheckLost, CheckLost, CheckLost}, checks(f))
+		require.Equal(t, Counts{Lost: 6}, c, "two events in each perspective")
+		require.Equal(t, []string{CheckLost, CheckLost, CheckLost, CheckLost, CheckLost}, checks(f))
 		require.Contains(t, f[0].Detail, "no work row left")
 		require.Contains(t, f[1].Detail, "still pending")
-		require.Contains(t, f[2].Detail, "counted 1 events, want 3")
+		require.Equal(t, RowsProjection, f[2].Perspective)
+		require.Contains(t, f[3].Detail, "no work row left", "pending for the history only")
+		require.Contains(t, f[4].Detail, "counted 1 events, want 3")
 	})
 	t.Run("Skipped", func(t *testing.T) {
 		t.Parallel()
 		c, f := check(dataset(3, nil, []int64{1, 3}, 3), nil)
-		require.Equal(t, Counts{Skipped: 1}, c)
+		require.Equal(t, Counts{Skipped: 2}, c, "in the history and the rows")
 		require.Equal(t, CheckSkipped, f[0].Check)
 		require.Equal(t, int64(2), f[0].Version)
 	})
 	t.Run("OutOfOrder", func(t *testing.T) {
 		t.Parallel()
 		c, f := check(dataset(3, nil, []int64{1, 3, 2}, 3), nil)
-		require.Equal(t, Counts{Skipped: 1}, c)
+		require.Equal(t, Counts{Skipped: 2}, c)
 		require.Contains(t, f[0].Detail, "applied after version 3")
 	})
 	t.Run("Double", func(t *testing.T) {
 		t.Parallel()
 		c, f := check(dataset(2, nil, []int64{1, 2, 2, 7}, 3), nil)
-		require.Equal(t, Counts{Double: 3}, c, "a repeat, an unknown version, one too many counted")
-		require.Equal(t, []string{CheckDouble, CheckDouble, CheckDouble}, checks(f))
+		require.Equal(t, Counts{Double: 5}, c, "a repeat, an unknown version (history and rows), one too many counted")
+		require.Equal(t, []string{CheckDouble, CheckDouble, CheckDouble, CheckDouble, CheckDouble}, checks(f))
+	})
+	t.Run("RowsWrittenTwice", func(t *testing.T) {
+		t.Parallel()
+		d := dataset(3, nil, []int64{1, 2, 3}, 3)
+		d.rows[s] = []int64{1, 2, 2, 3}
+		c, f := check(d, nil)
+		require.Equal(t, Counts{Double: 1}, c, "the models are right, the table is not")
+		require.Equal(t, []string{CheckDouble}, checks(f))
+		require.Equal(t, RowsProjection, f[0].Perspective)
+		require.Equal(t, int64(2), f[0].Version)
 	})
 	t.Run("HealthyDeadLettered", func(t *testing.T) {
 		t.Parallel()
-		dl := deadLetter(s, HistoryPerspective, 2, ports.ReasonMaxAttemptsExceeded, "gave up")
-		c, f := check(dataset(3, nil, []int64{1, 3}, 3, dl), nil)
+		dl := deadLetter(s, RowsProjection, 2, ports.ReasonFailed, "FATAL: terminating connection due to administrator command (SQLSTATE 57P01)")
+		d := dataset(3, nil, []int64{1, 2, 3}, 3, dl)
+		d.rows[s] = []int64{1, 3}
+		c, f := check(d, nil)
 		require.Equal(t, Counts{HealthyDeadLettered: 1}, c, "counted once, not as skipped too")
 		require.Equal(t, []string{CheckHealthyDeadLettered}, checks(f))
 	})
@@ -106,20 +125,21 @@ func TestCheck(t *testing.T) {
 		dl := poisoned(HistoryPerspective)
 		dl.Status = ports.DeadLetterRequeued
 		c, _ := check(dataset(3, map[int64]string{2: FaultPoison}, []int64{1, 3}, 3, dl), nil)
-		require.Equal(t, 1, c.Skipped)
+		require.Equal(t, 2, c.Skipped, "in the history and the rows")
 	})
 	t.Run("FaultEventApplied", func(t *testing.T) {
 		t.Parallel()
 		c, f := check(dataset(2, map[int64]string{2: FaultHang}, []int64{1, 2}, 2), nil)
 		require.Zero(t, c)
-		require.Equal(t, []string{CheckFaultOutcome}, checks(f))
+		require.Equal(t, []string{CheckFaultOutcome, CheckFaultOutcome}, checks(f))
 	})
 	t.Run("MustApply", func(t *testing.T) {
 		t.Parallel()
-		d := dataset(3, map[int64]string{2: FaultPoison}, []int64{1, 3}, 2, poisoned(HistoryPerspective), poisoned(CountPerspective))
+		d := dataset(3, map[int64]string{2: FaultPoison}, []int64{1, 3}, 2,
+			poisoned(HistoryPerspective), poisoned(CountPerspective), poisoned(RowsProjection))
 		c, f := check(d, map[eventKey]bool{{s, 2}: true})
-		require.Equal(t, Counts{Skipped: 1, Lost: 1}, c, "the dead letters explain nothing once requeued")
-		require.Equal(t, []string{CheckSkipped, CheckLost}, checks(f))
+		require.Equal(t, Counts{Skipped: 2, Lost: 1}, c, "the dead letters explain nothing once requeued")
+		require.Equal(t, []string{CheckSkipped, CheckSkipped, CheckLost}, checks(f))
 		require.Contains(t, cleanReplay(d, s), "want 1..3 in order")
 
 		d = dataset(3, map[int64]string{2: FaultPoison}, []int64{1, 2, 3}, 3)
@@ -127,12 +147,15 @@ func TestCheck(t *testing.T) {
 		require.Zero(t, c)
 		require.Empty(t, f)
 		require.Empty(t, cleanReplay(d, s))
+
+		d.rows[s] = []int64{1, 2, 3, 2}
+		require.Contains(t, cleanReplay(d, s), RowsTable+" holds [1 2 3 2]")
 	})
 	t.Run("DeadLetterRecord", func(t *testing.T) {
 		t.Parallel()
 		dl := poisoned(HistoryPerspective)
 		dl.Reason, dl.Error, dl.Attempts, dl.Generation = ports.ReasonMaxAttemptsExceeded, "gave up", 4, ""
-		_, f := check(dataset(3, map[int64]string{2: FaultPoison}, []int64{1, 3}, 2, dl, poisoned(CountPerspective)), nil)
+		_, f := check(dataset(3, map[int64]string{2: FaultPoison}, []int64{1, 3}, 2, dl, poisoned(CountPerspective), poisoned(RowsProjection)), nil)
 		require.Equal(t, []string{CheckDeadLetterRecord}, checks(f))
 		for _, want := range []string{`reason "max_attempts_exceeded", want "failed"`, `error "gave up"`, "4 attempts, want 3", `generation "", want "v1"`} {
 			require.Contains(t, f[0].Detail, want)

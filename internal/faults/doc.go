@@ -4,13 +4,15 @@
 //
 // Run starts a private PostgreSQL cluster (internal/pgtest), then, for each
 // scenario, migrates a fresh schema, starts worker processes (WorkerMain,
-// one core.Worker each), appends events to many streams at a steady rate
-// from in-process appenders, injects one fault (a killed worker, severed
+// one core.Worker each, with two model perspectives and a table
+// projection), appends events to many streams at a steady rate from
+// in-process appenders, injects one fault (a killed worker, severed
 // connections, a PostgreSQL restart, an event whose apply fails, hangs or
 // cannot be decoded, ...), stops appending, waits (bounded) until the
-// workers caught up, and checks the database: every stream's models
-// against its events. The checks, the recovery time and the scenarios are
-// described in RELIABILITY.md at the root of the repository.
+// workers caught up, and checks the database: every stream's models and
+// projection rows against its events. The checks, the recovery time and
+// the scenarios are described in RELIABILITY.md at the root of the
+// repository.
 //
 // The worker processes are this program itself, run again with WorkerEnv
 // set: a main (or a TestMain) calls WorkerMain first when IsWorker reports

@@ -7,7 +7,12 @@ import (
 	"slices"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/vantage-go/vantage/adapters/postgres"
 	"github.com/vantage-go/vantage/core"
+	"github.com/vantage-go/vantage/ports"
 )
 
 // Names stored with the suite's events, work rows and models.
@@ -19,10 +24,17 @@ const (
 	HistoryPerspective = "fault_history"
 	// CountPerspective counts the events it applied (Count).
 	CountPerspective = "fault_count"
+	// RowsProjection is a table projection: it writes one row per event
+	// it applied into RowsTable of the run's schema (see NewRegistry).
+	RowsProjection = "fault_rows"
+	// RowsTable is the table of RowsProjection: id (the order of the
+	// writes), stream_id and version. No key on (stream_id, version): an
+	// event written twice shows as two rows, one never written as none.
+	RowsTable = "fault_rows"
 )
 
 // Perspectives are the perspectives the workers run.
-var Perspectives = []string{HistoryPerspective, CountPerspective}
+var Perspectives = []string{HistoryPerspective, CountPerspective, RowsProjection}
 
 // Fault instructions a Step can carry in its Fault field.
 const (
@@ -52,6 +64,17 @@ type Step struct {
 	HangMS int64 `json:"hang_ms,omitempty"`
 }
 
+// rowsTableSQL creates RowsTable in schema, unless it exists.
+func rowsTableSQL(schema string) string {
+	t := pgx.Identifier{schema, RowsTable}.Sanitize()
+	return `CREATE TABLE IF NOT EXISTS ` + t + ` (
+    id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    stream_id uuid   NOT NULL,
+    version   bigint NOT NULL
+);
+CREATE INDEX IF NOT EXISTS fault_rows_stream_idx ON ` + t + ` (stream_id, id)`
+}
+
 // undecodablePayload is a Step whose seq is a string: valid JSON that does
 // not decode into Step, with the fault readable by the checks and the seq
 // by an appender looking for it (as the text "u<seq>").
@@ -73,10 +96,11 @@ type Count struct {
 // errPoison is what a poison event's apply returns.
 var errPoison = errors.New("poison event")
 
-// NewRegistry returns the registry of the workers and the appenders: Step
-// and both perspectives. fixed makes poison events apply like healthy ones
-// (the deploy with the fix).
-func NewRegistry(fixed bool) (*core.Registry, error) {
+// NewRegistry returns the registry of the workers and the appenders: Step,
+// both model perspectives and RowsProjection, which writes RowsTable of
+// schema (the table must exist before a worker applies an event). fixed
+// makes poison events apply like healthy ones (the deploy with the fix).
+func NewRegistry(schema string, fixed bool) (*core.Registry, error) {
 	reg := core.NewRegistry()
 	if err := core.RegisterEvent[Step](reg, EventType); err != nil {
 		return nil, err
@@ -123,10 +147,53 @@ func NewRegistry(fixed bool) (*core.Registry, error) {
 	}); err != nil {
 		return nil, err
 	}
-	for _, p := range []core.Registrable{history, count} {
+	rows, err := newRowsProjection(schema, misbehave)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range []core.Registrable{history, count, rows} {
 		if err := reg.AddPerspective(p); err != nil {
 			return nil, err
 		}
 	}
 	return reg, nil
+}
+
+// newRowsProjection returns RowsProjection: each event it applies inserts
+// one row into RowsTable, in the transaction that moves its cursor; its
+// reset deletes the stream's rows. It follows the fault instructions as
+// the models do, except FaultHang: its write blocks in PostgreSQL
+// (pg_sleep), where the write's deadline reaches it, as a statement stuck
+// on a lock would. A write blocked in Go ignoring its context would hold
+// the transaction, and the saves grouped with it, until it returned, as
+// core.HandleTx documents: a hazard of the projection's code, not of the
+// engine.
+func newRowsProjection(schema string, misbehave func(context.Context, Step) error) (*core.Projection, error) {
+	table := pgx.Identifier{schema, RowsTable}.Sanitize()
+	rows := core.NewProjection(RowsProjection, func(ctx context.Context, tx ports.Tx, stream uuid.UUID) error {
+		_, err := postgres.TxOf(tx).Exec(ctx, `DELETE FROM `+table+` WHERE stream_id = $1`, stream)
+		return err
+	})
+	err := core.HandleTx(rows, func(ctx context.Context, tx ports.Tx, s Step) error {
+		ev, ok := core.EventFromContext(ctx)
+		if !ok {
+			return errors.New("no event in the write context")
+		}
+		db := postgres.TxOf(tx)
+		switch {
+		case s.Fault == FaultHang:
+			if _, err := db.Exec(ctx, `SELECT pg_sleep($1)`, float64(s.HangMS)/1000); err != nil {
+				return fmt.Errorf("hanging in PostgreSQL: %w", err)
+			}
+		case s.Fault != "":
+			if err := misbehave(ctx, s); err != nil {
+				return err
+			}
+		}
+		if _, err := db.Exec(ctx, `INSERT INTO `+table+` (stream_id, version) VALUES ($1, $2)`, ev.StreamID, ev.Version); err != nil {
+			return fmt.Errorf("inserting the row of version %d: %w", ev.Version, err)
+		}
+		return nil
+	})
+	return rows, err
 }

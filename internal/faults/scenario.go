@@ -169,7 +169,7 @@ func injectRequeue(ctx context.Context, r *run) error {
 		return len(dls) == len(Perspectives), err
 	}); err != nil {
 		r.find(Finding{Check: CheckStep, Stream: stream, Version: version,
-			Detail: fmt.Sprintf("the poison event was not dead-lettered by both perspectives: %v", err)})
+			Detail: fmt.Sprintf("the poison event was not dead-lettered by every perspective: %v", err)})
 		return nil
 	}
 	r.note("poison event %d of stream %s dead-lettered after %s", version, stream, time.Since(r.t0).Round(100*time.Millisecond))
@@ -188,7 +188,7 @@ func injectRequeue(ctx context.Context, r *run) error {
 		return r.appliedThrough(ctx, stream, later)
 	}); err != nil {
 		r.find(Finding{Check: CheckPairContinues, Stream: stream, Version: later,
-			Detail: fmt.Sprintf("the event after the dead letter was not applied by both perspectives: %v", err)})
+			Detail: fmt.Sprintf("the event after the dead letter was not applied by every perspective: %v", err)})
 	}
 	_, late, err := r.app.injectEventAt(lctx, faultStream, "", 0, later-1)
 	if err != nil {

@@ -21,7 +21,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/vantage-go/vantage/adapters/postgres"
-	"github.com/vantage-go/vantage/core"
 	"github.com/vantage-go/vantage/internal/pgtest"
 )
 
@@ -164,7 +163,6 @@ type suite struct {
 	cfg     Config
 	cluster *pgtest.Cluster
 	pool    *pgxpool.Pool // the orchestrator's: appends, lag, checks
-	reg     *core.Registry
 }
 
 // Run runs the configured scenarios against a private PostgreSQL cluster
@@ -203,11 +201,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer pool.Close()
-	reg, err := NewRegistry(false)
-	if err != nil {
-		return nil, err
-	}
-	s := &suite{cfg: cfg, cluster: cluster, pool: pool, reg: reg}
+	s := &suite{cfg: cfg, cluster: cluster, pool: pool}
 	for _, name := range cfg.Faults {
 		sc, _ := scenarioNamed(name)
 		for i := 1; i <= cfg.Runs && ctx.Err() == nil; i++ {
@@ -297,6 +291,15 @@ func (r *run) execute(ctx context.Context, res *RunResult) error {
 	if err := postgres.Migrate(mctx, r.suite.pool, r.schema); err != nil {
 		return err // names the schema and the step
 	}
+	if _, err := r.suite.pool.Exec(mctx, rowsTableSQL(r.schema)); err != nil {
+		return fmt.Errorf("creating the tables of %s: %w", r.schema, err)
+	}
+	// The orchestrator appends through a registry of the run's schema, so
+	// its appends carry the same subscriptions as the workers'.
+	reg, err := NewRegistry(r.schema, false)
+	if err != nil {
+		return err
+	}
 	// The orchestrator's own store (appends, dead letters) logs into the
 	// run's directory, not over the progress lines.
 	logFile, err := os.Create(filepath.Join(r.dir, "orchestrator.log"))
@@ -315,7 +318,7 @@ func (r *run) execute(ctx context.Context, res *RunResult) error {
 		return err
 	}
 
-	r.app = startAppender(ctx, r.suite.reg, store, r.suite.pool, r.schema, cfg.Streams, cfg.Appenders, cfg.Rate)
+	r.app = startAppender(ctx, reg, store, r.suite.pool, r.schema, cfg.Streams, cfg.Appenders, cfg.Rate)
 	defer r.app.stop()
 	mon := startLagMonitor(ctx, r.suite.pool, r.schema, r.suite.cfg.LagThreshold)
 	defer mon.stop()
@@ -548,8 +551,9 @@ func (r *run) injectFault(ctx context.Context, fault string) (uuid.UUID, int64, 
 	return stream, version, nil
 }
 
-// appliedThrough reports whether both perspectives' models of stream
-// reached version.
+// appliedThrough reports whether every perspective of stream reached
+// version: its model, or for a projection the placeholder model saved
+// with its cursor.
 func (r *run) appliedThrough(ctx context.Context, stream uuid.UUID, version int64) (bool, error) {
 	var n int
 	err := r.suite.pool.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{r.schema, "vantage_models"}.Sanitize()+`

@@ -43,10 +43,11 @@ type workerConfig struct {
 }
 
 // WorkerMain runs a worker process and returns its exit code: it connects
-// to the database, migrates the schema, runs one core.Worker over the
-// PostgreSQL backend with the suite's short options until SIGTERM or
-// SIGINT, then stops it gracefully (bounded). It prints "ready
-// <instance-id>" on stdout once started; logs are JSON lines in -log.
+// to the database, migrates the schema (and creates RowsTable unless it
+// exists), runs one core.Worker over the PostgreSQL backend with the
+// suite's short options until SIGTERM or SIGINT, then stops it gracefully
+// (bounded). It prints "ready <instance-id>" on stdout once started; logs
+// are JSON lines in -log.
 //
 // Flags: -db URL (its application_name names the process in
 // pg_stat_activity), -schema, -log, -generation (core.Options.Generation),
@@ -86,7 +87,7 @@ func runWorker(ctx context.Context, c workerConfig, ready io.Writer) error {
 		logOut = f
 	}
 	logger := slog.New(slog.NewJSONHandler(logOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	reg, err := NewRegistry(c.fixed)
+	reg, err := NewRegistry(c.schema, c.fixed)
 	if err != nil {
 		return err
 	}
@@ -106,6 +107,11 @@ func runWorker(ctx context.Context, c workerConfig, ready io.Writer) error {
 	defer pool.Close()
 	if err := postgres.Migrate(startCtx, pool, c.schema); err != nil {
 		return err // names the schema and the step
+	}
+	// The suite creates the table before it starts the workers; a worker
+	// run by hand creates it.
+	if _, err := pool.Exec(startCtx, rowsTableSQL(c.schema)); err != nil {
+		return fmt.Errorf("creating %s: %w", RowsTable, err)
 	}
 	store, err := postgres.New(pool, postgres.Options{Schema: c.schema, Logger: logger})
 	if err != nil {
