@@ -10,9 +10,9 @@
 // connections, a PostgreSQL restart, an event whose apply fails, hangs or
 // cannot be decoded, ...), stops appending, waits (bounded) until the
 // workers caught up, and checks the database: every stream's models and
-// projection rows against its events. The checks, the recovery time and
-// the scenarios are described in RELIABILITY.md at the root of the
-// repository.
+// projection rows against its events, and how long the healthy events
+// waited. The checks, the recovery time, the delays and the scenarios are
+// described in RELIABILITY.md at the root of the repository.
 //
 // The worker processes are this program itself, run again with WorkerEnv
 // set: a main (or a TestMain) calls WorkerMain first when IsWorker reports

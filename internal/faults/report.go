@@ -31,6 +31,10 @@ type RunResult struct {
 	Recovery  time.Duration `json:"-"`
 	Recovered bool          `json:"recovered"`
 	PeakLag   time.Duration `json:"-"`
+	// MaxDelay is the largest delay of a healthy event of the streams the
+	// healthy lag measures: from its append to its event applied by every
+	// perspective (see maxDelay and RELIABILITY.md).
+	MaxDelay time.Duration `json:"-"`
 	// Passed is true when no check failed.
 	Passed bool `json:"passed"`
 	// Failed counts the findings per failed check (a finding may stand
@@ -51,8 +55,9 @@ func (r RunResult) MarshalJSON() ([]byte, error) {
 		plain
 		RecoverySeconds float64 `json:"recovery_s"`
 		PeakLagSeconds  float64 `json:"peak_lag_s"`
+		MaxDelaySeconds float64 `json:"max_delay_s"`
 		ElapsedSeconds  float64 `json:"elapsed_s"`
-	}{plain(r), r.Recovery.Seconds(), r.PeakLag.Seconds(), r.Elapsed.Seconds()})
+	}{plain(r), r.Recovery.Seconds(), r.PeakLag.Seconds(), r.MaxDelay.Seconds(), r.Elapsed.Seconds()})
 }
 
 func (r *RunResult) setFindings(findings []Finding) {
@@ -85,8 +90,8 @@ func (r *RunResult) summary() string {
 	if !r.Passed {
 		verdict = "FAIL (" + strings.Join(r.failedChecks(), ", ") + ")"
 	}
-	return fmt.Sprintf("%s: %d events, lost %d, skipped %d, double %d, healthy dead-lettered %d, recovery %s (peak lag %.1fs), in %s",
-		verdict, r.Events, r.Lost, r.Skipped, r.Double, r.HealthyDeadLettered, r.recoveryText(), r.PeakLag.Seconds(), r.Elapsed.Round(time.Second))
+	return fmt.Sprintf("%s: %d events, lost %d, skipped %d, double %d, healthy dead-lettered %d, max delay %.1fs, recovery %s (peak lag %.1fs), in %s",
+		verdict, r.Events, r.Lost, r.Skipped, r.Double, r.HealthyDeadLettered, r.MaxDelay.Seconds(), r.recoveryText(), r.PeakLag.Seconds(), r.Elapsed.Round(time.Second))
 }
 
 func (r *RunResult) recoveryText() string {
@@ -146,11 +151,12 @@ func (r *Report) Passed() bool {
 	return len(r.Runs) > 0
 }
 
-// WriteTable writes one row per fault (runs summed, the worst recovery),
-// then the findings of the failed runs and where their logs are.
+// WriteTable writes one row per fault (runs summed, the worst delay and
+// recovery), then the findings of the failed runs and where their logs
+// are.
 func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "fault\truns\tevents\tlost\tskipped\tdouble\thealthy DL\trecovery\tresult\t")
+	fmt.Fprintln(tw, "fault\truns\tevents\tlost\tskipped\tdouble\thealthy DL\tmax delay\trecovery\tresult\t")
 	var order []string
 	byFault := map[string][]RunResult{}
 	for _, run := range r.Runs {
@@ -165,6 +171,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 			c        Counts
 			events   int
 			worst    time.Duration
+			delay    time.Duration
 			never    bool
 			failures = map[string]bool{}
 		)
@@ -172,6 +179,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 			c.add(run.Counts)
 			events += run.Events
 			worst = max(worst, run.Recovery)
+			delay = max(delay, run.MaxDelay)
 			never = never || !run.Recovered
 			for _, check := range run.failedChecks() {
 				failures[check] = true
@@ -190,7 +198,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 			slices.Sort(checks)
 			result = "FAIL: " + strings.Join(checks, ", ")
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t\n", fault, len(runs), events, c.Lost, c.Skipped, c.Double, c.HealthyDeadLettered, recovery, result)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.1fs\t%s\t%s\t\n", fault, len(runs), events, c.Lost, c.Skipped, c.Double, c.HealthyDeadLettered, delay.Seconds(), recovery, result)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -232,6 +234,8 @@ type run struct {
 	store  *postgres.Store
 	app    *appender
 	t0     time.Time // the injection
+	// samples are the lag monitor's, once the run settled.
+	samples []lagSample
 
 	mu        sync.Mutex // guards procs, findings, notes
 	procs     []*process
@@ -291,7 +295,7 @@ func (r *run) execute(ctx context.Context, res *RunResult) error {
 	if err := postgres.Migrate(mctx, r.suite.pool, r.schema); err != nil {
 		return err // names the schema and the step
 	}
-	if _, err := r.suite.pool.Exec(mctx, rowsTableSQL(r.schema)); err != nil {
+	if _, err := r.suite.pool.Exec(mctx, rowsTableSQL(r.schema)+";\n"+movesSQL(r.schema)); err != nil {
 		return fmt.Errorf("creating the tables of %s: %w", r.schema, err)
 	}
 	// The orchestrator appends through a registry of the run's schema, so
@@ -365,7 +369,8 @@ func (r *run) settle(ctx context.Context, mon *lagMonitor, res *RunResult) {
 	}); err != nil {
 		r.find(Finding{Check: CheckCaughtUp, Detail: fmt.Sprintf("work still pending after %s: %v; %s", cfg.Settle, err, r.describePending(ctx))})
 	}
-	rec, peak, recovered := recovery(mon.stop(), r.t0, cfg.LagThreshold)
+	r.samples = mon.stop()
+	rec, peak, recovered := recovery(r.samples, r.t0, cfg.LagThreshold)
 	res.Recovery, res.PeakLag, res.Recovered = rec, peak, recovered
 	switch {
 	case !recovered:
@@ -392,6 +397,15 @@ func (r *run) checkDatabase(ctx context.Context, res *RunResult) error {
 	res.Counts = counts
 	for _, f := range findings {
 		r.find(f)
+	}
+	worst, err := maxDelay(ctx, r.suite.pool, r.schema)
+	if err != nil {
+		return err
+	}
+	res.MaxDelay = worst.d
+	r.note("largest delay of a healthy event %s", worst)
+	if err := r.writeTimeline(ctx); err != nil {
+		r.note("writing the timeline: %v", err)
 	}
 	for _, stream := range r.replayed {
 		if diff := cleanReplay(d, stream); diff != "" {
@@ -708,4 +722,72 @@ func occurrences(path, s string) int {
 		return 0
 	}
 	return bytes.Count(b, []byte(s))
+}
+
+// writeTimeline writes timeline.tsv into the run's directory: per second
+// from the injection, the largest healthy lag read and the cursor moves
+// each worker committed (movesTable), which shows who stalled when.
+func (r *run) writeTimeline(ctx context.Context) error {
+	rows, err := r.suite.pool.Query(ctx, `SELECT floor(extract(epoch FROM at - $1::timestamptz))::int, writer, count(*)
+		FROM `+r.table(movesTable)+` GROUP BY 1, 2`, r.t0)
+	if err != nil {
+		return err
+	}
+	moves := map[int]map[string]int{}
+	writers := map[string]bool{}
+	var (
+		second, n int
+		writer    string
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&second, &writer, &n}, func() error {
+		if moves[second] == nil {
+			moves[second] = map[string]int{}
+		}
+		moves[second][writer] = n
+		writers[writer] = true
+		return nil
+	}); err != nil {
+		return err
+	}
+	lags := map[int]time.Duration{}
+	for _, s := range r.samples {
+		sec := int(math.Floor(s.at.Sub(r.t0).Seconds()))
+		lags[sec] = max(lags[sec], s.lag)
+		if !s.ok {
+			lags[sec] = -1
+		}
+	}
+	first, last := 0, 0
+	for sec := range moves {
+		first, last = min(first, sec), max(last, sec)
+	}
+	for sec := range lags {
+		first, last = min(first, sec), max(last, sec)
+	}
+	names := slices.Sorted(maps.Keys(writers))
+	var b strings.Builder
+	b.WriteString("second\tlag_s")
+	for _, w := range names {
+		b.WriteString("\t" + w)
+	}
+	b.WriteString("\n")
+	for sec := first; sec <= last; sec++ {
+		lag := "-"
+		if l, ok := lags[sec]; ok && l >= 0 {
+			lag = fmt.Sprintf("%.1f", l.Seconds())
+		} else if ok {
+			lag = "unreadable"
+		}
+		fmt.Fprintf(&b, "%d\t%s", sec, lag)
+		for _, w := range names {
+			fmt.Fprintf(&b, "\t%d", moves[sec][w])
+		}
+		b.WriteString("\n")
+	}
+	return os.WriteFile(filepath.Join(r.dir, "timeline.tsv"), []byte(b.String()), 0o644)
+}
+
+// table returns the quoted name of a table of the run's schema.
+func (r *run) table(name string) string {
+	return pgx.Identifier{r.schema, name}.Sanitize()
 }
