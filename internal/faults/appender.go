@@ -54,8 +54,8 @@ type streamState struct {
 // injection asks the owner of streams[stream] to append one event.
 type injection struct {
 	stream int
-	fault  string
-	hangMS int64
+	// step is the event, its Seq assigned on append.
+	step Step
 	// at places the event: placeNext (the next version), placePastGap (one
 	// version past the next, which stays free), or a positive free version
 	// below the stream's head (a late event).
@@ -73,6 +73,7 @@ const (
 type injected struct {
 	stream  uuid.UUID
 	version int64
+	seq     int64
 	err     error
 }
 
@@ -110,13 +111,14 @@ func (a *appender) run(ctx context.Context, owned []*streamState, injections <-c
 			return
 		case in := <-injections:
 			s := a.streams[in.stream]
-			step := Step{Seq: a.seq.Add(1), Fault: in.fault, HangMS: in.hangMS}
+			step := in.step
+			step.Seq = a.seq.Add(1)
 			at := in.at
 			if at == placePastGap {
 				at = s.version + 2
 			}
 			v, err := a.appendOne(ctx, s, step, at)
-			in.done <- injected{stream: s.id, version: v, err: err}
+			in.done <- injected{stream: s.id, version: v, seq: step.Seq, err: err}
 		case <-ticker.C:
 			s := owned[next%len(owned)]
 			next++
@@ -125,27 +127,27 @@ func (a *appender) run(ctx context.Context, owned []*streamState, injections <-c
 	}
 }
 
-// injectEvent appends one event with the fault instruction fault (""
-// for a healthy one) to streams[stream], through the stream's owner, and
-// returns its version. It returns when the event is stored or ctx ends.
-func (a *appender) injectEvent(ctx context.Context, stream int, fault string, hangMS int64) (uuid.UUID, int64, error) {
-	return a.injectEventAt(ctx, stream, fault, hangMS, placeNext)
+// injectEvent appends step (its Seq assigned here) to streams[stream],
+// through the stream's owner, and returns its version and seq. It returns
+// when the event is stored or ctx ends.
+func (a *appender) injectEvent(ctx context.Context, stream int, step Step) (injected, error) {
+	return a.injectEventAt(ctx, stream, step, placeNext)
 }
 
 // injectEventAt is injectEvent placing the event as at says (see
 // injection.at).
-func (a *appender) injectEventAt(ctx context.Context, stream int, fault string, hangMS, at int64) (uuid.UUID, int64, error) {
-	in := injection{stream: stream, fault: fault, hangMS: hangMS, at: at, done: make(chan injected, 1)}
+func (a *appender) injectEventAt(ctx context.Context, stream int, step Step, at int64) (injected, error) {
+	in := injection{stream: stream, step: step, at: at, done: make(chan injected, 1)}
 	select {
 	case a.inject[stream%len(a.inject)] <- in:
 	case <-ctx.Done():
-		return uuid.Nil, 0, ctx.Err()
+		return injected{}, ctx.Err()
 	}
 	select {
 	case r := <-in.done:
-		return r.stream, r.version, r.err
+		return r, r.err
 	case <-ctx.Done():
-		return uuid.Nil, 0, ctx.Err()
+		return injected{}, ctx.Err()
 	}
 }
 

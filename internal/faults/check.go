@@ -65,6 +65,16 @@ const (
 	// projection's rows) differs from a replay of every event of its
 	// stream in order.
 	CheckCleanReplay = "clean-replay"
+	// CheckCharged: a backend fault injected into a healthy event's
+	// processing (its connection cut during its projection write) was
+	// charged to the event as a failed attempt.
+	CheckCharged = "charged"
+	// CheckTakeover: by the end of a worker's pause, the others had not
+	// abandoned it, or it still held streams.
+	CheckTakeover = "takeover"
+	// CheckResume: a worker resumed after its pause applied nothing within
+	// the stale threshold.
+	CheckResume = "resume"
 )
 
 // Finding is one violation found by a check.

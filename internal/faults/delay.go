@@ -104,3 +104,19 @@ FROM firsts ORDER BY delay DESC LIMIT 1`).Scan(&d.stream, &d.version, &d.perspec
 	d.d = time.Duration(seconds * float64(time.Second))
 	return d, nil
 }
+
+// firstMoveBy returns the commit time of the first cursor move by the
+// process writer (its application_name) after since, and false when it
+// made none.
+func firstMoveBy(ctx context.Context, pool *pgxpool.Pool, schema, writer string, since time.Time) (time.Time, bool, error) {
+	var at *time.Time
+	err := pool.QueryRow(ctx, `SELECT min(at) FROM `+pgx.Identifier{schema, movesTable}.Sanitize()+
+		` WHERE writer = $1 AND at > $2`, writer, since).Scan(&at)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("reading the cursor moves of %s: %w", writer, err)
+	}
+	if at == nil {
+		return time.Time{}, false, nil
+	}
+	return *at, true, nil
+}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -62,6 +64,35 @@ type Step struct {
 	Fault string `json:"fault,omitempty"`
 	// HangMS is how long a FaultHang apply blocks.
 	HangMS int64 `json:"hang_ms,omitempty"`
+	// WriteMS, on a healthy event, makes RowsProjection's write of it run
+	// a statement that sleeps WriteMS milliseconds in PostgreSQL, marked
+	// with the event's Seq (see slowWriteMarker), so the suite can find
+	// the write in pg_stat_activity and cut its connection. The event
+	// stays healthy: a slow write within ApplyTimeout is no fault.
+	WriteMS int64 `json:"write_ms,omitempty"`
+}
+
+// slowWriteMarker starts the statement of a slow write (Step.WriteMS),
+// followed by the event's seq and the end of the comment: the suite finds
+// the writes in flight by it (pg_stat_activity.query).
+const slowWriteMarker = "/* vantage-faults slow write seq="
+
+// slowWriteSQL is the statement of the slow write of the event with seq:
+// $1 is the sleep in seconds.
+func slowWriteSQL(seq int64) string {
+	return fmt.Sprintf("%s%d */ SELECT pg_sleep($1)", slowWriteMarker, seq)
+}
+
+// slowWriteSeq returns the seq of the event whose slow write query is (a
+// statement of slowWriteSQL), and false for any other statement.
+func slowWriteSeq(query string) (int64, bool) {
+	rest, ok := strings.CutPrefix(query, slowWriteMarker)
+	if !ok {
+		return 0, false
+	}
+	digits, _, _ := strings.Cut(rest, " ")
+	seq, err := strconv.ParseInt(digits, 10, 64)
+	return seq, err == nil
 }
 
 // rowsTableSQL creates RowsTable in schema, unless it exists.
@@ -188,6 +219,10 @@ func newRowsProjection(schema string, misbehave func(context.Context, Step) erro
 		case s.Fault != "":
 			if err := misbehave(ctx, s); err != nil {
 				return err
+			}
+		case s.WriteMS > 0:
+			if _, err := db.Exec(ctx, slowWriteSQL(s.Seq), float64(s.WriteMS)/1000); err != nil {
+				return fmt.Errorf("writing slowly: %w", err)
 			}
 		}
 		if _, err := db.Exec(ctx, `INSERT INTO `+table+` (stream_id, version) VALUES ($1, $2)`, ev.StreamID, ev.Version); err != nil {

@@ -140,6 +140,29 @@ func (p *process) kill() {
 	}
 }
 
+// pause freezes the process (SIGSTOP): it keeps its connections and
+// locks, and does nothing until resume.
+func (p *process) pause() error {
+	if freezeSignal == nil {
+		return fmt.Errorf("pausing %s: %w", p.name, errors.ErrUnsupported)
+	}
+	if err := p.cmd.Process.Signal(freezeSignal); err != nil {
+		return fmt.Errorf("pausing %s: %w", p.name, err)
+	}
+	return nil
+}
+
+// resume lets a paused process run on (SIGCONT).
+func (p *process) resume() error {
+	if thawSignal == nil {
+		return fmt.Errorf("resuming %s: %w", p.name, errors.ErrUnsupported)
+	}
+	if err := p.cmd.Process.Signal(thawSignal); err != nil {
+		return fmt.Errorf("resuming %s: %w", p.name, err)
+	}
+	return nil
+}
+
 // stop asks the process to stop (SIGTERM) and waits up to timeout for it
 // to exit, then kills it. It returns nil when the process exited by itself
 // in time with status 0, else what happened.

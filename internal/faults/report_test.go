@@ -29,3 +29,18 @@ func TestReportMaxDelay(t *testing.T) {
 	require.InDelta(t, 6.2, got["max_delay_s"], 1e-9)
 	require.Contains(t, r.Runs[0].summary(), "max delay 6.2s")
 }
+
+func TestSlowWriteSeq(t *testing.T) {
+	t.Parallel()
+	seq, ok := slowWriteSeq(slowWriteSQL(42))
+	require.True(t, ok)
+	require.Equal(t, int64(42), seq)
+	for _, q := range []string{
+		`SELECT pid, query FROM pg_stat_activity WHERE starts_with(query, $1)`,
+		`SELECT pg_sleep($1)`,
+		slowWriteMarker + "x */ SELECT 1",
+	} {
+		_, ok := slowWriteSeq(q)
+		require.False(t, ok, q)
+	}
+}

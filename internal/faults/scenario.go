@@ -3,7 +3,10 @@ package faults
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/vantage-go/vantage/internal/pgtest"
 	"github.com/vantage-go/vantage/ports"
@@ -18,6 +21,10 @@ type scenario struct {
 	// budget is the longest recovery that passes: how long the healthy
 	// lag may stay above the threshold after the injection.
 	budget time.Duration
+	// after is how long, at least, the appends go on once inject
+	// returned: a fault whose end (a resume, a released lock) comes late
+	// in the run is then measured under traffic, as it would meet it.
+	after time.Duration
 	// inject injects the fault, and takes the scenario's further steps;
 	// failed steps are findings of the run (see run.find).
 	inject func(ctx context.Context, r *run) error
@@ -74,7 +81,70 @@ var scenarios = []scenario{
 		name: "abandon", about: "kill -9 of one of 5 workers: 4 survivors abandon it at once", workers: 5, budget: staleThreshold + 10*time.Second,
 		inject: injectKill,
 	},
+	{
+		// The others abandon the frozen worker after the stale threshold
+		// and drain its streams, as after a kill (5s of margin for the
+		// claims and the catch-up, as kill needs about 5.2s in all); the
+		// budget ends before the resume, so a resumed worker that holds
+		// streams back past the lag threshold fails the run.
+		name: "pause", about: fmt.Sprintf("SIGSTOP of the worker holding the most streams for %s (past the stale threshold), then SIGCONT", pauseFor),
+		workers: 3, budget: staleThreshold + 5*time.Second, after: afterFaultEnd,
+		inject: injectPause,
+	},
+	{
+		// Every claim, fetch, heartbeat and append waits for the lock; once
+		// it is released nothing should wait any longer than the backlog
+		// it left takes to apply: the lock's duration, plus the margin of
+		// the event faults.
+		name: "lease-lock", about: fmt.Sprintf("LOCK TABLE vantage_active_streams IN ACCESS EXCLUSIVE MODE for %s, then released", leaseLockFor),
+		workers: 3, budget: leaseLockFor + eventFaultBudget, after: afterFaultEnd,
+		inject: injectLeaseLock,
+	},
+	{
+		// A cut costs the pair one infrastructure retry: the default
+		// InfraRetry waits about 100ms, 150ms, 225ms (±50%) for the three
+		// cuts, under 1s in all; then the write itself takes slowWrite;
+		// plus the margin of the event faults.
+		name: "projection-cut", about: fmt.Sprintf("pg_terminate_backend of the connection of %d healthy events' projection writes, %d times each", slowEvents, cutsPerEvent),
+		workers: 3, budget: slowWrite + time.Second + eventFaultBudget,
+		inject: injectProjectionCut,
+	},
 }
+
+// Parameters of the pause, lease-lock and projection-cut scenarios.
+const (
+	// pauseFor is how long a paused worker stays frozen: past the stale
+	// threshold with room to spare, so the others have abandoned it and
+	// taken its streams well before it resumes; about the length of a
+	// virtual machine's suspension or a process stopped by mistake.
+	pauseFor = 12 * time.Second
+	// resumeWithin bounds the time from a worker's resume to its first
+	// save: an instance that heartbeats but applies nothing for longer is
+	// as stuck as one the others would abandon.
+	resumeWithin = staleThreshold
+	// leaseLockFor is how long the lease table stays locked: a long
+	// migration's ALTER TABLE, or a session that took a lock and
+	// stalled; longer than the stale threshold, so heartbeats that wait
+	// for it let every instance look stale.
+	leaseLockFor = 8 * time.Second
+	// afterFaultEnd is how long, at least, the appends go on after a
+	// pause or a lock ends.
+	afterFaultEnd = 6 * time.Second
+	// slowWrite is how long the projection write of a projection-cut
+	// event sleeps in PostgreSQL (Step.WriteMS): well within ApplyTimeout
+	// (2s), long enough to find the write and cut its connection.
+	slowWrite = time.Second
+	// slowEvents is how many healthy events get slow writes, each in a
+	// stream of its own (never the fault stream: the healthy lag and the
+	// delays measure their streams).
+	slowEvents = 3
+	// cutsPerEvent is how many times the suite cuts each slow write's
+	// connection: MaxPerspectiveEventAttempts, so an engine that charges
+	// the cuts to the event dead-letters it.
+	cutsPerEvent = maxAttempts
+	// cutPoll is how often the suite looks for slow writes in flight.
+	cutPoll = 50 * time.Millisecond
+)
 
 // Scenarios returns the names of the scenarios, in the order the suite runs
 // them, each with a one-line description.
@@ -180,7 +250,8 @@ func injectRequeue(ctx context.Context, r *run) error {
 	// it out and complete.
 	lctx, cancel := context.WithTimeout(ctx, r.suite.cfg.StepWait)
 	defer cancel()
-	_, later, err := r.app.injectEventAt(lctx, faultStream, "", 0, placePastGap)
+	in, err := r.app.injectEventAt(lctx, faultStream, Step{}, placePastGap)
+	later := in.version
 	if err != nil {
 		return fmt.Errorf("appending the event after the dead letter: %w", err)
 	}
@@ -190,7 +261,8 @@ func injectRequeue(ctx context.Context, r *run) error {
 		r.find(Finding{Check: CheckPairContinues, Stream: stream, Version: later,
 			Detail: fmt.Sprintf("the event after the dead letter was not applied by every perspective: %v", err)})
 	}
-	_, late, err := r.app.injectEventAt(lctx, faultStream, "", 0, later-1)
+	in, err = r.app.injectEventAt(lctx, faultStream, Step{}, later-1)
+	late := in.version
 	if err != nil {
 		return fmt.Errorf("appending the late event: %w", err)
 	}
@@ -226,6 +298,217 @@ func injectRequeue(ctx context.Context, r *run) error {
 			if err := r.store.DeadLetterRequeue(ctx, &ports.DeadLetterRequeueParams{ID: dl.ID, Generation: fixedGeneration}); err != nil {
 				return fmt.Errorf("requeueing dead letter %s: %w", dl.ID, err)
 			}
+		}
+	}
+	return nil
+}
+
+// injectPause freezes the busiest worker for pauseFor, checks that the
+// others abandoned it and hold its streams, resumes it, and checks that it
+// applies again within resumeWithin.
+func injectPause(ctx context.Context, r *run) error {
+	p, err := r.busiest(ctx)
+	if err != nil {
+		return err
+	}
+	if err := p.pause(); err != nil {
+		return err
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = p.resume()
+		}
+	}()
+	r.note("paused %s (instance %s) with SIGSTOP", p.name, p.instanceID)
+	if err := sleep(ctx, pauseFor); err != nil {
+		return err
+	}
+	var registered, held int
+	if err := r.suite.pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM `+r.table("vantage_instances")+` WHERE instance_id = $1),
+		(SELECT count(*) FROM `+r.table("vantage_active_streams")+` WHERE instance_id = $1)`, p.instanceID).Scan(&registered, &held); err != nil {
+		return fmt.Errorf("reading the paused worker's registration: %w", err)
+	}
+	if registered > 0 || held > 0 {
+		r.find(Finding{Check: CheckTakeover, Detail: fmt.Sprintf("after %s frozen (stale threshold %s), %s is still registered (%t) or holds %d streams",
+			pauseFor, staleThreshold, p.name, registered > 0, held)})
+	}
+	if err := p.resume(); err != nil {
+		return err
+	}
+	resumed = true
+	at := time.Now()
+	r.note("resumed %s with SIGCONT after %s", p.name, time.Since(r.t0).Round(100*time.Millisecond))
+	var first time.Time
+	if err := r.waitFor(ctx, resumeWithin, func(ctx context.Context) (bool, error) {
+		t, ok, err := firstMoveBy(ctx, r.suite.pool, r.schema, p.name, at)
+		first = t
+		return ok, err
+	}); err != nil {
+		r.find(Finding{Check: CheckResume, Detail: fmt.Sprintf("%s saved nothing within %s of its resume: %v", p.name, resumeWithin, err)})
+		return nil
+	}
+	r.note("%s saved again %s after its resume", p.name, first.Sub(at).Round(10*time.Millisecond))
+	return nil
+}
+
+// injectLeaseLock holds an ACCESS EXCLUSIVE lock on the lease table
+// (vantage_active_streams) for leaseLockFor, as a long ALTER TABLE would:
+// every claim, fetch, heartbeat and append that touches the table waits.
+func injectLeaseLock(ctx context.Context, r *run) error {
+	tx, err := r.suite.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("beginning the lock's transaction: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	// The lock waits for the transactions on the table to end, and blocks
+	// every newcomer meanwhile: a bound keeps a stuck one from stalling
+	// the run.
+	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '5s'`); err != nil {
+		return fmt.Errorf("bounding the lock wait: %w", err)
+	}
+	start := time.Now()
+	if _, err := tx.Exec(ctx, `LOCK TABLE `+r.table("vantage_active_streams")+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+		return fmt.Errorf("locking vantage_active_streams: %w", err)
+	}
+	locked := time.Now()
+	r.note("locked vantage_active_streams in ACCESS EXCLUSIVE mode (after waiting %s)", locked.Sub(start).Round(time.Millisecond))
+	if err := sleep(ctx, leaseLockFor); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("releasing the lock: %w", err)
+	}
+	r.note("released the lock after %s", time.Since(locked).Round(100*time.Millisecond))
+	return nil
+}
+
+// slowEvent is a healthy event whose projection write the suite cuts.
+type slowEvent struct {
+	injected
+	cuts     int
+	attempts int    // the most attempts its projection row showed
+	cause    string // the error recorded with them
+	done     bool   // written, or dead-lettered
+}
+
+// injectProjectionCut appends slowEvents healthy events whose projection
+// writes are slow (Step.WriteMS), each in a stream of its own, and
+// terminates the connection of each write in flight cutsPerEvent times;
+// then it lets the writes run. The events must end applied, never
+// dead-lettered (the checks), and charged no attempt (CheckCharged: the
+// projection's work rows are read while they are pending).
+func injectProjectionCut(ctx context.Context, r *run) error {
+	slow := map[int64]*slowEvent{}
+	for i := range slowEvents {
+		in, err := r.app.injectEvent(ctx, faultStream+1+i, Step{WriteMS: slowWrite.Milliseconds()})
+		if err != nil {
+			return fmt.Errorf("appending a slow event: %w", err)
+		}
+		slow[in.seq] = &slowEvent{injected: in}
+		r.note("appended a healthy event with a slow projection write: stream %s version %d (seq %d)", in.stream, in.version, in.seq)
+	}
+	deadline := time.Now().Add(r.suite.cfg.StepWait)
+	for {
+		if err := r.cutSlowWrites(ctx, slow); err != nil {
+			return err
+		}
+		done := true
+		for _, e := range slow {
+			if err := r.readSlowEvent(ctx, e); err != nil {
+				return err
+			}
+			done = done && e.done && e.cuts == cutsPerEvent
+		}
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			var b strings.Builder
+			for _, e := range slow {
+				fmt.Fprintf(&b, " [stream %s version %d: cut %d times, written or dead-lettered %t]", e.stream, e.version, e.cuts, e.done)
+			}
+			r.find(Finding{Check: CheckStep, Detail: fmt.Sprintf("the slow writes were not all cut %d times and then done within %s:%s",
+				cutsPerEvent, r.suite.cfg.StepWait, b.String())})
+			break
+		}
+		if err := sleep(ctx, cutPoll); err != nil {
+			return err
+		}
+	}
+	for _, e := range slow {
+		if e.attempts > 0 {
+			r.find(Finding{Check: CheckCharged, Stream: e.stream, Perspective: RowsProjection, Version: e.version,
+				Detail: fmt.Sprintf("the connection of this healthy event's write was cut %d times; the event was charged %d attempts (error %q)",
+					e.cuts, e.attempts, e.cause)})
+		}
+	}
+	return nil
+}
+
+// cutSlowWrites terminates the backends running the slow write of an
+// event of slow that was cut fewer than cutsPerEvent times.
+func (r *run) cutSlowWrites(ctx context.Context, slow map[int64]*slowEvent) error {
+	rows, err := r.suite.pool.Query(ctx, `SELECT pid, query FROM pg_stat_activity
+		WHERE state = 'active' AND pid <> pg_backend_pid() AND starts_with(query, $1)`, slowWriteMarker)
+	if err != nil {
+		return fmt.Errorf("finding the slow writes: %w", err)
+	}
+	type inFlight struct {
+		pid int
+		seq int64
+	}
+	var found []inFlight
+	var (
+		pid   int
+		query string
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&pid, &query}, func() error {
+		if seq, ok := slowWriteSeq(query); ok {
+			found = append(found, inFlight{pid, seq})
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("finding the slow writes: %w", err)
+	}
+	for _, f := range found {
+		e := slow[f.seq]
+		if e == nil || e.cuts >= cutsPerEvent {
+			continue
+		}
+		var cut bool
+		if err := r.suite.pool.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, f.pid).Scan(&cut); err != nil {
+			return fmt.Errorf("terminating backend %d: %w", f.pid, err)
+		}
+		if cut {
+			e.cuts++
+			r.note("cut the connection of the write of stream %s version %d (%d of %d)", e.stream, e.version, e.cuts, cutsPerEvent)
+		}
+	}
+	return nil
+}
+
+// readSlowEvent reads the attempts of e's pending projection row, and
+// whether e is written or dead-lettered for the projection.
+func (r *run) readSlowEvent(ctx context.Context, e *slowEvent) error {
+	var (
+		attempts *int
+		cause    *string
+	)
+	err := r.suite.pool.QueryRow(ctx, `SELECT
+		(SELECT max(attempts) FROM `+r.table("vantage_work")+` WHERE stream_id = $1 AND perspective = $2 AND event_version = $3 AND processed_at IS NULL),
+		(SELECT max(error) FROM `+r.table("vantage_work")+` WHERE stream_id = $1 AND perspective = $2 AND event_version = $3 AND processed_at IS NULL),
+		EXISTS (SELECT 1 FROM `+r.table(RowsTable)+` WHERE stream_id = $1 AND version = $3)
+		OR EXISTS (SELECT 1 FROM `+r.table("vantage_dead_letters")+` WHERE stream_id = $1 AND perspective = $2 AND event_version = $3)`,
+		e.stream, RowsProjection, e.version).Scan(&attempts, &cause, &e.done)
+	if err != nil {
+		return fmt.Errorf("reading the projection row of stream %s version %d: %w", e.stream, e.version, err)
+	}
+	if attempts != nil && *attempts > e.attempts {
+		e.attempts = *attempts
+		if cause != nil {
+			e.cause = *cause
 		}
 	}
 	return nil

@@ -154,10 +154,14 @@ func (c Config) withDefaults() (Config, error) {
 // suiteSettings are the cluster's settings: commits must survive the
 // immediate restarts (synchronous_commit on; fsync stays off, the machine
 // does not crash), and the log names the process and application of each
-// line.
+// line and the long lock waits.
 var suiteSettings = map[string]string{
 	"synchronous_commit": "on",
 	"log_line_prefix":    "%m [%p] %a: ",
+	// A statement waiting longer than deadlock_timeout (1s) for a lock is
+	// logged, with who holds it: what a stalled run's PostgreSQL log
+	// shows first.
+	"log_lock_waits": "on",
 }
 
 // suite is the state shared by the runs.
@@ -344,7 +348,13 @@ func (r *run) execute(ctx context.Context, res *RunResult) error {
 	if err := r.sc.inject(ictx, r); err != nil {
 		r.find(Finding{Check: CheckStep, Detail: fmt.Sprintf("injecting the fault: %v", err)})
 	}
-	if err := sleep(ctx, time.Until(r.t0.Add(cfg.Duration))); err != nil {
+	// The appends go on for the run's duration from the injection, and
+	// for the scenario's after past its last step.
+	end := r.t0.Add(cfg.Duration)
+	if after := time.Now().Add(r.sc.after); after.After(end) {
+		end = after
+	}
+	if err := sleep(ctx, time.Until(end)); err != nil {
 		return err
 	}
 	r.app.stop()
@@ -557,12 +567,12 @@ func (r *run) busiest(ctx context.Context) (*process, error) {
 func (r *run) injectFault(ctx context.Context, fault string) (uuid.UUID, int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.suite.cfg.StepWait)
 	defer cancel()
-	stream, version, err := r.app.injectEvent(ctx, faultStream, fault, r.suite.cfg.HangFor.Milliseconds())
+	in, err := r.app.injectEvent(ctx, faultStream, Step{Fault: fault, HangMS: r.suite.cfg.HangFor.Milliseconds()})
 	if err != nil {
 		return uuid.Nil, 0, fmt.Errorf("appending the %s event: %w", fault, err)
 	}
-	r.note("appended a %s event: stream %s version %d", fault, stream, version)
-	return stream, version, nil
+	r.note("appended a %s event: stream %s version %d", fault, in.stream, in.version)
+	return in.stream, in.version, nil
 }
 
 // appliedThrough reports whether every perspective of stream reached

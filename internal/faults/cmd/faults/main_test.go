@@ -11,7 +11,7 @@ func TestList(t *testing.T) {
 	t.Parallel()
 	var out, errs bytes.Buffer
 	require.Zero(t, run(t.Context(), []string{"-list"}, &out, &errs))
-	for _, name := range []string{"kill", "terminate", "pg-restart-fast", "pg-restart-immediate", "hang-ctx", "hang", "poison", "undecodable", "requeue", "abandon"} {
+	for _, name := range []string{"kill", "terminate", "pg-restart-fast", "pg-restart-immediate", "hang-ctx", "hang", "poison", "undecodable", "requeue", "abandon", "pause", "lease-lock", "projection-cut"} {
 		require.Contains(t, out.String(), name+" ")
 	}
 }
