@@ -220,3 +220,12 @@ func TestWithApplicationName(t *testing.T) {
 	_, err = withApplicationName(u, "w2")
 	require.Error(t, err)
 }
+
+func TestLockWait(t *testing.T) {
+	t.Parallel()
+	ms, ok := lockWait("2026-12-06 20:44:50.228 UTC [2403] pause-1-w2: LOG:  process 2403 acquired ShareLock on transaction 3201 after 7537.137 ms")
+	require.True(t, ok)
+	require.InDelta(t, 7537.137, ms, 1e-9)
+	_, ok = lockWait("2026-12-06 20:44:43.646 UTC [2434] pause-1-w3: LOG:  process 2434 still waiting for ShareLock on transaction 3201 after 1001.012 ms")
+	require.False(t, ok, "still waiting: not acquired yet")
+}

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -670,7 +671,8 @@ func (r *run) waitFor(ctx context.Context, timeout time.Duration, cond func(cont
 }
 
 // savePostgresLog copies the part of the cluster's log written since
-// offset into the run's directory and reports the deadlocks it records.
+// offset into the run's directory, reports the deadlocks it records and
+// notes the longest lock wait.
 func (r *run) savePostgresLog(offset int64) {
 	f, err := os.Open(r.suite.cluster.LogPath())
 	if err != nil {
@@ -688,16 +690,48 @@ func (r *run) savePostgresLog(offset int64) {
 		return
 	}
 	_ = os.WriteFile(filepath.Join(r.dir, "postgres.log"), b, 0o644)
-	var deadlocks []string
+	var (
+		deadlocks   []string
+		waits       int
+		longest     float64
+		longestLine string
+	)
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
-		if strings.Contains(sc.Text(), "deadlock detected") {
-			deadlocks = append(deadlocks, sc.Text())
+		line := sc.Text()
+		if strings.Contains(line, "deadlock detected") {
+			deadlocks = append(deadlocks, line)
+		}
+		if ms, ok := lockWait(line); ok {
+			waits++
+			if ms > longest {
+				longest, longestLine = ms, line
+			}
 		}
 	}
 	if len(deadlocks) > 0 {
 		r.find(Finding{Check: CheckDeadlock, Detail: fmt.Sprintf("PostgreSQL detected %d deadlocks, first: %s", len(deadlocks), deadlocks[0])})
 	}
+	if waits > 0 {
+		r.note("PostgreSQL logged %d lock waits longer than 1s, the longest: %s", waits, longestLine)
+	}
+}
+
+// lockWait returns the wait in milliseconds that a log line of
+// log_lock_waits reports once the lock was acquired ("process N acquired
+// ShareLock on transaction T after 7537.137 ms"), and false for any other
+// line.
+func lockWait(line string) (float64, bool) {
+	_, rest, ok := strings.Cut(line, " acquired ")
+	if !ok {
+		return 0, false
+	}
+	_, rest, ok = strings.Cut(rest, " after ")
+	if !ok {
+		return 0, false
+	}
+	ms, err := strconv.ParseFloat(strings.TrimSuffix(rest, " ms"), 64)
+	return ms, err == nil
 }
 
 // sleep waits d or until ctx ends. The suite sleeps only to pace appends,
