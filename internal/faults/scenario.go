@@ -87,7 +87,7 @@ var scenarios = []scenario{
 		// claims and the catch-up, as kill needs about 5.2s in all); the
 		// budget ends before the resume, so a resumed worker that holds
 		// streams back past the lag threshold fails the run.
-		name: "pause", about: fmt.Sprintf("SIGSTOP of the worker holding the most streams for %s (past the stale threshold), then SIGCONT", pauseFor),
+		name: "pause", about: fmt.Sprintf("SIGSTOP of the worker holding the most streams, in a claim, for %s (past the stale threshold), then SIGCONT", pauseFor),
 		workers: 3, budget: staleThreshold + 5*time.Second, after: afterFaultEnd,
 		inject: injectPause,
 	},
@@ -118,6 +118,10 @@ const (
 	// taken its streams well before it resumes; about the length of a
 	// virtual machine's suspension or a process stopped by mistake.
 	pauseFor = 12 * time.Second
+	// claimWatch bounds the wait for a claim of the worker to pause, and
+	// claimPoll paces the looks: a claim takes milliseconds.
+	claimWatch = 5 * time.Second
+	claimPoll  = 2 * time.Millisecond
 	// resumeWithin bounds the time from a worker's resume to its first
 	// save: an instance that heartbeats but applies nothing for longer is
 	// as stuck as one the others would abandon.
@@ -303,24 +307,36 @@ func injectRequeue(ctx context.Context, r *run) error {
 	return nil
 }
 
-// injectPause freezes the busiest worker for pauseFor, checks that the
-// others abandoned it and hold its streams, resumes it, and checks that it
-// applies again within resumeWithin.
+// injectPause freezes the busiest worker for pauseFor, in the middle of a
+// claim when it catches one, checks that the others abandoned it and hold
+// its streams, resumes it, and checks that it applies again within
+// resumeWithin.
 func injectPause(ctx context.Context, r *run) error {
 	p, err := r.busiest(ctx)
+	if err != nil {
+		return err
+	}
+	inClaim, err := r.awaitClaim(ctx, p)
 	if err != nil {
 		return err
 	}
 	if err := p.pause(); err != nil {
 		return err
 	}
+	// The fault starts here, not when the watch for a claim did: the
+	// recovery is measured from the pause.
+	r.t0 = time.Now()
 	resumed := false
 	defer func() {
 		if !resumed {
 			_ = p.resume()
 		}
 	}()
-	r.note("paused %s (instance %s) with SIGSTOP", p.name, p.instanceID)
+	if inClaim {
+		r.note("paused %s (instance %s) with SIGSTOP, its claim in flight", p.name, p.instanceID)
+	} else {
+		r.note("paused %s (instance %s) with SIGSTOP; no claim of it seen within %s", p.name, p.instanceID, claimWatch)
+	}
 	if err := sleep(ctx, pauseFor); err != nil {
 		return err
 	}
@@ -351,6 +367,30 @@ func injectPause(ctx context.Context, r *run) error {
 	}
 	r.note("%s saved again %s after its resume", p.name, first.Sub(at).Round(10*time.Millisecond))
 	return nil
+}
+
+// awaitClaim watches p's connections until one runs a claim (the
+// statement that calls vantage_claim_streams) and returns true then, or
+// false after claimWatch. Frozen then, the process finds the claim's
+// answer waiting on resume: the claim took the whole pause, which is what
+// a pause at any instant does to whatever the process was waiting for,
+// and the claim loop is where it matters most.
+func (r *run) awaitClaim(ctx context.Context, p *process) (bool, error) {
+	deadline := time.Now().Add(claimWatch)
+	for time.Now().Before(deadline) {
+		var n int
+		if err := r.suite.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = $1 AND state = 'active' AND strpos(query, 'vantage_claim_streams(') > 0`, p.name).Scan(&n); err != nil {
+			return false, fmt.Errorf("watching the claims of %s: %w", p.name, err)
+		}
+		if n > 0 {
+			return true, nil
+		}
+		if err := sleep(ctx, claimPoll); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
 }
 
 // injectLeaseLock holds an ACCESS EXCLUSIVE lock on the lease table

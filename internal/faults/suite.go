@@ -238,7 +238,7 @@ type run struct {
 	dir    string
 	store  *postgres.Store
 	app    *appender
-	t0     time.Time // the injection
+	t0     time.Time // the injection (a scenario may set it when its fault starts)
 	// samples are the lag monitor's, once the run settled.
 	samples []lagSample
 
