@@ -25,7 +25,7 @@ test-short: ## run the tests without the race detector
 # pg_ctl) and real worker processes; exits non-zero when a check fails.
 # Extra flags: make faults FAULTS_FLAGS='-faults kill,hang -runs 5 -json'
 FAULTS_FLAGS ?=
-faults: ## run the fault suite in full: kills, restarts, hung and poison events (RELIABILITY.md)
+faults: ## run the fault suite in full: kills, pauses, locks, cut connections, restarts, hung and poison events (RELIABILITY.md)
 	$(GO) run ./internal/faults/cmd/faults $(FAULTS_FLAGS)
 
 # make bench: Vantage vs River vs the raw SQL pipeline on PostgreSQL
