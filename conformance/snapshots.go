@@ -38,6 +38,27 @@ func runSnapshots(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 				require.Equal(t, want, latestSnapshot(t, tb.backend, stream, perspective, before).Version, "before %d", before)
 			}
 		},
+		"OnlyOfTheGivenEpoch": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			stream := newID(t)
+			// Epoch 1 at 2 and 7; a late write of epoch 0 at 5, between
+			// them; epoch 2 at 9.
+			for v, epoch := range map[int64]int64{2: 1, 5: 0, 7: 1, 9: 2} {
+				saveEpochSnapshot(t, tb.backend, stream, v, epoch)
+			}
+
+			for _, c := range []struct{ before, epoch, want int64 }{
+				{10, 1, 7}, {7, 1, 2}, {6, 1, 2}, {10, 0, 5}, {10, 2, 9},
+			} {
+				got := latestOfEpoch(t, tb.backend, stream, c.before, c.epoch)
+				require.Equal(t, c.want, got.Version, "before %d at epoch %d: the latest of that epoch, past those of others", c.before, c.epoch)
+				require.Equal(t, c.epoch, got.Epoch, "before %d at epoch %d", c.before, c.epoch)
+			}
+			for _, c := range []struct{ before, epoch int64 }{{2, 1}, {5, 0}, {9, 2}, {100, 3}} {
+				_, err := tb.backend.Snapshots.SnapshotLatestBefore(t.Context(), &ports.SnapshotLatestBeforeParams{StreamID: stream, Perspective: perspective, Version: c.before, Epoch: c.epoch})
+				require.ErrorIs(t, err, ports.ErrNotFound, "before %d at epoch %d: a snapshot of another epoch never stands in", c.before, c.epoch)
+			}
+		},
 	})
 
 	optionalGroup(t, "SnapshotSave", port, implemented, map[string]func(t *testing.T){
@@ -50,6 +71,7 @@ func runSnapshots(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 				"zero version":      func(s *ports.Snapshot) { s.Version = 0 },
 				"negative version":  func(s *ports.Snapshot) { s.Version = -1 },
 				"nil event id":      func(s *ports.Snapshot) { s.EventID = uuid.Nil },
+				"negative epoch":    func(s *ports.Snapshot) { s.Epoch = -1 },
 				"empty data":        func(s *ports.Snapshot) { s.Data = nil },
 				"data not JSON":     func(s *ports.Snapshot) { s.Data = []byte("not json") },
 			} {
@@ -78,12 +100,36 @@ func runSnapshots(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 				Perspective: perspective,
 				Version:     3,
 				EventID:     newID(t),
+				Epoch:       4,
 				Data:        []byte(`{"total": 42, "lines": ["a", "b"]}`),
 				CreatedAt:   at(5 * time.Second),
 			}
 			require.NoError(t, tb.backend.Snapshots.SnapshotSave(t.Context(), &ports.SnapshotSaveParams{Snapshot: want}))
 
-			requireSnapshot(t, want, latestSnapshot(t, tb.backend, want.StreamID, perspective, 4))
+			requireSnapshot(t, want, latestOfEpoch(t, tb.backend, want.StreamID, 4, 4))
+		},
+		"KeepsALaterEpochAtTheSameVersion": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			stream := newID(t)
+			current := saveEpochSnapshot(t, tb.backend, stream, 3, 2)
+
+			// A late write of the history a replay replaced.
+			saveEpochSnapshot(t, tb.backend, stream, 3, 1)
+
+			got := latestOfEpoch(t, tb.backend, stream, 4, 2)
+			require.Equal(t, current.EventID, got.EventID, "a snapshot of an earlier epoch replaces none of a later one")
+			requireSnapshot(t, current, got)
+			_, err := tb.backend.Snapshots.SnapshotLatestBefore(t.Context(), &ports.SnapshotLatestBeforeParams{StreamID: stream, Perspective: perspective, Version: 4, Epoch: 1})
+			require.ErrorIs(t, err, ports.ErrNotFound, "the late write stored nothing")
+
+			// The same epoch, or a later one, replaces it.
+			same := saveEpochSnapshot(t, tb.backend, stream, 3, 2)
+			requireSnapshot(t, same, latestOfEpoch(t, tb.backend, stream, 4, 2))
+			later := saveEpochSnapshot(t, tb.backend, stream, 3, 3)
+			requireSnapshot(t, later, latestOfEpoch(t, tb.backend, stream, 4, 3))
+			_, err = tb.backend.Snapshots.SnapshotLatestBefore(t.Context(), &ports.SnapshotLatestBeforeParams{StreamID: stream, Perspective: perspective, Version: 4, Epoch: 2})
+			require.ErrorIs(t, err, ports.ErrNotFound, "replaced by the later epoch")
+			require.Equal(t, 1, deleteSnapshots(t, tb.backend, stream, perspective, 0), "one snapshot per version")
 		},
 	})
 
@@ -139,8 +185,34 @@ func saveSnapshot(t *testing.T, b ports.Backend, stream uuid.UUID, perspective s
 	return s
 }
 
-// latestSnapshot returns the latest snapshot below version, failing t when
-// there is none.
+// saveEpochSnapshot saves a snapshot of (stream, perspective) at version and
+// epoch, with a fresh event id and a payload naming both, and returns it.
+func saveEpochSnapshot(t *testing.T, b ports.Backend, stream uuid.UUID, version, epoch int64) ports.Snapshot {
+	t.Helper()
+	s := ports.Snapshot{
+		StreamID:    stream,
+		Perspective: perspective,
+		Version:     version,
+		EventID:     newID(t),
+		Epoch:       epoch,
+		Data:        fmt.Appendf(nil, `{"version":%d,"epoch":%d}`, version, epoch),
+		CreatedAt:   at(time.Second),
+	}
+	require.NoError(t, b.Snapshots.SnapshotSave(t.Context(), &ports.SnapshotSaveParams{Snapshot: s}))
+	return s
+}
+
+// latestOfEpoch returns the latest snapshot of (stream, perspective) of
+// epoch below version, failing t when there is none.
+func latestOfEpoch(t *testing.T, b ports.Backend, stream uuid.UUID, version, epoch int64) ports.Snapshot {
+	t.Helper()
+	s, err := b.Snapshots.SnapshotLatestBefore(t.Context(), &ports.SnapshotLatestBeforeParams{StreamID: stream, Perspective: perspective, Version: version, Epoch: epoch})
+	require.NoError(t, err)
+	return s
+}
+
+// latestSnapshot returns the latest snapshot of epoch 0 below version,
+// failing t when there is none.
 func latestSnapshot(t *testing.T, b ports.Backend, stream uuid.UUID, perspective string, version int64) ports.Snapshot {
 	t.Helper()
 	s, err := b.Snapshots.SnapshotLatestBefore(t.Context(), &ports.SnapshotLatestBeforeParams{StreamID: stream, Perspective: perspective, Version: version})
@@ -148,8 +220,8 @@ func latestSnapshot(t *testing.T, b ports.Backend, stream uuid.UUID, perspective
 	return s
 }
 
-// requireNoSnapshot fails t unless (stream, perspective) has no snapshot
-// below version.
+// requireNoSnapshot fails t unless (stream, perspective) has no snapshot of
+// epoch 0 below version.
 func requireNoSnapshot(t *testing.T, b ports.Backend, stream uuid.UUID, perspective string, version int64) {
 	t.Helper()
 	_, err := b.Snapshots.SnapshotLatestBefore(t.Context(), &ports.SnapshotLatestBeforeParams{StreamID: stream, Perspective: perspective, Version: version})
@@ -173,6 +245,7 @@ func requireSnapshot(t *testing.T, want, got ports.Snapshot) {
 	require.Equal(t, want.Perspective, got.Perspective)
 	require.Equal(t, want.Version, got.Version)
 	require.Equal(t, want.EventID, got.EventID)
+	require.Equal(t, want.Epoch, got.Epoch)
 	require.JSONEq(t, string(want.Data), string(got.Data))
 	requireTime(t, want.CreatedAt, got.CreatedAt, "CreatedAt")
 }

@@ -244,6 +244,7 @@ func invalidCalls(instanceID, stream uuid.UUID, events []ports.Event) []invalidC
 		}},
 		{name: "SnapshotSaveParams.Snapshot.Version", port: "Snapshots", call: snapshot(func(s *ports.Snapshot) { s.Version = 0 })},
 		{name: "SnapshotSaveParams.Snapshot.EventID", port: "Snapshots", call: snapshot(func(s *ports.Snapshot) { s.EventID = uuid.Nil })},
+		{name: "SnapshotSaveParams.Snapshot.Epoch", port: "Snapshots", call: snapshot(func(s *ports.Snapshot) { s.Epoch = -1 })},
 		{name: "SnapshotSaveParams.Snapshot.Data", port: "Snapshots", call: snapshot(func(s *ports.Snapshot) { s.Data = nil })},
 		{name: "DeadLettersRequeueParams.IDs", port: "Admin", call: func(t *testing.T, b ports.Backend) error {
 			_, err := b.Admin.DeadLettersRequeue(t.Context(), &ports.DeadLettersRequeueParams{Perspective: perspective, IDs: []uuid.UUID{uuid.Nil}, Now: at(time.Second)})
