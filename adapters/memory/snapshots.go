@@ -10,10 +10,11 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
-// SnapshotSave implements ports.SnapshotStore. A zero CreatedAt is set from
-// the injected clock. It returns ports.ErrInvalidArgument, and stores
+// SnapshotSave implements ports.SnapshotStore: a snapshot of the same
+// version is replaced unless it has a later epoch. A zero CreatedAt is set
+// from the injected clock. It returns ports.ErrInvalidArgument, and stores
 // nothing, for a nil stream or event id, an empty perspective, a version
-// below 1 or Data that is not a JSON document.
+// below 1, a negative epoch or Data that is not a JSON document.
 func (s *Store) SnapshotSave(ctx context.Context, params *ports.SnapshotSaveParams) error {
 	if err := params.Validate(); err != nil {
 		return fmt.Errorf("saving snapshot: %w", err)
@@ -29,7 +30,9 @@ func (s *Store) SnapshotSave(ctx context.Context, params *ports.SnapshotSavePara
 	k := pairKey{snapshot.StreamID, snapshot.Perspective}
 	snaps := s.snapshots[k]
 	if i, found := searchSnapshots(snaps, snapshot.Version); found {
-		snaps[i] = snapshot
+		if snaps[i].Epoch <= snapshot.Epoch {
+			snaps[i] = snapshot
+		}
 	} else {
 		s.snapshots[k] = slices.Insert(snaps, i, snapshot)
 	}
@@ -39,21 +42,24 @@ func (s *Store) SnapshotSave(ctx context.Context, params *ports.SnapshotSavePara
 // SnapshotLatestBefore implements ports.SnapshotStore. It returns a copy, or
 // an error wrapping ports.ErrNotFound.
 func (s *Store) SnapshotLatestBefore(ctx context.Context, params *ports.SnapshotLatestBeforeParams) (ports.Snapshot, error) {
-	streamID, perspective, version := params.StreamID, params.Perspective, params.Version
+	streamID, perspective, version, epoch := params.StreamID, params.Perspective, params.Version, params.Epoch
 	if err := s.lock(ctx); err != nil {
 		return ports.Snapshot{}, err
 	}
 	defer s.mu.Unlock()
 
 	snaps := s.snapshots[pairKey{streamID, perspective}]
-	// i is the first snapshot at or above version; the one before it is the
-	// latest strictly below.
-	if i, _ := searchSnapshots(snaps, version); i > 0 {
-		out := snaps[i-1]
-		out.Data = bytes.Clone(out.Data)
-		return out, nil
+	// i is the first snapshot at or above version; those before it lie
+	// strictly below, the latest last.
+	i, _ := searchSnapshots(snaps, version)
+	for j := i - 1; j >= 0; j-- {
+		if snaps[j].Epoch == epoch {
+			out := snaps[j]
+			out.Data = bytes.Clone(out.Data)
+			return out, nil
+		}
 	}
-	return ports.Snapshot{}, fmt.Errorf("loading snapshot %q of stream %s before version %d: %w", perspective, streamID, version, ports.ErrNotFound)
+	return ports.Snapshot{}, fmt.Errorf("loading snapshot %q of stream %s before version %d at epoch %d: %w", perspective, streamID, version, epoch, ports.ErrNotFound)
 }
 
 // SnapshotsDeleteFrom implements ports.SnapshotStore. A version below 1

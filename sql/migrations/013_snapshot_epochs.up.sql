@@ -1,0 +1,17 @@
+-- 013_snapshot_epochs: vantage_snapshots.epoch, the pair's epoch (see
+-- 011_pair_epochs) of the model a snapshot copies.
+--
+-- A rewind starts from the latest snapshot before its trigger. A snapshot
+-- stored by an instance whose model a rebuild or a rewind replaced (for
+-- one, written just after the rebuild deleted the pair's snapshots)
+-- describes the replaced history; a replay now starts only from a snapshot
+-- of the epoch of the model it loaded, so such a snapshot is passed over,
+-- and a snapshot never replaces one of a later epoch at the same version.
+-- "Latest of an epoch before a version" walks the primary key backwards,
+-- skipping the snapshots of other epochs: no new index.
+--
+-- A constant default adds the column without rewriting the table. The
+-- snapshots stored before count as epoch 0: a pair replayed since
+-- 011_pair_epochs (at epoch 1 or more) no longer starts from them, which
+-- costs its next rewind a longer replay, once.
+ALTER TABLE /* SCHEMA */.vantage_snapshots ADD COLUMN epoch bigint NOT NULL DEFAULT 0;
