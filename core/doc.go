@@ -168,7 +168,11 @@
 // stream need not hold it: the instance that does drops its cached model
 // and any apply it had in flight, and applies the next events to the
 // rebuilt model; when it saves the model while the stream is replayed, the
-// replay starts again from that model (a few times at most).
+// replay starts again from that model (a few times at most). A snapshot
+// ([RewindOptions].SnapshotEvery) carries the epoch of the model it copies,
+// and a rewind starts only from one of the pair's current epoch: a snapshot
+// of the model from before the rebuild, even one that instance stored
+// after the rebuild deleted the pair's snapshots, is never replayed from.
 //
 // # Observing
 //

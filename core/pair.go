@@ -306,7 +306,7 @@ func (r *pairRun) save(ctx context.Context) bool {
 		return r.saveRefused(ctx, err)
 	}
 	_, savedVersion := r.position()
-	err = r.dr.store.save(ctx, &ports.ModelSaveParams{
+	params := &ports.ModelSaveParams{
 		StreamID:        r.key.stream,
 		Perspective:     r.key.perspective,
 		Data:            data,
@@ -315,7 +315,8 @@ func (r *pairRun) save(ctx context.Context) bool {
 		ExpectedVersion: savedVersion,
 		ExpectedEpoch:   r.stored.Epoch,
 		Now:             r.dr.paramNow(),
-	})
+	}
+	err = r.dr.store.save(ctx, params)
 	switch {
 	case err == nil:
 	case errors.Is(err, ports.ErrVersionConflict):
@@ -330,7 +331,7 @@ func (r *pairRun) save(ctx context.Context) bool {
 		}
 		return false
 	}
-	r.dr.rewind.maybeSnapshot(ctx, r.key, savedVersion, *r.last, data)
+	r.dr.rewind.maybeSnapshot(ctx, r.key, savedVersion, *r.last, params.Epoch(), data)
 	r.lastSaved = r.last
 	for _, i := range r.unsaved {
 		r.done = append(r.done, r.rows[i].WorkID)

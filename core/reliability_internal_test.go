@@ -480,11 +480,11 @@ func TestRewindFailuresLoggedOncePerOutage(t *testing.T) {
 	outage(10, func() {
 		lock()
 		rw.cursorsOf(ctx, []uuid.UUID{key.stream})
-		rw.maybeSnapshot(ctx, key, 0, event, []byte(`{}`))
+		rw.maybeSnapshot(ctx, key, 0, event, 0, []byte(`{}`))
 	})
 	lock()
 	rw.cursorsOf(ctx, []uuid.UUID{key.stream})
-	rw.maybeSnapshot(ctx, key, 0, event, []byte(`{}`))
+	rw.maybeSnapshot(ctx, key, 0, event, 0, []byte(`{}`))
 	for range 10 { // the releases fail
 		unlock, ok := rw.lockPair(ctx, key, lockReasonRewind)
 		require.True(t, ok)

@@ -56,10 +56,13 @@ func (rw *rewinder) replay(ctx context.Context, p perspective, key pairKey, trig
 	return run.res, run.complete(ctx)
 }
 
-// start loads what the replay starts from: the stored model's position (to
-// save against), and the latest snapshot before trigger when there is one,
-// else the perspective's initial model. Snapshots at or past the trigger
-// are deleted: they no longer describe history.
+// start loads what the replay starts from: the stored model's position and
+// epoch (to save against), and the latest snapshot before trigger of that
+// epoch when there is one, else the perspective's initial model. A snapshot
+// of another epoch copies a model a rewind or a rebuild replaced (an
+// instance may store one late, after a rebuild deleted the pair's
+// snapshots), so it is passed over. Snapshots at or past the trigger are
+// deleted: they no longer describe history.
 func (r *replayRun) start(ctx context.Context, trigger int64) error {
 	rw := r.rw
 	// A rewind reads the store, not the cache: it starts from the truth.
@@ -76,7 +79,7 @@ func (r *replayRun) start(ctx context.Context, trigger int64) error {
 	if snaps == nil || trigger <= 0 || isProjection(r.p) {
 		return nil // a projection replays from the start, after its reset
 	}
-	snap, err := snaps.SnapshotLatestBefore(ctx, &ports.SnapshotLatestBeforeParams{StreamID: r.key.stream, Perspective: r.key.perspective, Version: trigger})
+	snap, err := snaps.SnapshotLatestBefore(ctx, &ports.SnapshotLatestBeforeParams{StreamID: r.key.stream, Perspective: r.key.perspective, Version: trigger, Epoch: r.stored.Epoch})
 	switch {
 	case err == nil:
 		if r.model, err = r.p.decodeModel(snap.Data); err != nil {
@@ -189,7 +192,9 @@ func (r *replayRun) apply(ctx context.Context, toReplay, toFire []ports.Event, a
 }
 
 // snapshot saves a snapshot of the model after e when the replay crossed a
-// multiple of SnapshotEvery since version prev.
+// multiple of SnapshotEvery since version prev, at the epoch the replay's
+// save moves the pair to: it copies the replayed model, not the one the
+// pair holds until then.
 func (r *replayRun) snapshot(ctx context.Context, prev int64, e ports.Event) error {
 	snaps := r.rw.backend.Snapshots
 	if snaps == nil || !r.rw.snapshotDue(prev, e.Version) || isProjection(r.p) {
@@ -199,10 +204,18 @@ func (r *replayRun) snapshot(ctx context.Context, prev int64, e ports.Event) err
 	if err != nil {
 		return &replayFailure{event: e, cause: err}
 	}
-	if err := snaps.SnapshotSave(ctx, &ports.SnapshotSaveParams{Snapshot: ports.Snapshot{StreamID: r.key.stream, Perspective: r.key.perspective, Version: e.Version, EventID: e.ID, Data: data, CreatedAt: r.rw.now()}}); err != nil {
+	if err := snaps.SnapshotSave(ctx, &ports.SnapshotSaveParams{Snapshot: ports.Snapshot{
+		StreamID: r.key.stream, Perspective: r.key.perspective, Version: e.Version, EventID: e.ID,
+		Epoch: r.epoch(), Data: data, CreatedAt: r.rw.now(),
+	}}); err != nil {
 		return fmt.Errorf("saving snapshot: %w", err)
 	}
 	return nil
+}
+
+// epoch returns the epoch the replay's save moves the pair to (see save).
+func (r *replayRun) epoch() int64 {
+	return r.stored.Epoch + 1
 }
 
 // save stores the rebuilt model against the position and epoch it was
@@ -279,13 +292,18 @@ func (rw *rewinder) deadLetteredEvents(ctx context.Context, key pairKey) (map[uu
 }
 
 // maybeSnapshot stores a snapshot when a save moved the model across a
-// multiple of SnapshotEvery stream versions. A failed snapshot only costs a
-// longer replay later, so it is logged, not returned.
-func (rw *rewinder) maybeSnapshot(ctx context.Context, key pairKey, from int64, last ports.Event, data []byte) {
+// multiple of SnapshotEvery stream versions, with the epoch the model was
+// saved at: should a rewind or a rebuild replace the model before the
+// snapshot is stored, the replay passes it over. A failed snapshot only
+// costs a longer replay later, so it is logged, not returned.
+func (rw *rewinder) maybeSnapshot(ctx context.Context, key pairKey, from int64, last ports.Event, epoch int64, data []byte) {
 	if rw.backend.Snapshots == nil || !rw.snapshotDue(from, last.Version) {
 		return
 	}
-	err := rw.backend.Snapshots.SnapshotSave(ctx, &ports.SnapshotSaveParams{Snapshot: ports.Snapshot{StreamID: key.stream, Perspective: key.perspective, Version: last.Version, EventID: last.ID, Data: data, CreatedAt: rw.now()}})
+	err := rw.backend.Snapshots.SnapshotSave(ctx, &ports.SnapshotSaveParams{Snapshot: ports.Snapshot{
+		StreamID: key.stream, Perspective: key.perspective, Version: last.Version, EventID: last.ID,
+		Epoch: epoch, Data: data, CreatedAt: rw.now(),
+	}})
 	if err != nil {
 		if ctx.Err() == nil {
 			rw.faults.fail(ctx, "saving snapshots", err, pairAttrs(key.stream, key.perspective)...)

@@ -92,7 +92,10 @@ type RewindOptions struct {
 	// SnapshotEvery stores a model snapshot whenever a saved model crosses a
 	// multiple of that many stream versions (in normal processing, rewinds
 	// and rebuilds), so a rewind replays from the latest snapshot before its
-	// trigger instead of from the start. 0 disables snapshots.
+	// trigger instead of from the start. A snapshot holds the pair's epoch
+	// of the model it copies, and a rewind starts only from one of the
+	// model it loaded: never from a snapshot of a model that a rewind or a
+	// rebuild replaced since. 0 disables snapshots.
 	SnapshotEvery int
 }
 
