@@ -147,3 +147,37 @@ func TestRewindIgnoresASnapshotOfAReplacedModel(t *testing.T) {
 		"every event reflects the rebuilt apply function, none the snapshot of the replaced model")
 	require.Equal(t, int64(2), info.FromVersion, "the replay starts from the rebuild's snapshot")
 }
+
+// TestRewindKeepsTheSnapshotItStartedFrom rewinds a stream twice, each time
+// for a late event just above the latest snapshot of the drain. The first
+// rewind starts from that snapshot and moves the pair to the next epoch; the
+// second, whose trigger lies below every snapshot the first one's replay
+// stored, still starts from it rather than from the start of the stream.
+func TestRewindKeepsTheSnapshotItStartedFrom(t *testing.T) {
+	t.Parallel()
+
+	b := memory.New(memory.Options{}).Backend()
+	reg := testRegistry(t)
+	o := snapshotOptions(t)
+	o.Rewind.SnapshotEvery = 4
+	processed := reportProcessed(&o, 16)
+	rewinds := make(chan core.RewindInfo, 4)
+	o.Hooks.OnRewind = func(i core.RewindInfo) { rewinds <- i }
+	startWorker(t, b, reg, o)
+	stream := uuid.New()
+	appendAt(t, reg, b, stream, 1, 2, 3, 4, 5) // one save, a snapshot at 5
+	waitForVersion(t, processed, 5)
+	appendAt(t, reg, b, stream, 6, 9, 10) // a snapshot at 10
+	waitForVersion(t, processed, 10)
+
+	appendAt(t, reg, b, stream, 8)
+	first := waitFor(t, rewinds, "the rewind of version 8")
+	require.Equal(t, int64(8), first.TriggerVersion)
+	require.Equal(t, int64(5), first.FromVersion, "the drain's snapshot")
+
+	appendAt(t, reg, b, stream, 7)
+	second := waitFor(t, rewinds, "the rewind of version 7")
+	require.Equal(t, int64(7), second.TriggerVersion)
+	require.Equal(t, int64(5), second.FromVersion, "the snapshot the first rewind started from, kept for the epoch it moved to")
+	require.Equal(t, []int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, loadTotal(t, b, stream).Seen)
+}
