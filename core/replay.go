@@ -25,6 +25,7 @@ type replayRun struct {
 	key     pairKey
 	rows    []ports.WorkItem
 	stored  ports.StoredModel
+	base    *ports.Snapshot // the snapshot the replay started from, if any
 	model   any
 	lastID  uuid.UUID
 	lastVer int64
@@ -53,6 +54,7 @@ func (rw *rewinder) replay(ctx context.Context, p perspective, key pairKey, trig
 	if err := run.save(ctx, toReplay); err != nil {
 		return run.res, err
 	}
+	run.keepBase(ctx)
 	return run.res, run.complete(ctx)
 }
 
@@ -86,6 +88,7 @@ func (r *replayRun) start(ctx context.Context, trigger int64) error {
 			return err
 		}
 		r.res.from, r.lastID, r.lastVer = snap.Version, snap.EventID, snap.Version
+		r.base = &snap
 	case !errors.Is(err, ports.ErrNotFound):
 		return fmt.Errorf("loading snapshot: %w", err)
 	}
@@ -213,6 +216,20 @@ func (r *replayRun) snapshot(ctx context.Context, prev int64, e ports.Event) err
 	return nil
 }
 
+// keepBase stores the snapshot the replay started from again, at the epoch
+// its save moved the pair to: the saved model is built on it, so it
+// describes that epoch's history too. The replay's own snapshots lie above
+// it; without it, the next rewind of an event below them would replay from
+// the start. A failure only costs such a longer replay, so it is logged.
+func (r *replayRun) keepBase(ctx context.Context) {
+	if r.base == nil {
+		return
+	}
+	kept := *r.base
+	kept.Epoch = r.epoch()
+	r.rw.storeSnapshot(ctx, kept)
+}
+
 // epoch returns the epoch the replay's save moves the pair to (see save).
 func (r *replayRun) epoch() int64 {
 	return r.stored.Epoch + 1
@@ -300,13 +317,18 @@ func (rw *rewinder) maybeSnapshot(ctx context.Context, key pairKey, from int64, 
 	if rw.backend.Snapshots == nil || !rw.snapshotDue(from, last.Version) {
 		return
 	}
-	err := rw.backend.Snapshots.SnapshotSave(ctx, &ports.SnapshotSaveParams{Snapshot: ports.Snapshot{
+	rw.storeSnapshot(ctx, ports.Snapshot{
 		StreamID: key.stream, Perspective: key.perspective, Version: last.Version, EventID: last.ID,
 		Epoch: epoch, Data: data, CreatedAt: rw.now(),
-	}})
-	if err != nil {
+	})
+}
+
+// storeSnapshot saves s, logging a failure: a missing snapshot only costs
+// a longer replay later.
+func (rw *rewinder) storeSnapshot(ctx context.Context, s ports.Snapshot) {
+	if err := rw.backend.Snapshots.SnapshotSave(ctx, &ports.SnapshotSaveParams{Snapshot: s}); err != nil {
 		if ctx.Err() == nil {
-			rw.faults.fail(ctx, "saving snapshots", err, pairAttrs(key.stream, key.perspective)...)
+			rw.faults.fail(ctx, "saving snapshots", err, pairAttrs(s.StreamID, s.Perspective)...)
 		}
 		return
 	}

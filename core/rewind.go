@@ -95,7 +95,8 @@ type RewindOptions struct {
 	// trigger instead of from the start. A snapshot holds the pair's epoch
 	// of the model it copies, and a rewind starts only from one of the
 	// model it loaded: never from a snapshot of a model that a rewind or a
-	// rebuild replaced since. 0 disables snapshots.
+	// rebuild replaced since. A rewind keeps the snapshot it started from
+	// for the epoch it moves the pair to. 0 disables snapshots.
 	SnapshotEvery int
 }
 
