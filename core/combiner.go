@@ -157,17 +157,30 @@ func (b *modelBatches) save(ctx context.Context, p *ports.ModelSaveParams) error
 // projections into ModelSaveTxMany calls (a lone save goes through
 // ModelSaveTx, which needs no savepoint), or nil without the port.
 //
-// A write that broke the group's transaction (its deadline cancelled a
-// statement, which closes the connection, or the connection was lost under
-// it) fails the whole call with its *writeFailure: that save gets the
-// error (wrapping ports.ErrTransient when the backend failed it, which
-// charges no event), and the others are sent again without it, so that a
-// slow write or a lost connection costs the saves grouped with it nothing.
-func newTxSaves(tx ports.TxModelStore, timeout time.Duration) *combiner[*ports.ModelSaveTxParams, error] {
+// Every save it sends is shared: the saves grouped with it wait for its
+// commit, and those queued behind its sender for the sender. So the writes
+// of each save, all together, get patience on clock (see withPatience),
+// past which they are cut with errGroupPatience, whether the save went in
+// a group or alone, and however many times it is sent.
+//
+// A write that broke the group's transaction (cut at the patience or at
+// its deadline, which cancels a statement and so closes the connection, or
+// the connection was lost under it) fails the whole call with its
+// *writeFailure: that save gets the error (wrapping ports.ErrTransient
+// when the backend failed it, which charges no event), and the others are
+// sent again at once without it, so that a slow write or a lost connection
+// costs the saves grouped with it no more than its patience.
+func newTxSaves(tx ports.TxModelStore, clock ports.Clock, patience, timeout time.Duration) *combiner[*ports.ModelSaveTxParams, error] {
 	if tx == nil {
 		return nil
 	}
-	return newCombiner(2, txSaveCombineLimit, timeout, func(ctx context.Context, saves []*ports.ModelSaveTxParams) ([]error, error) {
+	return newCombiner(2, txSaveCombineLimit, timeout, func(ctx context.Context, sent []*ports.ModelSaveTxParams) ([]error, error) {
+		saves := make([]*ports.ModelSaveTxParams, len(sent))
+		for i, p := range sent {
+			patient := *p // the caller's params stay as they are
+			patient.Apply = withPatience(p.Apply, patience, clock)
+			saves[i] = &patient
+		}
 		res := make([]error, len(saves))
 		left := make([]int, len(saves)) // indexes in saves not sent yet
 		for i := range left {

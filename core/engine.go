@@ -65,6 +65,10 @@ func (e *engine) writeLimit() writeLimit {
 	return writeLimit{timeout: e.opts.ApplyTimeout, clock: e.clock}
 }
 
+// savePatience is how long the writes of a table projection's shared save
+// may run (see groupPatience).
+func (e *engine) savePatience() time.Duration { return groupPatience(e.opts.ApplyTimeout) }
+
 // identity are the log attributes naming this instance.
 func (e *engine) identity() []any {
 	attrs := []any{slog.String("service", e.opts.ServiceName), slog.String("host", e.opts.HostName)}

@@ -115,12 +115,15 @@ func (s *modelStore) save(ctx context.Context, p *ports.ModelSaveParams) error {
 
 // saveTx saves a table projection's cursor and runs its writes in one
 // transaction (ports.TxModelStore), keeping the position in the cache as
-// save does. Concurrent saves go together in one transaction
-// (ModelSaveTxMany), each in a savepoint of its own.
-func (s *modelStore) saveTx(ctx context.Context, p *ports.ModelSaveTxParams) error {
+// save does. Concurrent saves are shared: they go together in one
+// transaction (ModelSaveTxMany), each in a savepoint of its own, and the
+// writes of each get the patience of a shared save (see newTxSaves). A
+// save alone is sent by its caller in a transaction of its own, its
+// writes bounded by ApplyTimeout only.
+func (s *modelStore) saveTx(ctx context.Context, alone bool, p *ports.ModelSaveTxParams) error {
 	k := pairKey{stream: p.Save.StreamID, perspective: p.Save.Perspective}
 	save := s.tx.ModelSaveTx
-	if s.txSaves != nil {
+	if s.txSaves != nil && !alone {
 		save = func(ctx context.Context, p *ports.ModelSaveTxParams) error {
 			res, err := s.txSaves.do(ctx, p)
 			if err != nil {

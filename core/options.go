@@ -219,7 +219,9 @@ type Options struct {
 	LeaseDuration time.Duration
 	// ApplyTimeout bounds one apply (one event through one perspective):
 	// past it the apply's context is cancelled and the event counts one
-	// failed attempt. Defaults to 1m.
+	// failed attempt. It bounds each write of a table projection too, and
+	// sets the patience of a projection's save shared with others,
+	// min(ApplyTimeout/4, 1s) (see HandleTx). Defaults to 1m.
 	ApplyTimeout time.Duration
 	// ApplyAbandonGrace is how long an apply may run on past ApplyTimeout,
 	// ignoring its cancelled context, before the engine abandons it: it is

@@ -22,13 +22,14 @@ type parking struct {
 	*engine
 	wakes *wakes
 	// fetchSeq numbers fetches (see staleFetch); infraPairs counts the
-	// pairs in infraBackoff, givenUpPairs those in givenUpBackoff and
-	// saveEachCount those in saveEach, so that the paths that find none
-	// take no lock.
-	fetchSeq      atomic.Uint64
-	infraPairs    atomic.Int32
-	givenUpPairs  atomic.Int32
-	saveEachCount atomic.Int32
+	// pairs in infraBackoff, givenUpPairs those in givenUpBackoff,
+	// saveEachCount those in saveEach and saveAloneCount those in
+	// saveAlone, so that the paths that find none take no lock.
+	fetchSeq       atomic.Uint64
+	infraPairs     atomic.Int32
+	givenUpPairs   atomic.Int32
+	saveEachCount  atomic.Int32
+	saveAloneCount atomic.Int32
 
 	mu     sync.Mutex
 	parked map[pairKey]held
@@ -36,9 +37,12 @@ type parking struct {
 	// latest failure was acknowledged.
 	failAcked map[pairKey]uint64
 	// infraBackoff holds the backoff of each pair whose drain meets
-	// infrastructure errors; saveEach the pairs saved event by event.
+	// infrastructure errors; saveEach the pairs saved event by event;
+	// saveAlone the table projections' pairs saved alone (see
+	// saveAloneFor).
 	infraBackoff map[pairKey]backoff.BackOff
 	saveEach     map[pairKey]bool
+	saveAlone    map[pairKey]bool
 	// givenUpBackoff holds the backoff of each pair with a report given
 	// up on (see reportGivenUp), until a report of the pair lands.
 	givenUpBackoff map[pairKey]backoff.BackOff
@@ -52,6 +56,7 @@ func newParking(e *engine, queue *drainQueue) *parking {
 		failAcked:      map[pairKey]uint64{},
 		infraBackoff:   map[pairKey]backoff.BackOff{},
 		saveEach:       map[pairKey]bool{},
+		saveAlone:      map[pairKey]bool{},
 		givenUpBackoff: map[pairKey]backoff.BackOff{},
 	}
 }
@@ -249,6 +254,49 @@ func (p *parking) saveEachDone(k pairKey) {
 	if p.saveEach[k] {
 		delete(p.saveEach, k)
 		p.saveEachCount.Add(-1)
+	}
+	p.mu.Unlock()
+}
+
+// saveAloneFor saves the table projection of a pair alone, not shared
+// with the saves of other pairs, from its next save on: its writes ran past
+// the patience of a shared save (see groupPatience). Alone, only
+// ApplyTimeout bounds them, and they hold no other pair's save.
+func (p *parking) saveAloneFor(k pairKey) {
+	p.mu.Lock()
+	if !p.saveAlone[k] {
+		p.saveAlone[k] = true
+		p.saveAloneCount.Add(1)
+	}
+	p.mu.Unlock()
+}
+
+// savesAlone reports whether the pair's saves go alone (saveAloneFor).
+func (p *parking) savesAlone(k pairKey) bool {
+	if p.saveAloneCount.Load() == 0 {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.saveAlone[k]
+}
+
+// savedAlone records that a save of the pair went alone and its writes
+// took took: past the patience of a shared save, the pair's saves stay
+// alone (its writes are still slow, and would be cut again); within it,
+// they are shared again.
+func (p *parking) savedAlone(k pairKey, took time.Duration) {
+	if took > p.savePatience() {
+		p.saveAloneFor(k)
+		return
+	}
+	if p.saveAloneCount.Load() == 0 {
+		return
+	}
+	p.mu.Lock()
+	if p.saveAlone[k] {
+		delete(p.saveAlone, k)
+		p.saveAloneCount.Add(-1)
 	}
 	p.mu.Unlock()
 }

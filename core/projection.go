@@ -56,8 +56,14 @@ func (p *Projection) Name() string { return p.name }
 // transaction rolls back, what came before the event is saved again
 // without it, and the event is retried with backoff, then dead-lettered.
 // Each write is bounded by Options.ApplyTimeout: past it its context is
-// cancelled and the event counts a failed attempt, as a slow apply does;
-// a write that ignores its context holds the transaction until it returns.
+// cancelled and the event counts a failed attempt, as a slow apply does.
+// While the save shares a commit (or a sender) with the saves of other
+// pairs, its writes together get min(ApplyTimeout/4, 1s): past that they
+// are cut, which charges nothing, and the pair is drained again at once
+// and saved alone, under ApplyTimeout only, until a save of it alone takes
+// less than that; so a hung write delays the saves sharing with it by that
+// much at most. A write that ignores its context holds the transaction
+// until it returns.
 // Use EventFromContext for the event's id, stream, version and metadata.
 // HandleTx returns ErrDuplicate if E already has a function.
 func HandleTx[E any](p *Projection, apply func(ctx context.Context, tx ports.Tx, event E) error) error {
@@ -153,6 +159,71 @@ func (p *Projection) apply(ctx context.Context, model any, typ string, event any
 // at Options.ApplyTimeout.
 var errWriteDeadline = errors.New("projection write ran past its deadline")
 
+// errGroupPatience is the cause of the writes of a shared save cut at its
+// patience (see groupPatience). It is not their event's fault: the pair is
+// saved alone from then on, where only ApplyTimeout bounds its writes.
+var errGroupPatience = errors.New("projection writes ran past the patience of a shared save")
+
+// groupPatience returns how long the writes of a table projection's save,
+// all together, may run while the save is shared: grouped with the saves
+// of other pairs into one transaction, every one of which waits for its
+// commit, or sent by one of the two senders of grouped saves, which every
+// save queued behind it waits for. Past the patience they are cut (see
+// withPatience), and the pair is saved alone, bounded by ApplyTimeout only.
+//
+// One second is far more than the writes of a healthy save take (a
+// drain's save covers at most PerspectiveBatchSize events, milliseconds of
+// statements), so only a stuck write meets it (a row lock an application
+// transaction holds, a statement gone slow); and it keeps what a stuck
+// write costs the pairs sharing its save below the lag an operator notices.
+// A quarter of ApplyTimeout applies when that is shorter: an application
+// that gives its writes a short deadline expects them quicker still, and
+// the cut pair's own delay (the patience, then its save alone) stays a
+// small part of the deadline it chose.
+func groupPatience(applyTimeout time.Duration) time.Duration {
+	return min(applyTimeout/4, time.Second)
+}
+
+// withPatience returns apply bounded by patience on clock: past it, its
+// context is cancelled with errGroupPatience, and an error it returns then
+// wraps errGroupPatience, whatever the writes made of their context (a
+// cancelled statement may close its connection, which the adapter reports
+// as the backend's failure).
+func withPatience(apply func(context.Context, ports.Tx) error, patience time.Duration, clock ports.Clock) func(context.Context, ports.Tx) error {
+	return func(ctx context.Context, tx ports.Tx) error {
+		pctx, release := clockDeadline(ctx, clock, patience, errGroupPatience)
+		err := apply(pctx, tx)
+		release()
+		if err != nil && ctx.Err() == nil && errors.Is(context.Cause(pctx), errGroupPatience) {
+			return fmt.Errorf("%w (%s): %w", errGroupPatience, patience, err)
+		}
+		return err
+	}
+}
+
+// clockDeadline returns ctx cancelled with cause once d passed on clock,
+// and the function that stops its timer, which must be called; the
+// returned context's cause stays cause once it fired.
+func clockDeadline(ctx context.Context, clock ports.Clock, d time.Duration, cause error) (context.Context, func()) {
+	cctx, cancel := context.WithCancelCause(ctx)
+	timer := clock.NewTimer(d)
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		select {
+		case <-timer.C():
+			cancel(cause)
+		case <-stop:
+		}
+	}()
+	return cctx, func() {
+		close(stop)
+		timer.Stop()
+		<-stopped
+		cancel(nil)
+	}
+}
+
 // writeFailure is the failure of a projection's write: whose (the pair),
 // which of the pending writes failed (-1: the reset) and why.
 type writeFailure struct {
@@ -206,28 +277,15 @@ func (p *Projection) writes(m projectionModel, stream uuid.UUID, reset bool, lim
 // an error. An error once that deadline passed (and not ctx's) wraps
 // errWriteDeadline: the write was too slow, whatever it returned.
 func (p *Projection) call(ctx context.Context, limit writeLimit, fn func(context.Context) error) (err error) {
-	wctx, cancel := context.WithCancelCause(ctx)
-	timer := limit.clock.NewTimer(limit.timeout)
-	stop, stopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		select {
-		case <-timer.C():
-			cancel(errWriteDeadline)
-		case <-stop:
-		}
-	}()
+	wctx, release := clockDeadline(ctx, limit.clock, limit.timeout, errWriteDeadline)
 	defer func() {
-		close(stop)
-		timer.Stop()
-		<-stopped
+		release()
 		if r := recover(); r != nil {
 			err = fmt.Errorf("projection %q panicked: %v", p.name, r)
 		}
 		if err != nil && ctx.Err() == nil && errors.Is(context.Cause(wctx), errWriteDeadline) {
 			err = fmt.Errorf("projection %q: %w (ApplyTimeout %s): %w", p.name, errWriteDeadline, limit.timeout, err)
 		}
-		cancel(nil)
 	}()
 	return fn(wctx)
 }
@@ -266,7 +324,11 @@ func isProjection(p perspective) bool {
 // it was dead-lettered, the events after it stay unsaved and the run goes
 // on. A write the backend failed (backendFailedWrite) is charged to no
 // event: the pair is retried after the infrastructure backoff, as after
-// any failed save. It reports false when the run must stop.
+// any failed save. The save is shared with those of other pairs (see
+// groupPatience) unless the pair is saved alone; writes cut at the
+// patience of a shared save are charged to no event either: the pair is
+// drained again at once and saved alone. It reports false when the run
+// must stop.
 func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 	pending := r.model.(projectionModel)
 	_, savedVersion := r.position()
@@ -276,8 +338,19 @@ func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 	if ei := r.sw.event(r.rows[r.unsaved[len(r.unsaved)-1]], 0); ei >= 0 {
 		last = &r.sw.events[ei]
 	}
-	err := r.dr.store.saveTx(ctx, &ports.ModelSaveTxParams{
-		Apply: p.writes(pending, r.key.stream, false, r.dr.writeLimit()),
+	apply := p.writes(pending, r.key.stream, false, r.dr.writeLimit())
+	alone := r.dr.parking.savesAlone(r.key)
+	var took time.Duration // how long the writes of a save alone ran
+	if alone {
+		writes := apply
+		apply = func(ctx context.Context, tx ports.Tx) error {
+			start := r.dr.now()
+			defer func() { took = r.dr.now().Sub(start) }()
+			return writes(ctx, tx)
+		}
+	}
+	err := r.dr.store.saveTx(ctx, alone, &ports.ModelSaveTxParams{
+		Apply: apply,
 		Save: ports.ModelSaveParams{
 			StreamID:        r.key.stream,
 			Perspective:     r.key.perspective,
@@ -292,6 +365,16 @@ func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 	var wf *writeFailure
 	switch {
 	case err == nil:
+		if alone {
+			r.dr.parking.savedAlone(r.key, took)
+		}
+	case errors.As(err, &wf) && wf.key == r.key && errors.Is(err, errGroupPatience):
+		r.stop(ctx)
+		r.dr.parking.saveAloneFor(r.key)
+		r.dr.parking.retrySoon(r.key)
+		r.dr.log.WarnContext(ctx, "a table projection's writes ran past the patience of the save they shared with other pairs; saving the pair alone",
+			append(pairAttrs(r.key.stream, r.key.perspective), slog.Duration("patience", r.dr.savePatience()), slog.Any("error", err))...)
+		return false
 	case errors.As(err, &wf) && wf.key == r.key && wf.index >= 0 && wf.index < len(r.unsaved) && !backendFailedWrite(err):
 		k := wf.index
 		failed, after := r.unsaved[k], slices.Clone(r.unsaved[k+1:])
@@ -337,13 +420,16 @@ func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 // projection's code failed, not the backend, so it must not be retried
 // forever; the event is retried, then dead-lettered, with the reset's
 // error. A write or reset the backend failed (backendFailedWrite) is the
-// backend's error, charged to no event.
+// backend's error, charged to no event. The save goes alone, never shared
+// with those of other pairs: its writes are the reset and every event of
+// the stream, whose time grows with the stream, so no patience fit for a
+// drain's save applies to them (see groupPatience).
 func (r *replayRun) saveProjection(ctx context.Context, p *Projection, toReplay []ports.Event) error {
 	pending := r.model.(projectionModel)
 	if r.lastVer < r.stored.LastVersion {
 		r.lastID, r.lastVer = r.stored.LastEventID, r.stored.LastVersion
 	}
-	err := r.rw.store.saveTx(ctx, &ports.ModelSaveTxParams{
+	err := r.rw.store.saveTx(ctx, true, &ports.ModelSaveTxParams{
 		Apply: p.writes(pending, r.key.stream, true, r.rw.writeLimit()),
 		Save: ports.ModelSaveParams{
 			StreamID: r.key.stream, Perspective: r.key.perspective, Data: projectionData,

@@ -44,7 +44,7 @@ func (s *groupStore) ModelSaveTxMany(ctx context.Context, p *ports.ModelSaveTxMa
 func TestTxSavesLeaveTheBrokenWriteOut(t *testing.T) {
 	t.Parallel()
 	store := &groupStore{}
-	saves := newTxSaves(store, time.Second)
+	saves := newTxSaves(store, clocktest.NewFake(), time.Second, time.Minute)
 	streams := []uuid.UUID{uuid.New(), uuid.New(), uuid.New()}
 	errBroken := errors.New("statement cancelled")
 	entries := make([]*ports.ModelSaveTxParams, len(streams))
@@ -101,4 +101,66 @@ func TestProjectionWriteDeadline(t *testing.T) {
 	errOwn := errors.New("refused")
 	require.Equal(t, errOwn, p.call(t.Context(), limit, func(context.Context) error { return errOwn }))
 	require.ErrorContains(t, p.call(t.Context(), limit, func(context.Context) error { panic("boom") }), `projection "lines" panicked: boom`)
+}
+
+// The writes of a shared save that run past the patience are cut: that
+// save fails with errGroupPatience (and its writeFailure, so that it is
+// told apart from the others), the others are sent again at once without
+// it and saved. A save the combiner sends alone is shared too (the saves
+// queued behind its sender wait for it): its writes get the same patience.
+func TestTxSavesCutWritesPastThePatience(t *testing.T) {
+	t.Parallel()
+	clock := clocktest.NewFake()
+	store := &groupStore{}
+	const patience = time.Second
+	saves := newTxSaves(store, clock, patience, time.Minute)
+	streams := []uuid.UUID{uuid.New(), uuid.New(), uuid.New()}
+	blocked := make(chan struct{}, 2)
+	slow := func(s uuid.UUID) func(ctx context.Context, _ ports.Tx) error {
+		return func(ctx context.Context, _ ports.Tx) error {
+			blocked <- struct{}{}
+			<-ctx.Done()
+			return &writeFailure{key: pairKey{stream: s, perspective: "lines"}, index: 0, cause: fmt.Errorf("inserting: %w", ctx.Err())}
+		}
+	}
+	entries := make([]*ports.ModelSaveTxParams, len(streams))
+	for i, s := range streams {
+		entries[i] = &ports.ModelSaveTxParams{
+			Save:  ports.ModelSaveParams{StreamID: s, Perspective: "lines"},
+			Apply: func(context.Context, ports.Tx) error { return nil },
+		}
+	}
+	entries[1].Apply = slow(streams[1])
+
+	type result struct {
+		res []error
+		err error
+	}
+	sent := make(chan result, 1)
+	go func() {
+		res, err := saves.send(t.Context(), entries)
+		sent <- result{res, err}
+	}()
+	<-blocked
+	clock.Advance(patience)
+	r := <-sent
+	require.NoError(t, r.err)
+	require.NoError(t, r.res[0])
+	require.ErrorIs(t, r.res[1], errGroupPatience)
+	var wf *writeFailure
+	require.ErrorAs(t, r.res[1], &wf)
+	require.Equal(t, streams[1], wf.key.stream)
+	require.NoError(t, r.res[2])
+	require.Equal(t, [][]uuid.UUID{streams, {streams[0], streams[2]}}, store.calls, "the others sent again without it")
+	require.Zero(t, clock.Timers(), "no patience left armed")
+
+	go func() {
+		res, err := saves.send(t.Context(), entries[1:2])
+		sent <- result{res, err}
+	}()
+	<-blocked
+	clock.Advance(patience)
+	r = <-sent
+	require.NoError(t, r.err)
+	require.ErrorIs(t, r.res[0], errGroupPatience, "a save sent alone by the combiner")
 }

@@ -146,7 +146,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	w.completer.onGivenUp, w.completer.onLanded = w.parking.reportGivenUp, w.parking.reportLanded
 	w.completer.onCompleted = w.claims.roomFreed // room was freed for more of the backlog
 	scopes := newScopeCache(o.Security)
-	store := &modelStore{backend: backend.Models, cache: newModelCache(o.ModelCacheSize), batches: newModelBatches(backend.ModelBatch, backendCallTimeout), tx: backend.ModelTx, txSaves: newTxSaves(backend.ModelTx, backendCallTimeout+o.ApplyTimeout)}
+	store := &modelStore{backend: backend.Models, cache: newModelCache(o.ModelCacheSize), batches: newModelBatches(backend.ModelBatch, backendCallTimeout), tx: backend.ModelTx, txSaves: newTxSaves(backend.ModelTx, e.clock, e.savePatience(), backendCallTimeout+o.ApplyTimeout)}
 	gates := newGates()
 	w.life = newLifecycle(e, w.completer, scopes)
 	fail := &failures{engine: e, parking: w.parking, completer: w.completer, cache: cache}

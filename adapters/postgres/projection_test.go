@@ -297,7 +297,10 @@ func TestProjection(t *testing.T) {
 
 	// A write past ApplyTimeout is cancelled, which closes its
 	// connection: its event counts a failed attempt, as a slow apply does,
-	// and the writes grouped with it commit without it.
+	// and the writes grouped with it commit without it. Each attempt's
+	// save, shared with the others, is first cut at the patience of shared
+	// saves (ApplyTimeout/4), charging nothing, then runs alone until
+	// ApplyTimeout.
 	t.Run("SlowWriteTimesOut", func(t *testing.T) {
 		t.Parallel()
 		b := setupProjection(t)
@@ -325,7 +328,7 @@ func TestProjection(t *testing.T) {
 		require.Equal(t, int64(2), d.EventVersion)
 		require.Equal(t, ports.ReasonTimedOut, d.Reason)
 		require.Contains(t, d.Error, "past its deadline (ApplyTimeout 200ms)")
-		require.Equal(t, 2, b.appliesOf("slow"), "each attempt timed out")
+		require.Equal(t, 4, b.appliesOf("slow"), "each attempt cut, then timed out alone")
 		waitForStream(t, w, slow, 3)
 		require.Equal(t, map[string]int{"a": 1, "c": 3}, b.lines(t, slow))
 		for _, s := range others {
@@ -333,6 +336,47 @@ func TestProjection(t *testing.T) {
 			require.Equal(t, map[string]int{"x": 1, "y": 2}, b.lines(t, s))
 			require.Equal(t, seq(1, 2), b.effects(t, s))
 		}
+	})
+
+	// A write slower than the patience of shared saves (ApplyTimeout/4)
+	// and within ApplyTimeout costs its event nothing: cut from the save it
+	// shared (pg_sleep cancelled, its connection closed), it is written
+	// alone and saved, never charged (with one attempt allowed, a charge
+	// would dead-letter it); the streams drained with it are saved too.
+	t.Run("SlowWriteSavedAlone", func(t *testing.T) {
+		t.Parallel()
+		b := setupProjection(t)
+		b.fail = func(ctx context.Context, tx ports.Tx, e lineSet) error {
+			if e.SKU != "slow" {
+				return nil
+			}
+			_, err := postgres.TxOf(tx).Exec(ctx, `SELECT pg_sleep(0.75)`)
+			return err
+		}
+		slow, others := newUUID(t), []uuid.UUID{newUUID(t), newUUID(t), newUUID(t)}
+		b.appendLines(t, slow, nil, lineSet{SKU: "a", Qty: 1}, lineSet{SKU: "slow", Qty: 2})
+		for _, s := range others {
+			b.appendLines(t, s, nil, lineSet{SKU: "x", Qty: 1}, lineSet{SKU: "y", Qty: 2})
+		}
+		opts := projectionOptions(t)
+		opts.ApplyTimeout = 2 * time.Second // a patience of 500ms
+		opts.MaxPerspectiveEventAttempts = 1
+		failures := make(chan ports.Failure, 8)
+		dead := make(chan ports.DeadLetter, 8)
+		opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
+		opts.Hooks.OnDeadLettered = func(d ports.DeadLetter) { dead <- d }
+		w := startProjectionWorker(t, b.backend, b.reg, opts)
+
+		waitForStream(t, w, slow, 2)
+		require.Equal(t, 2, b.appliesOf("slow"), "cut once, then written alone")
+		require.Equal(t, map[string]int{"a": 1, "slow": 2}, b.lines(t, slow))
+		require.Equal(t, seq(1, 2), b.effects(t, slow), "each event written once")
+		for _, s := range others {
+			waitForStream(t, w, s, 2)
+			require.Equal(t, seq(1, 2), b.effects(t, s))
+		}
+		require.Empty(t, failures, "no event was charged")
+		require.Empty(t, dead, "no event was dead-lettered")
 	})
 
 	// A connection lost under a write is the backend's failure: the

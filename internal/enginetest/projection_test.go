@@ -87,8 +87,12 @@ var errConnLost = errors.New("connection lost")
 // versions its writes wrote and commits them with the cursor move, or
 // drops them. As the PostgreSQL adapter does, it reports an Apply that
 // failed because the connection was lost (errConnLost) as
-// ports.ErrTransient, with Apply's error in the chain; a grouped call such
-// an Apply breaks fails as a whole and stores nothing.
+// ports.ErrTransient, with Apply's error in the chain. A grouped call runs
+// its entries in order, as the adapter does, and fails as a whole, storing
+// nothing, when an entry's Apply broke its transaction: the connection was
+// lost, or the Apply was cancelled (cancelling a statement closes its
+// connection); the call's error wraps that Apply's, so the engine can tell
+// whose it was.
 type txTable struct {
 	models ports.ModelStore
 
@@ -122,7 +126,7 @@ func (s *txTable) ModelSaveTxMany(ctx context.Context, p *ports.ModelSaveTxManyP
 	errs := make([]error, len(p.Saves))
 	for i, e := range p.Saves {
 		txs[i], errs[i] = s.apply(ctx, e)
-		if errors.Is(errs[i], ports.ErrTransient) {
+		if errors.Is(errs[i], ports.ErrTransient) || errors.Is(errs[i], context.Canceled) {
 			return nil, fmt.Errorf("rolling back to the savepoint after %w: %w", errs[i], errConnLost)
 		}
 	}
@@ -287,11 +291,13 @@ func TestProjectionReplayBackendErrorNotCharged(t *testing.T) {
 	require.Empty(t, dead)
 }
 
-// A table projection's write that hangs until its context is cancelled at
-// Options.ApplyTimeout times out: its event is dead-lettered as timed out
-// (one attempt allowed), with an error that says the write ran past
-// ApplyTimeout, whatever the write returned, even an error the backend
-// marks as transient (cancelling a statement may close its connection).
+// A table projection's write that hangs until its context is cancelled is
+// cut at the patience of the save it shared, which charges nothing, and
+// saved alone, where it times out at Options.ApplyTimeout: its event is
+// dead-lettered as timed out (its one attempt allowed, which the cut did
+// not take), with an error that says the write ran past ApplyTimeout,
+// whatever the write returned, even an error the backend marks as
+// transient (cancelling a statement may close its connection).
 func TestProjectionHungWriteTimesOut(t *testing.T) {
 	t.Parallel()
 
@@ -326,7 +332,10 @@ func TestProjectionHungWriteTimesOut(t *testing.T) {
 			processed := reportProcessed(&opts, 10)
 			startWorker(t, b, reg, opts)
 
-			waitFor(t, started, "the hung write") // its deadline's timer is armed
+			waitFor(t, started, "the hung write") // its patience's timer is armed
+			clock.Advance(time.Second)            // min(ApplyTimeout/4, 1s)
+			waitFor(t, started, "the hung write, cut and saved alone")
+			require.Empty(t, dead, "the cut charged nothing")
 			clock.Advance(time.Minute)
 			d := waitFor(t, dead, "the hung write's dead letter")
 			require.Equal(t, int64(2), d.EventVersion)
@@ -336,4 +345,185 @@ func TestProjectionHungWriteTimesOut(t *testing.T) {
 			require.Equal(t, []int64{1, 3}, table.writtenOf(stream), "the events around it written once")
 		})
 	}
+}
+
+// Options of the tests of slow projection writes: ApplyTimeout is a
+// minute, so the patience of a save that shares its transaction or its
+// sender with others is a second (min(ApplyTimeout/4, 1s)).
+const (
+	slowApplyTimeout = time.Minute
+	slowPatience     = time.Second
+)
+
+// slowWriteBackend returns a memory backend on clock with a txTable as its
+// TxModelStore, and the options of a worker on it.
+func slowWriteBackend(t *testing.T, clock *clocktest.Fake) (ports.Backend, *txTable, core.Options) {
+	t.Helper()
+	b := memory.New(memory.Options{Clock: clock}).Backend()
+	table := newTxTable(b.Models)
+	b.ModelTx = table
+	opts := quietOptions(t)
+	opts.Clock = clock
+	opts.ApplyTimeout = slowApplyTimeout
+	return b, table, opts
+}
+
+// A table projection's save shares its transaction, or the senders of
+// grouped saves, with the saves of other pairs: its writes get the
+// patience, not ApplyTimeout, before they are cut, so that the others
+// wait for them that long at most. Two writes that block until their
+// context is cancelled hold both senders; the healthy stream's save,
+// queued behind them, is saved once the patience passed. The cut costs
+// no attempt: the blocked pairs are drained again at once.
+func TestProjectionSlowWriteCostsOthersThePatience(t *testing.T) {
+	t.Parallel()
+
+	clock := clocktest.NewFake()
+	b, table, opts := slowWriteBackend(t, clock)
+	blocked := []uuid.UUID{uuid.New(), uuid.New()}
+	healthy := uuid.New()
+	writing := make(chan uuid.UUID, 8)
+	unblock := make(chan struct{}) // at the end, before the worker stops
+	reg := tableProjection(t, func(ctx context.Context, ev ports.Event) error {
+		if ev.StreamID == healthy {
+			return nil
+		}
+		writing <- ev.StreamID
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("inserting line: %w", ctx.Err())
+		case <-unblock:
+			return nil
+		}
+	})
+	// The healthy stream is saved once both blocked writes hold a sender.
+	sendersHeld := make(chan struct{})
+	require.NoError(t, core.AddReceptor(reg, core.PrePerspective, core.Inline, func(ctx context.Context, _ added, info core.StageInfo) error {
+		if info.Event.StreamID != healthy {
+			return nil
+		}
+		select {
+		case <-sendersHeld:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}))
+	for _, s := range append(slices.Clone(blocked), healthy) {
+		appendAdded(t, reg, b, s, 1) // the start-up claim takes them: the clock stands still
+	}
+	failures := make(chan ports.Failure, 4)
+	opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
+	processed := reportProcessed(&opts, 10)
+	startWorker(t, b, reg, opts)
+	t.Cleanup(func() { close(unblock) })
+
+	require.ElementsMatch(t, blocked, []uuid.UUID{waitFor(t, writing, "a blocked write"), waitFor(t, writing, "the other blocked write")})
+	close(sendersHeld)
+	clock.Advance(slowPatience)
+	e := waitFor(t, processed, "the healthy stream's save, once the patience passed")
+	require.Equal(t, healthy, e.StreamID)
+	require.Equal(t, []int64{1}, table.writtenOf(healthy))
+	require.ElementsMatch(t, blocked, []uuid.UUID{waitFor(t, writing, "a cut write, again"), waitFor(t, writing, "the other cut write, again")},
+		"the cut pairs are drained again at once")
+	require.Empty(t, failures, "the cut charged no event")
+}
+
+// A write slower than the patience, within ApplyTimeout, costs its event
+// nothing: cut from the save it shared, it is written alone, where no
+// patience applies, and saved. As long as its saves alone stay slower than
+// the patience, the pair's saves stay alone: the next write, which blocks,
+// is never cut; it runs until ApplyTimeout and is charged.
+func TestProjectionSlowWriteSavedAlone(t *testing.T) {
+	t.Parallel()
+
+	clock := clocktest.NewFake()
+	b, table, opts := slowWriteBackend(t, clock)
+	var (
+		writing = make(chan int64, 8)
+		done    = make(chan struct{}, 8) // one per slow write allowed to end
+		cut     = make(chan int64, 8)
+	)
+	reg := tableProjection(t, func(ctx context.Context, ev ports.Event) error {
+		writing <- ev.Version
+		if ev.Version == 2 {
+			<-ctx.Done()
+			return fmt.Errorf("inserting line: %w", ctx.Err())
+		}
+		select {
+		case <-done:
+			return nil
+		case <-ctx.Done():
+			cut <- ev.Version
+			return fmt.Errorf("inserting line: %w", ctx.Err())
+		}
+	})
+	stream := uuid.New()
+	appendAdded(t, reg, b, stream, 1, 2) // the start-up claim takes them: the clock stands still
+	opts.PerspectiveBatchSize = 1        // a save per event
+	opts.MaxPerspectiveEventAttempts = 1
+	failures := make(chan ports.Failure, 4)
+	opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
+	dead := make(chan ports.DeadLetter, 1)
+	opts.Hooks.OnDeadLettered = func(d ports.DeadLetter) { dead <- d }
+	processed := reportProcessed(&opts, 10)
+	startWorker(t, b, reg, opts)
+
+	require.Equal(t, int64(1), waitFor(t, writing, "the slow write"))
+	clock.Advance(slowPatience)
+	require.Equal(t, int64(1), waitFor(t, cut, "the cut"))
+	require.Equal(t, int64(1), waitFor(t, writing, "the slow write, alone"))
+	clock.Advance(2 * slowPatience)
+	done <- struct{}{}
+	require.Equal(t, int64(2), waitFor(t, writing, "the next write, once the first was saved"))
+	clock.Advance(2 * slowPatience)
+	clock.Advance(slowApplyTimeout)
+	d := waitFor(t, dead, "the blocked write, past ApplyTimeout")
+	require.Equal(t, int64(2), d.EventVersion)
+	require.Equal(t, ports.ReasonTimedOut, d.Reason)
+	waitForVersion(t, processed, 1)
+	require.Empty(t, writing, "each write ran once alone: nothing was cut again")
+	require.Empty(t, cut)
+	require.Empty(t, failures, "the slow write's event was not charged")
+	require.Equal(t, []int64{1}, table.writtenOf(stream))
+}
+
+// A rebuild's (or a rewind's) save of a table projection goes alone,
+// never cut at the patience of shared saves (its writes are the reset and
+// every event of the stream, which may take longer than the patience
+// without being stuck): only ApplyTimeout bounds its writes.
+func TestProjectionReplaySavedAlone(t *testing.T) {
+	t.Parallel()
+
+	clock := clocktest.NewFake()
+	b, table, opts := slowWriteBackend(t, clock)
+	var rebuilding atomic.Bool
+	writing := make(chan struct{}, 4)
+	reg := tableProjection(t, func(ctx context.Context, ev ports.Event) error {
+		if !rebuilding.Load() || ev.Version != 2 {
+			return nil
+		}
+		writing <- struct{}{}
+		<-ctx.Done()
+		return fmt.Errorf("inserting line: %w", ctx.Err())
+	})
+	stream := uuid.New()
+	appendAdded(t, reg, b, stream, 1, 2) // the start-up claim takes them: the clock stands still
+	processed := reportProcessed(&opts, 10)
+	w := startWorker(t, b, reg, opts)
+	waitForVersion(t, processed, 2)
+
+	rebuilding.Store(true)
+	rebuilt := make(chan error, 1)
+	go func() {
+		_, err := w.Rebuild(t.Context(), "lines", stream)
+		rebuilt <- err
+	}()
+	waitFor(t, writing, "the rebuild's blocked write")
+	clock.Advance(2 * slowPatience)
+	clock.Advance(slowApplyTimeout)
+	err := waitFor(t, rebuilt, "the rebuild")
+	require.ErrorContains(t, err, "ApplyTimeout 1m0s", "the write ran until its deadline, not cut before")
+	require.Empty(t, writing, "written once")
+	require.Equal(t, []int64{1, 2}, table.writtenOf(stream), "the tables as before the rebuild")
 }
