@@ -62,8 +62,8 @@ func (p *Projection) Name() string { return p.name }
 // are cut, which charges nothing, and the pair is drained again at once
 // and saved alone, under ApplyTimeout only, until a save of it alone takes
 // less than that; so a hung write delays the saves sharing with it by that
-// much at most. A write that ignores its context holds the transaction
-// until it returns.
+// much at most. The retry of a failed event is saved alone too. A write
+// that ignores its context holds the transaction until it returns.
 // Use EventFromContext for the event's id, stream, version and metadata.
 // HandleTx returns ErrDuplicate if E already has a function.
 func HandleTx[E any](p *Projection, apply func(ctx context.Context, tx ports.Tx, event E) error) error {
@@ -325,10 +325,10 @@ func isProjection(p perspective) bool {
 // on. A write the backend failed (backendFailedWrite) is charged to no
 // event: the pair is retried after the infrastructure backoff, as after
 // any failed save. The save is shared with those of other pairs (see
-// groupPatience) unless the pair is saved alone; writes cut at the
-// patience of a shared save are charged to no event either: the pair is
-// drained again at once and saved alone. It reports false when the run
-// must stop.
+// groupPatience) unless the pair is saved alone or one of the unsaved
+// events was tried before; writes cut at the patience of a shared save are
+// charged to no event either: the pair is drained again at once and saved
+// alone. It reports false when the run must stop.
 func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 	pending := r.model.(projectionModel)
 	_, savedVersion := r.position()
@@ -339,7 +339,9 @@ func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 		last = &r.sw.events[ei]
 	}
 	apply := p.writes(pending, r.key.stream, false, r.dr.writeLimit())
-	alone := r.dr.parking.savesAlone(r.key)
+	// An event that failed before (or whose instance died) may be the one
+	// whose writes hang: it is saved alone, not shared.
+	alone := r.dr.parking.savesAlone(r.key) || slices.ContainsFunc(r.unsaved, func(i int) bool { return r.rows[i].Attempts > 0 })
 	var took time.Duration // how long the writes of a save alone ran
 	if alone {
 		writes := apply

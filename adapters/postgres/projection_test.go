@@ -297,10 +297,10 @@ func TestProjection(t *testing.T) {
 
 	// A write past ApplyTimeout is cancelled, which closes its
 	// connection: its event counts a failed attempt, as a slow apply does,
-	// and the writes grouped with it commit without it. Each attempt's
-	// save, shared with the others, is first cut at the patience of shared
-	// saves (ApplyTimeout/4), charging nothing, then runs alone until
-	// ApplyTimeout.
+	// and the writes grouped with it commit without it. Its first save,
+	// shared with the others, is cut at the patience of shared saves
+	// (ApplyTimeout/4), charging nothing; each attempt after it runs
+	// alone, until ApplyTimeout.
 	t.Run("SlowWriteTimesOut", func(t *testing.T) {
 		t.Parallel()
 		b := setupProjection(t)
@@ -328,7 +328,7 @@ func TestProjection(t *testing.T) {
 		require.Equal(t, int64(2), d.EventVersion)
 		require.Equal(t, ports.ReasonTimedOut, d.Reason)
 		require.Contains(t, d.Error, "past its deadline (ApplyTimeout 200ms)")
-		require.Equal(t, 4, b.appliesOf("slow"), "each attempt cut, then timed out alone")
+		require.Equal(t, 3, b.appliesOf("slow"), "cut once, then each attempt timed out alone")
 		waitForStream(t, w, slow, 3)
 		require.Equal(t, map[string]int{"a": 1, "c": 3}, b.lines(t, slow))
 		for _, s := range others {

@@ -356,7 +356,8 @@ const (
 )
 
 // slowWriteBackend returns a memory backend on clock with a txTable as its
-// TxModelStore, and the options of a worker on it.
+// TxModelStore, and the options of a worker on it, which stays live and
+// keeps its leases while the clock jumps past ApplyTimeout.
 func slowWriteBackend(t *testing.T, clock *clocktest.Fake) (ports.Backend, *txTable, core.Options) {
 	t.Helper()
 	b := memory.New(memory.Options{Clock: clock}).Backend()
@@ -365,6 +366,8 @@ func slowWriteBackend(t *testing.T, clock *clocktest.Fake) (ports.Backend, *txTa
 	opts := quietOptions(t)
 	opts.Clock = clock
 	opts.ApplyTimeout = slowApplyTimeout
+	opts.StaleInstanceThreshold = time.Hour
+	opts.LeaseDuration = time.Hour
 	return b, table, opts
 }
 
@@ -486,6 +489,60 @@ func TestProjectionSlowWriteSavedAlone(t *testing.T) {
 	require.Empty(t, cut)
 	require.Empty(t, failures, "the slow write's event was not charged")
 	require.Equal(t, []int64{1}, table.writtenOf(stream))
+}
+
+// An event that failed before is saved alone from its retry on, never
+// shared: its writes may be the ones that hung. Here the write hangs on
+// every attempt: cut at the patience of its first save, it is charged at
+// ApplyTimeout alone (the events before it saved alone, quickly), and its
+// retry goes alone again: never cut, it runs until ApplyTimeout and its
+// event is dead-lettered as timed out.
+func TestProjectionRetriedEventSavedAlone(t *testing.T) {
+	t.Parallel()
+
+	clock := clocktest.NewFake()
+	b, table, opts := slowWriteBackend(t, clock)
+	writing := make(chan struct{}, 8)
+	reg := tableProjection(t, func(ctx context.Context, ev ports.Event) error {
+		if ev.Version != 2 {
+			return nil
+		}
+		writing <- struct{}{}
+		<-ctx.Done()
+		return fmt.Errorf("inserting line: %w", ctx.Err())
+	})
+	stream := uuid.New()
+	appendAdded(t, reg, b, stream, 1, 2, 3) // the start-up claim takes them: the clock stands still
+	opts.MaxPerspectiveEventAttempts = 2
+	opts.EventRetry = core.Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}
+	opts.Completion = core.CompletionInstant // the failure is reported without waiting on the clock
+	failed := make(chan ports.Failure, 4)
+	opts.Hooks.OnCompletionsFlushed = func(f core.CompletionsFlushed) {
+		for _, x := range f.Failures {
+			failed <- x
+		}
+	}
+	dead := make(chan ports.DeadLetter, 1)
+	opts.Hooks.OnDeadLettered = func(d ports.DeadLetter) { dead <- d }
+	processed := reportProcessed(&opts, 10)
+	startWorker(t, b, reg, opts)
+
+	waitFor(t, writing, "the blocked write")
+	clock.Advance(slowPatience)
+	waitFor(t, writing, "the cut write, saved alone")
+	clock.Advance(slowApplyTimeout)
+	f := waitFor(t, failed, "the first attempt's failure, acknowledged")
+	require.Contains(t, f.Error, "ApplyTimeout 1m0s")
+	clock.Advance(time.Second) // its retry
+	waitFor(t, writing, "the retried write")
+	clock.Advance(2 * slowPatience)
+	clock.Advance(slowApplyTimeout)
+	d := waitFor(t, dead, "the retried write, past ApplyTimeout")
+	require.Equal(t, int64(2), d.EventVersion)
+	require.Equal(t, ports.ReasonTimedOut, d.Reason)
+	waitForVersion(t, processed, 3)
+	require.Empty(t, writing, "the retry was written alone once: never cut")
+	require.Equal(t, []int64{1, 3}, table.writtenOf(stream))
 }
 
 // A rebuild's (or a rewind's) save of a table projection goes alone,
