@@ -3,7 +3,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: help demo test test-race test-short faults bench bench-go lint cover tools
+.PHONY: help demo test test-race test-short faults sim bench bench-go lint cover tools
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -27,6 +27,34 @@ test-short: ## run the tests without the race detector
 FAULTS_FLAGS ?=
 faults: ## run the fault suite in full: kills, pauses, locks, cut connections, restarts, hung and poison events (RELIABILITY.md)
 	$(GO) run ./internal/faults/cmd/faults $(FAULTS_FLAGS)
+
+# make sim: the engine's simulator (internal/sim, see its package doc) on
+# fresh random seeds, printed as they run: SIM_TIME of memory seeds, then
+# SIM_PG_TIME of PostgreSQL seeds (VANTAGE_TEST_DATABASE_URL, or the server
+# internal/pgtest finds), under the race detector; or SEEDS seeds of each;
+# or SEED, replayed SIM_REPEAT times on SIM_BACKEND. A failing seed prints
+# its violations, its trace and the command that replays it.
+# Examples: make sim SIM_TIME=10m SIM_PG_TIME=5m; make sim SEEDS=200;
+# make sim SEED=123 SIM_BACKEND=memory SIM_REPEAT=5
+SIM_TIME ?= 2m
+SIM_PG_TIME ?= 1m
+SEEDS ?=
+SEED ?=
+SIM_REPEAT ?= 1
+SIM_BACKEND ?= all
+SIM_FLAGS ?=
+SIM_TEST = $(GO) test -race -count=1 -timeout 0 -v -run '^TestSim$$' ./internal/sim
+sim: ## run the simulator on fresh seeds: SIM_TIME (2m) memory, SIM_PG_TIME (1m) PostgreSQL, or SEEDS=n, or SEED=n
+	@status=0; \
+	if [ -n "$(SEED)" ]; then \
+		$(SIM_TEST) -sim.seed=$(SEED) -sim.repeat=$(SIM_REPEAT) -sim.backend=$(SIM_BACKEND) $(SIM_FLAGS) || status=1; \
+	elif [ -n "$(SEEDS)" ]; then \
+		$(SIM_TEST) -sim.seeds=$(SEEDS) -sim.backend=$(SIM_BACKEND) $(SIM_FLAGS) || status=1; \
+	else \
+		$(SIM_TEST) -sim.backend=memory -sim.time=$(SIM_TIME) $(SIM_FLAGS) || status=1; \
+		$(SIM_TEST) -sim.backend=postgres -sim.time=$(SIM_PG_TIME) $(SIM_FLAGS) || status=1; \
+	fi; \
+	exit $$status
 
 # make bench: Vantage vs River vs the raw SQL pipeline on PostgreSQL
 # ($$DATABASE_URL, default postgres://postgres@127.0.0.1:5432/test), plus the

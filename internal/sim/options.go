@@ -1,0 +1,156 @@
+package sim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/vantage-go/vantage/core"
+)
+
+// params are the seed's choices that are the simulator's, not the
+// engine's: how many instances, how long the fault phase lasts, how fast
+// events come, and which operations may happen.
+type params struct {
+	instances  int
+	faultPhase time.Duration
+	appendGap  time.Duration // mean sim time between two appends
+	step       time.Duration // sim time the clock advances per real millisecond
+	clean      int           // streams that never get a bad event
+	dirty      int           // streams whose events may carry faults
+	imports    int           // streams filled by late imports
+	faultP     float64       // probability that an event of a dirty stream has a fault
+	episodes   int           // instance faults and clock jumps
+	rebuilds   int
+	requeues   int
+	retire     bool
+	txAppends  int // transactional appends (PostgreSQL)
+	generation bool
+	jumpMax    time.Duration
+}
+
+// between returns a duration drawn uniformly in [lo, hi].
+func between(rng *rand.Rand, lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(rng.Int64N(int64(hi-lo)+1))
+}
+
+func pick[T any](rng *rand.Rand, vs ...T) T { return vs[rng.IntN(len(vs))] }
+
+// newParams draws the simulator's choices of a seed.
+func newParams(rng *rand.Rand, backend string, short bool) params {
+	p := params{
+		instances:  2 + rng.IntN(4),
+		faultPhase: between(rng, 3*time.Second, 6*time.Second),
+		appendGap:  pick(rng, 15*time.Millisecond, 30*time.Millisecond, 60*time.Millisecond),
+		step:       2 * time.Millisecond,
+		clean:      3 + rng.IntN(4),
+		dirty:      3 + rng.IntN(4),
+		imports:    rng.IntN(3),
+		faultP:     pick(rng, 0.05, 0.15, 0.3),
+		episodes:   1 + rng.IntN(5),
+		rebuilds:   rng.IntN(4),
+		requeues:   rng.IntN(3),
+		retire:     rng.IntN(4) == 0,
+		generation: rng.IntN(4) == 0,
+	}
+	if backend == Postgres {
+		p.step = time.Millisecond
+		p.appendGap = pick(rng, 40*time.Millisecond, 80*time.Millisecond)
+		p.instances = 2 + rng.IntN(3)
+		p.txAppends = rng.IntN(4)
+	}
+	if short {
+		p.faultPhase = between(rng, 2*time.Second, 3*time.Second)
+	}
+	return p
+}
+
+// newOptions draws the engine's options of a seed: every duration is sim
+// time, scaled down like vantagetest.Options so that retries, leases and
+// staleness play out within seconds. ApplyTimeout stays above every clock
+// jump, so that a jump never times a healthy apply out.
+func newOptions(rng *rand.Rand, p *params) core.Options {
+	stale := between(rng, 600*time.Millisecond, 1500*time.Millisecond)
+	hb := stale/4 + between(rng, 0, stale/4)
+	lease := between(rng, time.Second, 1500*time.Millisecond)
+	p.jumpMax = max(stale+hb, lease) + 300*time.Millisecond
+	lock := between(rng, time.Second, 2*time.Second)
+	o := core.Options{
+		ServiceName:                  "sim",
+		HostName:                     "sim",
+		PollingInterval:              pick(rng, 20*time.Millisecond, 50*time.Millisecond, 200*time.Millisecond),
+		NotifyHealthyPollingInterval: pick(rng, 50*time.Millisecond, 200*time.Millisecond, 500*time.Millisecond),
+		ClaimInterval:                pick(rng, 5*time.Millisecond, 50*time.Millisecond, 250*time.Millisecond),
+		ClaimNotifyHealthyInterval:   pick(rng, 20*time.Millisecond, 100*time.Millisecond, 500*time.Millisecond),
+		HeartbeatInterval:            hb,
+		StaleInstanceThreshold:       stale,
+		LeaseDuration:                lease,
+		ApplyTimeout:                 p.jumpMax + between(rng, 300*time.Millisecond, time.Second),
+		ApplyAbandonGrace:            between(rng, 200*time.Millisecond, 600*time.Millisecond),
+		MaxPerspectiveEventAttempts:  2 + rng.IntN(3),
+		EventRetry:                   core.Backoff{Initial: between(rng, 10*time.Millisecond, 50*time.Millisecond), Max: between(rng, 50*time.Millisecond, 300*time.Millisecond), Multiplier: 2},
+		InfraRetry:                   core.Backoff{Initial: between(rng, 10*time.Millisecond, 50*time.Millisecond), Max: between(rng, 100*time.Millisecond, 500*time.Millisecond), Multiplier: 1.5},
+		CompletionResend:             core.Backoff{Initial: between(rng, 50*time.Millisecond, 200*time.Millisecond), Max: between(rng, 200*time.Millisecond, time.Second), Multiplier: 2},
+		FlushRetry:                   core.FlushRetryOptions{Backoff: core.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond, Multiplier: 2}, MaxAttempts: 2 + rng.IntN(4)},
+		DrainBatcher:                 core.DrainBatcherOptions{SlidingWindow: between(rng, time.Millisecond, 10*time.Millisecond), MaxWait: between(rng, 10*time.Millisecond, 100*time.Millisecond)},
+		PerspectiveBatchSize:         pick(rng, 2, 5, 0),
+		ModelCacheSize:               pick(rng, core.Unlimited, 2, 0),
+		Completion:                   pick(rng, core.CompletionBatched, core.CompletionInstant),
+		RebuildPollInterval:          between(rng, 100*time.Millisecond, 500*time.Millisecond),
+		StatsInterval:                50 * time.Millisecond,
+		MaxConcurrentStreams:         pick(rng, 0, 3),
+		MaxConcurrentPerspectives:    pick(rng, 0, 1, 2),
+		MaxConcurrentDrainConsumers:  pick(rng, 0, 1, 2),
+		FetchMaxRows:                 pick(rng, 0, 0, 7),
+		Rewind: core.RewindOptions{
+			Disabled:      rng.IntN(5) == 0,
+			Debounce:      between(rng, 5*time.Millisecond, 50*time.Millisecond),
+			MaxDebounce:   between(rng, 50*time.Millisecond, 200*time.Millisecond),
+			LockTimeout:   lock,
+			KeepAlive:     lock / 4,
+			SnapshotEvery: pick(rng, 0, 0, 2, 3, 5),
+		},
+		DeadLetterRecovery: core.DeadLetterRecoveryOptions{Interval: between(rng, 200*time.Millisecond, time.Second)},
+	}
+	if o.ModelCacheSize == 0 {
+		o.ModelCacheSize = core.ModelCacheSizeDefault
+	}
+	return o
+}
+
+// describeOptions sums up the options that shape a run, for the trace.
+func describeOptions(o core.Options, p params) string {
+	var b strings.Builder
+	completion := "batched"
+	if o.Completion == core.CompletionInstant {
+		completion = "instant"
+	}
+	fmt.Fprintf(&b, "instances=%d phase=%s gap=%s clean=%d dirty=%d imports=%d faultP=%.2f episodes=%d rebuilds=%d requeues=%d retire=%t tx=%d generation=%t\n",
+		p.instances, p.faultPhase, p.appendGap, p.clean, p.dirty, p.imports, p.faultP, p.episodes, p.rebuilds, p.requeues, p.retire, p.txAppends, p.generation)
+	fmt.Fprintf(&b, "completion=%s attempts=%d stale=%s heartbeat=%s lease=%s applyTimeout=%s grace=%s claim=%s/%s poll=%s/%s window=%s/%s batch=%d cache=%d fetchMax=%d\n",
+		completion, o.MaxPerspectiveEventAttempts, o.StaleInstanceThreshold, o.HeartbeatInterval, o.LeaseDuration, o.ApplyTimeout, o.ApplyAbandonGrace,
+		o.ClaimInterval, o.ClaimNotifyHealthyInterval, o.PollingInterval, o.NotifyHealthyPollingInterval, o.DrainBatcher.SlidingWindow, o.DrainBatcher.MaxWait,
+		o.PerspectiveBatchSize, o.ModelCacheSize, o.FetchMaxRows)
+	fmt.Fprintf(&b, "consumers=%d streams=%d perspectives=%d\n", o.MaxConcurrentDrainConsumers, o.MaxConcurrentStreams, o.MaxConcurrentPerspectives)
+	fmt.Fprintf(&b, "eventRetry=%s..%s infraRetry=%s..%s resend=%s..%s rewinds=%s snapshotEvery=%d debounce=%s/%s lock=%s rebuildPoll=%s",
+		o.EventRetry.Initial, o.EventRetry.Max, o.InfraRetry.Initial, o.InfraRetry.Max, o.CompletionResend.Initial, o.CompletionResend.Max,
+		map[bool]string{true: "off", false: "on"}[o.Rewind.Disabled], o.Rewind.SnapshotEvery, o.Rewind.Debounce, o.Rewind.MaxDebounce, o.Rewind.LockTimeout, o.RebuildPollInterval)
+	return b.String()
+}
+
+// shape sums up a seed's options in a few words.
+func shape(o core.Options, p params) string {
+	completion := "batched"
+	if o.Completion == core.CompletionInstant {
+		completion = "instant"
+	}
+	rewinds := "on"
+	if o.Rewind.Disabled {
+		rewinds = "off"
+	}
+	return fmt.Sprintf("%s rewinds=%s cache=%d instances=%d episodes=%d rebuilds=%d retire=%t", completion, rewinds, o.ModelCacheSize, p.instances, p.episodes, p.rebuilds, p.retire)
+}

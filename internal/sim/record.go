@@ -1,0 +1,237 @@
+package sim
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/vantage-go/vantage/core"
+	"github.com/vantage-go/vantage/ports"
+)
+
+// applyRec is one call of an apply function (or a table write).
+type applyRec struct {
+	Seq     int64
+	Start   time.Duration // when the apply began
+	At      time.Duration // when it returned
+	Inst    string
+	Slot    int
+	Persp   string
+	Stream  uuid.UUID
+	Version int64
+	K       int64
+	Input   []int64 // the versions of the model the apply was given
+	Fault   faultKind
+	Err     string
+	Stamp   int64
+	Known   bool // the instance was known from the context
+	Write   bool // a table write
+}
+
+// receptorRec is one call of a receptor.
+type receptorRec struct {
+	Seq     int64
+	At      time.Duration
+	Inst    string
+	Stage   core.Stage
+	Persp   string
+	Event   uuid.UUID
+	K       int64
+	Version int64
+}
+
+// appendRec is a successful append of one event, as the simulator saw it
+// return.
+type appendRec struct {
+	Issued time.Duration // when the append was called
+	At     time.Duration // when the append returned
+	Stream uuid.UUID
+	K      int64
+	Clean  bool
+}
+
+type pvKey struct {
+	stream  uuid.UUID
+	persp   string
+	version int64
+}
+
+// Violation is an invariant that did not hold.
+type Violation struct {
+	// Invariant is the number of the invariant (see the package doc).
+	Invariant int
+	// What names the pair, event or instance concerned, and what was
+	// expected.
+	What string
+}
+
+func (v Violation) String() string {
+	return fmt.Sprintf("invariant %d (%s): %s", v.Invariant, invariantNames[v.Invariant], v.What)
+}
+
+var invariantNames = map[int]string{
+	1: "exactly once, in order",
+	2: "no model from a stale base",
+	3: "nothing pending, nothing parked",
+	4: "dead letters carry their cause",
+	5: "bounded delay",
+	6: "stage receptors",
+	7: "rewind reports",
+}
+
+// recorder keeps what the simulation observed: the trace of operations,
+// every apply and receptor call, the first save of every event per
+// perspective, the appends, and the violations found on the spot. Safe for
+// concurrent use.
+type recorder struct {
+	clock func() time.Duration
+	start time.Time // real time at the start, for the trace
+
+	mu        sync.Mutex
+	seq       int64
+	trace     []string
+	applies   []applyRec
+	receptors []receptorRec
+	saved     map[pvKey]time.Duration
+	saves     map[pairKey][]saveRec
+	appended  map[int64]appendRec
+	spot      []Violation
+}
+
+func newRecorder(clock func() time.Duration) *recorder {
+	return &recorder{clock: clock, start: time.Now(), saved: map[pvKey]time.Duration{}, saves: map[pairKey][]saveRec{}, appended: map[int64]appendRec{}}
+}
+
+// tracef adds a line to the trace, stamped with the sim time.
+func (r *recorder) tracef(format string, args ...any) {
+	line := fmt.Sprintf("%9s %7s  %s", fmtDur(r.clock()), fmt.Sprintf("(%.1fs)", time.Since(r.start).Seconds()), fmt.Sprintf(format, args...))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.trace = append(r.trace, line)
+}
+
+func fmtDur(d time.Duration) string { return fmt.Sprintf("+%.3fs", d.Seconds()) }
+
+func (r *recorder) traceText() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.trace, "\n")
+}
+
+func (r *recorder) applied(a applyRec) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seq++
+	a.Seq = r.seq
+	r.applies = append(r.applies, a)
+}
+
+func (r *recorder) fired(f receptorRec) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seq++
+	f.Seq = r.seq
+	r.receptors = append(r.receptors, f)
+}
+
+// checkInput checks, on the spot, the model an apply is given: its
+// versions strictly increase and are all below the event's.
+func (r *recorder) checkInput(at time.Duration, inst, persp string, ev ports.Event, k int64, m Model) {
+	prev := int64(0)
+	for _, e := range m.E {
+		if e.V <= prev || e.V >= ev.Version {
+			r.violate(Violation{1, fmt.Sprintf("on the spot, %s at %s: the apply of %s version %d (k=%d) by %s was given a model with versions %v",
+				persp, fmtDur(at), ev.StreamID, ev.Version, k, inst, m.versions())})
+			return
+		}
+		prev = e.V
+	}
+}
+
+func (r *recorder) violate(v Violation) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.spot = append(r.spot, v)
+}
+
+func (r *recorder) appendedEvent(a appendRec) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.appended[a.K]; !ok {
+		r.appended[a.K] = a
+	}
+}
+
+// saveRec is a model save an instance made.
+type saveRec struct {
+	At      time.Duration
+	Inst    string
+	Entries []Entry
+}
+
+func (s saveRec) String() string {
+	parts := make([]string, len(s.Entries))
+	for i, e := range s.Entries {
+		parts[i] = fmt.Sprintf("v%d@code%d", e.V, e.S)
+	}
+	return fmt.Sprintf("%s at %s: [%s]", s.Inst, fmtDur(s.At), strings.Join(parts, " "))
+}
+
+// modelSaved records a model save, and the first save of each version a
+// model holds.
+func (r *recorder) modelSaved(inst string, stream uuid.UUID, persp string, data []byte) {
+	var m Model
+	if err := json.Unmarshal(data, &m); err != nil {
+		return
+	}
+	at := r.clock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.saves[pairKey{stream, persp}] = append(r.saves[pairKey{stream, persp}], saveRec{At: at, Inst: inst, Entries: m.E})
+	for _, e := range m.E {
+		k := pvKey{stream, persp, e.V}
+		if _, ok := r.saved[k]; !ok {
+			r.saved[k] = at
+		}
+	}
+}
+
+// rowsCommitted records the first commit of each version a table
+// projection wrote.
+func (r *recorder) rowsCommitted(_ string, stream uuid.UUID, persp string, versions []int64) {
+	at := r.clock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, v := range versions {
+		k := pvKey{stream, persp, v}
+		if _, ok := r.saved[k]; !ok {
+			r.saved[k] = at
+		}
+	}
+}
+
+// snapshot returns copies of what was recorded.
+func (r *recorder) snapshot() (applies []applyRec, receptors []receptorRec, saved map[pvKey]time.Duration, appended map[int64]appendRec, spot []Violation) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	saved = make(map[pvKey]time.Duration, len(r.saved))
+	for k, v := range r.saved {
+		saved[k] = v
+	}
+	appended = make(map[int64]appendRec, len(r.appended))
+	for k, v := range r.appended {
+		appended[k] = v
+	}
+	return append([]applyRec(nil), r.applies...), append([]receptorRec(nil), r.receptors...), saved, appended, append([]Violation(nil), r.spot...)
+}
+
+// savesOf returns the saves of a pair.
+func (r *recorder) savesOf(k pairKey) []saveRec {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]saveRec(nil), r.saves[k]...)
+}
