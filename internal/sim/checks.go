@@ -279,7 +279,14 @@ func (w *World) checkDeadLetters(t *truth) []Violation {
 		where := fmt.Sprintf("dead letter of %s %s v%d (k%d, fault %s, status %s, reason %s, attempts %d, by %s): %q",
 			dl.Perspective, w.streamName(dl.StreamID), dl.EventVersion, k, f, dl.Status, dl.Reason, dl.Attempts, w.instanceName(dl.InstanceID), dl.Error)
 		if (dl.Status == ports.DeadLetterDead || dl.Status == ports.DeadLetterIgnored) && w.holds(t, e, dl.Perspective) {
-			vs = append(vs, Violation{4, "the pair holds the event of a " + where})
+			held := ""
+			for _, s := range w.rec.savesOf(pairKey{dl.StreamID, dl.Perspective}) {
+				if slices.ContainsFunc(s.Entries, func(en Entry) bool { return en.V == e.Version }) {
+					held = fmt.Sprintf(" (first saved by %s at %s; dead-lettered at %s)", s.Inst, fmtDur(s.At), fmtDur(dl.DeadLetteredAt.Sub(w.origin)))
+					break
+				}
+			}
+			vs = append(vs, Violation{4, "the pair holds the event of a " + where + held})
 		}
 		mine := f.Persp == dl.Perspective
 		failed := w.plan.failures(k, dl.Perspective)

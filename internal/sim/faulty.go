@@ -46,13 +46,23 @@ type faults struct {
 
 	mu      sync.Mutex
 	mode    mode
-	failP   float64 // modeFailing: probability that a call fails
-	afterP  float64 // modeFailing: of the failures, those after the effect
+	failP   float64         // modeFailing: probability that a call fails
+	afterP  float64         // modeFailing: of the failures, those after the effect
+	only    map[string]bool // modeBlocked: the calls it holds (nil: every call)
 	changed chan struct{}
 	rng     *rand.Rand
 	// injected counts the failures injected since the last report, by
 	// "op before" or "op after".
 	injected map[string]int
+	// watch, when set, traces the calls about the streams whose id starts
+	// with it (see Config.Watch).
+	watch  string
+	tracef func(format string, args ...any)
+}
+
+// watching reports whether the calls about stream are traced.
+func (f *faults) watching(stream uuid.UUID) bool {
+	return f.watch != "" && strings.HasPrefix(stream.String(), f.watch)
 }
 
 // saveObserver learns what the backend stored through a wrapper: the
@@ -67,6 +77,22 @@ func newFaults(name string, seed uint64, obs saveObserver) *faults {
 	return &faults{name: name, obs: obs, changed: make(chan struct{}), rng: rand.New(rand.NewPCG(seed, 0x5eed)), injected: map[string]int{}}
 }
 
+// blockOnly holds the calls named in ops (a lock on the tables they
+// write), until the mode changes.
+func (f *faults) blockOnly(ops ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.mode == modeDead {
+		return
+	}
+	f.mode, f.only = modeBlocked, map[string]bool{}
+	for _, op := range ops {
+		f.only[op] = true
+	}
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
 // set changes the mode, waking the calls a block holds.
 func (f *faults) set(m mode, failP, afterP float64) {
 	f.mu.Lock()
@@ -74,7 +100,7 @@ func (f *faults) set(m mode, failP, afterP float64) {
 	if f.mode == modeDead {
 		return // a crash is for good
 	}
-	f.mode, f.failP, f.afterP = m, failP, afterP
+	f.mode, f.failP, f.afterP, f.only = m, failP, afterP, nil
 	close(f.changed)
 	f.changed = make(chan struct{})
 }
@@ -125,6 +151,7 @@ func (f *faults) before(ctx context.Context, op string) (decision, error) {
 			}
 		}
 		failP, afterP := f.failP, f.afterP
+		held := f.only == nil || f.only[op]
 		f.mu.Unlock()
 		switch m {
 		case modeHealthy:
@@ -140,6 +167,9 @@ func (f *faults) before(ctx context.Context, op string) (decision, error) {
 			}
 			return proceed, fmt.Errorf("sim: %s by %s: connection refused: %w", op, f.name, ports.ErrTransient)
 		case modeBlocked:
+			if !held {
+				return proceed, nil
+			}
 			select {
 			case <-changed:
 			case <-ctx.Done():
@@ -245,9 +275,22 @@ type fFetcher struct {
 }
 
 func (w *fFetcher) EventsFetchPending(ctx context.Context, p *ports.EventsFetchPendingParams) (*ports.EventsFetchPendingResult, error) {
-	return call(ctx, w.f, "EventsFetchPending", func(ctx context.Context) (*ports.EventsFetchPendingResult, error) {
+	res, err := call(ctx, w.f, "EventsFetchPending", func(ctx context.Context) (*ports.EventsFetchPendingResult, error) {
 		return w.inner.EventsFetchPending(ctx, p)
 	})
+	if res != nil && w.f.watch != "" {
+		for _, r := range res.Work {
+			if w.f.watching(r.StreamID) {
+				w.f.tracef("watch: %s fetched %s v%d attempts %d late %t", w.f.name, r.Perspective, r.EventVersion, r.Attempts, r.Late)
+			}
+		}
+		for _, c := range res.Cursors {
+			if w.f.watching(c.StreamID) {
+				w.f.tracef("watch: %s fetched cursor %s at v%d %s", w.f.name, c.Perspective, c.LastVersion, c.Status)
+			}
+		}
+	}
+	return res, err
 }
 
 func (w *fFetcher) EventsReadStream(ctx context.Context, p *ports.EventsReadStreamParams) ([]ports.Event, error) {
@@ -264,11 +307,23 @@ func (w *fCursors) CursorsGet(ctx context.Context, p *ports.CursorsGetParams) ([
 }
 
 func (w *fCursors) WorkComplete(ctx context.Context, p *ports.WorkCompleteParams) (*ports.WorkCompleteResult, error) {
-	return call(ctx, w.f, "WorkComplete", func(ctx context.Context) (*ports.WorkCompleteResult, error) { return w.inner.WorkComplete(ctx, p) })
+	res, err := call(ctx, w.f, "WorkComplete", func(ctx context.Context) (*ports.WorkCompleteResult, error) { return w.inner.WorkComplete(ctx, p) })
+	for _, c := range p.Completions {
+		if w.f.watching(c.StreamID) {
+			w.f.tracef("watch: %s WorkComplete %s to v%d, %d rows: %+v, %v", w.f.name, c.Perspective, c.LastVersion, len(c.WorkIDs), res, err)
+		}
+	}
+	return res, err
 }
 
 func (w *fCursors) WorkFail(ctx context.Context, p *ports.WorkFailParams) error {
-	return call0(ctx, w.f, "WorkFail", func(ctx context.Context) error { return w.inner.WorkFail(ctx, p) })
+	err := call0(ctx, w.f, "WorkFail", func(ctx context.Context) error { return w.inner.WorkFail(ctx, p) })
+	for _, f := range p.Failures {
+		if w.f.watching(f.StreamID) {
+			w.f.tracef("watch: %s WorkFail %s at v%d, %d applied, %d failed, event v%d: %q: %v", w.f.name, f.Perspective, f.LastVersion, len(f.AppliedWorkIDs), len(f.FailedWorkIDs), f.FailedEventVersion, f.Error, err)
+		}
+	}
+	return err
 }
 
 type fNotifier struct {
@@ -320,6 +375,12 @@ func (w *fDeadLetters) DeadLetterMove(ctx context.Context, p *ports.DeadLetterMo
 	return call(ctx, w.f, "DeadLetterMove", func(ctx context.Context) (*ports.DeadLetterMoveResult, error) { return w.inner.DeadLetterMove(ctx, p) })
 }
 
+func (w *fModels) watchSave(p *ports.ModelSaveParams, err error) {
+	if w.f.watching(p.StreamID) {
+		w.f.tracef("watch: %s ModelSave %s v%d (expected v%d): %v", w.f.name, p.Perspective, p.LastVersion, p.ExpectedVersion, err)
+	}
+}
+
 func (w *fDeadLetters) DeadLettersList(ctx context.Context, p *ports.DeadLettersListParams) ([]ports.DeadLetter, error) {
 	return call(ctx, w.f, "DeadLettersList", func(ctx context.Context) ([]ports.DeadLetter, error) { return w.inner.DeadLettersList(ctx, p) })
 }
@@ -358,6 +419,7 @@ func (w *fModels) ModelSave(ctx context.Context, p *ports.ModelSaveParams) error
 		if err == nil {
 			w.f.obs.modelSaved(w.f.name, p.StreamID, p.Perspective, p.Data)
 		}
+		w.watchSave(p, err)
 		return err
 	})
 }
@@ -378,6 +440,9 @@ func (w *fModelBatch) ModelSaveMany(ctx context.Context, p *ports.ModelSaveManyP
 			for i, s := range p.Saves {
 				if i < len(errs) && errs[i] == nil {
 					w.f.obs.modelSaved(w.f.name, s.StreamID, s.Perspective, s.Data)
+				}
+				if w.f.watching(s.StreamID) && i < len(errs) {
+					w.f.tracef("watch: %s ModelSaveMany %s v%d (expected v%d): %v", w.f.name, s.Perspective, s.LastVersion, s.ExpectedVersion, errs[i])
 				}
 			}
 		}

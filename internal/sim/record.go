@@ -69,6 +69,42 @@ type Violation struct {
 	What string
 }
 
+// Kind names the kind of a violation in a word or two, to sum runs up.
+func (v Violation) Kind() string {
+	for _, k := range violationKinds {
+		if v.Invariant == k.invariant && strings.Contains(v.What, k.text) {
+			return k.kind
+		}
+	}
+	return fmt.Sprintf("invariant-%d", v.Invariant)
+}
+
+var violationKinds = []struct {
+	invariant  int
+	text, kind string
+}{
+	{1, "on the spot", "input-model"},
+	{1, "after the revive", "revive-missing"},
+	{1, "holds versions", "replay-mismatch"},
+	{2, "", "stale-base"},
+	{3, "cannot be rebuilt after its revive", "revive-unrebuildable"},
+	{3, "did not return within 2 minutes", "stop-hangs"},
+	{3, "", "stuck"},
+	{4, "infrastructure error", "charged-infra"},
+	{4, "lost connection", "charged-infra"},
+	{4, "hung apply is dead-lettered as failed", "hung-failed"},
+	{4, "the pair holds the event", "dead-letter-applied"},
+	{4, "", "dead-letter-cause"},
+	{5, "while nothing was disturbed", "quiet-delay"},
+	{5, "", "heal-delay"},
+	{6, "PrePerspective", "pre-stage"},
+	{6, "had not fired when the engine was quiescent", "stage-late"},
+	{6, "without a crash", "stage-twice"},
+	{6, "never fired", "stage-lost"},
+	{6, "", "stage-order"},
+	{7, "", "rewind-new"},
+}
+
 func (v Violation) String() string {
 	return fmt.Sprintf("invariant %d (%s): %s", v.Invariant, invariantNames[v.Invariant], v.What)
 }

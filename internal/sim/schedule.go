@@ -145,9 +145,15 @@ func (w *World) schedule() []op {
 			dur := between(rng, 200*time.Millisecond, 3*time.Second)
 			failP, afterP := pick(rng, 0.3, 0.7, 1.0), pick(rng, 0.0, 0.3, 0.6)
 			add(at, func() { w.failOne(dur, failP, afterP) })
-		case k < 8:
+		case k < 7:
 			dur := between(rng, 300*time.Millisecond, 4*time.Second)
 			add(at, func() { w.blockOne(dur) })
+		case k < 8:
+			// A lock on the lease table, early enough that appends go on
+			// for a while after it.
+			at = between(rng, F/10, F/2)
+			dur := between(rng, time.Second, 4*time.Second)
+			add(at, func() { w.lockLeases(dur) })
 		default:
 			d := between(rng, 200*time.Millisecond, w.p.jumpMax)
 			add(at, func() { w.jump(d) })
@@ -412,7 +418,7 @@ func (w *World) crashOne() int {
 	from := w.now()
 	w.crash(in)
 	o := &w.opts
-	w.disturb(window{from: from, to: from + o.StaleInstanceThreshold + o.HeartbeatInterval + w.settle(), what: "crash " + in.name, crashLike: true})
+	w.disturb(window{from: from, to: from + o.StaleInstanceThreshold + o.HeartbeatInterval + w.settle(), what: "crash " + in.name, infra: true, crashLike: true})
 	return in.slot
 }
 
@@ -474,7 +480,7 @@ func (w *World) failOne(dur time.Duration, failP, afterP float64) {
 	from := w.now()
 	in.faults.set(modeFailing, failP, afterP)
 	w.rec.tracef("backend of %s failing for %s (p=%.1f, after the effect %.1f)", in.name, dur, failP, afterP)
-	w.disturb(window{from: from, to: from + dur + w.settle(), what: "failing " + in.name, crashLike: dur+w.opts.HeartbeatInterval >= w.opts.StaleInstanceThreshold})
+	w.disturb(window{from: from, to: from + dur + w.settle(), what: "failing " + in.name, infra: true, crashLike: dur+w.opts.HeartbeatInterval >= w.opts.StaleInstanceThreshold})
 	w.ops.Go(func() {
 		w.sleep(dur)
 		w.heal(in)
@@ -490,10 +496,32 @@ func (w *World) blockOne(dur time.Duration) {
 	from := w.now()
 	in.faults.set(modeBlocked, 0, 0)
 	w.rec.tracef("backend of %s blocked for %s", in.name, dur)
-	w.disturb(window{from: from, to: from + dur + w.settle(), what: "blocked " + in.name, crashLike: dur+w.opts.HeartbeatInterval >= w.opts.StaleInstanceThreshold})
+	w.disturb(window{from: from, to: from + dur + w.settle(), what: "blocked " + in.name, infra: true, crashLike: dur+w.opts.HeartbeatInterval >= w.opts.StaleInstanceThreshold})
 	w.ops.Go(func() {
 		w.sleep(dur)
 		w.heal(in)
+	})
+}
+
+// leaseOps are the calls that write stream leases or instance rows: a
+// lock held on those tables holds them.
+var leaseOps = []string{"InstanceHeartbeat", "InstanceDeregister", "WorkClaim", "WorkRenewLeases", "EventsFetchPending"}
+
+// lockLeases holds the lease-writing calls of every live instance for dur,
+// as a lock held on the lease table does.
+func (w *World) lockLeases(dur time.Duration) {
+	from := w.now()
+	live := w.instances("live")
+	for _, in := range live {
+		in.faults.blockOnly(leaseOps...)
+	}
+	w.rec.tracef("lease table locked for %s", dur)
+	w.disturb(window{from: from, to: from + dur + w.settle(), what: "lease lock", infra: true, crashLike: dur+w.opts.HeartbeatInterval >= w.opts.StaleInstanceThreshold})
+	w.ops.Go(func() {
+		w.sleep(dur)
+		for _, in := range live {
+			w.heal(in)
+		}
 	})
 }
 

@@ -23,6 +23,8 @@ var (
 	flagBackend = flag.String("sim.backend", "all", "memory, postgres or all")
 	flagVerbose = flag.Bool("sim.v", false, "print the trace of every seed, not only of the failing ones")
 	flagShort   = flag.Bool("sim.short", false, "a short fault phase, as the smoke run has")
+	flagCalm    = flag.Bool("sim.calm", false, "no fault and no operation, appends only (checks the simulator's bounds)")
+	flagWatch   = flag.String("sim.watch", "", "trace the completions, failures, fetches and saves of the streams whose id starts with this")
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.WrapMain(m)) }
@@ -71,7 +73,7 @@ func TestSim(t *testing.T) {
 func runSeed(t *testing.T, backend string, seed uint64, short bool) {
 	t.Run(fmt.Sprintf("%s/seed=%d", backend, seed), func(t *testing.T) {
 		short = short || *flagShort
-		res := sim.Run(t, sim.Config{Seed: seed, Backend: backend, Short: short})
+		res := sim.Run(t, sim.Config{Seed: seed, Backend: backend, Short: short, Calm: *flagCalm, Watch: *flagWatch})
 		fmt.Fprintln(os.Stdout, res.Summary())
 		if *flagVerbose && !res.Failed() {
 			fmt.Fprintln(os.Stdout, res.Report())
