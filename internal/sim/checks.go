@@ -17,7 +17,7 @@ func jsonUnmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
 
 // check runs the invariants against the final state t; H is when the heal
 // began.
-func (w *World) check(t *truth, H time.Duration) []Violation {
+func (w *world) check(t *truth, H time.Duration) []Violation {
 	if t.err != nil {
 		return []Violation{{0, t.err.Error()}}
 	}
@@ -35,7 +35,7 @@ func (w *World) check(t *truth, H time.Duration) []Violation {
 // checkRewinds: a rewind's RewindInfo.New counts the replayed events that
 // had never been applied, so never more than the events of the pair past
 // its start point that no save held before the rewind began.
-func (w *World) checkRewinds(t *truth) []Violation {
+func (w *world) checkRewinds(t *truth) []Violation {
 	_, _, saved, _, _ := w.rec.snapshot()
 	w.mu.Lock()
 	rewinds := slices.Clone(w.rewinds)
@@ -65,7 +65,7 @@ func (w *World) checkRewinds(t *truth) []Violation {
 
 // checkExactlyOnce: every pair's final state holds exactly the events a
 // clean replay without its dead letters holds, in order, each once.
-func (w *World) checkExactlyOnce(t *truth) []Violation {
+func (w *world) checkExactlyOnce(t *truth) []Violation {
 	_, _, _, appended, _ := w.rec.snapshot()
 	var vs []Violation
 	for _, s := range w.streams {
@@ -155,7 +155,7 @@ func diff(got, want []int64) string {
 // C or later: an entry of an older code means that an instance applied an
 // event on a model from before the rebuild and saved it over the rebuilt
 // one.
-func (w *World) checkStaleBase(t *truth) []Violation {
+func (w *world) checkStaleBase(t *truth) []Violation {
 	w.mu.Lock()
 	asks := slices.Clone(w.requested)
 	done := slices.Clone(w.rebuilt)
@@ -214,7 +214,7 @@ func (w *World) checkStaleBase(t *truth) []Violation {
 }
 
 // checkQuiet: nothing pending, nothing parked, every request finished.
-func (w *World) checkQuiet(t *truth) []Violation {
+func (w *world) checkQuiet(t *truth) []Violation {
 	var vs []Violation
 	for _, l := range t.lag {
 		vs = append(vs, Violation{3, fmt.Sprintf("%s has %d work rows pending (the oldest %s old)", l.Perspective, l.Pending, l.OldestAge)})
@@ -264,7 +264,7 @@ func failureExplained(t *truth, k pairKey, c ports.Cursor) bool {
 // checkDeadLetters: no healthy event is dead-lettered, every dead letter
 // carries the cause its event's fault gives, and no dead letter names an
 // event its pair holds.
-func (w *World) checkDeadLetters(t *truth) []Violation {
+func (w *world) checkDeadLetters(t *truth) []Violation {
 	var vs []Violation
 	takeovers := w.crashLikes()
 	attempts := w.opts.MaxPerspectiveEventAttempts
@@ -343,7 +343,7 @@ func eventAt(t *truth, stream uuid.UUID, version int64) (ports.Event, bool) {
 	return ports.Event{}, false
 }
 
-func (w *World) instanceName(id uuid.UUID) string {
+func (w *world) instanceName(id uuid.UUID) string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, in := range w.all {
@@ -358,7 +358,7 @@ func (w *World) instanceName(id uuid.UUID) string {
 // perspective within the quiet bound when no disturbance was under way;
 // those still waiting when the faults ended, within the thresholds after
 // the heal. It also records the worst delay.
-func (w *World) checkDelays(t *truth, H time.Duration) []Violation {
+func (w *world) checkDelays(t *truth, H time.Duration) []Violation {
 	applies, _, saved, appended, _ := w.rec.snapshot()
 	firstTry := map[pvKey]applyRec{} // the first apply call of each (event, perspective)
 	for _, a := range applies {
@@ -424,7 +424,7 @@ func (w *World) checkDelays(t *truth, H time.Duration) []Violation {
 
 func pairKey3(e ports.Event, p string) pvKey { return pvKey{e.StreamID, p, e.Version} }
 
-func (w *World) noteDelay(d time.Duration, what string) {
+func (w *world) noteDelay(d time.Duration, what string) {
 	if d > w.worstDelay {
 		w.worstDelay, w.worstWhat = d, what
 	}
@@ -434,7 +434,7 @@ func (w *World) noteDelay(d time.Duration, what string) {
 // PostAllPerspectives and PostLifecycle per event every perspective
 // holds, PrePerspective per event any holds and before its first apply;
 // at least once, and exactly once in a run without crashes.
-func (w *World) checkStages(t *truth) []Violation {
+func (w *world) checkStages(t *truth) []Violation {
 	applies, receptors, _, appended, _ := w.rec.snapshot()
 	crashy := w.crashy()
 	type fireKey struct {

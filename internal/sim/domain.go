@@ -320,7 +320,7 @@ func nameOf(ctx context.Context) string {
 
 // newRegistry builds the application's registry: the event types, the two
 // model perspectives, the table projection and a receptor at every stage.
-func (w *World) newRegistry() (*core.Registry, error) {
+func (w *world) newRegistry() (*core.Registry, error) {
 	reg := core.NewRegistry()
 	if err := errors.Join(
 		core.RegisterEvent[EvA](reg, typeA),
@@ -372,7 +372,7 @@ func (w *World) newRegistry() (*core.Registry, error) {
 // applyModel is the apply function of the model perspectives: it checks
 // the model it is given against the event (on the spot), serves the
 // event's fault, logs the apply and appends the event to the model.
-func (w *World) applyModel(ctx context.Context, persp string, m Model, k int64) (Model, error) {
+func (w *world) applyModel(ctx context.Context, persp string, m Model, k int64) (Model, error) {
 	ev, _ := core.EventFromContext(ctx)
 	inst := instanceOf(ctx)
 	stamp := w.code.Load()
@@ -392,7 +392,7 @@ func (w *World) applyModel(ctx context.Context, persp string, m Model, k int64) 
 
 // serveFault does what fault f makes an apply of k do: nothing, fail,
 // panic, or hang.
-func (w *World) serveFault(ctx context.Context, f eventFault, k int64) error {
+func (w *world) serveFault(ctx context.Context, f eventFault, k int64) error {
 	switch f.Kind {
 	case flaky, poison, writePoison:
 		return errors.New(errText(f, k))
@@ -427,7 +427,7 @@ func (w *World) serveFault(ctx context.Context, f eventFault, k int64) error {
 
 // applyRow is the apply function of the table projection: it serves the
 // event's write fault, then inserts the event's row in tx.
-func (w *World) applyRow(ctx context.Context, tx ports.Tx, k int64) error {
+func (w *world) applyRow(ctx context.Context, tx ports.Tx, k int64) error {
 	ev, _ := core.EventFromContext(ctx)
 	stamp := w.code.Load()
 	start := w.now()
@@ -454,7 +454,7 @@ func (w *World) applyRow(ctx context.Context, tx ports.Tx, k int64) error {
 }
 
 // receptor records a stage's receptor call.
-func (w *World) receptor(ctx context.Context, info core.StageInfo, k int64) error {
+func (w *world) receptor(ctx context.Context, info core.StageInfo, k int64) error {
 	w.rec.fired(receptorRec{At: w.now(), Inst: nameOf(ctx), Stage: info.Stage, Persp: info.Perspective, Event: info.Event.ID, K: k, Version: info.Event.Version})
 	return nil
 }

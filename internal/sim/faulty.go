@@ -62,7 +62,7 @@ type faults struct {
 
 // watching reports whether the calls about stream are traced.
 func (f *faults) watching(stream uuid.UUID) bool {
-	return f.watch != "" && strings.HasPrefix(stream.String(), f.watch)
+	return f.watch == "*" || f.watch != "" && strings.HasPrefix(stream.String(), f.watch)
 }
 
 // saveObserver learns what the backend stored through a wrapper: the
@@ -281,12 +281,12 @@ func (w *fFetcher) EventsFetchPending(ctx context.Context, p *ports.EventsFetchP
 	if res != nil && w.f.watch != "" {
 		for _, r := range res.Work {
 			if w.f.watching(r.StreamID) {
-				w.f.tracef("watch: %s fetched %s v%d attempts %d late %t", w.f.name, r.Perspective, r.EventVersion, r.Attempts, r.Late)
+				w.f.tracef("watch: %s %s fetched %s v%d attempts %d late %t", short(r.StreamID), w.f.name, r.Perspective, r.EventVersion, r.Attempts, r.Late)
 			}
 		}
 		for _, c := range res.Cursors {
 			if w.f.watching(c.StreamID) {
-				w.f.tracef("watch: %s fetched cursor %s at v%d %s", w.f.name, c.Perspective, c.LastVersion, c.Status)
+				w.f.tracef("watch: %s %s fetched cursor %s at v%d %s", short(c.StreamID), w.f.name, c.Perspective, c.LastVersion, c.Status)
 			}
 		}
 	}
@@ -310,7 +310,7 @@ func (w *fCursors) WorkComplete(ctx context.Context, p *ports.WorkCompleteParams
 	res, err := call(ctx, w.f, "WorkComplete", func(ctx context.Context) (*ports.WorkCompleteResult, error) { return w.inner.WorkComplete(ctx, p) })
 	for _, c := range p.Completions {
 		if w.f.watching(c.StreamID) {
-			w.f.tracef("watch: %s WorkComplete %s to v%d, %d rows: %+v, %v", w.f.name, c.Perspective, c.LastVersion, len(c.WorkIDs), res, err)
+			w.f.tracef("watch: %s %s WorkComplete %s to v%d, %d rows: %+v, %v", short(c.StreamID), w.f.name, c.Perspective, c.LastVersion, len(c.WorkIDs), res, err)
 		}
 	}
 	return res, err
@@ -320,7 +320,7 @@ func (w *fCursors) WorkFail(ctx context.Context, p *ports.WorkFailParams) error 
 	err := call0(ctx, w.f, "WorkFail", func(ctx context.Context) error { return w.inner.WorkFail(ctx, p) })
 	for _, f := range p.Failures {
 		if w.f.watching(f.StreamID) {
-			w.f.tracef("watch: %s WorkFail %s at v%d, %d applied, %d failed, event v%d: %q: %v", w.f.name, f.Perspective, f.LastVersion, len(f.AppliedWorkIDs), len(f.FailedWorkIDs), f.FailedEventVersion, f.Error, err)
+			w.f.tracef("watch: %s %s WorkFail %s at v%d, %d applied, %d failed, event v%d: %q: %v", short(f.StreamID), w.f.name, f.Perspective, f.LastVersion, len(f.AppliedWorkIDs), len(f.FailedWorkIDs), f.FailedEventVersion, f.Error, err)
 		}
 	}
 	return err
@@ -377,7 +377,7 @@ func (w *fDeadLetters) DeadLetterMove(ctx context.Context, p *ports.DeadLetterMo
 
 func (w *fModels) watchSave(p *ports.ModelSaveParams, err error) {
 	if w.f.watching(p.StreamID) {
-		w.f.tracef("watch: %s ModelSave %s v%d (expected v%d): %v", w.f.name, p.Perspective, p.LastVersion, p.ExpectedVersion, err)
+		w.f.tracef("watch: %s %s ModelSave %s v%d (expected v%d): %v", short(p.StreamID), w.f.name, p.Perspective, p.LastVersion, p.ExpectedVersion, err)
 	}
 }
 
@@ -442,7 +442,7 @@ func (w *fModelBatch) ModelSaveMany(ctx context.Context, p *ports.ModelSaveManyP
 					w.f.obs.modelSaved(w.f.name, s.StreamID, s.Perspective, s.Data)
 				}
 				if w.f.watching(s.StreamID) && i < len(errs) {
-					w.f.tracef("watch: %s ModelSaveMany %s v%d (expected v%d): %v", w.f.name, s.Perspective, s.LastVersion, s.ExpectedVersion, errs[i])
+					w.f.tracef("watch: %s %s ModelSaveMany %s v%d (expected v%d): %v", short(s.StreamID), w.f.name, s.Perspective, s.LastVersion, s.ExpectedVersion, errs[i])
 				}
 			}
 		}
@@ -476,6 +476,9 @@ func (w *fModelTx) ModelSaveTx(ctx context.Context, p *ports.ModelSaveTxParams) 
 	return call0(ctx, w.f, "ModelSaveTx", func(ctx context.Context) error {
 		wp, st := withTx(p)
 		err := w.inner.ModelSaveTx(ctx, wp)
+		if w.f.watching(p.Save.StreamID) {
+			w.f.tracef("watch: %s %s ModelSaveTx %s v%d (expected v%d), rows %v: %v", short(p.Save.StreamID), w.f.name, p.Save.Perspective, p.Save.LastVersion, p.Save.ExpectedVersion, st.written(), err)
+		}
 		if err == nil {
 			w.f.obs.rowsCommitted(w.f.name, p.Save.StreamID, p.Save.Perspective, st.written())
 		}
@@ -491,6 +494,15 @@ func (w *fModelTx) ModelSaveTxMany(ctx context.Context, p *ports.ModelSaveTxMany
 			wp.Saves[i], sts[i] = withTx(s)
 		}
 		errs, err := w.inner.ModelSaveTxMany(ctx, wp)
+		for i, s := range p.Saves {
+			if w.f.watching(s.Save.StreamID) {
+				var e error = err
+				if err == nil && i < len(errs) {
+					e = errs[i]
+				}
+				w.f.tracef("watch: %s %s ModelSaveTxMany %s v%d (expected v%d), rows %v: %v", short(s.Save.StreamID), w.f.name, s.Save.Perspective, s.Save.LastVersion, s.Save.ExpectedVersion, sts[i].written(), e)
+			}
+		}
 		if err == nil {
 			for i, s := range p.Saves {
 				if i < len(errs) && errs[i] == nil {

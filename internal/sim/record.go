@@ -98,7 +98,6 @@ var violationKinds = []struct {
 	{5, "while nothing was disturbed", "quiet-delay"},
 	{5, "", "heal-delay"},
 	{6, "PrePerspective", "pre-stage"},
-	{6, "had not fired when the engine was quiescent", "stage-late"},
 	{6, "without a crash", "stage-twice"},
 	{6, "never fired", "stage-lost"},
 	{6, "", "stage-order"},

@@ -21,7 +21,7 @@ type op struct {
 }
 
 // makeStreams draws the run's streams.
-func (w *World) makeStreams() {
+func (w *world) makeStreams() {
 	add := func(n int, kind string) {
 		for range n {
 			w.streams = append(w.streams, &simStream{id: w.newUUID(), kind: kind})
@@ -32,7 +32,7 @@ func (w *World) makeStreams() {
 	add(w.p.imports, "import")
 }
 
-func (w *World) streamsOf(kind string) []*simStream {
+func (w *world) streamsOf(kind string) []*simStream {
 	var out []*simStream
 	for _, s := range w.streams {
 		if s.kind == kind {
@@ -43,7 +43,7 @@ func (w *World) streamsOf(kind string) []*simStream {
 }
 
 // streamName names a stream in the trace: its kind, its index and its id.
-func (w *World) streamName(id uuid.UUID) string {
+func (w *world) streamName(id uuid.UUID) string {
 	for i, s := range w.streams {
 		if s.id == id {
 			return fmt.Sprintf("%s#%d(%s)", s.kind, i, short(id))
@@ -53,7 +53,7 @@ func (w *World) streamName(id uuid.UUID) string {
 }
 
 // newKey returns a fresh event key.
-func (w *World) newKey() int64 {
+func (w *world) newKey() int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.nextK++
@@ -63,7 +63,7 @@ func (w *World) newKey() int64 {
 // schedule draws the operations of the fault phase from the seed. The
 // schedule is the same on every replay of the seed; what the operations
 // meet (which instance is live, which dead letters exist) is not.
-func (w *World) schedule() []op {
+func (w *world) schedule() []op {
 	rng := w.rng
 	F := w.p.faultPhase
 	var ops []op
@@ -192,7 +192,7 @@ func (w *World) schedule() []op {
 // drawFault draws the fault of an event of type typ on a dirty stream. In
 // a run that retires beta, beta meets no bad event: its rebuild after the
 // revive must be able to replay every stream.
-func (w *World) drawFault(typ string) eventFault {
+func (w *world) drawFault(typ string) eventFault {
 	rng := w.rng
 	var persps []string
 	for _, p := range perspectivesOf(typ) {
@@ -226,7 +226,9 @@ func (w *World) drawFault(typ string) eventFault {
 	case k < 6:
 		return eventFault{Kind: flaky, Persp: persp, Times: some(), Inst: -1}
 	case k < 8:
-		return eventFault{Kind: flaky, Persp: persp, Times: some(), Inst: rng.IntN(w.p.instances)}
+		// Failing on one instance only, sometimes for good there: another
+		// instance that takes the stream over applies it.
+		return eventFault{Kind: flaky, Persp: persp, Times: pick(rng, some(), attempts), Inst: rng.IntN(w.p.instances)}
 	case k < 11:
 		return eventFault{Kind: poison, Persp: persp, Inst: -1}
 	case k < 13:
@@ -245,7 +247,7 @@ func (w *World) drawFault(typ string) eventFault {
 
 // appendVia returns the handle an append goes through: a live instance's
 // (its process appends), or the simulator's own when none is live.
-func (w *World) appendVia() (ports.Backend, string) {
+func (w *world) appendVia() (ports.Backend, string) {
 	if in := w.anyLive(); in != nil {
 		return in.backend, in.name
 	}
@@ -255,7 +257,7 @@ func (w *World) appendVia() (ports.Backend, string) {
 // appendEvents appends events of the given types to s, in the background:
 // through Registry.Append, or, when one of them must not decode, through
 // EventsAppend with ids given up front (retried the same way).
-func (w *World) appendEvents(s *simStream, types []string, faults []eventFault) {
+func (w *world) appendEvents(s *simStream, types []string, faults []eventFault) {
 	keys := make([]int64, len(types))
 	raw := false
 	for i := range types {
@@ -297,7 +299,7 @@ func (w *World) appendEvents(s *simStream, types []string, faults []eventFault) 
 
 // rawAppend is EventsAppend with the registry's subscriptions, retried
 // after transient errors with the same ids.
-func (w *World) rawAppend(ctx context.Context, store ports.EventStore, stream uuid.UUID, news []ports.NewEvent) (*ports.EventsAppendResult, error) {
+func (w *world) rawAppend(ctx context.Context, store ports.EventStore, stream uuid.UUID, news []ports.NewEvent) (*ports.EventsAppendResult, error) {
 	var subs []ports.Subscription
 	for _, sub := range w.reg.Subscriptions() {
 		if slices.ContainsFunc(news, func(e ports.NewEvent) bool { return e.Type == sub.EventType }) {
@@ -319,7 +321,7 @@ func (w *World) rawAppend(ctx context.Context, store ports.EventStore, stream uu
 }
 
 // appended records what an append stored.
-func (w *World) appended(s *simStream, via string, issued time.Duration, keys []int64, faults []eventFault, res *ports.EventsAppendResult, err error) {
+func (w *world) appended(s *simStream, via string, issued time.Duration, keys []int64, faults []eventFault, res *ports.EventsAppendResult, err error) {
 	desc := make([]string, len(keys))
 	for i, k := range keys {
 		desc[i] = fmt.Sprintf("k%d", k)
@@ -343,7 +345,7 @@ func (w *World) appended(s *simStream, via string, issued time.Duration, keys []
 // importEvents appends the events of an import stream whose versions
 // match keep, at their explicit versions (a late import when a later
 // version is stored already).
-func (w *World) importEvents(s *simStream, types []string, keep func(int64) bool) {
+func (w *world) importEvents(s *simStream, types []string, keep func(int64) bool) {
 	var (
 		news []ports.NewEvent
 		keys []int64
@@ -375,7 +377,7 @@ type txSpec struct {
 
 // appendTx appends to several streams, each in a transaction of its own,
 // committed in the reverse order of their opening.
-func (w *World) appendTx(specs []txSpec) {
+func (w *world) appendTx(specs []txSpec) {
 	batches := make([]txBatch, len(specs))
 	keys := make([][]int64, len(specs))
 	for i, s := range specs {
@@ -409,7 +411,7 @@ func (w *World) appendTx(specs []txSpec) {
 
 // crashOne crashes a live instance (never the last one) and returns its
 // slot, -1 when none was crashed.
-func (w *World) crashOne() int {
+func (w *world) crashOne() int {
 	if len(w.instances("live")) < 2 {
 		w.rec.tracef("crash skipped: a single live instance")
 		return -1
@@ -423,7 +425,7 @@ func (w *World) crashOne() int {
 }
 
 // stopOne stops a live instance gracefully (never the last one).
-func (w *World) stopOne() int {
+func (w *world) stopOne() int {
 	if len(w.instances("live")) < 2 {
 		w.rec.tracef("stop skipped: a single live instance")
 		return -1
@@ -434,7 +436,7 @@ func (w *World) stopOne() int {
 }
 
 // stopSlot stops the instance of slot gracefully, when it is live.
-func (w *World) stopSlot(slot int) {
+func (w *world) stopSlot(slot int) {
 	if slot < 0 {
 		return
 	}
@@ -448,7 +450,7 @@ func (w *World) stopSlot(slot int) {
 
 // restartSlot starts a new instance in slot once its previous one is
 // dead or stopped.
-func (w *World) restartSlot(slot int) {
+func (w *world) restartSlot(slot int) {
 	if slot < 0 {
 		return
 	}
@@ -472,7 +474,7 @@ func (w *World) restartSlot(slot int) {
 }
 
 // failOne makes a live instance's backend calls fail for dur.
-func (w *World) failOne(dur time.Duration, failP, afterP float64) {
+func (w *world) failOne(dur time.Duration, failP, afterP float64) {
 	in := w.anyLive()
 	if in == nil {
 		return
@@ -488,7 +490,7 @@ func (w *World) failOne(dur time.Duration, failP, afterP float64) {
 }
 
 // blockOne holds every backend call of a live instance for dur.
-func (w *World) blockOne(dur time.Duration) {
+func (w *world) blockOne(dur time.Duration) {
 	in := w.anyLive()
 	if in == nil {
 		return
@@ -509,7 +511,7 @@ var leaseOps = []string{"InstanceHeartbeat", "InstanceDeregister", "WorkClaim", 
 
 // lockLeases holds the lease-writing calls of every live instance for dur,
 // as a lock held on the lease table does.
-func (w *World) lockLeases(dur time.Duration) {
+func (w *world) lockLeases(dur time.Duration) {
 	from := w.now()
 	live := w.instances("live")
 	for _, in := range live {
@@ -526,7 +528,7 @@ func (w *World) lockLeases(dur time.Duration) {
 }
 
 // heal ends the fault of in's wrapper (a crash stays).
-func (w *World) heal(in *instance) {
+func (w *world) heal(in *instance) {
 	if in.faults.current() == modeDead || in.faults.current() == modeHealthy {
 		return
 	}
@@ -535,7 +537,7 @@ func (w *World) heal(in *instance) {
 }
 
 // jump moves the clock d ahead at once.
-func (w *World) jump(d time.Duration) {
+func (w *world) jump(d time.Duration) {
 	from := w.now()
 	w.clock.Advance(d)
 	w.rec.tracef("clock jumped %s ahead", d)
@@ -545,7 +547,7 @@ func (w *World) jump(d time.Duration) {
 // rebuild deploys new apply functions (the code version goes up) and
 // rebuilds persp: in a live instance (Worker.Rebuild), or through a
 // request the running instances carry out.
-func (w *World) rebuild(persp string, streams []uuid.UUID, viaRequest bool) {
+func (w *world) rebuild(persp string, streams []uuid.UUID, viaRequest bool) {
 	code := w.code.Add(1)
 	in := w.liveHealthy()
 	if in == nil {
@@ -591,7 +593,7 @@ func (w *World) rebuild(persp string, streams []uuid.UUID, viaRequest bool) {
 
 // retryOp runs an operator's action through an instance's handle, trying
 // again after transient errors, for at most 20 tries.
-func (w *World) retryOp(fn func(ctx context.Context) error) error {
+func (w *world) retryOp(fn func(ctx context.Context) error) error {
 	ctx, cancel := context.WithTimeout(w.ctx, time.Minute)
 	defer cancel()
 	var err error
@@ -608,7 +610,7 @@ func (w *World) retryOp(fn func(ctx context.Context) error) error {
 
 // requeueOne requeues a dead letter of a dirty stream, after fixing the
 // event's apply function when fix is set.
-func (w *World) requeueOne(fix bool) {
+func (w *world) requeueOne(fix bool) {
 	in := w.liveHealthy()
 	if in == nil {
 		return
@@ -642,7 +644,7 @@ func (w *World) requeueOne(fix bool) {
 
 // retire retires persp (dropping its state when drop is set), as an
 // operator's tool does: through the simulator's own handle.
-func (w *World) retire(persp string, drop bool) {
+func (w *world) retire(persp string, drop bool) {
 	from := w.now()
 	w.mu.Lock()
 	w.retires = append(w.retires, retireSpan{persp: persp, from: from})
@@ -655,7 +657,7 @@ func (w *World) retire(persp string, drop bool) {
 }
 
 // revive revives persp.
-func (w *World) revive(persp string) {
+func (w *world) revive(persp string) {
 	err := w.retryOp(func(ctx context.Context) error {
 		return w.kit.direct().Admin.PerspectiveRevive(ctx, &ports.PerspectiveReviveParams{Perspective: persp})
 	})

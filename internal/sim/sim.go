@@ -59,6 +59,9 @@ type Result struct {
 	WorstWhat  string
 	// Shape sums up the seed's options.
 	Shape string
+	// Notes are what the run observed that no invariant forbids but a
+	// reader should know (stages that waited for the reconciliation).
+	Notes []string
 }
 
 // Failed reports whether an invariant did not hold.
@@ -78,6 +81,9 @@ func (r *Result) Summary() string {
 		}
 		status = fmt.Sprintf("FAILED (%s)", strings.Join(parts, " "))
 	}
+	if len(r.Notes) > 0 {
+		status += fmt.Sprintf(" notes=%d", len(r.Notes))
+	}
 	return fmt.Sprintf("sim: backend=%s seed=%d %s events=%d applies=%d sim=%s real=%s worst-delay=%s [%s]",
 		r.Backend, r.Seed, status, r.Events, r.Applies, r.SimTime.Round(time.Millisecond), r.RealTime.Round(time.Millisecond), r.WorstDelay.Round(time.Millisecond), r.Shape)
 }
@@ -89,6 +95,9 @@ func (r *Result) Report() string {
 	for _, v := range r.Violations {
 		b.WriteString(v.String())
 		b.WriteByte('\n')
+	}
+	for _, n := range r.Notes {
+		b.WriteString("note: " + n + "\n")
 	}
 	b.WriteString("--- trace\n")
 	b.WriteString(r.Trace)
@@ -128,9 +137,9 @@ type window struct {
 	infra     bool   // a backend fault: a crash, a failing or blocked backend, a lock
 }
 
-// World is one run: the backend, the instances, the clock that drives
+// world is one run: the backend, the instances, the clock that drives
 // them, the schedule and what was observed.
-type World struct {
+type world struct {
 	t      testing.TB
 	cfg    Config
 	p      params
@@ -165,6 +174,8 @@ type World struct {
 	requested []rebuildAsk
 	retires   []retireSpan
 	uuids     *rand.Rand
+
+	notes []string
 
 	// Figures for the Result, set by the checks.
 	eventsStored int
@@ -203,7 +214,7 @@ type retireSpan struct {
 	from, to time.Duration // to is when the revive returned (0: not yet)
 }
 
-func (w *World) now() time.Duration { return w.clock.Now().Sub(w.origin) }
+func (w *world) now() time.Duration { return w.clock.Now().Sub(w.origin) }
 
 // Run runs one seed and checks the invariants. t provides the PostgreSQL
 // database (internal/pgtest) and the cleanups; the caller reports the
@@ -215,7 +226,7 @@ func Run(t testing.TB, cfg Config) *Result {
 	if cfg.Calm {
 		p.episodes, p.rebuilds, p.requeues, p.retire, p.faultP, p.txAppends = 0, 0, 0, false, 0, 0
 	}
-	w := &World{
+	w := &world{
 		t: t, cfg: cfg, p: p, rng: rng, plan: newPlan(),
 		live:  rand.New(rand.NewPCG(cfg.Seed, 0x11fe)),
 		uuids: rand.New(rand.NewPCG(cfg.Seed, 0x1d)),
@@ -271,6 +282,7 @@ func Run(t testing.TB, cfg Config) *Result {
 	violations := w.run()
 	w.shutdown()
 	res.Violations = violations
+	res.Notes = w.notes
 	res.Trace = w.rec.traceText()
 	res.Logs = w.logs.text()
 	res.SimTime = w.now()
@@ -284,7 +296,7 @@ func Run(t testing.TB, cfg Config) *Result {
 // drive advances the sim clock by the pace every real millisecond: the
 // clock paces the run, it synchronizes nothing. A loaded machine delivers
 // fewer ticks, which slows sim time down with the engine.
-func (w *World) drive(stop <-chan struct{}, done chan<- struct{}) {
+func (w *world) drive(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	t := time.NewTicker(time.Millisecond)
 	defer t.Stop()
@@ -299,7 +311,7 @@ func (w *World) drive(stop <-chan struct{}, done chan<- struct{}) {
 }
 
 // sleep waits for d of sim time; false if the run was cancelled.
-func (w *World) sleep(d time.Duration) bool {
+func (w *world) sleep(d time.Duration) bool {
 	if d <= 0 {
 		return w.ctx.Err() == nil
 	}
@@ -314,11 +326,11 @@ func (w *World) sleep(d time.Duration) bool {
 }
 
 // sleepUntil waits until the sim time at.
-func (w *World) sleepUntil(at time.Duration) bool { return w.sleep(at - w.now()) }
+func (w *world) sleepUntil(at time.Duration) bool { return w.sleep(at - w.now()) }
 
 // newUUID returns a UUID drawn from the seed (stream and instance ids
 // repeat with the seed, which makes traces comparable).
-func (w *World) newUUID() uuid.UUID {
+func (w *world) newUUID() uuid.UUID {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var id uuid.UUID
@@ -334,7 +346,7 @@ func (w *World) newUUID() uuid.UUID {
 }
 
 // run sets up the instances, runs the fault phase, heals and checks.
-func (w *World) run() []Violation {
+func (w *world) run() []Violation {
 	for i := range w.p.instances {
 		w.slots = append(w.slots, nil)
 		if _, err := w.startInstance(i); err != nil {
@@ -359,7 +371,7 @@ func (w *World) run() []Violation {
 }
 
 // startInstance starts a new incarnation in slot.
-func (w *World) startInstance(slot int) (*instance, error) {
+func (w *world) startInstance(slot int) (*instance, error) {
 	b, closeFn, err := w.kit.handle()
 	if err != nil {
 		return nil, err
@@ -411,7 +423,7 @@ func (w *World) startInstance(slot int) (*instance, error) {
 
 // hooks returns the hooks of an instance: what they report goes to the
 // trace, and rebuilt pairs to the rebuild check.
-func (w *World) hooks(in *instance) core.Hooks {
+func (w *world) hooks(in *instance) core.Hooks {
 	return core.Hooks{
 		OnDeadLettered: func(dl ports.DeadLetter) {
 			w.rec.tracef("%s dead-lettered %s %s v%d: %s (%s, attempts %d)", in.name, dl.Perspective, short(dl.StreamID), dl.EventVersion, dl.Reason, dl.Error, dl.Attempts)
@@ -464,7 +476,7 @@ func isInfraError(text string) bool {
 }
 
 // instances returns the current incarnations in the given state.
-func (w *World) instances(state string) []*instance {
+func (w *world) instances(state string) []*instance {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out []*instance
@@ -477,7 +489,7 @@ func (w *World) instances(state string) []*instance {
 }
 
 // anyLive returns a live instance chosen at random, nil when none is.
-func (w *World) anyLive() *instance {
+func (w *world) anyLive() *instance {
 	live := w.instances("live")
 	if len(live) == 0 {
 		return nil
@@ -489,7 +501,7 @@ func (w *World) anyLive() *instance {
 
 // liveHealthy returns a live instance whose wrapper is healthy, if any, or
 // else any live one.
-func (w *World) liveHealthy() *instance {
+func (w *world) liveHealthy() *instance {
 	var ok []*instance
 	for _, in := range w.instances("live") {
 		if in.faults.current() == modeHealthy {
@@ -507,7 +519,7 @@ func (w *World) liveHealthy() *instance {
 // crash kills an instance without a flush: its wrapper turns dead (nothing
 // more reaches the backend), then it is stopped with a context already
 // done and waited for in the background. It never deregisters.
-func (w *World) crash(in *instance) {
+func (w *world) crash(in *instance) {
 	w.mu.Lock()
 	if in.state != "live" {
 		w.mu.Unlock()
@@ -527,7 +539,7 @@ func (w *World) crash(in *instance) {
 
 // stopWorker waits for in's Worker to stop, bounded in real time: a Stop
 // that does not return is a finding.
-func (w *World) stopWorker(in *instance, why string) {
+func (w *world) stopWorker(in *instance, why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if err := in.worker.Stop(ctx); err != nil {
@@ -537,7 +549,7 @@ func (w *World) stopWorker(in *instance, why string) {
 }
 
 // stop stops an instance gracefully, in the background.
-func (w *World) stop(in *instance) {
+func (w *world) stop(in *instance) {
 	w.mu.Lock()
 	if in.state != "live" {
 		w.mu.Unlock()
@@ -561,7 +573,7 @@ func (w *World) stop(in *instance) {
 // back to its quiet pace: a pair that met backend errors retries after
 // InfraRetry, an unacknowledged outcome is re-sent after CompletionResend,
 // a flush retries in place, the claim and poll cadences run.
-func (w *World) settle() time.Duration {
+func (w *world) settle() time.Duration {
 	o := &w.opts
 	flush := time.Duration(o.FlushRetry.MaxAttempts) * o.FlushRetry.Max
 	return o.InfraRetry.Max*3/2 + o.CompletionResend.Max + flush + max(o.ClaimInterval, o.ClaimNotifyHealthyInterval) +
@@ -570,20 +582,26 @@ func (w *World) settle() time.Duration {
 
 // quietBound is how long an event of a clean stream may wait for a
 // perspective while nothing disturbs the instances.
-func (w *World) quietBound() time.Duration {
+func (w *world) quietBound() time.Duration {
 	o := &w.opts
 	return max(o.ClaimInterval, o.ClaimNotifyHealthyInterval) + max(o.PollingInterval, o.NotifyHealthyPollingInterval) +
 		o.DrainBatcher.MaxWait + time.Second
 }
 
-func (w *World) disturb(win window) {
+func (w *world) note(n string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.notes = append(w.notes, n)
+}
+
+func (w *world) disturb(win window) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.windows = append(w.windows, win)
 }
 
 // shutdown stops every instance and waits for the background operations.
-func (w *World) shutdown() {
+func (w *world) shutdown() {
 	w.plan.releaseHangs()
 	closeOnce(&w.plan.mu, w.plan.final)
 	for _, in := range w.instances("live") {
