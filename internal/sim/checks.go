@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -370,13 +371,7 @@ func (w *world) checkDelays(t *truth, H time.Duration) []Violation {
 	w.mu.Lock()
 	windows := slices.Clone(w.windows)
 	w.mu.Unlock()
-	// A hung apply is a fault while it runs: it holds one of its instance's
-	// drain consumers, which the streams it claims then wait for.
-	for _, a := range applies {
-		if a.Fault == hangCtx || a.Fault == hangIgnore || a.Fault == writeHang {
-			windows = append(windows, window{from: a.Start, to: a.At + w.settle(), what: "hung apply"})
-		}
-	}
+	windows = append(windows, w.consumersHeld(applies)...)
 	Q := w.quietBound()
 	o := &w.opts
 	healBound := o.StaleInstanceThreshold + o.HeartbeatInterval + o.LeaseDuration + o.Rewind.LockTimeout + w.settle() + time.Second
@@ -423,6 +418,42 @@ func (w *world) checkDelays(t *truth, H time.Duration) []Violation {
 }
 
 func pairKey3(e ports.Event, p string) pvKey { return pvKey{e.StreamID, p, e.Version} }
+
+// consumersHeld returns the times an instance had as many hung applies
+// running as it has drain consumers: each holds a consumer for its whole
+// batch, so the streams the instance claims meanwhile wait for one.
+func (w *world) consumersHeld(applies []applyRec) []window {
+	consumers := w.opts.MaxConcurrentDrainConsumers
+	if consumers == 0 {
+		consumers = core.MaxConcurrentDrainConsumersDefault
+	}
+	type edge struct {
+		at    time.Duration
+		delta int
+	}
+	byInst := map[string][]edge{}
+	for _, a := range applies {
+		if a.Fault == hangCtx || a.Fault == hangIgnore || a.Fault == writeHang {
+			byInst[a.Inst] = append(byInst[a.Inst], edge{a.Start, 1}, edge{a.At, -1})
+		}
+	}
+	var out []window
+	for inst, edges := range byInst {
+		slices.SortFunc(edges, func(a, b edge) int { return cmp.Compare(a.at, b.at) })
+		n := 0
+		var from time.Duration
+		for _, e := range edges {
+			n += e.delta
+			switch {
+			case e.delta > 0 && n == consumers:
+				from = e.at
+			case e.delta < 0 && n == consumers-1:
+				out = append(out, window{from: from, to: e.at + w.settle(), what: "consumers of " + inst + " held by hung applies"})
+			}
+		}
+	}
+	return out
+}
 
 func (w *world) noteDelay(d time.Duration, what string) {
 	if d > w.worstDelay {
