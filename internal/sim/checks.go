@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -372,6 +373,11 @@ func (w *world) checkDelays(t *truth, H time.Duration) []Violation {
 	windows := slices.Clone(w.windows)
 	w.mu.Unlock()
 	windows = append(windows, w.consumersHeld(applies)...)
+	if debugDelays {
+		for _, win := range windows {
+			w.rec.tracef("window: %s..%s %s %s", fmtDur(win.from), fmtDur(win.to), win.what, win.persp)
+		}
+	}
 	Q := w.quietBound()
 	o := &w.opts
 	healBound := o.StaleInstanceThreshold + o.HeartbeatInterval + o.LeaseDuration + o.Rewind.LockTimeout + w.settle() + time.Second
@@ -398,6 +404,9 @@ func (w *world) checkDelays(t *truth, H time.Duration) []Violation {
 				if f, ok := firstTry[pairKey3(e, p)]; ok {
 					what += fmt.Sprintf(" (first apply call by %s at %s)", f.Inst, fmtDur(f.At))
 				}
+				if debugDelays {
+					w.rec.tracef("delay: %s %s: %s quiet=%t", fmtDur(a.At), what, delay, quiet)
+				}
 				switch {
 				case quiet:
 					w.noteDelay(delay, what+" (quiet)")
@@ -416,6 +425,9 @@ func (w *world) checkDelays(t *truth, H time.Duration) []Violation {
 	}
 	return vs
 }
+
+// debugDelays traces every delay checkDelays measures (SIM_DEBUG_DELAYS=1).
+var debugDelays = os.Getenv("SIM_DEBUG_DELAYS") != ""
 
 func pairKey3(e ports.Event, p string) pvKey { return pvKey{e.StreamID, p, e.Version} }
 
@@ -448,7 +460,7 @@ func (w *world) consumersHeld(applies []applyRec) []window {
 			case e.delta > 0 && n == consumers:
 				from = e.at
 			case e.delta < 0 && n == consumers-1:
-				out = append(out, window{from: from, to: e.at + w.settle(), what: "consumers of " + inst + " held by hung applies"})
+				out = append(out, window{from: from, to: e.at + w.settleHeld(), what: "consumers of " + inst + " held by hung applies"})
 			}
 		}
 	}

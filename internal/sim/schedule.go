@@ -120,7 +120,11 @@ func (w *world) schedule() []op {
 	// Instance faults and clock jumps.
 	for range w.p.episodes {
 		at := between(rng, F/10, F*85/100)
-		switch k := rng.IntN(10); {
+		k := rng.IntN(10)
+		if f, ok := focusKinds[w.cfg.Focus]; ok {
+			k = f
+		}
+		switch {
 		case k < 2:
 			restart := between(rng, 300*time.Millisecond, 2*time.Second)
 			slot := -1
@@ -151,8 +155,8 @@ func (w *world) schedule() []op {
 		case k < 8:
 			// A lock on the lease table, early enough that appends go on
 			// for a while after it.
-			at = between(rng, F/10, F/2)
-			dur := between(rng, time.Second, 4*time.Second)
+			at = between(rng, F/10, F/4)
+			dur := between(rng, F/8, F/3)
 			add(at, func() { w.lockLeases(dur) })
 		default:
 			d := between(rng, 200*time.Millisecond, w.p.jumpMax)
@@ -189,6 +193,9 @@ func (w *world) schedule() []op {
 	return ops
 }
 
+// focusKinds maps Config.Focus to the kind of instance fault drawn.
+var focusKinds = map[string]int{"crash": 0, "stop": 2, "fail": 4, "block": 6, "lock": 7, "jump": 8}
+
 // drawFault draws the fault of an event of type typ on a dirty stream. In
 // a run that retires beta, beta meets no bad event: its rebuild after the
 // revive must be able to replay every stream.
@@ -216,13 +223,19 @@ func (w *world) drawFault(typ string) eventFault {
 			// Sometimes as many lost connections as attempts: an event
 			// charged for them would be dead-lettered.
 			return eventFault{Kind: writeTransient, Persp: gamma, Times: pick(rng, some(), some(), attempts), Inst: -1}
-		case k < 8:
+		case k < 9 || w.cfg.Focus != "":
 			return eventFault{Kind: writePoison, Persp: gamma, Inst: -1}
 		default:
 			return eventFault{Kind: writeHang, Persp: gamma, Times: maybe(), Inst: -1}
 		}
 	}
-	switch k := rng.IntN(20); {
+	// A focused run has no hung events: they hold drain consumers, which
+	// hides how long the instance faults delay the other events.
+	hangs := 2
+	if w.cfg.Focus != "" {
+		hangs = 0
+	}
+	switch k := rng.IntN(20 - 2 + hangs); {
 	case k < 6:
 		return eventFault{Kind: flaky, Persp: persp, Times: some(), Inst: -1}
 	case k < 8:
@@ -231,17 +244,17 @@ func (w *world) drawFault(typ string) eventFault {
 		return eventFault{Kind: flaky, Persp: persp, Times: pick(rng, some(), attempts), Inst: rng.IntN(w.p.instances)}
 	case k < 11:
 		return eventFault{Kind: poison, Persp: persp, Inst: -1}
-	case k < 13:
+	case k < 14:
 		return eventFault{Kind: panicky, Persp: persp, Times: maybe(), Inst: -1}
-	case k < 15:
-		return eventFault{Kind: hangCtx, Persp: persp, Times: maybe(), Inst: -1}
-	case k < 17:
-		return eventFault{Kind: hangIgnore, Persp: persp, Times: maybe(), Inst: -1, Hold: w.opts.ApplyTimeout + w.opts.ApplyAbandonGrace + between(rng, 200*time.Millisecond, time.Second)}
-	default:
+	case k < 18:
 		if w.p.retire && typ == typeA {
 			return eventFault{Kind: flaky, Persp: alpha, Times: some(), Inst: -1}
 		}
 		return eventFault{Kind: undecodable, Inst: -1}
+	case k < 19:
+		return eventFault{Kind: hangCtx, Persp: persp, Times: maybe(), Inst: -1}
+	default:
+		return eventFault{Kind: hangIgnore, Persp: persp, Times: maybe(), Inst: -1, Hold: w.opts.ApplyTimeout + w.opts.ApplyAbandonGrace + between(rng, 200*time.Millisecond, time.Second)}
 	}
 }
 
@@ -498,7 +511,7 @@ func (w *world) blockOne(dur time.Duration) {
 	from := w.now()
 	in.faults.set(modeBlocked, 0, 0)
 	w.rec.tracef("backend of %s blocked for %s", in.name, dur)
-	w.disturb(window{from: from, to: from + dur + w.settle(), what: "blocked " + in.name, infra: true, crashLike: dur+w.opts.HeartbeatInterval >= w.opts.StaleInstanceThreshold})
+	w.disturb(window{from: from, to: from + dur + w.settleHeld(), what: "blocked " + in.name, infra: true, crashLike: dur+w.opts.HeartbeatInterval >= w.opts.StaleInstanceThreshold})
 	w.ops.Go(func() {
 		w.sleep(dur)
 		w.heal(in)
@@ -518,7 +531,7 @@ func (w *world) lockLeases(dur time.Duration) {
 		in.faults.blockOnly(leaseOps...)
 	}
 	w.rec.tracef("lease table locked for %s", dur)
-	w.disturb(window{from: from, to: from + dur + w.settle(), what: "lease lock", infra: true, crashLike: dur+w.opts.HeartbeatInterval >= w.opts.StaleInstanceThreshold})
+	w.disturb(window{from: from, to: from + dur + w.settleHeld(), what: "lease lock", infra: true, crashLike: dur+w.opts.HeartbeatInterval >= w.opts.StaleInstanceThreshold})
 	w.ops.Go(func() {
 		w.sleep(dur)
 		for _, in := range live {

@@ -30,6 +30,9 @@ type Config struct {
 	// Calm runs the seed without any fault or operation: appends only. A
 	// calm run checks the simulator's own bounds.
 	Calm bool
+	// Focus, when set, makes every instance fault of the seed one kind:
+	// crash, stop, fail, block, lock (the lease table) or jump.
+	Focus string
 	// Watch, when set, adds to the trace every completion, failure, fetch
 	// and save of the streams whose id starts with it, to debug a seed.
 	Watch string
@@ -578,6 +581,14 @@ func (w *world) settle() time.Duration {
 	flush := time.Duration(o.FlushRetry.MaxAttempts) * o.FlushRetry.Max
 	return o.InfraRetry.Max*3/2 + o.CompletionResend.Max + flush + max(o.ClaimInterval, o.ClaimNotifyHealthyInterval) +
 		max(o.PollingInterval, o.NotifyHealthyPollingInterval) + o.DrainBatcher.MaxWait + 300*time.Millisecond
+}
+
+// settleHeld is settle after calls that were held, not failed: nothing
+// retries, the claim and poll cadences run.
+func (w *world) settleHeld() time.Duration {
+	o := &w.opts
+	return max(o.ClaimInterval, o.ClaimNotifyHealthyInterval) + max(o.PollingInterval, o.NotifyHealthyPollingInterval) +
+		o.DrainBatcher.MaxWait + 300*time.Millisecond
 }
 
 // quietBound is how long an event of a clean stream may wait for a

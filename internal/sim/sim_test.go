@@ -24,6 +24,7 @@ var (
 	flagVerbose = flag.Bool("sim.v", false, "print the trace of every seed, not only of the failing ones")
 	flagShort   = flag.Bool("sim.short", false, "a short fault phase, as the smoke run has")
 	flagCalm    = flag.Bool("sim.calm", false, "no fault and no operation, appends only (checks the simulator's bounds)")
+	flagFocus   = flag.String("sim.focus", "", "make every instance fault one kind: crash, stop, fail, block, lock or jump")
 	flagWatch   = flag.String("sim.watch", "", "trace the completions, failures, fetches and saves of the streams whose id starts with this")
 )
 
@@ -73,7 +74,7 @@ func TestSim(t *testing.T) {
 func runSeed(t *testing.T, backend string, seed uint64, short bool) {
 	t.Run(fmt.Sprintf("%s/seed=%d", backend, seed), func(t *testing.T) {
 		short = short || *flagShort
-		res := sim.Run(t, sim.Config{Seed: seed, Backend: backend, Short: short, Calm: *flagCalm, Watch: *flagWatch})
+		res := sim.Run(t, sim.Config{Seed: seed, Backend: backend, Short: short, Calm: *flagCalm, Focus: *flagFocus, Watch: *flagWatch})
 		fmt.Fprintln(os.Stdout, res.Summary())
 		if *flagVerbose && !res.Failed() {
 			fmt.Fprintln(os.Stdout, res.Report())
