@@ -496,7 +496,7 @@ func (w *fModelTx) ModelSaveTxMany(ctx context.Context, p *ports.ModelSaveTxMany
 		errs, err := w.inner.ModelSaveTxMany(ctx, wp)
 		for i, s := range p.Saves {
 			if w.f.watching(s.Save.StreamID) {
-				var e error = err
+				e := err
 				if err == nil && i < len(errs) {
 					e = errs[i]
 				}

@@ -134,7 +134,12 @@ func (w *world) crashLikes() int {
 	n := 0
 	for _, win := range w.windows {
 		if win.crashLike {
-			n++
+			// An instance whose backend fails for a while may flap: a
+			// heartbeat or a fetch that took effect although it failed
+			// makes it live again, and holding streams, until it goes
+			// stale once more. Each time, a peer that takes a stream over
+			// charges the rows handed out to it.
+			n += 1 + int((win.to-win.from)/w.opts.StaleInstanceThreshold)
 		}
 	}
 	return n
