@@ -28,6 +28,9 @@ type params struct {
 	txAppends  int // transactional appends (PostgreSQL)
 	generation bool
 	jumpMax    time.Duration
+	// focus, when set, makes every instance fault one kind (see
+	// Config.Focus) and leaves hung events out; one seed in four draws one.
+	focus string
 }
 
 // between returns a duration drawn uniformly in [lo, hi].
@@ -56,6 +59,9 @@ func newParams(rng *rand.Rand, backend string, short bool) params {
 		requeues:   rng.IntN(3),
 		retire:     rng.IntN(4) == 0,
 		generation: rng.IntN(4) == 0,
+	}
+	if rng.IntN(4) == 0 {
+		p.focus = pick(rng, "lock", "lock", "block", "crash", "fail", "jump", "stop")
 	}
 	if backend == Postgres {
 		p.step = time.Millisecond
@@ -129,6 +135,9 @@ func describeOptions(o core.Options, p params) string {
 	if o.Completion == core.CompletionInstant {
 		completion = "instant"
 	}
+	if p.focus != "" {
+		fmt.Fprintf(&b, "focus=%s ", p.focus)
+	}
 	fmt.Fprintf(&b, "instances=%d phase=%s gap=%s clean=%d dirty=%d imports=%d faultP=%.2f episodes=%d rebuilds=%d requeues=%d retire=%t tx=%d generation=%t\n",
 		p.instances, p.faultPhase, p.appendGap, p.clean, p.dirty, p.imports, p.faultP, p.episodes, p.rebuilds, p.requeues, p.retire, p.txAppends, p.generation)
 	fmt.Fprintf(&b, "completion=%s attempts=%d stale=%s heartbeat=%s lease=%s applyTimeout=%s grace=%s claim=%s/%s poll=%s/%s window=%s/%s batch=%d cache=%d fetchMax=%d\n",
@@ -152,5 +161,9 @@ func shape(o core.Options, p params) string {
 	if o.Rewind.Disabled {
 		rewinds = "off"
 	}
-	return fmt.Sprintf("%s rewinds=%s cache=%d instances=%d episodes=%d rebuilds=%d retire=%t", completion, rewinds, o.ModelCacheSize, p.instances, p.episodes, p.rebuilds, p.retire)
+	focus := ""
+	if p.focus != "" {
+		focus = " focus=" + p.focus
+	}
+	return fmt.Sprintf("%s rewinds=%s cache=%d instances=%d episodes=%d rebuilds=%d retire=%t%s", completion, rewinds, o.ModelCacheSize, p.instances, p.episodes, p.rebuilds, p.retire, focus)
 }

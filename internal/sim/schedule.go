@@ -121,7 +121,7 @@ func (w *world) schedule() []op {
 	for range w.p.episodes {
 		at := between(rng, F/10, F*85/100)
 		k := rng.IntN(10)
-		if f, ok := focusKinds[w.cfg.Focus]; ok {
+		if f, ok := focusKinds[w.p.focus]; ok {
 			k = f
 		}
 		switch {
@@ -223,7 +223,7 @@ func (w *world) drawFault(typ string) eventFault {
 			// Sometimes as many lost connections as attempts: an event
 			// charged for them would be dead-lettered.
 			return eventFault{Kind: writeTransient, Persp: gamma, Times: pick(rng, some(), some(), attempts), Inst: -1}
-		case k < 9 || w.cfg.Focus != "":
+		case k < 9 || w.p.focus != "":
 			return eventFault{Kind: writePoison, Persp: gamma, Inst: -1}
 		default:
 			return eventFault{Kind: writeHang, Persp: gamma, Times: maybe(), Inst: -1}
@@ -232,7 +232,7 @@ func (w *world) drawFault(typ string) eventFault {
 	// A focused run has no hung events: they hold drain consumers, which
 	// hides how long the instance faults delay the other events.
 	hangs := 2
-	if w.cfg.Focus != "" {
+	if w.p.focus != "" {
 		hangs = 0
 	}
 	switch k := rng.IntN(20 - 2 + hangs); {
