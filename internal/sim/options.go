@@ -33,6 +33,13 @@ type params struct {
 	focus string
 }
 
+// focused makes the seed's instance fault the only disturbance of the
+// fault phase: one episode, no rebuild and no retirement, so that the
+// events appended after it are held to the quiet bound.
+func (p *params) focused() {
+	p.episodes, p.rebuilds, p.retire = 1, 0, false
+}
+
 // between returns a duration drawn uniformly in [lo, hi].
 func between(rng *rand.Rand, lo, hi time.Duration) time.Duration {
 	if hi <= lo {
@@ -62,6 +69,9 @@ func newParams(rng *rand.Rand, backend string, short bool) params {
 	}
 	if rng.IntN(4) == 0 {
 		p.focus = pick(rng, "lock", "lock", "block", "crash", "fail", "jump", "stop")
+	}
+	if p.focus != "" {
+		p.focused()
 	}
 	if backend == Postgres {
 		p.step = time.Millisecond

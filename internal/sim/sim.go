@@ -229,6 +229,7 @@ func Run(t testing.TB, cfg Config) *Result {
 	p := newParams(rng, cfg.Backend, cfg.Short)
 	if cfg.Focus != "" {
 		p.focus = cfg.Focus
+		p.focused()
 	}
 	if cfg.Calm {
 		p.episodes, p.rebuilds, p.requeues, p.retire, p.faultP, p.txAppends = 0, 0, 0, false, 0, 0
