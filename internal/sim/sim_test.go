@@ -30,7 +30,7 @@ var (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.WrapMain(m)) }
 
-// TestSim runs the simulator: by default a smoke run (a few short memory
+// TestSim runs the simulator: by default a smoke run (two short memory
 // seeds and one PostgreSQL seed), or what the flags ask for. Every seed is
 // printed to stdout; a failing one prints its violations, its trace and the
 // command that replays it.
@@ -62,7 +62,7 @@ func TestSim(t *testing.T) {
 				runSeed(t, backend, freshSeed(t), false)
 			}
 		default:
-			smoke := map[string]int{sim.Memory: 3, sim.Postgres: 1}[backend]
+			smoke := map[string]int{sim.Memory: 2, sim.Postgres: 1}[backend]
 			for range smoke {
 				runSeed(t, backend, freshSeed(t), true)
 			}
