@@ -39,6 +39,7 @@ func runEngineStages(t *testing.T, newBackend NewBackendFunc) {
 		"RetiredPerspectiveGetsNoWork":               func(t *testing.T) { testRetire(t, newBackend) },
 		"UnknownPerspectiveLoggedOncePerPerspective": func(t *testing.T) { testUnknownPerspectiveLog(t, newBackend) },
 		"LateEventStoredDuringASaveSurvivesACrash":   func(t *testing.T) { testLateDuringSave(t, newBackend) },
+		"RebuildFiresPrePerspectiveOfANewEvent":      func(t *testing.T) { testRebuildFiresPrePerspective(t, newBackend) },
 	})
 }
 
@@ -938,4 +939,58 @@ func testLateDuringSave(t *testing.T, newBackend NewBackendFunc) {
 		return slices.Equal(modelVersions(t, first, stream, "alpha"), seq(1, 4)) && rewindClear(t, first, stream, "alpha")
 	})
 	require.Equal(t, 1, log.count("alpha", stream, 3), "the late event was applied once")
+}
+
+// testRebuildFiresPrePerspective: a rebuild replays every event up to its
+// pair's position, a late event stored below it that no perspective applied
+// yet among them. The rebuild is that event's first apply: PrePerspective
+// fires before it, once, and not for the events applied before.
+func testRebuildFiresPrePerspective(t *testing.T, newBackend NewBackendFunc) {
+	open := newBackend(t)
+	b := open(t)
+	requireRewindStore(t, b)
+	if b.Lifecycle == nil {
+		t.Skip("adapter does not implement ports.LifecycleStore")
+	}
+	log := &stageLog{}
+	var early atomic.Int64 // applies of an event whose PrePerspective had not fired
+	pr := newProgress()
+	registry := func() *core.Registry {
+		reg := newRegistry(t, trailPerspective(t, "alpha", nil, func(e ports.Event, _ tick) error {
+			if log.count(core.PrePerspective, "", e.ID) == 0 {
+				early.Add(1)
+			}
+			return nil
+		}))
+		require.NoError(t, core.AddReceptor(reg, core.PrePerspective, core.Inline, func(_ context.Context, _ tick, info core.StageInfo) error {
+			log.add(core.PrePerspective, "", info.Event.ID)
+			pr.poke()
+			return nil
+		}))
+		return reg
+	}
+	o := lifecycleOptions()
+	o.Hooks = pr.hooks(core.Hooks{})
+	reg := registry()
+	w := startWorker(t, open(t), reg, o)
+	stream := uuid.Must(uuid.NewV7())
+	appendNew(t, b, stream, explicit(t, reg, map[int64]tick{1: {N: 1}, 3: {N: 3}}))
+	pr.waitUntil(t, "the first events applied and completed", func() bool {
+		return len(modelVersions(t, b, stream, "alpha")) == 2 && mustCursor(t, b, stream, "alpha").LastVersion == 3
+	})
+	stopWorker(t, w)
+
+	// A late event while no worker runs: only the rebuild applies it.
+	late, err := reg.Encode(tick{N: 2})
+	require.NoError(t, err)
+	late.ID, late.Version = uuid.Must(uuid.NewV7()), 2
+	appendNew(t, b, stream, []ports.NewEvent{late})
+	rebuilder, err := core.New(open(t), registry(), &o)
+	require.NoError(t, err)
+	_, err = rebuilder.Rebuild(t.Context(), "alpha", stream)
+	require.NoError(t, err)
+	require.Equal(t, []int64{1, 2, 3}, modelVersions(t, b, stream, "alpha"), "the rebuild replayed the late event")
+	require.Zero(t, early.Load(), "no event applied before its PrePerspective fired")
+	require.Equal(t, 1, log.count(core.PrePerspective, "", late.ID), "PrePerspective of the late event fired once")
+	require.Equal(t, 3, log.total(core.PrePerspective), "PrePerspective of the events applied before did not fire again")
 }

@@ -143,16 +143,21 @@ func (r *replayRun) events(ctx context.Context) (toReplay, toFire []ports.Event,
 	return toReplay, toFire, nil
 }
 
-// apply runs the PrePerspective stage of the pending events, then applies
-// every event to replay in order under the apply monitor, taking snapshots
-// on the way.
+// apply runs the PrePerspective stage of the pending events, and of the
+// other events to replay that no perspective applied yet (see
+// lifecycle.firstApplies), then applies every event to replay in order
+// under the apply monitor, taking snapshots on the way.
 func (r *replayRun) apply(ctx context.Context, toReplay, toFire []ports.Event, abandon abandonFunc) error {
 	rw := r.rw
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	watch := rw.monitor.watch(r.key, cancel, abandon)
 	defer watch.done()
-	if err := rw.life.prePerspective(actx, toFire); err != nil {
+	pre, err := rw.life.firstApplies(actx, toReplay, toFire)
+	if err != nil {
+		return err
+	}
+	if err := rw.life.prePerspective(actx, pre); err != nil {
 		return err
 	}
 	fresh := make(map[uuid.UUID]bool, len(toFire))

@@ -1,10 +1,12 @@
 package core
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -381,6 +383,52 @@ func (l *lifecycle) prePerspective(ctx context.Context, events []ports.Event) er
 	defer release()
 	_, err = l.run(ctx, PrePerspective, "", events)
 	return err
+}
+
+// firstApplies returns the events a replay applies for the first time
+// anywhere, for their PrePerspective stage: fresh (its pending rows), and
+// those of replayed that not every perspective applied yet. A replay goes
+// up to its pair's position, so it also applies events below it that no
+// drain did: a late event whose row it did not fetch (stored since, or
+// leased elsewhere), an event its perspective passed over while retired
+// that the others have not applied yet. The claim passes over those whose
+// stage completed (another perspective applied them); the events every
+// perspective applied are left out, so that a rebuild never fires the
+// stage for history (events applied before a receptor was added).
+func (l *lifecycle) firstApplies(ctx context.Context, replayed, fresh []ports.Event) ([]ports.Event, error) {
+	if !l.reg.hasReceptors(PrePerspective) || l.backend.Lifecycle == nil || len(replayed) == len(fresh) {
+		return fresh, nil
+	}
+	known := make(map[uuid.UUID]bool, len(fresh))
+	for _, e := range fresh {
+		known[e.ID] = true
+	}
+	var rest []ports.Event
+	for _, e := range replayed {
+		if !known[e.ID] {
+			rest = append(rest, e)
+		}
+	}
+	if len(rest) == 0 {
+		return fresh, nil
+	}
+	ready, err := l.ready(ctx, rest)
+	if err != nil {
+		return nil, fmt.Errorf("checking which replayed events every perspective applied: %w", err)
+	}
+	applied := make(map[uuid.UUID]bool, len(ready))
+	for _, e := range ready {
+		applied[e.ID] = true
+	}
+	out := slices.Clone(fresh)
+	for _, e := range rest {
+		if !applied[e.ID] {
+			out = append(out, e)
+		}
+	}
+	// In stream order, as the stage fires for a drain's batch.
+	slices.SortFunc(out, func(a, b ports.Event) int { return cmp.Compare(a.Version, b.Version) })
+	return out, nil
 }
 
 // postPerspective runs PostPerspective for events a perspective saved, or
