@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -40,6 +41,7 @@ func runEngineStages(t *testing.T, newBackend NewBackendFunc) {
 		"UnknownPerspectiveLoggedOncePerPerspective": func(t *testing.T) { testUnknownPerspectiveLog(t, newBackend) },
 		"LateEventStoredDuringASaveSurvivesACrash":   func(t *testing.T) { testLateDuringSave(t, newBackend) },
 		"RebuildFiresPrePerspectiveOfANewEvent":      func(t *testing.T) { testRebuildFiresPrePerspective(t, newBackend) },
+		"StageRecordedAfterATransientFailure":        func(t *testing.T) { testStageCompleteRetried(t, newBackend) },
 	})
 }
 
@@ -993,4 +995,62 @@ func testRebuildFiresPrePerspective(t *testing.T, newBackend NewBackendFunc) {
 	require.Zero(t, early.Load(), "no event applied before its PrePerspective fired")
 	require.Equal(t, 1, log.count(core.PrePerspective, "", late.ID), "PrePerspective of the late event fired once")
 	require.Equal(t, 3, log.total(core.PrePerspective), "PrePerspective of the events applied before did not fire again")
+}
+
+// testStageCompleteRetried: recording a stage completed fails once with a
+// transient error, before it reaches the backend. The record is retried:
+// every stage fires once, PostLifecycle included (it waits for a recorded
+// PostAllPerspectives), and every stage is recorded completed.
+func testStageCompleteRetried(t *testing.T, newBackend NewBackendFunc) {
+	open := newBackend(t)
+	b := open(t)
+	if b.Lifecycle == nil {
+		t.Skip("adapter does not implement ports.LifecycleStore")
+	}
+	log := &stageLog{}
+	var violations atomic.Int64
+	reg := newRegistry(t, trailPerspective(t, "alpha", nil, nil))
+	addStageReceptors(t, reg, b, log, []string{"alpha"}, &violations)
+	failing := map[ports.LifecycleStage]*atomic.Bool{}
+	for _, st := range []ports.LifecycleStage{ports.StagePrePerspective, ports.StagePostPerspective, ports.StagePostAllPerspectives, ports.StagePostLifecycle} {
+		failing[st] = &atomic.Bool{}
+		failing[st].Store(true)
+	}
+	a := b
+	a.Lifecycle = flakyLifecycle{LifecycleStore: b.Lifecycle, failing: failing}
+	w := startWorker(t, a, reg, lifecycleOptions())
+	stream := uuid.Must(uuid.NewV7())
+	res, err := reg.Append(t.Context(), b.Events, stream, 0, tick{N: 1})
+	require.NoError(t, err)
+	id := res.Events[0].ID
+	require.Eventually(t, func() bool { return log.count(core.PostLifecycle, "", id) > 0 }, scenarioTimeout, 5*time.Millisecond,
+		"PostLifecycle fired although recording PostAllPerspectives failed once")
+	waitLifecycle(t, w)
+	for _, st := range []struct {
+		stage       core.Stage
+		perspective string
+	}{{core.PrePerspective, ""}, {core.PostPerspective, "alpha"}, {core.PostAllPerspectives, ""}, {core.PostLifecycle, ""}} {
+		require.Equal(t, 1, log.count(st.stage, st.perspective, id), "%s fired once", st.stage)
+	}
+	for st, f := range failing {
+		require.False(t, f.Load(), "recording stage %d failed once", st)
+	}
+	stages, err := b.Lifecycle.LifecycleStages(t.Context(), &ports.LifecycleStagesParams{EventIDs: []uuid.UUID{id}})
+	require.NoError(t, err)
+	require.Equal(t, ports.StagePrePerspective|ports.StagePostAllPerspectives|ports.StagePostLifecycle, stages[id], "every stage recorded completed")
+	require.Zero(t, violations.Load())
+}
+
+// flakyLifecycle fails the first LifecycleComplete of each stage in failing
+// with a transient error, before it reaches the backend.
+type flakyLifecycle struct {
+	ports.LifecycleStore
+	failing map[ports.LifecycleStage]*atomic.Bool
+}
+
+func (l flakyLifecycle) LifecycleComplete(ctx context.Context, p *ports.LifecycleCompleteParams) error {
+	if f := l.failing[p.Stage]; f != nil && f.CompareAndSwap(true, false) {
+		return fmt.Errorf("recording stage %d: connection reset: %w", p.Stage, ports.ErrTransient)
+	}
+	return l.LifecycleStore.LifecycleComplete(ctx, p)
 }

@@ -200,9 +200,13 @@ func (l *lifecycle) claimInMemory(events []ports.Event, durable ports.LifecycleS
 	return out
 }
 
-// complete records the claimed stages done. A failure is logged: the
-// stages stay claimed and run again once the claim is taken over (at least
-// once).
+// complete records the claimed stages done. A transient failure is
+// retried with the claim's backoff until the record lands or the
+// lifecycle's work ends (see taskContext), whatever becomes of ctx: the
+// stage ran, and a claim left open would be taken up and the stage run
+// again (or, for a terminal stage, PostLifecycle would wait for the
+// reconciliation). Any other failure is logged: the stages stay claimed
+// and run again once the claim is taken over (at least once).
 func (l *lifecycle) complete(ctx context.Context, keys []stageKey) {
 	if len(keys) == 0 {
 		return
@@ -213,14 +217,32 @@ func (l *lifecycle) complete(ctx context.Context, keys []stageKey) {
 	for i, k := range keys {
 		ids[i] = k.event
 	}
-	err := l.backend.Lifecycle.LifecycleComplete(context.WithoutCancel(ctx), &ports.LifecycleCompleteParams{
-		EventIDs: ids, Stage: k0.stage, Perspective: k0.perspective, InstanceID: l.opts.InstanceID, Now: l.paramNow(),
-	})
-	if err != nil {
+	tctx, cancel := l.taskContext(ctx)
+	defer cancel()
+	b := retry.Backoff{Initial: stageClaimBackoff, Max: stageClaimBackoff << stageClaimRetries, Multiplier: 2}
+	for try := 0; ; try++ {
+		err := l.backend.Lifecycle.LifecycleComplete(tctx, &ports.LifecycleCompleteParams{
+			EventIDs: ids, Stage: k0.stage, Perspective: k0.perspective, InstanceID: l.opts.InstanceID, Now: l.paramNow(),
+		})
+		if err == nil {
+			l.faults.ok(ctx, "recording lifecycle stages")
+			return
+		}
+		if tctx.Err() != nil {
+			return
+		}
 		l.faults.fail(ctx, "recording lifecycle stages", err, slog.Int("events", len(ids)))
-		return
+		if !errors.Is(err, ports.ErrTransient) {
+			return
+		}
+		t := l.clock.NewTimer(b.Delay(try))
+		select {
+		case <-tctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
 	}
-	l.faults.ok(ctx, "recording lifecycle stages")
 }
 
 func (l *lifecycle) release(keys []stageKey) {
