@@ -289,17 +289,20 @@ func (l *lifecycle) run(ctx context.Context, stage Stage, perspective string, ev
 	return won, nil
 }
 
-// Retries of a PostPerspective claim that failed: nothing else would run
-// the stage of events whose model is saved, so a short outage is waited
-// out in place.
+// The backoff of a stage's claim or record that failed with a transient
+// error: from stageClaimBackoff, doubling up to stageClaimBackoff <<
+// stageClaimRetries.
 const (
 	stageClaimRetries = 5
 	stageClaimBackoff = 100 * time.Millisecond
 )
 
 // runRetried is run, retrying a claim that failed with ports.ErrTransient
-// up to stageClaimRetries times with a doubling backoff on the worker's
-// clock.
+// with a doubling backoff on the worker's clock until it goes through or
+// ctx ends: nothing else would run the stage of events whose model is
+// saved (their rows complete), so an outage is waited out in place, however
+// long. Callers pass a context that ends with the lifecycle's work (see
+// taskContext). Any other error gives up on the stage, logged.
 func (l *lifecycle) runRetried(ctx context.Context, stage Stage, perspective string, events []ports.Event) {
 	b := retry.Backoff{Initial: stageClaimBackoff, Max: stageClaimBackoff << stageClaimRetries, Multiplier: 2}
 	for try := 0; ; try++ {
@@ -308,9 +311,8 @@ func (l *lifecycle) runRetried(ctx context.Context, stage Stage, perspective str
 			return
 		}
 		l.claimFailed(ctx, stage, err)
-		if !errors.Is(err, ports.ErrTransient) || try == stageClaimRetries {
-			// Once per stage and faultSummaryEvery: an outage gives up on
-			// the stage of every batch.
+		if !errors.Is(err, ports.ErrTransient) {
+			// Once per stage and faultSummaryEvery.
 			name := stageName(stage, perspective)
 			l.faults.recur(ctx, recurrence{
 				key: "giving up on " + name, every: faultSummaryEvery, level: slog.LevelError, countKey: "events", op: "claiming lifecycle stages",
