@@ -42,6 +42,7 @@ func runEngineStages(t *testing.T, newBackend NewBackendFunc) {
 		"LateEventStoredDuringASaveSurvivesACrash":   func(t *testing.T) { testLateDuringSave(t, newBackend) },
 		"RebuildFiresPrePerspectiveOfANewEvent":      func(t *testing.T) { testRebuildFiresPrePerspective(t, newBackend) },
 		"StageRecordedAfterATransientFailure":        func(t *testing.T) { testStageCompleteRetried(t, newBackend) },
+		"PrePerspectiveClaimedElsewhereIsAwaited":    func(t *testing.T) { testPrePerspectiveAwaited(t, newBackend) },
 	})
 }
 
@@ -1053,4 +1054,79 @@ func (l flakyLifecycle) LifecycleComplete(ctx context.Context, p *ports.Lifecycl
 		return fmt.Errorf("recording stage %d: connection reset: %w", p.Stage, ports.ErrTransient)
 	}
 	return l.LifecycleStore.LifecycleComplete(ctx, p)
+}
+
+// testPrePerspectiveAwaited: another live instance claimed the
+// PrePerspective stage of an event (it drained the stream before, and is
+// slow or crashed running the stage). The instance that drains the stream
+// now applies nothing until that stage is recorded completed, and does not
+// run it again.
+func testPrePerspectiveAwaited(t *testing.T, newBackend NewBackendFunc) {
+	open := newBackend(t)
+	b := open(t)
+	if b.Lifecycle == nil {
+		t.Skip("adapter does not implement ports.LifecycleStore")
+	}
+	// The other instance is live but passive: it holds no stream.
+	other := &instance{id: newID(t), b: b}
+	other.heartbeatAs(t, time.Now(), true)
+	var completed, early atomic.Bool
+	log := &stageLog{}
+	reg := newRegistry(t, trailPerspective(t, "alpha", nil, func(ports.Event, tick) error {
+		if !completed.Load() {
+			early.Store(true)
+		}
+		return nil
+	}))
+	require.NoError(t, core.AddReceptor(reg, core.PrePerspective, core.Inline, func(_ context.Context, _ tick, info core.StageInfo) error {
+		log.add(core.PrePerspective, "", info.Event.ID)
+		return nil
+	}))
+	stream := uuid.Must(uuid.NewV7())
+	ne, err := reg.Encode(tick{N: 1})
+	require.NoError(t, err)
+	ne.ID = uuid.Must(uuid.NewV7())
+	won, err := b.Lifecycle.LifecycleClaim(t.Context(), &ports.LifecycleClaimParams{
+		EventIDs: []uuid.UUID{ne.ID}, Stage: ports.StagePrePerspective, InstanceID: other.id, StaleThreshold: staleThreshold, Now: time.Now(),
+	})
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{ne.ID}, won)
+
+	claims := make(chan struct{}, 100)
+	a := b
+	a.Lifecycle = countedClaims{LifecycleStore: b.Lifecycle, stage: ports.StagePrePerspective, claims: claims}
+	pr := newProgress()
+	o := lifecycleOptions()
+	o.Hooks = pr.hooks(core.Hooks{})
+	startWorker(t, a, reg, o)
+	appendNew(t, b, stream, []ports.NewEvent{ne})
+	waitFor(t, "a claim of the stage", claims)
+	waitFor(t, "a second claim of the stage: the instance waits", claims)
+	require.Nil(t, modelVersions(t, b, stream, "alpha"), "nothing applied while the stage is claimed elsewhere")
+
+	completed.Store(true)
+	require.NoError(t, b.Lifecycle.LifecycleComplete(t.Context(), &ports.LifecycleCompleteParams{
+		EventIDs: []uuid.UUID{ne.ID}, Stage: ports.StagePrePerspective, InstanceID: other.id, Now: time.Now(),
+	}))
+	pr.waitUntil(t, "the event applied", func() bool { return len(modelVersions(t, b, stream, "alpha")) == 1 })
+	require.False(t, early.Load(), "the event was applied after its PrePerspective completed")
+	require.Zero(t, log.count(core.PrePerspective, "", ne.ID), "the stage ran on the other instance only")
+}
+
+// countedClaims sends on claims after each LifecycleClaim of stage.
+type countedClaims struct {
+	ports.LifecycleStore
+	stage  ports.LifecycleStage
+	claims chan<- struct{}
+}
+
+func (l countedClaims) LifecycleClaim(ctx context.Context, p *ports.LifecycleClaimParams) ([]uuid.UUID, error) {
+	won, err := l.LifecycleStore.LifecycleClaim(ctx, p)
+	if p.Stage == l.stage {
+		select {
+		case l.claims <- struct{}{}:
+		default:
+		}
+	}
+	return won, err
 }

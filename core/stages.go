@@ -393,7 +393,8 @@ func (l *lifecycle) callReceptor(ctx context.Context, rc receptor, decoded any, 
 // applied. The perspectives of a stream, drained in parallel, each ask for
 // the stage of the events they apply: one runs it while the others wait,
 // then finds it done, so that it runs once per event and before any
-// perspective applies the event. A failed claim is returned: the caller
+// perspective applies the event. A stage another instance claimed is
+// waited for in the same way (see runAwaited). A failed claim is returned: the caller
 // applies nothing and retries the pair later, as for any backend error, so
 // the stage still runs first (another perspective may run it meanwhile).
 func (l *lifecycle) prePerspective(ctx context.Context, events []ports.Event) error {
@@ -405,8 +406,57 @@ func (l *lifecycle) prePerspective(ctx context.Context, events []ports.Event) er
 		return err
 	}
 	defer release()
-	_, err = l.run(ctx, PrePerspective, "", events)
-	return err
+	return l.runAwaited(ctx, PrePerspective, events)
+}
+
+// runAwaited is run for a per-event stage, which then waits for the events
+// whose stage another claim holds (another instance that drained the
+// stream before, or one that crashed running it and is not stale yet)
+// until the stage is recorded completed, or until the claim is taken over
+// (its instance stale) and the stage runs here, or ctx ends (its error is
+// returned). So the stage has run, here or elsewhere, when it returns nil.
+func (l *lifecycle) runAwaited(ctx context.Context, stage Stage, events []ports.Event) error {
+	store := l.backend.Lifecycle
+	b := retry.Backoff{Initial: stageClaimBackoff, Max: stageClaimBackoff << stageClaimRetries, Multiplier: 2}
+	pending := events
+	for try := 0; ; try++ {
+		won, err := l.run(ctx, stage, "", pending)
+		if err != nil || store == nil || len(won) == len(pending) {
+			return err
+		}
+		ran := make(map[uuid.UUID]bool, len(won))
+		for _, e := range won {
+			ran[e.ID] = true
+		}
+		ids := make([]uuid.UUID, 0, len(pending)-len(won))
+		for _, e := range pending {
+			if !ran[e.ID] {
+				ids = append(ids, e.ID)
+			}
+		}
+		done, err := store.LifecycleStages(ctx, &ports.LifecycleStagesParams{EventIDs: ids})
+		if err != nil {
+			return fmt.Errorf("reading lifecycle stages: %w", err)
+		}
+		durable := durableStage(stage)
+		held := pending[:0:0]
+		for _, e := range pending {
+			if !ran[e.ID] && done[e.ID]&durable == 0 {
+				held = append(held, e)
+			}
+		}
+		if len(held) == 0 {
+			return nil
+		}
+		pending = held
+		t := l.clock.NewTimer(b.Delay(try))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return context.Cause(ctx)
+		case <-t.C():
+		}
+	}
 }
 
 // firstApplies returns the events a replay applies for the first time
