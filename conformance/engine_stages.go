@@ -43,6 +43,7 @@ func runEngineStages(t *testing.T, newBackend NewBackendFunc) {
 		"RebuildFiresPrePerspectiveOfANewEvent":      func(t *testing.T) { testRebuildFiresPrePerspective(t, newBackend) },
 		"StageRecordedAfterATransientFailure":        func(t *testing.T) { testStageCompleteRetried(t, newBackend) },
 		"PrePerspectiveClaimedElsewhereIsAwaited":    func(t *testing.T) { testPrePerspectiveAwaited(t, newBackend) },
+		"PostPerspectiveOfADeadInstanceTakenOver":    func(t *testing.T) { testPostPerspectiveTakenOver(t, newBackend) },
 	})
 }
 
@@ -1129,4 +1130,57 @@ func (l countedClaims) LifecycleClaim(ctx context.Context, p *ports.LifecycleCla
 		}
 	}
 	return won, err
+}
+
+// testPostPerspectiveTakenOver: an instance claimed the PostPerspective
+// stage of an event and died before recording it (its rows were not
+// completed either, so the event is delivered again). The instance that
+// applies the event now waits for that claim while the dead instance still
+// counts as live, takes it over once it is stale, and runs the stage: it
+// is not passed over for good.
+func testPostPerspectiveTakenOver(t *testing.T, newBackend NewBackendFunc) {
+	open := newBackend(t)
+	b := open(t)
+	if b.Lifecycle == nil {
+		t.Skip("adapter does not implement ports.LifecycleStore")
+	}
+	other := &instance{id: newID(t), b: b}
+	other.heartbeatAs(t, time.Now(), true)
+	log := &stageLog{}
+	pr := newProgress()
+	reg := newRegistry(t, trailPerspective(t, "alpha", nil, nil))
+	require.NoError(t, core.AddReceptor(reg, core.PostPerspective, core.Inline, func(_ context.Context, _ tick, info core.StageInfo) error {
+		log.add(core.PostPerspective, info.Perspective, info.Event.ID)
+		pr.poke()
+		return nil
+	}))
+	stream := uuid.Must(uuid.NewV7())
+	ne, err := reg.Encode(tick{N: 1})
+	require.NoError(t, err)
+	ne.ID = uuid.Must(uuid.NewV7())
+	won, err := b.Lifecycle.LifecycleClaim(t.Context(), &ports.LifecycleClaimParams{
+		EventIDs: []uuid.UUID{ne.ID}, Stage: ports.StagePostPerspective, Perspective: "alpha", InstanceID: other.id,
+		StaleThreshold: staleThreshold, Now: time.Now(),
+	})
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{ne.ID}, won)
+
+	claims := make(chan struct{}, 100)
+	a := b
+	a.Lifecycle = countedClaims{LifecycleStore: b.Lifecycle, stage: ports.StagePostPerspective, claims: claims}
+	o := lifecycleOptions()
+	clock := clocktest.NewOffset()
+	o.Clock = clock
+	o.Hooks = pr.hooks(core.Hooks{})
+	startWorker(t, a, reg, o)
+	appendNew(t, b, stream, []ports.NewEvent{ne})
+	waitFor(t, "a claim of the stage", claims)
+	waitFor(t, "a second claim of the stage: the instance waits", claims)
+	require.Zero(t, log.count(core.PostPerspective, "alpha", ne.ID), "the stage claimed by a live instance is not run here")
+
+	// The other instance's heartbeat goes stale.
+	clock.Jump(10 * o.StaleInstanceThreshold)
+	pr.waitUntil(t, "the stage taken over", func() bool { return log.count(core.PostPerspective, "alpha", ne.ID) > 0 })
+	require.Equal(t, 1, log.count(core.PostPerspective, "alpha", ne.ID), "the stage ran once")
+	require.Equal(t, []int64{1}, modelVersions(t, b, stream, "alpha"))
 }

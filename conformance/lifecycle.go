@@ -310,6 +310,22 @@ func runLifecycle(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			}, got, "claimed stages, PostPerspective and events without stages, known or not, are left out")
 			require.Empty(t, stagesOf(t, tb.backend))
 		},
+		"ReportsPostPerspectiveOfTheAskedPerspective": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			in := tb.instances(t, 1)[0]
+			in.heartbeat(t, at(0))
+			ids := eventIDs(appendN(t, tb.backend, newID(t), at(0), eventType, 3))
+			in.completeStageOf(t, at(time.Second), ports.StagePostPerspective, perspective, ids[0])
+			in.completeStage(t, at(time.Second), ports.StagePrePerspective, ids[0])
+			in.completeStageOf(t, at(time.Second), ports.StagePostPerspective, "other", ids[1])
+			in.claimStageOf(t, at(time.Second), ports.StagePostPerspective, perspective, ids[2])
+
+			got, err := tb.backend.Lifecycle.LifecycleStages(t.Context(), &ports.LifecycleStagesParams{EventIDs: ids, Perspective: perspective})
+			require.NoError(t, err)
+			require.Equal(t, map[uuid.UUID]ports.LifecycleStage{
+				ids[0]: ports.StagePrePerspective | ports.StagePostPerspective,
+			}, got, "PostPerspective of another perspective, or only claimed, is left out")
+		},
 	})
 
 	optionalGroup(t, "LifecycleReady", port, implemented, map[string]func(t *testing.T){

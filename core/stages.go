@@ -35,9 +35,10 @@ type lifecycle struct {
 	memMu    sync.Mutex
 	memGuard map[stageKey]struct{}
 
-	// running holds the stages this process claimed and has not completed.
+	// running holds the stages this process claimed and has not completed,
+	// each with a channel closed once it is released.
 	runMu   sync.Mutex
-	running map[stageKey]struct{}
+	running map[stageKey]chan struct{}
 
 	// streams serializes the PrePerspective stages of each stream (keyed
 	// by stream alone), which its perspectives ask for in parallel.
@@ -63,7 +64,7 @@ type stageKey struct {
 func newLifecycle(e *engine, c *completer, scopes *scopeCache) *lifecycle {
 	done := make(chan struct{})
 	close(done)
-	return &lifecycle{engine: e, completer: c, scopes: scopes, memGuard: map[stageKey]struct{}{}, running: map[stageKey]struct{}{}, streams: newGates(), lastTask: done}
+	return &lifecycle{engine: e, completer: c, scopes: scopes, memGuard: map[stageKey]struct{}{}, running: map[stageKey]chan struct{}{}, streams: newGates(), lastTask: done}
 }
 
 // start sets work, the context whose end, and only that, ends the stages
@@ -142,7 +143,7 @@ func (l *lifecycle) claim(ctx context.Context, events []ports.Event, stage Stage
 		if _, dup := byID[e.ID]; dup {
 			continue
 		}
-		l.running[k] = struct{}{}
+		l.running[k] = make(chan struct{})
 		keys = append(keys, k)
 		ids = append(ids, e.ID)
 		byID[e.ID] = e
@@ -251,7 +252,10 @@ func (l *lifecycle) release(keys []stageKey) {
 	}
 	l.runMu.Lock()
 	for _, k := range keys {
-		delete(l.running, k)
+		if done, ok := l.running[k]; ok {
+			close(done)
+			delete(l.running, k)
+		}
 	}
 	l.runMu.Unlock()
 }
@@ -297,7 +301,7 @@ const (
 	stageClaimBackoff = 100 * time.Millisecond
 )
 
-// runRetried is run, retrying a claim that failed with ports.ErrTransient
+// runRetried is runAwaited, retrying a claim that failed with ports.ErrTransient
 // with a doubling backoff on the worker's clock until it goes through or
 // ctx ends: nothing else would run the stage of events whose model is
 // saved (their rows complete), so an outage is waited out in place, however
@@ -306,7 +310,7 @@ const (
 func (l *lifecycle) runRetried(ctx context.Context, stage Stage, perspective string, events []ports.Event) {
 	b := retry.Backoff{Initial: stageClaimBackoff, Max: stageClaimBackoff << stageClaimRetries, Multiplier: 2}
 	for try := 0; ; try++ {
-		_, err := l.run(ctx, stage, perspective, events)
+		err := l.runAwaited(ctx, stage, perspective, events)
 		if err == nil || ctx.Err() != nil {
 			return
 		}
@@ -406,21 +410,28 @@ func (l *lifecycle) prePerspective(ctx context.Context, events []ports.Event) er
 		return err
 	}
 	defer release()
-	return l.runAwaited(ctx, PrePerspective, events)
+	return l.runAwaited(ctx, PrePerspective, "", events)
 }
 
-// runAwaited is run for a per-event stage, which then waits for the events
-// whose stage another claim holds (another instance that drained the
-// stream before, or one that crashed running it and is not stale yet)
-// until the stage is recorded completed, or until the claim is taken over
-// (its instance stale) and the stage runs here, or ctx ends (its error is
-// returned). So the stage has run, here or elsewhere, when it returns nil.
-func (l *lifecycle) runAwaited(ctx context.Context, stage Stage, events []ports.Event) error {
+// runAwaited is run, which then waits for the events whose stage another
+// claim holds (another instance that drained the stream before, or one
+// that crashed running it and is not stale yet; another run of this
+// process) until the stage is recorded completed, or until the claim is
+// taken over (its instance stale) and the stage runs here, or ctx ends
+// (its cause is returned). So the stage has run, here or elsewhere, when
+// it returns nil. perspective is set for PostPerspective only.
+func (l *lifecycle) runAwaited(ctx context.Context, stage Stage, perspective string, events []ports.Event) error {
 	store := l.backend.Lifecycle
 	b := retry.Backoff{Initial: stageClaimBackoff, Max: stageClaimBackoff << stageClaimRetries, Multiplier: 2}
+	durable := durableStage(stage)
 	pending := events
 	for try := 0; ; try++ {
-		won, err := l.run(ctx, stage, "", pending)
+		// A run of this process is waited for until it ends: the claim
+		// would pass over its events.
+		if err := l.awaitRuns(ctx, durable, perspective, pending); err != nil {
+			return err
+		}
+		won, err := l.run(ctx, stage, perspective, pending)
 		if err != nil || store == nil || len(won) == len(pending) {
 			return err
 		}
@@ -434,21 +445,25 @@ func (l *lifecycle) runAwaited(ctx context.Context, stage Stage, events []ports.
 				ids = append(ids, e.ID)
 			}
 		}
-		done, err := store.LifecycleStages(ctx, &ports.LifecycleStagesParams{EventIDs: ids})
+		done, err := store.LifecycleStages(ctx, &ports.LifecycleStagesParams{EventIDs: ids, Perspective: perspective})
 		if err != nil {
 			return fmt.Errorf("reading lifecycle stages: %w", err)
 		}
-		durable := durableStage(stage)
 		held := pending[:0:0]
 		for _, e := range pending {
 			if !ran[e.ID] && done[e.ID]&durable == 0 {
 				held = append(held, e)
+				ran[e.ID] = true // once, when listed twice
 			}
 		}
 		if len(held) == 0 {
 			return nil
 		}
 		pending = held
+		if l.runsAny(durable, perspective, pending) {
+			try--
+			continue
+		}
 		t := l.clock.NewTimer(b.Delay(try))
 		select {
 		case <-ctx.Done():
@@ -457,6 +472,43 @@ func (l *lifecycle) runAwaited(ctx context.Context, stage Stage, events []ports.
 		case <-t.C():
 		}
 	}
+}
+
+// awaitRuns waits until no run of this process holds the stage of events,
+// or ctx ends (its cause is returned).
+func (l *lifecycle) awaitRuns(ctx context.Context, durable ports.LifecycleStage, perspective string, events []ports.Event) error {
+	for {
+		var busy chan struct{}
+		l.runMu.Lock()
+		for _, e := range events {
+			if done, ok := l.running[stageKey{event: e.ID, stage: durable, perspective: perspective}]; ok {
+				busy = done
+				break
+			}
+		}
+		l.runMu.Unlock()
+		if busy == nil {
+			return nil
+		}
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// runsAny reports whether a run of this process holds the stage of any of
+// events.
+func (l *lifecycle) runsAny(durable ports.LifecycleStage, perspective string, events []ports.Event) bool {
+	l.runMu.Lock()
+	defer l.runMu.Unlock()
+	for _, e := range events {
+		if _, ok := l.running[stageKey{event: e.ID, stage: durable, perspective: perspective}]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // firstApplies returns the events a replay applies for the first time

@@ -48,7 +48,9 @@ type LifecycleStore interface {
 
 	// LifecycleStages returns the completed stages of each listed event that
 	// has any, StagePostPerspective excepted (it is recorded per
-	// perspective); events with none are absent.
+	// perspective) unless Perspective is set: then an event whose
+	// StagePostPerspective of that perspective completed has it too. Events
+	// with none are absent.
 	LifecycleStages(ctx context.Context, params *LifecycleStagesParams) (map[uuid.UUID]LifecycleStage, error)
 
 	// LifecycleReady returns, in input order, the listed events that every
@@ -99,6 +101,9 @@ type LifecycleCompleteParams struct {
 // LifecycleStagesParams are the inputs of LifecycleStages.
 type LifecycleStagesParams struct {
 	EventIDs []uuid.UUID
+	// Perspective, when set, asks for StagePostPerspective of that
+	// perspective as well.
+	Perspective string
 }
 
 // LifecycleReadyParams are the inputs of LifecycleReady.

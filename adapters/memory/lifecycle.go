@@ -230,6 +230,8 @@ func (s *Store) LifecycleComplete(ctx context.Context, params *ports.LifecycleCo
 }
 
 // LifecycleStages implements ports.LifecycleStore. The map is never nil.
+// StagePostPerspective of params.Perspective is a binary search of the
+// event's completed perspectives.
 func (s *Store) LifecycleStages(ctx context.Context, params *ports.LifecycleStagesParams) (map[uuid.UUID]ports.LifecycleStage, error) {
 	eventIDs := params.EventIDs
 	if err := s.lock(ctx); err != nil {
@@ -239,8 +241,16 @@ func (s *Store) LifecycleStages(ctx context.Context, params *ports.LifecycleStag
 
 	out := make(map[uuid.UUID]ports.LifecycleStage)
 	for _, id := range eventIDs {
-		if rec := s.lifecycle[id]; rec != nil && rec.completed != 0 {
-			out[id] = rec.completed
+		rec := s.lifecycle[id]
+		if rec == nil {
+			continue
+		}
+		stages := rec.completed
+		if params.Perspective != "" && rec.done(ports.StagePostPerspective, params.Perspective) {
+			stages |= ports.StagePostPerspective
+		}
+		if stages != 0 {
+			out[id] = stages
 		}
 	}
 	return out, nil

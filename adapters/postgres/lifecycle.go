@@ -109,7 +109,9 @@ func (s *Store) LifecycleComplete(ctx context.Context, params *ports.LifecycleCo
 }
 
 // sqlLifecycleStages returns the completed per-event stages of the events
-// $1, one row per event that has any. Each event is a probe of the key, so
+// $1, and their completed StagePostPerspective of perspective $2 (none when
+// $2 is empty: a PostPerspective row always names its perspective), one
+// row per event that has any. Each event is a probe of the key, so
 // the read grows with the call, not with the table: as a plain "= ANY",
 // the planner scans the whole table when a few hundred events are listed
 // and the table is still small enough for a scan to look as cheap as the
@@ -119,7 +121,8 @@ FROM (SELECT DISTINCT unnest($1::uuid[]) AS id) i
 CROSS JOIN LATERAL (
     SELECT bit_or(l.stage) AS stages
     FROM /* SCHEMA */.vantage_lifecycle_stages l
-    WHERE l.event_id = i.id AND l.completed_at IS NOT NULL AND l.stage <> ` + sqlStagePostPerspective + `
+    WHERE l.event_id = i.id AND l.completed_at IS NOT NULL
+      AND (l.stage <> ` + sqlStagePostPerspective + ` OR l.perspective = $2::text)
 ) s
 WHERE s.stages IS NOT NULL`
 
@@ -139,7 +142,7 @@ func (s *Store) LifecycleStages(ctx context.Context, params *ports.LifecycleStag
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, s.sql(sqlLifecycleStages), uuidsArg(eventIDs))
+	rows, err := s.pool.Query(ctx, s.sql(sqlLifecycleStages), uuidsArg(eventIDs), params.Perspective)
 	if err != nil {
 		return nil, fmt.Errorf("reading lifecycle stages: %w", translate(err))
 	}

@@ -124,7 +124,7 @@ ANALYZE `+s+`.vantage_events; ANALYZE `+s+`.vantage_work; ANALYZE `+s+`.vantage_
 		"SnapshotsDeleteFrom":   {streams[0], "a", int64(3)},
 		"LifecycleClaim":        {id, nil, ids, int16(8), "a", minute},
 		"LifecycleComplete":     {id, nil, ids, int16(4), ""},
-		"LifecycleStages":       {ids},
+		"LifecycleStages":       {ids, "a"},
 		"LifecycleReady":        {[]string{"T", "T"}, []string{"a", "b"}, ids},
 		"LifecycleOrphans":      {[]string{"T", "T"}, []string{"a", "b"}, nil, 10},
 
@@ -805,7 +805,7 @@ SELECT ev.id, 4, gen_random_uuid(), now() FROM ev WHERE ev.version <= 5`, stream
 
 	cases := map[string][]any{
 		"LifecycleReady":  {[]string{"T", "T"}, []string{"a", "b"}, ids},
-		"LifecycleStages": {ids},
+		"LifecycleStages": {ids, "a"},
 	}
 	// buffers returns the shared buffers the query reads, measured at the
 	// second of two runs on one connection (the first reads the catalog).
