@@ -308,9 +308,20 @@ const (
 // long. Callers pass a context that ends with the lifecycle's work (see
 // taskContext). Any other error gives up on the stage, logged.
 func (l *lifecycle) runRetried(ctx context.Context, stage Stage, perspective string, events []ports.Event) {
+	l.retried(ctx, stage, perspective, events, true)
+}
+
+// retried is runRetried, with run in place of runAwaited unless await is
+// set: the events whose stage another claim holds are left to it.
+func (l *lifecycle) retried(ctx context.Context, stage Stage, perspective string, events []ports.Event, await bool) {
 	b := retry.Backoff{Initial: stageClaimBackoff, Max: stageClaimBackoff << stageClaimRetries, Multiplier: 2}
 	for try := 0; ; try++ {
-		err := l.runAwaited(ctx, stage, perspective, events)
+		var err error
+		if await {
+			err = l.runAwaited(ctx, stage, perspective, events)
+		} else {
+			_, err = l.run(ctx, stage, perspective, events)
+		}
 		if err == nil || ctx.Err() != nil {
 			return
 		}
@@ -410,7 +421,21 @@ func (l *lifecycle) prePerspective(ctx context.Context, events []ports.Event) er
 		return err
 	}
 	defer release()
-	return l.runAwaited(ctx, PrePerspective, "", events)
+	err = l.runAwaited(ctx, PrePerspective, "", events)
+	if err != nil && l.backend.Lifecycle != nil {
+		// The claim may have been recorded although the call failed (its
+		// acknowledgement lost, or ctx ended as it ran). Another instance
+		// that drains the stream next waits for that claim while this
+		// instance is live, and this one may never drain the stream again:
+		// the claim is settled in the background, where the stage runs if
+		// it is this instance's (the drain's own retry then finds it done).
+		tctx, cancel := l.taskContext(ctx)
+		l.tasks.Go(func() {
+			defer cancel()
+			l.retried(tctx, PrePerspective, "", events, false)
+		})
+	}
+	return err
 }
 
 // runAwaited is run, which then waits for the events whose stage another
