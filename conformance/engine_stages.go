@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -814,6 +815,27 @@ func (v *recordLogView) WithAttrs(attrs []slog.Attr) slog.Handler {
 }
 
 func (v *recordLogView) WithGroup(string) slog.Handler { return v }
+
+// errorContaining counts the records at Error or above whose "error"
+// attribute contains text.
+func (h *recordLog) errorContaining(text string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, r := range h.records {
+		if r.Level < slog.LevelError {
+			continue
+		}
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "error" && strings.Contains(a.Value.String(), text) {
+				n++
+				return false
+			}
+			return true
+		})
+	}
+	return n
+}
 
 // mentioning counts the records at Warn or above with an attribute key
 // equal to value.

@@ -19,6 +19,10 @@ import (
 // once and touch nothing.
 var errPairAbandoned = errors.New("pair abandoned")
 
+// errModelBehindCursor is the error of a pair whose cursor is past its
+// stored model: its state was lost, and only a rebuild repairs it.
+var errModelBehindCursor = errors.New("model behind its cursor")
+
 // drainPair runs one perspective over one stream's rows (version order)
 // under the pair's gate: dedup, dead-letter rows whose attempts are used
 // up, load the model (checked against the cursor the fetch read), skip
@@ -79,6 +83,17 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 	stored, err := dr.store.load(ctx, key, position, epoch)
 	if err != nil && !errors.Is(err, ports.ErrNotFound) {
 		dr.parking.infraFailed(ctx, key, "loading model", err)
+		return pairOutcome{}, nil
+	}
+	if stored.LastVersion < position {
+		// Every save moves the model and the cursor together, and a
+		// completion moves the cursor to a position a save reached: a
+		// cursor past the model means the model was dropped under it
+		// (a perspective retired with its state while a completion was
+		// on its way). Applying to the model the store holds would be
+		// refused forever; the pair waits for a rebuild instead.
+		dr.parking.infraFailed(ctx, key, "loading model", fmt.Errorf("%w: the stored model is at version %d, its cursor at %d; rebuild the perspective",
+			errModelBehindCursor, stored.LastVersion, position))
 		return pairOutcome{}, nil
 	}
 	model, err := p.decodeModel(stored.Data)

@@ -74,6 +74,9 @@ func (r *replayRun) start(ctx context.Context, trigger int64) error {
 	if err != nil && !errors.Is(err, ports.ErrNotFound) {
 		return fmt.Errorf("loading model: %w", err)
 	}
+	if err := r.fenceAtCursor(ctx); err != nil {
+		return err
+	}
 	if r.model, err = r.p.decodeModel(nil); err != nil {
 		return err
 	}
@@ -95,6 +98,26 @@ func (r *replayRun) start(ctx context.Context, trigger int64) error {
 	if _, err := snaps.SnapshotsDeleteFrom(ctx, &ports.SnapshotsDeleteFromParams{StreamID: r.key.stream, Perspective: r.key.perspective, Version: trigger}); err != nil {
 		return fmt.Errorf("deleting stale snapshots: %w", err)
 	}
+	return nil
+}
+
+// fenceAtCursor moves the position the replay saves against, and replays
+// up to, to the pair's cursor when the cursor is past the stored model: the
+// save is fenced by the cursor, and a completion that outlived a
+// retirement which dropped the pair's state brings the cursor back without
+// its model (or past the one an apply in flight saved since). A replay
+// from the model's position would be refused forever; from the cursor's,
+// it rebuilds every event up to it and repairs the pair.
+func (r *replayRun) fenceAtCursor(ctx context.Context) error {
+	cs, err := r.rw.backend.Cursors.CursorsGet(ctx, &ports.CursorsGetParams{StreamIDs: []uuid.UUID{r.key.stream}, Perspective: r.key.perspective})
+	if err != nil {
+		return fmt.Errorf("reading cursor: %w", err)
+	}
+	if len(cs) == 0 || cs[0].LastVersion < r.stored.LastVersion {
+		return nil
+	}
+	c := cs[0]
+	r.stored.LastEventID, r.stored.LastVersion, r.stored.Epoch = c.LastEventID, c.LastVersion, c.Epoch
 	return nil
 }
 
