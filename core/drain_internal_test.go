@@ -2,7 +2,9 @@ package core
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -325,4 +327,72 @@ func TestPrePerspectiveRunsBeforeParallelApplies(t *testing.T) {
 	bb.w.drain.processBatch(t.Context(), bb.take(t, stream))
 	require.Equal(t, int64(2), bb.applied.Load())
 	require.Equal(t, int64(1), fired.Load(), "once per event")
+}
+
+// A late row handed to the drain with a cursor that the pair's model has
+// passed since (the fetch read the cursor before a save moved it) was never
+// applied, although its version is at or below the model's: the drain must
+// not complete it as a re-delivery of an applied event. It leaves the row
+// to a drain that reads the cursor as it is, which rewinds the pair.
+func TestLateRowBelowAModelPastTheFetchedCursor(t *testing.T) {
+	t.Parallel()
+
+	clock := clocktest.NewFake()
+	b := memory.New(memory.Options{Clock: clock}).Backend()
+	bb := setupBatchNamed(t, &Options{Clock: clock}, b, "c")
+	stream := uuid.New()
+	appendAt := func(versions ...int64) {
+		t.Helper()
+		var evs []ports.NewEvent
+		for _, v := range versions {
+			evs = append(evs, ports.NewEvent{ID: uuid.New(), Type: "placed", Version: v, Data: []byte(`{"id":"x"}`)})
+		}
+		_, err := b.Events.EventsAppend(t.Context(), &ports.EventsAppendParams{StreamID: stream, Events: evs})
+		require.NoError(t, err)
+	}
+	fetch := func() *ports.EventsFetchPendingResult {
+		t.Helper()
+		res, err := b.Fetcher.EventsFetchPending(t.Context(), &ports.EventsFetchPendingParams{
+			InstanceID: bb.w.InstanceID(), StreamIDs: []uuid.UUID{stream}, MaxRows: 100, LeaseDuration: time.Minute, StaleThreshold: time.Minute,
+		})
+		require.NoError(t, err)
+		return res
+	}
+	appendAt(1, 3)
+	bb.w.drain.processBatch(t.Context(), bb.take(t, stream))
+	bb.settle(t)
+	require.Equal(t, int64(2), bb.applied.Load())
+	appendAt(2) // late: below the cursor at 3
+
+	res := fetch()
+	require.Equal(t, []int64{2}, versions(res.Work))
+	require.True(t, res.Work[0].Late)
+	stale := slices.Clone(res.Cursors)
+	for i := range stale {
+		stale[i].LastVersion, stale[i].Status = 1, ports.CursorCompleted // as read before the save of version 3
+		stale[i].RewindTriggerEventID, stale[i].RewindTriggerVersion = uuid.Nil, 0
+	}
+	res.Cursors = stale
+	bb.drainFetched(t, res, bb.w.parking.nextFetch())
+	bb.settle(t)
+
+	again := fetch()
+	require.Equal(t, []int64{2}, versions(again.Work), "the late row is still pending")
+	clock.Advance(RewindDebounceDefault) // the rewind's debounce
+	bb.drainFetched(t, again, bb.w.parking.nextFetch())
+	bb.settle(t)
+	stored, err := b.Models.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: stream, Perspective: "c"})
+	require.NoError(t, err)
+	var m counter
+	require.NoError(t, json.Unmarshal(stored.Data, &m))
+	require.Equal(t, 3, m.N, "the rewind applied every event, the late one included")
+}
+
+// versions returns the event versions of rows.
+func versions(rows []ports.WorkItem) []int64 {
+	out := make([]int64, len(rows))
+	for i, r := range rows {
+		out[i] = r.EventVersion
+	}
+	return out
 }

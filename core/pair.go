@@ -96,6 +96,15 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 			errModelBehindCursor, stored.LastVersion, position))
 		return pairOutcome{}, nil
 	}
+	if stored.LastVersion > position && slices.ContainsFunc(rows, func(r ports.WorkItem) bool { return r.Late && r.EventVersion <= stored.LastVersion }) {
+		// The model moved past the cursor the fetch read (a save since),
+		// and past a late row: that row was never applied, though the
+		// run would take it for a re-delivery at or below the model. A
+		// drain that reads the cursor as it is now sends it down the late
+		// path.
+		dr.parking.retrySoon(key)
+		return pairOutcome{}, nil
+	}
 	model, err := p.decodeModel(stored.Data)
 	if err != nil {
 		dr.parking.infraFailed(ctx, key, "decoding the stored model", err)
