@@ -396,3 +396,51 @@ func versions(rows []ports.WorkItem) []int64 {
 	}
 	return out
 }
+
+// Rows whose attempts were used up by a takeover, although their events
+// were applied and saved before the holder died (its completion lost with
+// it), are re-deliveries: the drain completes them, never dead-letters
+// them.
+func TestExhaustedRowsAtOrBelowTheModelComplete(t *testing.T) {
+	t.Parallel()
+
+	clock := clocktest.NewFake()
+	b := memory.New(memory.Options{Clock: clock}).Backend()
+	var deadLettered atomic.Int64
+	opts := &Options{Clock: clock, MaxPerspectiveEventAttempts: 1, Hooks: Hooks{
+		OnDeadLettered: func(ports.DeadLetter) { deadLettered.Add(1) },
+	}}
+	bb := setupBatchNamed(t, opts, b, "c")
+	stream := bb.appendStreams(t, 1, placed{ID: "a"}, placed{ID: "b"})[0]
+	fetch := func(instance uuid.UUID) *ports.EventsFetchPendingResult {
+		t.Helper()
+		res, err := b.Fetcher.EventsFetchPending(t.Context(), &ports.EventsFetchPendingParams{
+			InstanceID: instance, StreamIDs: []uuid.UUID{stream}, MaxRows: 100, LeaseDuration: time.Minute, StaleThreshold: time.Minute,
+		})
+		require.NoError(t, err)
+		return res
+	}
+	// Another instance applies both events and saves the model, then dies
+	// before its completion.
+	dead := uuid.New()
+	_, err := b.Claimer.InstanceHeartbeat(t.Context(), &ports.InstanceHeartbeatParams{InstanceID: dead, StaleThreshold: time.Minute})
+	require.NoError(t, err)
+	held := fetch(dead)
+	require.Len(t, held.Work, 2)
+	require.NoError(t, b.Models.ModelSave(t.Context(), &ports.ModelSaveParams{
+		StreamID: stream, Perspective: "c", Data: []byte(`{"n":2}`),
+		LastEventID: held.Work[1].EventID, LastVersion: held.Work[1].EventVersion,
+	}))
+	clock.Advance(2 * time.Minute)
+	_, err = b.Claimer.InstanceHeartbeat(t.Context(), &ports.InstanceHeartbeatParams{InstanceID: bb.w.InstanceID(), StaleThreshold: time.Minute})
+	require.NoError(t, err)
+
+	res := fetch(bb.w.InstanceID())
+	require.Equal(t, []int{1, 1}, []int{res.Work[0].Attempts, res.Work[1].Attempts}, "the takeover charged the rows handed out to the dead instance")
+	bb.drainFetched(t, res, bb.w.parking.nextFetch())
+	bb.settle(t)
+
+	require.Zero(t, deadLettered.Load(), "applied events are not dead-lettered")
+	require.Zero(t, bb.applied.Load(), "nor applied again")
+	require.Empty(t, fetch(bb.w.InstanceID()).Work, "they completed")
+}

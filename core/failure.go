@@ -162,16 +162,23 @@ func (fl *failures) failed(ctx context.Context, k pairKey, f ports.Failure, vers
 // deadLetterExhausted moves rows whose attempts are used up (by takeovers
 // from dead instances: a failure that uses up the last attempt
 // dead-letters its row at once) to dead letters before paying for decoding
-// and applying, and returns the others. An error of the backend is
-// returned (see moveFailed): the pair retries, or, when the stream is
-// another instance's now, leaves it to that instance.
-func (fl *failures) deadLetterExhausted(ctx context.Context, rows []ports.WorkItem) ([]ports.WorkItem, error) {
+// and applying, and returns the others. A row at or below position (the
+// pair's cursor) that is not late was applied and saved, its completion
+// lost (the takeover that charged it took the stream of an instance that
+// died before completing): it is returned, to complete as a re-delivery.
+// An error of the backend is returned (see moveFailed): the pair retries,
+// or, when the stream is another instance's now, leaves it to that
+// instance.
+func (fl *failures) deadLetterExhausted(ctx context.Context, rows []ports.WorkItem, position int64) ([]ports.WorkItem, error) {
 	limit := fl.opts.MaxPerspectiveEventAttempts
-	if limit == Unlimited || !slices.ContainsFunc(rows, func(r ports.WorkItem) bool { return r.Attempts >= limit }) {
+	exhausted := func(r ports.WorkItem) bool {
+		return r.Attempts >= limit && (r.Late || r.EventVersion > position)
+	}
+	if limit == Unlimited || !slices.ContainsFunc(rows, exhausted) {
 		return rows, nil
 	}
 	return fl.deadLetterRows(ctx, rows, func(r ports.WorkItem) (string, string, bool) {
-		return ports.ReasonMaxAttemptsExceeded, "", r.Attempts >= limit
+		return ports.ReasonMaxAttemptsExceeded, "", exhausted(r)
 	})
 }
 

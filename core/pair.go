@@ -48,7 +48,14 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 		return pairOutcome{}, nil
 	}
 
-	if rows = dr.toApply(ctx, key, rows); len(rows) == 0 {
+	var (
+		position, epoch int64
+		flags           ports.Cursor
+	)
+	if cursor != nil {
+		position, epoch, flags = cursor.LastVersion, cursor.Epoch, *cursor
+	}
+	if rows = dr.toApply(ctx, key, rows, position); len(rows) == 0 {
 		return pairOutcome{}, nil
 	}
 
@@ -56,13 +63,6 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 	if !ok {
 		dr.parking.unknownPerspective(ctx, key, len(rows))
 		return pairOutcome{}, nil
-	}
-	var (
-		position, epoch int64
-		flags           ports.Cursor
-	)
-	if cursor != nil {
-		position, epoch, flags = cursor.LastVersion, cursor.Epoch, *cursor
 	}
 	// A late row below the position was never applied: only a rewind
 	// applies it in order, whether or not the cursor still carries the flag.
@@ -140,11 +140,13 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 // toApply returns the rows of a pair to apply now. Rows applied by an
 // earlier batch whose completion is not acknowledged yet come back on every
 // fetch: they are skipped. Rows whose attempts are used up go to dead
-// letters; when that move fails, nothing is applied: the pair is retried,
-// or left to the instance that took its stream.
-func (dr *drainer) toApply(ctx context.Context, key pairKey, rows []ports.WorkItem) []ports.WorkItem {
+// letters, unless they lie at or below position, the pair's cursor, and
+// are not late (applied: they complete); when that move fails, nothing is
+// applied: the pair is retried, or left to the instance that took its
+// stream.
+func (dr *drainer) toApply(ctx context.Context, key pairKey, rows []ports.WorkItem, position int64) []ports.WorkItem {
 	fresh, _ := dr.notApplied(ctx, key, rows)
-	rows, err := dr.fail.deadLetterExhausted(ctx, fresh)
+	rows, err := dr.fail.deadLetterExhausted(ctx, fresh, position)
 	if err != nil {
 		dr.fail.moveFailed(ctx, key, "moving work to dead letters", err)
 		return nil

@@ -100,7 +100,7 @@ func (rw *rewinder) repairRewind(ctx context.Context, key pairKey) bool {
 	if !ok || !c.Status.Has(ports.CursorRewindRequired) {
 		return true
 	}
-	rows, err = rw.fail.deadLetterExhausted(ctx, rows)
+	rows, err = rw.fail.deadLetterExhausted(ctx, rows, c.LastVersion)
 	if err != nil {
 		// Held elsewhere now when the move was refused: left to its holder.
 		return !rw.fail.moveFailed(ctx, key, "moving work to dead letters", err)
