@@ -498,6 +498,22 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, []uuid.UUID{f.stream}, f.a.claim(t, at(6*time.Second)))
 			require.Equal(t, []int{2, 0}, attemptsOf(f.a.fetch(t, at(6*time.Second), f.stream).Work), "each failure counts")
 		},
+		"AResentFailureChargesOnce": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 2)
+			failure := ports.Failure{
+				StreamID: f.stream, Perspective: perspective,
+				FailedWorkIDs: workIDs(f.work[:1]), Error: "boom", RetryAt: at(2 * time.Second),
+			}
+
+			// The first report took effect but its acknowledgement was
+			// lost: the caller sends it again.
+			f.a.fail(t, at(time.Second), failure)
+			f.a.fail(t, at(time.Second+time.Millisecond), failure)
+
+			require.Equal(t, []uuid.UUID{f.stream}, f.a.claim(t, at(3*time.Second)))
+			require.Equal(t, []int{1, 0}, attemptsOf(f.a.fetch(t, at(3*time.Second), f.stream).Work),
+				"one failed apply, one attempt: a row is charged only while handed out to the caller")
+		},
 		"FailedEventAddsAttemptToItsPendingRow": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			a, b := tb.pair(t)

@@ -47,7 +47,10 @@ type CursorStore interface {
 	// in WorkComplete, the cursor advances to LastVersion (when set), gets the
 	// Failed flag and the error text; failed rows of streams whose lease
 	// the caller holds (as in WorkComplete) gain one attempt (an apply of
-	// theirs failed), keep the error and are scheduled at RetryAt, and
+	// theirs failed) when they are handed out under that lease (at or below
+	// their pair's mark, see WorkClaimer: so a report sent again after its
+	// acknowledgement was lost charges nothing twice), keep the error and
+	// are scheduled at RetryAt, and
 	// their pair's handed-out mark drops to just below the lowest of them
 	// (its version minus one) when it was higher (see WorkClaimer): the
 	// pair's later rows wait behind them. A FailedEventID (a replay

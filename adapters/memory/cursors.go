@@ -104,7 +104,7 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 // WorkFail implements ports.CursorStore. Applied rows complete as in
 // WorkComplete. Failed rows must belong to the failure's (stream,
 // perspective), and the caller must hold the stream's lease; they gain an
-// attempt, keep Error and are scheduled at RetryAt (a zero RetryAt makes
+// attempt when handed out (at or below the pair's mark), keep Error and are scheduled at RetryAt (a zero RetryAt makes
 // them drainable at once), and the pair's handed-out mark drops below them.
 // The lease stays the caller's. A FailedEventID is charged to the pair's
 // pending row of that event, whoever holds the stream, as to a failed row;
@@ -167,7 +167,12 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 			if !holds || !rowOf(r, f.StreamID, f.Perspective) {
 				continue
 			}
-			r.attempts++
+			if r.version <= st.mark(f.Perspective) {
+				// Handed out: an apply of it failed. A resent report finds
+				// it below the mark the first one lowered, and charges
+				// nothing again.
+				r.attempts++
+			}
 			r.err = f.Error
 			r.scheduled = f.RetryAt
 			st.lowerMark(f.Perspective, r.version)

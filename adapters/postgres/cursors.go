@@ -499,8 +499,10 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 }
 
 // sqlFailRows charges the failed rows of streams whose lease the caller
-// ($1) holds (the fence, as in sqlFinish) an attempt (an apply of it
-// failed), stores their error and schedules them: $2 work ids, $3 streams,
+// ($1) holds (the fence, as in sqlFinish) an attempt when they are handed
+// out (at or below their pair's mark: an apply of it failed; a resent
+// report finds the row below the mark the first one lowered and charges
+// nothing again), stores their error and schedules them: $2 work ids, $3 streams,
 // $4 perspectives, $5 errors, $6 retry times (NULL: claimable at once).
 // Rows are found by id, as in sqlFinish (see sqlListedRows). Then each
 // failed pair's handed-out mark drops below its lowest failed row: the rows
@@ -510,7 +512,10 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 var sqlFailRows = `WITH ` + sqlFenced(sqlFenceShared) + `,
 failed AS (
     UPDATE /* SCHEMA */.vantage_work w
-    SET attempts = w.attempts + 1, error = l.error, scheduled_for = l.retry_at
+    SET attempts = w.attempts + CASE WHEN w.event_version <= coalesce((
+            SELECT (a.handed_out ->> w.perspective)::bigint
+            FROM /* SCHEMA */.vantage_active_streams a WHERE a.stream_id = w.stream_id), 0) THEN 1 ELSE 0 END,
+        error = l.error, scheduled_for = l.retry_at
     FROM ` + sqlListedRows(`unnest($2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::timestamptz[])
          AS c(work_id, stream_id, perspective, error, retry_at)`, ", c.error, c.retry_at") + `
     WHERE ` + sqlListedRow + `
