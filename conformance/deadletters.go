@@ -737,6 +737,24 @@ func runDeadLetters(t *testing.T, newBackend NewBackendFunc, admin bool) {
 			require.Empty(t, recoverDeadLetters(t, f.tb.backend, gen2, 10, at(time.Minute)), "gen2 already retried it")
 			require.Equal(t, f.ids(), idsOf(recoverDeadLetters(t, f.tb.backend, gen3, 10, at(time.Minute))))
 		},
+		"RequeuesOncePerGenerationAcrossThree": func(t *testing.T) {
+			f := setupDeadLetters(t, newBackend, 1)
+			dl := f.dead[0]
+			// Each of gen2 and gen3 retries it and fails on it in turn.
+			for i, gen := range []string{gen2, gen3} {
+				now := at(time.Duration(10*(i+1)) * time.Second)
+				require.Equal(t, f.ids(), idsOf(recoverDeadLetters(t, f.tb.backend, gen, 10, now)), "%s retries it", gen)
+				f.a.heartbeat(t, now)
+				require.Len(t, f.a.fetch(t, now, f.stream).Work, 1)
+				_, moved := f.a.moveWith(t, ports.DeadLetterMoveParams{WorkID: dl.WorkID, Generation: gen, Now: now.Add(time.Second)})
+				require.True(t, moved)
+			}
+
+			require.Empty(t, recoverDeadLetters(t, f.tb.backend, gen2, 10, at(time.Minute)), "gen2 retried it before the latest requeue")
+			require.Empty(t, recoverDeadLetters(t, f.tb.backend, gen3, 10, at(time.Minute)), "it failed on gen3")
+			require.Equal(t, f.ids(), idsOf(recoverDeadLetters(t, f.tb.backend, gen1, 10, at(time.Minute))), "gen1 never retried it")
+			require.Equal(t, 3, f.get(t, dl.ID).Requeues)
+		},
 		"SkipsIgnored": func(t *testing.T) {
 			f := setupDeadLetters(t, newBackend, 2)
 			ignore(t, f.tb.backend, f.dead[0].ID, at(2*time.Second))

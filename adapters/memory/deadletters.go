@@ -250,6 +250,9 @@ func (s *Store) requeue(dl *deadLetter, workID uuid.UUID, generation string, now
 	dl.Requeues++
 	dl.RequeuedAt = now
 	dl.RequeueGeneration = generation
+	if !slices.Contains(dl.requeuedOn, generation) {
+		dl.requeuedOn = append(dl.requeuedOn, generation)
+	}
 	dl.ResolvedAt = time.Time{}
 }
 
@@ -312,10 +315,12 @@ func (s *Store) DeadLettersRecover(ctx context.Context, params *ports.DeadLetter
 	}
 	defer s.mu.Unlock()
 
-	// A dead letter that failed on this generation, or was requeued on it
-	// already, would fail again on the same code.
+	// A dead letter that failed on this generation, or was ever requeued on
+	// it (not only by the latest requeue: with three generations running,
+	// two would otherwise take turns forever), would fail again on the same
+	// code.
 	due := s.sortedDeadLetters(func(dl *deadLetter) bool {
-		return dl.Status == ports.DeadLetterDead && dl.Generation != params.Generation && dl.RequeueGeneration != params.Generation
+		return dl.Status == ports.DeadLetterDead && dl.Generation != params.Generation && !slices.Contains(dl.requeuedOn, params.Generation)
 	})
 	due = due[:min(len(due), params.Limit)]
 	workIDs := make([]uuid.UUID, len(due)) // drawn before any change: the call is atomic

@@ -220,6 +220,9 @@ type eventLoc struct {
 type deadLetter struct {
 	ports.DeadLetter
 	seq uint64
+	// requeuedOn are the generations it was ever requeued on (RequeueGeneration
+	// is the latest): DeadLettersRecover requeues it once per generation.
+	requeuedOn []string
 }
 
 // Compile-time checks that Store implements every port.

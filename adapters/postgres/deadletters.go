@@ -301,11 +301,14 @@ notified AS (
 )`
 
 // sqlRequeueSet is the SET list that marks the dead letter d requeued at
-// clock.now by generation $4.
+// clock.now by generation $4, which joins the generations it was ever
+// requeued on (see sqlDeadLettersRecover).
 const sqlRequeueSet = `status = ` + sqlDeadLetterRequeued + `,
         requeues = d.requeues + 1,
         requeued_at = clock.now,
         requeue_generation = $4::text,
+        requeue_generations = CASE WHEN $4::text IS NULL OR $4::text = ANY (d.requeue_generations)
+                                   THEN d.requeue_generations ELSE d.requeue_generations || $4::text END,
         resolved_at = NULL`
 
 // sqlDeadLetterRequeue requeues the dead letter $1 when it is dead or
@@ -477,8 +480,9 @@ func (s *Store) DeadLetterIgnore(ctx context.Context, params *ports.DeadLetterIg
 
 // sqlDeadLettersRecover requeues (see sqlRequeue), by generation $4, up to
 // $1 dead letters, oldest first, that are dead, failed on a generation other
-// than $4 and were never requeued on it: $2 now, $3 NOTIFY channel, $5 the
-// append lock class. It walks
+// than $4 and were never requeued on it (by any requeue, not only the
+// latest: requeue_generations): $2 now, $3 NOTIFY channel, $5 the append
+// lock class. It walks
 // vantage_dead_letters_status_idx in time order and stops after $1 matches.
 // FOR UPDATE SKIP LOCKED passes over the dead letters a concurrent recovery
 // has locked, and one it committed meanwhile no longer matches when locked,
@@ -489,7 +493,7 @@ const sqlDeadLettersRecover = `WITH ` + sqlClock + `,
 picked AS (
     SELECT d.id
     FROM /* SCHEMA */.vantage_dead_letters d
-    WHERE d.status = ` + sqlDeadLetterDead + ` AND d.generation <> $4::text AND d.requeue_generation IS DISTINCT FROM $4::text
+    WHERE d.status = ` + sqlDeadLetterDead + ` AND d.generation <> $4::text AND NOT $4::text = ANY (d.requeue_generations)
     ORDER BY d.dead_lettered_at, d.id
     LIMIT $1::bigint
     FOR UPDATE SKIP LOCKED

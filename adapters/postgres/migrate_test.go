@@ -53,7 +53,7 @@ func TestMigrator(t *testing.T) {
 		schema := freshSchema(t)
 		m, err := postgres.NewMigrator(nil, schema)
 		require.NoError(t, err)
-		require.Equal(t, 13, m.Latest())
+		require.Equal(t, 14, m.Latest())
 
 		v, err := m.Version(ctx, pool)
 		require.NoError(t, err)
@@ -111,7 +111,7 @@ func TestMigrator(t *testing.T) {
 		require.NoError(t, err)
 		versions, err = pgx.CollectRows(rows, pgx.RowTo[int])
 		require.NoError(t, err)
-		require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}, versions)
+		require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, versions)
 	})
 
 	t.Run("ReliabilityKeepsExistingDeadLettersDead", func(t *testing.T) {

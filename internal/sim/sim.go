@@ -388,14 +388,12 @@ func (w *world) startInstance(slot int) (*instance, error) {
 	inc := len(w.all)
 	name := fmt.Sprintf("i%d.%d", slot, inc)
 	// Instances carry the generation of the deploy they were started
-	// under: the first one, or the second once new apply functions were
-	// deployed (a rebuild), so at most two generations run at once.
+	// under: one per deploy of new apply functions (a rebuild), so an
+	// instance started before a deploy runs alongside later ones, and a
+	// dead letter may be recovered by three generations or more.
 	gen := ""
 	if w.p.generation {
-		gen = "g1"
-		if w.code.Load() > 0 {
-			gen = "g2"
-		}
+		gen = fmt.Sprintf("g%d", w.code.Load()+1)
 	}
 	w.mu.Unlock()
 	in := &instance{slot: slot, name: name, id: w.newUUID(), closeFn: closeFn, state: "live"}
