@@ -108,6 +108,22 @@ func runAdmin(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 
 			requireNoWork(t, f.a.fetch(t, at(3*time.Second), f.stream))
 		},
+		"CompletionsAfterDropStateBringNoCursorBack": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 3)
+			f.a.complete(t, at(time.Second), f.completion(1, 1))
+			retire(t, f.tb.backend, perspective, true)
+
+			// Reports sent before the retirement land after it (their
+			// acknowledgements were lost): the model they stood for is gone.
+			f.a.complete(t, at(2*time.Second), f.completion(2, 2))
+			f.a.fail(t, at(3*time.Second), ports.Failure{
+				StreamID: f.stream, Perspective: perspective, LastEventID: f.events[1].ID, LastVersion: 2,
+				FailedWorkIDs: workIDs(f.work[2:]), Error: "boom", RetryAt: at(3 * time.Second),
+			})
+
+			_, exists := cursorOf(t, f.tb.backend, f.stream, perspective)
+			require.False(t, exists, "no cursor without its model")
+		},
 		"FailedReplayOfARetiredPerspectiveStoresNoRow": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 2)
 			f.a.complete(t, at(time.Second), f.completion(2, 1, 2))

@@ -70,8 +70,9 @@ type Admin interface {
 	// its work rows; its pending work rows are deleted (streams left with
 	// none are released); with DropState its
 	// cursors, models and snapshots are deleted too. Safe while instances
-	// run: their completions of deleted rows change nothing (an apply in
-	// flight may still save its model once; retiring again drops it).
+	// run: their completions of deleted rows change nothing, and bring no
+	// deleted cursor back (an apply in flight may still save its model
+	// once; retiring again drops it).
 	// Idempotent. Returns ErrInvalidArgument for an empty perspective.
 	PerspectiveRetire(ctx context.Context, params *PerspectiveRetireParams) (*RetireResult, error)
 

@@ -40,7 +40,10 @@ type CursorStore interface {
 	// (never back) and flags stragglers, since the model it saved, which
 	// ModelStore fenced by its expected version and epoch, is at that
 	// position. It leaves the cursor's epoch as it is (0 for a cursor it
-	// creates).
+	// creates). It never creates the missing cursor of a retired
+	// perspective (see Admin.PerspectiveRetire): such a completion was sent
+	// before a retirement whose DropState deleted the model its position
+	// stands for. WorkFail neither.
 	WorkComplete(ctx context.Context, params *WorkCompleteParams) (*WorkCompleteResult, error)
 
 	// WorkFail records failures in one atomic step: applied rows complete as

@@ -14,7 +14,8 @@ import (
 // with DropState every snapshot pair: an operator's action is rare, so no
 // index by perspective is kept for it. Rows held by instances are deleted
 // like the others (their holders' completions and failures of them then
-// change nothing), and streams left without pending rows are released. With
+// change nothing, and bring no cursor DropState deleted back), and streams
+// left without pending rows are released. With
 // DropState the perspective's stream locks go with its cursors, as they would
 // with a lock stored on the cursor. Its dead letters and lifecycle records
 // are kept: they are history, not work. It returns ports.ErrInvalidArgument

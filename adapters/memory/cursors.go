@@ -75,7 +75,10 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 	reported := map[pairKey]int64{}
 	for _, c := range params.Completions {
 		st := s.streamFor(c.StreamID)
-		cur := s.cursorFor(st, c.Perspective, now)
+		cur := s.reportedCursor(st, c.Perspective, now)
+		if cur == nil {
+			continue
+		}
 		if c.LastVersion > cur.LastVersion {
 			cur.LastEventID, cur.LastVersion = c.LastEventID, c.LastVersion
 		}
@@ -181,7 +184,10 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 		if f.FailedEventID != uuid.Nil {
 			eventRow = s.failEvent(st, &f, eventRowIDs[i], now)
 		}
-		cur := s.cursorFor(st, f.Perspective, now)
+		cur := s.reportedCursor(st, f.Perspective, now)
+		if cur == nil {
+			continue
+		}
 		if f.LastVersion > cur.LastVersion {
 			cur.LastEventID, cur.LastVersion = f.LastEventID, f.LastVersion
 			k := pairKey{f.StreamID, f.Perspective}
@@ -311,6 +317,20 @@ func (s *Store) cursorFor(st *stream, perspective string, now time.Time) *ports.
 	return cur
 }
 
+// reportedCursor returns the cursor of (st, perspective) that a completion
+// or a failure updates, creating it when missing, except for a retired
+// perspective: nil then. Such a report was sent before the retirement,
+// whose DropState deleted the cursor with the model the report's position
+// stands for; a cursor without it would be refused by every save.
+func (s *Store) reportedCursor(st *stream, perspective string, now time.Time) *ports.Cursor {
+	if st.cursors[perspective] == nil {
+		if _, retired := s.retired[perspective]; retired {
+			return nil
+		}
+	}
+	return s.cursorFor(st, perspective, now)
+}
+
 // flagStragglers flags the cursor of k RewindRequired, and makes the rows
 // late, when pending rows of the pair lie below the position a completion or
 // failure of this call reported (reported): their events were never applied
@@ -321,7 +341,7 @@ func (s *Store) flagStragglers(k pairKey, reported int64, now time.Time) bool {
 	st := s.streams[k.streamID]
 	cur := st.cursors[k.perspective]
 	p := st.pair(k.perspective)
-	if p == nil || p.first().version >= reported {
+	if cur == nil || p == nil || p.first().version >= reported {
 		return false
 	}
 	flagRewind(cur, p.first().eventID, p.first().version, now)

@@ -115,9 +115,10 @@ SELECT (SELECT count(*) FROM deleted), (SELECT count(*) FROM cursors), (SELECT c
 // state. The first waits for appends in progress to commit, and appends
 // wait for it: keep AppendTx transactions short. Rows held by instances are
 // deleted like the others; their holders' completions and failures of them
-// then change nothing, except that a completion still moves the cursor (a
-// model saved by an apply in flight comes back with it: retiring again
-// drops it). Streams left without pending rows are released. Its dead
+// then change nothing, except that a completion still moves a cursor that
+// exists (a model saved by an apply in flight comes back with its cursor:
+// retiring again drops it); one deleted by DropState is not created again
+// (see sqlNoCursorOfRetired). Streams left without pending rows are released. Its dead
 // letters and lifecycle stages are kept: they are history, not work. Should
 // the second transaction fail, the perspective is retired all the same, and
 // retiring it again deletes the rest. It returns ports.ErrInvalidArgument

@@ -222,12 +222,14 @@ const sqlListedRow = `w.ctid = l.row_id AND ` + sqlStillPending
 // sqlCompleteCursors upserts one cursor per pair from the payload: $1 now,
 // $2 streams, $3 perspectives, $4 last event ids, $5 last versions. The
 // position only moves forward; status becomes exactly Completed and the
-// error and rewind columns are cleared.
-const sqlCompleteCursors = `WITH ` + sqlClock1 + `
+// error and rewind columns are cleared. A missing cursor of a retired
+// perspective is not created (see sqlNoCursorOfRetired).
+var sqlCompleteCursors = `WITH ` + sqlClock1 + `
 INSERT INTO /* SCHEMA */.vantage_cursors AS c
     (stream_id, perspective, last_event_id, last_version, status, updated_at)
 SELECT u.stream_id, u.perspective, nullif(u.last_event_id, '00000000-0000-0000-0000-000000000000'), u.last_version, ` + sqlStatusCompleted + `, clock.now
 FROM unnest($2::uuid[], $3::text[], $4::uuid[], $5::bigint[]) AS u(stream_id, perspective, last_event_id, last_version), clock
+WHERE ` + sqlNoCursorOfRetired("u") + `
 ON CONFLICT (stream_id, perspective) DO UPDATE
 SET last_event_id = CASE WHEN excluded.last_version > c.last_version THEN excluded.last_event_id ELSE c.last_event_id END,
     last_version = greatest(c.last_version, excluded.last_version),
@@ -238,6 +240,18 @@ SET last_event_id = CASE WHEN excluded.last_version > c.last_version THEN exclud
     rewind_flagged_at = NULL,
     rewind_first_flagged_at = NULL,
     updated_at = excluded.updated_at`
+
+// sqlNoCursorOfRetired is true for a reported pair r (stream_id,
+// perspective) whose cursor a completion or a failure may write: one that
+// exists, or one of a perspective that is not retired. A report sent before
+// a retirement with DropState lands after it (its acknowledgement was
+// lost): the model its position stands for was deleted with the cursor,
+// and a cursor without it would be refused by every save. The retired
+// perspectives are few; the cursor is one primary key probe.
+func sqlNoCursorOfRetired(r string) string {
+	return `(NOT EXISTS (SELECT 1 FROM /* SCHEMA */.vantage_retired_perspectives x WHERE x.perspective = ` + r + `.perspective)
+       OR EXISTS (SELECT 1 FROM /* SCHEMA */.vantage_cursors x WHERE x.stream_id = ` + r + `.stream_id AND x.perspective = ` + r + `.perspective))`
+}
 
 // sqlFlagRewind is the SET list that flags cursor c RewindRequired for a late
 // event f (event_id, event_version) at clock.now: the trigger keeps the
@@ -538,7 +552,9 @@ WHERE a.stream_id IN (SELECT l.stream_id FROM lowered l)
 
 // sqlFailCursors upserts one cursor per failed pair: $1 now, $2 streams, $3
 // perspectives, $4 last event ids, $5 last versions, $6 errors. The position
-// moves forward only; Completed is replaced by Failed and the error stored.
+// moves forward only; Completed is replaced by Failed and the error stored;
+// a missing cursor of a retired perspective is not created (see
+// sqlNoCursorOfRetired).
 // When the position moves, the pending rows below the new position become
 // late (moved, then marked: see sqlMarkLate), and the smallest of them
 // (found by the LATERAL join and carried in the excluded row's trigger
@@ -584,6 +600,7 @@ LEFT JOIN LATERAL (
     ORDER BY w.event_version
     LIMIT 1
 ) s ON true
+WHERE ` + sqlNoCursorOfRetired("f") + `
 ORDER BY f.stream_id, f.perspective COLLATE "C"
 ON CONFLICT (stream_id, perspective) DO UPDATE
 SET last_event_id = CASE WHEN excluded.last_version > c.last_version THEN excluded.last_event_id ELSE c.last_event_id END,
