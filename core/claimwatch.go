@@ -87,6 +87,15 @@ func (w *claimWatch) answered(ctx context.Context, next time.Time) {
 	w.resume()
 }
 
+// disarm forgets the claim due, and ends a stall: the claim loop ended
+// (the worker stops), and the heartbeat vouches for the instance again
+// until its drains in flight ended.
+func (w *claimWatch) disarm() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.due, w.stalled = time.Time{}, false
+}
+
 // vouch reports whether the heartbeat may vouch for the instance: false
 // while the claim loop is stalled. The first time it finds it stalled, it
 // logs and counts the stall.

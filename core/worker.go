@@ -234,7 +234,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	// Stop waits for them after it ended the loops.
 	w.life.start(workCtx)
 	w.notes.Start(runCtx)
-	w.heart.Start(runCtx, beat)
+	w.heart.Start(workCtx, beat)
 	if !w.opts.ClaimsDisabled {
 		w.claims.Start(runCtx)
 	}
@@ -292,10 +292,13 @@ func (w *Worker) shutdown(ctx context.Context) {
 	defer close(w.run.done)
 	w.run.cancelRun(ErrStopped)
 	// Every loop was told to end at once; wait for each. The consumers
-	// return once their batch in flight finished.
+	// return once their batch in flight finished. The heartbeat goes on
+	// until the outcomes are sent: while the instance drains, or may still
+	// save and report, it holds its streams, and no peer may take them
+	// over as it would a dead instance's.
 	w.notes.Stop()
-	w.heart.Stop()
 	w.claims.Stop()
+	w.heart.claims.disarm() // a claim loop that ended is not stalled
 	w.consumers.Stop()
 	w.run.loops.Wait()
 	w.parking.Stop()
@@ -312,6 +315,7 @@ func (w *Worker) shutdown(ctx context.Context) {
 	if err := w.completer.Stop(workCtx); err != nil {
 		w.log.ErrorContext(ctx, "sending outcomes at stop", slog.Any("error", err))
 	}
+	w.heart.Stop()
 	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), deregisterTimeout)
 	defer dcancel()
 	if err := w.backend.Claimer.InstanceDeregister(dctx, &ports.InstanceDeregisterParams{InstanceID: w.opts.InstanceID}); err != nil {
