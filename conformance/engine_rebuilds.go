@@ -34,6 +34,7 @@ func runEngineRebuilds(t *testing.T, newBackend NewBackendFunc) {
 		"RebuildOnAnotherInstanceThanTheHolder": func(t *testing.T) { testRebuildElsewhere(t, newBackend) },
 		"RebuildWhileTheHolderApplies":          func(t *testing.T) { testRebuildDuringApply(t, newBackend) },
 		"RebuildOfACursorThatLostItsModel":      func(t *testing.T) { testRebuildCursorWithoutModel(t, newBackend) },
+		"RebuildWhileCompletionsAreOnTheirWay":  func(t *testing.T) { testRebuildBeforeCompletion(t, newBackend) },
 	})
 }
 
@@ -507,4 +508,57 @@ func testRebuildDuringApply(t *testing.T, newBackend NewBackendFunc) {
 	f.waitApplied(t, 5)
 	require.Equal(t, []int64{10, 20, 30, 40, 50}, f.scaled(t), "every event reflects the rebuilt apply function")
 	require.Zero(t, f.applied.count("rebuilder", f.stream, 4)+f.applied.count("rebuilder", f.stream, 5), "the rebuilder holds no stream")
+}
+
+// A rebuild on another instance while the holder's completion of the rows
+// it applied and saved is still on its way: the rebuilt model holds their
+// events, so the rebuild flags none of them as a straggler (with rewinds
+// off, a late row is dead-lettered), and the holder's completion, when it
+// arrives, completes them.
+func testRebuildBeforeCompletion(t *testing.T, newBackend NewBackendFunc) {
+	open := newBackend(t)
+	b := open(t)
+	if b.Rewind == nil {
+		t.Skip("adapter does not implement ports.RewindStore")
+	}
+	p := core.NewPerspective[versioned]("scaled")
+	core.MustHandle(p, func(ctx context.Context, m versioned, _ tick) (versioned, error) {
+		ev, _ := core.EventFromContext(ctx)
+		m.Values = append(m.Values, ev.Version*10)
+		return m, nil
+	})
+	reg := newRegistry(t, p)
+	o := lifecycleOptions()
+	o.ClaimsDisabled = true
+	rebuilder := startWorker(t, open(t), reg, o)
+	clock := o.Clock
+	stream := newID(t)
+	_, err := reg.Append(t.Context(), b.Events, stream, 0, tick{N: 1}, tick{N: 2}, tick{N: 3})
+	require.NoError(t, err)
+
+	// The holder applies the three events and saves the model; its
+	// completion has not been sent yet.
+	holder := &instance{id: newID(t), b: open(t)}
+	holder.heartbeat(t, clock.Now())
+	rows := ofStream(ofPerspective(holder.fetch(t, clock.Now(), stream).Work, "scaled"), stream)
+	require.Equal(t, []int64{1, 2, 3}, versionsOf(rows))
+	last := rows[2]
+	require.NoError(t, holder.b.Models.ModelSave(t.Context(), &ports.ModelSaveParams{
+		StreamID: stream, Perspective: "scaled", Data: []byte(`{"values":[1,2,3]}`),
+		LastEventID: last.EventID, LastVersion: 3, Now: clock.Now(),
+	}))
+
+	rebuilt, err := rebuilder.Rebuild(t.Context(), "scaled", stream)
+	require.NoError(t, err)
+	require.Equal(t, 1, rebuilt)
+	require.Equal(t, []int64{10, 20, 30}, loadModel[versioned](t, b, stream, "scaled").Values)
+	requireNoRewind(t, mustCursor(t, b, stream, "scaled"))
+	again := ofStream(ofPerspective(holder.fetch(t, clock.Now(), stream).Work, "scaled"), stream)
+	require.Equal(t, []int64{1, 2, 3}, versionsOf(again), "the holder's rows wait for its completion")
+	require.Equal(t, []bool{false, false, false}, lateOf(again), "the rebuilt model holds their events: none is late")
+
+	res := holder.complete(t, clock.Now(), ports.Completion{StreamID: stream, Perspective: "scaled", LastEventID: last.EventID, LastVersion: 3, WorkIDs: workIDs(rows)})
+	require.Equal(t, 3, res.Completed)
+	require.Zero(t, res.RewindsFlagged)
+	requireNoRewind(t, mustCursor(t, b, stream, "scaled"))
 }

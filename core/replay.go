@@ -24,6 +24,7 @@ type replayRun struct {
 	p       perspective
 	key     pairKey
 	rows    []ports.WorkItem
+	rebuild bool // a rebuild's replay: it reports no completion
 	stored  ports.StoredModel
 	base    *ports.Snapshot // the snapshot the replay started from, if any
 	model   any
@@ -35,12 +36,13 @@ type replayRun struct {
 // replay rebuilds the pair's model from the latest snapshot before trigger
 // (0: from the start), through the newest of the pending rows or the stored
 // position, leaving out the events dead-lettered for the pair (as their
-// drain did), saves it and completes rows. Each apply runs under the apply
-// monitor; abandon takes over an abandoned one (replay then returns
+// drain did), saves it and, for a rewind, completes rows (a rebuild, run by
+// any instance, completes nothing: see complete). Each apply runs under the
+// apply monitor; abandon takes over an abandoned one (replay then returns
 // errPairAbandoned). An event that fails to decode or apply stops it with a
 // *replayFailure; any other error is the backend's.
-func (rw *rewinder) replay(ctx context.Context, p perspective, key pairKey, trigger int64, rows []ports.WorkItem, abandon abandonFunc) (replayResult, error) {
-	run := &replayRun{rw: rw, p: p, key: key, rows: rows}
+func (rw *rewinder) replay(ctx context.Context, p perspective, key pairKey, trigger int64, rows []ports.WorkItem, rebuild bool, abandon abandonFunc) (replayResult, error) {
+	run := &replayRun{rw: rw, p: p, key: key, rows: rows, rebuild: rebuild}
 	if err := run.start(ctx, trigger); err != nil {
 		return run.res, err
 	}
@@ -294,9 +296,19 @@ func (r *replayRun) save(ctx context.Context, toReplay []ports.Event) error {
 }
 
 // complete reports the replayed rows complete (clearing the pair's rewind
-// flag) and runs the PostPerspective stage of the pending events.
+// flag) and runs the PostPerspective stage of the pending events. A
+// rebuild reports nothing: it saved the model at the position it had, so
+// there is nothing to move; the rows pending at or below that position
+// are the holder's, applied and saved with their completion on its way
+// (the rebuilt model holds their events too), and a completion of the
+// rebuild's would take them for stragglers never applied. A rewind flag
+// is left to the holder's rewind.
 func (r *replayRun) complete(ctx context.Context) error {
 	rw := r.rw
+	if r.rebuild {
+		rw.completer.signalProgress()
+		return nil
+	}
 	ids := make([]uuid.UUID, 0, len(r.rows))
 	for _, row := range r.rows {
 		if row.EventVersion <= r.lastVer {

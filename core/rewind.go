@@ -254,7 +254,7 @@ func (rw *rewinder) rewindPair(ctx context.Context, p perspective, key pairKey, 
 				owner.task.abandon(0, nil)
 			}
 		}
-		res, err = rw.replay(ctx, p, key, trigger, rows, abandon)
+		res, err = rw.replay(ctx, p, key, trigger, rows, false, abandon)
 		if errors.Is(err, errPairAbandoned) {
 			return nil, err
 		}
