@@ -28,6 +28,7 @@ func runEngineReliability(t *testing.T, newBackend NewBackendFunc) {
 		"SlowApplyHonouringContextTimesOut":      func(t *testing.T) { testApplyDeadline(t, newBackend) },
 		"BackendErrorsCostNoAttempt":             func(t *testing.T) { testBackendErrorsFree(t, newBackend) },
 		"DeadLetterSkippedByRewind":              func(t *testing.T) { testDeadLetterSkippedByRewind(t, newBackend) },
+		"ExhaustedLateRowLeavesNoRewindWaiting":  func(t *testing.T) { testExhaustedLateRow(t, newBackend) },
 		"RequeueAfterFixAppliesInOrder":          func(t *testing.T) { testRequeueAfterFix(t, newBackend) },
 		"NewGenerationRecoversDeadLetters":       func(t *testing.T) { testGenerationRecovery(t, newBackend) },
 		"ReplayFailureChargedToItsEvent":         func(t *testing.T) { testReplayFailureCharged(t, newBackend) },
@@ -425,6 +426,46 @@ func testDeadLetterSkippedByRewind(t *testing.T, newBackend NewBackendFunc) {
 	require.Equal(t, ports.ReasonFailed, dls[0].Reason)
 	require.Equal(t, "poison pill", dls[0].Error)
 	require.Equal(t, 1, dls[0].Attempts)
+}
+
+// testExhaustedLateRow: a late row whose attempts a takeover used up is
+// dead-lettered before any rewind replayed it; the pair's cursor does not
+// go on waiting for a rewind: the rewind runs, without it, and clears the
+// flag.
+func testExhaustedLateRow(t *testing.T, newBackend NewBackendFunc) {
+	open := newBackend(t)
+	b := open(t)
+	requireRewindStore(t, b)
+	pr := newProgress()
+	opts := lifecycleOptions()
+	opts.MaxPerspectiveEventAttempts = 1
+	// The startup scan would repair the pair; a running drain must too.
+	opts.Rewind.StartupScan = core.StartupScanDisabled
+	opts.Hooks = pr.hooks(core.Hooks{})
+	reg := newRegistry(t, strictPerspective(t, "alpha", nil, nil))
+	first := startWorker(t, open(t), reg, opts)
+	stream := newID(t)
+	appendNew(t, b, stream, explicit(t, reg, map[int64]tick{1: {N: 1}, 3: {N: 3}}))
+	pr.waitUntil(t, "both events applied", func() bool {
+		return len(modelVersions(t, b, stream, "alpha")) == 2 && rewindClear(t, b, stream, "alpha")
+	})
+	stop(t, first)
+
+	appendNew(t, b, stream, explicit(t, reg, map[int64]tick{2: {N: 2}}))
+	require.True(t, mustCursor(t, b, stream, "alpha").Status.Has(ports.CursorRewindRequired))
+	// An instance that is not live takes the late row, so the next holder
+	// charges it the takeover: its only attempt.
+	gone := &instance{id: newID(t), b: open(t)}
+	require.Equal(t, []int64{2}, versionsOf(ofPerspective(gone.fetch(t, opts.Clock.Now(), stream).Work, "alpha")))
+
+	startWorker(t, open(t), reg, opts)
+	pr.waitUntil(t, "the late row is dead-lettered and the rewind flag cleared", func() bool {
+		return len(deadLetters(t, b, "alpha", ports.DeadLetterDead)) == 1 && rewindClear(t, b, stream, "alpha")
+	})
+	require.Equal(t, []int64{1, 3}, modelVersions(t, b, stream, "alpha"))
+	dls := deadLetters(t, b, "alpha", ports.DeadLetterDead)
+	require.Equal(t, int64(2), dls[0].EventVersion)
+	require.Equal(t, ports.ReasonMaxAttemptsExceeded, dls[0].Reason)
 }
 
 // testRequeueAfterFix: a dead-lettered event requeued after its handler was

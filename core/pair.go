@@ -55,7 +55,15 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 	if cursor != nil {
 		position, epoch, flags = cursor.LastVersion, cursor.Epoch, *cursor
 	}
-	if rows = dr.toApply(ctx, key, rows, position); len(rows) == 0 {
+	flagged := dr.rewind.rewindEnabled() && flags.Status.Has(ports.CursorRewindRequired)
+	rows, held := dr.toApply(ctx, key, rows, position)
+	// A flagged pair whose rows are all gone now (dead-lettered: their
+	// attempts were used up) has nothing left for a rewind to apply, but
+	// it would wait for one forever: no row is left to bring it back to a
+	// drain. The rewind runs at once, without them, and clears the flag;
+	// unless rows of the pair await their acknowledgement, which clears it.
+	emptyRewind := len(rows) == 0 && flagged && held == 0
+	if len(rows) == 0 && !emptyRewind {
 		return pairOutcome{}, nil
 	}
 
@@ -67,8 +75,8 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 	// A late row below the position was never applied: only a rewind
 	// applies it in order, whether or not the cursor still carries the flag.
 	late := slices.ContainsFunc(rows, func(r ports.WorkItem) bool { return r.Late && r.EventVersion <= position })
-	if dr.rewind.rewindEnabled() && (late || flags.Status.Has(ports.CursorRewindRequired)) {
-		evs, err := dr.rewind.rewindPair(ctx, p, key, rows, flags, false, &rewindOwner{task: task, release: release})
+	if dr.rewind.rewindEnabled() && (late || flagged) {
+		evs, err := dr.rewind.rewindPair(ctx, p, key, rows, flags, emptyRewind, &rewindOwner{task: task, release: release})
 		return dr.newPairOutcome(len(evs), evs, func(i int) int64 { return evs[i].Version }), err
 	}
 	if late {
@@ -137,21 +145,21 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 	return dr.newPairOutcome(n, events, func(i int) int64 { return run.rows[run.saved[i]].EventVersion }), nil
 }
 
-// toApply returns the rows of a pair to apply now. Rows applied by an
-// earlier batch whose completion is not acknowledged yet come back on every
-// fetch: they are skipped. Rows whose attempts are used up go to dead
-// letters, unless they lie at or below position, the pair's cursor, and
-// are not late (applied: they complete); when that move fails, nothing is
-// applied: the pair is retried, or left to the instance that took its
-// stream.
-func (dr *drainer) toApply(ctx context.Context, key pairKey, rows []ports.WorkItem, position int64) []ports.WorkItem {
-	fresh, _ := dr.notApplied(ctx, key, rows)
+// toApply returns the rows of a pair to apply now, and how many rows it
+// skipped because an earlier batch applied them: those come back on every
+// fetch until their completion is acknowledged. Rows whose attempts are
+// used up go to dead letters, unless they lie at or below position, the
+// pair's cursor, and are not late (applied: they complete); when that move
+// fails, nothing is applied (and the skipped count is -1): the pair is
+// retried, or left to the instance that took its stream.
+func (dr *drainer) toApply(ctx context.Context, key pairKey, rows []ports.WorkItem, position int64) ([]ports.WorkItem, int) {
+	fresh, held := dr.notApplied(ctx, key, rows)
 	rows, err := dr.fail.deadLetterExhausted(ctx, fresh, position)
 	if err != nil {
 		dr.fail.moveFailed(ctx, key, "moving work to dead letters", err)
-		return nil
+		return nil, -1
 	}
-	return rows
+	return rows, held
 }
 
 // notApplied splits the rows of a pair into those the processed-event
