@@ -29,6 +29,7 @@ func runEngineReliability(t *testing.T, newBackend NewBackendFunc) {
 		"BackendErrorsCostNoAttempt":             func(t *testing.T) { testBackendErrorsFree(t, newBackend) },
 		"DeadLetterSkippedByRewind":              func(t *testing.T) { testDeadLetterSkippedByRewind(t, newBackend) },
 		"ExhaustedLateRowLeavesNoRewindWaiting":  func(t *testing.T) { testExhaustedLateRow(t, newBackend) },
+		"RewindCountsOnlyEventsNeverApplied":     func(t *testing.T) { testRewindNewAfterTakeover(t, newBackend) },
 		"RequeueAfterFixAppliesInOrder":          func(t *testing.T) { testRequeueAfterFix(t, newBackend) },
 		"NewGenerationRecoversDeadLetters":       func(t *testing.T) { testGenerationRecovery(t, newBackend) },
 		"ReplayFailureChargedToItsEvent":         func(t *testing.T) { testReplayFailureCharged(t, newBackend) },
@@ -466,6 +467,46 @@ func testExhaustedLateRow(t *testing.T, newBackend NewBackendFunc) {
 	dls := deadLetters(t, b, "alpha", ports.DeadLetterDead)
 	require.Equal(t, int64(2), dls[0].EventVersion)
 	require.Equal(t, ports.ReasonMaxAttemptsExceeded, dls[0].Reason)
+}
+
+// testRewindNewAfterTakeover: an instance applied and saved events, then
+// died before completing their rows, and a late event arrived below them.
+// The instance that takes the stream over rewinds the pair: its report
+// counts as new only the late event, not the events the saved model held
+// before the rewind began.
+func testRewindNewAfterTakeover(t *testing.T, newBackend NewBackendFunc) {
+	open := newBackend(t)
+	b := open(t)
+	requireRewindStore(t, b)
+	rewinds := make(chan core.RewindInfo, 10)
+	pr := newProgress()
+	opts := lifecycleOptions()
+	opts.Rewind.StartupScan = core.StartupScanDisabled
+	opts.Hooks = pr.hooks(core.Hooks{OnRewind: func(i core.RewindInfo) { rewinds <- i; pr.poke() }})
+	reg := newRegistry(t, strictPerspective(t, "alpha", nil, nil))
+	subscribe(t, b, typeTick, "alpha")
+	stream := newID(t)
+	appendNew(t, b, stream, explicit(t, reg, map[int64]tick{1: {N: 1}, 3: {N: 3}, 4: {N: 4}}))
+
+	// An instance applies the three events, saves the model and dies
+	// before its completion is sent.
+	gone := &instance{id: newID(t), b: open(t)}
+	rows := ofPerspective(gone.fetch(t, opts.Clock.Now(), stream).Work, "alpha")
+	require.Equal(t, []int64{1, 3, 4}, versionsOf(rows))
+	require.NoError(t, gone.b.Models.ModelSave(t.Context(), &ports.ModelSaveParams{
+		StreamID: stream, Perspective: "alpha", Data: []byte(`{"versions":[1,3,4]}`),
+		LastEventID: rows[2].EventID, LastVersion: 4, Now: opts.Clock.Now(),
+	}))
+	appendNew(t, b, stream, explicit(t, reg, map[int64]tick{2: {N: 2}}))
+
+	startWorker(t, open(t), reg, opts)
+	pr.waitUntil(t, "the late event is rewound in", func() bool {
+		return len(modelVersions(t, b, stream, "alpha")) == 4 && rewindClear(t, b, stream, "alpha")
+	})
+	require.Equal(t, []int64{1, 2, 3, 4}, modelVersions(t, b, stream, "alpha"))
+	info := <-rewinds
+	require.Equal(t, 4, info.Replayed)
+	require.Equal(t, 1, info.New, "only the late event was never applied")
 }
 
 // testRequeueAfterFix: a dead-lettered event requeued after its handler was

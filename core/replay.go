@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/google/uuid"
 
@@ -27,10 +28,14 @@ type replayRun struct {
 	rebuild bool // a rebuild's replay: it reports no completion
 	stored  ports.StoredModel
 	base    *ports.Snapshot // the snapshot the replay started from, if any
-	model   any
-	lastID  uuid.UUID
-	lastVer int64
-	res     replayResult
+	// redelivered are the replayed events of pending rows that a save held
+	// before the replay (see neverApplied): not new, but their
+	// PostPerspective runs again when a crash interrupted it, as in a drain.
+	redelivered []ports.Event
+	model       any
+	lastID      uuid.UUID
+	lastVer     int64
+	res         replayResult
 }
 
 // replay rebuilds the pair's model from the latest snapshot before trigger
@@ -126,8 +131,7 @@ func (r *replayRun) fenceAtCursor(ctx context.Context) error {
 // events reads the stream from the replay's start and returns the events to
 // replay (those the perspective handles, up to the newest pending row or the
 // stored position, dead letters left out) and, among them, the ones never
-// applied, whose stages fire: those with a pending row, except a row stored
-// for a failed replay of an event applied before (ports.WorkItem.Replay).
+// applied, whose stages fire (see neverApplied).
 func (r *replayRun) events(ctx context.Context) (toReplay, toFire []ports.Event, err error) {
 	skip, err := r.rw.deadLetteredEvents(ctx, r.key)
 	if err != nil {
@@ -137,9 +141,7 @@ func (r *replayRun) events(ctx context.Context) (toReplay, toFire []ports.Event,
 	fresh := make(map[uuid.UUID]bool, len(r.rows))
 	for _, row := range r.rows {
 		upTo = max(upTo, row.EventVersion)
-		if !row.Replay {
-			fresh[row.EventID] = true
-		}
+		fresh[row.EventID] = neverApplied(row, r.stored.LastVersion)
 	}
 	events, err := r.rw.backend.Fetcher.EventsReadStream(ctx, &ports.EventsReadStreamParams{StreamID: r.key.stream, AfterVersion: r.res.from})
 	if err != nil {
@@ -161,11 +163,25 @@ func (r *replayRun) events(ctx context.Context) (toReplay, toFire []ports.Event,
 			continue
 		}
 		toReplay = append(toReplay, e)
-		if fresh[e.ID] {
+		switch isFresh, pending := fresh[e.ID]; {
+		case isFresh:
 			toFire = append(toFire, e)
+		case pending:
+			r.redelivered = append(r.redelivered, e)
 		}
 	}
 	return toReplay, toFire, nil
+}
+
+// neverApplied reports whether the event of a pending row was never
+// applied by the pair whose stored model is at position: a row above it,
+// or a late row below it (stored below the cursor, or found straggling
+// there), unless a failed replay stored it for an event the model held
+// (ports.WorkItem.Replay). Any other row at or below the position is one
+// whose event a save already holds: its completion was lost with the
+// instance that applied it, or is still on its way.
+func neverApplied(row ports.WorkItem, position int64) bool {
+	return !row.Replay && (row.Late || row.EventVersion > position)
 }
 
 // apply runs the PrePerspective stage of the pending events, and of the
@@ -326,7 +342,11 @@ func (r *replayRun) complete(ctx context.Context) error {
 			return fmt.Errorf("clearing the rewind flag: %w", err)
 		}
 	}
-	rw.life.postPerspective(ctx, r.key.perspective, r.res.fresh)
+	fired := r.res.fresh
+	if len(r.redelivered) > 0 && rw.backend.Lifecycle != nil {
+		fired = append(slices.Clone(fired), r.redelivered...)
+	}
+	rw.life.postPerspective(ctx, r.key.perspective, fired)
 	rw.completer.signalProgress()
 	return nil
 }
