@@ -35,6 +35,7 @@ func runEngineRebuilds(t *testing.T, newBackend NewBackendFunc) {
 		"RebuildWhileTheHolderApplies":          func(t *testing.T) { testRebuildDuringApply(t, newBackend) },
 		"RebuildOfACursorThatLostItsModel":      func(t *testing.T) { testRebuildCursorWithoutModel(t, newBackend) },
 		"RebuildWhileCompletionsAreOnTheirWay":  func(t *testing.T) { testRebuildBeforeCompletion(t, newBackend) },
+		"RebuildLeavesALateEventToItsRewind":    func(t *testing.T) { testRebuildLeavesLate(t, newBackend) },
 	})
 }
 
@@ -561,4 +562,49 @@ func testRebuildBeforeCompletion(t *testing.T, newBackend NewBackendFunc) {
 	require.Equal(t, 3, res.Completed)
 	require.Zero(t, res.RewindsFlagged)
 	requireNoRewind(t, mustCursor(t, b, stream, "scaled"))
+}
+
+// A rebuild of a pair with a late event pending below its cursor leaves
+// that event out, as the rewind the late row waits for has not applied it
+// yet: the rewind then applies it once, in order, as new (with rewinds
+// off, its row is dead-lettered while the model does not hold it).
+func testRebuildLeavesLate(t *testing.T, newBackend NewBackendFunc) {
+	open := newBackend(t)
+	b := open(t)
+	requireRewindStore(t, b)
+	log := &appliedLog{}
+	rewinds := make(chan core.RewindInfo, 10)
+	pr := newProgress()
+	opts := lifecycleOptions()
+	opts.Hooks = pr.hooks(core.Hooks{OnRewind: func(i core.RewindInfo) {
+		if !i.Rebuild {
+			rewinds <- i
+		}
+		pr.poke()
+	}})
+	reg := newRegistry(t, trailPerspective(t, "alpha", log, nil))
+	first := startWorker(t, open(t), reg, opts)
+	stream := newID(t)
+	appendNew(t, b, stream, explicit(t, reg, map[int64]tick{1: {N: 1}, 2: {N: 2}, 4: {N: 4}}))
+	pr.waitUntil(t, "the first events applied", func() bool { return len(modelVersions(t, b, stream, "alpha")) == 3 })
+	stop(t, first)
+	appendNew(t, b, stream, explicit(t, reg, map[int64]tick{3: {N: 3}}))
+
+	passive := lifecycleOptions()
+	passive.ClaimsDisabled = true
+	passive.Rewind.StartupScan = core.StartupScanDisabled // the rewind is the next worker's
+	rebuilder := startWorker(t, open(t), reg, passive)
+	rebuilt, err := rebuilder.Rebuild(t.Context(), "alpha", stream)
+	require.NoError(t, err)
+	require.Equal(t, 1, rebuilt)
+	require.Equal(t, []int64{1, 2, 4}, modelVersions(t, b, stream, "alpha"), "the late event waits for its rewind")
+	require.Zero(t, log.count("alpha", stream, 3))
+
+	startWorker(t, open(t), reg, opts)
+	pr.waitUntil(t, "the late event is rewound in", func() bool {
+		return len(modelVersions(t, b, stream, "alpha")) == 4 && rewindClear(t, b, stream, "alpha")
+	})
+	require.Equal(t, seq(1, 4), modelVersions(t, b, stream, "alpha"))
+	require.Equal(t, 1, log.count("alpha", stream, 3), "the late event is applied once, by its rewind")
+	require.Equal(t, 1, waitFor(t, "the rewind", rewinds).New)
 }

@@ -385,6 +385,43 @@ func runRewind(t *testing.T, newBackend NewBackendFunc, implemented, admin bool)
 			require.ErrorIs(t, err, ports.ErrInvalidArgument)
 		},
 	})
+
+	optionalGroup(t, "WorkLate", port, implemented, map[string]func(t *testing.T){
+		"ListsLateRowsInVersionOrderForAnyCaller": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 3)
+			f.a.complete(t, at(time.Second), f.completion(3, 3))
+			appendN(t, f.tb.backend, f.stream, at(2*time.Second), eventType, 1)
+
+			got, err := f.tb.backend.Rewind.WorkLate(t.Context(), &ports.WorkLateParams{StreamID: f.stream, Perspective: perspective})
+
+			require.NoError(t, err)
+			require.Equal(t, []int64{1, 2}, versionsOf(got), "the stragglers, not the row above the cursor")
+			require.Equal(t, workIDs(f.work[:2]), workIDs(got))
+			require.Equal(t, []bool{true, true}, lateOf(got))
+			require.Equal(t, []bool{false, false}, replayOf(got))
+			require.Equal(t, f.events[0].ID, got[0].EventID)
+			require.Equal(t, f.stream, got[0].StreamID)
+			require.Equal(t, perspective, got[0].Perspective)
+		},
+		"EmptyWithoutLateRows": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 2)
+
+			got, err := f.tb.backend.Rewind.WorkLate(t.Context(), &ports.WorkLateParams{StreamID: f.stream, Perspective: perspective})
+			require.NoError(t, err)
+			require.Empty(t, got)
+			got, err = f.tb.backend.Rewind.WorkLate(t.Context(), &ports.WorkLateParams{StreamID: newID(t), Perspective: perspective})
+			require.NoError(t, err)
+			require.Empty(t, got)
+		},
+		"RejectsInvalidArguments": func(t *testing.T) {
+			tb := setup(t, newBackend)
+
+			_, err := tb.backend.Rewind.WorkLate(t.Context(), &ports.WorkLateParams{Perspective: perspective})
+			require.ErrorIs(t, err, ports.ErrInvalidArgument)
+			_, err = tb.backend.Rewind.WorkLate(t.Context(), &ports.WorkLateParams{StreamID: newID(t)})
+			require.ErrorIs(t, err, ports.ErrInvalidArgument)
+		},
+	})
 }
 
 // lockParams returns in's request for the lock of (stream, perspective) at

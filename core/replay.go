@@ -14,7 +14,7 @@ import (
 type replayResult struct {
 	from     int64
 	replayed int
-	skipped  int // dead-lettered events left out
+	skipped  int // dead-lettered events left out, and a rebuild's late ones
 	fresh    []ports.Event
 }
 
@@ -147,6 +147,13 @@ func (r *replayRun) events(ctx context.Context) (toReplay, toFire []ports.Event,
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading stream: %w", err)
 	}
+	if r.rebuild {
+		// Read after the stream: a row that is late by then and whose event
+		// the replay read is left out with it.
+		if err := r.leaveLateOut(ctx, skip); err != nil {
+			return nil, nil, err
+		}
+	}
 	handles := map[string]bool{}
 	for _, t := range r.p.eventTypes() {
 		handles[t] = true
@@ -171,6 +178,24 @@ func (r *replayRun) events(ctx context.Context) (toReplay, toFire []ports.Event,
 		}
 	}
 	return toReplay, toFire, nil
+}
+
+// leaveLateOut adds to skip the events of the pair's late rows, for a
+// rebuild: the rewind those rows wait for (or, with rewinds off, their
+// move to dead letters) has not applied them, and the rebuild cannot
+// complete rows of a stream it does not hold; were it to apply their
+// events, the pair's model would hold events that the rewind then applies
+// again as new, running their stages after their first apply, or that
+// are dead-lettered as late.
+func (r *replayRun) leaveLateOut(ctx context.Context, skip map[uuid.UUID]bool) error {
+	late, err := r.rw.backend.Rewind.WorkLate(ctx, &ports.WorkLateParams{StreamID: r.key.stream, Perspective: r.key.perspective})
+	if err != nil {
+		return fmt.Errorf("listing late rows: %w", err)
+	}
+	for _, row := range late {
+		skip[row.EventID] = true
+	}
+	return nil
 }
 
 // neverApplied reports whether the event of a pending row was never

@@ -28,6 +28,29 @@ type RewindStore interface {
 	// of any listed type, greater than After in byte order, ascending, at
 	// most Limit when positive: pages for a rebuild.
 	StreamsWithEventTypes(ctx context.Context, params *StreamsWithEventTypesParams) ([]uuid.UUID, error)
+
+	// WorkLate returns the pending rows of a (stream, perspective) that are
+	// Late (see WorkItem.Late), in version order, whoever holds the stream
+	// and whatever their retry time; rows completed in DebugMode are not
+	// pending. It takes no lease and changes nothing: a rebuild, which any
+	// instance runs, leaves their events out of the model it replays, as
+	// the rewind they wait for has not applied them yet.
+	WorkLate(ctx context.Context, params *WorkLateParams) ([]WorkItem, error)
+}
+
+// WorkLateParams are the inputs of WorkLate.
+type WorkLateParams struct {
+	StreamID    uuid.UUID
+	Perspective string
+}
+
+// Validate reports the first field every RewindStore rejects with
+// ErrInvalidArgument in WorkLate: a nil StreamID or an empty Perspective.
+func (p *WorkLateParams) Validate() error {
+	return cmp.Or(
+		checkID("WorkLateParams.StreamID", p.StreamID),
+		checkName("WorkLateParams.Perspective", p.Perspective),
+	)
 }
 
 // CursorsRewindRequiredParams are the inputs of CursorsRewindRequired.

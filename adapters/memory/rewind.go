@@ -157,3 +157,35 @@ func (s *Store) StreamsWithEventTypes(ctx context.Context, params *ports.Streams
 	}
 	return out, nil
 }
+
+// WorkLate implements ports.RewindStore: a walk of the pair's pending rows.
+// It returns ports.ErrInvalidArgument for a nil stream id or an empty
+// perspective.
+func (s *Store) WorkLate(ctx context.Context, params *ports.WorkLateParams) ([]ports.WorkItem, error) {
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("listing late work: %w", err)
+	}
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+
+	st := s.streams[params.StreamID]
+	if st == nil {
+		return nil, nil
+	}
+	p := st.pair(params.Perspective)
+	if p == nil {
+		return nil, nil
+	}
+	var out []ports.WorkItem
+	for _, r := range p.pending() {
+		if r.late {
+			out = append(out, ports.WorkItem{
+				WorkID: r.id, StreamID: st.id, Perspective: r.perspective, EventID: r.eventID,
+				EventVersion: r.version, Attempts: r.attempts, Late: true, Replay: r.replay,
+			})
+		}
+	}
+	return out, nil
+}

@@ -64,6 +64,7 @@ var Queries = map[string]string{
 	"StreamLockRelease":     sqlStreamLockRelease,
 	"StreamLocks":           sqlStreamLocks,
 	"StreamsWithEventTypes": sqlStreamsWithEventTypes,
+	"WorkLate":              sqlWorkLate,
 	"SnapshotSave":          sqlSnapshotSave,
 	"SnapshotLatestBefore":  sqlSnapshotLatestBefore,
 	"SnapshotsDeleteFrom":   sqlSnapshotsDeleteFrom,

@@ -119,6 +119,7 @@ ANALYZE `+s+`.vantage_events; ANALYZE `+s+`.vantage_work; ANALYZE `+s+`.vantage_
 		"StreamLockRelease":     {streams[0], "a", id},
 		"StreamLocks":           {streams[0], nil},
 		"StreamsWithEventTypes": {[]string{"T", "U"}, streams[0], 10},
+		"WorkLate":              {streams[0], "a"},
 		"SnapshotSave":          {streams[0], "a", int64(1), id, int64(0), "{}", nil},
 		"SnapshotLatestBefore":  {streams[0], "a", int64(3), int64(0)},
 		"SnapshotsDeleteFrom":   {streams[0], "a", int64(3)},

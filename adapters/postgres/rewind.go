@@ -168,3 +168,30 @@ func limitArg(limit int) any {
 	}
 	return limit
 }
+
+// sqlWorkLate lists the late pending rows of the pair ($1 stream, $2
+// perspective) through vantage_work_pending_idx.
+const sqlWorkLate = `SELECT work_id, stream_id, perspective, event_id, event_version, attempts, late, replay
+FROM /* SCHEMA */.vantage_work
+WHERE stream_id = $1 AND perspective = $2 AND processed_at IS NULL AND late
+ORDER BY event_version`
+
+// WorkLate implements ports.RewindStore in one statement. It returns
+// ports.ErrInvalidArgument for a nil stream id or an empty perspective.
+func (s *Store) WorkLate(ctx context.Context, params *ports.WorkLateParams) ([]ports.WorkItem, error) {
+	if err := params.Validate(); err != nil {
+		return nil, fmt.Errorf("listing late work: %w", err)
+	}
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	out, err := queryRows(ctx, s, sqlWorkLate, func(row pgx.CollectableRow) (ports.WorkItem, error) {
+		var w ports.WorkItem
+		err := row.Scan(&w.WorkID, &w.StreamID, &w.Perspective, &w.EventID, &w.EventVersion, &w.Attempts, &w.Late, &w.Replay)
+		return w, err
+	}, params.StreamID, params.Perspective)
+	if err != nil {
+		return nil, fmt.Errorf("listing late work: %w", err)
+	}
+	return out, nil
+}

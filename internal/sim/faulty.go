@@ -573,6 +573,12 @@ func (w *fRewind) StreamLockRelease(ctx context.Context, p *ports.StreamLockPara
 	return call0(ctx, w.f, "StreamLockRelease", func(ctx context.Context) error { return w.inner.StreamLockRelease(ctx, p) })
 }
 
+func (w *fRewind) WorkLate(ctx context.Context, p *ports.WorkLateParams) ([]ports.WorkItem, error) {
+	return call(ctx, w.f, "WorkLate", func(ctx context.Context) ([]ports.WorkItem, error) {
+		return w.inner.WorkLate(ctx, p)
+	})
+}
+
 func (w *fRewind) StreamsWithEventTypes(ctx context.Context, p *ports.StreamsWithEventTypesParams) ([]uuid.UUID, error) {
 	return call(ctx, w.f, "StreamsWithEventTypes", func(ctx context.Context) ([]uuid.UUID, error) {
 		return w.inner.StreamsWithEventTypes(ctx, p)
