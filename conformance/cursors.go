@@ -254,6 +254,31 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			require.Zero(t, res.Completed)
 			require.Equal(t, workIDs(work), workIDs(b.fetch(t, at(47*time.Second), stream).Work), "the row is still b's")
 		},
+		"ListedRowsOfALostStreamAreNoStragglers": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a, b := tb.pair(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			events := appendN(t, tb.backend, stream, at(0), eventType, 2)
+			a.heartbeat(t, at(0))
+			work := a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: 40 * time.Second, Now: at(0)}).Work
+			b.heartbeat(t, at(20*time.Second))
+			require.Len(t, b.fetch(t, at(45*time.Second), stream).Work, 2, "b took the stream of dead a")
+
+			// a applied and saved both events before it lost the stream: its
+			// completion deletes nothing, and the rows it lists were applied.
+			res := a.complete(t, at(46*time.Second), ports.Completion{
+				StreamID: stream, Perspective: perspective,
+				LastEventID: events[1].ID, LastVersion: 2, WorkIDs: workIDs(work),
+			})
+
+			require.Zero(t, res.Completed)
+			require.Zero(t, res.RewindsFlagged)
+			requireNoRewind(t, mustCursor(t, tb.backend, stream, perspective))
+			rows := b.fetch(t, at(47*time.Second), stream).Work
+			require.Equal(t, workIDs(work), workIDs(rows), "the rows are still b's")
+			require.Equal(t, []bool{false, false}, lateOf(rows), "their events are applied: they are no stragglers")
+		},
 		"FencedAfterExpiredLeaseTaken": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			a, b := tb.pair(t)
@@ -679,6 +704,28 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			res := b.fetch(t, at(37*time.Second), stream)
 			require.Equal(t, []int64{1, 2}, versionsOf(res.Work), "version 1 is not scheduled: a's failure took no effect")
 			require.Equal(t, []int{1, 1}, attemptsOf(res.Work), "a's failure counts nothing")
+		},
+		"AppliedRowsOfALostStreamAreNoStragglers": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a, b := tb.pair(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			events := appendN(t, tb.backend, stream, at(0), eventType, 3)
+			a.heartbeat(t, at(0))
+			work := a.fetch(t, at(0), stream).Work
+			require.Len(t, work, 3)
+			b.heartbeat(t, at(20*time.Second))
+			require.Len(t, b.fetch(t, at(35*time.Second), stream).Work, 3, "b took the stream of dead a")
+
+			a.fail(t, at(36*time.Second), ports.Failure{
+				StreamID: stream, Perspective: perspective, LastEventID: events[1].ID, LastVersion: 2,
+				AppliedWorkIDs: workIDs(work[:2]), FailedWorkIDs: workIDs(work[2:]), Error: "boom", RetryAt: at(time.Hour),
+			})
+
+			require.False(t, mustCursor(t, tb.backend, stream, perspective).Status.Has(ports.CursorRewindRequired))
+			res := b.fetch(t, at(37*time.Second), stream)
+			require.Equal(t, []int64{1, 2, 3}, versionsOf(res.Work))
+			require.Equal(t, []bool{false, false, false}, lateOf(res.Work), "the rows a applied are no stragglers")
 		},
 		"KeepsPositionWithoutLastVersion": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 2)

@@ -30,7 +30,8 @@ type CursorStore interface {
 	// Late and set RewindRequired with the smallest such event as trigger.
 	// Rows below the stored cursor but not below the reported position are
 	// rows applied earlier whose completions are still on their way, not
-	// stragglers. All deletions of the call happen before any cursor is
+	// stragglers; nor are the rows the call lists, which stay pending when
+	// the caller lost the stream although their events are applied. All deletions of the call happen before any cursor is
 	// examined. Finally the leases of the streams of the call that have no
 	// pending rows left are released. Idempotent: completing missing rows
 	// is a no-op and cursor writes are set-to-value.
@@ -65,7 +66,8 @@ type CursorStore interface {
 	// cursor RewindRequired when it is past the event, keeping an earlier
 	// trigger (such a row is Late); it leaves the handed-out marks as they
 	// are. When a failure moves the cursor past pending rows, those become
-	// Late and flag the cursor as in WorkComplete. Rewind flags are
+	// Late and flag the cursor as in WorkComplete (the call's
+	// AppliedWorkIDs excepted). Rewind flags are
 	// otherwise left as they are. The stream's lease stays with the caller,
 	// unless the stream has no pending rows left: it is then released, as
 	// by WorkComplete.

@@ -93,8 +93,9 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 		}
 		reported[k] = max(reported[k], c.LastVersion)
 	}
+	listed := listedRows(params.Completions, func(c ports.Completion) []uuid.UUID { return c.WorkIDs })
 	for _, k := range pairs {
-		if s.flagStragglers(k, reported[k], now) {
+		if s.flagStragglers(k, reported[k], listed, now) {
 			result.RewindsFlagged++
 		}
 		st := s.streams[k.streamID]
@@ -204,8 +205,9 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 			eventRow.late = true
 		}
 	}
+	listed := listedRows(params.Failures, func(f ports.Failure) []uuid.UUID { return f.AppliedWorkIDs })
 	for _, k := range moved {
-		s.flagStragglers(k, reported[k], now)
+		s.flagStragglers(k, reported[k], listed, now)
 	}
 	for _, f := range params.Failures {
 		st := s.streams[f.StreamID]
@@ -336,15 +338,46 @@ func (s *Store) reportedCursor(st *stream, perspective string, now time.Time) *p
 // failure of this call reported (reported): their events were never applied
 // although the cursor passed them. Rows below the stored cursor but not below
 // what the call reports are rows applied by earlier batches whose completions
-// are still on their way: flagging them would cause phantom rewinds.
-func (s *Store) flagStragglers(k pairKey, reported int64, now time.Time) bool {
+// are still on their way: flagging them would cause phantom rewinds. Rows
+// the call lists as applied (listed) are no stragglers either: they are
+// still pending because the caller lost the stream, but the model it saved
+// holds their events.
+func (s *Store) flagStragglers(k pairKey, reported int64, listed map[uuid.UUID]bool, now time.Time) bool {
 	st := s.streams[k.streamID]
 	cur := st.cursors[k.perspective]
 	p := st.pair(k.perspective)
 	if cur == nil || p == nil || p.first().version >= reported {
 		return false
 	}
-	flagRewind(cur, p.first().eventID, p.first().version, now)
-	p.markLate(reported)
+	var trigger *workRow
+	for _, r := range p.pending() {
+		if r.version >= reported {
+			break
+		}
+		if !listed[r.id] {
+			trigger = r
+			break
+		}
+	}
+	if trigger == nil {
+		return false
+	}
+	flagRewind(cur, trigger.eventID, trigger.version, now)
+	p.markLate(reported, listed)
 	return true
+}
+
+// listedRows returns the ids of the rows the entries of a call list as
+// applied, nil when there are none.
+func listedRows[T any](entries []T, ids func(T) []uuid.UUID) map[uuid.UUID]bool {
+	var out map[uuid.UUID]bool
+	for _, e := range entries {
+		for _, id := range ids(e) {
+			if out == nil {
+				out = map[uuid.UUID]bool{}
+			}
+			out[id] = true
+		}
+	}
+	return out
 }

@@ -489,17 +489,24 @@ func arrivesLate(st *stream, perspective string, version int64) (late, belowCurs
 	return version < st.mark(perspective), false
 }
 
-// markLate makes every pending row of p below version late.
-func (p *pair) markLate(version int64) {
+// markLate makes every pending row of p below version late, except the
+// rows in except (applied: see flagStragglers), which keep lateBelow at
+// or below the lowest of them.
+func (p *pair) markLate(version int64, except map[uuid.UUID]bool) {
 	if version <= p.lateBelow {
 		return
 	}
 	rows := p.pending()
+	below := version
 	i, _ := p.rowIndex(p.lateBelow)
 	for ; i < len(rows) && rows[i].version < version; i++ {
+		if except[rows[i].id] {
+			below = min(below, rows[i].version)
+			continue
+		}
 		rows[i].late = true
 	}
-	p.lateBelow = version
+	p.lateBelow = max(p.lateBelow, below)
 }
 
 // removeRow takes a pending row out of every index. The row is not kept. The

@@ -266,8 +266,10 @@ const sqlFlagRewind = `status = c.status | ` + sqlStatusRewindRequired + `,
     updated_at = clock.now`
 
 // sqlFlagStragglers makes late the pending rows of the pairs ($2, $3)
-// strictly below the position their completion reports ($4), and flags
-// those pairs' cursors, the smallest such row being the trigger. It runs
+// strictly below the position their completion reports ($4), except the
+// rows the call lists ($5: still pending because the caller lost the
+// stream, but applied), and flags those pairs' cursors, the smallest such
+// row being the trigger. It runs
 // after the call's deletions, and after its cursor upsert locked the
 // cursors: only the pair's cursor holder marks its rows.
 //
@@ -288,7 +290,7 @@ pairs AS (
     FROM unnest($2::uuid[], $3::text[], $4::bigint[]) AS p(stream_id, perspective, last_version)
     GROUP BY p.stream_id, p.perspective
 ),
-` + sqlMarkLate("pairs") + `,
+` + sqlMarkLate("pairs", "coalesce($5::uuid[], '{}')") + `,
 f AS (
     SELECT p.stream_id, p.perspective, s.event_id, s.event_version
     FROM pairs p
@@ -297,6 +299,7 @@ f AS (
         FROM /* SCHEMA */.vantage_work w
         WHERE w.stream_id = p.stream_id AND w.perspective = p.perspective
           AND w.processed_at IS NULL AND w.event_version < p.last_version
+          AND w.work_id <> ALL (coalesce($5::uuid[], '{}'))
         ORDER BY w.event_version
         LIMIT 1
     ) s
@@ -308,10 +311,12 @@ WHERE c.stream_id = f.stream_id AND c.perspective = f.perspective`
 
 // sqlMarkLate returns the CTE marked, which makes late the pending rows of
 // each pair of bounds (a CTE of stream_id, perspective, last_version) below
-// last_version that are not late yet. The rows are found per pair by a
-// range scan (OFFSET 0 keeps it: flattened, the planner may hash the whole
-// work table) and updated by key, which locks them in work id order.
-func sqlMarkLate(bounds string) string {
+// last_version that are not late yet, except the rows of the array except
+// (the rows the call lists as applied: see sqlFlagStragglers). The rows are
+// found per pair by a range scan (OFFSET 0 keeps it: flattened, the planner
+// may hash the whole work table) and updated by key, which locks them in
+// work id order.
+func sqlMarkLate(bounds, except string) string {
 	return `marked AS (
     UPDATE /* SCHEMA */.vantage_work w
     SET late = true
@@ -323,6 +328,7 @@ func sqlMarkLate(bounds string) string {
             FROM /* SCHEMA */.vantage_work l
             WHERE l.stream_id = b.stream_id AND l.perspective = b.perspective
               AND l.processed_at IS NULL AND l.event_version < b.last_version AND NOT l.late
+              AND l.work_id <> ALL (` + except + `)
             OFFSET 0
         ) s))
     RETURNING 1
@@ -488,7 +494,11 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 	b := &pgx.Batch{}
 	finish.queue(s, b, params.InstanceID, params.DebugMode, now)
 	b.Queue(s.sql(sqlCompleteCursors), now, streams, perspectives, eventIDs, versions)
-	b.Queue(s.sql(sqlFlagStragglers), now, streams, perspectives, versions)
+	var listed []uuid.UUID
+	for _, c := range params.Completions {
+		listed = append(listed, c.WorkIDs...)
+	}
+	b.Queue(s.sql(sqlFlagStragglers), now, streams, perspectives, versions, uuidsArg(listed))
 	b.Queue(s.sql(sqlReleaseDrained), distinctStreams(streams), params.InstanceID, s.appendLockClass())
 	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error {
 		var err error
@@ -551,10 +561,11 @@ WHERE a.stream_id IN (SELECT l.stream_id FROM lowered l)
       WHERE l.stream_id = a.stream_id AND (a.handed_out ->> l.perspective)::bigint > l.mark)`
 
 // sqlFailCursors upserts one cursor per failed pair: $1 now, $2 streams, $3
-// perspectives, $4 last event ids, $5 last versions, $6 errors. The position
-// moves forward only; Completed is replaced by Failed and the error stored;
-// a missing cursor of a retired perspective is not created (see
-// sqlNoCursorOfRetired).
+// perspectives, $4 last event ids, $5 last versions, $6 errors, $7 the rows
+// the call lists as applied (never stragglers: see sqlFlagStragglers). The
+// position moves forward only; Completed is replaced by Failed and the
+// error stored; a missing cursor of a retired perspective is not created
+// (see sqlNoCursorOfRetired).
 // When the position moves, the pending rows below the new position become
 // late (moved, then marked: see sqlMarkLate), and the smallest of them
 // (found by the LATERAL join and carried in the excluded row's trigger
@@ -580,7 +591,7 @@ moved AS (
     LEFT JOIN prior p ON p.stream_id = f.stream_id AND p.perspective = f.perspective
     WHERE f.last_version > coalesce(p.last_version, 0)
 ),
-` + sqlMarkLate("moved") + `
+` + sqlMarkLate("moved", "coalesce($7::uuid[], '{}')") + `
 INSERT INTO /* SCHEMA */.vantage_cursors AS c
     (stream_id, perspective, last_event_id, last_version, status, error,
      rewind_trigger_event_id, rewind_trigger_version, rewind_flagged_at, rewind_first_flagged_at, updated_at)
@@ -597,6 +608,7 @@ LEFT JOIN LATERAL (
     FROM /* SCHEMA */.vantage_work w
     WHERE w.stream_id = f.stream_id AND w.perspective = f.perspective
       AND w.processed_at IS NULL AND w.event_version < f.last_version
+      AND w.work_id <> ALL (coalesce($7::uuid[], '{}'))
     ORDER BY w.event_version
     LIMIT 1
 ) s ON true
@@ -815,7 +827,11 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 		ev = events.columns()
 		b.Queue(s.sql(sqlFailEvents), now, ev.streams, ev.perspectives, ev.eventIDs, ev.versions, ev.errs, ev.retryAt)
 	}
-	b.Queue(s.sql(sqlFailCursors), now, streams, perspectives, eventIDs, versions, errs)
+	var applied []uuid.UUID
+	for _, f := range params.Failures {
+		applied = append(applied, f.AppliedWorkIDs...)
+	}
+	b.Queue(s.sql(sqlFailCursors), now, streams, perspectives, eventIDs, versions, errs, uuidsArg(applied))
 	if len(events.order) > 0 {
 		b.Queue(s.sql(sqlFlagFailedEvents), now, ev.streams, ev.perspectives, ev.eventIDs, ev.versions)
 	}
