@@ -28,6 +28,7 @@ func runEngineLifecycle(t *testing.T, newBackend NewBackendFunc) {
 		"LateEventRewindsToCleanReplay":           func(t *testing.T) { testLateEventRewind(t, newBackend, 0) },
 		"LateEventRewindFromSnapshot":             func(t *testing.T) { testLateEventRewind(t, newBackend, 4) },
 		"StartupScanLeavesALiveRewindToItsDrain":  func(t *testing.T) { testStartupScanAfterLiveRewind(t, newBackend) },
+		"StartupScanLeavesALateRowHeldElsewhere":  func(t *testing.T) { testStartupScanLateHeldElsewhere(t, newBackend) },
 		"RebuildMatchesFreshReplay":               func(t *testing.T) { testRebuild(t, newBackend) },
 		"SecurityScopePerEventAcrossInstances":    func(t *testing.T) { testSecurityAcrossInstances(t, newBackend) },
 	})
@@ -525,4 +526,42 @@ func testStartupScanAfterLiveRewind(t *testing.T, newBackend NewBackendFunc) {
 	require.Empty(t, rewinds, "no other rewind")
 	require.Equal(t, seq(1, 4), modelVersions(t, b, stream, "alpha"))
 	require.Equal(t, 1, log.count("alpha", stream, 3), "the late event was replayed once")
+}
+
+// testStartupScanLateHeldElsewhere: the startup scan finds a pair flagged
+// for a late event whose row another live instance holds. It cannot
+// complete that row, so its replay leaves the late event out: the rewind
+// of the holder applies it, once, as new.
+func testStartupScanLateHeldElsewhere(t *testing.T, newBackend NewBackendFunc) {
+	open := newBackend(t)
+	b := open(t)
+	requireRewindStore(t, b)
+	log := &appliedLog{}
+	pr := newProgress()
+	o1 := lifecycleOptions()
+	o1.Hooks = pr.hooks(core.Hooks{})
+	reg := newRegistry(t, trailPerspective(t, "alpha", log, nil))
+	w1 := startWorker(t, open(t), reg, o1)
+	stream := newID(t)
+	appendNew(t, b, stream, explicit(t, reg, map[int64]tick{1: {N: 1}, 3: {N: 3}}))
+	pr.waitUntil(t, "the first events applied and completed", func() bool {
+		return len(modelVersions(t, b, stream, "alpha")) == 2 && rewindClear(t, b, stream, "alpha")
+	})
+	stopWorker(t, w1)
+	appendNew(t, b, stream, explicit(t, reg, map[int64]tick{2: {N: 2}}))
+	holder := &instance{id: newID(t), b: open(t)}
+	holder.heartbeat(t, o1.Clock.Now())
+	require.Equal(t, []int64{2}, versionsOf(ofPerspective(holder.fetch(t, o1.Clock.Now(), stream).Work, "alpha")))
+
+	o2 := lifecycleOptions()
+	o2.Hooks = pr.hooks(core.Hooks{})
+	w2 := startWorker(t, open(t), reg, o2)
+	select {
+	case <-w2.StartupScanComplete():
+	case <-time.After(scenarioTimeout):
+		t.Fatal("the startup scan never completed")
+	}
+	require.Equal(t, []int64{1, 3}, modelVersions(t, b, stream, "alpha"), "the late event waits for its holder's rewind")
+	require.Zero(t, log.count("alpha", stream, 2))
+	require.Equal(t, []int64{2}, versionsOf(ofPerspective(holder.fetch(t, o1.Clock.Now(), stream).Work, "alpha")), "its row waits")
 }

@@ -56,13 +56,13 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 		position, epoch, flags = cursor.LastVersion, cursor.Epoch, *cursor
 	}
 	flagged := dr.rewind.rewindEnabled() && flags.Status.Has(ports.CursorRewindRequired)
-	rows, held := dr.toApply(ctx, key, rows, position)
+	rows, held, ok := dr.toApply(ctx, key, rows, position)
 	// A flagged pair whose rows are all gone now (dead-lettered: their
 	// attempts were used up) has nothing left for a rewind to apply, but
 	// it would wait for one forever: no row is left to bring it back to a
 	// drain. The rewind runs at once, without them, and clears the flag;
 	// unless rows of the pair await their acknowledgement, which clears it.
-	emptyRewind := len(rows) == 0 && flagged && held == 0
+	emptyRewind := ok && len(rows) == 0 && flagged && len(held) == 0
 	if len(rows) == 0 && !emptyRewind {
 		return pairOutcome{}, nil
 	}
@@ -76,7 +76,7 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 	// applies it in order, whether or not the cursor still carries the flag.
 	late := slices.ContainsFunc(rows, func(r ports.WorkItem) bool { return r.Late && r.EventVersion <= position })
 	if dr.rewind.rewindEnabled() && (late || flagged) {
-		evs, err := dr.rewind.rewindPair(ctx, p, key, rows, flags, emptyRewind, &rewindOwner{task: task, release: release})
+		evs, err := dr.rewind.rewindPair(ctx, p, key, rows, held, flags, emptyRewind, &rewindOwner{task: task, release: release})
 		return dr.newPairOutcome(len(evs), evs, func(i int) int64 { return evs[i].Version }), err
 	}
 	if late {
@@ -145,34 +145,34 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 	return dr.newPairOutcome(n, events, func(i int) int64 { return run.rows[run.saved[i]].EventVersion }), nil
 }
 
-// toApply returns the rows of a pair to apply now, and how many rows it
-// skipped because an earlier batch applied them: those come back on every
-// fetch until their completion is acknowledged. Rows whose attempts are
-// used up go to dead letters, unless they lie at or below position, the
-// pair's cursor, and are not late (applied: they complete); when that move
-// fails, nothing is applied (and the skipped count is -1): the pair is
-// retried, or left to the instance that took its stream.
-func (dr *drainer) toApply(ctx context.Context, key pairKey, rows []ports.WorkItem, position int64) ([]ports.WorkItem, int) {
+// toApply returns the rows of a pair to apply now, and the ids of the rows
+// it skipped because an earlier batch applied them: those come back on
+// every fetch until their completion is acknowledged. Rows whose attempts
+// are used up go to dead letters, unless they lie at or below position,
+// the pair's cursor, and are not late (applied: they complete); when that
+// move fails, nothing is applied and ok is false: the pair is retried, or
+// left to the instance that took its stream.
+func (dr *drainer) toApply(ctx context.Context, key pairKey, rows []ports.WorkItem, position int64) (_ []ports.WorkItem, held []uuid.UUID, ok bool) {
 	fresh, held := dr.notApplied(ctx, key, rows)
 	rows, err := dr.fail.deadLetterExhausted(ctx, fresh, position)
 	if err != nil {
 		dr.fail.moveFailed(ctx, key, "moving work to dead letters", err)
-		return nil, -1
+		return nil, nil, false
 	}
-	return rows, held
+	return rows, held, true
 }
 
 // notApplied splits the rows of a pair into those the processed-event
-// cache does not hold and the count of those it holds (applied, their
+// cache does not hold and the ids of those it holds (applied, their
 // completion not acknowledged yet, or acknowledged recently), which it
 // reports to the metrics and the DedupObserver.
-func (dr *drainer) notApplied(ctx context.Context, key pairKey, rows []ports.WorkItem) ([]ports.WorkItem, int) {
+func (dr *drainer) notApplied(ctx context.Context, key pairKey, rows []ports.WorkItem) ([]ports.WorkItem, []uuid.UUID) {
 	fresh, deduped := dedup.Partition(dr.cache, key.dedupKey(), rows, workID)
 	dr.metrics.deduped(ctx, key.perspective, len(deduped))
 	if len(deduped) > 0 && dr.opts.Hooks.DedupObserver != nil {
 		dr.opts.Hooks.DedupObserver.OnEventsDeduped(deduped, key.perspective, key.stream)
 	}
-	return fresh, len(deduped)
+	return fresh, deduped
 }
 
 // prePerspective runs the PrePerspective stage for the rows' events past

@@ -142,7 +142,7 @@ func (rw *rewinder) rebuildStream(ctx context.Context, p perspective, stream uui
 				return 0, fmt.Errorf("rebuilding stream %s: %w", stream, err)
 			}
 		}
-		res, err = rw.replay(ctx, p, key, 0, nil, true, func(info AbandonedApply, _ bool) { rw.monitor.noteAbandoned(ctx, info) })
+		res, err = rw.replay(ctx, p, key, 0, nil, nil, true, func(info AbandonedApply, _ bool) { rw.monitor.noteAbandoned(ctx, info) })
 		if err == nil {
 			break
 		}

@@ -25,7 +25,8 @@ type replayRun struct {
 	p       perspective
 	key     pairKey
 	rows    []ports.WorkItem
-	rebuild bool // a rebuild's replay: it reports no completion
+	held    []uuid.UUID // rows applied before whose completion is on its way
+	rebuild bool        // a rebuild's replay: it reports no completion
 	stored  ports.StoredModel
 	base    *ports.Snapshot // the snapshot the replay started from, if any
 	// redelivered are the replayed events of pending rows that a save held
@@ -46,8 +47,8 @@ type replayRun struct {
 // apply monitor; abandon takes over an abandoned one (replay then returns
 // errPairAbandoned). An event that fails to decode or apply stops it with a
 // *replayFailure; any other error is the backend's.
-func (rw *rewinder) replay(ctx context.Context, p perspective, key pairKey, trigger int64, rows []ports.WorkItem, rebuild bool, abandon abandonFunc) (replayResult, error) {
-	run := &replayRun{rw: rw, p: p, key: key, rows: rows, rebuild: rebuild}
+func (rw *rewinder) replay(ctx context.Context, p perspective, key pairKey, trigger int64, rows []ports.WorkItem, held []uuid.UUID, rebuild bool, abandon abandonFunc) (replayResult, error) {
+	run := &replayRun{rw: rw, p: p, key: key, rows: rows, held: held, rebuild: rebuild}
 	if err := run.start(ctx, trigger); err != nil {
 		return run.res, err
 	}
@@ -147,12 +148,10 @@ func (r *replayRun) events(ctx context.Context) (toReplay, toFire []ports.Event,
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading stream: %w", err)
 	}
-	if r.rebuild {
-		// Read after the stream: a row that is late by then and whose event
-		// the replay read is left out with it.
-		if err := r.leaveLateOut(ctx, skip); err != nil {
-			return nil, nil, err
-		}
+	// Read after the stream: a row that is late by then and whose event the
+	// replay read is left out with it.
+	if err := r.leaveLateOut(ctx, skip); err != nil {
+		return nil, nil, err
 	}
 	handles := map[string]bool{}
 	for _, t := range r.p.eventTypes() {
@@ -180,20 +179,34 @@ func (r *replayRun) events(ctx context.Context) (toReplay, toFire []ports.Event,
 	return toReplay, toFire, nil
 }
 
-// leaveLateOut adds to skip the events of the pair's late rows, for a
-// rebuild: the rewind those rows wait for (or, with rewinds off, their
-// move to dead letters) has not applied them, and the rebuild cannot
-// complete rows of a stream it does not hold; were it to apply their
-// events, the pair's model would hold events that the rewind then applies
-// again as new, running their stages after their first apply, or that
-// are dead-lettered as late.
+// leaveLateOut adds to skip the events of the pair's late rows that the
+// replay does not complete: every one for a rebuild, which holds no
+// stream; for a rewind, those that are neither among its rows nor held
+// (held by another instance, behind a row waiting for its retry, or
+// stored since the fetch). The rewind that completes them applies them
+// (or, with rewinds off, their rows are dead-lettered); applied here,
+// they would be in the model while their rows wait, and that rewind would
+// apply them again as new, running their stages after their first apply,
+// or the move to dead letters would name an event the model holds.
 func (r *replayRun) leaveLateOut(ctx context.Context, skip map[uuid.UUID]bool) error {
 	late, err := r.rw.backend.Rewind.WorkLate(ctx, &ports.WorkLateParams{StreamID: r.key.stream, Perspective: r.key.perspective})
 	if err != nil {
 		return fmt.Errorf("listing late rows: %w", err)
 	}
+	if len(late) == 0 {
+		return nil
+	}
+	inHand := make(map[uuid.UUID]bool, len(r.rows)+len(r.held))
+	for _, row := range r.rows {
+		inHand[row.WorkID] = true
+	}
+	for _, id := range r.held {
+		inHand[id] = true
+	}
 	for _, row := range late {
-		skip[row.EventID] = true
+		if !inHand[row.WorkID] {
+			skip[row.EventID] = true
+		}
 	}
 	return nil
 }
@@ -350,12 +363,16 @@ func (r *replayRun) complete(ctx context.Context) error {
 		rw.completer.signalProgress()
 		return nil
 	}
-	ids := make([]uuid.UUID, 0, len(r.rows))
+	ids := make([]uuid.UUID, 0, len(r.rows)+len(r.held))
 	for _, row := range r.rows {
 		if row.EventVersion <= r.lastVer {
 			ids = append(ids, row.WorkID)
 		}
 	}
+	// The held rows are applied (their save is at or below the position
+	// the replay started from): listed, the completion takes none of them
+	// for a straggler, and deletes them if its own is lost.
+	ids = append(ids, r.held...)
 	// Replayed rows must not be suppressed by the dedup cache later.
 	rw.cache.RemoveRange(r.key.dedupKey(), ids)
 	rw.cache.AddRange(r.key.dedupKey(), ids)

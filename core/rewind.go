@@ -196,7 +196,12 @@ func replayMoved(err error) bool {
 // snapshot before the trigger (or from the start), every event the
 // perspective handles up to the newest pending row, except the events
 // dead-lettered for the pair, then saves the model and completes the
-// pending rows (which clears the flag). Only events that were never applied
+// pending rows (which clears the flag), and the rows of held: rows of the
+// pair this instance applied whose completion is on its way, which the
+// replay applies again as part of the pair's history. The pair's other
+// late rows (held by another instance, behind a row waiting for its retry,
+// or stored since the fetch) are left out with their events, for the
+// rewind that can complete them. Only events that were never applied
 // (the pending rows, but for those a failed replay stored for an event
 // applied before: see ports.WorkItem.Replay) fire handlers and count as
 // new. A replayed event that fails is charged its attempt; when that
@@ -205,7 +210,7 @@ func replayMoved(err error) bool {
 // that lost the stream saved an apply it had in flight) replays again from
 // the model saved. The caller holds the pair's gate. It returns the new
 // events applied, and errPairAbandoned when an apply was abandoned.
-func (rw *rewinder) rewindPair(ctx context.Context, p perspective, key pairKey, rows []ports.WorkItem, cursor ports.Cursor, force bool, owner *rewindOwner) ([]ports.Event, error) {
+func (rw *rewinder) rewindPair(ctx context.Context, p perspective, key pairKey, rows []ports.WorkItem, held []uuid.UUID, cursor ports.Cursor, force bool, owner *rewindOwner) ([]ports.Event, error) {
 	if !force {
 		if due, at := rw.rewindDue(cursor); !due {
 			rw.parking.parkFor(key, at)
@@ -254,7 +259,7 @@ func (rw *rewinder) rewindPair(ctx context.Context, p perspective, key pairKey, 
 				owner.task.abandon(0, nil)
 			}
 		}
-		res, err = rw.replay(ctx, p, key, trigger, rows, false, abandon)
+		res, err = rw.replay(ctx, p, key, trigger, rows, held, false, abandon)
 		if errors.Is(err, errPairAbandoned) {
 			return nil, err
 		}

@@ -86,7 +86,7 @@ func (rw *rewinder) repairRewind(ctx context.Context, key pairKey) bool {
 		}
 	}
 	rows, applied := rw.drain.notApplied(ctx, key, rows)
-	if applied > 0 {
+	if len(applied) > 0 {
 		// A drain of this instance applied rows of the pair and waits for
 		// their acknowledgement, which carries the pair on (a rewind's
 		// clears the flag): replaying now would only repeat its work. The
@@ -105,7 +105,7 @@ func (rw *rewinder) repairRewind(ctx context.Context, key pairKey) bool {
 		// Held elsewhere now when the move was refused: left to its holder.
 		return !rw.fail.moveFailed(ctx, key, "moving work to dead letters", err)
 	}
-	fresh, _ := rw.rewindPair(ctx, p, key, rows, c, true, nil)
+	fresh, _ := rw.rewindPair(ctx, p, key, rows, nil, c, true, nil)
 	rw.life.afterBatch(ctx, fresh, nil)
 	// Flush now, so the next poll sees the flag cleared.
 	if err := rw.completer.flushNow(ctx); err != nil && ctx.Err() == nil {
