@@ -30,6 +30,7 @@ func runEngineReliability(t *testing.T, newBackend NewBackendFunc) {
 		"DeadLetterSkippedByRewind":              func(t *testing.T) { testDeadLetterSkippedByRewind(t, newBackend) },
 		"ExhaustedLateRowLeavesNoRewindWaiting":  func(t *testing.T) { testExhaustedLateRow(t, newBackend) },
 		"RewindCountsOnlyEventsNeverApplied":     func(t *testing.T) { testRewindNewAfterTakeover(t, newBackend) },
+		"LateEventAbandonedInItsRewindIsLeftOut": func(t *testing.T) { testLateAbandonedInRewind(t, newBackend) },
 		"RequeueAfterFixAppliesInOrder":          func(t *testing.T) { testRequeueAfterFix(t, newBackend) },
 		"NewGenerationRecoversDeadLetters":       func(t *testing.T) { testGenerationRecovery(t, newBackend) },
 		"ReplayFailureChargedToItsEvent":         func(t *testing.T) { testReplayFailureCharged(t, newBackend) },
@@ -507,6 +508,51 @@ func testRewindNewAfterTakeover(t *testing.T, newBackend NewBackendFunc) {
 	info := <-rewinds
 	require.Equal(t, 4, info.Replayed)
 	require.Equal(t, 1, info.New, "only the late event was never applied")
+}
+
+// testLateAbandonedInRewind: the rewind a late event triggers abandons its
+// hung apply, which uses up its only attempt: it is dead-lettered, and the
+// pair, which has no row left to bring it back to a drain, does not go on
+// waiting for a rewind: the rewind runs again without it and clears the
+// flag.
+func testLateAbandonedInRewind(t *testing.T, newBackend NewBackendFunc) {
+	b := newBackend(t)(t)
+	requireRewindStore(t, b)
+	release := make(chan struct{})
+	var closeOnce sync.Once
+	hang := func(_ context.Context, _ ports.Event, tk tick) error {
+		if tk.Poison {
+			<-release // ignores its context
+		}
+		return nil
+	}
+	pr := newProgress()
+	opts := lifecycleOptions()
+	opts.ApplyTimeout = 100 * time.Millisecond
+	opts.ApplyAbandonGrace = 100 * time.Millisecond
+	opts.MaxPerspectiveEventAttempts = 1
+	// The drain's rewind must meet the late event, not a startup scan that
+	// runs late.
+	opts.Rewind.StartupScan = core.StartupScanDisabled
+	opts.Hooks = pr.hooks(core.Hooks{OnDeadLettered: func(ports.DeadLetter) { pr.poke() }})
+	reg := newRegistry(t, strictPerspective(t, "alpha", hang, nil))
+	startWorker(t, b, reg, opts)
+	t.Cleanup(func() { closeOnce.Do(func() { close(release) }) }) // before the worker stops
+	stream := newID(t)
+	appendNew(t, b, stream, explicit(t, reg, map[int64]tick{1: {N: 1}, 3: {N: 3}}))
+	pr.waitUntil(t, "both events applied", func() bool {
+		return len(modelVersions(t, b, stream, "alpha")) == 2 && rewindClear(t, b, stream, "alpha")
+	})
+
+	appendNew(t, b, stream, explicit(t, reg, map[int64]tick{2: {N: 2, Poison: true}}))
+	pr.waitUntil(t, "the hung late event is dead-lettered and the rewind flag cleared", func() bool {
+		return len(deadLetters(t, b, "alpha", ports.DeadLetterDead)) == 1 && rewindClear(t, b, stream, "alpha")
+	})
+	closeOnce.Do(func() { close(release) })
+	require.Equal(t, []int64{1, 3}, modelVersions(t, b, stream, "alpha"))
+	dls := deadLetters(t, b, "alpha", ports.DeadLetterDead)
+	require.Equal(t, int64(2), dls[0].EventVersion)
+	require.Equal(t, ports.ReasonTimedOut, dls[0].Reason)
 }
 
 // testRequeueAfterFix: a dead-lettered event requeued after its handler was

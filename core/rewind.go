@@ -250,13 +250,17 @@ func (rw *rewinder) rewindPair(ctx context.Context, p perspective, key pairKey, 
 			abandon = func(info AbandonedApply, late bool) {
 				actx := context.WithoutCancel(ctx)
 				rw.monitor.noteAbandoned(actx, info)
-				if late {
-					rw.replayFailed(actx, key, pending, info.EventID, info.Version, fmt.Errorf("%w (after %s)", errApplyAbandoned, info.Elapsed))
-				}
+				dead := late && rw.replayFailed(actx, key, pending, info.EventID, info.Version, fmt.Errorf("%w (after %s)", errApplyAbandoned, info.Elapsed))
 				unlock()
 				freeSem()
 				owner.release()
 				owner.task.abandon(0, nil)
+				if dead {
+					// The event was dead-lettered: its row may have been the
+					// pair's last, and then no row brings the pair back to a
+					// drain to rewind it without the event. Rewind it now.
+					rw.repairRewind(ctx, key)
+				}
 			}
 		}
 		res, err = rw.replay(ctx, p, key, trigger, rows, held, false, abandon)
