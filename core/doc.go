@@ -154,7 +154,11 @@
 //
 // A perspective whose code changed is rebuilt: its models are replayed from
 // scratch, for some of its streams or all of them, while everything else
-// flows; handlers do not fire. [Worker.Rebuild] does it in the calling
+// flows; handlers do not fire. A rebuild leaves out the dead letters and
+// the late events still waiting for their rewind, which then applies them
+// (with rewinds off, they are dead-lettered as late); it completes no row
+// and reports no position, so the rows the holder applied whose
+// completion is on its way stay its own. [Worker.Rebuild] does it in the calling
 // process. An operator with no engine at hand stores a request through the
 // backend's ports.Admin (RebuildRequest) instead: the running workers that
 // run the perspective look for requests every
