@@ -287,14 +287,37 @@ func (c *completer) flushPending(ctx context.Context) {
 
 func (c *completer) flushCompletions(ctx context.Context, batch []completion.Tracked[ports.Completion]) error {
 	start := c.now()
-	_, err := c.backend.Cursors.WorkComplete(ctx, &ports.WorkCompleteParams{
+	res, err := c.backend.Cursors.WorkComplete(ctx, &ports.WorkCompleteParams{
 		InstanceID:  c.opts.InstanceID,
 		Completions: itemsOf(batch),
 		DebugMode:   c.opts.DebugMode,
 		Now:         c.paramNow(),
 	})
 	c.metrics.flushed(ctx, flusherCompletions, len(batch), c.now().Sub(start), err)
+	if err == nil && res != nil {
+		c.releaseUnfinished(batch, res.Completed)
+	}
 	return err
+}
+
+// releaseUnfinished takes the rows of an acknowledged batch out of the
+// dedup cache when the backend completed fewer than it listed: the stream
+// of some moved to another instance before the batch landed (or a re-sent
+// batch found them gone), and a row left pending must not be skipped as
+// applied when this instance leases it again. Re-drained, it sits at or
+// below its pair's cursor and completes without an apply.
+func (c *completer) releaseUnfinished(batch []completion.Tracked[ports.Completion], completed int) {
+	listed := 0
+	for _, t := range batch {
+		listed += len(t.Item.WorkIDs)
+	}
+	if completed >= listed {
+		return
+	}
+	for _, t := range batch {
+		k := pairKey{stream: t.Item.StreamID, perspective: t.Item.Perspective}
+		c.cache.RemoveRange(k.dedupKey(), t.Item.WorkIDs)
+	}
 }
 
 func (c *completer) flushFailures(ctx context.Context, batch []completion.Tracked[ports.Failure]) error {
