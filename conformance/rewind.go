@@ -403,6 +403,32 @@ func runRewind(t *testing.T, newBackend NewBackendFunc, implemented, admin bool)
 			require.Equal(t, f.stream, got[0].StreamID)
 			require.Equal(t, perspective, got[0].Perspective)
 		},
+		"ASaveTakesTheLateFlagOffTheRowsItApplied": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 3)
+			f.a.complete(t, at(time.Second), f.completion(3, 3))
+			late := func() []int64 {
+				got, err := f.tb.backend.Rewind.WorkLate(t.Context(), &ports.WorkLateParams{StreamID: f.stream, Perspective: perspective})
+				require.NoError(t, err)
+				return versionsOf(got)
+			}
+			require.Equal(t, []int64{1, 2}, late())
+			c := f.cursor(t)
+			save := func(expected int64, applied ...int64) error {
+				return f.tb.backend.Models.ModelSave(t.Context(), &ports.ModelSaveParams{
+					StreamID: f.stream, Perspective: perspective, Data: []byte(`{"n":3}`),
+					LastEventID: f.events[2].ID, LastVersion: 3, ExpectedVersion: expected, ExpectedEpoch: c.Epoch,
+					Rebase: true, AppliedLate: applied, Now: at(2 * time.Second),
+				})
+			}
+
+			require.ErrorIs(t, save(2, 1, 2), ports.ErrVersionConflict)
+			require.Equal(t, []int64{1, 2}, late(), "a refused save changes no row")
+			require.NoError(t, save(3, 1))
+			require.Equal(t, []int64{2}, late(), "the row of the event the save applied is no longer late")
+			rows := f.a.fetch(t, at(3*time.Second), f.stream).Work
+			require.Equal(t, []int64{1, 2}, versionsOf(rows), "it is still pending, for its completion")
+			require.Equal(t, []bool{false, true}, lateOf(rows))
+		},
 		"EmptyWithoutLateRows": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 2)
 

@@ -436,7 +436,7 @@ func (r *replayRun) saveProjection(ctx context.Context, p *Projection, toReplay 
 		Save: ports.ModelSaveParams{
 			StreamID: r.key.stream, Perspective: r.key.perspective, Data: projectionData,
 			LastEventID: r.lastID, LastVersion: r.lastVer, ExpectedVersion: r.stored.LastVersion,
-			ExpectedEpoch: r.stored.Epoch, Rebase: true, Now: r.rw.paramNow(),
+			ExpectedEpoch: r.stored.Epoch, Rebase: true, AppliedLate: r.appliedLate(toReplay), Now: r.rw.paramNow(),
 		},
 	})
 	var wf *writeFailure

@@ -342,11 +342,34 @@ func (r *replayRun) save(ctx context.Context, toReplay []ports.Event) error {
 	if err := r.rw.store.save(ctx, &ports.ModelSaveParams{
 		StreamID: r.key.stream, Perspective: r.key.perspective, Data: data,
 		LastEventID: r.lastID, LastVersion: r.lastVer, ExpectedVersion: r.stored.LastVersion,
-		ExpectedEpoch: r.stored.Epoch, Rebase: true, Now: r.rw.paramNow(),
+		ExpectedEpoch: r.stored.Epoch, Rebase: true, AppliedLate: r.appliedLate(toReplay), Now: r.rw.paramNow(),
 	}); err != nil {
 		return fmt.Errorf("saving rewound model: %w", err)
 	}
 	return nil
+}
+
+// appliedLate returns the versions of the late rows whose events the
+// replay applied: its save takes their late flag off, so that, should its
+// completion be refused (the stream moved to another instance) or still
+// be on its way when a rebuild or the next holder reads them, they are
+// taken for what they are, rows of events the model holds, never for
+// events a rewind has yet to apply.
+func (r *replayRun) appliedLate(toReplay []ports.Event) []int64 {
+	if r.rebuild {
+		return nil
+	}
+	replayed := make(map[uuid.UUID]bool, len(toReplay))
+	for _, e := range toReplay {
+		replayed[e.ID] = true
+	}
+	var out []int64
+	for _, row := range r.rows {
+		if row.Late && replayed[row.EventID] {
+			out = append(out, row.EventVersion)
+		}
+	}
+	return out
 }
 
 // complete reports the replayed rows complete (clearing the pair's rewind
@@ -369,18 +392,27 @@ func (r *replayRun) complete(ctx context.Context) error {
 			ids = append(ids, row.WorkID)
 		}
 	}
-	// The held rows are applied (their save is at or below the position
-	// the replay started from): listed, the completion takes none of them
-	// for a straggler, and deletes them if its own is lost.
-	ids = append(ids, r.held...)
 	// Replayed rows must not be suppressed by the dedup cache later.
 	rw.cache.RemoveRange(r.key.dedupKey(), ids)
 	rw.cache.AddRange(r.key.dedupKey(), ids)
-	c := ports.Completion{StreamID: r.key.stream, Perspective: r.key.perspective, LastEventID: r.lastID, LastVersion: r.lastVer, WorkIDs: ids}
-	rw.completer.reportCompletion(ctx, c)
-	if len(ids) == 0 {
-		// Nothing pending: clear the flag directly.
-		if _, err := rw.backend.Cursors.WorkComplete(ctx, &ports.WorkCompleteParams{InstanceID: rw.opts.InstanceID, Completions: []ports.Completion{c}, DebugMode: rw.opts.DebugMode, Now: rw.paramNow()}); err != nil {
+	// The held rows are applied (their save is at or below the position
+	// the replay started from): listed, the completion takes none of them
+	// for a straggler, and deletes them if its own is lost. They stay out
+	// of the dedup cache: they may be another instance's, or left by one
+	// that died, and a drain of this instance that leases them must see
+	// them to complete them.
+	ids = append(ids, r.held...)
+	if len(ids) > 0 {
+		rw.completer.reportCompletion(ctx, ports.Completion{StreamID: r.key.stream, Perspective: r.key.perspective, LastEventID: r.lastID, LastVersion: r.lastVer, WorkIDs: ids})
+	} else {
+		// Nothing pending here: clear the flag directly. The save moved
+		// the cursor already; a completion that named the position would
+		// take the rows pending below it for stragglers, and those this
+		// instance does not hold are rows whose events the saved model
+		// holds (their late flag taken off by a rewind's save) or late
+		// rows that stay late whatever the flag.
+		clear := ports.Completion{StreamID: r.key.stream, Perspective: r.key.perspective}
+		if _, err := rw.backend.Cursors.WorkComplete(ctx, &ports.WorkCompleteParams{InstanceID: rw.opts.InstanceID, Completions: []ports.Completion{clear}, DebugMode: rw.opts.DebugMode, Now: rw.paramNow()}); err != nil {
 			return fmt.Errorf("clearing the rewind flag: %w", err)
 		}
 	}

@@ -92,7 +92,14 @@ type ModelSaveParams struct {
 	// extending it (a rewind or a rebuild replayed the stream): the pair
 	// moves to the epoch ExpectedEpoch+1 (see ModelStore.ModelSave).
 	Rebase bool
-	Now    time.Time
+	// AppliedLate lists the versions of the pair's pending late rows whose
+	// events the saved model holds (a rewind applied them). The save takes
+	// their late flag off with the model, in the same transaction, and
+	// only when the save succeeds: from then on they are rows whose
+	// completion is on its way (or was refused), re-deliveries that
+	// complete, never events still to be applied.
+	AppliedLate []int64
+	Now         time.Time
 }
 
 // Epoch returns the epoch the save stores: ExpectedEpoch, plus one when

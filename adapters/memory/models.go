@@ -125,5 +125,10 @@ func (s *Store) saveModelLocked(params *ports.ModelSaveParams) error {
 	}
 	cur.LastEventID, cur.LastVersion, cur.Epoch = params.LastEventID, params.LastVersion, params.Epoch()
 	cur.UpdatedAt = now
+	if len(params.AppliedLate) > 0 {
+		if i, ok := st.pairIndex(params.Perspective); ok {
+			st.pairs[i].unmarkLate(params.AppliedLate)
+		}
+	}
 	return nil
 }

@@ -509,6 +509,20 @@ func (p *pair) markLate(version int64, except map[uuid.UUID]bool) {
 	p.lateBelow = max(p.lateBelow, below)
 }
 
+// unmarkLate takes the late flag off the pending rows of p at versions
+// (applied by a rewind whose save holds them), keeping lateBelow at or
+// below the lowest of them.
+func (p *pair) unmarkLate(versions []int64) {
+	for _, v := range versions {
+		if i, ok := p.rowIndex(v); ok {
+			if r := p.pending()[i]; r.late {
+				r.late = false
+				p.lateBelow = min(p.lateBelow, v)
+			}
+		}
+	}
+}
+
 // removeRow takes a pending row out of every index. The row is not kept. The
 // caller then updates the claim index with touch.
 func (s *Store) removeRow(st *stream, r *workRow) {

@@ -37,7 +37,8 @@ func (s *Store) ModelLoad(ctx context.Context, params *ports.ModelLoadParams) (p
 
 // sqlModelSave moves the cursor and stores the model in one statement:
 // $1 stream, $2 now, $3 perspective, $4 data, $5 last event id, $6 last
-// version, $7 expected version, $8 expected epoch, $9 the epoch to store.
+// version, $7 expected version, $8 expected epoch, $9 the epoch to store,
+// $10 the versions of the late rows the model holds (AppliedLate).
 //
 //   - moved updates an existing cursor whose version and epoch are the
 //     expected ones; the row lock makes a concurrent save wait and then
@@ -47,6 +48,8 @@ func (s *Store) ModelLoad(ctx context.Context, params *ports.ModelLoadParams) (p
 //     conflict and this one stores nothing.
 //   - the model is upserted only when one of them wrote, so a failed check
 //     stores nothing.
+//   - unlate takes the late flag off the pending rows of $10, by the
+//     pending index, when the save wrote.
 //   - the cursor is read by one probe, for the error of a failed check.
 const sqlModelSave = `WITH ` + sqlClock + `,
 moved AS (
@@ -73,6 +76,13 @@ saved AS (
     SET data = excluded.data, last_event_id = excluded.last_event_id,
         last_version = excluded.last_version, epoch = excluded.epoch, updated_at = excluded.updated_at
     RETURNING 1
+),
+unlate AS (
+    UPDATE /* SCHEMA */.vantage_work w
+    SET late = false
+    WHERE w.stream_id = $1 AND w.perspective = $3 AND w.event_version = ANY ($10::bigint[])
+      AND w.processed_at IS NULL AND w.late
+      AND EXISTS (SELECT 1 FROM saved)
 )
 SELECT (SELECT count(*) FROM saved), c.last_version, c.epoch
 FROM (VALUES (1)) AS one (x)
@@ -104,7 +114,7 @@ func (s *Store) ModelSave(ctx context.Context, params *ports.ModelSaveParams) er
 func modelSaveArgs(params *ports.ModelSaveParams) []any {
 	return []any{uuidArg(params.StreamID), nowArg(params.Now), params.Perspective,
 		string(params.Data), uuidArg(params.LastEventID), params.LastVersion, params.ExpectedVersion,
-		params.ExpectedEpoch, params.Epoch()}
+		params.ExpectedEpoch, params.Epoch(), params.AppliedLate}
 }
 
 // modelSaveRow is the row of sqlModelSave: whether the model was saved, and

@@ -102,7 +102,7 @@ ANALYZE `+s+`.vantage_events; ANALYZE `+s+`.vantage_work; ANALYZE `+s+`.vantage_
 		"AppendImplicit":     {streams[0], nil, int64(0), ids, texts, []string{"{}", "{}", "{}"}, []string{"{}", "{}", "{}"}, texts, names},
 		"ModelLoad":          {streams[0], "a"},
 		"ModelLoadMany":      {streams, names},
-		"ModelSave":          {streams[0], nil, "a", "{}", ids[0], int64(1), int64(0), int64(0), int64(0)},
+		"ModelSave":          {streams[0], nil, "a", "{}", ids[0], int64(1), int64(0), int64(0), int64(0), []int64{1}},
 		"DeadLetterMove":     {id, nil, ids[0], id, "reason", "error", 3, "g1"},
 		"DeadLetterRefused":  {ids[0], id},
 		"DeadLettersList":    {"a", streams[0], nil, "dead", nil, times[0], id},
