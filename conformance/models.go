@@ -117,6 +117,46 @@ func runModels(t *testing.T, newBackend NewBackendFunc) {
 			require.ErrorIs(t, err, ports.ErrVersionConflict)
 			require.NoError(t, f.tb.backend.Models.ModelSave(t.Context(), withEpoch(modelParams(f.stream, perspective, 2, f.events[2].ID, 3, `{"n":3}`), 1, false)))
 		},
+		"FencedToTheStreamHolder": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a, b := tb.pair(t)
+			stream, events := holdStream(t, tb, a, 2, 10*time.Second)
+			require.NoError(t, tb.backend.Models.ModelSave(t.Context(), heldBy(a, modelParams(stream, perspective, 0, events[0].ID, 1, `{"n":1}`))),
+				"a holds the stream")
+			a.heartbeat(t, at(15*time.Second))
+			b.heartbeat(t, at(15*time.Second))
+			require.Len(t, b.fetch(t, at(20*time.Second), stream).Work, 2, "b took the expired lease of live a")
+
+			err := tb.backend.Models.ModelSave(t.Context(), heldBy(a, modelParams(stream, perspective, 1, events[1].ID, 2, `{"n":2}`)))
+
+			require.ErrorIs(t, err, ports.ErrLeaseLost, "b may have dead-lettered the event a applied")
+			m := mustModel(t, tb.backend, stream, perspective)
+			require.JSONEq(t, `{"n":1}`, string(m.Data), "a refused save stores nothing")
+			require.Equal(t, int64(1), m.LastVersion)
+			require.Equal(t, int64(1), mustCursor(t, tb.backend, stream, perspective).LastVersion)
+			require.NoError(t, tb.backend.Models.ModelSave(t.Context(), heldBy(b, modelParams(stream, perspective, 1, events[1].ID, 2, `{"n":2}`))),
+				"b holds the stream")
+			require.NoError(t, tb.backend.Models.ModelSave(t.Context(), heldBy(a, withEpoch(modelParams(stream, perspective, 2, events[1].ID, 2, `{"n":20}`), 0, true))),
+				"a rebase is fenced by the epoch, not the lease")
+			m = mustModel(t, tb.backend, stream, perspective)
+			require.JSONEq(t, `{"n":20}`, string(m.Data))
+			require.Equal(t, int64(1), m.Epoch)
+		},
+		"FencedAfterRelease": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 1)
+			require.NoError(t, f.a.b.Claimer.InstanceDeregister(t.Context(), &ports.InstanceDeregisterParams{InstanceID: f.a.id}))
+
+			err := f.tb.backend.Models.ModelSave(t.Context(), heldBy(f.a, modelParams(f.stream, perspective, 0, f.events[0].ID, 1, `{"n":1}`)))
+
+			require.ErrorIs(t, err, ports.ErrLeaseLost, "a released the stream")
+			_, err = f.tb.backend.Models.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: f.stream, Perspective: perspective})
+			require.ErrorIs(t, err, ports.ErrNotFound, "a refused save stores nothing")
+			cursors, err := f.tb.backend.Cursors.CursorsGet(t.Context(), &ports.CursorsGetParams{StreamIDs: []uuid.UUID{f.stream}})
+			require.NoError(t, err)
+			require.Empty(t, cursors, "nor creates the cursor")
+			err = f.tb.backend.Models.ModelSave(t.Context(), heldBy(f.a, modelParams(newID(t), perspective, 0, newID(t), 1, `{"n":1}`)))
+			require.ErrorIs(t, err, ports.ErrLeaseLost, "a stream nobody ever leased")
+		},
 		"StoresModelWithCursor": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			stream, last := newID(t), newID(t)
@@ -158,6 +198,26 @@ func modelParams(stream uuid.UUID, name string, expected int64, last uuid.UUID, 
 		ExpectedVersion: expected,
 		Now:             at(time.Second),
 	}
+}
+
+// heldBy names in as the instance saving p, and returns p.
+func heldBy(in *instance, p *ports.ModelSaveParams) *ports.ModelSaveParams {
+	p.InstanceID = in.id
+	return p
+}
+
+// holdStream appends n events to a new stream, for the perspective, and has
+// in fetch them at(0) under a lease of the given duration. It returns the
+// stream and its events.
+func holdStream(t *testing.T, tb *testBundle, in *instance, n int, lease time.Duration) (uuid.UUID, []ports.Event) {
+	t.Helper()
+	subscribe(t, tb.backend, eventType, perspective)
+	stream := newID(t)
+	events := appendN(t, tb.backend, stream, at(0), eventType, n)
+	in.heartbeat(t, at(0))
+	work := in.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: lease, Now: at(0)}).Work
+	require.Len(t, work, n)
+	return stream, events
 }
 
 // withEpoch sets the epoch p expects and whether p rebases, and returns p.
@@ -325,6 +385,28 @@ func runModelBatch(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			require.JSONEq(t, `{"m":1}`, string(m.Data), "a conflict stores nothing")
 			require.Equal(t, int64(1), m.Epoch)
 			require.Equal(t, int64(1), mustCursor(t, tb.backend, streams[1], perspective).Epoch)
+		},
+		"EachEntryFencedToTheStreamHolder": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a, b := tb.pair(t)
+			mine, mineEvents := holdStream(t, tb, a, 1, time.Minute)
+			theirs, theirEvents := holdStream(t, tb, b, 1, time.Minute)
+
+			errs, err := batch(t, tb.backend).ModelSaveMany(t.Context(), &ports.ModelSaveManyParams{Saves: []*ports.ModelSaveParams{
+				heldBy(a, modelParams(mine, perspective, 0, mineEvents[0].ID, 1, `{"n":1}`)),
+				heldBy(a, modelParams(theirs, perspective, 0, theirEvents[0].ID, 1, `{"m":1}`)),
+				heldBy(a, withEpoch(modelParams(theirs, perspective2, 0, theirEvents[0].ID, 1, `{"r":1}`), 0, true)),
+			}})
+			require.NoError(t, err)
+			require.Len(t, errs, 3)
+			require.NoError(t, errs[0])
+			require.ErrorIs(t, errs[1], ports.ErrLeaseLost)
+			require.NoError(t, errs[2], "a rebase is fenced by the epoch, not the lease")
+
+			require.JSONEq(t, `{"n":1}`, string(mustModel(t, tb.backend, mine, perspective).Data))
+			_, err = tb.backend.Models.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: theirs, Perspective: perspective})
+			require.ErrorIs(t, err, ports.ErrNotFound, "a refused entry stores nothing")
+			require.JSONEq(t, `{"r":1}`, string(mustModel(t, tb.backend, theirs, perspective2).Data))
 		},
 		"EmptyForNoEntries": func(t *testing.T) {
 			tb := setup(t, newBackend)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/ports"
@@ -124,6 +126,29 @@ func runModelTx(t *testing.T, newBackend NewBackendFunc, implemented bool, break
 			require.Equal(t, int64(2), m.Epoch)
 			require.Equal(t, int64(2), mustCursor(t, tb.backend, stream, perspective).Epoch)
 		},
+		"FencedToTheStreamHolderRunsNoApply": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a, b := tb.pair(t)
+			stream, events := holdStream(t, tb, b, 1, time.Minute)
+			applied := 0
+			apply := func(context.Context, ports.Tx) error { applied++; return nil }
+
+			err := store(t, tb.backend).ModelSaveTx(t.Context(), &ports.ModelSaveTxParams{
+				Save: *heldBy(a, modelParams(stream, perspective, 0, events[0].ID, 1, `{"n":1}`)), Apply: apply,
+			})
+			require.ErrorIs(t, err, ports.ErrLeaseLost, "b holds the stream")
+			require.Zero(t, applied, "a refused save writes nothing")
+			_, err = tb.backend.Models.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: stream, Perspective: perspective})
+			require.ErrorIs(t, err, ports.ErrNotFound, "a refused save stores nothing")
+
+			require.NoError(t, store(t, tb.backend).ModelSaveTx(t.Context(), &ports.ModelSaveTxParams{
+				Save: *heldBy(a, withEpoch(modelParams(stream, perspective, 0, events[0].ID, 1, `{"n":1}`), 0, true)), Apply: apply,
+			}), "a rebase is fenced by the epoch, not the lease")
+			require.NoError(t, store(t, tb.backend).ModelSaveTx(t.Context(), &ports.ModelSaveTxParams{
+				Save: *heldBy(b, withEpoch(modelParams(stream, perspective, 1, events[0].ID, 1, `{"n":1}`), 1, false)), Apply: apply,
+			}), "b holds the stream")
+			require.Equal(t, 2, applied)
+		},
 		"InvalidArgument": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			applied := false
@@ -172,6 +197,31 @@ func runModelTx(t *testing.T, newBackend NewBackendFunc, implemented bool, break
 			_, err = tb.backend.Models.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: streams[1], Perspective: perspective})
 			require.ErrorIs(t, err, ports.ErrNotFound, "the entry whose Apply failed stored nothing")
 			require.Equal(t, int64(5), mustModel(t, tb.backend, streams[2], perspective).LastVersion)
+		},
+		"EachEntryFencedToTheStreamHolder": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a, b := tb.pair(t)
+			mine, mineEvents := holdStream(t, tb, a, 1, time.Minute)
+			theirs, theirEvents := holdStream(t, tb, b, 1, time.Minute)
+			var applied []string
+			entry := func(name string, stream uuid.UUID, last uuid.UUID) *ports.ModelSaveTxParams {
+				return &ports.ModelSaveTxParams{
+					Save:  *heldBy(a, modelParams(stream, perspective, 0, last, 1, `{"n":1}`)),
+					Apply: func(context.Context, ports.Tx) error { applied = append(applied, name); return nil },
+				}
+			}
+
+			errs, err := store(t, tb.backend).ModelSaveTxMany(t.Context(), &ports.ModelSaveTxManyParams{Saves: []*ports.ModelSaveTxParams{
+				entry("mine", mine, mineEvents[0].ID), entry("theirs", theirs, theirEvents[0].ID),
+			}})
+			require.NoError(t, err)
+			require.Len(t, errs, 2)
+			require.NoError(t, errs[0])
+			require.ErrorIs(t, errs[1], ports.ErrLeaseLost)
+			require.Equal(t, []string{"mine"}, applied, "no Apply for a refused entry")
+			require.Equal(t, int64(1), mustModel(t, tb.backend, mine, perspective).LastVersion)
+			_, err = tb.backend.Models.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: theirs, Perspective: perspective})
+			require.ErrorIs(t, err, ports.ErrNotFound, "a refused entry stores nothing")
 		},
 		"EachEntryChecksItsEpoch": func(t *testing.T) {
 			tb := setup(t, newBackend)

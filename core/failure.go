@@ -91,9 +91,16 @@ func (fl *failures) moveFailed(ctx context.Context, k pairKey, op string, err er
 		fl.parking.infraFailed(ctx, k, op, err)
 		return false
 	}
+	fl.leaseLost(ctx, k, err)
+	return true
+}
+
+// leaseLost notes that a write of the pair k was refused because the
+// stream is another instance's now (ports.ErrLeaseLost): it costs nothing,
+// and the pair is left to that instance.
+func (fl *failures) leaseLost(ctx context.Context, k pairKey, err error) {
 	fl.log.InfoContext(ctx, "stream taken by another instance; leaving its pair to it",
 		append(pairAttrs(k.stream, k.perspective), slog.Any("error", err))...)
-	return true
 }
 
 // deadLettered logs and announces a dead letter.

@@ -348,11 +348,15 @@ func (r *pairRun) save(ctx context.Context) bool {
 		LastVersion:     r.last.Version,
 		ExpectedVersion: savedVersion,
 		ExpectedEpoch:   r.stored.Epoch,
+		InstanceID:      r.dr.opts.InstanceID,
 		Now:             r.dr.paramNow(),
 	}
 	err = r.dr.store.save(ctx, params)
 	switch {
 	case err == nil:
+	case errors.Is(err, ports.ErrLeaseLost):
+		r.lost(ctx, err)
+		return false
 	case errors.Is(err, ports.ErrVersionConflict):
 		r.moved(ctx, "model moved under this run; dropping its unsaved part", savedVersion, err)
 		return false
@@ -388,6 +392,16 @@ func (r *pairRun) moved(ctx context.Context, msg string, expected int64, err err
 	r.unsaved = nil
 	r.complete(ctx)
 	r.dr.parking.retrySoon(r.key)
+}
+
+// lost handles a save refused because the stream is another instance's
+// now, or was released: its new holder applies the pair, and may have
+// dead-lettered an event this run applied, so the unsaved part is dropped,
+// what this run saved before completes, and the pair is left to the
+// holder. Nothing is charged, as when a move to dead letters is refused.
+func (r *pairRun) lost(ctx context.Context, err error) {
+	r.dr.fail.leaseLost(ctx, r.key, err)
+	r.stop(ctx)
 }
 
 // saveRefused handles a model that cannot be stored (it does not encode, or

@@ -361,6 +361,7 @@ func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 			LastVersion:     last.Version,
 			ExpectedVersion: savedVersion,
 			ExpectedEpoch:   r.stored.Epoch,
+			InstanceID:      r.dr.opts.InstanceID,
 			Now:             r.dr.paramNow(),
 		},
 	})
@@ -370,6 +371,10 @@ func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 		if alone {
 			r.dr.parking.savedAlone(r.key, took)
 		}
+	case errors.Is(err, ports.ErrLeaseLost):
+		r.unsaved, r.model = nil, projectionModel(nil)
+		r.lost(ctx, err)
+		return false
 	case errors.As(err, &wf) && wf.key == r.key && errors.Is(err, errGroupPatience):
 		r.stop(ctx)
 		r.dr.parking.saveAloneFor(r.key)

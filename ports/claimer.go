@@ -26,8 +26,9 @@ import (
 // retired). The holder of a stream's lease, live or expired, is the only
 // caller whose completions and failures of that stream's rows take effect,
 // until another instance takes the stream (fencing): an instance that lost
-// a stream can neither complete nor fail its rows, and its saves are fenced
-// by the model's expected version and epoch (ModelStore).
+// a stream can neither complete nor fail its rows, nor save their models
+// (ModelStore: a rewind's or a rebuild's save is fenced by the model's
+// epoch instead).
 //
 // Handed-out rows: a lease remembers, per perspective, the highest version
 // that a fetch under it returned (EventsFetchPending): the pending rows of

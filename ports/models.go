@@ -29,6 +29,17 @@ type ModelStore interface {
 	// instance's cached model, an apply in flight) is refused, even at the
 	// same version. A cursor the save creates starts at epoch 0, or 1 with
 	// Rebase.
+	//
+	// A save that names its instance (InstanceID) and extends the model's
+	// history (no Rebase) is also fenced to the holder of the stream's
+	// lease, live or expired, as completions and failures are (see
+	// WorkClaimer): when another instance took the stream, or it was
+	// released, it returns ErrLeaseLost and stores nothing, in the same
+	// atomic step as the save. An instance that lost a stream cannot save
+	// an event that the new holder may have dead-lettered meanwhile, which
+	// moves neither the version nor the epoch. A Rebase save is not fenced
+	// by the lease (a rewind or a rebuild runs without it); its epoch
+	// fences it.
 	ModelSave(ctx context.Context, params *ModelSaveParams) error
 }
 
@@ -44,10 +55,10 @@ type ModelBatchStore interface {
 	// are absent from the result. Duplicate pairs are returned once.
 	ModelLoadMany(ctx context.Context, params *ModelLoadManyParams) ([]StoredModel, error)
 	// ModelSaveMany saves each entry of Saves exactly as ModelSave would
-	// (its version and epoch check included), in order:
+	// (its version and epoch check and its lease fence included), in order:
 	// the result holds one error per entry (nil when saved; wrapping
-	// ErrVersionConflict or ErrInvalidArgument when that entry stored
-	// nothing, which does not affect the others). The successful saves are
+	// ErrVersionConflict, ErrLeaseLost or ErrInvalidArgument when that
+	// entry stored nothing, which does not affect the others). The successful saves are
 	// committed together. A call error means nothing was stored.
 	ModelSaveMany(ctx context.Context, params *ModelSaveManyParams) ([]error, error)
 }
@@ -99,7 +110,22 @@ type ModelSaveParams struct {
 	// completion is on its way (or was refused), re-deliveries that
 	// complete, never events still to be applied.
 	AppliedLate []int64
-	Now         time.Time
+	// InstanceID is the saving instance: a save without Rebase must hold
+	// the lease of the stream (see ModelStore.ModelSave). The engine's
+	// drains always set it; a save without it (a tool seeding a model) is
+	// fenced by the version and epoch only.
+	InstanceID uuid.UUID
+	Now        time.Time
+}
+
+// Holder returns the instance that must hold the stream's lease for the
+// save to pass: InstanceID, or uuid.Nil when the save is not fenced by the
+// lease (Rebase is set, or InstanceID is not).
+func (p *ModelSaveParams) Holder() uuid.UUID {
+	if p.Rebase {
+		return uuid.Nil
+	}
+	return p.InstanceID
 }
 
 // Epoch returns the epoch the save stores: ExpectedEpoch, plus one when

@@ -37,13 +37,15 @@ type Tx interface {
 // holds it; core refuses to run table projections without it.
 type TxModelStore interface {
 	// ModelSaveTx opens a transaction, saves params.Save in it exactly as
-	// ModelSave would, its version and epoch check included (the cursor is
+	// ModelSave would, its version and epoch check and its lease fence
+	// included (the cursor is
 	// moved first, so its row lock makes a concurrent save of the same pair
 	// wait, and then fail the check, before it writes anything), then
 	// calls params.Apply with the transaction, and commits. A rewind or a
 	// rebuild of a table projection sets Save.Rebase, as a model's does. If
 	// the save fails its check, Apply is not called and it returns an error
-	// wrapping ErrVersionConflict (or ErrInvalidArgument); if Apply returns
+	// wrapping ErrVersionConflict (or ErrLeaseLost, or ErrInvalidArgument);
+	// if Apply returns
 	// an error, it rolls back and returns an error wrapping Apply's. When
 	// Apply failed because the backend did rather than Apply's own code
 	// (the transaction's connection was lost, or the database refused a

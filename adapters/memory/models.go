@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/google/uuid"
+
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -30,9 +32,10 @@ func (s *Store) ModelLoad(ctx context.Context, params *ports.ModelLoadParams) (p
 // rewind columns are kept, except that a missing cursor is created with
 // status Processing. It returns ports.ErrInvalidArgument for a nil stream
 // id, an empty perspective, a negative version or epoch or Data that is not
-// a JSON document, and ports.ErrVersionConflict when ExpectedVersion or
-// ExpectedEpoch differs from the stored position; in both cases nothing is
-// stored.
+// a JSON document, ports.ErrLeaseLost when the save names an instance
+// (and no Rebase) that does not hold the stream's lease, live or expired,
+// and ports.ErrVersionConflict when ExpectedVersion or ExpectedEpoch
+// differs from the stored position; in each case nothing is stored.
 func (s *Store) ModelSave(ctx context.Context, params *ports.ModelSaveParams) error {
 	if err := params.Validate(); err != nil {
 		return fmt.Errorf("saving model: %w", err)
@@ -96,6 +99,12 @@ func copyModel(m *ports.StoredModel) ports.StoredModel {
 
 // saveModelLocked is ModelSave for valid params, with s.mu held.
 func (s *Store) saveModelLocked(params *ports.ModelSaveParams) error {
+	if holder := params.Holder(); holder != uuid.Nil {
+		if st := s.streams[params.StreamID]; st == nil || st.holder != holder {
+			return fmt.Errorf("saving model %q of stream %s: the stream is not leased to instance %s: %w",
+				params.Perspective, params.StreamID, holder, ports.ErrLeaseLost)
+		}
+	}
 	var stored, epoch int64
 	if st := s.streams[params.StreamID]; st != nil {
 		if cur := st.cursors[params.Perspective]; cur != nil {

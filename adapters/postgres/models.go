@@ -38,32 +38,50 @@ func (s *Store) ModelLoad(ctx context.Context, params *ports.ModelLoadParams) (p
 // sqlModelSave moves the cursor and stores the model in one statement:
 // $1 stream, $2 now, $3 perspective, $4 data, $5 last event id, $6 last
 // version, $7 expected version, $8 expected epoch, $9 the epoch to store,
-// $10 the versions of the late rows the model holds (AppliedLate).
+// $10 the instance that must hold the stream's lease (NULL: the save is
+// not fenced by the lease, see ports.ModelSaveParams.Holder), $11 the
+// versions of the late rows the model holds (AppliedLate).
 //
+//   - held share-locks the stream's row in vantage_active_streams when its
+//     lease names $10, live or expired (the fence of completions, see
+//     sqlFenced), before the cursor (stream rows before cursors, as
+//     everywhere): a claim, fetch or abandonment cannot take the stream
+//     before the save commits, since a change of holder is a key update.
 //   - moved updates an existing cursor whose version and epoch are the
 //     expected ones; the row lock makes a concurrent save wait and then
 //     fail the check.
 //   - created inserts a missing cursor (status Processing) when the
 //     expected version and epoch are 0; a concurrent insert wins the
 //     conflict and this one stores nothing.
-//   - the model is upserted only when one of them wrote, so a failed check
-//     stores nothing.
-//   - unlate takes the late flag off the pending rows of $10, by the
+//   - both write only when the fence passed ($10 is NULL or held found
+//     the stream), and the model is upserted only when one of them wrote,
+//     so a failed fence or check stores nothing.
+//   - unlate takes the late flag off the pending rows of $11, by the
 //     pending index, when the save wrote.
-//   - the cursor is read by one probe, for the error of a failed check.
+//   - the cursor is read by one probe, for the error of a failed check,
+//     with whether the fence passed.
 const sqlModelSave = `WITH ` + sqlClock + `,
+held AS MATERIALIZED (
+    SELECT a.stream_id
+    FROM /* SCHEMA */.vantage_active_streams a
+    WHERE $10::uuid IS NOT NULL AND a.stream_id = $1 AND coalesce(a.instance_id = $10::uuid, false)
+    FOR KEY SHARE
+),
+fence AS MATERIALIZED (
+    SELECT $10::uuid IS NULL OR EXISTS (SELECT 1 FROM held) AS passed
+),
 moved AS (
     UPDATE /* SCHEMA */.vantage_cursors c
     SET last_event_id = $5, last_version = $6, epoch = $9, updated_at = clock.now
-    FROM clock
-    WHERE c.stream_id = $1 AND c.perspective = $3 AND c.last_version = $7 AND c.epoch = $8
+    FROM clock, fence
+    WHERE c.stream_id = $1 AND c.perspective = $3 AND c.last_version = $7 AND c.epoch = $8 AND fence.passed
     RETURNING 1
 ),
 created AS (
     INSERT INTO /* SCHEMA */.vantage_cursors (stream_id, perspective, last_event_id, last_version, epoch, status, updated_at)
     SELECT $1::uuid, $3::text, $5::uuid, $6::bigint, $9::bigint, 1, clock.now
-    FROM clock
-    WHERE $7 = 0 AND $8::bigint = 0 AND NOT EXISTS (SELECT 1 FROM moved)
+    FROM clock, fence
+    WHERE $7 = 0 AND $8::bigint = 0 AND fence.passed AND NOT EXISTS (SELECT 1 FROM moved)
     ON CONFLICT (stream_id, perspective) DO NOTHING
     RETURNING 1
 ),
@@ -80,11 +98,11 @@ saved AS (
 unlate AS (
     UPDATE /* SCHEMA */.vantage_work w
     SET late = false
-    WHERE w.stream_id = $1 AND w.perspective = $3 AND w.event_version = ANY ($10::bigint[])
+    WHERE w.stream_id = $1 AND w.perspective = $3 AND w.event_version = ANY ($11::bigint[])
       AND w.processed_at IS NULL AND w.late
       AND EXISTS (SELECT 1 FROM saved)
 )
-SELECT (SELECT count(*) FROM saved), c.last_version, c.epoch
+SELECT (SELECT count(*) FROM saved), (SELECT passed FROM fence), c.last_version, c.epoch
 FROM (VALUES (1)) AS one (x)
 LEFT JOIN /* SCHEMA */.vantage_cursors c ON c.stream_id = $1 AND c.perspective = $3`
 
@@ -93,9 +111,11 @@ LEFT JOIN /* SCHEMA */.vantage_cursors c ON c.stream_id = $1 AND c.perspective =
 // cursor); the cursor's status and rewind columns are kept, except that a
 // missing cursor is created with status Processing. It returns
 // ports.ErrInvalidArgument for a nil stream id, an empty perspective, a
-// negative version or epoch or Data that is not a JSON document, and
+// negative version or epoch or Data that is not a JSON document,
+// ports.ErrLeaseLost when the save names an instance (and no Rebase) that
+// does not hold the stream's lease, live or expired, and
 // ports.ErrVersionConflict when ExpectedVersion or ExpectedEpoch differs
-// from the stored position; in both cases nothing is stored.
+// from the stored position; in each case nothing is stored.
 func (s *Store) ModelSave(ctx context.Context, params *ports.ModelSaveParams) error {
 	if err := params.Validate(); err != nil {
 		return fmt.Errorf("saving model: %w", err)
@@ -114,21 +134,27 @@ func (s *Store) ModelSave(ctx context.Context, params *ports.ModelSaveParams) er
 func modelSaveArgs(params *ports.ModelSaveParams) []any {
 	return []any{uuidArg(params.StreamID), nowArg(params.Now), params.Perspective,
 		string(params.Data), uuidArg(params.LastEventID), params.LastVersion, params.ExpectedVersion,
-		params.ExpectedEpoch, params.Epoch(), params.AppliedLate}
+		params.ExpectedEpoch, params.Epoch(), uuidArg(params.Holder()), params.AppliedLate}
 }
 
-// modelSaveRow is the row of sqlModelSave: whether the model was saved, and
-// the cursor's version and epoch (NULL without a cursor).
+// modelSaveRow is the row of sqlModelSave: whether the model was saved,
+// whether the lease fence passed, and the cursor's version and epoch (NULL
+// without a cursor).
 type modelSaveRow struct {
 	saved          int
+	passed         bool
 	version, epoch pgtype.Int8
 }
 
-func (r *modelSaveRow) dest() []any { return []any{&r.saved, &r.version, &r.epoch} }
+func (r *modelSaveRow) dest() []any { return []any{&r.saved, &r.passed, &r.version, &r.epoch} }
 
 // result returns the outcome of the save of params: nil when saved, else
-// its ports.ErrVersionConflict.
+// its ports.ErrLeaseLost or ports.ErrVersionConflict.
 func (r *modelSaveRow) result(params *ports.ModelSaveParams) error {
+	if r.saved == 0 && !r.passed {
+		return fmt.Errorf("saving model %q of stream %s: the stream is not leased to instance %s: %w",
+			params.Perspective, params.StreamID, params.Holder(), ports.ErrLeaseLost)
+	}
 	if r.saved == 0 {
 		return fmt.Errorf("saving model %q of stream %s: expected version %d at epoch %d, cursor is at %d at epoch %d: %w",
 			params.Perspective, params.StreamID, params.ExpectedVersion, params.ExpectedEpoch, fromInt8(r.version), fromInt8(r.epoch), ports.ErrVersionConflict)

@@ -102,7 +102,7 @@ ANALYZE `+s+`.vantage_events; ANALYZE `+s+`.vantage_work; ANALYZE `+s+`.vantage_
 		"AppendImplicit":     {streams[0], nil, int64(0), ids, texts, []string{"{}", "{}", "{}"}, []string{"{}", "{}", "{}"}, texts, names},
 		"ModelLoad":          {streams[0], "a"},
 		"ModelLoadMany":      {streams, names},
-		"ModelSave":          {streams[0], nil, "a", "{}", ids[0], int64(1), int64(0), int64(0), int64(0), []int64{1}},
+		"ModelSave":          {streams[0], nil, "a", "{}", ids[0], int64(1), int64(0), int64(0), int64(0), id, []int64{1}},
 		"DeadLetterMove":     {id, nil, ids[0], id, "reason", "error", 3, "g1"},
 		"DeadLetterRefused":  {ids[0], id},
 		"DeadLettersList":    {"a", streams[0], nil, "dead", nil, times[0], id},
@@ -1038,7 +1038,7 @@ func TestDrainStatementsKeepTheirPlans(t *testing.T) {
 			pairs = append(pairs, ports.Pair{StreamID: w.StreamID, Perspective: w.Perspective})
 			saves = append(saves, &ports.ModelSaveParams{
 				StreamID: w.StreamID, Perspective: w.Perspective, Data: []byte(`{}`),
-				LastEventID: w.EventID, LastVersion: w.EventVersion, ExpectedVersion: w.EventVersion - 1,
+				LastEventID: w.EventID, LastVersion: w.EventVersion, ExpectedVersion: w.EventVersion - 1, InstanceID: instance,
 			})
 			completions = append(completions, ports.Completion{
 				StreamID: w.StreamID, Perspective: w.Perspective, LastEventID: w.EventID, LastVersion: w.EventVersion, WorkIDs: []uuid.UUID{w.WorkID},
