@@ -45,6 +45,7 @@ func runEngineStages(t *testing.T, newBackend NewBackendFunc) {
 		"StageRecordedAfterATransientFailure":        func(t *testing.T) { testStageCompleteRetried(t, newBackend) },
 		"PrePerspectiveClaimedElsewhereIsAwaited":    func(t *testing.T) { testPrePerspectiveAwaited(t, newBackend) },
 		"PostPerspectiveOfADeadInstanceTakenOver":    func(t *testing.T) { testPostPerspectiveTakenOver(t, newBackend) },
+		"PrePerspectiveOnceThroughLostAcks":          func(t *testing.T) { testPrePerspectiveOnceThroughFailures(t, newBackend) },
 	})
 }
 
@@ -1220,4 +1221,112 @@ func testPostPerspectiveTakenOver(t *testing.T, newBackend NewBackendFunc) {
 	pr.waitUntil(t, "the stage taken over", func() bool { return log.count(core.PostPerspective, "alpha", ne.ID) > 0 })
 	require.Equal(t, 1, log.count(core.PostPerspective, "alpha", ne.ID), "the stage ran once")
 	require.Equal(t, []int64{1}, modelVersions(t, b, stream, "alpha"))
+}
+
+// testPrePerspectiveOnceThroughFailures: the backend of the only instance
+// fails transiently around PrePerspective: its claim and its record are
+// taken although their calls fail (their acknowledgements lost), and the
+// model loads of the stream's drains fail after the stage ran, so that
+// the pairs are retried. The stage fires once per event all the same, and
+// every perspective applies the events.
+func testPrePerspectiveOnceThroughFailures(t *testing.T, newBackend NewBackendFunc) {
+	open := newBackend(t)
+	b := open(t)
+	if b.Lifecycle == nil {
+		t.Skip("adapter does not implement ports.LifecycleStore")
+	}
+	log := &stageLog{}
+	var violations atomic.Int64
+	names := []string{"alpha", "beta"}
+	reg := newRegistry(t, trailPerspective(t, "alpha", nil, nil), trailPerspective(t, "beta", nil, nil))
+	addStageReceptors(t, reg, b, log, names, &violations)
+	var fired atomic.Bool
+	log.onAdd = func() { fired.Store(true) }
+	lossy := &lossyLifecycle{LifecycleStore: b.Lifecycle, stage: ports.StagePrePerspective}
+	lossy.claims.Store(2)
+	lossy.completes.Store(2)
+	loads := &failedLoads{after: &fired}
+	loads.left.Store(4)
+	a := b
+	a.Lifecycle = lossy
+	a.Models = failingLoads{ModelStore: b.Models, loads: loads}
+	if b.ModelBatch != nil {
+		a.ModelBatch = failingBatchLoads{ModelBatchStore: b.ModelBatch, loads: loads}
+	}
+	w := startWorker(t, a, reg, lifecycleOptions())
+	stream := uuid.Must(uuid.NewV7())
+	res, err := reg.Append(t.Context(), b.Events, stream, 0, tick{N: 1}, tick{N: 2})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return len(modelVersions(t, b, stream, "alpha")) == 2 && len(modelVersions(t, b, stream, "beta")) == 2
+	}, scenarioTimeout, 5*time.Millisecond, "every perspective applied the events")
+	waitLifecycle(t, w)
+	require.LessOrEqual(t, loads.left.Load(), int64(0), "every model load meant to fail failed")
+	for _, e := range res.Events {
+		require.Equal(t, 1, log.count(core.PrePerspective, "", e.ID), "PrePerspective of v%d fired once", e.Version)
+	}
+	require.Zero(t, violations.Load())
+}
+
+// lossyLifecycle takes the first claims and records of stage it is asked
+// for (as many as claims and completes say) and then fails them with a
+// transient error, as a connection lost before the acknowledgement does.
+type lossyLifecycle struct {
+	ports.LifecycleStore
+	stage             ports.LifecycleStage
+	claims, completes atomic.Int64
+}
+
+func (l *lossyLifecycle) LifecycleClaim(ctx context.Context, p *ports.LifecycleClaimParams) ([]uuid.UUID, error) {
+	won, err := l.LifecycleStore.LifecycleClaim(ctx, p)
+	if err == nil && p.Stage == l.stage && l.claims.Add(-1) >= 0 {
+		return nil, fmt.Errorf("claiming stage %d: connection reset: %w", p.Stage, ports.ErrTransient)
+	}
+	return won, err
+}
+
+func (l *lossyLifecycle) LifecycleComplete(ctx context.Context, p *ports.LifecycleCompleteParams) error {
+	err := l.LifecycleStore.LifecycleComplete(ctx, p)
+	if err == nil && p.Stage == l.stage && l.completes.Add(-1) >= 0 {
+		return fmt.Errorf("recording stage %d: connection reset: %w", p.Stage, ports.ErrTransient)
+	}
+	return err
+}
+
+// failedLoads counts down the model loads to fail once after is set.
+type failedLoads struct {
+	after *atomic.Bool
+	left  atomic.Int64
+}
+
+func (f *failedLoads) fail() error {
+	if f.after.Load() && f.left.Add(-1) >= 0 {
+		return fmt.Errorf("loading models: connection refused: %w", ports.ErrTransient)
+	}
+	return nil
+}
+
+// failingLoads and failingBatchLoads fail the model loads loads says.
+type failingLoads struct {
+	ports.ModelStore
+	loads *failedLoads
+}
+
+func (m failingLoads) ModelLoad(ctx context.Context, p *ports.ModelLoadParams) (ports.StoredModel, error) {
+	if err := m.loads.fail(); err != nil {
+		return ports.StoredModel{}, err
+	}
+	return m.ModelStore.ModelLoad(ctx, p)
+}
+
+type failingBatchLoads struct {
+	ports.ModelBatchStore
+	loads *failedLoads
+}
+
+func (m failingBatchLoads) ModelLoadMany(ctx context.Context, p *ports.ModelLoadManyParams) ([]ports.StoredModel, error) {
+	if err := m.loads.fail(); err != nil {
+		return nil, err
+	}
+	return m.ModelBatchStore.ModelLoadMany(ctx, p)
 }
