@@ -75,7 +75,11 @@
 // context already done; they never deregister), restarts them, stops and
 // starts them gracefully (sometimes stopping one right after it started),
 // makes an instance's backend fail or block for a while (sometimes past
-// StaleInstanceThreshold), jumps the clock past leases and staleness,
+// StaleInstanceThreshold), pauses an instance right before it moves to
+// dead letters an event that fails on it only (its lease renewals and
+// fetches held, a third instance stopped so that the partitions are dealt
+// out again; the move lands once a peer that took the stream fetched the
+// row, before that peer applies it), jumps the clock past leases and staleness,
 // deploys new apply functions and rebuilds a perspective (Worker.Rebuild
 // on an instance, or a request through Admin.RebuildRequest that the
 // running workers carry out), fixes poison events and requeues their
@@ -110,7 +114,9 @@
 //     undecodable: undecodable; late with rewinds off: late; attempts used
 //     up by takeovers only after crashes); no event fails more than its
 //     fault and the takeovers allow; no dead letter names an event its pair
-//     holds; no failure reported for an event carries a backend's error.
+//     holds, at the end nor on the spot (no save holds an event moved to
+//     dead letters and not requeued since); no failure reported for an
+//     event carries a backend's error.
 //  5. Bounded delay: an event of a clean stream appended while nothing
 //     disturbed the instances (no fault, hung apply, restart, rebuild of
 //     its perspective, until its bound) is applied by every perspective

@@ -164,7 +164,7 @@ type eventFault struct {
 	Kind  faultKind
 	Persp string
 	Times int           // flaky, panicky, hangs, writeTransient: how many applies fail (0: all)
-	Inst  int           // flaky: only on this slot's instances (-1: any)
+	Inst  int           // flaky: only on this slot's instances (-1: any; firstSlot: the first that applies it)
 	Hold  time.Duration // hangIgnore: how long it ignores its context
 }
 
@@ -179,11 +179,19 @@ func (f eventFault) String() string {
 	if f.Inst >= 0 && f.Kind == flaky {
 		s += fmt.Sprintf("/slot%d", f.Inst)
 	}
+	if f.Inst == firstSlot {
+		s += "/first"
+	}
 	if f.Hold > 0 {
 		s += "/" + f.Hold.String()
 	}
 	return s
 }
+
+// firstSlot as eventFault.Inst binds a flaky fault to the slot of the
+// instance that applies the event first: the holder of its stream, which
+// then fails it on every retry while any other instance applies it.
+const firstSlot = -2
 
 // permanent reports whether the fault makes the event fail on every
 // attempt: it must end in dead letters unless fixed.
@@ -265,6 +273,10 @@ func (pl *plan) decide(k int64, p string, inst int, write bool) eventFault {
 	key := keyPersp{k, p}
 	switch f.Kind {
 	case flaky, panicky, writeTransient, hangCtx, hangIgnore, writeHang:
+		if f.Kind == flaky && f.Inst == firstSlot && inst >= 0 {
+			f.Inst = inst
+			pl.faults[k] = f
+		}
 		if f.Kind == flaky && f.Inst >= 0 && f.Inst != inst {
 			return eventFault{Kind: healthy}
 		}

@@ -58,6 +58,11 @@ type faults struct {
 	// with it (see Config.Watch).
 	watch  string
 	tracef func(format string, args ...any)
+	// pause, when set, may pause the instance at a move to dead letters
+	// and run the move itself (ok true); fetched sees every fetch's rows
+	// (see movePause).
+	pause   func(ctx context.Context, p *ports.DeadLetterMoveParams, move func(context.Context) (*ports.DeadLetterMoveResult, error)) (*ports.DeadLetterMoveResult, error, bool)
+	fetched func(ctx context.Context, res *ports.EventsFetchPendingResult)
 }
 
 // watching reports whether the calls about stream are traced.
@@ -71,6 +76,11 @@ func (f *faults) watching(stream uuid.UUID) bool {
 type saveObserver interface {
 	modelSaved(inst string, stream uuid.UUID, persp string, data []byte)
 	rowsCommitted(inst string, stream uuid.UUID, persp string, versions []int64)
+	// deadLettered learns a move to dead letters that took effect;
+	// requeuing, before a requeue is made, which dead letters it may
+	// store again.
+	deadLettered(inst string, dl ports.DeadLetter)
+	requeuing(requeued func(id uuid.UUID, gen string) bool)
 }
 
 func newFaults(name string, seed uint64, obs saveObserver) *faults {
@@ -278,6 +288,9 @@ func (w *fFetcher) EventsFetchPending(ctx context.Context, p *ports.EventsFetchP
 	res, err := call(ctx, w.f, "EventsFetchPending", func(ctx context.Context) (*ports.EventsFetchPendingResult, error) {
 		return w.inner.EventsFetchPending(ctx, p)
 	})
+	if err == nil && w.f.fetched != nil {
+		w.f.fetched(ctx, res)
+	}
 	if res != nil && w.f.watch != "" {
 		for _, r := range res.Work {
 			if w.f.watching(r.StreamID) {
@@ -372,7 +385,19 @@ type fDeadLetters struct {
 }
 
 func (w *fDeadLetters) DeadLetterMove(ctx context.Context, p *ports.DeadLetterMoveParams) (*ports.DeadLetterMoveResult, error) {
-	return call(ctx, w.f, "DeadLetterMove", func(ctx context.Context) (*ports.DeadLetterMoveResult, error) { return w.inner.DeadLetterMove(ctx, p) })
+	move := func(ctx context.Context) (*ports.DeadLetterMoveResult, error) {
+		res, err := w.inner.DeadLetterMove(ctx, p)
+		if err == nil && res != nil && res.Moved {
+			w.f.obs.deadLettered(w.f.name, res.DeadLetter)
+		}
+		return res, err
+	}
+	if w.f.pause != nil {
+		if res, err, ok := w.f.pause(ctx, p, move); ok {
+			return res, err
+		}
+	}
+	return call(ctx, w.f, "DeadLetterMove", move)
 }
 
 func (w *fModels) watchSave(p *ports.ModelSaveParams, err error) {
@@ -386,6 +411,7 @@ func (w *fDeadLetters) DeadLettersList(ctx context.Context, p *ports.DeadLetters
 }
 
 func (w *fDeadLetters) DeadLettersRecover(ctx context.Context, p *ports.DeadLettersRecoverParams) ([]ports.DeadLetter, error) {
+	w.f.obs.requeuing(func(_ uuid.UUID, gen string) bool { return gen != p.Generation })
 	return call(ctx, w.f, "DeadLettersRecover", func(ctx context.Context) ([]ports.DeadLetter, error) {
 		return w.inner.DeadLettersRecover(ctx, p)
 	})
@@ -618,10 +644,12 @@ func (w *fAdmin) StreamLocks(ctx context.Context, p *ports.StreamLocksParams) (m
 }
 
 func (w *fAdmin) DeadLetterRequeue(ctx context.Context, p *ports.DeadLetterRequeueParams) error {
+	w.f.obs.requeuing(func(id uuid.UUID, _ string) bool { return id == p.ID })
 	return call0(ctx, w.f, "DeadLetterRequeue", func(ctx context.Context) error { return w.inner.DeadLetterRequeue(ctx, p) })
 }
 
 func (w *fAdmin) DeadLettersRequeue(ctx context.Context, p *ports.DeadLettersRequeueParams) (int, error) {
+	w.f.obs.requeuing(func(uuid.UUID, string) bool { return true })
 	return call(ctx, w.f, "DeadLettersRequeue", func(ctx context.Context) (int, error) { return w.inner.DeadLettersRequeue(ctx, p) })
 }
 

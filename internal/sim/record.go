@@ -135,10 +135,61 @@ type recorder struct {
 	saves     map[pairKey][]saveRec
 	appended  map[int64]appendRec
 	spot      []Violation
+	// dead are the events in dead letters that were not requeued since,
+	// by (stream, perspective, version); held are those a save held
+	// already (reported once).
+	dead map[pvKey]deadRec
+	held map[pvKey]bool
+}
+
+// deadRec is a move to dead letters that went through a wrapper.
+type deadRec struct {
+	id   uuid.UUID
+	gen  string
+	inst string
+	at   time.Duration
 }
 
 func newRecorder(clock func() time.Duration) *recorder {
-	return &recorder{clock: clock, start: time.Now(), saved: map[pvKey]time.Duration{}, saves: map[pairKey][]saveRec{}, appended: map[int64]appendRec{}}
+	return &recorder{clock: clock, start: time.Now(), saved: map[pvKey]time.Duration{}, saves: map[pairKey][]saveRec{}, appended: map[int64]appendRec{},
+		dead: map[pvKey]deadRec{}, held: map[pvKey]bool{}}
+}
+
+// deadLettered records a move to dead letters that took effect.
+func (r *recorder) deadLettered(inst string, dl ports.DeadLetter) {
+	at := r.clock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.dead[pvKey{dl.StreamID, dl.Perspective, dl.EventVersion}] = deadRec{id: dl.ID, gen: dl.Generation, inst: inst, at: at}
+}
+
+// requeuing forgets the dead letters that a requeue about to be made may
+// store again: those requeued match. It runs before the requeue, so that
+// an apply of a requeued event is never taken for one of a dead letter.
+func (r *recorder) requeuing(requeued func(id uuid.UUID, gen string) bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, d := range r.dead {
+		if requeued(d.id, d.gen) {
+			delete(r.dead, k)
+		}
+	}
+}
+
+// holdsDead checks, on the spot, a save of the pair (stream, persp) by
+// inst that holds the given versions: none is in a dead letter that was
+// not requeued since. Called with r.mu held.
+func (r *recorder) holdsDead(inst string, stream uuid.UUID, persp string, versions []int64, at time.Duration) {
+	for _, v := range versions {
+		k := pvKey{stream, persp, v}
+		d, ok := r.dead[k]
+		if !ok || r.held[k] {
+			continue
+		}
+		r.held[k] = true
+		r.spot = append(r.spot, Violation{4, fmt.Sprintf("on the spot, %s at %s: a save of %s of stream %s holds v%d, which %s moved to dead letters at %s (not requeued since): the pair holds the event of a dead letter",
+			inst, fmtDur(at), persp, stream, v, d.inst, fmtDur(d.at))})
+	}
 }
 
 // tracef adds a line to the trace, stamped with the sim time.
@@ -227,6 +278,7 @@ func (r *recorder) modelSaved(inst string, stream uuid.UUID, persp string, data 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.saves[pairKey{stream, persp}] = append(r.saves[pairKey{stream, persp}], saveRec{At: at, Inst: inst, Entries: m.E})
+	r.holdsDead(inst, stream, persp, m.versions(), at)
 	for _, e := range m.E {
 		k := pvKey{stream, persp, e.V}
 		if _, ok := r.saved[k]; !ok {
@@ -237,10 +289,11 @@ func (r *recorder) modelSaved(inst string, stream uuid.UUID, persp string, data 
 
 // rowsCommitted records the first commit of each version a table
 // projection wrote.
-func (r *recorder) rowsCommitted(_ string, stream uuid.UUID, persp string, versions []int64) {
+func (r *recorder) rowsCommitted(inst string, stream uuid.UUID, persp string, versions []int64) {
 	at := r.clock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.holdsDead(inst, stream, persp, versions, at)
 	for _, v := range versions {
 		k := pvKey{stream, persp, v}
 		if _, ok := r.saved[k]; !ok {

@@ -235,23 +235,26 @@ func (w *world) drawFault(typ string) eventFault {
 	if w.p.focus != "" {
 		hangs = 0
 	}
-	switch k := rng.IntN(20 - 2 + hangs); {
+	switch k := rng.IntN(22 - 2 + hangs); {
 	case k < 6:
 		return eventFault{Kind: flaky, Persp: persp, Times: some(), Inst: -1}
-	case k < 8:
-		// Failing on one instance only, sometimes for good there: another
-		// instance that takes the stream over applies it.
-		return eventFault{Kind: flaky, Persp: persp, Times: pick(rng, some(), attempts), Inst: rng.IntN(w.p.instances)}
-	case k < 11:
+	case k < 10:
+		// Failing on one instance only, mostly for good there: another
+		// instance that takes the stream over applies it. The instance is
+		// drawn now, or is the first that applies the event (its stream's
+		// holder, which then fails it on every retry).
+		inst := pick(rng, rng.IntN(w.p.instances), firstSlot)
+		return eventFault{Kind: flaky, Persp: persp, Times: pick(rng, some(), attempts, attempts), Inst: inst}
+	case k < 13:
 		return eventFault{Kind: poison, Persp: persp, Inst: -1}
-	case k < 14:
+	case k < 16:
 		return eventFault{Kind: panicky, Persp: persp, Times: maybe(), Inst: -1}
-	case k < 18:
+	case k < 20:
 		if w.p.retire && typ == typeA {
 			return eventFault{Kind: flaky, Persp: alpha, Times: some(), Inst: -1}
 		}
 		return eventFault{Kind: undecodable, Inst: -1}
-	case k < 19:
+	case k < 21:
 		return eventFault{Kind: hangCtx, Persp: persp, Times: maybe(), Inst: -1}
 	default:
 		return eventFault{Kind: hangIgnore, Persp: persp, Times: maybe(), Inst: -1, Hold: w.opts.ApplyTimeout + w.opts.ApplyAbandonGrace + between(rng, 200*time.Millisecond, time.Second)}

@@ -178,6 +178,10 @@ type world struct {
 	requested []rebuildAsk
 	retires   []retireSpan
 	uuids     *rand.Rand
+	// pauses are the instances paused at a move to dead letters, by the
+	// row moved; movePauses counts the pauses of the run.
+	pauses     map[uuid.UUID]*movePause
+	movePauses int
 
 	notes []string
 
@@ -236,9 +240,10 @@ func Run(t testing.TB, cfg Config) *Result {
 	}
 	w := &world{
 		t: t, cfg: cfg, p: p, rng: rng, plan: newPlan(),
-		live:  rand.New(rand.NewPCG(cfg.Seed, 0x11fe)),
-		uuids: rand.New(rand.NewPCG(cfg.Seed, 0x1d)),
-		logs:  newLogRing(200),
+		live:   rand.New(rand.NewPCG(cfg.Seed, 0x11fe)),
+		uuids:  rand.New(rand.NewPCG(cfg.Seed, 0x1d)),
+		logs:   newLogRing(200),
+		pauses: map[uuid.UUID]*movePause{},
 	}
 	w.opts = newOptions(rng, &w.p)
 	// The clock starts at the wall time, so that PostgreSQL's own now()
@@ -399,6 +404,10 @@ func (w *world) startInstance(slot int) (*instance, error) {
 	in := &instance{slot: slot, name: name, id: w.newUUID(), closeFn: closeFn, state: "live"}
 	in.faults = newFaults(name, w.cfg.Seed+uint64(inc), w.rec)
 	in.faults.watch, in.faults.tracef = w.cfg.Watch, w.rec.tracef
+	in.faults.pause = func(ctx context.Context, p *ports.DeadLetterMoveParams, move func(context.Context) (*ports.DeadLetterMoveResult, error)) (*ports.DeadLetterMoveResult, error, bool) {
+		return w.pauseAtMove(ctx, in, p, move)
+	}
+	in.faults.fetched = func(ctx context.Context, res *ports.EventsFetchPendingResult) { w.fetchedRows(ctx, in, res) }
 	in.backend = wrap(b, in.faults)
 	o := w.opts
 	o.InstanceID = in.id
