@@ -12,9 +12,9 @@
 // staleness and timeout duration, scaled down like vantagetest.Options),
 // the number of instances (2 to 5), the streams, and the schedule of the
 // fault phase: what is appended when, and which faults and operations
-// happen when. One seed in four focuses on one instance fault (a lock on
-// the lease table, a blocked or failing backend, a crash, a clock jump, a
-// graceful stop): it is the only one, with no rebuild, no retirement and
+// happen when. One seed in three focuses on one instance fault (a lock on
+// the lease table, most often, or a blocked backend, a failing one, a
+// crash, a clock jump, a graceful stop): it is the only one, with no rebuild, no retirement and
 // no hung event, so that the events appended after it are held to the
 // quiet bound (-sim.focus forces a kind). A replay of a seed repeats that schedule. It does not
 // repeat the interleaving of goroutines: the engine is concurrent, real

@@ -29,7 +29,7 @@ type params struct {
 	generation bool
 	jumpMax    time.Duration
 	// focus, when set, makes every instance fault one kind (see
-	// Config.Focus) and leaves hung events out; one seed in four draws one.
+	// Config.Focus) and leaves hung events out; one seed in three draws one.
 	focus string
 }
 
@@ -67,8 +67,8 @@ func newParams(rng *rand.Rand, backend string, short bool) params {
 		retire:     rng.IntN(4) == 0,
 		generation: rng.IntN(4) == 0,
 	}
-	if rng.IntN(4) == 0 {
-		p.focus = pick(rng, "lock", "lock", "block", "crash", "fail", "jump", "stop")
+	if rng.IntN(3) == 0 {
+		p.focus = pick(rng, "lock", "lock", "lock", "block", "block", "crash", "fail", "jump", "stop")
 	}
 	if p.focus != "" {
 		p.focused()

@@ -32,7 +32,8 @@ type Config struct {
 	Calm bool
 	// Focus, when set, makes every instance fault of the seed one kind:
 	// crash, stop, fail, block, lock (the lease table) or jump, and leaves
-	// hung events out. Without it, one seed in four draws a focus.
+	// hung events out. Without it, one seed in three draws a focus, a lock or a block
+	// most often.
 	Focus string
 	// Watch, when set, adds to the trace every completion, failure, fetch
 	// and save of the streams whose id starts with it, to debug a seed.
