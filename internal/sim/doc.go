@@ -77,9 +77,10 @@
 // makes an instance's backend fail or block for a while (sometimes past
 // StaleInstanceThreshold), pauses an instance right before it moves to
 // dead letters an event that fails on it only (its lease renewals and
-// fetches held, a third instance stopped so that the partitions are dealt
-// out again; the move lands once a peer that took the stream fetched the
-// row, before that peer applies it), jumps the clock past leases and staleness,
+// fetches held, its claims slowed, a third instance stopped or the only
+// peer restarted so that the partitions are dealt out again; the move
+// lands once a peer that took the stream saved the event, before that
+// peer completes its row), jumps the clock past leases and staleness,
 // deploys new apply functions and rebuilds a perspective (Worker.Rebuild
 // on an instance, or a request through Admin.RebuildRequest that the
 // running workers carry out), fixes poison events and requeues their

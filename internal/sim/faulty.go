@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -59,10 +60,34 @@ type faults struct {
 	watch  string
 	tracef func(format string, args ...any)
 	// pause, when set, may pause the instance at a move to dead letters
-	// and run the move itself (ok true); fetched sees every fetch's rows
-	// (see movePause).
-	pause   func(ctx context.Context, p *ports.DeadLetterMoveParams, move func(context.Context) (*ports.DeadLetterMoveResult, error)) (*ports.DeadLetterMoveResult, error, bool)
-	fetched func(ctx context.Context, res *ports.EventsFetchPendingResult)
+	// and run the move itself (ok true); fetched sees every fetch's rows,
+	// saved every save that went through (the versions it holds), and
+	// claiming every claim before it is made (see movePause).
+	pause    func(ctx context.Context, p *ports.DeadLetterMoveParams, move func(context.Context) (*ports.DeadLetterMoveResult, error)) (*ports.DeadLetterMoveResult, error, bool)
+	fetched  func(res *ports.EventsFetchPendingResult)
+	saved    func(ctx context.Context, stream uuid.UUID, persp string, versions func() []int64)
+	claiming func(ctx context.Context)
+}
+
+// savedModel passes a model save that went through to the saved hook.
+func (f *faults) savedModel(ctx context.Context, stream uuid.UUID, persp string, data []byte) {
+	if f.saved == nil {
+		return
+	}
+	f.saved(ctx, stream, persp, func() []int64 {
+		var m Model
+		if json.Unmarshal(data, &m) != nil {
+			return nil
+		}
+		return m.versions()
+	})
+}
+
+// savedRows passes a table projection's commit to the saved hook.
+func (f *faults) savedRows(ctx context.Context, stream uuid.UUID, persp string, written func() []int64) {
+	if f.saved != nil {
+		f.saved(ctx, stream, persp, written)
+	}
 }
 
 // watching reports whether the calls about stream are traced.
@@ -272,6 +297,9 @@ func (w *fClaimer) InstanceDeregister(ctx context.Context, p *ports.InstanceDere
 }
 
 func (w *fClaimer) WorkClaim(ctx context.Context, p *ports.WorkClaimParams) (*ports.WorkClaimResult, error) {
+	if w.f.claiming != nil {
+		w.f.claiming(ctx)
+	}
 	return call(ctx, w.f, "WorkClaim", func(ctx context.Context) (*ports.WorkClaimResult, error) { return w.inner.WorkClaim(ctx, p) })
 }
 
@@ -289,7 +317,7 @@ func (w *fFetcher) EventsFetchPending(ctx context.Context, p *ports.EventsFetchP
 		return w.inner.EventsFetchPending(ctx, p)
 	})
 	if err == nil && w.f.fetched != nil {
-		w.f.fetched(ctx, res)
+		w.f.fetched(res)
 	}
 	if res != nil && w.f.watch != "" {
 		for _, r := range res.Work {
@@ -444,6 +472,7 @@ func (w *fModels) ModelSave(ctx context.Context, p *ports.ModelSaveParams) error
 		err := w.inner.ModelSave(ctx, p)
 		if err == nil {
 			w.f.obs.modelSaved(w.f.name, p.StreamID, p.Perspective, p.Data)
+			w.f.savedModel(ctx, p.StreamID, p.Perspective, p.Data)
 		}
 		w.watchSave(p, err)
 		return err
@@ -466,6 +495,7 @@ func (w *fModelBatch) ModelSaveMany(ctx context.Context, p *ports.ModelSaveManyP
 			for i, s := range p.Saves {
 				if i < len(errs) && errs[i] == nil {
 					w.f.obs.modelSaved(w.f.name, s.StreamID, s.Perspective, s.Data)
+					w.f.savedModel(ctx, s.StreamID, s.Perspective, s.Data)
 				}
 				if w.f.watching(s.StreamID) && i < len(errs) {
 					w.f.tracef("watch: %s %s ModelSaveMany %s v%d (expected v%d): %v", short(s.StreamID), w.f.name, s.Perspective, s.LastVersion, s.ExpectedVersion, errs[i])
@@ -507,6 +537,7 @@ func (w *fModelTx) ModelSaveTx(ctx context.Context, p *ports.ModelSaveTxParams) 
 		}
 		if err == nil {
 			w.f.obs.rowsCommitted(w.f.name, p.Save.StreamID, p.Save.Perspective, st.written())
+			w.f.savedRows(ctx, p.Save.StreamID, p.Save.Perspective, st.written)
 		}
 		return err
 	})
@@ -533,6 +564,7 @@ func (w *fModelTx) ModelSaveTxMany(ctx context.Context, p *ports.ModelSaveTxMany
 			for i, s := range p.Saves {
 				if i < len(errs) && errs[i] == nil {
 					w.f.obs.rowsCommitted(w.f.name, s.Save.StreamID, s.Save.Perspective, sts[i].written())
+					w.f.savedRows(ctx, s.Save.StreamID, s.Save.Perspective, sts[i].written)
 				}
 			}
 		}

@@ -243,7 +243,7 @@ func (w *world) drawFault(typ string) eventFault {
 		// instance that takes the stream over applies it. The instance is
 		// drawn now, or is the first that applies the event (its stream's
 		// holder, which then fails it on every retry).
-		inst := pick(rng, rng.IntN(w.p.instances), firstSlot)
+		inst := pick(rng, rng.IntN(w.p.instances), firstSlot, firstSlot)
 		return eventFault{Kind: flaky, Persp: persp, Times: pick(rng, some(), attempts, attempts), Inst: inst}
 	case k < 13:
 		return eventFault{Kind: poison, Persp: persp, Inst: -1}

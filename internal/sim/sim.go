@@ -408,7 +408,11 @@ func (w *world) startInstance(slot int) (*instance, error) {
 	in.faults.pause = func(ctx context.Context, p *ports.DeadLetterMoveParams, move func(context.Context) (*ports.DeadLetterMoveResult, error)) (*ports.DeadLetterMoveResult, error, bool) {
 		return w.pauseAtMove(ctx, in, p, move)
 	}
-	in.faults.fetched = func(ctx context.Context, res *ports.EventsFetchPendingResult) { w.fetchedRows(ctx, in, res) }
+	in.faults.fetched = func(res *ports.EventsFetchPendingResult) { w.fetchedRows(in, res) }
+	in.faults.saved = func(ctx context.Context, stream uuid.UUID, persp string, versions func() []int64) {
+		w.savedRows(ctx, in, stream, persp, versions)
+	}
+	in.faults.claiming = func(ctx context.Context) { w.claimGate(ctx, in) }
 	in.backend = wrap(b, in.faults)
 	o := w.opts
 	o.InstanceID = in.id
