@@ -126,7 +126,11 @@
 // # Failures
 //
 // A bad or slow event costs only its own (stream, perspective); the other
-// perspectives of its stream, and every other stream, flow meanwhile.
+// perspectives of its stream, and every other stream, flow meanwhile,
+// except that a batch holds its drain consumer until its slowest apply
+// ends or is abandoned: an instance whose every consumer
+// ([Options.MaxConcurrentDrainConsumers]) waits on a hung apply drains
+// nothing else until one of them ends.
 //
 //   - An apply that returns an error, panics or runs past
 //     [Options.ApplyTimeout] (its context is then cancelled) counts one

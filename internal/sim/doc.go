@@ -125,7 +125,10 @@
 //     InfraRetry.Max and a second); one still waiting when the faults
 //     ended, within the thresholds (StaleInstanceThreshold, heartbeat,
 //     LeaseDuration, the rewind lock, the settle time of retries) after
-//     the heal. The worst delay is reported.
+//     the heal. A hung apply disturbs its instance's other streams only
+//     while as many hung applies as it has drain consumers hold all of
+//     them (each holds its consumer until it ends or is abandoned); those
+//     times count as disturbed. The worst delay is reported.
 //  6. Stage receptors: PostPerspective fires for every (event,
 //     perspective) whose final state holds the event, PostAllPerspectives
 //     and PostLifecycle for every event all its perspectives hold (after a
