@@ -523,6 +523,24 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, []uuid.UUID{f.stream}, f.a.claim(t, at(6*time.Second)))
 			require.Equal(t, []int{2, 0}, attemptsOf(f.a.fetch(t, at(6*time.Second), f.stream).Work), "each failure counts")
 		},
+		"AFailureBehindTheCursorLeavesItsStatus": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 3)
+			// The failure of the second row, sent when the first was
+			// applied, lands after the completion of all three (a retry
+			// applied it meanwhile): the pair went on, and its cursor
+			// says so.
+			f.a.complete(t, at(time.Second), f.completion(3, 1, 2, 3))
+			f.a.fail(t, at(2*time.Second), ports.Failure{
+				StreamID: f.stream, Perspective: perspective,
+				LastEventID: f.events[0].ID, LastVersion: 1,
+				Error: "boom", RetryAt: at(3 * time.Second),
+			})
+
+			c := f.cursor(t)
+			require.Equal(t, int64(3), c.LastVersion)
+			require.Equal(t, ports.CursorCompleted, c.Status, "a failure behind the cursor does not mark it failed")
+			require.Empty(t, c.Error)
+		},
 		"AResentFailureChargesOnce": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 2)
 			failure := ports.Failure{

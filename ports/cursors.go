@@ -49,7 +49,9 @@ type CursorStore interface {
 
 	// WorkFail records failures in one atomic step: applied rows complete as
 	// in WorkComplete, the cursor advances to LastVersion (when set), gets the
-	// Failed flag and the error text; failed rows of streams whose lease
+	// Failed flag and the error text, unless LastVersion is set and the
+	// cursor is already past it (the pair went on since the failure: a
+	// stale report leaves its status and error); failed rows of streams whose lease
 	// the caller holds (as in WorkComplete) gain one attempt (an apply of
 	// theirs failed) when they are handed out under that lease (at or below
 	// their pair's mark, see WorkClaimer: so a report sent again after its

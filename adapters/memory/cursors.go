@@ -118,7 +118,8 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 // holder is applying.
 //
 // The cursor is upserted: its position moves forward to LastVersion when that
-// is higher, Completed is replaced by Failed and Error is stored. When the
+// is higher, Completed is replaced by Failed and Error is stored (unless the
+// cursor is past LastVersion: a stale report). When the
 // position moved, pending rows below it become late and flag RewindRequired
 // as in WorkComplete, and a FailedEventID below the position makes its row
 // late and flags it too, keeping an earlier trigger; rewind columns are
@@ -189,6 +190,7 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 		if cur == nil {
 			continue
 		}
+		behind := f.LastVersion > 0 && f.LastVersion < cur.LastVersion // the pair went on since: a stale report
 		if f.LastVersion > cur.LastVersion {
 			cur.LastEventID, cur.LastVersion = f.LastEventID, f.LastVersion
 			k := pairKey{f.StreamID, f.Perspective}
@@ -197,8 +199,10 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 			}
 			reported[k] = max(reported[k], f.LastVersion)
 		}
-		cur.Status = cur.Status&^ports.CursorCompleted | ports.CursorFailed
-		cur.Error = f.Error
+		if !behind {
+			cur.Status = cur.Status&^ports.CursorCompleted | ports.CursorFailed
+			cur.Error = f.Error
+		}
 		cur.UpdatedAt = now
 		if eventRow != nil && cur.LastVersion > f.FailedEventVersion {
 			flagRewind(cur, f.FailedEventID, f.FailedEventVersion, now) // only a rewind applies it in order

@@ -564,7 +564,8 @@ WHERE a.stream_id IN (SELECT l.stream_id FROM lowered l)
 // perspectives, $4 last event ids, $5 last versions, $6 errors, $7 the rows
 // the call lists as applied (never stragglers: see sqlFlagStragglers). The
 // position moves forward only; Completed is replaced by Failed and the
-// error stored; a missing cursor of a retired perspective is not created
+// error stored, unless the cursor is past the failure's position (a stale
+// report); a missing cursor of a retired perspective is not created
 // (see sqlNoCursorOfRetired).
 // When the position moves, the pending rows below the new position become
 // late (moved, then marked: see sqlMarkLate), and the smallest of them
@@ -617,10 +618,12 @@ ORDER BY f.stream_id, f.perspective COLLATE "C"
 ON CONFLICT (stream_id, perspective) DO UPDATE
 SET last_event_id = CASE WHEN excluded.last_version > c.last_version THEN excluded.last_event_id ELSE c.last_event_id END,
     last_version = greatest(c.last_version, excluded.last_version),
-    status = (c.status & ~` + sqlStatusCompleted + `) | ` + sqlStatusFailed + `
-             | CASE WHEN ` + sqlFailRewinds + `
-                    THEN ` + sqlStatusRewindRequired + ` ELSE 0 END,
-    error = excluded.error,
+    status = CASE WHEN excluded.last_version > 0 AND excluded.last_version < c.last_version THEN c.status
+                  ELSE (c.status & ~` + sqlStatusCompleted + `) | ` + sqlStatusFailed + `
+                       | CASE WHEN ` + sqlFailRewinds + `
+                              THEN ` + sqlStatusRewindRequired + ` ELSE 0 END
+             END,
+    error = CASE WHEN excluded.last_version > 0 AND excluded.last_version < c.last_version THEN c.error ELSE excluded.error END,
     rewind_trigger_event_id = CASE WHEN ` + sqlFailRewinds + `
                                         AND (c.rewind_trigger_version IS NULL OR excluded.rewind_trigger_version < c.rewind_trigger_version)
                                    THEN excluded.rewind_trigger_event_id ELSE c.rewind_trigger_event_id END,
