@@ -127,8 +127,9 @@
 //     LeaseDuration, the rewind lock, the settle time of retries) after
 //     the heal. A hung apply disturbs its instance's other streams only
 //     while as many hung applies as it has drain consumers hold all of
-//     them (each holds its consumer until it ends or is abandoned); those
-//     times count as disturbed. The worst delay is reported.
+//     them (each holds its consumer until it ends or is abandoned): those
+//     times count as disturbed, and after the heal the bound counts from
+//     their end. The worst delay is reported.
 //  6. Stage receptors: PostPerspective fires for every (event,
 //     perspective) whose final state holds the event, PostAllPerspectives
 //     and PostLifecycle for every event all its perspectives hold (after a
