@@ -432,14 +432,16 @@ func (w *world) checkDelays(t *truth, H time.Duration) []Violation {
 						vs = append(vs, Violation{5, fmt.Sprintf("%s: waited %s while nothing was disturbed, bound %s", what, delay.Round(time.Millisecond), Q)})
 					}
 				case at > H:
-					// Hung applies that hold every drain consumer of an
-					// instance after the heal delay the streams it
-					// claimed until one of them ends, as documented:
-					// the bound counts from then.
+					// Hung applies that hold every drain consumer of the
+					// instance that drained the event, after the heal,
+					// delay the streams it claimed until one of them
+					// ends, as documented: the bound counts from then.
 					from := max(H, a.At)
-					for _, win := range held {
-						if win.from <= at && win.to > from {
-							from = min(win.to, at)
+					if f, ok := firstTry[pairKey3(e, p)]; ok {
+						for _, win := range held {
+							if win.inst == f.Inst && win.from <= at && win.to > from {
+								from = min(win.to, at)
+							}
 						}
 					}
 					late := at - from
@@ -488,7 +490,7 @@ func (w *world) consumersHeld(applies []applyRec) []window {
 			case e.delta > 0 && n == consumers:
 				from = e.at
 			case e.delta < 0 && n == consumers-1:
-				out = append(out, window{from: from, to: e.at + w.settleHeld(), what: "consumers of " + inst + " held by hung applies"})
+				out = append(out, window{from: from, to: e.at + w.settleHeld(), what: "consumers of " + inst + " held by hung applies", inst: inst})
 			}
 		}
 	}

@@ -140,6 +140,7 @@ type window struct {
 	persp     string // "" for every perspective
 	crashLike bool   // may make peers abandon an instance (charging its events)
 	infra     bool   // a backend fault: a crash, a failing or blocked backend, a lock
+	inst      string // the instance whose consumers hung applies held ("" otherwise)
 }
 
 // world is one run: the backend, the instances, the clock that drives
