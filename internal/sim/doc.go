@@ -14,17 +14,20 @@
 // fault phase: what is appended when, and which faults and operations
 // happen when. One seed in three focuses on one instance fault (a lock on
 // the lease table, most often, or a blocked backend, a failing one, a
-// crash, a clock jump, a graceful stop): it is the only one, with no rebuild, no retirement and
-// no hung event, so that the events appended after it are held to the
-// quiet bound (-sim.focus forces a kind). A replay of a seed repeats that schedule. It does not
-// repeat the interleaving of goroutines: the engine is concurrent, real
-// time paces the simulated clock, and which instance is live, which dead
-// letter exists, which claim wins, all differ between two runs of one
-// seed. A seed that failed once therefore may pass on replay; run it
-// again (-sim.repeat) and read its trace, which a failing run prints:
-// the options, every operation and fault with its sim time (and the real
-// time elapsed), the engine's notable events (dead letters, rewinds,
-// rebuilds, abandoned applies) and its latest warnings.
+// crash, a clock jump, a graceful stop), and half the other seeds with
+// Instant completions on failing reports: it is the only one, with no
+// rebuild, no retirement and no hung event, so that the events appended
+// after it are held to the quiet bound, and nothing but the instance
+// itself can resolve what it left undone (-sim.focus forces a kind). A
+// replay of a seed repeats that schedule. It does not repeat the
+// interleaving of goroutines: the engine is concurrent, real time paces
+// the simulated clock, and which instance is live, which dead letter
+// exists, which claim wins, all differ between two runs of one seed. A
+// seed that failed once therefore may pass on replay; run it again
+// (-sim.repeat) and read its trace, which a failing run prints: the
+// options, every operation and fault with its sim time (and the real time
+// elapsed), the engine's notable events (dead letters, rewinds, rebuilds,
+// abandoned applies) and its latest warnings.
 //
 // # The world
 //
@@ -42,9 +45,12 @@
 // an error wrapping ports.ErrTransient, some before they reach the
 // backend, some after they took effect: a lost acknowledgement), blocked
 // (calls wait until the fault ends or their context is done: a lock, a
-// paused process) or dead (a crash: every call fails at once). The memory
-// backend has no ports.TxModelStore; the simulator provides one (a
-// buffered transaction committed with the model save under one lock).
+// paused process) or dead (a crash: every call fails at once). A failing
+// or blocked wrapper may be limited to some calls: a lock on the lease
+// table holds only the calls that write leases or instance rows, and
+// failing reports fail only WorkComplete. The memory backend has no
+// ports.TxModelStore; the simulator provides one (a buffered transaction
+// committed with the model save under one lock).
 //
 // The application registers three event types and three perspectives in
 // one core.Registry: alpha (a model over every type), beta (a model over
@@ -75,21 +81,23 @@
 // context already done; they never deregister), restarts them, stops and
 // starts them gracefully (sometimes stopping one right after it started),
 // makes an instance's backend fail or block for a while (sometimes past
-// StaleInstanceThreshold), pauses an instance right before it moves to
-// dead letters an event that fails on it only (its lease renewals and
-// fetches held, its claims slowed, a third instance stopped or the only
-// peer restarted so that the partitions are dealt out again; the move
-// lands once a peer that took the stream saved the event, before that
-// peer completes its row), jumps the clock past leases and staleness,
-// deploys new apply functions and rebuilds a perspective (Worker.Rebuild
-// on an instance, or a request through Admin.RebuildRequest that the
-// running workers carry out), fixes poison events and requeues their
-// dead letters, and retires and revives a perspective. Then every fault
-// ends (dead instances stay dead or restart), the clock runs on, a
-// revived perspective is rebuilt as an operator must, and the simulator
-// waits, bounded in sim time, until every live worker is idle, no work
-// row is pending, no cursor waits for a rewind and no rebuild request is
-// pending or running.
+// StaleInstanceThreshold), makes only its completions fail for a while
+// (its heartbeats, claims and renewals go through, so it keeps its
+// streams), locks the lease table, pauses an instance right before it
+// moves to dead letters an event that fails on it only (its lease
+// renewals and fetches held, its claims slowed, a third instance stopped
+// or the only peer restarted so that the partitions are dealt out again;
+// the move lands once a peer that took the stream saved the event, before
+// that peer completes its row), jumps the clock past leases and
+// staleness, deploys new apply functions and rebuilds a perspective
+// (Worker.Rebuild on an instance, or a request through
+// Admin.RebuildRequest that the running workers carry out), fixes poison
+// events and requeues their dead letters, and retires and revives a
+// perspective. Then every fault ends (dead instances stay dead or
+// restart), the clock runs on, a revived perspective is rebuilt as an
+// operator must, and the simulator waits, bounded in sim time, until
+// every live worker is idle, no work row is pending, no cursor waits for
+// a rewind and no rebuild request is pending or running.
 //
 // # Invariants
 //

@@ -23,7 +23,7 @@ const (
 	modeHealthy mode = iota
 	// modeFailing fails calls with an error wrapping ports.ErrTransient:
 	// some before they reach the backend, some after they took effect (a
-	// lost acknowledgement).
+	// lost acknowledgement); only the calls named by only, when set.
 	modeFailing
 	// modeBlocked holds every call until the mode changes or the call's
 	// context is done: a lock held, a paused process.
@@ -49,7 +49,7 @@ type faults struct {
 	mode    mode
 	failP   float64         // modeFailing: probability that a call fails
 	afterP  float64         // modeFailing: of the failures, those after the effect
-	only    map[string]bool // modeBlocked: the calls it holds (nil: every call)
+	only    map[string]bool // modeBlocked, modeFailing: the calls it holds or fails (nil: every call)
 	changed chan struct{}
 	rng     *rand.Rand
 	// injected counts the failures injected since the last report, by
@@ -128,6 +128,22 @@ func (f *faults) blockOnly(ops ...string) {
 	f.changed = make(chan struct{})
 }
 
+// failOnly fails the calls named in ops as modeFailing does, and passes
+// every other call through, until the mode changes.
+func (f *faults) failOnly(failP, afterP float64, ops ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.mode == modeDead {
+		return
+	}
+	f.mode, f.failP, f.afterP, f.only = modeFailing, failP, afterP, map[string]bool{}
+	for _, op := range ops {
+		f.only[op] = true
+	}
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
 // set changes the mode, waking the calls a block holds.
 func (f *faults) set(m mode, failP, afterP float64) {
 	f.mu.Lock()
@@ -175,7 +191,8 @@ func (f *faults) before(ctx context.Context, op string) (decision, error) {
 		f.mu.Lock()
 		m, changed := f.mode, f.changed
 		var u, v float64
-		if m == modeFailing {
+		held := f.only == nil || f.only[op]
+		if m == modeFailing && held {
 			u, v = f.rng.Float64(), f.rng.Float64()
 			if u < f.failP {
 				if v < f.afterP {
@@ -186,7 +203,6 @@ func (f *faults) before(ctx context.Context, op string) (decision, error) {
 			}
 		}
 		failP, afterP := f.failP, f.afterP
-		held := f.only == nil || f.only[op]
 		f.mu.Unlock()
 		switch m {
 		case modeHealthy:
@@ -194,7 +210,7 @@ func (f *faults) before(ctx context.Context, op string) (decision, error) {
 		case modeDead:
 			return proceed, fmt.Errorf("sim: %s by %s: %w: %w", op, f.name, errCrashed, ports.ErrTransient)
 		case modeFailing:
-			if u >= failP {
+			if !held || u >= failP {
 				return proceed, nil
 			}
 			if v < afterP {

@@ -40,6 +40,17 @@ func (p *params) focused() {
 	p.episodes, p.rebuilds, p.retire = 1, 0, false
 }
 
+// focusReports makes half the unfocused seeds with Instant completions
+// focus on failing reports: an Instant completion that fails must be kept
+// and sent again, and only a seed in which nothing else moves the
+// instance's streams shows one that was not.
+func focusReports(rng *rand.Rand, p *params, o *core.Options) {
+	if p.focus == "" && p.episodes > 0 && o.Completion == core.CompletionInstant && rng.IntN(2) == 0 {
+		p.focus = "reports"
+		p.focused()
+	}
+}
+
 // between returns a duration drawn uniformly in [lo, hi].
 func between(rng *rand.Rand, lo, hi time.Duration) time.Duration {
 	if hi <= lo {

@@ -120,7 +120,7 @@ func (w *world) schedule() []op {
 	// Instance faults and clock jumps.
 	for range w.p.episodes {
 		at := between(rng, F/10, F*85/100)
-		k := rng.IntN(10)
+		k := rng.IntN(11)
 		if f, ok := focusKinds[w.p.focus]; ok {
 			k = f
 		}
@@ -158,9 +158,21 @@ func (w *world) schedule() []op {
 			at = between(rng, F/10, F/4)
 			dur := between(rng, F/8, F/3)
 			add(at, func() { w.lockLeases(dur) })
-		default:
+		case k < 10:
 			d := between(rng, 200*time.Millisecond, w.p.jumpMax)
 			add(at, func() { w.jump(d) })
+		default:
+			dur := between(rng, 200*time.Millisecond, 2*time.Second)
+			if w.p.focus == "reports" {
+				// Until the heal, over the last appends: a report that
+				// fails is then the last of its pair, and only a report
+				// sent again completes its rows (a later one would have
+				// the backend flag them for a rewind).
+				at = between(rng, F/2, F*3/4)
+				dur = F - at
+			}
+			failP, afterP := pick(rng, 0.3, 0.7, 1.0), pick(rng, 0.0, 0.3, 0.6)
+			add(at, func() { w.failReports(dur, failP, afterP) })
 		}
 	}
 	// Rebuilds after "deploying new apply functions".
@@ -194,7 +206,7 @@ func (w *world) schedule() []op {
 }
 
 // focusKinds maps Config.Focus to the kind of instance fault drawn.
-var focusKinds = map[string]int{"crash": 0, "stop": 2, "fail": 4, "block": 6, "lock": 7, "jump": 8}
+var focusKinds = map[string]int{"crash": 0, "stop": 2, "fail": 4, "block": 6, "lock": 7, "jump": 8, "reports": 10}
 
 // drawFault draws the fault of an event of type typ on a dirty stream. In
 // a run that retires beta, beta meets no bad event: its rebuild after the
@@ -499,6 +511,31 @@ func (w *world) failOne(dur time.Duration, failP, afterP float64) {
 	in.faults.set(modeFailing, failP, afterP)
 	w.rec.tracef("backend of %s failing for %s (p=%.1f, after the effect %.1f)", in.name, dur, failP, afterP)
 	w.disturb(window{from: from, to: from + dur + w.settle(), what: "failing " + in.name, infra: true, crashLike: dur+w.opts.HeartbeatInterval >= w.opts.StaleInstanceThreshold})
+	w.ops.Go(func() {
+		w.sleep(dur)
+		w.heal(in)
+	})
+}
+
+// reportOps are the calls that report what an instance applied. Failure
+// reports (WorkFail) are left out: while they alone fail, a dead letter
+// may name max_attempts_exceeded for an event whose own fault used its
+// attempts up, which the dead-letter checks report.
+var reportOps = []string{"WorkComplete"}
+
+// failReports makes the completions of a live instance fail for dur (some
+// after they took effect), while its heartbeats, claims, renewals and
+// fetches go through: it keeps its streams, so only its own re-sends can
+// deliver what it applied.
+func (w *world) failReports(dur time.Duration, failP, afterP float64) {
+	in := w.anyLive()
+	if in == nil {
+		return
+	}
+	from := w.now()
+	in.faults.failOnly(failP, afterP, reportOps...)
+	w.rec.tracef("reports of %s failing for %s (p=%.1f, after the effect %.1f)", in.name, dur, failP, afterP)
+	w.disturb(window{from: from, to: from + dur + w.settle(), what: "reports of " + in.name + " failing", infra: true})
 	w.ops.Go(func() {
 		w.sleep(dur)
 		w.heal(in)

@@ -24,7 +24,7 @@ var (
 	flagVerbose = flag.Bool("sim.v", false, "print the trace of every seed, not only of the failing ones")
 	flagShort   = flag.Bool("sim.short", false, "a short fault phase, as the smoke run has")
 	flagCalm    = flag.Bool("sim.calm", false, "no fault and no operation, appends only (checks the simulator's bounds)")
-	flagFocus   = flag.String("sim.focus", "", "make every instance fault one kind: crash, stop, fail, block, lock or jump")
+	flagFocus   = flag.String("sim.focus", "", "make every instance fault one kind: crash, stop, fail, block, lock, jump or reports")
 	flagWatch   = flag.String("sim.watch", "", "trace the completions, failures, fetches and saves of the streams whose id starts with this")
 )
 
