@@ -48,7 +48,8 @@
 // paused process) or dead (a crash: every call fails at once). A failing
 // or blocked wrapper may be limited to some calls: a lock on the lease
 // table holds only the calls that write leases or instance rows, and
-// failing reports fail only WorkComplete. The memory backend has no
+// failing reports fail only WorkComplete. The wrapper records when the
+// instance last called WorkClaim. The memory backend has no
 // ports.TxModelStore; the simulator provides one (a buffered transaction
 // committed with the model save under one lock).
 //
@@ -83,17 +84,18 @@
 // makes an instance's backend fail or block for a while (sometimes past
 // StaleInstanceThreshold), makes only its completions fail for a while
 // (its heartbeats, claims and renewals go through, so it keeps its
-// streams), locks the lease table, pauses an instance right before it
-// moves to dead letters an event that fails on it only (its lease
-// renewals and fetches held, its claims slowed, a third instance stopped
-// or the only peer restarted so that the partitions are dealt out again;
-// the move lands once a peer that took the stream saved the event, before
-// that peer completes its row), jumps the clock past leases and
-// staleness, deploys new apply functions and rebuilds a perspective
-// (Worker.Rebuild on an instance, or a request through
-// Admin.RebuildRequest that the running workers carry out), fixes poison
-// events and requeues their dead letters, and retires and revives a
-// perspective. Then every fault ends (dead instances stay dead or
+// streams), locks the lease table, and then appends to clean streams
+// three times as fast as before for as long as the lock or block lasted,
+// pauses an instance right before it moves to dead letters an event that
+// fails on it only (its lease renewals and fetches held, its claims
+// slowed, a third instance stopped or the only peer restarted so that the
+// partitions are dealt out again; the move lands once a peer that took
+// the stream saved the event, before that peer completes its row), jumps
+// the clock past leases and staleness, deploys new apply functions and
+// rebuilds a perspective (Worker.Rebuild on an instance, or a request
+// through Admin.RebuildRequest that the running workers carry out), fixes
+// poison events and requeues their dead letters, and retires and revives
+// a perspective. Then every fault ends (dead instances stay dead or
 // restart), the clock runs on, a revived perspective is rebuilt as an
 // operator must, and the simulator waits, bounded in sim time, until
 // every live worker is idle, no work row is pending, no cursor waits for
@@ -137,7 +139,14 @@
 //     while as many hung applies as it has drain consumers hold all of
 //     them (each holds its consumer until it ends or is abandoned): those
 //     times count as disturbed, and after the heal the bound counts from
-//     their end. The worst delay is reported.
+//     their end. The worst delay is reported. Once calls of an instance
+//     that a block or a lock held are let go during the fault phase, the
+//     instance calls WorkClaim again, and then at least as often, within
+//     its claim cadence (the longer of ClaimInterval and
+//     ClaimNotifyHealthyInterval), the drain window and half a second,
+//     for three such spans, unless something else happens to it or the
+//     clock jumps meanwhile: the time a claim was held counts against
+//     none of the claims after it, and the claim loop does not stall.
 //  6. Stage receptors: PostPerspective fires for every (event,
 //     perspective) whose final state holds the event, PostAllPerspectives
 //     and PostLifecycle for every event all its perspectives hold (after a

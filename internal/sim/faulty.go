@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -45,13 +46,21 @@ type faults struct {
 	name string
 	obs  saveObserver
 
-	mu      sync.Mutex
-	mode    mode
-	failP   float64         // modeFailing: probability that a call fails
-	afterP  float64         // modeFailing: of the failures, those after the effect
-	only    map[string]bool // modeBlocked, modeFailing: the calls it holds or fails (nil: every call)
-	changed chan struct{}
-	rng     *rand.Rand
+	mu     sync.Mutex
+	mode   mode
+	failP  float64         // modeFailing: probability that a call fails
+	afterP float64         // modeFailing: of the failures, those after the effect
+	only   map[string]bool // modeBlocked, modeFailing: the calls it holds or fails (nil: every call)
+	// changes counts the mode changes; claimedAt is the sim time of the
+	// latest WorkClaim call, maxGap the longest time between two calls (or
+	// gapFrom and a call) since gapFrom (now tells sim time).
+	changes   int
+	claimedAt time.Duration
+	gapFrom   time.Duration
+	maxGap    time.Duration
+	now       func() time.Duration
+	changed   chan struct{}
+	rng       *rand.Rand
 	// injected counts the failures injected since the last report, by
 	// "op before" or "op after".
 	injected map[string]int
@@ -121,6 +130,7 @@ func (f *faults) blockOnly(ops ...string) {
 		return
 	}
 	f.mode, f.only = modeBlocked, map[string]bool{}
+	f.changes++
 	for _, op := range ops {
 		f.only[op] = true
 	}
@@ -140,8 +150,39 @@ func (f *faults) failOnly(failP, afterP float64, ops ...string) {
 	for _, op := range ops {
 		f.only[op] = true
 	}
+	f.changes++
 	close(f.changed)
 	f.changed = make(chan struct{})
+}
+
+// claimed records a WorkClaim call.
+func (f *faults) claimed() {
+	if f.now == nil {
+		return
+	}
+	at := f.now()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.maxGap = max(f.maxGap, at-max(f.claimedAt, f.gapFrom))
+	f.claimedAt = at
+}
+
+// watchGaps starts measuring the gaps between WorkClaim calls at from,
+// and returns the number of mode changes so far.
+func (f *faults) watchGaps(from time.Duration) (changes int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.gapFrom, f.maxGap = from, 0
+	return f.changes
+}
+
+// claimGaps returns the sim time of the latest WorkClaim call, the longest
+// gap between calls since watchGaps (up to now), and the number of mode
+// changes so far.
+func (f *faults) claimGaps(now time.Duration) (at, gap time.Duration, changes int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.claimedAt, max(f.maxGap, now-max(f.claimedAt, f.gapFrom)), f.changes
 }
 
 // set changes the mode, waking the calls a block holds.
@@ -152,6 +193,7 @@ func (f *faults) set(m mode, failP, afterP float64) {
 		return // a crash is for good
 	}
 	f.mode, f.failP, f.afterP, f.only = m, failP, afterP, nil
+	f.changes++
 	close(f.changed)
 	f.changed = make(chan struct{})
 }
@@ -313,6 +355,7 @@ func (w *fClaimer) InstanceDeregister(ctx context.Context, p *ports.InstanceDere
 }
 
 func (w *fClaimer) WorkClaim(ctx context.Context, p *ports.WorkClaimParams) (*ports.WorkClaimResult, error) {
+	w.f.claimed()
 	if w.f.claiming != nil {
 		w.f.claiming(ctx)
 	}

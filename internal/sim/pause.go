@@ -254,6 +254,19 @@ func (w *world) claimGate(ctx context.Context, in *instance) {
 	}
 }
 
+// pausing reports whether in is paused at a move to dead letters, its
+// claims slowed (see claimGate).
+func (w *world) pausing(in *instance) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, p := range w.pauses {
+		if p.in == in && !isClosed(p.saved) {
+			return true
+		}
+	}
+	return false
+}
+
 // isClosed reports whether ch is closed.
 func isClosed(ch chan struct{}) bool {
 	select {

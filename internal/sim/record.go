@@ -96,6 +96,7 @@ var violationKinds = []struct {
 	{4, "the pair holds the event", "dead-letter-applied"},
 	{4, "", "dead-letter-cause"},
 	{5, "while nothing was disturbed", "quiet-delay"},
+	{5, "claims must resume", "claims-held"},
 	{5, "", "heal-delay"},
 	{6, "PrePerspective", "pre-stage"},
 	{6, "without a crash", "stage-twice"},

@@ -151,6 +151,11 @@ func (w *world) schedule() []op {
 			add(at, func() { w.failOne(dur, failP, afterP) })
 		case k < 7:
 			dur := between(rng, 300*time.Millisecond, 4*time.Second)
+			if w.p.focus == "block" {
+				// Over before the fault phase ends, like a lock: the
+				// claims after it meet the appends that follow.
+				at, dur = between(rng, F/10, F/4), between(rng, 300*time.Millisecond, max(F/3, 300*time.Millisecond))
+			}
 			add(at, func() { w.blockOne(dur) })
 		case k < 8:
 			// A lock on the lease table, early enough that appends go on
@@ -555,6 +560,7 @@ func (w *world) blockOne(dur time.Duration) {
 	w.ops.Go(func() {
 		w.sleep(dur)
 		w.heal(in)
+		w.burst(dur)
 	})
 }
 
@@ -577,21 +583,96 @@ func (w *world) lockLeases(dur time.Duration) {
 		for _, in := range live {
 			w.heal(in)
 		}
+		w.burst(dur)
 	})
 }
 
-// heal ends the fault of in's wrapper (a crash stays).
+// heal ends the fault of in's wrapper (a crash stays). After calls held
+// during the fault phase, it watches in's claims resume (see
+// watchClaims).
 func (w *world) heal(in *instance) {
-	if in.faults.current() == modeDead || in.faults.current() == modeHealthy {
+	m := in.faults.current()
+	if m == modeDead || m == modeHealthy {
 		return
 	}
 	in.faults.set(modeHealthy, 0, 0)
 	w.rec.tracef("backend of %s healthy again; calls failed: %s", in.name, in.faults.report())
+	if m == modeBlocked && !w.healed.Load() {
+		w.watchClaims(in)
+	}
+}
+
+// claimBound is how soon after its calls were held an instance claims
+// again: its claim cadence (the longer one), the drain window and a
+// margin for the goroutines to wake.
+func (w *world) claimBound() time.Duration {
+	o := &w.opts
+	return max(o.ClaimInterval, o.ClaimNotifyHealthyInterval) + o.DrainBatcher.MaxWait + 500*time.Millisecond
+}
+
+// watchClaims checks that in calls WorkClaim again within claimBound
+// after a block or lock of its calls ended, and then at least as often, for
+// three times claimBound: a claim loop that counted the time its claim was
+// held against its next claims, or that stalled, would leave the
+// instance's streams undrained while it heartbeats. A span of claimBound
+// in which something else happened to in (a new fault, a crash, a stop, a
+// pause at a move to dead letters), the clock jumped or the heal began
+// ends the watch unchecked.
+func (w *world) watchClaims(in *instance) {
+	ended := w.now()
+	changes := in.faults.watchGaps(ended)
+	jumps := w.jumps.Load()
+	bound := w.claimBound()
+	w.ops.Go(func() {
+		for span := range 3 {
+			from := ended + time.Duration(span)*bound
+			if !w.sleepUntil(from + bound) {
+				return
+			}
+			now := w.now()
+			at, gap, ch := in.faults.claimGaps(now)
+			w.mu.Lock()
+			live := in.state == "live"
+			w.mu.Unlock()
+			if ch != changes || !live || w.jumps.Load() != jumps || w.healed.Load() || w.pausing(in) {
+				w.rec.tracef("claims of %s after its held calls were let go at %s: unchecked past %s, something else happened", in.name, ended, from)
+				return
+			}
+			if gap > bound {
+				w.rec.violate(Violation{5, fmt.Sprintf("%s went %s without calling WorkClaim (the latest call at %s) after its held calls were let go at %s: its claims must resume within %s and go on at least as often (its claim cadence, the drain window and a margin)",
+					in.name, gap, at, ended, bound)})
+				return
+			}
+		}
+		_, gap, _ := in.faults.claimGaps(w.now())
+		w.rec.tracef("claims of %s after its held calls were let go at %s: at most %s between two WorkClaim calls", in.name, ended, gap)
+	})
+}
+
+// burst appends single events to clean streams, three times as often as
+// the seed's appends, for d after a lock or a block ended (until the end
+// of the fault phase): every append notifies every instance, and a claim
+// loop whose notified claims wait for a budget that the held claim
+// emptied must still claim.
+func (w *world) burst(d time.Duration) {
+	clean := w.streamsOf("clean")
+	end := min(w.now()+d, w.phase+w.p.faultPhase-200*time.Millisecond)
+	for w.now() < end {
+		w.mu.Lock()
+		s := clean[w.live.IntN(len(clean))]
+		typ := allTypes[w.live.IntN(len(allTypes))]
+		w.mu.Unlock()
+		w.appendEvents(s, []string{typ}, []eventFault{{Inst: -1}})
+		if !w.sleep(max(w.p.appendGap/3, 5*time.Millisecond)) {
+			return
+		}
+	}
 }
 
 // jump moves the clock d ahead at once.
 func (w *world) jump(d time.Duration) {
 	from := w.now()
+	w.jumps.Add(1)
 	w.clock.Advance(d)
 	w.rec.tracef("clock jumped %s ahead", d)
 	w.disturb(window{from: from, to: w.now() + w.settle(), what: "jump " + d.String(), crashLike: d+w.opts.HeartbeatInterval >= w.opts.StaleInstanceThreshold})

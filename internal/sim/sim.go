@@ -168,6 +168,7 @@ type world struct {
 	cancel context.CancelFunc
 	ops    sync.WaitGroup // operations running in the background
 	healed atomic.Bool
+	jumps  atomic.Int32  // clock jumps so far
 	phase  time.Duration // when the fault phase began
 
 	mu        sync.Mutex
@@ -408,7 +409,7 @@ func (w *world) startInstance(slot int) (*instance, error) {
 	w.mu.Unlock()
 	in := &instance{slot: slot, name: name, id: w.newUUID(), closeFn: closeFn, state: "live"}
 	in.faults = newFaults(name, w.cfg.Seed+uint64(inc), w.rec)
-	in.faults.watch, in.faults.tracef = w.cfg.Watch, w.rec.tracef
+	in.faults.watch, in.faults.tracef, in.faults.now = w.cfg.Watch, w.rec.tracef, w.now
 	in.faults.pause = func(ctx context.Context, p *ports.DeadLetterMoveParams, move func(context.Context) (*ports.DeadLetterMoveResult, error)) (*ports.DeadLetterMoveResult, error, bool) {
 		return w.pauseAtMove(ctx, in, p, move)
 	}
