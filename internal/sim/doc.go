@@ -84,11 +84,12 @@
 // makes an instance's backend fail or block for a while (sometimes past
 // StaleInstanceThreshold), makes only its completions fail for a while
 // (its heartbeats, claims and renewals go through, so it keeps its
-// streams), locks the lease table, and then appends to clean streams
-// three times as fast as before for as long as the lock or block lasted,
-// pauses an instance right before it moves to dead letters an event that
-// fails on it only (its lease renewals and fetches held, its claims
-// slowed, a third instance stopped or the only peer restarted so that the
+// streams), locks the lease table (early on, in half the unfocused seeds
+// besides their other faults), and then appends to clean streams three
+// times as fast as before for as long as the lock or block lasted, pauses
+// an instance right before it moves to dead letters an event that fails
+// on it only (its lease renewals and fetches held, its claims slowed, a
+// third instance stopped or the only peer restarted so that the
 // partitions are dealt out again; the move lands once a peer that took
 // the stream saved the event, before that peer completes its row), jumps
 // the clock past leases and staleness, deploys new apply functions and

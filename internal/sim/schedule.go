@@ -180,6 +180,13 @@ func (w *world) schedule() []op {
 			add(at, func() { w.failReports(dur, failP, afterP) })
 		}
 	}
+	// Half the unfocused seeds also lock the lease table early on, so
+	// that the claims after a lock are checked (see watchClaims) among
+	// the other faults too.
+	if w.p.focus == "" && w.p.episodes > 0 && rng.IntN(2) == 0 {
+		at, dur := between(rng, F/10, F/4), between(rng, F/8, F/3)
+		add(at, func() { w.lockLeases(dur) })
+	}
 	// Rebuilds after "deploying new apply functions".
 	for range w.p.rebuilds {
 		at := between(rng, F/10, F*9/10)
