@@ -25,7 +25,7 @@ const (
 	Postgres = "postgres"
 )
 
-// kit is one seed's backend: a handle per engine instance, the
+// kit is one run's backend: a handle per engine instance, the
 // simulator's own handle (its reads and operator actions), and the table
 // projection's table.
 type kit interface {
@@ -158,7 +158,7 @@ func (k *pgKit) appendTx(ctx context.Context, reg *core.Registry, batches []txBa
 
 func (k *pgKit) close() { _ = k.store.Close() }
 
-// pgTable is the table projection's table in the seed's schema.
+// pgTable is the table projection's table in the run's schema.
 type pgTable struct {
 	pool *pgxpool.Pool
 	name string

@@ -57,7 +57,7 @@
 // one core.Registry: alpha (a model over every type), beta (a model over
 // one type only, so subscriptions per type matter) and gamma (a table
 // projection over two types, writing one row per event into a table of
-// the seed's schema, or the simulated store's). A model records each
+// the run's schema, or the simulated store's). A model records each
 // applied event with the "code version" in force when it was applied.
 // The apply functions consult the fault plan of their event: healthy;
 // flaky (fails its first k applies, possibly on one instance only);

@@ -9,7 +9,7 @@ import (
 	"github.com/vantage-go/vantage/core"
 )
 
-// params are the seed's choices that are the simulator's, not the
+// params are the run's random choices that are the simulator's, not the
 // engine's: how many instances, how long the fault phase lasts, how fast
 // events come, and which operations may happen.
 type params struct {
@@ -33,7 +33,7 @@ type params struct {
 	focus string
 }
 
-// focused makes the seed's instance fault the only disturbance of the
+// focused makes the run's instance fault the only disturbance of the
 // fault phase: one episode, no rebuild and no retirement, so that the
 // events appended after it are held to the quiet bound.
 func (p *params) focused() {
@@ -172,7 +172,7 @@ func describeOptions(o core.Options, p params) string {
 	return b.String()
 }
 
-// shape sums up a seed's options in a few words.
+// shape sums up a run's options in a few words.
 func shape(o core.Options, p params) string {
 	completion := "batched"
 	if o.Completion == core.CompletionInstant {

@@ -60,7 +60,7 @@ func (w *world) newKey() int64 {
 	return w.nextK
 }
 
-// schedule draws the operations of the fault phase from the seed. The
+// schedule draws the operations of the fault phase from the run's random source. The
 // schedule is the same on every replay of the seed; what the operations
 // meet (which instance is live, which dead letters exist) is not.
 func (w *world) schedule() []op {
@@ -657,7 +657,7 @@ func (w *world) watchClaims(in *instance) {
 }
 
 // burst appends single events to clean streams, three times as often as
-// the seed's appends, for d after a lock or a block ended (until the end
+// the run's appends, for d after a lock or a block ended (until the end
 // of the fault phase): every append notifies every instance, and a claim
 // loop whose notified claims wait for a budget that the held claim
 // emptied must still claim.

@@ -64,7 +64,7 @@ type Result struct {
 	// which.
 	WorstDelay time.Duration
 	WorstWhat  string
-	// Shape sums up the seed's options.
+	// Shape sums up the run's options.
 	Shape string
 	// Notes are what the run observed that no invariant forbids but a
 	// reader should know (stages that waited for the reconciliation).

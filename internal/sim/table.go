@@ -13,7 +13,7 @@ import (
 )
 
 // table is where the table projection writes its rows: a table of the
-// seed's schema on PostgreSQL, memTxStore's rows on the memory backend.
+// run's schema on PostgreSQL, memTxStore's rows on the memory backend.
 type table interface {
 	// insert writes r in tx.
 	insert(ctx context.Context, tx ports.Tx, r Row) error
