@@ -102,21 +102,8 @@ func TestStalledClaimLoopHandsItsStreamsOver(t *testing.T) {
 		// The apply of the stream's first event waits for applying, so
 		// that A still drains the stream when its claims stall.
 		applying, entered := make(chan struct{}), make(chan struct{}, 1)
-		reg := registryWith(t, func(ctx context.Context, m total, e added) (total, error) {
-			if e.N == 1 {
-				entered <- struct{}{}
-				<-applying
-			}
-			ev, _ := core.EventFromContext(ctx)
-			m.Seen = append(m.Seen, ev.Version)
-			return m, nil
-		})
-		opts := quietOptions(t)
-		opts.Clock = clock
-		opts.ClaimInterval, opts.ClaimNotifyHealthyInterval = tick, tick
-		opts.PollingInterval, opts.NotifyHealthyPollingInterval = tick, tick
-		opts.HeartbeatInterval = interval
-		opts.StaleInstanceThreshold = threshold
+		reg := heldFirstRegistry(t, applying, entered)
+		opts := tickedOptions(t, clock, tick, interval, threshold)
 
 		claims := &stallingClaimer{WorkClaimer: mem.Claimer, clock: clock, release: make(chan struct{})}
 		a := mem
@@ -219,6 +206,33 @@ func TestStalledClaimLoopHandsItsStreamsOver(t *testing.T) {
 }
 
 // closeOnce closes c unless it is closed already.
+// heldFirstRegistry returns a registry whose perspective records the
+// versions it applies; the apply of the event with N 1 signals entered and
+// waits for applying to close, ignoring its context.
+func heldFirstRegistry(t *testing.T, applying <-chan struct{}, entered chan<- struct{}) *core.Registry {
+	return registryWith(t, func(ctx context.Context, m total, e added) (total, error) {
+		if e.N == 1 {
+			entered <- struct{}{}
+			<-applying
+		}
+		ev, _ := core.EventFromContext(ctx)
+		m.Seen = append(m.Seen, ev.Version)
+		return m, nil
+	})
+}
+
+// tickedOptions is quietOptions on clock, claiming and polling every
+// tick, heartbeating every interval, with the stale threshold given.
+func tickedOptions(t *testing.T, clock ports.Clock, tick, interval, threshold time.Duration) core.Options {
+	opts := quietOptions(t)
+	opts.Clock = clock
+	opts.ClaimInterval, opts.ClaimNotifyHealthyInterval = tick, tick
+	opts.PollingInterval, opts.NotifyHealthyPollingInterval = tick, tick
+	opts.HeartbeatInterval = interval
+	opts.StaleInstanceThreshold = threshold
+	return opts
+}
+
 func closeOnce(c chan struct{}) {
 	select {
 	case <-c:

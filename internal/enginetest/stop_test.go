@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/adapters/memory"
-	"github.com/vantage-go/vantage/core"
 	"github.com/vantage-go/vantage/internal/clocktest"
 )
 
@@ -35,21 +34,8 @@ func TestStoppingWorkerHeartbeatsUntilItsDrainsEnd(t *testing.T) {
 		// ignoring its context, so that A still drains the stream while
 		// it stops.
 		applying, entered := make(chan struct{}), make(chan struct{}, 1)
-		reg := registryWith(t, func(ctx context.Context, m total, e added) (total, error) {
-			if e.N == 1 {
-				entered <- struct{}{}
-				<-applying
-			}
-			ev, _ := core.EventFromContext(ctx)
-			m.Seen = append(m.Seen, ev.Version)
-			return m, nil
-		})
-		opts := quietOptions(t)
-		opts.Clock = clock
-		opts.ClaimInterval, opts.ClaimNotifyHealthyInterval = tick, tick
-		opts.PollingInterval, opts.NotifyHealthyPollingInterval = tick, tick
-		opts.HeartbeatInterval = interval
-		opts.StaleInstanceThreshold = threshold
+		reg := heldFirstRegistry(t, applying, entered)
+		opts := tickedOptions(t, clock, tick, interval, threshold)
 		opts.ApplyTimeout = time.Hour // the apply runs as long as the test holds it
 
 		claims := &stallingClaimer{WorkClaimer: mem.Claimer, clock: clock, release: make(chan struct{})}
