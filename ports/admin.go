@@ -79,7 +79,10 @@ type Admin interface {
 	// PerspectiveRevive undoes the retirement of a perspective: its
 	// subscriptions may be registered again (the next Worker.Start, or
 	// append through a registry that has it, registers them). Reviving a
-	// perspective that is not retired is a no-op.
+	// perspective that is not retired is a no-op. The events appended while
+	// it was retired have no work rows: a rebuild applies them. A report
+	// sent before a retirement with DropState that lands after the revival
+	// creates the deleted cursor again, at the report's position.
 	PerspectiveRevive(ctx context.Context, params *PerspectiveReviveParams) error
 
 	// PerspectivesRetired lists the retired perspectives, sorted.

@@ -407,8 +407,8 @@ func (w *world) checkDelays(t *truth, H time.Duration) []Violation {
 				continue // its append failed: when it was stored is unknown
 			}
 			for _, p := range perspectivesOf(e.Type) {
-				if w.retireAffected(p, a, true) {
-					continue
+				if w.retireAffected(p, a, true) || w.belowDroppedPosition(p, e, a, true, saved) {
+					continue // applied by the revival's rebuild
 				}
 				at, ok := saved[pairKey3(e, p)]
 				if !ok {
@@ -508,7 +508,7 @@ func (w *world) noteDelay(d time.Duration, what string) {
 // holds, PrePerspective per event any holds and before its first apply;
 // at least once, and exactly once in a run without crashes.
 func (w *world) checkStages(t *truth) []Violation {
-	applies, receptors, _, appended, _ := w.rec.snapshot()
+	applies, receptors, saved, appended, _ := w.rec.snapshot()
 	crashy := w.crashy()
 	type fireKey struct {
 		event uuid.UUID
@@ -556,11 +556,11 @@ func (w *world) checkStages(t *truth) []Violation {
 			a, known := appended[keyOf(e.Data)]
 			anyHeld := false
 			for _, p := range perspectivesOf(e.Type) {
-				held := w.holds(t, e, p) && !w.retireAffected(p, a, known)
+				held := w.holds(t, e, p) && !w.retireAffected(p, a, known) && !w.belowDroppedPosition(p, e, a, known, saved)
 				anyHeld = anyHeld || held
 				count(e, core.PostPerspective, p, held)
 			}
-			all := w.appliedByAll(t, e, appended)
+			all := w.appliedByAll(t, e, appended, saved)
 			count(e, core.PostAllPerspectives, "", all)
 			count(e, core.PostLifecycle, "", all)
 			count(e, core.PrePerspective, "", anyHeld)

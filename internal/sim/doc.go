@@ -155,7 +155,12 @@
 //     for every event some perspective holds, before its first apply, and
 //     PostLifecycle after PostAllPerspectives; at least once, and exactly
 //     once in a run without crashes (or faults that make peers abandon an
-//     instance).
+//     instance). An event appended after a revival below a position the
+//     perspective's saves reached before a retirement that dropped its
+//     state is excused from its stages and from the delay bound: a
+//     completion sent before the retirement may bring that position back,
+//     and the revival's rebuild then applies the event as one the pair
+//     held (the documented limit of DropState while instances run).
 //  7. Rewind reports: a rewind's RewindInfo.New never counts an event that
 //     a save held before the rewind began.
 //

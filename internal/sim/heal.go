@@ -482,10 +482,34 @@ func (w *world) retireAffected(p string, a appendRec, known bool) bool {
 	return false
 }
 
+// belowDroppedPosition reports whether e, appended after p was revived
+// from a retirement that dropped its state, lies below a position p's
+// saves reached in e's stream before that retirement. A completion sent
+// before the retirement may land after the revival and bring that
+// position back without its model: the revival's rebuild then applies
+// such an event as one the pair held, without its stages (the documented
+// limit of retiring with DropState while instances run the perspective).
+func (w *world) belowDroppedPosition(p string, e ports.Event, a appendRec, known bool, saved map[pvKey]time.Duration) bool {
+	if !known {
+		return false
+	}
+	for _, r := range w.retireSpans() {
+		if r.persp != p || !r.drop || r.to == 0 || a.Issued < r.to {
+			continue
+		}
+		for k, at := range saved {
+			if k.stream == e.StreamID && k.persp == p && at < r.from && k.version > e.Version {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // missingStages returns the events whose terminal stages must have fired
 // and did not.
 func (w *world) missingStages(t *truth) []ports.Event {
-	_, receptors, _, appended, _ := w.rec.snapshot()
+	_, receptors, saved, appended, _ := w.rec.snapshot()
 	fired := map[uuid.UUID]map[core.Stage]int{}
 	for _, r := range receptors {
 		if fired[r.Event] == nil {
@@ -496,7 +520,7 @@ func (w *world) missingStages(t *truth) []ports.Event {
 	var out []ports.Event
 	for _, s := range w.streams {
 		for _, e := range t.events[s.id] {
-			if w.appliedByAll(t, e, appended) && (fired[e.ID][core.PostAllPerspectives] == 0 || fired[e.ID][core.PostLifecycle] == 0) {
+			if w.appliedByAll(t, e, appended, saved) && (fired[e.ID][core.PostAllPerspectives] == 0 || fired[e.ID][core.PostLifecycle] == 0) {
 				out = append(out, e)
 			}
 		}
@@ -505,11 +529,12 @@ func (w *world) missingStages(t *truth) []ports.Event {
 }
 
 // appliedByAll reports whether every perspective of e's type holds e, and
-// none of them may have missed it while retired.
-func (w *world) appliedByAll(t *truth, e ports.Event, appended map[int64]appendRec) bool {
+// none of them may have missed it while retired or taken it for applied
+// after a revival (see belowDroppedPosition).
+func (w *world) appliedByAll(t *truth, e ports.Event, appended map[int64]appendRec, saved map[pvKey]time.Duration) bool {
 	a, known := appended[keyOf(e.Data)]
 	for _, p := range perspectivesOf(e.Type) {
-		if !w.holds(t, e, p) || w.retireAffected(p, a, known) {
+		if !w.holds(t, e, p) || w.retireAffected(p, a, known) || w.belowDroppedPosition(p, e, a, known, saved) {
 			return false
 		}
 	}

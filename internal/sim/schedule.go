@@ -788,7 +788,7 @@ func (w *world) requeueOne(fix bool) {
 func (w *world) retire(persp string, drop bool) {
 	from := w.now()
 	w.mu.Lock()
-	w.retires = append(w.retires, retireSpan{persp: persp, from: from})
+	w.retires = append(w.retires, retireSpan{persp: persp, from: from, drop: drop})
 	w.mu.Unlock()
 	err := w.retryOp(func(ctx context.Context) error {
 		_, err := w.kit.direct().Admin.PerspectiveRetire(ctx, &ports.PerspectiveRetireParams{Perspective: persp, DropState: drop})

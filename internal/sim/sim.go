@@ -225,6 +225,7 @@ type rewindDone struct {
 type retireSpan struct {
 	persp    string
 	from, to time.Duration // to is when the revive returned (0: not yet)
+	drop     bool          // the retirement dropped the perspective's state
 }
 
 func (w *world) now() time.Duration { return w.clock.Now().Sub(w.origin) }
