@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -30,6 +31,7 @@ func runEngineReliability(t *testing.T, newBackend NewBackendFunc) {
 		"DeadLetterSkippedByRewind":              func(t *testing.T) { testDeadLetterSkippedByRewind(t, newBackend) },
 		"ExhaustedLateRowLeavesNoRewindWaiting":  func(t *testing.T) { testExhaustedLateRow(t, newBackend) },
 		"RewindCountsOnlyEventsNeverApplied":     func(t *testing.T) { testRewindNewAfterTakeover(t, newBackend) },
+		"LateEventAppliedByADrainIsNotNewAgain":  func(t *testing.T) { testLateAppliedByDrain(t, newBackend) },
 		"LateEventAbandonedInItsRewindIsLeftOut": func(t *testing.T) { testLateAbandonedInRewind(t, newBackend) },
 		"RequeueAfterFixAppliesInOrder":          func(t *testing.T) { testRequeueAfterFix(t, newBackend) },
 		"NewGenerationRecoversDeadLetters":       func(t *testing.T) { testGenerationRecovery(t, newBackend) },
@@ -508,6 +510,95 @@ func testRewindNewAfterTakeover(t *testing.T, newBackend NewBackendFunc) {
 	info := <-rewinds
 	require.Equal(t, 4, info.Replayed)
 	require.Equal(t, 1, info.New, "only the late event was never applied")
+}
+
+// testLateAppliedByDrain: a late event stored below the rows an instance
+// had handed out, but above its pair's cursor, is applied by the next
+// drain as any other; that drain saves the model and its instance dies
+// before the completion reaches the backend. The instance that takes the
+// stream over finds the event in the saved model: it completes the row as
+// applied, and neither applies the event again nor counts it as new in a
+// rewind.
+func testLateAppliedByDrain(t *testing.T, newBackend NewBackendFunc) {
+	open := newBackend(t)
+	b := open(t)
+	requireRewindStore(t, b)
+	stream := newID(t)
+	reg := newRegistry(t)
+	subscribe(t, b, typeTick, "alpha")
+	appendNew(t, b, stream, explicit(t, reg, map[int64]tick{1: {N: 1}, 3: {N: 3}}))
+
+	// An instance takes the rows out and dies: the event stored below them
+	// is late, though the pair's cursor is not past it.
+	gone := &instance{id: newID(t), b: open(t)}
+	require.Equal(t, []int64{1, 3}, versionsOf(ofPerspective(gone.fetch(t, time.Now(), stream).Work, "alpha")))
+	appendNew(t, b, stream, explicit(t, reg, map[int64]tick{2: {N: 2}}))
+	late := ofPerspective(pendingRows(t, b, stream), "alpha")
+	require.Equal(t, []int64{1, 2, 3}, versionsOf(late))
+	require.True(t, late[1].Late, "the event stored below the rows handed out is late")
+
+	// A drains the three events, saves the model and dies before its
+	// completion reaches the backend.
+	log := &appliedLog{}
+	pr := newProgress()
+	kill := &killable{}
+	a := open(t)
+	a.Cursors = dyingCursors{CursorStore: a.Cursors, k: kill}
+	optsA := lifecycleOptions()
+	optsA.Rewind.StartupScan = core.StartupScanDisabled
+	optsA.FlushRetry.MaxAttempts = 1
+	optsA.Hooks = pr.hooks(core.Hooks{})
+	startWorker(t, kill.wrap(a), newRegistry(t, trailPerspective(t, "alpha", log, nil)), optsA)
+	pr.waitUntil(t, "A saved the three events and died", func() bool {
+		return kill.dead.Load() && len(modelVersions(t, b, stream, "alpha")) == 3
+	})
+	require.Equal(t, []int64{1, 2, 3}, modelVersions(t, b, stream, "alpha"))
+	require.Len(t, pendingRows(t, b, stream), 3, "A's completion never landed")
+
+	// B takes the stream over.
+	rewound := make(chan core.RewindInfo, 4)
+	optsB := lifecycleOptions()
+	optsB.Clock = staleClock(optsB.StaleInstanceThreshold)
+	optsB.Hooks = pr.hooks(core.Hooks{OnRewind: func(i core.RewindInfo) {
+		select {
+		case rewound <- i:
+		default:
+		}
+	}})
+	startWorker(t, open(t), newRegistry(t, trailPerspective(t, "alpha", log, nil)), optsB)
+	pr.waitUntil(t, "B completed the rows", func() bool {
+		return len(pendingRows(t, b, stream)) == 0 && rewindClear(t, b, stream, "alpha")
+	})
+	for {
+		select {
+		case info := <-rewound:
+			require.Zero(t, info.New, "B counted an event the saved model held as new")
+			continue
+		default:
+		}
+		break
+	}
+	require.Equal(t, []int64{1, 2, 3}, modelVersions(t, b, stream, "alpha"))
+	for v := int64(1); v <= 3; v++ {
+		require.Equal(t, 1, log.count("alpha", stream, v), "version %d applied once", v)
+	}
+}
+
+// dyingCursors kills its instance at the first completion of rows, which
+// fails: the instance dies between a save and its completion.
+type dyingCursors struct {
+	ports.CursorStore
+	k *killable
+}
+
+func (c dyingCursors) WorkComplete(ctx context.Context, p *ports.WorkCompleteParams) (*ports.WorkCompleteResult, error) {
+	if slices.ContainsFunc(p.Completions, func(c ports.Completion) bool { return len(c.WorkIDs) > 0 }) {
+		c.k.dead.Store(true)
+	}
+	if err := c.k.err(); err != nil {
+		return nil, err
+	}
+	return c.CursorStore.WorkComplete(ctx, p)
 }
 
 // testLateAbandonedInRewind: the rewind a late event triggers abandons its

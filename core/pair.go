@@ -348,6 +348,7 @@ func (r *pairRun) save(ctx context.Context) bool {
 		LastVersion:     r.last.Version,
 		ExpectedVersion: savedVersion,
 		ExpectedEpoch:   r.stored.Epoch,
+		AppliedLate:     r.appliedLate(),
 		InstanceID:      r.dr.opts.InstanceID,
 		Now:             r.dr.paramNow(),
 	}
@@ -377,6 +378,23 @@ func (r *pairRun) save(ctx context.Context) bool {
 	r.saved = append(r.saved, r.unsaved...)
 	r.unsaved = r.unsaved[:0]
 	return true
+}
+
+// appliedLate returns the versions of the late rows among the unsaved ones:
+// rows stored below the rows handed out before, but above the cursor,
+// which the run applied as any other. The save takes their late flag off,
+// so that, should their completion be lost or refused, the next holder
+// completes them as events the saved model holds rather than rewinding the
+// pair and applying them again as new, and a rebuild does not leave them
+// out as events awaiting their rewind.
+func (r *pairRun) appliedLate() []int64 {
+	var out []int64
+	for _, i := range r.unsaved {
+		if r.rows[i].Late {
+			out = append(out, r.rows[i].EventVersion)
+		}
+	}
+	return out
 }
 
 // moved handles a save refused because the pair moved under the run:

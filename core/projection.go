@@ -361,6 +361,7 @@ func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 			LastVersion:     last.Version,
 			ExpectedVersion: savedVersion,
 			ExpectedEpoch:   r.stored.Epoch,
+			AppliedLate:     r.appliedLate(),
 			InstanceID:      r.dr.opts.InstanceID,
 			Now:             r.dr.paramNow(),
 		},

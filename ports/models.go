@@ -104,7 +104,8 @@ type ModelSaveParams struct {
 	// moves to the epoch ExpectedEpoch+1 (see ModelStore.ModelSave).
 	Rebase bool
 	// AppliedLate lists the versions of the pair's pending late rows whose
-	// events the saved model holds (a rewind applied them). The save takes
+	// events the saved model holds (a rewind applied them, or a drain
+	// applied late rows that lay above the cursor). The save takes
 	// their late flag off with the model, in the same transaction, and
 	// only when the save succeeds: from then on they are rows whose
 	// completion is on its way (or was refused), re-deliveries that
