@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -41,6 +42,13 @@ type completer struct {
 
 	mu sync.Mutex // serializes moving strategy items into the flushers
 
+	// stalled holds, by pair, the rows of reports whose sending failed
+	// and that are not acknowledged or given up on yet (see stalledAmong);
+	// stalledRows counts them, so that drains find none without the lock.
+	stalledMu   sync.Mutex
+	stalled     map[dedup.Key]map[uuid.UUID]struct{}
+	stalledRows atomic.Int64
+
 	progressMu sync.Mutex
 	progress   chan struct{} // closed and replaced on every acknowledged flush
 }
@@ -73,22 +81,23 @@ func newCompleter(e *engine, cache *dedup.Cache) (*completer, error) {
 		return nil, err
 	}
 	completionRows := func(t completion.Tracked[ports.Completion]) int { return len(t.Item.WorkIDs) }
-	if c.completions, err = newFlusher(e, flusherCompletions, c.flushCompletions, c.completionsAcknowledged, c.completionsRefused, completionRows); err != nil {
+	if c.completions, err = newFlusher(e, flusherCompletions, c.flushCompletions, c.completionsAcknowledged, c.completionsRefused, completionRows, c.completionsStalled); err != nil {
 		return nil, err
 	}
-	if c.failures, err = newFlusher(e, flusherFailures, c.flushFailures, c.failuresAcknowledged, c.failuresRefused, nil); err != nil {
+	if c.failures, err = newFlusher(e, flusherFailures, c.flushFailures, c.failuresAcknowledged, c.failuresRefused, nil, c.failuresStalled); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
 // newFlusher builds the flusher of one kind of outcome: it hands batches to
-// flushFn, reports acknowledged batches to acked and the items the backend
-// refused to refused, and weighs items with weight (nil: one per item).
+// flushFn, reports acknowledged batches to acked, the items the backend
+// refused to refused and the batches whose sending failed otherwise to
+// stalled, and weighs items with weight (nil: one per item).
 //
 // A batch dropped for any other reason (its last retry failed, or the
 // worker stopped) stays Sent in the strategy: ResetStale re-queues it.
-func newFlusher[T any](e *engine, name string, flushFn func(context.Context, []completion.Tracked[T]) error, acked func([]completion.Tracked[T]), refused func([]completion.Tracked[T], error), weight func(completion.Tracked[T]) int) (*flush.Flusher[completion.Tracked[T]], error) {
+func newFlusher[T any](e *engine, name string, flushFn func(context.Context, []completion.Tracked[T]) error, acked func([]completion.Tracked[T]), refused func([]completion.Tracked[T], error), weight func(completion.Tracked[T]) int, stalled func([]completion.Tracked[T])) (*flush.Flusher[completion.Tracked[T]], error) {
 	return flush.New(name, flush.Options[completion.Tracked[T]]{
 		MaxAttempts:     e.opts.FlushRetry.MaxAttempts,
 		RetryBase:       e.opts.FlushRetry.Initial,
@@ -99,12 +108,17 @@ func newFlusher[T any](e *engine, name string, flushFn func(context.Context, []c
 		Faults:          flushFaults{e.faults},
 		OnFlushed:       acked,
 		Weight:          weight,
-		OnRetry:         func([]completion.Tracked[T], int, error) { e.metrics.flushRetried(name) },
+		OnRetry: func(batch []completion.Tracked[T], _ int, _ error) {
+			e.metrics.flushRetried(name)
+			stalled(batch)
+		},
 		OnDropped: func(batch []completion.Tracked[T], err error) {
 			e.metrics.flushGaveUp(name, len(batch))
 			if retry.Permanent(err) {
 				refused(batch, err)
+				return
 			}
+			stalled(batch)
 		},
 	}, flushFn)
 }
@@ -171,6 +185,83 @@ func (c *completer) reportFailure(ctx context.Context, f ports.Failure) {
 	}
 }
 
+// completionsStalled and failuresStalled note the rows of reports whose
+// sending failed (see stalledAmong).
+func (c *completer) completionsStalled(batch []completion.Tracked[ports.Completion]) {
+	for _, t := range batch {
+		c.noteStalled(dedup.Key{Stream: t.Item.StreamID, Perspective: t.Item.Perspective}, t.Item.WorkIDs)
+	}
+}
+
+func (c *completer) failuresStalled(batch []completion.Tracked[ports.Failure]) {
+	for _, t := range batch {
+		c.noteStalled(dedup.Key{Stream: t.Item.StreamID, Perspective: t.Item.Perspective}, t.Item.AppliedWorkIDs)
+	}
+}
+
+func (c *completer) noteStalled(k dedup.Key, rows []uuid.UUID) {
+	if len(rows) == 0 {
+		return
+	}
+	c.stalledMu.Lock()
+	defer c.stalledMu.Unlock()
+	if c.stalled == nil {
+		c.stalled = map[dedup.Key]map[uuid.UUID]struct{}{}
+	}
+	set := c.stalled[k]
+	if set == nil {
+		set = make(map[uuid.UUID]struct{}, len(rows))
+		c.stalled[k] = set
+	}
+	for _, id := range rows {
+		if _, ok := set[id]; !ok {
+			set[id] = struct{}{}
+			c.stalledRows.Add(1)
+		}
+	}
+}
+
+// settleStalled forgets the rows of reports acknowledged or given up on.
+func (c *completer) settleStalled(k dedup.Key, rows []uuid.UUID) {
+	if c.stalledRows.Load() == 0 {
+		return
+	}
+	c.stalledMu.Lock()
+	defer c.stalledMu.Unlock()
+	set := c.stalled[k]
+	for _, id := range rows {
+		if _, ok := set[id]; ok {
+			delete(set, id)
+			c.stalledRows.Add(-1)
+		}
+	}
+	if set != nil && len(set) == 0 {
+		delete(c.stalled, k)
+	}
+}
+
+// stalledAmong returns the rows of pair k among rows whose report failed
+// and waits to be sent again. A drain lists them as applied in its own
+// report, whose position is past them: reaching the backend first, it
+// would otherwise take them for stragglers never applied (see
+// pairRun.applied). Reports that did not fail keep their order, and rows
+// are listed once.
+func (c *completer) stalledAmong(k dedup.Key, rows []uuid.UUID) []uuid.UUID {
+	if len(rows) == 0 || c.stalledRows.Load() == 0 {
+		return nil
+	}
+	c.stalledMu.Lock()
+	defer c.stalledMu.Unlock()
+	set := c.stalled[k]
+	var out []uuid.UUID
+	for _, id := range rows {
+		if _, ok := set[id]; ok {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // completionsRefused gives up on completions the backend refused: sent
 // again, they would be refused again.
 func (c *completer) completionsRefused(batch []completion.Tracked[ports.Completion], err error) {
@@ -205,6 +296,7 @@ func (c *completer) settleRefused(ids []uuid.UUID) {
 // again, never charged.
 func (c *completer) givenUp(ctx context.Context, k pairKey, rows []uuid.UUID, what string, err error) {
 	c.cache.RemoveRange(k.dedupKey(), rows)
+	c.settleStalled(k.dedupKey(), rows)
 	attrs := append(pairAttrs(k.stream, k.perspective), slog.Any("error", err))
 	if c.onGivenUp != nil {
 		attrs = append(attrs, slog.Duration("retry_in", c.onGivenUp(k)))
@@ -311,13 +403,26 @@ func (c *completer) releaseUnfinished(batch []completion.Tracked[ports.Completio
 	for _, t := range batch {
 		listed += len(t.Item.WorkIDs)
 	}
-	if completed >= listed {
+	if completed >= listed || completed >= distinctRows(batch) {
 		return
 	}
 	for _, t := range batch {
 		k := pairKey{stream: t.Item.StreamID, perspective: t.Item.Perspective}
 		c.cache.RemoveRange(k.dedupKey(), t.Item.WorkIDs)
 	}
+}
+
+// distinctRows counts the distinct rows a batch of completions lists: a
+// row applied by an earlier report that failed may be listed again by a
+// later one of its pair (see stalledAmong).
+func distinctRows(batch []completion.Tracked[ports.Completion]) int {
+	seen := map[uuid.UUID]struct{}{}
+	for _, t := range batch {
+		for _, id := range t.Item.WorkIDs {
+			seen[id] = struct{}{}
+		}
+	}
+	return len(seen)
 }
 
 func (c *completer) flushFailures(ctx context.Context, batch []completion.Tracked[ports.Failure]) error {
@@ -370,6 +475,9 @@ func (c *completer) acknowledge(trackingIDs []uuid.UUID, rows []dedup.Range) {
 	c.strategy.MarkAcknowledged(trackingIDs)
 	c.strategy.ClearAcknowledged()
 	c.cache.ActivateRetentionFor(rows)
+	for _, r := range rows {
+		c.settleStalled(r.Key, r.IDs)
+	}
 	if c.onLanded != nil {
 		for _, r := range rows {
 			c.onLanded(pairKey{stream: r.Key.Stream, perspective: r.Key.Perspective})
@@ -429,6 +537,7 @@ func (r instantReporter) Complete(ctx context.Context, items []ports.Completion)
 	err := r.c.flushCompletions(ctx, tracked)
 	r.c.reported(ctx, "reporting completions", err, len(items), func() []any { return pairAttrs(items[0].StreamID, items[0].Perspective) })
 	if err != nil {
+		r.c.completionsStalled(tracked)
 		return err
 	}
 	r.c.completionsAcknowledged(tracked)
@@ -440,6 +549,7 @@ func (r instantReporter) Fail(ctx context.Context, items []ports.Failure) error 
 	err := r.c.flushFailures(ctx, tracked)
 	r.c.reported(ctx, "reporting failures", err, len(items), func() []any { return pairAttrs(items[0].StreamID, items[0].Perspective) })
 	if err != nil {
+		r.c.failuresStalled(tracked)
 		return err
 	}
 	r.c.failuresAcknowledged(tracked)

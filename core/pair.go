@@ -130,6 +130,7 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 		done:    make([]uuid.UUID, 0, len(rows)),
 		unsaved: make([]int, 0, min(len(rows), batchSize)),
 		saved:   make([]int, 0, len(rows)),
+		held:    dr.completer.stalledAmong(key.dedupKey(), held),
 	}
 	defer func() { run.cancel(nil) }()
 	run.watch = dr.monitor.watch(key, cancel, run.abandon)
@@ -225,6 +226,11 @@ type pairRun struct {
 	// redelivered are the rows at or below the stored position (indexes in
 	// rows): applied and saved before, their completion lost (a crash).
 	redelivered []int
+	// held are the rows the processed-event cache passed over (applied
+	// and saved by earlier runs of this instance) whose report failed and
+	// waits to be sent again. The run's first report lists them as applied
+	// (see applied).
+	held []uuid.UUID
 }
 
 // run applies the rows. It returns errPairAbandoned when an apply was
@@ -528,11 +534,29 @@ func (r *pairRun) complete(ctx context.Context) {
 		return
 	}
 	lastID, lastVersion := r.position()
-	c := ports.Completion{StreamID: r.key.stream, Perspective: r.key.perspective, LastEventID: lastID, LastVersion: lastVersion, WorkIDs: r.done}
-	r.dr.cache.AddRange(r.key.dedupKey(), r.done)
+	ids := r.applied()
+	c := ports.Completion{StreamID: r.key.stream, Perspective: r.key.perspective, LastEventID: lastID, LastVersion: lastVersion, WorkIDs: ids}
+	r.dr.cache.AddRange(r.key.dedupKey(), ids)
 	r.dr.completer.reportCompletion(ctx, c)
 	r.done = nil
 	r.announceSaved(lastVersion)
+}
+
+// applied returns the rows a report of the run lists as applied: the done
+// rows and, in its first report, the held ones. The report's position is
+// at or past the held rows' events, which its model holds; unlisted, the
+// report, landing before theirs (theirs failed and waits for its resend),
+// would take them for stragglers never applied: late rows, a rewind of
+// the pair, and, should this instance die before theirs lands, their
+// events applied again as new by the next holder. Listed, they complete
+// with it.
+func (r *pairRun) applied() []uuid.UUID {
+	ids := r.done
+	if len(r.held) > 0 {
+		ids = append(ids, r.held...)
+		r.held = nil
+	}
+	return ids
 }
 
 // announceSaved signals progress and fires OnPerspectiveEventProcessed when
@@ -567,7 +591,7 @@ func (r *pairRun) failAt(ctx context.Context, i int, cause error) bool {
 	}
 	lastID, lastVersion := r.position()
 	r.announceSaved(lastVersion)
-	r.dr.fail.reportFailure(ctx, r.key, r.rows[i], r.done, lastID, lastVersion, cause)
+	r.dr.fail.reportFailure(ctx, r.key, r.rows[i], r.applied(), lastID, lastVersion, cause)
 	r.done = nil
 	return false
 }
@@ -601,7 +625,7 @@ func (r *pairRun) abandon(info AbandonedApply, late bool) {
 	if outcome == failureRetry {
 		lastID, lastVersion := r.position()
 		r.announceSaved(lastVersion)
-		dr.fail.reportFailure(ctx, r.key, r.rows[i], r.done, lastID, lastVersion, cause)
+		dr.fail.reportFailure(ctx, r.key, r.rows[i], r.applied(), lastID, lastVersion, cause)
 		r.done = nil
 	} else {
 		r.complete(ctx)

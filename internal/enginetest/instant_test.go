@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -257,5 +258,86 @@ func failFirstApply(tries *atomic.Int64) func(context.Context, total, added) (to
 		m.Events++
 		m.Seen = append(m.Seen, ev.Version)
 		return m, nil
+	}
+}
+
+// A completion whose reports failed for a while is overtaken by the
+// completion of the stream's next event: that one lists the rows the
+// drain passed over as applied, whose events its saved model holds, so
+// the backend completes them with it instead of taking them for
+// stragglers never applied (late rows, a rewind flagged, and, should this
+// instance die before the first completion is sent again, its events
+// applied again by the next holder as new).
+func TestOvertakingCompletionCompletesTheRowsBelowIt(t *testing.T) {
+	t.Parallel()
+
+	rb := setupReports(t, errReportTransient, nil)
+	rb.cursors.completes.Store(2) // the instant report and the flusher's only attempt
+	rb.start(t, core.CompletionInstant, func(o *core.Options) {
+		o.FlushRetry.MaxAttempts = 1
+		o.CompletionResend = core.Backoff{Initial: time.Hour, Max: time.Hour} // not sent again during the test
+	})
+	stream := uuid.New()
+	events := appendAdded(t, rb.reg, rb.b, stream, 1).Events
+	require.Equal(t, "complete", waitFor(t, rb.cursors.failed, "the instant report to fail"))
+	require.Equal(t, "complete", waitFor(t, rb.cursors.failed, "the flusher's attempt to fail"))
+
+	events = append(events, appendAdded(t, rb.reg, rb.b, stream, 2).Events...)
+
+	rb.waitUntil(t, "the second event completed", func() bool {
+		cs, err := rb.mem.Cursors.CursorsGet(t.Context(), &ports.CursorsGetParams{StreamIDs: []uuid.UUID{stream}})
+		require.NoError(t, err)
+		return len(cs) == 1 && cs[0].LastVersion == 2 && cs[0].Status.Has(ports.CursorCompleted)
+	})
+	late, err := rb.mem.Rewind.WorkLate(t.Context(), &ports.WorkLateParams{StreamID: stream, Perspective: "total"})
+	require.NoError(t, err)
+	require.Empty(t, late, "the first event's row, which the saved model holds, was taken for a straggler")
+	cs, err := rb.mem.Cursors.CursorsGet(t.Context(), &ports.CursorsGetParams{StreamIDs: []uuid.UUID{stream}})
+	require.NoError(t, err)
+	require.False(t, cs[0].Status.Has(ports.CursorRewindRequired), "no rewind for an event applied in order")
+	// The first event's stages wait for its own report, sent again in an
+	// hour.
+	rb.requireSettled(t, stream, events, false)
+}
+
+// Reports that go through list each row once: only the rows of a report
+// that failed are listed again by a later one of their pair, so a healthy
+// backend completes no row twice and no batch looks short.
+func TestHealthyReportsListEachRowOnce(t *testing.T) {
+	t.Parallel()
+
+	for name, mode := range map[string]core.CompletionMode{"Batched": core.CompletionBatched, "Instant": core.CompletionInstant} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			rb := setupReports(t, errReportTransient, nil)
+			var (
+				mu     sync.Mutex
+				listed = map[uuid.UUID]int{}
+			)
+			rb.start(t, mode, func(o *core.Options) {
+				o.Hooks.OnCompletionsFlushed = func(f core.CompletionsFlushed) {
+					mu.Lock()
+					for _, c := range f.Completions {
+						for _, id := range c.WorkIDs {
+							listed[id]++
+						}
+					}
+					mu.Unlock()
+					rb.poke()
+				}
+			})
+			stream := uuid.New()
+			var events []ports.Event
+			for i := range 20 {
+				events = append(events, appendAdded(t, rb.reg, rb.b, stream, 3*i+1, 3*i+2, 3*i+3).Events...)
+			}
+			rb.requireSettled(t, stream, events, true)
+			mu.Lock()
+			defer mu.Unlock()
+			require.Len(t, listed, len(events), "every row completed")
+			for id, n := range listed {
+				require.Equal(t, 1, n, "row %s listed by %d reports", id, n)
+			}
+		})
 	}
 }
