@@ -155,7 +155,8 @@
 //     for every event some perspective holds, before its first apply, and
 //     PostLifecycle after PostAllPerspectives; at least once, and exactly
 //     once in a run without crashes (or faults that make peers abandon an
-//     instance). An event appended after a revival below a position the
+//     instance, or heartbeats of an instance further apart than the stale
+//     threshold, as when the machine running the simulator starves it). An event appended after a revival below a position the
 //     perspective's saves reached before a retirement that dropped its
 //     state is excused from its stages and from the delay bound: a
 //     completion sent before the retirement may bring that position back,

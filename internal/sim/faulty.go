@@ -76,6 +76,24 @@ type faults struct {
 	fetched  func(res *ports.EventsFetchPendingResult)
 	saved    func(ctx context.Context, stream uuid.UUID, persp string, versions func() []int64)
 	claiming func(ctx context.Context)
+	// beat sees every heartbeat that went through; beatAt is the sim time
+	// of the latest (see noteBeat).
+	beat   func(prev, at time.Duration)
+	beatAt time.Duration
+}
+
+// noteBeat passes a heartbeat that went through to the beat hook, with
+// the time of the one before it (0 for the first).
+func (f *faults) noteBeat() {
+	if f.beat == nil || f.now == nil {
+		return
+	}
+	at := f.now()
+	f.mu.Lock()
+	prev := f.beatAt
+	f.beatAt = at
+	f.mu.Unlock()
+	f.beat(prev, at)
 }
 
 // savedModel passes a model save that went through to the saved hook.
@@ -345,9 +363,13 @@ type fClaimer struct {
 }
 
 func (w *fClaimer) InstanceHeartbeat(ctx context.Context, p *ports.InstanceHeartbeatParams) (*ports.InstanceHeartbeatResult, error) {
-	return call(ctx, w.f, "InstanceHeartbeat", func(ctx context.Context) (*ports.InstanceHeartbeatResult, error) {
+	res, err := call(ctx, w.f, "InstanceHeartbeat", func(ctx context.Context) (*ports.InstanceHeartbeatResult, error) {
 		return w.inner.InstanceHeartbeat(ctx, p)
 	})
+	if err == nil {
+		w.f.noteBeat()
+	}
+	return res, err
 }
 
 func (w *fClaimer) InstanceDeregister(ctx context.Context, p *ports.InstanceDeregisterParams) error {

@@ -100,6 +100,19 @@ func (w *world) healBound() time.Duration {
 	return 120*time.Second + 4*time.Duration(o.MaxPerspectiveEventAttempts)*perEvent
 }
 
+// heartbeatLapse notes a live instance whose heartbeats went through at
+// prev and at, further apart than the stale threshold although no fault
+// held them (a starved process, or a pause the machine running the
+// simulator imposed): peers may have taken it for dead meanwhile, taken
+// its streams and its lifecycle claims, as after a crash.
+func (w *world) heartbeatLapse(in *instance, prev, at time.Duration) {
+	if prev == 0 || at-prev < w.opts.StaleInstanceThreshold {
+		return
+	}
+	w.disturb(window{from: prev, to: at + w.settle(), what: fmt.Sprintf("heartbeats of %s lapsed for %s", in.name, (at - prev).Round(time.Millisecond)), crashLike: true})
+	w.rec.tracef("heartbeats of %s lapsed for %s", in.name, (at - prev).Round(time.Millisecond))
+}
+
 // crashy reports whether the run had a crash, or a fault that may have
 // made instances abandon a live one (which then counts as crashed).
 func (w *world) crashy() bool {

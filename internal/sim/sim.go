@@ -419,6 +419,7 @@ func (w *world) startInstance(slot int) (*instance, error) {
 		w.savedRows(ctx, in, stream, persp, versions)
 	}
 	in.faults.claiming = func(ctx context.Context) { w.claimGate(ctx, in) }
+	in.faults.beat = func(prev, at time.Duration) { w.heartbeatLapse(in, prev, at) }
 	in.backend = wrap(b, in.faults)
 	o := w.opts
 	o.InstanceID = in.id
