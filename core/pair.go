@@ -226,6 +226,14 @@ type pairRun struct {
 	// redelivered are the rows at or below the stored position (indexes in
 	// rows): applied and saved before, their completion lost (a crash).
 	redelivered []int
+	// posted counts the saved rows whose PostPerspective ran (see
+	// postPerspective); redeliveredPosted tells whether the re-delivered
+	// rows' did.
+	posted            int
+	redeliveredPosted bool
+	// unposted are the events whose PostPerspective a report's try did
+	// not run: finish runs it, retried.
+	unposted []ports.Event
 	// held are the rows the processed-event cache passed over (applied
 	// and saved by earlier runs of this instance) whose report failed and
 	// waits to be sent again. The run's first report lists them as applied
@@ -478,38 +486,63 @@ func (c *unscopedEventContext) Value(key any) any {
 	return c.Context.Value(key)
 }
 
-// finish fires PostPerspective for the events whose model is saved and
-// returns their number and, when the stream collects them, the events. The
-// re-delivered events get their PostPerspective too when its durable record
-// says a crash interrupted it (the claim passes over completed ones).
+// finish runs PostPerspective, retried until it runs, for what the run
+// saved and no report of it ran it for (see postPerspective), and returns the number of events it
+// saved and, when the stream collects them or PostPerspective listens,
+// the events.
 func (r *pairRun) finish(ctx context.Context) (int, []ports.Event) {
 	n := len(r.saved)
 	r.dr.metrics.pairRan(ctx, r.key.perspective, n, len(r.redelivered))
-	fire := r.dr.reg.hasReceptors(PostPerspective)
-	redelivered := fire && r.dr.backend.Lifecycle != nil && len(r.redelivered) > 0
-	if n == 0 && !redelivered || !fire && !r.task.stream.collect {
+	r.postPerspective(ctx, true)
+	if n == 0 || !r.dr.reg.hasReceptors(PostPerspective) && !r.task.stream.collect {
 		return n, nil
 	}
-	events := make([]ports.Event, 0, n)
+	return n, r.savedEvents(r.saved)
+}
+
+// savedEvents returns the events of the rows at indexes, in order.
+func (r *pairRun) savedEvents(indexes []int) []ports.Event {
+	events := make([]ports.Event, 0, len(indexes))
 	ei := 0
-	for _, i := range r.saved {
+	for _, i := range indexes {
 		if j := r.sw.event(r.rows[i], ei); j >= 0 { // found when applied
 			events, ei = append(events, r.sw.events[j]), j
 		}
 	}
-	if fire {
-		fired := events
-		if redelivered {
-			fired = slices.Clone(events)
-			for _, i := range r.redelivered {
-				if ei := r.sw.event(r.rows[i], 0); ei >= 0 {
-					fired = append(fired, r.sw.events[ei])
-				}
+	return events
+}
+
+// postPerspective runs PostPerspective for the events the run saved since
+// its last call and, the first time, for the re-delivered ones whose
+// durable record says a crash interrupted it (the claim passes over
+// completed ones). Every report of the run calls it first: the stage is
+// recorded done before the rows are, so a report that lands first, its
+// instance dying before the stage ran, cannot leave it to no one (no row
+// would come back to run it again). There it is tried once: a stage whose
+// claim fails (an outage, say) waits for finish, which retries it until
+// it runs, after the report.
+func (r *pairRun) postPerspective(ctx context.Context, retried bool) {
+	if !r.dr.reg.hasReceptors(PostPerspective) {
+		return
+	}
+	events := r.savedEvents(r.saved[r.posted:])
+	r.posted = len(r.saved)
+	if !r.redeliveredPosted && r.dr.backend.Lifecycle != nil {
+		r.redeliveredPosted = true
+		for _, i := range r.redelivered {
+			if ei := r.sw.event(r.rows[i], 0); ei >= 0 {
+				events = append(events, r.sw.events[ei])
 			}
 		}
-		r.dr.life.postPerspective(ctx, r.key.perspective, fired)
 	}
-	return n, events
+	if !retried {
+		if r.dr.life.tryPostPerspective(ctx, r.key.perspective, events) != nil {
+			r.unposted = append(r.unposted, events...)
+		}
+		return
+	}
+	r.dr.life.postPerspective(ctx, r.key.perspective, append(r.unposted, events...))
+	r.unposted = nil
 }
 
 // position returns the position the completed rows move the cursor to: the
@@ -533,6 +566,7 @@ func (r *pairRun) complete(ctx context.Context) {
 	if len(r.done) == 0 {
 		return
 	}
+	r.postPerspective(ctx, false)
 	lastID, lastVersion := r.position()
 	ids := r.applied()
 	c := ports.Completion{StreamID: r.key.stream, Perspective: r.key.perspective, LastEventID: lastID, LastVersion: lastVersion, WorkIDs: ids}
@@ -589,6 +623,7 @@ func (r *pairRun) failAt(ctx context.Context, i int, cause error) bool {
 		r.stop(ctx)
 		return false
 	}
+	r.postPerspective(ctx, false)
 	lastID, lastVersion := r.position()
 	r.announceSaved(lastVersion)
 	r.dr.fail.reportFailure(ctx, r.key, r.rows[i], r.applied(), lastID, lastVersion, cause)
@@ -623,6 +658,7 @@ func (r *pairRun) abandon(info AbandonedApply, late bool) {
 		outcome = dr.fail.eventFailed(ctx, r.key, r.rows[i], cause)
 	}
 	if outcome == failureRetry {
+		r.postPerspective(ctx, false)
 		lastID, lastVersion := r.position()
 		r.announceSaved(lastVersion)
 		dr.fail.reportFailure(ctx, r.key, r.rows[i], r.applied(), lastID, lastVersion, cause)

@@ -372,8 +372,8 @@ func (r *replayRun) appliedLate(toReplay []ports.Event) []int64 {
 	return out
 }
 
-// complete reports the replayed rows complete (clearing the pair's rewind
-// flag) and runs the PostPerspective stage of the pending events. A
+// complete runs the PostPerspective stage of the pending events and
+// reports the replayed rows complete (clearing the pair's rewind flag). A
 // rebuild reports nothing: it saved the model at the position it had, so
 // there is nothing to move; the rows pending at or below that position
 // are the holder's, applied and saved with their completion on its way
@@ -385,6 +385,17 @@ func (r *replayRun) complete(ctx context.Context) error {
 	if r.rebuild {
 		rw.completer.signalProgress()
 		return nil
+	}
+	// The stage is recorded done before the rows are: a completion that
+	// landed first, this instance dying before the stage ran, would leave
+	// no row to run it again. A claim that fails is retried after the
+	// report, as a drain's is.
+	fired := r.res.fresh
+	if len(r.redelivered) > 0 && rw.backend.Lifecycle != nil {
+		fired = append(slices.Clone(fired), r.redelivered...)
+	}
+	if rw.life.tryPostPerspective(ctx, r.key.perspective, fired) != nil {
+		defer rw.life.postPerspective(ctx, r.key.perspective, fired)
 	}
 	ids := make([]uuid.UUID, 0, len(r.rows)+len(r.held))
 	for _, row := range r.rows {
@@ -416,11 +427,6 @@ func (r *replayRun) complete(ctx context.Context) error {
 			return fmt.Errorf("clearing the rewind flag: %w", err)
 		}
 	}
-	fired := r.res.fresh
-	if len(r.redelivered) > 0 && rw.backend.Lifecycle != nil {
-		fired = append(slices.Clone(fired), r.redelivered...)
-	}
-	rw.life.postPerspective(ctx, r.key.perspective, fired)
 	rw.completer.signalProgress()
 	return nil
 }

@@ -595,6 +595,23 @@ func (l *lifecycle) postPerspective(ctx context.Context, perspective string, eve
 	}
 }
 
+// tryPostPerspective runs PostPerspective for events a perspective saved
+// once, before their rows are reported: a claim that fails is not retried
+// here, so that an outage does not hold the report back; the caller runs
+// the stage again with postPerspective once the report is on its way.
+func (l *lifecycle) tryPostPerspective(ctx context.Context, perspective string, events []ports.Event) error {
+	if !l.reg.hasReceptors(PostPerspective) || len(events) == 0 {
+		return nil
+	}
+	tctx, cancel := l.taskContext(ctx)
+	defer cancel()
+	err := l.runAwaited(tctx, PostPerspective, perspective, events)
+	if err != nil {
+		l.claimFailed(tctx, PostPerspective, err)
+	}
+	return err
+}
+
 // afterBatch starts the batch's PostAllPerspectives/PostLifecycle task,
 // ordered after the previous batch's task, and calls then when the task is
 // done (at once when there is none). The task starts once the completions
