@@ -503,6 +503,31 @@ func (w *world) noteDelay(d time.Duration, what string) {
 	}
 }
 
+// postPerspectiveMayBeLost reports whether the instance whose save first
+// held e for persp had a backend that failed or blocked and crashed: a
+// PostPerspective whose first claim failed is retried after the report of
+// its rows, and an instance that dies meanwhile may lose it.
+func (w *world) postPerspectiveMayBeLost(e ports.Event, persp string) bool {
+	inst := ""
+	for _, sv := range w.rec.savesOf(pairKey{e.StreamID, persp}) {
+		if slices.ContainsFunc(sv.Entries, func(en Entry) bool { return en.V == e.Version }) {
+			inst = sv.Inst
+			break
+		}
+	}
+	if inst == "" {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	troubled, crashed := false, false
+	for _, win := range w.windows {
+		troubled = troubled || win.what == "failing "+inst || win.what == "blocked "+inst
+		crashed = crashed || win.what == "crash "+inst
+	}
+	return troubled && crashed
+}
+
 // checkStages: PostPerspective fires per (event, perspective) held,
 // PostAllPerspectives and PostLifecycle per event every perspective
 // holds, PrePerspective per event any holds and before its first apply;
@@ -536,6 +561,8 @@ func (w *world) checkStages(t *truth) []Violation {
 			what += " for " + persp
 		}
 		switch {
+		case required && n == 0 && stage == core.PostPerspective && w.postPerspectiveMayBeLost(e, persp):
+			w.rec.tracef("%s never fired: its instance's backend failed, then it crashed (the documented loss)", what)
 		case required && n == 0:
 			if stage == core.PrePerspective {
 				if first, ok := firstApply[keyOf(e.Data)]; ok {
