@@ -557,6 +557,24 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, []int{1, 0}, attemptsOf(f.a.fetch(t, at(3*time.Second), f.stream).Work),
 				"one failed apply, one attempt: a row is charged only while handed out to the caller")
 		},
+		"AFailureResentAfterTheRowWasFetchedAgainChargesOnce": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 2)
+			failure := ports.Failure{
+				StreamID: f.stream, Perspective: perspective,
+				FailedWorkIDs: workIDs(f.work[:1]), Attempt: 1, Error: "boom", RetryAt: at(2 * time.Second),
+			}
+
+			// The first report took effect but its acknowledgement was
+			// lost; a fetch of the stream (for its other pairs, say) hands
+			// the row out again once its retry time came, before the caller
+			// sends the report again.
+			f.a.fail(t, at(time.Second), failure)
+			require.Equal(t, []int{1, 0}, attemptsOf(f.a.fetch(t, at(3*time.Second), f.stream).Work))
+			f.a.fail(t, at(3*time.Second+time.Millisecond), failure)
+
+			require.Equal(t, []int{1, 0}, attemptsOf(f.a.fetch(t, at(4*time.Second), f.stream).Work),
+				"one failed apply, one attempt: the resent report names the attempt it charged")
+		},
 		"FailedEventAddsAttemptToItsPendingRow": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			a, b := tb.pair(t)

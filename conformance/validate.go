@@ -171,6 +171,7 @@ func invalidCalls(instanceID, stream uuid.UUID, events []ports.Event) []invalidC
 		{name: "WorkFailParams.Failures.Perspective", call: fail(func(f *ports.Failure) { f.Perspective = "" })},
 		{name: "WorkFailParams.Failures.FailedEventVersion", call: fail(func(f *ports.Failure) { f.FailedEventID = events[0].ID })},
 		{name: "WorkFailParams.Failures.FailedEventID", call: fail(func(f *ports.Failure) { f.FailedEventVersion = 1 })},
+		{name: "WorkFailParams.Failures.Attempt", call: fail(func(f *ports.Failure) { f.Attempt = -1 })},
 		{name: "DeadLettersListParams.Limit", call: func(t *testing.T, b ports.Backend) error {
 			_, err := b.DeadLetters.DeadLettersList(t.Context(), &ports.DeadLettersListParams{Limit: -1})
 			return err

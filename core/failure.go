@@ -140,6 +140,7 @@ func (fl *failures) reportFailure(ctx context.Context, k pairKey, row ports.Work
 		LastVersion:    lastVersion,
 		AppliedWorkIDs: applied,
 		FailedWorkIDs:  []uuid.UUID{row.WorkID},
+		Attempt:        attempts,
 		Error:          cause.Error(),
 		RetryAt:        retryAt,
 	}

@@ -52,11 +52,13 @@ type CursorStore interface {
 	// Failed flag and the error text, unless LastVersion is set and the
 	// cursor is already past it (the pair went on since the failure: a
 	// stale report leaves its status and error); failed rows of streams whose lease
-	// the caller holds (as in WorkComplete) gain one attempt (an apply of
-	// theirs failed) when they are handed out under that lease (at or below
-	// their pair's mark, see WorkClaimer: so a report sent again after its
-	// acknowledgement was lost charges nothing twice), keep the error and
-	// are scheduled at RetryAt, and
+	// the caller holds (as in WorkComplete) are charged the failed attempt:
+	// their attempts become at least the failure's Attempt when it is set,
+	// else they gain one attempt when they are handed out under that lease
+	// (at or below their pair's mark, see WorkClaimer); either way a report
+	// sent again after its acknowledgement was lost charges nothing twice
+	// (with Attempt, even when a fetch handed the rows out again since).
+	// They keep the error and are scheduled at RetryAt, and
 	// their pair's handed-out mark drops to just below the lowest of them
 	// (its version minus one) when it was higher (see WorkClaimer): the
 	// pair's later rows wait behind them. A FailedEventID (a replay
@@ -120,12 +122,15 @@ func (p *WorkCompleteParams) Validate() error {
 
 // Validate reports the first field every CursorStore rejects with
 // ErrInvalidArgument: a failure with a nil StreamID, an empty Perspective
-// or a negative LastVersion, or with only one of FailedEventID and
-// FailedEventVersion set, or a FailedEventVersion that is not positive.
+// or a negative LastVersion or Attempt, or with only one of FailedEventID
+// and FailedEventVersion set, or a FailedEventVersion that is not positive.
 func (p *WorkFailParams) Validate() error {
 	for i, f := range p.Failures {
 		at := fmt.Sprintf("WorkFailParams.Failures[%d]", i)
-		if err := checkPair(at, f.StreamID, f.Perspective, f.LastVersion); err != nil {
+		if err := cmp.Or(
+			checkPair(at, f.StreamID, f.Perspective, f.LastVersion),
+			checkNotNegative(at+".Attempt", int64(f.Attempt)),
+		); err != nil {
 			return err
 		}
 		if f.FailedEventID == uuid.Nil && f.FailedEventVersion == 0 {

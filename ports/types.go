@@ -238,6 +238,14 @@ type Failure struct {
 	// gains an attempt and is scheduled at RetryAt. Later rows of the pair
 	// are not listed: they wait behind it.
 	FailedWorkIDs []uuid.UUID
+	// Attempt, when set, is the attempt that failed, counted from 1 (a
+	// failed row's WorkItem.Attempts when fetched, plus one): the failed
+	// rows' attempts become at least Attempt, however many times the
+	// report is sent, so that a report re-sent after a lost
+	// acknowledgement charges nothing again even when a fetch handed the
+	// rows out since. Zero: each failed row gains an attempt while it is
+	// handed out to the caller.
+	Attempt int
 	// FailedEventID and FailedEventVersion, set by a rewind instead of
 	// FailedWorkIDs, name an event whose replay failed and that has no
 	// pending row of the pair (it was applied long ago): the backend stores

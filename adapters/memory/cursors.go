@@ -107,8 +107,10 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 
 // WorkFail implements ports.CursorStore. Applied rows complete as in
 // WorkComplete. Failed rows must belong to the failure's (stream,
-// perspective), and the caller must hold the stream's lease; they gain an
-// attempt when handed out (at or below the pair's mark), keep Error and are scheduled at RetryAt (a zero RetryAt makes
+// perspective), and the caller must hold the stream's lease; they end with
+// at least the failure's Attempt attempts when it is set, else gain an
+// attempt when handed out (at or below the pair's mark), keep Error and
+// are scheduled at RetryAt (a zero RetryAt makes
 // them drainable at once), and the pair's handed-out mark drops below them.
 // The lease stays the caller's. A FailedEventID is charged to the pair's
 // pending row of that event, whoever holds the stream, as to a failed row;
@@ -172,7 +174,12 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 			if !holds || !rowOf(r, f.StreamID, f.Perspective) {
 				continue
 			}
-			if r.version <= st.mark(f.Perspective) {
+			switch {
+			case f.Attempt > 0:
+				// The report names the attempt it charges: sent again, it
+				// charges nothing more.
+				r.attempts = max(r.attempts, f.Attempt)
+			case r.version <= st.mark(f.Perspective):
 				// Handed out: an apply of it failed. A resent report finds
 				// it below the mark the first one lowered, and charges
 				// nothing again.

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -523,11 +524,13 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 }
 
 // sqlFailRows charges the failed rows of streams whose lease the caller
-// ($1) holds (the fence, as in sqlFinish) an attempt when they are handed
-// out (at or below their pair's mark: an apply of it failed; a resent
-// report finds the row below the mark the first one lowered and charges
-// nothing again), stores their error and schedules them: $2 work ids, $3 streams,
-// $4 perspectives, $5 errors, $6 retry times (NULL: claimable at once).
+// ($1) holds (the fence, as in sqlFinish): up to the attempt the report
+// names ($7, when positive: sent again, it charges nothing more), or else
+// an attempt when they are handed out (at or below their pair's mark: an
+// apply of it failed; a resent report finds the row below the mark the
+// first one lowered and charges nothing again); it stores their error and
+// schedules them: $2 work ids, $3 streams, $4 perspectives, $5 errors, $6
+// retry times (NULL: claimable at once).
 // Rows are found by id, as in sqlFinish (see sqlListedRows). Then each
 // failed pair's handed-out mark drops below its lowest failed row: the rows
 // from it on are no longer being applied (the holder stops at a failure),
@@ -536,12 +539,14 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 var sqlFailRows = `WITH ` + sqlFenced(sqlFenceShared) + `,
 failed AS (
     UPDATE /* SCHEMA */.vantage_work w
-    SET attempts = w.attempts + CASE WHEN w.event_version <= coalesce((
-            SELECT (a.handed_out ->> w.perspective)::bigint
-            FROM /* SCHEMA */.vantage_active_streams a WHERE a.stream_id = w.stream_id), 0) THEN 1 ELSE 0 END,
+    SET attempts = CASE WHEN l.attempt > 0 THEN greatest(w.attempts, l.attempt)
+                        ELSE w.attempts + CASE WHEN w.event_version <= coalesce((
+                            SELECT (a.handed_out ->> w.perspective)::bigint
+                            FROM /* SCHEMA */.vantage_active_streams a WHERE a.stream_id = w.stream_id), 0) THEN 1 ELSE 0 END
+                   END,
         error = l.error, scheduled_for = l.retry_at
-    FROM ` + sqlListedRows(`unnest($2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::timestamptz[])
-         AS c(work_id, stream_id, perspective, error, retry_at)`, ", c.error, c.retry_at") + `
+    FROM ` + sqlListedRows(`unnest($2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::timestamptz[], $7::int[])
+         AS c(work_id, stream_id, perspective, error, retry_at, attempt)`, ", c.error, c.retry_at, c.attempt") + `
     WHERE ` + sqlListedRow + `
     RETURNING w.stream_id, w.perspective, w.event_version
 ),
@@ -792,8 +797,9 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 		pos    positions
 		failed struct {
 			finishArgs
-			errs    []string
-			retryAt []pgtype.Timestamptz
+			errs     []string
+			retryAt  []pgtype.Timestamptz
+			attempts []int32
 		}
 		events failedEvents
 	)
@@ -807,6 +813,7 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 		for range f.FailedWorkIDs {
 			failed.errs = append(failed.errs, f.Error)
 			failed.retryAt = append(failed.retryAt, timestamptz(f.RetryAt))
+			failed.attempts = append(failed.attempts, int32(min(f.Attempt, math.MaxInt32)))
 		}
 		pos.add(pairKey{f.StreamID, f.Perspective}, position{eventID: f.LastEventID, version: f.LastVersion, err: f.Error})
 	}
@@ -824,7 +831,7 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 	}
 	b.Queue(s.sql(sqlFailFence), params.InstanceID, distinctStreams(streams))
 	finish.queue(s, b, params.InstanceID, params.DebugMode, now)
-	b.Queue(s.sql(sqlFailRows), params.InstanceID, failed.workIDs, failed.streams, failed.perspectives, failed.errs, failed.retryAt)
+	b.Queue(s.sql(sqlFailRows), params.InstanceID, failed.workIDs, failed.streams, failed.perspectives, failed.errs, failed.retryAt, failed.attempts)
 	var ev failedEventColumns
 	if len(events.order) > 0 {
 		ev = events.columns()

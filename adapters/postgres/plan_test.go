@@ -93,7 +93,7 @@ ANALYZE `+s+`.vantage_events; ANALYZE `+s+`.vantage_work; ANALYZE `+s+`.vantage_
 		"CompleteCursors":    {nil, streams, names, ids, nums},
 		"FlagStragglers":     {nil, streams, names, nums, ids},
 		"ReleaseDrained":     {streams, id, "lock"},
-		"FailRows":           {id, ids, streams, names, texts, times},
+		"FailRows":           {id, ids, streams, names, texts, times, []int32{1, 2, 3}},
 		"FailFence":          {id, streams},
 		"FailCursors":        {nil, streams, names, ids, nums, texts, ids},
 		"FailEvents":         {nil, streams, names, ids, nums, texts, times},
@@ -227,6 +227,12 @@ func sqlLiterals(t *testing.T, args []any) string {
 				elems[j] = strconv.FormatInt(n, 10)
 			}
 			out[i] = array(elems)
+		case []int32:
+			elems := make([]string, len(v))
+			for j, n := range v {
+				elems[j] = strconv.FormatInt(int64(n), 10)
+			}
+			out[i] = array(elems)
 		case time.Duration:
 			out[i] = quote(fmt.Sprintf("%d microseconds", v.Microseconds()))
 		case pgtype.Timestamptz:
@@ -295,7 +301,7 @@ func TestWorkStatementsReadBoundedRows(t *testing.T) {
 		"ClaimHeld":        {instance, nil, 10},
 		"CompleteCursors":  {nil, []uuid.UUID{stream}, []string{"a"}, []uuid.UUID{uuid.New()}, []int64{10}},
 		"FailCursors":      {nil, []uuid.UUID{stream}, []string{"a"}, []uuid.UUID{uuid.New()}, []int64{10}, []string{"boom"}, []uuid.UUID{uuid.New()}},
-		"FailRows":         {instance, first, streams, persps, ten("boom"), ten(pgtype.Timestamptz{})},
+		"FailRows":         {instance, first, streams, persps, ten("boom"), ten(pgtype.Timestamptz{}), ten(int32(1))},
 		"FetchLease":       {instance, nil, minute, minute, []uuid.UUID{stream}, "lock"},
 		"FetchRows":        {instance, nil, []uuid.UUID{stream}, 10},
 		"Finish":           {instance, first, streams, persps, nil},
@@ -659,14 +665,14 @@ func TestFinishLooksUpItsRowsByKey(t *testing.T) {
 	seed.Queue(`ANALYZE ` + s + `.vantage_active_streams`)
 	require.NoError(t, b.pool.SendBatch(ctx, seed).Close())
 	ids, streams, perspectives := randomWorkRows(t, b, completed)
-	errs, retries := make([]string, completed), make([]pgtype.Timestamptz, completed)
+	errs, retries, attempts := make([]string, completed), make([]pgtype.Timestamptz, completed), make([]int32, completed)
 	for i := range errs {
 		errs[i] = "boom"
 	}
 
 	cases := map[string][]any{
 		"Finish":   {instance, ids, streams, perspectives, nil},
-		"FailRows": {instance, ids, streams, perspectives, errs, retries},
+		"FailRows": {instance, ids, streams, perspectives, errs, retries, attempts},
 	}
 	for name, args := range cases {
 		for _, generic := range []bool{false, true} {
