@@ -529,11 +529,8 @@ func (w *world) failOne(dur time.Duration, failP, afterP float64) {
 	})
 }
 
-// reportOps are the calls that report what an instance applied. Failure
-// reports (WorkFail) are left out: while they alone fail, a dead letter
-// may name max_attempts_exceeded for an event whose own fault used its
-// attempts up, which the dead-letter checks report.
-var reportOps = []string{"WorkComplete"}
+// reportOps are the calls that report what an instance applied or failed.
+var reportOps = []string{"WorkComplete", "WorkFail"}
 
 // failReports makes the completions of a live instance fail for dur (some
 // after they took effect), while its heartbeats, claims, renewals and
