@@ -488,7 +488,10 @@ func (w *world) retireAffected(p string, a appendRec, known bool) bool {
 		if r.persp != p {
 			continue
 		}
-		if !known || a.Issued < r.to || r.to == 0 {
+		// An append issued at the very time the revive returned (the
+		// clock stood still, as on a busy machine) may have met the
+		// perspective retired.
+		if !known || a.Issued <= r.to || r.to == 0 {
 			return true
 		}
 	}
@@ -507,7 +510,7 @@ func (w *world) belowDroppedPosition(p string, e ports.Event, a appendRec, known
 		return false
 	}
 	for _, r := range w.retireSpans() {
-		if r.persp != p || !r.drop || r.to == 0 || a.Issued < r.to {
+		if r.persp != p || !r.drop || r.to == 0 || a.Issued <= r.to {
 			continue
 		}
 		for k, at := range saved {
