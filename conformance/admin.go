@@ -108,6 +108,30 @@ func runAdmin(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 
 			requireNoWork(t, f.a.fetch(t, at(3*time.Second), f.stream))
 		},
+		"ClearsTheRewindItsDeletedRowsAwaited": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a := tb.instance(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			events := appendEvents(t, tb.backend, stream, at(0), newEvent(eventType, 1), newEvent(eventType, 3)).Events
+			a.heartbeat(t, at(0))
+			a.complete(t, at(time.Second), ports.Completion{
+				StreamID: stream, Perspective: perspective,
+				LastEventID: events[1].ID, LastVersion: 3, WorkIDs: workIDs(a.fetch(t, at(0), stream).Work),
+			})
+			appendEvents(t, tb.backend, stream, at(2*time.Second), newEvent(eventType, 2))
+			a.complete(t, at(3*time.Second), ports.Completion{StreamID: stream, Perspective: perspective, LastEventID: events[1].ID, LastVersion: 3})
+			require.True(t, mustCursor(t, tb.backend, stream, perspective).Status.Has(ports.CursorRewindRequired), "the late event flags a rewind")
+
+			retire(t, tb.backend, perspective, false)
+
+			// The late row is deleted with the others: no rewind would ever
+			// come for it, and the flag would hold the pair for good once
+			// revived (its rebuild applies the event).
+			cur := mustCursor(t, tb.backend, stream, perspective)
+			requireNoRewind(t, cur)
+			require.Equal(t, int64(3), cur.LastVersion, "the position stays")
+		},
 		"CompletionsAfterDropStateBringNoCursorBack": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 3)
 			f.a.complete(t, at(time.Second), f.completion(1, 1))

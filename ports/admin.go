@@ -69,7 +69,9 @@ type Admin interface {
 	// and later registrations of them are ignored, so appends stop creating
 	// its work rows; its pending work rows are deleted (streams left with
 	// none are released); with DropState its
-	// cursors, models and snapshots are deleted too. Safe while instances
+	// cursors, models and snapshots are deleted too, without it its cursors
+	// lose their rewind flag (the late rows the rewind awaited are deleted,
+	// and a revival's rebuild applies their events). Safe while instances
 	// run: their completions of deleted rows change nothing, and bring no
 	// deleted cursor back (an apply in flight may still save its model
 	// once; retiring again drops it).

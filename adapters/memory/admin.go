@@ -58,6 +58,9 @@ func (s *Store) PerspectiveRetire(ctx context.Context, params *ports.Perspective
 			s.touch(st, now)
 		}
 		if !params.DropState {
+			if cur := st.cursors[name]; cur != nil && cur.Status.Has(ports.CursorRewindRequired) {
+				clearRewind(cur, now)
+			}
 			continue
 		}
 		if _, ok := st.cursors[name]; ok {

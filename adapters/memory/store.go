@@ -732,6 +732,15 @@ func uniqueSorted(ids []uuid.UUID) []uuid.UUID {
 // flagRewind sets RewindRequired on cur for a late event: the trigger keeps
 // the smallest version, RewindFlaggedAt moves on every detection and
 // RewindFirstFlaggedAt is set only once.
+// clearRewind takes cur's rewind flag off, with its trigger: the rows the
+// rewind awaited are gone.
+func clearRewind(cur *ports.Cursor, now time.Time) {
+	cur.Status &^= ports.CursorRewindRequired
+	cur.RewindTriggerEventID, cur.RewindTriggerVersion = uuid.Nil, 0
+	cur.RewindFlaggedAt, cur.RewindFirstFlaggedAt = time.Time{}, time.Time{}
+	cur.UpdatedAt = now
+}
+
 func flagRewind(cur *ports.Cursor, eventID uuid.UUID, version int64, now time.Time) {
 	cur.Status |= ports.CursorRewindRequired
 	if cur.RewindTriggerVersion == 0 || version < cur.RewindTriggerVersion {

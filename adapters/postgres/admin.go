@@ -47,7 +47,9 @@ SELECT count(*) FROM deleted`
 
 // sqlRetireRows deletes the pending rows of perspective $1, leased ones
 // included, with $2 (DropState) its cursors (and with them the rewind
-// locks they carry), models and snapshots; it returns how many rows of
+// locks they carry), models and snapshots; without it, it takes the rewind
+// flag off its cursors (the late rows a rewind awaited are deleted: the
+// flag would hold the pair once revived); it returns how many rows of
 // each it deleted, and the streams whose rows it deleted, which
 // PerspectiveRetire then releases when they have no pending row left. Rows
 // kept processed by debug mode stay: they are history.
@@ -79,6 +81,17 @@ deleted AS (
         ORDER BY l.work_id
         FOR UPDATE))
     RETURNING w.stream_id
+),
+unflagged AS (
+    UPDATE /* SCHEMA */.vantage_cursors c
+    SET status = c.status & ~` + sqlStatusRewindRequired + `, rewind_trigger_event_id = NULL, rewind_trigger_version = NULL,
+        rewind_flagged_at = NULL, rewind_first_flagged_at = NULL, updated_at = now()
+    WHERE (c.stream_id, c.perspective) IN (
+        SELECT l.stream_id, l.perspective FROM /* SCHEMA */.vantage_cursors l
+        WHERE NOT $2 AND l.perspective = $1 AND l.status & ` + sqlStatusRewindRequired + ` <> 0 AND (SELECT count(*) FROM deleted) >= 0
+        ORDER BY l.stream_id
+        FOR UPDATE)
+    RETURNING 1
 ),
 cursors AS (
     DELETE FROM /* SCHEMA */.vantage_cursors c
