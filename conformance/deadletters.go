@@ -248,6 +248,22 @@ func runDeadLetters(t *testing.T, newBackend NewBackendFunc, admin bool) {
 
 			requireRewind(t, f.cursor(t), f.events[0], at(3*time.Second), at(3*time.Second))
 		},
+		"LateAtTheCursor": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 2)
+			// The pair's position reached version 2, whose event was then
+			// dead-lettered (a replay left it out and kept the position).
+			f.a.complete(t, at(time.Second), f.completion(2, 1))
+			dl, moved := f.a.deadLetter(t, at(2*time.Second), f.work[1].WorkID)
+			require.True(t, moved)
+			requireNoRewind(t, f.cursor(t))
+
+			requeue(t, f.tb.backend, dl.ID, "", at(3*time.Second))
+
+			work := f.a.fetch(t, at(4*time.Second), f.stream).Work
+			require.Equal(t, []int64{2}, versionsOf(work))
+			require.Equal(t, []bool{true}, lateOf(work), "the cursor stands at an event no model holds: only a rewind applies it")
+			requireRewind(t, f.cursor(t), f.events[1], at(3*time.Second), at(3*time.Second))
+		},
 		"LateOnlyBelowTheCursor": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 3)
 			first, moved := f.a.deadLetter(t, at(time.Second), f.work[0].WorkID)

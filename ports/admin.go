@@ -30,7 +30,9 @@ type Admin interface {
 	// original work id, and marks
 	// the dead letter DeadLetterRequeued (counting the requeue and recording
 	// params.Generation and the time); listeners are woken. If the pair's
-	// cursor is already past the event, the row is Late and the cursor is
+	// cursor is already at or past the event (no model holds a
+	// dead-lettered event, even when a save left the cursor at it), the
+	// row is Late and the cursor is
 	// flagged RewindRequired, so that a rewind applies the event in order;
 	// the row is Late too when the event is below its pair's handed-out
 	// mark (see WorkItem.Late). Only a

@@ -135,7 +135,8 @@ func byLastDeadLettered(a, b *deadLetter) int {
 
 // DeadLetterRequeue implements ports.Admin. The row comes back with its
 // original work id, pending, unscheduled and with zero attempts, and
-// listeners are woken. If the pair's cursor is past the event, the row is
+// listeners are woken. If the pair's cursor is at or past the event (a
+// dead-lettered event is in no model), the row is
 // late and the cursor is flagged RewindRequired (the trigger keeps the
 // smallest version); below the pair's handed-out mark it is late without
 // the flag. It returns ports.ErrNotFound for an unknown id and
@@ -231,6 +232,11 @@ func (s *Store) requeueWorkID(dl *deadLetter) (uuid.UUID, error) {
 func (s *Store) requeue(dl *deadLetter, workID uuid.UUID, generation string, now time.Time) {
 	st := s.streamFor(dl.StreamID)
 	late, below := arrivesLate(st, dl.Perspective, dl.EventVersion) // only a rewind applies it in order
+	if cur := st.cursors[dl.Perspective]; cur != nil && cur.LastVersion == dl.EventVersion {
+		// The cursor stands at the event itself: a save moved it there
+		// and left the dead-lettered event out. No model holds it.
+		late, below = true, true
+	}
 	s.addRow(st, &workRow{
 		id:           workID,
 		streamID:     dl.StreamID,

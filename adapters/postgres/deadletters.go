@@ -223,7 +223,9 @@ func scanDeadLetter(row pgx.CollectableRow) (ports.DeadLetter, error) {
 //     the row, the completion's straggler check sees it).
 //   - requeued stores each row again with its original work id, pending,
 //     unscheduled, with zero attempts, naming its dead letter. It is late
-//     when cur is past its event, or when its pair's handed-out mark is:
+//     when cur is at or past its event (a dead-lettered event is in no
+//     model, even one whose save left the cursor at it), or when its pair's
+//     handed-out mark is past it:
 //     rows above it were handed to an apply, whose save may move the cursor
 //     past the requeued one (see ports.WorkItem.Late). When the pair has a
 //     pending row for the event already (say, a replay failure stored one),
@@ -232,7 +234,7 @@ func scanDeadLetter(row pgx.CollectableRow) (ports.DeadLetter, error) {
 //     completion recovers the dead letter.
 //   - streamed gives the streams their row in vantage_active_streams when
 //     they have none (see sqlAppend).
-//   - flagged flags RewindRequired on the cursors already past a requeued
+//   - flagged flags RewindRequired on the cursors at or past a requeued
 //     event, so that a rewind applies it in order; the trigger keeps the
 //     smallest version (sqlFlagRewind).
 //   - notified queues a NOTIFY, delivered when the transaction commits.
@@ -264,7 +266,7 @@ requeued AS (
         (work_id, stream_id, perspective, event_id, event_version, dead_letter_id, late, created_at)
     SELECT DISTINCT ON (r.stream_id, r.perspective, r.event_version)
            r.work_id, r.stream_id, r.perspective, r.event_id, r.event_version, r.id,
-           coalesce(c.last_version > r.event_version, false)
+           coalesce(c.last_version >= r.event_version, false)
            OR coalesce((SELECT (m.handed_out ->> r.perspective)::bigint FROM marks m WHERE m.stream_id = r.stream_id) > r.event_version, false),
            clock.now
     FROM dl r
@@ -290,7 +292,7 @@ flagged AS (
         SELECT DISTINCT ON (r.stream_id, r.perspective) r.stream_id, r.perspective, r.event_id, r.event_version
         FROM dl r
         JOIN cur l ON l.stream_id = r.stream_id AND l.perspective = r.perspective
-        WHERE l.last_version > r.event_version
+        WHERE l.last_version >= r.event_version
         ORDER BY r.stream_id, r.perspective, r.event_version
     ) f, clock
     WHERE c.stream_id = f.stream_id AND c.perspective = f.perspective
@@ -333,7 +335,7 @@ SELECT (SELECT count(*) FROM dl), (SELECT status FROM prior), (SELECT count(*) F
 // DeadLetterRequeue implements ports.Admin in one statement. The
 // row comes back with its original work id, pending, unscheduled and with
 // zero attempts, and listeners are woken on commit. If the pair's cursor
-// is past the event (LastVersion greater than the event's version), the
+// is at or past the event (LastVersion at least the event's version), the
 // row is late and the cursor is flagged RewindRequired (the trigger keeps
 // the smallest version); the row is late too, without the flag, when the
 // event is below its pair's handed-out mark. It returns ports.ErrNotFound for an unknown id and
