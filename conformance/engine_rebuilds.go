@@ -34,6 +34,7 @@ func runEngineRebuilds(t *testing.T, newBackend NewBackendFunc) {
 		"RebuildOnAnotherInstanceThanTheHolder": func(t *testing.T) { testRebuildElsewhere(t, newBackend) },
 		"RebuildWhileTheHolderApplies":          func(t *testing.T) { testRebuildDuringApply(t, newBackend) },
 		"RebuildOfACursorThatLostItsModel":      func(t *testing.T) { testRebuildCursorWithoutModel(t, newBackend) },
+		"DrainRepairsACursorThatLostItsModel":   func(t *testing.T) { testDrainRepairsCursorWithoutModel(t, newBackend) },
 		"RebuildWhileCompletionsAreOnTheirWay":  func(t *testing.T) { testRebuildBeforeCompletion(t, newBackend) },
 		"RebuildLeavesALateEventToItsRewind":    func(t *testing.T) { testRebuildLeavesLate(t, newBackend) },
 	})
@@ -43,9 +44,9 @@ func runEngineRebuilds(t *testing.T, newBackend NewBackendFunc) {
 // acknowledgement lost, say) lands after the perspective was revived: it
 // brings the pair's cursor back, without the model that the retirement
 // dropped. The drain must not apply the next event over and over against
-// a position no model stands for, and the operator's rebuild after the
-// revival must rebuild the pair up to its cursor, after which the drain
-// goes on.
+// a position no model stands for (it replays the pair itself, see
+// testDrainRepairsCursorWithoutModel), and the operator's rebuild after
+// the revival must rebuild the pair up to its cursor, model or not.
 func testRebuildCursorWithoutModel(t *testing.T, newBackend NewBackendFunc) {
 	f := setupRebuild(t, newBackend)
 	stream := f.streams[0]
@@ -83,6 +84,36 @@ func testRebuildCursorWithoutModel(t *testing.T, newBackend NewBackendFunc) {
 	require.Eventually(t, func() bool { return len(f.scaled(t, stream)) == 4 }, scenarioTimeout, time.Millisecond, "the new event applied")
 	require.Equal(t, []int64{2, 4, 6, 8}, f.scaled(t, stream), "rebuilt up to the cursor, then the new event")
 	require.Less(t, applied.Load(), int64(50), "the drain waited for the rebuild instead of applying in a loop")
+}
+
+// The same state as in testRebuildCursorWithoutModel, repaired by the
+// drain itself, with rewinds on: the events below the cursor that no model
+// holds, and any event above it whose rows the retirement deleted, would
+// otherwise wait for an operator, or be left out of the model for good by
+// a rebuild run before the drain went on. The drain replays the stream up
+// to its newest pending row, as a rewind does, then goes on.
+func testDrainRepairsCursorWithoutModel(t *testing.T, newBackend NewBackendFunc) {
+	f := setupRebuild(t, newBackend)
+	stream := f.streams[0]
+	ctx := t.Context()
+	cur := mustCursor(t, f.b, stream, "scaled")
+	_, err := f.b.Admin.PerspectiveRetire(ctx, &ports.PerspectiveRetireParams{Perspective: "scaled", DropState: true})
+	require.NoError(t, err)
+	require.NoError(t, f.b.Admin.PerspectiveRevive(ctx, &ports.PerspectiveReviveParams{Perspective: "scaled"}))
+	_, err = f.b.Cursors.WorkComplete(ctx, &ports.WorkCompleteParams{
+		InstanceID:  uuid.Must(uuid.NewV7()),
+		Completions: []ports.Completion{{StreamID: stream, Perspective: "scaled", LastEventID: cur.LastEventID, LastVersion: cur.LastVersion}},
+	})
+	require.NoError(t, err)
+
+	f.factor.Store(2)
+	f.start(t, f.options())
+	_, err = f.registry(t).Append(ctx, f.b.Events, stream, 0, tick{N: 4})
+	require.NoError(t, err)
+
+	require.Eventually(t, func() bool { return len(f.scaled(t, stream)) == 4 }, scenarioTimeout, time.Millisecond, "the pair repaired and the new event applied")
+	require.Equal(t, []int64{2, 4, 6, 8}, f.scaled(t, stream), "replayed up to the cursor, then the new event, in order")
+	requireNoRewind(t, mustCursor(t, f.b, stream, "scaled"))
 }
 
 // rebuildFixture is a backend whose streams hold three ticks each, applied

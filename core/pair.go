@@ -99,7 +99,17 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 		// cursor past the model means the model was dropped under it
 		// (a perspective retired with its state while a completion was
 		// on its way). Applying to the model the store holds would be
-		// refused forever; the pair waits for a rebuild instead.
+		// refused forever. With rewinds, the pair is replayed as a rewind
+		// does, from the start up to its newest pending row: the events
+		// the cursor passed and those whose rows the retirement deleted
+		// are applied in order, before the pending ones. Without, the
+		// pair waits for a rebuild.
+		if dr.rewind.rewindEnabled() {
+			// From the first event: a snapshot may copy the dropped state.
+			flags.RewindTriggerVersion = 1
+			evs, err := dr.rewind.rewindPair(ctx, p, key, rows, held, flags, true, &rewindOwner{task: task, release: release})
+			return dr.newPairOutcome(len(evs), evs, func(i int) int64 { return evs[i].Version }), err
+		}
 		dr.parking.infraFailed(ctx, key, "loading model", fmt.Errorf("%w: the stored model is at version %d, its cursor at %d; rebuild the perspective",
 			errModelBehindCursor, stored.LastVersion, position))
 		return pairOutcome{}, nil

@@ -160,8 +160,9 @@
 //     perspective's saves reached before a retirement that dropped its
 //     state is excused from its stages and from the delay bound: a
 //     completion sent before the retirement may bring that position back,
-//     and the revival's rebuild then applies the event as one the pair
-//     held (the documented limit of DropState while instances run). A
+//     and the replay that repairs the pair (or the revival's rebuild) then
+//     applies the event as one the pair held (the documented limit of
+//     DropState while instances run). A
 //     PostPerspective is excused too when the instance that saved the
 //     event had a backend that failed or blocked and crashed: a stage
 //     whose first claim failed is retried after the report of its rows,

@@ -502,9 +502,10 @@ func (w *world) retireAffected(p string, a appendRec, known bool) bool {
 // from a retirement that dropped its state, lies below a position p's
 // saves reached in e's stream before that retirement. A completion sent
 // before the retirement may land after the revival and bring that
-// position back without its model: the revival's rebuild then applies
-// such an event as one the pair held, without its stages (the documented
-// limit of retiring with DropState while instances run the perspective).
+// position back without its model: the replay that repairs the pair (or
+// the revival's rebuild) then applies such an event as one the pair held,
+// without its stages (the documented limit of retiring with DropState
+// while instances run the perspective).
 func (w *world) belowDroppedPosition(p string, e ports.Event, a appendRec, known bool, saved map[pvKey]time.Duration) bool {
 	if !known {
 		return false
