@@ -18,7 +18,6 @@ import (
 // WorkFail lists and the events each recorded PostPerspective names.
 type reportOrder struct {
 	ports.CursorStore
-	life ports.LifecycleStore
 
 	mu     sync.Mutex
 	calls  []orderedCall
