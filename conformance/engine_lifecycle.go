@@ -27,6 +27,7 @@ func runEngineLifecycle(t *testing.T, newBackend NewBackendFunc) {
 		"CrashBeforePostLifecycleHealedOnRestart": func(t *testing.T) { testLifecycleCrashHealed(t, newBackend) },
 		"LateEventRewindsToCleanReplay":           func(t *testing.T) { testLateEventRewind(t, newBackend, 0) },
 		"LateEventRewindFromSnapshot":             func(t *testing.T) { testLateEventRewind(t, newBackend, 4) },
+		"RewindStartsBeforeEveryLateRowInHand":    func(t *testing.T) { testRewindBeforeEveryLateRow(t, newBackend) },
 		"StartupScanLeavesALiveRewindToItsDrain":  func(t *testing.T) { testStartupScanAfterLiveRewind(t, newBackend) },
 		"StartupScanLeavesALateRowHeldElsewhere":  func(t *testing.T) { testStartupScanLateHeldElsewhere(t, newBackend) },
 		"RebuildMatchesFreshReplay":               func(t *testing.T) { testRebuild(t, newBackend) },
@@ -239,6 +240,58 @@ func testLifecycleCrashHealed(t *testing.T, newBackend NewBackendFunc) {
 	for _, e := range res.Events {
 		require.NotZero(t, stages[e.ID]&ports.StagePostLifecycle, "durable completion marker written")
 	}
+}
+
+// testRewindBeforeEveryLateRow: a late row whose flag was cleared (by a
+// replay elsewhere that left it to its holder) and raised again by a later
+// late row is below the cursor's trigger. The rewind replays from before
+// it, not from the snapshot before the trigger: its completion takes every
+// late row it holds, and one it never applied would be lost.
+func testRewindBeforeEveryLateRow(t *testing.T, newBackend NewBackendFunc) {
+	b := newBackend(t)(t)
+	if b.Rewind == nil || b.Snapshots == nil {
+		t.Skip("adapter does not implement ports.RewindStore and ports.SnapshotStore")
+	}
+	reg := newRegistry(t, trailPerspective(t, "alpha", nil, nil))
+	o := lifecycleOptions()
+	o.Rewind.SnapshotEvery = 2
+	o.PerspectiveBatchSize = 2 // a save, and a snapshot, every two events
+	ctx := t.Context()
+	encode := func(v int64) ports.NewEvent {
+		ne, err := reg.Encode(tick{N: int(v)})
+		require.NoError(t, err)
+		ne.Version = v
+		return ne
+	}
+	// Versions 1..12 without 3 and 9, applied with snapshots on the way.
+	stream := uuid.Must(uuid.NewV7())
+	var evs []ports.NewEvent
+	for v := int64(1); v <= 12; v++ {
+		if v != 3 && v != 9 {
+			evs = append(evs, encode(v))
+		}
+	}
+	first := startWorker(t, b, reg, o)
+	_, err := b.Events.EventsAppend(ctx, &ports.EventsAppendParams{StreamID: stream, Events: evs})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(modelVersions(t, b, stream, "alpha")) == 10 }, scenarioTimeout, time.Millisecond, "ten events applied")
+	require.NoError(t, first.Stop(ctx))
+
+	// Version 3 arrives late and flags the cursor; a rowless completion
+	// clears the flag, and version 9, arriving late, raises it again.
+	_, err = b.Events.EventsAppend(ctx, &ports.EventsAppendParams{StreamID: stream, Events: []ports.NewEvent{encode(3)}})
+	require.NoError(t, err)
+	_, err = b.Cursors.WorkComplete(ctx, &ports.WorkCompleteParams{InstanceID: uuid.Must(uuid.NewV7()), Completions: []ports.Completion{{StreamID: stream, Perspective: "alpha"}}})
+	require.NoError(t, err)
+	_, err = b.Events.EventsAppend(ctx, &ports.EventsAppendParams{StreamID: stream, Events: []ports.NewEvent{encode(9)}})
+	require.NoError(t, err)
+	cur := mustCursor(t, b, stream, "alpha")
+	require.Equal(t, int64(9), cur.RewindTriggerVersion, "the trigger is above the late row at 3")
+
+	startWorker(t, b, reg, o)
+
+	require.Eventually(t, func() bool { return len(modelVersions(t, b, stream, "alpha")) == 12 }, scenarioTimeout, time.Millisecond, "both late events applied")
+	require.Equal(t, seq(1, 12), modelVersions(t, b, stream, "alpha"), "the model equals a clean replay")
 }
 
 func testLateEventRewind(t *testing.T, newBackend NewBackendFunc, snapshotEvery int) {

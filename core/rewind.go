@@ -237,6 +237,15 @@ func (rw *rewinder) rewindPair(ctx context.Context, p perspective, key pairKey, 
 	if trigger == 0 && len(rows) > 0 {
 		trigger = rows[0].EventVersion
 	}
+	// A late row in hand below the cursor's trigger (the flag it raised
+	// was cleared and raised again by a later one) is replayed too: the
+	// replay starts before the earliest of them, or its completion would
+	// take a row whose event it never applied.
+	for _, row := range rows {
+		if row.Late && row.EventVersion < trigger {
+			trigger = row.EventVersion
+		}
+	}
 	ctx, span := rw.tracing.startRewind(ctx, key, trigger)
 	var (
 		res replayResult
