@@ -236,9 +236,11 @@ type pairRun struct {
 	// redelivered are the rows at or below the stored position (indexes in
 	// rows): applied and saved before, their completion lost (a crash).
 	redelivered []int
-	// posted counts the saved rows whose PostPerspective ran (see
-	// postPerspective); redeliveredPosted tells whether the re-delivered
-	// rows' did.
+	// evs are the events of the first evsOf saved rows (see eventsSaved);
+	// posted counts those whose PostPerspective ran (see postPerspective);
+	// redeliveredPosted tells whether the re-delivered rows' did.
+	evs               []ports.Event
+	evsOf             int
 	posted            int
 	redeliveredPosted bool
 	// unposted are the events whose PostPerspective a report's try did
@@ -507,7 +509,16 @@ func (r *pairRun) finish(ctx context.Context) (int, []ports.Event) {
 	if n == 0 || !r.dr.reg.hasReceptors(PostPerspective) && !r.task.stream.collect {
 		return n, nil
 	}
-	return n, r.savedEvents(r.saved)
+	return n, r.eventsSaved()
+}
+
+// eventsSaved returns the events of the rows the run saved, extending the
+// list it keeps as the run saves more: the reports' PostPerspective and
+// finish read it, and each saved row is looked up once.
+func (r *pairRun) eventsSaved() []ports.Event {
+	r.evs = append(r.evs, r.savedEvents(r.saved[r.evsOf:])...)
+	r.evsOf = len(r.saved)
+	return r.evs
 }
 
 // savedEvents returns the events of the rows at indexes, in order.
@@ -535,8 +546,9 @@ func (r *pairRun) postPerspective(ctx context.Context, retried bool) {
 	if !r.dr.reg.hasReceptors(PostPerspective) {
 		return
 	}
-	events := r.savedEvents(r.saved[r.posted:])
-	r.posted = len(r.saved)
+	saved := r.eventsSaved()
+	events := slices.Clone(saved[r.posted:])
+	r.posted = len(saved)
 	if !r.redeliveredPosted && r.dr.backend.Lifecycle != nil {
 		r.redeliveredPosted = true
 		for _, i := range r.redelivered {
