@@ -51,15 +51,7 @@ func testRebuildCursorWithoutModel(t *testing.T, newBackend NewBackendFunc) {
 	f := setupRebuild(t, newBackend)
 	stream := f.streams[0]
 	ctx := t.Context()
-	cur := mustCursor(t, f.b, stream, "scaled")
-	_, err := f.b.Admin.PerspectiveRetire(ctx, &ports.PerspectiveRetireParams{Perspective: "scaled", DropState: true})
-	require.NoError(t, err)
-	require.NoError(t, f.b.Admin.PerspectiveRevive(ctx, &ports.PerspectiveReviveParams{Perspective: "scaled"}))
-	_, err = f.b.Cursors.WorkComplete(ctx, &ports.WorkCompleteParams{
-		InstanceID:  uuid.Must(uuid.NewV7()),
-		Completions: []ports.Completion{{StreamID: stream, Perspective: "scaled", LastEventID: cur.LastEventID, LastVersion: cur.LastVersion}},
-	})
-	require.NoError(t, err)
+	f.dropWithStaleCompletion(t, stream)
 
 	var applied atomic.Int64 // applies of the event appended after the revival
 	f.factor.Store(2)
@@ -72,7 +64,7 @@ func testRebuildCursorWithoutModel(t *testing.T, newBackend NewBackendFunc) {
 		}
 	}
 	w := f.start(t, o)
-	_, err = f.registry(t).Append(ctx, f.b.Events, stream, 0, tick{N: 4})
+	_, err := f.registry(t).Append(ctx, f.b.Events, stream, 0, tick{N: 4})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return applied.Load() > 0 || logs.errorContaining("rebuild") > 0 }, scenarioTimeout, time.Millisecond,
 		"the drain tried the new event, or told that the pair needs a rebuild")
@@ -96,6 +88,24 @@ func testDrainRepairsCursorWithoutModel(t *testing.T, newBackend NewBackendFunc)
 	f := setupRebuild(t, newBackend)
 	stream := f.streams[0]
 	ctx := t.Context()
+	f.dropWithStaleCompletion(t, stream)
+
+	f.factor.Store(2)
+	f.start(t, f.options())
+	_, err := f.registry(t).Append(ctx, f.b.Events, stream, 0, tick{N: 4})
+	require.NoError(t, err)
+
+	require.Eventually(t, func() bool { return len(f.scaled(t, stream)) == 4 }, scenarioTimeout, time.Millisecond, "the pair repaired and the new event applied")
+	require.Equal(t, []int64{2, 4, 6, 8}, f.scaled(t, stream), "replayed up to the cursor, then the new event, in order")
+	requireNoRewind(t, mustCursor(t, f.b, stream, "scaled"))
+}
+
+// dropWithStaleCompletion retires "scaled" with DropState, revives it, and
+// lands a completion of stream's pair sent before the retirement: the
+// cursor comes back at its old position, without its model.
+func (f *rebuildFixture) dropWithStaleCompletion(t *testing.T, stream uuid.UUID) {
+	t.Helper()
+	ctx := t.Context()
 	cur := mustCursor(t, f.b, stream, "scaled")
 	_, err := f.b.Admin.PerspectiveRetire(ctx, &ports.PerspectiveRetireParams{Perspective: "scaled", DropState: true})
 	require.NoError(t, err)
@@ -105,15 +115,6 @@ func testDrainRepairsCursorWithoutModel(t *testing.T, newBackend NewBackendFunc)
 		Completions: []ports.Completion{{StreamID: stream, Perspective: "scaled", LastEventID: cur.LastEventID, LastVersion: cur.LastVersion}},
 	})
 	require.NoError(t, err)
-
-	f.factor.Store(2)
-	f.start(t, f.options())
-	_, err = f.registry(t).Append(ctx, f.b.Events, stream, 0, tick{N: 4})
-	require.NoError(t, err)
-
-	require.Eventually(t, func() bool { return len(f.scaled(t, stream)) == 4 }, scenarioTimeout, time.Millisecond, "the pair repaired and the new event applied")
-	require.Equal(t, []int64{2, 4, 6, 8}, f.scaled(t, stream), "replayed up to the cursor, then the new event, in order")
-	requireNoRewind(t, mustCursor(t, f.b, stream, "scaled"))
 }
 
 // rebuildFixture is a backend whose streams hold three ticks each, applied
