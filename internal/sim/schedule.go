@@ -60,9 +60,10 @@ func (w *world) newKey() int64 {
 	return w.nextK
 }
 
-// schedule draws the operations of the fault phase from the run's random source. The
-// schedule is the same on every replay of the seed; what the operations
-// meet (which instance is live, which dead letters exist) is not.
+// schedule draws the operations of the fault phase from the run's random
+// source. The schedule is the same on every replay of a run; what the
+// operations meet (which instance is live, which dead letters exist) is
+// not.
 func (w *world) schedule() []op {
 	rng := w.rng
 	F := w.p.faultPhase

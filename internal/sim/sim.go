@@ -27,14 +27,14 @@ type Config struct {
 	Backend string
 	// Short makes the fault phase shorter (the smoke run of go test).
 	Short bool
-	// Calm runs the seed without any fault or operation: appends only. A
+	// Calm makes a run without any fault or operation: appends only. A
 	// calm run checks the simulator's own bounds.
 	Calm bool
-	// Focus, when set, makes every instance fault of the seed one kind:
+	// Focus, when set, makes every instance fault of the run one kind:
 	// crash, stop, fail, block, lock (the lease table), jump or reports
 	// (an instance's completions fail), and leaves
-	// hung events out. Without it, one seed in three draws a focus, a lock
-	// or a block most often, and half the other seeds with Instant
+	// hung events out. Without it, one run in three draws a focus, a lock
+	// or a block most often, and half the other runs with Instant
 	// completions focus on reports.
 	Focus string
 	// Watch, when set, adds to the trace every completion, failure, fetch
@@ -348,8 +348,9 @@ func (w *world) sleep(d time.Duration) bool {
 // sleepUntil waits until the sim time at.
 func (w *world) sleepUntil(at time.Duration) bool { return w.sleep(at - w.now()) }
 
-// newUUID returns a UUID drawn from the seed (stream and instance ids
-// repeat with the seed, which makes traces comparable).
+// newUUID returns a UUID drawn from the run's random source (stream and
+// instance ids repeat on every replay of the run, which makes traces
+// comparable).
 func (w *world) newUUID() uuid.UUID {
 	w.mu.Lock()
 	defer w.mu.Unlock()
