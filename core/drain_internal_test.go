@@ -444,3 +444,60 @@ func TestExhaustedRowsAtOrBelowTheModelComplete(t *testing.T) {
 	require.Zero(t, bb.applied.Load(), "nor applied again")
 	require.Empty(t, fetch(bb.w.InstanceID()).Work, "they completed")
 }
+
+// A rewind handed late rows that were read before another rewind applied
+// their events (its save took the flag off; its completion may still be on
+// its way) replays them, but they are not new: counted as new, the pair's
+// RewindInfo.New and its stages would tell of events applied before.
+func TestRewindWithLateRowsAnotherRewindAppliedSince(t *testing.T) {
+	t.Parallel()
+
+	clock := clocktest.NewFake()
+	b := memory.New(memory.Options{Clock: clock}).Backend()
+	var news []int
+	opts := &Options{Clock: clock, Hooks: Hooks{OnRewind: func(info RewindInfo) { news = append(news, info.New) }}}
+	bb := setupBatchNamed(t, opts, b, "c")
+	stream := uuid.New()
+	appendAt := func(versions ...int64) {
+		t.Helper()
+		var evs []ports.NewEvent
+		for _, v := range versions {
+			evs = append(evs, ports.NewEvent{ID: uuid.New(), Type: "placed", Version: v, Data: []byte(`{"id":"x"}`)})
+		}
+		_, err := b.Events.EventsAppend(t.Context(), &ports.EventsAppendParams{StreamID: stream, Events: evs})
+		require.NoError(t, err)
+	}
+	appendAt(1, 3)
+	bb.w.drain.processBatch(t.Context(), bb.take(t, stream))
+	bb.settle(t)
+	appendAt(2) // late: below the cursor at 3
+
+	res, err := b.Fetcher.EventsFetchPending(t.Context(), &ports.EventsFetchPendingParams{
+		InstanceID: bb.w.InstanceID(), StreamIDs: []uuid.UUID{stream}, MaxRows: 100, LeaseDuration: time.Minute, StaleThreshold: time.Minute,
+	})
+	require.NoError(t, err)
+	require.Equal(t, []int64{2}, versions(res.Work))
+	require.True(t, res.Work[0].Late)
+	stale := slices.Clone(res.Work)
+	clock.Advance(RewindDebounceDefault)
+	bb.drainFetched(t, res, bb.w.parking.nextFetch())
+	bb.settle(t)
+	require.Equal(t, []int{1}, news, "the first rewind applied the late event")
+
+	key := pairKey{stream: stream, perspective: "c"}
+	p, ok := bb.w.reg.perspective("c")
+	require.True(t, ok)
+	cs, err := b.Cursors.CursorsGet(t.Context(), &ports.CursorsGetParams{StreamIDs: []uuid.UUID{stream}, Perspective: "c"})
+	require.NoError(t, err)
+	require.Len(t, cs, 1)
+	fresh, err := bb.w.rewind.rewindPair(t.Context(), p, key, stale, nil, cs[0], true, nil)
+	require.NoError(t, err)
+	require.Empty(t, fresh, "the late event was applied by the first rewind")
+	require.Equal(t, []int{1, 0}, news)
+
+	stored, err := b.Models.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: stream, Perspective: "c"})
+	require.NoError(t, err)
+	var m counter
+	require.NoError(t, json.Unmarshal(stored.Data, &m))
+	require.Equal(t, 3, m.N, "each event once in the model")
+}

@@ -138,20 +138,21 @@ func (r *replayRun) events(ctx context.Context) (toReplay, toFire []ports.Event,
 	if err != nil {
 		return nil, nil, err
 	}
-	upTo := r.stored.LastVersion
-	fresh := make(map[uuid.UUID]bool, len(r.rows))
-	for _, row := range r.rows {
-		upTo = max(upTo, row.EventVersion)
-		fresh[row.EventID] = neverApplied(row, r.stored.LastVersion)
-	}
 	events, err := r.rw.backend.Fetcher.EventsReadStream(ctx, &ports.EventsReadStreamParams{StreamID: r.key.stream, AfterVersion: r.res.from})
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading stream: %w", err)
 	}
 	// Read after the stream: a row that is late by then and whose event the
 	// replay read is left out with it.
-	if err := r.leaveLateOut(ctx, skip); err != nil {
+	late, err := r.leaveLateOut(ctx, skip)
+	if err != nil {
 		return nil, nil, err
+	}
+	upTo := r.stored.LastVersion
+	fresh := make(map[uuid.UUID]bool, len(r.rows))
+	for _, row := range r.rows {
+		upTo = max(upTo, row.EventVersion)
+		fresh[row.EventID] = neverApplied(row, late[row.WorkID], r.stored.LastVersion)
 	}
 	handles := map[string]bool{}
 	for _, t := range r.p.eventTypes() {
@@ -187,14 +188,15 @@ func (r *replayRun) events(ctx context.Context) (toReplay, toFire []ports.Event,
 // (or, with rewinds off, their rows are dead-lettered); applied here,
 // they would be in the model while their rows wait, and that rewind would
 // apply them again as new, running their stages after their first apply,
-// or the move to dead letters would name an event the model holds.
-func (r *replayRun) leaveLateOut(ctx context.Context, skip map[uuid.UUID]bool) error {
+// or the move to dead letters would name an event the model holds. It
+// returns the work ids of the pair's late rows.
+func (r *replayRun) leaveLateOut(ctx context.Context, skip map[uuid.UUID]bool) (map[uuid.UUID]bool, error) {
 	late, err := r.rw.backend.Rewind.WorkLate(ctx, &ports.WorkLateParams{StreamID: r.key.stream, Perspective: r.key.perspective})
 	if err != nil {
-		return fmt.Errorf("listing late rows: %w", err)
+		return nil, fmt.Errorf("listing late rows: %w", err)
 	}
 	if len(late) == 0 {
-		return nil
+		return nil, nil
 	}
 	inHand := make(map[uuid.UUID]bool, len(r.rows)+len(r.held))
 	for _, row := range r.rows {
@@ -203,23 +205,28 @@ func (r *replayRun) leaveLateOut(ctx context.Context, skip map[uuid.UUID]bool) e
 	for _, id := range r.held {
 		inHand[id] = true
 	}
+	ids := make(map[uuid.UUID]bool, len(late))
 	for _, row := range late {
+		ids[row.WorkID] = true
 		if !inHand[row.WorkID] {
 			skip[row.EventID] = true
 		}
 	}
-	return nil
+	return ids, nil
 }
 
 // neverApplied reports whether the event of a pending row was never
 // applied by the pair whose stored model is at position: a row above it,
-// or a late row below it (stored below the cursor, or found straggling
-// there), unless a failed replay stored it for an event the model held
-// (ports.WorkItem.Replay). Any other row at or below the position is one
+// or a row below it that is still late (stored below the cursor, or found
+// straggling there), unless a failed replay stored it for an event the
+// model held (ports.WorkItem.Replay). stillLate is whether the backend
+// lists the row as late now, read after the model: a row handed over late
+// whose flag is off since was applied by a save that took it off (another
+// rewind's, or a drain's). Any other row at or below the position is one
 // whose event a save already holds: its completion was lost with the
 // instance that applied it, or is still on its way.
-func neverApplied(row ports.WorkItem, position int64) bool {
-	return !row.Replay && (row.Late || row.EventVersion > position)
+func neverApplied(row ports.WorkItem, stillLate bool, position int64) bool {
+	return !row.Replay && (row.Late && stillLate || row.EventVersion > position)
 }
 
 // apply runs the PrePerspective stage of the pending events, and of the
