@@ -501,3 +501,108 @@ func TestRewindWithLateRowsAnotherRewindAppliedSince(t *testing.T) {
 	require.NoError(t, json.Unmarshal(stored.Data, &m))
 	require.Equal(t, 3, m.N, "each event once in the model")
 }
+
+// A run of re-deliveries only (rows whose events a save holds, their
+// completion lost) reports the position of the last row it holds, not the
+// model's: the fetch hands a pair's rows over from the first, and the rows
+// it left for the next fetch lie between the two. Reported at the model's
+// position, the report would not list them and the backend would take
+// them for stragglers never applied: late rows and a rewind, or with
+// rewinds off dead letters, for events the model holds.
+func TestRedeliveriesCompleteUpToTheRowsInHand(t *testing.T) {
+	t.Parallel()
+
+	clock := clocktest.NewFake()
+	b := memory.New(memory.Options{Clock: clock}).Backend()
+	bb := setupBatchNamed(t, &Options{Clock: clock}, b, "c")
+	stream := bb.appendStreams(t, 1, placed{ID: "a"}, placed{ID: "b"}, placed{ID: "c"})[0]
+	evs, err := b.Fetcher.EventsReadStream(t.Context(), &ports.EventsReadStreamParams{StreamID: stream})
+	require.NoError(t, err)
+	require.Len(t, evs, 3)
+	// The model of all three, saved by an instance whose completion was lost.
+	require.NoError(t, b.Models.ModelSave(t.Context(), &ports.ModelSaveParams{
+		StreamID: stream, Perspective: "c", Data: []byte(`{"n":3}`), LastEventID: evs[2].ID, LastVersion: 3,
+	}))
+	fetch := func(limit int) *ports.EventsFetchPendingResult {
+		t.Helper()
+		res, err := b.Fetcher.EventsFetchPending(t.Context(), &ports.EventsFetchPendingParams{
+			InstanceID: bb.w.InstanceID(), StreamIDs: []uuid.UUID{stream}, MaxRows: limit, LeaseDuration: time.Minute, StaleThreshold: time.Minute,
+		})
+		require.NoError(t, err)
+		return res
+	}
+
+	first := fetch(1)
+	require.Equal(t, []int64{1}, versions(first.Work))
+	bb.drainFetched(t, first, bb.w.parking.nextFetch())
+	bb.settle(t)
+	late, err := b.Rewind.WorkLate(t.Context(), &ports.WorkLateParams{StreamID: stream, Perspective: "c"})
+	require.NoError(t, err)
+	require.Empty(t, versions(late), "the rows left for the next fetch are not stragglers")
+
+	rest := fetch(10)
+	require.Equal(t, []int64{2, 3}, versions(rest.Work))
+	require.Len(t, rest.Cursors, 1)
+	require.False(t, rest.Cursors[0].Status.Has(ports.CursorRewindRequired))
+	bb.drainFetched(t, rest, bb.w.parking.nextFetch())
+	bb.settle(t)
+	require.Empty(t, fetch(10).Work)
+	require.Zero(t, bb.applied.Load(), "every event was in the model")
+}
+
+// A rewind's completion, like a drain's, names no position past the rows
+// it was handed: the rows the fetch left for the next one, below the
+// model's position (their completion lost), are not stragglers.
+func TestRewindCompletesUpToTheRowsInHand(t *testing.T) {
+	t.Parallel()
+
+	clock := clocktest.NewFake()
+	b := memory.New(memory.Options{Clock: clock}).Backend()
+	var rewinds []RewindInfo
+	opts := &Options{Clock: clock, Hooks: Hooks{OnRewind: func(info RewindInfo) { rewinds = append(rewinds, info) }}}
+	bb := setupBatchNamed(t, opts, b, "c")
+	stream := uuid.New()
+	appendAt := func(versions ...int64) []ports.NewEvent {
+		t.Helper()
+		var evs []ports.NewEvent
+		for _, v := range versions {
+			evs = append(evs, ports.NewEvent{ID: uuid.New(), Type: "placed", Version: v, Data: []byte(`{"id":"x"}`)})
+		}
+		_, err := b.Events.EventsAppend(t.Context(), &ports.EventsAppendParams{StreamID: stream, Events: evs})
+		require.NoError(t, err)
+		return evs
+	}
+	evs := appendAt(1, 3, 4, 5)
+	// The model of all four, saved by an instance whose completion was lost.
+	require.NoError(t, b.Models.ModelSave(t.Context(), &ports.ModelSaveParams{
+		StreamID: stream, Perspective: "c", Data: []byte(`{"n":4}`), LastEventID: evs[3].ID, LastVersion: 5,
+	}))
+	appendAt(2) // late: below the cursor at 5
+	fetch := func(limit int) *ports.EventsFetchPendingResult {
+		t.Helper()
+		res, err := b.Fetcher.EventsFetchPending(t.Context(), &ports.EventsFetchPendingParams{
+			InstanceID: bb.w.InstanceID(), StreamIDs: []uuid.UUID{stream}, MaxRows: limit, LeaseDuration: time.Minute, StaleThreshold: time.Minute,
+		})
+		require.NoError(t, err)
+		return res
+	}
+
+	first := fetch(2)
+	require.Equal(t, []int64{1, 2}, versions(first.Work))
+	clock.Advance(RewindDebounceDefault)
+	bb.drainFetched(t, first, bb.w.parking.nextFetch())
+	bb.settle(t)
+	require.Len(t, rewinds, 1)
+	require.Equal(t, 1, rewinds[0].New, "the late event")
+	late, err := b.Rewind.WorkLate(t.Context(), &ports.WorkLateParams{StreamID: stream, Perspective: "c"})
+	require.NoError(t, err)
+	require.Empty(t, versions(late), "the rows left for the next fetch are not stragglers")
+
+	rest := fetch(10)
+	require.Equal(t, []int64{3, 4, 5}, versions(rest.Work))
+	require.False(t, rest.Cursors[0].Status.Has(ports.CursorRewindRequired))
+	bb.drainFetched(t, rest, bb.w.parking.nextFetch())
+	bb.settle(t)
+	require.Empty(t, fetch(10).Work)
+	require.Len(t, rewinds, 1, "one rewind")
+}

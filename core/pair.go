@@ -576,6 +576,38 @@ func (r *pairRun) position() (uuid.UUID, int64) {
 	return r.lastSaved.ID, r.lastSaved.Version
 }
 
+// reportPosition returns the position a report of the run names: the
+// position it reached (see position) or, when every row it was handed lies
+// below that, the last of them. Such a run holds re-deliveries only
+// (events a save holds, whose completion was lost), and the fetch left the
+// pair's later rows for the next one: named past them, the report would
+// not list them, and the backend would take them for stragglers never
+// applied (late rows, a rewind, or with rewinds off dead letters, for
+// events the model holds). The cursor is at the position already: the
+// save that reached it moved it.
+func (r *pairRun) reportPosition() (uuid.UUID, int64) {
+	id, version := r.position()
+	return capToRows(id, version, r.rows)
+}
+
+// capToRows returns the position (id, version) a report listing rows may
+// name: the position, or the newest of rows when all lie below it.
+func capToRows(id uuid.UUID, version int64, rows []ports.WorkItem) (uuid.UUID, int64) {
+	if len(rows) == 0 {
+		return id, version
+	}
+	newest := rows[0]
+	for _, row := range rows[1:] {
+		if row.EventVersion > newest.EventVersion {
+			newest = row
+		}
+	}
+	if newest.EventVersion >= version {
+		return id, version
+	}
+	return newest.EventID, newest.EventVersion
+}
+
 // stop ends the run without a failure: what was saved completes, the
 // unsaved rest comes back after a retry (the rows stay leased).
 func (r *pairRun) stop(ctx context.Context) {
@@ -589,7 +621,7 @@ func (r *pairRun) complete(ctx context.Context) {
 		return
 	}
 	r.postPerspective(ctx, false)
-	lastID, lastVersion := r.position()
+	lastID, lastVersion := r.reportPosition()
 	ids := r.applied()
 	c := ports.Completion{StreamID: r.key.stream, Perspective: r.key.perspective, LastEventID: lastID, LastVersion: lastVersion, WorkIDs: ids}
 	r.dr.cache.AddRange(r.key.dedupKey(), ids)
@@ -646,7 +678,7 @@ func (r *pairRun) failAt(ctx context.Context, i int, cause error) bool {
 		return false
 	}
 	r.postPerspective(ctx, false)
-	lastID, lastVersion := r.position()
+	lastID, lastVersion := r.reportPosition()
 	r.announceSaved(lastVersion)
 	r.dr.fail.reportFailure(ctx, r.key, r.rows[i], r.applied(), lastID, lastVersion, cause)
 	r.done = nil
@@ -681,7 +713,7 @@ func (r *pairRun) abandon(info AbandonedApply, late bool) {
 	}
 	if outcome == failureRetry {
 		r.postPerspective(ctx, false)
-		lastID, lastVersion := r.position()
+		lastID, lastVersion := r.reportPosition()
 		r.announceSaved(lastVersion)
 		dr.fail.reportFailure(ctx, r.key, r.rows[i], r.applied(), lastID, lastVersion, cause)
 		r.done = nil

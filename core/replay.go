@@ -405,9 +405,11 @@ func (r *replayRun) complete(ctx context.Context) error {
 		defer rw.life.postPerspective(ctx, r.key.perspective, fired)
 	}
 	ids := make([]uuid.UUID, 0, len(r.rows)+len(r.held))
+	var listed []ports.WorkItem
 	for _, row := range r.rows {
 		if row.EventVersion <= r.lastVer {
 			ids = append(ids, row.WorkID)
+			listed = append(listed, row)
 		}
 	}
 	// Replayed rows must not be suppressed by the dedup cache later.
@@ -421,7 +423,12 @@ func (r *replayRun) complete(ctx context.Context) error {
 	// them to complete them.
 	ids = append(ids, r.held...)
 	if len(ids) > 0 {
-		rw.completer.reportCompletion(ctx, ports.Completion{StreamID: r.key.stream, Perspective: r.key.perspective, LastEventID: r.lastID, LastVersion: r.lastVer, WorkIDs: ids})
+		// Named no further than the rows listed (see pairRun.reportPosition):
+		// the save moved the cursor to the replay's position, and the rows
+		// pending between the two, which the fetch left for the next one,
+		// are re-deliveries of events the model holds, not stragglers.
+		lastID, lastVer := capToRows(r.lastID, r.lastVer, listed)
+		rw.completer.reportCompletion(ctx, ports.Completion{StreamID: r.key.stream, Perspective: r.key.perspective, LastEventID: lastID, LastVersion: lastVer, WorkIDs: ids})
 	} else {
 		// Nothing pending here: clear the flag directly. The save moved
 		// the cursor already; a completion that named the position would

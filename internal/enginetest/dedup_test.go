@@ -302,7 +302,9 @@ func TestRewoundWorkRedeliveredIsNotReplayed(t *testing.T) {
 	}
 
 	cursors.refusing.Store(false)
-	waitFlushed(t, flushed, 3, "the rewind's completion once the backend answers")
+	// The rewind's completion names the late row it lists: the save moved
+	// the cursor to 3.
+	waitFlushed(t, flushed, 2, "the rewind's completion once the backend answers")
 	require.Equal(t, []int64{1, 2, 3}, loadTotal(t, b, stream).Seen)
 	mu.Lock()
 	defer mu.Unlock()
