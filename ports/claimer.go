@@ -66,7 +66,12 @@ type WorkClaimer interface {
 	// lease they hold is released, one attempt more on each pending row
 	// handed out under it (a takeover from a dead instance, see Attempts),
 	// so others can claim the streams at once. It returns the abandoned
-	// instance ids.
+	// instance ids. The call never waits for the stale instance: a stream
+	// it cannot take at once (a backend with row locks, where the stale
+	// process stopped in the middle of a statement that locked the
+	// stream) is left leased, and the instance recorded and stale, until
+	// a later heartbeat takes it; the instance is abandoned, and returned,
+	// by the call that releases its last stream.
 	//
 	// Only a caller that was live itself before the call abandons others:
 	// one whose previous heartbeat is newer than Now-StaleThreshold. A new

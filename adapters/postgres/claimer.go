@@ -126,15 +126,17 @@ WHERE i.instance_id = $1
 ORDER BY i.instance_id
 FOR UPDATE OF i`
 
-	// sqlAbandonInstances deletes the stale instances and returns their
-	// ids, NextStaleAt, Rejoined and Live: the caller, whose upsert comes
-	// next, and the other instances live at clock.now (the stale ones it
-	// deletes are not).
+	// sqlAbandonInstances deletes the stale instances that hold no stream
+	// (sqlAbandonLeases released them all, but those it passed over) and
+	// returns their ids, NextStaleAt, Rejoined and Live: the caller, whose
+	// upsert comes next, and the other instances live at clock.now (the
+	// stale ones are not).
 	sqlAbandonInstances = `WITH ` + sqlClock + `,
 ` + sqlStale + `,
 abandoned AS (
     DELETE FROM /* SCHEMA */.vantage_instances i
     WHERE i.instance_id = ANY (ARRAY(SELECT instance_id FROM stale))
+      AND NOT EXISTS (SELECT 1 FROM /* SCHEMA */.vantage_active_streams a WHERE a.instance_id = i.instance_id)
     RETURNING i.instance_id
 )
 SELECT
@@ -166,7 +168,14 @@ SET service_name = excluded.service_name,
 // instance, see sqlCharge): the stream rows are locked in stream id order
 // (vantage_active_streams_instance_idx), released by key, then the rows
 // charged. The charge runs last (a data-modifying CTE the main statement
-// does not read), on the marks as they were locked.
+// does not read), on the marks as they were locked. A stream row locked
+// by someone else is passed over (SKIP LOCKED): abandoners are serialized
+// by sqlHeartbeatLock already, so the lock is the stale instance's own,
+// an unfinished statement of a process paused mid-batch, which holds it
+// for as long as the pause; waiting for it, every live instance's
+// heartbeat would wait as long, and could go stale. sqlAbandonInstances
+// keeps the instance while it holds such a stream, so a later heartbeat
+// abandons it once the lock is gone.
 var sqlAbandonLeases = `WITH ` + sqlClock + `,
 ` + sqlStale + `,
 ` + sqlLive + `,
@@ -175,7 +184,7 @@ taken AS MATERIALIZED (
     FROM /* SCHEMA */.vantage_active_streams a
     WHERE a.instance_id = ANY (ARRAY(SELECT instance_id FROM stale))
     ORDER BY a.stream_id
-    FOR UPDATE OF a
+    FOR UPDATE OF a SKIP LOCKED
 ),
 ` + sqlCharge("taken", "true") + `
 UPDATE /* SCHEMA */.vantage_active_streams a

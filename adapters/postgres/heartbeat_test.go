@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"sync"
@@ -112,4 +113,66 @@ FROM `+s+`.vantage_work WHERE stream_id = ANY($1)`, victimStreams, victim, hande
 		require.Len(t, listed, survivors, "round %d: every survivor stays", round)
 		require.False(t, slices.ContainsFunc(listed, func(in ports.Instance) bool { return in.ID == victim }))
 	}
+}
+
+// A stale instance paused in the middle of a work statement (a SIGSTOP
+// while its batch held a stream row) must not hold up the heartbeats of
+// the live ones: waiting for its lock, a survivor's heartbeat waited for
+// as long as the pause, and could go stale itself. The survivor abandons
+// the streams it can lock, leaves the locked one and the instance for a
+// later heartbeat, and that one abandons them once the lock is gone.
+func TestAbandonmentPassesOverAStreamTheStaleInstanceLocks(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	const threshold = 30 * time.Second
+	b := setup(t)
+	s := pgx.Identifier{b.schema}.Sanitize()
+	victim, survivor := uuid.New(), uuid.New()
+	heartbeat := func(id uuid.UUID, now time.Time) *ports.InstanceHeartbeatResult {
+		t.Helper()
+		hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		res, err := b.backend.Claimer.InstanceHeartbeat(hctx, &ports.InstanceHeartbeatParams{InstanceID: id, StaleThreshold: threshold, Now: now})
+		require.NoError(t, err)
+		return res
+	}
+	heartbeat(victim, base)
+	heartbeat(survivor, base)
+	locked, free := uuid.New(), uuid.New()
+	_, err := b.pool.Exec(ctx, `
+INSERT INTO `+s+`.vantage_work (work_id, stream_id, perspective, event_id, event_version)
+SELECT gen_random_uuid(), st, 'p', gen_random_uuid(), 1 FROM unnest($1::uuid[]) st`, []uuid.UUID{locked, free})
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, `
+INSERT INTO `+s+`.vantage_active_streams (stream_id, instance_id, lease_expiry, handed_out, first_seq, last_activity_at)
+SELECT st, $2::uuid, $3::timestamptz + interval '1 hour', jsonb_build_object('p', 1), 0, $3::timestamptz FROM unnest($1::uuid[]) st`,
+		[]uuid.UUID{locked, free}, victim, base)
+	require.NoError(t, err)
+	leaseOf := func(stream uuid.UUID) *uuid.UUID {
+		t.Helper()
+		var holder *uuid.UUID
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT instance_id FROM `+s+`.vantage_active_streams WHERE stream_id = $1`, stream).Scan(&holder))
+		return holder
+	}
+
+	// The victim's unfinished statement.
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = tx.Exec(ctx, `SELECT 1 FROM `+s+`.vantage_active_streams WHERE stream_id = $1 FOR UPDATE`, locked)
+	require.NoError(t, err)
+
+	heartbeat(survivor, base.Add(threshold/2))
+	res := heartbeat(survivor, base.Add(threshold+time.Second))
+	require.Empty(t, res.Abandoned, "the victim stays until its last stream is abandoned")
+	require.Nil(t, leaseOf(free), "the stream it could lock is released")
+	require.Equal(t, &victim, leaseOf(locked), "the locked stream waits")
+
+	require.NoError(t, tx.Rollback(ctx))
+	res = heartbeat(survivor, base.Add(threshold+2*time.Second))
+	require.Equal(t, []uuid.UUID{victim}, res.Abandoned)
+	require.Nil(t, leaseOf(locked))
+	var attempts []int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT array_agg(attempts ORDER BY stream_id) FROM `+s+`.vantage_work WHERE stream_id = ANY($1)`, []uuid.UUID{locked, free}).Scan(&attempts))
+	require.Equal(t, []int{1, 1}, attempts, "each handed-out row charged once, by the abandonment that took its stream")
 }
