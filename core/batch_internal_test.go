@@ -488,7 +488,7 @@ func TestIdleWorkerSendsItsCompletionsAtOnce(t *testing.T) {
 	bb, flushed, stream := setupFlushWatch(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	bb.w.consumers.Start(ctx, ctx)
-	t.Cleanup(func() { cancel(); bb.w.consumers.Stop() })
+	t.Cleanup(func() { cancel(); require.NoError(t, bb.w.consumers.Stop(context.Background())) })
 
 	bb.w.drain.queue.Push(stream)
 	f := recv(t, flushed, "the completion, sent once the batch ended")

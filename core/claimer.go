@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vantage-go/vantage/core/internal/startstop"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -73,7 +74,7 @@ func (b *claimBudget) wait(now time.Time) time.Duration {
 // report more work, and when woken.
 type claimer struct {
 	*engine
-	startStop
+	startstop.Base
 	queue  *drainQueue
 	heart  *heartbeater
 	notes  *listener
@@ -96,7 +97,7 @@ func newClaimer(e *engine, queue *drainQueue, notes *listener) *claimer {
 
 // Start launches the claim loop; it runs until Stop or until ctx ends.
 func (c *claimer) Start(ctx context.Context) {
-	ctx, wg, ok := c.startInit(ctx)
+	ctx, wg, ok := c.StartInit(ctx)
 	if ok {
 		wg.Go(func() { c.loop(ctx) })
 	}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/vantage-go/vantage/core/internal/startstop"
 )
 
 // consumers are the MaxConcurrentDrainConsumers loops that take stream ids
@@ -14,7 +16,7 @@ import (
 // (buffered completions are flushed, an empty poll is counted).
 type consumers struct {
 	*engine
-	startStop
+	startstop.Base
 	queue  *drainQueue
 	claims *claimer
 	notes  *listener
@@ -37,7 +39,7 @@ type consumers struct {
 // until runCtx ends; the batches run under workCtx, which outlives runCtx
 // so a batch in flight at Stop finishes.
 func (c *consumers) Start(runCtx, workCtx context.Context) {
-	ctx, wg, ok := c.startInit(runCtx)
+	ctx, wg, ok := c.StartInit(runCtx)
 	if !ok {
 		return
 	}

@@ -253,7 +253,7 @@ func TestHungApplyHoldsOnlyItsPair(t *testing.T) {
 				close(ch)
 			}
 		}
-		bb.w.monitor.Stop()
+		require.NoError(t, bb.w.monitor.Stop(context.Background()))
 		bb.w.monitor.waitAbandons()
 	})
 

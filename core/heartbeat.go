@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vantage-go/vantage/core/internal/startstop"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -24,7 +25,7 @@ const (
 // skips its heartbeats while the claim loop is stalled (see claimWatch).
 type heartbeater struct {
 	*engine
-	startStop
+	startstop.Base
 	// takeOver is called when a stale peer was abandoned, by this
 	// instance or another survivor.
 	takeOver func()
@@ -86,7 +87,7 @@ func newHeartbeater(e *engine, takeOver func()) *heartbeater {
 // Start launches the heartbeat loop from the result of the heartbeat at
 // start-up; it runs until Stop or until ctx ends.
 func (h *heartbeater) Start(ctx context.Context, first *ports.InstanceHeartbeatResult) {
-	ctx, wg, ok := h.startInit(ctx)
+	ctx, wg, ok := h.StartInit(ctx)
 	if ok {
 		wg.Go(func() { h.loop(ctx, first) })
 	}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"sync/atomic"
 
+	"github.com/vantage-go/vantage/core/internal/startstop"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -13,7 +14,7 @@ import (
 // are unhealthy, the engine polls.
 type listener struct {
 	*engine
-	startStop
+	startstop.Base
 	// listening is set while the notification channel is open.
 	listening atomic.Bool
 	// count numbers the notifications received (see consumers.wantWindow).
@@ -33,7 +34,7 @@ func newListener(e *engine, backendLog *slog.Logger, onWake func(ports.Wake)) *l
 // that forwards them; it runs until Stop or until ctx ends. When the
 // backend has no Notifier, or it cannot listen, the engine polls only.
 func (l *listener) Start(ctx context.Context) {
-	ctx, wg, ok := l.startInit(ctx)
+	ctx, wg, ok := l.StartInit(ctx)
 	if !ok {
 		return
 	}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/vantage-go/vantage/core/internal/startstop"
 )
 
 // errApplyDeadline is the cause of the context of an apply that ran past
@@ -34,7 +36,7 @@ var (
 // before it, so it wakes the monitor only when none is armed (armedAt).
 type applyMonitor struct {
 	*engine
-	startStop
+	startstop.Base
 	timeout time.Duration
 	grace   time.Duration
 	wake    chan struct{}
@@ -74,7 +76,7 @@ func newApplyMonitor(e *engine) *applyMonitor {
 // and Stop, end. It runs until Stop or until ctx ends; waitAbandons then
 // waits for the abandonments it started.
 func (m *applyMonitor) Start(ctx context.Context, work <-chan struct{}) {
-	ctx, wg, ok := m.startInit(ctx)
+	ctx, wg, ok := m.StartInit(ctx)
 	if ok {
 		wg.Go(func() { m.run(ctx, work, &m.abandons) })
 	}

@@ -66,7 +66,7 @@ func newParking(e *engine, queue *drainQueue) *parking {
 func (p *parking) Start(ctx context.Context) { p.wakes.Start(ctx) }
 
 // Stop ends the wakes and waits for them.
-func (p *parking) Stop() { p.wakes.Stop() }
+func (p *parking) Stop(ctx context.Context) error { return p.wakes.Stop(ctx) }
 
 // nextFetch returns the sequence number of a fetch about to start.
 func (p *parking) nextFetch() uint64 { return p.fetchSeq.Add(1) }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/vantage-go/vantage/core/internal/startstop"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -26,7 +27,7 @@ const renewChunk = 5000
 // nothing; the loop runs every quarter lease and renews the older ones.
 type renewer struct {
 	*engine
-	startStop
+	startstop.Base
 	every time.Duration
 
 	mu      sync.Mutex
@@ -40,7 +41,7 @@ func newRenewer(e *engine) *renewer {
 // Start launches the renewals; they run until Stop or until ctx (the
 // drains' work context) ends.
 func (r *renewer) Start(ctx context.Context) {
-	ctx, wg, ok := r.startInit(ctx)
+	ctx, wg, ok := r.StartInit(ctx)
 	if ok {
 		wg.Go(func() { r.run(ctx) })
 	}

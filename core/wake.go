@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/vantage-go/vantage/core/internal/startstop"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -18,7 +19,7 @@ import (
 // which may be seconds later while notifications are healthy. One goroutine
 // serves every wake, on the engine's clock.
 type wakes struct {
-	startStop
+	startstop.Base
 	clock  ports.Clock
 	drain  *drainQueue
 	signal chan struct{}
@@ -38,7 +39,7 @@ func newWakes(clock ports.Clock, queue *drainQueue) *wakes {
 // Start launches the loop that pushes due streams into the drain queue; it
 // runs until Stop or until ctx ends.
 func (k *wakes) Start(ctx context.Context) {
-	ctx, wg, ok := k.startInit(ctx)
+	ctx, wg, ok := k.StartInit(ctx)
 	if ok {
 		wg.Go(func() { k.run(ctx) })
 	}

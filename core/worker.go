@@ -14,12 +14,13 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/vantage-go/vantage/core/internal/dedup"
+	"github.com/vantage-go/vantage/core/internal/startstop"
 	"github.com/vantage-go/vantage/ports"
 )
 
 // ErrStopped is the cause of the contexts cancelled by Stop, and the error of
 // Start on a Worker that was stopped.
-var ErrStopped = errors.New("vantage: worker stopped")
+var ErrStopped = startstop.ErrStopped
 
 // Worker materializes perspectives: it heartbeats, claims work per stream,
 // drains each stream's pending events in order through the registered
@@ -296,12 +297,14 @@ func (w *Worker) shutdown(ctx context.Context) {
 	// until the outcomes are sent: while the instance drains, or may still
 	// save and report, it holds its streams, and no peer may take them
 	// over as it would a dead instance's.
-	w.notes.Stop()
-	w.claims.Stop()
+	// Each stop waits for the component's goroutines: the context never
+	// ends.
+	waitAll := context.WithoutCancel(ctx)
+	w.stopEach(waitAll, w.notes, w.claims)
 	w.heart.claims.disarm() // a claim loop that ended is not stalled
-	w.consumers.Stop()
+	w.stopEach(waitAll, w.consumers)
 	w.run.loops.Wait()
-	w.parking.Stop()
+	w.stopEach(waitAll, w.parking)
 	// The work context stays alive for the drain of buffered completions,
 	// unless the caller's Stop deadline passed (then it is cancelled).
 	workCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -315,18 +318,26 @@ func (w *Worker) shutdown(ctx context.Context) {
 	if err := w.completer.Stop(workCtx); err != nil {
 		w.log.ErrorContext(ctx, "sending outcomes at stop", slog.Any("error", err))
 	}
-	w.heart.Stop()
+	w.stopEach(waitAll, w.heart)
 	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), deregisterTimeout)
 	defer dcancel()
 	if err := w.backend.Claimer.InstanceDeregister(dctx, &ports.InstanceDeregisterParams{InstanceID: w.opts.InstanceID}); err != nil {
 		w.log.ErrorContext(ctx, "deregistering instance", slog.Any("error", err))
 	}
 	w.run.cancelWork(ErrStopped)
-	w.monitor.Stop()
-	w.renewer.Stop()
+	w.stopEach(waitAll, w.monitor, w.renewer)
 	w.monitor.waitAbandons()
 	w.metrics.unobserve(w.run.gauges)
 	w.log.InfoContext(ctx, "worker stopped", w.identity()...)
+}
+
+// stopEach stops components in turn; their errors (ctx ended) are logged.
+func (w *Worker) stopEach(ctx context.Context, components ...interface{ Stop(context.Context) error }) {
+	for _, c := range components {
+		if err := c.Stop(ctx); err != nil {
+			w.log.ErrorContext(ctx, "stopping worker component", slog.String("component", fmt.Sprintf("%T", c)), slog.Any("error", err))
+		}
+	}
 }
 
 // WaitLifecycle blocks until the lifecycle work started so far (the latest
