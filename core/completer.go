@@ -99,15 +99,13 @@ func newCompleter(e *engine, cache *dedup.Cache) (*completer, error) {
 // worker stopped) stays Sent in the strategy: ResetStale re-queues it.
 func newFlusher[T any](e *engine, name string, flushFn func(context.Context, []completion.Tracked[T]) error, acked func([]completion.Tracked[T]), refused func([]completion.Tracked[T], error), weight func(completion.Tracked[T]) int, stalled func([]completion.Tracked[T])) (*flush.Flusher[completion.Tracked[T]], error) {
 	return flush.New(name, flush.Options[completion.Tracked[T]]{
-		MaxAttempts:     e.opts.FlushRetry.MaxAttempts,
-		RetryBase:       e.opts.FlushRetry.Initial,
-		RetryMax:        e.opts.FlushRetry.Max,
-		RetryMultiplier: e.opts.FlushRetry.Multiplier,
-		Clock:           e.clock,
-		Logger:          e.log,
-		Faults:          flushFaults{e.faults},
-		OnFlushed:       acked,
-		Weight:          weight,
+		MaxAttempts: e.opts.FlushRetry.MaxAttempts,
+		Retry:       e.opts.FlushRetry.Backoff.internal(0),
+		Clock:       e.clock,
+		Logger:      e.log,
+		Faults:      flushFaults{e.faults},
+		OnFlushed:   acked,
+		Weight:      weight,
 		OnRetry: func(batch []completion.Tracked[T], _ int, _ error) {
 			e.metrics.flushRetried(name)
 			stalled(batch)

@@ -13,8 +13,7 @@
 // # Failures
 //
 // A failing flush is called again with the same batch, in the same order,
-// after an exponential backoff (a retry.Backoff: RetryBase, growing by
-// RetryMultiplier, capped at RetryMax, no jitter), up to MaxAttempts calls
+// after the exponential backoff of Options.Retry, up to MaxAttempts calls
 // in all. The next batch waits meanwhile, so nothing is reordered. After
 // the last failure the batch is dropped: OnDropped is called and an Error
 // is logged (each retry and each drop goes to Options.Faults when set, so
@@ -50,16 +49,17 @@ import (
 
 // Defaults of Options, those of the engine's completion flusher.
 const (
-	MaxBatchDefault        = 1000
-	CoalesceDefault        = 25 * time.Millisecond
-	ImmediateAtDefault     = 500
-	CapacityDefault        = 20_000
-	MaxAttemptsDefault     = 5
-	RetryBaseDefault       = 100 * time.Millisecond
-	RetryMaxDefault        = 5 * time.Second
-	RetryMultiplierDefault = 2.0
-	DrainTimeoutDefault    = 5 * time.Second
+	MaxBatchDefault     = 1000
+	CoalesceDefault     = 25 * time.Millisecond
+	ImmediateAtDefault  = 500
+	CapacityDefault     = 20_000
+	MaxAttemptsDefault  = 5
+	DrainTimeoutDefault = 5 * time.Second
 )
+
+// RetryDefault is the default of Options.Retry: 100ms, doubling, at most
+// 5s.
+var RetryDefault = retry.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}
 
 // ErrDrainTimeout is returned by Close when queued items could not be
 // flushed within Options.DrainTimeout; they were dropped.
@@ -87,16 +87,9 @@ type Options[T any] struct {
 	// is: the batch is halved until the refused items are alone, and those
 	// are dropped. Defaults to MaxAttemptsDefault.
 	MaxAttempts int
-	// RetryBase is the wait before the first retry; each later wait is
-	// RetryMultiplier times longer, up to RetryMax. Defaults to
-	// RetryBaseDefault.
-	RetryBase time.Duration
-	// RetryMax caps the wait between retries. Must not be below RetryBase.
-	// Defaults to RetryMaxDefault.
-	RetryMax time.Duration
-	// RetryMultiplier grows the wait per retry; 1 keeps every wait at
-	// RetryBase. Must be at least 1. Defaults to RetryMultiplierDefault.
-	RetryMultiplier float64
+	// Retry is the wait between the sends of a failed batch. Its zero
+	// Initial, Max and Multiplier default to RetryDefault's.
+	Retry retry.Backoff
 	// DrainTimeout bounds how long Close lets the loop flush queued items
 	// before cancelling it. Defaults to DrainTimeoutDefault.
 	DrainTimeout time.Duration
@@ -248,15 +241,12 @@ func New[T any](name string, opts Options[T], flush func(ctx context.Context, ba
 	num("ImmediateAt", &opts.ImmediateAt, ImmediateAtDefault)
 	num("Capacity", &opts.Capacity, CapacityDefault)
 	num("MaxAttempts", &opts.MaxAttempts, MaxAttemptsDefault)
-	dur("RetryBase", &opts.RetryBase, RetryBaseDefault)
-	dur("RetryMax", &opts.RetryMax, RetryMaxDefault)
 	dur("DrainTimeout", &opts.DrainTimeout, DrainTimeoutDefault)
-	if opts.RetryBase >= 0 && opts.RetryMax >= 0 && opts.RetryMax < opts.RetryBase {
-		errs = append(errs, fmt.Errorf("flush.Options.RetryMax (%s) must not be below flush.Options.RetryBase (%s)", opts.RetryMax, opts.RetryBase))
-	}
-	opts.RetryMultiplier = cmp.Or(opts.RetryMultiplier, RetryMultiplierDefault)
-	if !(opts.RetryMultiplier >= 1) { // also rejects NaN
-		errs = append(errs, fmt.Errorf("flush.Options.RetryMultiplier must be at least 1, got %g", opts.RetryMultiplier))
+	opts.Retry.Initial = cmp.Or(opts.Retry.Initial, RetryDefault.Initial)
+	opts.Retry.Max = cmp.Or(opts.Retry.Max, RetryDefault.Max)
+	opts.Retry.Multiplier = cmp.Or(opts.Retry.Multiplier, RetryDefault.Multiplier)
+	if err := opts.Retry.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("flush.Options.Retry: %w", err))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -272,7 +262,7 @@ func New[T any](name string, opts Options[T], flush func(ctx context.Context, ba
 		name:      name,
 		op:        "flushing " + name,
 		opts:      opts,
-		backoff:   retry.Backoff{Initial: opts.RetryBase, Max: opts.RetryMax, Multiplier: opts.RetryMultiplier},
+		backoff:   opts.Retry,
 		flush:     flush,
 		logger:    logger,
 		faults:    faults,

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/vantage-go/vantage/core/internal/flush"
+	"github.com/vantage-go/vantage/core/internal/retry"
 	"github.com/vantage-go/vantage/internal/clocktest"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -456,7 +457,7 @@ func TestFlusher(t *testing.T) {
 
 		wait(t, b.clock.WaitTimers(1)) // backing off
 		require.NoError(t, b.flusher.Add(t.Context(), 4, 5))
-		b.clock.Advance(flush.RetryBaseDefault)
+		b.clock.Advance(flush.RetryDefault.Initial)
 		require.Equal(t, []int{1, 2, 3}, b.answer(t, nil), "same batch, same order")
 
 		flushed := flushAsync(t.Context(), b.flusher)
@@ -480,7 +481,7 @@ func TestFlusher(t *testing.T) {
 		flushed := flushAsync(t.Context(), b.flusher)
 		require.Equal(t, []int{1, 2}, b.answer(t, errFlush))
 		wait(t, b.clock.WaitTimers(1))
-		b.clock.Advance(flush.RetryBaseDefault)
+		b.clock.Advance(flush.RetryDefault.Initial)
 		require.Equal(t, []int{1, 2}, b.answer(t, errFlush))
 		require.ErrorIs(t, recv(t, flushed), errFlush)
 		require.NoError(t, b.flusher.Add(t.Context(), 3))
@@ -549,11 +550,12 @@ func TestFlusher(t *testing.T) {
 			{flush.Options[int]{ImmediateAt: -1}, "flush.Options.ImmediateAt must not be negative"},
 			{flush.Options[int]{Capacity: -1}, "flush.Options.Capacity must not be negative"},
 			{flush.Options[int]{MaxAttempts: -1}, "flush.Options.MaxAttempts must not be negative"},
-			{flush.Options[int]{RetryBase: -1}, "flush.Options.RetryBase must not be negative"},
-			{flush.Options[int]{RetryMax: -1}, "flush.Options.RetryMax must not be negative"},
+			{flush.Options[int]{Retry: retry.Backoff{Initial: -1}}, "flush.Options.Retry: invalid backoff: Initial must be positive"},
+			{flush.Options[int]{Retry: retry.Backoff{Max: -1}}, "flush.Options.Retry: invalid backoff: Max must be positive"},
 			{flush.Options[int]{DrainTimeout: -1}, "flush.Options.DrainTimeout must not be negative"},
-			{flush.Options[int]{RetryBase: time.Minute}, "flush.Options.RetryMax (5s) must not be below flush.Options.RetryBase (1m0s)"},
-			{flush.Options[int]{RetryMultiplier: 0.5}, "flush.Options.RetryMultiplier must be at least 1, got 0.5"},
+			{flush.Options[int]{Retry: retry.Backoff{Initial: time.Minute}}, "flush.Options.Retry: invalid backoff: Max (5s) must not be below Initial (1m0s)"},
+			{flush.Options[int]{Retry: retry.Backoff{Multiplier: 0.5}}, "flush.Options.Retry: invalid backoff: Multiplier must be at least 1, got 0.5"},
+			{flush.Options[int]{Retry: retry.Backoff{Jitter: 2}}, "flush.Options.Retry: invalid backoff: Jitter must be within [0, 1], got 2"},
 		} {
 			f, err := flush.New("test", tc.opts, noop)
 			require.ErrorContains(t, err, tc.want)
@@ -654,7 +656,7 @@ func TestFlusher(t *testing.T) {
 func TestRetryMultiplierGrowsWaits(t *testing.T) {
 	t.Parallel()
 
-	b := started(t, flush.Options[int]{ImmediateAt: 1, MaxAttempts: 4, RetryMultiplier: 3, RetryMax: 500 * time.Millisecond})
+	b := started(t, flush.Options[int]{ImmediateAt: 1, MaxAttempts: 4, Retry: retry.Backoff{Multiplier: 3, Max: 500 * time.Millisecond}})
 	require.NoError(t, b.flusher.Add(t.Context(), 1))
 	// Waits between the 4 attempts: 100ms, 300ms, then 900ms capped at
 	// 500ms.
