@@ -541,6 +541,38 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			require.Equal(t, ports.CursorCompleted, c.Status, "a failure behind the cursor does not mark it failed")
 			require.Empty(t, c.Error)
 		},
+		"AFailureFromAnInstanceThatLostTheStreamLeavesItsStatus": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			a, b := tb.pair(t)
+			subscribe(t, tb.backend, eventType, perspective)
+			stream := newID(t)
+			events := appendN(t, tb.backend, stream, at(0), eventType, 2)
+			a.heartbeat(t, at(0))
+			b.heartbeat(t, at(0))
+			work := a.fetchWith(t, ports.EventsFetchPendingParams{StreamIDs: []uuid.UUID{stream}, LeaseDuration: 10 * time.Second, Now: at(0)}).Work
+			require.Len(t, work, 2)
+			// a's apply of the first event hangs past its lease; b takes
+			// the stream and applies both.
+			a.heartbeat(t, at(15*time.Second))
+			taken := b.fetch(t, at(20*time.Second), stream).Work
+			require.Len(t, taken, 2)
+			b.complete(t, at(21*time.Second), ports.Completion{
+				StreamID: stream, Perspective: perspective,
+				LastEventID: events[1].ID, LastVersion: 2, WorkIDs: workIDs(taken),
+			})
+
+			// a's failure of the pair's first event (nothing saved: no
+			// position) lands last. It tells nothing of the pair now.
+			a.fail(t, at(22*time.Second), ports.Failure{
+				StreamID: stream, Perspective: perspective,
+				FailedWorkIDs: workIDs(work[:1]), Attempt: 1, Error: "apply ran past its deadline", RetryAt: at(23 * time.Second),
+			})
+
+			c := mustCursor(t, tb.backend, stream, perspective)
+			require.Equal(t, int64(2), c.LastVersion)
+			require.Equal(t, ports.CursorCompleted, c.Status, "the pair went on under its new holder")
+			require.Empty(t, c.Error)
+		},
 		"AResentFailureChargesOnce": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 2)
 			failure := ports.Failure{

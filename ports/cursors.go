@@ -49,9 +49,13 @@ type CursorStore interface {
 
 	// WorkFail records failures in one atomic step: applied rows complete as
 	// in WorkComplete, the cursor advances to LastVersion (when set), gets the
-	// Failed flag and the error text, unless LastVersion is set and the
-	// cursor is already past it (the pair went on since the failure: a
-	// stale report leaves its status and error); failed rows of streams whose lease
+	// Failed flag and the error text, unless the report is stale, which
+	// leaves its status and error: LastVersion is set and the cursor is
+	// already past it (the pair went on since the failure), or the failure
+	// names no event and the caller (InstanceID set) does not hold the
+	// stream's lease (it lost the stream since: without a position, the
+	// failure of a pair's first event could not tell otherwise, and would
+	// mark the pair Failed for good under the holder that went on); failed rows of streams whose lease
 	// the caller holds (as in WorkComplete) are charged the failed attempt:
 	// their attempts become at least the failure's Attempt when it is set,
 	// else they gain one attempt when they are handed out under that lease

@@ -121,7 +121,8 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 //
 // The cursor is upserted: its position moves forward to LastVersion when that
 // is higher, Completed is replaced by Failed and Error is stored (unless the
-// cursor is past LastVersion: a stale report). When the
+// report is stale: the cursor is past LastVersion, or the caller does not
+// hold the stream and the failure names no event). When the
 // position moved, pending rows below it become late and flag RewindRequired
 // as in WorkComplete, and a FailedEventID below the position makes its row
 // late and flags it too, keeping an earlier trigger; rewind columns are
@@ -197,7 +198,12 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 		if cur == nil {
 			continue
 		}
-		behind := f.LastVersion > 0 && f.LastVersion < cur.LastVersion // the pair went on since: a stale report
+		// A stale report leaves the status alone: the pair went on since
+		// (its position is past the failure's), or the caller lost the
+		// stream (its failure tells nothing of the pair now; one naming an
+		// event, a replay's, is any instance's to send).
+		lost := params.InstanceID != uuid.Nil && !holds && f.FailedEventID == uuid.Nil
+		behind := lost || f.LastVersion > 0 && f.LastVersion < cur.LastVersion
 		if f.LastVersion > cur.LastVersion {
 			cur.LastEventID, cur.LastVersion = f.LastEventID, f.LastVersion
 			k := pairKey{f.StreamID, f.Perspective}

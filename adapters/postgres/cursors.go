@@ -567,10 +567,10 @@ WHERE a.stream_id IN (SELECT l.stream_id FROM lowered l)
 
 // sqlFailCursors upserts one cursor per failed pair: $1 now, $2 streams, $3
 // perspectives, $4 last event ids, $5 last versions, $6 errors, $7 the rows
-// the call lists as applied (never stragglers: see sqlFlagStragglers). The
+// the call lists as applied (never stragglers: see sqlFlagStragglers), $8
+// whether each pair is fenced (see fencedPairs), $9 the caller. The
 // position moves forward only; Completed is replaced by Failed and the
-// error stored, unless the cursor is past the failure's position (a stale
-// report); a missing cursor of a retired perspective is not created
+// error stored, unless the report is stale (see sqlFailStale); a missing cursor of a retired perspective is not created
 // (see sqlNoCursorOfRetired).
 // When the position moves, the pending rows below the new position become
 // late (moved, then marked: see sqlMarkLate), and the smallest of them
@@ -581,8 +581,15 @@ WHERE a.stream_id IN (SELECT l.stream_id FROM lowered l)
 // replaces.
 var sqlFailCursors = `WITH ` + sqlClock1 + `,
 f AS (
-    SELECT * FROM unnest($2::uuid[], $3::text[], $4::uuid[], $5::bigint[], $6::text[])
-        AS f(stream_id, perspective, last_event_id, last_version, error)
+    SELECT * FROM unnest($2::uuid[], $3::text[], $4::uuid[], $5::bigint[], $6::text[], $8::boolean[])
+        AS f(stream_id, perspective, last_event_id, last_version, error, fenced)
+),
+lost AS MATERIALIZED (
+    SELECT f.stream_id, f.perspective
+    FROM f
+    WHERE f.fenced AND NOT EXISTS (
+        SELECT 1 FROM /* SCHEMA */.vantage_active_streams a
+        WHERE a.stream_id = f.stream_id AND a.instance_id = $9::uuid)
 ),
 prior AS MATERIALIZED (
     SELECT c.stream_id, c.perspective, c.last_version
@@ -623,12 +630,12 @@ ORDER BY f.stream_id, f.perspective COLLATE "C"
 ON CONFLICT (stream_id, perspective) DO UPDATE
 SET last_event_id = CASE WHEN excluded.last_version > c.last_version THEN excluded.last_event_id ELSE c.last_event_id END,
     last_version = greatest(c.last_version, excluded.last_version),
-    status = CASE WHEN excluded.last_version > 0 AND excluded.last_version < c.last_version THEN c.status
+    status = CASE WHEN ` + sqlFailStale + ` THEN c.status
                   ELSE (c.status & ~` + sqlStatusCompleted + `) | ` + sqlStatusFailed + `
                        | CASE WHEN ` + sqlFailRewinds + `
                               THEN ` + sqlStatusRewindRequired + ` ELSE 0 END
              END,
-    error = CASE WHEN excluded.last_version > 0 AND excluded.last_version < c.last_version THEN c.error ELSE excluded.error END,
+    error = CASE WHEN ` + sqlFailStale + ` THEN c.error ELSE excluded.error END,
     rewind_trigger_event_id = CASE WHEN ` + sqlFailRewinds + `
                                         AND (c.rewind_trigger_version IS NULL OR excluded.rewind_trigger_version < c.rewind_trigger_version)
                                    THEN excluded.rewind_trigger_event_id ELSE c.rewind_trigger_event_id END,
@@ -641,6 +648,13 @@ SET last_event_id = CASE WHEN excluded.last_version > c.last_version THEN exclud
                                    THEN coalesce(c.rewind_first_flagged_at, excluded.rewind_first_flagged_at)
                                    ELSE c.rewind_first_flagged_at END,
     updated_at = excluded.updated_at`
+
+// sqlFailStale is true in sqlFailCursors' conflict branch when the failure
+// is a stale report, which leaves the cursor's status and error: the
+// cursor is past its position, or the caller lost the stream of a pair
+// whose failures name no event (lost).
+const sqlFailStale = `(excluded.last_version > 0 AND excluded.last_version < c.last_version)
+                  OR EXISTS (SELECT 1 FROM lost l WHERE l.stream_id = c.stream_id AND l.perspective = c.perspective)`
 
 // sqlFailRewinds is true in sqlFailCursors' conflict branch when the failure
 // moves the position past a pending row, which then flags RewindRequired.
@@ -841,7 +855,8 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 	for _, f := range params.Failures {
 		applied = append(applied, f.AppliedWorkIDs...)
 	}
-	b.Queue(s.sql(sqlFailCursors), now, streams, perspectives, eventIDs, versions, errs, uuidsArg(applied))
+	b.Queue(s.sql(sqlFailCursors), now, streams, perspectives, eventIDs, versions, errs, uuidsArg(applied),
+		fencedPairs(params, streams, perspectives), params.InstanceID)
 	if len(events.order) > 0 {
 		b.Queue(s.sql(sqlFlagFailedEvents), now, ev.streams, ev.perspectives, ev.eventIDs, ev.versions)
 	}
@@ -851,6 +866,26 @@ func (s *Store) WorkFail(ctx context.Context, params *ports.WorkFailParams) erro
 		return fmt.Errorf("recording failures of instance %s: %w", params.InstanceID, translate(err))
 	}
 	return nil
+}
+
+// fencedPairs returns, for each pair of the columns streams and
+// perspectives, whether its failures leave the cursor's status alone when
+// the caller does not hold the stream (see sqlFailStale): those of a
+// caller that names itself, when none names an event (a replay's failure
+// is any instance's to send).
+func fencedPairs(params *ports.WorkFailParams, streams []pgtype.UUID, perspectives []string) []bool {
+	event := map[pairKey]bool{}
+	for _, f := range params.Failures {
+		if f.FailedEventID != uuid.Nil {
+			event[pairKey{f.StreamID, f.Perspective}] = true
+		}
+	}
+	out := make([]bool, len(streams))
+	for i := range streams {
+		k := pairKey{uuid.UUID(streams[i].Bytes), perspectives[i]}
+		out[i] = params.InstanceID != uuid.Nil && !event[k]
+	}
+	return out
 }
 
 // distinctStreams returns the distinct ids of streams, which must be sorted

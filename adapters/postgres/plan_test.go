@@ -95,7 +95,7 @@ ANALYZE `+s+`.vantage_events; ANALYZE `+s+`.vantage_work; ANALYZE `+s+`.vantage_
 		"ReleaseDrained":     {streams, id, "lock"},
 		"FailRows":           {id, ids, streams, names, texts, times, []int32{1, 2, 3}},
 		"FailFence":          {id, streams},
-		"FailCursors":        {nil, streams, names, ids, nums, texts, ids},
+		"FailCursors":        {nil, streams, names, ids, nums, texts, ids, []bool{true, true, false}, id},
 		"FailEvents":         {nil, streams, names, ids, nums, texts, times},
 		"FlagFailedEvents":   {nil, streams, names, ids, nums},
 		"Append":             {streams[0], nil, int64(0), ids, texts, nums, []string{"{}", "{}", "{}"}, []string{"{}", "{}", "{}"}, channel, texts, names},
@@ -233,6 +233,12 @@ func sqlLiterals(t *testing.T, args []any) string {
 				elems[j] = strconv.FormatInt(int64(n), 10)
 			}
 			out[i] = array(elems)
+		case []bool:
+			elems := make([]string, len(v))
+			for j, b := range v {
+				elems[j] = strconv.FormatBool(b)
+			}
+			out[i] = array(elems)
 		case time.Duration:
 			out[i] = quote(fmt.Sprintf("%d microseconds", v.Microseconds()))
 		case pgtype.Timestamptz:
@@ -300,7 +306,7 @@ func TestWorkStatementsReadBoundedRows(t *testing.T) {
 		"Claim":            {instance, nil, minute, minute, 10, 100, "lock"},
 		"ClaimHeld":        {instance, nil, 10},
 		"CompleteCursors":  {nil, []uuid.UUID{stream}, []string{"a"}, []uuid.UUID{uuid.New()}, []int64{10}},
-		"FailCursors":      {nil, []uuid.UUID{stream}, []string{"a"}, []uuid.UUID{uuid.New()}, []int64{10}, []string{"boom"}, []uuid.UUID{uuid.New()}},
+		"FailCursors":      {nil, []uuid.UUID{stream}, []string{"a"}, []uuid.UUID{uuid.New()}, []int64{10}, []string{"boom"}, []uuid.UUID{uuid.New()}, []bool{true}, uuid.New()},
 		"FailRows":         {instance, first, streams, persps, ten("boom"), ten(pgtype.Timestamptz{}), ten(int32(1))},
 		"FetchLease":       {instance, nil, minute, minute, []uuid.UUID{stream}, "lock"},
 		"FetchRows":        {instance, nil, []uuid.UUID{stream}, 10},
