@@ -133,6 +133,9 @@ type saveObserver interface {
 	// store again.
 	deadLettered(inst string, dl ports.DeadLetter)
 	requeuing(requeued func(id uuid.UUID, gen string) bool)
+	// rewindLocked learns that an instance took a pair's rewind lock: its
+	// rewind begins there, before any save of it.
+	rewindLocked(inst string, stream uuid.UUID, persp string)
 }
 
 func newFaults(name string, seed uint64, obs saveObserver) *faults {
@@ -705,7 +708,11 @@ func (w *fRewind) CursorsRewindRequired(ctx context.Context, p *ports.CursorsRew
 }
 
 func (w *fRewind) StreamLockAcquire(ctx context.Context, p *ports.StreamLockParams) (bool, error) {
-	return call(ctx, w.f, "StreamLockAcquire", func(ctx context.Context) (bool, error) { return w.inner.StreamLockAcquire(ctx, p) })
+	ok, err := call(ctx, w.f, "StreamLockAcquire", func(ctx context.Context) (bool, error) { return w.inner.StreamLockAcquire(ctx, p) })
+	if ok && err == nil && p.Reason == "rewind" {
+		w.f.obs.rewindLocked(w.f.name, p.StreamID, p.Perspective)
+	}
+	return ok, err
 }
 
 func (w *fRewind) StreamLockRelease(ctx context.Context, p *ports.StreamLockParams) error {

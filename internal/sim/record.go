@@ -141,6 +141,14 @@ type recorder struct {
 	// already (reported once).
 	dead map[pvKey]deadRec
 	held map[pvKey]bool
+	// locked is when each instance last took each pair's rewind lock.
+	locked map[instPair]time.Duration
+}
+
+// instPair is a pair as one instance sees it.
+type instPair struct {
+	inst string
+	pair pairKey
 }
 
 // deadRec is a move to dead letters that went through a wrapper.
@@ -153,7 +161,30 @@ type deadRec struct {
 
 func newRecorder(clock func() time.Duration) *recorder {
 	return &recorder{clock: clock, start: time.Now(), saved: map[pvKey]time.Duration{}, saves: map[pairKey][]saveRec{}, appended: map[int64]appendRec{},
-		dead: map[pvKey]deadRec{}, held: map[pvKey]bool{}}
+		dead: map[pvKey]deadRec{}, held: map[pvKey]bool{}, locked: map[instPair]time.Duration{}}
+}
+
+// rewindLocked records when an instance took a pair's rewind lock.
+func (r *recorder) rewindLocked(inst string, stream uuid.UUID, persp string) {
+	at := r.clock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.locked[instPair{inst, pairKey{stream, persp}}] = at
+}
+
+// rewindStart returns when the rewind of a pair that an instance reports
+// at "at", having taken duration, began: when it took the pair's lock, the
+// latest time before at - duration. at - duration alone may fall after the
+// rewind's own save: the hook reads the clock a little after the engine
+// measured the duration, and the clock moves on meanwhile.
+func (r *recorder) rewindStart(inst string, stream uuid.UUID, persp string, at, duration time.Duration) time.Duration {
+	start := at - duration
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t, ok := r.locked[instPair{inst, pairKey{stream, persp}}]; ok && t < start {
+		start = t
+	}
+	return start
 }
 
 // deadLettered records a move to dead letters that took effect.

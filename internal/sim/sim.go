@@ -461,7 +461,8 @@ func (w *world) hooks(in *instance) core.Hooks {
 			if !info.Rebuild {
 				at := w.now()
 				w.mu.Lock()
-				w.rewinds = append(w.rewinds, rewindDone{info: info, start: at - info.Duration, at: at, inst: in.name})
+				start := w.rec.rewindStart(in.name, info.StreamID, info.Perspective, at, info.Duration)
+				w.rewinds = append(w.rewinds, rewindDone{info: info, start: start, at: at, inst: in.name})
 				w.mu.Unlock()
 			}
 			if info.Rebuild {
