@@ -417,8 +417,15 @@ type txSpec struct {
 }
 
 // appendTx appends to several streams, each in a transaction of its own,
-// committed in the reverse order of their opening.
+// committed in the reverse order of their opening. The transactions open
+// in stream id order: an append holds its stream's append lock until its
+// transaction ends, so two concurrent groups that opened a shared pair
+// of streams in opposite orders would each hold one and wait for the
+// other, a wait the database cannot see as a deadlock (each group holds
+// its open transactions until its own appends return).
 func (w *world) appendTx(specs []txSpec) {
+	specs = slices.Clone(specs)
+	slices.SortFunc(specs, func(a, b txSpec) int { return strings.Compare(a.stream.id.String(), b.stream.id.String()) })
 	batches := make([]txBatch, len(specs))
 	keys := make([][]int64, len(specs))
 	for i, s := range specs {
