@@ -100,7 +100,7 @@ func newCompleter(e *engine, cache *dedup.Cache) (*completer, error) {
 func newFlusher[T any](e *engine, name string, flushFn func(context.Context, []completion.Tracked[T]) error, acked func([]completion.Tracked[T]), refused func([]completion.Tracked[T], error), weight func(completion.Tracked[T]) int, stalled func([]completion.Tracked[T])) (*flush.Flusher[completion.Tracked[T]], error) {
 	return flush.New(name, flush.Options[completion.Tracked[T]]{
 		MaxAttempts: e.opts.FlushRetry.MaxAttempts,
-		Retry:       e.opts.FlushRetry.Backoff.internal(0),
+		Retry:       e.opts.FlushRetry.internal(0),
 		Clock:       e.clock,
 		Logger:      e.log,
 		Faults:      flushFaults{e.faults},

@@ -72,8 +72,8 @@ func TestBaseStopWaitsForTheGoroutines(t *testing.T) {
 	stopped := make(chan error, 1)
 	go func() { stopped <- l.Stop(t.Context()) }()
 	select {
-	case <-stopped:
-		t.Fatal("Stop returned before the goroutine did")
+	case err := <-stopped:
+		t.Fatalf("Stop returned (%v) before the goroutine did", err)
 	case <-time.After(10 * time.Millisecond):
 	}
 	close(l.hold)
