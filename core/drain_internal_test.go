@@ -341,23 +341,8 @@ func TestLateRowBelowAModelPastTheFetchedCursor(t *testing.T) {
 	b := memory.New(memory.Options{Clock: clock}).Backend()
 	bb := setupBatchNamed(t, &Options{Clock: clock}, b, "c")
 	stream := uuid.New()
-	appendAt := func(versions ...int64) {
-		t.Helper()
-		var evs []ports.NewEvent
-		for _, v := range versions {
-			evs = append(evs, ports.NewEvent{ID: uuid.New(), Type: "placed", Version: v, Data: []byte(`{"id":"x"}`)})
-		}
-		_, err := b.Events.EventsAppend(t.Context(), &ports.EventsAppendParams{StreamID: stream, Events: evs})
-		require.NoError(t, err)
-	}
-	fetch := func() *ports.EventsFetchPendingResult {
-		t.Helper()
-		res, err := b.Fetcher.EventsFetchPending(t.Context(), &ports.EventsFetchPendingParams{
-			InstanceID: bb.w.InstanceID(), StreamIDs: []uuid.UUID{stream}, MaxRows: 100, LeaseDuration: time.Minute, StaleThreshold: time.Minute,
-		})
-		require.NoError(t, err)
-		return res
-	}
+	appendAt := func(versions ...int64) []ports.NewEvent { return appendPlaced(t, b, stream, versions...) }
+	fetch := func() *ports.EventsFetchPendingResult { return fetchStream(t, b, bb.w.InstanceID(), stream, 100) }
 	appendAt(1, 3)
 	bb.w.drain.processBatch(t.Context(), bb.take(t, stream))
 	bb.settle(t)
@@ -386,6 +371,29 @@ func TestLateRowBelowAModelPastTheFetchedCursor(t *testing.T) {
 	var m counter
 	require.NoError(t, json.Unmarshal(stored.Data, &m))
 	require.Equal(t, 3, m.N, "the rewind applied every event, the late one included")
+}
+
+// appendPlaced appends "placed" events at versions to stream and returns
+// them.
+func appendPlaced(t *testing.T, b ports.Backend, stream uuid.UUID, versions ...int64) []ports.NewEvent {
+	t.Helper()
+	var evs []ports.NewEvent
+	for _, v := range versions {
+		evs = append(evs, ports.NewEvent{ID: uuid.New(), Type: "placed", Version: v, Data: []byte(`{"id":"x"}`)})
+	}
+	_, err := b.Events.EventsAppend(t.Context(), &ports.EventsAppendParams{StreamID: stream, Events: evs})
+	require.NoError(t, err)
+	return evs
+}
+
+// fetchStream fetches up to limit pending rows of stream for instance.
+func fetchStream(t *testing.T, b ports.Backend, instance, stream uuid.UUID, limit int) *ports.EventsFetchPendingResult {
+	t.Helper()
+	res, err := b.Fetcher.EventsFetchPending(t.Context(), &ports.EventsFetchPendingParams{
+		InstanceID: instance, StreamIDs: []uuid.UUID{stream}, MaxRows: limit, LeaseDuration: time.Minute, StaleThreshold: time.Minute,
+	})
+	require.NoError(t, err)
+	return res
 }
 
 // versions returns the event versions of rows.
@@ -458,24 +466,13 @@ func TestRewindWithLateRowsAnotherRewindAppliedSince(t *testing.T) {
 	opts := &Options{Clock: clock, Hooks: Hooks{OnRewind: func(info RewindInfo) { news = append(news, info.New) }}}
 	bb := setupBatchNamed(t, opts, b, "c")
 	stream := uuid.New()
-	appendAt := func(versions ...int64) {
-		t.Helper()
-		var evs []ports.NewEvent
-		for _, v := range versions {
-			evs = append(evs, ports.NewEvent{ID: uuid.New(), Type: "placed", Version: v, Data: []byte(`{"id":"x"}`)})
-		}
-		_, err := b.Events.EventsAppend(t.Context(), &ports.EventsAppendParams{StreamID: stream, Events: evs})
-		require.NoError(t, err)
-	}
+	appendAt := func(versions ...int64) []ports.NewEvent { return appendPlaced(t, b, stream, versions...) }
 	appendAt(1, 3)
 	bb.w.drain.processBatch(t.Context(), bb.take(t, stream))
 	bb.settle(t)
 	appendAt(2) // late: below the cursor at 3
 
-	res, err := b.Fetcher.EventsFetchPending(t.Context(), &ports.EventsFetchPendingParams{
-		InstanceID: bb.w.InstanceID(), StreamIDs: []uuid.UUID{stream}, MaxRows: 100, LeaseDuration: time.Minute, StaleThreshold: time.Minute,
-	})
-	require.NoError(t, err)
+	res := fetchStream(t, b, bb.w.InstanceID(), stream, 100)
 	require.Equal(t, []int64{2}, versions(res.Work))
 	require.True(t, res.Work[0].Late)
 	stale := slices.Clone(res.Work)
@@ -524,12 +521,7 @@ func TestRedeliveriesCompleteUpToTheRowsInHand(t *testing.T) {
 		StreamID: stream, Perspective: "c", Data: []byte(`{"n":3}`), LastEventID: evs[2].ID, LastVersion: 3,
 	}))
 	fetch := func(limit int) *ports.EventsFetchPendingResult {
-		t.Helper()
-		res, err := b.Fetcher.EventsFetchPending(t.Context(), &ports.EventsFetchPendingParams{
-			InstanceID: bb.w.InstanceID(), StreamIDs: []uuid.UUID{stream}, MaxRows: limit, LeaseDuration: time.Minute, StaleThreshold: time.Minute,
-		})
-		require.NoError(t, err)
-		return res
+		return fetchStream(t, b, bb.w.InstanceID(), stream, limit)
 	}
 
 	first := fetch(1)
@@ -562,16 +554,7 @@ func TestRewindCompletesUpToTheRowsInHand(t *testing.T) {
 	opts := &Options{Clock: clock, Hooks: Hooks{OnRewind: func(info RewindInfo) { rewinds = append(rewinds, info) }}}
 	bb := setupBatchNamed(t, opts, b, "c")
 	stream := uuid.New()
-	appendAt := func(versions ...int64) []ports.NewEvent {
-		t.Helper()
-		var evs []ports.NewEvent
-		for _, v := range versions {
-			evs = append(evs, ports.NewEvent{ID: uuid.New(), Type: "placed", Version: v, Data: []byte(`{"id":"x"}`)})
-		}
-		_, err := b.Events.EventsAppend(t.Context(), &ports.EventsAppendParams{StreamID: stream, Events: evs})
-		require.NoError(t, err)
-		return evs
-	}
+	appendAt := func(versions ...int64) []ports.NewEvent { return appendPlaced(t, b, stream, versions...) }
 	evs := appendAt(1, 3, 4, 5)
 	// The model of all four, saved by an instance whose completion was lost.
 	require.NoError(t, b.Models.ModelSave(t.Context(), &ports.ModelSaveParams{
@@ -579,12 +562,7 @@ func TestRewindCompletesUpToTheRowsInHand(t *testing.T) {
 	}))
 	appendAt(2) // late: below the cursor at 5
 	fetch := func(limit int) *ports.EventsFetchPendingResult {
-		t.Helper()
-		res, err := b.Fetcher.EventsFetchPending(t.Context(), &ports.EventsFetchPendingParams{
-			InstanceID: bb.w.InstanceID(), StreamIDs: []uuid.UUID{stream}, MaxRows: limit, LeaseDuration: time.Minute, StaleThreshold: time.Minute,
-		})
-		require.NoError(t, err)
-		return res
+		return fetchStream(t, b, bb.w.InstanceID(), stream, limit)
 	}
 
 	first := fetch(2)
