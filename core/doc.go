@@ -206,8 +206,8 @@
 // Spans go to [Options.TracerProvider]: a root per drain batch, one per
 // apply (a child of its batch, linked to the span its event was appended
 // under, whose trace context [Registry.Append] stores with the event), per
-// rewind and per lifecycle stage. The README's Observability section lists
-// them with their attributes.
+// rewind and per lifecycle stage. The observability guide
+// (docs/observability.md) lists them with their attributes.
 //
 // # Metrics
 //
@@ -220,7 +220,7 @@
 // lifecycle stages, abandoned applies, and gauges of live instances,
 // listener health and, on a backend with a [ports.Stats] port, each
 // perspective's backlog, read at most once per [Options.StatsInterval].
-// The README's Observability section lists every instrument with its unit
-// and attributes. The library depends on the API only; the application
+// The observability guide (docs/observability.md) lists every instrument
+// with its unit and attributes. The library depends on the API only; the application
 // chooses the SDK and the exporter.
 package core

@@ -359,13 +359,13 @@ type Options struct {
 	// instance_id and a component to each line, so Logger should carry
 	// neither. Defaults to slog.Default().
 	Logger *slog.Logger
-	// MeterProvider creates the engine's instruments (see the README's
-	// Observability section). Defaults to otel.GetMeterProvider(), the
+	// MeterProvider creates the engine's instruments (see
+	// docs/observability.md). Defaults to otel.GetMeterProvider(), the
 	// global provider, which records nothing until the application installs
 	// one.
 	MeterProvider metric.MeterProvider
-	// TracerProvider creates the engine's spans (see the README's
-	// Observability section). Defaults to otel.GetTracerProvider(), the
+	// TracerProvider creates the engine's spans (see
+	// docs/observability.md). Defaults to otel.GetTracerProvider(), the
 	// global provider, which records nothing until the application
 	// installs one.
 	TracerProvider trace.TracerProvider

@@ -16,7 +16,7 @@ import (
 // tracerName is the instrumentation scope of the engine's spans.
 const tracerName = "github.com/vantage-go/vantage"
 
-// Attributes of the engine's spans. The README's Observability section
+// Attributes of the engine's spans. The observability guide (docs/observability.md)
 // lists which span carries which.
 const (
 	attrStreamID       = attribute.Key("vantage.stream.id")

@@ -28,7 +28,7 @@ var bouncerExecModes = []struct {
 	{"SimpleProtocol", pgx.QueryExecModeSimpleProtocol},
 }
 
-// bouncerExecMode is the query exec mode the README tells users of
+// bouncerExecMode is the query exec mode docs/postgres.md tells users of
 // PgBouncer before 1.21 (Debian's is 1.18) to configure, and that of the
 // pools of the tests behind it: in transaction pooling mode a named
 // prepared statement, which the default mode caches per connection, stays
@@ -40,7 +40,7 @@ const bouncerExecMode = pgx.QueryExecModeExec
 // TestConformanceThroughPgBouncer runs the conformance suite with every
 // handle's pool going through a private PgBouncer in transaction pooling
 // mode, in the exec mode users configure there, and the listener dialing
-// the server directly, as the README's PgBouncer section configures it.
+// the server directly, as docs/postgres.md (PgBouncer) configures it.
 // Lost connections are not simulated: the pool's connections end at the
 // PgBouncer, which keeps the server's.
 func TestConformanceThroughPgBouncer(t *testing.T) {

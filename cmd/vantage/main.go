@@ -7,7 +7,7 @@
 //	vantage --help
 //
 // Every command and its exit codes are described by its --help and in the
-// README's "Operator tooling" section.
+// Operations guide (docs/operations.md).
 package main
 
 import (

@@ -1,7 +1,7 @@
 // Package sim is a seeded simulator of the engine: it runs several
 // core.Workers over one backend through random schedules of operations
 // and faults, and then checks the guarantees the engine promises
-// (core/doc.go, README, DESIGN decisions 2, 5-11) as invariants over what
+// (core/doc.go, README and docs/, DESIGN decisions 2, 5-11) as invariants over what
 // happened. sim_test.go is its runner (go test ./internal/sim; make sim).
 //
 // # A seed

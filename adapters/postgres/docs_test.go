@@ -12,15 +12,16 @@ import (
 	"github.com/vantage-go/vantage/internal/pgtest"
 )
 
-// TestReadmeOperatorSQL runs every SQL block of the README against a
-// migrated schema, so the operator queries stay true to the real tables.
-func TestReadmeOperatorSQL(t *testing.T) {
+// TestDocsOperatorSQL runs every SQL block of the operations guide (its
+// "Operator SQL" section) against a migrated schema, so the operator
+// queries stay true to the real tables.
+func TestDocsOperatorSQL(t *testing.T) {
 	t.Parallel()
 
-	readme, err := os.ReadFile("../../README.md")
+	guide, err := os.ReadFile("../../docs/operations.md")
 	require.NoError(t, err)
-	blocks := regexp.MustCompile("(?s)```sql\n(.*?)```").FindAllStringSubmatch(string(readme), -1)
-	require.GreaterOrEqual(t, len(blocks), 5, "the README documents the operator queries")
+	blocks := regexp.MustCompile("(?s)```sql\n(.*?)```").FindAllStringSubmatch(string(guide), -1)
+	require.GreaterOrEqual(t, len(blocks), 5, "docs/operations.md documents the operator queries")
 
 	pool := pgtest.Pool(t)
 	schema := pgtest.Schema(t)
