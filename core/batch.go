@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/core/internal/dedup"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -51,11 +52,11 @@ func (dr *drainer) processBatch(ctx context.Context, ids []uuid.UUID) {
 	dr.completer.sweep(ctx)
 	defer dr.act.batchStarted()()
 
-	start := dr.now()
+	start := dr.Now()
 	applied, events := dr.drainBatch(ctx, ids)
 	dr.completer.flushPending(ctx)
 	endBatch(span, applied)
-	dr.metrics.batchDrained(ctx, len(ids), applied, dr.now().Sub(start))
+	dr.metrics.batchDrained(ctx, len(ids), applied, dr.Now().Sub(start))
 	// The cycle is complete once its terminal lifecycle stages ran.
 	dr.life.afterBatch(ctx, events, func() {
 		if h := dr.opts.Hooks.OnBatchCycleComplete; h != nil {
@@ -70,7 +71,7 @@ func (dr *drainer) processBatch(ctx context.Context, ids []uuid.UUID) {
 // pair (see staleFetch).
 func (dr *drainer) fetch(ctx context.Context, ids []uuid.UUID) (*ports.EventsFetchPendingResult, uint64, error) {
 	seq := dr.parking.nextFetch()
-	cctx, cancel := leaseCallContext(ctx)
+	cctx, cancel := base.LeaseCallContext(ctx)
 	defer cancel()
 	res, err := dr.backend.Fetcher.EventsFetchPending(cctx, &ports.EventsFetchPendingParams{
 		InstanceID:     dr.opts.InstanceID,
@@ -78,15 +79,15 @@ func (dr *drainer) fetch(ctx context.Context, ids []uuid.UUID) (*ports.EventsFet
 		LeaseDuration:  dr.opts.LeaseDuration,
 		StaleThreshold: dr.opts.StaleInstanceThreshold,
 		MaxRows:        dr.opts.FetchMaxRows,
-		Now:            dr.paramNow(),
+		Now:            dr.ParamNow(),
 	})
 	if err != nil {
 		if ctx.Err() == nil {
-			dr.faults.fail(ctx, "fetching pending events", err, "streams", len(ids))
+			dr.Faults.Fail(ctx, "fetching pending events", err, "streams", len(ids))
 		}
 		return nil, seq, err
 	}
-	dr.faults.ok(ctx, "fetching pending events")
+	dr.Faults.OK(ctx, "fetching pending events")
 	return res, seq, nil
 }
 
@@ -120,7 +121,7 @@ func (dr *drainer) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []port
 	// drained, or the rest of a stream cut at the fetch limit.
 	remaining := ids
 	for len(remaining) > 0 && ctx.Err() == nil {
-		dr.rows.waitBelow(dr.opts.MaxRowsInFlight, dr.signals.fetchWait)
+		dr.rows.waitBelow(dr.opts.MaxRowsInFlight, dr.Signals.OnFetchWait)
 		dr.completer.waitUnackedBelow(ctx, dr.opts.MaxRowsInFlight)
 		res, seq, err := dr.fetch(ctx, remaining)
 		if err != nil {
@@ -129,7 +130,7 @@ func (dr *drainer) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []port
 		streams := splitByStream(res, seq, dr.opts.FetchMaxRows)
 		dr.releaseIdle(ctx, remaining, streams)
 		cursors := cursorsByPair(res.Cursors)
-		now := dr.now()
+		now := dr.Now()
 		for i := range streams {
 			sw := &streams[i]
 			dr.renewer.hold(sw.id, now)
@@ -155,7 +156,7 @@ func (dr *drainer) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []port
 	for _, id := range remaining {
 		dr.releaseStream(ctx, id, false)
 		if ctx.Err() == nil {
-			dr.parking.wakeAt(id, dr.now().Add(dr.opts.InfraRetry.Max))
+			dr.parking.wakeAt(id, dr.Now().Add(dr.opts.InfraRetry.Max))
 		}
 	}
 	wg.Wait()

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/adapters/memory"
+	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/internal/clocktest"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -254,7 +255,7 @@ func TestBatchBoundsRowsInFlight(t *testing.T) {
 	var once sync.Once
 	release := func() { once.Do(func() { close(gate) }) }
 	bb.gate.Store(&gate)
-	bb.w.signals.fetchWaitFunc = release
+	bb.w.Signals.FetchWait = release
 	var fetched, worst atomic.Int64
 	bb.spy.afterFetch = func(rows int) { fetched.Add(int64(rows)) }
 	bb.spy.beforeFetch = func(n int64) {
@@ -292,7 +293,7 @@ func TestBatchBoundsUnacknowledgedRows(t *testing.T) {
 		atWait  int64 = -1
 	)
 	release := func() { once.Do(func() { close(hold) }) }
-	bb.w.signals.ackWaitFunc = func() {
+	bb.w.Signals.AckWait = func() {
 		once.Do(func() {
 			atWait = fetched.Load()
 			close(hold)
@@ -339,7 +340,7 @@ func TestStaleFetchAfterFailureAck(t *testing.T) {
 	bb := setupBatch(t)
 	k := pairKey{stream: uuid.New(), perspective: "c"}
 	before := bb.w.parking.fetchSeq.Add(1)
-	bb.w.parking.park(k, bb.w.now())
+	bb.w.parking.park(k, bb.w.Now())
 	bb.w.parking.parkAcked(k)
 	require.True(t, bb.w.parking.staleFetch(k, before), "fetched before the acknowledgement")
 	after := bb.w.parking.fetchSeq.Add(1)
@@ -359,7 +360,7 @@ func TestClaimLoopPacesNotifications(t *testing.T) {
 	bb.spy.claimed = make(chan time.Time, 10)
 	bb.spy.duringClaim = func() { clock.Advance(10 * time.Millisecond) } // every claim takes 10ms
 	deferred := make(chan time.Duration, 10)
-	bb.w.signals.claimDeferFunc = func(wait time.Duration) { deferred <- wait }
+	bb.w.Signals.ClaimDeferred = func(wait time.Duration) { deferred <- wait }
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); bb.w.claims.loop(ctx) }()
@@ -367,10 +368,10 @@ func TestClaimLoopPacesNotifications(t *testing.T) {
 
 	start := recv(t, bb.spy.claimed, "the first claim") // it ends 10ms later
 	<-clock.WaitTimers(1)                               // the loop re-armed its cadence
-	signal(bb.w.claims.notify)
+	base.Signal(bb.w.claims.notify)
 	require.Equal(t, start.Add(10*time.Millisecond), recv(t, bb.spy.claimed, "a claim at once, within the burst"))
 	<-clock.WaitTimers(1)
-	signal(bb.w.claims.notify)
+	base.Signal(bb.w.claims.notify)
 	require.Equal(t, 10*time.Millisecond, recv(t, deferred, "the notification to wait for the budget"))
 	require.Equal(t, int64(2), bb.spy.claims.Load(), "no claim before the budget allows")
 	clock.Advance(10 * time.Millisecond)
@@ -378,10 +379,10 @@ func TestClaimLoopPacesNotifications(t *testing.T) {
 
 	<-clock.WaitTimers(1)
 	clock.Advance(50 * time.Millisecond) // the budget drained
-	signal(bb.w.claims.notify)
+	base.Signal(bb.w.claims.notify)
 	require.Equal(t, start.Add(90*time.Millisecond), recv(t, bb.spy.claimed, "a claim at once"))
 
-	signal(bb.w.claims.wake)
+	base.Signal(bb.w.claims.wake)
 	require.Equal(t, start.Add(100*time.Millisecond), recv(t, bb.spy.claimed, "the immediate wake"), "claims at once, whatever the budget")
 }
 
@@ -418,7 +419,7 @@ func TestClaimBudget(t *testing.T) {
 	require.Equal(t, 2*ms, longest, "each waits as long as it took")
 
 	w, _ := newWindowWorker(t, 10)
-	b := claimBudget{level: time.Hour, at: w.now()}
+	b := claimBudget{level: time.Hour, at: w.Now()}
 	w.opts.ClaimInterval = 20 * ms
 	require.Equal(t, 20*ms, w.claims.claimPace(&b), "at most ClaimInterval")
 }

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/core/internal/startstop"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -108,14 +109,14 @@ func (c *claimer) Start(ctx context.Context) {
 // that takes them skips the sliding window (see recovering).
 func (c *claimer) takeOver() {
 	c.recovering.Store(true)
-	signal(c.wake)
+	base.Signal(c.wake)
 }
 
 // roomFreed wakes the claim loop when completions freed room while the
 // backlog is larger than what this instance holds.
 func (c *claimer) roomFreed() {
 	if c.hasMore.Load() {
-		signal(c.wake)
+		base.Signal(c.wake)
 	}
 }
 
@@ -130,12 +131,12 @@ func (c *claimer) roomFreed() {
 // claim for as long as they come. The loop reports to the heartbeat's
 // claimWatch when each claim is due and which claims were answered.
 func (c *claimer) loop(ctx context.Context) {
-	t := c.clock.NewTimer(0)
+	t := c.Clock.NewTimer(0)
 	defer t.Stop()
 	var (
 		budget   claimBudget
 		notified bool      // a notification came since the last claim
-		due      = c.now() // when t fires
+		due      = c.Now() // when t fires
 	)
 	watch := &c.heart.claims
 	watch.arm(due)
@@ -148,21 +149,21 @@ func (c *claimer) loop(ctx context.Context) {
 		case <-c.notify:
 			notified = true
 			if wait := c.claimPace(&budget); wait > 0 {
-				now := c.now()
+				now := c.Now()
 				if at := now.Add(wait); at.Before(due) {
-					resetTimer(t, wait) // claim when the budget allows
+					base.ResetTimer(t, wait) // claim when the budget allows
 					due = at
 					watch.arm(due)
 				}
-				c.signals.claimDeferred(due.Sub(now))
+				c.Signals.OnClaimDeferred(due.Sub(now))
 				continue
 			}
 		}
-		start := c.now()
+		start := c.Now()
 		watch.arm(start)
 		hasMore, answered := c.claimOnce(ctx, notified || !c.notes.healthy())
 		notified = false
-		end := c.now()
+		end := c.Now()
 		budget.spent(end, end.Sub(start))
 		interval := c.opts.ClaimInterval
 		if c.notes.healthy() {
@@ -171,7 +172,7 @@ func (c *claimer) loop(ctx context.Context) {
 		if hasMore {
 			interval = 0
 		}
-		resetTimer(t, interval)
+		base.ResetTimer(t, interval)
 		due = end.Add(interval)
 		if answered {
 			watch.answered(ctx, due)
@@ -184,7 +185,7 @@ func (c *claimer) loop(ctx context.Context) {
 // claimPace returns how long a claim woken by a notification waits for the
 // budget, at most ClaimInterval or notifyClaimSpacing.
 func (c *claimer) claimPace(b *claimBudget) time.Duration {
-	return min(b.wait(c.now()), c.opts.ClaimInterval, notifyClaimSpacing)
+	return min(b.wait(c.Now()), c.opts.ClaimInterval, notifyClaimSpacing)
 }
 
 // claimOnce runs one claim and reports whether to claim again at once, and
@@ -195,18 +196,18 @@ func (c *claimer) claimPace(b *claimBudget) time.Duration {
 // then marked to be fetched again (see drainQueue.Push).
 func (c *claimer) claimOnce(ctx context.Context, fresh bool) (again, answered bool) {
 	recovering := c.recovering.Swap(false)
-	cctx, cancel := leaseCallContext(ctx)
+	cctx, cancel := base.LeaseCallContext(ctx)
 	defer cancel()
-	start := c.now()
+	start := c.Now()
 	res, err := c.backend.Claimer.WorkClaim(cctx, &ports.WorkClaimParams{
 		InstanceID:     c.opts.InstanceID,
 		MaxStreams:     c.opts.MaxStreamsPerBatch,
 		PartitionCount: c.opts.PartitionCount,
 		LeaseDuration:  c.opts.LeaseDuration,
 		StaleThreshold: c.opts.StaleInstanceThreshold,
-		Now:            c.paramNow(),
+		Now:            c.ParamNow(),
 	})
-	c.metrics.claimed(ctx, c.now().Sub(start), res, err)
+	c.metrics.claimed(ctx, c.Now().Sub(start), res, err)
 	if err != nil {
 		if recovering {
 			c.recovering.Store(true) // the next claim takes the streams over
@@ -218,16 +219,16 @@ func (c *claimer) claimOnce(ctx context.Context, fresh bool) (again, answered bo
 			// We were abandoned (a pause longer than the stale threshold,
 			// or a stall of the claim loop: see claimWatch): heartbeat
 			// again and claim afresh.
-			c.log.WarnContext(ctx, "instance was considered stale and lost its work; re-registering")
+			c.Log.WarnContext(ctx, "instance was considered stale and lost its work; re-registering")
 			if _, herr := c.heart.beat(ctx); herr != nil {
-				c.faults.fail(ctx, "heartbeat", herr)
+				c.Faults.Fail(ctx, "heartbeat", herr)
 			}
 			return false, true
 		}
-		c.faults.fail(ctx, "claiming work", err)
+		c.Faults.Fail(ctx, "claiming work", err)
 		return false, false
 	}
-	c.faults.ok(ctx, "claiming work")
+	c.Faults.OK(ctx, "claiming work")
 	if recovering {
 		c.windowSkip.Store(true) // before the push, so the consumer taking the ids sees it
 	}

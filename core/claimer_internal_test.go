@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/adapters/memory"
+	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/internal/clocktest"
 	"github.com/vantage-go/vantage/internal/logtest"
 	"github.com/vantage-go/vantage/ports"
@@ -43,7 +44,7 @@ type deferrals struct {
 }
 
 func (d *deferrals) watch(w *Worker) {
-	w.signals.claimDeferFunc = func(wait time.Duration) {
+	w.Signals.ClaimDeferred = func(wait time.Duration) {
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		d.waits = append(d.waits, wait)
@@ -84,7 +85,7 @@ func TestClaimLoopSlowClaimCostsNoLongPause(t *testing.T) {
 		require.Equal(t, int64(1), bb.spy.claims.Load(), "the claim at start")
 
 		slow.Store(true)
-		signal(bb.w.claims.notify)
+		base.Signal(bb.w.claims.notify)
 		synctest.Wait()
 		require.Equal(t, int64(2), bb.spy.claims.Load(), "the slow claim is in flight")
 		clock.Advance(12 * time.Second)
@@ -95,7 +96,7 @@ func TestClaimLoopSlowClaimCostsNoLongPause(t *testing.T) {
 		// A notification every 50ms for a second, each claiming in no time.
 		for i := range 20 {
 			clock.Advance(50 * time.Millisecond)
-			signal(bb.w.claims.notify)
+			base.Signal(bb.w.claims.notify)
 			synctest.Wait()
 			require.Equal(t, int64(3+i), bb.spy.claims.Load(), "notification %d after the slow claim claims at once", i+1)
 		}
@@ -125,19 +126,19 @@ func TestClaimLoopNotificationsNeverPostponeAClaim(t *testing.T) {
 		// Immediate wakes claim whatever the budget: back to back, these
 		// claims take all of the time, and a notification waits.
 		for range 8 {
-			signal(bb.w.claims.wake)
+			base.Signal(bb.w.claims.wake)
 			synctest.Wait()
 		}
 		claims := bb.spy.claims.Load()
 		require.Equal(t, int64(9), claims)
-		signal(bb.w.claims.notify)
+		base.Signal(bb.w.claims.notify)
 		synctest.Wait()
 		require.Equal(t, []time.Duration{interval}, waits.take(), "the notification waits for the budget, at most ClaimInterval")
 		due := clock.Now().Add(interval)
 
 		for clock.Now().Add(every).Before(due) {
 			clock.Advance(every)
-			signal(bb.w.claims.notify)
+			base.Signal(bb.w.claims.notify)
 			synctest.Wait()
 			require.Equal(t, claims, bb.spy.claims.Load(), "no claim before it is due, at %s", clock.Now().Sub(due))
 		}

@@ -83,7 +83,7 @@ func (w *claimWatch) answered(ctx context.Context, next time.Time) {
 	if !stalled {
 		return
 	}
-	w.log.InfoContext(ctx, "claim loop recovered", slog.Duration("stalled_for", w.now().Sub(since)))
+	w.Log.InfoContext(ctx, "claim loop recovered", slog.Duration("stalled_for", w.Now().Sub(since)))
 	w.resume()
 }
 
@@ -100,7 +100,7 @@ func (w *claimWatch) disarm() {
 // while the claim loop is stalled. The first time it finds it stalled, it
 // logs and counts the stall.
 func (w *claimWatch) vouch(ctx context.Context) bool {
-	now := w.now()
+	now := w.Now()
 	w.mu.Lock()
 	late := now.Sub(w.due)
 	if w.due.IsZero() || late <= w.claimStallBound() {
@@ -111,7 +111,7 @@ func (w *claimWatch) vouch(ctx context.Context) bool {
 	w.stalled = true
 	w.mu.Unlock()
 	if first {
-		w.log.WarnContext(ctx, "claim loop stalled; no longer heartbeating, so that other instances take over this instance's streams",
+		w.Log.WarnContext(ctx, "claim loop stalled; no longer heartbeating, so that other instances take over this instance's streams",
 			slog.Duration("stalled_for", late), slog.Duration("stall_bound", w.claimStallBound()))
 		w.metrics.claimStalled(ctx)
 	}

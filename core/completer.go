@@ -13,6 +13,7 @@ import (
 
 	"github.com/vantage-go/vantage/core/completion"
 	"github.com/vantage-go/vantage/core/internal/dedup"
+	"github.com/vantage-go/vantage/core/internal/faultlog"
 	"github.com/vantage-go/vantage/core/internal/flush"
 	"github.com/vantage-go/vantage/core/internal/retry"
 	"github.com/vantage-go/vantage/ports"
@@ -101,9 +102,9 @@ func newFlusher[T any](e *engine, name string, flushFn func(context.Context, []c
 	return flush.New(name, flush.Options[completion.Tracked[T]]{
 		MaxAttempts: e.opts.FlushRetry.MaxAttempts,
 		Retry:       e.opts.FlushRetry.internal(0),
-		Clock:       e.clock,
-		Logger:      e.log,
-		Faults:      flushFaults{e.faults},
+		Clock:       e.Clock,
+		Logger:      e.Log,
+		Faults:      flushFaults{e.Faults},
 		OnFlushed:   acked,
 		Weight:      weight,
 		OnRetry: func(batch []completion.Tracked[T], _ int, _ error) {
@@ -125,24 +126,24 @@ func newFlusher[T any](e *engine, name string, flushFn func(context.Context, []c
 // that an outage costs a few lines per flusher rather than one per retry
 // and per batch: a failing flush is logged like any background operation
 // ("flushing completions failed", a summary, "recovered"), and the batches
-// given up on at most once per faultSummaryEvery, with how many items were
+// given up on at most once per faultlog.SummaryEvery, with how many items were
 // dropped since.
-type flushFaults struct{ f *faultLog }
+type flushFaults struct{ f *faultlog.Log }
 
 func (ff flushFaults) Fail(ctx context.Context, op string, err error, attrs ...any) {
-	ff.f.fail(ctx, op, err, attrs...)
+	ff.f.Fail(ctx, op, err, attrs...)
 }
 
-func (ff flushFaults) OK(ctx context.Context, op string) { ff.f.ok(ctx, op) }
+func (ff flushFaults) OK(ctx context.Context, op string) { ff.f.OK(ctx, op) }
 
 func (ff flushFaults) Drop(ctx context.Context, op, msg string, n int, err error, attrs ...any) {
 	// The last call of a batch failed too: it counts as a failure of the
 	// operation, unless the backend refused the items (no outage) or the
 	// worker is stopping.
 	if ctx.Err() == nil && !retry.Permanent(err) {
-		ff.f.fail(ctx, op, err, attrs...)
+		ff.f.Fail(ctx, op, err, attrs...)
 	}
-	ff.f.recur(ctx, recurrence{key: op + ": " + msg, every: faultSummaryEvery, level: slog.LevelError, msg: msg, countKey: "dropped_items", op: op},
+	ff.f.Recur(ctx, faultlog.Recurrence{Key: op + ": " + msg, Every: faultlog.SummaryEvery, Level: slog.LevelError, Msg: msg, CountKey: "dropped_items", Op: op},
 		n, append(attrs, slog.Any("error", err))...)
 }
 
@@ -302,9 +303,9 @@ func (c *completer) givenUp(ctx context.Context, k pairKey, rows []uuid.UUID, wh
 	if ctx.Err() != nil {
 		return // stopping: nothing to tell
 	}
-	c.faults.recur(ctx, recurrence{
-		key: "giving up on " + what, every: faultSummaryEvery, level: slog.LevelWarn, countKey: "outcomes",
-		msg: "giving up on " + what + " that cannot be reported; their pairs are drained again",
+	c.Faults.Recur(ctx, faultlog.Recurrence{
+		Key: "giving up on " + what, Every: faultlog.SummaryEvery, Level: slog.LevelWarn, CountKey: "outcomes",
+		Msg: "giving up on " + what + " that cannot be reported; their pairs are drained again",
 	}, 1, attrs...)
 }
 
@@ -327,7 +328,7 @@ func (c *completer) flushNow(ctx context.Context) error {
 // fewer than limit work rows, or ctx ends.
 func (c *completer) waitUnackedBelow(ctx context.Context, limit int) {
 	c.flushPending(ctx)
-	_ = c.completions.WaitBelow(ctx, limit, c.signals.ackWait) // only ctx's end stops the wait
+	_ = c.completions.WaitBelow(ctx, limit, c.Signals.OnAckWait) // only ctx's end stops the wait
 }
 
 // afterSettled calls fn once every completion handed to the flusher so far
@@ -343,7 +344,7 @@ func (c *completer) hurry() { c.completions.Hurry() }
 func (c *completer) flushPending(ctx context.Context) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := c.now()
+	now := c.Now()
 	// Unacknowledged items are re-sent only once the flushers settled
 	// everything they were given: an item still queued or being flushed
 	// (a slow round trip, retries in place) is not lost, only late.
@@ -365,25 +366,25 @@ func (c *completer) flushPending(ctx context.Context) {
 	c.strategy.MarkSent(ids, now)
 	if len(cs) > 0 {
 		if err := c.completions.Add(ctx, cs...); err != nil && ctx.Err() == nil {
-			c.log.ErrorContext(ctx, "queueing completions failed; they are re-sent", slog.Any("error", err))
+			c.Log.ErrorContext(ctx, "queueing completions failed; they are re-sent", slog.Any("error", err))
 		}
 	}
 	if len(fs) > 0 {
 		if err := c.failures.Add(ctx, fs...); err != nil && ctx.Err() == nil {
-			c.log.ErrorContext(ctx, "queueing failures failed; they are re-sent", slog.Any("error", err))
+			c.Log.ErrorContext(ctx, "queueing failures failed; they are re-sent", slog.Any("error", err))
 		}
 	}
 }
 
 func (c *completer) flushCompletions(ctx context.Context, batch []completion.Tracked[ports.Completion]) error {
-	start := c.now()
+	start := c.Now()
 	res, err := c.backend.Cursors.WorkComplete(ctx, &ports.WorkCompleteParams{
 		InstanceID:  c.opts.InstanceID,
 		Completions: itemsOf(batch),
 		DebugMode:   c.opts.DebugMode,
-		Now:         c.paramNow(),
+		Now:         c.ParamNow(),
 	})
-	c.metrics.flushed(ctx, flusherCompletions, len(batch), c.now().Sub(start), err)
+	c.metrics.flushed(ctx, flusherCompletions, len(batch), c.Now().Sub(start), err)
 	if err == nil && res != nil {
 		c.releaseUnfinished(batch, res.Completed)
 	}
@@ -424,14 +425,14 @@ func distinctRows(batch []completion.Tracked[ports.Completion]) int {
 }
 
 func (c *completer) flushFailures(ctx context.Context, batch []completion.Tracked[ports.Failure]) error {
-	start := c.now()
+	start := c.Now()
 	err := c.backend.Cursors.WorkFail(ctx, &ports.WorkFailParams{
 		InstanceID: c.opts.InstanceID,
 		Failures:   itemsOf(batch),
 		DebugMode:  c.opts.DebugMode,
-		Now:        c.paramNow(),
+		Now:        c.ParamNow(),
 	})
-	c.metrics.flushed(ctx, flusherFailures, len(batch), c.now().Sub(start), err)
+	c.metrics.flushed(ctx, flusherFailures, len(batch), c.Now().Sub(start), err)
 	return err
 }
 
@@ -560,11 +561,11 @@ func (r instantReporter) Fail(ctx context.Context, items []ports.Failure) error 
 func (c *completer) reported(ctx context.Context, op string, err error, n int, attrs func() []any) {
 	switch {
 	case err == nil:
-		c.faults.ok(ctx, op)
+		c.Faults.OK(ctx, op)
 	case ctx.Err() != nil:
 	case n == 1:
-		c.faults.fail(ctx, op, err, attrs()...)
+		c.Faults.Fail(ctx, op, err, attrs()...)
 	default:
-		c.faults.fail(ctx, op, err, slog.Int("items", n))
+		c.Faults.Fail(ctx, op, err, slog.Int("items", n))
 	}
 }

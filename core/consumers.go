@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/core/internal/startstop"
 )
 
@@ -51,7 +52,7 @@ func (c *consumers) Start(runCtx, workCtx context.Context) {
 // wakeAll wakes every consumer now. Redundant calls coalesce.
 func (c *consumers) wakeAll() {
 	for _, w := range c.wakes {
-		signal(w)
+		base.Signal(w)
 	}
 }
 
@@ -66,14 +67,14 @@ func (c *consumers) idleTimeout() time.Duration {
 // (notification or RequestImmediatePoll), or the idle timeout; then it drains
 // a batch or runs an idle tick. id numbers the consumer.
 func (c *consumers) loop(runCtx, workCtx context.Context, id int, wake chan struct{}) {
-	t := c.clock.NewTimer(c.idleTimeout())
+	t := c.Clock.NewTimer(c.idleTimeout())
 	defer t.Stop()
 	var lastWakes uint64
 	for {
 		ids := c.queue.Take(c.opts.DrainBatcher.MaxSize)
 		if len(ids) == 0 {
 			timedOut := false
-			resetTimer(t, c.idleTimeout())
+			base.ResetTimer(t, c.idleTimeout())
 			select {
 			case <-runCtx.Done():
 				return
@@ -89,13 +90,13 @@ func (c *consumers) loop(runCtx, workCtx context.Context, id int, wake chan stru
 			}
 		}
 		if c.wantWindow(len(ids), &lastWakes) {
-			if wait, ended := c.flights.gather(c.now(), c.arrivals.interval()); wait > 0 {
+			if wait, ended := c.flights.gather(c.Now(), c.arrivals.interval()); wait > 0 {
 				ids = c.collectWindow(runCtx, ids, wait, ended)
 			}
 		}
-		c.flights.start(id, c.now())
+		c.flights.start(id, c.Now())
 		c.drain(workCtx, ids)
-		if last := c.flights.end(id, c.now()); last {
+		if last := c.flights.end(id, c.Now()); last {
 			c.settle()
 		}
 		if runCtx.Err() != nil {
@@ -149,16 +150,16 @@ func (c *consumers) wantWindow(n int, lastWakes *uint64) bool {
 // within the DrainBatcher bounds: SlidingWindow after the latest arrival,
 // MaxWait after the first, at most MaxSize ids.
 func (c *consumers) collectWindow(ctx context.Context, ids []uuid.UUID, wait time.Duration, ended <-chan struct{}) []uuid.UUID {
-	first := c.now()
+	first := c.Now()
 	last := first
-	defer c.signals.window(0, true)
+	defer c.Signals.OnWindow(0, true)
 	for len(ids) < c.opts.DrainBatcher.MaxSize {
-		now := c.now()
+		now := c.Now()
 		remaining := min(wait-now.Sub(first), c.opts.DrainBatcher.SlidingWindow-now.Sub(last), c.opts.DrainBatcher.MaxWait-now.Sub(first))
 		if remaining <= 0 {
 			return ids
 		}
-		t := c.clock.NewTimer(remaining)
+		t := c.Clock.NewTimer(remaining)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -172,8 +173,8 @@ func (c *consumers) collectWindow(ctx context.Context, ids []uuid.UUID, wait tim
 			t.Stop()
 			if more := c.queue.Take(c.opts.DrainBatcher.MaxSize - len(ids)); len(more) > 0 {
 				ids = append(ids, more...)
-				last = c.now()
-				c.signals.window(len(more), false)
+				last = c.Now()
+				c.Signals.OnWindow(len(more), false)
 				if c.claims.windowSkip.Swap(false) {
 					return ids // taken over from an abandoned instance: drain now
 				}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -21,7 +22,7 @@ func (w *Worker) deadLetterRecovery(ctx context.Context) {
 	if w.opts.Generation == "" || o.Disabled {
 		return
 	}
-	every(ctx, w.clock, o.Interval, func() { w.recoverDeadLetters(ctx) })
+	base.Every(ctx, w.Clock, o.Interval, func() { w.recoverDeadLetters(ctx) })
 }
 
 // recoverDeadLetters requeues one batch of dead letters for a retry on this
@@ -30,17 +31,17 @@ func (w *Worker) recoverDeadLetters(ctx context.Context) int {
 	dls, err := w.backend.DeadLetters.DeadLettersRecover(ctx, &ports.DeadLettersRecoverParams{
 		Generation: w.opts.Generation,
 		Limit:      w.opts.DeadLetterRecovery.BatchSize,
-		Now:        w.paramNow(),
+		Now:        w.ParamNow(),
 	})
 	if err != nil {
 		if ctx.Err() == nil {
-			w.faults.fail(ctx, "requeueing dead letters for the new generation", err)
+			w.Faults.Fail(ctx, "requeueing dead letters for the new generation", err)
 		}
 		return 0
 	}
-	w.faults.ok(ctx, "requeueing dead letters for the new generation")
+	w.Faults.OK(ctx, "requeueing dead letters for the new generation")
 	for _, dl := range dls {
-		w.log.InfoContext(ctx, "dead letter requeued for a retry on this generation",
+		w.Log.InfoContext(ctx, "dead letter requeued for a retry on this generation",
 			append(pairAttrs(dl.StreamID, dl.Perspective), slog.Int64("version", dl.EventVersion), slog.String("event_id", dl.EventID.String()),
 				slog.String("failed_on", dl.Generation), slog.String("generation", w.opts.Generation), slog.String("error", dl.Error))...)
 	}

@@ -217,7 +217,7 @@ func (dr *drainer) drainStream(ctx context.Context, t *streamTask, sw *streamWor
 		res, seq, err := dr.fetch(ctx, []uuid.UUID{sw.id})
 		if err != nil {
 			if ctx.Err() == nil {
-				dr.parking.wakeAt(sw.id, dr.now().Add(dr.opts.InfraRetry.Max))
+				dr.parking.wakeAt(sw.id, dr.Now().Add(dr.opts.InfraRetry.Max))
 			}
 			return
 		}
@@ -227,7 +227,7 @@ func (dr *drainer) drainStream(ctx context.Context, t *streamTask, sw *streamWor
 			return
 		}
 		sw = &next[0]
-		dr.renewer.hold(sw.id, dr.now())
+		dr.renewer.hold(sw.id, dr.Now())
 		cursors = cursorsByPair(res.Cursors)
 	}
 }
@@ -251,7 +251,7 @@ func (dr *drainer) drainPass(ctx context.Context, t *streamTask, sw *streamWork,
 	}
 	for i, rows := range groups {
 		if running == dr.opts.MaxConcurrentPerspectives {
-			dr.signals.pairSlotWait()
+			dr.Signals.OnPairSlotWait()
 			wait()
 		}
 		running++

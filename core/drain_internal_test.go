@@ -146,7 +146,7 @@ func TestStreamPerspectivesDrainInParallel(t *testing.T) {
 
 	bb := setupBatchNamed(t, &Options{MaxConcurrentPerspectives: 2}, memory.New(memory.Options{}).Backend(), "a", "b", "c", "d")
 	slotWaits := make(chan struct{}, 10)
-	bb.w.signals.pairSlotWaitFunc = func() {
+	bb.w.Signals.PairSlotWait = func() {
 		select {
 		case slotWaits <- struct{}{}:
 		default:
@@ -298,7 +298,7 @@ func TestPrePerspectiveRunsBeforeParallelApplies(t *testing.T) {
 
 	bb := setupBatchNamed(t, &Options{}, memory.New(memory.Options{}).Backend(), "a", "b")
 	waiting := make(chan struct{}, 1)
-	bb.w.signals.prePerspectiveWaitFunc = func() {
+	bb.w.Signals.PrePerspectiveWait = func() {
 		select {
 		case waiting <- struct{}{}:
 		default:

@@ -67,7 +67,7 @@ func (fl *failures) eventFailed(ctx context.Context, k pairKey, row ports.WorkIt
 		Reason:     reason,
 		Error:      cause.Error(),
 		Attempts:   attempts,
-		Now:        fl.paramNow(),
+		Now:        fl.ParamNow(),
 	})
 	if err != nil {
 		if fl.moveFailed(ctx, k, "moving work to dead letters", err) {
@@ -99,14 +99,14 @@ func (fl *failures) moveFailed(ctx context.Context, k pairKey, op string, err er
 // stream is another instance's now (ports.ErrLeaseLost): it costs nothing,
 // and the pair is left to that instance.
 func (fl *failures) leaseLost(ctx context.Context, k pairKey, err error) {
-	fl.log.InfoContext(ctx, "stream taken by another instance; leaving its pair to it",
+	fl.Log.InfoContext(ctx, "stream taken by another instance; leaving its pair to it",
 		append(pairAttrs(k.stream, k.perspective), slog.Any("error", err))...)
 }
 
 // deadLettered logs and announces a dead letter.
 func (fl *failures) deadLettered(ctx context.Context, dl ports.DeadLetter) {
 	fl.metrics.deadLettered(ctx, dl)
-	fl.log.WarnContext(ctx, "event dead-lettered; its pair goes on with the next event",
+	fl.Log.WarnContext(ctx, "event dead-lettered; its pair goes on with the next event",
 		append(pairAttrs(dl.StreamID, dl.Perspective), slog.Int64("version", dl.EventVersion), slog.String("event_id", dl.EventID.String()),
 			slog.Int("attempts", dl.Attempts), slog.String("reason", dl.Reason), slog.String("error", dl.Error))...)
 	if h := fl.opts.Hooks.OnDeadLettered; h != nil {
@@ -132,7 +132,7 @@ func failureReason(cause error) string {
 // the pair is held back until then.
 func (fl *failures) reportFailure(ctx context.Context, k pairKey, row ports.WorkItem, applied []uuid.UUID, lastID uuid.UUID, lastVersion int64, cause error) {
 	attempts := row.Attempts + 1
-	retryAt := fl.now().Add(fl.failureRetryDelay(attempts))
+	retryAt := fl.Now().Add(fl.failureRetryDelay(attempts))
 	f := ports.Failure{
 		StreamID:       k.stream,
 		Perspective:    k.perspective,
@@ -155,7 +155,7 @@ func (fl *failures) failed(ctx context.Context, k pairKey, f ports.Failure, vers
 	}
 	fl.parking.park(k, f.RetryAt)
 	fl.metrics.failureReported(ctx, k.perspective, failureReason(cause))
-	fl.log.WarnContext(ctx, "perspective failed on event; will retry",
+	fl.Log.WarnContext(ctx, "perspective failed on event; will retry",
 		append(pairAttrs(k.stream, k.perspective), slog.Int64("version", version), slog.Int("attempts", attempts),
 			slog.Int("max_attempts", fl.opts.MaxPerspectiveEventAttempts), slog.Time("retry_at", f.RetryAt), slog.Any("error", cause))...)
 	// The pair stays parked until the failure is acknowledged: the strategy
@@ -221,7 +221,7 @@ func (fl *failures) deadLetterRows(ctx context.Context, rows []ports.WorkItem, m
 			Reason:     reason,
 			Error:      cause,
 			Attempts:   r.Attempts,
-			Now:        fl.paramNow(),
+			Now:        fl.ParamNow(),
 		})
 		if err != nil {
 			return nil, err

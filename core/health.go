@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/vantage-go/vantage/core/internal/base"
 )
 
 // HealthOptions are the thresholds of Worker.Health.
@@ -96,7 +98,7 @@ func (r HealthReport) Check(name string) (HealthCheck, bool) {
 // heartbeatCallBound is the longest a heartbeat call may last (see
 // leaseCallContext): a heartbeat loop that works returns from a call at
 // least every HeartbeatInterval plus this.
-const heartbeatCallBound = backendCallTimeout
+const heartbeatCallBound = base.BackendCallTimeout
 
 // stuckAppliesListed is how many abandoned applies the message of the
 // stuck_applies check names; its values list them all.
@@ -164,7 +166,7 @@ const stuckAppliesListed = 3
 //     warrant a restart. Values: count, and applies: a list of {stream_id,
 //     perspective, event_id, version, running_seconds}.
 func (w *Worker) Health(ctx context.Context) HealthReport {
-	now := w.now()
+	now := w.Now()
 	phase := w.phase()
 	r := HealthReport{CheckedAt: now, Checks: []HealthCheck{
 		w.runningCheck(now, phase),

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/adapters/memory"
+	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/internal/clocktest"
 )
 
@@ -30,7 +31,7 @@ func TestHealthHeartbeatLoopStalled(t *testing.T) {
 	recv(t, w.StartupScanComplete(), "the startup scan")
 
 	require.NoError(t, w.heart.Stop(t.Context())) // the loop ends; every other part of the worker runs on
-	limit := StaleInstanceThresholdDefault + backendCallTimeout
+	limit := StaleInstanceThresholdDefault + base.BackendCallTimeout
 	clock.Advance(limit)
 	r := w.Health(t.Context())
 	require.True(t, r.Live, "a loop that works may take this long between two heartbeats")

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/core/internal/startstop"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -65,7 +66,7 @@ func (h *heartbeater) last() (time.Time, int) {
 // for a stream, and its lease gives it to one of them.
 func (h *heartbeater) alone() bool {
 	at, live := h.last()
-	return live == 1 && !h.opts.ClaimsDisabled && !at.IsZero() && h.now().Sub(at) < h.opts.StaleInstanceThreshold/2
+	return live == 1 && !h.opts.ClaimsDisabled && !at.IsZero() && h.Now().Sub(at) < h.opts.StaleInstanceThreshold/2
 }
 
 // lastAttempt returns when the latest heartbeat returned, successful or
@@ -80,7 +81,7 @@ func (h *heartbeater) lastAttempt() time.Time {
 
 func newHeartbeater(e *engine, takeOver func()) *heartbeater {
 	h := &heartbeater{engine: e, takeOver: takeOver, wake: make(chan struct{}, 1)}
-	h.claims = claimWatch{engine: e, resume: func() { signal(h.wake) }}
+	h.claims = claimWatch{engine: e, resume: func() { base.Signal(h.wake) }}
 	return h
 }
 
@@ -96,7 +97,7 @@ func (h *heartbeater) Start(ctx context.Context, first *ports.InstanceHeartbeatR
 // beat records the instance's heartbeat. When it abandoned stale instances
 // it hands their work over (see takeOver).
 func (h *heartbeater) beat(ctx context.Context) (*ports.InstanceHeartbeatResult, error) {
-	cctx, cancel := leaseCallContext(ctx)
+	cctx, cancel := base.LeaseCallContext(ctx)
 	defer cancel()
 	res, err := h.backend.Claimer.InstanceHeartbeat(cctx, &ports.InstanceHeartbeatParams{
 		InstanceID:     h.opts.InstanceID,
@@ -105,21 +106,21 @@ func (h *heartbeater) beat(ctx context.Context) (*ports.InstanceHeartbeatResult,
 		ProcessID:      os.Getpid(),
 		Metadata:       h.opts.InstanceMetadata,
 		StaleThreshold: h.opts.StaleInstanceThreshold,
-		Now:            h.paramNow(),
+		Now:            h.ParamNow(),
 		Passive:        h.opts.ClaimsDisabled,
 	})
-	h.lastTry.Store(h.now().UnixNano())
+	h.lastTry.Store(h.Now().UnixNano())
 	if err != nil {
 		return nil, err
 	}
-	h.lastBeat.Store(h.now().UnixNano())
+	h.lastBeat.Store(h.Now().UnixNano())
 	h.live.Store(int64(res.Live))
 	if len(res.Abandoned) > 0 {
 		ids := make([]string, len(res.Abandoned))
 		for i, id := range res.Abandoned {
 			ids[i] = id.String()
 		}
-		h.log.InfoContext(ctx, "abandoned stale instances; taking over their work", slog.Any("instances", ids))
+		h.Log.InfoContext(ctx, "abandoned stale instances; taking over their work", slog.Any("instances", ids))
 		h.takeOver()
 	}
 	return res, nil
@@ -129,7 +130,7 @@ func (h *heartbeater) beat(ctx context.Context) (*ports.InstanceHeartbeatResult,
 // heartbeat at Start. While the claim loop is stalled it skips the
 // heartbeats, and it heartbeats at once when the stall ends.
 func (h *heartbeater) loop(ctx context.Context, first *ports.InstanceHeartbeatResult) {
-	t := h.clock.NewTimer(heartbeatDelay(h.opts.HeartbeatInterval, h.now(), first.NextStaleAt))
+	t := h.Clock.NewTimer(heartbeatDelay(h.opts.HeartbeatInterval, h.Now(), first.NextStaleAt))
 	defer t.Stop()
 	prev := first.NextStaleAt
 	for {
@@ -141,25 +142,25 @@ func (h *heartbeater) loop(ctx context.Context, first *ports.InstanceHeartbeatRe
 		}
 		delay := h.opts.HeartbeatInterval
 		if !h.claims.vouch(ctx) {
-			h.lastTry.Store(h.now().UnixNano()) // the loop runs; it chose not to vouch
+			h.lastTry.Store(h.Now().UnixNano()) // the loop runs; it chose not to vouch
 		} else if res, err := h.beat(ctx); err != nil {
 			if ctx.Err() == nil {
-				h.faults.fail(ctx, "heartbeat", err)
+				h.Faults.Fail(ctx, "heartbeat", err)
 			}
 		} else {
-			h.faults.ok(ctx, "heartbeat")
+			h.Faults.OK(ctx, "heartbeat")
 			if res.Rejoined {
-				h.log.WarnContext(ctx, "instance was silent past the stale threshold; re-registered, and stale peers are abandoned at the next heartbeat")
+				h.Log.WarnContext(ctx, "instance was silent past the stale threshold; re-registered, and stale peers are abandoned at the next heartbeat")
 			}
-			if len(res.Abandoned) == 0 && peerGone(prev, h.now(), res.NextStaleAt) {
+			if len(res.Abandoned) == 0 && peerGone(prev, h.Now(), res.NextStaleAt) {
 				// Another survivor abandoned the peer first: its streams
 				// are ours to share all the same.
 				h.takeOver()
 			}
 			prev = res.NextStaleAt
-			delay = heartbeatDelay(h.opts.HeartbeatInterval, h.now(), res.NextStaleAt)
+			delay = heartbeatDelay(h.opts.HeartbeatInterval, h.Now(), res.NextStaleAt)
 		}
-		resetTimer(t, delay)
+		base.ResetTimer(t, delay)
 	}
 }
 

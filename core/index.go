@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -180,22 +181,22 @@ func (w *Worker) ensureIndexesLoop(ctx context.Context) {
 		return
 	}
 	if w.backend.ModelQuery == nil {
-		w.log.InfoContext(ctx, "the backend has no ModelQuery port: declared indexes are not built")
+		w.Log.InfoContext(ctx, "the backend has no ModelQuery port: declared indexes are not built")
 		return
 	}
 	try := func() {
 		for _, name := range slices.Sorted(maps.Keys(pending)) {
-			start := w.clock.Now()
+			start := w.Clock.Now()
 			err := ensureIndexes(ctx, w.backend.ModelQuery, name, pending[name])
 			if err != nil {
 				if ctx.Err() == nil {
-					w.faults.fail(ctx, "ensuring model indexes", err, slog.String("perspective", name))
+					w.Faults.Fail(ctx, "ensuring model indexes", err, slog.String("perspective", name))
 				}
 				continue
 			}
-			w.faults.ok(ctx, "ensuring model indexes")
-			w.log.InfoContext(ctx, "model indexes ready", slog.String("perspective", name),
-				slog.Int("indexes", len(pending[name])), slog.Duration("duration", w.clock.Now().Sub(start)))
+			w.Faults.OK(ctx, "ensuring model indexes")
+			w.Log.InfoContext(ctx, "model indexes ready", slog.String("perspective", name),
+				slog.Int("indexes", len(pending[name])), slog.Duration("duration", w.Clock.Now().Sub(start)))
 			delete(pending, name)
 		}
 	}
@@ -205,7 +206,7 @@ func (w *Worker) ensureIndexesLoop(ctx context.Context) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	every(ctx, w.clock, resubscribeEvery, func() {
+	base.Every(ctx, w.Clock, resubscribeEvery, func() {
 		if try(); len(pending) == 0 {
 			cancel()
 		}

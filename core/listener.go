@@ -39,12 +39,12 @@ func (l *listener) Start(ctx context.Context) {
 		return
 	}
 	if l.backend.Notifier == nil {
-		l.log.InfoContext(ctx, "the backend has no notifier; polling only")
+		l.Log.InfoContext(ctx, "the backend has no notifier; polling only")
 		return
 	}
 	wakes, err := l.backend.Notifier.NotifierListen(ctx, &ports.NotifierListenParams{Logger: l.backendLog})
 	if err != nil {
-		l.log.WarnContext(ctx, "notifications unavailable; polling only", slog.Any("error", err))
+		l.Log.WarnContext(ctx, "notifications unavailable; polling only", slog.Any("error", err))
 		return
 	}
 	l.listening.Store(true)
@@ -65,7 +65,7 @@ func (l *listener) loop(ctx context.Context, wakes <-chan ports.Wake) {
 			if !ok {
 				if ctx.Err() == nil {
 					l.listening.Store(false)
-					l.log.WarnContext(ctx, "notification channel closed; polling only")
+					l.Log.WarnContext(ctx, "notification channel closed; polling only")
 				}
 				return
 			}

@@ -164,7 +164,7 @@ type flushAttrs struct {
 
 func newMetrics(e *engine) *metrics {
 	meter := e.opts.MeterProvider.Meter(meterName)
-	m := &metrics{clock: e.clock, log: e.log, meter: meter, applyEvery: e.opts.ApplyDurationInterval, byName: map[string]*perspectiveAttrs{}, flushAttrs: map[string]*flushAttrs{}}
+	m := &metrics{clock: e.Clock, log: e.Log, meter: meter, applyEvery: e.opts.ApplyDurationInterval, byName: map[string]*perspectiveAttrs{}, flushAttrs: map[string]*flushAttrs{}}
 	var errs []error
 	counter := func(name, unit, desc string) metric.Int64Counter {
 		c, err := meter.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
@@ -241,7 +241,7 @@ func newMetrics(e *engine) *metrics {
 		m.lagOldestAge = secondsGauge("vantage.perspective.lag.oldest_age", "Age of a perspective's oldest pending event (0 when none is pending).")
 	}
 	if err := errors.Join(errs...); err != nil {
-		e.log.Warn("creating metric instruments; those that failed record nothing", slog.Any("error", err))
+		e.Log.Warn("creating metric instruments; those that failed record nothing", slog.Any("error", err))
 	}
 
 	m.claimOK, m.claimErr = newAttrs(attrOutcome.String(outcomeOK)), newAttrs(attrOutcome.String(outcomeError))

@@ -13,6 +13,7 @@ import (
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
+	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -26,10 +27,9 @@ func newTestMetrics(tb testing.TB, provider metric.MeterProvider) *metrics {
 	require.NoError(tb, Handle(p, func(_ context.Context, m benchModel, _ benchEvent) (benchModel, error) { return m, nil }))
 	require.NoError(tb, reg.AddPerspective(p))
 	return newMetrics(&engine{
-		reg:   reg,
-		opts:  Options{MeterProvider: provider, ApplyDurationInterval: ApplyDurationIntervalDefault},
-		clock: ports.SystemClock{},
-		log:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		reg:  reg,
+		opts: Options{MeterProvider: provider, ApplyDurationInterval: ApplyDurationIntervalDefault},
+		Env:  &base.Env{Clock: ports.SystemClock{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))},
 	})
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/core/internal/startstop"
 )
 
@@ -138,7 +139,7 @@ func (aw *applyWatch) done() {
 
 // begin notes that an apply of the event started now, and returns now.
 func (aw *applyWatch) begin(eventID uuid.UUID, version int64) time.Time {
-	now := aw.m.now()
+	now := aw.m.Now()
 	aw.mu.Lock()
 	aw.active, aw.started, aw.eventID, aw.version = true, now, eventID, version
 	aw.cancelled, aw.cancelledAt, aw.late = false, time.Time{}, false
@@ -147,7 +148,7 @@ func (aw *applyWatch) begin(eventID uuid.UUID, version int64) time.Time {
 	}
 	aw.mu.Unlock()
 	if now.Add(aw.m.timeout).UnixNano() < aw.m.armedAt.Load() {
-		signal(aw.m.wake)
+		base.Signal(aw.m.wake)
 	}
 	return now
 }
@@ -189,9 +190,9 @@ func (m *applyMonitor) returned(aw *applyWatch) {
 	delete(m.abandoned, aw)
 	m.mu.Unlock()
 	if ok {
-		m.log.Warn("abandoned apply returned; its result is discarded",
+		m.Log.Warn("abandoned apply returned; its result is discarded",
 			append(pairAttrs(info.StreamID, info.Perspective), slog.Int64("version", info.Version),
-				slog.Duration("elapsed", m.now().Sub(info.Started)))...)
+				slog.Duration("elapsed", m.Now().Sub(info.Started)))...)
 	}
 }
 
@@ -227,20 +228,20 @@ func (m *applyMonitor) applying() bool {
 // running apply counts as cancelled then. Abandonments run on goroutines of
 // their own, owned by wg.
 func (m *applyMonitor) run(ctx context.Context, work <-chan struct{}, wg *sync.WaitGroup) {
-	var t lazyTimer
-	defer t.stop()
+	var t base.LazyTimer
+	defer t.Stop()
 	for {
 		next := m.check(ctx, wg)
 		if next.IsZero() {
 			m.armedAt.Store(math.MaxInt64)
 		} else {
 			m.armedAt.Store(next.UnixNano())
-			t.reset(m.clock, max(next.Sub(m.now()), 0))
+			t.Reset(m.Clock, max(next.Sub(m.Now()), 0))
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.c():
+		case <-t.C():
 		case <-m.wake:
 		case <-work:
 			work = nil
@@ -252,7 +253,7 @@ func (m *applyMonitor) run(ctx context.Context, work <-chan struct{}, wg *sync.W
 // check acts on every deadline that passed and returns the next one, zero
 // when no apply runs.
 func (m *applyMonitor) check(ctx context.Context, wg *sync.WaitGroup) time.Time {
-	now := m.now()
+	now := m.Now()
 	var next time.Time
 	earliest := func(t time.Time) {
 		if next.IsZero() || t.Before(next) {
@@ -301,7 +302,7 @@ func (m *applyMonitor) check(ctx context.Context, wg *sync.WaitGroup) time.Time 
 func (m *applyMonitor) noteAbandoned(ctx context.Context, info AbandonedApply) {
 	m.abandonedTotal.Add(1)
 	m.metrics.applyAbandoned(ctx, info.Perspective)
-	m.log.ErrorContext(ctx, "apply abandoned: it ran past its deadline and ignored its cancelled context; its pair is retried while it runs on",
+	m.Log.ErrorContext(ctx, "apply abandoned: it ran past its deadline and ignored its cancelled context; its pair is retried while it runs on",
 		append(pairAttrs(info.StreamID, info.Perspective), slog.String("event_id", info.EventID.String()), slog.Int64("version", info.Version),
 			slog.Duration("elapsed", info.Elapsed), slog.Duration("apply_timeout", m.opts.ApplyTimeout))...)
 	if h := m.opts.Hooks.OnApplyAbandoned; h != nil {

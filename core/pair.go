@@ -376,7 +376,7 @@ func (r *pairRun) save(ctx context.Context) bool {
 		ExpectedEpoch:   r.stored.Epoch,
 		AppliedLate:     r.appliedLate(),
 		InstanceID:      r.dr.opts.InstanceID,
-		Now:             r.dr.paramNow(),
+		Now:             r.dr.ParamNow(),
 	}
 	err = r.dr.store.save(ctx, params)
 	switch {
@@ -431,7 +431,7 @@ func (r *pairRun) appliedLate() []int64 {
 // it), loading the model the store holds, on which the rest is skipped or
 // applied again.
 func (r *pairRun) moved(ctx context.Context, msg string, expected int64, err error) {
-	r.dr.log.WarnContext(ctx, msg, append(pairAttrs(r.key.stream, r.key.perspective),
+	r.dr.Log.WarnContext(ctx, msg, append(pairAttrs(r.key.stream, r.key.perspective),
 		slog.Int64("expected_version", expected), slog.Int64("expected_epoch", r.stored.Epoch), slog.Any("error", err))...)
 	r.unsaved = nil
 	r.complete(ctx)
@@ -464,7 +464,7 @@ func (r *pairRun) saveRefused(ctx context.Context, err error) bool {
 	r.stop(ctx)
 	r.dr.parking.saveEachFor(r.key)
 	r.dr.parking.retrySoon(r.key)
-	r.dr.log.WarnContext(ctx, "the model of a batch of events cannot be stored; saving event by event to find the cause",
+	r.dr.Log.WarnContext(ctx, "the model of a batch of events cannot be stored; saving event by event to find the cause",
 		append(pairAttrs(r.key.stream, r.key.perspective), slog.Any("error", err))...)
 	return false
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/google/uuid"
+
+	"github.com/vantage-go/vantage/core/internal/faultlog"
 )
 
 // parking holds pairs back and drains them again when their time comes: a
@@ -51,7 +53,7 @@ type parking struct {
 func newParking(e *engine, queue *drainQueue) *parking {
 	return &parking{
 		engine:         e,
-		wakes:          newWakes(e.clock, queue),
+		wakes:          newWakes(e.Clock, queue),
 		parked:         map[pairKey]held{},
 		failAcked:      map[pairKey]uint64{},
 		infraBackoff:   map[pairKey]backoff.BackOff{},
@@ -109,7 +111,7 @@ func (p *parking) isParked(k pairKey) bool {
 	if !ok {
 		return false
 	}
-	if h.acked && !p.now().Before(h.until) {
+	if h.acked && !p.Now().Before(h.until) {
 		delete(p.parked, k)
 		return false
 	}
@@ -172,15 +174,15 @@ func (p *parking) infraFailed(ctx context.Context, k pairKey, op string, err err
 	p.mu.Lock()
 	b, ok := p.infraBackoff[k]
 	if !ok {
-		b = p.opts.InfraRetry.internal(infraRetryJitter).New(p.clock)
+		b = p.opts.InfraRetry.internal(infraRetryJitter).New(p.Clock)
 		p.infraBackoff[k] = b
 		p.infraPairs.Add(1)
 	}
 	delay := b.NextBackOff()
 	p.mu.Unlock()
-	p.parkFor(k, p.now().Add(delay))
+	p.parkFor(k, p.Now().Add(delay))
 	p.metrics.backendError(ctx, k.perspective)
-	p.faults.fail(ctx, op, err, append(pairAttrs(k.stream, k.perspective), slog.Duration("retry_in", delay))...)
+	p.Faults.Fail(ctx, op, err, append(pairAttrs(k.stream, k.perspective), slog.Duration("retry_in", delay))...)
 }
 
 // infraRecovered forgets the backoff of a pair whose drain went through.
@@ -207,13 +209,13 @@ func (p *parking) reportGivenUp(k pairKey) time.Duration {
 	p.mu.Lock()
 	b, ok := p.givenUpBackoff[k]
 	if !ok {
-		b = p.opts.InfraRetry.internal(infraRetryJitter).New(p.clock)
+		b = p.opts.InfraRetry.internal(infraRetryJitter).New(p.Clock)
 		p.givenUpBackoff[k] = b
 		p.givenUpPairs.Add(1)
 	}
 	delay := b.NextBackOff()
 	p.mu.Unlock()
-	p.parkFor(k, p.now().Add(delay))
+	p.parkFor(k, p.Now().Add(delay))
 	return delay
 }
 
@@ -233,7 +235,7 @@ func (p *parking) reportLanded(k pairKey) {
 
 // retrySoon drains the pair's stream again at once (after its current
 // drain).
-func (p *parking) retrySoon(k pairKey) { p.wakes.at(k.stream, p.now()) }
+func (p *parking) retrySoon(k pairKey) { p.wakes.at(k.stream, p.Now()) }
 
 // saveEachFor saves the pair event by event until a drain of it completes.
 func (p *parking) saveEachFor(k pairKey) {
@@ -305,10 +307,10 @@ func (p *parking) savedAlone(k pairKey, took time.Duration) {
 // does not know, never charging them; it is logged once per perspective
 // and unknownPerspectiveLogEvery, with the events skipped since.
 func (p *parking) unknownPerspective(ctx context.Context, k pairKey, events int) {
-	p.parkFor(k, p.now().Add(unknownPerspectiveRetry))
-	p.faults.recur(ctx, recurrence{
-		key: "unknown perspective " + k.perspective, every: unknownPerspectiveLogEvery, level: slog.LevelWarn, countKey: "events_skipped",
-		msg: "skipping the work of a perspective this instance does not have; it waits for an instance that has it",
+	p.parkFor(k, p.Now().Add(unknownPerspectiveRetry))
+	p.Faults.Recur(ctx, faultlog.Recurrence{
+		Key: "unknown perspective " + k.perspective, Every: unknownPerspectiveLogEvery, Level: slog.LevelWarn, CountKey: "events_skipped",
+		Msg: "skipping the work of a perspective this instance does not have; it waits for an instance that has it",
 	}, events, slog.String("perspective", k.perspective))
 }
 

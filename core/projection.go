@@ -346,8 +346,8 @@ func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 	if alone {
 		writes := apply
 		apply = func(ctx context.Context, tx ports.Tx) error {
-			start := r.dr.now()
-			defer func() { took = r.dr.now().Sub(start) }()
+			start := r.dr.Now()
+			defer func() { took = r.dr.Now().Sub(start) }()
 			return writes(ctx, tx)
 		}
 	}
@@ -363,7 +363,7 @@ func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 			ExpectedEpoch:   r.stored.Epoch,
 			AppliedLate:     r.appliedLate(),
 			InstanceID:      r.dr.opts.InstanceID,
-			Now:             r.dr.paramNow(),
+			Now:             r.dr.ParamNow(),
 		},
 	})
 	var wf *writeFailure
@@ -380,7 +380,7 @@ func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 		r.stop(ctx)
 		r.dr.parking.saveAloneFor(r.key)
 		r.dr.parking.retrySoon(r.key)
-		r.dr.log.WarnContext(ctx, "a table projection's writes ran past the patience of the save they shared with other pairs; saving the pair alone",
+		r.dr.Log.WarnContext(ctx, "a table projection's writes ran past the patience of the save they shared with other pairs; saving the pair alone",
 			append(pairAttrs(r.key.stream, r.key.perspective), slog.Duration("patience", r.dr.savePatience()), slog.Any("error", err))...)
 		return false
 	case errors.As(err, &wf) && wf.key == r.key && wf.index >= 0 && wf.index < len(r.unsaved) && !backendFailedWrite(err):
@@ -396,7 +396,7 @@ func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 	case errors.Is(err, ports.ErrInvalidArgument):
 		return r.saveRefused(ctx, err)
 	case errors.Is(err, ports.ErrVersionConflict):
-		r.dr.log.WarnContext(ctx, "projection moved under this run; dropping its unsaved part",
+		r.dr.Log.WarnContext(ctx, "projection moved under this run; dropping its unsaved part",
 			append(pairAttrs(r.key.stream, r.key.perspective), slog.Int64("expected_version", savedVersion), slog.Any("error", err))...)
 		r.unsaved, r.model = nil, projectionModel(nil)
 		r.complete(ctx)
@@ -442,7 +442,7 @@ func (r *replayRun) saveProjection(ctx context.Context, p *Projection, toReplay 
 		Save: ports.ModelSaveParams{
 			StreamID: r.key.stream, Perspective: r.key.perspective, Data: projectionData,
 			LastEventID: r.lastID, LastVersion: r.lastVer, ExpectedVersion: r.stored.LastVersion,
-			ExpectedEpoch: r.stored.Epoch, Rebase: true, AppliedLate: r.appliedLate(toReplay), Now: r.rw.paramNow(),
+			ExpectedEpoch: r.stored.Epoch, Rebase: true, AppliedLate: r.appliedLate(toReplay), Now: r.rw.ParamNow(),
 		},
 	})
 	var wf *writeFailure

@@ -132,7 +132,7 @@ func (rw *rewinder) rebuildStream(ctx context.Context, p perspective, stream uui
 		return 0, fmt.Errorf("rebuilding stream %s: %w", stream, errStreamLockHeld)
 	}
 	defer unlock()
-	start := rw.now()
+	start := rw.Now()
 	var res replayResult
 	for try := 1; ; try++ {
 		// The snapshots go on every try: the holder may have stored one
@@ -150,9 +150,9 @@ func (rw *rewinder) rebuildStream(ctx context.Context, p perspective, stream uui
 			return 0, fmt.Errorf("rebuilding stream %s: %w", stream, err)
 		}
 	}
-	rw.metrics.rewound(ctx, key.perspective, true, rw.now().Sub(start), res.replayed, 0)
+	rw.metrics.rewound(ctx, key.perspective, true, rw.Now().Sub(start), res.replayed, 0)
 	if h := rw.opts.Hooks.OnRewind; h != nil {
-		h(RewindInfo{StreamID: stream, Perspective: key.perspective, Replayed: res.replayed, Duration: rw.now().Sub(start), Rebuild: true})
+		h(RewindInfo{StreamID: stream, Perspective: key.perspective, Replayed: res.replayed, Duration: rw.Now().Sub(start), Rebuild: true})
 	}
 	return res.replayed, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -67,7 +68,7 @@ func (q *rebuildQueue) loop(ctx context.Context) {
 		return
 	}
 	q.claimAll(ctx, names)
-	every(ctx, q.clock, q.opts.RebuildPollInterval, func() { q.claimAll(ctx, names) })
+	base.Every(ctx, q.Clock, q.opts.RebuildPollInterval, func() { q.claimAll(ctx, names) })
 }
 
 // claimAll claims and carries out requests of names until none is left, a
@@ -76,15 +77,15 @@ func (q *rebuildQueue) claimAll(ctx context.Context, names []string) {
 	const op = "claiming rebuild requests"
 	for ctx.Err() == nil {
 		res, err := q.backend.Rebuilds.RebuildClaim(ctx, &ports.RebuildClaimParams{
-			InstanceID: q.opts.InstanceID, Perspectives: names, ClaimDuration: q.opts.Rewind.LockTimeout, Now: q.paramNow(),
+			InstanceID: q.opts.InstanceID, Perspectives: names, ClaimDuration: q.opts.Rewind.LockTimeout, Now: q.ParamNow(),
 		})
 		if err != nil {
 			if ctx.Err() == nil {
-				q.faults.fail(ctx, op, err)
+				q.Faults.Fail(ctx, op, err)
 			}
 			return
 		}
-		q.faults.ok(ctx, op)
+		q.Faults.OK(ctx, op)
 		if !res.Claimed || !q.run(ctx, res.Request) {
 			return
 		}
@@ -95,7 +96,7 @@ func (q *rebuildQueue) claimAll(ctx context.Context, names []string) {
 // one may be claimed at once (false after a release: what stopped it may
 // stop the next, and the poll interval is its backoff).
 func (q *rebuildQueue) run(ctx context.Context, req ports.RebuildRequest) bool {
-	log := q.log.With(slog.String("rebuild_id", req.ID.String()), slog.String("perspective", req.Perspective), slog.Int("attempt", req.Attempt))
+	log := q.Log.With(slog.String("rebuild_id", req.ID.String()), slog.String("perspective", req.Perspective), slog.Int("attempt", req.Attempt))
 	log.InfoContext(ctx, "rebuild request claimed", slog.Int("streams", len(req.StreamIDs)),
 		slog.Int64("streams_done", req.StreamsDone), slog.String("resume_after", req.ResumeAfter.String()))
 	q.notify(req)
@@ -171,8 +172,8 @@ func (q *rebuildQueue) keepClaim(ctx context.Context, log *slog.Logger, req port
 	const op = "reporting rebuild progress"
 	o := q.opts.Rewind
 	reported := req.RebuildFigures
-	last := q.now()
-	t := q.clock.NewTimer(rebuildProgressEvery)
+	last := q.Now()
+	t := q.Clock.NewTimer(rebuildProgressEvery)
 	defer t.Stop()
 	for {
 		select {
@@ -180,16 +181,16 @@ func (q *rebuildQueue) keepClaim(ctx context.Context, log *slog.Logger, req port
 			return
 		case <-t.C():
 		}
-		now := q.now()
+		now := q.Now()
 		figures := tr.get()
 		if figures != reported || now.Sub(last) >= o.KeepAlive {
 			err := q.backend.Rebuilds.RebuildProgress(ctx, &ports.RebuildProgressParams{
 				ID: req.ID, InstanceID: q.opts.InstanceID, Attempt: req.Attempt, RebuildFigures: figures,
-				ClaimDuration: o.LockTimeout, Now: q.paramNow(),
+				ClaimDuration: o.LockTimeout, Now: q.ParamNow(),
 			})
 			switch {
 			case err == nil:
-				q.faults.ok(ctx, op)
+				q.Faults.OK(ctx, op)
 				reported, last = figures, now
 				req.RebuildFigures = figures
 				q.notify(req)
@@ -203,7 +204,7 @@ func (q *rebuildQueue) keepClaim(ctx context.Context, log *slog.Logger, req port
 				lost(errRebuildClaimLost)
 				return
 			default:
-				q.faults.fail(ctx, op, err)
+				q.Faults.Fail(ctx, op, err)
 			}
 		}
 		t.Reset(rebuildProgressEvery)
@@ -214,7 +215,7 @@ func (q *rebuildQueue) keepClaim(ctx context.Context, log *slog.Logger, req port
 // it, and reports whether the next request may be claimed.
 func (q *rebuildQueue) finish(ctx context.Context, log *slog.Logger, req ports.RebuildRequest, errText string) bool {
 	err := q.backend.Rebuilds.RebuildFinish(ctx, &ports.RebuildFinishParams{
-		ID: req.ID, InstanceID: q.opts.InstanceID, Attempt: req.Attempt, RebuildFigures: req.RebuildFigures, Error: errText, Now: q.paramNow(),
+		ID: req.ID, InstanceID: q.opts.InstanceID, Attempt: req.Attempt, RebuildFigures: req.RebuildFigures, Error: errText, Now: q.ParamNow(),
 	})
 	attrs := []any{slog.Int64("streams_done", req.StreamsDone), slog.Int64("events_replayed", req.EventsReplayed)}
 	switch {
@@ -246,7 +247,7 @@ func (q *rebuildQueue) release(ctx context.Context, log *slog.Logger, req ports.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deregisterTimeout)
 	defer cancel()
 	err := q.backend.Rebuilds.RebuildProgress(rctx, &ports.RebuildProgressParams{
-		ID: req.ID, InstanceID: q.opts.InstanceID, Attempt: req.Attempt, RebuildFigures: req.RebuildFigures, Release: true, Now: q.paramNow(),
+		ID: req.ID, InstanceID: q.opts.InstanceID, Attempt: req.Attempt, RebuildFigures: req.RebuildFigures, Release: true, Now: q.ParamNow(),
 	})
 	attrs := []any{slog.Int64("streams_done", req.StreamsDone), slog.String("resume_after", req.ResumeAfter.String())}
 	switch {

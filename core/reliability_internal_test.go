@@ -15,125 +15,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/adapters/memory"
+	"github.com/vantage-go/vantage/core/internal/base"
+	"github.com/vantage-go/vantage/core/internal/faultlog"
 	"github.com/vantage-go/vantage/internal/clocktest"
+	"github.com/vantage-go/vantage/internal/logtest"
 	"github.com/vantage-go/vantage/ports"
 )
-
-// logRecords is a slog.Handler that keeps what it is given.
-type logRecords struct {
-	mu      sync.Mutex
-	records []slog.Record
-}
-
-func (l *logRecords) Enabled(context.Context, slog.Level) bool { return true }
-func (l *logRecords) WithAttrs([]slog.Attr) slog.Handler       { return l }
-func (l *logRecords) WithGroup(string) slog.Handler            { return l }
-func (l *logRecords) Handle(_ context.Context, r slog.Record) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.records = append(l.records, r.Clone())
-	return nil
-}
-
-// lines returns "LEVEL message" of every record so far.
-func (l *logRecords) lines() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := make([]string, len(l.records))
-	for i, r := range l.records {
-		out[i] = r.Level.String() + " " + r.Message
-	}
-	return out
-}
-
-func (l *logRecords) attr(i int, key string) slog.Value {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var v slog.Value
-	l.records[i].Attrs(func(a slog.Attr) bool {
-		if a.Key == key {
-			v = a.Value
-			return false
-		}
-		return true
-	})
-	return v
-}
-
-func TestFaultLogTellsRepeatsOnce(t *testing.T) {
-	t.Parallel()
-
-	clock := clocktest.NewFake()
-	recs := &logRecords{}
-	f := newFaultLog(slog.New(recs), clock)
-	ctx := t.Context()
-	transient := fmt.Errorf("dial: connection refused: %w", ports.ErrTransient)
-
-	f.ok(ctx, "claiming work") // nothing failed: nothing to tell
-	for range 41 {             // a claim every 250ms for 10s
-		f.fail(ctx, "claiming work", transient)
-		clock.Advance(250 * time.Millisecond)
-	}
-	f.fail(ctx, "heartbeat", errors.New("permission denied"))
-	f.ok(ctx, "claiming work")
-	f.ok(ctx, "claiming work")
-
-	require.Equal(t, []string{
-		"WARN claiming work failed; retrying",
-		"WARN claiming work still failing; retrying",
-		"ERROR heartbeat failed; retrying",
-		"INFO claiming work recovered",
-	}, recs.lines(), "one line for the first failure, one summary per interval, one for the recovery")
-	require.Equal(t, int64(41), recs.attr(1, "failures").Int64(), "the summary counts every failure so far")
-	require.Equal(t, int64(40), recs.attr(1, "since_last_log").Int64())
-	require.Equal(t, int64(41), recs.attr(3, "failures").Int64())
-	require.Equal(t, 10250*time.Millisecond, recs.attr(3, "failed_for").Duration())
-}
-
-func TestFaultLogRecurTellsOncePerInterval(t *testing.T) {
-	t.Parallel()
-
-	clock := clocktest.NewFake()
-	recs := &logRecords{}
-	f := newFaultLog(slog.New(recs), clock)
-	ctx := t.Context()
-	dropped := recurrence{key: "drops", every: 10 * time.Second, level: slog.LevelError, msg: "dropping batch", countKey: "dropped_items", op: "flushing completions"}
-	transient := fmt.Errorf("connection refused: %w", ports.ErrTransient)
-
-	f.fail(ctx, "flushing completions", transient)
-	for range 25 { // a batch of 3 dropped every second for 25s
-		f.recur(ctx, dropped, 3, slog.String("flusher", "completions"))
-		clock.Advance(time.Second)
-	}
-	f.ok(ctx, "flushing completions")
-
-	require.Equal(t, []string{
-		"WARN flushing completions failed; retrying",
-		"ERROR dropping batch",
-		"ERROR dropping batch",
-		"ERROR dropping batch",
-		"ERROR dropping batch",
-		"INFO flushing completions recovered",
-	}, recs.lines(), "the first drop, one line per 10s, and what was left untold when the operation recovered")
-	for i, want := range map[int]struct{ items, occurrences int64 }{
-		1: {3, 1},   // at 0s
-		2: {30, 10}, // at 10s: the drops of 1s..10s
-		3: {30, 10}, // at 20s
-		4: {12, 4},  // at the recovery: 21s..24s
-	} {
-		require.Equal(t, want.items, recs.attr(i, "dropped_items").Int64(), "line %d", i)
-		require.Equal(t, want.occurrences, recs.attr(i, "occurrences").Int64(), "line %d", i)
-		require.Equal(t, "completions", recs.attr(i, "flusher").String(), "line %d", i)
-	}
-
-	// A recovery tells nothing twice, and a recurrence of another
-	// operation is not its to tell.
-	f.recur(ctx, recurrence{key: "other", every: time.Minute, level: slog.LevelWarn, msg: "skipping", countKey: "events_skipped"}, 1)
-	f.recur(ctx, recurrence{key: "other", every: time.Minute, level: slog.LevelWarn, msg: "skipping", countKey: "events_skipped"}, 1)
-	f.fail(ctx, "flushing completions", transient)
-	f.ok(ctx, "flushing completions")
-	require.Equal(t, []string{"WARN skipping", "WARN flushing completions failed; retrying", "INFO flushing completions recovered"}, recs.lines()[6:])
-}
 
 // startMonitor runs an apply monitor with the given deadline and grace on a
 // fake clock until the test ends; closing work ends the work, as Stop's
@@ -141,7 +28,7 @@ func TestFaultLogRecurTellsOncePerInterval(t *testing.T) {
 func startMonitor(t *testing.T, timeout, grace time.Duration, work chan struct{}) (*applyMonitor, *clocktest.Fake) {
 	t.Helper()
 	clock := clocktest.NewFake()
-	m := newApplyMonitor(&engine{clock: clock, log: slog.New(&logRecords{}), opts: Options{ApplyTimeout: timeout, ApplyAbandonGrace: grace}})
+	m := newApplyMonitor(&engine{Env: &base.Env{Clock: clock, Log: slog.New(&logtest.Records{})}, opts: Options{ApplyTimeout: timeout, ApplyAbandonGrace: grace}})
 	var wg sync.WaitGroup
 	ctx, stop := context.WithCancel(t.Context())
 	done := make(chan struct{})
@@ -266,9 +153,9 @@ func TestRenewerRenewsHeldStreamsEveryQuarterLease(t *testing.T) {
 
 	clock := clocktest.NewFake()
 	spy := &renewSpy{seen: make(chan struct{}, 10)}
-	r := newRenewer(&engine{clock: clock, backend: ports.Backend{Claimer: spy},
-		opts:   Options{InstanceID: uuid.New(), LeaseDuration: 4 * time.Minute, Clock: clock},
-		faults: newFaultLog(slog.New(&logRecords{}), clock)})
+	r := newRenewer(&engine{backend: ports.Backend{Claimer: spy},
+		opts: Options{InstanceID: uuid.New(), LeaseDuration: 4 * time.Minute, Clock: clock},
+		Env:  &base.Env{Clock: clock, InjectedClock: true, Faults: faultlog.New(slog.New(&logtest.Records{}), clock)}})
 	ctx, stop := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	timers := clock.Timers()
@@ -394,7 +281,7 @@ func TestLeaseCallsOutliveCancellation(t *testing.T) {
 	b := memory.New(memory.Options{}).Backend()
 	spy := &ctxSpy{WorkClaimer: b.Claimer, EventFetcher: b.Fetcher, done: map[string]bool{}}
 	b.Claimer, b.Fetcher = spy, spy
-	w, err := New(b, newTestRegistry(t), &Options{Logger: slog.New(&logRecords{})})
+	w, err := New(b, newTestRegistry(t), &Options{Logger: slog.New(&logtest.Records{})})
 	require.NoError(t, err)
 	stopped, cancel := context.WithCancel(t.Context())
 	cancel()
@@ -456,7 +343,7 @@ func TestRewindFailuresLoggedOncePerOutage(t *testing.T) {
 	d := downRewind{RewindStore: mem.Rewind, SnapshotStore: mem.Snapshots, down: &down}
 	b := mem
 	b.Rewind, b.Snapshots = d, d
-	recs := &logRecords{}
+	recs := &logtest.Records{}
 	bb := setupBatchNamed(t, &Options{Logger: slog.New(recs), Rewind: RewindOptions{SnapshotEvery: 1}}, b, "c")
 	d.CursorStore = bb.backend.Cursors
 	bb.w.backend.Cursors = d
@@ -493,7 +380,7 @@ func TestRewindFailuresLoggedOncePerOutage(t *testing.T) {
 	lock()
 
 	var lines []string
-	for _, l := range recs.lines() {
+	for _, l := range recs.Lines() {
 		if !strings.HasPrefix(l, "DEBUG") {
 			lines = append(lines, l)
 		}
@@ -530,7 +417,7 @@ func TestUnknownPerspectiveLoggedOncePerInterval(t *testing.T) {
 		require.NoError(t, previous.AddPerspective(p))
 	}
 	require.NoError(t, previous.RegisterSubscriptions(ctx, mem.Events))
-	recs := &logRecords{}
+	recs := &logtest.Records{}
 	bb := setupBatchNamed(t, &Options{Clock: clock, Logger: slog.New(recs)}, mem, "c")
 	streams := []uuid.UUID{uuid.New(), uuid.New()}
 	for _, s := range streams {
@@ -547,12 +434,12 @@ func TestUnknownPerspectiveLoggedOncePerInterval(t *testing.T) {
 	}
 
 	var told []int64
-	for i, line := range recs.lines() {
-		if recs.attr(i, "perspective").String() != "gone" {
+	for i, line := range recs.Lines() {
+		if recs.Attr(i, "perspective").String() != "gone" {
 			continue
 		}
 		require.Equal(t, "WARN skipping the work of a perspective this instance does not have; it waits for an instance that has it", line)
-		told = append(told, recs.attr(i, "events_skipped").Int64())
+		told = append(told, recs.Attr(i, "events_skipped").Int64())
 	}
 	// The first stream's skip is told at once; the next line, a minute
 	// later, counts the second stream's skip at 0s, both at 30s and the

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/core/internal/startstop"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -65,13 +66,13 @@ func (r *renewer) drop(stream uuid.UUID) {
 
 // run renews due leases every quarter lease until ctx is done.
 func (r *renewer) run(ctx context.Context) {
-	every(ctx, r.clock, r.every, func() { r.renewDue(ctx) })
+	base.Every(ctx, r.Clock, r.every, func() { r.renewDue(ctx) })
 }
 
 // renewDue renews the lease of every stream granted more than a quarter
 // lease ago.
 func (r *renewer) renewDue(ctx context.Context) {
-	now := r.now()
+	now := r.Now()
 	var ids []uuid.UUID
 	r.mu.Lock()
 	for id, at := range r.streams {
@@ -89,17 +90,17 @@ func (r *renewer) renewDue(ctx context.Context) {
 			InstanceID:    r.opts.InstanceID,
 			StreamIDs:     chunk,
 			LeaseDuration: r.opts.LeaseDuration,
-			Now:           r.paramNow(),
+			Now:           r.ParamNow(),
 		})
 		if err != nil {
 			if ctx.Err() == nil {
-				r.faults.fail(ctx, "renewing leases", err)
+				r.Faults.Fail(ctx, "renewing leases", err)
 			}
 			return
 		}
 		renewed += n
 	}
-	r.faults.ok(ctx, "renewing leases")
+	r.Faults.OK(ctx, "renewing leases")
 	r.mu.Lock()
 	for _, id := range ids {
 		if _, ok := r.streams[id]; ok {

@@ -300,7 +300,7 @@ func (r *replayRun) snapshot(ctx context.Context, prev int64, e ports.Event) err
 	}
 	if err := snaps.SnapshotSave(ctx, &ports.SnapshotSaveParams{Snapshot: ports.Snapshot{
 		StreamID: r.key.stream, Perspective: r.key.perspective, Version: e.Version, EventID: e.ID,
-		Epoch: r.epoch(), Data: data, CreatedAt: r.rw.now(),
+		Epoch: r.epoch(), Data: data, CreatedAt: r.rw.Now(),
 	}}); err != nil {
 		return fmt.Errorf("saving snapshot: %w", err)
 	}
@@ -349,7 +349,7 @@ func (r *replayRun) save(ctx context.Context, toReplay []ports.Event) error {
 	if err := r.rw.store.save(ctx, &ports.ModelSaveParams{
 		StreamID: r.key.stream, Perspective: r.key.perspective, Data: data,
 		LastEventID: r.lastID, LastVersion: r.lastVer, ExpectedVersion: r.stored.LastVersion,
-		ExpectedEpoch: r.stored.Epoch, Rebase: true, AppliedLate: r.appliedLate(toReplay), Now: r.rw.paramNow(),
+		ExpectedEpoch: r.stored.Epoch, Rebase: true, AppliedLate: r.appliedLate(toReplay), Now: r.rw.ParamNow(),
 	}); err != nil {
 		return fmt.Errorf("saving rewound model: %w", err)
 	}
@@ -437,7 +437,7 @@ func (r *replayRun) complete(ctx context.Context) error {
 		// holds (their late flag taken off by a rewind's save) or late
 		// rows that stay late whatever the flag.
 		clear := ports.Completion{StreamID: r.key.stream, Perspective: r.key.perspective}
-		if _, err := rw.backend.Cursors.WorkComplete(ctx, &ports.WorkCompleteParams{InstanceID: rw.opts.InstanceID, Completions: []ports.Completion{clear}, DebugMode: rw.opts.DebugMode, Now: rw.paramNow()}); err != nil {
+		if _, err := rw.backend.Cursors.WorkComplete(ctx, &ports.WorkCompleteParams{InstanceID: rw.opts.InstanceID, Completions: []ports.Completion{clear}, DebugMode: rw.opts.DebugMode, Now: rw.ParamNow()}); err != nil {
 			return fmt.Errorf("clearing the rewind flag: %w", err)
 		}
 	}
@@ -473,7 +473,7 @@ func (rw *rewinder) maybeSnapshot(ctx context.Context, key pairKey, from int64, 
 	}
 	rw.storeSnapshot(ctx, ports.Snapshot{
 		StreamID: key.stream, Perspective: key.perspective, Version: last.Version, EventID: last.ID,
-		Epoch: epoch, Data: data, CreatedAt: rw.now(),
+		Epoch: epoch, Data: data, CreatedAt: rw.Now(),
 	})
 }
 
@@ -482,11 +482,11 @@ func (rw *rewinder) maybeSnapshot(ctx context.Context, key pairKey, from int64, 
 func (rw *rewinder) storeSnapshot(ctx context.Context, s ports.Snapshot) {
 	if err := rw.backend.Snapshots.SnapshotSave(ctx, &ports.SnapshotSaveParams{Snapshot: s}); err != nil {
 		if ctx.Err() == nil {
-			rw.faults.fail(ctx, "saving snapshots", err, pairAttrs(s.StreamID, s.Perspective)...)
+			rw.Faults.Fail(ctx, "saving snapshots", err, pairAttrs(s.StreamID, s.Perspective)...)
 		}
 		return
 	}
-	rw.faults.ok(ctx, "saving snapshots")
+	rw.Faults.OK(ctx, "saving snapshots")
 }
 
 // snapshotDue reports whether a model moving from version from to version

@@ -132,11 +132,11 @@ func (rw *rewinder) cursorsOf(ctx context.Context, streams []uuid.UUID) map[pair
 	cs, err := rw.backend.Cursors.CursorsGet(ctx, &ports.CursorsGetParams{StreamIDs: streams})
 	if err != nil {
 		if ctx.Err() == nil {
-			rw.faults.fail(ctx, "reading cursors for rewinds", err)
+			rw.Faults.Fail(ctx, "reading cursors for rewinds", err)
 		}
 		return nil
 	}
-	rw.faults.ok(ctx, "reading cursors for rewinds")
+	rw.Faults.OK(ctx, "reading cursors for rewinds")
 	out := make(map[pairKey]ports.Cursor, len(cs))
 	for _, c := range cs {
 		out[pairKey{stream: c.StreamID, perspective: c.Perspective}] = c
@@ -147,7 +147,7 @@ func (rw *rewinder) cursorsOf(ctx context.Context, streams []uuid.UUID) map[pair
 // rewindDue reports whether a flagged cursor's debounce window is over and,
 // if not, when it will be.
 func (rw *rewinder) rewindDue(c ports.Cursor) (bool, time.Time) {
-	now := rw.now()
+	now := rw.Now()
 	o := rw.opts.Rewind
 	if c.RewindFlaggedAt.IsZero() {
 		return true, time.Time{}
@@ -226,13 +226,13 @@ func (rw *rewinder) rewindPair(ctx context.Context, p perspective, key pairKey, 
 	defer freeSem()
 	unlock, ok := rw.lockPair(ctx, key, lockReasonRewind)
 	if !ok {
-		rw.parking.parkFor(key, rw.now().Add(rewindLockRetryDelay))
+		rw.parking.parkFor(key, rw.Now().Add(rewindLockRetryDelay))
 		return nil, nil
 	}
 	unlock = sync.OnceFunc(unlock)
 	defer unlock()
 
-	start := rw.now()
+	start := rw.Now()
 	trigger := cursor.RewindTriggerVersion
 	if trigger == 0 && len(rows) > 0 {
 		trigger = rows[0].EventVersion
@@ -278,12 +278,12 @@ func (rw *rewinder) rewindPair(ctx context.Context, p perspective, key pairKey, 
 		}
 		if err == nil {
 			rw.parking.infraRecovered(key)
-			rw.metrics.rewound(ctx, key.perspective, false, rw.now().Sub(start), res.replayed, len(res.fresh))
-			rw.log.InfoContext(ctx, "rewound perspective", append(pairAttrs(key.stream, key.perspective),
+			rw.metrics.rewound(ctx, key.perspective, false, rw.Now().Sub(start), res.replayed, len(res.fresh))
+			rw.Log.InfoContext(ctx, "rewound perspective", append(pairAttrs(key.stream, key.perspective),
 				slog.Int64("trigger_version", trigger), slog.Int64("from_version", res.from), slog.Int("replayed", res.replayed),
 				slog.Int("skipped", res.skipped), slog.Int("new", len(res.fresh)))...)
 			if h := rw.opts.Hooks.OnRewind; h != nil {
-				h(RewindInfo{StreamID: key.stream, Perspective: key.perspective, FromVersion: res.from, TriggerVersion: trigger, Replayed: res.replayed, New: len(res.fresh), Duration: rw.now().Sub(start)})
+				h(RewindInfo{StreamID: key.stream, Perspective: key.perspective, FromVersion: res.from, TriggerVersion: trigger, Replayed: res.replayed, New: len(res.fresh), Duration: rw.Now().Sub(start)})
 			}
 			return res.fresh, nil
 		}
@@ -332,7 +332,7 @@ func (rw *rewinder) replayFailed(ctx context.Context, key pairKey, rows []ports.
 		FailedEventID:      eventID,
 		FailedEventVersion: version,
 		Error:              cause.Error(),
-		RetryAt:            rw.now().Add(rw.fail.failureRetryDelay(1)),
+		RetryAt:            rw.Now().Add(rw.fail.failureRetryDelay(1)),
 	}, version, 1, cause)
 	return false
 }
@@ -354,15 +354,15 @@ func (e *replayFailure) Unwrap() error { return e.cause }
 // returned release is called.
 func (rw *rewinder) lockPair(ctx context.Context, key pairKey, reason string) (func(), bool) {
 	o := rw.opts.Rewind
-	params := &ports.StreamLockParams{StreamID: key.stream, Perspective: key.perspective, InstanceID: rw.opts.InstanceID, Reason: reason, Duration: o.LockTimeout, Now: rw.paramNow()}
+	params := &ports.StreamLockParams{StreamID: key.stream, Perspective: key.perspective, InstanceID: rw.opts.InstanceID, Reason: reason, Duration: o.LockTimeout, Now: rw.ParamNow()}
 	ok, err := rw.backend.Rewind.StreamLockAcquire(ctx, params)
 	if err != nil {
 		if ctx.Err() == nil {
-			rw.faults.fail(ctx, "acquiring stream locks", err, pairAttrs(key.stream, key.perspective)...)
+			rw.Faults.Fail(ctx, "acquiring stream locks", err, pairAttrs(key.stream, key.perspective)...)
 		}
 		return nil, false
 	}
-	rw.faults.ok(ctx, "acquiring stream locks")
+	rw.Faults.OK(ctx, "acquiring stream locks")
 	if !ok {
 		return nil, false
 	}
@@ -370,7 +370,7 @@ func (rw *rewinder) lockPair(ctx context.Context, key pairKey, reason string) (f
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := rw.clock.NewTimer(o.KeepAlive)
+		t := rw.Clock.NewTimer(o.KeepAlive)
 		defer t.Stop()
 		for {
 			select {
@@ -381,17 +381,17 @@ func (rw *rewinder) lockPair(ctx context.Context, key pairKey, reason string) (f
 			case <-t.C():
 			}
 			p := *params
-			p.Now = rw.paramNow()
+			p.Now = rw.ParamNow()
 			switch ok, err := rw.backend.Rewind.StreamLockAcquire(ctx, &p); {
 			case err != nil:
 				if ctx.Err() == nil {
-					rw.faults.fail(ctx, "renewing stream locks", err, pairAttrs(key.stream, key.perspective)...)
+					rw.Faults.Fail(ctx, "renewing stream locks", err, pairAttrs(key.stream, key.perspective)...)
 				}
 			case !ok:
-				rw.faults.ok(ctx, "renewing stream locks")
-				rw.log.WarnContext(ctx, "renewing stream lock failed", append(pairAttrs(key.stream, key.perspective), slog.Bool("held", false))...)
+				rw.Faults.OK(ctx, "renewing stream locks")
+				rw.Log.WarnContext(ctx, "renewing stream lock failed", append(pairAttrs(key.stream, key.perspective), slog.Bool("held", false))...)
 			default:
-				rw.faults.ok(ctx, "renewing stream locks")
+				rw.Faults.OK(ctx, "renewing stream locks")
 			}
 			t.Reset(o.KeepAlive)
 		}
@@ -402,9 +402,9 @@ func (rw *rewinder) lockPair(ctx context.Context, key pairKey, reason string) (f
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deregisterTimeout)
 		defer cancel()
 		if err := rw.backend.Rewind.StreamLockRelease(rctx, params); err != nil {
-			rw.faults.fail(ctx, "releasing stream locks", err, pairAttrs(key.stream, key.perspective)...)
+			rw.Faults.Fail(ctx, "releasing stream locks", err, pairAttrs(key.stream, key.perspective)...)
 			return
 		}
-		rw.faults.ok(ctx, "releasing stream locks")
+		rw.Faults.OK(ctx, "releasing stream locks")
 	}, true
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/vantage-go/vantage/core/internal/base"
+	"github.com/vantage-go/vantage/core/internal/faultlog"
 	"github.com/vantage-go/vantage/core/internal/retry"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -154,7 +156,7 @@ func (l *lifecycle) claim(ctx context.Context, events []ports.Event, stage Stage
 	}
 	won, err := store.LifecycleClaim(ctx, &ports.LifecycleClaimParams{
 		EventIDs: ids, Stage: durable, Perspective: perspective, InstanceID: l.opts.InstanceID,
-		StaleThreshold: l.opts.StaleInstanceThreshold, Now: l.paramNow(),
+		StaleThreshold: l.opts.StaleInstanceThreshold, Now: l.ParamNow(),
 	})
 	if err != nil {
 		l.release(keys)
@@ -223,20 +225,20 @@ func (l *lifecycle) complete(ctx context.Context, keys []stageKey) {
 	b := retry.Backoff{Initial: stageClaimBackoff, Max: stageClaimBackoff << stageClaimRetries, Multiplier: 2}
 	for try := 0; ; try++ {
 		err := l.backend.Lifecycle.LifecycleComplete(tctx, &ports.LifecycleCompleteParams{
-			EventIDs: ids, Stage: k0.stage, Perspective: k0.perspective, InstanceID: l.opts.InstanceID, Now: l.paramNow(),
+			EventIDs: ids, Stage: k0.stage, Perspective: k0.perspective, InstanceID: l.opts.InstanceID, Now: l.ParamNow(),
 		})
 		if err == nil {
-			l.faults.ok(ctx, "recording lifecycle stages")
+			l.Faults.OK(ctx, "recording lifecycle stages")
 			return
 		}
 		if tctx.Err() != nil {
 			return
 		}
-		l.faults.fail(ctx, "recording lifecycle stages", err, slog.Int("events", len(ids)))
+		l.Faults.Fail(ctx, "recording lifecycle stages", err, slog.Int("events", len(ids)))
 		if !errors.Is(err, ports.ErrTransient) {
 			return
 		}
-		t := l.clock.NewTimer(b.Delay(try))
+		t := l.Clock.NewTimer(b.Delay(try))
 		select {
 		case <-tctx.Done():
 			t.Stop()
@@ -264,7 +266,7 @@ func (l *lifecycle) release(keys []stageKey) {
 // failing.
 func (l *lifecycle) claimFailed(ctx context.Context, stage Stage, err error) {
 	if ctx.Err() == nil {
-		l.faults.fail(ctx, "claiming lifecycle stages", err, slog.String("stage", stage.String()))
+		l.Faults.Fail(ctx, "claiming lifecycle stages", err, slog.String("stage", stage.String()))
 	}
 }
 
@@ -286,7 +288,7 @@ func (l *lifecycle) run(ctx context.Context, stage Stage, perspective string, ev
 		endStage(span, 0, err)
 		return nil, err
 	}
-	l.faults.ok(ctx, "claiming lifecycle stages")
+	l.Faults.OK(ctx, "claiming lifecycle stages")
 	l.fire(ctx, stage, perspective, won)
 	l.complete(ctx, keys)
 	endStage(span, len(won), nil)
@@ -327,15 +329,15 @@ func (l *lifecycle) retried(ctx context.Context, stage Stage, perspective string
 		}
 		l.claimFailed(ctx, stage, err)
 		if !errors.Is(err, ports.ErrTransient) {
-			// Once per stage and faultSummaryEvery.
+			// Once per stage and faultlog.SummaryEvery.
 			name := stageName(stage, perspective)
-			l.faults.recur(ctx, recurrence{
-				key: "giving up on " + name, every: faultSummaryEvery, level: slog.LevelError, countKey: "events", op: "claiming lifecycle stages",
-				msg: "giving up on a lifecycle stage; its receptors do not run for these events",
+			l.Faults.Recur(ctx, faultlog.Recurrence{
+				Key: "giving up on " + name, Every: faultlog.SummaryEvery, Level: slog.LevelError, CountKey: "events", Op: "claiming lifecycle stages",
+				Msg: "giving up on a lifecycle stage; its receptors do not run for these events",
 			}, len(events), slog.String("stage", name), slog.Any("error", err))
 			return
 		}
-		t := l.clock.NewTimer(b.Delay(try))
+		t := l.Clock.NewTimer(b.Delay(try))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -358,12 +360,12 @@ func (l *lifecycle) fire(ctx context.Context, stage Stage, perspective string, e
 		}
 		decoded, err := l.reg.Decode(e)
 		if err != nil {
-			l.log.ErrorContext(ctx, "decoding event for receptors", slog.String("stage", stage.String()), slog.Any("error", err))
+			l.Log.ErrorContext(ctx, "decoding event for receptors", slog.String("stage", stage.String()), slog.Any("error", err))
 			continue
 		}
 		rctx, err := l.scopes.establish(ctx, e)
 		if err != nil {
-			l.log.ErrorContext(ctx, "establishing the security context of receptors", slog.String("stage", stage.String()),
+			l.Log.ErrorContext(ctx, "establishing the security context of receptors", slog.String("stage", stage.String()),
 				slog.String("event_id", e.ID.String()), slog.Any("error", err))
 			continue
 		}
@@ -377,7 +379,7 @@ func (l *lifecycle) fire(ctx context.Context, stage Stage, perspective string, e
 					if err := l.callReceptor(rctx, rc, decoded, info); err != nil {
 						receptorFailed(ctx, rc.index, err)
 						l.metrics.receptorFailed(ctx, stage)
-						l.log.ErrorContext(ctx, "inline receptor failed", slog.String("stage", stage.String()), slog.String("event_id", e.ID.String()), slog.Any("error", err))
+						l.Log.ErrorContext(ctx, "inline receptor failed", slog.String("stage", stage.String()), slog.String("event_id", e.ID.String()), slog.Any("error", err))
 					}
 					continue
 				}
@@ -385,7 +387,7 @@ func (l *lifecycle) fire(ctx context.Context, stage Stage, perspective string, e
 				l.tasks.Go(func() {
 					if err := l.callReceptor(dctx, rc, decoded, info); err != nil {
 						l.metrics.receptorFailed(dctx, stage)
-						l.log.ErrorContext(dctx, "detached receptor failed", slog.String("stage", stage.String()), slog.String("mode", mode.String()),
+						l.Log.ErrorContext(dctx, "detached receptor failed", slog.String("stage", stage.String()), slog.String("mode", mode.String()),
 							slog.String("event_id", e.ID.String()), slog.Any("error", err))
 					}
 				})
@@ -416,7 +418,7 @@ func (l *lifecycle) prePerspective(ctx context.Context, events []ports.Event) er
 	if !l.reg.hasReceptors(PrePerspective) || len(events) == 0 {
 		return nil
 	}
-	release, err := l.streams.acquire(ctx, pairKey{stream: events[0].StreamID}, l.signals.prePerspectiveWait)
+	release, err := l.streams.acquire(ctx, pairKey{stream: events[0].StreamID}, l.Signals.OnPrePerspectiveWait)
 	if err != nil {
 		return err
 	}
@@ -489,7 +491,7 @@ func (l *lifecycle) runAwaited(ctx context.Context, stage Stage, perspective str
 			try--
 			continue
 		}
-		t := l.clock.NewTimer(b.Delay(try))
+		t := l.Clock.NewTimer(b.Delay(try))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -660,11 +662,11 @@ func (l *lifecycle) completeEvents(ctx context.Context, events []ports.Event) {
 	ready, err := l.ready(ctx, events)
 	if err != nil {
 		if ctx.Err() == nil {
-			l.faults.fail(ctx, "checking which events every perspective applied", err)
+			l.Faults.Fail(ctx, "checking which events every perspective applied", err)
 		}
 		return
 	}
-	l.faults.ok(ctx, "checking which events every perspective applied")
+	l.Faults.OK(ctx, "checking which events every perspective applied")
 	l.runTerminalStages(ctx, ready)
 }
 
@@ -747,11 +749,11 @@ func (l *lifecycle) runTerminalStages(ctx context.Context, events []ports.Event)
 		done, err := store.LifecycleStages(ctx, &ports.LifecycleStagesParams{EventIDs: ids})
 		if err != nil {
 			if ctx.Err() == nil {
-				l.faults.fail(ctx, "reading lifecycle stages", err)
+				l.Faults.Fail(ctx, "reading lifecycle stages", err)
 			}
 			return
 		}
-		l.faults.ok(ctx, "reading lifecycle stages")
+		l.Faults.OK(ctx, "reading lifecycle stages")
 		next = next[:0:0]
 		for _, e := range events {
 			if done[e.ID]&ports.StagePostAllPerspectives != 0 {
@@ -793,14 +795,14 @@ func (l *lifecycle) reconcile(ctx context.Context) int {
 	expected := l.reg.subscribers()
 	healed := 0
 	for range orphanPasses {
-		orphans, err := store.LifecycleOrphans(ctx, &ports.LifecycleOrphansParams{Expected: expected, Since: l.now().Add(-orphanLookback), Limit: orphanBatch})
+		orphans, err := store.LifecycleOrphans(ctx, &ports.LifecycleOrphansParams{Expected: expected, Since: l.Now().Add(-orphanLookback), Limit: orphanBatch})
 		if err != nil {
 			if ctx.Err() == nil {
-				l.faults.fail(ctx, "finding interrupted lifecycles", err)
+				l.Faults.Fail(ctx, "finding interrupted lifecycles", err)
 			}
 			return healed
 		}
-		l.faults.ok(ctx, "finding interrupted lifecycles")
+		l.Faults.OK(ctx, "finding interrupted lifecycles")
 		l.runTerminalStages(ctx, orphans)
 		healed += len(orphans)
 		if len(orphans) < orphanBatch {
@@ -808,7 +810,7 @@ func (l *lifecycle) reconcile(ctx context.Context) int {
 		}
 	}
 	if healed > 0 {
-		l.log.InfoContext(ctx, "took up interrupted lifecycles", slog.Int("events", healed))
+		l.Log.InfoContext(ctx, "took up interrupted lifecycles", slog.Int("events", healed))
 	}
 	return healed
 }
@@ -819,7 +821,7 @@ func (l *lifecycle) reconcileLoop(ctx context.Context) {
 	if l.backend.Lifecycle == nil || !l.reg.hasReceptors(PostAllPerspectives, PostLifecycle) {
 		return
 	}
-	every(ctx, l.clock, reconcileEvery, func() { l.reconcile(ctx) })
+	base.Every(ctx, l.Clock, reconcileEvery, func() { l.reconcile(ctx) })
 }
 
 // wait blocks until the lifecycle work started before the call finished,

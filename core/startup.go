@@ -27,7 +27,7 @@ func (rw *rewinder) startupScan(ctx context.Context) {
 		cursors, err := rw.backend.Rewind.CursorsRewindRequired(ctx, &ports.CursorsRewindRequiredParams{Limit: 1000})
 		if err != nil {
 			if ctx.Err() == nil {
-				rw.log.ErrorContext(ctx, "startup rewind scan", slog.Any("error", err))
+				rw.Log.ErrorContext(ctx, "startup rewind scan", slog.Any("error", err))
 			}
 			return
 		}
@@ -40,7 +40,7 @@ func (rw *rewinder) startupScan(ctx context.Context) {
 		if len(todo) == 0 {
 			return
 		}
-		rw.log.InfoContext(ctx, "repairing interrupted rewinds", slog.Int("cursors", len(todo)))
+		rw.Log.InfoContext(ctx, "repairing interrupted rewinds", slog.Int("cursors", len(todo)))
 		for _, c := range todo {
 			if ctx.Err() != nil {
 				return
@@ -50,7 +50,7 @@ func (rw *rewinder) startupScan(ctx context.Context) {
 				skip[key] = true
 			}
 		}
-		t := rw.clock.NewTimer(rw.opts.PollingInterval)
+		t := rw.Clock.NewTimer(rw.opts.PollingInterval)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -109,7 +109,7 @@ func (rw *rewinder) repairRewind(ctx context.Context, key pairKey) bool {
 	rw.life.afterBatch(ctx, fresh, nil)
 	// Flush now, so the next poll sees the flag cleared.
 	if err := rw.completer.flushNow(ctx); err != nil && ctx.Err() == nil {
-		rw.log.WarnContext(ctx, "flushing the repaired rewind", slog.Any("error", err))
+		rw.Log.WarnContext(ctx, "flushing the repaired rewind", slog.Any("error", err))
 	}
 	if len(rows) > 0 {
 		return true

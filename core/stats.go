@@ -68,7 +68,7 @@ func (c *statsCache) lag(ctx context.Context) (LagReport, error) {
 	if stats == nil {
 		return LagReport{}, ErrNoStats
 	}
-	now := c.engine.now()
+	now := c.engine.Now()
 	c.mu.Lock()
 	if c.read && now.Sub(c.last.At) < c.engine.opts.StatsInterval {
 		report := c.last
@@ -81,11 +81,11 @@ func (c *statsCache) lag(ctx context.Context) (LagReport, error) {
 		// finds it done.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), statsReadTimeout)
 		defer cancel()
-		lags, err := stats.PerspectivesLag(rctx, &ports.PerspectivesLagParams{Now: c.engine.paramNow()})
+		lags, err := stats.PerspectivesLag(rctx, &ports.PerspectivesLagParams{Now: c.engine.ParamNow()})
 		if err != nil {
 			return LagReport{}, err
 		}
-		report := c.engine.lagReport(c.engine.now(), lags)
+		report := c.engine.lagReport(c.engine.Now(), lags)
 		c.mu.Lock()
 		c.last, c.read = report, true
 		c.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/core/internal/startstop"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -76,18 +77,18 @@ func (k *wakes) at(stream uuid.UUID, t time.Time) {
 	first := k.queue[0].stream == stream && k.queue[0].at.Equal(t)
 	k.mu.Unlock()
 	if first {
-		signal(k.signal)
+		base.Signal(k.signal)
 	}
 }
 
 // run pushes due streams into the drain queue until ctx is done.
 func (k *wakes) run(ctx context.Context) {
-	var t lazyTimer
-	defer t.stop()
+	var t base.LazyTimer
+	defer t.Stop()
 	for {
 		next, ok := k.pushDue()
 		if ok {
-			t.reset(k.clock, max(next.Sub(k.clock.Now()), 0))
+			t.Reset(k.clock, max(next.Sub(k.clock.Now()), 0))
 			k.armedAt.Store(next.UnixNano())
 		} else {
 			k.armedAt.Store(0)
@@ -95,7 +96,7 @@ func (k *wakes) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.c():
+		case <-t.C():
 		case <-k.signal:
 		}
 	}

@@ -47,7 +47,7 @@ func setupGather(t *testing.T, maxSize int, wait time.Duration, ended <-chan str
 	t.Helper()
 	w, clock := newWindowWorker(t, maxSize)
 	wb := &windowBundle{w: w, clock: clock, took: make(chan int, 100), out: make(chan []uuid.UUID, 1)}
-	w.signals.windowFunc = func(n int, closed bool) {
+	w.Signals.Window = func(n int, closed bool) {
 		if !closed {
 			wb.took <- n
 		}
@@ -249,7 +249,7 @@ func TestConsumersGroupCommit(t *testing.T) {
 	}
 	c.tick = func(context.Context) {}
 	took := make(chan int, 10)
-	w.signals.windowFunc = func(n int, closed bool) {
+	w.Signals.Window = func(n int, closed bool) {
 		if !closed {
 			took <- n
 		}

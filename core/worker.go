@@ -13,7 +13,9 @@ import (
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/core/internal/dedup"
+	"github.com/vantage-go/vantage/core/internal/faultlog"
 	"github.com/vantage-go/vantage/core/internal/startstop"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -98,10 +100,10 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		backend: backend,
 		reg:     registry,
 		opts:    o,
-		clock:   clock,
-		log:     log,
-		faults:  newFaultLog(log, clock),
-		signals: &testSignals{},
+		Env: &base.Env{
+			Clock: clock, InjectedClock: o.Clock != nil, Log: log,
+			Faults: faultlog.New(log, clock), Signals: &base.Signals{},
+		},
 		tracing: newTracing(o.TracerProvider),
 	}
 	e.stats = newStatsCache(e)
@@ -115,7 +117,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	w.monitor = newApplyMonitor(e)
 	w.consumers = &consumers{engine: e, queue: queue, act: act, flights: newFlights(),
 		arrivals: &arrivals{cap: o.DrainBatcher.MaxWait}}
-	queue.arrived = func() { w.consumers.arrivals.arrived(e.now()) }
+	queue.arrived = func() { w.consumers.arrivals.arrived(e.Now()) }
 	for range o.MaxConcurrentDrainConsumers {
 		w.consumers.wakes = append(w.consumers.wakes, make(chan struct{}, 1))
 	}
@@ -129,7 +131,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 			// A reconnect (possibly missed notifications) and a
 			// notification that names no stream, or streams that may be
 			// another instance's, mean: claim now.
-			signal(w.claims.notify)
+			base.Signal(w.claims.notify)
 		}
 		w.consumers.wakeAll()
 	})
@@ -147,7 +149,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	w.completer.onGivenUp, w.completer.onLanded = w.parking.reportGivenUp, w.parking.reportLanded
 	w.completer.onCompleted = w.claims.roomFreed // room was freed for more of the backlog
 	scopes := newScopeCache(o.Security)
-	store := &modelStore{backend: backend.Models, cache: newModelCache(o.ModelCacheSize), batches: newModelBatches(backend.ModelBatch, backendCallTimeout), tx: backend.ModelTx, txSaves: newTxSaves(backend.ModelTx, e.clock, e.savePatience(), backendCallTimeout+o.ApplyTimeout)}
+	store := &modelStore{backend: backend.Models, cache: newModelCache(o.ModelCacheSize), batches: newModelBatches(backend.ModelBatch, base.BackendCallTimeout), tx: backend.ModelTx, txSaves: newTxSaves(backend.ModelTx, e.Clock, e.savePatience(), base.BackendCallTimeout+o.ApplyTimeout)}
 	gates := newGates()
 	w.life = newLifecycle(e, w.completer, scopes)
 	fail := &failures{engine: e, parking: w.parking, completer: w.completer, cache: cache}
@@ -183,7 +185,7 @@ func (w *Worker) ConsecutiveEmptyPolls() int { return int(w.consumers.act.emptyP
 // at their next interval; with Options.ClaimsDisabled it wakes the consumers
 // only. Safe from any goroutine; redundant calls coalesce.
 func (w *Worker) RequestImmediatePoll() {
-	signal(w.claims.wake)
+	base.Signal(w.claims.wake)
 	w.consumers.wakeAll()
 }
 
@@ -255,7 +257,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.opts.ClaimsDisabled {
 		attrs = append(attrs, slog.Bool("claims_disabled", true))
 	}
-	w.log.InfoContext(ctx, "worker started", attrs...)
+	w.Log.InfoContext(ctx, "worker started", attrs...)
 	return nil
 }
 
@@ -313,29 +315,29 @@ func (w *Worker) shutdown(ctx context.Context) {
 	defer cancel()
 	w.rewind.finishStartupScan()
 	if err := w.life.wait(workCtx); err != nil {
-		w.log.ErrorContext(ctx, "waiting for lifecycle receptors at stop", slog.Any("error", err))
+		w.Log.ErrorContext(ctx, "waiting for lifecycle receptors at stop", slog.Any("error", err))
 	}
 	if err := w.completer.Stop(workCtx); err != nil {
-		w.log.ErrorContext(ctx, "sending outcomes at stop", slog.Any("error", err))
+		w.Log.ErrorContext(ctx, "sending outcomes at stop", slog.Any("error", err))
 	}
 	w.stopEach(waitAll, w.heart)
 	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), deregisterTimeout)
 	defer dcancel()
 	if err := w.backend.Claimer.InstanceDeregister(dctx, &ports.InstanceDeregisterParams{InstanceID: w.opts.InstanceID}); err != nil {
-		w.log.ErrorContext(ctx, "deregistering instance", slog.Any("error", err))
+		w.Log.ErrorContext(ctx, "deregistering instance", slog.Any("error", err))
 	}
 	w.run.cancelWork(ErrStopped)
 	w.stopEach(waitAll, w.monitor, w.renewer)
 	w.monitor.waitAbandons()
 	w.metrics.unobserve(w.run.gauges)
-	w.log.InfoContext(ctx, "worker stopped", w.identity()...)
+	w.Log.InfoContext(ctx, "worker stopped", w.identity()...)
 }
 
 // stopEach stops components in turn; their errors (ctx ended) are logged.
 func (w *Worker) stopEach(ctx context.Context, components ...interface{ Stop(context.Context) error }) {
 	for _, c := range components {
 		if err := c.Stop(ctx); err != nil {
-			w.log.ErrorContext(ctx, "stopping worker component", slog.String("component", fmt.Sprintf("%T", c)), slog.Any("error", err))
+			w.Log.ErrorContext(ctx, "stopping worker component", slog.String("component", fmt.Sprintf("%T", c)), slog.Any("error", err))
 		}
 	}
 }
@@ -377,7 +379,7 @@ func (w *Worker) WaitForStream(ctx context.Context, streamID uuid.UUID, version 
 		if err != nil || ok {
 			return err
 		}
-		t := w.clock.NewTimer(w.opts.PollingInterval)
+		t := w.Clock.NewTimer(w.opts.PollingInterval)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -436,12 +438,12 @@ func (w *Worker) warnRetired(ctx context.Context) {
 	}
 	retired, err := w.backend.Admin.PerspectivesRetired(ctx)
 	if err != nil {
-		w.log.WarnContext(ctx, "listing retired perspectives", slog.Any("error", err))
+		w.Log.WarnContext(ctx, "listing retired perspectives", slog.Any("error", err))
 		return
 	}
 	for _, name := range retired {
 		if _, ok := w.reg.perspective(name); ok {
-			w.log.WarnContext(ctx, "perspective is retired in the backend; it gets no work until revived",
+			w.Log.WarnContext(ctx, "perspective is retired in the backend; it gets no work until revived",
 				slog.String("perspective", name))
 		}
 	}
@@ -456,13 +458,13 @@ const resubscribeEvery = time.Minute
 // subscriptions have been lost (a schema dropped and recreated while
 // instances ran). Retired perspectives stay retired.
 func (w *Worker) resubscribeLoop(ctx context.Context) {
-	every(ctx, w.clock, resubscribeEvery, func() {
+	base.Every(ctx, w.Clock, resubscribeEvery, func() {
 		if err := w.reg.RegisterSubscriptions(ctx, w.backend.Events); err != nil {
 			if ctx.Err() == nil {
-				w.faults.fail(ctx, "registering subscriptions", err)
+				w.Faults.Fail(ctx, "registering subscriptions", err)
 			}
 			return
 		}
-		w.faults.ok(ctx, "registering subscriptions")
+		w.Faults.OK(ctx, "registering subscriptions")
 	})
 }

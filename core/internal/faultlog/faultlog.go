@@ -1,4 +1,6 @@
-package core
+// Package faultlog logs the failures of the engine's background operations
+// once, sums up their repeats, and tells their recovery.
+package faultlog
 
 import (
 	"context"
@@ -11,22 +13,22 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
-// faultSummaryEvery is the least time between two log lines about the same
+// SummaryEvery is the least time between two log lines about the same
 // failing operation.
-const faultSummaryEvery = 10 * time.Second
+const SummaryEvery = 10 * time.Second
 
-// faultLog tells the failures of a background operation once: the first
+// Log tells the failures of a background operation once: the first
 // failure is logged (at Warn when the backend called it transient, else at
-// Error), repeats within faultSummaryEvery are counted, not logged, and at
-// most one line per faultSummaryEvery sums them up with the latest error.
+// Error), repeats within SummaryEvery are counted, not logged, and at
+// most one line per SummaryEvery sums them up with the latest error.
 // The first success after failures is logged at Info with how long the
 // operation failed and how often. A database outage of ten seconds thus
 // costs a few lines per operation, not one per claim tick.
 //
 // Conditions that are no failure of an operation but may recur as often
 // (a batch given up on, work of an unknown perspective skipped) are logged
-// by recur, at most once per interval, with a count.
-type faultLog struct {
+// by Recur, at most once per interval, with a count.
+type Log struct {
 	log   *slog.Logger
 	clock ports.Clock
 	// failing counts the operations failing now, so that ok costs one
@@ -45,13 +47,14 @@ type faultState struct {
 	untold   int       // since the last line logged
 }
 
-func newFaultLog(log *slog.Logger, clock ports.Clock) *faultLog {
-	return &faultLog{log: log, clock: clock, ops: map[string]*faultState{}, recurs: map[string]*recurState{}}
+// New returns a Log that writes to log, timed by clock.
+func New(log *slog.Logger, clock ports.Clock) *Log {
+	return &Log{log: log, clock: clock, ops: map[string]*faultState{}, recurs: map[string]*recurState{}}
 }
 
-// fail records a failure of op, logging it when it is the first or a
+// Fail records a failure of op, logging it when it is the first or a
 // summary is due. attrs are added to the line.
-func (f *faultLog) fail(ctx context.Context, op string, err error, attrs ...any) {
+func (f *Log) Fail(ctx context.Context, op string, err error, attrs ...any) {
 	now := f.clock.Now()
 	f.mu.Lock()
 	st, ok := f.ops[op]
@@ -62,7 +65,7 @@ func (f *faultLog) fail(ctx context.Context, op string, err error, attrs ...any)
 	}
 	st.failures++
 	st.untold++
-	tell := !ok || now.Sub(st.told) >= faultSummaryEvery
+	tell := !ok || now.Sub(st.told) >= SummaryEvery
 	untold, failures, since := st.untold, st.failures, st.since
 	if tell {
 		st.told, st.untold = now, 0
@@ -84,10 +87,10 @@ func (f *faultLog) fail(ctx context.Context, op string, err error, attrs ...any)
 		slog.Duration("failing_for", now.Sub(since)), slog.Any("error", err))...)
 }
 
-// ok records a success of op, logging the recovery when it failed before,
-// preceded by what the recurrences tied to op (see recurrence.op) counted
+// OK records a success of op, logging the recovery when it failed before,
+// preceded by what the recurrences tied to op (see Recurrence.Op) counted
 // since their last line.
-func (f *faultLog) ok(ctx context.Context, op string, attrs ...any) {
+func (f *Log) OK(ctx context.Context, op string, attrs ...any) {
 	if f.failing.Load() == 0 {
 		return
 	}
@@ -110,76 +113,76 @@ func (f *faultLog) ok(ctx context.Context, op string, attrs ...any) {
 		slog.Int("failures", st.failures), slog.Duration("failed_for", f.clock.Now().Sub(st.since)))...)
 }
 
-// recurrence is a condition that may recur many times a second, logged by
-// faultLog.recur at most once per every.
-type recurrence struct {
-	key      string // names the condition: one count per key
-	every    time.Duration
-	level    slog.Level
-	msg      string
-	countKey string // the attribute that carries the summed counts
-	// op, when set, is the operation whose failures cause the condition:
+// Recurrence is a condition that may recur many times a second, logged by
+// Log.Recur at most once per Every.
+type Recurrence struct {
+	Key      string // names the condition: one count per key
+	Every    time.Duration
+	Level    slog.Level
+	Msg      string
+	CountKey string // the attribute that carries the summed counts
+	// Op, when set, is the operation whose failures cause the condition:
 	// its recovery tells what was counted since the last line, which no
 	// later occurrence will.
-	op string
+	Op string
 }
 
 type recurState struct {
-	r           recurrence
+	r           Recurrence
 	told        time.Time // last line logged
 	count       int       // sum of n since told
 	occurrences int       // since told
 	attrs       []any     // of the latest occurrence
 }
 
-// untoldRecurrence is a line ok logs for a recurrence it ends.
+// untoldRecurrence is a line OK logs for a recurrence it ends.
 type untoldRecurrence struct {
 	level slog.Level
 	msg   string
 	attrs []any
 }
 
-// recur records an occurrence of r that counts n (events, items), and logs
-// r.msg when it is the first of its key or every passed since the previous
-// line. A line carries, as r.countKey, the sum of n over the occurrences
+// Recur records an occurrence of r that counts n (events, items), and logs
+// r.Msg when it is the first of its key or every passed since the previous
+// line. A line carries, as r.CountKey, the sum of n over the occurrences
 // it stands for (those since the previous line, its own included) and how
 // many they were ("occurrences"), with attrs of the latest. Occurrences
-// counted after the last line are told with the next one, or when r.op
+// counted after the last line are told with the next one, or when r.Op
 // recovers; a condition that stops recurring without either keeps them
 // untold.
-func (f *faultLog) recur(ctx context.Context, r recurrence, n int, attrs ...any) {
+func (f *Log) Recur(ctx context.Context, r Recurrence, n int, attrs ...any) {
 	now := f.clock.Now()
 	f.mu.Lock()
-	st, ok := f.recurs[r.key]
+	st, ok := f.recurs[r.Key]
 	if !ok {
 		st = &recurState{r: r}
-		f.recurs[r.key] = st
+		f.recurs[r.Key] = st
 	}
 	st.count += n
 	st.occurrences++
 	st.attrs = attrs
-	tell := !ok || now.Sub(st.told) >= r.every
+	tell := !ok || now.Sub(st.told) >= r.Every
 	count, occurrences := st.count, st.occurrences
 	if tell {
 		st.told, st.count, st.occurrences, st.attrs = now, 0, 0, nil
 	}
 	f.mu.Unlock()
 	if tell {
-		f.log.Log(ctx, r.level, r.msg, append(attrs, slog.Int(r.countKey, count), slog.Int("occurrences", occurrences))...)
+		f.log.Log(ctx, r.Level, r.Msg, append(attrs, slog.Int(r.CountKey, count), slog.Int("occurrences", occurrences))...)
 	}
 }
 
 // untoldLocked returns the lines of the recurrences tied to op that
 // counted occurrences since their last line, and resets them. The caller
 // holds f.mu.
-func (f *faultLog) untoldLocked(op string, now time.Time) []untoldRecurrence {
+func (f *Log) untoldLocked(op string, now time.Time) []untoldRecurrence {
 	var out []untoldRecurrence
 	for _, st := range f.recurs {
-		if st.r.op != op || st.occurrences == 0 {
+		if st.r.Op != op || st.occurrences == 0 {
 			continue
 		}
-		out = append(out, untoldRecurrence{level: st.r.level, msg: st.r.msg, attrs: append(st.attrs,
-			slog.Int(st.r.countKey, st.count), slog.Int("occurrences", st.occurrences))})
+		out = append(out, untoldRecurrence{level: st.r.Level, msg: st.r.Msg, attrs: append(st.attrs,
+			slog.Int(st.r.CountKey, st.count), slog.Int("occurrences", st.occurrences))})
 		st.told, st.count, st.occurrences, st.attrs = now, 0, 0, nil
 	}
 	return out
