@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/vantage-go/vantage/core/internal/base"
+	"github.com/vantage-go/vantage/core/internal/heartbeat"
 	"github.com/vantage-go/vantage/core/internal/startstop"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -77,23 +78,23 @@ type claimer struct {
 	*engine
 	startstop.Base
 	queue  *drainQueue
-	heart  *heartbeater
+	heart  *heartbeat.Heartbeater
 	notes  *listener
-	wake   chan struct{} // claim now: RequestImmediatePoll, freed room, abandoned peers
+	wake   chan struct{} // claim now: RequestImmediatePoll, freed room
 	notify chan struct{} // notifications, paced by the claim budget
 
 	// hasMore is set while the latest claim left candidate streams out: a
 	// backlog larger than what this instance holds.
 	hasMore atomic.Bool
-	// recovering is set when a peer was abandoned (see takeOver); the next
+	// recovering is set when a peer was abandoned; the next
 	// claim then sets windowSkip, so the streams it takes over are drained
 	// at once instead of waiting in the sliding window.
 	recovering atomic.Bool
 	windowSkip atomic.Bool
 }
 
-func newClaimer(e *engine, queue *drainQueue, notes *listener) *claimer {
-	return &claimer{engine: e, queue: queue, notes: notes, wake: make(chan struct{}, 1), notify: make(chan struct{}, 1)}
+func newClaimer(e *engine, queue *drainQueue, notes *listener, heart *heartbeat.Heartbeater) *claimer {
+	return &claimer{engine: e, queue: queue, notes: notes, heart: heart, wake: make(chan struct{}, 1), notify: make(chan struct{}, 1)}
 }
 
 // Start launches the claim loop; it runs until Stop or until ctx ends.
@@ -102,14 +103,6 @@ func (c *claimer) Start(ctx context.Context) {
 	if ok {
 		wg.Go(func() { c.loop(ctx) })
 	}
-}
-
-// takeOver wakes the claim loop after a peer was abandoned, by this instance
-// or another survivor: the peer's streams are claimable now, and the claim
-// that takes them skips the sliding window (see recovering).
-func (c *claimer) takeOver() {
-	c.recovering.Store(true)
-	base.Signal(c.wake)
 }
 
 // roomFreed wakes the claim loop when completions freed room while the
@@ -121,7 +114,9 @@ func (c *claimer) roomFreed() {
 }
 
 // loop claims on its cadence, at once while claims report more work, and on
-// wakes: at once for RequestImmediatePoll, freed room and abandoned peers,
+// wakes: at once for RequestImmediatePoll, freed room and abandoned peers
+// (a peer's streams are claimable now, and the claim that takes them skips
+// the sliding window: see recovering),
 // and for notifications as soon as the claim budget allows (see
 // claimBudget): every instance hears every append, and a claim per append per
 // instance would cost more than the appends themselves, while a claim that
@@ -129,7 +124,7 @@ func (c *claimer) roomFreed() {
 // brings the armed claim forward: were each to re-arm the timer for its
 // wait, notifications coming faster than that wait would postpone the
 // claim for as long as they come. The loop reports to the heartbeat's
-// claimWatch when each claim is due and which claims were answered.
+// heartbeat.Watch when each claim is due and which claims were answered.
 func (c *claimer) loop(ctx context.Context) {
 	t := c.Clock.NewTimer(0)
 	defer t.Stop()
@@ -138,14 +133,16 @@ func (c *claimer) loop(ctx context.Context) {
 		notified bool      // a notification came since the last claim
 		due      = c.Now() // when t fires
 	)
-	watch := &c.heart.claims
-	watch.arm(due)
+	watch := c.heart.Watch()
+	watch.Arm(due)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C():
 		case <-c.wake:
+		case <-c.heart.TakeOvers():
+			c.recovering.Store(true)
 		case <-c.notify:
 			notified = true
 			if wait := c.claimPace(&budget); wait > 0 {
@@ -153,14 +150,14 @@ func (c *claimer) loop(ctx context.Context) {
 				if at := now.Add(wait); at.Before(due) {
 					base.ResetTimer(t, wait) // claim when the budget allows
 					due = at
-					watch.arm(due)
+					watch.Arm(due)
 				}
 				c.Signals.OnClaimDeferred(due.Sub(now))
 				continue
 			}
 		}
 		start := c.Now()
-		watch.arm(start)
+		watch.Arm(start)
 		hasMore, answered := c.claimOnce(ctx, notified || !c.notes.healthy())
 		notified = false
 		end := c.Now()
@@ -175,9 +172,9 @@ func (c *claimer) loop(ctx context.Context) {
 		base.ResetTimer(t, interval)
 		due = end.Add(interval)
 		if answered {
-			watch.answered(ctx, due)
+			watch.Answered(ctx, due)
 		} else {
-			watch.arm(due)
+			watch.Arm(due)
 		}
 	}
 }
@@ -217,10 +214,10 @@ func (c *claimer) claimOnce(ctx context.Context, fresh bool) (again, answered bo
 		}
 		if errors.Is(err, ports.ErrInstanceNotAlive) {
 			// We were abandoned (a pause longer than the stale threshold,
-			// or a stall of the claim loop: see claimWatch): heartbeat
+			// or a stall of the claim loop: see heartbeat.Watch): heartbeat
 			// again and claim afresh.
 			c.Log.WarnContext(ctx, "instance was considered stale and lost its work; re-registering")
-			if _, herr := c.heart.beat(ctx); herr != nil {
+			if _, herr := c.heart.Beat(ctx); herr != nil {
 				c.Faults.Fail(ctx, "heartbeat", herr)
 			}
 			return false, true

@@ -360,7 +360,7 @@ func (m *metrics) claimed(ctx context.Context, took time.Duration, res *ports.Wo
 	}
 }
 
-// claimStalled counts a stall of the claim loop (see claimWatch).
+// claimStalled counts a stall of the claim loop (see heartbeat.Watch).
 func (m *metrics) claimStalled(ctx context.Context) {
 	m.claimStalls.Add(ctx, 1)
 }
@@ -500,7 +500,7 @@ func (m *metrics) unobserve(reg metric.Registration) {
 // perspective.
 func (w *Worker) observeGauges() metric.Registration {
 	return w.metrics.observe(gaugeSources{
-		heartbeat: w.heart.last,
+		heartbeat: w.heart.Last,
 		listening: w.notes.healthy,
 		stuck:     func() int { return len(w.monitor.list()) },
 		stats:     w.stats,

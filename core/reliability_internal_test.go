@@ -286,7 +286,7 @@ func TestLeaseCallsOutliveCancellation(t *testing.T) {
 	stopped, cancel := context.WithCancel(t.Context())
 	cancel()
 
-	_, err = w.heart.beat(stopped)
+	_, err = w.heart.Beat(stopped)
 	require.NoError(t, err)
 	w.claims.claimOnce(stopped, true)
 	_, _, err = w.drain.fetch(stopped, []uuid.UUID{uuid.New()})

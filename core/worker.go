@@ -16,6 +16,7 @@ import (
 	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/core/internal/dedup"
 	"github.com/vantage-go/vantage/core/internal/faultlog"
+	"github.com/vantage-go/vantage/core/internal/heartbeat"
 	"github.com/vantage-go/vantage/core/internal/startstop"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -38,7 +39,7 @@ type Worker struct {
 	*engine
 
 	notes     *listener
-	heart     *heartbeater
+	heart     *heartbeat.Heartbeater
 	claims    *claimer
 	consumers *consumers
 	completer *completer
@@ -121,8 +122,19 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	for range o.MaxConcurrentDrainConsumers {
 		w.consumers.wakes = append(w.consumers.wakes, make(chan struct{}, 1))
 	}
+	w.heart = heartbeat.New(e.Env, heartbeat.Config{
+		Claimer:        backend.Claimer,
+		InstanceID:     o.InstanceID,
+		ServiceName:    o.ServiceName,
+		HostName:       o.HostName,
+		Metadata:       o.InstanceMetadata,
+		Interval:       o.HeartbeatInterval,
+		StaleThreshold: o.StaleInstanceThreshold,
+		Passive:        o.ClaimsDisabled,
+		OnStall:        e.metrics.claimStalled,
+	})
 	w.notes = newListener(e, instanceLog, func(wake ports.Wake) {
-		if len(wake.Streams) > 0 && !wake.Reconnected && w.heart.alone() {
+		if len(wake.Streams) > 0 && !wake.Reconnected && w.heart.Alone() {
 			// The streams with new events are named, and every one is
 			// this instance's: its fetch leases them, and a claim would
 			// only cost a round trip on each event's way.
@@ -135,9 +147,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		}
 		w.consumers.wakeAll()
 	})
-	w.claims = newClaimer(e, queue, w.notes)
-	w.heart = newHeartbeater(e, w.claims.takeOver)
-	w.claims.heart = w.heart
+	w.claims = newClaimer(e, queue, w.notes, w.heart)
 	w.consumers.claims, w.consumers.notes = w.claims, w.notes
 	if w.completer, err = newCompleter(e, cache); err != nil {
 		return nil, fmt.Errorf("building worker: %w", err)
@@ -215,8 +225,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("starting worker: %w", err)
 	}
 	w.warnRetired(ctx)
-	beat, err := w.heart.beat(ctx)
-	if err != nil {
+	if err := w.heart.Register(ctx); err != nil {
 		return fmt.Errorf("starting worker: %w", err)
 	}
 	// Every loop runs under runCtx, which Stop ends first; the drains'
@@ -237,7 +246,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	// Stop waits for them after it ended the loops.
 	w.life.start(workCtx)
 	w.notes.Start(runCtx)
-	w.heart.Start(workCtx, beat)
+	_ = w.heart.Start(workCtx) // it fails only without Register, which succeeded above
 	if !w.opts.ClaimsDisabled {
 		w.claims.Start(runCtx)
 	}
@@ -303,7 +312,7 @@ func (w *Worker) shutdown(ctx context.Context) {
 	// ends.
 	waitAll := context.WithoutCancel(ctx)
 	w.stopEach(waitAll, w.notes, w.claims)
-	w.heart.claims.disarm() // a claim loop that ended is not stalled
+	w.heart.Watch().Disarm() // a claim loop that ended is not stalled
 	w.stopEach(waitAll, w.consumers)
 	w.run.loops.Wait()
 	w.stopEach(waitAll, w.parking)

@@ -1,12 +1,18 @@
-package core
+package heartbeat
 
 import (
+	"context"
+	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/vantage-go/vantage/core/internal/base"
+	"github.com/vantage-go/vantage/core/internal/faultlog"
 	"github.com/vantage-go/vantage/internal/clocktest"
+	"github.com/vantage-go/vantage/ports"
 )
 
 func TestHeartbeatDelay(t *testing.T) {
@@ -55,4 +61,43 @@ func TestPeerGone(t *testing.T) {
 	require.False(t, peerGone(due, at(31*time.Second), due), "still recorded: not abandoned yet")
 	require.True(t, peerGone(due, at(31*time.Second), time.Time{}), "abandoned, no peer left")
 	require.True(t, peerGone(due, due, at(40*time.Second)), "abandoned, the next peer is due later")
+}
+
+// beats answers heartbeats with the results it is given, in turn.
+type beats struct {
+	ports.WorkClaimer
+	results chan *ports.InstanceHeartbeatResult
+}
+
+func (b *beats) InstanceHeartbeat(context.Context, *ports.InstanceHeartbeatParams) (*ports.InstanceHeartbeatResult, error) {
+	return <-b.results, nil
+}
+
+// Start runs from Register's heartbeat, and refuses to run without it; a
+// heartbeat that abandoned a peer signals TakeOvers, and a heartbeat that
+// finds the peer it waited for gone does too (another survivor abandoned
+// it).
+func TestRegisterStartAndTakeOvers(t *testing.T) {
+	t.Parallel()
+
+	clock := clocktest.NewFake()
+	b := &beats{results: make(chan *ports.InstanceHeartbeatResult, 4)}
+	h := New(&base.Env{Clock: clock, Log: slog.New(slog.DiscardHandler), Faults: faultlog.New(slog.New(slog.DiscardHandler), clock)},
+		Config{Claimer: b, Interval: time.Second, StaleThreshold: 10 * time.Second})
+	require.Error(t, h.Start(t.Context()), "Start before Register")
+
+	peerDue := clock.Now().Add(500 * time.Millisecond)
+	b.results <- &ports.InstanceHeartbeatResult{Live: 1, Abandoned: []uuid.UUID{uuid.New()}, NextStaleAt: peerDue}
+	require.NoError(t, h.Register(t.Context()))
+	require.Len(t, h.TakeOvers(), 1, "the first heartbeat abandoned a peer")
+	<-h.TakeOvers()
+	require.True(t, h.Alone(), "one live instance, heartbeat fresh")
+
+	timers := clock.Timers()
+	require.NoError(t, h.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, h.Stop(context.Background())) })
+	<-clock.WaitTimers(timers + 1)
+	b.results <- &ports.InstanceHeartbeatResult{Live: 1} // the peer is gone
+	clock.Advance(staleMargin + 500*time.Millisecond)    // the heartbeat aimed just past the peer's staleness
+	<-h.TakeOvers()
 }

@@ -1,11 +1,18 @@
-package core
+// Package heartbeat keeps the instance live in the backend: it heartbeats
+// on its interval, or right when the next peer goes stale, tells the claim
+// loop when a peer was abandoned, and stops vouching for the instance while
+// the claim loop is stalled (see Watch).
+package heartbeat
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"sync/atomic"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/core/internal/startstop"
@@ -20,22 +27,49 @@ const (
 	heartbeatMinDelay = 10 * time.Millisecond
 )
 
-// heartbeater keeps the instance live in the backend: it heartbeats every
-// HeartbeatInterval, or right when the next peer goes stale, and tells the
-// claimer when a peer was abandoned (its streams are claimable now). It
-// skips its heartbeats while the claim loop is stalled (see claimWatch).
-type heartbeater struct {
-	*engine
+// Config is what a Heartbeater reads.
+type Config struct {
+	// Claimer is the backend's port that records heartbeats.
+	Claimer ports.WorkClaimer
+	// InstanceID, ServiceName, HostName and Metadata are recorded with
+	// each heartbeat.
+	InstanceID  uuid.UUID
+	ServiceName string
+	HostName    string
+	Metadata    map[string]string
+	// Interval is the time between two heartbeats.
+	Interval time.Duration
+	// StaleThreshold is how long an instance may go without a heartbeat
+	// before its peers abandon it.
+	StaleThreshold time.Duration
+	// Passive is set for an instance that claims nothing: it runs no claim
+	// loop, and is never alone (see Heartbeater.Alone).
+	Passive bool
+	// OnStall, when set, counts each stall of the claim loop.
+	OnStall func(context.Context)
+}
+
+// Heartbeater keeps the instance live in the backend: it heartbeats every
+// Interval, or right when the next peer goes stale, and tells the claim
+// loop when a peer was abandoned (its streams are claimable now: see
+// TakeOvers). It skips its heartbeats while the claim loop is stalled (see
+// Watch).
+type Heartbeater struct {
+	*base.Env
 	startstop.Base
-	// takeOver is called when a stale peer was abandoned, by this
+	cfg Config
+	// takeOvers is signalled when a stale peer was abandoned, by this
 	// instance or another survivor.
-	takeOver func()
-	// claims is the claim loop's watch: the claim loop reports to it, and
+	takeOvers chan struct{}
+	// watch is the claim loop's watch: the claim loop reports to it, and
 	// the heartbeat loop asks it before each heartbeat.
-	claims claimWatch
+	watch Watch
 	// wake makes the heartbeat loop heartbeat at once: a stall of the
 	// claim loop ended.
 	wake chan struct{}
+	// first is the result of the heartbeat of Register, from which the
+	// loop starts.
+	first *ports.InstanceHeartbeatResult
 
 	// lastBeat is when the latest successful heartbeat returned (unix
 	// nanoseconds on the engine's clock, 0 before the first), live the
@@ -48,9 +82,9 @@ type heartbeater struct {
 	lastTry  atomic.Int64
 }
 
-// last returns when the latest successful heartbeat returned (zero before
+// Last returns when the latest successful heartbeat returned (zero before
 // the first) and how many live instances it reported.
-func (h *heartbeater) last() (time.Time, int) {
+func (h *Heartbeater) Last() (time.Time, int) {
 	at := h.lastBeat.Load()
 	if at == 0 {
 		return time.Time{}, 0
@@ -58,20 +92,20 @@ func (h *heartbeater) last() (time.Time, int) {
 	return time.Unix(0, at), int(h.live.Load())
 }
 
-// alone reports whether this instance may drain the streams a notification
+// Alone reports whether this instance may drain the streams a notification
 // names without claiming them first: it claims (it is not passive), and its
 // latest heartbeat, recent enough that the instance is surely still live,
 // found no other live instance, so every partition is its own. A peer that
 // started since is learned at the next heartbeat; meanwhile both may ask
 // for a stream, and its lease gives it to one of them.
-func (h *heartbeater) alone() bool {
-	at, live := h.last()
-	return live == 1 && !h.opts.ClaimsDisabled && !at.IsZero() && h.Now().Sub(at) < h.opts.StaleInstanceThreshold/2
+func (h *Heartbeater) Alone() bool {
+	at, live := h.Last()
+	return live == 1 && !h.cfg.Passive && !at.IsZero() && h.Now().Sub(at) < h.cfg.StaleThreshold/2
 }
 
-// lastAttempt returns when the latest heartbeat returned, successful or
+// LastAttempt returns when the latest heartbeat returned, successful or
 // not (zero before the first).
-func (h *heartbeater) lastAttempt() time.Time {
+func (h *Heartbeater) LastAttempt() time.Time {
 	at := h.lastTry.Load()
 	if at == 0 {
 		return time.Time{}
@@ -79,35 +113,58 @@ func (h *heartbeater) lastAttempt() time.Time {
 	return time.Unix(0, at)
 }
 
-func newHeartbeater(e *engine, takeOver func()) *heartbeater {
-	h := &heartbeater{engine: e, takeOver: takeOver, wake: make(chan struct{}, 1)}
-	h.claims = claimWatch{engine: e, resume: func() { base.Signal(h.wake) }}
+// New returns a Heartbeater of env configured by cfg.
+func New(env *base.Env, cfg Config) *Heartbeater {
+	h := &Heartbeater{Env: env, cfg: cfg, takeOvers: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
+	h.watch = Watch{env: env, bound: cfg.StaleThreshold / 2, onStall: cfg.OnStall, resume: func() { base.Signal(h.wake) }}
 	return h
 }
 
-// Start launches the heartbeat loop from the result of the heartbeat at
-// start-up; it runs until Stop or until ctx ends.
-func (h *heartbeater) Start(ctx context.Context, first *ports.InstanceHeartbeatResult) {
-	ctx, wg, ok := h.StartInit(ctx)
-	if ok {
-		wg.Go(func() { h.loop(ctx, first) })
+// Watch is the claim loop's watch, which the claim loop reports to.
+func (h *Heartbeater) Watch() *Watch { return &h.watch }
+
+// TakeOvers is signalled when a stale peer was abandoned, by this instance
+// or another survivor: its streams are claimable now. Signals coalesce.
+func (h *Heartbeater) TakeOvers() <-chan struct{} { return h.takeOvers }
+
+// Register records the instance with a first heartbeat, from whose result
+// Start's loop continues.
+func (h *Heartbeater) Register(ctx context.Context) error {
+	res, err := h.Beat(ctx)
+	if err != nil {
+		return err
 	}
+	h.first = res
+	return nil
 }
 
-// beat records the instance's heartbeat. When it abandoned stale instances
-// it hands their work over (see takeOver).
-func (h *heartbeater) beat(ctx context.Context) (*ports.InstanceHeartbeatResult, error) {
+// Start launches the heartbeat loop from the result of Register's
+// heartbeat; it runs until Stop or until ctx ends. It needs Register first.
+func (h *Heartbeater) Start(ctx context.Context) error {
+	if h.first == nil {
+		return errors.New("heartbeat: Start before Register")
+	}
+	ctx, wg, ok := h.StartInit(ctx)
+	if ok {
+		wg.Go(func() { h.loop(ctx, h.first) })
+	}
+	return nil
+}
+
+// Beat records the instance's heartbeat. When it abandoned stale
+// instances it hands their work over (see TakeOvers).
+func (h *Heartbeater) Beat(ctx context.Context) (*ports.InstanceHeartbeatResult, error) {
 	cctx, cancel := base.LeaseCallContext(ctx)
 	defer cancel()
-	res, err := h.backend.Claimer.InstanceHeartbeat(cctx, &ports.InstanceHeartbeatParams{
-		InstanceID:     h.opts.InstanceID,
-		ServiceName:    h.opts.ServiceName,
-		HostName:       h.opts.HostName,
+	res, err := h.cfg.Claimer.InstanceHeartbeat(cctx, &ports.InstanceHeartbeatParams{
+		InstanceID:     h.cfg.InstanceID,
+		ServiceName:    h.cfg.ServiceName,
+		HostName:       h.cfg.HostName,
 		ProcessID:      os.Getpid(),
-		Metadata:       h.opts.InstanceMetadata,
-		StaleThreshold: h.opts.StaleInstanceThreshold,
+		Metadata:       h.cfg.Metadata,
+		StaleThreshold: h.cfg.StaleThreshold,
 		Now:            h.ParamNow(),
-		Passive:        h.opts.ClaimsDisabled,
+		Passive:        h.cfg.Passive,
 	})
 	h.lastTry.Store(h.Now().UnixNano())
 	if err != nil {
@@ -121,7 +178,7 @@ func (h *heartbeater) beat(ctx context.Context) (*ports.InstanceHeartbeatResult,
 			ids[i] = id.String()
 		}
 		h.Log.InfoContext(ctx, "abandoned stale instances; taking over their work", slog.Any("instances", ids))
-		h.takeOver()
+		base.Signal(h.takeOvers)
 	}
 	return res, nil
 }
@@ -129,8 +186,8 @@ func (h *heartbeater) beat(ctx context.Context) (*ports.InstanceHeartbeatResult,
 // loop heartbeats until ctx is done, starting from the result of the
 // heartbeat at Start. While the claim loop is stalled it skips the
 // heartbeats, and it heartbeats at once when the stall ends.
-func (h *heartbeater) loop(ctx context.Context, first *ports.InstanceHeartbeatResult) {
-	t := h.Clock.NewTimer(heartbeatDelay(h.opts.HeartbeatInterval, h.Now(), first.NextStaleAt))
+func (h *Heartbeater) loop(ctx context.Context, first *ports.InstanceHeartbeatResult) {
+	t := h.Clock.NewTimer(heartbeatDelay(h.cfg.Interval, h.Now(), first.NextStaleAt))
 	defer t.Stop()
 	prev := first.NextStaleAt
 	for {
@@ -140,10 +197,10 @@ func (h *heartbeater) loop(ctx context.Context, first *ports.InstanceHeartbeatRe
 		case <-t.C():
 		case <-h.wake:
 		}
-		delay := h.opts.HeartbeatInterval
-		if !h.claims.vouch(ctx) {
+		delay := h.cfg.Interval
+		if !h.watch.vouch(ctx) {
 			h.lastTry.Store(h.Now().UnixNano()) // the loop runs; it chose not to vouch
-		} else if res, err := h.beat(ctx); err != nil {
+		} else if res, err := h.Beat(ctx); err != nil {
 			if ctx.Err() == nil {
 				h.Faults.Fail(ctx, "heartbeat", err)
 			}
@@ -155,10 +212,10 @@ func (h *heartbeater) loop(ctx context.Context, first *ports.InstanceHeartbeatRe
 			if len(res.Abandoned) == 0 && peerGone(prev, h.Now(), res.NextStaleAt) {
 				// Another survivor abandoned the peer first: its streams
 				// are ours to share all the same.
-				h.takeOver()
+				base.Signal(h.takeOvers)
 			}
 			prev = res.NextStaleAt
-			delay = heartbeatDelay(h.opts.HeartbeatInterval, h.Now(), res.NextStaleAt)
+			delay = heartbeatDelay(h.cfg.Interval, h.Now(), res.NextStaleAt)
 		}
 		base.ResetTimer(t, delay)
 	}

@@ -1,13 +1,15 @@
-package core
+package heartbeat
 
 import (
 	"context"
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/vantage-go/vantage/core/internal/base"
 )
 
-// claimWatch tells the heartbeat whether the claim loop keeps up.
+// Watch tells the heartbeat whether the claim loop keeps up.
 //
 // A heartbeat vouches for the instance: while it is live, nobody takes
 // the streams it holds, nor the unheld streams of its share of the
@@ -15,13 +17,13 @@ import (
 // are no longer answered (a claim blocked on a lock, a backend that
 // stopped answering claims) drains nothing new, yet would keep all of that
 // from the other instances for as long as it heartbeats. So once no claim
-// has been answered for claimStallBound past the time one was due, the
+// has been answered for the bound (half the stale threshold) past the time one was due, the
 // heartbeat loop stops vouching: it logs the stall once, counts it, and
 // skips its heartbeats, and once the instance is stale a peer abandons it
 // and takes its streams over, as it would a slow or dead instance's. The
 // first claim answered after that ends the stall: it is logged with how
 // long it lasted, and the instance heartbeats at once (a claim answered by
-// ErrInstanceNotAlive re-registers it first, see claimer.claimOnce).
+// ErrInstanceNotAlive re-registers it first, see the claim loop).
 //
 // When every instance stalls at once (a lock held on the lease table, a
 // database that stops answering claims), each stops heartbeating half a
@@ -40,9 +42,17 @@ import (
 // A claim that fails is not an answer: a claim loop whose every claim
 // times out on a lock, or fails, for longer than the bound is stalled as
 // much as one blocked in a single claim. A passive instance
-// (Options.ClaimsDisabled) runs no claim loop, and its watch never arms.
-type claimWatch struct {
-	*engine
+// (Config.Passive) runs no claim loop, and its watch never arms.
+type Watch struct {
+	env *base.Env
+	// bound is how long past its due time a claim may go unanswered
+	// before the claim loop counts as stalled: half of the stale
+	// threshold, far longer than any claim that works takes, and short
+	// enough that the instance goes stale, and its streams move, within
+	// one and a half thresholds of the claim that stalled.
+	bound time.Duration
+	// onStall, when set, counts a stall.
+	onStall func(context.Context)
 	// resume wakes the heartbeat loop when a stall ends.
 	resume func()
 
@@ -56,16 +66,9 @@ type claimWatch struct {
 	stalled bool
 }
 
-// claimStallBound is how long past its due time a claim may go
-// unanswered before the claim loop counts as stalled: half of
-// StaleInstanceThreshold, far longer than any claim that works takes, and
-// short enough that the instance goes stale, and its streams move, within
-// one and a half thresholds of the claim that stalled.
-func (e *engine) claimStallBound() time.Duration { return e.opts.StaleInstanceThreshold / 2 }
-
-// arm records that a claim is due at due; an earlier due time since the
+// Arm records that a claim is due at due; an earlier due time since the
 // latest claim answered stands.
-func (w *claimWatch) arm(due time.Time) {
+func (w *Watch) Arm(due time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.due.IsZero() || due.Before(w.due) {
@@ -73,9 +76,9 @@ func (w *claimWatch) arm(due time.Time) {
 	}
 }
 
-// answered records that a claim was answered, the next being due at next,
+// Answered records that a claim was answered, the next being due at next,
 // and ends a stall: it is logged, and the heartbeat loop woken.
-func (w *claimWatch) answered(ctx context.Context, next time.Time) {
+func (w *Watch) Answered(ctx context.Context, next time.Time) {
 	w.mu.Lock()
 	since, stalled := w.due, w.stalled
 	w.due, w.stalled = next, false
@@ -83,14 +86,14 @@ func (w *claimWatch) answered(ctx context.Context, next time.Time) {
 	if !stalled {
 		return
 	}
-	w.Log.InfoContext(ctx, "claim loop recovered", slog.Duration("stalled_for", w.Now().Sub(since)))
+	w.env.Log.InfoContext(ctx, "claim loop recovered", slog.Duration("stalled_for", w.env.Now().Sub(since)))
 	w.resume()
 }
 
-// disarm forgets the claim due, and ends a stall: the claim loop ended
+// Disarm forgets the claim due, and ends a stall: the claim loop ended
 // (the worker stops), and the heartbeat vouches for the instance again
 // until its drains in flight ended.
-func (w *claimWatch) disarm() {
+func (w *Watch) Disarm() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.due, w.stalled = time.Time{}, false
@@ -99,11 +102,11 @@ func (w *claimWatch) disarm() {
 // vouch reports whether the heartbeat may vouch for the instance: false
 // while the claim loop is stalled. The first time it finds it stalled, it
 // logs and counts the stall.
-func (w *claimWatch) vouch(ctx context.Context) bool {
-	now := w.Now()
+func (w *Watch) vouch(ctx context.Context) bool {
+	now := w.env.Now()
 	w.mu.Lock()
 	late := now.Sub(w.due)
-	if w.due.IsZero() || late <= w.claimStallBound() {
+	if w.due.IsZero() || late <= w.bound {
 		w.mu.Unlock()
 		return true
 	}
@@ -111,9 +114,11 @@ func (w *claimWatch) vouch(ctx context.Context) bool {
 	w.stalled = true
 	w.mu.Unlock()
 	if first {
-		w.Log.WarnContext(ctx, "claim loop stalled; no longer heartbeating, so that other instances take over this instance's streams",
-			slog.Duration("stalled_for", late), slog.Duration("stall_bound", w.claimStallBound()))
-		w.metrics.claimStalled(ctx)
+		w.env.Log.WarnContext(ctx, "claim loop stalled; no longer heartbeating, so that other instances take over this instance's streams",
+			slog.Duration("stalled_for", late), slog.Duration("stall_bound", w.bound))
+		if w.onStall != nil {
+			w.onStall(ctx)
+		}
 	}
 	return false
 }
