@@ -8,6 +8,7 @@ import (
 
 	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/core/internal/dedup"
+	"github.com/vantage-go/vantage/core/internal/queue"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -18,7 +19,7 @@ import (
 // rewinder; the lifecycle stages run around the applies.
 type drainer struct {
 	*engine
-	queue     *drainQueue
+	queue     *queue.Queue
 	act       *activity
 	cache     *dedup.Cache
 	completer *completer

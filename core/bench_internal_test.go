@@ -14,7 +14,7 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
-// Benchmarks of the engine's hot in-process pieces: the drain queue, the
+// Benchmarks of the engine's hot in-process pieces: the
 // sliding window that batches drain signals, and the typed decode and apply
 // behind the type-erased perspective. Run them with
 // `go test -run '^$' -bench . -benchmem ./core/...` (make bench-go).
@@ -25,41 +25,6 @@ func benchIDs(n int) []uuid.UUID {
 		ids[i] = uuid.New()
 	}
 	return ids
-}
-
-// BenchmarkDrainQueue measures one claim tick's worth of drain signals:
-// Push a batch of stream ids (half of them already queued, as re-emitted
-// claims are), Take them and mark them Done.
-func BenchmarkDrainQueue(b *testing.B) {
-	for _, n := range []int{10, 300, 1000} {
-		b.Run(fmt.Sprintf("ids=%d", n), func(b *testing.B) {
-			q := newDrainQueue()
-			ids := benchIDs(n)
-			b.ReportAllocs()
-			for b.Loop() {
-				q.Push(ids...)
-				q.Push(ids[:n/2]...) // re-emitted: no-ops
-				taken := q.Take(n)
-				q.Done(taken)
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/id")
-		})
-	}
-}
-
-// BenchmarkDrainQueueInFlight measures pushes of streams being drained,
-// which only mark them dirty, and the re-queueing at Done.
-func BenchmarkDrainQueueInFlight(b *testing.B) {
-	q := newDrainQueue()
-	ids := benchIDs(300)
-	b.ReportAllocs()
-	for b.Loop() {
-		q.Push(ids...)
-		taken := q.Take(len(ids))
-		q.Push(ids...) // dirty
-		q.Done(taken)  // queued again
-		q.Done(q.Take(len(ids)))
-	}
 }
 
 // newWindowWorker returns an unstarted worker on a fake clock whose sliding

@@ -8,6 +8,7 @@ import (
 
 	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/core/internal/heartbeat"
+	"github.com/vantage-go/vantage/core/internal/queue"
 	"github.com/vantage-go/vantage/core/internal/startstop"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -77,24 +78,20 @@ func (b *claimBudget) wait(now time.Time) time.Duration {
 type claimer struct {
 	*engine
 	startstop.Base
-	queue  *drainQueue
+	queue  *queue.Queue
 	heart  *heartbeat.Heartbeater
 	notes  *listener
 	wake   chan struct{} // claim now: RequestImmediatePoll, freed room
 	notify chan struct{} // notifications, paced by the claim budget
 
-	// hasMore is set while the latest claim left candidate streams out: a
-	// backlog larger than what this instance holds.
-	hasMore atomic.Bool
-	// recovering is set when a peer was abandoned; the next
-	// claim then sets windowSkip, so the streams it takes over are drained
-	// at once instead of waiting in the sliding window.
+	// recovering is set when a peer was abandoned; the next claim then
+	// marks the queue urgent, so the streams it takes over are drained at
+	// once instead of waiting in the sliding window.
 	recovering atomic.Bool
-	windowSkip atomic.Bool
 }
 
-func newClaimer(e *engine, queue *drainQueue, notes *listener, heart *heartbeat.Heartbeater) *claimer {
-	return &claimer{engine: e, queue: queue, notes: notes, heart: heart, wake: make(chan struct{}, 1), notify: make(chan struct{}, 1)}
+func newClaimer(e *engine, drainQ *queue.Queue, notes *listener, heart *heartbeat.Heartbeater, notify chan struct{}) *claimer {
+	return &claimer{engine: e, queue: drainQ, notes: notes, heart: heart, wake: make(chan struct{}, 1), notify: notify}
 }
 
 // Start launches the claim loop; it runs until Stop or until ctx ends.
@@ -108,7 +105,7 @@ func (c *claimer) Start(ctx context.Context) {
 // roomFreed wakes the claim loop when completions freed room while the
 // backlog is larger than what this instance holds.
 func (c *claimer) roomFreed() {
-	if c.hasMore.Load() {
+	if c.queue.Backlog() {
 		base.Signal(c.wake)
 	}
 }
@@ -190,7 +187,7 @@ func (c *claimer) claimPace(b *claimBudget) time.Duration {
 // said that the instance is not live (it then re-registers). fresh tells
 // whether the streams this instance is draining may have received events
 // since their fetch (a notification came, or none can be heard): they are
-// then marked to be fetched again (see drainQueue.Push).
+// then marked to be fetched again (see queue.Queue.Push).
 func (c *claimer) claimOnce(ctx context.Context, fresh bool) (again, answered bool) {
 	recovering := c.recovering.Swap(false)
 	cctx, cancel := base.LeaseCallContext(ctx)
@@ -227,14 +224,14 @@ func (c *claimer) claimOnce(ctx context.Context, fresh bool) (again, answered bo
 	}
 	c.Faults.OK(ctx, "claiming work")
 	if recovering {
-		c.windowSkip.Store(true) // before the push, so the consumer taking the ids sees it
+		c.queue.MarkUrgent() // before the push, so the consumer taking the ids sees it
 	}
 	push := c.queue.PushHeld
 	if fresh {
 		push = c.queue.Push
 	}
 	added := push(res.StreamIDs...)
-	c.hasMore.Store(res.HasMore)
+	c.queue.SetBacklog(res.HasMore)
 	// Re-poll at once only while claims keep finding new streams. When the
 	// backlog is larger than what we hold, the next claim is woken by an
 	// acknowledged completion flush, which frees room (no hot loop

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/vantage-go/vantage/core/internal/base"
+	"github.com/vantage-go/vantage/core/internal/queue"
 	"github.com/vantage-go/vantage/core/internal/startstop"
 )
 
@@ -18,11 +19,10 @@ import (
 type consumers struct {
 	*engine
 	startstop.Base
-	queue  *drainQueue
-	claims *claimer
-	notes  *listener
-	act    *activity
-	wakes  []chan struct{}
+	queue *queue.Queue
+	notes *listener
+	act   *activity
+	wakes []chan struct{}
 	// arrivals and flights pace the gathering of a batch.
 	arrivals *arrivals
 	flights  *flights
@@ -78,7 +78,7 @@ func (c *consumers) loop(runCtx, workCtx context.Context, id int, wake chan stru
 			select {
 			case <-runCtx.Done():
 				return
-			case <-c.queue.signal:
+			case <-c.queue.Signal():
 			case <-wake:
 			case <-t.C():
 				timedOut = true
@@ -142,7 +142,7 @@ func (c *consumers) wantWindow(n int, lastWakes *uint64) bool {
 	wakes := c.notes.count.Load()
 	live := wakes != *lastWakes || !c.notes.healthy()
 	*lastWakes = wakes
-	return n < c.opts.DrainBatcher.MaxSize && !c.claims.hasMore.Load() && !c.claims.windowSkip.Swap(false) && live
+	return n < c.opts.DrainBatcher.MaxSize && !c.queue.Backlog() && !c.queue.TakeUrgent() && live
 }
 
 // collectWindow extends a batch with the streams that arrive for at most
@@ -169,13 +169,13 @@ func (c *consumers) collectWindow(ctx context.Context, ids []uuid.UUID, wait tim
 			return append(ids, c.queue.Take(c.opts.DrainBatcher.MaxSize-len(ids))...)
 		case <-t.C():
 			return ids
-		case <-c.queue.signal:
+		case <-c.queue.Signal():
 			t.Stop()
 			if more := c.queue.Take(c.opts.DrainBatcher.MaxSize - len(ids)); len(more) > 0 {
 				ids = append(ids, more...)
 				last = c.Now()
 				c.Signals.OnWindow(len(more), false)
-				if c.claims.windowSkip.Swap(false) {
+				if c.queue.TakeUrgent() {
 					return ids // taken over from an abandoned instance: drain now
 				}
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/vantage-go/vantage/core/internal/faultlog"
+	"github.com/vantage-go/vantage/core/internal/queue"
 )
 
 // parking holds pairs back and drains them again when their time comes: a
@@ -50,7 +51,7 @@ type parking struct {
 	givenUpBackoff map[pairKey]backoff.BackOff
 }
 
-func newParking(e *engine, queue *drainQueue) *parking {
+func newParking(e *engine, queue *queue.Queue) *parking {
 	return &parking{
 		engine:         e,
 		wakes:          newWakes(e.Clock, queue),

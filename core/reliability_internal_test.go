@@ -17,6 +17,7 @@ import (
 	"github.com/vantage-go/vantage/adapters/memory"
 	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/core/internal/faultlog"
+	"github.com/vantage-go/vantage/core/internal/queue"
 	"github.com/vantage-go/vantage/internal/clocktest"
 	"github.com/vantage-go/vantage/internal/logtest"
 	"github.com/vantage-go/vantage/ports"
@@ -102,8 +103,8 @@ func TestWakesPushStreamsWhenDue(t *testing.T) {
 	t.Parallel()
 
 	clock := clocktest.NewFake()
-	queue := newDrainQueue()
-	k := newWakes(clock, queue)
+	q := queue.New(queue.Hooks{})
+	k := newWakes(clock, q)
 	ctx, stop := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); k.run(ctx) }()
@@ -116,16 +117,16 @@ func TestWakesPushStreamsWhenDue(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return k.armed(clock.Now().Add(time.Second))
 	}, 10*time.Second, time.Millisecond, "the loop armed its timer for the first wake")
-	require.Zero(t, queue.Len())
+	require.Zero(t, q.Len())
 	clock.Advance(time.Second)
-	<-queue.signal
-	require.Equal(t, []uuid.UUID{b}, queue.Take(10))
+	<-q.Signal()
+	require.Equal(t, []uuid.UUID{b}, q.Take(10))
 	<-clock.WaitTimers(1)
 	clock.Advance(time.Second)
-	<-queue.signal
-	require.Equal(t, []uuid.UUID{a}, queue.Take(10))
+	<-q.Signal()
+	require.Equal(t, []uuid.UUID{a}, q.Take(10))
 	clock.Advance(time.Hour)
-	require.Zero(t, queue.Len(), "each stream woke once")
+	require.Zero(t, q.Len(), "each stream woke once")
 }
 
 // renewSpy records lease renewals.

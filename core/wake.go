@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/vantage-go/vantage/core/internal/base"
+	"github.com/vantage-go/vantage/core/internal/queue"
 	"github.com/vantage-go/vantage/core/internal/startstop"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -22,7 +23,7 @@ import (
 type wakes struct {
 	startstop.Base
 	clock  ports.Clock
-	drain  *drainQueue
+	drain  *queue.Queue
 	signal chan struct{}
 	// armedAt is when the loop's timer fires next, in Unix nanoseconds on
 	// the engine's clock; zero when it waits for a signal only.
@@ -33,7 +34,7 @@ type wakes struct {
 	due   map[uuid.UUID]time.Time // earliest pending wake per stream
 }
 
-func newWakes(clock ports.Clock, queue *drainQueue) *wakes {
+func newWakes(clock ports.Clock, queue *queue.Queue) *wakes {
 	return &wakes{clock: clock, drain: queue, signal: make(chan struct{}, 1), due: map[uuid.UUID]time.Time{}}
 }
 

@@ -312,10 +312,10 @@ func TestWantWindow(t *testing.T) {
 		w := build(t, false)
 		var last uint64
 		require.False(t, w.consumers.wantWindow(w.opts.DrainBatcher.MaxSize, &last), "a full batch")
-		w.claims.hasMore.Store(true)
+		w.consumers.queue.SetBacklog(true)
 		require.False(t, w.consumers.wantWindow(1, &last), "claims report a backlog")
-		w.claims.hasMore.Store(false)
-		w.claims.windowSkip.Store(true)
+		w.consumers.queue.SetBacklog(false)
+		w.consumers.queue.MarkUrgent()
 		require.False(t, w.consumers.wantWindow(1, &last), "streams taken over from an abandoned instance")
 		require.True(t, w.consumers.wantWindow(1, &last), "the takeover skips one window only")
 	})

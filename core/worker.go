@@ -17,6 +17,7 @@ import (
 	"github.com/vantage-go/vantage/core/internal/dedup"
 	"github.com/vantage-go/vantage/core/internal/faultlog"
 	"github.com/vantage-go/vantage/core/internal/heartbeat"
+	"github.com/vantage-go/vantage/core/internal/queue"
 	"github.com/vantage-go/vantage/core/internal/startstop"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -110,18 +111,19 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	e.stats = newStatsCache(e)
 	e.metrics = newMetrics(e)
 	w := &Worker{engine: e, run: runState{done: make(chan struct{})}}
-	queue := newDrainQueue()
-	act := newActivity(&e.opts)
 	cache := dedup.New(dedup.Options{Retention: o.LeaseDuration, Clock: clock, Observer: o.Hooks.DedupObserver})
-	w.parking = newParking(e, queue)
+	if w.completer, err = newCompleter(e, cache); err != nil {
+		return nil, fmt.Errorf("building worker: %w", err)
+	}
+	arrivals := &arrivals{cap: o.DrainBatcher.MaxWait}
+	drainQ := queue.New(queue.Hooks{
+		Arrived: func() { arrivals.arrived(e.Now()) },
+		Waiting: w.completer.hurry, // events wait behind a stream's acknowledgement
+	})
+	act := newActivity(&e.opts)
+	w.parking = newParking(e, drainQ)
 	w.renewer = newRenewer(e)
 	w.monitor = newApplyMonitor(e)
-	w.consumers = &consumers{engine: e, queue: queue, act: act, flights: newFlights(),
-		arrivals: &arrivals{cap: o.DrainBatcher.MaxWait}}
-	queue.arrived = func() { w.consumers.arrivals.arrived(e.Now()) }
-	for range o.MaxConcurrentDrainConsumers {
-		w.consumers.wakes = append(w.consumers.wakes, make(chan struct{}, 1))
-	}
 	w.heart = heartbeat.New(e.Env, heartbeat.Config{
 		Claimer:        backend.Claimer,
 		InstanceID:     o.InstanceID,
@@ -133,28 +135,34 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		Passive:        o.ClaimsDisabled,
 		OnStall:        e.metrics.claimStalled,
 	})
+	// Notifications wake the claim loop and the consumers through these
+	// channels, which each reads.
+	claimNotify := make(chan struct{}, 1)
+	consumerWakes := make([]chan struct{}, o.MaxConcurrentDrainConsumers)
+	for i := range consumerWakes {
+		consumerWakes[i] = make(chan struct{}, 1)
+	}
 	w.notes = newListener(e, instanceLog, func(wake ports.Wake) {
 		if len(wake.Streams) > 0 && !wake.Reconnected && w.heart.Alone() {
 			// The streams with new events are named, and every one is
 			// this instance's: its fetch leases them, and a claim would
 			// only cost a round trip on each event's way.
-			queue.Push(wake.Streams...)
+			drainQ.Push(wake.Streams...)
 		} else {
 			// A reconnect (possibly missed notifications) and a
 			// notification that names no stream, or streams that may be
 			// another instance's, mean: claim now.
-			base.Signal(w.claims.notify)
+			base.Signal(claimNotify)
 		}
-		w.consumers.wakeAll()
+		for _, c := range consumerWakes {
+			base.Signal(c)
+		}
 	})
-	w.claims = newClaimer(e, queue, w.notes, w.heart)
-	w.consumers.claims, w.consumers.notes = w.claims, w.notes
-	if w.completer, err = newCompleter(e, cache); err != nil {
-		return nil, fmt.Errorf("building worker: %w", err)
+	w.claims = newClaimer(e, drainQ, w.notes, w.heart, claimNotify)
+	w.consumers = &consumers{engine: e, queue: drainQ, notes: w.notes, act: act, wakes: consumerWakes,
+		flights: newFlights(), arrivals: arrivals,
+		tick: w.completer.sweep, hurry: w.completer.hurry, coalesce: w.completer.completions.Coalesce(),
 	}
-	queue.waiting = w.completer.hurry // events wait behind a stream's acknowledgement
-	w.consumers.tick = w.completer.sweep
-	w.consumers.hurry, w.consumers.coalesce = w.completer.hurry, w.completer.completions.Coalesce()
 	w.completer.onFailureAcked = w.parking.parkAcked
 	w.completer.onGivenUp, w.completer.onLanded = w.parking.reportGivenUp, w.parking.reportLanded
 	w.completer.onCompleted = w.claims.roomFreed // room was freed for more of the backlog
@@ -164,7 +172,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	w.life = newLifecycle(e, w.completer, scopes)
 	fail := &failures{engine: e, parking: w.parking, completer: w.completer, cache: cache}
 	w.drain = &drainer{
-		engine: e, queue: queue, act: act, cache: cache, completer: w.completer, parking: w.parking,
+		engine: e, queue: drainQ, act: act, cache: cache, completer: w.completer, parking: w.parking,
 		renewer: w.renewer, monitor: w.monitor, life: w.life, gates: gates, scopes: scopes, store: store, fail: fail,
 		rows: newRowsInFlight(),
 	}

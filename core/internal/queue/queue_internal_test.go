@@ -1,4 +1,4 @@
-package core
+package queue
 
 import (
 	"testing"
@@ -14,7 +14,7 @@ func TestDrainQueue(t *testing.T) {
 
 	t.Run("PushIsIdempotentAndSignals", func(t *testing.T) {
 		t.Parallel()
-		q := newDrainQueue()
+		q := New(Hooks{})
 		q.Push(a, b, a)
 		require.Equal(t, 2, q.Len())
 		select {
@@ -28,7 +28,7 @@ func TestDrainQueue(t *testing.T) {
 
 	t.Run("TakeBoundedResignalsRemainder", func(t *testing.T) {
 		t.Parallel()
-		q := newDrainQueue()
+		q := New(Hooks{})
 		q.Push(a, b, c)
 		<-q.signal
 		require.Equal(t, []uuid.UUID{a}, q.Take(1))
@@ -41,7 +41,7 @@ func TestDrainQueue(t *testing.T) {
 
 	t.Run("InFlightFlag", func(t *testing.T) {
 		t.Parallel()
-		q := newDrainQueue()
+		q := New(Hooks{})
 		require.False(t, q.IsInFlight(a))
 		q.Push(a)
 		ids := q.Take(5)
@@ -53,7 +53,7 @@ func TestDrainQueue(t *testing.T) {
 
 	t.Run("PushWhileInFlightRequeuesOnDone", func(t *testing.T) {
 		t.Parallel()
-		q := newDrainQueue()
+		q := New(Hooks{})
 		q.Push(a)
 		ids := q.Take(5)
 		q.Push(a) // re-emitted by the claim loop during the drain
@@ -65,7 +65,7 @@ func TestDrainQueue(t *testing.T) {
 
 	t.Run("TakeDirtyConsumesThePush", func(t *testing.T) {
 		t.Parallel()
-		q := newDrainQueue()
+		q := New(Hooks{})
 		require.False(t, q.TakeDirty(a), "not in flight")
 		q.Push(a)
 		ids := q.Take(5)
@@ -88,7 +88,7 @@ func TestDrainQueue(t *testing.T) {
 // marked: its drain is not sent back for another fetch.
 func TestDrainQueuePushHeld(t *testing.T) {
 	t.Parallel()
-	q := newDrainQueue()
+	q := New(Hooks{})
 	a, b := uuid.New(), uuid.New()
 	q.Push(a)
 	q.Take(1)
@@ -102,9 +102,8 @@ func TestDrainQueuePushHeld(t *testing.T) {
 // calls waiting, once: events wait behind that acknowledgement.
 func TestDrainQueueSettle(t *testing.T) {
 	t.Parallel()
-	q := newDrainQueue()
 	waited := 0
-	q.waiting = func() { waited++ }
+	q := New(Hooks{Waiting: func() { waited++ }})
 	a, b := uuid.New(), uuid.New()
 	q.Push(a, b)
 	q.Take(2)

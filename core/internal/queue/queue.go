@@ -1,17 +1,25 @@
-package core
+// Package queue holds the drain queue: the stream ids that the claim loop,
+// notifications and parked pairs hand to the consumers, with set semantics
+// and an in-flight set.
+package queue
 
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/google/uuid"
 )
 
-// drainQueue is the drain channel: an unbounded FIFO of stream ids with
-// set semantics (a queued id is not queued twice) and an in-flight set. A
+// Queue is the drain queue: an unbounded FIFO of stream ids with set
+// semantics (a queued id is not queued twice) and an in-flight set. A
 // stream pushed while it is being drained is marked dirty and queued again
 // when its drain ends, so re-emission is harmless and no signal is lost.
-type drainQueue struct {
+//
+// It also carries what the claim loop tells the consumers about the ids it
+// pushes: whether the backlog is larger than what the instance holds, and
+// whether the latest ids were taken over from an abandoned instance.
+type Queue struct {
 	signal chan struct{} // buffered 1; non-empty queue ⇒ a signal is pending or a reader is awake
 
 	mu       sync.Mutex
@@ -22,34 +30,64 @@ type drainQueue struct {
 	// their completions' acknowledgement (see Settle).
 	settling map[uuid.UUID]struct{}
 
-	// arrived, when set, is called after a push queued new ids; waiting
-	// after a push marked a settling id: events wait for its
-	// acknowledgement.
-	arrived func()
-	waiting func()
+	hooks Hooks
+
+	backlog atomic.Bool
+	urgent  atomic.Bool
 }
 
-func newDrainQueue() *drainQueue {
-	return &drainQueue{
+// Hooks are called by a Queue; either may be nil.
+type Hooks struct {
+	// Arrived is called after a push queued new ids.
+	Arrived func()
+	// Waiting is called after a push marked a settling id: events wait for
+	// its acknowledgement.
+	Waiting func()
+}
+
+// New returns an empty Queue that calls hooks.
+func New(hooks Hooks) *Queue {
+	return &Queue{
 		signal:   make(chan struct{}, 1),
 		queued:   map[uuid.UUID]struct{}{},
 		inFlight: map[uuid.UUID]bool{},
 		settling: map[uuid.UUID]struct{}{},
+		hooks:    hooks,
 	}
 }
+
+// Signal is ready when ids may be queued: a push queued some, or a Take
+// left some for another reader.
+func (q *Queue) Signal() <-chan struct{} { return q.signal }
+
+// SetBacklog records whether the latest claim left candidate streams out:
+// a backlog larger than what this instance holds.
+func (q *Queue) SetBacklog(more bool) { q.backlog.Store(more) }
+
+// Backlog reports what the latest SetBacklog recorded.
+func (q *Queue) Backlog() bool { return q.backlog.Load() }
+
+// MarkUrgent records that the ids pushed next were taken over from an
+// abandoned instance: they waited a stale threshold already, and are
+// drained without waiting for more ids to gather.
+func (q *Queue) MarkUrgent() { q.urgent.Store(true) }
+
+// TakeUrgent reports whether ids were marked urgent since the last
+// TakeUrgent, and clears the mark.
+func (q *Queue) TakeUrgent() bool { return q.urgent.Swap(false) }
 
 // Push queues stream ids and reports how many were newly queued (neither
 // queued already nor in flight). An id in flight is marked dirty: it may
 // have received events its drain has not fetched.
-func (q *drainQueue) Push(ids ...uuid.UUID) int { return q.push(true, ids) }
+func (q *Queue) Push(ids ...uuid.UUID) int { return q.push(true, ids) }
 
 // PushHeld queues stream ids as Push does but leaves the ids in flight
 // unmarked: for a claim that cannot have seen new events of the streams
 // this instance drains (no notification since), since a mark would make
 // their drains fetch again for nothing.
-func (q *drainQueue) PushHeld(ids ...uuid.UUID) int { return q.push(false, ids) }
+func (q *Queue) PushHeld(ids ...uuid.UUID) int { return q.push(false, ids) }
 
-func (q *drainQueue) push(dirty bool, ids []uuid.UUID) int {
+func (q *Queue) push(dirty bool, ids []uuid.UUID) int {
 	q.mu.Lock()
 	added, waiting := 0, false
 	for _, id := range ids {
@@ -70,12 +108,12 @@ func (q *drainQueue) push(dirty bool, ids []uuid.UUID) int {
 		added++
 	}
 	q.mu.Unlock()
-	if waiting && q.waiting != nil {
-		q.waiting()
+	if waiting && q.hooks.Waiting != nil {
+		q.hooks.Waiting()
 	}
 	if added > 0 {
-		if q.arrived != nil {
-			q.arrived()
+		if q.hooks.Arrived != nil {
+			q.hooks.Arrived()
 		}
 		q.notify()
 	}
@@ -85,8 +123,8 @@ func (q *drainQueue) push(dirty bool, ids []uuid.UUID) int {
 // Settle marks an id in flight whose drain ended and that waits for its
 // completions' acknowledgement, until Done, and reports whether it is
 // dirty: events wait for the acknowledgement then. A later push that marks
-// it calls waiting.
-func (q *drainQueue) Settle(id uuid.UUID) (dirty bool) {
+// it calls Hooks.Waiting.
+func (q *Queue) Settle(id uuid.UUID) (dirty bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if _, ok := q.inFlight[id]; ok {
@@ -95,7 +133,7 @@ func (q *drainQueue) Settle(id uuid.UUID) (dirty bool) {
 	return q.inFlight[id]
 }
 
-func (q *drainQueue) notify() {
+func (q *Queue) notify() {
 	select {
 	case q.signal <- struct{}{}:
 	default:
@@ -103,7 +141,7 @@ func (q *drainQueue) notify() {
 }
 
 // Take removes up to n queued ids and marks them in flight.
-func (q *drainQueue) Take(n int) []uuid.UUID {
+func (q *Queue) Take(n int) []uuid.UUID {
 	q.mu.Lock()
 	n = min(n, len(q.order))
 	ids := slices.Clone(q.order[:n])
@@ -124,7 +162,7 @@ func (q *drainQueue) Take(n int) []uuid.UUID {
 }
 
 // Done ends the drain of ids; dirty ones are queued again.
-func (q *drainQueue) Done(ids []uuid.UUID) {
+func (q *Queue) Done(ids []uuid.UUID) {
 	var again []uuid.UUID
 	q.mu.Lock()
 	for _, id := range ids {
@@ -144,7 +182,7 @@ func (q *drainQueue) Done(ids []uuid.UUID) {
 // (or since the last TakeDirty) and clears the mark: the drain that takes
 // it fetches the stream again itself, so the stream is not queued again
 // when its drain ends unless it is pushed once more.
-func (q *drainQueue) TakeDirty(id uuid.UUID) bool {
+func (q *Queue) TakeDirty(id uuid.UUID) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	dirty := q.inFlight[id]
@@ -155,7 +193,7 @@ func (q *drainQueue) TakeDirty(id uuid.UUID) bool {
 }
 
 // IsInFlight reports whether a stream is being drained.
-func (q *drainQueue) IsInFlight(id uuid.UUID) bool {
+func (q *Queue) IsInFlight(id uuid.UUID) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	_, ok := q.inFlight[id]
@@ -163,7 +201,7 @@ func (q *drainQueue) IsInFlight(id uuid.UUID) bool {
 }
 
 // Len returns the number of queued ids.
-func (q *drainQueue) Len() int {
+func (q *Queue) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.order)
