@@ -8,6 +8,7 @@ import (
 
 	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/core/internal/heartbeat"
+	"github.com/vantage-go/vantage/core/internal/notify"
 	"github.com/vantage-go/vantage/core/internal/queue"
 	"github.com/vantage-go/vantage/core/internal/startstop"
 	"github.com/vantage-go/vantage/ports"
@@ -78,11 +79,11 @@ func (b *claimBudget) wait(now time.Time) time.Duration {
 type claimer struct {
 	*engine
 	startstop.Base
-	queue  *queue.Queue
-	heart  *heartbeat.Heartbeater
-	notes  *listener
-	wake   chan struct{} // claim now: RequestImmediatePoll, freed room
-	notify chan struct{} // notifications, paced by the claim budget
+	queue    *queue.Queue
+	heart    *heartbeat.Heartbeater
+	listener *notify.Listener
+	wake     chan struct{} // claim now: RequestImmediatePoll, freed room
+	notify   chan struct{} // notifications, paced by the claim budget
 
 	// recovering is set when a peer was abandoned; the next claim then
 	// marks the queue urgent, so the streams it takes over are drained at
@@ -90,8 +91,8 @@ type claimer struct {
 	recovering atomic.Bool
 }
 
-func newClaimer(e *engine, drainQ *queue.Queue, notes *listener, heart *heartbeat.Heartbeater, notify chan struct{}) *claimer {
-	return &claimer{engine: e, queue: drainQ, notes: notes, heart: heart, wake: make(chan struct{}, 1), notify: notify}
+func newClaimer(e *engine, drainQ *queue.Queue, listener *notify.Listener, heart *heartbeat.Heartbeater, notify chan struct{}) *claimer {
+	return &claimer{engine: e, queue: drainQ, listener: listener, heart: heart, wake: make(chan struct{}, 1), notify: notify}
 }
 
 // Start launches the claim loop; it runs until Stop or until ctx ends.
@@ -155,12 +156,12 @@ func (c *claimer) loop(ctx context.Context) {
 		}
 		start := c.Now()
 		watch.Arm(start)
-		hasMore, answered := c.claimOnce(ctx, notified || !c.notes.healthy())
+		hasMore, answered := c.claimOnce(ctx, notified || !c.listener.Healthy())
 		notified = false
 		end := c.Now()
 		budget.spent(end, end.Sub(start))
 		interval := c.opts.ClaimInterval
-		if c.notes.healthy() {
+		if c.listener.Healthy() {
 			interval = c.opts.ClaimNotifyHealthyInterval
 		}
 		if hasMore {

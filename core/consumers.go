@@ -12,6 +12,12 @@ import (
 	"github.com/vantage-go/vantage/core/internal/startstop"
 )
 
+// notifications tell whether notifications arrive, and how many did.
+type notifications interface {
+	Healthy() bool
+	Heard() uint64
+}
+
 // consumers are the MaxConcurrentDrainConsumers loops that take stream ids
 // from the drain queue, gather them into a batch (see pace.go) and hand the
 // batch to the drain; a consumer with nothing to drain runs an idle tick
@@ -19,10 +25,10 @@ import (
 type consumers struct {
 	*engine
 	startstop.Base
-	queue *queue.Queue
-	notes *listener
-	act   *activity
-	wakes []chan struct{}
+	queue    *queue.Queue
+	listener notifications
+	act      *activity
+	wakes    []chan struct{}
 	// arrivals and flights pace the gathering of a batch.
 	arrivals *arrivals
 	flights  *flights
@@ -57,7 +63,7 @@ func (c *consumers) wakeAll() {
 }
 
 func (c *consumers) idleTimeout() time.Duration {
-	if c.notes.healthy() {
+	if c.listener.Healthy() {
 		return max(c.opts.PollingInterval, c.opts.NotifyHealthyPollingInterval)
 	}
 	return c.opts.PollingInterval
@@ -139,8 +145,8 @@ func sendNow(queued int, every, window time.Duration) bool {
 // the consumer's notification count at its last batch; wantWindow updates
 // it.
 func (c *consumers) wantWindow(n int, lastWakes *uint64) bool {
-	wakes := c.notes.count.Load()
-	live := wakes != *lastWakes || !c.notes.healthy()
+	wakes := c.listener.Heard()
+	live := wakes != *lastWakes || !c.listener.Healthy()
 	*lastWakes = wakes
 	return n < c.opts.DrainBatcher.MaxSize && !c.queue.Backlog() && !c.queue.TakeUrgent() && live
 }

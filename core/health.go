@@ -340,7 +340,7 @@ func (w *Worker) listenerCheck(phase runPhase) HealthCheck {
 		return c
 	}
 	notifier := w.backend.Notifier != nil
-	healthy := w.notes.healthy()
+	healthy := w.listener.Healthy()
 	c.Values = map[string]any{"notifier": notifier, "healthy": healthy}
 	switch {
 	case !notifier:

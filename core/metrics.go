@@ -501,7 +501,7 @@ func (m *metrics) unobserve(reg metric.Registration) {
 func (w *Worker) observeGauges() metric.Registration {
 	return w.metrics.observe(gaugeSources{
 		heartbeat: w.heart.Last,
-		listening: w.notes.healthy,
+		listening: w.listener.Healthy,
 		stuck:     func() int { return len(w.monitor.list()) },
 		stats:     w.stats,
 	})

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/internal/clocktest"
-	"github.com/vantage-go/vantage/ports"
 )
 
 // recv returns the next value of ch, failing the test if none comes within
@@ -272,44 +271,46 @@ func TestConsumersGroupCommit(t *testing.T) {
 	require.ElementsMatch(t, []uuid.UUID{b, d}, recv(t, drained, "b and d, once a ended"))
 }
 
-// healthyNotifier reports healthy notifications; nothing else is called.
-type healthyNotifier struct{ ports.Notifier }
+// heard are notifications as the consumers see them: healthy or not, and
+// how many arrived.
+type heard struct {
+	healthy bool
+	count   uint64
+}
 
-func (healthyNotifier) NotifierHealthy() bool { return true }
+func (h *heard) Healthy() bool { return h.healthy }
+func (h *heard) Heard() uint64 { return h.count }
 
 func TestWantWindow(t *testing.T) {
 	t.Parallel()
-	build := func(t *testing.T, healthy bool) *Worker {
+	build := func(t *testing.T, healthy bool) (*Worker, *heard) {
 		t.Helper()
-		b := newIdleBackend()
-		if healthy {
-			b.Notifier = healthyNotifier{}
-		}
-		w, err := New(b, NewRegistry(), &Options{Clock: clocktest.NewFake()})
+		w, err := New(newIdleBackend(), NewRegistry(), &Options{Clock: clocktest.NewFake()})
 		require.NoError(t, err)
-		w.notes.listening.Store(healthy)
-		return w
+		notes := &heard{healthy: healthy}
+		w.consumers.listener = notes
+		return w, notes
 	}
 
 	t.Run("PollingOnlyAlwaysWindows", func(t *testing.T) {
 		t.Parallel()
-		w := build(t, false)
+		w, _ := build(t, false)
 		var last uint64
 		require.True(t, w.consumers.wantWindow(1, &last))
 		require.True(t, w.consumers.wantWindow(1, &last), "no notifications to tell bursts by: the window always applies")
 	})
 	t.Run("WindowsOnlyAfterNotifications", func(t *testing.T) {
 		t.Parallel()
-		w := build(t, true)
+		w, notes := build(t, true)
 		var last uint64
 		require.False(t, w.consumers.wantWindow(1, &last), "no notification: a backlog or a periodic claim")
-		w.notes.count.Add(1)
+		notes.count++
 		require.True(t, w.consumers.wantWindow(1, &last), "a notification since the last batch: live appends")
 		require.False(t, w.consumers.wantWindow(1, &last), "none since")
 	})
 	t.Run("SkipsFullBatchesBacklogAndTakeovers", func(t *testing.T) {
 		t.Parallel()
-		w := build(t, false)
+		w, _ := build(t, false)
 		var last uint64
 		require.False(t, w.consumers.wantWindow(w.opts.DrainBatcher.MaxSize, &last), "a full batch")
 		w.consumers.queue.SetBacklog(true)

@@ -17,6 +17,7 @@ import (
 	"github.com/vantage-go/vantage/core/internal/dedup"
 	"github.com/vantage-go/vantage/core/internal/faultlog"
 	"github.com/vantage-go/vantage/core/internal/heartbeat"
+	"github.com/vantage-go/vantage/core/internal/notify"
 	"github.com/vantage-go/vantage/core/internal/queue"
 	"github.com/vantage-go/vantage/core/internal/startstop"
 	"github.com/vantage-go/vantage/ports"
@@ -39,7 +40,7 @@ var ErrStopped = startstop.ErrStopped
 type Worker struct {
 	*engine
 
-	notes     *listener
+	listener  *notify.Listener
 	heart     *heartbeat.Heartbeater
 	claims    *claimer
 	consumers *consumers
@@ -142,7 +143,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	for i := range consumerWakes {
 		consumerWakes[i] = make(chan struct{}, 1)
 	}
-	w.notes = newListener(e, instanceLog, func(wake ports.Wake) {
+	w.listener = notify.New(e.Env, notify.Config{Notifier: backend.Notifier, BackendLog: instanceLog, OnWake: func(wake ports.Wake) {
 		if len(wake.Streams) > 0 && !wake.Reconnected && w.heart.Alone() {
 			// The streams with new events are named, and every one is
 			// this instance's: its fetch leases them, and a claim would
@@ -157,9 +158,9 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		for _, c := range consumerWakes {
 			base.Signal(c)
 		}
-	})
-	w.claims = newClaimer(e, drainQ, w.notes, w.heart, claimNotify)
-	w.consumers = &consumers{engine: e, queue: drainQ, notes: w.notes, act: act, wakes: consumerWakes,
+	}})
+	w.claims = newClaimer(e, drainQ, w.listener, w.heart, claimNotify)
+	w.consumers = &consumers{engine: e, queue: drainQ, listener: w.listener, act: act, wakes: consumerWakes,
 		flights: newFlights(), arrivals: arrivals,
 		tick: w.completer.sweep, hurry: w.completer.hurry, coalesce: w.completer.completions.Coalesce(),
 	}
@@ -253,8 +254,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	// Stages once queued run under the work context, whoever queued them:
 	// Stop waits for them after it ended the loops.
 	w.life.start(workCtx)
-	w.notes.Start(runCtx)
-	_ = w.heart.Start(workCtx) // it fails only without Register, which succeeded above
+	_ = w.listener.Start(runCtx) // without notifications the engine polls: no error
+	_ = w.heart.Start(workCtx)   // it fails only without Register, which succeeded above
 	if !w.opts.ClaimsDisabled {
 		w.claims.Start(runCtx)
 	}
@@ -319,7 +320,7 @@ func (w *Worker) shutdown(ctx context.Context) {
 	// Each stop waits for the component's goroutines: the context never
 	// ends.
 	waitAll := context.WithoutCancel(ctx)
-	w.stopEach(waitAll, w.notes, w.claims)
+	w.stopEach(waitAll, w.listener, w.claims)
 	w.heart.Watch().Disarm() // a claim loop that ended is not stalled
 	w.stopEach(waitAll, w.consumers)
 	w.run.loops.Wait()
