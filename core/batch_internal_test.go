@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/adapters/memory"
-	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/internal/clocktest"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -346,99 +345,6 @@ func TestStaleFetchAfterFailureAck(t *testing.T) {
 	after := bb.w.parking.fetchSeq.Add(1)
 	require.False(t, bb.w.parking.staleFetch(k, after), "fetched after it")
 	require.False(t, bb.w.parking.staleFetch(k, before), "the mark is cleared once fresh rows were seen")
-}
-
-// A notification claims at once while claims took little of the recent
-// time, and waits for the budget when they took more than half of it
-// (never longer than ClaimInterval). RequestImmediatePoll-style wakes
-// claim at once.
-func TestClaimLoopPacesNotifications(t *testing.T) {
-	t.Parallel()
-
-	clock := clocktest.NewFake()
-	bb := setupBatchWith(t, &Options{Clock: clock, ClaimInterval: 250 * time.Millisecond})
-	bb.spy.claimed = make(chan time.Time, 10)
-	bb.spy.duringClaim = func() { clock.Advance(10 * time.Millisecond) } // every claim takes 10ms
-	deferred := make(chan time.Duration, 10)
-	bb.w.Signals.ClaimDeferred = func(wait time.Duration) { deferred <- wait }
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); bb.w.claims.loop(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-
-	start := recv(t, bb.spy.claimed, "the first claim") // it ends 10ms later
-	<-clock.WaitTimers(1)                               // the loop re-armed its cadence
-	base.Signal(bb.w.claims.notify)
-	require.Equal(t, start.Add(10*time.Millisecond), recv(t, bb.spy.claimed, "a claim at once, within the burst"))
-	<-clock.WaitTimers(1)
-	base.Signal(bb.w.claims.notify)
-	require.Equal(t, 10*time.Millisecond, recv(t, deferred, "the notification to wait for the budget"))
-	require.Equal(t, int64(2), bb.spy.claims.Load(), "no claim before the budget allows")
-	clock.Advance(10 * time.Millisecond)
-	require.Equal(t, start.Add(30*time.Millisecond), recv(t, bb.spy.claimed, "the deferred claim"))
-
-	<-clock.WaitTimers(1)
-	clock.Advance(50 * time.Millisecond) // the budget drained
-	base.Signal(bb.w.claims.notify)
-	require.Equal(t, start.Add(90*time.Millisecond), recv(t, bb.spy.claimed, "a claim at once"))
-
-	base.Signal(bb.w.claims.wake)
-	require.Equal(t, start.Add(100*time.Millisecond), recv(t, bb.spy.claimed, "the immediate wake"), "claims at once, whatever the budget")
-}
-
-func TestClaimBudget(t *testing.T) {
-	t.Parallel()
-	ms := time.Millisecond
-	// run claims of took each, every gap (or as soon as the budget allows),
-	// for a second, and returns the share of the time they took and the
-	// longest wait.
-	run := func(took, gap time.Duration) (share float64, longest time.Duration) {
-		var (
-			b     claimBudget
-			now   = time.Unix(1000, 0)
-			end   = now.Add(time.Second)
-			spent time.Duration
-			start = now
-		)
-		for now.Before(end) {
-			w := b.wait(now)
-			longest = max(longest, w)
-			now = now.Add(w)
-			now = now.Add(took)
-			b.spent(now, took)
-			spent += took
-			now = now.Add(gap)
-		}
-		return float64(spent) / float64(now.Sub(start)), longest
-	}
-	share, longest := run(2*ms, 8*ms)
-	require.Zero(t, longest, "claims of 2ms every 10ms never wait")
-	require.InDelta(t, 0.2, share, 0.01)
-	share, longest = run(2*ms, 0)
-	require.LessOrEqual(t, share, 0.51, "back-to-back claims take at most half of the time")
-	require.Equal(t, 2*ms, longest, "each waits as long as it took")
-
-	w, _ := newWindowWorker(t, 10)
-	b := claimBudget{level: time.Hour, at: w.Now()}
-	w.opts.ClaimInterval = 20 * ms
-	require.Equal(t, 20*ms, w.claims.claimPace(&b), "at most ClaimInterval")
-}
-
-// A claim marks the streams it returns that are being drained only when it
-// may have seen new events of them (a notification came, or none can be
-// heard): otherwise every claim of a catch-up would send every held stream
-// back for a refetch that finds nothing new.
-func TestClaimMarksHeldStreamsOnlyWhenFresh(t *testing.T) {
-	t.Parallel()
-
-	bb := setupBatch(t)
-	stream := bb.appendStreams(t, 1, placed{ID: "1"})[0]
-	bb.w.claims.claimOnce(t.Context(), false)
-	require.Equal(t, []uuid.UUID{stream}, bb.w.drain.queue.Take(1), "the claim queued it; now in flight")
-	bb.w.claims.claimOnce(t.Context(), false)
-	require.False(t, bb.w.drain.queue.TakeDirty(stream), "a claim no notification woke leaves it")
-	bb.w.claims.claimOnce(t.Context(), true)
-	require.True(t, bb.w.drain.queue.TakeDirty(stream), "a notified claim marks it")
 }
 
 // setupFlushWatch builds a worker on a fake clock that never moves, with

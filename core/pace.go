@@ -3,6 +3,8 @@ package core
 import (
 	"sync"
 	"time"
+
+	"github.com/vantage-go/vantage/core/internal/base"
 )
 
 // The drain window adapts to load like a group commit: a batch starts at
@@ -12,20 +14,6 @@ import (
 // SlidingWindow, MaxWait and MaxSize bound the gathering; they are no
 // longer how long every batch waits. A quiet worker thus drains an append
 // as soon as it is claimed, and a busy one still drains in full batches.
-
-// ewmaWeight is the weight of a new sample in the moving averages below:
-// an eighth, so one outlier moves an average little and a change of load
-// shows within a few dozen samples.
-const ewmaWeight = 8
-
-// ewma folds sample into the moving average avg; a zero avg (no sample
-// yet) takes the sample as it is.
-func ewma(avg, sample time.Duration) time.Duration {
-	if avg == 0 {
-		return max(sample, 1)
-	}
-	return avg + (sample-avg)/ewmaWeight
-}
 
 // arrivals measures how often streams arrive in the drain queue.
 type arrivals struct {
@@ -40,7 +28,7 @@ func (a *arrivals) arrived(now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !a.last.IsZero() {
-		a.every = ewma(a.every, min(max(now.Sub(a.last), 0), a.cap))
+		a.every = base.EWMA(a.every, min(max(now.Sub(a.last), 0), a.cap))
 	}
 	a.last = now
 }
@@ -78,7 +66,7 @@ func (f *flights) end(consumer int, now time.Time) (last bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if at, ok := f.started[consumer]; ok {
-		f.took = ewma(f.took, max(now.Sub(at), 0))
+		f.took = base.EWMA(f.took, max(now.Sub(at), 0))
 		delete(f.started, consumer)
 	}
 	close(f.ended)

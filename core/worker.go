@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/vantage-go/vantage/core/internal/base"
+	"github.com/vantage-go/vantage/core/internal/claim"
 	"github.com/vantage-go/vantage/core/internal/dedup"
 	"github.com/vantage-go/vantage/core/internal/faultlog"
 	"github.com/vantage-go/vantage/core/internal/heartbeat"
@@ -40,15 +41,16 @@ var ErrStopped = startstop.ErrStopped
 type Worker struct {
 	*engine
 
-	listener  *notify.Listener
-	heart     *heartbeat.Heartbeater
-	claims    *claimer
-	consumers *consumers
-	completer *completer
-	parking   *parking
-	renewer   *renewer
-	monitor   *applyMonitor
-	life      *lifecycle
+	listener   *notify.Listener
+	heart      *heartbeat.Heartbeater
+	claims     *claim.Claimer
+	claimWakes *claim.Wakes
+	consumers  *consumers
+	completer  *completer
+	parking    *parking
+	renewer    *renewer
+	monitor    *applyMonitor
+	life       *lifecycle
 
 	drain    *drainer
 	rewind   *rewinder
@@ -136,9 +138,9 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		Passive:        o.ClaimsDisabled,
 		OnStall:        e.metrics.claimStalled,
 	})
-	// Notifications wake the claim loop and the consumers through these
-	// channels, which each reads.
-	claimNotify := make(chan struct{}, 1)
+	// Notifications wake the claim loop and the consumers through these,
+	// made before the services that ring them.
+	claimWakes := claim.NewWakes()
 	consumerWakes := make([]chan struct{}, o.MaxConcurrentDrainConsumers)
 	for i := range consumerWakes {
 		consumerWakes[i] = make(chan struct{}, 1)
@@ -153,20 +155,35 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 			// A reconnect (possibly missed notifications) and a
 			// notification that names no stream, or streams that may be
 			// another instance's, mean: claim now.
-			base.Signal(claimNotify)
+			claimWakes.Notified()
 		}
 		for _, c := range consumerWakes {
 			base.Signal(c)
 		}
 	}})
-	w.claims = newClaimer(e, drainQ, w.listener, w.heart, claimNotify)
+	w.claims = claim.New(e.Env, claim.Config{
+		Claimer:               backend.Claimer,
+		InstanceID:            o.InstanceID,
+		MaxStreams:            o.MaxStreamsPerBatch,
+		PartitionCount:        o.PartitionCount,
+		LeaseDuration:         o.LeaseDuration,
+		StaleThreshold:        o.StaleInstanceThreshold,
+		Interval:              o.ClaimInterval,
+		NotifyHealthyInterval: o.ClaimNotifyHealthyInterval,
+		OnClaimed:             e.metrics.claimed,
+	}, claimWakes, drainQ, w.heart, w.listener)
+	w.claimWakes = claimWakes
 	w.consumers = &consumers{engine: e, queue: drainQ, listener: w.listener, act: act, wakes: consumerWakes,
 		flights: newFlights(), arrivals: arrivals,
 		tick: w.completer.sweep, hurry: w.completer.hurry, coalesce: w.completer.completions.Coalesce(),
 	}
 	w.completer.onFailureAcked = w.parking.parkAcked
 	w.completer.onGivenUp, w.completer.onLanded = w.parking.reportGivenUp, w.parking.reportLanded
-	w.completer.onCompleted = w.claims.roomFreed // room was freed for more of the backlog
+	w.completer.onCompleted = func() {
+		if drainQ.Backlog() {
+			claimWakes.Now() // room was freed for more of the backlog
+		}
+	}
 	scopes := newScopeCache(o.Security)
 	store := &modelStore{backend: backend.Models, cache: newModelCache(o.ModelCacheSize), batches: newModelBatches(backend.ModelBatch, base.BackendCallTimeout), tx: backend.ModelTx, txSaves: newTxSaves(backend.ModelTx, e.Clock, e.savePatience(), base.BackendCallTimeout+o.ApplyTimeout)}
 	gates := newGates()
@@ -204,7 +221,7 @@ func (w *Worker) ConsecutiveEmptyPolls() int { return int(w.consumers.act.emptyP
 // at their next interval; with Options.ClaimsDisabled it wakes the consumers
 // only. Safe from any goroutine; redundant calls coalesce.
 func (w *Worker) RequestImmediatePoll() {
-	base.Signal(w.claims.wake)
+	w.claimWakes.Now()
 	w.consumers.wakeAll()
 }
 
@@ -257,7 +274,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	_ = w.listener.Start(runCtx) // without notifications the engine polls: no error
 	_ = w.heart.Start(workCtx)   // it fails only without Register, which succeeded above
 	if !w.opts.ClaimsDisabled {
-		w.claims.Start(runCtx)
+		_ = w.claims.Start(runCtx) // it cannot fail
 	}
 	w.parking.Start(runCtx)
 	// The renewals serve the drains, which run until the work context

@@ -72,3 +72,17 @@ func Every(ctx context.Context, clock ports.Clock, interval time.Duration, fn fu
 		t.Reset(interval)
 	}
 }
+
+// ewmaWeight is the weight of a new sample in the moving averages of EWMA:
+// an eighth, so one outlier moves an average little and a change of load
+// shows within a few dozen samples.
+const ewmaWeight = 8
+
+// EWMA folds sample into the moving average avg; a zero avg (no sample
+// yet) takes the sample as it is.
+func EWMA(avg, sample time.Duration) time.Duration {
+	if avg == 0 {
+		return max(sample, 1)
+	}
+	return avg + (sample-avg)/ewmaWeight
+}

@@ -1,4 +1,8 @@
-package core
+// Package claim runs the claim loop: it leases work to this instance and
+// pushes the streams it may drain into the drain queue, on its cadence, at
+// once while claims report more work, and when woken; notifications wake
+// it as a budget of claim time allows.
+package claim
 
 import (
 	"context"
@@ -6,16 +10,17 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/core/internal/heartbeat"
-	"github.com/vantage-go/vantage/core/internal/notify"
 	"github.com/vantage-go/vantage/core/internal/queue"
 	"github.com/vantage-go/vantage/core/internal/startstop"
 	"github.com/vantage-go/vantage/ports"
 )
 
 // notifyClaimSpacing bounds how long a notification waits for its claim
-// (see claimer.loop) when ClaimInterval is longer.
+// (see Claimer.loop) when the claim interval is longer.
 const notifyClaimSpacing = 250 * time.Millisecond
 
 // Claims woken by notifications are paced by a budget (see claimBudget):
@@ -55,7 +60,7 @@ type claimBudget struct {
 // their share again.
 func (b *claimBudget) spent(end time.Time, took time.Duration) {
 	charge := min(took, max(claimChargeFactor*b.avg, notifyClaimBurst))
-	b.avg = ewma(b.avg, charge)
+	b.avg = base.EWMA(b.avg, charge)
 	b.level = b.levelAt(end) + charge
 	b.at = end
 }
@@ -73,17 +78,66 @@ func (b *claimBudget) wait(now time.Time) time.Duration {
 	return max(b.levelAt(now)-notifyClaimBurst, 0) * notifyClaimShare
 }
 
-// claimer leases work to this instance and pushes the streams it may drain
-// into the drain queue. It claims on its cadence, at once while claims
-// report more work, and when woken.
-type claimer struct {
-	*engine
+// Config is what a Claimer reads.
+type Config struct {
+	// Claimer is the backend's port that leases work.
+	Claimer ports.WorkClaimer
+	// InstanceID is the instance the work is leased to.
+	InstanceID uuid.UUID
+	// MaxStreams bounds the streams one claim leases; PartitionCount is
+	// the number of partitions work is distributed over.
+	MaxStreams     int
+	PartitionCount int
+	// LeaseDuration is how long a claimed stream is leased;
+	// StaleThreshold how long an instance may go without a heartbeat.
+	LeaseDuration  time.Duration
+	StaleThreshold time.Duration
+	// Interval is the claim cadence while notifications are unhealthy,
+	// NotifyHealthyInterval while they arrive.
+	Interval              time.Duration
+	NotifyHealthyInterval time.Duration
+	// OnClaimed, when set, sees each claim: how long it took and what it
+	// returned.
+	OnClaimed func(ctx context.Context, took time.Duration, res *ports.WorkClaimResult, err error)
+}
+
+// Notifications tell whether notifications arrive: then the claim loop
+// polls rarely.
+type Notifications interface {
+	Healthy() bool
+}
+
+// Wakes are how the rest of the engine wakes the claim loop. Make them
+// before the services that ring them, and hand them to New.
+type Wakes struct {
+	now    chan struct{} // claim now: an immediate poll, freed room
+	notify chan struct{} // notifications, paced by the claim budget
+}
+
+// NewWakes returns Wakes for one Claimer.
+func NewWakes() *Wakes {
+	return &Wakes{now: make(chan struct{}, 1), notify: make(chan struct{}, 1)}
+}
+
+// Now makes the claim loop claim at once. Calls coalesce.
+func (w *Wakes) Now() { base.Signal(w.now) }
+
+// Notified tells the claim loop that a notification arrived: it claims as
+// soon as its budget allows. Calls coalesce.
+func (w *Wakes) Notified() { base.Signal(w.notify) }
+
+// Claimer leases work to this instance and pushes the streams it may
+// drain into the drain queue. It claims on its cadence, at once while
+// claims report more work, and when woken (see Wakes).
+type Claimer struct {
+	*base.Env
 	startstop.Base
-	queue    *queue.Queue
-	heart    *heartbeat.Heartbeater
-	listener *notify.Listener
-	wake     chan struct{} // claim now: RequestImmediatePoll, freed room
-	notify   chan struct{} // notifications, paced by the claim budget
+	cfg    Config
+	queue  *queue.Queue
+	heart  *heartbeat.Heartbeater
+	notes  Notifications
+	wake   chan struct{}
+	notify chan struct{}
 
 	// recovering is set when a peer was abandoned; the next claim then
 	// marks the queue urgent, so the streams it takes over are drained at
@@ -91,28 +145,23 @@ type claimer struct {
 	recovering atomic.Bool
 }
 
-func newClaimer(e *engine, drainQ *queue.Queue, listener *notify.Listener, heart *heartbeat.Heartbeater, notify chan struct{}) *claimer {
-	return &claimer{engine: e, queue: drainQ, listener: listener, heart: heart, wake: make(chan struct{}, 1), notify: notify}
+// New returns a Claimer of env configured by cfg, woken by wakes, that
+// fills drainQ and reports to heart's watch.
+func New(env *base.Env, cfg Config, wakes *Wakes, drainQ *queue.Queue, heart *heartbeat.Heartbeater, notes Notifications) *Claimer {
+	return &Claimer{Env: env, cfg: cfg, queue: drainQ, heart: heart, notes: notes, wake: wakes.now, notify: wakes.notify}
 }
 
 // Start launches the claim loop; it runs until Stop or until ctx ends.
-func (c *claimer) Start(ctx context.Context) {
+func (c *Claimer) Start(ctx context.Context) error {
 	ctx, wg, ok := c.StartInit(ctx)
 	if ok {
 		wg.Go(func() { c.loop(ctx) })
 	}
-}
-
-// roomFreed wakes the claim loop when completions freed room while the
-// backlog is larger than what this instance holds.
-func (c *claimer) roomFreed() {
-	if c.queue.Backlog() {
-		base.Signal(c.wake)
-	}
+	return nil
 }
 
 // loop claims on its cadence, at once while claims report more work, and on
-// wakes: at once for RequestImmediatePoll, freed room and abandoned peers
+// wakes: at once for an immediate poll, freed room and abandoned peers
 // (a peer's streams are claimable now, and the claim that takes them skips
 // the sliding window: see recovering),
 // and for notifications as soon as the claim budget allows (see
@@ -123,7 +172,7 @@ func (c *claimer) roomFreed() {
 // wait, notifications coming faster than that wait would postpone the
 // claim for as long as they come. The loop reports to the heartbeat's
 // heartbeat.Watch when each claim is due and which claims were answered.
-func (c *claimer) loop(ctx context.Context) {
+func (c *Claimer) loop(ctx context.Context) {
 	t := c.Clock.NewTimer(0)
 	defer t.Stop()
 	var (
@@ -156,13 +205,13 @@ func (c *claimer) loop(ctx context.Context) {
 		}
 		start := c.Now()
 		watch.Arm(start)
-		hasMore, answered := c.claimOnce(ctx, notified || !c.listener.Healthy())
+		hasMore, answered := c.claimOnce(ctx, notified || !c.notes.Healthy())
 		notified = false
 		end := c.Now()
 		budget.spent(end, end.Sub(start))
-		interval := c.opts.ClaimInterval
-		if c.listener.Healthy() {
-			interval = c.opts.ClaimNotifyHealthyInterval
+		interval := c.cfg.Interval
+		if c.notes.Healthy() {
+			interval = c.cfg.NotifyHealthyInterval
 		}
 		if hasMore {
 			interval = 0
@@ -178,9 +227,9 @@ func (c *claimer) loop(ctx context.Context) {
 }
 
 // claimPace returns how long a claim woken by a notification waits for the
-// budget, at most ClaimInterval or notifyClaimSpacing.
-func (c *claimer) claimPace(b *claimBudget) time.Duration {
-	return min(b.wait(c.Now()), c.opts.ClaimInterval, notifyClaimSpacing)
+// budget, at most the claim interval or notifyClaimSpacing.
+func (c *Claimer) claimPace(b *claimBudget) time.Duration {
+	return min(b.wait(c.Now()), c.cfg.Interval, notifyClaimSpacing)
 }
 
 // claimOnce runs one claim and reports whether to claim again at once, and
@@ -189,20 +238,22 @@ func (c *claimer) claimPace(b *claimBudget) time.Duration {
 // whether the streams this instance is draining may have received events
 // since their fetch (a notification came, or none can be heard): they are
 // then marked to be fetched again (see queue.Queue.Push).
-func (c *claimer) claimOnce(ctx context.Context, fresh bool) (again, answered bool) {
+func (c *Claimer) claimOnce(ctx context.Context, fresh bool) (again, answered bool) {
 	recovering := c.recovering.Swap(false)
 	cctx, cancel := base.LeaseCallContext(ctx)
 	defer cancel()
 	start := c.Now()
-	res, err := c.backend.Claimer.WorkClaim(cctx, &ports.WorkClaimParams{
-		InstanceID:     c.opts.InstanceID,
-		MaxStreams:     c.opts.MaxStreamsPerBatch,
-		PartitionCount: c.opts.PartitionCount,
-		LeaseDuration:  c.opts.LeaseDuration,
-		StaleThreshold: c.opts.StaleInstanceThreshold,
+	res, err := c.cfg.Claimer.WorkClaim(cctx, &ports.WorkClaimParams{
+		InstanceID:     c.cfg.InstanceID,
+		MaxStreams:     c.cfg.MaxStreams,
+		PartitionCount: c.cfg.PartitionCount,
+		LeaseDuration:  c.cfg.LeaseDuration,
+		StaleThreshold: c.cfg.StaleThreshold,
 		Now:            c.ParamNow(),
 	})
-	c.metrics.claimed(ctx, c.Now().Sub(start), res, err)
+	if c.cfg.OnClaimed != nil {
+		c.cfg.OnClaimed(ctx, c.Now().Sub(start), res, err)
+	}
 	if err != nil {
 		if recovering {
 			c.recovering.Store(true) // the next claim takes the streams over
