@@ -8,6 +8,7 @@ import (
 
 	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/core/internal/dedup"
+	"github.com/vantage-go/vantage/core/internal/lease"
 	"github.com/vantage-go/vantage/core/internal/queue"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -24,7 +25,7 @@ type drainer struct {
 	cache     *dedup.Cache
 	completer *completer
 	parking   *parking
-	renewer   *renewer
+	renewer   *lease.Renewer
 	monitor   *applyMonitor
 	life      *lifecycle
 	gates     *gates
@@ -134,7 +135,7 @@ func (dr *drainer) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []port
 		now := dr.Now()
 		for i := range streams {
 			sw := &streams[i]
-			dr.renewer.hold(sw.id, now)
+			dr.renewer.Hold(sw.id, now)
 			task := &streamTask{dr: dr, id: sw.id, collect: collect, rows: dr.rows}
 			task.refetched(len(sw.work))
 			task.onFinish = func(n int, evs []ports.Event) {
@@ -237,7 +238,7 @@ func (dr *drainer) releaseStream(ctx context.Context, id uuid.UUID, more bool) {
 		dr.completer.hurry()
 	}
 	dr.completer.afterSettled(func() {
-		dr.renewer.drop(id)
+		dr.renewer.Drop(id)
 		dr.queue.Done([]uuid.UUID{id})
 	})
 }

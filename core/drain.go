@@ -227,7 +227,7 @@ func (dr *drainer) drainStream(ctx context.Context, t *streamTask, sw *streamWor
 			return
 		}
 		sw = &next[0]
-		dr.renewer.hold(sw.id, dr.Now())
+		dr.renewer.Hold(sw.id, dr.Now())
 		cursors = cursorsByPair(res.Cursors)
 	}
 }

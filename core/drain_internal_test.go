@@ -198,14 +198,6 @@ func (b *blockingLoads) ModelLoad(ctx context.Context, p *ports.ModelLoadParams)
 	return b.ModelStore.ModelLoad(ctx, p)
 }
 
-// renewing reports whether the renewer holds the lease of stream.
-func (r *renewer) renewing(stream uuid.UUID) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	_, ok := r.streams[stream]
-	return ok
-}
-
 // An apply that hangs, ignoring its context, holds neither the other
 // perspectives of its stream nor other streams; once it is abandoned, its
 // stream is released only when its other perspectives ended too.
@@ -275,7 +267,7 @@ func TestHungApplyHoldsOnlyItsPair(t *testing.T) {
 	bb.w.monitor.waitAbandons() // the abandonment handed its pair back
 	bb.settle(t)
 	require.True(t, bb.w.drain.queue.IsInFlight(hung), "not released while a perspective still drains")
-	require.True(t, bb.w.renewer.renewing(hung), "its leases are still renewed")
+	require.True(t, bb.w.renewer.Renewing(hung), "its leases are still renewed")
 	select {
 	case <-done:
 		t.Fatal("the batch ended while a pair still drains")
@@ -287,7 +279,7 @@ func TestHungApplyHoldsOnlyItsPair(t *testing.T) {
 	recv(t, done, "the batch, once every pair ended or was abandoned")
 	bb.settle(t)
 	require.False(t, bb.w.drain.queue.IsInFlight(hung), "released")
-	require.False(t, bb.w.renewer.renewing(hung))
+	require.False(t, bb.w.renewer.Renewing(hung))
 }
 
 // PrePerspective still runs once per event and before any perspective

@@ -16,7 +16,6 @@ import (
 
 	"github.com/vantage-go/vantage/adapters/memory"
 	"github.com/vantage-go/vantage/core/internal/base"
-	"github.com/vantage-go/vantage/core/internal/faultlog"
 	"github.com/vantage-go/vantage/core/internal/queue"
 	"github.com/vantage-go/vantage/internal/clocktest"
 	"github.com/vantage-go/vantage/internal/logtest"
@@ -127,74 +126,6 @@ func TestWakesPushStreamsWhenDue(t *testing.T) {
 	require.Equal(t, []uuid.UUID{a}, q.Take(10))
 	clock.Advance(time.Hour)
 	require.Zero(t, q.Len(), "each stream woke once")
-}
-
-// renewSpy records lease renewals.
-type renewSpy struct {
-	ports.WorkClaimer
-	mu    sync.Mutex
-	calls []ports.WorkRenewLeasesParams
-	fail  atomic.Bool
-	seen  chan struct{}
-}
-
-func (s *renewSpy) WorkRenewLeases(_ context.Context, p *ports.WorkRenewLeasesParams) (int, error) {
-	defer func() { s.seen <- struct{}{} }()
-	if s.fail.Load() {
-		return 0, fmt.Errorf("renewing: %w", ports.ErrTransient)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.calls = append(s.calls, *p)
-	return len(p.StreamIDs), nil
-}
-
-func TestRenewerRenewsHeldStreamsEveryQuarterLease(t *testing.T) {
-	t.Parallel()
-
-	clock := clocktest.NewFake()
-	spy := &renewSpy{seen: make(chan struct{}, 10)}
-	r := newRenewer(&engine{backend: ports.Backend{Claimer: spy},
-		opts: Options{InstanceID: uuid.New(), LeaseDuration: 4 * time.Minute, Clock: clock},
-		Env:  &base.Env{Clock: clock, InjectedClock: true, Faults: faultlog.New(slog.New(&logtest.Records{}), clock)}})
-	ctx, stop := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	timers := clock.Timers()
-	go func() { defer close(done); r.run(ctx) }()
-	t.Cleanup(func() { stop(); <-done })
-
-	s1, s2, s3 := uuid.New(), uuid.New(), uuid.New()
-	r.hold(s1, clock.Now())
-	r.hold(s3, clock.Now())
-	<-clock.WaitTimers(timers + 1)
-	clock.Advance(30 * time.Second)
-	r.hold(s2, clock.Now())         // fetched later
-	r.hold(s1, clock.Now())         // fetched again: its lease dates from the first fetch
-	clock.Advance(30 * time.Second) // one minute: a quarter lease
-	<-spy.seen
-	spy.mu.Lock()
-	require.Len(t, spy.calls, 1)
-	require.ElementsMatch(t, []uuid.UUID{s1, s3}, spy.calls[0].StreamIDs, "only the leases granted a quarter lease ago")
-	require.Equal(t, 4*time.Minute, spy.calls[0].LeaseDuration)
-	require.Equal(t, clock.Now(), spy.calls[0].Now)
-	spy.mu.Unlock()
-
-	// A failed renewal is tried again at the next tick; a dropped stream is
-	// no longer renewed.
-	r.drop(s1)
-	r.drop(s3)
-	spy.fail.Store(true)
-	<-clock.WaitTimers(timers + 1)
-	clock.Advance(time.Minute)
-	<-spy.seen
-	spy.fail.Store(false)
-	<-clock.WaitTimers(timers + 1)
-	clock.Advance(time.Minute)
-	<-spy.seen
-	spy.mu.Lock()
-	defer spy.mu.Unlock()
-	require.Len(t, spy.calls, 2)
-	require.Equal(t, []uuid.UUID{s2}, spy.calls[1].StreamIDs, "only the stream still held")
 }
 
 func TestFailureReason(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 	"github.com/vantage-go/vantage/core/internal/dedup"
 	"github.com/vantage-go/vantage/core/internal/faultlog"
 	"github.com/vantage-go/vantage/core/internal/heartbeat"
+	"github.com/vantage-go/vantage/core/internal/lease"
 	"github.com/vantage-go/vantage/core/internal/notify"
 	"github.com/vantage-go/vantage/core/internal/queue"
 	"github.com/vantage-go/vantage/core/internal/startstop"
@@ -48,7 +49,7 @@ type Worker struct {
 	consumers  *consumers
 	completer  *completer
 	parking    *parking
-	renewer    *renewer
+	renewer    *lease.Renewer
 	monitor    *applyMonitor
 	life       *lifecycle
 
@@ -125,7 +126,10 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	})
 	act := newActivity(&e.opts)
 	w.parking = newParking(e, drainQ)
-	w.renewer = newRenewer(e)
+	w.renewer = lease.New(e.Env, lease.Config{
+		Claimer: backend.Claimer, InstanceID: o.InstanceID, LeaseDuration: o.LeaseDuration,
+		OnRenewed: o.Hooks.OnLeasesRenewed,
+	})
 	w.monitor = newApplyMonitor(e)
 	w.heart = heartbeat.New(e.Env, heartbeat.Config{
 		Claimer:        backend.Claimer,
@@ -279,7 +283,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.parking.Start(runCtx)
 	// The renewals serve the drains, which run until the work context
 	// ends; the monitor outlives them (see applyMonitor.Start).
-	w.renewer.Start(workCtx)
+	_ = w.renewer.Start(workCtx) // it cannot fail
 	w.monitor.Start(context.WithoutCancel(ctx), workCtx.Done())
 	w.consumers.Start(runCtx, workCtx)
 	w.run.loops.Go(func() { w.deadLetterRecovery(runCtx) })

@@ -1,4 +1,6 @@
-package core
+// Package lease renews the leases of the streams this instance drains, for
+// as long as it drains them.
+package lease
 
 import (
 	"context"
@@ -16,7 +18,7 @@ import (
 // renewChunk bounds the stream ids of one renewal call.
 const renewChunk = 5000
 
-// renewer renews the leases of the streams this instance is draining, for
+// Renewer renews the leases of the streams this instance is draining, for
 // as long as it drains them: from a stream's fetch until its completions
 // are acknowledged. A stream whose applies legitimately take longer than a
 // lease (a slow handler, a long backlog behind a semaphore) thus never
@@ -26,30 +28,45 @@ const renewChunk = 5000
 // A fetch guarantees every stream it returns at least half a lease, so a
 // stream renewed, or fetched, within the last quarter of a lease needs
 // nothing; the loop runs every quarter lease and renews the older ones.
-type renewer struct {
-	*engine
+type Renewer struct {
+	*base.Env
 	startstop.Base
+	cfg   Config
 	every time.Duration
 
 	mu      sync.Mutex
 	streams map[uuid.UUID]time.Time // stream -> when its lease was last granted (fetch or renewal)
 }
 
-func newRenewer(e *engine) *renewer {
-	return &renewer{engine: e, every: e.opts.LeaseDuration / 4, streams: map[uuid.UUID]time.Time{}}
+// Config is what a Renewer reads.
+type Config struct {
+	// Claimer is the backend's port that renews leases.
+	Claimer ports.WorkClaimer
+	// InstanceID is the instance that holds the leases.
+	InstanceID uuid.UUID
+	// LeaseDuration is how long a renewal extends a lease.
+	LeaseDuration time.Duration
+	// OnRenewed, when set, sees how many leases each round renewed.
+	OnRenewed func(renewed int)
+}
+
+// New returns a Renewer of env configured by cfg.
+func New(env *base.Env, cfg Config) *Renewer {
+	return &Renewer{Env: env, cfg: cfg, every: cfg.LeaseDuration / 4, streams: map[uuid.UUID]time.Time{}}
 }
 
 // Start launches the renewals; they run until Stop or until ctx (the
 // drains' work context) ends.
-func (r *renewer) Start(ctx context.Context) {
+func (r *Renewer) Start(ctx context.Context) error {
 	ctx, wg, ok := r.StartInit(ctx)
 	if ok {
 		wg.Go(func() { r.run(ctx) })
 	}
+	return nil
 }
 
-// hold starts renewing the lease of a stream fetched at the given time.
-func (r *renewer) hold(stream uuid.UUID, at time.Time) {
+// Hold starts renewing the lease of a stream fetched at the given time.
+func (r *Renewer) Hold(stream uuid.UUID, at time.Time) {
 	r.mu.Lock()
 	if cur, ok := r.streams[stream]; !ok || at.Before(cur) {
 		r.streams[stream] = at
@@ -57,21 +74,21 @@ func (r *renewer) hold(stream uuid.UUID, at time.Time) {
 	r.mu.Unlock()
 }
 
-// drop stops renewing a stream's lease.
-func (r *renewer) drop(stream uuid.UUID) {
+// Drop stops renewing a stream's lease.
+func (r *Renewer) Drop(stream uuid.UUID) {
 	r.mu.Lock()
 	delete(r.streams, stream)
 	r.mu.Unlock()
 }
 
 // run renews due leases every quarter lease until ctx is done.
-func (r *renewer) run(ctx context.Context) {
+func (r *Renewer) run(ctx context.Context) {
 	base.Every(ctx, r.Clock, r.every, func() { r.renewDue(ctx) })
 }
 
 // renewDue renews the lease of every stream granted more than a quarter
 // lease ago.
-func (r *renewer) renewDue(ctx context.Context) {
+func (r *Renewer) renewDue(ctx context.Context) {
 	now := r.Now()
 	var ids []uuid.UUID
 	r.mu.Lock()
@@ -86,10 +103,10 @@ func (r *renewer) renewDue(ctx context.Context) {
 	}
 	renewed := 0
 	for chunk := range slices.Chunk(ids, renewChunk) {
-		n, err := r.backend.Claimer.WorkRenewLeases(ctx, &ports.WorkRenewLeasesParams{
-			InstanceID:    r.opts.InstanceID,
+		n, err := r.cfg.Claimer.WorkRenewLeases(ctx, &ports.WorkRenewLeasesParams{
+			InstanceID:    r.cfg.InstanceID,
 			StreamIDs:     chunk,
-			LeaseDuration: r.opts.LeaseDuration,
+			LeaseDuration: r.cfg.LeaseDuration,
 			Now:           r.ParamNow(),
 		})
 		if err != nil {
@@ -108,7 +125,15 @@ func (r *renewer) renewDue(ctx context.Context) {
 		}
 	}
 	r.mu.Unlock()
-	if h := r.opts.Hooks.OnLeasesRenewed; h != nil {
-		h(renewed)
+	if r.cfg.OnRenewed != nil {
+		r.cfg.OnRenewed(renewed)
 	}
+}
+
+// Renewing reports whether the lease of stream is being renewed.
+func (r *Renewer) Renewing(stream uuid.UUID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.streams[stream]
+	return ok
 }
