@@ -335,9 +335,9 @@ func (c *completer) waitUnackedBelow(ctx context.Context, limit int) {
 // is settled (see flush.Flusher.AfterSettled).
 func (c *completer) afterSettled(fn func()) { c.completions.AfterSettled(fn) }
 
-// hurry sends the completions handed to the flusher without waiting for
+// sendHeld sends the completions handed to the flusher without waiting for
 // its coalescing window: a stream waits for their acknowledgement.
-func (c *completer) hurry() { c.completions.Hurry() }
+func (c *completer) sendHeld() { c.completions.Hurry() }
 
 // flushPending moves buffered completions and failures into the flushers
 // (re-queueing unacknowledged ones whose timeout passed).

@@ -27,7 +27,7 @@ type consumers struct {
 	startstop.Base
 	queue    *queue.Queue
 	listener notifications
-	act      *activity
+	activity *activity
 	wakes    []chan struct{}
 	// arrivals and flights pace the gathering of a batch.
 	arrivals *arrivals
@@ -36,9 +36,9 @@ type consumers struct {
 	// nothing to drain.
 	drain func(ctx context.Context, ids []uuid.UUID)
 	tick  func(ctx context.Context)
-	// hurry sends the completions the flusher holds without waiting for
+	// sendHeld sends the completions the flusher holds without waiting for
 	// its coalescing window, which lasts coalesce (see settle).
-	hurry    func()
+	sendHeld func()
 	coalesce time.Duration
 }
 
@@ -116,7 +116,7 @@ func (c *consumers) loop(runCtx, workCtx context.Context, id int, wake chan stru
 // gather no more of them (see sendNow).
 func (c *consumers) settle() {
 	if sendNow(c.queue.Len(), c.arrivals.interval(), c.coalesce) {
-		c.hurry()
+		c.sendHeld()
 	}
 }
 
@@ -195,7 +195,7 @@ func (c *consumers) collectWindow(ctx context.Context, ids []uuid.UUID, wait tim
 func (c *consumers) idleTick(ctx context.Context, timedOut bool) {
 	c.tick(ctx)
 	if timedOut {
-		c.act.poll(false)
+		c.activity.poll(false)
 	}
 	if h := c.opts.Hooks.OnBatchCycleComplete; h != nil {
 		h(BatchCycle{})

@@ -228,7 +228,7 @@ func (w *Worker) runningCheck(now time.Time, phase runPhase) HealthCheck {
 	case phaseStopped:
 		c.Status, c.Message = HealthFailing, "stopped"
 	case phaseRunning:
-		age := now.Sub(w.heart.LastAttempt())
+		age := now.Sub(w.heartbeat.LastAttempt())
 		c.Values["heartbeat_attempt_age_seconds"] = age.Seconds()
 		if limit := w.opts.StaleInstanceThreshold + heartbeatCallBound; age > limit {
 			c.Status = HealthFailing
@@ -246,7 +246,7 @@ func (w *Worker) heartbeatCheck(now time.Time, phase runPhase) HealthCheck {
 		c.Status, c.Message = HealthSkipped, "the worker is not running"
 		return c
 	}
-	at, live := w.heart.Last()
+	at, live := w.heartbeat.Last()
 	age := now.Sub(at)
 	interval, stale := w.opts.HeartbeatInterval, w.opts.StaleInstanceThreshold
 	c.Values = map[string]any{

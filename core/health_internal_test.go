@@ -30,7 +30,7 @@ func TestHealthHeartbeatLoopStalled(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, w.Stop(context.WithoutCancel(t.Context()))) })
 	recv(t, w.StartupScanComplete(), "the startup scan")
 
-	require.NoError(t, w.heart.Stop(t.Context())) // the loop ends; every other part of the worker runs on
+	require.NoError(t, w.heartbeat.Stop(t.Context())) // the loop ends; every other part of the worker runs on
 	limit := StaleInstanceThresholdDefault + base.BackendCallTimeout
 	clock.Advance(limit)
 	r := w.Health(t.Context())

@@ -500,7 +500,7 @@ func (m *metrics) unobserve(reg metric.Registration) {
 // perspective.
 func (w *Worker) observeGauges() metric.Registration {
 	return w.metrics.observe(gaugeSources{
-		heartbeat: w.heart.Last,
+		heartbeat: w.heartbeat.Last,
 		listening: w.listener.Healthy,
 		stuck:     func() int { return len(w.monitor.list()) },
 		stats:     w.stats,

@@ -198,7 +198,7 @@ func (dr *drainer) prePerspective(ctx context.Context, sw *streamWork, rows []po
 			events = append(events, sw.events[i])
 		}
 	}
-	return dr.life.prePerspective(ctx, events)
+	return dr.lifecycle.prePerspective(ctx, events)
 }
 
 // pairRun is the state of one drainPair. Its rows are in version order and
@@ -558,12 +558,12 @@ func (r *pairRun) postPerspective(ctx context.Context, retried bool) {
 		}
 	}
 	if !retried {
-		if r.dr.life.tryPostPerspective(ctx, r.key.perspective, events) != nil {
+		if r.dr.lifecycle.tryPostPerspective(ctx, r.key.perspective, events) != nil {
 			r.unposted = append(r.unposted, events...)
 		}
 		return
 	}
-	r.dr.life.postPerspective(ctx, r.key.perspective, append(r.unposted, events...))
+	r.dr.lifecycle.postPerspective(ctx, r.key.perspective, append(r.unposted, events...))
 	r.unposted = nil
 }
 

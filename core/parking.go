@@ -23,7 +23,7 @@ import (
 // a failure was acknowledged are stale for its pair.
 type parking struct {
 	*engine
-	wakes *wakes
+	schedule *schedule
 	// fetchSeq numbers fetches (see staleFetch); infraPairs counts the
 	// pairs in infraBackoff, givenUpPairs those in givenUpBackoff,
 	// saveEachCount those in saveEach and saveAloneCount those in
@@ -54,7 +54,7 @@ type parking struct {
 func newParking(e *engine, queue *queue.Queue) *parking {
 	return &parking{
 		engine:         e,
-		wakes:          newWakes(e.Clock, queue),
+		schedule:       newSchedule(e.Clock, queue),
 		parked:         map[pairKey]held{},
 		failAcked:      map[pairKey]uint64{},
 		infraBackoff:   map[pairKey]backoff.BackOff{},
@@ -66,16 +66,16 @@ func newParking(e *engine, queue *queue.Queue) *parking {
 
 // Start launches the wakes of held pairs; they run until Stop or until
 // ctx ends.
-func (p *parking) Start(ctx context.Context) { p.wakes.Start(ctx) }
+func (p *parking) Start(ctx context.Context) { p.schedule.Start(ctx) }
 
 // Stop ends the wakes and waits for them.
-func (p *parking) Stop(ctx context.Context) error { return p.wakes.Stop(ctx) }
+func (p *parking) Stop(ctx context.Context) error { return p.schedule.Stop(ctx) }
 
 // nextFetch returns the sequence number of a fetch about to start.
 func (p *parking) nextFetch() uint64 { return p.fetchSeq.Add(1) }
 
 // wakeAt drains stream again at t (see wakes.at).
-func (p *parking) wakeAt(stream uuid.UUID, t time.Time) { p.wakes.at(stream, t) }
+func (p *parking) wakeAt(stream uuid.UUID, t time.Time) { p.schedule.at(stream, t) }
 
 // Backoff of a pair whose drain met an infrastructure error (a backend call
 // failed): Options.InfraRetry, its waits spread by infraRetryJitter so that
@@ -130,7 +130,7 @@ func (p *parking) parkFor(k pairKey, until time.Time) {
 	p.mu.Lock()
 	p.parked[k] = held{until: until, acked: true}
 	p.mu.Unlock()
-	p.wakes.at(k.stream, until)
+	p.schedule.at(k.stream, until)
 }
 
 // staleFetch reports whether a fetch (by its sequence number) started before
@@ -161,7 +161,7 @@ func (p *parking) parkAcked(k pairKey) {
 	}
 	p.mu.Unlock()
 	if ok {
-		p.wakes.at(k.stream, h.until)
+		p.schedule.at(k.stream, h.until)
 	}
 }
 
@@ -236,7 +236,7 @@ func (p *parking) reportLanded(k pairKey) {
 
 // retrySoon drains the pair's stream again at once (after its current
 // drain).
-func (p *parking) retrySoon(k pairKey) { p.wakes.at(k.stream, p.Now()) }
+func (p *parking) retrySoon(k pairKey) { p.schedule.at(k.stream, p.Now()) }
 
 // saveEachFor saves the pair event by event until a drain of it completes.
 func (p *parking) saveEachFor(k pairKey) {

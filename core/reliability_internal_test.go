@@ -103,7 +103,7 @@ func TestWakesPushStreamsWhenDue(t *testing.T) {
 
 	clock := clocktest.NewFake()
 	q := queue.New(queue.Hooks{})
-	k := newWakes(clock, q)
+	k := newSchedule(clock, q)
 	ctx, stop := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); k.run(ctx) }()
@@ -219,7 +219,7 @@ func TestLeaseCallsOutliveCancellation(t *testing.T) {
 	stopped, cancel := context.WithCancel(t.Context())
 	cancel()
 
-	_, err = w.heart.Beat(stopped)
+	_, err = w.heartbeat.Beat(stopped)
 	require.NoError(t, err)
 	_, _, err = w.drain.fetch(stopped, []uuid.UUID{uuid.New()})
 	require.NoError(t, err)

@@ -239,11 +239,11 @@ func (r *replayRun) apply(ctx context.Context, toReplay, toFire []ports.Event, a
 	defer cancel(nil)
 	watch := rw.monitor.watch(r.key, cancel, abandon)
 	defer watch.done()
-	pre, err := rw.life.firstApplies(actx, toReplay, toFire)
+	pre, err := rw.lifecycle.firstApplies(actx, toReplay, toFire)
 	if err != nil {
 		return err
 	}
-	if err := rw.life.prePerspective(actx, pre); err != nil {
+	if err := rw.lifecycle.prePerspective(actx, pre); err != nil {
 		return err
 	}
 	fresh := make(map[uuid.UUID]bool, len(toFire))
@@ -401,8 +401,8 @@ func (r *replayRun) complete(ctx context.Context) error {
 	if len(r.redelivered) > 0 && rw.backend.Lifecycle != nil {
 		fired = append(slices.Clone(fired), r.redelivered...)
 	}
-	if rw.life.tryPostPerspective(ctx, r.key.perspective, fired) != nil {
-		defer rw.life.postPerspective(ctx, r.key.perspective, fired)
+	if rw.lifecycle.tryPostPerspective(ctx, r.key.perspective, fired) != nil {
+		defer rw.lifecycle.postPerspective(ctx, r.key.perspective, fired)
 	}
 	ids := make([]uuid.UUID, 0, len(r.rows)+len(r.held))
 	var listed []ports.WorkItem

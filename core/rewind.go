@@ -21,7 +21,7 @@ import (
 type rewinder struct {
 	*engine
 	parking   *parking
-	life      *lifecycle
+	lifecycle *lifecycle
 	monitor   *applyMonitor
 	completer *completer
 	cache     *dedup.Cache

@@ -43,7 +43,7 @@ type Worker struct {
 	*engine
 
 	listener   *notify.Listener
-	heart      *heartbeat.Heartbeater
+	heartbeat  *heartbeat.Heartbeater
 	claims     *claim.Claimer
 	claimWakes *claim.Wakes
 	consumers  *consumers
@@ -51,7 +51,7 @@ type Worker struct {
 	parking    *parking
 	renewer    *lease.Renewer
 	monitor    *applyMonitor
-	life       *lifecycle
+	lifecycle  *lifecycle
 
 	drain    *drainer
 	rewind   *rewinder
@@ -122,7 +122,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	arrivals := &arrivals{cap: o.DrainBatcher.MaxWait}
 	drainQ := queue.New(queue.Hooks{
 		Arrived: func() { arrivals.arrived(e.Now()) },
-		Waiting: w.completer.hurry, // events wait behind a stream's acknowledgement
+		Waiting: w.completer.sendHeld, // events wait behind a stream's acknowledgement
 	})
 	act := newActivity(&e.opts)
 	w.parking = newParking(e, drainQ)
@@ -131,7 +131,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		OnRenewed: o.Hooks.OnLeasesRenewed,
 	})
 	w.monitor = newApplyMonitor(e)
-	w.heart = heartbeat.New(e.Env, heartbeat.Config{
+	w.heartbeat = heartbeat.New(e.Env, heartbeat.Config{
 		Claimer:        backend.Claimer,
 		InstanceID:     o.InstanceID,
 		ServiceName:    o.ServiceName,
@@ -150,7 +150,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		consumerWakes[i] = make(chan struct{}, 1)
 	}
 	w.listener = notify.New(e.Env, notify.Config{Notifier: backend.Notifier, BackendLog: instanceLog, OnWake: func(wake ports.Wake) {
-		if len(wake.Streams) > 0 && !wake.Reconnected && w.heart.Alone() {
+		if len(wake.Streams) > 0 && !wake.Reconnected && w.heartbeat.Alone() {
 			// The streams with new events are named, and every one is
 			// this instance's: its fetch leases them, and a claim would
 			// only cost a round trip on each event's way.
@@ -175,11 +175,11 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		Interval:              o.ClaimInterval,
 		NotifyHealthyInterval: o.ClaimNotifyHealthyInterval,
 		OnClaimed:             e.metrics.claimed,
-	}, claimWakes, drainQ, w.heart, w.listener)
+	}, claimWakes, drainQ, w.heartbeat, w.listener)
 	w.claimWakes = claimWakes
-	w.consumers = &consumers{engine: e, queue: drainQ, listener: w.listener, act: act, wakes: consumerWakes,
+	w.consumers = &consumers{engine: e, queue: drainQ, listener: w.listener, activity: act, wakes: consumerWakes,
 		flights: newFlights(), arrivals: arrivals,
-		tick: w.completer.sweep, hurry: w.completer.hurry, coalesce: w.completer.completions.Coalesce(),
+		tick: w.completer.sweep, sendHeld: w.completer.sendHeld, coalesce: w.completer.completions.Coalesce(),
 	}
 	w.completer.onFailureAcked = w.parking.parkAcked
 	w.completer.onGivenUp, w.completer.onLanded = w.parking.reportGivenUp, w.parking.reportLanded
@@ -191,15 +191,15 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	scopes := newScopeCache(o.Security)
 	store := &modelStore{backend: backend.Models, cache: newModelCache(o.ModelCacheSize), batches: newModelBatches(backend.ModelBatch, base.BackendCallTimeout), tx: backend.ModelTx, txSaves: newTxSaves(backend.ModelTx, e.Clock, e.savePatience(), base.BackendCallTimeout+o.ApplyTimeout)}
 	gates := newGates()
-	w.life = newLifecycle(e, w.completer, scopes)
+	w.lifecycle = newLifecycle(e, w.completer, scopes)
 	fail := &failures{engine: e, parking: w.parking, completer: w.completer, cache: cache}
 	w.drain = &drainer{
-		engine: e, queue: drainQ, act: act, cache: cache, completer: w.completer, parking: w.parking,
-		renewer: w.renewer, monitor: w.monitor, life: w.life, gates: gates, scopes: scopes, store: store, fail: fail,
+		engine: e, queue: drainQ, activity: act, cache: cache, completer: w.completer, parking: w.parking,
+		renewer: w.renewer, monitor: w.monitor, lifecycle: w.lifecycle, gates: gates, scopes: scopes, store: store, fail: fail,
 		rows: newRowsInFlight(),
 	}
 	w.rewind = &rewinder{
-		engine: e, parking: w.parking, life: w.life, monitor: w.monitor, completer: w.completer, cache: cache,
+		engine: e, parking: w.parking, lifecycle: w.lifecycle, monitor: w.monitor, completer: w.completer, cache: cache,
 		gates: gates, scopes: scopes, store: store, fail: fail, drain: w.drain,
 		sem: make(chan struct{}, o.Rewind.MaxConcurrentRewinds), startupDone: make(chan struct{}),
 	}
@@ -215,11 +215,11 @@ func (w *Worker) InstanceID() uuid.UUID { return w.opts.InstanceID }
 
 // IsIdle reports whether the worker is idle (no work for IdleThresholdPolls
 // consecutive polls). A new worker is idle.
-func (w *Worker) IsIdle() bool { return w.consumers.act.idle.Load() }
+func (w *Worker) IsIdle() bool { return w.consumers.activity.idle.Load() }
 
 // ConsecutiveEmptyPolls returns the number of consecutive polls that found no
 // work, shared across consumer loops.
-func (w *Worker) ConsecutiveEmptyPolls() int { return int(w.consumers.act.emptyPolls.Load()) }
+func (w *Worker) ConsecutiveEmptyPolls() int { return int(w.consumers.activity.emptyPolls.Load()) }
 
 // RequestImmediatePoll wakes the claim loop and every consumer now instead of
 // at their next interval; with Options.ClaimsDisabled it wakes the consumers
@@ -255,7 +255,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("starting worker: %w", err)
 	}
 	w.warnRetired(ctx)
-	if err := w.heart.Register(ctx); err != nil {
+	if err := w.heartbeat.Register(ctx); err != nil {
 		return fmt.Errorf("starting worker: %w", err)
 	}
 	// Every loop runs under runCtx, which Stop ends first; the drains'
@@ -274,9 +274,9 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.run.running.Store(true)
 	// Stages once queued run under the work context, whoever queued them:
 	// Stop waits for them after it ended the loops.
-	w.life.start(workCtx)
-	_ = w.listener.Start(runCtx) // without notifications the engine polls: no error
-	_ = w.heart.Start(workCtx)   // it fails only without Register, which succeeded above
+	w.lifecycle.start(workCtx)
+	_ = w.listener.Start(runCtx)   // without notifications the engine polls: no error
+	_ = w.heartbeat.Start(workCtx) // it fails only without Register, which succeeded above
 	if !w.opts.ClaimsDisabled {
 		_ = w.claims.Start(runCtx) // it cannot fail
 	}
@@ -288,7 +288,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.consumers.Start(runCtx, workCtx)
 	w.run.loops.Go(func() { w.deadLetterRecovery(runCtx) })
 	w.run.loops.Go(func() { w.rewind.startupScan(runCtx) })
-	w.run.loops.Go(func() { w.life.reconcileLoop(runCtx) })
+	w.run.loops.Go(func() { w.lifecycle.reconcileLoop(runCtx) })
 	w.run.loops.Go(func() { w.resubscribeLoop(runCtx) })
 	w.run.loops.Go(func() { w.rebuilds.loop(runCtx) })
 	w.run.loops.Go(func() { w.ensureIndexesLoop(runCtx) })
@@ -342,7 +342,7 @@ func (w *Worker) shutdown(ctx context.Context) {
 	// ends.
 	waitAll := context.WithoutCancel(ctx)
 	w.stopEach(waitAll, w.listener, w.claims)
-	w.heart.Watch().Disarm() // a claim loop that ended is not stalled
+	w.heartbeat.Watch().Disarm() // a claim loop that ended is not stalled
 	w.stopEach(waitAll, w.consumers)
 	w.run.loops.Wait()
 	w.stopEach(waitAll, w.parking)
@@ -353,13 +353,13 @@ func (w *Worker) shutdown(ctx context.Context) {
 	defer stopWatch()
 	defer cancel()
 	w.rewind.finishStartupScan()
-	if err := w.life.wait(workCtx); err != nil {
+	if err := w.lifecycle.wait(workCtx); err != nil {
 		w.Log.ErrorContext(ctx, "waiting for lifecycle receptors at stop", slog.Any("error", err))
 	}
 	if err := w.completer.Stop(workCtx); err != nil {
 		w.Log.ErrorContext(ctx, "sending outcomes at stop", slog.Any("error", err))
 	}
-	w.stopEach(waitAll, w.heart)
+	w.stopEach(waitAll, w.heartbeat)
 	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), deregisterTimeout)
 	defer dcancel()
 	if err := w.backend.Claimer.InstanceDeregister(dctx, &ports.InstanceDeregisterParams{InstanceID: w.opts.InstanceID}); err != nil {
@@ -384,7 +384,7 @@ func (w *Worker) stopEach(ctx context.Context, components ...interface{ Stop(con
 // WaitLifecycle blocks until the lifecycle work started so far (the latest
 // batch's PostAllPerspectives/PostLifecycle task and every detached
 // receptor) finished, or ctx ends.
-func (w *Worker) WaitLifecycle(ctx context.Context) error { return w.life.wait(ctx) }
+func (w *Worker) WaitLifecycle(ctx context.Context) error { return w.lifecycle.wait(ctx) }
 
 // WaitForStream blocks until every named perspective (every registered one
 // when none is named) has applied the events of the stream up to version that

@@ -15,12 +15,12 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
-// wakes queues streams for a drain at a later time: a pair held back by a
+// schedule queues streams for a drain at a later time: a pair held back by a
 // failure's retry time, an infrastructure error's backoff or a rewind's
 // debounce is drained again when that time comes, not at the next claim,
 // which may be seconds later while notifications are healthy. One goroutine
-// serves every wake, on the engine's clock.
-type wakes struct {
+// serves every scheduled drain, on the engine's clock.
+type schedule struct {
 	startstop.Base
 	clock  ports.Clock
 	drain  *queue.Queue
@@ -34,13 +34,13 @@ type wakes struct {
 	due   map[uuid.UUID]time.Time // earliest pending wake per stream
 }
 
-func newWakes(clock ports.Clock, queue *queue.Queue) *wakes {
-	return &wakes{clock: clock, drain: queue, signal: make(chan struct{}, 1), due: map[uuid.UUID]time.Time{}}
+func newSchedule(clock ports.Clock, queue *queue.Queue) *schedule {
+	return &schedule{clock: clock, drain: queue, signal: make(chan struct{}, 1), due: map[uuid.UUID]time.Time{}}
 }
 
 // Start launches the loop that pushes due streams into the drain queue; it
 // runs until Stop or until ctx ends.
-func (k *wakes) Start(ctx context.Context) {
+func (k *schedule) Start(ctx context.Context) {
 	ctx, wg, ok := k.StartInit(ctx)
 	if ok {
 		wg.Go(func() { k.run(ctx) })
@@ -67,7 +67,7 @@ func (h *wakeHeap) Pop() any {
 
 // at queues stream for a drain at t (at once when t has passed). A stream
 // already due no later than t is not queued twice.
-func (k *wakes) at(stream uuid.UUID, t time.Time) {
+func (k *schedule) at(stream uuid.UUID, t time.Time) {
 	k.mu.Lock()
 	if prev, ok := k.due[stream]; ok && !prev.After(t) {
 		k.mu.Unlock()
@@ -83,7 +83,7 @@ func (k *wakes) at(stream uuid.UUID, t time.Time) {
 }
 
 // run pushes due streams into the drain queue until ctx is done.
-func (k *wakes) run(ctx context.Context) {
+func (k *schedule) run(ctx context.Context) {
 	var t base.LazyTimer
 	defer t.Stop()
 	for {
@@ -105,7 +105,7 @@ func (k *wakes) run(ctx context.Context) {
 
 // pushDue pushes the streams whose time has come and returns the next time,
 // if any.
-func (k *wakes) pushDue() (time.Time, bool) {
+func (k *schedule) pushDue() (time.Time, bool) {
 	now := k.clock.Now()
 	var due []uuid.UUID
 	k.mu.Lock()
@@ -129,4 +129,4 @@ func (k *wakes) pushDue() (time.Time, bool) {
 }
 
 // armed reports whether the loop's timer is set to fire at t.
-func (k *wakes) armed(t time.Time) bool { return k.armedAt.Load() == t.UnixNano() }
+func (k *schedule) armed(t time.Time) bool { return k.armedAt.Load() == t.UnixNano() }

@@ -21,13 +21,13 @@ import (
 type drainer struct {
 	*engine
 	queue     *queue.Queue
-	act       *activity
+	activity  *activity
 	cache     *dedup.Cache
 	completer *completer
 	parking   *parking
 	renewer   *lease.Renewer
 	monitor   *applyMonitor
-	life      *lifecycle
+	lifecycle *lifecycle
 	gates     *gates
 	scopes    *scopeCache
 	store     *modelStore
@@ -52,7 +52,7 @@ type drainer struct {
 func (dr *drainer) processBatch(ctx context.Context, ids []uuid.UUID) {
 	ctx, span := dr.tracing.startBatch(ctx, len(ids))
 	dr.completer.sweep(ctx)
-	defer dr.act.batchStarted()()
+	defer dr.activity.batchStarted()()
 
 	start := dr.Now()
 	applied, events := dr.drainBatch(ctx, ids)
@@ -60,7 +60,7 @@ func (dr *drainer) processBatch(ctx context.Context, ids []uuid.UUID) {
 	endBatch(span, applied)
 	dr.metrics.batchDrained(ctx, len(ids), applied, dr.Now().Sub(start))
 	// The cycle is complete once its terminal lifecycle stages ran.
-	dr.life.afterBatch(ctx, events, func() {
+	dr.lifecycle.afterBatch(ctx, events, func() {
 		if h := dr.opts.Hooks.OnBatchCycleComplete; h != nil {
 			h(BatchCycle{Streams: len(ids), Applied: applied})
 		}
@@ -235,7 +235,7 @@ func (dr *drainer) releaseStream(ctx context.Context, id uuid.UUID, more bool) {
 	if dr.queue.Settle(id) && !more {
 		// Events arrived meanwhile: they wait for the acknowledgement, so
 		// it should not wait for the flusher's coalescing window.
-		dr.completer.hurry()
+		dr.completer.sendHeld()
 	}
 	dr.completer.afterSettled(func() {
 		dr.renewer.Drop(id)

@@ -58,7 +58,7 @@ func TestPostPerspectiveOutlastsAnOutage(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		bb.w.life.postPerspective(t.Context(), "c", events)
+		bb.w.lifecycle.postPerspective(t.Context(), "c", events)
 	}()
 	for range failures {
 		recv(t, outage.claimed, "a failed claim")
@@ -107,13 +107,13 @@ func TestPrePerspectiveClaimWithLostAckSettled(t *testing.T) {
 		fired.Add(1)
 		return nil
 	}))
-	bb.w.life.start(t.Context()) // as Start does: stages outlive their callers' contexts
+	bb.w.lifecycle.start(t.Context()) // as Start does: stages outlive their callers' contexts
 	stream := bb.appendStreams(t, 1, placed{ID: "a"})[0]
 
 	bb.w.drain.processBatch(t.Context(), bb.take(t, stream))
 	require.True(t, lost.lost.Load(), "the claim's acknowledgement was lost")
 	require.Zero(t, bb.applied.Load(), "nothing applied before the stage ran")
-	require.NoError(t, bb.w.life.wait(t.Context()))
+	require.NoError(t, bb.w.lifecycle.wait(t.Context()))
 	require.Equal(t, int64(1), fired.Load(), "the stage ran once")
 	events, err := b.Fetcher.EventsReadStream(t.Context(), &ports.EventsReadStreamParams{StreamID: stream})
 	require.NoError(t, err)
