@@ -255,3 +255,14 @@ type StreamLock struct {
 func (p *PerspectiveRetireParams) Validate() error {
 	return checkName("PerspectiveRetireParams.Perspective", p.Perspective)
 }
+
+// RetireResult counts what PerspectiveRetire removed.
+type RetireResult struct {
+	// Subscriptions, Work: the subscriptions and pending work rows deleted.
+	Subscriptions int
+	Work          int
+	// Cursors, Models, Snapshots: the state dropped (with DropState).
+	Cursors   int
+	Models    int
+	Snapshots int
+}

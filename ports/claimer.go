@@ -249,3 +249,22 @@ func (p *WorkClaimParams) Validate() error {
 func (p *WorkRenewLeasesParams) Validate() error {
 	return checkPositive("WorkRenewLeasesParams.LeaseDuration", p.LeaseDuration)
 }
+
+// Instance is a live engine instance as recorded by heartbeats.
+type Instance struct {
+	ID              uuid.UUID
+	ServiceName     string
+	HostName        string
+	ProcessID       int
+	Metadata        map[string]string
+	StartedAt       time.Time
+	LastHeartbeatAt time.Time
+	// Passive is what the latest heartbeat declared (see
+	// InstanceHeartbeatParams.Passive): the instance takes no share of the
+	// streams nobody holds.
+	Passive bool
+	// LeasedStreams counts the streams whose lease names the instance,
+	// expired or not (nobody took them since; see WorkClaimer): the streams
+	// it holds. Set by Admin.InstancesList; zero elsewhere.
+	LeasedStreams int
+}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -148,4 +149,127 @@ func (p *WorkFailParams) Validate() error {
 		}
 	}
 	return nil
+}
+
+// CursorStatus is the flags value stored on a cursor. Several flags may be set
+// at once (Failed|RewindRequired, say).
+type CursorStatus uint16
+
+// Cursor status flags. The numeric values are stored and must not change.
+const (
+	CursorNone       CursorStatus = 0
+	CursorProcessing CursorStatus = 1
+	CursorCompleted  CursorStatus = 2
+	CursorFailed     CursorStatus = 4
+	// 8 and 16 are not used and stay reserved.
+	CursorRewindRequired CursorStatus = 32
+)
+
+// Has reports whether every flag of f is set in s.
+func (s CursorStatus) Has(f CursorStatus) bool { return s&f == f && f != 0 }
+
+// String lists the set flags, "None" when none is set.
+func (s CursorStatus) String() string {
+	if s == CursorNone {
+		return "None"
+	}
+	var parts []string
+	for _, f := range []struct {
+		flag CursorStatus
+		name string
+	}{
+		{CursorProcessing, "Processing"},
+		{CursorCompleted, "Completed"},
+		{CursorFailed, "Failed"},
+		{CursorRewindRequired, "RewindRequired"},
+	} {
+		if s.Has(f.flag) {
+			parts = append(parts, f.name)
+		}
+	}
+	if len(parts) == 0 {
+		return "Unknown"
+	}
+	return strings.Join(parts, "|")
+}
+
+// Cursor records how far a perspective has applied a stream.
+type Cursor struct {
+	StreamID    uuid.UUID
+	Perspective string
+	// LastEventID is the last applied event, zero when none was applied.
+	LastEventID uuid.UUID
+	// LastVersion is the version of LastEventID, zero when none was applied.
+	LastVersion int64
+	// Epoch counts the saves that replaced the pair's history (a rewind or
+	// a rebuild; see ModelSaveParams.Rebase), 0 for a pair never replayed.
+	// A model is current only at the cursor's version and epoch: one saved
+	// at an earlier epoch reflects a history the pair no longer has,
+	// whatever its version, and no save based on it passes (see
+	// ModelStore.ModelSave). Only model saves change it; completions and
+	// failures leave it as it is.
+	Epoch int64
+	// Status holds the CursorStatus flags.
+	Status CursorStatus
+	// Error is the last failure text, empty after a success.
+	Error string
+	// RewindTriggerEventID is the earliest late event that forces a rewind.
+	RewindTriggerEventID uuid.UUID
+	// RewindTriggerVersion is the version of RewindTriggerEventID.
+	RewindTriggerVersion int64
+	// RewindFlaggedAt is the last time a late event was detected (sliding
+	// debounce edge); zero when not flagged.
+	RewindFlaggedAt time.Time
+	// RewindFirstFlaggedAt is the first detection (debounce cap anchor).
+	RewindFirstFlaggedAt time.Time
+	// UpdatedAt is the last time the cursor changed.
+	UpdatedAt time.Time
+}
+
+// Completion reports that a perspective applied events of a stream.
+type Completion struct {
+	StreamID    uuid.UUID
+	Perspective string
+	// LastEventID and LastVersion are the last event now reflected in the
+	// stored model.
+	LastEventID uuid.UUID
+	LastVersion int64
+	// WorkIDs are exactly the work rows to complete: rows of this perspective
+	// whose events are applied (or were already at or below the cursor).
+	WorkIDs []uuid.UUID
+}
+
+// Failure reports that a perspective failed on an event of a stream.
+type Failure struct {
+	StreamID    uuid.UUID
+	Perspective string
+	// LastEventID and LastVersion are the last event successfully applied and
+	// saved before the failure; zero when none was.
+	LastEventID uuid.UUID
+	LastVersion int64
+	// AppliedWorkIDs are rows applied before the failure; they complete.
+	AppliedWorkIDs []uuid.UUID
+	// FailedWorkIDs are the rows that failed (the engine reports one): each
+	// gains an attempt and is scheduled at RetryAt. Later rows of the pair
+	// are not listed: they wait behind it.
+	FailedWorkIDs []uuid.UUID
+	// Attempt, when set, is the attempt that failed, counted from 1 (a
+	// failed row's WorkItem.Attempts when fetched, plus one): the failed
+	// rows' attempts become at least Attempt, however many times the
+	// report is sent, so that a report re-sent after a lost
+	// acknowledgement charges nothing again even when a fetch handed the
+	// rows out since. Zero: each failed row gains an attempt while it is
+	// handed out to the caller.
+	Attempt int
+	// FailedEventID and FailedEventVersion, set by a rewind instead of
+	// FailedWorkIDs, name an event whose replay failed and that has no
+	// pending row of the pair (it was applied long ago): the backend stores
+	// one for it, marked WorkItem.Replay, so the failure is charged to the
+	// event that failed (see CursorStore.WorkFail).
+	FailedEventID      uuid.UUID
+	FailedEventVersion int64
+	// Error is the failure text stored on the cursor and the failed rows.
+	Error string
+	// RetryAt is the earliest time the failed rows may be claimed again.
+	RetryAt time.Time
 }

@@ -150,3 +150,75 @@ func (p *DeadLettersRecoverParams) Validate() error {
 		checkPositive("DeadLettersRecoverParams.Limit", p.Limit),
 	)
 }
+
+// DeadLetter is a work row the engine gave up on, with the cause.
+type DeadLetter struct {
+	ID           uuid.UUID
+	WorkID       uuid.UUID
+	StreamID     uuid.UUID
+	Perspective  string
+	EventID      uuid.UUID
+	EventVersion int64
+	// Attempts counts the failed applies and takeovers (see WorkItem).
+	Attempts int
+	// Reason says why the engine gave up (ReasonFailed, ...).
+	Reason string
+	// Error is the last apply (or decode) error text.
+	Error string
+	// InstanceID and Generation are the instance that gave up, and its
+	// deploy generation ("" when it named none).
+	InstanceID     uuid.UUID
+	Generation     string
+	DeadLetteredAt time.Time
+	// Status is where the dead letter stands: waiting, requeued, recovered
+	// or ignored.
+	Status DeadLetterStatus
+	// Requeues counts the times its row was stored again; RequeuedAt and
+	// RequeueGeneration describe the latest (zero before the first).
+	Requeues          int
+	RequeuedAt        time.Time
+	RequeueGeneration string
+	// ResolvedAt is when it was recovered or ignored; zero otherwise.
+	ResolvedAt time.Time
+}
+
+// DeadLetterStatus is where a dead letter stands. The values are stored and
+// must not change.
+type DeadLetterStatus string
+
+// Dead-letter statuses (see DeadLetterStore).
+const (
+	// DeadLetterDead: waiting for a requeue, by an operator or by a new
+	// deploy generation.
+	DeadLetterDead DeadLetterStatus = "dead"
+	// DeadLetterRequeued: its work row is pending again.
+	DeadLetterRequeued DeadLetterStatus = "requeued"
+	// DeadLetterRecovered: its requeued row was applied and completed.
+	DeadLetterRecovered DeadLetterStatus = "recovered"
+	// DeadLetterIgnored: an operator gave up on it; never retried again
+	// unless requeued explicitly.
+	DeadLetterIgnored DeadLetterStatus = "ignored"
+)
+
+// Dead-letter reasons recorded by the engine.
+const (
+	// ReasonFailed: the apply returned an error (or panicked) on every
+	// attempt.
+	ReasonFailed = "failed"
+	// ReasonTimedOut: the last apply ran past its deadline.
+	ReasonTimedOut = "timed_out"
+	// ReasonUndecodable: the payload does not decode into the event's
+	// registered Go type.
+	ReasonUndecodable = "undecodable"
+	// ReasonUnknownType: the event's type is not registered, or the
+	// perspective has no apply function for it.
+	ReasonUnknownType = "unknown_type"
+	// ReasonLate: the event was stored below its pair's cursor while the
+	// engine could not rewind (rewinds disabled, or a backend without a
+	// RewindStore); requeue it once rewinds are on.
+	ReasonLate = "late"
+	// ReasonMaxAttemptsExceeded: takeovers from dead instances used up the
+	// attempts before an apply could fail on its own (say, an event whose
+	// apply crashes the process).
+	ReasonMaxAttemptsExceeded = "max_attempts_exceeded"
+)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/google/uuid"
@@ -115,4 +116,97 @@ type EventsAppendResult struct {
 // Perspective.
 func (p *SubscriptionsRegisterParams) Validate() error {
 	return checkSubscriptions("SubscriptionsRegisterParams.Subscriptions", p.Subscriptions)
+}
+
+// Scope is the security scope an event was appended under.
+type Scope struct {
+	// TenantID identifies the tenant, empty when the host is single-tenant.
+	TenantID string `json:"t,omitempty"`
+	// UserID identifies the acting user, empty for system actions.
+	UserID string `json:"u,omitempty"`
+	// Extras carries further claims the host wants to propagate.
+	Extras map[string]string `json:"x,omitempty"`
+}
+
+// Metadata travels with an event: tracing ids, the scope, free-form headers.
+type Metadata struct {
+	// CorrelationID ties together every event caused by one request.
+	CorrelationID uuid.UUID `json:"correlation_id,omitzero"`
+	// CausationID is the id of the message that caused this event.
+	CausationID uuid.UUID `json:"causation_id,omitzero"`
+	// Scope is the security scope, nil when none was known.
+	Scope *Scope `json:"scope,omitempty"`
+	// Headers carries free-form string metadata.
+	Headers map[string]string `json:"headers,omitempty"`
+	// TraceParent and TraceState are the W3C Trace Context
+	// (https://www.w3.org/TR/trace-context/) of the code that appended the
+	// event: the traceparent and tracestate header values, empty when it
+	// ran outside a trace. Adapters store them as they are given.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
+}
+
+// Clone returns a deep copy of m: adapters keep and hand out copies, never
+// the caller's maps. An empty map is copied as nil, as the JSON encoding of
+// Metadata stores it, so that an adapter that keeps values and one that
+// stores JSON hand out the same metadata.
+func (m Metadata) Clone() Metadata {
+	if m.Scope != nil {
+		scope := *m.Scope
+		scope.Extras = cloneNonEmpty(scope.Extras)
+		m.Scope = &scope
+	}
+	m.Headers = cloneNonEmpty(m.Headers)
+	return m
+}
+
+// cloneNonEmpty returns a copy of m, nil when m is empty.
+func cloneNonEmpty(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	return maps.Clone(m)
+}
+
+// Event is a stored event.
+type Event struct {
+	// ID is the event's unique id (UUIDv7).
+	ID uuid.UUID
+	// StreamID is the stream (aggregate) the event belongs to.
+	StreamID uuid.UUID
+	// Type is the registered event type name, the key that selects perspectives.
+	Type string
+	// Version is the 1-based position of the event in its stream. Within a
+	// stream, Version is the processing order.
+	Version int64
+	// Data is the JSON payload.
+	Data []byte
+	// Metadata carries correlation, causation, scope and headers.
+	Metadata Metadata
+	// CreatedAt is when the backend stored the event.
+	CreatedAt time.Time
+}
+
+// NewEvent is an event to append.
+type NewEvent struct {
+	// ID is the event id. Zero means the backend assigns a UUIDv7.
+	ID uuid.UUID
+	// Type is the event type name. Required.
+	Type string
+	// Version places the event explicitly (imports). Zero means the next
+	// version of the stream. An explicit version below the stream's head that
+	// is still free is stored as a late arrival: perspectives whose cursor is
+	// past it are flagged RewindRequired.
+	Version int64
+	// Data is the JSON payload. Required (use "{}" for an empty payload);
+	// JSON null is refused.
+	Data []byte
+	// Metadata is stored with the event.
+	Metadata Metadata
+}
+
+// Subscription declares that a perspective applies events of a type.
+type Subscription struct {
+	EventType   string
+	Perspective string
 }

@@ -95,3 +95,43 @@ func (p *EventsReadStreamParams) Validate() error {
 		checkNotNegative("EventsReadStreamParams.Limit", p.Limit),
 	)
 }
+
+// WorkItem is one pending (stream, perspective, event) work row.
+type WorkItem struct {
+	// WorkID identifies the work row; completions and dedup refer to it.
+	WorkID uuid.UUID
+	// StreamID is the event's stream.
+	StreamID uuid.UUID
+	// Perspective is the name of the perspective that must apply the event.
+	Perspective string
+	// EventID is the event to apply.
+	EventID uuid.UUID
+	// EventVersion is the event's version in its stream.
+	EventVersion int64
+	// Attempts counts the applies of the row that failed and the times it
+	// was taken over from a dead instance (see WorkClaimer); 0 for a row
+	// nobody failed on.
+	Attempts int
+	// Late is set on a row whose event was stored below its pair's cursor
+	// (a late arrival, a dead letter requeued past it) or that a completion
+	// found pending below the position it reported (a straggler): its event
+	// was never applied, although the cursor passed it, and only a rewind
+	// can apply it in order. It is set too on a row stored below its
+	// pair's handed-out mark (see WorkClaimer; whether or not the stream's
+	// lease is still live): rows above it were handed to an apply whose
+	// save may move the cursor past the new row before the pair is fetched
+	// again, and a crash may then keep the completion that would find the
+	// straggler from ever being reported. A Late row above the cursor is
+	// applied as any other. Once set it stays until the row is deleted.
+	Late bool
+	// Replay is set on a row that CursorStore.WorkFail stored for a
+	// Failure's FailedEventID: a replay of the pair (a rewind, a rebuild)
+	// failed on an event that its model had reflected already, and the row
+	// stands for that event's retry. Its event was applied before, so a
+	// replay that applies it again applies nothing new: the engine neither
+	// counts it among the new events nor runs its stages as for a first
+	// apply. It is false on every other row, a dead letter's requeued row
+	// included (the replays after the move left its event out of the
+	// model). It never changes while the row is pending.
+	Replay bool
+}

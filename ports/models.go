@@ -150,3 +150,18 @@ func (p *ModelSaveParams) Validate() error {
 		checkJSON("ModelSaveParams.Data", p.Data),
 	)
 }
+
+// StoredModel is a perspective's model for one stream with its cursor position.
+type StoredModel struct {
+	StreamID    uuid.UUID
+	Perspective string
+	// Data is the JSON encoding of the model.
+	Data []byte
+	// LastEventID and LastVersion are the last event reflected in Data.
+	LastEventID uuid.UUID
+	LastVersion int64
+	// Epoch is the pair's epoch (see Cursor.Epoch) the model was saved at;
+	// a save based on the model sends it as ModelSaveParams.ExpectedEpoch.
+	Epoch     int64
+	UpdatedAt time.Time
+}

@@ -3,6 +3,9 @@ package ports
 import (
 	"context"
 	"log/slog"
+	"slices"
+
+	"github.com/google/uuid"
 )
 
 // Notifier carries wake-up hints. Notifications are best effort: polling is
@@ -34,4 +37,59 @@ type NotifierListenParams struct {
 	// line holding a key twice loses one of the values. Defaults to the
 	// adapter's logger.
 	Logger *slog.Logger
+}
+
+// Wake is a notification that new work may be available.
+type Wake struct {
+	// Reconnected is true when the listener reconnected and notifications may
+	// have been missed; the receiver should poll.
+	Reconnected bool
+	// Streams, when set, are the streams whose appends this wake reports,
+	// and the wake reports nothing else: a receiver may drain them without
+	// asking the backend which streams have work. Empty means unknown (a
+	// NotifierPublish, a requeue, wakes merged past WakeStreamsMax): the
+	// receiver should poll.
+	Streams []uuid.UUID
+}
+
+// WakeStreamsMax bounds the Streams of a merged Wake; past it the merged
+// wake names none, which asks for a poll.
+const WakeStreamsMax = 256
+
+// OfferWake hands w to a listener's channel of capacity one without
+// blocking: when a wake is still buffered it is replaced by its Merge with
+// w. The caller must be the channel's only sender (an adapter sends under
+// one lock), so that once the buffered wake is taken back, or was received
+// meanwhile, the send cannot block.
+func OfferWake(ch chan Wake, w Wake) {
+	select {
+	case ch <- w:
+		return
+	default:
+	}
+	select {
+	case buffered := <-ch:
+		ch <- buffered.Merge(w)
+	default:
+		ch <- w
+	}
+}
+
+// Merge returns the wake that reports what w and o report, for a listener
+// that coalesces a wake into one still buffered: Reconnected when either
+// is, and the streams of both, unless either names none (unknown stays
+// unknown) or they would exceed WakeStreamsMax. It does not modify w or o.
+func (w Wake) Merge(o Wake) Wake {
+	m := Wake{Reconnected: w.Reconnected || o.Reconnected}
+	if len(w.Streams) == 0 || len(o.Streams) == 0 || len(w.Streams)+len(o.Streams) > WakeStreamsMax {
+		return m
+	}
+	m.Streams = make([]uuid.UUID, 0, len(w.Streams)+len(o.Streams))
+	m.Streams = append(m.Streams, w.Streams...)
+	for _, id := range o.Streams {
+		if !slices.Contains(m.Streams, id) {
+			m.Streams = append(m.Streams, id)
+		}
+	}
+	return m
 }
