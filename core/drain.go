@@ -233,7 +233,7 @@ func (dr *drainer) drainStream(ctx context.Context, t *streamTask, sw *streamWor
 }
 
 // drainPass runs the perspectives of one fetch of a stream, each on a
-// goroutine of its own, at most MaxConcurrentPerspectives at once, and
+// goroutine of its own, at most MaxPerspectivesPerStream at once, and
 // waits until every one of them ended or was abandoned: an abandoned apply
 // runs on, and neither the stream nor the batch waits for it. It records
 // on the task what the pairs applied, in the order of the perspectives
@@ -250,7 +250,7 @@ func (dr *drainer) drainPass(ctx context.Context, t *streamTask, sw *streamWork,
 		running--
 	}
 	for i, rows := range groups {
-		if running == dr.opts.MaxConcurrentPerspectives {
+		if running == dr.opts.MaxPerspectivesPerStream {
 			dr.Signals.OnPairSlotWait()
 			wait()
 		}

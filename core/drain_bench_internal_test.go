@@ -92,12 +92,12 @@ func BenchmarkDrainBatch(b *testing.B) {
 
 // BenchmarkDrainBatchSlowApplies measures a batch of 10 streams of 10
 // events, each applied by 5 perspectives whose applies take 200µs (a
-// handler that calls out), at several MaxConcurrentPerspectives: the
+// handler that calls out), at several MaxPerspectivesPerStream: the
 // perspectives of a stream wait for each other only up to that bound.
 func BenchmarkDrainBatchSlowApplies(b *testing.B) {
 	for _, mcp := range []int{1, 2, 4, 8} {
 		b.Run(fmt.Sprintf("maxConcurrentPerspectives=%d", mcp), func(b *testing.B) {
-			newDrainBench(b, 5, 200*time.Microsecond, Options{MaxConcurrentPerspectives: mcp}).run(b, 10, 10, 5)
+			newDrainBench(b, 5, 200*time.Microsecond, Options{MaxPerspectivesPerStream: mcp}).run(b, 10, 10, 5)
 		})
 	}
 }

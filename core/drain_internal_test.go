@@ -140,11 +140,11 @@ func TestDrainLoopNeedsRefetchMinBatch(t *testing.T) {
 }
 
 // The perspectives of a stream are drained in parallel, never more than
-// MaxConcurrentPerspectives at once.
+// MaxPerspectivesPerStream at once.
 func TestStreamPerspectivesDrainInParallel(t *testing.T) {
 	t.Parallel()
 
-	bb := setupBatchNamed(t, &Options{MaxConcurrentPerspectives: 2}, memory.New(memory.Options{}).Backend(), "a", "b", "c", "d")
+	bb := setupBatchNamed(t, &Options{MaxPerspectivesPerStream: 2}, memory.New(memory.Options{}).Backend(), "a", "b", "c", "d")
 	slotWaits := make(chan struct{}, 10)
 	bb.w.Signals.PairSlotWait = func() {
 		select {
@@ -177,7 +177,7 @@ func TestStreamPerspectivesDrainInParallel(t *testing.T) {
 	rest := []string{recv(t, started, "a third perspective"), recv(t, started, "a fourth perspective")}
 	recv(t, done, "the batch")
 	require.ElementsMatch(t, []string{"a", "b", "c", "d"}, append(first, rest...))
-	require.Equal(t, int64(2), most.Load(), "never more than MaxConcurrentPerspectives at once")
+	require.Equal(t, int64(2), most.Load(), "never more than MaxPerspectivesPerStream at once")
 	require.Equal(t, int64(4), bb.applied.Load())
 }
 
@@ -213,7 +213,7 @@ func TestHungApplyHoldsOnlyItsPair(t *testing.T) {
 	processed := make(chan pairKey, 10)
 	abandoned := make(chan AbandonedApply, 1)
 	opts := &Options{
-		Clock: clock, ApplyTimeout: time.Minute, ApplyAbandonGrace: 10 * time.Second, MaxConcurrentPerspectives: 3,
+		Clock: clock, ApplyTimeout: time.Minute, ApplyAbandonGrace: 10 * time.Second, MaxPerspectivesPerStream: 3,
 		Hooks: Hooks{
 			OnPerspectiveEventProcessed: func(e PerspectiveEventProcessed) {
 				processed <- pairKey{stream: e.StreamID, perspective: e.Perspective}

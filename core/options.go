@@ -35,7 +35,7 @@ const (
 	IdleThresholdPollsDefault           = 2
 	PerspectiveBatchSizeDefault         = 100
 	MaxConcurrentStreamsDefault         = 30
-	MaxConcurrentPerspectivesDefault    = 4
+	MaxPerspectivesPerStreamDefault     = 4
 	MaxConcurrentDrainConsumersDefault  = 4
 	MaxStreamsPerBatchDefault           = 300
 	DrainLoopMaxIterationsDefault       = 5
@@ -247,15 +247,17 @@ type Options struct {
 	// Defaults to 100.
 	PerspectiveBatchSize int
 	// MaxConcurrentStreams bounds the streams drained in parallel within
-	// one batch. Defaults to 30.
+	// one batch. Defaults to 30. (The original system calls this bound
+	// MaxConcurrentPerspectives.)
 	MaxConcurrentStreams int
-	// MaxConcurrentPerspectives bounds the perspectives of one stream
+	// MaxPerspectivesPerStream bounds the perspectives of one stream
 	// drained in parallel: each runs its own events in order, under its
 	// own gate, and the stream is released once every one of them ended.
 	// With MaxConcurrentStreams streams at once, up to
-	// MaxConcurrentStreams × MaxConcurrentPerspectives applies run in
-	// parallel. Defaults to 4; 1 drains them one after another.
-	MaxConcurrentPerspectives int
+	// MaxConcurrentStreams × MaxPerspectivesPerStream applies run in
+	// parallel. Defaults to 4; 1 drains them one after another. The
+	// original system drains a stream's perspectives one after another.
+	MaxPerspectivesPerStream int
 	// MaxConcurrentDrainConsumers is the number of consumer loops. Defaults to 4.
 	MaxConcurrentDrainConsumers int
 	// MaxStreamsPerBatch bounds the streams one claim returns, those the
@@ -491,7 +493,7 @@ func (c *Options) countDefaults(errs *[]error) {
 	num("IdleThresholdPolls", &c.IdleThresholdPolls, IdleThresholdPollsDefault, false)
 	num("PerspectiveBatchSize", &c.PerspectiveBatchSize, PerspectiveBatchSizeDefault, false)
 	num("MaxConcurrentStreams", &c.MaxConcurrentStreams, MaxConcurrentStreamsDefault, false)
-	num("MaxConcurrentPerspectives", &c.MaxConcurrentPerspectives, MaxConcurrentPerspectivesDefault, false)
+	num("MaxPerspectivesPerStream", &c.MaxPerspectivesPerStream, MaxPerspectivesPerStreamDefault, false)
 	num("MaxConcurrentDrainConsumers", &c.MaxConcurrentDrainConsumers, MaxConcurrentDrainConsumersDefault, false)
 	num("MaxStreamsPerBatch", &c.MaxStreamsPerBatch, MaxStreamsPerBatchDefault, false)
 	num("DrainLoopMaxIterations", &c.DrainLoopMaxIterations, DrainLoopMaxIterationsDefault, false)

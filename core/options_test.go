@@ -22,7 +22,7 @@ func TestOptionsDefaults(t *testing.T) {
 	require.Equal(t, 2, o.IdleThresholdPolls)
 	require.Equal(t, 100, o.PerspectiveBatchSize)
 	require.Equal(t, 30, o.MaxConcurrentStreams)
-	require.Equal(t, 4, o.MaxConcurrentPerspectives)
+	require.Equal(t, 4, o.MaxPerspectivesPerStream)
 	require.Equal(t, 4, o.MaxConcurrentDrainConsumers)
 	require.Equal(t, 300, o.MaxStreamsPerBatch)
 	require.Equal(t, 5, o.DrainLoopMaxIterations)
@@ -58,8 +58,8 @@ func TestOptionsInvalid(t *testing.T) {
 		{"negative polling", Options{PollingInterval: -time.Second}, "Options.PollingInterval must not be negative"},
 		{"negative attempts", Options{MaxPerspectiveEventAttempts: -2}, "Options.MaxPerspectiveEventAttempts must be positive"},
 		{"negative consumers", Options{MaxConcurrentDrainConsumers: -1}, "Options.MaxConcurrentDrainConsumers must be positive"},
-		{"negative perspectives", Options{MaxConcurrentPerspectives: -1}, "Options.MaxConcurrentPerspectives must be positive, got -1"},
-		{"unlimited perspectives", Options{MaxConcurrentPerspectives: Unlimited}, "Options.MaxConcurrentPerspectives must be positive, got -1"},
+		{"negative perspectives", Options{MaxPerspectivesPerStream: -1}, "Options.MaxPerspectivesPerStream must be positive, got -1"},
+		{"unlimited perspectives", Options{MaxPerspectivesPerStream: Unlimited}, "Options.MaxPerspectivesPerStream must be positive, got -1"},
 		{"negative batch size", Options{PerspectiveBatchSize: -5}, "Options.PerspectiveBatchSize must be positive"},
 		{"negative lease", Options{LeaseDuration: -1}, "Options.LeaseDuration must not be negative"},
 		{"window above max wait", Options{DrainBatcher: DrainBatcherOptions{SlidingWindow: 5 * time.Second}}, "Options.DrainBatcher.SlidingWindow (5s) must not exceed"},

@@ -130,7 +130,7 @@ func newOptions(rng *rand.Rand, p *params) core.Options {
 		RebuildPollInterval:          between(rng, 100*time.Millisecond, 500*time.Millisecond),
 		StatsInterval:                50 * time.Millisecond,
 		MaxConcurrentStreams:         pick(rng, 0, 3),
-		MaxConcurrentPerspectives:    pick(rng, 0, 1, 2),
+		MaxPerspectivesPerStream:     pick(rng, 0, 1, 2),
 		MaxConcurrentDrainConsumers:  pick(rng, 0, 1, 2),
 		FetchMaxRows:                 pick(rng, 0, 0, 7),
 		Rewind: core.RewindOptions{
@@ -165,7 +165,7 @@ func describeOptions(o core.Options, p params) string {
 		completion, o.MaxPerspectiveEventAttempts, o.StaleInstanceThreshold, o.HeartbeatInterval, o.LeaseDuration, o.ApplyTimeout, o.ApplyAbandonGrace,
 		o.ClaimInterval, o.ClaimNotifyHealthyInterval, o.PollingInterval, o.NotifyHealthyPollingInterval, o.DrainBatcher.SlidingWindow, o.DrainBatcher.MaxWait,
 		o.PerspectiveBatchSize, o.ModelCacheSize, o.FetchMaxRows)
-	fmt.Fprintf(&b, "consumers=%d streams=%d perspectives=%d\n", o.MaxConcurrentDrainConsumers, o.MaxConcurrentStreams, o.MaxConcurrentPerspectives)
+	fmt.Fprintf(&b, "consumers=%d streams=%d perspectives=%d\n", o.MaxConcurrentDrainConsumers, o.MaxConcurrentStreams, o.MaxPerspectivesPerStream)
 	fmt.Fprintf(&b, "eventRetry=%s..%s infraRetry=%s..%s resend=%s..%s rewinds=%s snapshotEvery=%d debounce=%s/%s lock=%s rebuildPoll=%s",
 		o.EventRetry.Initial, o.EventRetry.Max, o.InfraRetry.Initial, o.InfraRetry.Max, o.CompletionResend.Initial, o.CompletionResend.Max,
 		map[bool]string{true: "off", false: "on"}[o.Rewind.Disabled], o.Rewind.SnapshotEvery, o.Rewind.Debounce, o.Rewind.MaxDebounce, o.Rewind.LockTimeout, o.RebuildPollInterval)
