@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/core"
+	"github.com/vantage-go/vantage/core/completion"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -69,7 +70,7 @@ func testInstantReportsRetried(t *testing.T, newBackend NewBackendFunc) {
 	var tries atomic.Int64
 	pr := newProgress()
 	opts := fastOptions()
-	opts.Completion = core.CompletionInstant
+	opts.Completion = completion.InstantFactory
 	opts.Hooks = pr.hooks(core.Hooks{})
 	reg := newRegistry(t, strictPerspective(t, "alpha", func(_ context.Context, e ports.Event, _ tick) error {
 		if e.StreamID == failing && tries.Add(1) == 1 {

@@ -64,22 +64,16 @@ func newCompleter(e *engine, cache *dedup.Cache) (*completer, error) {
 		Multiplier:  e.opts.CompletionResend.Multiplier,
 		MaxTimeout:  e.opts.CompletionResend.Max,
 	}
-	var err error
-	switch {
-	case e.opts.CompletionStrategy != nil:
-		if c.strategy, err = e.opts.CompletionStrategy(instantReporter{c}); err != nil {
-			return nil, fmt.Errorf("Options.CompletionStrategy: %w", err)
-		}
-		if c.strategy == nil {
-			return nil, errors.New("Options.CompletionStrategy returned no strategy")
-		}
-	case e.opts.Completion == CompletionInstant:
-		c.strategy, err = completion.NewInstantWith(instantReporter{c}, resend)
-	default:
-		c.strategy, err = completion.NewBatched(resend)
+	build := e.opts.Completion
+	if build == nil {
+		build = completion.BatchedFactory
 	}
-	if err != nil {
-		return nil, err
+	var err error
+	if c.strategy, err = build(completion.Config{Reporter: instantReporter{c}, Resend: resend}); err != nil {
+		return nil, fmt.Errorf("Options.Completion: %w", err)
+	}
+	if c.strategy == nil {
+		return nil, errors.New("Options.Completion returned no strategy")
 	}
 	completionRows := func(t completion.Tracked[ports.Completion]) int { return len(t.Item.WorkIDs) }
 	if c.completions, err = newFlusher(e, flusherCompletions, c.flushCompletions, c.completionsAcknowledged, c.completionsRefused, completionRows, c.completionsStalled); err != nil {

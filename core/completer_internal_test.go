@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/adapters/memory"
+	"github.com/vantage-go/vantage/core/completion"
 	"github.com/vantage-go/vantage/internal/clocktest"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -57,7 +58,7 @@ type reportBundle struct {
 	row     ports.WorkItem
 }
 
-func setupReports(t *testing.T, mode CompletionMode, err error) *reportBundle {
+func setupReports(t *testing.T, mode completion.Factory, err error) *reportBundle {
 	t.Helper()
 	clock := clocktest.NewFake()
 	mem := memory.New(memory.Options{Clock: clock}).Backend()
@@ -108,11 +109,11 @@ func (rb *reportBundle) pending(t *testing.T) int64 {
 func TestRefusedCompletionReleasesItsRows(t *testing.T) {
 	t.Parallel()
 
-	for name, mode := range map[string]CompletionMode{"Batched": CompletionBatched, "Instant": CompletionInstant} {
+	for name, mode := range map[string]completion.Factory{"Batched": completion.BatchedFactory, "Instant": completion.InstantFactory} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			rb := setupReports(t, mode, errRefusedReport)
-			if err := rb.w.completer.flushNow(t.Context()); mode == CompletionBatched {
+			if err := rb.w.completer.flushNow(t.Context()); name == "Batched" {
 				require.ErrorIs(t, err, ports.ErrInvalidArgument, "the flusher met the refusal")
 			} else {
 				require.NoError(t, err, "the report met the refusal: nothing to flush")
@@ -141,7 +142,7 @@ func TestRefusedCompletionReleasesItsRows(t *testing.T) {
 func TestInstantCompletionKeptUntilAcknowledged(t *testing.T) {
 	t.Parallel()
 
-	rb := setupReports(t, CompletionInstant, errTransientReport)
+	rb := setupReports(t, completion.InstantFactory, errTransientReport)
 	require.True(t, rb.held(), "the row stays held back")
 	require.Equal(t, 1, rb.kept(), "the completion is kept")
 	require.Equal(t, int64(1), rb.pending(t))
@@ -160,7 +161,7 @@ func TestInstantCompletionKeptUntilAcknowledged(t *testing.T) {
 func TestRefusedFailureUnparksItsPair(t *testing.T) {
 	t.Parallel()
 
-	for name, mode := range map[string]CompletionMode{"Batched": CompletionBatched, "Instant": CompletionInstant} {
+	for name, mode := range map[string]completion.Factory{"Batched": completion.BatchedFactory, "Instant": completion.InstantFactory} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			rb := setupReports(t, mode, nil)
@@ -175,7 +176,7 @@ func TestRefusedFailureUnparksItsPair(t *testing.T) {
 				Error: "boom", RetryAt: retryAt,
 			}, 2, 1, errors.New("boom"))
 			rb.w.completer.flushPending(t.Context())
-			if err := rb.w.completer.failures.Flush(t.Context()); mode == CompletionBatched {
+			if err := rb.w.completer.failures.Flush(t.Context()); name == "Batched" {
 				require.ErrorIs(t, err, ports.ErrInvalidArgument, "the flusher met the refusal")
 			} else {
 				require.NoError(t, err, "the report met the refusal: nothing to flush")

@@ -67,21 +67,6 @@ const (
 // MaxPerspectiveEventAttempts).
 const Unlimited = -1
 
-// CompletionMode selects how completions reach the backend.
-type CompletionMode int
-
-const (
-	// CompletionBatched buffers completions and failures and flushes them in
-	// batches, one backend round trip per batch, with acknowledgement by
-	// identity and stale re-sends. The default.
-	CompletionBatched CompletionMode = iota
-	// CompletionInstant reports every completion and failure to the backend
-	// as soon as it happens: more round trips, immediate visibility. One
-	// whose report fails is kept and sent again as batched ones are
-	// (FlushRetry, then CompletionResend) until it is acknowledged.
-	CompletionInstant
-)
-
 // DrainBatcherOptions bound how streams that arrive to be drained gather
 // into one batch. A batch starts at once while no other batch is being
 // drained; streams that arrive while one is gather into the next for as
@@ -290,7 +275,7 @@ type Options struct {
 	// DrainBatcher bounds the gathering of streams into a batch.
 	DrainBatcher DrainBatcherOptions
 	// CompletionResend is when a completion or failure report the engine
-	// handed to the backend (with CompletionInstant, one whose report
+	// handed to the backend (with completion.InstantFactory, one whose report
 	// failed) is sent again because its acknowledgement has not come: a
 	// wait of Initial after the send, Multiplier times longer after each
 	// re-send, at most Max. It is what recovers an outcome whose batch the
@@ -322,13 +307,15 @@ type Options struct {
 	// that produced it is found and charged a failed attempt (see
 	// EventRetry). Defaults to 100ms, growing by 1.5, at most 5s.
 	InfraRetry Backoff
-	// Completion selects one of the built-in completion strategies.
-	// Defaults to CompletionBatched.
-	Completion CompletionMode
-	// CompletionStrategy, when set, builds the completion strategy instead:
-	// one of your own, or a built-in one wrapped (to observe it, say). New
-	// calls it once per Worker. It excludes a non-default Completion.
-	CompletionStrategy completion.Factory
+	// Completion builds the completion strategy, which decides when
+	// outcomes reach the backend: completion.BatchedFactory (the default)
+	// buffers them and flushes them in batches, acknowledged and retried;
+	// completion.InstantFactory reports each one at once (more round
+	// trips; every outcome visible at once), and keeps one whose report
+	// failed to send it again as batched ones are (FlushRetry, then
+	// CompletionResend) until it is acknowledged. A factory of your own
+	// may build any Strategy. New calls it once per Worker.
+	Completion completion.Factory
 	// Generation names this instance's deploy generation: the service's
 	// version or build. Dead letters record the generation they failed on,
 	// and an instance with a Generation requeues, once, the dead letters
@@ -517,12 +504,6 @@ func (c *Options) check(errs *[]error) {
 	}
 	if c.DrainBatcher.SlidingWindow > c.DrainBatcher.MaxWait {
 		add(fmt.Errorf("Options.DrainBatcher.SlidingWindow (%s) must not exceed Options.DrainBatcher.MaxWait (%s)", c.DrainBatcher.SlidingWindow, c.DrainBatcher.MaxWait))
-	}
-	if c.Completion != CompletionBatched && c.Completion != CompletionInstant {
-		add(fmt.Errorf("Options.Completion has unknown value %d", c.Completion))
-	}
-	if c.CompletionStrategy != nil && c.Completion != CompletionBatched {
-		add(errors.New("Options.CompletionStrategy and Options.Completion are both set; set one"))
 	}
 }
 

@@ -71,7 +71,6 @@ func TestOptionsInvalid(t *testing.T) {
 		{"negative flush attempts", Options{FlushRetry: FlushRetryOptions{MaxAttempts: -1}}, "Options.FlushRetry.MaxAttempts must be positive, got -1"},
 		{"event retry above max", Options{EventRetry: Backoff{Initial: time.Hour}}, "Options.EventRetry.Initial (1h0m0s) must not exceed Options.EventRetry.Max (5m0s)"},
 		{"infra retry above max", Options{InfraRetry: Backoff{Initial: time.Second, Max: time.Millisecond}}, "Options.InfraRetry.Initial (1s) must not exceed Options.InfraRetry.Max (1ms)"},
-		{"unknown completion mode", Options{Completion: 7}, "Options.Completion has unknown value 7"},
 		{"negative max size", Options{DrainBatcher: DrainBatcherOptions{MaxSize: -1}}, "Options.DrainBatcher.MaxSize must be positive"},
 	}
 	for _, tc := range cases {

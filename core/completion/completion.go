@@ -1,8 +1,8 @@
 // Package completion holds the completion strategies of the engine: how the
 // outcome of applying a perspective (a ports.Completion or a ports.Failure)
 // travels from the goroutine that applied it to the backend. A Worker uses
-// one Strategy, chosen by core.Options.Completion (Batched or Instant) or
-// built by core.Options.CompletionStrategy, a Factory of your own.
+// one Strategy, built by the Factory of core.Options.Completion:
+// BatchedFactory (the default), InstantFactory, or one of your own.
 //
 // Batched, the default, only records each outcome as a Pending tracked item.
 // The engine periodically takes the Pending items, hands them to its
@@ -115,10 +115,30 @@ type Reporter interface {
 	Fail(ctx context.Context, items []ports.Failure) error
 }
 
-// Factory builds the strategy of one Worker. r delivers outcomes to the
-// backend at once and acknowledges them (what Instant calls); a strategy
-// that only keeps outcomes Pending for the engine's flushers ignores it.
-type Factory func(r Reporter) (Strategy, error)
+// Factory builds the strategy of one Worker from what the engine gives it
+// (see Config). BatchedFactory and InstantFactory build the built-in ones;
+// a factory of your own may call one of them and wrap what it built (to
+// observe it, say).
+type Factory func(c Config) (Strategy, error)
+
+// Config is what the engine gives a Factory.
+type Config struct {
+	// Reporter delivers outcomes to the backend at once and acknowledges
+	// them (what Instant calls); a strategy that only keeps outcomes
+	// Pending for the engine's flushers ignores it.
+	Reporter Reporter
+	// Resend are the timeouts after which outcomes sent and never
+	// acknowledged are re-queued (core.Options.CompletionResend).
+	Resend BatchedOptions
+}
+
+// BatchedFactory is the default Factory: NewBatched with the engine's
+// resend timeouts.
+func BatchedFactory(c Config) (Strategy, error) { return NewBatched(c.Resend) }
+
+// InstantFactory builds the Instant strategy: NewInstantWith the engine's
+// Reporter and resend timeouts.
+func InstantFactory(c Config) (Strategy, error) { return NewInstantWith(c.Reporter, c.Resend) }
 
 // Strategy decides when outcomes reach the backend. Implementations are safe
 // for concurrent use.

@@ -44,11 +44,9 @@ func (s *countingStrategy) MarkAcknowledged(ids []uuid.UUID) {
 func TestUserCompletionStrategy(t *testing.T) {
 	t.Parallel()
 
-	for name, inner := range map[string]func(completion.Reporter) (completion.Strategy, error){
-		"Batched": func(completion.Reporter) (completion.Strategy, error) {
-			return completion.NewBatched(completion.BatchedOptions{})
-		},
-		"Instant": func(r completion.Reporter) (completion.Strategy, error) { return completion.NewInstant(r), nil },
+	for name, inner := range map[string]completion.Factory{
+		"Batched": completion.BatchedFactory,
+		"Instant": completion.InstantFactory,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -63,8 +61,8 @@ func TestUserCompletionStrategy(t *testing.T) {
 					once.Do(func() { close(settled) })
 				}
 			}
-			opts.CompletionStrategy = func(r completion.Reporter) (completion.Strategy, error) {
-				s, err := inner(r)
+			opts.Completion = func(c completion.Config) (completion.Strategy, error) {
+				s, err := inner(c)
 				strategy = &countingStrategy{Strategy: s, reported: make(chan struct{})}
 				return strategy, err
 			}
@@ -88,27 +86,19 @@ func TestUserCompletionStrategy(t *testing.T) {
 	}
 }
 
-// A factory's error, or a strategy and a built-in mode both chosen, is
-// refused by New with the option named.
+// A factory's error, or a factory that builds nothing, is refused by New
+// with the option named.
 func TestUserCompletionStrategyErrors(t *testing.T) {
 	t.Parallel()
 
 	b := memory.New(memory.Options{}).Backend()
-	_, err := core.New(b, testRegistry(t), &core.Options{CompletionStrategy: func(completion.Reporter) (completion.Strategy, error) {
+	_, err := core.New(b, testRegistry(t), &core.Options{Completion: func(completion.Config) (completion.Strategy, error) {
 		return nil, errors.New("no strategy today")
 	}})
-	require.ErrorContains(t, err, "Options.CompletionStrategy: no strategy today")
+	require.ErrorContains(t, err, "Options.Completion: no strategy today")
 
-	_, err = core.New(b, testRegistry(t), &core.Options{CompletionStrategy: func(completion.Reporter) (completion.Strategy, error) {
+	_, err = core.New(b, testRegistry(t), &core.Options{Completion: func(completion.Config) (completion.Strategy, error) {
 		return nil, nil
 	}})
-	require.ErrorContains(t, err, "Options.CompletionStrategy returned no strategy")
-
-	_, err = core.New(b, testRegistry(t), &core.Options{
-		Completion: core.CompletionInstant,
-		CompletionStrategy: func(r completion.Reporter) (completion.Strategy, error) {
-			return completion.NewInstant(r), nil
-		},
-	})
-	require.ErrorContains(t, err, "Options.CompletionStrategy and Options.Completion are both set")
+	require.ErrorContains(t, err, "Options.Completion returned no strategy")
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/vantage-go/vantage/adapters/memory"
 	"github.com/vantage-go/vantage/core"
+	"github.com/vantage-go/vantage/core/completion"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -91,7 +92,7 @@ func setupReports(t *testing.T, err error, apply func(context.Context, total, ad
 	return rb
 }
 
-func (rb *reportBundle) start(t *testing.T, mode core.CompletionMode, edit func(*core.Options)) {
+func (rb *reportBundle) start(t *testing.T, mode completion.Factory, edit func(*core.Options)) {
 	t.Helper()
 	opts := quietOptions(t)
 	opts.Completion = mode
@@ -173,7 +174,7 @@ func TestInstantCompletionRetriedAfterTransientError(t *testing.T) {
 
 	rb := setupReports(t, errReportTransient, nil)
 	rb.cursors.completes.Store(1)
-	rb.start(t, core.CompletionInstant, nil)
+	rb.start(t, completion.InstantFactory, nil)
 	stream := uuid.New()
 	events := appendAdded(t, rb.reg, rb.b, stream, 1, 2).Events
 	require.Equal(t, "complete", waitFor(t, rb.cursors.failed, "the first completion to fail"))
@@ -189,7 +190,7 @@ func TestInstantCompletionRetriedAfterTransientError(t *testing.T) {
 func TestFailureReportRetriedAfterTransientError(t *testing.T) {
 	t.Parallel()
 
-	for name, mode := range map[string]core.CompletionMode{"Batched": core.CompletionBatched, "Instant": core.CompletionInstant} {
+	for name, mode := range map[string]completion.Factory{"Batched": completion.BatchedFactory, "Instant": completion.InstantFactory} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			var tries atomic.Int64
@@ -216,7 +217,7 @@ func TestFailureReportRetriedAfterTransientError(t *testing.T) {
 func TestRefusedReportDrainedAgain(t *testing.T) {
 	t.Parallel()
 
-	for name, mode := range map[string]core.CompletionMode{"Batched": core.CompletionBatched, "Instant": core.CompletionInstant} {
+	for name, mode := range map[string]completion.Factory{"Batched": completion.BatchedFactory, "Instant": completion.InstantFactory} {
 		t.Run(name+"/Completion", func(t *testing.T) {
 			t.Parallel()
 			rb := setupReports(t, errReportRefused, nil)
@@ -273,7 +274,7 @@ func TestOvertakingCompletionCompletesTheRowsBelowIt(t *testing.T) {
 
 	rb := setupReports(t, errReportTransient, nil)
 	rb.cursors.completes.Store(2) // the instant report and the flusher's only attempt
-	rb.start(t, core.CompletionInstant, func(o *core.Options) {
+	rb.start(t, completion.InstantFactory, func(o *core.Options) {
 		o.FlushRetry.MaxAttempts = 1
 		o.CompletionResend = core.Backoff{Initial: time.Hour, Max: time.Hour} // not sent again during the test
 	})
@@ -306,7 +307,7 @@ func TestOvertakingCompletionCompletesTheRowsBelowIt(t *testing.T) {
 func TestHealthyReportsListEachRowOnce(t *testing.T) {
 	t.Parallel()
 
-	for name, mode := range map[string]core.CompletionMode{"Batched": core.CompletionBatched, "Instant": core.CompletionInstant} {
+	for name, mode := range map[string]completion.Factory{"Batched": completion.BatchedFactory, "Instant": completion.InstantFactory} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			rb := setupReports(t, errReportTransient, nil)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/vantage-go/vantage/adapters/memory"
 	"github.com/vantage-go/vantage/core"
+	"github.com/vantage-go/vantage/core/completion"
 	"github.com/vantage-go/vantage/internal/clocktest"
 	"github.com/vantage-go/vantage/internal/logtest"
 	"github.com/vantage-go/vantage/ports"
@@ -213,13 +214,13 @@ func TestOutageLoggedOncePerOperation(t *testing.T) {
 	t.Run("Batched", func(t *testing.T) {
 		t.Parallel()
 		synctest.Test(t, func(t *testing.T) {
-			testOutageLogged(t, core.CompletionBatched, &outage{completing: "flushing completions", failing: "flushing failures"})
+			testOutageLogged(t, completion.BatchedFactory, &outage{completing: "flushing completions", failing: "flushing failures"})
 		})
 	})
 	t.Run("Instant", func(t *testing.T) {
 		t.Parallel()
 		synctest.Test(t, func(t *testing.T) {
-			testOutageLogged(t, core.CompletionInstant, &outage{completing: "reporting completions", failing: "reporting failures", alsoLogged: map[string][]string{
+			testOutageLogged(t, completion.InstantFactory, &outage{completing: "reporting completions", failing: "reporting failures", alsoLogged: map[string][]string{
 				"reporting completions": {"flushing completions"},
 				"reporting failures":    {"flushing failures"},
 			}})
@@ -227,7 +228,7 @@ func TestOutageLoggedOncePerOperation(t *testing.T) {
 	})
 }
 
-func testOutageLogged(t *testing.T, mode core.CompletionMode, down *outage) {
+func testOutageLogged(t *testing.T, mode completion.Factory, down *outage) {
 	const (
 		tick      = 250 * time.Millisecond // the claim interval
 		outageFor = 9 * time.Second

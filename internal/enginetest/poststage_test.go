@@ -11,6 +11,7 @@ import (
 
 	"github.com/vantage-go/vantage/adapters/memory"
 	"github.com/vantage-go/vantage/core"
+	"github.com/vantage-go/vantage/core/completion"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -91,7 +92,7 @@ func (l orderedLifecycle) LifecycleComplete(ctx context.Context, p *ports.Lifecy
 func TestPostPerspectiveRecordedBeforeTheRowsAreReported(t *testing.T) {
 	t.Parallel()
 
-	for name, mode := range map[string]core.CompletionMode{"Batched": core.CompletionBatched, "Instant": core.CompletionInstant} {
+	for name, mode := range map[string]completion.Factory{"Batched": completion.BatchedFactory, "Instant": completion.InstantFactory} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			mem := memory.New(memory.Options{}).Backend()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/vantage-go/vantage/adapters/memory"
 	"github.com/vantage-go/vantage/core"
+	"github.com/vantage-go/vantage/core/completion"
 	"github.com/vantage-go/vantage/internal/clocktest"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -515,7 +516,7 @@ func TestProjectionRetriedEventSavedAlone(t *testing.T) {
 	appendAdded(t, reg, b, stream, 1, 2, 3) // the start-up claim takes them: the clock stands still
 	opts.MaxPerspectiveEventAttempts = 2
 	opts.EventRetry = core.Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}
-	opts.Completion = core.CompletionInstant // the failure is reported without waiting on the clock
+	opts.Completion = completion.InstantFactory // the failure is reported without waiting on the clock
 	failed := make(chan ports.Failure, 4)
 	opts.Hooks.OnCompletionsFlushed = func(f core.CompletionsFlushed) {
 		for _, x := range f.Failures {

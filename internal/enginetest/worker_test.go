@@ -15,6 +15,7 @@ import (
 
 	"github.com/vantage-go/vantage/adapters/memory"
 	"github.com/vantage-go/vantage/core"
+	"github.com/vantage-go/vantage/core/completion"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -336,7 +337,7 @@ func TestInstantCompletion(t *testing.T) {
 	b := memory.New(memory.Options{}).Backend()
 	flushed := make(chan core.CompletionsFlushed, 10)
 	opts := quietOptions(t)
-	opts.Completion = core.CompletionInstant
+	opts.Completion = completion.InstantFactory
 	opts.Hooks.OnCompletionsFlushed = func(c core.CompletionsFlushed) { flushed <- c }
 	reg := testRegistry(t)
 	startWorker(t, b, reg, opts)

@@ -7,12 +7,16 @@ import (
 	"time"
 
 	"github.com/vantage-go/vantage/core"
+	"github.com/vantage-go/vantage/core/completion"
 )
 
 // params are the run's random choices that are the simulator's, not the
 // engine's: how many instances, how long the fault phase lasts, how fast
 // events come, and which operations may happen.
 type params struct {
+	// instant is set when the workers report each outcome at once
+	// (completion.InstantFactory), not in batches.
+	instant    bool
 	instances  int
 	faultPhase time.Duration
 	appendGap  time.Duration // mean sim time between two appends
@@ -44,8 +48,8 @@ func (p *params) focused() {
 // focus on failing reports: an Instant completion that fails must be kept
 // and sent again, and only a seed in which nothing else moves the
 // instance's streams shows one that was not.
-func focusReports(rng *rand.Rand, p *params, o *core.Options) {
-	if p.focus == "" && p.episodes > 0 && o.Completion == core.CompletionInstant && rng.IntN(2) == 0 {
+func focusReports(rng *rand.Rand, p *params) {
+	if p.focus == "" && p.episodes > 0 && p.instant && rng.IntN(2) == 0 {
 		p.focus = "reports"
 		p.focused()
 	}
@@ -96,6 +100,16 @@ func newParams(rng *rand.Rand, backend string, short bool) params {
 	return p
 }
 
+// completion records whether the workers report outcomes at once, and
+// returns the factory of that strategy.
+func (p *params) completion(instant bool) completion.Factory {
+	p.instant = instant
+	if instant {
+		return completion.InstantFactory
+	}
+	return completion.BatchedFactory
+}
+
 // newOptions draws the engine's options of a seed: every duration is sim
 // time, scaled down like vantagetest.Options so that retries, leases and
 // staleness play out within seconds. ApplyTimeout stays above every clock
@@ -126,7 +140,7 @@ func newOptions(rng *rand.Rand, p *params) core.Options {
 		DrainBatcher:                 core.DrainBatcherOptions{SlidingWindow: between(rng, time.Millisecond, 10*time.Millisecond), MaxWait: between(rng, 10*time.Millisecond, 100*time.Millisecond)},
 		PerspectiveBatchSize:         pick(rng, 2, 5, 0),
 		ModelCacheSize:               pick(rng, core.Unlimited, 2, 0, 0),
-		Completion:                   pick(rng, core.CompletionBatched, core.CompletionInstant),
+		Completion:                   p.completion(pick(rng, false, true)),
 		RebuildPollInterval:          between(rng, 100*time.Millisecond, 500*time.Millisecond),
 		StatsInterval:                50 * time.Millisecond,
 		MaxConcurrentStreams:         pick(rng, 0, 3),
@@ -152,9 +166,9 @@ func newOptions(rng *rand.Rand, p *params) core.Options {
 // describeOptions sums up the options that shape a run, for the trace.
 func describeOptions(o core.Options, p params) string {
 	var b strings.Builder
-	completion := "batched"
-	if o.Completion == core.CompletionInstant {
-		completion = "instant"
+	reports := "batched"
+	if p.instant {
+		reports = "instant"
 	}
 	if p.focus != "" {
 		fmt.Fprintf(&b, "focus=%s ", p.focus)
@@ -162,7 +176,7 @@ func describeOptions(o core.Options, p params) string {
 	fmt.Fprintf(&b, "instances=%d phase=%s gap=%s clean=%d dirty=%d imports=%d faultP=%.2f episodes=%d rebuilds=%d requeues=%d retire=%t tx=%d generation=%t\n",
 		p.instances, p.faultPhase, p.appendGap, p.clean, p.dirty, p.imports, p.faultP, p.episodes, p.rebuilds, p.requeues, p.retire, p.txAppends, p.generation)
 	fmt.Fprintf(&b, "completion=%s attempts=%d stale=%s heartbeat=%s lease=%s applyTimeout=%s grace=%s claim=%s/%s poll=%s/%s window=%s/%s batch=%d cache=%d fetchMax=%d\n",
-		completion, o.MaxPerspectiveEventAttempts, o.StaleInstanceThreshold, o.HeartbeatInterval, o.LeaseDuration, o.ApplyTimeout, o.ApplyAbandonGrace,
+		reports, o.MaxPerspectiveEventAttempts, o.StaleInstanceThreshold, o.HeartbeatInterval, o.LeaseDuration, o.ApplyTimeout, o.ApplyAbandonGrace,
 		o.ClaimInterval, o.ClaimNotifyHealthyInterval, o.PollingInterval, o.NotifyHealthyPollingInterval, o.DrainBatcher.SlidingWindow, o.DrainBatcher.MaxWait,
 		o.PerspectiveBatchSize, o.ModelCacheSize, o.FetchMaxRows)
 	fmt.Fprintf(&b, "consumers=%d streams=%d perspectives=%d\n", o.MaxConcurrentDrainConsumers, o.MaxConcurrentStreams, o.MaxPerspectivesPerStream)
@@ -174,9 +188,9 @@ func describeOptions(o core.Options, p params) string {
 
 // shape sums up a run's options in a few words.
 func shape(o core.Options, p params) string {
-	completion := "batched"
-	if o.Completion == core.CompletionInstant {
-		completion = "instant"
+	reports := "batched"
+	if p.instant {
+		reports = "instant"
 	}
 	rewinds := "on"
 	if o.Rewind.Disabled {
@@ -186,5 +200,5 @@ func shape(o core.Options, p params) string {
 	if p.focus != "" {
 		focus = " focus=" + p.focus
 	}
-	return fmt.Sprintf("%s rewinds=%s cache=%d instances=%d episodes=%d rebuilds=%d retire=%t%s", completion, rewinds, o.ModelCacheSize, p.instances, p.episodes, p.rebuilds, p.retire, focus)
+	return fmt.Sprintf("%s rewinds=%s cache=%d instances=%d episodes=%d rebuilds=%d retire=%t%s", reports, rewinds, o.ModelCacheSize, p.instances, p.episodes, p.rebuilds, p.retire, focus)
 }

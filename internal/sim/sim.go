@@ -252,7 +252,7 @@ func Run(t testing.TB, cfg Config) *Result {
 		pauses: map[uuid.UUID]*movePause{},
 	}
 	w.opts = newOptions(rng, &w.p)
-	focusReports(rng, &w.p, &w.opts)
+	focusReports(rng, &w.p)
 	// The clock starts at the wall time, so that PostgreSQL's own now()
 	// (used for the rows the engine gives no time) and the sim clock agree
 	// to within the run's length.
