@@ -20,11 +20,6 @@ type Admin interface {
 	// database's on PostgreSQL, unless the engine passes its own).
 	InstancesList(ctx context.Context) ([]Instance, error)
 
-	// StreamLocks returns the unexpired lock holder (see
-	// RewindStore.StreamLockAcquire) of each pair of a stream, keyed by
-	// perspective.
-	StreamLocks(ctx context.Context, params *StreamLocksParams) (map[string]StreamLock, error)
-
 	// DeadLetterRequeue stores the dead letter's work row (see
 	// DeadLetterStore) again, pending, with zero attempts, under its
 	// original work id, and marks
@@ -235,6 +230,16 @@ type DeadLetterGetParams struct {
 type DeadLetterIgnoreParams struct {
 	ID  uuid.UUID
 	Now time.Time
+}
+
+// LockReader is implemented by a backend whose rewind locks can be read:
+// tests and tools use it, the engine never calls it. The conformance
+// suite's rewind cases read the locks through it.
+type LockReader interface {
+	// StreamLocks returns the unexpired lock holder (see
+	// RewindStore.StreamLockAcquire) of each pair of a stream, keyed by
+	// perspective.
+	StreamLocks(ctx context.Context, params *StreamLocksParams) (map[string]StreamLock, error)
 }
 
 // StreamLocksParams are the inputs of StreamLocks.

@@ -49,11 +49,16 @@
 //     stream.
 //   - Admin: skips its start-up warning about retired perspectives. The
 //     engine calls nothing else of it: Admin serves operator tools
-//     (status, instances, stream locks, dead letters, rebuild requests,
-//     retiring perspectives; see Operator tools).
+//     (status, instances, dead letters, rebuild requests, retiring
+//     perspectives; see Operator tools).
 //   - Stats: reports no lag.
 //   - Rebuilds (RebuildQueue): carries out no rebuild request; Worker.Rebuild
 //     still rebuilds in process.
+//
+// Two interfaces the engine never calls serve tests and tools: a Notifier
+// may be a Publisher (wakes every listener without an append), a
+// RewindStore a LockReader (reads the rewind locks of a stream). The
+// conformance cases that need them skip without them.
 //
 // # Operator tools
 //

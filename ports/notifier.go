@@ -20,11 +20,17 @@ type Notifier interface {
 	// suite checks it): a sole engine instance then drains it without a
 	// claim. A nil params is the zero NotifierListenParams.
 	NotifierListen(ctx context.Context, params *NotifierListenParams) (<-chan Wake, error)
-	// NotifierPublish wakes every listener of this backend (service).
-	NotifierPublish(ctx context.Context) error
 	// NotifierHealthy reports whether notifications are currently delivered
 	// (the engine relaxes its poll cadence only while true).
 	NotifierHealthy() bool
+}
+
+// Publisher is implemented by a Notifier that can wake every listener
+// without an append: tests and tools use it, the engine never calls it.
+// The conformance suite's notifier cases need it.
+type Publisher interface {
+	// NotifierPublish wakes every listener of this backend (service).
+	NotifierPublish(ctx context.Context) error
 }
 
 // NotifierListenParams are the inputs of NotifierListen.

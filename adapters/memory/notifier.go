@@ -39,7 +39,7 @@ func (s *Store) NotifierListen(ctx context.Context, _ *ports.NotifierListenParam
 	return l.ch, nil
 }
 
-// NotifierPublish implements ports.Notifier: every open listener gets a wake,
+// NotifierPublish implements ports.Publisher: every open listener gets a wake,
 // unless one is already buffered for it. It never blocks.
 func (s *Store) NotifierPublish(ctx context.Context) error {
 	if err := s.lock(ctx); err != nil {

@@ -99,7 +99,7 @@ func (s *Store) StreamLockRelease(ctx context.Context, params *ports.StreamLockP
 	return nil
 }
 
-// StreamLocks implements ports.Admin. A lock is unexpired while its
+// StreamLocks implements ports.LockReader. A lock is unexpired while its
 // expiry is after Now. The map is never nil.
 func (s *Store) StreamLocks(ctx context.Context, params *ports.StreamLocksParams) (map[string]ports.StreamLock, error) {
 	if err := s.lock(ctx); err != nil {

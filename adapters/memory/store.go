@@ -231,6 +231,8 @@ var (
 	_ ports.EventFetcher    = (*Store)(nil)
 	_ ports.CursorStore     = (*Store)(nil)
 	_ ports.Notifier        = (*Store)(nil)
+	_ ports.Publisher       = (*Store)(nil)
+	_ ports.LockReader      = (*Store)(nil)
 	_ ports.DeadLetterStore = (*Store)(nil)
 	_ ports.EventStore      = (*Store)(nil)
 	_ ports.ModelStore      = (*Store)(nil)

@@ -373,7 +373,7 @@ func TestSchemasAreIndependent(t *testing.T) {
 	// A wake published on a's schema reaches a's listener, not b's. The
 	// absence can only be checked for a while; a's wake arriving first
 	// makes a late cross delivery unlikely.
-	require.NoError(t, a.backend.Notifier.NotifierPublish(ctx))
+	require.NoError(t, a.backend.Notifier.(ports.Publisher).NotifierPublish(ctx))
 	wait(t, aWakes, "a's wake")
 	select {
 	case w := <-bWakes:

@@ -404,7 +404,9 @@ func (n *notifier) close() error {
 // stream id of an append (see wakeOf), or empty.
 const sqlPublish = `SELECT pg_notify($1, $2::text)`
 
-// NotifierPublish implements ports.Notifier: a NOTIFY on the schema's
+var _ ports.Publisher = (*Store)(nil)
+
+// NotifierPublish implements ports.Publisher: a NOTIFY on the schema's
 // channel, which wakes every listener of every Store on the schema.
 func (s *Store) NotifierPublish(ctx context.Context) error {
 	if err := s.ready(ctx); err != nil {

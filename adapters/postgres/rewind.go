@@ -11,7 +11,10 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
-var _ ports.RewindStore = (*Store)(nil)
+var (
+	_ ports.RewindStore = (*Store)(nil)
+	_ ports.LockReader  = (*Store)(nil)
+)
 
 const sqlCursorsRewindRequired = `SELECT ` + sqlCursorColumns + `
 FROM /* SCHEMA */.vantage_cursors
@@ -100,7 +103,7 @@ SELECT c.perspective, c.stream_lock_instance_id, c.stream_lock_reason, c.stream_
 FROM /* SCHEMA */.vantage_cursors c, clock
 WHERE c.stream_id = $1 AND c.stream_lock_instance_id IS NOT NULL AND c.stream_lock_expiry > clock.now`
 
-// StreamLocks implements ports.Admin. A lock is unexpired while its
+// StreamLocks implements ports.LockReader. A lock is unexpired while its
 // expiry is after Now. The map is never nil.
 func (s *Store) StreamLocks(ctx context.Context, params *ports.StreamLocksParams) (map[string]ports.StreamLock, error) {
 	if err := s.ready(ctx); err != nil {

@@ -212,8 +212,7 @@ type silentNotifier struct{}
 func (silentNotifier) NotifierListen(context.Context, *ports.NotifierListenParams) (<-chan ports.Wake, error) {
 	return nil, errors.New("notifications disabled in this test")
 }
-func (silentNotifier) NotifierPublish(context.Context) error { return nil }
-func (silentNotifier) NotifierHealthy() bool                 { return false }
+func (silentNotifier) NotifierHealthy() bool { return false }
 
 // claimWatcher reports the streams of every claim once it returned.
 type claimWatcher struct {

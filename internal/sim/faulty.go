@@ -483,10 +483,6 @@ func (w *fNotifier) NotifierListen(ctx context.Context, p *ports.NotifierListenP
 	return out, nil
 }
 
-func (w *fNotifier) NotifierPublish(ctx context.Context) error {
-	return call0(ctx, w.f, "NotifierPublish", w.inner.NotifierPublish)
-}
-
 func (w *fNotifier) NotifierHealthy() bool {
 	return w.f.current() == modeHealthy && w.inner.NotifierHealthy()
 }
@@ -757,10 +753,6 @@ type fAdmin struct {
 
 func (w *fAdmin) InstancesList(ctx context.Context) ([]ports.Instance, error) {
 	return call(ctx, w.f, "InstancesList", w.inner.InstancesList)
-}
-
-func (w *fAdmin) StreamLocks(ctx context.Context, p *ports.StreamLocksParams) (map[string]ports.StreamLock, error) {
-	return call(ctx, w.f, "StreamLocks", func(ctx context.Context) (map[string]ports.StreamLock, error) { return w.inner.StreamLocks(ctx, p) })
 }
 
 func (w *fAdmin) DeadLetterRequeue(ctx context.Context, p *ports.DeadLetterRequeueParams) error {
