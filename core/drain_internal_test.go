@@ -246,7 +246,7 @@ func TestHungApplyHoldsOnlyItsPair(t *testing.T) {
 			}
 		}
 		require.NoError(t, bb.w.monitor.Stop(context.Background()))
-		bb.w.monitor.waitAbandons()
+		bb.w.monitor.WaitAbandons()
 	})
 
 	done := make(chan struct{})
@@ -264,7 +264,7 @@ func TestHungApplyHoldsOnlyItsPair(t *testing.T) {
 
 	clock.Advance(time.Minute + 10*time.Second)
 	require.Equal(t, "a", recv(t, abandoned, "the abandonment").Perspective)
-	bb.w.monitor.waitAbandons() // the abandonment handed its pair back
+	bb.w.monitor.WaitAbandons() // the abandonment handed its pair back
 	bb.settle(t)
 	require.True(t, bb.w.drain.queue.IsInFlight(hung), "not released while a perspective still drains")
 	require.True(t, bb.w.renewer.Renewing(hung), "its leases are still renewed")

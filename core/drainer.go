@@ -9,6 +9,7 @@ import (
 	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/core/internal/dedup"
 	"github.com/vantage-go/vantage/core/internal/lease"
+	"github.com/vantage-go/vantage/core/internal/monitor"
 	"github.com/vantage-go/vantage/core/internal/queue"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -26,7 +27,7 @@ type drainer struct {
 	completer *completer
 	parking   *parking
 	renewer   *lease.Renewer
-	monitor   *applyMonitor
+	monitor   *monitor.Monitor
 	lifecycle *lifecycle
 	gates     *gates
 	scopes    *scopeCache

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/vantage-go/vantage/core/internal/dedup"
+	"github.com/vantage-go/vantage/core/internal/monitor"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -117,7 +118,7 @@ func (fl *failures) deadLettered(ctx context.Context, dl ports.DeadLetter) {
 // failureReason classifies the cause of a failed apply for its dead letter.
 func failureReason(cause error) string {
 	switch {
-	case errors.Is(cause, errApplyDeadline), errors.Is(cause, errApplyAbandoned), errors.Is(cause, errWriteDeadline):
+	case errors.Is(cause, monitor.ErrDeadline), errors.Is(cause, monitor.ErrAbandoned), errors.Is(cause, errWriteDeadline):
 		return ports.ReasonTimedOut
 	case errors.Is(cause, ErrUnknownEventType), errors.Is(cause, ErrNoHandler):
 		return ports.ReasonUnknownType

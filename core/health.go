@@ -356,7 +356,7 @@ func (w *Worker) listenerCheck(phase runPhase) HealthCheck {
 
 func (w *Worker) stuckAppliesCheck(now time.Time) HealthCheck {
 	c := HealthCheck{Name: HealthCheckStuckApplies}
-	stuck := w.monitor.list()
+	stuck := w.monitor.List()
 	applies := make([]map[string]any, 0, len(stuck))
 	var names []string
 	for _, a := range stuck {

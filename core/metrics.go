@@ -335,7 +335,7 @@ func (m *metrics) backendError(ctx context.Context, perspective string) {
 	m.backendErrors.Add(ctx, 1, m.perspective(perspective).base.add...)
 }
 
-// applyAbandoned counts an abandoned apply.
+// monitor.AbandonedApply counts an abandoned apply.
 func (m *metrics) applyAbandoned(ctx context.Context, perspective string) {
 	m.abandoned.Add(ctx, 1, m.perspective(perspective).base.add...)
 }
@@ -502,7 +502,7 @@ func (w *Worker) observeGauges() metric.Registration {
 	return w.metrics.observe(gaugeSources{
 		heartbeat: w.heartbeat.Last,
 		listening: w.listener.Healthy,
-		stuck:     func() int { return len(w.monitor.list()) },
+		stuck:     func() int { return len(w.monitor.List()) },
 		stats:     w.stats,
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/vantage-go/vantage/core/internal/dedup"
+	"github.com/vantage-go/vantage/core/internal/monitor"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -143,8 +144,8 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 		held:    dr.completer.stalledAmong(key.dedupKey(), held),
 	}
 	defer func() { run.cancel(nil) }()
-	run.watch = dr.monitor.watch(key, cancel, run.abandon)
-	defer run.watch.done()
+	run.watch = dr.monitor.Watch(key.stream, key.perspective, cancel, run.abandon)
+	defer run.watch.Done()
 	if err := dr.prePerspective(actx, sw, rows, stored.LastVersion); err != nil {
 		dr.parking.infraFailed(ctx, key, "running PrePerspective", err)
 		return pairOutcome{}, nil
@@ -215,7 +216,7 @@ type pairRun struct {
 	parent  context.Context
 	actx    context.Context // the applies' context, cancelled at a deadline
 	cancel  context.CancelCauseFunc
-	watch   *applyWatch
+	watch   *monitor.Watch
 	release func() // the pair's gate, released once
 	// attrs are the perspective's metric attributes; traced is whether
 	// the batch's span records, so that the applies' spans are started.
@@ -289,7 +290,7 @@ func (r *pairRun) run(ctx context.Context) error {
 			if r.actx.Err() != nil {
 				r.cancel(nil)
 				r.actx, r.cancel = context.WithCancelCause(r.parent)
-				r.watch.setCancel(r.cancel)
+				r.watch.SetCancel(r.cancel)
 			}
 			continue
 		}
@@ -333,7 +334,7 @@ func (r *pairRun) applyIn(ctx context.Context, i int) error {
 	if err != nil {
 		return err
 	}
-	started := r.watch.begin(ev.ID, ev.Version)
+	started := r.watch.Begin(ev.ID, ev.Version)
 	measured := r.dr.metrics.sampleApply(r.attrs, started)
 	next, err := r.p.apply(actx, r.model, ev.Type, decoded)
 	if measured {
@@ -341,10 +342,10 @@ func (r *pairRun) applyIn(ctx context.Context, i int) error {
 		// the apply's own context adds.
 		r.dr.metrics.applyTook(ctx, r.attrs, started)
 	}
-	switch r.watch.end() {
-	case applyAbandoned:
+	switch r.watch.End() {
+	case monitor.AbandonedApply:
 		return errPairAbandoned
-	case applyLate:
+	case monitor.Late:
 		return context.Cause(r.actx)
 	}
 	if err != nil {
@@ -692,10 +693,10 @@ func (r *pairRun) failAt(ctx context.Context, i int, cause error) bool {
 // the pair is retried and neither its stream (once its other pairs ended)
 // nor any other stream waits. The run's goroutine, once the apply returns,
 // touches nothing.
-func (r *pairRun) abandon(info AbandonedApply, late bool) {
+func (r *pairRun) abandon(info monitor.Abandoned, late bool) {
 	ctx := context.WithoutCancel(r.actx)
 	dr := r.dr
-	dr.monitor.noteAbandoned(ctx, info)
+	dr.monitor.NoteAbandoned(ctx, info)
 	i := len(r.rows) - 1
 	for j, row := range r.rows {
 		if row.EventID == info.EventID {
@@ -707,7 +708,7 @@ func (r *pairRun) abandon(info AbandonedApply, late bool) {
 	// is saved; those rows come back.
 	r.unsaved = nil
 	outcome := failureInfra // stopping: nothing is charged
-	cause := fmt.Errorf("%w (after %s)", errApplyAbandoned, info.Elapsed)
+	cause := fmt.Errorf("%w (after %s)", monitor.ErrAbandoned, info.Elapsed)
 	if late {
 		outcome = dr.fail.eventFailed(ctx, r.key, r.rows[i], cause)
 	}

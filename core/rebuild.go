@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/vantage-go/vantage/core/internal/monitor"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -142,7 +143,7 @@ func (rw *rewinder) rebuildStream(ctx context.Context, p perspective, stream uui
 				return 0, fmt.Errorf("rebuilding stream %s: %w", stream, err)
 			}
 		}
-		res, err = rw.replay(ctx, p, key, 0, nil, nil, true, func(info AbandonedApply, _ bool) { rw.monitor.noteAbandoned(ctx, info) })
+		res, err = rw.replay(ctx, p, key, 0, nil, nil, true, func(info monitor.Abandoned, _ bool) { rw.monitor.NoteAbandoned(ctx, info) })
 		if err == nil {
 			break
 		}

@@ -15,88 +15,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/adapters/memory"
-	"github.com/vantage-go/vantage/core/internal/base"
+	"github.com/vantage-go/vantage/core/internal/monitor"
 	"github.com/vantage-go/vantage/core/internal/queue"
 	"github.com/vantage-go/vantage/internal/clocktest"
 	"github.com/vantage-go/vantage/internal/logtest"
 	"github.com/vantage-go/vantage/ports"
 )
-
-// startMonitor runs an apply monitor with the given deadline and grace on a
-// fake clock until the test ends; closing work ends the work, as Stop's
-// deadline does.
-func startMonitor(t *testing.T, timeout, grace time.Duration, work chan struct{}) (*applyMonitor, *clocktest.Fake) {
-	t.Helper()
-	clock := clocktest.NewFake()
-	m := newApplyMonitor(&engine{Env: &base.Env{Clock: clock, Log: slog.New(&logtest.Records{})}, opts: Options{ApplyTimeout: timeout, ApplyAbandonGrace: grace}})
-	var wg sync.WaitGroup
-	ctx, stop := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); m.run(ctx, work, &wg) }()
-	t.Cleanup(func() { stop(); <-done; wg.Wait() })
-	return m, clock
-}
-
-func TestApplyMonitorCancelsThenAbandons(t *testing.T) {
-	t.Parallel()
-
-	m, clock := startMonitor(t, time.Minute, 10*time.Second, nil)
-
-	actx, cancel := context.WithCancelCause(t.Context())
-	abandoned := make(chan AbandonedApply, 1)
-	var late atomic.Bool
-	stream, event := uuid.New(), uuid.New()
-	aw := m.watch(pairKey{stream: stream, perspective: "p"}, cancel, func(a AbandonedApply, l bool) { late.Store(l); abandoned <- a })
-	defer aw.done()
-
-	// An apply that returns in time stands. The monitor's only timer is
-	// armed for its deadline.
-	aw.begin(event, 1)
-	<-clock.WaitTimers(1)
-	clock.Advance(30 * time.Second)
-	require.Equal(t, applyInTime, aw.end())
-	require.NoError(t, actx.Err())
-
-	// The next one runs past its deadline: its context is cancelled with a
-	// cause that says so, then, past the grace, it is abandoned.
-	aw.begin(event, 2)
-	clock.Advance(time.Minute) // fires the timer armed for the first apply
-	select {
-	case <-actx.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the apply's context was not cancelled at its deadline")
-	}
-	require.ErrorIs(t, context.Cause(actx), errApplyDeadline)
-	require.True(t, m.applying(), "a cancelled apply still runs")
-	<-clock.WaitTimers(1) // armed again, for the grace
-	clock.Advance(10 * time.Second)
-	a := <-abandoned
-	require.True(t, late.Load(), "abandoned for its deadline, not a stop")
-	require.Equal(t, int64(2), a.Version)
-	require.Equal(t, stream, a.StreamID)
-	require.Equal(t, "p", a.Perspective)
-	require.Equal(t, event, a.EventID)
-	require.Equal(t, 70*time.Second, a.Elapsed)
-	require.Len(t, m.list(), 1, "listed until it returns")
-	require.False(t, m.applying(), "an abandoned apply is no longer counted as running")
-	require.Equal(t, applyAbandoned, aw.end())
-	require.Empty(t, m.list())
-}
-
-func TestApplyMonitorLateApplyIsNotInTime(t *testing.T) {
-	t.Parallel()
-
-	m, clock := startMonitor(t, time.Second, time.Hour, nil)
-
-	actx, cancel := context.WithCancelCause(t.Context())
-	aw := m.watch(pairKey{stream: uuid.New(), perspective: "p"}, cancel, func(AbandonedApply, bool) { t.Error("abandoned before its grace") })
-	defer aw.done()
-	aw.begin(uuid.New(), 1)
-	<-clock.WaitTimers(1)
-	clock.Advance(time.Second)
-	<-actx.Done()
-	require.Equal(t, applyLate, aw.end(), "a result returned after the deadline does not stand")
-}
 
 func TestWakesPushStreamsWhenDue(t *testing.T) {
 	t.Parallel()
@@ -136,43 +60,14 @@ func TestFailureReason(t *testing.T) {
 		want string
 	}{
 		{errors.New("boom"), ports.ReasonFailed},
-		{fmt.Errorf("%w of 1m0s", errApplyDeadline), ports.ReasonTimedOut},
-		{fmt.Errorf("wrapped: %w", errApplyAbandoned), ports.ReasonTimedOut},
+		{fmt.Errorf("%w of 1m0s", monitor.ErrDeadline), ports.ReasonTimedOut},
+		{fmt.Errorf("wrapped: %w", monitor.ErrAbandoned), ports.ReasonTimedOut},
 		{fmt.Errorf("%w: decoding x", ErrUndecodable), ports.ReasonUndecodable},
 		{fmt.Errorf("%w: \"x\"", ErrUnknownEventType), ports.ReasonUnknownType},
 		{fmt.Errorf("perspective p: %w", ErrNoHandler), ports.ReasonUnknownType},
 	} {
 		require.Equal(t, tc.want, failureReason(tc.err), tc.err.Error())
 	}
-}
-
-func TestApplyMonitorAbandonsAtStopWithoutCharge(t *testing.T) {
-	t.Parallel()
-
-	work := make(chan struct{})
-	m, clock := startMonitor(t, time.Hour, 10*time.Second, work)
-
-	_, cancel := context.WithCancelCause(t.Context())
-	type abandonment struct {
-		info AbandonedApply
-		late bool
-	}
-	abandoned := make(chan abandonment, 1)
-	aw := m.watch(pairKey{stream: uuid.New(), perspective: "p"}, cancel, func(a AbandonedApply, late bool) { abandoned <- abandonment{a, late} })
-	defer aw.done()
-	aw.begin(uuid.New(), 1)
-	<-clock.WaitTimers(1)
-	clock.Advance(time.Minute)
-	close(work) // Stop's deadline passed: the work context ended
-	require.Eventually(t, func() bool {
-		aw.mu.Lock()
-		defer aw.mu.Unlock()
-		return aw.cancelled
-	}, 10*time.Second, time.Millisecond, "the monitor saw the work end")
-	clock.Advance(10 * time.Second)
-	a := <-abandoned
-	require.False(t, a.late, "abandoned because the worker stops: its event is not charged")
-	require.Equal(t, 70*time.Second, a.info.Elapsed)
 }
 
 // ctxSpy records whether the context of each lease-taking call was done.

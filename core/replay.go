@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/vantage-go/vantage/core/internal/monitor"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -47,7 +48,7 @@ type replayRun struct {
 // apply monitor; abandon takes over an abandoned one (replay then returns
 // errPairAbandoned). An event that fails to decode or apply stops it with a
 // *replayFailure; any other error is the backend's.
-func (rw *rewinder) replay(ctx context.Context, p perspective, key pairKey, trigger int64, rows []ports.WorkItem, held []uuid.UUID, rebuild bool, abandon abandonFunc) (replayResult, error) {
+func (rw *rewinder) replay(ctx context.Context, p perspective, key pairKey, trigger int64, rows []ports.WorkItem, held []uuid.UUID, rebuild bool, abandon monitor.AbandonFunc) (replayResult, error) {
 	run := &replayRun{rw: rw, p: p, key: key, rows: rows, held: held, rebuild: rebuild}
 	if err := run.start(ctx, trigger); err != nil {
 		return run.res, err
@@ -233,12 +234,12 @@ func neverApplied(row ports.WorkItem, stillLate bool, position int64) bool {
 // other events to replay that no perspective applied yet (see
 // lifecycle.firstApplies), then applies every event to replay in order
 // under the apply monitor, taking snapshots on the way.
-func (r *replayRun) apply(ctx context.Context, toReplay, toFire []ports.Event, abandon abandonFunc) error {
+func (r *replayRun) apply(ctx context.Context, toReplay, toFire []ports.Event, abandon monitor.AbandonFunc) error {
 	rw := r.rw
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	watch := rw.monitor.watch(r.key, cancel, abandon)
-	defer watch.done()
+	watch := rw.monitor.Watch(r.key.stream, r.key.perspective, cancel, abandon)
+	defer watch.Done()
 	pre, err := rw.lifecycle.firstApplies(actx, toReplay, toFire)
 	if err != nil {
 		return err
@@ -260,12 +261,12 @@ func (r *replayRun) apply(ctx context.Context, toReplay, toFire []ports.Event, a
 		if err != nil {
 			return &replayFailure{event: e, cause: err}
 		}
-		watch.begin(e.ID, e.Version)
+		watch.Begin(e.ID, e.Version)
 		next, err := r.p.apply(ectx, r.model, e.Type, decoded)
-		switch watch.end() {
-		case applyAbandoned:
+		switch watch.End() {
+		case monitor.AbandonedApply:
 			return errPairAbandoned
-		case applyLate:
+		case monitor.Late:
 			err = context.Cause(actx)
 		}
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/vantage-go/vantage/core/internal/dedup"
+	"github.com/vantage-go/vantage/core/internal/monitor"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -22,7 +23,7 @@ type rewinder struct {
 	*engine
 	parking   *parking
 	lifecycle *lifecycle
-	monitor   *applyMonitor
+	monitor   *monitor.Monitor
 	completer *completer
 	cache     *dedup.Cache
 	gates     *gates
@@ -253,13 +254,13 @@ func (rw *rewinder) rewindPair(ctx context.Context, p perspective, key pairKey, 
 	)
 	defer func() { endRewind(span, res, err) }()
 	for try, moves := 1, 1; ; {
-		abandon := func(info AbandonedApply, _ bool) { rw.monitor.noteAbandoned(ctx, info) }
+		abandon := func(info monitor.Abandoned, _ bool) { rw.monitor.NoteAbandoned(ctx, info) }
 		if owner != nil {
 			pending := rows
-			abandon = func(info AbandonedApply, late bool) {
+			abandon = func(info monitor.Abandoned, late bool) {
 				actx := context.WithoutCancel(ctx)
-				rw.monitor.noteAbandoned(actx, info)
-				dead := late && rw.replayFailed(actx, key, pending, info.EventID, info.Version, fmt.Errorf("%w (after %s)", errApplyAbandoned, info.Elapsed))
+				rw.monitor.NoteAbandoned(actx, info)
+				dead := late && rw.replayFailed(actx, key, pending, info.EventID, info.Version, fmt.Errorf("%w (after %s)", monitor.ErrAbandoned, info.Elapsed))
 				unlock()
 				freeSem()
 				owner.release()

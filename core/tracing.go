@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/vantage-go/vantage/core/internal/monitor"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -229,7 +230,7 @@ func stageSpanName(s Stage) string {
 // failSpan records err on span and marks it failed.
 func failSpan(span trace.Span, err error) {
 	if errors.Is(err, errPairAbandoned) {
-		err = errApplyAbandoned // what errPairAbandoned means to a reader
+		err = monitor.ErrAbandoned // what errPairAbandoned means to a reader
 	}
 	span.RecordError(err)
 	span.SetStatus(codes.Error, err.Error())

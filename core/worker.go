@@ -19,6 +19,7 @@ import (
 	"github.com/vantage-go/vantage/core/internal/faultlog"
 	"github.com/vantage-go/vantage/core/internal/heartbeat"
 	"github.com/vantage-go/vantage/core/internal/lease"
+	"github.com/vantage-go/vantage/core/internal/monitor"
 	"github.com/vantage-go/vantage/core/internal/notify"
 	"github.com/vantage-go/vantage/core/internal/queue"
 	"github.com/vantage-go/vantage/core/internal/startstop"
@@ -50,7 +51,7 @@ type Worker struct {
 	completer  *completer
 	parking    *parking
 	renewer    *lease.Renewer
-	monitor    *applyMonitor
+	monitor    *monitor.Monitor
 	lifecycle  *lifecycle
 
 	drain    *drainer
@@ -130,7 +131,10 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		Claimer: backend.Claimer, InstanceID: o.InstanceID, LeaseDuration: o.LeaseDuration,
 		OnRenewed: o.Hooks.OnLeasesRenewed,
 	})
-	w.monitor = newApplyMonitor(e)
+	w.monitor = monitor.New(e.Env, monitor.Config{
+		Timeout: o.ApplyTimeout, Grace: o.ApplyAbandonGrace,
+		OnAbandoned: func(ctx context.Context, info monitor.Abandoned) { e.noteAbandoned(ctx, AbandonedApply(info)) },
+	})
 	w.heartbeat = heartbeat.New(e.Env, heartbeat.Config{
 		Claimer:        backend.Claimer,
 		InstanceID:     o.InstanceID,
@@ -282,7 +286,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	w.parking.Start(runCtx)
 	// The renewals serve the drains, which run until the work context
-	// ends; the monitor outlives them (see applyMonitor.Start).
+	// ends; the monitor outlives them (see monitor.Monitor.Start).
 	_ = w.renewer.Start(workCtx) // it cannot fail
 	w.monitor.Start(context.WithoutCancel(ctx), workCtx.Done())
 	w.consumers.Start(runCtx, workCtx)
@@ -367,7 +371,7 @@ func (w *Worker) shutdown(ctx context.Context) {
 	}
 	w.run.cancelWork(ErrStopped)
 	w.stopEach(waitAll, w.monitor, w.renewer)
-	w.monitor.waitAbandons()
+	w.monitor.WaitAbandons()
 	w.metrics.unobserve(w.run.gauges)
 	w.Log.InfoContext(ctx, "worker stopped", w.identity()...)
 }

@@ -1,4 +1,7 @@
-package core
+// Package monitor enforces the deadline of every apply in flight: past its
+// timeout it cancels the apply's context, and past a grace more it
+// abandons the apply, whose pair is then handed back while it runs on.
+package monitor
 
 import (
 	"context"
@@ -17,17 +20,39 @@ import (
 	"github.com/vantage-go/vantage/core/internal/startstop"
 )
 
-// errApplyDeadline is the cause of the context of an apply that ran past
-// Options.ApplyTimeout; errApplyAbandoned ends an apply the engine gave up
-// waiting for.
+// ErrDeadline is the cause of the context of an apply that ran past its
+// timeout; ErrAbandoned ends an apply the engine gave up waiting for.
 var (
-	errApplyDeadline  = errors.New("apply ran past its deadline")
-	errApplyAbandoned = errors.New("apply abandoned: it ran past its deadline and ignored its cancelled context")
+	ErrDeadline  = errors.New("apply ran past its deadline")
+	ErrAbandoned = errors.New("apply abandoned: it ran past its deadline and ignored its cancelled context")
 )
 
-// applyMonitor enforces the deadline of every apply in flight, on the
-// engine's clock: past Options.ApplyTimeout it cancels the apply's context,
-// and past ApplyAbandonGrace more it abandons the apply. One goroutine
+// Config is what a Monitor reads.
+type Config struct {
+	// Timeout is the deadline of one apply; Grace how long an apply may
+	// ignore its cancelled context before it is abandoned.
+	Timeout time.Duration
+	Grace   time.Duration
+	// OnAbandoned, when set, sees each abandonment that NoteAbandoned
+	// records (to log, count and announce it).
+	OnAbandoned func(ctx context.Context, info Abandoned)
+}
+
+// Abandoned describes an apply the engine abandoned.
+type Abandoned struct {
+	StreamID    uuid.UUID
+	Perspective string
+	EventID     uuid.UUID
+	Version     int64
+	// Started is when the apply began, on the engine's clock.
+	Started time.Time
+	// Elapsed is how long it had run when it was abandoned.
+	Elapsed time.Duration
+}
+
+// Monitor enforces the deadline of every apply in flight, on the engine's
+// clock: past Config.Timeout it cancels the apply's context, and past
+// Config.Grace more it abandons the apply. One goroutine
 // serves every apply: a run registers once, and each apply only notes its
 // start under the run's lock, so the cost of an apply is two uncontended
 // locks and no timer.
@@ -35,9 +60,10 @@ var (
 // The monitor's timer targets the earliest deadline it knows. An apply that
 // begins never has a deadline earlier than those of applies that began
 // before it, so it wakes the monitor only when none is armed (armedAt).
-type applyMonitor struct {
-	*engine
+type Monitor struct {
+	*base.Env
 	startstop.Base
+	cfg     Config
 	timeout time.Duration
 	grace   time.Duration
 	wake    chan struct{}
@@ -54,18 +80,20 @@ type applyMonitor struct {
 	abandonedTotal atomic.Int64
 
 	mu        sync.Mutex
-	watches   map[*applyWatch]struct{}
-	abandoned map[*applyWatch]AbandonedApply // abandoned and still running
+	watches   map[*Watch]struct{}
+	abandoned map[*Watch]Abandoned // abandoned and still running
 }
 
-func newApplyMonitor(e *engine) *applyMonitor {
-	m := &applyMonitor{
-		engine:    e,
-		timeout:   e.opts.ApplyTimeout,
-		grace:     e.opts.ApplyAbandonGrace,
+// New returns a Monitor of env configured by cfg.
+func New(env *base.Env, cfg Config) *Monitor {
+	m := &Monitor{
+		Env:       env,
+		cfg:       cfg,
+		timeout:   cfg.Timeout,
+		grace:     cfg.Grace,
 		wake:      make(chan struct{}, 1),
-		watches:   map[*applyWatch]struct{}{},
-		abandoned: map[*applyWatch]AbandonedApply{},
+		watches:   map[*Watch]struct{}{},
+		abandoned: map[*Watch]Abandoned{},
 	}
 	m.armedAt.Store(math.MaxInt64)
 	return m
@@ -74,30 +102,30 @@ func newApplyMonitor(e *engine) *applyMonitor {
 // Start launches the monitor. It outlives the drains: when work is closed
 // (the drains' work context ended: Stop's deadline passed) it still
 // abandons the applies that ignore their cancellation, so that the drains,
-// and Stop, end. It runs until Stop or until ctx ends; waitAbandons then
+// and Stop, end. It runs until Stop or until ctx ends; WaitAbandons then
 // waits for the abandonments it started.
-func (m *applyMonitor) Start(ctx context.Context, work <-chan struct{}) {
+func (m *Monitor) Start(ctx context.Context, work <-chan struct{}) {
 	ctx, wg, ok := m.StartInit(ctx)
 	if ok {
 		wg.Go(func() { m.run(ctx, work, &m.abandons) })
 	}
 }
 
-// waitAbandons waits for the goroutines taking over abandoned applies.
-func (m *applyMonitor) waitAbandons() { m.abandons.Wait() }
+// WaitAbandons waits for the goroutines taking over abandoned applies.
+func (m *Monitor) WaitAbandons() { m.abandons.Wait() }
 
-// abandonFunc takes over an abandoned apply. late is false when the apply
+// AbandonFunc takes over an abandoned apply. late is false when the apply
 // was abandoned because the worker stopped, not because of its deadline:
 // then it costs its event nothing.
-type abandonFunc func(info AbandonedApply, late bool)
+type AbandonFunc func(info Abandoned, late bool)
 
-// applyWatch follows the applies of one run (one pair in one drain), one at
-// a time. cancel cancels the run's apply context; abandon is called, on a
+// Watch follows the applies of one run (one pair in one drain), one at a
+// time. cancel cancels the run's apply context; abandon is called, on a
 // goroutine of its own, when an apply is abandoned.
-type applyWatch struct {
-	m           *applyMonitor
+type Watch struct {
+	m           *Monitor
 	cancel      context.CancelCauseFunc
-	abandon     abandonFunc
+	abandon     AbandonFunc
 	stream      uuid.UUID
 	perspective string
 
@@ -112,33 +140,34 @@ type applyWatch struct {
 	abandoned   bool
 }
 
-// watch registers a run whose applies run under a context cancelled by
-// cancel. The caller must call done when the run ends.
-func (m *applyMonitor) watch(k pairKey, cancel context.CancelCauseFunc, abandon abandonFunc) *applyWatch {
-	aw := &applyWatch{m: m, cancel: cancel, abandon: abandon, stream: k.stream, perspective: k.perspective}
+// Watch registers a run of the pair (stream, perspective) whose applies
+// run under a context cancelled by cancel. The caller must call Done when
+// the run ends.
+func (m *Monitor) Watch(stream uuid.UUID, perspective string, cancel context.CancelCauseFunc, abandon AbandonFunc) *Watch {
+	aw := &Watch{m: m, cancel: cancel, abandon: abandon, stream: stream, perspective: perspective}
 	m.mu.Lock()
 	m.watches[aw] = struct{}{}
 	m.mu.Unlock()
 	return aw
 }
 
-// setCancel replaces the function cancelling the run's apply context (a
+// SetCancel replaces the function cancelling the run's apply context (a
 // run goes on with a fresh context after an apply that ran late).
-func (aw *applyWatch) setCancel(cancel context.CancelCauseFunc) {
+func (aw *Watch) SetCancel(cancel context.CancelCauseFunc) {
 	aw.mu.Lock()
 	aw.cancel = cancel
 	aw.mu.Unlock()
 }
 
-// done deregisters the run. An abandoned apply stays listed until it returns.
-func (aw *applyWatch) done() {
+// Done deregisters the run. An abandoned apply stays listed until it returns.
+func (aw *Watch) Done() {
 	aw.m.mu.Lock()
 	delete(aw.m.watches, aw)
 	aw.m.mu.Unlock()
 }
 
-// begin notes that an apply of the event started now, and returns now.
-func (aw *applyWatch) begin(eventID uuid.UUID, version int64) time.Time {
+// Begin notes that an apply of the event started now, and returns now.
+func (aw *Watch) Begin(eventID uuid.UUID, version int64) time.Time {
 	now := aw.m.Now()
 	aw.mu.Lock()
 	aw.active, aw.started, aw.eventID, aw.version = true, now, eventID, version
@@ -153,22 +182,22 @@ func (aw *applyWatch) begin(eventID uuid.UUID, version int64) time.Time {
 	return now
 }
 
-// applyOutcome is what became of an apply by the time it returned.
-type applyOutcome int
+// Outcome is what became of an apply by the time it returned.
+type Outcome int
 
 const (
-	// applyInTime: it returned before its deadline; its result stands.
-	applyInTime applyOutcome = iota
-	// applyLate: its deadline passed (its context is cancelled): whatever
-	// it returned, the event counts a failed attempt.
-	applyLate
-	// applyAbandoned: the engine gave up on it; the run must discard its
+	// InTime: it returned before its deadline; its result stands.
+	InTime Outcome = iota
+	// Late: its deadline passed (its context is cancelled): whatever it
+	// returned, the event counts a failed attempt.
+	Late
+	// AbandonedApply: the engine gave up on it; the run must discard its
 	// result and touch nothing more, the abandonment handles the pair.
-	applyAbandoned
+	AbandonedApply
 )
 
-// end notes that the running apply returned and tells what became of it.
-func (aw *applyWatch) end() applyOutcome {
+// End notes that the running apply returned and tells what became of it.
+func (aw *Watch) End() Outcome {
 	aw.mu.Lock()
 	aw.active = false
 	late, abandoned := aw.late, aw.abandoned
@@ -176,40 +205,40 @@ func (aw *applyWatch) end() applyOutcome {
 	switch {
 	case abandoned:
 		aw.m.returned(aw)
-		return applyAbandoned
+		return AbandonedApply
 	case late:
-		return applyLate
+		return Late
 	}
-	return applyInTime
+	return InTime
 }
 
 // returned logs an abandoned apply that finally returned and forgets it.
-func (m *applyMonitor) returned(aw *applyWatch) {
+func (m *Monitor) returned(aw *Watch) {
 	m.mu.Lock()
 	info, ok := m.abandoned[aw]
 	delete(m.abandoned, aw)
 	m.mu.Unlock()
 	if ok {
 		m.Log.Warn("abandoned apply returned; its result is discarded",
-			append(pairAttrs(info.StreamID, info.Perspective), slog.Int64("version", info.Version),
-				slog.Duration("elapsed", m.Now().Sub(info.Started)))...)
+			slog.String("stream_id", info.StreamID.String()), slog.String("perspective", info.Perspective), slog.Int64("version", info.Version),
+			slog.Duration("elapsed", m.Now().Sub(info.Started)))
 	}
 }
 
-// list returns the abandoned applies still running, oldest first.
-func (m *applyMonitor) list() []AbandonedApply {
+// List returns the abandoned applies still running, oldest first.
+func (m *Monitor) List() []Abandoned {
 	m.mu.Lock()
-	out := make([]AbandonedApply, 0, len(m.abandoned))
+	out := make([]Abandoned, 0, len(m.abandoned))
 	for _, a := range m.abandoned {
 		out = append(out, a)
 	}
 	m.mu.Unlock()
-	slices.SortFunc(out, func(a, b AbandonedApply) int { return a.Started.Compare(b.Started) })
+	slices.SortFunc(out, func(a, b Abandoned) int { return a.Started.Compare(b.Started) })
 	return out
 }
 
-// applying reports whether any apply is running.
-func (m *applyMonitor) applying() bool {
+// Applying reports whether any apply is running.
+func (m *Monitor) Applying() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for aw := range m.watches {
@@ -227,7 +256,7 @@ func (m *applyMonitor) applying() bool {
 // done. When work ends (the work context of the applies is done), every
 // running apply counts as cancelled then. Abandonments run on goroutines of
 // their own, owned by wg.
-func (m *applyMonitor) run(ctx context.Context, work <-chan struct{}, wg *sync.WaitGroup) {
+func (m *Monitor) run(ctx context.Context, work <-chan struct{}, wg *sync.WaitGroup) {
 	var t base.LazyTimer
 	defer t.Stop()
 	for {
@@ -252,7 +281,7 @@ func (m *applyMonitor) run(ctx context.Context, work <-chan struct{}, wg *sync.W
 
 // check acts on every deadline that passed and returns the next one, zero
 // when no apply runs.
-func (m *applyMonitor) check(ctx context.Context, wg *sync.WaitGroup) time.Time {
+func (m *Monitor) check(ctx context.Context, wg *sync.WaitGroup) time.Time {
 	now := m.Now()
 	var next time.Time
 	earliest := func(t time.Time) {
@@ -274,7 +303,7 @@ func (m *applyMonitor) check(ctx context.Context, wg *sync.WaitGroup) time.Time 
 		}
 		if !aw.cancelled && !now.Before(deadline) {
 			aw.cancelled, aw.cancelledAt, aw.late = true, deadline, true
-			aw.cancel(fmt.Errorf("%w of %s", errApplyDeadline, m.timeout))
+			aw.cancel(fmt.Errorf("%w of %s", ErrDeadline, m.timeout))
 		}
 		if !aw.cancelled {
 			earliest(deadline)
@@ -289,7 +318,7 @@ func (m *applyMonitor) check(ctx context.Context, wg *sync.WaitGroup) time.Time 
 		}
 		aw.abandoned = true
 		late := aw.late
-		info := AbandonedApply{StreamID: aw.stream, Perspective: aw.perspective, EventID: aw.eventID, Version: aw.version,
+		info := Abandoned{StreamID: aw.stream, Perspective: aw.perspective, EventID: aw.eventID, Version: aw.version,
 			Started: aw.started, Elapsed: now.Sub(aw.started)}
 		aw.mu.Unlock()
 		m.abandoned[aw] = info
@@ -298,22 +327,14 @@ func (m *applyMonitor) check(ctx context.Context, wg *sync.WaitGroup) time.Time 
 	return next
 }
 
-// noteAbandoned logs, counts and announces an abandoned apply.
-func (m *applyMonitor) noteAbandoned(ctx context.Context, info AbandonedApply) {
+// NoteAbandoned counts an abandoned apply, and hands it to
+// Config.OnAbandoned.
+func (m *Monitor) NoteAbandoned(ctx context.Context, info Abandoned) {
 	m.abandonedTotal.Add(1)
-	m.metrics.applyAbandoned(ctx, info.Perspective)
-	m.Log.ErrorContext(ctx, "apply abandoned: it ran past its deadline and ignored its cancelled context; its pair is retried while it runs on",
-		append(pairAttrs(info.StreamID, info.Perspective), slog.String("event_id", info.EventID.String()), slog.Int64("version", info.Version),
-			slog.Duration("elapsed", info.Elapsed), slog.Duration("apply_timeout", m.opts.ApplyTimeout))...)
-	if h := m.opts.Hooks.OnApplyAbandoned; h != nil {
-		h(info)
+	if m.cfg.OnAbandoned != nil {
+		m.cfg.OnAbandoned(ctx, info)
 	}
 }
 
-// AbandonedApplies returns the applies the engine abandoned (see
-// Options.ApplyAbandonGrace) that are still running, oldest first.
-func (w *Worker) AbandonedApplies() []AbandonedApply { return w.monitor.list() }
-
-// AbandonedAppliesTotal returns how many applies this worker abandoned since
-// it started.
-func (w *Worker) AbandonedAppliesTotal() int64 { return w.monitor.abandonedTotal.Load() }
+// AbandonedTotal returns how many applies NoteAbandoned counted.
+func (m *Monitor) AbandonedTotal() int64 { return m.abandonedTotal.Load() }
