@@ -3,81 +3,19 @@ package core
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vantage-go/vantage/internal/clocktest"
 	"github.com/vantage-go/vantage/ports"
 )
 
-// Benchmarks of the engine's hot in-process pieces: the
-// sliding window that batches drain signals, and the typed decode and apply
-// behind the type-erased perspective. Run them with
+// Benchmarks of the engine's hot in-process pieces: the typed decode and
+// apply behind the type-erased perspective. (The drain queue's and the
+// sliding window's are in their packages.) Run them with
 // `go test -run '^$' -bench . -benchmem ./core/...` (make bench-go).
-
-func benchIDs(n int) []uuid.UUID {
-	ids := make([]uuid.UUID, n)
-	for i := range ids {
-		ids[i] = uuid.New()
-	}
-	return ids
-}
-
-// newWindowWorker returns an unstarted worker on a fake clock whose sliding
-// window closes at maxSize ids.
-func newWindowWorker(tb testing.TB, maxSize int) (*Worker, *clocktest.Fake) {
-	tb.Helper()
-	clock := clocktest.NewFake()
-	w, err := New(newIdleBackend(), NewRegistry(), &Options{
-		Clock:        clock,
-		DrainBatcher: DrainBatcherOptions{MaxSize: maxSize},
-	})
-	require.NoError(tb, err)
-	return w, clock
-}
-
-// BenchmarkSlidingWindowBySize measures collecting a full batch: the first
-// id starts the window, the rest is already queued and the window closes on
-// MaxSize without waiting (the catch-up case).
-func BenchmarkSlidingWindowBySize(b *testing.B) {
-	for _, n := range []int{30, 1000} {
-		b.Run(fmt.Sprintf("ids=%d", n), func(b *testing.B) {
-			w, _ := newWindowWorker(b, n)
-			ids := benchIDs(n)
-			b.ReportAllocs()
-			for b.Loop() {
-				w.consumers.queue.Push(ids...)
-				batch := w.consumers.collectWindow(b.Context(), w.consumers.queue.Take(1), time.Hour, nil)
-				if len(batch) != n {
-					b.Fatalf("window closed with %d ids, want %d", len(batch), n)
-				}
-				w.consumers.queue.Done(batch)
-			}
-		})
-	}
-}
-
-// BenchmarkSlidingWindowByTimer measures a window that closes on its
-// timer: one id, then the fake clock passes the sliding window. It includes
-// the goroutine hand-off the real consumer loop does not pay.
-func BenchmarkSlidingWindowByTimer(b *testing.B) {
-	w, clock := newWindowWorker(b, 1000)
-	id := benchIDs(1)
-	out := make(chan []uuid.UUID)
-	b.ReportAllocs()
-	for b.Loop() {
-		w.consumers.queue.Push(id...)
-		first := w.consumers.queue.Take(1)
-		go func() { out <- w.consumers.collectWindow(b.Context(), first, time.Hour, nil) }()
-		<-clock.WaitTimers(1)
-		clock.Advance(SlidingWindowDefault)
-		w.consumers.queue.Done(<-out)
-	}
-}
 
 // benchModel is the model of the apply benchmarks.
 type benchModel struct {

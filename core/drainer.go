@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/vantage-go/vantage/core/internal/base"
+	"github.com/vantage-go/vantage/core/internal/consume"
 	"github.com/vantage-go/vantage/core/internal/dedup"
 	"github.com/vantage-go/vantage/core/internal/lease"
 	"github.com/vantage-go/vantage/core/internal/monitor"
@@ -22,7 +23,7 @@ import (
 type drainer struct {
 	*engine
 	queue     *queue.Queue
-	activity  *activity
+	activity  *consume.Activity
 	cache     *dedup.Cache
 	completer *completer
 	parking   *parking
@@ -53,7 +54,7 @@ type drainer struct {
 func (dr *drainer) processBatch(ctx context.Context, ids []uuid.UUID) {
 	ctx, span := dr.tracing.startBatch(ctx, len(ids))
 	dr.completer.sweep(ctx)
-	defer dr.activity.batchStarted()()
+	defer dr.activity.BatchStarted()()
 
 	start := dr.Now()
 	applied, events := dr.drainBatch(ctx, ids)

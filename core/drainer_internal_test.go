@@ -181,7 +181,7 @@ func TestIdleTickRoutesPendingCompletion(t *testing.T) {
 	bb := setupBatch(t)
 	c := ports.Completion{StreamID: uuid.New(), Perspective: "c", LastEventID: uuid.New(), LastVersion: 1}
 	require.NoError(t, bb.w.completer.strategy.ReportCompletion(t.Context(), c))
-	bb.w.consumers.idleTick(t.Context(), false)
+	bb.w.completer.sweep(t.Context()) // what an idle tick runs
 	require.NoError(t, bb.w.completer.completions.Flush(t.Context()))
 	require.Equal(t, int64(1), bb.spy.completes.Load())
 	require.Equal(t, []ports.Completion{c}, bb.cursors.last.Load().Completions)
@@ -394,7 +394,7 @@ func TestIdleWorkerSendsItsCompletionsAtOnce(t *testing.T) {
 
 	bb, flushed, stream := setupFlushWatch(t)
 	ctx, cancel := context.WithCancel(t.Context())
-	bb.w.consumers.Start(ctx, ctx)
+	require.NoError(t, bb.w.consumers.Start(ctx, ctx))
 	t.Cleanup(func() { cancel(); require.NoError(t, bb.w.consumers.Stop(context.Background())) })
 
 	bb.w.drain.queue.Push(stream)
@@ -402,30 +402,4 @@ func TestIdleWorkerSendsItsCompletionsAtOnce(t *testing.T) {
 	require.Len(t, f.Completions, 1)
 	require.Equal(t, stream, f.Completions[0].StreamID)
 	require.Equal(t, int64(1), bb.applied.Load())
-}
-
-// With no batch in flight, the completions still wait for the coalescing
-// window while more can be expected: streams are queued, or streams
-// arrive more often than the window lasts.
-func TestIdleCompletionsWaitWhileMoreMayCome(t *testing.T) {
-	t.Parallel()
-
-	window := 25 * time.Millisecond
-	for _, tc := range []struct {
-		name   string
-		queued int
-		every  time.Duration
-		now    bool
-	}{
-		{name: "arrivals not measured yet", now: true},
-		{name: "arrivals sparser than the window", every: 40 * time.Millisecond, now: true},
-		{name: "arrivals as sparse as the window", every: window, now: true},
-		{name: "arrivals denser than the window", every: 10 * time.Millisecond},
-		{name: "streams queued", queued: 1},
-		{name: "streams queued, arrivals sparse", queued: 3, every: time.Second},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			require.Equal(t, tc.now, sendNow(tc.queued, tc.every, window))
-		})
-	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/core/internal/claim"
+	"github.com/vantage-go/vantage/core/internal/consume"
 	"github.com/vantage-go/vantage/core/internal/dedup"
 	"github.com/vantage-go/vantage/core/internal/faultlog"
 	"github.com/vantage-go/vantage/core/internal/heartbeat"
@@ -47,7 +48,7 @@ type Worker struct {
 	heartbeat  *heartbeat.Heartbeater
 	claims     *claim.Claimer
 	claimWakes *claim.Wakes
-	consumers  *consumers
+	consumers  *consume.Consumers
 	completer  *completer
 	parking    *parking
 	renewer    *lease.Renewer
@@ -120,12 +121,12 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	if w.completer, err = newCompleter(e, cache); err != nil {
 		return nil, fmt.Errorf("building worker: %w", err)
 	}
-	arrivals := &arrivals{cap: o.DrainBatcher.MaxWait}
+	arrivals := consume.NewArrivals(o.DrainBatcher.MaxWait)
 	drainQ := queue.New(queue.Hooks{
-		Arrived: func() { arrivals.arrived(e.Now()) },
+		Arrived: func() { arrivals.Arrived(e.Now()) },
 		Waiting: w.completer.sendHeld, // events wait behind a stream's acknowledgement
 	})
-	act := newActivity(&e.opts)
+	act := consume.NewActivity(o.IdleThresholdPolls, o.Hooks.OnWorkProcessingStarted, o.Hooks.OnWorkProcessingIdle)
 	w.parking = newParking(e, drainQ)
 	w.renewer = lease.New(e.Env, lease.Config{
 		Claimer: backend.Claimer, InstanceID: o.InstanceID, LeaseDuration: o.LeaseDuration,
@@ -181,10 +182,6 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		OnClaimed:             e.metrics.claimed,
 	}, claimWakes, drainQ, w.heartbeat, w.listener)
 	w.claimWakes = claimWakes
-	w.consumers = &consumers{engine: e, queue: drainQ, listener: w.listener, activity: act, wakes: consumerWakes,
-		flights: newFlights(), arrivals: arrivals,
-		tick: w.completer.sweep, sendHeld: w.completer.sendHeld, coalesce: w.completer.completions.Coalesce(),
-	}
 	w.completer.onFailureAcked = w.parking.parkAcked
 	w.completer.onGivenUp, w.completer.onLanded = w.parking.reportGivenUp, w.parking.reportLanded
 	w.completer.onCompleted = func() {
@@ -209,7 +206,20 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	}
 	w.drain.rewind = w.rewind
 	w.rebuilds = &rebuildQueue{engine: e, rewind: w.rewind}
-	w.consumers.drain = w.drain.processBatch
+	var onIdleTick func()
+	if h := o.Hooks.OnBatchCycleComplete; h != nil {
+		onIdleTick = func() { h(BatchCycle{}) }
+	}
+	w.consumers = consume.New(e.Env, consume.Config{
+		PollingInterval:              o.PollingInterval,
+		NotifyHealthyPollingInterval: o.NotifyHealthyPollingInterval,
+		MaxSize:                      o.DrainBatcher.MaxSize,
+		SlidingWindow:                o.DrainBatcher.SlidingWindow,
+		MaxWait:                      o.DrainBatcher.MaxWait,
+		Coalesce:                     w.completer.completions.Coalesce(),
+		OnIdleTick:                   onIdleTick,
+	}, consume.Funcs{Drain: w.drain.processBatch, Tick: w.completer.sweep, SendHeld: w.completer.sendHeld},
+		drainQ, w.listener, consumerWakes, arrivals, act)
 	w.run.gauges = w.observeGauges()
 	return w, nil
 }
@@ -219,18 +229,18 @@ func (w *Worker) InstanceID() uuid.UUID { return w.opts.InstanceID }
 
 // IsIdle reports whether the worker is idle (no work for IdleThresholdPolls
 // consecutive polls). A new worker is idle.
-func (w *Worker) IsIdle() bool { return w.consumers.activity.idle.Load() }
+func (w *Worker) IsIdle() bool { return w.consumers.Activity().Idle() }
 
 // ConsecutiveEmptyPolls returns the number of consecutive polls that found no
 // work, shared across consumer loops.
-func (w *Worker) ConsecutiveEmptyPolls() int { return int(w.consumers.activity.emptyPolls.Load()) }
+func (w *Worker) ConsecutiveEmptyPolls() int { return w.consumers.Activity().EmptyPolls() }
 
 // RequestImmediatePoll wakes the claim loop and every consumer now instead of
 // at their next interval; with Options.ClaimsDisabled it wakes the consumers
 // only. Safe from any goroutine; redundant calls coalesce.
 func (w *Worker) RequestImmediatePoll() {
 	w.claimWakes.Now()
-	w.consumers.wakeAll()
+	w.consumers.WakeAll()
 }
 
 // Start registers the perspectives' subscriptions and the instance with the
@@ -289,14 +299,14 @@ func (w *Worker) Start(ctx context.Context) error {
 	// ends; the monitor outlives them (see monitor.Monitor.Start).
 	_ = w.renewer.Start(workCtx) // it cannot fail
 	w.monitor.Start(context.WithoutCancel(ctx), workCtx.Done())
-	w.consumers.Start(runCtx, workCtx)
+	_ = w.consumers.Start(runCtx, workCtx) // it cannot fail
 	w.run.loops.Go(func() { w.deadLetterRecovery(runCtx) })
 	w.run.loops.Go(func() { w.rewind.startupScan(runCtx) })
 	w.run.loops.Go(func() { w.lifecycle.reconcileLoop(runCtx) })
 	w.run.loops.Go(func() { w.resubscribeLoop(runCtx) })
 	w.run.loops.Go(func() { w.rebuilds.loop(runCtx) })
 	w.run.loops.Go(func() { w.ensureIndexesLoop(runCtx) })
-	attrs := append(w.identity(), slog.Int("consumers", len(w.consumers.wakes)))
+	attrs := append(w.identity(), slog.Int("consumers", w.opts.MaxConcurrentDrainConsumers))
 	if w.opts.ClaimsDisabled {
 		attrs = append(attrs, slog.Bool("claims_disabled", true))
 	}

@@ -1,4 +1,4 @@
-package core
+package consume
 
 import (
 	"sync"
@@ -15,16 +15,16 @@ import (
 // longer how long every batch waits. A quiet worker thus drains an append
 // as soon as it is claimed, and a busy one still drains in full batches.
 
-// arrivals measures how often streams arrive in the drain queue.
-type arrivals struct {
+// Arrivals measures how often streams arrive in the drain queue.
+type Arrivals struct {
 	mu    sync.Mutex
 	last  time.Time
 	every time.Duration // moving average of the gap between arrivals; 0 until two were seen
 	cap   time.Duration // the longest gap a sample counts, so an idle spell is forgotten fast
 }
 
-// arrived records an arrival at now.
-func (a *arrivals) arrived(now time.Time) {
+// Arrived records an arrival at now.
+func (a *Arrivals) Arrived(now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !a.last.IsZero() {
@@ -34,11 +34,15 @@ func (a *arrivals) arrived(now time.Time) {
 }
 
 // interval returns the average gap between arrivals, 0 while unknown.
-func (a *arrivals) interval() time.Duration {
+func (a *Arrivals) interval() time.Duration {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.every
 }
+
+// NewArrivals returns Arrivals in which a gap counts as at most limit, so
+// that an idle spell is forgotten fast.
+func NewArrivals(limit time.Duration) *Arrivals { return &Arrivals{cap: limit} }
 
 // flights tracks the batches being drained: when each started, how long
 // batches take on average, and a channel closed whenever one ends.
