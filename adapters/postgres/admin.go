@@ -2,9 +2,13 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/vantage-go/vantage/ports"
@@ -30,6 +34,24 @@ var _ ports.Admin = (*Store)(nil)
 // ACCESS EXCLUSIVE conflicts with the ACCESS SHARE of a reader. The table is
 // read by appends and registrations alone, so nothing else waits.
 const sqlRetireLock = `LOCK TABLE /* SCHEMA */.vantage_subscriptions IN ACCESS EXCLUSIVE MODE`
+
+// retireLockTimeout bounds each attempt of a retirement to lock the
+// subscriptions. While its request waits for the appends in progress to
+// commit, every later append queues behind it: an attempt that waits
+// longer gives up, lets them through, and tries again after a backoff.
+// An application that keeps a transaction of AppendTx open until another
+// append returns is thus never held up for long, where an unbounded wait
+// would hold both for ever.
+const retireLockTimeout = 100 * time.Millisecond
+
+// retireLockRetry is the backoff between two attempts to lock (see
+// retireLockTimeout): from 50ms, growing to 1s, spread at random; the
+// retirement tries until its context ends.
+func retireLockRetry(ctx context.Context) backoff.BackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 50*time.Millisecond, time.Second, 0
+	return backoff.WithContext(b, ctx)
+}
 
 // sqlRetire records $1 retired (the first retirement's time stays) and
 // deletes its subscriptions, returning how many it deleted. The
@@ -125,8 +147,8 @@ SELECT (SELECT count(*) FROM deleted), (SELECT count(*) FROM cursors), (SELECT c
 
 // PerspectiveRetire implements ports.Admin in two transactions (see
 // above): the retirement and the subscriptions, then the work rows and the
-// state. The first waits for appends in progress to commit, and appends
-// wait for it: keep AppendTx transactions short. Rows held by instances are
+// state. The first waits for appends in progress to commit; appends wait
+// for it at most retireLockTimeout at a time. Rows held by instances are
 // deleted like the others; their holders' completions and failures of them
 // then change nothing, except that a completion still moves a cursor that
 // exists (a model saved by an apply in flight comes back with its cursor:
@@ -145,12 +167,22 @@ func (s *Store) PerspectiveRetire(ctx context.Context, params *ports.Perspective
 		return nil, err
 	}
 	result := &ports.RetireResult{}
-	err := withTx(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, s.sql(sqlRetireLock)); err != nil {
-			return err
+	err := backoff.Retry(func() error {
+		err := withTx(ctx, s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", retireLockTimeout.Milliseconds())); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, s.sql(sqlRetireLock)); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, s.sql(sqlRetire), name).Scan(&result.Subscriptions)
+		})
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == pgLockNotAvailable {
+			return err // appends in progress: try again
 		}
-		return tx.QueryRow(ctx, s.sql(sqlRetire), name).Scan(&result.Subscriptions)
-	})
+		return backoff.Permanent(err)
+	}, retireLockRetry(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("retiring perspective %q: %w", name, translate(err))
 	}
