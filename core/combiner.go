@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -133,13 +134,13 @@ func newModelBatches(mb ports.ModelBatchStore, timeout time.Duration) *modelBatc
 }
 
 // load returns the stored model of k, or an error wrapping ports.ErrNotFound.
-func (b *modelBatches) load(ctx context.Context, k pairKey) (ports.StoredModel, error) {
-	m, err := b.loads.do(ctx, ports.Pair{StreamID: k.stream, Perspective: k.perspective})
+func (b *modelBatches) load(ctx context.Context, k pair.Key) (ports.StoredModel, error) {
+	m, err := b.loads.do(ctx, ports.Pair{StreamID: k.Stream, Perspective: k.Perspective})
 	if err != nil {
-		return ports.StoredModel{}, fmt.Errorf("loading model %q of stream %s: %w", k.perspective, k.stream, err)
+		return ports.StoredModel{}, fmt.Errorf("loading model %q of stream %s: %w", k.Perspective, k.Stream, err)
 	}
-	if m.StreamID != k.stream {
-		return ports.StoredModel{}, fmt.Errorf("loading model %q of stream %s: %w", k.perspective, k.stream, ports.ErrNotFound)
+	if m.StreamID != k.Stream {
+		return ports.StoredModel{}, fmt.Errorf("loading model %q of stream %s: %w", k.Perspective, k.Stream, ports.ErrNotFound)
 	}
 	return m, nil
 }
@@ -209,7 +210,7 @@ func newTxSaves(tx ports.TxModelStore, clock ports.Clock, patience, timeout time
 			j := -1
 			if errors.As(err, &wf) {
 				j = slices.IndexFunc(group, func(p *ports.ModelSaveTxParams) bool {
-					return p.Save.StreamID == wf.key.stream && p.Save.Perspective == wf.key.perspective
+					return p.Save.StreamID == wf.key.Stream && p.Save.Perspective == wf.key.Perspective
 				})
 			}
 			if j < 0 {

@@ -15,6 +15,7 @@ import (
 	"github.com/vantage-go/vantage/core/internal/dedup"
 	"github.com/vantage-go/vantage/core/internal/faultlog"
 	"github.com/vantage-go/vantage/core/internal/flush"
+	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/core/internal/retry"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -36,10 +37,10 @@ type completer struct {
 	// onCompleted after each acknowledged completion batch; onGivenUp per
 	// pair of an outcome given up on, to drain it again after a backoff,
 	// which it returns; onLanded per pair of an acknowledged outcome.
-	onFailureAcked func(pairKey)
+	onFailureAcked func(pair.Key)
 	onCompleted    func()
-	onGivenUp      func(pairKey) time.Duration
-	onLanded       func(pairKey)
+	onGivenUp      func(pair.Key) time.Duration
+	onLanded       func(pair.Key)
 
 	mu sync.Mutex // serializes moving strategy items into the flushers
 
@@ -165,7 +166,7 @@ func (c *completer) Stop(ctx context.Context) error {
 // on.
 func (c *completer) reportCompletion(ctx context.Context, comp ports.Completion) {
 	if err := c.strategy.ReportCompletion(ctx, comp); err != nil {
-		c.givenUp(ctx, pairKey{stream: comp.StreamID, perspective: comp.Perspective}, comp.WorkIDs, "completions", err)
+		c.givenUp(ctx, pair.Key{Stream: comp.StreamID, Perspective: comp.Perspective}, comp.WorkIDs, "completions", err)
 	}
 }
 
@@ -174,7 +175,7 @@ func (c *completer) reportCompletion(ctx context.Context, comp ports.Completion)
 // given up on is drained again after a backoff instead.
 func (c *completer) reportFailure(ctx context.Context, f ports.Failure) {
 	if err := c.strategy.ReportFailure(ctx, f); err != nil {
-		c.givenUp(ctx, pairKey{stream: f.StreamID, perspective: f.Perspective}, f.AppliedWorkIDs, "failures", err)
+		c.givenUp(ctx, pair.Key{Stream: f.StreamID, Perspective: f.Perspective}, f.AppliedWorkIDs, "failures", err)
 	}
 }
 
@@ -260,7 +261,7 @@ func (c *completer) stalledAmong(k dedup.Key, rows []uuid.UUID) []uuid.UUID {
 func (c *completer) completionsRefused(batch []completion.Tracked[ports.Completion], err error) {
 	c.settleRefused(trackingIDs(batch))
 	for _, t := range batch {
-		c.givenUp(context.Background(), pairKey{stream: t.Item.StreamID, perspective: t.Item.Perspective}, t.Item.WorkIDs, "completions", err)
+		c.givenUp(context.Background(), pair.Key{Stream: t.Item.StreamID, Perspective: t.Item.Perspective}, t.Item.WorkIDs, "completions", err)
 	}
 }
 
@@ -268,7 +269,7 @@ func (c *completer) completionsRefused(batch []completion.Tracked[ports.Completi
 func (c *completer) failuresRefused(batch []completion.Tracked[ports.Failure], err error) {
 	c.settleRefused(trackingIDs(batch))
 	for _, t := range batch {
-		c.givenUp(context.Background(), pairKey{stream: t.Item.StreamID, perspective: t.Item.Perspective}, t.Item.AppliedWorkIDs, "failures", err)
+		c.givenUp(context.Background(), pair.Key{Stream: t.Item.StreamID, Perspective: t.Item.Perspective}, t.Item.AppliedWorkIDs, "failures", err)
 	}
 }
 
@@ -287,10 +288,10 @@ func (c *completer) settleRefused(ids []uuid.UUID) {
 // reflects complete without being applied again, and a failed event (its
 // pair parked until an acknowledgement that will not come) is applied
 // again, never charged.
-func (c *completer) givenUp(ctx context.Context, k pairKey, rows []uuid.UUID, what string, err error) {
-	c.cache.RemoveRange(k.dedupKey(), rows)
-	c.settleStalled(k.dedupKey(), rows)
-	attrs := append(pairAttrs(k.stream, k.perspective), slog.Any("error", err))
+func (c *completer) givenUp(ctx context.Context, k pair.Key, rows []uuid.UUID, what string, err error) {
+	c.cache.RemoveRange(k.Dedup(), rows)
+	c.settleStalled(k.Dedup(), rows)
+	attrs := append(pairAttrs(k.Stream, k.Perspective), slog.Any("error", err))
 	if c.onGivenUp != nil {
 		attrs = append(attrs, slog.Duration("retry_in", c.onGivenUp(k)))
 	}
@@ -400,8 +401,8 @@ func (c *completer) releaseUnfinished(batch []completion.Tracked[ports.Completio
 		return
 	}
 	for _, t := range batch {
-		k := pairKey{stream: t.Item.StreamID, perspective: t.Item.Perspective}
-		c.cache.RemoveRange(k.dedupKey(), t.Item.WorkIDs)
+		k := pair.Key{Stream: t.Item.StreamID, Perspective: t.Item.Perspective}
+		c.cache.RemoveRange(k.Dedup(), t.Item.WorkIDs)
 	}
 }
 
@@ -450,8 +451,8 @@ func (c *completer) failuresAcknowledged(batch []completion.Tracked[ports.Failur
 	ranges := make([]dedup.Range, 0, len(batch))
 	for _, t := range batch {
 		f := t.Item
-		k := pairKey{stream: f.StreamID, perspective: f.Perspective}
-		ranges = append(ranges, dedup.Range{Key: k.dedupKey(), IDs: f.AppliedWorkIDs})
+		k := pair.Key{Stream: f.StreamID, Perspective: f.Perspective}
+		ranges = append(ranges, dedup.Range{Key: k.Dedup(), IDs: f.AppliedWorkIDs})
 		if c.onFailureAcked != nil {
 			c.onFailureAcked(k)
 		}
@@ -473,7 +474,7 @@ func (c *completer) acknowledge(trackingIDs []uuid.UUID, rows []dedup.Range) {
 	}
 	if c.onLanded != nil {
 		for _, r := range rows {
-			c.onLanded(pairKey{stream: r.Key.Stream, perspective: r.Key.Perspective})
+			c.onLanded(pair.Key{Stream: r.Key.Stream, Perspective: r.Key.Perspective})
 		}
 	}
 	c.signalProgress()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/vantage-go/vantage/adapters/memory"
 	"github.com/vantage-go/vantage/core/completion"
+	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/internal/clocktest"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -54,7 +55,7 @@ type reportBundle struct {
 	clock   *clocktest.Fake
 	mem     ports.Backend
 	reports *reportErrors
-	key     pairKey
+	key     pair.Key
 	row     ports.WorkItem
 }
 
@@ -70,7 +71,7 @@ func setupReports(t *testing.T, mode completion.Factory, err error) *reportBundl
 	res, seq, ferr := bb.w.drain.fetch(t.Context(), []uuid.UUID{stream})
 	require.NoError(t, ferr)
 	require.Len(t, res.Work, 1)
-	rb := &reportBundle{batchBundle: bb, clock: clock, mem: mem, reports: reports, key: pairKey{stream: stream, perspective: "c"}, row: res.Work[0]}
+	rb := &reportBundle{batchBundle: bb, clock: clock, mem: mem, reports: reports, key: pair.Key{Stream: stream, Perspective: "c"}, row: res.Work[0]}
 	if err != nil {
 		reports.fail(err)
 	}
@@ -80,7 +81,7 @@ func setupReports(t *testing.T, mode completion.Factory, err error) *reportBundl
 
 // held reports whether the dedup cache holds the bundle's row back.
 func (rb *reportBundle) held() bool {
-	return rb.w.drain.cache.Contains(rb.key.dedupKey(), rb.row.WorkID)
+	return rb.w.drain.cache.Contains(rb.key.Dedup(), rb.row.WorkID)
 }
 
 // kept returns how many outcomes the strategy keeps, Pending or Sent.
@@ -120,12 +121,12 @@ func TestRefusedCompletionReleasesItsRows(t *testing.T) {
 			}
 			require.False(t, rb.held(), "the row is released from the dedup cache")
 			require.Zero(t, rb.kept(), "nothing is sent again")
-			require.True(t, rb.w.parking.isParked(rb.key), "the pair waits for its backoff")
+			require.True(t, rb.w.parking.IsParked(rb.key), "the pair waits for its backoff")
 
 			rb.reports.heal()
 			rb.clock.Advance(time.Second) // past the first backoff, jitter included
-			require.False(t, rb.w.parking.isParked(rb.key))
-			res, seq, err := rb.w.drain.fetch(t.Context(), []uuid.UUID{rb.key.stream})
+			require.False(t, rb.w.parking.IsParked(rb.key))
+			res, seq, err := rb.w.drain.fetch(t.Context(), []uuid.UUID{rb.key.Stream})
 			require.NoError(t, err)
 			require.Equal(t, []ports.WorkItem{rb.row}, res.Work, "the row is re-delivered")
 			require.Zero(t, rb.drainFetched(t, res, seq), "it is not applied again")
@@ -167,12 +168,12 @@ func TestRefusedFailureUnparksItsPair(t *testing.T) {
 			rb := setupReports(t, mode, nil)
 			require.NoError(t, rb.w.completer.flushNow(t.Context()))
 			require.Zero(t, rb.pending(t))
-			k := pairKey{stream: uuid.New(), perspective: "c"}
+			k := pair.Key{Stream: uuid.New(), Perspective: "c"}
 			applied := []uuid.UUID{uuid.New()}
 			rb.reports.fail(errRefusedReport)
 			retryAt := rb.clock.Now().Add(time.Hour)
 			rb.w.drain.fail.failed(t.Context(), k, ports.Failure{
-				StreamID: k.stream, Perspective: k.perspective, AppliedWorkIDs: applied, FailedWorkIDs: []uuid.UUID{uuid.New()},
+				StreamID: k.Stream, Perspective: k.Perspective, AppliedWorkIDs: applied, FailedWorkIDs: []uuid.UUID{uuid.New()},
 				Error: "boom", RetryAt: retryAt,
 			}, 2, 1, errors.New("boom"))
 			rb.w.completer.flushPending(t.Context())
@@ -182,15 +183,13 @@ func TestRefusedFailureUnparksItsPair(t *testing.T) {
 				require.NoError(t, err, "the report met the refusal: nothing to flush")
 			}
 
-			require.False(t, rb.w.drain.cache.Contains(k.dedupKey(), applied[0]), "the applied rows are released")
+			require.False(t, rb.w.drain.cache.Contains(k.Dedup(), applied[0]), "the applied rows are released")
 			require.Zero(t, rb.kept(), "nothing is sent again")
-			rb.w.parking.mu.Lock()
-			h := rb.w.parking.parked[k]
-			rb.w.parking.mu.Unlock()
-			require.True(t, h.acked, "the pair no longer waits for an acknowledgement")
-			require.True(t, h.until.Before(retryAt), "it is retried after the backoff, not the failure's delay")
+			until, acked, _ := rb.w.parking.Held(k)
+			require.True(t, acked, "the pair no longer waits for an acknowledgement")
+			require.True(t, until.Before(retryAt), "it is retried after the backoff, not the failure's delay")
 			rb.clock.Advance(time.Second)
-			require.False(t, rb.w.parking.isParked(k))
+			require.False(t, rb.w.parking.IsParked(k))
 		})
 	}
 }
@@ -204,16 +203,16 @@ func TestGivenUpReportsBackOff(t *testing.T) {
 	t.Parallel()
 
 	bb := setupBatchWith(t, &Options{Clock: clocktest.NewFake()})
-	k := pairKey{stream: uuid.New(), perspective: "c"}
+	k := pair.Key{Stream: uuid.New(), Perspective: "c"}
 	// InfraRetry's first wait: 100ms, spread by half.
-	require.LessOrEqual(t, bb.w.parking.reportGivenUp(k), 150*time.Millisecond)
+	require.LessOrEqual(t, bb.w.parking.ReportGivenUp(k), 150*time.Millisecond)
 	var last time.Duration
 	for range 6 {
-		bb.w.parking.infraRecovered(k) // a drain of the pair went through
-		last = bb.w.parking.reportGivenUp(k)
+		bb.w.parking.InfraRecovered(k) // a drain of the pair went through
+		last = bb.w.parking.ReportGivenUp(k)
 	}
 	// The seventh: 100ms × 1.5^6, about 1.14s, spread by half.
 	require.Greater(t, last, 500*time.Millisecond, "the wait grew")
-	bb.w.parking.reportLanded(k)
-	require.LessOrEqual(t, bb.w.parking.reportGivenUp(k), 150*time.Millisecond, "a report landed: the wait starts anew")
+	bb.w.parking.ReportLanded(k)
+	require.LessOrEqual(t, bb.w.parking.ReportGivenUp(k), 150*time.Millisecond, "a report landed: the wait starts anew")
 }

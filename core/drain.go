@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -196,7 +197,7 @@ func groupByPerspective(work []ports.WorkItem) [][]ports.WorkItem {
 // applied is acknowledged, else the refetch would return it again. The
 // task notes when rows past the fetch limit may be left. A pass in which an
 // apply was abandoned ends the drain: the abandoned pair is retried later.
-func (dr *drainer) drainStream(ctx context.Context, t *streamTask, sw *streamWork, cursors map[pairKey]*ports.Cursor) {
+func (dr *drainer) drainStream(ctx context.Context, t *streamTask, sw *streamWork, cursors map[pair.Key]*ports.Cursor) {
 	for iter := 1; ; iter++ {
 		pass, abandoned := dr.drainPass(ctx, t, sw, cursors)
 		if abandoned {
@@ -217,7 +218,7 @@ func (dr *drainer) drainStream(ctx context.Context, t *streamTask, sw *streamWor
 		res, seq, err := dr.fetch(ctx, []uuid.UUID{sw.id})
 		if err != nil {
 			if ctx.Err() == nil {
-				dr.parking.wakeAt(sw.id, dr.Now().Add(dr.opts.InfraRetry.Max))
+				dr.parking.WakeAt(sw.id, dr.Now().Add(dr.opts.InfraRetry.Max))
 			}
 			return
 		}
@@ -239,7 +240,7 @@ func (dr *drainer) drainStream(ctx context.Context, t *streamTask, sw *streamWor
 // on the task what the pairs applied, in the order of the perspectives
 // whatever the order they ended in, and reports the events the pass
 // applied and whether an apply was abandoned.
-func (dr *drainer) drainPass(ctx context.Context, t *streamTask, sw *streamWork, cursors map[pairKey]*ports.Cursor) (passEvents, bool) {
+func (dr *drainer) drainPass(ctx context.Context, t *streamTask, sw *streamWork, cursors map[pair.Key]*ports.Cursor) (passEvents, bool) {
 	groups := groupByPerspective(sw.work)
 	outcomes := make([]pairOutcome, len(groups))
 	ended := make(chan pairEnd, len(groups)) // an ending pair never waits
@@ -256,7 +257,7 @@ func (dr *drainer) drainPass(ctx context.Context, t *streamTask, sw *streamWork,
 		}
 		running++
 		pt := &pairTask{stream: t, index: i, ended: ended}
-		cursor := cursors[pairKey{stream: sw.id, perspective: rows[0].Perspective}]
+		cursor := cursors[pair.Key{Stream: sw.id, Perspective: rows[0].Perspective}]
 		go func() {
 			if o, err := dr.drainPair(ctx, pt, sw, rows, cursor); err == nil {
 				pt.end(o)

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/adapters/memory"
+	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/internal/clocktest"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -210,13 +211,13 @@ func TestHungApplyHoldsOnlyItsPair(t *testing.T) {
 	loads := &blockingLoads{ModelStore: b.Models, stream: hung, blocked: make(chan string, 2),
 		hold: map[string]chan struct{}{"b": make(chan struct{}), "c": make(chan struct{})}}
 	b.Models, b.ModelBatch = loads, nil
-	processed := make(chan pairKey, 10)
+	processed := make(chan pair.Key, 10)
 	abandoned := make(chan AbandonedApply, 1)
 	opts := &Options{
 		Clock: clock, ApplyTimeout: time.Minute, ApplyAbandonGrace: 10 * time.Second, MaxPerspectivesPerStream: 3,
 		Hooks: Hooks{
 			OnPerspectiveEventProcessed: func(e PerspectiveEventProcessed) {
-				processed <- pairKey{stream: e.StreamID, perspective: e.Perspective}
+				processed <- pair.Key{Stream: e.StreamID, Perspective: e.Perspective}
 			},
 			OnApplyAbandoned: func(a AbandonedApply) { abandoned <- a },
 		},
@@ -255,7 +256,7 @@ func TestHungApplyHoldsOnlyItsPair(t *testing.T) {
 	require.ElementsMatch(t, []string{"b", "c"}, []string{recv(t, loads.blocked, "another perspective"), recv(t, loads.blocked, "another perspective")},
 		"the other perspectives of the stream drain while one apply hangs")
 	close(loads.hold["b"])
-	want := map[pairKey]bool{{hung, "b"}: true, {other, "a"}: true, {other, "b"}: true, {other, "c"}: true}
+	want := map[pair.Key]bool{{Stream: hung, Perspective: "b"}: true, {Stream: other, Perspective: "a"}: true, {Stream: other, Perspective: "b"}: true, {Stream: other, Perspective: "c"}: true}
 	for len(want) > 0 {
 		k := recv(t, processed, "the other pairs")
 		require.True(t, want[k], "unexpected %v", k)
@@ -275,7 +276,7 @@ func TestHungApplyHoldsOnlyItsPair(t *testing.T) {
 	}
 
 	close(loads.hold["c"])
-	require.Equal(t, pairKey{hung, "c"}, recv(t, processed, "the last pair"))
+	require.Equal(t, pair.Key{Stream: hung, Perspective: "c"}, recv(t, processed, "the last pair"))
 	recv(t, done, "the batch, once every pair ended or was abandoned")
 	bb.settle(t)
 	require.False(t, bb.w.drain.queue.IsInFlight(hung), "released")
@@ -350,13 +351,13 @@ func TestLateRowBelowAModelPastTheFetchedCursor(t *testing.T) {
 		stale[i].RewindTriggerEventID, stale[i].RewindTriggerVersion = uuid.Nil, 0
 	}
 	res.Cursors = stale
-	bb.drainFetched(t, res, bb.w.parking.nextFetch())
+	bb.drainFetched(t, res, bb.w.parking.NextFetch())
 	bb.settle(t)
 
 	again := fetch()
 	require.Equal(t, []int64{2}, versions(again.Work), "the late row is still pending")
 	clock.Advance(RewindDebounceDefault) // the rewind's debounce
-	bb.drainFetched(t, again, bb.w.parking.nextFetch())
+	bb.drainFetched(t, again, bb.w.parking.NextFetch())
 	bb.settle(t)
 	stored, err := b.Models.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: stream, Perspective: "c"})
 	require.NoError(t, err)
@@ -437,7 +438,7 @@ func TestExhaustedRowsAtOrBelowTheModelComplete(t *testing.T) {
 
 	res := fetch(bb.w.InstanceID())
 	require.Equal(t, []int{1, 1}, []int{res.Work[0].Attempts, res.Work[1].Attempts}, "the takeover charged the rows handed out to the dead instance")
-	bb.drainFetched(t, res, bb.w.parking.nextFetch())
+	bb.drainFetched(t, res, bb.w.parking.NextFetch())
 	bb.settle(t)
 
 	require.Zero(t, deadLettered.Load(), "applied events are not dead-lettered")
@@ -469,11 +470,11 @@ func TestRewindWithLateRowsAnotherRewindAppliedSince(t *testing.T) {
 	require.True(t, res.Work[0].Late)
 	stale := slices.Clone(res.Work)
 	clock.Advance(RewindDebounceDefault)
-	bb.drainFetched(t, res, bb.w.parking.nextFetch())
+	bb.drainFetched(t, res, bb.w.parking.NextFetch())
 	bb.settle(t)
 	require.Equal(t, []int{1}, news, "the first rewind applied the late event")
 
-	key := pairKey{stream: stream, perspective: "c"}
+	key := pair.Key{Stream: stream, Perspective: "c"}
 	p, ok := bb.w.reg.perspective("c")
 	require.True(t, ok)
 	cs, err := b.Cursors.CursorsGet(t.Context(), &ports.CursorsGetParams{StreamIDs: []uuid.UUID{stream}, Perspective: "c"})
@@ -518,7 +519,7 @@ func TestRedeliveriesCompleteUpToTheRowsInHand(t *testing.T) {
 
 	first := fetch(1)
 	require.Equal(t, []int64{1}, versions(first.Work))
-	bb.drainFetched(t, first, bb.w.parking.nextFetch())
+	bb.drainFetched(t, first, bb.w.parking.NextFetch())
 	bb.settle(t)
 	late, err := b.Rewind.WorkLate(t.Context(), &ports.WorkLateParams{StreamID: stream, Perspective: "c"})
 	require.NoError(t, err)
@@ -528,7 +529,7 @@ func TestRedeliveriesCompleteUpToTheRowsInHand(t *testing.T) {
 	require.Equal(t, []int64{2, 3}, versions(rest.Work))
 	require.Len(t, rest.Cursors, 1)
 	require.False(t, rest.Cursors[0].Status.Has(ports.CursorRewindRequired))
-	bb.drainFetched(t, rest, bb.w.parking.nextFetch())
+	bb.drainFetched(t, rest, bb.w.parking.NextFetch())
 	bb.settle(t)
 	require.Empty(t, fetch(10).Work)
 	require.Zero(t, bb.applied.Load(), "every event was in the model")
@@ -560,7 +561,7 @@ func TestRewindCompletesUpToTheRowsInHand(t *testing.T) {
 	first := fetch(2)
 	require.Equal(t, []int64{1, 2}, versions(first.Work))
 	clock.Advance(RewindDebounceDefault)
-	bb.drainFetched(t, first, bb.w.parking.nextFetch())
+	bb.drainFetched(t, first, bb.w.parking.NextFetch())
 	bb.settle(t)
 	require.Len(t, rewinds, 1)
 	require.Equal(t, 1, rewinds[0].New, "the late event")
@@ -571,7 +572,7 @@ func TestRewindCompletesUpToTheRowsInHand(t *testing.T) {
 	rest := fetch(10)
 	require.Equal(t, []int64{3, 4, 5}, versions(rest.Work))
 	require.False(t, rest.Cursors[0].Status.Has(ports.CursorRewindRequired))
-	bb.drainFetched(t, rest, bb.w.parking.nextFetch())
+	bb.drainFetched(t, rest, bb.w.parking.NextFetch())
 	bb.settle(t)
 	require.Empty(t, fetch(10).Work)
 	require.Len(t, rewinds, 1, "one rewind")

@@ -11,6 +11,7 @@ import (
 	"github.com/vantage-go/vantage/core/internal/dedup"
 	"github.com/vantage-go/vantage/core/internal/lease"
 	"github.com/vantage-go/vantage/core/internal/monitor"
+	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/core/internal/queue"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -26,11 +27,11 @@ type drainer struct {
 	activity  *consume.Activity
 	cache     *dedup.Cache
 	completer *completer
-	parking   *parking
+	parking   *pair.Parking
 	renewer   *lease.Renewer
 	monitor   *monitor.Monitor
 	lifecycle *lifecycle
-	gates     *gates
+	gates     *pair.Gates
 	scopes    *scopeCache
 	store     *modelStore
 	fail      *failures
@@ -74,7 +75,7 @@ func (dr *drainer) processBatch(ctx context.Context, ids []uuid.UUID) {
 // started before a failure of a pair was acknowledged are stale for that
 // pair (see staleFetch).
 func (dr *drainer) fetch(ctx context.Context, ids []uuid.UUID) (*ports.EventsFetchPendingResult, uint64, error) {
-	seq := dr.parking.nextFetch()
+	seq := dr.parking.NextFetch()
 	cctx, cancel := base.LeaseCallContext(ctx)
 	defer cancel()
 	res, err := dr.backend.Fetcher.EventsFetchPending(cctx, &ports.EventsFetchPendingParams{
@@ -160,7 +161,7 @@ func (dr *drainer) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []port
 	for _, id := range remaining {
 		dr.releaseStream(ctx, id, false)
 		if ctx.Err() == nil {
-			dr.parking.wakeAt(id, dr.Now().Add(dr.opts.InfraRetry.Max))
+			dr.parking.WakeAt(id, dr.Now().Add(dr.opts.InfraRetry.Max))
 		}
 	}
 	wg.Wait()
@@ -245,13 +246,13 @@ func (dr *drainer) releaseStream(ctx context.Context, id uuid.UUID, more bool) {
 	})
 }
 
-func cursorsByPair(cs []ports.Cursor) map[pairKey]*ports.Cursor {
+func cursorsByPair(cs []ports.Cursor) map[pair.Key]*ports.Cursor {
 	if len(cs) == 0 {
 		return nil
 	}
-	out := make(map[pairKey]*ports.Cursor, len(cs))
+	out := make(map[pair.Key]*ports.Cursor, len(cs))
 	for i := range cs {
-		out[pairKey{stream: cs[i].StreamID, perspective: cs[i].Perspective}] = &cs[i]
+		out[pair.Key{Stream: cs[i].StreamID, Perspective: cs[i].Perspective}] = &cs[i]
 	}
 	return out
 }
@@ -301,7 +302,7 @@ func (t *streamTask) add(n int, events []ports.Event) {
 }
 
 // drain drains the stream, then releases it and reports what it applied.
-func (t *streamTask) drain(ctx context.Context, sw *streamWork, cursors map[pairKey]*ports.Cursor) {
+func (t *streamTask) drain(ctx context.Context, sw *streamWork, cursors map[pair.Key]*ports.Cursor) {
 	t.dr.drainStream(ctx, t, sw, cursors)
 	t.dr.releaseStream(ctx, t.id, t.more)
 	t.rows.add(-t.held)

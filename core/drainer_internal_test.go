@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/adapters/memory"
+	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/internal/clocktest"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -337,14 +338,14 @@ func TestStaleFetchAfterFailureAck(t *testing.T) {
 	t.Parallel()
 
 	bb := setupBatch(t)
-	k := pairKey{stream: uuid.New(), perspective: "c"}
-	before := bb.w.parking.fetchSeq.Add(1)
-	bb.w.parking.park(k, bb.w.Now())
-	bb.w.parking.parkAcked(k)
-	require.True(t, bb.w.parking.staleFetch(k, before), "fetched before the acknowledgement")
-	after := bb.w.parking.fetchSeq.Add(1)
-	require.False(t, bb.w.parking.staleFetch(k, after), "fetched after it")
-	require.False(t, bb.w.parking.staleFetch(k, before), "the mark is cleared once fresh rows were seen")
+	k := pair.Key{Stream: uuid.New(), Perspective: "c"}
+	before := bb.w.parking.NextFetch()
+	bb.w.parking.Park(k, bb.w.Now())
+	bb.w.parking.ParkAcked(k)
+	require.True(t, bb.w.parking.StaleFetch(k, before), "fetched before the acknowledgement")
+	after := bb.w.parking.NextFetch()
+	require.False(t, bb.w.parking.StaleFetch(k, after), "fetched after it")
+	require.False(t, bb.w.parking.StaleFetch(k, before), "the mark is cleared once fresh rows were seen")
 }
 
 // setupFlushWatch builds a worker on a fake clock that never moves, with

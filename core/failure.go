@@ -12,6 +12,7 @@ import (
 
 	"github.com/vantage-go/vantage/core/internal/dedup"
 	"github.com/vantage-go/vantage/core/internal/monitor"
+	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -20,7 +21,7 @@ import (
 // (or it cannot be applied at all), the move to dead letters.
 type failures struct {
 	*engine
-	parking   *parking
+	parking   *pair.Parking
 	completer *completer
 	cache     *dedup.Cache
 }
@@ -53,8 +54,8 @@ const (
 // eventFailed decides what a failed apply of row costs: one attempt, and
 // when that was the last, the move to dead letters with the cause, at once,
 // so the pair goes on without waiting for a retry.
-func (fl *failures) eventFailed(ctx context.Context, k pairKey, row ports.WorkItem, cause error) failureOutcome {
-	fl.metrics.applyFailed(ctx, k.perspective)
+func (fl *failures) eventFailed(ctx context.Context, k pair.Key, row ports.WorkItem, cause error) failureOutcome {
+	fl.metrics.applyFailed(ctx, k.Perspective)
 	attempts := row.Attempts + 1
 	limit := fl.opts.MaxPerspectiveEventAttempts
 	if limit == Unlimited || attempts < limit {
@@ -87,9 +88,9 @@ func (fl *failures) eventFailed(ctx context.Context, k pairKey, row ports.WorkIt
 // call); a refusal because the stream is another instance's now
 // (ports.ErrLeaseLost) costs nothing and is only noted. It reports true for
 // the refusal.
-func (fl *failures) moveFailed(ctx context.Context, k pairKey, op string, err error) bool {
+func (fl *failures) moveFailed(ctx context.Context, k pair.Key, op string, err error) bool {
 	if !errors.Is(err, ports.ErrLeaseLost) {
-		fl.parking.infraFailed(ctx, k, op, err)
+		fl.parking.InfraFailed(ctx, k, op, err)
 		return false
 	}
 	fl.leaseLost(ctx, k, err)
@@ -99,9 +100,9 @@ func (fl *failures) moveFailed(ctx context.Context, k pairKey, op string, err er
 // leaseLost notes that a write of the pair k was refused because the
 // stream is another instance's now (ports.ErrLeaseLost): it costs nothing,
 // and the pair is left to that instance.
-func (fl *failures) leaseLost(ctx context.Context, k pairKey, err error) {
+func (fl *failures) leaseLost(ctx context.Context, k pair.Key, err error) {
 	fl.Log.InfoContext(ctx, "stream taken by another instance; leaving its pair to it",
-		append(pairAttrs(k.stream, k.perspective), slog.Any("error", err))...)
+		append(pairAttrs(k.Stream, k.Perspective), slog.Any("error", err))...)
 }
 
 // deadLettered logs and announces a dead letter.
@@ -131,12 +132,12 @@ func failureReason(cause error) string {
 // reportFailure reports that row failed, after the rows in applied
 // completed: the failed row is released and retried after a backoff, and
 // the pair is held back until then.
-func (fl *failures) reportFailure(ctx context.Context, k pairKey, row ports.WorkItem, applied []uuid.UUID, lastID uuid.UUID, lastVersion int64, cause error) {
+func (fl *failures) reportFailure(ctx context.Context, k pair.Key, row ports.WorkItem, applied []uuid.UUID, lastID uuid.UUID, lastVersion int64, cause error) {
 	attempts := row.Attempts + 1
 	retryAt := fl.Now().Add(fl.failureRetryDelay(attempts))
 	f := ports.Failure{
-		StreamID:       k.stream,
-		Perspective:    k.perspective,
+		StreamID:       k.Stream,
+		Perspective:    k.Perspective,
 		LastEventID:    lastID,
 		LastVersion:    lastVersion,
 		AppliedWorkIDs: applied,
@@ -149,15 +150,15 @@ func (fl *failures) reportFailure(ctx context.Context, k pairKey, row ports.Work
 }
 
 // failed parks the pair and reports f.
-func (fl *failures) failed(ctx context.Context, k pairKey, f ports.Failure, version int64, attempts int, cause error) {
+func (fl *failures) failed(ctx context.Context, k pair.Key, f ports.Failure, version int64, attempts int, cause error) {
 	ctx = context.WithoutCancel(ctx)
 	if len(f.AppliedWorkIDs) > 0 {
-		fl.cache.AddRange(k.dedupKey(), f.AppliedWorkIDs)
+		fl.cache.AddRange(k.Dedup(), f.AppliedWorkIDs)
 	}
-	fl.parking.park(k, f.RetryAt)
-	fl.metrics.failureReported(ctx, k.perspective, failureReason(cause))
+	fl.parking.Park(k, f.RetryAt)
+	fl.metrics.failureReported(ctx, k.Perspective, failureReason(cause))
 	fl.Log.WarnContext(ctx, "perspective failed on event; will retry",
-		append(pairAttrs(k.stream, k.perspective), slog.Int64("version", version), slog.Int("attempts", attempts),
+		append(pairAttrs(k.Stream, k.Perspective), slog.Int64("version", version), slog.Int("attempts", attempts),
 			slog.Int("max_attempts", fl.opts.MaxPerspectiveEventAttempts), slog.Time("retry_at", f.RetryAt), slog.Any("error", cause))...)
 	// The pair stays parked until the failure is acknowledged: the strategy
 	// keeps it until then. One that cannot be reported is given up on and

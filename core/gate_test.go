@@ -6,22 +6,24 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/vantage-go/vantage/core/internal/pair"
 )
 
 func TestGates(t *testing.T) {
 	t.Parallel()
 
-	k := pairKey{stream: uuid.New(), perspective: "p"}
+	k := pair.Key{Stream: uuid.New(), Perspective: "p"}
 
 	t.Run("SecondHolderWaitsAndContends", func(t *testing.T) {
 		t.Parallel()
-		g := newGates()
-		release, err := g.acquire(t.Context(), k, nil)
+		g := pair.NewGates()
+		release, err := g.Acquire(t.Context(), k, nil)
 		require.NoError(t, err)
 		contended := make(chan struct{})
 		acquired := make(chan func())
 		go func() {
-			r, err := g.acquire(context.Background(), k, func() { close(contended) })
+			r, err := g.Acquire(context.Background(), k, func() { close(contended) })
 			if err == nil {
 				acquired <- r
 			}
@@ -35,15 +37,15 @@ func TestGates(t *testing.T) {
 		release()
 		r2 := <-acquired
 		r2()
-		require.Zero(t, g.len(), "entries are removed when unused")
+		require.Zero(t, g.Len(), "entries are removed when unused")
 	})
 
 	t.Run("OtherPairsDoNotBlock", func(t *testing.T) {
 		t.Parallel()
-		g := newGates()
-		r1, err := g.acquire(t.Context(), k, nil)
+		g := pair.NewGates()
+		r1, err := g.Acquire(t.Context(), k, nil)
 		require.NoError(t, err)
-		r2, err := g.acquire(t.Context(), pairKey{stream: k.stream, perspective: "other"}, func() { t.Error("contended on another pair") })
+		r2, err := g.Acquire(t.Context(), pair.Key{Stream: k.Stream, Perspective: "other"}, func() { t.Error("contended on another pair") })
 		require.NoError(t, err)
 		r1()
 		r2()
@@ -51,14 +53,14 @@ func TestGates(t *testing.T) {
 
 	t.Run("CancelledWaiterLeaves", func(t *testing.T) {
 		t.Parallel()
-		g := newGates()
-		r1, err := g.acquire(t.Context(), k, nil)
+		g := pair.NewGates()
+		r1, err := g.Acquire(t.Context(), k, nil)
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
-		_, err = g.acquire(ctx, k, nil)
+		_, err = g.Acquire(ctx, k, nil)
 		require.ErrorIs(t, err, context.Canceled)
 		r1()
-		require.Zero(t, g.len())
+		require.Zero(t, g.Len())
 	})
 }

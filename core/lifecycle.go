@@ -14,6 +14,7 @@ import (
 
 	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/core/internal/faultlog"
+	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/core/internal/retry"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -44,7 +45,7 @@ type lifecycle struct {
 
 	// streams serializes the PrePerspective stages of each stream (keyed
 	// by stream alone), which its perspectives ask for in parallel.
-	streams *gates
+	streams *pair.Gates
 
 	taskMu   sync.Mutex
 	lastTask chan struct{} // closed when the latest batch task finished
@@ -66,7 +67,7 @@ type stageKey struct {
 func newLifecycle(e *engine, c *completer, scopes *scopeCache) *lifecycle {
 	done := make(chan struct{})
 	close(done)
-	return &lifecycle{engine: e, completer: c, scopes: scopes, memGuard: map[stageKey]struct{}{}, running: map[stageKey]chan struct{}{}, streams: newGates(), lastTask: done}
+	return &lifecycle{engine: e, completer: c, scopes: scopes, memGuard: map[stageKey]struct{}{}, running: map[stageKey]chan struct{}{}, streams: pair.NewGates(), lastTask: done}
 }
 
 // start sets work, the context whose end, and only that, ends the stages
@@ -418,7 +419,7 @@ func (l *lifecycle) prePerspective(ctx context.Context, events []ports.Event) er
 	if !l.reg.hasReceptors(PrePerspective) || len(events) == 0 {
 		return nil
 	}
-	release, err := l.streams.acquire(ctx, pairKey{stream: events[0].StreamID}, l.Signals.OnPrePerspectiveWait)
+	release, err := l.streams.Acquire(ctx, pair.Key{Stream: events[0].StreamID}, l.Signals.OnPrePerspectiveWait)
 	if err != nil {
 		return err
 	}
@@ -707,15 +708,15 @@ func (l *lifecycle) ready(ctx context.Context, events []ports.Event) ([]ports.Ev
 	if err != nil {
 		return nil, err
 	}
-	pos := map[pairKey]int64{}
+	pos := map[pair.Key]int64{}
 	for _, c := range cursors {
-		pos[pairKey{stream: c.StreamID, perspective: c.Perspective}] = c.LastVersion
+		pos[pair.Key{Stream: c.StreamID, Perspective: c.Perspective}] = c.LastVersion
 	}
 	var out []ports.Event
 	for _, e := range events {
 		all := true
 		for _, p := range subscribers[e.Type] {
-			if pos[pairKey{stream: e.StreamID, perspective: p}] < e.Version {
+			if pos[pair.Key{Stream: e.StreamID, Perspective: p}] < e.Version {
 				all = false
 				break
 			}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
+	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -24,21 +25,21 @@ const ModelCacheSizeDefault = 10_000
 // bytes, never live model values, so a failed apply cannot corrupt them.
 type modelCache struct {
 	mu  sync.Mutex
-	lru *simplelru.LRU[pairKey, ports.StoredModel]
+	lru *simplelru.LRU[pair.Key, ports.StoredModel]
 }
 
 func newModelCache(size int) *modelCache {
 	if size <= 0 {
 		return nil
 	}
-	lru, err := simplelru.NewLRU[pairKey, ports.StoredModel](size, nil)
+	lru, err := simplelru.NewLRU[pair.Key, ports.StoredModel](size, nil)
 	if err != nil {
 		return nil
 	}
 	return &modelCache{lru: lru}
 }
 
-func (c *modelCache) get(k pairKey) (ports.StoredModel, bool) {
+func (c *modelCache) get(k pair.Key) (ports.StoredModel, bool) {
 	if c == nil {
 		return ports.StoredModel{}, false
 	}
@@ -47,7 +48,7 @@ func (c *modelCache) get(k pairKey) (ports.StoredModel, bool) {
 	return c.lru.Get(k)
 }
 
-func (c *modelCache) put(k pairKey, m ports.StoredModel) {
+func (c *modelCache) put(k pair.Key, m ports.StoredModel) {
 	if c == nil {
 		return
 	}
@@ -56,7 +57,7 @@ func (c *modelCache) put(k pairKey, m ports.StoredModel) {
 	c.lru.Add(k, m)
 }
 
-func (c *modelCache) drop(k pairKey) {
+func (c *modelCache) drop(k pair.Key) {
 	if c == nil {
 		return
 	}
@@ -83,7 +84,7 @@ type modelStore struct {
 // another position or epoch is stale (another instance moved the pair, or
 // a rewind or a rebuild replaced its model, since) and is never handed to
 // an apply.
-func (s *modelStore) load(ctx context.Context, k pairKey, position, epoch int64) (ports.StoredModel, error) {
+func (s *modelStore) load(ctx context.Context, k pair.Key, position, epoch int64) (ports.StoredModel, error) {
 	if m, ok := s.cache.get(k); ok {
 		if m.LastVersion == position && m.Epoch == epoch {
 			return m, nil
@@ -93,14 +94,14 @@ func (s *modelStore) load(ctx context.Context, k pairKey, position, epoch int64)
 	if s.batches != nil {
 		return s.batches.load(ctx, k)
 	}
-	return s.backend.ModelLoad(ctx, &ports.ModelLoadParams{StreamID: k.stream, Perspective: k.perspective})
+	return s.backend.ModelLoad(ctx, &ports.ModelLoadParams{StreamID: k.Stream, Perspective: k.Perspective})
 }
 
 // save saves a model with its cursor and keeps it in the cache; a failed
 // save drops the cache entry. Concurrent saves go together in one call
 // when the store implements ports.ModelBatchStore.
 func (s *modelStore) save(ctx context.Context, p *ports.ModelSaveParams) error {
-	k := pairKey{stream: p.StreamID, perspective: p.Perspective}
+	k := pair.Key{Stream: p.StreamID, Perspective: p.Perspective}
 	save := s.backend.ModelSave
 	if s.batches != nil {
 		save = s.batches.save
@@ -121,7 +122,7 @@ func (s *modelStore) save(ctx context.Context, p *ports.ModelSaveParams) error {
 // save alone is sent by its caller in a transaction of its own, its
 // writes bounded by ApplyTimeout only.
 func (s *modelStore) saveTx(ctx context.Context, alone bool, p *ports.ModelSaveTxParams) error {
-	k := pairKey{stream: p.Save.StreamID, perspective: p.Save.Perspective}
+	k := pair.Key{Stream: p.Save.StreamID, Perspective: p.Save.Perspective}
 	save := s.tx.ModelSaveTx
 	if s.txSaves != nil && !alone {
 		save = func(ctx context.Context, p *ports.ModelSaveTxParams) error {
@@ -141,4 +142,4 @@ func (s *modelStore) saveTx(ctx context.Context, alone bool, p *ports.ModelSaveT
 }
 
 // forget drops the cached model of a pair (a rewind rebuilds it).
-func (s *modelStore) forget(k pairKey) { s.cache.drop(k) }
+func (s *modelStore) forget(k pair.Key) { s.cache.drop(k) }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/vantage-go/vantage/core/internal/dedup"
 	"github.com/vantage-go/vantage/core/internal/monitor"
+	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -32,11 +33,11 @@ var errModelBehindCursor = errors.New("model behind its cursor")
 // completion (or the failure). It returns what it applied, and
 // errPairAbandoned when an apply was abandoned.
 func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork, rows []ports.WorkItem, cursor *ports.Cursor) (pairOutcome, error) {
-	key := pairKey{stream: sw.id, perspective: rows[0].Perspective}
-	if dr.parking.isParked(key) {
+	key := pair.Key{Stream: sw.id, Perspective: rows[0].Perspective}
+	if dr.parking.IsParked(key) {
 		return pairOutcome{}, nil
 	}
-	release, err := dr.gates.acquire(ctx, key, nil)
+	release, err := dr.gates.Acquire(ctx, key, nil)
 	if err != nil {
 		return pairOutcome{}, nil
 	}
@@ -45,7 +46,7 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 	// Check again: a run that held the gate may just have parked the pair;
 	// and rows fetched before its failure was acknowledged are stale (the
 	// backend released the failed row since).
-	if dr.parking.isParked(key) || dr.parking.staleFetch(key, sw.seq) {
+	if dr.parking.IsParked(key) || dr.parking.StaleFetch(key, sw.seq) {
 		return pairOutcome{}, nil
 	}
 
@@ -68,9 +69,9 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 		return pairOutcome{}, nil
 	}
 
-	p, ok := dr.reg.perspective(key.perspective)
+	p, ok := dr.reg.perspective(key.Perspective)
 	if !ok {
-		dr.parking.unknownPerspective(ctx, key, len(rows))
+		dr.parking.UnknownPerspective(ctx, key, len(rows))
 		return pairOutcome{}, nil
 	}
 	// A late row below the position was never applied: only a rewind
@@ -91,7 +92,7 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 	}
 	stored, err := dr.store.load(ctx, key, position, epoch)
 	if err != nil && !errors.Is(err, ports.ErrNotFound) {
-		dr.parking.infraFailed(ctx, key, "loading model", err)
+		dr.parking.InfraFailed(ctx, key, "loading model", err)
 		return pairOutcome{}, nil
 	}
 	if stored.LastVersion < position {
@@ -111,7 +112,7 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 			evs, err := dr.rewind.rewindPair(ctx, p, key, rows, held, flags, true, &rewindOwner{task: task, release: release})
 			return dr.newPairOutcome(len(evs), evs, func(i int) int64 { return evs[i].Version }), err
 		}
-		dr.parking.infraFailed(ctx, key, "loading model", fmt.Errorf("%w: the stored model is at version %d, its cursor at %d; rebuild the perspective",
+		dr.parking.InfraFailed(ctx, key, "loading model", fmt.Errorf("%w: the stored model is at version %d, its cursor at %d; rebuild the perspective",
 			errModelBehindCursor, stored.LastVersion, position))
 		return pairOutcome{}, nil
 	}
@@ -121,33 +122,33 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 		// run would take it for a re-delivery at or below the model. A
 		// drain that reads the cursor as it is now sends it down the late
 		// path.
-		dr.parking.retrySoon(key)
+		dr.parking.RetrySoon(key)
 		return pairOutcome{}, nil
 	}
 	model, err := p.decodeModel(stored.Data)
 	if err != nil {
-		dr.parking.infraFailed(ctx, key, "decoding the stored model", err)
+		dr.parking.InfraFailed(ctx, key, "decoding the stored model", err)
 		return pairOutcome{}, nil
 	}
 
 	actx, cancel := context.WithCancelCause(ctx)
-	batchSize := dr.parking.saveBatchSize(key)
+	batchSize := dr.parking.SaveBatchSize(key)
 	run := &pairRun{
 		dr: dr, p: p, key: key, task: task, sw: sw, rows: rows, stored: stored, model: model,
 		parent: ctx, actx: actx, cancel: cancel, release: release, batchSize: batchSize,
-		attrs: dr.metrics.perspective(key.perspective), traced: recording(ctx),
+		attrs: dr.metrics.perspective(key.Perspective), traced: recording(ctx),
 		// Sized for the usual run, which applies and completes every row,
 		// so that they are not grown row by row.
 		done:    make([]uuid.UUID, 0, len(rows)),
 		unsaved: make([]int, 0, min(len(rows), batchSize)),
 		saved:   make([]int, 0, len(rows)),
-		held:    dr.completer.stalledAmong(key.dedupKey(), held),
+		held:    dr.completer.stalledAmong(key.Dedup(), held),
 	}
 	defer func() { run.cancel(nil) }()
-	run.watch = dr.monitor.Watch(key.stream, key.perspective, cancel, run.abandon)
+	run.watch = dr.monitor.Watch(key.Stream, key.Perspective, cancel, run.abandon)
 	defer run.watch.Done()
 	if err := dr.prePerspective(actx, sw, rows, stored.LastVersion); err != nil {
-		dr.parking.infraFailed(ctx, key, "running PrePerspective", err)
+		dr.parking.InfraFailed(ctx, key, "running PrePerspective", err)
 		return pairOutcome{}, nil
 	}
 	if err := run.run(ctx); err != nil {
@@ -164,7 +165,7 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 // the pair's cursor, and are not late (applied: they complete); when that
 // move fails, nothing is applied and ok is false: the pair is retried, or
 // left to the instance that took its stream.
-func (dr *drainer) toApply(ctx context.Context, key pairKey, rows []ports.WorkItem, position int64) (_ []ports.WorkItem, held []uuid.UUID, ok bool) {
+func (dr *drainer) toApply(ctx context.Context, key pair.Key, rows []ports.WorkItem, position int64) (_ []ports.WorkItem, held []uuid.UUID, ok bool) {
 	fresh, held := dr.notApplied(ctx, key, rows)
 	rows, err := dr.fail.deadLetterExhausted(ctx, fresh, position)
 	if err != nil {
@@ -178,11 +179,11 @@ func (dr *drainer) toApply(ctx context.Context, key pairKey, rows []ports.WorkIt
 // cache does not hold and the ids of those it holds (applied, their
 // completion not acknowledged yet, or acknowledged recently), which it
 // reports to the metrics and the DedupObserver.
-func (dr *drainer) notApplied(ctx context.Context, key pairKey, rows []ports.WorkItem) ([]ports.WorkItem, []uuid.UUID) {
-	fresh, deduped := dedup.Partition(dr.cache, key.dedupKey(), rows, workID)
-	dr.metrics.deduped(ctx, key.perspective, len(deduped))
+func (dr *drainer) notApplied(ctx context.Context, key pair.Key, rows []ports.WorkItem) ([]ports.WorkItem, []uuid.UUID) {
+	fresh, deduped := dedup.Partition(dr.cache, key.Dedup(), rows, workID)
+	dr.metrics.deduped(ctx, key.Perspective, len(deduped))
 	if len(deduped) > 0 && dr.opts.Hooks.DedupObserver != nil {
-		dr.opts.Hooks.DedupObserver.OnEventsDeduped(deduped, key.perspective, key.stream)
+		dr.opts.Hooks.DedupObserver.OnEventsDeduped(deduped, key.Perspective, key.Stream)
 	}
 	return fresh, deduped
 }
@@ -207,7 +208,7 @@ func (dr *drainer) prePerspective(ctx context.Context, sw *streamWork, rows []po
 type pairRun struct {
 	dr      *drainer
 	p       perspective
-	key     pairKey
+	key     pair.Key
 	task    *pairTask
 	sw      *streamWork
 	rows    []ports.WorkItem
@@ -270,7 +271,7 @@ func (r *pairRun) run(ctx context.Context) error {
 		}
 		if ei = r.sw.event(row, ei); ei < 0 {
 			r.stop(ctx)
-			r.dr.parking.infraFailed(ctx, r.key, "fetching events", fmt.Errorf("event %s (version %d) of work row %s is missing from the fetch", row.EventID, row.EventVersion, row.WorkID))
+			r.dr.parking.InfraFailed(ctx, r.key, "fetching events", fmt.Errorf("event %s (version %d) of work row %s is missing from the fetch", row.EventID, row.EventVersion, row.WorkID))
 			return nil
 		}
 		err := r.apply(ei)
@@ -303,9 +304,9 @@ func (r *pairRun) run(ctx context.Context) error {
 		return nil
 	}
 	r.complete(ctx)
-	r.dr.parking.infraRecovered(r.key)
+	r.dr.parking.InfraRecovered(r.key)
 	if r.batchSize == 1 {
-		r.dr.parking.saveEachDone(r.key)
+		r.dr.parking.SaveEachDone(r.key)
 	}
 	return nil
 }
@@ -317,7 +318,7 @@ func (r *pairRun) apply(i int) error {
 	if !r.traced {
 		return r.applyIn(r.actx, i)
 	}
-	ctx, span := r.dr.tracing.startApply(r.actx, r.key.perspective, &r.sw.events[i])
+	ctx, span := r.dr.tracing.startApply(r.actx, r.key.Perspective, &r.sw.events[i])
 	err := r.applyIn(ctx, i)
 	endApply(span, err)
 	return err
@@ -368,8 +369,8 @@ func (r *pairRun) save(ctx context.Context) bool {
 	}
 	_, savedVersion := r.position()
 	params := &ports.ModelSaveParams{
-		StreamID:        r.key.stream,
-		Perspective:     r.key.perspective,
+		StreamID:        r.key.Stream,
+		Perspective:     r.key.Perspective,
 		Data:            data,
 		LastEventID:     r.last.ID,
 		LastVersion:     r.last.Version,
@@ -393,7 +394,7 @@ func (r *pairRun) save(ctx context.Context) bool {
 	default:
 		if ctx.Err() == nil {
 			r.stop(ctx)
-			r.dr.parking.infraFailed(ctx, r.key, "saving model", err)
+			r.dr.parking.InfraFailed(ctx, r.key, "saving model", err)
 		}
 		return false
 	}
@@ -432,11 +433,11 @@ func (r *pairRun) appliedLate() []int64 {
 // it), loading the model the store holds, on which the rest is skipped or
 // applied again.
 func (r *pairRun) moved(ctx context.Context, msg string, expected int64, err error) {
-	r.dr.Log.WarnContext(ctx, msg, append(pairAttrs(r.key.stream, r.key.perspective),
+	r.dr.Log.WarnContext(ctx, msg, append(pairAttrs(r.key.Stream, r.key.Perspective),
 		slog.Int64("expected_version", expected), slog.Int64("expected_epoch", r.stored.Epoch), slog.Any("error", err))...)
 	r.unsaved = nil
 	r.complete(ctx)
-	r.dr.parking.retrySoon(r.key)
+	r.dr.parking.RetrySoon(r.key)
 }
 
 // lost handles a save refused because the stream is another instance's
@@ -463,10 +464,10 @@ func (r *pairRun) saveRefused(ctx context.Context, err error) bool {
 	}
 	r.unsaved = nil
 	r.stop(ctx)
-	r.dr.parking.saveEachFor(r.key)
-	r.dr.parking.retrySoon(r.key)
+	r.dr.parking.SaveEachFor(r.key)
+	r.dr.parking.RetrySoon(r.key)
 	r.dr.Log.WarnContext(ctx, "the model of a batch of events cannot be stored; saving event by event to find the cause",
-		append(pairAttrs(r.key.stream, r.key.perspective), slog.Any("error", err))...)
+		append(pairAttrs(r.key.Stream, r.key.Perspective), slog.Any("error", err))...)
 	return false
 }
 
@@ -505,7 +506,7 @@ func (c *unscopedEventContext) Value(key any) any {
 // the events.
 func (r *pairRun) finish(ctx context.Context) (int, []ports.Event) {
 	n := len(r.saved)
-	r.dr.metrics.pairRan(ctx, r.key.perspective, n, len(r.redelivered))
+	r.dr.metrics.pairRan(ctx, r.key.Perspective, n, len(r.redelivered))
 	r.postPerspective(ctx, true)
 	if n == 0 || !r.dr.reg.hasReceptors(PostPerspective) && !r.task.stream.collect {
 		return n, nil
@@ -559,12 +560,12 @@ func (r *pairRun) postPerspective(ctx context.Context, retried bool) {
 		}
 	}
 	if !retried {
-		if r.dr.lifecycle.tryPostPerspective(ctx, r.key.perspective, events) != nil {
+		if r.dr.lifecycle.tryPostPerspective(ctx, r.key.Perspective, events) != nil {
 			r.unposted = append(r.unposted, events...)
 		}
 		return
 	}
-	r.dr.lifecycle.postPerspective(ctx, r.key.perspective, append(r.unposted, events...))
+	r.dr.lifecycle.postPerspective(ctx, r.key.Perspective, append(r.unposted, events...))
 	r.unposted = nil
 }
 
@@ -624,8 +625,8 @@ func (r *pairRun) complete(ctx context.Context) {
 	r.postPerspective(ctx, false)
 	lastID, lastVersion := r.reportPosition()
 	ids := r.applied()
-	c := ports.Completion{StreamID: r.key.stream, Perspective: r.key.perspective, LastEventID: lastID, LastVersion: lastVersion, WorkIDs: ids}
-	r.dr.cache.AddRange(r.key.dedupKey(), ids)
+	c := ports.Completion{StreamID: r.key.Stream, Perspective: r.key.Perspective, LastEventID: lastID, LastVersion: lastVersion, WorkIDs: ids}
+	r.dr.cache.AddRange(r.key.Dedup(), ids)
 	r.dr.completer.reportCompletion(ctx, c)
 	r.done = nil
 	r.announceSaved(lastVersion)
@@ -657,7 +658,7 @@ func (r *pairRun) announceSaved(lastVersion int64) {
 	}
 	r.dr.completer.signalProgress()
 	if h := r.dr.opts.Hooks.OnPerspectiveEventProcessed; h != nil {
-		h(PerspectiveEventProcessed{Perspective: r.key.perspective, StreamID: r.key.stream, EventCount: n, LastVersion: lastVersion})
+		h(PerspectiveEventProcessed{Perspective: r.key.Perspective, StreamID: r.key.Stream, EventCount: n, LastVersion: lastVersion})
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -227,7 +228,7 @@ func clockDeadline(ctx context.Context, clock ports.Clock, d time.Duration, caus
 // writeFailure is the failure of a projection's write: whose (the pair),
 // which of the pending writes failed (-1: the reset) and why.
 type writeFailure struct {
-	key   pairKey
+	key   pair.Key
 	index int
 	cause error
 }
@@ -256,7 +257,7 @@ type writeLimit struct {
 // when reset is set, then the pending writes of m in order, each within
 // limit. A write's error, panic or deadline is returned as a *writeFailure.
 func (p *Projection) writes(m projectionModel, stream uuid.UUID, reset bool, limit writeLimit) func(ctx context.Context, tx ports.Tx) error {
-	key := pairKey{stream: stream, perspective: p.name}
+	key := pair.Key{Stream: stream, Perspective: p.name}
 	return func(ctx context.Context, tx ports.Tx) error {
 		if reset {
 			if err := p.call(ctx, limit, func(ctx context.Context) error { return p.reset(ctx, tx, stream) }); err != nil {
@@ -338,10 +339,10 @@ func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 	if ei := r.sw.event(r.rows[r.unsaved[len(r.unsaved)-1]], 0); ei >= 0 {
 		last = &r.sw.events[ei]
 	}
-	apply := p.writes(pending, r.key.stream, false, r.dr.writeLimit())
+	apply := p.writes(pending, r.key.Stream, false, r.dr.writeLimit())
 	// An event that failed before (or whose instance died) may be the one
 	// whose writes hang: it is saved alone, not shared.
-	alone := r.dr.parking.savesAlone(r.key) || slices.ContainsFunc(r.unsaved, func(i int) bool { return r.rows[i].Attempts > 0 })
+	alone := r.dr.parking.SavesAlone(r.key) || slices.ContainsFunc(r.unsaved, func(i int) bool { return r.rows[i].Attempts > 0 })
 	var took time.Duration // how long the writes of a save alone ran
 	if alone {
 		writes := apply
@@ -354,8 +355,8 @@ func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 	err := r.dr.store.saveTx(ctx, alone, &ports.ModelSaveTxParams{
 		Apply: apply,
 		Save: ports.ModelSaveParams{
-			StreamID:        r.key.stream,
-			Perspective:     r.key.perspective,
+			StreamID:        r.key.Stream,
+			Perspective:     r.key.Perspective,
 			Data:            projectionData,
 			LastEventID:     last.ID,
 			LastVersion:     last.Version,
@@ -370,7 +371,7 @@ func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 	switch {
 	case err == nil:
 		if alone {
-			r.dr.parking.savedAlone(r.key, took)
+			r.dr.parking.SavedAlone(r.key, took)
 		}
 	case errors.Is(err, ports.ErrLeaseLost):
 		r.unsaved, r.model = nil, projectionModel(nil)
@@ -378,10 +379,10 @@ func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 		return false
 	case errors.As(err, &wf) && wf.key == r.key && errors.Is(err, errGroupPatience):
 		r.stop(ctx)
-		r.dr.parking.saveAloneFor(r.key)
-		r.dr.parking.retrySoon(r.key)
+		r.dr.parking.SaveAloneFor(r.key)
+		r.dr.parking.RetrySoon(r.key)
 		r.dr.Log.WarnContext(ctx, "a table projection's writes ran past the patience of the save they shared with other pairs; saving the pair alone",
-			append(pairAttrs(r.key.stream, r.key.perspective), slog.Duration("patience", r.dr.savePatience()), slog.Any("error", err))...)
+			append(pairAttrs(r.key.Stream, r.key.Perspective), slog.Duration("patience", r.dr.savePatience()), slog.Any("error", err))...)
 		return false
 	case errors.As(err, &wf) && wf.key == r.key && wf.index >= 0 && wf.index < len(r.unsaved) && !backendFailedWrite(err):
 		k := wf.index
@@ -397,15 +398,15 @@ func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 		return r.saveRefused(ctx, err)
 	case errors.Is(err, ports.ErrVersionConflict):
 		r.dr.Log.WarnContext(ctx, "projection moved under this run; dropping its unsaved part",
-			append(pairAttrs(r.key.stream, r.key.perspective), slog.Int64("expected_version", savedVersion), slog.Any("error", err))...)
+			append(pairAttrs(r.key.Stream, r.key.Perspective), slog.Int64("expected_version", savedVersion), slog.Any("error", err))...)
 		r.unsaved, r.model = nil, projectionModel(nil)
 		r.complete(ctx)
-		r.dr.parking.retrySoon(r.key) // see pairRun.moved
+		r.dr.parking.RetrySoon(r.key) // see pairRun.moved
 		return false
 	default:
 		if ctx.Err() == nil {
 			r.stop(ctx)
-			r.dr.parking.infraFailed(ctx, r.key, "saving projection", err)
+			r.dr.parking.InfraFailed(ctx, r.key, "saving projection", err)
 		}
 		return false
 	}
@@ -438,9 +439,9 @@ func (r *replayRun) saveProjection(ctx context.Context, p *Projection, toReplay 
 		r.lastID, r.lastVer = r.stored.LastEventID, r.stored.LastVersion
 	}
 	err := r.rw.store.saveTx(ctx, true, &ports.ModelSaveTxParams{
-		Apply: p.writes(pending, r.key.stream, true, r.rw.writeLimit()),
+		Apply: p.writes(pending, r.key.Stream, true, r.rw.writeLimit()),
 		Save: ports.ModelSaveParams{
-			StreamID: r.key.stream, Perspective: r.key.perspective, Data: projectionData,
+			StreamID: r.key.Stream, Perspective: r.key.Perspective, Data: projectionData,
 			LastEventID: r.lastID, LastVersion: r.lastVer, ExpectedVersion: r.stored.LastVersion,
 			ExpectedEpoch: r.stored.Epoch, Rebase: true, AppliedLate: r.appliedLate(toReplay), Now: r.rw.ParamNow(),
 		},

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/internal/clocktest"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -53,7 +54,7 @@ func TestTxSavesLeaveTheBrokenWriteOut(t *testing.T) {
 			Save: ports.ModelSaveParams{StreamID: s, Perspective: "lines"},
 			Apply: func(context.Context, ports.Tx) error {
 				if i == 1 {
-					return &writeFailure{key: pairKey{stream: s, perspective: "lines"}, index: 0, cause: errBroken}
+					return &writeFailure{key: pair.Key{Stream: s, Perspective: "lines"}, index: 0, cause: errBroken}
 				}
 				return nil
 			},
@@ -120,7 +121,7 @@ func TestTxSavesCutWritesPastThePatience(t *testing.T) {
 		return func(ctx context.Context, _ ports.Tx) error {
 			blocked <- struct{}{}
 			<-ctx.Done()
-			return &writeFailure{key: pairKey{stream: s, perspective: "lines"}, index: 0, cause: fmt.Errorf("inserting: %w", ctx.Err())}
+			return &writeFailure{key: pair.Key{Stream: s, Perspective: "lines"}, index: 0, cause: fmt.Errorf("inserting: %w", ctx.Err())}
 		}
 	}
 	entries := make([]*ports.ModelSaveTxParams, len(streams))
@@ -149,7 +150,7 @@ func TestTxSavesCutWritesPastThePatience(t *testing.T) {
 	require.ErrorIs(t, r.res[1], errGroupPatience)
 	var wf *writeFailure
 	require.ErrorAs(t, r.res[1], &wf)
-	require.Equal(t, streams[1], wf.key.stream)
+	require.Equal(t, streams[1], wf.key.Stream)
 	require.NoError(t, r.res[2])
 	require.Equal(t, [][]uuid.UUID{streams, {streams[0], streams[2]}}, store.calls, "the others sent again without it")
 	require.Zero(t, clock.Timers(), "no patience left armed")

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/vantage-go/vantage/core/internal/monitor"
+	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -122,8 +123,8 @@ func (rw *rewinder) rebuildPages(ctx context.Context, p perspective, after uuid.
 // its): the replay's save then fails its check and the stream is replayed
 // again from the model saved meanwhile, up to replayMovedRetries times.
 func (rw *rewinder) rebuildStream(ctx context.Context, p perspective, stream uuid.UUID) (int, error) {
-	key := pairKey{stream: stream, perspective: p.Name()}
-	release, err := rw.gates.acquire(ctx, key, nil)
+	key := pair.Key{Stream: stream, Perspective: p.Name()}
+	release, err := rw.gates.Acquire(ctx, key, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -139,7 +140,7 @@ func (rw *rewinder) rebuildStream(ctx context.Context, p perspective, stream uui
 		// The snapshots go on every try: the holder may have stored one
 		// with the model its save replaced.
 		if rw.backend.Snapshots != nil {
-			if _, err := rw.backend.Snapshots.SnapshotsDeleteFrom(ctx, &ports.SnapshotsDeleteFromParams{StreamID: stream, Perspective: key.perspective}); err != nil {
+			if _, err := rw.backend.Snapshots.SnapshotsDeleteFrom(ctx, &ports.SnapshotsDeleteFromParams{StreamID: stream, Perspective: key.Perspective}); err != nil {
 				return 0, fmt.Errorf("rebuilding stream %s: %w", stream, err)
 			}
 		}
@@ -151,9 +152,9 @@ func (rw *rewinder) rebuildStream(ctx context.Context, p perspective, stream uui
 			return 0, fmt.Errorf("rebuilding stream %s: %w", stream, err)
 		}
 	}
-	rw.metrics.rewound(ctx, key.perspective, true, rw.Now().Sub(start), res.replayed, 0)
+	rw.metrics.rewound(ctx, key.Perspective, true, rw.Now().Sub(start), res.replayed, 0)
 	if h := rw.opts.Hooks.OnRewind; h != nil {
-		h(RewindInfo{StreamID: stream, Perspective: key.perspective, Replayed: res.replayed, Duration: rw.Now().Sub(start), Rebuild: true})
+		h(RewindInfo{StreamID: stream, Perspective: key.Perspective, Replayed: res.replayed, Duration: rw.Now().Sub(start), Rebuild: true})
 	}
 	return res.replayed, nil
 }

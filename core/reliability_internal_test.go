@@ -9,48 +9,17 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/adapters/memory"
 	"github.com/vantage-go/vantage/core/internal/monitor"
-	"github.com/vantage-go/vantage/core/internal/queue"
+	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/internal/clocktest"
 	"github.com/vantage-go/vantage/internal/logtest"
 	"github.com/vantage-go/vantage/ports"
 )
-
-func TestWakesPushStreamsWhenDue(t *testing.T) {
-	t.Parallel()
-
-	clock := clocktest.NewFake()
-	q := queue.New(queue.Hooks{})
-	k := newSchedule(clock, q)
-	ctx, stop := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); k.run(ctx) }()
-	t.Cleanup(func() { stop(); <-done })
-
-	a, b := uuid.New(), uuid.New()
-	k.at(a, clock.Now().Add(2*time.Second))
-	k.at(b, clock.Now().Add(time.Second))
-	k.at(a, clock.Now().Add(3*time.Second)) // later than its wake: ignored
-	require.Eventually(t, func() bool {
-		return k.armed(clock.Now().Add(time.Second))
-	}, 10*time.Second, time.Millisecond, "the loop armed its timer for the first wake")
-	require.Zero(t, q.Len())
-	clock.Advance(time.Second)
-	<-q.Signal()
-	require.Equal(t, []uuid.UUID{b}, q.Take(10))
-	<-clock.WaitTimers(1)
-	clock.Advance(time.Second)
-	<-q.Signal()
-	require.Equal(t, []uuid.UUID{a}, q.Take(10))
-	clock.Advance(time.Hour)
-	require.Zero(t, q.Len(), "each stream woke once")
-}
 
 func TestFailureReason(t *testing.T) {
 	t.Parallel()
@@ -176,8 +145,8 @@ func TestRewindFailuresLoggedOncePerOutage(t *testing.T) {
 	bb.w.backend.Cursors = d
 	rw := bb.w.rewind
 	ctx := t.Context()
-	key := pairKey{stream: uuid.New(), perspective: "c"}
-	event := ports.Event{ID: uuid.New(), StreamID: key.stream, Version: 1}
+	key := pair.Key{Stream: uuid.New(), Perspective: "c"}
+	event := ports.Event{ID: uuid.New(), StreamID: key.Stream, Version: 1}
 
 	outage := func(n int, call func()) {
 		down.Store(true)
@@ -193,11 +162,11 @@ func TestRewindFailuresLoggedOncePerOutage(t *testing.T) {
 	}
 	outage(10, func() {
 		lock()
-		rw.cursorsOf(ctx, []uuid.UUID{key.stream})
+		rw.cursorsOf(ctx, []uuid.UUID{key.Stream})
 		rw.maybeSnapshot(ctx, key, 0, event, 0, []byte(`{}`))
 	})
 	lock()
-	rw.cursorsOf(ctx, []uuid.UUID{key.stream})
+	rw.cursorsOf(ctx, []uuid.UUID{key.Stream})
 	rw.maybeSnapshot(ctx, key, 0, event, 0, []byte(`{}`))
 	for range 10 { // the releases fail
 		unlock, ok := rw.lockPair(ctx, key, lockReasonRewind)
@@ -257,7 +226,7 @@ func TestUnknownPerspectiveLoggedOncePerInterval(t *testing.T) {
 	const rounds = 11
 	for range rounds {
 		bb.w.drain.processBatch(ctx, streams)
-		clock.Advance(unknownPerspectiveRetry)
+		clock.Advance(pair.UnknownPerspectiveRetry)
 	}
 
 	var told []int64

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/vantage-go/vantage/core/internal/monitor"
+	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -24,7 +25,7 @@ type replayResult struct {
 type replayRun struct {
 	rw      *rewinder
 	p       perspective
-	key     pairKey
+	key     pair.Key
 	rows    []ports.WorkItem
 	held    []uuid.UUID // rows applied before whose completion is on its way
 	rebuild bool        // a rebuild's replay: it reports no completion
@@ -48,7 +49,7 @@ type replayRun struct {
 // apply monitor; abandon takes over an abandoned one (replay then returns
 // errPairAbandoned). An event that fails to decode or apply stops it with a
 // *replayFailure; any other error is the backend's.
-func (rw *rewinder) replay(ctx context.Context, p perspective, key pairKey, trigger int64, rows []ports.WorkItem, held []uuid.UUID, rebuild bool, abandon monitor.AbandonFunc) (replayResult, error) {
+func (rw *rewinder) replay(ctx context.Context, p perspective, key pair.Key, trigger int64, rows []ports.WorkItem, held []uuid.UUID, rebuild bool, abandon monitor.AbandonFunc) (replayResult, error) {
 	run := &replayRun{rw: rw, p: p, key: key, rows: rows, held: held, rebuild: rebuild}
 	if err := run.start(ctx, trigger); err != nil {
 		return run.res, err
@@ -79,7 +80,7 @@ func (r *replayRun) start(ctx context.Context, trigger int64) error {
 	// A rewind reads the store, not the cache: it starts from the truth.
 	rw.store.forget(r.key)
 	var err error
-	r.stored, err = rw.backend.Models.ModelLoad(ctx, &ports.ModelLoadParams{StreamID: r.key.stream, Perspective: r.key.perspective})
+	r.stored, err = rw.backend.Models.ModelLoad(ctx, &ports.ModelLoadParams{StreamID: r.key.Stream, Perspective: r.key.Perspective})
 	if err != nil && !errors.Is(err, ports.ErrNotFound) {
 		return fmt.Errorf("loading model: %w", err)
 	}
@@ -93,7 +94,7 @@ func (r *replayRun) start(ctx context.Context, trigger int64) error {
 	if snaps == nil || trigger <= 0 || isProjection(r.p) {
 		return nil // a projection replays from the start, after its reset
 	}
-	snap, err := snaps.SnapshotLatestBefore(ctx, &ports.SnapshotLatestBeforeParams{StreamID: r.key.stream, Perspective: r.key.perspective, Version: trigger, Epoch: r.stored.Epoch})
+	snap, err := snaps.SnapshotLatestBefore(ctx, &ports.SnapshotLatestBeforeParams{StreamID: r.key.Stream, Perspective: r.key.Perspective, Version: trigger, Epoch: r.stored.Epoch})
 	switch {
 	case err == nil:
 		if r.model, err = r.p.decodeModel(snap.Data); err != nil {
@@ -104,7 +105,7 @@ func (r *replayRun) start(ctx context.Context, trigger int64) error {
 	case !errors.Is(err, ports.ErrNotFound):
 		return fmt.Errorf("loading snapshot: %w", err)
 	}
-	if _, err := snaps.SnapshotsDeleteFrom(ctx, &ports.SnapshotsDeleteFromParams{StreamID: r.key.stream, Perspective: r.key.perspective, Version: trigger}); err != nil {
+	if _, err := snaps.SnapshotsDeleteFrom(ctx, &ports.SnapshotsDeleteFromParams{StreamID: r.key.Stream, Perspective: r.key.Perspective, Version: trigger}); err != nil {
 		return fmt.Errorf("deleting stale snapshots: %w", err)
 	}
 	return nil
@@ -118,7 +119,7 @@ func (r *replayRun) start(ctx context.Context, trigger int64) error {
 // from the model's position would be refused forever; from the cursor's,
 // it rebuilds every event up to it and repairs the pair.
 func (r *replayRun) fenceAtCursor(ctx context.Context) error {
-	cs, err := r.rw.backend.Cursors.CursorsGet(ctx, &ports.CursorsGetParams{StreamIDs: []uuid.UUID{r.key.stream}, Perspective: r.key.perspective})
+	cs, err := r.rw.backend.Cursors.CursorsGet(ctx, &ports.CursorsGetParams{StreamIDs: []uuid.UUID{r.key.Stream}, Perspective: r.key.Perspective})
 	if err != nil {
 		return fmt.Errorf("reading cursor: %w", err)
 	}
@@ -139,7 +140,7 @@ func (r *replayRun) events(ctx context.Context) (toReplay, toFire []ports.Event,
 	if err != nil {
 		return nil, nil, err
 	}
-	events, err := r.rw.backend.Fetcher.EventsReadStream(ctx, &ports.EventsReadStreamParams{StreamID: r.key.stream, AfterVersion: r.res.from})
+	events, err := r.rw.backend.Fetcher.EventsReadStream(ctx, &ports.EventsReadStreamParams{StreamID: r.key.Stream, AfterVersion: r.res.from})
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading stream: %w", err)
 	}
@@ -192,7 +193,7 @@ func (r *replayRun) events(ctx context.Context) (toReplay, toFire []ports.Event,
 // or the move to dead letters would name an event the model holds. It
 // returns the work ids of the pair's late rows.
 func (r *replayRun) leaveLateOut(ctx context.Context, skip map[uuid.UUID]bool) (map[uuid.UUID]bool, error) {
-	late, err := r.rw.backend.Rewind.WorkLate(ctx, &ports.WorkLateParams{StreamID: r.key.stream, Perspective: r.key.perspective})
+	late, err := r.rw.backend.Rewind.WorkLate(ctx, &ports.WorkLateParams{StreamID: r.key.Stream, Perspective: r.key.Perspective})
 	if err != nil {
 		return nil, fmt.Errorf("listing late rows: %w", err)
 	}
@@ -238,7 +239,7 @@ func (r *replayRun) apply(ctx context.Context, toReplay, toFire []ports.Event, a
 	rw := r.rw
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	watch := rw.monitor.Watch(r.key.stream, r.key.perspective, cancel, abandon)
+	watch := rw.monitor.Watch(r.key.Stream, r.key.Perspective, cancel, abandon)
 	defer watch.Done()
 	pre, err := rw.lifecycle.firstApplies(actx, toReplay, toFire)
 	if err != nil {
@@ -300,7 +301,7 @@ func (r *replayRun) snapshot(ctx context.Context, prev int64, e ports.Event) err
 		return &replayFailure{event: e, cause: err}
 	}
 	if err := snaps.SnapshotSave(ctx, &ports.SnapshotSaveParams{Snapshot: ports.Snapshot{
-		StreamID: r.key.stream, Perspective: r.key.perspective, Version: e.Version, EventID: e.ID,
+		StreamID: r.key.Stream, Perspective: r.key.Perspective, Version: e.Version, EventID: e.ID,
 		Epoch: r.epoch(), Data: data, CreatedAt: r.rw.Now(),
 	}}); err != nil {
 		return fmt.Errorf("saving snapshot: %w", err)
@@ -348,7 +349,7 @@ func (r *replayRun) save(ctx context.Context, toReplay []ports.Event) error {
 		r.lastID, r.lastVer = r.stored.LastEventID, r.stored.LastVersion
 	}
 	if err := r.rw.store.save(ctx, &ports.ModelSaveParams{
-		StreamID: r.key.stream, Perspective: r.key.perspective, Data: data,
+		StreamID: r.key.Stream, Perspective: r.key.Perspective, Data: data,
 		LastEventID: r.lastID, LastVersion: r.lastVer, ExpectedVersion: r.stored.LastVersion,
 		ExpectedEpoch: r.stored.Epoch, Rebase: true, AppliedLate: r.appliedLate(toReplay), Now: r.rw.ParamNow(),
 	}); err != nil {
@@ -402,8 +403,8 @@ func (r *replayRun) complete(ctx context.Context) error {
 	if len(r.redelivered) > 0 && rw.backend.Lifecycle != nil {
 		fired = append(slices.Clone(fired), r.redelivered...)
 	}
-	if rw.lifecycle.tryPostPerspective(ctx, r.key.perspective, fired) != nil {
-		defer rw.lifecycle.postPerspective(ctx, r.key.perspective, fired)
+	if rw.lifecycle.tryPostPerspective(ctx, r.key.Perspective, fired) != nil {
+		defer rw.lifecycle.postPerspective(ctx, r.key.Perspective, fired)
 	}
 	ids := make([]uuid.UUID, 0, len(r.rows)+len(r.held))
 	var listed []ports.WorkItem
@@ -414,8 +415,8 @@ func (r *replayRun) complete(ctx context.Context) error {
 		}
 	}
 	// Replayed rows must not be suppressed by the dedup cache later.
-	rw.cache.RemoveRange(r.key.dedupKey(), ids)
-	rw.cache.AddRange(r.key.dedupKey(), ids)
+	rw.cache.RemoveRange(r.key.Dedup(), ids)
+	rw.cache.AddRange(r.key.Dedup(), ids)
 	// The held rows are applied (their save is at or below the position
 	// the replay started from): listed, the completion takes none of them
 	// for a straggler, and deletes them if its own is lost. They stay out
@@ -429,7 +430,7 @@ func (r *replayRun) complete(ctx context.Context) error {
 		// pending between the two, which the fetch left for the next one,
 		// are re-deliveries of events the model holds, not stragglers.
 		lastID, lastVer := capToRows(r.lastID, r.lastVer, listed)
-		rw.completer.reportCompletion(ctx, ports.Completion{StreamID: r.key.stream, Perspective: r.key.perspective, LastEventID: lastID, LastVersion: lastVer, WorkIDs: ids})
+		rw.completer.reportCompletion(ctx, ports.Completion{StreamID: r.key.Stream, Perspective: r.key.Perspective, LastEventID: lastID, LastVersion: lastVer, WorkIDs: ids})
 	} else {
 		// Nothing pending here: clear the flag directly. The save moved
 		// the cursor already; a completion that named the position would
@@ -437,7 +438,7 @@ func (r *replayRun) complete(ctx context.Context) error {
 		// instance does not hold are rows whose events the saved model
 		// holds (their late flag taken off by a rewind's save) or late
 		// rows that stay late whatever the flag.
-		clear := ports.Completion{StreamID: r.key.stream, Perspective: r.key.perspective}
+		clear := ports.Completion{StreamID: r.key.Stream, Perspective: r.key.Perspective}
 		if _, err := rw.backend.Cursors.WorkComplete(ctx, &ports.WorkCompleteParams{InstanceID: rw.opts.InstanceID, Completions: []ports.Completion{clear}, DebugMode: rw.opts.DebugMode, Now: rw.ParamNow()}); err != nil {
 			return fmt.Errorf("clearing the rewind flag: %w", err)
 		}
@@ -449,8 +450,8 @@ func (r *replayRun) complete(ctx context.Context) error {
 // deadLetteredEvents returns the events of a pair that are dead-lettered
 // (waiting or ignored): a replay leaves them out, as their drain did. A
 // requeued one is pending again and is replayed.
-func (rw *rewinder) deadLetteredEvents(ctx context.Context, key pairKey) (map[uuid.UUID]bool, error) {
-	dls, err := rw.backend.DeadLetters.DeadLettersList(ctx, &ports.DeadLettersListParams{StreamID: key.stream, Perspective: key.perspective})
+func (rw *rewinder) deadLetteredEvents(ctx context.Context, key pair.Key) (map[uuid.UUID]bool, error) {
+	dls, err := rw.backend.DeadLetters.DeadLettersList(ctx, &ports.DeadLettersListParams{StreamID: key.Stream, Perspective: key.Perspective})
 	if err != nil {
 		return nil, fmt.Errorf("listing dead letters: %w", err)
 	}
@@ -468,12 +469,12 @@ func (rw *rewinder) deadLetteredEvents(ctx context.Context, key pairKey) (map[uu
 // saved at: should a rewind or a rebuild replace the model before the
 // snapshot is stored, the replay passes it over. A failed snapshot only
 // costs a longer replay later, so it is logged, not returned.
-func (rw *rewinder) maybeSnapshot(ctx context.Context, key pairKey, from int64, last ports.Event, epoch int64, data []byte) {
+func (rw *rewinder) maybeSnapshot(ctx context.Context, key pair.Key, from int64, last ports.Event, epoch int64, data []byte) {
 	if rw.backend.Snapshots == nil || !rw.snapshotDue(from, last.Version) {
 		return
 	}
 	rw.storeSnapshot(ctx, ports.Snapshot{
-		StreamID: key.stream, Perspective: key.perspective, Version: last.Version, EventID: last.ID,
+		StreamID: key.Stream, Perspective: key.Perspective, Version: last.Version, EventID: last.ID,
 		Epoch: epoch, Data: data, CreatedAt: rw.Now(),
 	})
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/vantage-go/vantage/core/internal/dedup"
 	"github.com/vantage-go/vantage/core/internal/monitor"
+	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -21,12 +22,12 @@ import (
 // start-up, takes snapshots, and rebuilds perspectives on request.
 type rewinder struct {
 	*engine
-	parking   *parking
+	parking   *pair.Parking
 	lifecycle *lifecycle
 	monitor   *monitor.Monitor
 	completer *completer
 	cache     *dedup.Cache
-	gates     *gates
+	gates     *pair.Gates
 	scopes    *scopeCache
 	store     *modelStore
 	fail      *failures
@@ -126,7 +127,7 @@ func (rw *rewinder) rewindEnabled() bool {
 }
 
 // cursorsOf reads the cursors of streams, when rewinds are enabled.
-func (rw *rewinder) cursorsOf(ctx context.Context, streams []uuid.UUID) map[pairKey]ports.Cursor {
+func (rw *rewinder) cursorsOf(ctx context.Context, streams []uuid.UUID) map[pair.Key]ports.Cursor {
 	if !rw.rewindEnabled() || len(streams) == 0 {
 		return nil
 	}
@@ -138,9 +139,9 @@ func (rw *rewinder) cursorsOf(ctx context.Context, streams []uuid.UUID) map[pair
 		return nil
 	}
 	rw.Faults.OK(ctx, "reading cursors for rewinds")
-	out := make(map[pairKey]ports.Cursor, len(cs))
+	out := make(map[pair.Key]ports.Cursor, len(cs))
 	for _, c := range cs {
-		out[pairKey{stream: c.StreamID, perspective: c.Perspective}] = c
+		out[pair.Key{Stream: c.StreamID, Perspective: c.Perspective}] = c
 	}
 	return out
 }
@@ -211,10 +212,10 @@ func replayMoved(err error) bool {
 // that lost the stream saved an apply it had in flight) replays again from
 // the model saved. The caller holds the pair's gate. It returns the new
 // events applied, and errPairAbandoned when an apply was abandoned.
-func (rw *rewinder) rewindPair(ctx context.Context, p perspective, key pairKey, rows []ports.WorkItem, held []uuid.UUID, cursor ports.Cursor, force bool, owner *rewindOwner) ([]ports.Event, error) {
+func (rw *rewinder) rewindPair(ctx context.Context, p perspective, key pair.Key, rows []ports.WorkItem, held []uuid.UUID, cursor ports.Cursor, force bool, owner *rewindOwner) ([]ports.Event, error) {
 	if !force {
 		if due, at := rw.rewindDue(cursor); !due {
-			rw.parking.parkFor(key, at)
+			rw.parking.ParkFor(key, at)
 			return nil, nil
 		}
 	}
@@ -227,7 +228,7 @@ func (rw *rewinder) rewindPair(ctx context.Context, p perspective, key pairKey, 
 	defer freeSem()
 	unlock, ok := rw.lockPair(ctx, key, lockReasonRewind)
 	if !ok {
-		rw.parking.parkFor(key, rw.Now().Add(rewindLockRetryDelay))
+		rw.parking.ParkFor(key, rw.Now().Add(rewindLockRetryDelay))
 		return nil, nil
 	}
 	unlock = sync.OnceFunc(unlock)
@@ -278,13 +279,13 @@ func (rw *rewinder) rewindPair(ctx context.Context, p perspective, key pairKey, 
 			return nil, err
 		}
 		if err == nil {
-			rw.parking.infraRecovered(key)
-			rw.metrics.rewound(ctx, key.perspective, false, rw.Now().Sub(start), res.replayed, len(res.fresh))
-			rw.Log.InfoContext(ctx, "rewound perspective", append(pairAttrs(key.stream, key.perspective),
+			rw.parking.InfraRecovered(key)
+			rw.metrics.rewound(ctx, key.Perspective, false, rw.Now().Sub(start), res.replayed, len(res.fresh))
+			rw.Log.InfoContext(ctx, "rewound perspective", append(pairAttrs(key.Stream, key.Perspective),
 				slog.Int64("trigger_version", trigger), slog.Int64("from_version", res.from), slog.Int("replayed", res.replayed),
 				slog.Int("skipped", res.skipped), slog.Int("new", len(res.fresh)))...)
 			if h := rw.opts.Hooks.OnRewind; h != nil {
-				h(RewindInfo{StreamID: key.stream, Perspective: key.perspective, FromVersion: res.from, TriggerVersion: trigger, Replayed: res.replayed, New: len(res.fresh), Duration: rw.Now().Sub(start)})
+				h(RewindInfo{StreamID: key.Stream, Perspective: key.Perspective, FromVersion: res.from, TriggerVersion: trigger, Replayed: res.replayed, New: len(res.fresh), Duration: rw.Now().Sub(start)})
 			}
 			return res.fresh, nil
 		}
@@ -298,7 +299,7 @@ func (rw *rewinder) rewindPair(ctx context.Context, p perspective, key pairKey, 
 		}
 		var rf *replayFailure
 		if !errors.As(err, &rf) {
-			rw.parking.infraFailed(ctx, key, "rewinding", err)
+			rw.parking.InfraFailed(ctx, key, "rewinding", err)
 			return nil, nil
 		}
 		if !rw.replayFailed(ctx, key, rows, rf.event.ID, rf.event.Version, rf.cause) || try >= rewindRetries {
@@ -316,7 +317,7 @@ func (rw *rewinder) rewindPair(ctx context.Context, p perspective, key pairKey, 
 // It reports true when the event was dead-lettered, so a replay without it
 // may go on at once; false too when the stream is another instance's now
 // (nothing is charged: that instance rewinds the pair).
-func (rw *rewinder) replayFailed(ctx context.Context, key pairKey, rows []ports.WorkItem, eventID uuid.UUID, version int64, cause error) bool {
+func (rw *rewinder) replayFailed(ctx context.Context, key pair.Key, rows []ports.WorkItem, eventID uuid.UUID, version int64, cause error) bool {
 	if i := slices.IndexFunc(rows, func(r ports.WorkItem) bool { return r.EventID == eventID }); i >= 0 {
 		switch rw.fail.eventFailed(ctx, key, rows[i], cause) {
 		case failureDeadLettered:
@@ -328,8 +329,8 @@ func (rw *rewinder) replayFailed(ctx context.Context, key pairKey, rows []ports.
 		return false
 	}
 	rw.fail.failed(ctx, key, ports.Failure{
-		StreamID:           key.stream,
-		Perspective:        key.perspective,
+		StreamID:           key.Stream,
+		Perspective:        key.Perspective,
 		FailedEventID:      eventID,
 		FailedEventVersion: version,
 		Error:              cause.Error(),
@@ -353,13 +354,13 @@ func (e *replayFailure) Unwrap() error { return e.cause }
 
 // lockPair takes the pair's cooperative lock and keeps it alive until the
 // returned release is called.
-func (rw *rewinder) lockPair(ctx context.Context, key pairKey, reason string) (func(), bool) {
+func (rw *rewinder) lockPair(ctx context.Context, key pair.Key, reason string) (func(), bool) {
 	o := rw.opts.Rewind
-	params := &ports.StreamLockParams{StreamID: key.stream, Perspective: key.perspective, InstanceID: rw.opts.InstanceID, Reason: reason, Duration: o.LockTimeout, Now: rw.ParamNow()}
+	params := &ports.StreamLockParams{StreamID: key.Stream, Perspective: key.Perspective, InstanceID: rw.opts.InstanceID, Reason: reason, Duration: o.LockTimeout, Now: rw.ParamNow()}
 	ok, err := rw.backend.Rewind.StreamLockAcquire(ctx, params)
 	if err != nil {
 		if ctx.Err() == nil {
-			rw.Faults.Fail(ctx, "acquiring stream locks", err, pairAttrs(key.stream, key.perspective)...)
+			rw.Faults.Fail(ctx, "acquiring stream locks", err, pairAttrs(key.Stream, key.Perspective)...)
 		}
 		return nil, false
 	}
@@ -386,11 +387,11 @@ func (rw *rewinder) lockPair(ctx context.Context, key pairKey, reason string) (f
 			switch ok, err := rw.backend.Rewind.StreamLockAcquire(ctx, &p); {
 			case err != nil:
 				if ctx.Err() == nil {
-					rw.Faults.Fail(ctx, "renewing stream locks", err, pairAttrs(key.stream, key.perspective)...)
+					rw.Faults.Fail(ctx, "renewing stream locks", err, pairAttrs(key.Stream, key.Perspective)...)
 				}
 			case !ok:
 				rw.Faults.OK(ctx, "renewing stream locks")
-				rw.Log.WarnContext(ctx, "renewing stream lock failed", append(pairAttrs(key.stream, key.perspective), slog.Bool("held", false))...)
+				rw.Log.WarnContext(ctx, "renewing stream lock failed", append(pairAttrs(key.Stream, key.Perspective), slog.Bool("held", false))...)
 			default:
 				rw.Faults.OK(ctx, "renewing stream locks")
 			}
@@ -403,7 +404,7 @@ func (rw *rewinder) lockPair(ctx context.Context, key pairKey, reason string) (f
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deregisterTimeout)
 		defer cancel()
 		if err := rw.backend.Rewind.StreamLockRelease(rctx, params); err != nil {
-			rw.Faults.Fail(ctx, "releasing stream locks", err, pairAttrs(key.stream, key.perspective)...)
+			rw.Faults.Fail(ctx, "releasing stream locks", err, pairAttrs(key.Stream, key.Perspective)...)
 			return
 		}
 		rw.Faults.OK(ctx, "releasing stream locks")

@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -22,7 +23,7 @@ func (rw *rewinder) startupScan(ctx context.Context) {
 	}
 	// Pairs whose pending rows are leased elsewhere are left to their
 	// holder: rewinding them here would only re-flag them.
-	skip := map[pairKey]bool{}
+	skip := map[pair.Key]bool{}
 	for range rewindStartupPolls {
 		cursors, err := rw.backend.Rewind.CursorsRewindRequired(ctx, &ports.CursorsRewindRequiredParams{Limit: 1000})
 		if err != nil {
@@ -33,7 +34,7 @@ func (rw *rewinder) startupScan(ctx context.Context) {
 		}
 		var todo []ports.Cursor
 		for _, c := range cursors {
-			if !skip[pairKey{stream: c.StreamID, perspective: c.Perspective}] {
+			if !skip[pair.Key{Stream: c.StreamID, Perspective: c.Perspective}] {
 				todo = append(todo, c)
 			}
 		}
@@ -45,7 +46,7 @@ func (rw *rewinder) startupScan(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			key := pairKey{stream: c.StreamID, perspective: c.Perspective}
+			key := pair.Key{Stream: c.StreamID, Perspective: c.Perspective}
 			if !rw.repairRewind(ctx, key) {
 				skip[key] = true
 			}
@@ -65,23 +66,23 @@ func (rw *rewinder) startupScan(ctx context.Context) {
 // carrying on (its applied rows await their acknowledgement) and one whose
 // flag was cleared since the poll. It reports false when the pair stays
 // flagged because its rows are held elsewhere (or it is unknown here).
-func (rw *rewinder) repairRewind(ctx context.Context, key pairKey) bool {
-	p, ok := rw.reg.perspective(key.perspective)
+func (rw *rewinder) repairRewind(ctx context.Context, key pair.Key) bool {
+	p, ok := rw.reg.perspective(key.Perspective)
 	if !ok {
 		return false
 	}
-	release, err := rw.gates.acquire(ctx, key, nil)
+	release, err := rw.gates.Acquire(ctx, key, nil)
 	if err != nil {
 		return false
 	}
 	defer release()
-	res, _, err := rw.drain.fetch(ctx, []uuid.UUID{key.stream})
+	res, _, err := rw.drain.fetch(ctx, []uuid.UUID{key.Stream})
 	if err != nil {
 		return false
 	}
 	var rows []ports.WorkItem
 	for _, r := range res.Work {
-		if r.Perspective == key.perspective {
+		if r.Perspective == key.Perspective {
 			rows = append(rows, r)
 		}
 	}
@@ -114,20 +115,20 @@ func (rw *rewinder) repairRewind(ctx context.Context, key pairKey) bool {
 	if len(rows) > 0 {
 		return true
 	}
-	after := rw.cursorsOf(ctx, []uuid.UUID{key.stream})
+	after := rw.cursorsOf(ctx, []uuid.UUID{key.Stream})
 	return !after[key].Status.Has(ports.CursorRewindRequired)
 }
 
 // currentCursor returns the pair's cursor as a fetch read it, or reads it
 // when the fetch had no work of the pair. It reports false when the cursor
 // could not be read.
-func (rw *rewinder) currentCursor(ctx context.Context, key pairKey, fetched []ports.Cursor) (ports.Cursor, bool) {
+func (rw *rewinder) currentCursor(ctx context.Context, key pair.Key, fetched []ports.Cursor) (ports.Cursor, bool) {
 	for _, c := range fetched {
-		if c.StreamID == key.stream && c.Perspective == key.perspective {
+		if c.StreamID == key.Stream && c.Perspective == key.Perspective {
 			return c, true
 		}
 	}
-	c, ok := rw.cursorsOf(ctx, []uuid.UUID{key.stream})[key]
+	c, ok := rw.cursorsOf(ctx, []uuid.UUID{key.Stream})[key]
 	return c, ok
 }
 

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/vantage-go/vantage/core/internal/monitor"
+	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -139,10 +140,10 @@ func endApply(span trace.Span, err error) {
 
 // startRewind starts the span of the rewind of a pair, whose first late
 // event has version trigger.
-func (t tracing) startRewind(ctx context.Context, key pairKey, trigger int64) (context.Context, trace.Span) {
-	ctx, span := t.tracer.Start(ctx, rewindSpanPrefix+key.perspective)
+func (t tracing) startRewind(ctx context.Context, key pair.Key, trigger int64) (context.Context, trace.Span) {
+	ctx, span := t.tracer.Start(ctx, rewindSpanPrefix+key.Perspective)
 	if span.IsRecording() {
-		span.SetAttributes(attrStreamID.String(key.stream.String()), attrPerspective.String(key.perspective), attrRewindTrigger.Int64(trigger))
+		span.SetAttributes(attrStreamID.String(key.Stream.String()), attrPerspective.String(key.Perspective), attrRewindTrigger.Int64(trigger))
 	}
 	return ctx, span
 }

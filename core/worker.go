@@ -22,6 +22,7 @@ import (
 	"github.com/vantage-go/vantage/core/internal/lease"
 	"github.com/vantage-go/vantage/core/internal/monitor"
 	"github.com/vantage-go/vantage/core/internal/notify"
+	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/core/internal/queue"
 	"github.com/vantage-go/vantage/core/internal/startstop"
 	"github.com/vantage-go/vantage/ports"
@@ -50,7 +51,7 @@ type Worker struct {
 	claimWakes *claim.Wakes
 	consumers  *consume.Consumers
 	completer  *completer
-	parking    *parking
+	parking    *pair.Parking
 	renewer    *lease.Renewer
 	monitor    *monitor.Monitor
 	lifecycle  *lifecycle
@@ -127,7 +128,10 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		Waiting: w.completer.sendHeld, // events wait behind a stream's acknowledgement
 	})
 	act := consume.NewActivity(o.IdleThresholdPolls, o.Hooks.OnWorkProcessingStarted, o.Hooks.OnWorkProcessingIdle)
-	w.parking = newParking(e, drainQ)
+	w.parking = pair.NewParking(e.Env, pair.Config{
+		InfraRetry: o.InfraRetry.internal(0), BatchSize: o.PerspectiveBatchSize,
+		SavePatience: e.savePatience(), OnBackendError: e.metrics.backendError,
+	}, drainQ)
 	w.renewer = lease.New(e.Env, lease.Config{
 		Claimer: backend.Claimer, InstanceID: o.InstanceID, LeaseDuration: o.LeaseDuration,
 		OnRenewed: o.Hooks.OnLeasesRenewed,
@@ -182,8 +186,8 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		OnClaimed:             e.metrics.claimed,
 	}, claimWakes, drainQ, w.heartbeat, w.listener)
 	w.claimWakes = claimWakes
-	w.completer.onFailureAcked = w.parking.parkAcked
-	w.completer.onGivenUp, w.completer.onLanded = w.parking.reportGivenUp, w.parking.reportLanded
+	w.completer.onFailureAcked = w.parking.ParkAcked
+	w.completer.onGivenUp, w.completer.onLanded = w.parking.ReportGivenUp, w.parking.ReportLanded
 	w.completer.onCompleted = func() {
 		if drainQ.Backlog() {
 			claimWakes.Now() // room was freed for more of the backlog
@@ -191,7 +195,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	}
 	scopes := newScopeCache(o.Security)
 	store := &modelStore{backend: backend.Models, cache: newModelCache(o.ModelCacheSize), batches: newModelBatches(backend.ModelBatch, base.BackendCallTimeout), tx: backend.ModelTx, txSaves: newTxSaves(backend.ModelTx, e.Clock, e.savePatience(), base.BackendCallTimeout+o.ApplyTimeout)}
-	gates := newGates()
+	gates := pair.NewGates()
 	w.lifecycle = newLifecycle(e, w.completer, scopes)
 	fail := &failures{engine: e, parking: w.parking, completer: w.completer, cache: cache}
 	w.drain = &drainer{
@@ -294,7 +298,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	if !w.opts.ClaimsDisabled {
 		_ = w.claims.Start(runCtx) // it cannot fail
 	}
-	w.parking.Start(runCtx)
+	_ = w.parking.Start(runCtx) // it cannot fail
 	// The renewals serve the drains, which run until the work context
 	// ends; the monitor outlives them (see monitor.Monitor.Start).
 	_ = w.renewer.Start(workCtx) // it cannot fail

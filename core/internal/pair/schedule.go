@@ -1,4 +1,4 @@
-package core
+package pair
 
 import (
 	"container/heap"

@@ -1,4 +1,4 @@
-package core
+package pair
 
 import (
 	"context"
@@ -9,24 +9,24 @@ import (
 	"github.com/vantage-go/vantage/core/internal/dedup"
 )
 
-// pairKey identifies a (stream, perspective) pair.
-type pairKey struct {
-	stream      uuid.UUID
-	perspective string
+// Key identifies a (stream, perspective) pair.
+type Key struct {
+	Stream      uuid.UUID
+	Perspective string
 }
 
-// dedupKey returns k as the dedup cache names pairs.
-func (k pairKey) dedupKey() dedup.Key {
-	return dedup.Key{Stream: k.stream, Perspective: k.perspective}
+// Dedup returns k as the dedup cache names pairs.
+func (k Key) Dedup() dedup.Key {
+	return dedup.Key{Stream: k.Stream, Perspective: k.Perspective}
 }
 
-// gates serializes load-apply-save per (stream, perspective) within one
+// Gates serializes load-apply-save per (stream, perspective) within one
 // process, while different pairs run in parallel. Entries are reference
 // counted and removed when the last holder or waiter leaves, so the map only
 // holds pairs in use.
-type gates struct {
+type Gates struct {
 	mu      sync.Mutex
-	entries map[pairKey]*gateEntry
+	entries map[Key]*gateEntry
 }
 
 type gateEntry struct {
@@ -34,11 +34,12 @@ type gateEntry struct {
 	refs int
 }
 
-func newGates() *gates { return &gates{entries: map[pairKey]*gateEntry{}} }
+// NewGates returns Gates with no pair in use.
+func NewGates() *Gates { return &Gates{entries: map[Key]*gateEntry{}} }
 
-// acquire takes the gate of k, calling contended if another holder has it.
+// Acquire takes the gate of k, calling contended if another holder has it.
 // It returns a release func, or ctx.Err().
-func (g *gates) acquire(ctx context.Context, k pairKey, contended func()) (func(), error) {
+func (g *Gates) Acquire(ctx context.Context, k Key, contended func()) (func(), error) {
 	g.mu.Lock()
 	e, ok := g.entries[k]
 	if !ok {
@@ -67,7 +68,7 @@ func (g *gates) acquire(ctx context.Context, k pairKey, contended func()) (func(
 	}, nil
 }
 
-func (g *gates) leave(k pairKey, e *gateEntry) {
+func (g *Gates) leave(k Key, e *gateEntry) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	e.refs--
@@ -76,7 +77,8 @@ func (g *gates) leave(k pairKey, e *gateEntry) {
 	}
 }
 
-func (g *gates) len() int {
+// Len returns the number of pairs in use.
+func (g *Gates) Len() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return len(g.entries)
