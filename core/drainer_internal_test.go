@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/adapters/memory"
-	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/internal/clocktest"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -329,23 +328,6 @@ func TestDedupSkipsUnacknowledgedRows(t *testing.T) {
 	require.Len(t, res.Work, 1, "the row is still pending in the backend")
 	require.Zero(t, bb.drainFetched(t, res, seq))
 	require.Equal(t, int64(1), bb.applied.Load())
-}
-
-// Rows fetched before a failure of their pair was acknowledged are stale:
-// the backend released the failed row since, so they are not applied again
-// (which would repeat the failure without counting an attempt).
-func TestStaleFetchAfterFailureAck(t *testing.T) {
-	t.Parallel()
-
-	bb := setupBatch(t)
-	k := pair.Key{Stream: uuid.New(), Perspective: "c"}
-	before := bb.w.parking.NextFetch()
-	bb.w.parking.Park(k, bb.w.Now())
-	bb.w.parking.ParkAcked(k)
-	require.True(t, bb.w.parking.StaleFetch(k, before), "fetched before the acknowledgement")
-	after := bb.w.parking.NextFetch()
-	require.False(t, bb.w.parking.StaleFetch(k, after), "fetched after it")
-	require.False(t, bb.w.parking.StaleFetch(k, before), "the mark is cleared once fresh rows were seen")
 }
 
 // setupFlushWatch builds a worker on a fake clock that never moves, with

@@ -1,4 +1,4 @@
-package core
+package pair
 
 import (
 	"context"
@@ -6,18 +6,16 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
-
-	"github.com/vantage-go/vantage/core/internal/pair"
 )
 
 func TestGates(t *testing.T) {
 	t.Parallel()
 
-	k := pair.Key{Stream: uuid.New(), Perspective: "p"}
+	k := Key{Stream: uuid.New(), Perspective: "p"}
 
 	t.Run("SecondHolderWaitsAndContends", func(t *testing.T) {
 		t.Parallel()
-		g := pair.NewGates()
+		g := NewGates()
 		release, err := g.Acquire(t.Context(), k, nil)
 		require.NoError(t, err)
 		contended := make(chan struct{})
@@ -42,10 +40,10 @@ func TestGates(t *testing.T) {
 
 	t.Run("OtherPairsDoNotBlock", func(t *testing.T) {
 		t.Parallel()
-		g := pair.NewGates()
+		g := NewGates()
 		r1, err := g.Acquire(t.Context(), k, nil)
 		require.NoError(t, err)
-		r2, err := g.Acquire(t.Context(), pair.Key{Stream: k.Stream, Perspective: "other"}, func() { t.Error("contended on another pair") })
+		r2, err := g.Acquire(t.Context(), Key{Stream: k.Stream, Perspective: "other"}, func() { t.Error("contended on another pair") })
 		require.NoError(t, err)
 		r1()
 		r2()
@@ -53,7 +51,7 @@ func TestGates(t *testing.T) {
 
 	t.Run("CancelledWaiterLeaves", func(t *testing.T) {
 		t.Parallel()
-		g := pair.NewGates()
+		g := NewGates()
 		r1, err := g.Acquire(t.Context(), k, nil)
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(t.Context())
