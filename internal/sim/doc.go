@@ -163,10 +163,11 @@
 //     and the replay that repairs the pair (or the revival's rebuild) then
 //     applies the event as one the pair held (the documented limit of
 //     DropState while instances run). A
-//     PostPerspective is excused too when the instance that saved the
-//     event had a backend that failed or blocked and crashed: a stage
-//     whose first claim failed is retried after the report of its rows,
-//     and an instance that dies meanwhile may lose it (documented).
+//     PostPerspective is excused too when an instance that saved or
+//     applied the event had a backend that failed or blocked and crashed:
+//     a stage whose first claim failed, or whose save failed after it took
+//     effect, is retried after the report of its rows, and an instance
+//     that dies meanwhile may lose it (documented).
 //  7. Rewind reports: a rewind's RewindInfo.New never counts an event that
 //     a save held before the rewind began.
 //
