@@ -31,15 +31,8 @@ type Parking struct {
 	*base.Env
 	cfg      Config
 	schedule *schedule
-	// fetchSeq numbers fetches (see StaleFetch); infraPairs counts the
-	// pairs in infraBackoff, givenUpPairs those in givenUpBackoff,
-	// saveEachCount those in saveEach and saveAloneCount those in
-	// saveAlone, so that the paths that find none take no lock.
-	fetchSeq       atomic.Uint64
-	infraPairs     atomic.Int32
-	givenUpPairs   atomic.Int32
-	saveEachCount  atomic.Int32
-	saveAloneCount atomic.Int32
+	// fetchSeq numbers fetches (see StaleFetch).
+	fetchSeq atomic.Uint64
 
 	mu     sync.Mutex
 	parked map[Key]held
@@ -47,15 +40,63 @@ type Parking struct {
 	// latest failure was acknowledged.
 	failAcked map[Key]uint64
 	// infraBackoff holds the backoff of each pair whose drain meets
-	// infrastructure errors; saveEach the pairs saved event by event;
-	// saveAlone the table projections' pairs saved alone (see
-	// SaveAloneFor).
-	infraBackoff map[Key]backoff.BackOff
-	saveEach     map[Key]bool
-	saveAlone    map[Key]bool
-	// givenUpBackoff holds the backoff of each pair with a report given
-	// up on (see ReportGivenUp), until a report of the pair lands.
-	givenUpBackoff map[Key]backoff.BackOff
+	// infrastructure errors; givenUpBackoff that of each pair with a
+	// report given up on (see ReportGivenUp), until a report of the pair
+	// lands; saveEach the pairs saved event by event; saveAlone the table
+	// projections' pairs saved alone (see SaveAloneFor).
+	infraBackoff, givenUpBackoff counted[backoff.BackOff]
+	saveEach, saveAlone          counted[struct{}]
+}
+
+// counted is a map of pairs, guarded by the Parking's mu, that counts its
+// entries atomically, so that the paths that find it empty take no lock.
+type counted[V any] struct {
+	n atomic.Int32
+	m map[Key]V
+}
+
+// empty reports whether the map has no entry; it needs no lock.
+func (c *counted[V]) empty() bool { return c.n.Load() == 0 }
+
+// get returns the entry of k. The caller holds mu.
+func (c *counted[V]) get(k Key) (V, bool) {
+	v, ok := c.m[k]
+	return v, ok
+}
+
+// put sets the entry of k. The caller holds mu.
+func (c *counted[V]) put(k Key, v V) {
+	if c.m == nil {
+		c.m = map[Key]V{}
+	}
+	if _, ok := c.m[k]; !ok {
+		c.n.Add(1)
+	}
+	c.m[k] = v
+}
+
+// remove deletes the entry of k, taking mu unless the map is empty.
+func (c *counted[V]) remove(mu *sync.Mutex, k Key) {
+	if c.empty() {
+		return
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if _, ok := c.m[k]; ok {
+		delete(c.m, k)
+		c.n.Add(-1)
+	}
+}
+
+// has reports whether k has an entry, taking mu unless the map is empty.
+func (c *counted[V]) has(mu *sync.Mutex, k Key) bool {
+	if c.empty() {
+		return false
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	_, ok := c.m[k]
+	return ok
 }
 
 // Config is what Parking reads.
@@ -78,15 +119,11 @@ type Config struct {
 func NewParking(env *base.Env, cfg Config, drainQ *queue.Queue) *Parking {
 	cfg.InfraRetry.Jitter = infraRetryJitter
 	return &Parking{
-		Env:            env,
-		cfg:            cfg,
-		schedule:       newSchedule(env.Clock, drainQ),
-		parked:         map[Key]held{},
-		failAcked:      map[Key]uint64{},
-		infraBackoff:   map[Key]backoff.BackOff{},
-		saveEach:       map[Key]bool{},
-		saveAlone:      map[Key]bool{},
-		givenUpBackoff: map[Key]backoff.BackOff{},
+		Env:       env,
+		cfg:       cfg,
+		schedule:  newSchedule(env.Clock, drainQ),
+		parked:    map[Key]held{},
+		failAcked: map[Key]uint64{},
 	}
 }
 
@@ -209,16 +246,7 @@ func (p *Parking) InfraFailed(ctx context.Context, k Key, op string, err error) 
 	if ctx.Err() != nil {
 		return
 	}
-	p.mu.Lock()
-	b, ok := p.infraBackoff[k]
-	if !ok {
-		b = p.cfg.InfraRetry.New(p.Clock)
-		p.infraBackoff[k] = b
-		p.infraPairs.Add(1)
-	}
-	delay := b.NextBackOff()
-	p.mu.Unlock()
-	p.ParkFor(k, p.Now().Add(delay))
+	delay := p.parkBackingOff(&p.infraBackoff, k)
 	if p.cfg.OnBackendError != nil {
 		p.cfg.OnBackendError(ctx, k.Perspective)
 	}
@@ -226,17 +254,7 @@ func (p *Parking) InfraFailed(ctx context.Context, k Key, op string, err error) 
 }
 
 // InfraRecovered forgets the backoff of a pair whose drain went through.
-func (p *Parking) InfraRecovered(k Key) {
-	if p.infraPairs.Load() == 0 {
-		return
-	}
-	p.mu.Lock()
-	if _, ok := p.infraBackoff[k]; ok {
-		delete(p.infraBackoff, k)
-		p.infraPairs.Add(-1)
-	}
-	p.mu.Unlock()
-}
+func (p *Parking) InfraRecovered(k Key) { p.infraBackoff.remove(&p.mu, k) }
 
 // ReportGivenUp holds a pair back after the report of one of its outcomes
 // was given up on (the completer gives it up), ending any parking it had (a
@@ -246,12 +264,17 @@ func (p *Parking) InfraRecovered(k Key) {
 // lands (ReportLanded): a drain that goes through does not reset it, since
 // the report of that drain is what the backend refuses.
 func (p *Parking) ReportGivenUp(k Key) time.Duration {
+	return p.parkBackingOff(&p.givenUpBackoff, k)
+}
+
+// parkBackingOff holds the pair back for the next wait of its backoff in
+// backoffs (InfraRetry's, started on its first use), and returns the wait.
+func (p *Parking) parkBackingOff(backoffs *counted[backoff.BackOff], k Key) time.Duration {
 	p.mu.Lock()
-	b, ok := p.givenUpBackoff[k]
+	b, ok := backoffs.get(k)
 	if !ok {
 		b = p.cfg.InfraRetry.New(p.Clock)
-		p.givenUpBackoff[k] = b
-		p.givenUpPairs.Add(1)
+		backoffs.put(k, b)
 	}
 	delay := b.NextBackOff()
 	p.mu.Unlock()
@@ -261,17 +284,7 @@ func (p *Parking) ReportGivenUp(k Key) time.Duration {
 
 // ReportLanded forgets the backoff of reports given up on of a pair, one
 // of whose reports the backend acknowledged.
-func (p *Parking) ReportLanded(k Key) {
-	if p.givenUpPairs.Load() == 0 {
-		return
-	}
-	p.mu.Lock()
-	if _, ok := p.givenUpBackoff[k]; ok {
-		delete(p.givenUpBackoff, k)
-		p.givenUpPairs.Add(-1)
-	}
-	p.mu.Unlock()
-}
+func (p *Parking) ReportLanded(k Key) { p.givenUpBackoff.remove(&p.mu, k) }
 
 // RetrySoon drains the pair's stream again at once (after its current
 // drain).
@@ -280,25 +293,12 @@ func (p *Parking) RetrySoon(k Key) { p.schedule.at(k.Stream, p.Now()) }
 // SaveEachFor saves the pair event by event until a drain of it completes.
 func (p *Parking) SaveEachFor(k Key) {
 	p.mu.Lock()
-	if !p.saveEach[k] {
-		p.saveEach[k] = true
-		p.saveEachCount.Add(1)
-	}
+	p.saveEach.put(k, struct{}{})
 	p.mu.Unlock()
 }
 
 // SaveEachDone ends SaveEachFor.
-func (p *Parking) SaveEachDone(k Key) {
-	if p.saveEachCount.Load() == 0 {
-		return
-	}
-	p.mu.Lock()
-	if p.saveEach[k] {
-		delete(p.saveEach, k)
-		p.saveEachCount.Add(-1)
-	}
-	p.mu.Unlock()
-}
+func (p *Parking) SaveEachDone(k Key) { p.saveEach.remove(&p.mu, k) }
 
 // SaveAloneFor saves the table projection of a pair alone, not shared
 // with the saves of other pairs, from its next save on: its writes ran past
@@ -306,22 +306,12 @@ func (p *Parking) SaveEachDone(k Key) {
 // ApplyTimeout bounds them, and they hold no other pair's save.
 func (p *Parking) SaveAloneFor(k Key) {
 	p.mu.Lock()
-	if !p.saveAlone[k] {
-		p.saveAlone[k] = true
-		p.saveAloneCount.Add(1)
-	}
+	p.saveAlone.put(k, struct{}{})
 	p.mu.Unlock()
 }
 
 // SavesAlone reports whether the pair's saves go alone (SaveAloneFor).
-func (p *Parking) SavesAlone(k Key) bool {
-	if p.saveAloneCount.Load() == 0 {
-		return false
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.saveAlone[k]
-}
+func (p *Parking) SavesAlone(k Key) bool { return p.saveAlone.has(&p.mu, k) }
 
 // SavedAlone records that a save of the pair went alone and its writes
 // took took: past the patience of a shared save, the pair's saves stay
@@ -332,15 +322,7 @@ func (p *Parking) SavedAlone(k Key, took time.Duration) {
 		p.SaveAloneFor(k)
 		return
 	}
-	if p.saveAloneCount.Load() == 0 {
-		return
-	}
-	p.mu.Lock()
-	if p.saveAlone[k] {
-		delete(p.saveAlone, k)
-		p.saveAloneCount.Add(-1)
-	}
-	p.mu.Unlock()
+	p.saveAlone.remove(&p.mu, k)
 }
 
 // UnknownPerspective holds back the events of a perspective this instance
@@ -358,13 +340,8 @@ func (p *Parking) UnknownPerspective(ctx context.Context, k Key, events int) {
 // Config.BatchSize, or one while the pair is being saved event by event
 // to find the event whose model the store refuses (the engine finds it).
 func (p *Parking) SaveBatchSize(k Key) int {
-	if p.saveEachCount.Load() > 0 {
-		p.mu.Lock()
-		each := p.saveEach[k]
-		p.mu.Unlock()
-		if each {
-			return 1
-		}
+	if p.saveEach.has(&p.mu, k) {
+		return 1
 	}
 	return p.cfg.BatchSize
 }
