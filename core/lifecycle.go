@@ -304,19 +304,15 @@ const (
 	stageClaimBackoff = 100 * time.Millisecond
 )
 
-// runRetried is runAwaited, retrying a claim that failed with ports.ErrTransient
-// with a doubling backoff on the worker's clock until it goes through or
-// ctx ends: nothing else would run the stage of events whose model is
-// saved (their rows complete), so an outage is waited out in place, however
-// long. Callers pass a context that ends with the lifecycle's work (see
-// taskContext). Any other error gives up on the stage, logged.
-func (l *lifecycle) runRetried(ctx context.Context, stage Stage, perspective string, events []ports.Event) {
-	l.retried(ctx, stage, perspective, events, true)
-}
-
-// retried is runRetried, with run in place of runAwaited unless await is
-// set: the events whose stage another claim holds are left to it.
-func (l *lifecycle) retried(ctx context.Context, stage Stage, perspective string, events []ports.Event, await bool) {
+// retried runs stage for events (runAwaited when await is set; run
+// otherwise, which leaves the events whose stage another claim holds to
+// it), retrying a claim that failed with ports.ErrTransient with a
+// doubling backoff on the worker's clock until it goes through: the first
+// try under ctx, the retries under retries (ctx itself, or a context that
+// ends sooner). It returns nil once the stage ran or was given up on (any
+// other error, logged), and the cause of the end of the context the stage
+// last waited under otherwise.
+func (l *lifecycle) retried(ctx, retries context.Context, stage Stage, perspective string, events []ports.Event, await bool) error {
 	b := retry.Backoff{Initial: stageClaimBackoff, Max: stageClaimBackoff << stageClaimRetries, Multiplier: 2}
 	for try := 0; ; try++ {
 		var err error
@@ -325,8 +321,11 @@ func (l *lifecycle) retried(ctx context.Context, stage Stage, perspective string
 		} else {
 			_, err = l.run(ctx, stage, perspective, events)
 		}
-		if err == nil || ctx.Err() != nil {
-			return
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
 		}
 		l.claimFailed(ctx, stage, err)
 		if !errors.Is(err, ports.ErrTransient) {
@@ -336,15 +335,16 @@ func (l *lifecycle) retried(ctx context.Context, stage Stage, perspective string
 				Key: "giving up on " + name, Every: faultlog.SummaryEvery, Level: slog.LevelError, CountKey: "events", Op: "claiming lifecycle stages",
 				Msg: "giving up on a lifecycle stage; its receptors do not run for these events",
 			}, len(events), slog.String("stage", name), slog.Any("error", err))
-			return
+			return nil
 		}
 		t := l.Clock.NewTimer(b.Delay(try))
 		select {
-		case <-ctx.Done():
+		case <-retries.Done():
 			t.Stop()
-			return
+			return context.Cause(retries)
 		case <-t.C():
 		}
+		ctx = retries
 	}
 }
 
@@ -435,7 +435,7 @@ func (l *lifecycle) prePerspective(ctx context.Context, events []ports.Event) er
 		tctx, cancel := l.taskContext(ctx)
 		l.tasks.Go(func() {
 			defer cancel()
-			l.retried(tctx, PrePerspective, "", events, false)
+			_ = l.retried(tctx, tctx, PrePerspective, "", events, false)
 		})
 	}
 	return err
@@ -587,32 +587,29 @@ func (l *lifecycle) firstApplies(ctx context.Context, replayed, fresh []ports.Ev
 
 // postPerspective runs PostPerspective for events a perspective saved, or
 // found saved (a re-delivery: the stage a crash interrupted runs again),
-// until it is done or the lifecycle's work ends, whatever becomes of ctx
-// (see taskContext): the events' rows complete, and nothing would run it
-// again.
-func (l *lifecycle) postPerspective(ctx context.Context, perspective string, events []ports.Event) {
-	if l.reg.hasReceptors(PostPerspective) && len(events) > 0 {
-		tctx, cancel := l.taskContext(ctx)
-		defer cancel()
-		l.runRetried(tctx, PostPerspective, perspective, events)
-	}
-}
-
-// tryPostPerspective runs PostPerspective for events a perspective saved
-// once, before their rows are reported: a claim that fails is not retried
-// here, so that an outage does not hold the report back; the caller runs
-// the stage again with postPerspective once the report is on its way.
-func (l *lifecycle) tryPostPerspective(ctx context.Context, perspective string, events []ports.Event) error {
+// before their rows are reported. It returns nil when the report may go:
+// the stage ran, here or on another instance, or was given up on (an
+// error no retry mends, logged). The stage is recorded done before the
+// rows are: a report that landed first would complete them, and should
+// the instance die before the stage ran, no row would come back to run
+// it. So a claim that fails (an outage) holds the report back and is
+// retried until it goes through, however long it takes: the report could
+// not land either. The first try runs whatever becomes of ctx, until the
+// lifecycle's work ends (see taskContext), so that a drain that stops
+// still reports what it saved; the retries end with ctx too, and then its
+// cause is returned: the caller drops the report, the rows stay leased
+// and come back, and the drain that leases them next runs the stage.
+func (l *lifecycle) postPerspective(ctx context.Context, perspective string, events []ports.Event) error {
 	if !l.reg.hasReceptors(PostPerspective) || len(events) == 0 {
 		return nil
 	}
 	tctx, cancel := l.taskContext(ctx)
 	defer cancel()
-	err := l.runAwaited(tctx, PostPerspective, perspective, events)
-	if err != nil {
-		l.claimFailed(tctx, PostPerspective, err)
-	}
-	return err
+	retries, cancelRetries := context.WithCancelCause(tctx)
+	defer cancelRetries(nil)
+	stop := context.AfterFunc(ctx, func() { cancelRetries(context.Cause(ctx)) })
+	defer stop()
+	return l.retried(tctx, retries, PostPerspective, perspective, events, true)
 }
 
 // afterBatch starts the batch's PostAllPerspectives/PostLifecycle task,

@@ -245,9 +245,6 @@ type pairRun struct {
 	evsOf             int
 	posted            int
 	redeliveredPosted bool
-	// unposted are the events whose PostPerspective a report's try did
-	// not run: finish runs it, retried.
-	unposted []ports.Event
 	// held are the rows the processed-event cache passed over (applied
 	// and saved by earlier runs of this instance) whose report failed and
 	// waits to be sent again. The run's first report lists them as applied
@@ -500,14 +497,11 @@ func (c *unscopedEventContext) Value(key any) any {
 	return c.Context.Value(key)
 }
 
-// finish runs PostPerspective, retried until it runs, for what the run
-// saved and no report of it ran it for (see postPerspective), and returns the number of events it
-// saved and, when the stream collects them or PostPerspective listens,
-// the events.
+// finish returns the number of events the run saved and, when the stream
+// collects them or PostPerspective listens, the events.
 func (r *pairRun) finish(ctx context.Context) (int, []ports.Event) {
 	n := len(r.saved)
 	r.dr.metrics.pairRan(ctx, r.key.Perspective, n, len(r.redelivered))
-	r.postPerspective(ctx, true)
 	if n == 0 || !r.dr.reg.hasReceptors(PostPerspective) && !r.task.stream.collect {
 		return n, nil
 	}
@@ -538,35 +532,33 @@ func (r *pairRun) savedEvents(indexes []int) []ports.Event {
 // postPerspective runs PostPerspective for the events the run saved since
 // its last call and, the first time, for the re-delivered ones whose
 // durable record says a crash interrupted it (the claim passes over
-// completed ones). Every report of the run calls it first: the stage is
-// recorded done before the rows are, so a report that lands first, its
-// instance dying before the stage ran, cannot leave it to no one (no row
-// would come back to run it again). There it is tried once: a stage whose
-// claim fails (an outage, say) waits for finish, which retries it until
-// it runs, after the report.
-func (r *pairRun) postPerspective(ctx context.Context, retried bool) {
+// completed ones). Every report of the run calls it first, and the report
+// goes only when it returns true: the stage is recorded done before the
+// rows are, so a report that lands first, its instance dying before the
+// stage ran, cannot leave it to no one (no row would come back to run it
+// again). It returns false when ctx ended while the stage's claim kept
+// failing: the report is dropped, and the rows come back to the drain that
+// leases them next, which runs the stage.
+func (r *pairRun) postPerspective(ctx context.Context) bool {
 	if !r.dr.reg.hasReceptors(PostPerspective) {
-		return
+		return true
 	}
 	saved := r.eventsSaved()
 	events := slices.Clone(saved[r.posted:])
-	r.posted = len(saved)
-	if !r.redeliveredPosted && r.dr.backend.Lifecycle != nil {
-		r.redeliveredPosted = true
+	redelivered := !r.redeliveredPosted && r.dr.backend.Lifecycle != nil
+	if redelivered {
 		for _, i := range r.redelivered {
 			if ei := r.sw.event(r.rows[i], 0); ei >= 0 {
 				events = append(events, r.sw.events[ei])
 			}
 		}
 	}
-	if !retried {
-		if r.dr.lifecycle.tryPostPerspective(ctx, r.key.Perspective, events) != nil {
-			r.unposted = append(r.unposted, events...)
-		}
-		return
+	if r.dr.lifecycle.postPerspective(ctx, r.key.Perspective, events) != nil {
+		return false
 	}
-	r.dr.lifecycle.postPerspective(ctx, r.key.Perspective, append(r.unposted, events...))
-	r.unposted = nil
+	r.posted = len(saved)
+	r.redeliveredPosted = r.redeliveredPosted || redelivered
+	return true
 }
 
 // position returns the position the completed rows move the cursor to: the
@@ -622,7 +614,10 @@ func (r *pairRun) complete(ctx context.Context) {
 	if len(r.done) == 0 {
 		return
 	}
-	r.postPerspective(ctx, false)
+	if !r.postPerspective(ctx) {
+		r.done = nil
+		return
+	}
 	lastID, lastVersion := r.reportPosition()
 	ids := r.applied()
 	c := ports.Completion{StreamID: r.key.Stream, Perspective: r.key.Perspective, LastEventID: lastID, LastVersion: lastVersion, WorkIDs: ids}
@@ -679,7 +674,11 @@ func (r *pairRun) failAt(ctx context.Context, i int, cause error) bool {
 		r.stop(ctx)
 		return false
 	}
-	r.postPerspective(ctx, false)
+	if !r.postPerspective(ctx) {
+		// Stopping: nothing is charged, and the rows come back.
+		r.done = nil
+		return false
+	}
 	lastID, lastVersion := r.reportPosition()
 	r.announceSaved(lastVersion)
 	r.dr.fail.reportFailure(ctx, r.key, r.rows[i], r.applied(), lastID, lastVersion, cause)
@@ -713,14 +712,16 @@ func (r *pairRun) abandon(info monitor.Abandoned, late bool) {
 	if late {
 		outcome = dr.fail.eventFailed(ctx, r.key, r.rows[i], cause)
 	}
-	if outcome == failureRetry {
-		r.postPerspective(ctx, false)
+	switch {
+	case outcome != failureRetry:
+		r.complete(ctx)
+	case r.postPerspective(ctx):
 		lastID, lastVersion := r.reportPosition()
 		r.announceSaved(lastVersion)
 		dr.fail.reportFailure(ctx, r.key, r.rows[i], r.applied(), lastID, lastVersion, cause)
 		r.done = nil
-	} else {
-		r.complete(ctx)
+	default:
+		r.done = nil // the worker stopped before the stage ran: the rows come back
 	}
 	n, events := r.finish(ctx)
 	r.release()

@@ -397,14 +397,15 @@ func (r *replayRun) complete(ctx context.Context) error {
 	}
 	// The stage is recorded done before the rows are: a completion that
 	// landed first, this instance dying before the stage ran, would leave
-	// no row to run it again. A claim that fails is retried after the
-	// report, as a drain's is.
+	// no row to run it again. A claim that fails holds the report back, as
+	// a drain's does; when ctx ends first, nothing is reported, and the
+	// pair's rewind runs again.
 	fired := r.res.fresh
 	if len(r.redelivered) > 0 && rw.backend.Lifecycle != nil {
 		fired = append(slices.Clone(fired), r.redelivered...)
 	}
-	if rw.lifecycle.tryPostPerspective(ctx, r.key.Perspective, fired) != nil {
-		defer rw.lifecycle.postPerspective(ctx, r.key.Perspective, fired)
+	if err := rw.lifecycle.postPerspective(ctx, r.key.Perspective, fired); err != nil {
+		return fmt.Errorf("running PostPerspective: %w", err)
 	}
 	ids := make([]uuid.UUID, 0, len(r.rows)+len(r.held))
 	var listed []ports.WorkItem

@@ -2,7 +2,9 @@ package enginetest_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -75,6 +77,16 @@ func (f orderedFetcher) EventsFetchPending(ctx context.Context, p *ports.EventsF
 type orderedLifecycle struct {
 	ports.LifecycleStore
 	o *reportOrder
+	// failClaims is how many PostPerspective claims fail with a transient
+	// error before they go through (an outage of the lifecycle records).
+	failClaims *atomic.Int64
+}
+
+func (l orderedLifecycle) LifecycleClaim(ctx context.Context, p *ports.LifecycleClaimParams) ([]uuid.UUID, error) {
+	if p.Stage == ports.StagePostPerspective && l.failClaims != nil && l.failClaims.Add(-1) >= 0 {
+		return nil, fmt.Errorf("claiming: connection refused: %w", ports.ErrTransient)
+	}
+	return l.LifecycleStore.LifecycleClaim(ctx, p)
 }
 
 func (l orderedLifecycle) LifecycleComplete(ctx context.Context, p *ports.LifecycleCompleteParams) error {
@@ -88,55 +100,68 @@ func (l orderedLifecycle) LifecycleComplete(ctx context.Context, p *ports.Lifecy
 // An event's PostPerspective is recorded done before any report lists its
 // row: a report that landed first, should the instance die before the
 // stage ran, would leave no re-delivery to run it, and the stage would be
-// lost. With Instant completions the report goes at once.
+// lost. With Instant completions the report goes at once. A claim of the
+// stage that fails (the backend's lifecycle records out for a moment)
+// holds the report back until the stage is recorded: reported first, the
+// rows would complete while the stage waits for its retry, and an
+// instance that died meanwhile would lose it.
 func TestPostPerspectiveRecordedBeforeTheRowsAreReported(t *testing.T) {
 	t.Parallel()
 
 	for name, mode := range map[string]completion.Factory{"Batched": completion.BatchedFactory, "Instant": completion.InstantFactory} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			mem := memory.New(memory.Options{}).Backend()
-			b := mem
-			order := &reportOrder{CursorStore: mem.Cursors, events: map[uuid.UUID]uuid.UUID{}}
-			b.Cursors = order
-			b.Fetcher = orderedFetcher{mem.Fetcher, order}
-			b.Lifecycle = orderedLifecycle{mem.Lifecycle, order}
-			reg := testRegistry(t)
-			require.NoError(t, core.AddReceptor(reg, core.PostPerspective, core.Inline, func(context.Context, added, core.StageInfo) error { return nil }))
-			opts := quietOptions(t)
-			opts.Completion = mode
-			w := startWorker(t, b, reg, opts)
-			stream := uuid.New()
-			var events []ports.Event
-			for i := range 5 {
-				events = append(events, appendAdded(t, reg, b, stream, 2*i+1, 2*i+2).Events...)
-			}
-			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-			defer cancel()
-			require.NoError(t, w.WaitForStream(ctx, stream, events[len(events)-1].Version))
-			require.NoError(t, w.Stop(ctx))
-
-			order.mu.Lock()
-			defer order.mu.Unlock()
-			posted := map[uuid.UUID]bool{}
-			reported := 0
-			for _, c := range order.calls {
-				switch c.kind {
-				case "post":
-					for _, id := range c.ids {
-						posted[id] = true
-					}
-				case "complete":
-					for _, id := range c.ids {
-						ev, ok := order.events[id]
-						require.True(t, ok, "row %s was fetched", id)
-						require.True(t, posted[ev], "the row of event %s reported before its PostPerspective was recorded", ev)
-						reported++
-					}
-				}
-			}
-			require.GreaterOrEqual(t, reported, len(events), "every row reported")
-			require.Len(t, posted, len(events), "every event's PostPerspective recorded")
-		})
+		for _, failed := range []int64{0, 3} {
+			t.Run(fmt.Sprintf("%s/failed_claims=%d", name, failed), func(t *testing.T) {
+				t.Parallel()
+				testPostPerspectiveBeforeReport(t, mode, failed)
+			})
+		}
 	}
+}
+
+func testPostPerspectiveBeforeReport(t *testing.T, mode completion.Factory, failedClaims int64) {
+	mem := memory.New(memory.Options{}).Backend()
+	b := mem
+	order := &reportOrder{CursorStore: mem.Cursors, events: map[uuid.UUID]uuid.UUID{}}
+	b.Cursors = order
+	b.Fetcher = orderedFetcher{mem.Fetcher, order}
+	failing := &atomic.Int64{}
+	failing.Store(failedClaims)
+	b.Lifecycle = orderedLifecycle{mem.Lifecycle, order, failing}
+	reg := testRegistry(t)
+	require.NoError(t, core.AddReceptor(reg, core.PostPerspective, core.Inline, func(context.Context, added, core.StageInfo) error { return nil }))
+	opts := quietOptions(t)
+	opts.Completion = mode
+	w := startWorker(t, b, reg, opts)
+	stream := uuid.New()
+	var events []ports.Event
+	for i := range 5 {
+		events = append(events, appendAdded(t, reg, b, stream, 2*i+1, 2*i+2).Events...)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, w.WaitForStream(ctx, stream, events[len(events)-1].Version))
+	require.NoError(t, w.Stop(ctx))
+
+	order.mu.Lock()
+	defer order.mu.Unlock()
+	posted := map[uuid.UUID]bool{}
+	reported := 0
+	for _, c := range order.calls {
+		switch c.kind {
+		case "post":
+			for _, id := range c.ids {
+				posted[id] = true
+			}
+		case "complete":
+			for _, id := range c.ids {
+				ev, ok := order.events[id]
+				require.True(t, ok, "row %s was fetched", id)
+				require.True(t, posted[ev], "the row of event %s reported before its PostPerspective was recorded", ev)
+				reported++
+			}
+		}
+	}
+	require.GreaterOrEqual(t, reported, len(events), "every row reported")
+	require.Len(t, posted, len(events), "every event's PostPerspective recorded")
+	require.LessOrEqual(t, failing.Load(), int64(0), "every failing claim was made")
 }

@@ -503,44 +503,6 @@ func (w *world) noteDelay(d time.Duration, what string) {
 	}
 }
 
-// postPerspectiveMayBeLost reports whether an instance that saved or
-// applied e for persp had a backend that failed or blocked and crashed: a
-// PostPerspective whose first claim failed, or whose save failed after it
-// took effect, is retried after the report of its rows, and an instance
-// that dies meanwhile may lose it.
-func (w *world) postPerspectiveMayBeLost(e ports.Event, persp string) bool {
-	// The instance whose save first held the event, and every instance
-	// that applied it: a save whose fault came after its effect returned
-	// an error, so it is not recorded, yet the store holds the event, and
-	// the next holder completes its row without applying it again.
-	insts := map[string]bool{}
-	for _, sv := range w.rec.savesOf(pairKey{e.StreamID, persp}) {
-		if slices.ContainsFunc(sv.Entries, func(en Entry) bool { return en.V == e.Version }) {
-			insts[sv.Inst] = true
-			break
-		}
-	}
-	applies, _, _, _, _ := w.rec.snapshot()
-	for _, a := range applies {
-		if a.Err == "" && a.Stream == e.StreamID && a.Version == e.Version && a.Persp == persp {
-			insts[a.Inst] = true
-		}
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for inst := range insts {
-		troubled, crashed := false, false
-		for _, win := range w.windows {
-			troubled = troubled || win.what == "failing "+inst || win.what == "blocked "+inst
-			crashed = crashed || win.what == "crash "+inst
-		}
-		if troubled && crashed {
-			return true
-		}
-	}
-	return false
-}
-
 // checkStages: PostPerspective fires per (event, perspective) held,
 // PostAllPerspectives and PostLifecycle per event every perspective
 // holds, PrePerspective per event any holds and before its first apply;
@@ -574,8 +536,6 @@ func (w *world) checkStages(t *truth) []Violation {
 			what += " for " + persp
 		}
 		switch {
-		case required && n == 0 && stage == core.PostPerspective && w.postPerspectiveMayBeLost(e, persp):
-			w.rec.tracef("%s never fired: its instance's backend failed, then it crashed (the documented loss)", what)
 		case required && n == 0:
 			if stage == core.PrePerspective {
 				if first, ok := firstApply[keyOf(e.Data)]; ok {

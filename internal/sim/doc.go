@@ -156,18 +156,14 @@
 //     PostLifecycle after PostAllPerspectives; at least once, and exactly
 //     once in a run without crashes (or faults that make peers abandon an
 //     instance, or heartbeats of an instance further apart than the stale
-//     threshold, as when the machine running the simulator starves it). An event appended after a revival below a position the
+//     threshold, as when the machine running the simulator starves it).
+//     An event appended after a revival below a position the
 //     perspective's saves reached before a retirement that dropped its
 //     state is excused from its stages and from the delay bound: a
 //     completion sent before the retirement may bring that position back,
 //     and the replay that repairs the pair (or the revival's rebuild) then
 //     applies the event as one the pair held (the documented limit of
-//     DropState while instances run). A
-//     PostPerspective is excused too when an instance that saved or
-//     applied the event had a backend that failed or blocked and crashed:
-//     a stage whose first claim failed, or whose save failed after it took
-//     effect, is retried after the report of its rows, and an instance
-//     that dies meanwhile may lose it (documented).
+//     DropState while instances run).
 //  7. Rewind reports: a rewind's RewindInfo.New never counts an event that
 //     a save held before the rewind began.
 //
