@@ -3,13 +3,15 @@ package core
 import (
 	"context"
 	"log/slog"
+
+	"github.com/vantage-go/vantage/core/internal/pair"
 )
 
 // noteAbandoned logs, counts and announces an abandoned apply.
 func (e *engine) noteAbandoned(ctx context.Context, info AbandonedApply) {
 	e.metrics.applyAbandoned(ctx, info.Perspective)
 	e.Log.ErrorContext(ctx, "apply abandoned: it ran past its deadline and ignored its cancelled context; its pair is retried while it runs on",
-		append(pairAttrs(info.StreamID, info.Perspective), slog.String("event_id", info.EventID.String()), slog.Int64("version", info.Version),
+		append(pair.Attrs(info.StreamID, info.Perspective), slog.String("event_id", info.EventID.String()), slog.Int64("version", info.Version),
 			slog.Duration("elapsed", info.Elapsed), slog.Duration("apply_timeout", e.opts.ApplyTimeout))...)
 	if h := e.opts.Hooks.OnApplyAbandoned; h != nil {
 		h(info)

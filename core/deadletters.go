@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/vantage-go/vantage/core/internal/base"
+	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -42,7 +43,7 @@ func (w *Worker) recoverDeadLetters(ctx context.Context) int {
 	w.Faults.OK(ctx, "requeueing dead letters for the new generation")
 	for _, dl := range dls {
 		w.Log.InfoContext(ctx, "dead letter requeued for a retry on this generation",
-			append(pairAttrs(dl.StreamID, dl.Perspective), slog.Int64("version", dl.EventVersion), slog.String("event_id", dl.EventID.String()),
+			append(pair.Attrs(dl.StreamID, dl.Perspective), slog.Int64("version", dl.EventVersion), slog.String("event_id", dl.EventID.String()),
 				slog.String("failed_on", dl.Generation), slog.String("generation", w.opts.Generation), slog.String("error", dl.Error))...)
 	}
 	if len(dls) > 0 {

@@ -212,7 +212,7 @@ func (dr *drainer) drainStream(ctx context.Context, t *streamTask, sw *streamWor
 		if !dr.queue.TakeDirty(sw.id) && !sw.cut {
 			return
 		}
-		if err := dr.completer.flushNow(ctx); err != nil && ctx.Err() != nil {
+		if err := dr.completer.FlushNow(ctx); err != nil && ctx.Err() != nil {
 			return
 		}
 		res, seq, err := dr.fetch(ctx, []uuid.UUID{sw.id})

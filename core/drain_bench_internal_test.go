@@ -43,12 +43,8 @@ func newDrainBench(b *testing.B, n int, latency time.Duration, opts Options) *dr
 	opts.Logger = slog.New(slog.DiscardHandler)
 	w, err := New(backend, reg, &opts)
 	require.NoError(b, err)
-	require.NoError(b, w.completer.completions.Start(b.Context()))
-	require.NoError(b, w.completer.failures.Start(b.Context()))
-	b.Cleanup(func() {
-		require.NoError(b, w.completer.completions.Close(context.Background()))
-		require.NoError(b, w.completer.failures.Close(context.Background()))
-	})
+	require.NoError(b, w.completer.Start(b.Context()))
+	b.Cleanup(func() { require.NoError(b, w.completer.Stop(context.Background())) })
 	require.NoError(b, reg.RegisterSubscriptions(b.Context(), backend.Events))
 	_, err = backend.Claimer.InstanceHeartbeat(b.Context(), &ports.InstanceHeartbeatParams{InstanceID: w.InstanceID(), StaleThreshold: w.opts.StaleInstanceThreshold})
 	require.NoError(b, err)
@@ -74,7 +70,7 @@ func (db *drainBench) run(b *testing.B, streams, events, perspectives int) {
 		}
 		b.StartTimer()
 		db.w.drain.processBatch(b.Context(), ids)
-		require.NoError(b, db.w.completer.flushNow(b.Context()))
+		require.NoError(b, db.w.completer.FlushNow(b.Context()))
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*streams*events*perspectives), "ns/apply")
 }

@@ -36,8 +36,8 @@ func (bb *batchBundle) take(t *testing.T, ids ...uuid.UUID) []uuid.UUID {
 func (bb *batchBundle) settle(t *testing.T) {
 	t.Helper()
 	done := make(chan struct{})
-	bb.w.completer.afterSettled(func() { close(done) }) // after every release registered before
-	require.NoError(t, bb.w.completer.flushNow(t.Context()))
+	bb.w.completer.AfterSettled(func() { close(done) }) // after every release registered before
+	require.NoError(t, bb.w.completer.FlushNow(t.Context()))
 	recv(t, done, "the completions to settle")
 }
 

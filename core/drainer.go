@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/vantage-go/vantage/core/internal/base"
+	"github.com/vantage-go/vantage/core/internal/complete"
 	"github.com/vantage-go/vantage/core/internal/consume"
 	"github.com/vantage-go/vantage/core/internal/dedup"
 	"github.com/vantage-go/vantage/core/internal/lease"
@@ -26,7 +27,7 @@ type drainer struct {
 	queue     *queue.Queue
 	activity  *consume.Activity
 	cache     *dedup.Cache
-	completer *completer
+	completer *complete.Completer
 	parking   *pair.Parking
 	renewer   *lease.Renewer
 	monitor   *monitor.Monitor
@@ -54,12 +55,12 @@ type drainer struct {
 // drained again after its release when its drain loop ended.
 func (dr *drainer) processBatch(ctx context.Context, ids []uuid.UUID) {
 	ctx, span := dr.tracing.startBatch(ctx, len(ids))
-	dr.completer.sweep(ctx)
+	dr.completer.Sweep(ctx)
 	defer dr.activity.BatchStarted()()
 
 	start := dr.Now()
 	applied, events := dr.drainBatch(ctx, ids)
-	dr.completer.flushPending(ctx)
+	dr.completer.FlushPending(ctx)
 	endBatch(span, applied)
 	dr.metrics.batchDrained(ctx, len(ids), applied, dr.Now().Sub(start))
 	// The cycle is complete once its terminal lifecycle stages ran.
@@ -127,7 +128,7 @@ func (dr *drainer) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []port
 	remaining := ids
 	for len(remaining) > 0 && ctx.Err() == nil {
 		dr.rows.waitBelow(dr.opts.MaxRowsInFlight, dr.Signals.OnFetchWait)
-		dr.completer.waitUnackedBelow(ctx, dr.opts.MaxRowsInFlight)
+		dr.completer.WaitUnackedBelow(ctx, dr.opts.MaxRowsInFlight)
 		res, seq, err := dr.fetch(ctx, remaining)
 		if err != nil {
 			break
@@ -234,13 +235,13 @@ func (dr *drainer) releaseStream(ctx context.Context, id uuid.UUID, more bool) {
 	if more {
 		dr.queue.Push(id) // in flight: queued again once done
 	}
-	dr.completer.flushPending(ctx)
+	dr.completer.FlushPending(ctx)
 	if dr.queue.Settle(id) && !more {
 		// Events arrived meanwhile: they wait for the acknowledgement, so
 		// it should not wait for the flusher's coalescing window.
-		dr.completer.sendHeld()
+		dr.completer.SendHeld()
 	}
-	dr.completer.afterSettled(func() {
+	dr.completer.AfterSettled(func() {
 		dr.renewer.Drop(id)
 		dr.queue.Done([]uuid.UUID{id})
 	})

@@ -136,12 +136,8 @@ func setupBatchNamed(t *testing.T, opts *Options, b ports.Backend, names ...stri
 	}
 	w, err := New(b, reg, opts)
 	require.NoError(t, err)
-	require.NoError(t, w.completer.completions.Start(t.Context()))
-	require.NoError(t, w.completer.failures.Start(t.Context()))
-	t.Cleanup(func() {
-		require.NoError(t, w.completer.completions.Close(context.Background()))
-		require.NoError(t, w.completer.failures.Close(context.Background()))
-	})
+	require.NoError(t, w.completer.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, w.completer.Stop(context.Background())) })
 	require.NoError(t, reg.RegisterSubscriptions(t.Context(), b.Events))
 	_, err = b.Claimer.InstanceHeartbeat(t.Context(), &ports.InstanceHeartbeatParams{InstanceID: w.InstanceID(), StaleThreshold: w.opts.StaleInstanceThreshold})
 	require.NoError(t, err)
@@ -180,13 +176,13 @@ func TestIdleTickRoutesPendingCompletion(t *testing.T) {
 
 	bb := setupBatch(t)
 	c := ports.Completion{StreamID: uuid.New(), Perspective: "c", LastEventID: uuid.New(), LastVersion: 1}
-	require.NoError(t, bb.w.completer.strategy.ReportCompletion(t.Context(), c))
-	bb.w.completer.sweep(t.Context()) // what an idle tick runs
-	require.NoError(t, bb.w.completer.completions.Flush(t.Context()))
+	require.NoError(t, bb.w.completer.Strategy().ReportCompletion(t.Context(), c))
+	bb.w.completer.Sweep(t.Context()) // what an idle tick runs
+	require.NoError(t, bb.w.completer.Flush(t.Context()))
 	require.Equal(t, int64(1), bb.spy.completes.Load())
 	require.Equal(t, []ports.Completion{c}, bb.cursors.last.Load().Completions)
 	require.Zero(t, bb.spy.claims.Load(), "the batch path never claims")
-	require.Empty(t, bb.w.completer.strategy.PendingCompletions(), "acknowledged items are cleared")
+	require.Empty(t, bb.w.completer.Strategy().PendingCompletions(), "acknowledged items are cleared")
 }
 
 // A drain stream id with nothing behind it is accepted quietly.
@@ -209,7 +205,7 @@ func TestBatchDrainsStream(t *testing.T) {
 	bb.w.drain.processBatch(t.Context(), []uuid.UUID{stream})
 	require.GreaterOrEqual(t, bb.spy.fetches.Load(), int64(1))
 	require.Equal(t, int64(2), bb.applied.Load())
-	require.NoError(t, bb.w.completer.completions.Flush(t.Context()))
+	require.NoError(t, bb.w.completer.Flush(t.Context()))
 	require.Equal(t, int64(1), bb.spy.completes.Load())
 
 	// A second batch for the same stream sees nothing new: no double apply.
@@ -228,7 +224,7 @@ func TestBatchDrainsPastFetchLimit(t *testing.T) {
 	streams := bb.appendStreams(t, 5, placed{ID: "a"}, placed{ID: "b"}, placed{ID: "c"}, placed{ID: "d"})
 	bb.w.drain.processBatch(t.Context(), streams)
 	require.Equal(t, int64(20), bb.applied.Load())
-	require.NoError(t, bb.w.completer.completions.Flush(t.Context()))
+	require.NoError(t, bb.w.completer.Flush(t.Context()))
 	for _, stream := range streams {
 		m, err := bb.backend.Models.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: stream, Perspective: "c"})
 		require.NoError(t, err)
@@ -307,7 +303,7 @@ func TestBatchBoundsUnacknowledgedRows(t *testing.T) {
 	// most fetchMax.
 	require.GreaterOrEqual(t, atWait, int64(limit), "the batch waited for acknowledgements before fetching every stream")
 	require.LessOrEqual(t, atWait, int64(2*(limit-1)+fetchMax), "rows fetched before the batch waited for acknowledgements")
-	require.NoError(t, bb.w.completer.completions.Flush(t.Context()))
+	require.NoError(t, bb.w.completer.Flush(t.Context()))
 	require.Equal(t, int64(len(streams)), bb.applied.Load(), "every event applied once")
 }
 
@@ -363,7 +359,7 @@ func TestEventsBehindAnAcknowledgementHurryTheFlush(t *testing.T) {
 	bb.w.drain.queue.Push(stream) // a notified claim: an event arrived
 	recv(t, flushed, "the completion, sent at once")
 	released := make(chan struct{})
-	bb.w.completer.afterSettled(func() { close(released) }) // after the stream's own
+	bb.w.completer.AfterSettled(func() { close(released) }) // after the stream's own
 	recv(t, released, "the stream's release")
 	require.Equal(t, []uuid.UUID{stream}, bb.w.drain.queue.Take(1), "queued again")
 }

@@ -4,8 +4,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -46,9 +44,4 @@ func (e *engine) identity() []any {
 		attrs = append(attrs, slog.String("generation", e.opts.Generation))
 	}
 	return attrs
-}
-
-// pairAttrs are the log attributes naming a (stream, perspective).
-func pairAttrs(stream uuid.UUID, perspective string) []any {
-	return []any{slog.String("stream_id", stream.String()), slog.String("perspective", perspective)}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/vantage-go/vantage/core/internal/complete"
 	"github.com/vantage-go/vantage/core/internal/dedup"
 	"github.com/vantage-go/vantage/core/internal/monitor"
 	"github.com/vantage-go/vantage/core/internal/pair"
@@ -22,7 +23,7 @@ import (
 type failures struct {
 	*engine
 	parking   *pair.Parking
-	completer *completer
+	completer *complete.Completer
 	cache     *dedup.Cache
 }
 
@@ -102,14 +103,14 @@ func (fl *failures) moveFailed(ctx context.Context, k pair.Key, op string, err e
 // and the pair is left to that instance.
 func (fl *failures) leaseLost(ctx context.Context, k pair.Key, err error) {
 	fl.Log.InfoContext(ctx, "stream taken by another instance; leaving its pair to it",
-		append(pairAttrs(k.Stream, k.Perspective), slog.Any("error", err))...)
+		append(pair.Attrs(k.Stream, k.Perspective), slog.Any("error", err))...)
 }
 
 // deadLettered logs and announces a dead letter.
 func (fl *failures) deadLettered(ctx context.Context, dl ports.DeadLetter) {
 	fl.metrics.deadLettered(ctx, dl)
 	fl.Log.WarnContext(ctx, "event dead-lettered; its pair goes on with the next event",
-		append(pairAttrs(dl.StreamID, dl.Perspective), slog.Int64("version", dl.EventVersion), slog.String("event_id", dl.EventID.String()),
+		append(pair.Attrs(dl.StreamID, dl.Perspective), slog.Int64("version", dl.EventVersion), slog.String("event_id", dl.EventID.String()),
 			slog.Int("attempts", dl.Attempts), slog.String("reason", dl.Reason), slog.String("error", dl.Error))...)
 	if h := fl.opts.Hooks.OnDeadLettered; h != nil {
 		h(dl)
@@ -158,12 +159,12 @@ func (fl *failures) failed(ctx context.Context, k pair.Key, f ports.Failure, ver
 	fl.parking.Park(k, f.RetryAt)
 	fl.metrics.failureReported(ctx, k.Perspective, failureReason(cause))
 	fl.Log.WarnContext(ctx, "perspective failed on event; will retry",
-		append(pairAttrs(k.Stream, k.Perspective), slog.Int64("version", version), slog.Int("attempts", attempts),
+		append(pair.Attrs(k.Stream, k.Perspective), slog.Int64("version", version), slog.Int("attempts", attempts),
 			slog.Int("max_attempts", fl.opts.MaxPerspectiveEventAttempts), slog.Time("retry_at", f.RetryAt), slog.Any("error", cause))...)
 	// The pair stays parked until the failure is acknowledged: the strategy
 	// keeps it until then. One that cannot be reported is given up on and
 	// the pair drained again after a backoff.
-	fl.completer.reportFailure(ctx, f)
+	fl.completer.ReportFailure(ctx, f)
 	if h := fl.opts.Hooks.OnFailure; h != nil {
 		h(f)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/vantage-go/vantage/core/internal/base"
+	"github.com/vantage-go/vantage/core/internal/complete"
 	"github.com/vantage-go/vantage/core/internal/faultlog"
 	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/core/internal/retry"
@@ -29,7 +30,7 @@ import (
 // the stages are guarded in memory only, at most once per process.
 type lifecycle struct {
 	*engine
-	completer *completer
+	completer *complete.Completer
 	scopes    *scopeCache
 	tasks     tasks // detached receptors and batch tasks
 
@@ -64,7 +65,7 @@ type stageKey struct {
 	perspective string
 }
 
-func newLifecycle(e *engine, c *completer, scopes *scopeCache) *lifecycle {
+func newLifecycle(e *engine, c *complete.Completer, scopes *scopeCache) *lifecycle {
 	done := make(chan struct{})
 	close(done)
 	return &lifecycle{engine: e, completer: c, scopes: scopes, memGuard: map[stageKey]struct{}{}, running: map[stageKey]chan struct{}{}, streams: pair.NewGates(), lastTask: done}
@@ -627,9 +628,9 @@ func (l *lifecycle) afterBatch(ctx context.Context, events []ports.Event, then f
 		return
 	}
 	tctx, cancel := l.taskContext(ctx)
-	l.completer.flushPending(tctx)
+	l.completer.FlushPending(tctx)
 	settled := make(chan struct{})
-	l.completer.afterSettled(func() { close(settled) })
+	l.completer.AfterSettled(func() { close(settled) })
 	l.taskMu.Lock()
 	prev := l.lastTask
 	done := make(chan struct{})

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 
+	"github.com/vantage-go/vantage/core/internal/complete"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -37,9 +38,6 @@ const (
 
 	reasonClaim    = "claim"
 	reasonReceptor = "receptor"
-
-	flusherCompletions = "completions"
-	flusherFailures    = "failures"
 
 	kindRewind  = "rewind"
 	kindRebuild = "rebuild"
@@ -245,7 +243,7 @@ func newMetrics(e *engine) *metrics {
 	}
 
 	m.claimOK, m.claimErr = newAttrs(attrOutcome.String(outcomeOK)), newAttrs(attrOutcome.String(outcomeError))
-	for _, name := range []string{flusherCompletions, flusherFailures} {
+	for _, name := range []string{complete.Completions, complete.Failures} {
 		f := attrFlusher.String(name)
 		m.flushAttrs[name] = &flushAttrs{
 			base:   newAttrs(f),
@@ -365,9 +363,9 @@ func (m *metrics) claimStalled(ctx context.Context) {
 	m.claimStalls.Add(ctx, 1)
 }
 
-// flushed records one call of a flusher (flusherCompletions or
-// flusherFailures) sending n items, that took took and returned err.
-func (m *metrics) flushed(ctx context.Context, flusher string, n int, took time.Duration, err error) {
+// Flushed records one call of a flusher (complete.Completions or
+// complete.Failures) sending n items, that took took and returned err.
+func (m *metrics) Flushed(ctx context.Context, flusher string, n int, took time.Duration, err error) {
 	f := m.flushAttrs[flusher]
 	m.flushSize.Record(ctx, int64(n), f.base.record...)
 	if err != nil {
@@ -377,13 +375,13 @@ func (m *metrics) flushed(ctx context.Context, flusher string, n int, took time.
 	m.flushDuration.Record(ctx, took.Seconds(), f.ok.record...)
 }
 
-// flushRetried counts a flush call repeated in place.
-func (m *metrics) flushRetried(flusher string) {
+// FlushRetried counts a flush call repeated in place.
+func (m *metrics) FlushRetried(flusher string) {
 	m.flushRetries.Add(context.Background(), 1, m.flushAttrs[flusher].base.add...)
 }
 
-// flushGaveUp counts n items a flusher dropped.
-func (m *metrics) flushGaveUp(flusher string, n int) {
+// FlushGaveUp counts n items a flusher dropped.
+func (m *metrics) FlushGaveUp(flusher string, n int) {
 	m.flushDropped.Add(context.Background(), int64(n), m.flushAttrs[flusher].base.add...)
 }
 

@@ -142,7 +142,7 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 		done:    make([]uuid.UUID, 0, len(rows)),
 		unsaved: make([]int, 0, min(len(rows), batchSize)),
 		saved:   make([]int, 0, len(rows)),
-		held:    dr.completer.stalledAmong(key.Dedup(), held),
+		held:    dr.completer.StalledAmong(key.Dedup(), held),
 	}
 	defer func() { run.cancel(nil) }()
 	run.watch = dr.monitor.Watch(key.Stream, key.Perspective, cancel, run.abandon)
@@ -430,7 +430,7 @@ func (r *pairRun) appliedLate() []int64 {
 // it), loading the model the store holds, on which the rest is skipped or
 // applied again.
 func (r *pairRun) moved(ctx context.Context, msg string, expected int64, err error) {
-	r.dr.Log.WarnContext(ctx, msg, append(pairAttrs(r.key.Stream, r.key.Perspective),
+	r.dr.Log.WarnContext(ctx, msg, append(pair.Attrs(r.key.Stream, r.key.Perspective),
 		slog.Int64("expected_version", expected), slog.Int64("expected_epoch", r.stored.Epoch), slog.Any("error", err))...)
 	r.unsaved = nil
 	r.complete(ctx)
@@ -464,7 +464,7 @@ func (r *pairRun) saveRefused(ctx context.Context, err error) bool {
 	r.dr.parking.SaveEachFor(r.key)
 	r.dr.parking.RetrySoon(r.key)
 	r.dr.Log.WarnContext(ctx, "the model of a batch of events cannot be stored; saving event by event to find the cause",
-		append(pairAttrs(r.key.Stream, r.key.Perspective), slog.Any("error", err))...)
+		append(pair.Attrs(r.key.Stream, r.key.Perspective), slog.Any("error", err))...)
 	return false
 }
 
@@ -622,7 +622,7 @@ func (r *pairRun) complete(ctx context.Context) {
 	ids := r.applied()
 	c := ports.Completion{StreamID: r.key.Stream, Perspective: r.key.Perspective, LastEventID: lastID, LastVersion: lastVersion, WorkIDs: ids}
 	r.dr.cache.AddRange(r.key.Dedup(), ids)
-	r.dr.completer.reportCompletion(ctx, c)
+	r.dr.completer.ReportCompletion(ctx, c)
 	r.done = nil
 	r.announceSaved(lastVersion)
 }
@@ -651,7 +651,7 @@ func (r *pairRun) announceSaved(lastVersion int64) {
 	if n == 0 {
 		return
 	}
-	r.dr.completer.signalProgress()
+	r.dr.completer.SignalProgress()
 	if h := r.dr.opts.Hooks.OnPerspectiveEventProcessed; h != nil {
 		h(PerspectiveEventProcessed{Perspective: r.key.Perspective, StreamID: r.key.Stream, EventCount: n, LastVersion: lastVersion})
 	}

@@ -382,7 +382,7 @@ func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 		r.dr.parking.SaveAloneFor(r.key)
 		r.dr.parking.RetrySoon(r.key)
 		r.dr.Log.WarnContext(ctx, "a table projection's writes ran past the patience of the save they shared with other pairs; saving the pair alone",
-			append(pairAttrs(r.key.Stream, r.key.Perspective), slog.Duration("patience", r.dr.savePatience()), slog.Any("error", err))...)
+			append(pair.Attrs(r.key.Stream, r.key.Perspective), slog.Duration("patience", r.dr.savePatience()), slog.Any("error", err))...)
 		return false
 	case errors.As(err, &wf) && wf.key == r.key && wf.index >= 0 && wf.index < len(r.unsaved) && !backendFailedWrite(err):
 		k := wf.index
@@ -398,7 +398,7 @@ func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 		return r.saveRefused(ctx, err)
 	case errors.Is(err, ports.ErrVersionConflict):
 		r.dr.Log.WarnContext(ctx, "projection moved under this run; dropping its unsaved part",
-			append(pairAttrs(r.key.Stream, r.key.Perspective), slog.Int64("expected_version", savedVersion), slog.Any("error", err))...)
+			append(pair.Attrs(r.key.Stream, r.key.Perspective), slog.Int64("expected_version", savedVersion), slog.Any("error", err))...)
 		r.unsaved, r.model = nil, projectionModel(nil)
 		r.complete(ctx)
 		r.dr.parking.RetrySoon(r.key) // see pairRun.moved

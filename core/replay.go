@@ -392,7 +392,7 @@ func (r *replayRun) appliedLate(toReplay []ports.Event) []int64 {
 func (r *replayRun) complete(ctx context.Context) error {
 	rw := r.rw
 	if r.rebuild {
-		rw.completer.signalProgress()
+		rw.completer.SignalProgress()
 		return nil
 	}
 	// The stage is recorded done before the rows are: a completion that
@@ -431,7 +431,7 @@ func (r *replayRun) complete(ctx context.Context) error {
 		// pending between the two, which the fetch left for the next one,
 		// are re-deliveries of events the model holds, not stragglers.
 		lastID, lastVer := capToRows(r.lastID, r.lastVer, listed)
-		rw.completer.reportCompletion(ctx, ports.Completion{StreamID: r.key.Stream, Perspective: r.key.Perspective, LastEventID: lastID, LastVersion: lastVer, WorkIDs: ids})
+		rw.completer.ReportCompletion(ctx, ports.Completion{StreamID: r.key.Stream, Perspective: r.key.Perspective, LastEventID: lastID, LastVersion: lastVer, WorkIDs: ids})
 	} else {
 		// Nothing pending here: clear the flag directly. The save moved
 		// the cursor already; a completion that named the position would
@@ -444,7 +444,7 @@ func (r *replayRun) complete(ctx context.Context) error {
 			return fmt.Errorf("clearing the rewind flag: %w", err)
 		}
 	}
-	rw.completer.signalProgress()
+	rw.completer.SignalProgress()
 	return nil
 }
 
@@ -485,7 +485,7 @@ func (rw *rewinder) maybeSnapshot(ctx context.Context, key pair.Key, from int64,
 func (rw *rewinder) storeSnapshot(ctx context.Context, s ports.Snapshot) {
 	if err := rw.backend.Snapshots.SnapshotSave(ctx, &ports.SnapshotSaveParams{Snapshot: s}); err != nil {
 		if ctx.Err() == nil {
-			rw.Faults.Fail(ctx, "saving snapshots", err, pairAttrs(s.StreamID, s.Perspective)...)
+			rw.Faults.Fail(ctx, "saving snapshots", err, pair.Attrs(s.StreamID, s.Perspective)...)
 		}
 		return
 	}

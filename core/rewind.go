@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/vantage-go/vantage/core/internal/complete"
 	"github.com/vantage-go/vantage/core/internal/dedup"
 	"github.com/vantage-go/vantage/core/internal/monitor"
 	"github.com/vantage-go/vantage/core/internal/pair"
@@ -25,7 +26,7 @@ type rewinder struct {
 	parking   *pair.Parking
 	lifecycle *lifecycle
 	monitor   *monitor.Monitor
-	completer *completer
+	completer *complete.Completer
 	cache     *dedup.Cache
 	gates     *pair.Gates
 	scopes    *scopeCache
@@ -281,7 +282,7 @@ func (rw *rewinder) rewindPair(ctx context.Context, p perspective, key pair.Key,
 		if err == nil {
 			rw.parking.InfraRecovered(key)
 			rw.metrics.rewound(ctx, key.Perspective, false, rw.Now().Sub(start), res.replayed, len(res.fresh))
-			rw.Log.InfoContext(ctx, "rewound perspective", append(pairAttrs(key.Stream, key.Perspective),
+			rw.Log.InfoContext(ctx, "rewound perspective", append(pair.Attrs(key.Stream, key.Perspective),
 				slog.Int64("trigger_version", trigger), slog.Int64("from_version", res.from), slog.Int("replayed", res.replayed),
 				slog.Int("skipped", res.skipped), slog.Int("new", len(res.fresh)))...)
 			if h := rw.opts.Hooks.OnRewind; h != nil {
@@ -360,7 +361,7 @@ func (rw *rewinder) lockPair(ctx context.Context, key pair.Key, reason string) (
 	ok, err := rw.backend.Rewind.StreamLockAcquire(ctx, params)
 	if err != nil {
 		if ctx.Err() == nil {
-			rw.Faults.Fail(ctx, "acquiring stream locks", err, pairAttrs(key.Stream, key.Perspective)...)
+			rw.Faults.Fail(ctx, "acquiring stream locks", err, pair.Attrs(key.Stream, key.Perspective)...)
 		}
 		return nil, false
 	}
@@ -387,11 +388,11 @@ func (rw *rewinder) lockPair(ctx context.Context, key pair.Key, reason string) (
 			switch ok, err := rw.backend.Rewind.StreamLockAcquire(ctx, &p); {
 			case err != nil:
 				if ctx.Err() == nil {
-					rw.Faults.Fail(ctx, "renewing stream locks", err, pairAttrs(key.Stream, key.Perspective)...)
+					rw.Faults.Fail(ctx, "renewing stream locks", err, pair.Attrs(key.Stream, key.Perspective)...)
 				}
 			case !ok:
 				rw.Faults.OK(ctx, "renewing stream locks")
-				rw.Log.WarnContext(ctx, "renewing stream lock failed", append(pairAttrs(key.Stream, key.Perspective), slog.Bool("held", false))...)
+				rw.Log.WarnContext(ctx, "renewing stream lock failed", append(pair.Attrs(key.Stream, key.Perspective), slog.Bool("held", false))...)
 			default:
 				rw.Faults.OK(ctx, "renewing stream locks")
 			}
@@ -404,7 +405,7 @@ func (rw *rewinder) lockPair(ctx context.Context, key pair.Key, reason string) (
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deregisterTimeout)
 		defer cancel()
 		if err := rw.backend.Rewind.StreamLockRelease(rctx, params); err != nil {
-			rw.Faults.Fail(ctx, "releasing stream locks", err, pairAttrs(key.Stream, key.Perspective)...)
+			rw.Faults.Fail(ctx, "releasing stream locks", err, pair.Attrs(key.Stream, key.Perspective)...)
 			return
 		}
 		rw.Faults.OK(ctx, "releasing stream locks")

@@ -109,7 +109,7 @@ func (rw *rewinder) repairRewind(ctx context.Context, key pair.Key) bool {
 	fresh, _ := rw.rewindPair(ctx, p, key, rows, nil, c, true, nil)
 	rw.lifecycle.afterBatch(ctx, fresh, nil)
 	// Flush now, so the next poll sees the flag cleared.
-	if err := rw.completer.flushNow(ctx); err != nil && ctx.Err() == nil {
+	if err := rw.completer.FlushNow(ctx); err != nil && ctx.Err() == nil {
 		rw.Log.WarnContext(ctx, "flushing the repaired rewind", slog.Any("error", err))
 	}
 	if len(rows) > 0 {

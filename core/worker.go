@@ -13,8 +13,10 @@ import (
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/vantage-go/vantage/core/completion"
 	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/core/internal/claim"
+	"github.com/vantage-go/vantage/core/internal/complete"
 	"github.com/vantage-go/vantage/core/internal/consume"
 	"github.com/vantage-go/vantage/core/internal/dedup"
 	"github.com/vantage-go/vantage/core/internal/faultlog"
@@ -50,7 +52,7 @@ type Worker struct {
 	claims     *claim.Claimer
 	claimWakes *claim.Wakes
 	consumers  *consume.Consumers
-	completer  *completer
+	completer  *complete.Completer
 	parking    *pair.Parking
 	renewer    *lease.Renewer
 	monitor    *monitor.Monitor
@@ -119,13 +121,12 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	e.metrics = newMetrics(e)
 	w := &Worker{engine: e, run: runState{done: make(chan struct{})}}
 	cache := dedup.New(dedup.Options{Retention: o.LeaseDuration, Clock: clock, Observer: o.Hooks.DedupObserver})
-	if w.completer, err = newCompleter(e, cache); err != nil {
-		return nil, fmt.Errorf("building worker: %w", err)
-	}
 	arrivals := consume.NewArrivals(o.DrainBatcher.MaxWait)
 	drainQ := queue.New(queue.Hooks{
 		Arrived: func() { arrivals.Arrived(e.Now()) },
-		Waiting: w.completer.sendHeld, // events wait behind a stream's acknowledgement
+		// Events wait behind a stream's acknowledgement: the completer,
+		// built below, sends what it holds.
+		Waiting: func() { w.completer.SendHeld() },
 	})
 	act := consume.NewActivity(o.IdleThresholdPolls, o.Hooks.OnWorkProcessingStarted, o.Hooks.OnWorkProcessingIdle)
 	w.parking = pair.NewParking(e.Env, pair.Config{
@@ -154,6 +155,31 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	// Notifications wake the claim loop and the consumers through these,
 	// made before the services that ring them.
 	claimWakes := claim.NewWakes()
+	var onFlushed func([]ports.Completion, []ports.Failure)
+	if h := o.Hooks.OnCompletionsFlushed; h != nil {
+		onFlushed = func(cs []ports.Completion, fs []ports.Failure) { h(CompletionsFlushed{Completions: cs, Failures: fs}) }
+	}
+	if w.completer, err = complete.New(e.Env, cache, complete.Config{
+		Cursors:        backend.Cursors,
+		InstanceID:     o.InstanceID,
+		DebugMode:      o.DebugMode,
+		Strategy:       o.Completion,
+		Resend:         completion.BatchedOptions{BaseTimeout: o.CompletionResend.Initial, Multiplier: o.CompletionResend.Multiplier, MaxTimeout: o.CompletionResend.Max},
+		FlushAttempts:  o.FlushRetry.MaxAttempts,
+		FlushRetry:     o.FlushRetry.internal(0),
+		Metrics:        e.metrics,
+		OnAcknowledged: onFlushed,
+		OnFailureAcked: w.parking.ParkAcked,
+		OnGivenUp:      w.parking.ReportGivenUp,
+		OnLanded:       w.parking.ReportLanded,
+		OnCompleted: func() {
+			if drainQ.Backlog() {
+				claimWakes.Now() // room was freed for more of the backlog
+			}
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("building worker: %w", err)
+	}
 	consumerWakes := make([]chan struct{}, o.MaxConcurrentDrainConsumers)
 	for i := range consumerWakes {
 		consumerWakes[i] = make(chan struct{}, 1)
@@ -186,13 +212,6 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		OnClaimed:             e.metrics.claimed,
 	}, claimWakes, drainQ, w.heartbeat, w.listener)
 	w.claimWakes = claimWakes
-	w.completer.onFailureAcked = w.parking.ParkAcked
-	w.completer.onGivenUp, w.completer.onLanded = w.parking.ReportGivenUp, w.parking.ReportLanded
-	w.completer.onCompleted = func() {
-		if drainQ.Backlog() {
-			claimWakes.Now() // room was freed for more of the backlog
-		}
-	}
 	scopes := newScopeCache(o.Security)
 	store := &modelStore{backend: backend.Models, cache: newModelCache(o.ModelCacheSize), batches: newModelBatches(backend.ModelBatch, base.BackendCallTimeout), tx: backend.ModelTx, txSaves: newTxSaves(backend.ModelTx, e.Clock, e.savePatience(), base.BackendCallTimeout+o.ApplyTimeout)}
 	gates := pair.NewGates()
@@ -220,9 +239,9 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		MaxSize:                      o.DrainBatcher.MaxSize,
 		SlidingWindow:                o.DrainBatcher.SlidingWindow,
 		MaxWait:                      o.DrainBatcher.MaxWait,
-		Coalesce:                     w.completer.completions.Coalesce(),
+		Coalesce:                     w.completer.Coalesce(),
 		OnIdleTick:                   onIdleTick,
-	}, consume.Funcs{Drain: w.drain.processBatch, Tick: w.completer.sweep, SendHeld: w.completer.sendHeld},
+	}, consume.Funcs{Drain: w.drain.processBatch, Tick: w.completer.Sweep, SendHeld: w.completer.SendHeld},
 		drainQ, w.listener, consumerWakes, arrivals, act)
 	w.run.gauges = w.observeGauges()
 	return w, nil
@@ -431,7 +450,7 @@ func (w *Worker) WaitForStream(ctx context.Context, streamID uuid.UUID, version 
 		}
 	}
 	for {
-		progressed := w.completer.progressed()
+		progressed := w.completer.Progressed()
 		ok, err := w.caughtUp(ctx, streamID, targets, perspectives)
 		if err != nil || ok {
 			return err

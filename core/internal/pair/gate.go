@@ -2,6 +2,7 @@ package pair
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 
 	"github.com/google/uuid"
@@ -13,6 +14,11 @@ import (
 type Key struct {
 	Stream      uuid.UUID
 	Perspective string
+}
+
+// Attrs are the log attributes naming a (stream, perspective).
+func Attrs(stream uuid.UUID, perspective string) []any {
+	return []any{slog.String("stream_id", stream.String()), slog.String("perspective", perspective)}
 }
 
 // Dedup returns k as the dedup cache names pairs.

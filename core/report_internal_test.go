@@ -86,7 +86,7 @@ func (rb *reportBundle) held() bool {
 
 // kept returns how many outcomes the strategy keeps, Pending or Sent.
 func (rb *reportBundle) kept() int {
-	s := rb.w.completer.strategy
+	s := rb.w.completer.Strategy()
 	s.ResetStale(rb.clock.Now().Add(time.Hour))
 	return len(s.PendingCompletions()) + len(s.PendingFailures())
 }
@@ -114,7 +114,7 @@ func TestRefusedCompletionReleasesItsRows(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			rb := setupReports(t, mode, errRefusedReport)
-			if err := rb.w.completer.flushNow(t.Context()); name == "Batched" {
+			if err := rb.w.completer.FlushNow(t.Context()); name == "Batched" {
 				require.ErrorIs(t, err, ports.ErrInvalidArgument, "the flusher met the refusal")
 			} else {
 				require.NoError(t, err, "the report met the refusal: nothing to flush")
@@ -130,7 +130,7 @@ func TestRefusedCompletionReleasesItsRows(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, []ports.WorkItem{rb.row}, res.Work, "the row is re-delivered")
 			require.Zero(t, rb.drainFetched(t, res, seq), "it is not applied again")
-			require.NoError(t, rb.w.completer.flushNow(t.Context()))
+			require.NoError(t, rb.w.completer.FlushNow(t.Context()))
 			require.Zero(t, rb.pending(t), "it completed")
 			require.Equal(t, int64(1), rb.applied.Load())
 		})
@@ -149,7 +149,7 @@ func TestInstantCompletionKeptUntilAcknowledged(t *testing.T) {
 	require.Equal(t, int64(1), rb.pending(t))
 
 	rb.reports.heal()
-	require.NoError(t, rb.w.completer.flushNow(t.Context()))
+	require.NoError(t, rb.w.completer.FlushNow(t.Context()))
 	require.Zero(t, rb.pending(t), "the kept completion was sent")
 	require.Zero(t, rb.kept(), "and settled by its acknowledgement")
 	require.True(t, rb.held(), "its row is retained, not released")
@@ -166,7 +166,7 @@ func TestRefusedFailureUnparksItsPair(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			rb := setupReports(t, mode, nil)
-			require.NoError(t, rb.w.completer.flushNow(t.Context()))
+			require.NoError(t, rb.w.completer.FlushNow(t.Context()))
 			require.Zero(t, rb.pending(t))
 			k := pair.Key{Stream: uuid.New(), Perspective: "c"}
 			applied := []uuid.UUID{uuid.New()}
@@ -176,8 +176,8 @@ func TestRefusedFailureUnparksItsPair(t *testing.T) {
 				StreamID: k.Stream, Perspective: k.Perspective, AppliedWorkIDs: applied, FailedWorkIDs: []uuid.UUID{uuid.New()},
 				Error: "boom", RetryAt: retryAt,
 			}, 2, 1, errors.New("boom"))
-			rb.w.completer.flushPending(t.Context())
-			if err := rb.w.completer.failures.Flush(t.Context()); name == "Batched" {
+			rb.w.completer.FlushPending(t.Context())
+			if err := rb.w.completer.Flush(t.Context()); name == "Batched" {
 				require.ErrorIs(t, err, ports.ErrInvalidArgument, "the flusher met the refusal")
 			} else {
 				require.NoError(t, err, "the report met the refusal: nothing to flush")

@@ -1,4 +1,8 @@
-package core
+// Package complete carries the outcomes of applies (completions and
+// failures) to the backend: the completion strategy records them, two
+// flushers send them in acknowledged, retried batches, and an
+// acknowledgement settles exactly the items it names.
+package complete
 
 import (
 	"context"
@@ -12,6 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/vantage-go/vantage/core/completion"
+	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/core/internal/dedup"
 	"github.com/vantage-go/vantage/core/internal/faultlog"
 	"github.com/vantage-go/vantage/core/internal/flush"
@@ -20,32 +25,71 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
-// completer carries the outcomes of applies (completions and failures) to
-// the backend: the completion strategy records them, the flushers send them
-// in acknowledged, retried batches, and an acknowledgement settles exactly
-// the items it names. It starts the dedup retention of acknowledged work
+// The names of the two flushers, in logs and metrics.
+const (
+	Completions = "completions"
+	Failures    = "failures"
+)
+
+// Metrics records the flushers' calls.
+type Metrics interface {
+	// Flushed records one call of a flusher sending n items, that took
+	// took and returned err.
+	Flushed(ctx context.Context, flusher string, n int, took time.Duration, err error)
+	// FlushRetried counts a flush call repeated in place.
+	FlushRetried(flusher string)
+	// FlushGaveUp counts n items a flusher dropped.
+	FlushGaveUp(flusher string, n int)
+}
+
+// Config is what a Completer reads. The callbacks may be nil.
+type Config struct {
+	// Cursors receives the completions and failures.
+	Cursors    ports.CursorStore
+	InstanceID uuid.UUID
+	DebugMode  bool
+	// Strategy builds the completion strategy; nil: completion.BatchedFactory.
+	Strategy completion.Factory
+	// Resend re-queues what was not acknowledged: both built-in
+	// strategies use it (Instant keeps the outcomes it could not deliver
+	// as Batched keeps every outcome).
+	Resend completion.BatchedOptions
+	// FlushAttempts and FlushRetry are the flushers' retries in place.
+	FlushAttempts int
+	FlushRetry    retry.Backoff
+	Metrics       Metrics
+
+	// OnAcknowledged is called with each acknowledged batch, of
+	// completions or of failures.
+	OnAcknowledged func(completions []ports.Completion, failures []ports.Failure)
+	// OnFailureAcked is called per pair whose failure reached the backend;
+	// OnCompleted after each acknowledged completion batch; OnGivenUp per
+	// pair of an outcome given up on, to drain it again after a backoff,
+	// which it returns; OnLanded per pair of an acknowledged outcome.
+	OnFailureAcked func(pair.Key)
+	OnCompleted    func()
+	OnGivenUp      func(pair.Key) time.Duration
+	OnLanded       func(pair.Key)
+}
+
+// A Completer carries the outcomes of applies (completions and failures)
+// to the backend: the completion strategy records them, the flushers send
+// them in acknowledged, retried batches, and an acknowledgement settles
+// exactly the items it names. It starts the dedup retention of acknowledged work
 // and wakes the waiters of WaitForStream. An outcome the backend refuses,
 // or the strategy neither delivered nor kept, is given up on (see givenUp).
-type completer struct {
-	*engine
+type Completer struct {
+	*base.Env
+	cfg         Config
 	strategy    completion.Strategy
 	completions *flush.Flusher[completion.Tracked[ports.Completion]]
 	failures    *flush.Flusher[completion.Tracked[ports.Failure]]
 	cache       *dedup.Cache
 
-	// onFailureAcked is called per pair whose failure reached the backend;
-	// onCompleted after each acknowledged completion batch; onGivenUp per
-	// pair of an outcome given up on, to drain it again after a backoff,
-	// which it returns; onLanded per pair of an acknowledged outcome.
-	onFailureAcked func(pair.Key)
-	onCompleted    func()
-	onGivenUp      func(pair.Key) time.Duration
-	onLanded       func(pair.Key)
-
 	mu sync.Mutex // serializes moving strategy items into the flushers
 
 	// stalled holds, by pair, the rows of reports whose sending failed
-	// and that are not acknowledged or given up on yet (see stalledAmong);
+	// and that are not acknowledged or given up on yet (see StalledAmong);
 	// stalledRows counts them, so that drains find none without the lock.
 	stalledMu   sync.Mutex
 	stalled     map[dedup.Key]map[uuid.UUID]struct{}
@@ -55,32 +99,26 @@ type completer struct {
 	progress   chan struct{} // closed and replaced on every acknowledged flush
 }
 
-func newCompleter(e *engine, cache *dedup.Cache) (*completer, error) {
-	c := &completer{engine: e, cache: cache, progress: make(chan struct{})}
-	// Both built-in strategies re-queue what was not acknowledged with
-	// Options.CompletionResend: Instant keeps the outcomes it could not
-	// deliver as Batched keeps every outcome.
-	resend := completion.BatchedOptions{
-		BaseTimeout: e.opts.CompletionResend.Initial,
-		Multiplier:  e.opts.CompletionResend.Multiplier,
-		MaxTimeout:  e.opts.CompletionResend.Max,
-	}
-	build := e.opts.Completion
+// New builds a Completer that keeps the rows of its outcomes in cache
+// until they are acknowledged (then for the cache's retention).
+func New(env *base.Env, cache *dedup.Cache, cfg Config) (*Completer, error) {
+	c := &Completer{Env: env, cfg: cfg, cache: cache, progress: make(chan struct{})}
+	build := cfg.Strategy
 	if build == nil {
 		build = completion.BatchedFactory
 	}
 	var err error
-	if c.strategy, err = build(completion.Config{Reporter: instantReporter{c}, Resend: resend}); err != nil {
+	if c.strategy, err = build(completion.Config{Reporter: instantReporter{c}, Resend: cfg.Resend}); err != nil {
 		return nil, fmt.Errorf("Options.Completion: %w", err)
 	}
 	if c.strategy == nil {
 		return nil, errors.New("Options.Completion returned no strategy")
 	}
 	completionRows := func(t completion.Tracked[ports.Completion]) int { return len(t.Item.WorkIDs) }
-	if c.completions, err = newFlusher(e, flusherCompletions, c.flushCompletions, c.completionsAcknowledged, c.completionsRefused, completionRows, c.completionsStalled); err != nil {
+	if c.completions, err = newFlusher(c, Completions, c.flushCompletions, c.completionsAcknowledged, c.completionsRefused, completionRows, c.completionsStalled); err != nil {
 		return nil, err
 	}
-	if c.failures, err = newFlusher(e, flusherFailures, c.flushFailures, c.failuresAcknowledged, c.failuresRefused, nil, c.failuresStalled); err != nil {
+	if c.failures, err = newFlusher(c, Failures, c.flushFailures, c.failuresAcknowledged, c.failuresRefused, nil, c.failuresStalled); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -93,21 +131,21 @@ func newCompleter(e *engine, cache *dedup.Cache) (*completer, error) {
 //
 // A batch dropped for any other reason (its last retry failed, or the
 // worker stopped) stays Sent in the strategy: ResetStale re-queues it.
-func newFlusher[T any](e *engine, name string, flushFn func(context.Context, []completion.Tracked[T]) error, acked func([]completion.Tracked[T]), refused func([]completion.Tracked[T], error), weight func(completion.Tracked[T]) int, stalled func([]completion.Tracked[T])) (*flush.Flusher[completion.Tracked[T]], error) {
+func newFlusher[T any](c *Completer, name string, flushFn func(context.Context, []completion.Tracked[T]) error, acked func([]completion.Tracked[T]), refused func([]completion.Tracked[T], error), weight func(completion.Tracked[T]) int, stalled func([]completion.Tracked[T])) (*flush.Flusher[completion.Tracked[T]], error) {
 	return flush.New(name, flush.Options[completion.Tracked[T]]{
-		MaxAttempts: e.opts.FlushRetry.MaxAttempts,
-		Retry:       e.opts.FlushRetry.internal(0),
-		Clock:       e.Clock,
-		Logger:      e.Log,
-		Faults:      flushFaults{e.Faults},
+		MaxAttempts: c.cfg.FlushAttempts,
+		Retry:       c.cfg.FlushRetry,
+		Clock:       c.Clock,
+		Logger:      c.Log,
+		Faults:      flushFaults{c.Faults},
 		OnFlushed:   acked,
 		Weight:      weight,
 		OnRetry: func(batch []completion.Tracked[T], _ int, _ error) {
-			e.metrics.flushRetried(name)
+			c.cfg.Metrics.FlushRetried(name)
 			stalled(batch)
 		},
 		OnDropped: func(batch []completion.Tracked[T], err error) {
-			e.metrics.flushGaveUp(name, len(batch))
+			c.cfg.Metrics.FlushGaveUp(name, len(batch))
 			if retry.Permanent(err) {
 				refused(batch, err)
 				return
@@ -143,14 +181,14 @@ func (ff flushFaults) Drop(ctx context.Context, op, msg string, n int, err error
 }
 
 // Start launches the flushers; they run until Stop or until ctx ends.
-func (c *completer) Start(ctx context.Context) error {
+func (c *Completer) Start(ctx context.Context) error {
 	return errors.Join(c.completions.Start(ctx), c.failures.Start(ctx))
 }
 
 // Stop sends every buffered outcome and waits for the flushers to drain,
 // within ctx.
-func (c *completer) Stop(ctx context.Context) error {
-	c.flushPending(ctx)
+func (c *Completer) Stop(ctx context.Context) error {
+	c.FlushPending(ctx)
 	var errs []error
 	if err := c.completions.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("draining completions: %w", err))
@@ -161,39 +199,39 @@ func (c *completer) Stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// reportCompletion hands a completion to the strategy, which delivers it or
+// ReportCompletion hands a completion to the strategy, which delivers it or
 // keeps it until it is acknowledged. One it did neither with is given up
 // on.
-func (c *completer) reportCompletion(ctx context.Context, comp ports.Completion) {
+func (c *Completer) ReportCompletion(ctx context.Context, comp ports.Completion) {
 	if err := c.strategy.ReportCompletion(ctx, comp); err != nil {
 		c.givenUp(ctx, pair.Key{Stream: comp.StreamID, Perspective: comp.Perspective}, comp.WorkIDs, "completions", err)
 	}
 }
 
-// reportFailure hands a failure to the strategy, as reportCompletion does
+// ReportFailure hands a failure to the strategy, as ReportCompletion does
 // a completion. Its pair is parked until the failure is acknowledged; one
 // given up on is drained again after a backoff instead.
-func (c *completer) reportFailure(ctx context.Context, f ports.Failure) {
+func (c *Completer) ReportFailure(ctx context.Context, f ports.Failure) {
 	if err := c.strategy.ReportFailure(ctx, f); err != nil {
 		c.givenUp(ctx, pair.Key{Stream: f.StreamID, Perspective: f.Perspective}, f.AppliedWorkIDs, "failures", err)
 	}
 }
 
 // completionsStalled and failuresStalled note the rows of reports whose
-// sending failed (see stalledAmong).
-func (c *completer) completionsStalled(batch []completion.Tracked[ports.Completion]) {
+// sending failed (see StalledAmong).
+func (c *Completer) completionsStalled(batch []completion.Tracked[ports.Completion]) {
 	for _, t := range batch {
 		c.noteStalled(dedup.Key{Stream: t.Item.StreamID, Perspective: t.Item.Perspective}, t.Item.WorkIDs)
 	}
 }
 
-func (c *completer) failuresStalled(batch []completion.Tracked[ports.Failure]) {
+func (c *Completer) failuresStalled(batch []completion.Tracked[ports.Failure]) {
 	for _, t := range batch {
 		c.noteStalled(dedup.Key{Stream: t.Item.StreamID, Perspective: t.Item.Perspective}, t.Item.AppliedWorkIDs)
 	}
 }
 
-func (c *completer) noteStalled(k dedup.Key, rows []uuid.UUID) {
+func (c *Completer) noteStalled(k dedup.Key, rows []uuid.UUID) {
 	if len(rows) == 0 {
 		return
 	}
@@ -216,7 +254,7 @@ func (c *completer) noteStalled(k dedup.Key, rows []uuid.UUID) {
 }
 
 // settleStalled forgets the rows of reports acknowledged or given up on.
-func (c *completer) settleStalled(k dedup.Key, rows []uuid.UUID) {
+func (c *Completer) settleStalled(k dedup.Key, rows []uuid.UUID) {
 	if c.stalledRows.Load() == 0 {
 		return
 	}
@@ -234,13 +272,12 @@ func (c *completer) settleStalled(k dedup.Key, rows []uuid.UUID) {
 	}
 }
 
-// stalledAmong returns the rows of pair k among rows whose report failed
+// StalledAmong returns the rows of pair k among rows whose report failed
 // and waits to be sent again. A drain lists them as applied in its own
 // report, whose position is past them: reaching the backend first, it
-// would otherwise take them for stragglers never applied (see
-// pairRun.applied). Reports that did not fail keep their order, and rows
-// are listed once.
-func (c *completer) stalledAmong(k dedup.Key, rows []uuid.UUID) []uuid.UUID {
+// would otherwise take them for stragglers never applied. Reports that
+// did not fail keep their order, and rows are listed once.
+func (c *Completer) StalledAmong(k dedup.Key, rows []uuid.UUID) []uuid.UUID {
 	if len(rows) == 0 || c.stalledRows.Load() == 0 {
 		return nil
 	}
@@ -258,7 +295,7 @@ func (c *completer) stalledAmong(k dedup.Key, rows []uuid.UUID) []uuid.UUID {
 
 // completionsRefused gives up on completions the backend refused: sent
 // again, they would be refused again.
-func (c *completer) completionsRefused(batch []completion.Tracked[ports.Completion], err error) {
+func (c *Completer) completionsRefused(batch []completion.Tracked[ports.Completion], err error) {
 	c.settleRefused(trackingIDs(batch))
 	for _, t := range batch {
 		c.givenUp(context.Background(), pair.Key{Stream: t.Item.StreamID, Perspective: t.Item.Perspective}, t.Item.WorkIDs, "completions", err)
@@ -266,7 +303,7 @@ func (c *completer) completionsRefused(batch []completion.Tracked[ports.Completi
 }
 
 // failuresRefused gives up on failures the backend refused.
-func (c *completer) failuresRefused(batch []completion.Tracked[ports.Failure], err error) {
+func (c *Completer) failuresRefused(batch []completion.Tracked[ports.Failure], err error) {
 	c.settleRefused(trackingIDs(batch))
 	for _, t := range batch {
 		c.givenUp(context.Background(), pair.Key{Stream: t.Item.StreamID, Perspective: t.Item.Perspective}, t.Item.AppliedWorkIDs, "failures", err)
@@ -275,7 +312,7 @@ func (c *completer) failuresRefused(batch []completion.Tracked[ports.Failure], e
 
 // settleRefused drops the tracked items the backend refused from the
 // strategy, so that they are not sent again.
-func (c *completer) settleRefused(ids []uuid.UUID) {
+func (c *Completer) settleRefused(ids []uuid.UUID) {
 	c.strategy.MarkAcknowledged(ids)
 	c.strategy.ClearAcknowledged()
 }
@@ -284,16 +321,16 @@ func (c *completer) settleRefused(ids []uuid.UUID) {
 // the backend refused it, or the strategy neither delivered nor kept it.
 // The rows it completes leave the dedup cache, where they would hold back
 // their re-delivery for good, and the pair is drained again after a
-// backoff (see parking.reportGivenUp): rows the stored model already
+// backoff (Config.OnGivenUp): rows the stored model already
 // reflects complete without being applied again, and a failed event (its
 // pair parked until an acknowledgement that will not come) is applied
 // again, never charged.
-func (c *completer) givenUp(ctx context.Context, k pair.Key, rows []uuid.UUID, what string, err error) {
+func (c *Completer) givenUp(ctx context.Context, k pair.Key, rows []uuid.UUID, what string, err error) {
 	c.cache.RemoveRange(k.Dedup(), rows)
 	c.settleStalled(k.Dedup(), rows)
-	attrs := append(pairAttrs(k.Stream, k.Perspective), slog.Any("error", err))
-	if c.onGivenUp != nil {
-		attrs = append(attrs, slog.Duration("retry_in", c.onGivenUp(k)))
+	attrs := append(pair.Attrs(k.Stream, k.Perspective), slog.Any("error", err))
+	if c.cfg.OnGivenUp != nil {
+		attrs = append(attrs, slog.Duration("retry_in", c.cfg.OnGivenUp(k)))
 	}
 	if ctx.Err() != nil {
 		return // stopping: nothing to tell
@@ -304,39 +341,52 @@ func (c *completer) givenUp(ctx context.Context, k pair.Key, rows []uuid.UUID, w
 	}, 1, attrs...)
 }
 
-// sweep drops expired dedup entries and sends buffered outcomes: before
+// Sweep drops expired dedup entries and sends buffered outcomes: before
 // each batch, and when a consumer found nothing to drain.
-func (c *completer) sweep(ctx context.Context) {
+func (c *Completer) Sweep(ctx context.Context) {
 	c.cache.EvictExpired()
-	c.flushPending(ctx)
+	c.FlushPending(ctx)
 }
 
-// flushNow sends what is buffered and waits until the completions flusher
+// FlushNow sends what is buffered and waits until the completions flusher
 // sent what it holds.
-func (c *completer) flushNow(ctx context.Context) error {
-	c.flushPending(ctx)
+func (c *Completer) FlushNow(ctx context.Context) error {
+	c.FlushPending(ctx)
 	return c.completions.Flush(ctx)
 }
 
-// waitUnackedBelow sends what is buffered and waits until the completions
+// WaitUnackedBelow sends what is buffered and waits until the completions
 // handed to the flusher and not yet acknowledged (or given up on) complete
 // fewer than limit work rows, or ctx ends.
-func (c *completer) waitUnackedBelow(ctx context.Context, limit int) {
-	c.flushPending(ctx)
+func (c *Completer) WaitUnackedBelow(ctx context.Context, limit int) {
+	c.FlushPending(ctx)
 	_ = c.completions.WaitBelow(ctx, limit, c.Signals.OnAckWait) // only ctx's end stops the wait
 }
 
-// afterSettled calls fn once every completion handed to the flusher so far
+// AfterSettled calls fn once every completion handed to the flusher so far
 // is settled (see flush.Flusher.AfterSettled).
-func (c *completer) afterSettled(fn func()) { c.completions.AfterSettled(fn) }
+func (c *Completer) AfterSettled(fn func()) { c.completions.AfterSettled(fn) }
 
-// sendHeld sends the completions handed to the flusher without waiting for
+// Coalesce is how long the completions flusher gathers completions
+// before it sends a batch.
+func (c *Completer) Coalesce() time.Duration { return c.completions.Coalesce() }
+
+// Flush sends what the flushers hold, without the buffered outcomes, and
+// waits until both sent it.
+func (c *Completer) Flush(ctx context.Context) error {
+	return errors.Join(c.completions.Flush(ctx), c.failures.Flush(ctx))
+}
+
+// Strategy returns the completion strategy.
+func (c *Completer) Strategy() completion.Strategy { return c.strategy }
+
+// SendHeld sends the completions handed to the flusher without waiting for
 // its coalescing window: a stream waits for their acknowledgement.
-func (c *completer) sendHeld() { c.completions.Hurry() }
+func (c *Completer) SendHeld() { c.completions.Hurry() }
 
-// flushPending moves buffered completions and failures into the flushers
+// FlushPending moves buffered completions and failures into the flushers
 // (re-queueing unacknowledged ones whose timeout passed).
-func (c *completer) flushPending(ctx context.Context) {
+func (c *Completer) FlushPending(ctx context.Context) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.Now()
@@ -371,15 +421,15 @@ func (c *completer) flushPending(ctx context.Context) {
 	}
 }
 
-func (c *completer) flushCompletions(ctx context.Context, batch []completion.Tracked[ports.Completion]) error {
+func (c *Completer) flushCompletions(ctx context.Context, batch []completion.Tracked[ports.Completion]) error {
 	start := c.Now()
-	res, err := c.backend.Cursors.WorkComplete(ctx, &ports.WorkCompleteParams{
-		InstanceID:  c.opts.InstanceID,
+	res, err := c.cfg.Cursors.WorkComplete(ctx, &ports.WorkCompleteParams{
+		InstanceID:  c.cfg.InstanceID,
 		Completions: itemsOf(batch),
-		DebugMode:   c.opts.DebugMode,
+		DebugMode:   c.cfg.DebugMode,
 		Now:         c.ParamNow(),
 	})
-	c.metrics.flushed(ctx, flusherCompletions, len(batch), c.Now().Sub(start), err)
+	c.cfg.Metrics.Flushed(ctx, Completions, len(batch), c.Now().Sub(start), err)
 	if err == nil && res != nil {
 		c.releaseUnfinished(batch, res.Completed)
 	}
@@ -392,7 +442,7 @@ func (c *completer) flushCompletions(ctx context.Context, batch []completion.Tra
 // batch found them gone), and a row left pending must not be skipped as
 // applied when this instance leases it again. Re-drained, it sits at or
 // below its pair's cursor and completes without an apply.
-func (c *completer) releaseUnfinished(batch []completion.Tracked[ports.Completion], completed int) {
+func (c *Completer) releaseUnfinished(batch []completion.Tracked[ports.Completion], completed int) {
 	listed := 0
 	for _, t := range batch {
 		listed += len(t.Item.WorkIDs)
@@ -408,7 +458,7 @@ func (c *completer) releaseUnfinished(batch []completion.Tracked[ports.Completio
 
 // distinctRows counts the distinct rows a batch of completions lists: a
 // row applied by an earlier report that failed may be listed again by a
-// later one of its pair (see stalledAmong).
+// later one of its pair (see StalledAmong).
 func distinctRows(batch []completion.Tracked[ports.Completion]) int {
 	seen := map[uuid.UUID]struct{}{}
 	for _, t := range batch {
@@ -419,19 +469,19 @@ func distinctRows(batch []completion.Tracked[ports.Completion]) int {
 	return len(seen)
 }
 
-func (c *completer) flushFailures(ctx context.Context, batch []completion.Tracked[ports.Failure]) error {
+func (c *Completer) flushFailures(ctx context.Context, batch []completion.Tracked[ports.Failure]) error {
 	start := c.Now()
-	err := c.backend.Cursors.WorkFail(ctx, &ports.WorkFailParams{
-		InstanceID: c.opts.InstanceID,
+	err := c.cfg.Cursors.WorkFail(ctx, &ports.WorkFailParams{
+		InstanceID: c.cfg.InstanceID,
 		Failures:   itemsOf(batch),
-		DebugMode:  c.opts.DebugMode,
+		DebugMode:  c.cfg.DebugMode,
 		Now:        c.ParamNow(),
 	})
-	c.metrics.flushed(ctx, flusherFailures, len(batch), c.Now().Sub(start), err)
+	c.cfg.Metrics.Flushed(ctx, Failures, len(batch), c.Now().Sub(start), err)
 	return err
 }
 
-func (c *completer) completionsAcknowledged(batch []completion.Tracked[ports.Completion]) {
+func (c *Completer) completionsAcknowledged(batch []completion.Tracked[ports.Completion]) {
 	ranges := make([]dedup.Range, len(batch))
 	for i, t := range batch {
 		ranges[i] = dedup.Range{Key: dedup.Key{Stream: t.Item.StreamID, Perspective: t.Item.Perspective}, IDs: t.Item.WorkIDs}
@@ -439,56 +489,56 @@ func (c *completer) completionsAcknowledged(batch []completion.Tracked[ports.Com
 	// One ActivateRetentionFor for the batch: one hold of the dedup lock
 	// the drains contend for, not one per completion.
 	c.acknowledge(trackingIDs(batch), ranges)
-	if c.onCompleted != nil {
-		c.onCompleted()
+	if c.cfg.OnCompleted != nil {
+		c.cfg.OnCompleted()
 	}
-	if h := c.opts.Hooks.OnCompletionsFlushed; h != nil {
-		h(CompletionsFlushed{Completions: itemsOf(batch)})
+	if h := c.cfg.OnAcknowledged; h != nil {
+		h(itemsOf(batch), nil)
 	}
 }
 
-func (c *completer) failuresAcknowledged(batch []completion.Tracked[ports.Failure]) {
+func (c *Completer) failuresAcknowledged(batch []completion.Tracked[ports.Failure]) {
 	ranges := make([]dedup.Range, 0, len(batch))
 	for _, t := range batch {
 		f := t.Item
 		k := pair.Key{Stream: f.StreamID, Perspective: f.Perspective}
 		ranges = append(ranges, dedup.Range{Key: k.Dedup(), IDs: f.AppliedWorkIDs})
-		if c.onFailureAcked != nil {
-			c.onFailureAcked(k)
+		if c.cfg.OnFailureAcked != nil {
+			c.cfg.OnFailureAcked(k)
 		}
 	}
 	c.acknowledge(trackingIDs(batch), ranges)
-	if h := c.opts.Hooks.OnCompletionsFlushed; h != nil {
-		h(CompletionsFlushed{Failures: itemsOf(batch)})
+	if h := c.cfg.OnAcknowledged; h != nil {
+		h(nil, itemsOf(batch))
 	}
 }
 
 // acknowledge settles acknowledged items by identity and starts the dedup
 // retention of their work rows.
-func (c *completer) acknowledge(trackingIDs []uuid.UUID, rows []dedup.Range) {
+func (c *Completer) acknowledge(trackingIDs []uuid.UUID, rows []dedup.Range) {
 	c.strategy.MarkAcknowledged(trackingIDs)
 	c.strategy.ClearAcknowledged()
 	c.cache.ActivateRetentionFor(rows)
 	for _, r := range rows {
 		c.settleStalled(r.Key, r.IDs)
 	}
-	if c.onLanded != nil {
+	if c.cfg.OnLanded != nil {
 		for _, r := range rows {
-			c.onLanded(pair.Key{Stream: r.Key.Stream, Perspective: r.Key.Perspective})
+			c.cfg.OnLanded(pair.Key{Stream: r.Key.Stream, Perspective: r.Key.Perspective})
 		}
 	}
-	c.signalProgress()
+	c.SignalProgress()
 }
 
-// progressed returns a channel closed at the next acknowledged flush or
+// Progressed returns a channel closed at the next acknowledged flush or
 // saved model.
-func (c *completer) progressed() <-chan struct{} {
+func (c *Completer) Progressed() <-chan struct{} {
 	c.progressMu.Lock()
 	defer c.progressMu.Unlock()
 	return c.progress
 }
 
-func (c *completer) signalProgress() {
+func (c *Completer) SignalProgress() {
 	c.progressMu.Lock()
 	close(c.progress)
 	c.progress = make(chan struct{})
@@ -524,12 +574,12 @@ func track[T any](items []T) []completion.Tracked[T] {
 // ("reporting completions", "reporting failures"), as the flushers record
 // theirs: the strategy decides what becomes of an outcome whose call
 // failed, and the engine hears of that through the strategy's result.
-type instantReporter struct{ c *completer }
+type instantReporter struct{ c *Completer }
 
 func (r instantReporter) Complete(ctx context.Context, items []ports.Completion) error {
 	tracked := track(items)
 	err := r.c.flushCompletions(ctx, tracked)
-	r.c.reported(ctx, "reporting completions", err, len(items), func() []any { return pairAttrs(items[0].StreamID, items[0].Perspective) })
+	r.c.reported(ctx, "reporting completions", err, len(items), func() []any { return pair.Attrs(items[0].StreamID, items[0].Perspective) })
 	if err != nil {
 		r.c.completionsStalled(tracked)
 		return err
@@ -541,7 +591,7 @@ func (r instantReporter) Complete(ctx context.Context, items []ports.Completion)
 func (r instantReporter) Fail(ctx context.Context, items []ports.Failure) error {
 	tracked := track(items)
 	err := r.c.flushFailures(ctx, tracked)
-	r.c.reported(ctx, "reporting failures", err, len(items), func() []any { return pairAttrs(items[0].StreamID, items[0].Perspective) })
+	r.c.reported(ctx, "reporting failures", err, len(items), func() []any { return pair.Attrs(items[0].StreamID, items[0].Perspective) })
 	if err != nil {
 		r.c.failuresStalled(tracked)
 		return err
@@ -553,7 +603,7 @@ func (r instantReporter) Fail(ctx context.Context, items []ports.Failure) error 
 // reported records the outcome of a report of n items in the fault log,
 // naming the pair of a single item (attrs); a call cut short by the end of
 // ctx is no failure of the backend.
-func (c *completer) reported(ctx context.Context, op string, err error, n int, attrs func() []any) {
+func (c *Completer) reported(ctx context.Context, op string, err error, n int, attrs func() []any) {
 	switch {
 	case err == nil:
 		c.Faults.OK(ctx, op)
