@@ -71,6 +71,7 @@ type runState struct {
 	started    bool
 	cancelRun  context.CancelCauseFunc
 	cancelWork context.CancelCauseFunc
+	services   *startstop.List
 	loops      sync.WaitGroup // the housekeeping loops
 	stopOnce   sync.Once
 	done       chan struct{}
@@ -300,35 +301,15 @@ func (w *Worker) Start(ctx context.Context) error {
 	// once in-flight batches finished and their outcomes were sent.
 	runCtx, cancelRun := context.WithCancelCause(withoutSpan(context.WithoutCancel(ctx)))
 	workCtx, cancelWork := context.WithCancelCause(withoutSpan(context.WithoutCancel(ctx)))
-	w.run.cancelRun, w.run.cancelWork = cancelRun, cancelWork
-
-	if err := w.completer.Start(workCtx); err != nil {
+	services := w.services(runCtx, workCtx, cancelWork)
+	if err := services.Start(ctx); err != nil {
 		cancelRun(err)
 		cancelWork(err)
 		return fmt.Errorf("starting worker: %w", err)
 	}
+	w.run.cancelRun, w.run.cancelWork, w.run.services = cancelRun, cancelWork, services
 	w.run.started = true
 	w.run.running.Store(true)
-	// Stages once queued run under the work context, whoever queued them:
-	// Stop waits for them after it ended the loops.
-	w.lifecycle.start(workCtx)
-	_ = w.listener.Start(runCtx)   // without notifications the engine polls: no error
-	_ = w.heartbeat.Start(workCtx) // it fails only without Register, which succeeded above
-	if !w.opts.ClaimsDisabled {
-		_ = w.claims.Start(runCtx) // it cannot fail
-	}
-	_ = w.parking.Start(runCtx) // it cannot fail
-	// The renewals serve the drains, which run until the work context
-	// ends; the monitor outlives them (see monitor.Monitor.Start).
-	_ = w.renewer.Start(workCtx) // it cannot fail
-	w.monitor.Start(context.WithoutCancel(ctx), workCtx.Done())
-	_ = w.consumers.Start(runCtx, workCtx) // it cannot fail
-	w.run.loops.Go(func() { w.deadLetterRecovery(runCtx) })
-	w.run.loops.Go(func() { w.rewind.startupScan(runCtx) })
-	w.run.loops.Go(func() { w.lifecycle.reconcileLoop(runCtx) })
-	w.run.loops.Go(func() { w.resubscribeLoop(runCtx) })
-	w.run.loops.Go(func() { w.rebuilds.loop(runCtx) })
-	w.run.loops.Go(func() { w.ensureIndexesLoop(runCtx) })
 	attrs := append(w.identity(), slog.Int("consumers", w.opts.MaxConcurrentDrainConsumers))
 	if w.opts.ClaimsDisabled {
 		attrs = append(attrs, slog.Bool("claims_disabled", true))
@@ -369,53 +350,123 @@ func (w *Worker) Stop(ctx context.Context) error {
 
 func (w *Worker) shutdown(ctx context.Context) {
 	defer close(w.run.done)
+	// Every loop is told to end at once; the list then stops the services
+	// in reverse order of their start, each waiting for its goroutines
+	// (see services).
 	w.run.cancelRun(ErrStopped)
-	// Every loop was told to end at once; wait for each. The consumers
-	// return once their batch in flight finished. The heartbeat goes on
-	// until the outcomes are sent: while the instance drains, or may still
-	// save and report, it holds its streams, and no peer may take them
-	// over as it would a dead instance's.
-	// Each stop waits for the component's goroutines: the context never
-	// ends.
-	waitAll := context.WithoutCancel(ctx)
-	w.stopEach(waitAll, w.listener, w.claims)
-	w.heartbeat.Watch().Disarm() // a claim loop that ended is not stalled
-	w.stopEach(waitAll, w.consumers)
-	w.run.loops.Wait()
-	w.stopEach(waitAll, w.parking)
-	// The work context stays alive for the drain of buffered completions,
-	// unless the caller's Stop deadline passed (then it is cancelled).
-	workCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stopWatch := context.AfterFunc(ctx, cancel)
-	defer stopWatch()
-	defer cancel()
-	w.rewind.finishStartupScan()
-	if err := w.lifecycle.wait(workCtx); err != nil {
-		w.Log.ErrorContext(ctx, "waiting for lifecycle receptors at stop", slog.Any("error", err))
+	if err := w.run.services.Stop(ctx); err != nil {
+		w.Log.ErrorContext(ctx, "stopping the worker", slog.Any("error", err))
 	}
-	if err := w.completer.Stop(workCtx); err != nil {
-		w.Log.ErrorContext(ctx, "sending outcomes at stop", slog.Any("error", err))
-	}
-	w.stopEach(waitAll, w.heartbeat)
-	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), deregisterTimeout)
-	defer dcancel()
-	if err := w.backend.Claimer.InstanceDeregister(dctx, &ports.InstanceDeregisterParams{InstanceID: w.opts.InstanceID}); err != nil {
-		w.Log.ErrorContext(ctx, "deregistering instance", slog.Any("error", err))
-	}
-	w.run.cancelWork(ErrStopped)
-	w.stopEach(waitAll, w.monitor, w.renewer)
-	w.monitor.WaitAbandons()
 	w.metrics.unobserve(w.run.gauges)
 	w.Log.InfoContext(ctx, "worker stopped", w.identity()...)
 }
 
-// stopEach stops components in turn; their errors (ctx ended) are logged.
-func (w *Worker) stopEach(ctx context.Context, components ...interface{ Stop(context.Context) error }) {
-	for _, c := range components {
-		if err := c.Stop(ctx); err != nil {
-			w.Log.ErrorContext(ctx, "stopping worker component", slog.String("component", fmt.Sprintf("%T", c)), slog.Any("error", err))
-		}
+// services returns the services of a run, in the order they start; Stop
+// stops them in reverse. Loops run under runCtx, drain work, the flushers
+// and the heartbeat under workCtx, which cancelWork ends. Each service
+// relies on those started before it: the consumers' drains on the
+// lifecycle, the completer, the heartbeat (while the instance drains, or
+// may still save and report, it holds its streams, and no peer may take
+// them over as it would a dead instance's), the lease renewals and the
+// apply monitor. So Stop ends the claims and the consumers (their batches
+// in flight finish), runs the lifecycle stages already queued, sends the
+// buffered outcomes, stops the heartbeat and deregisters, and only then
+// ends the drains' work. The waits for goroutines ignore Stop's deadline
+// (a second Stop waits for the rest); the stages and the outcomes are
+// given up when it passes.
+func (w *Worker) services(runCtx, workCtx context.Context, cancelWork context.CancelCauseFunc) *startstop.List {
+	// waiting stops a service and waits for its goroutines, whatever
+	// becomes of Stop's context.
+	waiting := func(s interface{ Stop(context.Context) error }) func(context.Context) error {
+		return func(ctx context.Context) error { return s.Stop(context.WithoutCancel(ctx)) }
 	}
+	list := []startstop.Service{
+		startstop.Func{
+			Name: "apply monitor",
+			// It outlives the drains (see monitor.Monitor.Start).
+			OnStart: func(ctx context.Context) error {
+				w.monitor.Start(context.WithoutCancel(ctx), workCtx.Done())
+				return nil
+			},
+			OnStop: func(ctx context.Context) error {
+				err := w.monitor.Stop(context.WithoutCancel(ctx))
+				w.monitor.WaitAbandons()
+				return err
+			},
+		},
+		startstop.Func{Name: "lease renewals", OnStart: func(context.Context) error { return w.renewer.Start(workCtx) }, OnStop: waiting(w.renewer)},
+		startstop.Func{Name: "drain work", OnStop: func(context.Context) error {
+			cancelWork(ErrStopped)
+			return nil
+		}},
+		startstop.Func{
+			Name:    "heartbeat",
+			OnStart: func(context.Context) error { return w.heartbeat.Start(workCtx) },
+			OnStop: func(ctx context.Context) error {
+				return errors.Join(w.heartbeat.Stop(context.WithoutCancel(ctx)), w.deregister(ctx))
+			},
+		},
+		// The outcomes are sent until Stop's deadline.
+		startstop.Func{Name: "completer", OnStart: func(context.Context) error { return w.completer.Start(workCtx) }, OnStop: w.completer.Stop},
+		startstop.Func{
+			Name: "lifecycle",
+			// Stages once queued run under the work context, whoever
+			// queued them: Stop waits for them, until its deadline, once
+			// the loops and the consumers ended.
+			OnStart: func(context.Context) error {
+				w.lifecycle.start(workCtx)
+				return nil
+			},
+			OnStop: func(ctx context.Context) error {
+				w.rewind.finishStartupScan()
+				return w.lifecycle.wait(ctx)
+			},
+		},
+		startstop.Func{Name: "parking", OnStart: func(context.Context) error { return w.parking.Start(runCtx) }, OnStop: waiting(w.parking)},
+		startstop.Func{
+			Name: "maintenance loops",
+			OnStart: func(context.Context) error {
+				w.run.loops.Go(func() { w.deadLetterRecovery(runCtx) })
+				w.run.loops.Go(func() { w.rewind.startupScan(runCtx) })
+				w.run.loops.Go(func() { w.lifecycle.reconcileLoop(runCtx) })
+				w.run.loops.Go(func() { w.resubscribeLoop(runCtx) })
+				w.run.loops.Go(func() { w.rebuilds.loop(runCtx) })
+				w.run.loops.Go(func() { w.ensureIndexesLoop(runCtx) })
+				return nil
+			},
+			OnStop: func(context.Context) error {
+				w.run.loops.Wait()
+				return nil
+			},
+		},
+		startstop.Func{Name: "consumers", OnStart: func(context.Context) error { return w.consumers.Start(runCtx, workCtx) }, OnStop: waiting(w.consumers)},
+	}
+	if !w.opts.ClaimsDisabled {
+		list = append(list, startstop.Func{
+			Name:    "claims",
+			OnStart: func(context.Context) error { return w.claims.Start(runCtx) },
+			OnStop: func(ctx context.Context) error {
+				err := w.claims.Stop(context.WithoutCancel(ctx))
+				w.heartbeat.Watch().Disarm() // a claim loop that ended is not stalled
+				return err
+			},
+		})
+	}
+	// Without notifications the engine polls: the listener's Start does
+	// not fail.
+	list = append(list, startstop.Func{Name: "notifications", OnStart: func(context.Context) error { return w.listener.Start(runCtx) }, OnStop: waiting(w.listener)})
+	return startstop.NewList(list...)
+}
+
+// deregister removes the instance from the backend, releasing its leases,
+// within deregisterTimeout, whatever becomes of ctx.
+func (w *Worker) deregister(ctx context.Context) error {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deregisterTimeout)
+	defer cancel()
+	if err := w.backend.Claimer.InstanceDeregister(dctx, &ports.InstanceDeregisterParams{InstanceID: w.opts.InstanceID}); err != nil {
+		return fmt.Errorf("deregistering instance: %w", err)
+	}
+	return nil
 }
 
 // WaitLifecycle blocks until the lifecycle work started so far (the latest
