@@ -11,6 +11,7 @@ import (
 	"github.com/vantage-go/vantage/core/internal/consume"
 	"github.com/vantage-go/vantage/core/internal/dedup"
 	"github.com/vantage-go/vantage/core/internal/lease"
+	"github.com/vantage-go/vantage/core/internal/modelstore"
 	"github.com/vantage-go/vantage/core/internal/monitor"
 	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/core/internal/queue"
@@ -34,7 +35,7 @@ type drainer struct {
 	lifecycle *lifecycle
 	gates     *pair.Gates
 	scopes    *scopeCache
-	store     *modelStore
+	store     *modelstore.Store
 	fail      *failures
 	rewind    *rewinder
 	// rows counts the fetched rows of the streams being drained, across

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/vantage-go/vantage/core/internal/base"
+	"github.com/vantage-go/vantage/core/internal/modelstore"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -29,13 +30,13 @@ type engine struct {
 
 // writeLimit is the bound of each write of a table projection: the bound
 // of an apply, on the engine's clock.
-func (e *engine) writeLimit() writeLimit {
-	return writeLimit{timeout: e.opts.ApplyTimeout, clock: e.Clock}
+func (e *engine) writeLimit() modelstore.WriteLimit {
+	return modelstore.WriteLimit{Timeout: e.opts.ApplyTimeout, Clock: e.Clock}
 }
 
 // savePatience is how long the writes of a table projection's shared save
-// may run (see groupPatience).
-func (e *engine) savePatience() time.Duration { return groupPatience(e.opts.ApplyTimeout) }
+// may run (see modelstore.GroupPatience).
+func (e *engine) savePatience() time.Duration { return modelstore.GroupPatience(e.opts.ApplyTimeout) }
 
 // identity are the log attributes naming this instance.
 func (e *engine) identity() []any {

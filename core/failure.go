@@ -12,6 +12,7 @@ import (
 
 	"github.com/vantage-go/vantage/core/internal/complete"
 	"github.com/vantage-go/vantage/core/internal/dedup"
+	"github.com/vantage-go/vantage/core/internal/modelstore"
 	"github.com/vantage-go/vantage/core/internal/monitor"
 	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/ports"
@@ -120,7 +121,7 @@ func (fl *failures) deadLettered(ctx context.Context, dl ports.DeadLetter) {
 // failureReason classifies the cause of a failed apply for its dead letter.
 func failureReason(cause error) string {
 	switch {
-	case errors.Is(cause, monitor.ErrDeadline), errors.Is(cause, monitor.ErrAbandoned), errors.Is(cause, errWriteDeadline):
+	case errors.Is(cause, monitor.ErrDeadline), errors.Is(cause, monitor.ErrAbandoned), errors.Is(cause, modelstore.ErrWriteDeadline):
 		return ports.ReasonTimedOut
 	case errors.Is(cause, ErrUnknownEventType), errors.Is(cause, ErrNoHandler):
 		return ports.ReasonUnknownType

@@ -144,6 +144,9 @@ type DeadLetterRecoveryOptions struct {
 	BatchSize int
 }
 
+// ModelCacheSizeDefault is the default of Options.ModelCacheSize.
+const ModelCacheSizeDefault = 10_000
+
 // Options configure a Worker. The zero value is valid: every zero field takes
 // its documented default. Negative values are rejected by New with an error
 // naming the field, except where Unlimited is documented.

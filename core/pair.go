@@ -90,7 +90,7 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 			return pairOutcome{}, nil
 		}
 	}
-	stored, err := dr.store.load(ctx, key, position, epoch)
+	stored, err := dr.store.Load(ctx, key, position, epoch)
 	if err != nil && !errors.Is(err, ports.ErrNotFound) {
 		dr.parking.InfraFailed(ctx, key, "loading model", err)
 		return pairOutcome{}, nil
@@ -377,7 +377,7 @@ func (r *pairRun) save(ctx context.Context) bool {
 		InstanceID:      r.dr.opts.InstanceID,
 		Now:             r.dr.ParamNow(),
 	}
-	err = r.dr.store.save(ctx, params)
+	err = r.dr.store.Save(ctx, params)
 	switch {
 	case err == nil:
 	case errors.Is(err, ports.ErrLeaseLost):

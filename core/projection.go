@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/vantage-go/vantage/core/internal/modelstore"
 	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -156,118 +157,21 @@ func (p *Projection) apply(ctx context.Context, model any, typ string, event any
 	return append(m[:len(m):len(m)], pendingWrite{ectx: ctx, typ: typ, event: event}), nil
 }
 
-// errWriteDeadline is the cause of a projection write's context cancelled
-// at Options.ApplyTimeout.
-var errWriteDeadline = errors.New("projection write ran past its deadline")
-
-// errGroupPatience is the cause of the writes of a shared save cut at its
-// patience (see groupPatience). It is not their event's fault: the pair is
-// saved alone from then on, where only ApplyTimeout bounds its writes.
-var errGroupPatience = errors.New("projection writes ran past the patience of a shared save")
-
-// groupPatience returns how long the writes of a table projection's save,
-// all together, may run while the save is shared: grouped with the saves
-// of other pairs into one transaction, every one of which waits for its
-// commit, or sent by one of the two senders of grouped saves, which every
-// save queued behind it waits for. Past the patience they are cut (see
-// withPatience), and the pair is saved alone, bounded by ApplyTimeout only.
-//
-// One second is far more than the writes of a healthy save take (a
-// drain's save covers at most PerspectiveBatchSize events, milliseconds of
-// statements), so only a stuck write meets it (a row lock an application
-// transaction holds, a statement gone slow); and it keeps what a stuck
-// write costs the pairs sharing its save below the lag an operator notices.
-// A quarter of ApplyTimeout applies when that is shorter: an application
-// that gives its writes a short deadline expects them quicker still, and
-// the cut pair's own delay (the patience, then its save alone) stays a
-// small part of the deadline it chose.
-func groupPatience(applyTimeout time.Duration) time.Duration {
-	return min(applyTimeout/4, time.Second)
-}
-
-// withPatience returns apply bounded by patience on clock: past it, its
-// context is cancelled with errGroupPatience, and an error it returns then
-// wraps errGroupPatience, whatever the writes made of their context (a
-// cancelled statement may close its connection, which the adapter reports
-// as the backend's failure).
-func withPatience(apply func(context.Context, ports.Tx) error, patience time.Duration, clock ports.Clock) func(context.Context, ports.Tx) error {
-	return func(ctx context.Context, tx ports.Tx) error {
-		pctx, release := clockDeadline(ctx, clock, patience, errGroupPatience)
-		err := apply(pctx, tx)
-		release()
-		if err != nil && ctx.Err() == nil && errors.Is(context.Cause(pctx), errGroupPatience) {
-			return fmt.Errorf("%w (%s): %w", errGroupPatience, patience, err)
-		}
-		return err
-	}
-}
-
-// clockDeadline returns ctx cancelled with cause once d passed on clock,
-// and the function that stops its timer, which must be called; the
-// returned context's cause stays cause once it fired.
-func clockDeadline(ctx context.Context, clock ports.Clock, d time.Duration, cause error) (context.Context, func()) {
-	cctx, cancel := context.WithCancelCause(ctx)
-	timer := clock.NewTimer(d)
-	stop, stopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		select {
-		case <-timer.C():
-			cancel(cause)
-		case <-stop:
-		}
-	}()
-	return cctx, func() {
-		close(stop)
-		timer.Stop()
-		<-stopped
-		cancel(nil)
-	}
-}
-
-// writeFailure is the failure of a projection's write: whose (the pair),
-// which of the pending writes failed (-1: the reset) and why.
-type writeFailure struct {
-	key   pair.Key
-	index int
-	cause error
-}
-
-func (f *writeFailure) Error() string { return f.cause.Error() }
-func (f *writeFailure) Unwrap() error { return f.cause }
-
-// backendFailedWrite reports whether err, the failure of a projection's
-// save, is the backend's rather than its write's: the TxModelStore marks
-// an Apply that failed because of the backend (a lost connection, a
-// serialization failure, a deadlock) with ports.ErrTransient. A write
-// cancelled at its deadline is its event's failure even so: cancelling a
-// statement may close its connection, which the adapter cannot tell from
-// a connection lost under it.
-func backendFailedWrite(err error) bool {
-	return errors.Is(err, ports.ErrTransient) && !errors.Is(err, errWriteDeadline)
-}
-
-// writeLimit bounds each write of a projection: timeout on clock.
-type writeLimit struct {
-	timeout time.Duration
-	clock   ports.Clock
-}
-
 // writes returns the Apply of a ModelSaveTx that runs the reset of stream
 // when reset is set, then the pending writes of m in order, each within
-// limit. A write's error, panic or deadline is returned as a *writeFailure.
-func (p *Projection) writes(m projectionModel, stream uuid.UUID, reset bool, limit writeLimit) func(ctx context.Context, tx ports.Tx) error {
+// limit. A write's error, panic or deadline is returned as a *modelstore.WriteFailure.
+func (p *Projection) writes(m projectionModel, stream uuid.UUID, reset bool, limit modelstore.WriteLimit) func(ctx context.Context, tx ports.Tx) error {
 	key := pair.Key{Stream: stream, Perspective: p.name}
 	return func(ctx context.Context, tx ports.Tx) error {
 		if reset {
 			if err := p.call(ctx, limit, func(ctx context.Context) error { return p.reset(ctx, tx, stream) }); err != nil {
-				return &writeFailure{key: key, index: -1, cause: fmt.Errorf("resetting projection %q of stream %s: %w", p.name, stream, err)}
+				return &modelstore.WriteFailure{Key: key, Index: -1, Cause: fmt.Errorf("resetting projection %q of stream %s: %w", p.name, stream, err)}
 			}
 		}
 		for i, w := range m {
 			h := p.byName[w.typ]
 			if err := p.call(&valuesContext{Context: ctx, values: w.ectx}, limit, func(ctx context.Context) error { return h(ctx, tx, w.event) }); err != nil {
-				return &writeFailure{key: key, index: i, cause: err}
+				return &modelstore.WriteFailure{Key: key, Index: i, Cause: err}
 			}
 		}
 		return nil
@@ -276,16 +180,16 @@ func (p *Projection) writes(m projectionModel, stream uuid.UUID, reset bool, lim
 
 // call runs fn under a context cancelled past limit, turning a panic into
 // an error. An error once that deadline passed (and not ctx's) wraps
-// errWriteDeadline: the write was too slow, whatever it returned.
-func (p *Projection) call(ctx context.Context, limit writeLimit, fn func(context.Context) error) (err error) {
-	wctx, release := clockDeadline(ctx, limit.clock, limit.timeout, errWriteDeadline)
+// modelstore.ErrWriteDeadline: the write was too slow, whatever it returned.
+func (p *Projection) call(ctx context.Context, limit modelstore.WriteLimit, fn func(context.Context) error) (err error) {
+	wctx, release := modelstore.ClockDeadline(ctx, limit.Clock, limit.Timeout, modelstore.ErrWriteDeadline)
 	defer func() {
 		release()
 		if r := recover(); r != nil {
 			err = fmt.Errorf("projection %q panicked: %v", p.name, r)
 		}
-		if err != nil && ctx.Err() == nil && errors.Is(context.Cause(wctx), errWriteDeadline) {
-			err = fmt.Errorf("projection %q: %w (ApplyTimeout %s): %w", p.name, errWriteDeadline, limit.timeout, err)
+		if err != nil && ctx.Err() == nil && errors.Is(context.Cause(wctx), modelstore.ErrWriteDeadline) {
+			err = fmt.Errorf("projection %q: %w (ApplyTimeout %s): %w", p.name, modelstore.ErrWriteDeadline, limit.Timeout, err)
 		}
 	}()
 	return fn(wctx)
@@ -323,10 +227,10 @@ func isProjection(p perspective) bool {
 // event fails, the transaction rolls back, the events before it are saved
 // again without it, and the failure is charged to that event (failAt); if
 // it was dead-lettered, the events after it stay unsaved and the run goes
-// on. A write the backend failed (backendFailedWrite) is charged to no
+// on. A write the backend failed (modelstore.BackendFailedWrite) is charged to no
 // event: the pair is retried after the infrastructure backoff, as after
 // any failed save. The save is shared with those of other pairs (see
-// groupPatience) unless the pair is saved alone or one of the unsaved
+// modelstore.GroupPatience) unless the pair is saved alone or one of the unsaved
 // events was tried before; writes cut at the patience of a shared save are
 // charged to no event either: the pair is drained again at once and saved
 // alone. It reports false when the run must stop.
@@ -352,7 +256,7 @@ func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 			return writes(ctx, tx)
 		}
 	}
-	err := r.dr.store.saveTx(ctx, alone, &ports.ModelSaveTxParams{
+	err := r.dr.store.SaveTx(ctx, alone, &ports.ModelSaveTxParams{
 		Apply: apply,
 		Save: ports.ModelSaveParams{
 			StreamID:        r.key.Stream,
@@ -367,7 +271,7 @@ func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 			Now:             r.dr.ParamNow(),
 		},
 	})
-	var wf *writeFailure
+	var wf *modelstore.WriteFailure
 	switch {
 	case err == nil:
 		if alone {
@@ -377,18 +281,18 @@ func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 		r.unsaved, r.model = nil, projectionModel(nil)
 		r.lost(ctx, err)
 		return false
-	case errors.As(err, &wf) && wf.key == r.key && errors.Is(err, errGroupPatience):
+	case errors.As(err, &wf) && wf.Key == r.key && errors.Is(err, modelstore.ErrGroupPatience):
 		r.stop(ctx)
 		r.dr.parking.SaveAloneFor(r.key)
 		r.dr.parking.RetrySoon(r.key)
 		r.dr.Log.WarnContext(ctx, "a table projection's writes ran past the patience of the save they shared with other pairs; saving the pair alone",
 			append(pair.Attrs(r.key.Stream, r.key.Perspective), slog.Duration("patience", r.dr.savePatience()), slog.Any("error", err))...)
 		return false
-	case errors.As(err, &wf) && wf.key == r.key && wf.index >= 0 && wf.index < len(r.unsaved) && !backendFailedWrite(err):
-		k := wf.index
+	case errors.As(err, &wf) && wf.Key == r.key && wf.Index >= 0 && wf.Index < len(r.unsaved) && !modelstore.BackendFailedWrite(err):
+		k := wf.Index
 		failed, after := r.unsaved[k], slices.Clone(r.unsaved[k+1:])
 		r.unsaved, r.model = r.unsaved[:k], pending[:k:k]
-		if !r.failAt(ctx, failed, wf.cause) {
+		if !r.failAt(ctx, failed, wf.Cause) {
 			return false
 		}
 		// Dead-lettered: the events after it are saved without it.
@@ -428,17 +332,17 @@ func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
 // triggered a rewind), or of the first replayed event for a rebuild: the
 // projection's code failed, not the backend, so it must not be retried
 // forever; the event is retried, then dead-lettered, with the reset's
-// error. A write or reset the backend failed (backendFailedWrite) is the
+// error. A write or reset the backend failed (modelstore.BackendFailedWrite) is the
 // backend's error, charged to no event. The save goes alone, never shared
 // with those of other pairs: its writes are the reset and every event of
 // the stream, whose time grows with the stream, so no patience fit for a
-// drain's save applies to them (see groupPatience).
+// drain's save applies to them (see modelstore.GroupPatience).
 func (r *replayRun) saveProjection(ctx context.Context, p *Projection, toReplay []ports.Event) error {
 	pending := r.model.(projectionModel)
 	if r.lastVer < r.stored.LastVersion {
 		r.lastID, r.lastVer = r.stored.LastEventID, r.stored.LastVersion
 	}
-	err := r.rw.store.saveTx(ctx, true, &ports.ModelSaveTxParams{
+	err := r.rw.store.SaveTx(ctx, true, &ports.ModelSaveTxParams{
 		Apply: p.writes(pending, r.key.Stream, true, r.rw.writeLimit()),
 		Save: ports.ModelSaveParams{
 			StreamID: r.key.Stream, Perspective: r.key.Perspective, Data: projectionData,
@@ -446,16 +350,16 @@ func (r *replayRun) saveProjection(ctx context.Context, p *Projection, toReplay 
 			ExpectedEpoch: r.stored.Epoch, Rebase: true, AppliedLate: r.appliedLate(toReplay), Now: r.rw.ParamNow(),
 		},
 	})
-	var wf *writeFailure
-	if errors.As(err, &wf) && wf.key == r.key && !backendFailedWrite(err) {
+	var wf *modelstore.WriteFailure
+	if errors.As(err, &wf) && wf.Key == r.key && !modelstore.BackendFailedWrite(err) {
 		switch {
-		case wf.index >= 0 && wf.index < len(toReplay):
-			return &replayFailure{event: toReplay[wf.index], cause: wf.cause}
-		case wf.index < 0 && len(r.rows) > 0:
+		case wf.Index >= 0 && wf.Index < len(toReplay):
+			return &replayFailure{event: toReplay[wf.Index], cause: wf.Cause}
+		case wf.Index < 0 && len(r.rows) > 0:
 			first := slices.MinFunc(r.rows, func(a, b ports.WorkItem) int { return cmp.Compare(a.EventVersion, b.EventVersion) })
-			return &replayFailure{event: ports.Event{ID: first.EventID, StreamID: first.StreamID, Version: first.EventVersion}, cause: wf.cause}
-		case wf.index < 0 && len(toReplay) > 0:
-			return &replayFailure{event: toReplay[0], cause: wf.cause}
+			return &replayFailure{event: ports.Event{ID: first.EventID, StreamID: first.StreamID, Version: first.EventVersion}, cause: wf.Cause}
+		case wf.Index < 0 && len(toReplay) > 0:
+			return &replayFailure{event: toReplay[0], cause: wf.Cause}
 		}
 	}
 	if err != nil {

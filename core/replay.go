@@ -78,7 +78,7 @@ func (rw *rewinder) replay(ctx context.Context, p perspective, key pair.Key, tri
 func (r *replayRun) start(ctx context.Context, trigger int64) error {
 	rw := r.rw
 	// A rewind reads the store, not the cache: it starts from the truth.
-	rw.store.forget(r.key)
+	rw.store.Forget(r.key)
 	var err error
 	r.stored, err = rw.backend.Models.ModelLoad(ctx, &ports.ModelLoadParams{StreamID: r.key.Stream, Perspective: r.key.Perspective})
 	if err != nil && !errors.Is(err, ports.ErrNotFound) {
@@ -348,7 +348,7 @@ func (r *replayRun) save(ctx context.Context, toReplay []ports.Event) error {
 		// Nothing the perspective handles up to its position: keep it.
 		r.lastID, r.lastVer = r.stored.LastEventID, r.stored.LastVersion
 	}
-	if err := r.rw.store.save(ctx, &ports.ModelSaveParams{
+	if err := r.rw.store.Save(ctx, &ports.ModelSaveParams{
 		StreamID: r.key.Stream, Perspective: r.key.Perspective, Data: data,
 		LastEventID: r.lastID, LastVersion: r.lastVer, ExpectedVersion: r.stored.LastVersion,
 		ExpectedEpoch: r.stored.Epoch, Rebase: true, AppliedLate: r.appliedLate(toReplay), Now: r.rw.ParamNow(),

@@ -13,6 +13,7 @@ import (
 
 	"github.com/vantage-go/vantage/core/internal/complete"
 	"github.com/vantage-go/vantage/core/internal/dedup"
+	"github.com/vantage-go/vantage/core/internal/modelstore"
 	"github.com/vantage-go/vantage/core/internal/monitor"
 	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/ports"
@@ -30,7 +31,7 @@ type rewinder struct {
 	cache     *dedup.Cache
 	gates     *pair.Gates
 	scopes    *scopeCache
-	store     *modelStore
+	store     *modelstore.Store
 	fail      *failures
 	drain     *drainer
 	// sem bounds the rewinds running at once.

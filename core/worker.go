@@ -22,6 +22,7 @@ import (
 	"github.com/vantage-go/vantage/core/internal/faultlog"
 	"github.com/vantage-go/vantage/core/internal/heartbeat"
 	"github.com/vantage-go/vantage/core/internal/lease"
+	"github.com/vantage-go/vantage/core/internal/modelstore"
 	"github.com/vantage-go/vantage/core/internal/monitor"
 	"github.com/vantage-go/vantage/core/internal/notify"
 	"github.com/vantage-go/vantage/core/internal/pair"
@@ -214,7 +215,11 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	}, claimWakes, drainQ, w.heartbeat, w.listener)
 	w.claimWakes = claimWakes
 	scopes := newScopeCache(o.Security)
-	store := &modelStore{backend: backend.Models, cache: newModelCache(o.ModelCacheSize), batches: newModelBatches(backend.ModelBatch, base.BackendCallTimeout), tx: backend.ModelTx, txSaves: newTxSaves(backend.ModelTx, e.Clock, e.savePatience(), base.BackendCallTimeout+o.ApplyTimeout)}
+	store := modelstore.New(modelstore.Config{
+		Models: backend.Models, Batch: backend.ModelBatch, Tx: backend.ModelTx,
+		CacheSize: o.ModelCacheSize, Clock: e.Clock,
+		CallTimeout: base.BackendCallTimeout, ApplyTimeout: o.ApplyTimeout,
+	})
 	gates := pair.NewGates()
 	w.lifecycle = newLifecycle(e, w.completer, scopes)
 	fail := &failures{engine: e, parking: w.parking, completer: w.completer, cache: cache}

@@ -1,9 +1,15 @@
-package core
+// Package modelstore reads and writes the models of the drains and the
+// rewinds: through a cache of the models this instance saved, in grouped
+// calls when the backend batches model reads and writes, and, for table
+// projections, in shared transactions whose writes are bounded (see
+// WriteLimit and GroupPatience).
+package modelstore
 
 import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
@@ -11,8 +17,30 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
-// ModelCacheSizeDefault is the default of Options.ModelCacheSize.
-const ModelCacheSizeDefault = 10_000
+// Config is what a Store reads.
+type Config struct {
+	// Models stores the models; Batch, when set, groups their loads and
+	// saves; Tx, when set, saves table projections.
+	Models ports.ModelStore
+	Batch  ports.ModelBatchStore
+	Tx     ports.TxModelStore
+	// CacheSize bounds the cache of saved models; 0 turns it off.
+	CacheSize int
+	Clock     ports.Clock
+	// CallTimeout bounds each grouped call, sent under its first caller's
+	// context detached from its cancellation.
+	CallTimeout time.Duration
+	// ApplyTimeout bounds each write of a table projection; the writes of
+	// a shared save get GroupPatience(ApplyTimeout) all together.
+	ApplyTimeout time.Duration
+}
+
+// New returns a Store.
+func New(cfg Config) *Store {
+	s := &Store{backend: cfg.Models, cache: newModelCache(cfg.CacheSize), batches: newModelBatches(cfg.Batch, cfg.CallTimeout), tx: cfg.Tx}
+	s.txSaves = newTxSaves(cfg.Tx, cfg.Clock, GroupPatience(cfg.ApplyTimeout), cfg.CallTimeout+cfg.ApplyTimeout)
+	return s
+}
 
 // modelCache keeps the last model this instance saved per (stream,
 // perspective), encoded, so the next drain of a pair it owns needs no load
@@ -66,10 +94,10 @@ func (c *modelCache) drop(k pair.Key) {
 	c.lru.Remove(k)
 }
 
-// modelStore reads and writes models for the drains and the rewinds:
-// through the cache of models this instance saved, and in grouped calls
-// when the backend batches model reads and writes.
-type modelStore struct {
+// A Store reads and writes models for the drains and the rewinds: through
+// the cache of models this instance saved, and in grouped calls when the
+// backend batches model reads and writes.
+type Store struct {
 	backend ports.ModelStore
 	cache   *modelCache
 	batches *modelBatches                              // nil unless the model store batches
@@ -77,14 +105,14 @@ type modelStore struct {
 	txSaves *combiner[*ports.ModelSaveTxParams, error] // groups tx's saves; nil with tx
 }
 
-// load returns the pair's model at position and epoch, those of the cursor
+// Load returns the pair's model at position and epoch, those of the cursor
 // the fetch read: from the cache when this instance saved it last, else
 // from the store (ports.ErrNotFound when none), grouped with concurrent
 // loads when the store implements ports.ModelBatchStore. A cached model at
 // another position or epoch is stale (another instance moved the pair, or
 // a rewind or a rebuild replaced its model, since) and is never handed to
 // an apply.
-func (s *modelStore) load(ctx context.Context, k pair.Key, position, epoch int64) (ports.StoredModel, error) {
+func (s *Store) Load(ctx context.Context, k pair.Key, position, epoch int64) (ports.StoredModel, error) {
 	if m, ok := s.cache.get(k); ok {
 		if m.LastVersion == position && m.Epoch == epoch {
 			return m, nil
@@ -97,10 +125,10 @@ func (s *modelStore) load(ctx context.Context, k pair.Key, position, epoch int64
 	return s.backend.ModelLoad(ctx, &ports.ModelLoadParams{StreamID: k.Stream, Perspective: k.Perspective})
 }
 
-// save saves a model with its cursor and keeps it in the cache; a failed
+// Save saves a model with its cursor and keeps it in the cache; a failed
 // save drops the cache entry. Concurrent saves go together in one call
 // when the store implements ports.ModelBatchStore.
-func (s *modelStore) save(ctx context.Context, p *ports.ModelSaveParams) error {
+func (s *Store) Save(ctx context.Context, p *ports.ModelSaveParams) error {
 	k := pair.Key{Stream: p.StreamID, Perspective: p.Perspective}
 	save := s.backend.ModelSave
 	if s.batches != nil {
@@ -114,14 +142,14 @@ func (s *modelStore) save(ctx context.Context, p *ports.ModelSaveParams) error {
 	return nil
 }
 
-// saveTx saves a table projection's cursor and runs its writes in one
+// SaveTx saves a table projection's cursor and runs its writes in one
 // transaction (ports.TxModelStore), keeping the position in the cache as
-// save does. Concurrent saves are shared: they go together in one
+// Save does. Concurrent saves are shared: they go together in one
 // transaction (ModelSaveTxMany), each in a savepoint of its own, and the
 // writes of each get the patience of a shared save (see newTxSaves). A
 // save alone is sent by its caller in a transaction of its own, its
 // writes bounded by ApplyTimeout only.
-func (s *modelStore) saveTx(ctx context.Context, alone bool, p *ports.ModelSaveTxParams) error {
+func (s *Store) SaveTx(ctx context.Context, alone bool, p *ports.ModelSaveTxParams) error {
 	k := pair.Key{Stream: p.Save.StreamID, Perspective: p.Save.Perspective}
 	save := s.tx.ModelSaveTx
 	if s.txSaves != nil && !alone {
@@ -141,5 +169,5 @@ func (s *modelStore) saveTx(ctx context.Context, alone bool, p *ports.ModelSaveT
 	return nil
 }
 
-// forget drops the cached model of a pair (a rewind rebuilds it).
-func (s *modelStore) forget(k pair.Key) { s.cache.drop(k) }
+// Forget drops the cached model of a pair (a rewind rebuilds it).
+func (s *Store) Forget(k pair.Key) { s.cache.drop(k) }

@@ -1,4 +1,4 @@
-package core
+package modelstore
 
 import (
 	"context"
@@ -160,14 +160,14 @@ func (b *modelBatches) save(ctx context.Context, p *ports.ModelSaveParams) error
 //
 // Every save it sends is shared: the saves grouped with it wait for its
 // commit, and those queued behind its sender for the sender. So the writes
-// of each save, all together, get patience on clock (see withPatience),
-// past which they are cut with errGroupPatience, whether the save went in
+// of each save, all together, get patience on clock (see WithPatience),
+// past which they are cut with ErrGroupPatience, whether the save went in
 // a group or alone, and however many times it is sent.
 //
 // A write that broke the group's transaction (cut at the patience or at
 // its deadline, which cancels a statement and so closes the connection, or
 // the connection was lost under it) fails the whole call with its
-// *writeFailure: that save gets the error (wrapping ports.ErrTransient
+// *WriteFailure: that save gets the error (wrapping ports.ErrTransient
 // when the backend failed it, which charges no event), and the others are
 // sent again at once without it, so that a slow write or a lost connection
 // costs the saves grouped with it no more than its patience.
@@ -179,7 +179,7 @@ func newTxSaves(tx ports.TxModelStore, clock ports.Clock, patience, timeout time
 		saves := make([]*ports.ModelSaveTxParams, len(sent))
 		for i, p := range sent {
 			patient := *p // the caller's params stay as they are
-			patient.Apply = withPatience(p.Apply, patience, clock)
+			patient.Apply = WithPatience(p.Apply, patience, clock)
 			saves[i] = &patient
 		}
 		res := make([]error, len(saves))
@@ -206,11 +206,11 @@ func newTxSaves(tx ports.TxModelStore, clock ports.Clock, patience, timeout time
 				}
 				return res, nil
 			}
-			var wf *writeFailure
+			var wf *WriteFailure
 			j := -1
 			if errors.As(err, &wf) {
 				j = slices.IndexFunc(group, func(p *ports.ModelSaveTxParams) bool {
-					return p.Save.StreamID == wf.key.Stream && p.Save.Perspective == wf.key.Perspective
+					return p.Save.StreamID == wf.Key.Stream && p.Save.Perspective == wf.Key.Perspective
 				})
 			}
 			if j < 0 {
