@@ -15,6 +15,7 @@ import (
 	"github.com/vantage-go/vantage/core/internal/monitor"
 	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/core/internal/queue"
+	"github.com/vantage-go/vantage/core/internal/stage"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -32,7 +33,7 @@ type drainer struct {
 	parking   *pair.Parking
 	renewer   *lease.Renewer
 	monitor   *monitor.Monitor
-	lifecycle *lifecycle
+	lifecycle *stage.Lifecycle
 	gates     *pair.Gates
 	scopes    *scopeCache
 	store     *modelstore.Store
@@ -65,7 +66,7 @@ func (dr *drainer) processBatch(ctx context.Context, ids []uuid.UUID) {
 	endBatch(span, applied)
 	dr.metrics.batchDrained(ctx, len(ids), applied, dr.Now().Sub(start))
 	// The cycle is complete once its terminal lifecycle stages ran.
-	dr.lifecycle.afterBatch(ctx, events, func() {
+	dr.lifecycle.AfterBatch(ctx, events, func() {
 		if h := dr.opts.Hooks.OnBatchCycleComplete; h != nil {
 			h(BatchCycle{Streams: len(ids), Applied: applied})
 		}

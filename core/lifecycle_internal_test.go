@@ -60,7 +60,7 @@ func TestPostPerspectiveOutlastsAnOutage(t *testing.T) {
 	var ranErr error
 	go func() {
 		defer close(done)
-		ranErr = bb.w.lifecycle.postPerspective(t.Context(), "c", events)
+		ranErr = bb.w.lifecycle.PostPerspective(t.Context(), "c", events)
 	}()
 	for range failures {
 		recv(t, outage.claimed, "a failed claim")
@@ -97,7 +97,7 @@ func TestPostPerspectiveHeldReportEndsWithItsContext(t *testing.T) {
 		fired.Add(1)
 		return nil
 	}))
-	bb.w.lifecycle.start(t.Context())
+	bb.w.lifecycle.Start(t.Context())
 	stream := bb.appendStreams(t, 1, placed{ID: "a"})[0]
 	events, err := b.Fetcher.EventsReadStream(t.Context(), &ports.EventsReadStreamParams{StreamID: stream})
 	require.NoError(t, err)
@@ -105,7 +105,7 @@ func TestPostPerspectiveHeldReportEndsWithItsContext(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(t.Context())
 	stopping := errors.New("stopping")
 	cancel(stopping)
-	err = bb.w.lifecycle.postPerspective(ctx, "c", events)
+	err = bb.w.lifecycle.PostPerspective(ctx, "c", events)
 	require.ErrorIs(t, err, stopping, "the report is held back: the stage did not run")
 	recv(t, outage.claimed, "the first try, made although ctx ended")
 	require.Zero(t, fired.Load())
@@ -146,13 +146,13 @@ func TestPrePerspectiveClaimWithLostAckSettled(t *testing.T) {
 		fired.Add(1)
 		return nil
 	}))
-	bb.w.lifecycle.start(t.Context()) // as Start does: stages outlive their callers' contexts
+	bb.w.lifecycle.Start(t.Context()) // as Start does: stages outlive their callers' contexts
 	stream := bb.appendStreams(t, 1, placed{ID: "a"})[0]
 
 	bb.w.drain.processBatch(t.Context(), bb.take(t, stream))
 	require.True(t, lost.lost.Load(), "the claim's acknowledgement was lost")
 	require.Zero(t, bb.applied.Load(), "nothing applied before the stage ran")
-	require.NoError(t, bb.w.lifecycle.wait(t.Context()))
+	require.NoError(t, bb.w.lifecycle.Wait(t.Context()))
 	require.Equal(t, int64(1), fired.Load(), "the stage ran once")
 	events, err := b.Fetcher.EventsReadStream(t.Context(), &ports.EventsReadStreamParams{StreamID: stream})
 	require.NoError(t, err)

@@ -200,7 +200,7 @@ func (dr *drainer) prePerspective(ctx context.Context, sw *streamWork, rows []po
 			events = append(events, sw.events[i])
 		}
 	}
-	return dr.lifecycle.prePerspective(ctx, events)
+	return dr.lifecycle.PrePerspective(ctx, events)
 }
 
 // pairRun is the state of one drainPair. Its rows are in version order and
@@ -553,7 +553,7 @@ func (r *pairRun) postPerspective(ctx context.Context) bool {
 			}
 		}
 	}
-	if r.dr.lifecycle.postPerspective(ctx, r.key.Perspective, events) != nil {
+	if r.dr.lifecycle.PostPerspective(ctx, r.key.Perspective, events) != nil {
 		return false
 	}
 	r.posted = len(saved)

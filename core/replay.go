@@ -241,11 +241,11 @@ func (r *replayRun) apply(ctx context.Context, toReplay, toFire []ports.Event, a
 	defer cancel(nil)
 	watch := rw.monitor.Watch(r.key.Stream, r.key.Perspective, cancel, abandon)
 	defer watch.Done()
-	pre, err := rw.lifecycle.firstApplies(actx, toReplay, toFire)
+	pre, err := rw.lifecycle.FirstApplies(actx, toReplay, toFire)
 	if err != nil {
 		return err
 	}
-	if err := rw.lifecycle.prePerspective(actx, pre); err != nil {
+	if err := rw.lifecycle.PrePerspective(actx, pre); err != nil {
 		return err
 	}
 	fresh := make(map[uuid.UUID]bool, len(toFire))
@@ -404,7 +404,7 @@ func (r *replayRun) complete(ctx context.Context) error {
 	if len(r.redelivered) > 0 && rw.backend.Lifecycle != nil {
 		fired = append(slices.Clone(fired), r.redelivered...)
 	}
-	if err := rw.lifecycle.postPerspective(ctx, r.key.Perspective, fired); err != nil {
+	if err := rw.lifecycle.PostPerspective(ctx, r.key.Perspective, fired); err != nil {
 		return fmt.Errorf("running PostPerspective: %w", err)
 	}
 	ids := make([]uuid.UUID, 0, len(r.rows)+len(r.held))

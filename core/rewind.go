@@ -16,6 +16,7 @@ import (
 	"github.com/vantage-go/vantage/core/internal/modelstore"
 	"github.com/vantage-go/vantage/core/internal/monitor"
 	"github.com/vantage-go/vantage/core/internal/pair"
+	"github.com/vantage-go/vantage/core/internal/stage"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -25,7 +26,7 @@ import (
 type rewinder struct {
 	*engine
 	parking   *pair.Parking
-	lifecycle *lifecycle
+	lifecycle *stage.Lifecycle
 	monitor   *monitor.Monitor
 	completer *complete.Completer
 	cache     *dedup.Cache

@@ -6,44 +6,30 @@ import (
 	"fmt"
 	"reflect"
 
+	"github.com/vantage-go/vantage/core/internal/stage"
 	"github.com/vantage-go/vantage/ports"
 )
 
 // Stage is a point in an event's lifecycle where receptors run.
-type Stage int
+type Stage = stage.Stage
 
 // Lifecycle stages, in the order they fire for an event.
 const (
 	// PrePerspective fires once per event, before the first perspective
 	// applies it.
-	PrePerspective Stage = iota + 1
+	PrePerspective = stage.PrePerspective
 	// PostPerspective fires once per (event, perspective), after that
 	// perspective's model including the event was saved.
-	PostPerspective
+	PostPerspective = stage.PostPerspective
 	// PostAllPerspectives fires once per event, after every perspective
 	// registered for its type applied it (in any batch, on any instance).
-	PostAllPerspectives
+	PostAllPerspectives = stage.PostAllPerspectives
 	// PostLifecycle fires once per event, after PostAllPerspectives.
-	PostLifecycle
+	PostLifecycle = stage.PostLifecycle
 )
 
-// String returns the stage's name.
-func (s Stage) String() string {
-	switch s {
-	case PrePerspective:
-		return "PrePerspective"
-	case PostPerspective:
-		return "PostPerspective"
-	case PostAllPerspectives:
-		return "PostAllPerspectives"
-	case PostLifecycle:
-		return "PostLifecycle"
-	}
-	return fmt.Sprintf("Stage(%d)", int(s))
-}
-
 // Mode says how a receptor runs.
-type Mode int
+type Mode = stage.Mode
 
 const (
 	// Inline receptors are awaited, in registration order; an error (or a
@@ -52,68 +38,43 @@ const (
 	// (and perspective, for PostPerspective) while no instance crashes, at
 	// least once across crashes. Use StageInfo.DeliveryKey to recognise a
 	// repeat.
-	Inline Mode = iota
+	Inline = stage.Inline
 	// Detached receptors start in the background when their stage fires,
 	// before its inline receptors; their errors and panics are logged. Stop
 	// and WaitLifecycle wait for them. The stage is recorded done without
 	// waiting for them, so a crash may lose one: at most once.
-	Detached
+	Detached = stage.Detached
 	// ImmediateDetached receptors start in the background right after the
 	// inline receptors of their stage returned for the event, under the
 	// event's security context; otherwise as Detached.
-	ImmediateDetached
+	ImmediateDetached = stage.ImmediateDetached
 )
 
-// String returns the mode's name.
-func (m Mode) String() string {
-	switch m {
-	case Detached:
-		return "Detached"
-	case ImmediateDetached:
-		return "ImmediateDetached"
-	}
-	return "Inline"
-}
+// StageInfo describes one receptor invocation: its Stage and Mode, the
+// stored Event (id, stream, version, metadata), the Perspective that
+// applied it (for PostPerspective; empty otherwise) and the Receptor's
+// place among the registry's receptors, in registration order. Its
+// DeliveryKey identifies the delivery: a stage that a crash interrupted
+// runs again with the same keys.
+type StageInfo = stage.Info
 
-// StageInfo describes one receptor invocation.
-type StageInfo struct {
-	Stage Stage
-	Mode  Mode
-	// Event is the stored event (id, stream, version, metadata).
-	Event ports.Event
-	// Perspective is the perspective that applied the event, for
-	// PostPerspective; empty otherwise.
-	Perspective string
-	// Receptor is the receptor's place among the registry's receptors, in
-	// registration order.
-	Receptor int
-}
-
-// DeliveryKey identifies this delivery: the event, the stage, the
-// perspective (for PostPerspective) and the receptor. A stage that a crash
-// interrupted runs again with the same keys, so a receptor with effects
-// outside the process can recognise a repeat.
-func (i StageInfo) DeliveryKey() string {
-	return fmt.Sprintf("%s/%s/%s/%d", i.Event.ID, i.Stage, i.Perspective, i.Receptor)
-}
-
+// receptor is a receptor as AddReceptor registered it: at a stage, for
+// events of a Go type.
 type receptor struct {
-	index  int
+	stage.Receptor
 	stage  Stage
-	mode   Mode
 	goType reflect.Type
-	call   func(ctx context.Context, event any, info StageInfo) error
 }
 
-// AddReceptor registers fn to run at stage, in mode, for events of type E
+// AddReceptor registers fn to run at a stage, in mode, for events of type E
 // (registered with RegisterEvent before the worker starts). Receptors run
 // under the event's security context (see SecurityFromContext).
-func AddReceptor[E any](r *Registry, stage Stage, mode Mode, fn func(ctx context.Context, event E, info StageInfo) error) error {
+func AddReceptor[E any](r *Registry, at Stage, mode Mode, fn func(ctx context.Context, event E, info StageInfo) error) error {
 	if r == nil || fn == nil {
 		return errors.New("adding receptor: nil registry or function")
 	}
-	if stage < PrePerspective || stage > PostLifecycle {
-		return fmt.Errorf("adding receptor: unknown stage %d", int(stage))
+	if at < PrePerspective || at > PostLifecycle {
+		return fmt.Errorf("adding receptor: unknown stage %d", int(at))
 	}
 	if mode < Inline || mode > ImmediateDetached {
 		return fmt.Errorf("adding receptor: unknown mode %d", int(mode))
@@ -124,25 +85,24 @@ func AddReceptor[E any](r *Registry, stage Stage, mode Mode, fn func(ctx context
 	if _, ok := r.byGoType[t]; !ok {
 		return fmt.Errorf("adding receptor for %s: %w (call RegisterEvent first)", t, ErrUnknownEventType)
 	}
-	r.receptors = append(r.receptors, receptor{index: len(r.receptors), stage: stage, mode: mode, goType: t, call: func(ctx context.Context, e any, info StageInfo) error {
-		return fn(ctx, e.(E), info)
-	}})
-	r.receptorStages.Or(1 << stage)
+	call := func(ctx context.Context, e any, info StageInfo) error { return fn(ctx, e.(E), info) }
+	r.receptors = append(r.receptors, receptor{Receptor: stage.Receptor{Index: len(r.receptors), Mode: mode, Call: call}, stage: at, goType: t})
+	r.receptorStages.Or(1 << at)
 	return nil
 }
 
 // receptorsFor returns the receptors of a stage for an event type name.
-func (r *Registry) receptorsFor(stage Stage, typ string) []receptor {
+func (r *Registry) receptorsFor(at Stage, typ string) []stage.Receptor {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	et, ok := r.byName[typ]
 	if !ok {
 		return nil
 	}
-	var out []receptor
+	var out []stage.Receptor
 	for _, rc := range r.receptors {
-		if rc.stage == stage && rc.goType == et.goType {
-			out = append(out, rc)
+		if rc.stage == at && rc.goType == et.goType {
+			out = append(out, rc.Receptor)
 		}
 	}
 	return out
@@ -158,4 +118,40 @@ func (r *Registry) hasReceptors(stages ...Stage) bool {
 		}
 	}
 	return false
+}
+
+// stageRegistry is the registry as the lifecycle reads it.
+type stageRegistry struct{ r *Registry }
+
+func (s stageRegistry) Receptors(at Stage, typ string) []stage.Receptor {
+	return s.r.receptorsFor(at, typ)
+}
+
+func (s stageRegistry) HasReceptors(stages ...Stage) bool { return s.r.hasReceptors(stages...) }
+
+func (s stageRegistry) Decode(e ports.Event) (any, error) { return s.r.Decode(e) }
+
+func (s stageRegistry) Subscribers() map[string][]string { return s.r.subscribers() }
+
+// stageTelemetry records the lifecycle's stages in the engine's traces
+// and metrics.
+type stageTelemetry struct {
+	tracing tracing
+	metrics *metrics
+}
+
+func (t stageTelemetry) StartStage(ctx context.Context, at Stage, perspective string, events []ports.Event) (context.Context, func(int, error)) {
+	ctx, span := t.tracing.startStage(ctx, at, perspective, events)
+	return ctx, func(claimed int, err error) { endStage(span, claimed, err) }
+}
+
+func (t stageTelemetry) StageRan(ctx context.Context, at Stage, claimed int, err error) {
+	t.metrics.stageRan(ctx, at, claimed, err)
+}
+
+func (t stageTelemetry) ReceptorFailed(ctx context.Context, at Stage, receptor int, inline bool, err error) {
+	if inline {
+		receptorFailed(ctx, receptor, err)
+	}
+	t.metrics.receptorFailed(ctx, at)
 }

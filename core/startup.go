@@ -14,7 +14,7 @@ import (
 // rewinds, then closes the startup signal.
 func (rw *rewinder) startupScan(ctx context.Context) {
 	defer rw.finishStartupScan()
-	rw.lifecycle.reconcile(ctx)
+	rw.lifecycle.Reconcile(ctx)
 	if !rw.rewindEnabled() || rw.opts.Rewind.StartupScan == StartupScanDisabled {
 		return
 	}
@@ -107,7 +107,7 @@ func (rw *rewinder) repairRewind(ctx context.Context, key pair.Key) bool {
 		return !rw.fail.moveFailed(ctx, key, "moving work to dead letters", err)
 	}
 	fresh, _ := rw.rewindPair(ctx, p, key, rows, nil, c, true, nil)
-	rw.lifecycle.afterBatch(ctx, fresh, nil)
+	rw.lifecycle.AfterBatch(ctx, fresh, nil)
 	// Flush now, so the next poll sees the flag cleared.
 	if err := rw.completer.FlushNow(ctx); err != nil && ctx.Err() == nil {
 		rw.Log.WarnContext(ctx, "flushing the repaired rewind", slog.Any("error", err))

@@ -27,6 +27,7 @@ import (
 	"github.com/vantage-go/vantage/core/internal/notify"
 	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/core/internal/queue"
+	"github.com/vantage-go/vantage/core/internal/stage"
 	"github.com/vantage-go/vantage/core/internal/startstop"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -57,7 +58,7 @@ type Worker struct {
 	parking    *pair.Parking
 	renewer    *lease.Renewer
 	monitor    *monitor.Monitor
-	lifecycle  *lifecycle
+	lifecycle  *stage.Lifecycle
 
 	drain    *drainer
 	rewind   *rewinder
@@ -221,7 +222,17 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		CallTimeout: base.BackendCallTimeout, ApplyTimeout: o.ApplyTimeout,
 	})
 	gates := pair.NewGates()
-	w.lifecycle = newLifecycle(e, w.completer, scopes)
+	w.lifecycle = stage.New(e.Env, stage.Config{
+		Lifecycle:      backend.Lifecycle,
+		Cursors:        backend.Cursors,
+		InstanceID:     o.InstanceID,
+		StaleThreshold: o.StaleInstanceThreshold,
+		Registry:       stageRegistry{registry},
+		Scope:          scopes.establish,
+		Completer:      w.completer,
+		Telemetry:      stageTelemetry{tracing: e.tracing, metrics: e.metrics},
+		OnCompleted:    o.Hooks.OnLifecycleCompleted,
+	})
 	fail := &failures{engine: e, parking: w.parking, completer: w.completer, cache: cache}
 	w.drain = &drainer{
 		engine: e, queue: drainQ, activity: act, cache: cache, completer: w.completer, parking: w.parking,
@@ -419,12 +430,12 @@ func (w *Worker) services(runCtx, workCtx context.Context, cancelWork context.Ca
 			// queued them: Stop waits for them, until its deadline, once
 			// the loops and the consumers ended.
 			OnStart: func(context.Context) error {
-				w.lifecycle.start(workCtx)
+				w.lifecycle.Start(workCtx)
 				return nil
 			},
 			OnStop: func(ctx context.Context) error {
 				w.rewind.finishStartupScan()
-				return w.lifecycle.wait(ctx)
+				return w.lifecycle.Wait(ctx)
 			},
 		},
 		startstop.Func{Name: "parking", OnStart: func(context.Context) error { return w.parking.Start(runCtx) }, OnStop: waiting(w.parking)},
@@ -433,7 +444,7 @@ func (w *Worker) services(runCtx, workCtx context.Context, cancelWork context.Ca
 			OnStart: func(context.Context) error {
 				w.run.loops.Go(func() { w.deadLetterRecovery(runCtx) })
 				w.run.loops.Go(func() { w.rewind.startupScan(runCtx) })
-				w.run.loops.Go(func() { w.lifecycle.reconcileLoop(runCtx) })
+				w.run.loops.Go(func() { w.lifecycle.ReconcileLoop(runCtx) })
 				w.run.loops.Go(func() { w.resubscribeLoop(runCtx) })
 				w.run.loops.Go(func() { w.rebuilds.loop(runCtx) })
 				w.run.loops.Go(func() { w.ensureIndexesLoop(runCtx) })
@@ -477,7 +488,7 @@ func (w *Worker) deregister(ctx context.Context) error {
 // WaitLifecycle blocks until the lifecycle work started so far (the latest
 // batch's PostAllPerspectives/PostLifecycle task and every detached
 // receptor) finished, or ctx ends.
-func (w *Worker) WaitLifecycle(ctx context.Context) error { return w.lifecycle.wait(ctx) }
+func (w *Worker) WaitLifecycle(ctx context.Context) error { return w.lifecycle.Wait(ctx) }
 
 // WaitForStream blocks until every named perspective (every registered one
 // when none is named) has applied the events of the stream up to version that

@@ -1,4 +1,4 @@
-package core
+package stage
 
 import (
 	"cmp"
@@ -20,7 +20,7 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
-// lifecycle runs receptors and keeps the stage records.
+// A Lifecycle runs receptors and keeps the stage records.
 //
 // A durable stage runs in three steps: it is claimed in the backend (so that
 // no other instance runs it meanwhile, and a claim of an instance that died
@@ -28,11 +28,10 @@ import (
 // the process, a stage of an event being run is not claimed again (the
 // backend hands the caller its own claims back). Without a LifecycleStore
 // the stages are guarded in memory only, at most once per process.
-type lifecycle struct {
-	*engine
-	completer *complete.Completer
-	scopes    *scopeCache
-	tasks     tasks // detached receptors and batch tasks
+type Lifecycle struct {
+	*base.Env
+	cfg   Config
+	tasks tasks // detached receptors and batch tasks
 
 	// memGuard is the in-process stage guard used when the backend has no
 	// LifecycleStore.
@@ -65,17 +64,41 @@ type stageKey struct {
 	perspective string
 }
 
-func newLifecycle(e *engine, c *complete.Completer, scopes *scopeCache) *lifecycle {
-	done := make(chan struct{})
-	close(done)
-	return &lifecycle{engine: e, completer: c, scopes: scopes, memGuard: map[stageKey]struct{}{}, running: map[stageKey]chan struct{}{}, streams: pair.NewGates(), lastTask: done}
+// Config is what a Lifecycle reads.
+type Config struct {
+	// Lifecycle keeps the stage records; nil guards stages in memory, at
+	// most once per process.
+	Lifecycle ports.LifecycleStore
+	// Cursors tells, without Lifecycle, which perspectives applied an
+	// event.
+	Cursors        ports.CursorStore
+	InstanceID     uuid.UUID
+	StaleThreshold time.Duration
+	Registry       Registry
+	// Scope returns the context receptors of e run under (its security
+	// context).
+	Scope func(ctx context.Context, e ports.Event) (context.Context, error)
+	// Completer is waited for before the terminal stages: an event is
+	// applied once its work rows are gone, not merely saved.
+	Completer *complete.Completer
+	Telemetry Telemetry
+	// OnCompleted is called with the events whose PostLifecycle this
+	// instance ran; nil for none.
+	OnCompleted func([]ports.Event)
 }
 
-// start sets work, the context whose end, and only that, ends the stages
+// New returns a Lifecycle.
+func New(env *base.Env, cfg Config) *Lifecycle {
+	done := make(chan struct{})
+	close(done)
+	return &Lifecycle{Env: env, cfg: cfg, memGuard: map[stageKey]struct{}{}, running: map[stageKey]chan struct{}{}, streams: pair.NewGates(), lastTask: done}
+}
+
+// Start sets work, the context whose end, and only that, ends the stages
 // queued from then on, whatever their callers' contexts (see
 // taskContext). Stages queued before start run under their caller's
 // context.
-func (l *lifecycle) start(work context.Context) {
+func (l *Lifecycle) Start(work context.Context) {
 	l.taskMu.Lock()
 	defer l.taskMu.Unlock()
 	l.work = work
@@ -88,7 +111,7 @@ func (l *lifecycle) start(work context.Context) {
 // context ended: Stop ends the loops' context, the startup scan's among
 // them, before it waits for lifecycle work, and nothing else would run
 // the stage in this process. The returned cancel releases the context.
-func (l *lifecycle) taskContext(ctx context.Context) (context.Context, context.CancelFunc) {
+func (l *Lifecycle) taskContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	l.taskMu.Lock()
 	work := l.work
 	l.taskMu.Unlock()
@@ -122,12 +145,12 @@ func durableStage(s Stage) ports.LifecycleStage {
 
 // claim returns the events for which this caller runs stage now, and the
 // keys to pass to complete. perspective is set for PostPerspective only.
-func (l *lifecycle) claim(ctx context.Context, events []ports.Event, stage Stage, perspective string) ([]ports.Event, []stageKey, error) {
+func (l *Lifecycle) claim(ctx context.Context, events []ports.Event, stage Stage, perspective string) ([]ports.Event, []stageKey, error) {
 	if len(events) == 0 {
 		return nil, nil, nil
 	}
 	durable := durableStage(stage)
-	store := l.backend.Lifecycle
+	store := l.cfg.Lifecycle
 	if store == nil {
 		return l.claimInMemory(events, durable, perspective), nil, nil
 	}
@@ -157,8 +180,8 @@ func (l *lifecycle) claim(ctx context.Context, events []ports.Event, stage Stage
 		return nil, nil, nil
 	}
 	won, err := store.LifecycleClaim(ctx, &ports.LifecycleClaimParams{
-		EventIDs: ids, Stage: durable, Perspective: perspective, InstanceID: l.opts.InstanceID,
-		StaleThreshold: l.opts.StaleInstanceThreshold, Now: l.ParamNow(),
+		EventIDs: ids, Stage: durable, Perspective: perspective, InstanceID: l.cfg.InstanceID,
+		StaleThreshold: l.cfg.StaleThreshold, Now: l.ParamNow(),
 	})
 	if err != nil {
 		l.release(keys)
@@ -182,7 +205,7 @@ func (l *lifecycle) claim(ctx context.Context, events []ports.Event, stage Stage
 	return out, claimed, nil
 }
 
-func (l *lifecycle) claimInMemory(events []ports.Event, durable ports.LifecycleStage, perspective string) []ports.Event {
+func (l *Lifecycle) claimInMemory(events []ports.Event, durable ports.LifecycleStage, perspective string) []ports.Event {
 	l.memMu.Lock()
 	defer l.memMu.Unlock()
 	if len(l.memGuard) >= memGuardLimit {
@@ -212,7 +235,7 @@ func (l *lifecycle) claimInMemory(events []ports.Event, durable ports.LifecycleS
 // again (or, for a terminal stage, PostLifecycle would wait for the
 // reconciliation). Any other failure is logged: the stages stay claimed
 // and run again once the claim is taken over (at least once).
-func (l *lifecycle) complete(ctx context.Context, keys []stageKey) {
+func (l *Lifecycle) complete(ctx context.Context, keys []stageKey) {
 	if len(keys) == 0 {
 		return
 	}
@@ -226,8 +249,8 @@ func (l *lifecycle) complete(ctx context.Context, keys []stageKey) {
 	defer cancel()
 	b := retry.Backoff{Initial: stageClaimBackoff, Max: stageClaimBackoff << stageClaimRetries, Multiplier: 2}
 	for try := 0; ; try++ {
-		err := l.backend.Lifecycle.LifecycleComplete(tctx, &ports.LifecycleCompleteParams{
-			EventIDs: ids, Stage: k0.stage, Perspective: k0.perspective, InstanceID: l.opts.InstanceID, Now: l.ParamNow(),
+		err := l.cfg.Lifecycle.LifecycleComplete(tctx, &ports.LifecycleCompleteParams{
+			EventIDs: ids, Stage: k0.stage, Perspective: k0.perspective, InstanceID: l.cfg.InstanceID, Now: l.ParamNow(),
 		})
 		if err == nil {
 			l.Faults.OK(ctx, "recording lifecycle stages")
@@ -250,7 +273,7 @@ func (l *lifecycle) complete(ctx context.Context, keys []stageKey) {
 	}
 }
 
-func (l *lifecycle) release(keys []stageKey) {
+func (l *Lifecycle) release(keys []stageKey) {
 	if len(keys) == 0 {
 		return
 	}
@@ -266,7 +289,7 @@ func (l *lifecycle) release(keys []stageKey) {
 
 // claimFailed logs a failed claim of stage, once in a while when it keeps
 // failing.
-func (l *lifecycle) claimFailed(ctx context.Context, stage Stage, err error) {
+func (l *Lifecycle) claimFailed(ctx context.Context, stage Stage, err error) {
 	if ctx.Err() == nil {
 		l.Faults.Fail(ctx, "claiming lifecycle stages", err, slog.String("stage", stage.String()))
 	}
@@ -282,18 +305,18 @@ func stageName(stage Stage, perspective string) string {
 // run claims stage for events, runs its receptors and records it done. It
 // returns the events it ran the stage for, and the claim's error, which the
 // caller handles.
-func (l *lifecycle) run(ctx context.Context, stage Stage, perspective string, events []ports.Event) ([]ports.Event, error) {
-	ctx, span := l.tracing.startStage(ctx, stage, perspective, events)
+func (l *Lifecycle) run(ctx context.Context, stage Stage, perspective string, events []ports.Event) ([]ports.Event, error) {
+	ctx, end := l.cfg.Telemetry.StartStage(ctx, stage, perspective, events)
 	won, keys, err := l.claim(ctx, events, stage, perspective)
-	l.metrics.stageRan(ctx, stage, len(won), err)
+	l.cfg.Telemetry.StageRan(ctx, stage, len(won), err)
 	if err != nil {
-		endStage(span, 0, err)
+		end(0, err)
 		return nil, err
 	}
 	l.Faults.OK(ctx, "claiming lifecycle stages")
 	l.fire(ctx, stage, perspective, won)
 	l.complete(ctx, keys)
-	endStage(span, len(won), nil)
+	end(len(won), nil)
 	return won, nil
 }
 
@@ -313,7 +336,7 @@ const (
 // ends sooner). It returns nil once the stage ran or was given up on (any
 // other error, logged), and the cause of the end of the context the stage
 // last waited under otherwise.
-func (l *lifecycle) retried(ctx, retries context.Context, stage Stage, perspective string, events []ports.Event, await bool) error {
+func (l *Lifecycle) retried(ctx, retries context.Context, stage Stage, perspective string, events []ports.Event, await bool) error {
 	b := retry.Backoff{Initial: stageClaimBackoff, Max: stageClaimBackoff << stageClaimRetries, Multiplier: 2}
 	for try := 0; ; try++ {
 		var err error
@@ -354,18 +377,18 @@ func (l *lifecycle) retried(ctx, retries context.Context, stage Stage, perspecti
 // started. Each event runs under its own security context. Errors, and
 // panics turned into errors, are logged, never returned: a receptor cannot
 // block perspectives.
-func (l *lifecycle) fire(ctx context.Context, stage Stage, perspective string, events []ports.Event) {
+func (l *Lifecycle) fire(ctx context.Context, stage Stage, perspective string, events []ports.Event) {
 	for _, e := range events {
-		receptors := l.reg.receptorsFor(stage, e.Type)
+		receptors := l.cfg.Registry.Receptors(stage, e.Type)
 		if len(receptors) == 0 {
 			continue
 		}
-		decoded, err := l.reg.Decode(e)
+		decoded, err := l.cfg.Registry.Decode(e)
 		if err != nil {
 			l.Log.ErrorContext(ctx, "decoding event for receptors", slog.String("stage", stage.String()), slog.Any("error", err))
 			continue
 		}
-		rctx, err := l.scopes.establish(ctx, e)
+		rctx, err := l.cfg.Scope(ctx, e)
 		if err != nil {
 			l.Log.ErrorContext(ctx, "establishing the security context of receptors", slog.String("stage", stage.String()),
 				slog.String("event_id", e.ID.String()), slog.Any("error", err))
@@ -373,14 +396,13 @@ func (l *lifecycle) fire(ctx context.Context, stage Stage, perspective string, e
 		}
 		for _, mode := range []Mode{Detached, Inline, ImmediateDetached} {
 			for _, rc := range receptors {
-				if rc.mode != mode {
+				if rc.Mode != mode {
 					continue
 				}
-				info := StageInfo{Stage: stage, Mode: rc.mode, Event: e, Perspective: perspective, Receptor: rc.index}
+				info := Info{Stage: stage, Mode: rc.Mode, Event: e, Perspective: perspective, Receptor: rc.Index}
 				if mode == Inline {
 					if err := l.callReceptor(rctx, rc, decoded, info); err != nil {
-						receptorFailed(ctx, rc.index, err)
-						l.metrics.receptorFailed(ctx, stage)
+						l.cfg.Telemetry.ReceptorFailed(ctx, stage, rc.Index, true, err)
 						l.Log.ErrorContext(ctx, "inline receptor failed", slog.String("stage", stage.String()), slog.String("event_id", e.ID.String()), slog.Any("error", err))
 					}
 					continue
@@ -388,7 +410,7 @@ func (l *lifecycle) fire(ctx context.Context, stage Stage, perspective string, e
 				dctx := context.WithoutCancel(rctx)
 				l.tasks.Go(func() {
 					if err := l.callReceptor(dctx, rc, decoded, info); err != nil {
-						l.metrics.receptorFailed(dctx, stage)
+						l.cfg.Telemetry.ReceptorFailed(dctx, stage, rc.Index, false, err)
 						l.Log.ErrorContext(dctx, "detached receptor failed", slog.String("stage", stage.String()), slog.String("mode", mode.String()),
 							slog.String("event_id", e.ID.String()), slog.Any("error", err))
 					}
@@ -399,16 +421,16 @@ func (l *lifecycle) fire(ctx context.Context, stage Stage, perspective string, e
 }
 
 // callReceptor runs rc, turning a panic into an error.
-func (l *lifecycle) callReceptor(ctx context.Context, rc receptor, decoded any, info StageInfo) (err error) {
+func (l *Lifecycle) callReceptor(ctx context.Context, rc Receptor, decoded any, info Info) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("receptor panicked: %v", r)
 		}
 	}()
-	return rc.call(ctx, decoded, info)
+	return rc.Call(ctx, decoded, info)
 }
 
-// prePerspective runs PrePerspective for events of one stream about to be
+// PrePerspective runs PrePerspective for events of one stream about to be
 // applied. The perspectives of a stream, drained in parallel, each ask for
 // the stage of the events they apply: one runs it while the others wait,
 // then finds it done, so that it runs once per event and before any
@@ -416,8 +438,8 @@ func (l *lifecycle) callReceptor(ctx context.Context, rc receptor, decoded any, 
 // waited for in the same way (see runAwaited). A failed claim is returned: the caller
 // applies nothing and retries the pair later, as for any backend error, so
 // the stage still runs first (another perspective may run it meanwhile).
-func (l *lifecycle) prePerspective(ctx context.Context, events []ports.Event) error {
-	if !l.reg.hasReceptors(PrePerspective) || len(events) == 0 {
+func (l *Lifecycle) PrePerspective(ctx context.Context, events []ports.Event) error {
+	if !l.cfg.Registry.HasReceptors(PrePerspective) || len(events) == 0 {
 		return nil
 	}
 	release, err := l.streams.Acquire(ctx, pair.Key{Stream: events[0].StreamID}, l.Signals.OnPrePerspectiveWait)
@@ -426,7 +448,7 @@ func (l *lifecycle) prePerspective(ctx context.Context, events []ports.Event) er
 	}
 	defer release()
 	err = l.runAwaited(ctx, PrePerspective, "", events)
-	if err != nil && l.backend.Lifecycle != nil {
+	if err != nil && l.cfg.Lifecycle != nil {
 		// The claim may have been recorded although the call failed (its
 		// acknowledgement lost, or ctx ended as it ran). Another instance
 		// that drains the stream next waits for that claim while this
@@ -449,8 +471,8 @@ func (l *lifecycle) prePerspective(ctx context.Context, events []ports.Event) er
 // taken over (its instance stale) and the stage runs here, or ctx ends
 // (its cause is returned). So the stage has run, here or elsewhere, when
 // it returns nil. perspective is set for PostPerspective only.
-func (l *lifecycle) runAwaited(ctx context.Context, stage Stage, perspective string, events []ports.Event) error {
-	store := l.backend.Lifecycle
+func (l *Lifecycle) runAwaited(ctx context.Context, stage Stage, perspective string, events []ports.Event) error {
+	store := l.cfg.Lifecycle
 	b := retry.Backoff{Initial: stageClaimBackoff, Max: stageClaimBackoff << stageClaimRetries, Multiplier: 2}
 	durable := durableStage(stage)
 	pending := events
@@ -505,7 +527,7 @@ func (l *lifecycle) runAwaited(ctx context.Context, stage Stage, perspective str
 
 // awaitRuns waits until no run of this process holds the stage of events,
 // or ctx ends (its cause is returned).
-func (l *lifecycle) awaitRuns(ctx context.Context, durable ports.LifecycleStage, perspective string, events []ports.Event) error {
+func (l *Lifecycle) awaitRuns(ctx context.Context, durable ports.LifecycleStage, perspective string, events []ports.Event) error {
 	for {
 		var busy chan struct{}
 		l.runMu.Lock()
@@ -529,7 +551,7 @@ func (l *lifecycle) awaitRuns(ctx context.Context, durable ports.LifecycleStage,
 
 // runsAny reports whether a run of this process holds the stage of any of
 // events.
-func (l *lifecycle) runsAny(durable ports.LifecycleStage, perspective string, events []ports.Event) bool {
+func (l *Lifecycle) runsAny(durable ports.LifecycleStage, perspective string, events []ports.Event) bool {
 	l.runMu.Lock()
 	defer l.runMu.Unlock()
 	for _, e := range events {
@@ -540,7 +562,7 @@ func (l *lifecycle) runsAny(durable ports.LifecycleStage, perspective string, ev
 	return false
 }
 
-// firstApplies returns the events a replay applies for the first time
+// FirstApplies returns the events a replay applies for the first time
 // anywhere, for their PrePerspective stage: fresh (its pending rows), and
 // those of replayed that not every perspective applied yet. A replay goes
 // up to its pair's position, so it also applies events below it that no
@@ -550,8 +572,8 @@ func (l *lifecycle) runsAny(durable ports.LifecycleStage, perspective string, ev
 // stage completed (another perspective applied them); the events every
 // perspective applied are left out, so that a rebuild never fires the
 // stage for history (events applied before a receptor was added).
-func (l *lifecycle) firstApplies(ctx context.Context, replayed, fresh []ports.Event) ([]ports.Event, error) {
-	if !l.reg.hasReceptors(PrePerspective) || l.backend.Lifecycle == nil || len(replayed) == len(fresh) {
+func (l *Lifecycle) FirstApplies(ctx context.Context, replayed, fresh []ports.Event) ([]ports.Event, error) {
+	if !l.cfg.Registry.HasReceptors(PrePerspective) || l.cfg.Lifecycle == nil || len(replayed) == len(fresh) {
 		return fresh, nil
 	}
 	known := make(map[uuid.UUID]bool, len(fresh))
@@ -586,7 +608,7 @@ func (l *lifecycle) firstApplies(ctx context.Context, replayed, fresh []ports.Ev
 	return out, nil
 }
 
-// postPerspective runs PostPerspective for events a perspective saved, or
+// PostPerspective runs PostPerspective for events a perspective saved, or
 // found saved (a re-delivery: the stage a crash interrupted runs again),
 // before their rows are reported. It returns nil when the report may go:
 // the stage ran, here or on another instance, or was given up on (an
@@ -600,8 +622,8 @@ func (l *lifecycle) firstApplies(ctx context.Context, replayed, fresh []ports.Ev
 // still reports what it saved; the retries end with ctx too, and then its
 // cause is returned: the caller drops the report, the rows stay leased
 // and come back, and the drain that leases them next runs the stage.
-func (l *lifecycle) postPerspective(ctx context.Context, perspective string, events []ports.Event) error {
-	if !l.reg.hasReceptors(PostPerspective) || len(events) == 0 {
+func (l *Lifecycle) PostPerspective(ctx context.Context, perspective string, events []ports.Event) error {
+	if !l.cfg.Registry.HasReceptors(PostPerspective) || len(events) == 0 {
 		return nil
 	}
 	tctx, cancel := l.taskContext(ctx)
@@ -613,24 +635,24 @@ func (l *lifecycle) postPerspective(ctx context.Context, perspective string, eve
 	return l.retried(tctx, retries, PostPerspective, perspective, events, true)
 }
 
-// afterBatch starts the batch's PostAllPerspectives/PostLifecycle task,
+// AfterBatch starts the batch's PostAllPerspectives/PostLifecycle task,
 // ordered after the previous batch's task, and calls then when the task is
 // done (at once when there is none). The task starts once the completions
 // reported so far are acknowledged: an event is applied for the terminal
 // stages once its work rows are gone, not merely saved. It runs until it
 // is done or the lifecycle's work ends, whatever becomes of ctx (see
 // taskContext), so Stop's wait for lifecycle work waits for it.
-func (l *lifecycle) afterBatch(ctx context.Context, events []ports.Event, then func()) {
-	if len(events) == 0 || !l.reg.hasReceptors(PostAllPerspectives, PostLifecycle) {
+func (l *Lifecycle) AfterBatch(ctx context.Context, events []ports.Event, then func()) {
+	if len(events) == 0 || !l.cfg.Registry.HasReceptors(PostAllPerspectives, PostLifecycle) {
 		if then != nil {
 			then()
 		}
 		return
 	}
 	tctx, cancel := l.taskContext(ctx)
-	l.completer.FlushPending(tctx)
+	l.cfg.Completer.FlushPending(tctx)
 	settled := make(chan struct{})
-	l.completer.AfterSettled(func() { close(settled) })
+	l.cfg.Completer.AfterSettled(func() { close(settled) })
 	l.taskMu.Lock()
 	prev := l.lastTask
 	done := make(chan struct{})
@@ -657,7 +679,7 @@ func (l *lifecycle) afterBatch(ctx context.Context, events []ports.Event, then f
 
 // completeEvents runs the terminal stages for the events every expected
 // perspective has applied; the others wait for a later batch (or instance).
-func (l *lifecycle) completeEvents(ctx context.Context, events []ports.Event) {
+func (l *Lifecycle) completeEvents(ctx context.Context, events []ports.Event) {
 	ready, err := l.ready(ctx, events)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -673,9 +695,9 @@ func (l *lifecycle) completeEvents(ctx context.Context, events []ports.Event) {
 // applied: from the LifecycleStore, which sees pending rows (a late event
 // below a cursor is not applied before its rewind), else from the cursors'
 // positions only.
-func (l *lifecycle) ready(ctx context.Context, events []ports.Event) ([]ports.Event, error) {
-	subscribers := l.reg.subscribers()
-	if store := l.backend.Lifecycle; store != nil {
+func (l *Lifecycle) ready(ctx context.Context, events []ports.Event) ([]ports.Event, error) {
+	subscribers := l.cfg.Registry.Subscribers()
+	if store := l.cfg.Lifecycle; store != nil {
 		ids := make([]uuid.UUID, len(events))
 		byID := make(map[uuid.UUID]ports.Event, len(events))
 		for i, e := range events {
@@ -702,7 +724,7 @@ func (l *lifecycle) ready(ctx context.Context, events []ports.Event) ([]ports.Ev
 			streams = append(streams, e.StreamID)
 		}
 	}
-	cursors, err := l.backend.Cursors.CursorsGet(ctx, &ports.CursorsGetParams{StreamIDs: streams})
+	cursors, err := l.cfg.Cursors.CursorsGet(ctx, &ports.CursorsGetParams{StreamIDs: streams})
 	if err != nil {
 		return nil, err
 	}
@@ -729,7 +751,7 @@ func (l *lifecycle) ready(ctx context.Context, events []ports.Event) ([]ports.Ev
 // runTerminalStages runs PostAllPerspectives, then PostLifecycle for the
 // events whose PostAllPerspectives is done (here or elsewhere); a completed
 // PostLifecycle is the event's durable completion marker.
-func (l *lifecycle) runTerminalStages(ctx context.Context, events []ports.Event) {
+func (l *Lifecycle) runTerminalStages(ctx context.Context, events []ports.Event) {
 	if len(events) == 0 {
 		return
 	}
@@ -740,7 +762,7 @@ func (l *lifecycle) runTerminalStages(ctx context.Context, events []ports.Event)
 		return
 	}
 	next := events
-	if store := l.backend.Lifecycle; store != nil {
+	if store := l.cfg.Lifecycle; store != nil {
 		ids := make([]uuid.UUID, len(events))
 		for i, e := range events {
 			ids[i] = e.ID
@@ -765,7 +787,7 @@ func (l *lifecycle) runTerminalStages(ctx context.Context, events []ports.Event)
 		l.claimFailed(ctx, PostLifecycle, err)
 		return
 	}
-	if h := l.opts.Hooks.OnLifecycleCompleted; h != nil && len(won) > 0 {
+	if h := l.cfg.OnCompleted; h != nil && len(won) > 0 {
 		h(won)
 	}
 }
@@ -779,19 +801,19 @@ const (
 	reconcileEvery = time.Minute
 )
 
-// reconcile heals events whose perspectives all applied them but whose
+// Reconcile heals events whose perspectives all applied them but whose
 // PostLifecycle never completed (a crash in between, or a claim of an
 // instance that died): it runs their remaining stages. It returns how many
 // events it took up.
-func (l *lifecycle) reconcile(ctx context.Context) int {
-	store := l.backend.Lifecycle
-	if store == nil || !l.reg.hasReceptors(PostAllPerspectives, PostLifecycle) {
+func (l *Lifecycle) Reconcile(ctx context.Context) int {
+	store := l.cfg.Lifecycle
+	if store == nil || !l.cfg.Registry.HasReceptors(PostAllPerspectives, PostLifecycle) {
 		return 0
 	}
 	// Tracked as lifecycle work, so that WaitLifecycle waits for the
 	// stages it runs.
 	defer l.tasks.track()()
-	expected := l.reg.subscribers()
+	expected := l.cfg.Registry.Subscribers()
 	healed := 0
 	for range orphanPasses {
 		orphans, err := store.LifecycleOrphans(ctx, &ports.LifecycleOrphansParams{Expected: expected, Since: l.Now().Add(-orphanLookback), Limit: orphanBatch})
@@ -814,15 +836,15 @@ func (l *lifecycle) reconcile(ctx context.Context) int {
 	return healed
 }
 
-// reconcileLoop reconciles every reconcileEvery, so that a stage claimed by
+// ReconcileLoop reconciles every reconcileEvery, so that a stage claimed by
 // an instance that died is taken up even when no instance restarts.
-func (l *lifecycle) reconcileLoop(ctx context.Context) {
-	if l.backend.Lifecycle == nil || !l.reg.hasReceptors(PostAllPerspectives, PostLifecycle) {
+func (l *Lifecycle) ReconcileLoop(ctx context.Context) {
+	if l.cfg.Lifecycle == nil || !l.cfg.Registry.HasReceptors(PostAllPerspectives, PostLifecycle) {
 		return
 	}
-	base.Every(ctx, l.Clock, reconcileEvery, func() { l.reconcile(ctx) })
+	base.Every(ctx, l.Clock, reconcileEvery, func() { l.Reconcile(ctx) })
 }
 
-// wait blocks until the lifecycle work started before the call finished,
+// Wait blocks until the lifecycle work started before the call finished,
 // and the work that work started meanwhile, or ctx ends.
-func (l *lifecycle) wait(ctx context.Context) error { return l.tasks.wait(ctx) }
+func (l *Lifecycle) Wait(ctx context.Context) error { return l.tasks.wait(ctx) }
