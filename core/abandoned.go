@@ -9,7 +9,7 @@ import (
 
 // noteAbandoned logs, counts and announces an abandoned apply.
 func (e *engine) noteAbandoned(ctx context.Context, info AbandonedApply) {
-	e.metrics.applyAbandoned(ctx, info.Perspective)
+	e.metrics.ApplyAbandoned(ctx, info.Perspective)
 	e.Log.ErrorContext(ctx, "apply abandoned: it ran past its deadline and ignored its cancelled context; its pair is retried while it runs on",
 		append(pair.Attrs(info.StreamID, info.Perspective), slog.String("event_id", info.EventID.String()), slog.Int64("version", info.Version),
 			slog.Duration("elapsed", info.Elapsed), slog.Duration("apply_timeout", e.opts.ApplyTimeout))...)

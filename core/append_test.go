@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/vantage-go/vantage/core/internal/telemetry"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -154,7 +155,7 @@ func TestMetadataFromContext(t *testing.T) {
 		md := MetadataFromContext(trace.ContextWithSpanContext(t.Context(), sc))
 		require.Equal(t, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", md.TraceParent)
 		require.Equal(t, "vendor=opaque", md.TraceState)
-		got, ok := appendedSpanContext(&md)
+		got, ok := telemetry.AppendedSpanContext(&md)
 		require.True(t, ok)
 		require.Equal(t, sc.WithRemote(true), got, "the stored context reads back as the append's")
 
@@ -162,12 +163,12 @@ func TestMetadataFromContext(t *testing.T) {
 		require.Equal(t, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00", unsampled.TraceParent, "an unsampled trace is linked to as well")
 
 		set := ports.Metadata{TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
-		injectTraceContext(trace.ContextWithSpanContext(t.Context(), sc), &set)
+		telemetry.InjectTraceContext(trace.ContextWithSpanContext(t.Context(), sc), &set)
 		require.Equal(t, ports.Metadata{TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}, set, "a trace context already set is kept")
 
 		invalid := trace.ContextWithSpanContext(t.Context(), trace.SpanContext{})
 		require.Equal(t, ports.Metadata{}, MetadataFromContext(invalid), "no valid span: no trace context")
-		_, ok = appendedSpanContext(&ports.Metadata{TraceParent: "garbage"})
+		_, ok = telemetry.AppendedSpanContext(&ports.Metadata{TraceParent: "garbage"})
 		require.False(t, ok, "an unreadable trace context links to nothing")
 	})
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/vantage-go/vantage/core/internal/telemetry"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -135,6 +136,6 @@ func MetadataFromContext(ctx context.Context) ports.Metadata {
 	if h, ok := appendValueFrom[map[string]string](ctx, headersKey{}); ok && len(h) > 0 {
 		md.Headers = maps.Clone(h)
 	}
-	injectTraceContext(ctx, &md)
+	telemetry.InjectTraceContext(ctx, &md)
 	return md
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/core/internal/queue"
 	"github.com/vantage-go/vantage/core/internal/stage"
+	"github.com/vantage-go/vantage/core/internal/telemetry"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -56,15 +57,15 @@ type drainer struct {
 // a notification, is fetched again by its own drain (see drainStream), or
 // drained again after its release when its drain loop ended.
 func (dr *drainer) processBatch(ctx context.Context, ids []uuid.UUID) {
-	ctx, span := dr.tracing.startBatch(ctx, len(ids))
+	ctx, span := dr.tracing.StartBatch(ctx, len(ids))
 	dr.completer.Sweep(ctx)
 	defer dr.activity.BatchStarted()()
 
 	start := dr.Now()
 	applied, events := dr.drainBatch(ctx, ids)
 	dr.completer.FlushPending(ctx)
-	endBatch(span, applied)
-	dr.metrics.batchDrained(ctx, len(ids), applied, dr.Now().Sub(start))
+	telemetry.EndBatch(span, applied)
+	dr.metrics.BatchDrained(ctx, len(ids), applied, dr.Now().Sub(start))
 	// The cycle is complete once its terminal lifecycle stages ran.
 	dr.lifecycle.AfterBatch(ctx, events, func() {
 		if h := dr.opts.Hooks.OnBatchCycleComplete; h != nil {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/core/internal/modelstore"
+	"github.com/vantage-go/vantage/core/internal/telemetry"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -24,8 +25,8 @@ type engine struct {
 	reg     *Registry
 	opts    Options
 	stats   *statsCache
-	tracing tracing
-	metrics *metrics
+	tracing telemetry.Tracing
+	metrics *telemetry.Metrics
 }
 
 // writeLimit is the bound of each write of a table projection: the bound

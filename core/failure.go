@@ -57,7 +57,7 @@ const (
 // when that was the last, the move to dead letters with the cause, at once,
 // so the pair goes on without waiting for a retry.
 func (fl *failures) eventFailed(ctx context.Context, k pair.Key, row ports.WorkItem, cause error) failureOutcome {
-	fl.metrics.applyFailed(ctx, k.Perspective)
+	fl.metrics.ApplyFailed(ctx, k.Perspective)
 	attempts := row.Attempts + 1
 	limit := fl.opts.MaxPerspectiveEventAttempts
 	if limit == Unlimited || attempts < limit {
@@ -109,7 +109,7 @@ func (fl *failures) leaseLost(ctx context.Context, k pair.Key, err error) {
 
 // deadLettered logs and announces a dead letter.
 func (fl *failures) deadLettered(ctx context.Context, dl ports.DeadLetter) {
-	fl.metrics.deadLettered(ctx, dl)
+	fl.metrics.DeadLettered(ctx, dl)
 	fl.Log.WarnContext(ctx, "event dead-lettered; its pair goes on with the next event",
 		append(pair.Attrs(dl.StreamID, dl.Perspective), slog.Int64("version", dl.EventVersion), slog.String("event_id", dl.EventID.String()),
 			slog.Int("attempts", dl.Attempts), slog.String("reason", dl.Reason), slog.String("error", dl.Error))...)
@@ -158,7 +158,7 @@ func (fl *failures) failed(ctx context.Context, k pair.Key, f ports.Failure, ver
 		fl.cache.AddRange(k.Dedup(), f.AppliedWorkIDs)
 	}
 	fl.parking.Park(k, f.RetryAt)
-	fl.metrics.failureReported(ctx, k.Perspective, failureReason(cause))
+	fl.metrics.FailureReported(ctx, k.Perspective, failureReason(cause))
 	fl.Log.WarnContext(ctx, "perspective failed on event; will retry",
 		append(pair.Attrs(k.Stream, k.Perspective), slog.Int64("version", version), slog.Int("attempts", attempts),
 			slog.Int("max_attempts", fl.opts.MaxPerspectiveEventAttempts), slog.Time("retry_at", f.RetryAt), slog.Any("error", cause))...)

@@ -13,6 +13,7 @@ import (
 	"github.com/vantage-go/vantage/core/internal/dedup"
 	"github.com/vantage-go/vantage/core/internal/monitor"
 	"github.com/vantage-go/vantage/core/internal/pair"
+	"github.com/vantage-go/vantage/core/internal/telemetry"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -136,7 +137,7 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 	run := &pairRun{
 		dr: dr, p: p, key: key, task: task, sw: sw, rows: rows, stored: stored, model: model,
 		parent: ctx, actx: actx, cancel: cancel, release: release, batchSize: batchSize,
-		attrs: dr.metrics.perspective(key.Perspective), traced: recording(ctx),
+		attrs: dr.metrics.Perspective(key.Perspective), traced: telemetry.Recording(ctx),
 		// Sized for the usual run, which applies and completes every row,
 		// so that they are not grown row by row.
 		done:    make([]uuid.UUID, 0, len(rows)),
@@ -181,7 +182,7 @@ func (dr *drainer) toApply(ctx context.Context, key pair.Key, rows []ports.WorkI
 // reports to the metrics and the DedupObserver.
 func (dr *drainer) notApplied(ctx context.Context, key pair.Key, rows []ports.WorkItem) ([]ports.WorkItem, []uuid.UUID) {
 	fresh, deduped := dedup.Partition(dr.cache, key.Dedup(), rows, workID)
-	dr.metrics.deduped(ctx, key.Perspective, len(deduped))
+	dr.metrics.Deduped(ctx, key.Perspective, len(deduped))
 	if len(deduped) > 0 && dr.opts.Hooks.DedupObserver != nil {
 		dr.opts.Hooks.DedupObserver.OnEventsDeduped(deduped, key.Perspective, key.Stream)
 	}
@@ -221,7 +222,7 @@ type pairRun struct {
 	release func() // the pair's gate, released once
 	// attrs are the perspective's metric attributes; traced is whether
 	// the batch's span records, so that the applies' spans are started.
-	attrs  *perspectiveAttrs
+	attrs  *telemetry.PerspectiveAttrs
 	traced bool
 	// batchSize is how many applied events a save may cover.
 	batchSize int
@@ -315,9 +316,9 @@ func (r *pairRun) apply(i int) error {
 	if !r.traced {
 		return r.applyIn(r.actx, i)
 	}
-	ctx, span := r.dr.tracing.startApply(r.actx, r.key.Perspective, &r.sw.events[i])
+	ctx, span := r.dr.tracing.StartApply(r.actx, r.key.Perspective, &r.sw.events[i])
 	err := r.applyIn(ctx, i)
-	endApply(span, err)
+	telemetry.EndApply(span, spanError(err))
 	return err
 }
 
@@ -333,12 +334,12 @@ func (r *pairRun) applyIn(ctx context.Context, i int) error {
 		return err
 	}
 	started := r.watch.Begin(ev.ID, ev.Version)
-	measured := r.dr.metrics.sampleApply(r.attrs, started)
+	measured := r.dr.metrics.SampleApply(r.attrs, started)
 	next, err := r.p.apply(actx, r.model, ev.Type, decoded)
 	if measured {
 		// ctx holds the apply's span for an exemplar, without the layers
 		// the apply's own context adds.
-		r.dr.metrics.applyTook(ctx, r.attrs, started)
+		r.dr.metrics.ApplyTook(ctx, r.attrs, started)
 	}
 	switch r.watch.End() {
 	case monitor.AbandonedApply:
@@ -501,7 +502,7 @@ func (c *unscopedEventContext) Value(key any) any {
 // collects them or PostPerspective listens, the events.
 func (r *pairRun) finish(ctx context.Context) (int, []ports.Event) {
 	n := len(r.saved)
-	r.dr.metrics.pairRan(ctx, r.key.Perspective, n, len(r.redelivered))
+	r.dr.metrics.PairRan(ctx, r.key.Perspective, n, len(r.redelivered))
 	if n == 0 || !r.dr.reg.hasReceptors(PostPerspective) && !r.task.stream.collect {
 		return n, nil
 	}

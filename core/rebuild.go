@@ -152,7 +152,7 @@ func (rw *rewinder) rebuildStream(ctx context.Context, p perspective, stream uui
 			return 0, fmt.Errorf("rebuilding stream %s: %w", stream, err)
 		}
 	}
-	rw.metrics.rewound(ctx, key.Perspective, true, rw.Now().Sub(start), res.replayed, 0)
+	rw.metrics.Rewound(ctx, key.Perspective, true, rw.Now().Sub(start), res.replayed, 0)
 	if h := rw.opts.Hooks.OnRewind; h != nil {
 		h(RewindInfo{StreamID: stream, Perspective: key.Perspective, Replayed: res.replayed, Duration: rw.Now().Sub(start), Rebuild: true})
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/vantage-go/vantage/core/internal/monitor"
 	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/core/internal/stage"
+	"github.com/vantage-go/vantage/core/internal/telemetry"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -251,12 +252,12 @@ func (rw *rewinder) rewindPair(ctx context.Context, p perspective, key pair.Key,
 			trigger = row.EventVersion
 		}
 	}
-	ctx, span := rw.tracing.startRewind(ctx, key, trigger)
+	ctx, span := rw.tracing.StartRewind(ctx, key, trigger)
 	var (
 		res replayResult
 		err error
 	)
-	defer func() { endRewind(span, res, err) }()
+	defer func() { telemetry.EndRewind(span, res.from, res.replayed, res.fresh, spanError(err)) }()
 	for try, moves := 1, 1; ; {
 		abandon := func(info monitor.Abandoned, _ bool) { rw.monitor.NoteAbandoned(ctx, info) }
 		if owner != nil {
@@ -283,7 +284,7 @@ func (rw *rewinder) rewindPair(ctx context.Context, p perspective, key pair.Key,
 		}
 		if err == nil {
 			rw.parking.InfraRecovered(key)
-			rw.metrics.rewound(ctx, key.Perspective, false, rw.Now().Sub(start), res.replayed, len(res.fresh))
+			rw.metrics.Rewound(ctx, key.Perspective, false, rw.Now().Sub(start), res.replayed, len(res.fresh))
 			rw.Log.InfoContext(ctx, "rewound perspective", append(pair.Attrs(key.Stream, key.Perspective),
 				slog.Int64("trigger_version", trigger), slog.Int64("from_version", res.from), slog.Int("replayed", res.replayed),
 				slog.Int("skipped", res.skipped), slog.Int("new", len(res.fresh)))...)

@@ -7,6 +7,7 @@ import (
 	"reflect"
 
 	"github.com/vantage-go/vantage/core/internal/stage"
+	"github.com/vantage-go/vantage/core/internal/telemetry"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -136,22 +137,22 @@ func (s stageRegistry) Subscribers() map[string][]string { return s.r.subscriber
 // stageTelemetry records the lifecycle's stages in the engine's traces
 // and metrics.
 type stageTelemetry struct {
-	tracing tracing
-	metrics *metrics
+	tracing telemetry.Tracing
+	metrics *telemetry.Metrics
 }
 
 func (t stageTelemetry) StartStage(ctx context.Context, at Stage, perspective string, events []ports.Event) (context.Context, func(int, error)) {
-	ctx, span := t.tracing.startStage(ctx, at, perspective, events)
-	return ctx, func(claimed int, err error) { endStage(span, claimed, err) }
+	ctx, span := t.tracing.StartStage(ctx, at, perspective, events)
+	return ctx, func(claimed int, err error) { telemetry.EndStage(span, claimed, err) }
 }
 
 func (t stageTelemetry) StageRan(ctx context.Context, at Stage, claimed int, err error) {
-	t.metrics.stageRan(ctx, at, claimed, err)
+	t.metrics.StageRan(ctx, at, claimed, err)
 }
 
 func (t stageTelemetry) ReceptorFailed(ctx context.Context, at Stage, receptor int, inline bool, err error) {
 	if inline {
-		receptorFailed(ctx, receptor, err)
+		telemetry.ReceptorFailed(ctx, receptor, err)
 	}
-	t.metrics.receptorFailed(ctx, at)
+	t.metrics.ReceptorFailed(ctx, at)
 }

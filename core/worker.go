@@ -29,6 +29,7 @@ import (
 	"github.com/vantage-go/vantage/core/internal/queue"
 	"github.com/vantage-go/vantage/core/internal/stage"
 	"github.com/vantage-go/vantage/core/internal/startstop"
+	"github.com/vantage-go/vantage/core/internal/telemetry"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -118,10 +119,13 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 			Clock: clock, InjectedClock: o.Clock != nil, Log: log,
 			Faults: faultlog.New(log, clock), Signals: &base.Signals{},
 		},
-		tracing: newTracing(o.TracerProvider),
+		tracing: telemetry.NewTracing(o.TracerProvider),
 	}
 	e.stats = newStatsCache(e)
-	e.metrics = newMetrics(e)
+	e.metrics = telemetry.NewMetrics(telemetry.MetricsConfig{
+		Provider: o.MeterProvider, Clock: clock, Log: log, ApplyEvery: o.ApplyDurationInterval,
+		Lag: backend.Stats != nil, Perspectives: registry.Perspectives(),
+	})
 	w := &Worker{engine: e, run: runState{done: make(chan struct{})}}
 	cache := dedup.New(dedup.Options{Retention: o.LeaseDuration, Clock: clock, Observer: o.Hooks.DedupObserver})
 	arrivals := consume.NewArrivals(o.DrainBatcher.MaxWait)
@@ -134,7 +138,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	act := consume.NewActivity(o.IdleThresholdPolls, o.Hooks.OnWorkProcessingStarted, o.Hooks.OnWorkProcessingIdle)
 	w.parking = pair.NewParking(e.Env, pair.Config{
 		InfraRetry: o.InfraRetry.internal(0), BatchSize: o.PerspectiveBatchSize,
-		SavePatience: e.savePatience(), OnBackendError: e.metrics.backendError,
+		SavePatience: e.savePatience(), OnBackendError: e.metrics.BackendError,
 	}, drainQ)
 	w.renewer = lease.New(e.Env, lease.Config{
 		Claimer: backend.Claimer, InstanceID: o.InstanceID, LeaseDuration: o.LeaseDuration,
@@ -153,7 +157,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		Interval:       o.HeartbeatInterval,
 		StaleThreshold: o.StaleInstanceThreshold,
 		Passive:        o.ClaimsDisabled,
-		OnStall:        e.metrics.claimStalled,
+		OnStall:        e.metrics.ClaimStalled,
 	})
 	// Notifications wake the claim loop and the consumers through these,
 	// made before the services that ring them.
@@ -212,7 +216,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		StaleThreshold:        o.StaleInstanceThreshold,
 		Interval:              o.ClaimInterval,
 		NotifyHealthyInterval: o.ClaimNotifyHealthyInterval,
-		OnClaimed:             e.metrics.claimed,
+		OnClaimed:             e.metrics.Claimed,
 	}, claimWakes, drainQ, w.heartbeat, w.listener)
 	w.claimWakes = claimWakes
 	scopes := newScopeCache(o.Security)
@@ -315,8 +319,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	// Every loop runs under runCtx, which Stop ends first; the drains'
 	// work (and the flushers serving it) under workCtx, which Stop ends
 	// once in-flight batches finished and their outcomes were sent.
-	runCtx, cancelRun := context.WithCancelCause(withoutSpan(context.WithoutCancel(ctx)))
-	workCtx, cancelWork := context.WithCancelCause(withoutSpan(context.WithoutCancel(ctx)))
+	runCtx, cancelRun := context.WithCancelCause(telemetry.WithoutSpan(context.WithoutCancel(ctx)))
+	workCtx, cancelWork := context.WithCancelCause(telemetry.WithoutSpan(context.WithoutCancel(ctx)))
 	services := w.services(runCtx, workCtx, cancelWork)
 	if err := services.Start(ctx); err != nil {
 		cancelRun(err)
@@ -348,7 +352,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.run.mu.Unlock()
 	if !started {
 		w.run.stopOnce.Do(func() {
-			w.metrics.unobserve(w.run.gauges)
+			w.metrics.Unobserve(w.run.gauges)
 			close(w.run.done)
 		})
 		return nil
@@ -373,7 +377,7 @@ func (w *Worker) shutdown(ctx context.Context) {
 	if err := w.run.services.Stop(ctx); err != nil {
 		w.Log.ErrorContext(ctx, "stopping the worker", slog.Any("error", err))
 	}
-	w.metrics.unobserve(w.run.gauges)
+	w.metrics.Unobserve(w.run.gauges)
 	w.Log.InfoContext(ctx, "worker stopped", w.identity()...)
 }
 

@@ -1,8 +1,7 @@
-package core
+package telemetry
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -13,23 +12,19 @@ import (
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
-	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/ports"
 )
 
+// applyEvery is the default interval of the sampled apply duration.
+const applyEvery = time.Millisecond
+
 // newTestMetrics returns the instruments of an engine with a "bench"
 // perspective, created from provider.
-func newTestMetrics(tb testing.TB, provider metric.MeterProvider) *metrics {
+func newTestMetrics(tb testing.TB, provider metric.MeterProvider) *Metrics {
 	tb.Helper()
-	reg := NewRegistry()
-	require.NoError(tb, RegisterEvent[benchEvent](reg, "bench.event"))
-	p := NewPerspective[benchModel]("bench")
-	require.NoError(tb, Handle(p, func(_ context.Context, m benchModel, _ benchEvent) (benchModel, error) { return m, nil }))
-	require.NoError(tb, reg.AddPerspective(p))
-	return newMetrics(&engine{
-		reg:  reg,
-		opts: Options{MeterProvider: provider, ApplyDurationInterval: ApplyDurationIntervalDefault},
-		Env:  &base.Env{Clock: ports.SystemClock{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))},
+	return NewMetrics(MetricsConfig{
+		Provider: provider, Clock: ports.SystemClock{}, Log: slog.New(slog.DiscardHandler),
+		ApplyEvery: applyEvery, Perspectives: []string{"bench"},
 	})
 }
 
@@ -50,14 +45,14 @@ func TestMetricsHotPathAllocatesNothing(t *testing.T) {
 	for name, provider := range map[string]metric.MeterProvider{"noop": metricnoop.NewMeterProvider(), "sdk": sdkProvider(t)} {
 		m := newTestMetrics(t, provider)
 		ctx := t.Context()
-		p := m.perspective("bench")
+		p := m.Perspective("bench")
 		started := time.Now()
 		allocs := testing.AllocsPerRun(100, func() {
-			m.sampleApply(p, started)
-			m.applyTook(ctx, p, started)
-			m.pairRan(ctx, "bench", 10, 1)
-			m.deduped(ctx, "bench", 2)
-			m.batchDrained(ctx, 3, 30, time.Millisecond)
+			m.SampleApply(p, started)
+			m.ApplyTook(ctx, p, started)
+			m.PairRan(ctx, "bench", 10, 1)
+			m.Deduped(ctx, "bench", 2)
+			m.BatchDrained(ctx, 3, 30, time.Millisecond)
 		})
 		require.Zero(t, allocs, "%s: allocations per pair run", name)
 	}
@@ -74,24 +69,24 @@ func BenchmarkMetricsPerEvent(b *testing.B) {
 		provider metric.MeterProvider
 		every    time.Duration
 	}{
-		{"noop", metricnoop.NewMeterProvider(), ApplyDurationIntervalDefault},
-		{"sdk", sdkProvider(b), ApplyDurationIntervalDefault},
+		{"noop", metricnoop.NewMeterProvider(), applyEvery},
+		{"sdk", sdkProvider(b), applyEvery},
 		{"sdk-every", sdkProvider(b), -1},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			m := newTestMetrics(b, tc.provider)
 			m.applyEvery = tc.every
-			p := m.perspective("bench")
+			p := m.Perspective("bench")
 			ctx := b.Context()
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
 				started := time.Now()
-				if m.sampleApply(p, started) {
-					m.applyTook(ctx, p, started)
+				if m.SampleApply(p, started) {
+					m.ApplyTook(ctx, p, started)
 				}
 				if i++; i%100 == 0 {
-					m.pairRan(ctx, "bench", 100, 0)
+					m.PairRan(ctx, "bench", 100, 0)
 				}
 			}
 		})
@@ -105,10 +100,10 @@ func TestApplyDurationSampled(t *testing.T) {
 	t.Parallel()
 
 	m := newTestMetrics(t, metricnoop.NewMeterProvider())
-	p, other := m.perspective("bench"), newPerspectiveAttrs("other")
+	p, other := m.Perspective("bench"), newPerspectiveAttrs("other")
 	t0 := time.Unix(1_700_000_000, 0)
 	for _, step := range []struct {
-		p     *perspectiveAttrs
+		p     *PerspectiveAttrs
 		at    time.Duration
 		taken bool
 	}{
@@ -122,12 +117,12 @@ func TestApplyDurationSampled(t *testing.T) {
 		{p, 5*time.Millisecond + 999*time.Microsecond, false},
 		{p, 6 * time.Millisecond, true},
 	} {
-		require.Equal(t, step.taken, m.sampleApply(step.p, t0.Add(step.at)), "%s apply at +%s", step.p.name, step.at)
+		require.Equal(t, step.taken, m.SampleApply(step.p, t0.Add(step.at)), "%s apply at +%s", step.p.name, step.at)
 	}
 
 	m.applyEvery = -1
 	for range 3 {
-		require.True(t, m.sampleApply(p, t0), "every apply measured")
+		require.True(t, m.SampleApply(p, t0), "every apply measured")
 	}
 }
 
@@ -159,7 +154,7 @@ func TestApplyDurationDroppedReadsNoClock(t *testing.T) {
 		m := newTestMetrics(t, tc.provider)
 		clock := &countingClock{}
 		m.clock = clock
-		m.applyTook(t.Context(), m.perspective("bench"), time.Now())
+		m.ApplyTook(t.Context(), m.Perspective("bench"), time.Now())
 		require.Equal(t, tc.reads, clock.reads.Load(), "%s: clock reads", name)
 	}
 }

@@ -1,4 +1,4 @@
-package core
+package telemetry
 
 import (
 	"context"
@@ -41,16 +41,16 @@ func TestApplySpanAllocatesNothingUntraced(t *testing.T) {
 		"Dropped": sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample())),
 	} {
 		t.Run(name, func(t *testing.T) {
-			tr := newTracing(tp)
-			ctx, batch := tr.startBatch(t.Context(), 1)
+			tr := NewTracing(tp)
+			ctx, batch := tr.StartBatch(t.Context(), 1)
 			t.Cleanup(func() { batch.End() })
 			var got int
 			allocs := testing.AllocsPerRun(1000, func() {
-				actx, span := tr.startApply(ctx, "orders", ev)
+				actx, span := tr.StartApply(ctx, "orders", ev)
 				if actx == ctx && span == nil {
 					got++
 				}
-				endApply(span, failed)
+				EndApply(span, failed)
 			})
 			require.Zero(t, allocs, "allocations per untraced apply span")
 			require.Positive(t, got, "no span started and the context passed through")
@@ -67,15 +67,15 @@ func TestApplySpan(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { require.NoError(t, tp.Shutdown(context.WithoutCancel(t.Context()))) })
-	tr := newTracing(tp)
+	tr := NewTracing(tp)
 	ev := tracedEvent()
 
-	ctx, batch := tr.startBatch(t.Context(), 2)
-	actx, span := tr.startApply(ctx, "orders", ev)
+	ctx, batch := tr.StartBatch(t.Context(), 2)
+	actx, span := tr.StartApply(ctx, "orders", ev)
 	require.NotNil(t, span)
 	require.Equal(t, span, trace.SpanFromContext(actx), "the apply's context holds its span")
-	endApply(span, errors.New("apply failed"))
-	endBatch(batch, 1)
+	EndApply(span, errors.New("apply failed"))
+	EndBatch(batch, 1)
 
 	ended := rec.Ended()
 	require.Len(t, ended, 2)
@@ -85,7 +85,7 @@ func TestApplySpan(t *testing.T) {
 	require.Equal(t, b.SpanContext(), apply.Parent(), "a child of the batch")
 	require.False(t, b.Parent().IsValid(), "the batch is a root")
 	require.Len(t, apply.Links(), 1)
-	appended, ok := appendedSpanContext(&ev.Metadata)
+	appended, ok := AppendedSpanContext(&ev.Metadata)
 	require.True(t, ok)
 	require.Equal(t, appended, apply.Links()[0].SpanContext, "linked to the append")
 	require.Equal(t, codes.Error, apply.Status().Code)
@@ -108,7 +108,8 @@ func TestApplySpan(t *testing.T) {
 func TestWithoutSpan(t *testing.T) {
 	t.Parallel()
 
-	ctx := trace.ContextWithSpanContext(t.Context(), testSpanContext(t, trace.FlagsSampled))
-	require.False(t, trace.SpanContextFromContext(withoutSpan(ctx)).IsValid())
-	require.Equal(t, t.Context(), withoutSpan(t.Context()), "nothing to drop: the context itself")
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{1}, TraceFlags: trace.FlagsSampled})
+	ctx := trace.ContextWithSpanContext(t.Context(), sc)
+	require.False(t, trace.SpanContextFromContext(WithoutSpan(ctx)).IsValid())
+	require.Equal(t, t.Context(), WithoutSpan(t.Context()), "nothing to drop: the context itself")
 }

@@ -1,4 +1,4 @@
-package core
+package telemetry
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/vantage-go/vantage/core/internal/complete"
+	"github.com/vantage-go/vantage/core/internal/stage"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -54,14 +55,14 @@ var (
 	countBuckets = []float64{1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000}
 )
 
-// metrics holds the engine's instruments, created from
+// Metrics holds the engine's instruments, created from
 // Options.MeterProvider at New. Its methods are the engine's measurement
 // points; each is one call at its site. Hot paths pass precomputed
 // attribute sets (see attrs), so that a measurement allocates nothing, and
 // count once per pair run or batch rather than per event. With the default
 // provider, before the application installs one, every instrument is a
 // no-op and the per-event duration does not even read the clock.
-type metrics struct {
+type Metrics struct {
 	clock ports.Clock
 	log   *slog.Logger
 	meter metric.Meter
@@ -110,8 +111,8 @@ type metrics struct {
 	// byName holds the attributes of the perspectives registered at New;
 	// others (registered later, or named by work rows this instance has no
 	// perspective for) are kept in more.
-	byName map[string]*perspectiveAttrs
-	more   sync.Map // string -> *perspectiveAttrs
+	byName map[string]*PerspectiveAttrs
+	more   sync.Map // string -> *PerspectiveAttrs
 }
 
 // attrs is one attribute set as the options of each kind of measurement,
@@ -127,9 +128,9 @@ func newAttrs(kvs ...attribute.KeyValue) attrs {
 	return attrs{add: []metric.AddOption{o}, record: []metric.RecordOption{o}, observe: []metric.ObserveOption{o}}
 }
 
-// perspectiveAttrs are the attribute sets of one perspective's hot
+// PerspectiveAttrs are the attribute sets of one perspective's hot
 // measurements.
-type perspectiveAttrs struct {
+type PerspectiveAttrs struct {
 	name                     string
 	base                     attrs // vantage.perspective alone
 	applied, failed, skipped attrs // with vantage.outcome
@@ -138,9 +139,9 @@ type perspectiveAttrs struct {
 	nextSample atomic.Int64
 }
 
-func newPerspectiveAttrs(name string) *perspectiveAttrs {
+func newPerspectiveAttrs(name string) *PerspectiveAttrs {
 	p := attrPerspective.String(name)
-	return &perspectiveAttrs{
+	return &PerspectiveAttrs{
 		name:    name,
 		base:    newAttrs(p),
 		applied: newAttrs(p, attrOutcome.String(outcomeApplied)),
@@ -151,7 +152,7 @@ func newPerspectiveAttrs(name string) *perspectiveAttrs {
 
 // with returns the attributes of the perspective plus kvs, for the rare
 // measurements (failures, dead letters, rewinds), which build theirs.
-func (p *perspectiveAttrs) with(kvs ...attribute.KeyValue) metric.MeasurementOption {
+func (p *PerspectiveAttrs) with(kvs ...attribute.KeyValue) metric.MeasurementOption {
 	return metric.WithAttributes(append(kvs, attrPerspective.String(p.name))...)
 }
 
@@ -160,9 +161,25 @@ type flushAttrs struct {
 	base, ok, failed attrs
 }
 
-func newMetrics(e *engine) *metrics {
-	meter := e.opts.MeterProvider.Meter(meterName)
-	m := &metrics{clock: e.Clock, log: e.Log, meter: meter, applyEvery: e.opts.ApplyDurationInterval, byName: map[string]*perspectiveAttrs{}, flushAttrs: map[string]*flushAttrs{}}
+// MetricsConfig is what NewMetrics reads.
+type MetricsConfig struct {
+	Provider metric.MeterProvider
+	Clock    ports.Clock
+	Log      *slog.Logger
+	// ApplyEvery is the interval of the sampled per-event apply duration.
+	ApplyEvery time.Duration
+	// Lag creates the lag instruments (the backend has a Stats port).
+	Lag bool
+	// Perspectives are the registered perspectives, whose attribute sets
+	// are made up front.
+	Perspectives []string
+}
+
+// NewMetrics creates the engine's instruments.
+func NewMetrics(cfg MetricsConfig) *Metrics {
+	provider, clock, log, applyEvery := cfg.Provider, cfg.Clock, cfg.Log, cfg.ApplyEvery
+	meter := provider.Meter(meterName)
+	m := &Metrics{clock: clock, log: log, meter: meter, applyEvery: applyEvery, byName: map[string]*PerspectiveAttrs{}, flushAttrs: map[string]*flushAttrs{}}
 	var errs []error
 	counter := func(name, unit, desc string) metric.Int64Counter {
 		c, err := meter.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
@@ -234,12 +251,12 @@ func newMetrics(e *engine) *metrics {
 	m.heartbeatAge = secondsGauge("vantage.heartbeat.age", "Time since this instance's latest successful heartbeat.")
 	m.listenerHealthy = gauge("vantage.listener.healthy", "1", "1 while notifications arrive, 0 while the engine polls only.")
 	m.stuckApplies = gauge("vantage.apply.stuck", "{apply}", "Abandoned applies still running.")
-	if e.backend.Stats != nil {
+	if cfg.Lag {
 		m.lagPending = gauge("vantage.perspective.lag.pending", "{row}", "Pending work rows of a perspective, on every instance.")
 		m.lagOldestAge = secondsGauge("vantage.perspective.lag.oldest_age", "Age of a perspective's oldest pending event (0 when none is pending).")
 	}
 	if err := errors.Join(errs...); err != nil {
-		e.Log.Warn("creating metric instruments; those that failed record nothing", slog.Any("error", err))
+		log.Warn("creating metric instruments; those that failed record nothing", slog.Any("error", err))
 	}
 
 	m.claimOK, m.claimErr = newAttrs(attrOutcome.String(outcomeOK)), newAttrs(attrOutcome.String(outcomeError))
@@ -251,31 +268,31 @@ func newMetrics(e *engine) *metrics {
 			failed: newAttrs(f, attrOutcome.String(outcomeError)),
 		}
 	}
-	for _, name := range e.reg.Perspectives() {
+	for _, name := range cfg.Perspectives {
 		m.byName[name] = newPerspectiveAttrs(name)
 	}
 	return m
 }
 
-// perspective returns the attribute sets of the named perspective.
-func (m *metrics) perspective(name string) *perspectiveAttrs {
+// Perspective returns the attribute sets of the named perspective.
+func (m *Metrics) Perspective(name string) *PerspectiveAttrs {
 	if p, ok := m.byName[name]; ok {
 		return p
 	}
 	if p, ok := m.more.Load(name); ok {
-		return p.(*perspectiveAttrs)
+		return p.(*PerspectiveAttrs)
 	}
 	p, _ := m.more.LoadOrStore(name, newPerspectiveAttrs(name))
-	return p.(*perspectiveAttrs)
+	return p.(*PerspectiveAttrs)
 }
 
-// pairRan counts what one run of a pair did: events applied and saved, and
+// PairRan counts what one run of a pair did: events applied and saved, and
 // events skipped because the stored model already reflected them.
-func (m *metrics) pairRan(ctx context.Context, perspective string, applied, skipped int) {
+func (m *Metrics) PairRan(ctx context.Context, perspective string, applied, skipped int) {
 	if applied == 0 && skipped == 0 {
 		return
 	}
-	p := m.perspective(perspective)
+	p := m.Perspective(perspective)
 	if applied > 0 {
 		m.events.Add(ctx, int64(applied), p.applied.add...)
 	}
@@ -284,13 +301,13 @@ func (m *metrics) pairRan(ctx context.Context, perspective string, applied, skip
 	}
 }
 
-// sampleApply reports whether the duration of p's apply that starts at
+// SampleApply reports whether the duration of p's apply that starts at
 // started is to be recorded: the first apply of the perspective to start
 // applyEvery after the last recorded one (every apply when applyEvery is
 // negative). A start does not depend on how long its own apply takes, so
 // the recorded durations are a fair sample of all of them; skipping the
 // others spares a catch-up a histogram record and a clock read per event.
-func (m *metrics) sampleApply(p *perspectiveAttrs, started time.Time) bool {
+func (m *Metrics) SampleApply(p *PerspectiveAttrs, started time.Time) bool {
 	if m.applyEvery < 0 {
 		return true
 	}
@@ -298,57 +315,57 @@ func (m *metrics) sampleApply(p *perspectiveAttrs, started time.Time) bool {
 	return now >= next && p.nextSample.CompareAndSwap(next, now+int64(m.applyEvery))
 }
 
-// applyTook records the duration of p's apply that started at started.
-func (m *metrics) applyTook(ctx context.Context, p *perspectiveAttrs, started time.Time) {
+// ApplyTook records the duration of p's apply that started at started.
+func (m *Metrics) ApplyTook(ctx context.Context, p *PerspectiveAttrs, started time.Time) {
 	if !m.applyDuration.Enabled(ctx) {
 		return
 	}
 	m.applyDuration.Record(ctx, m.clock.Now().Sub(started).Seconds(), p.base.record...)
 }
 
-// deduped counts the rows of a pair the dedup cache skipped.
-func (m *metrics) deduped(ctx context.Context, perspective string, n int) {
+// Deduped counts the rows of a pair the dedup cache skipped.
+func (m *Metrics) Deduped(ctx context.Context, perspective string, n int) {
 	if n > 0 {
-		m.dedupHits.Add(ctx, int64(n), m.perspective(perspective).base.add...)
+		m.dedupHits.Add(ctx, int64(n), m.Perspective(perspective).base.add...)
 	}
 }
 
-// applyFailed counts a failed apply (one attempt charged).
-func (m *metrics) applyFailed(ctx context.Context, perspective string) {
-	m.events.Add(ctx, 1, m.perspective(perspective).failed.add...)
+// ApplyFailed counts a failed apply (one attempt charged).
+func (m *Metrics) ApplyFailed(ctx context.Context, perspective string) {
+	m.events.Add(ctx, 1, m.Perspective(perspective).failed.add...)
 }
 
-// failureReported counts a failure reported for a retry.
-func (m *metrics) failureReported(ctx context.Context, perspective, reason string) {
-	m.failures.Add(ctx, 1, m.perspective(perspective).with(attrReason.String(reason)))
+// FailureReported counts a failure reported for a retry.
+func (m *Metrics) FailureReported(ctx context.Context, perspective, reason string) {
+	m.failures.Add(ctx, 1, m.Perspective(perspective).with(attrReason.String(reason)))
 }
 
-// deadLettered counts a work row moved to dead letters.
-func (m *metrics) deadLettered(ctx context.Context, dl ports.DeadLetter) {
-	m.deadLetters.Add(ctx, 1, m.perspective(dl.Perspective).with(attrReason.String(dl.Reason)))
+// DeadLettered counts a work row moved to dead letters.
+func (m *Metrics) DeadLettered(ctx context.Context, dl ports.DeadLetter) {
+	m.deadLetters.Add(ctx, 1, m.Perspective(dl.Perspective).with(attrReason.String(dl.Reason)))
 }
 
-// backendError counts a pair's drain set back by a backend error.
-func (m *metrics) backendError(ctx context.Context, perspective string) {
-	m.backendErrors.Add(ctx, 1, m.perspective(perspective).base.add...)
+// BackendError counts a pair's drain set back by a backend error.
+func (m *Metrics) BackendError(ctx context.Context, perspective string) {
+	m.backendErrors.Add(ctx, 1, m.Perspective(perspective).base.add...)
 }
 
 // monitor.AbandonedApply counts an abandoned apply.
-func (m *metrics) applyAbandoned(ctx context.Context, perspective string) {
-	m.abandoned.Add(ctx, 1, m.perspective(perspective).base.add...)
+func (m *Metrics) ApplyAbandoned(ctx context.Context, perspective string) {
+	m.abandoned.Add(ctx, 1, m.Perspective(perspective).base.add...)
 }
 
-// batchDrained records one batch: the streams it drained, the events it
+// BatchDrained records one batch: the streams it drained, the events it
 // applied (once per perspective) and how long it took.
-func (m *metrics) batchDrained(ctx context.Context, streams, applied int, took time.Duration) {
+func (m *Metrics) BatchDrained(ctx context.Context, streams, applied int, took time.Duration) {
 	m.batchStreams.Record(ctx, int64(streams))
 	m.batchEvents.Record(ctx, int64(applied))
 	m.batchDuration.Record(ctx, took.Seconds())
 }
 
-// claimed records one claim that took took and returned res, or err. A
+// Claimed records one claim that took took and returned res, or err. A
 // claim cut short by Stop is not a measurement.
-func (m *metrics) claimed(ctx context.Context, took time.Duration, res *ports.WorkClaimResult, err error) {
+func (m *Metrics) Claimed(ctx context.Context, took time.Duration, res *ports.WorkClaimResult, err error) {
 	switch {
 	case err == nil:
 		m.claimDuration.Record(ctx, took.Seconds(), m.claimOK.record...)
@@ -358,14 +375,14 @@ func (m *metrics) claimed(ctx context.Context, took time.Duration, res *ports.Wo
 	}
 }
 
-// claimStalled counts a stall of the claim loop (see heartbeat.Watch).
-func (m *metrics) claimStalled(ctx context.Context) {
+// ClaimStalled counts a stall of the claim loop (see heartbeat.Watch).
+func (m *Metrics) ClaimStalled(ctx context.Context) {
 	m.claimStalls.Add(ctx, 1)
 }
 
 // Flushed records one call of a flusher (complete.Completions or
 // complete.Failures) sending n items, that took took and returned err.
-func (m *metrics) Flushed(ctx context.Context, flusher string, n int, took time.Duration, err error) {
+func (m *Metrics) Flushed(ctx context.Context, flusher string, n int, took time.Duration, err error) {
 	f := m.flushAttrs[flusher]
 	m.flushSize.Record(ctx, int64(n), f.base.record...)
 	if err != nil {
@@ -376,20 +393,20 @@ func (m *metrics) Flushed(ctx context.Context, flusher string, n int, took time.
 }
 
 // FlushRetried counts a flush call repeated in place.
-func (m *metrics) FlushRetried(flusher string) {
+func (m *Metrics) FlushRetried(flusher string) {
 	m.flushRetries.Add(context.Background(), 1, m.flushAttrs[flusher].base.add...)
 }
 
 // FlushGaveUp counts n items a flusher dropped.
-func (m *metrics) FlushGaveUp(flusher string, n int) {
+func (m *Metrics) FlushGaveUp(flusher string, n int) {
 	m.flushDropped.Add(context.Background(), int64(n), m.flushAttrs[flusher].base.add...)
 }
 
-// rewound records a finished rewind (or, with rebuild, a rebuild) of a
+// Rewound records a finished rewind (or, with rebuild, a rebuild) of a
 // pair: how long it took, the events it replayed, and the pending ones
 // among them, which were applied for the first time.
-func (m *metrics) rewound(ctx context.Context, perspective string, rebuild bool, took time.Duration, replayed, fresh int) {
-	p := m.perspective(perspective)
+func (m *Metrics) Rewound(ctx context.Context, perspective string, rebuild bool, took time.Duration, replayed, fresh int) {
+	p := m.Perspective(perspective)
 	kind := attrRewindKind.String(kindRewind)
 	if rebuild {
 		kind = attrRewindKind.String(kindRebuild)
@@ -403,10 +420,10 @@ func (m *metrics) rewound(ctx context.Context, perspective string, rebuild bool,
 	}
 }
 
-// stageRan counts a run of stage's receptors for the events this instance
-// claimed (none claimed: nothing ran), or, with err, a claim that failed. A
+// StageRan counts a run of stage's receptors for the events this instance
+// Claimed (none claimed: nothing ran), or, with err, a claim that failed. A
 // claim cut short by Stop is not a failure.
-func (m *metrics) stageRan(ctx context.Context, stage Stage, claimed int, err error) {
+func (m *Metrics) StageRan(ctx context.Context, stage stage.Stage, claimed int, err error) {
 	switch {
 	case err != nil:
 		if ctx.Err() == nil {
@@ -417,44 +434,56 @@ func (m *metrics) stageRan(ctx context.Context, stage Stage, claimed int, err er
 	}
 }
 
-// receptorFailed counts a receptor of stage that returned an error or
+// ReceptorFailed counts a receptor of stage that returned an error or
 // panicked.
-func (m *metrics) receptorFailed(ctx context.Context, stage Stage) {
+func (m *Metrics) ReceptorFailed(ctx context.Context, stage stage.Stage) {
 	m.stageFailures.Add(ctx, 1, metric.WithAttributes(attrStage.String(stage.String()), attrReason.String(reasonReceptor)))
 }
 
-// gaugeSources are what the observable instruments read at each
+// GaugeSources are what the observable instruments read at each
 // collection.
-type gaugeSources struct {
-	heartbeat func() (time.Time, int)
-	listening func() bool
-	stuck     func() int
-	stats     *statsCache
+type GaugeSources struct {
+	// Heartbeat returns the time of the last heartbeat and the live
+	// instances it counted.
+	Heartbeat func() (time.Time, int)
+	// Listening reports whether the notifications are healthy.
+	Listening func() bool
+	// Stuck counts the applies past their deadline.
+	Stuck func() int
+	// Lag reads the backlog of each perspective; nil without a Stats port.
+	Lag func(ctx context.Context) ([]Lag, error)
 }
 
-// observe registers the callback of the observable instruments; the
+// Lag is the backlog of one perspective.
+type Lag struct {
+	Perspective string
+	Pending     int64
+	OldestAge   time.Duration
+}
+
+// Observe registers the callback of the observable instruments; the
 // returned registration is unregistered at Stop. A failed registration is
 // logged and returns nil.
-func (m *metrics) observe(src gaugeSources) metric.Registration {
+func (m *Metrics) Observe(src GaugeSources) metric.Registration {
 	instruments := []metric.Observable{m.liveInstances, m.heartbeatAge, m.listenerHealthy, m.stuckApplies}
 	if m.lagPending != nil {
 		instruments = append(instruments, m.lagPending, m.lagOldestAge)
 	}
 	reg, err := m.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		if at, live := src.heartbeat(); !at.IsZero() {
+		if at, live := src.Heartbeat(); !at.IsZero() {
 			o.ObserveFloat64(m.heartbeatAge, max(m.clock.Now().Sub(at), 0).Seconds())
 			if live > 0 { // a successful heartbeat counts at least its caller: 0 is an adapter that does not count
 				o.ObserveInt64(m.liveInstances, int64(live))
 			}
 		}
 		healthy := int64(0)
-		if src.listening() {
+		if src.Listening() {
 			healthy = 1
 		}
 		o.ObserveInt64(m.listenerHealthy, healthy)
-		o.ObserveInt64(m.stuckApplies, int64(src.stuck()))
-		if m.lagPending != nil {
-			m.observeLag(ctx, o, src.stats)
+		o.ObserveInt64(m.stuckApplies, int64(src.Stuck()))
+		if m.lagPending != nil && src.Lag != nil {
+			m.observeLag(ctx, o, src.Lag)
 		}
 		return nil
 	}, instruments...)
@@ -467,40 +496,27 @@ func (m *metrics) observe(src gaugeSources) metric.Registration {
 
 // observeLag observes the backlog of each perspective. Figures that cannot
 // be read are left out of this collection; the next one reads them again.
-func (m *metrics) observeLag(ctx context.Context, o metric.Observer, stats *statsCache) {
-	report, err := stats.lag(ctx)
+func (m *Metrics) observeLag(ctx context.Context, o metric.Observer, read func(context.Context) ([]Lag, error)) {
+	lags, err := read(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			m.log.DebugContext(ctx, "reading the backlog for the lag metrics; left out of this collection", slog.Any("error", err))
 		}
 		return
 	}
-	for _, l := range report.Perspectives {
-		p := m.perspective(l.Perspective)
+	for _, l := range lags {
+		p := m.Perspective(l.Perspective)
 		o.ObserveInt64(m.lagPending, l.Pending, p.base.observe...)
 		o.ObserveFloat64(m.lagOldestAge, l.OldestAge.Seconds(), p.base.observe...)
 	}
 }
 
-// unobserve unregisters the callback observe registered.
-func (m *metrics) unobserve(reg metric.Registration) {
+// Unobserve unregisters the callback Observe registered.
+func (m *Metrics) Unobserve(reg metric.Registration) {
 	if reg == nil {
 		return
 	}
 	if err := reg.Unregister(); err != nil {
 		m.log.Warn("unregistering the observable metric instruments", slog.Any("error", err))
 	}
-}
-
-// observeGauges registers the callback of the worker's observable
-// instruments: live instances and heartbeat age, listener health, stuck
-// applies and, when the backend has a Stats port, the lag of each
-// perspective.
-func (w *Worker) observeGauges() metric.Registration {
-	return w.metrics.observe(gaugeSources{
-		heartbeat: w.heartbeat.Last,
-		listening: w.listener.Healthy,
-		stuck:     func() int { return len(w.monitor.List()) },
-		stats:     w.stats,
-	})
 }

@@ -1,8 +1,10 @@
-package core
+// Package telemetry records the engine's traces and metrics through the
+// OpenTelemetry API: the spans of batches, applies, rewinds and stages,
+// and the instruments of every measurement point.
+package telemetry
 
 import (
 	"context"
-	"errors"
 	"slices"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -10,8 +12,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/vantage-go/vantage/core/internal/monitor"
 	"github.com/vantage-go/vantage/core/internal/pair"
+	"github.com/vantage-go/vantage/core/internal/stage"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -54,26 +56,26 @@ const (
 // under (see injectTraceContext), which is how a request's trace reaches
 // the projection of its events. Rewinds and lifecycle stages are children
 // of the batch that runs them, or roots when a background loop does.
-type tracing struct {
+type Tracing struct {
 	tracer trace.Tracer
 }
 
-func newTracing(tp trace.TracerProvider) tracing {
-	return tracing{tracer: tp.Tracer(tracerName)}
+func NewTracing(tp trace.TracerProvider) Tracing {
+	return Tracing{tracer: tp.Tracer(tracerName)}
 }
 
-// withoutSpan returns ctx without the span it may carry: the engine's
+// WithoutSpan returns ctx without the span it may carry: the engine's
 // background work outlives the call that started the worker, and its spans
 // must not join that call's trace.
-func withoutSpan(ctx context.Context) context.Context {
+func WithoutSpan(ctx context.Context) context.Context {
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return ctx
 	}
 	return trace.ContextWithSpanContext(ctx, trace.SpanContext{})
 }
 
-// startBatch starts the span of a drain batch of streams.
-func (t tracing) startBatch(ctx context.Context, streams int) (context.Context, trace.Span) {
+// StartBatch starts the span of a drain batch of streams.
+func (t Tracing) StartBatch(ctx context.Context, streams int) (context.Context, trace.Span) {
 	ctx, span := t.tracer.Start(ctx, batchSpanName, trace.WithNewRoot())
 	if span.IsRecording() {
 		span.SetAttributes(attrBatchStreams.Int(streams))
@@ -81,16 +83,16 @@ func (t tracing) startBatch(ctx context.Context, streams int) (context.Context, 
 	return ctx, span
 }
 
-// endBatch ends a batch's span, which applied applied (event, perspective)
+// EndBatch ends a batch's span, which applied applied (event, perspective)
 // pairs.
-func endBatch(span trace.Span, applied int) {
+func EndBatch(span trace.Span, applied int) {
 	if span.IsRecording() {
 		span.SetAttributes(attrBatchApplied.Int(applied))
 	}
 	span.End()
 }
 
-// startApply starts the span of perspective's apply of e: a child of the
+// StartApply starts the span of perspective's apply of e: a child of the
 // span ctx carries (the batch's), linked to the span e was appended under.
 // It is a consumer span: it processes a message that another trace
 // produced, which is what that kind means to trace backends.
@@ -100,7 +102,7 @@ func endBatch(span trace.Span, applied int) {
 // batch the sampler dropped, whose children it would drop too) startApply
 // returns ctx and a nil span, having allocated nothing; endApply accepts
 // the nil span.
-func (t tracing) startApply(ctx context.Context, perspective string, e *ports.Event) (context.Context, trace.Span) {
+func (t Tracing) StartApply(ctx context.Context, perspective string, e *ports.Event) (context.Context, trace.Span) {
 	if !trace.SpanFromContext(ctx).IsRecording() {
 		return ctx, nil
 	}
@@ -114,33 +116,33 @@ func (t tracing) startApply(ctx context.Context, perspective string, e *ports.Ev
 			attrEventVersion.Int64(e.Version),
 		),
 	}
-	if sc, ok := appendedSpanContext(&e.Metadata); ok {
+	if sc, ok := AppendedSpanContext(&e.Metadata); ok {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
 	}
 	return t.tracer.Start(ctx, applySpanPrefix+perspective, opts...)
 }
 
-// recording reports whether ctx's span records, so that spans started
+// Recording reports whether ctx's span records, so that spans started
 // under it record too.
-func recording(ctx context.Context) bool {
+func Recording(ctx context.Context) bool {
 	return trace.SpanFromContext(ctx).IsRecording()
 }
 
-// endApply ends an apply's span (nil when startApply started none),
-// recording err when the apply failed.
-func endApply(span trace.Span, err error) {
+// EndApply ends an apply's span (nil when startApply started none),
+// Recording err when the apply failed.
+func EndApply(span trace.Span, err error) {
 	if span == nil {
 		return
 	}
 	if err != nil {
-		failSpan(span, err)
+		FailSpan(span, err)
 	}
 	span.End()
 }
 
-// startRewind starts the span of the rewind of a pair, whose first late
+// StartRewind starts the span of the rewind of a pair, whose first late
 // event has version trigger.
-func (t tracing) startRewind(ctx context.Context, key pair.Key, trigger int64) (context.Context, trace.Span) {
+func (t Tracing) StartRewind(ctx context.Context, key pair.Key, trigger int64) (context.Context, trace.Span) {
 	ctx, span := t.tracer.Start(ctx, rewindSpanPrefix+key.Perspective)
 	if span.IsRecording() {
 		span.SetAttributes(attrStreamID.String(key.Stream.String()), attrPerspective.String(key.Perspective), attrRewindTrigger.Int64(trigger))
@@ -148,28 +150,28 @@ func (t tracing) startRewind(ctx context.Context, key pair.Key, trigger int64) (
 	return ctx, span
 }
 
-// endRewind ends a rewind's span with what its replay did, linking it to
+// EndRewind ends a rewind's span with what its replay did, linking it to
 // the spans that appended the events it applied for the first time. err
 // is the reason the rewind stopped, if it did not complete.
-func endRewind(span trace.Span, res replayResult, err error) {
+func EndRewind(span trace.Span, from int64, replayed int, fresh []ports.Event, err error) {
 	if span.IsRecording() {
-		span.SetAttributes(attrRewindFrom.Int64(res.from), attrRewindReplayed.Int(res.replayed), attrRewindNew.Int(len(res.fresh)))
-		for i := range res.fresh {
-			if sc, ok := appendedSpanContext(&res.fresh[i].Metadata); ok {
+		span.SetAttributes(attrRewindFrom.Int64(from), attrRewindReplayed.Int(replayed), attrRewindNew.Int(len(fresh)))
+		for i := range fresh {
+			if sc, ok := AppendedSpanContext(&fresh[i].Metadata); ok {
 				span.AddLink(trace.Link{SpanContext: sc})
 			}
 		}
 	}
 	if err != nil {
-		failSpan(span, err)
+		FailSpan(span, err)
 	}
 	span.End()
 }
 
-// startStage starts the span of a lifecycle stage run for events (of
-// perspective, for PostPerspective); none, and a nil span, when there are
+// StartStage starts the span of a lifecycle stage run for events (of
+// perspective, for stage.PostPerspective); none, and a nil span, when there are
 // no events.
-func (t tracing) startStage(ctx context.Context, stage Stage, perspective string, events []ports.Event) (context.Context, trace.Span) {
+func (t Tracing) StartStage(ctx context.Context, stage stage.Stage, perspective string, events []ports.Event) (context.Context, trace.Span) {
 	if len(events) == 0 {
 		return ctx, nil
 	}
@@ -187,9 +189,9 @@ func (t tracing) startStage(ctx context.Context, stage Stage, perspective string
 	return ctx, span
 }
 
-// endStage ends a stage's span (nil when startStage started none), which
+// EndStage ends a stage's span (nil when startStage started none), which
 // ran its receptors for claimed events, or failed with err.
-func endStage(span trace.Span, claimed int, err error) {
+func EndStage(span trace.Span, claimed int, err error) {
 	if span == nil {
 		return
 	}
@@ -197,14 +199,14 @@ func endStage(span trace.Span, claimed int, err error) {
 		span.SetAttributes(attrStageClaimed.Int(claimed))
 	}
 	if err != nil {
-		failSpan(span, err)
+		FailSpan(span, err)
 	}
 	span.End()
 }
 
-// receptorFailed records on the stage span ctx carries that the inline
+// ReceptorFailed records on the stage span ctx carries that the inline
 // receptor of index receptor failed with err.
-func receptorFailed(ctx context.Context, receptor int, err error) {
+func ReceptorFailed(ctx context.Context, receptor int, err error) {
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
 		return
@@ -214,25 +216,22 @@ func receptorFailed(ctx context.Context, receptor int, err error) {
 }
 
 // stageSpanName returns the name of a stage's span.
-func stageSpanName(s Stage) string {
+func stageSpanName(s stage.Stage) string {
 	switch s {
-	case PrePerspective:
+	case stage.PrePerspective:
 		return "vantage.lifecycle PrePerspective"
-	case PostPerspective:
+	case stage.PostPerspective:
 		return "vantage.lifecycle PostPerspective"
-	case PostAllPerspectives:
+	case stage.PostAllPerspectives:
 		return "vantage.lifecycle PostAllPerspectives"
-	case PostLifecycle:
+	case stage.PostLifecycle:
 		return "vantage.lifecycle PostLifecycle"
 	}
 	return "vantage.lifecycle"
 }
 
-// failSpan records err on span and marks it failed.
-func failSpan(span trace.Span, err error) {
-	if errors.Is(err, errPairAbandoned) {
-		err = monitor.ErrAbandoned // what errPairAbandoned means to a reader
-	}
+// FailSpan records err on span and marks it failed.
+func FailSpan(span trace.Span, err error) {
 	span.RecordError(err)
 	span.SetStatus(codes.Error, err.Error())
 }
@@ -273,20 +272,20 @@ func (c metadataCarrier) Set(key, value string) {
 
 func (c metadataCarrier) Keys() []string { return []string{traceParentHeader, traceStateHeader} }
 
-// injectTraceContext stores the trace context of ctx's span in md, so that
+// InjectTraceContext stores the trace context of ctx's span in md, so that
 // the spans of the event's applies link to the code that appended it. It
 // does nothing outside a trace, or when md carries a trace context already.
-func injectTraceContext(ctx context.Context, md *ports.Metadata) {
+func InjectTraceContext(ctx context.Context, md *ports.Metadata) {
 	if md.TraceParent != "" || !trace.SpanContextFromContext(ctx).IsValid() {
 		return
 	}
 	traceContext.Inject(ctx, metadataCarrier{md})
 }
 
-// appendedSpanContext returns the span context an event was appended under,
+// AppendedSpanContext returns the span context an event was appended under,
 // as its metadata records it; ok is false when it records none, or an
 // invalid one.
-func appendedSpanContext(md *ports.Metadata) (sc trace.SpanContext, ok bool) {
+func AppendedSpanContext(md *ports.Metadata) (sc trace.SpanContext, ok bool) {
 	if md.TraceParent == "" {
 		return sc, false
 	}
