@@ -199,8 +199,10 @@ func TestStageRunsOncePerEvent(t *testing.T) {
 }
 
 // A PostPerspective whose claim fails holds its caller (the report of its
-// rows) back and is retried until the backend answers; once the caller's
-// context ends, the caller is told that the stage did not run.
+// rows) back and is retried until the backend answers, for longer than
+// the backoff takes to reach its cap: nothing else would run it once the
+// rows complete. Once the caller's context ends, the caller is told that
+// the stage did not run.
 func TestPostPerspectiveRetriedUntilItRuns(t *testing.T) {
 	t.Parallel()
 
@@ -216,7 +218,7 @@ func TestPostPerspectiveRetriedUntilItRuns(t *testing.T) {
 	done := make(chan error, 1)
 	timers := h.clock.Timers()
 	go func() { done <- h.l.PostPerspective(t.Context(), "p", h.events) }()
-	for range 3 {
+	for range 2 * stageClaimRetries {
 		<-store.tried
 		<-h.clock.WaitTimers(timers + 1)
 		h.clock.Advance(time.Hour)
