@@ -10,6 +10,7 @@ import (
 
 	"github.com/vantage-go/vantage/core/internal/monitor"
 	"github.com/vantage-go/vantage/core/internal/pair"
+	"github.com/vantage-go/vantage/core/internal/rebuild"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -157,4 +158,42 @@ func (rw *rewinder) rebuildStream(ctx context.Context, p perspective, stream uui
 		h(RewindInfo{StreamID: stream, Perspective: key.Perspective, Replayed: res.replayed, Duration: rw.Now().Sub(start), Rebuild: true})
 	}
 	return res.replayed, nil
+}
+
+// rebuilder is the rewinder as the queue of rebuild requests reads it.
+type rebuilder struct{ rw *rewinder }
+
+func (r rebuilder) Open(perspective string) (rebuild.Streams, error) {
+	p, err := r.rw.rebuildable(perspective)
+	if err != nil {
+		return nil, err
+	}
+	return rebuildStreams{r.rw, p}, nil
+}
+
+// Failed reports whether err ends a request for good: an event the
+// perspective cannot replay, or a request the backend refuses. Anything
+// else may pass, and the request is resumed later.
+func (rebuilder) Failed(err error) bool {
+	var rf *replayFailure
+	return errors.As(err, &rf) || errors.Is(err, errPairAbandoned) ||
+		errors.Is(err, ports.ErrInvalidArgument) || errors.Is(err, ports.ErrNotFound)
+}
+
+// rebuildStreams are the streams of one perspective to rebuild.
+type rebuildStreams struct {
+	rw *rewinder
+	p  perspective
+}
+
+func (s rebuildStreams) Count(ctx context.Context, streams []uuid.UUID) (int64, error) {
+	return s.rw.countRebuildStreams(ctx, s.p, streams)
+}
+
+func (s rebuildStreams) Each(ctx context.Context, streams []uuid.UUID, after uuid.UUID, fn func(uuid.UUID) error) error {
+	return s.rw.eachRebuildStream(ctx, s.p, streams, after, fn)
+}
+
+func (s rebuildStreams) Rebuild(ctx context.Context, stream uuid.UUID) (int, error) {
+	return s.rw.rebuildStream(ctx, s.p, stream)
 }

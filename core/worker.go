@@ -27,6 +27,7 @@ import (
 	"github.com/vantage-go/vantage/core/internal/notify"
 	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/core/internal/queue"
+	"github.com/vantage-go/vantage/core/internal/rebuild"
 	"github.com/vantage-go/vantage/core/internal/stage"
 	"github.com/vantage-go/vantage/core/internal/startstop"
 	"github.com/vantage-go/vantage/core/internal/telemetry"
@@ -63,7 +64,7 @@ type Worker struct {
 
 	drain    *drainer
 	rewind   *rewinder
-	rebuilds *rebuildQueue
+	rebuilds *rebuild.Queue
 
 	run runState
 }
@@ -249,7 +250,15 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		sem: make(chan struct{}, o.Rewind.MaxConcurrentRewinds), startupDone: make(chan struct{}),
 	}
 	w.drain.rewind = w.rewind
-	w.rebuilds = &rebuildQueue{engine: e, rewind: w.rewind}
+	rebuilds := backend.Rebuilds
+	if backend.Rewind == nil {
+		rebuilds = nil // a rebuild replays under the rewind's lock
+	}
+	w.rebuilds = rebuild.New(e.Env, rebuild.Config{
+		Rebuilds: rebuilds, InstanceID: o.InstanceID, PollInterval: o.RebuildPollInterval,
+		LockTimeout: o.Rewind.LockTimeout, KeepAlive: o.Rewind.KeepAlive,
+		Perspectives: registry.Perspectives, Rebuilder: rebuilder{w.rewind}, OnRequest: o.Hooks.OnRebuildRequest,
+	})
 	var onIdleTick func()
 	if h := o.Hooks.OnBatchCycleComplete; h != nil {
 		onIdleTick = func() { h(BatchCycle{}) }
@@ -450,7 +459,7 @@ func (w *Worker) services(runCtx, workCtx context.Context, cancelWork context.Ca
 				w.run.loops.Go(func() { w.rewind.startupScan(runCtx) })
 				w.run.loops.Go(func() { w.lifecycle.ReconcileLoop(runCtx) })
 				w.run.loops.Go(func() { w.resubscribeLoop(runCtx) })
-				w.run.loops.Go(func() { w.rebuilds.loop(runCtx) })
+				w.run.loops.Go(func() { w.rebuilds.Run(runCtx) })
 				w.run.loops.Go(func() { w.ensureIndexesLoop(runCtx) })
 				return nil
 			},

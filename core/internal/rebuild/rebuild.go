@@ -1,4 +1,7 @@
-package core
+// Package rebuild carries out the rebuild requests stored for the worker's
+// perspectives (ports.RebuildQueue), one at a time, through a Rebuilder:
+// the machinery of Worker.Rebuild.
+package rebuild
 
 import (
 	"context"
@@ -13,6 +16,9 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
+// releaseTimeout bounds the release of a request at stop.
+const releaseTimeout = 5 * time.Second
+
 // rebuildProgressEvery is the least time between two progress reports of a
 // rebuild request that moved on.
 const rebuildProgressEvery = time.Second
@@ -22,13 +28,12 @@ const rebuildProgressEvery = time.Second
 // or it could not be renewed before it expired.
 var errRebuildClaimLost = errors.New("the claim of the rebuild request was lost")
 
-// rebuildQueue carries out the rebuild requests stored for the worker's
-// perspectives (ports.RebuildQueue), one at a time, with the machinery of
-// Worker.Rebuild.
+// A Queue carries out the rebuild requests stored for the worker's
+// perspectives (ports.RebuildQueue), one at a time, through its Rebuilder.
 //
-// Every Options.RebuildPollInterval (and once at start) it claims requests
+// Every Config.PollInterval (and once at start) it claims requests
 // until none is left, carrying out each before it claims the next. A
-// request's claim lasts Rewind.LockTimeout; while the request runs, its
+// request's claim lasts Config.LockTimeout; while the request runs, its
 // figures are recorded whenever they moved on, at most once per second,
 // and at least every Rewind.KeepAlive, each report renewing the claim. A
 // report refused because the claim no longer stands (taken over after it
@@ -53,31 +58,77 @@ var errRebuildClaimLost = errors.New("the claim of the rebuild request was lost"
 // figures recorded, and claimed again (by any instance) at the next poll.
 // At Worker.Stop the request in hand is released the same way, so another
 // instance resumes it at once rather than after its claim expires.
-type rebuildQueue struct {
-	*engine
-	rewind *rewinder
+type Queue struct {
+	*base.Env
+	cfg Config
 }
 
-// loop runs until ctx ends; see rebuildQueue.
-func (q *rebuildQueue) loop(ctx context.Context) {
-	if q.backend.Rebuilds == nil || q.backend.Rewind == nil {
+// Config is what a Queue reads.
+type Config struct {
+	// Rebuilds stores the requests; nil: the Queue does nothing.
+	Rebuilds   ports.RebuildQueue
+	InstanceID uuid.UUID
+	// PollInterval is the time between two claims of requests.
+	PollInterval time.Duration
+	// LockTimeout is how long a claim lasts; KeepAlive how often it is
+	// renewed at least.
+	LockTimeout, KeepAlive time.Duration
+	// Perspectives returns those whose requests this instance carries
+	// out, read when Run starts.
+	Perspectives func() []string
+	Rebuilder    Rebuilder
+	// OnRequest is called with a request whenever this instance claimed
+	// it, reported its progress or ended it; nil for none.
+	OnRequest func(ports.RebuildRequest)
+}
+
+// Rebuilder rebuilds the streams of a perspective.
+type Rebuilder interface {
+	// Open returns the rebuild of perspective's streams, or an error when
+	// it cannot be rebuilt.
+	Open(perspective string) (Streams, error)
+	// Failed reports whether err, returned by Open or by Streams, ends a
+	// request for good (an event the perspective cannot replay, a
+	// request the backend refuses): anything else may pass, and the
+	// request is resumed later.
+	Failed(err error) bool
+}
+
+// Streams are the streams of one perspective to rebuild.
+type Streams interface {
+	// Count returns how many streams a request of streams (none: every
+	// stream of the perspective) covers.
+	Count(ctx context.Context, streams []uuid.UUID) (int64, error)
+	// Each calls fn with each stream of the request after after, in byte
+	// order of their ids, until fn returns an error.
+	Each(ctx context.Context, streams []uuid.UUID, after uuid.UUID, fn func(stream uuid.UUID) error) error
+	// Rebuild rebuilds one stream and returns how many events it replayed.
+	Rebuild(ctx context.Context, stream uuid.UUID) (int, error)
+}
+
+// New returns a Queue.
+func New(env *base.Env, cfg Config) *Queue { return &Queue{Env: env, cfg: cfg} }
+
+// Run carries out requests until ctx ends; see Queue.
+func (q *Queue) Run(ctx context.Context) {
+	if q.cfg.Rebuilds == nil {
 		return
 	}
-	names := q.reg.Perspectives()
+	names := q.cfg.Perspectives()
 	if len(names) == 0 {
 		return
 	}
 	q.claimAll(ctx, names)
-	base.Every(ctx, q.Clock, q.opts.RebuildPollInterval, func() { q.claimAll(ctx, names) })
+	base.Every(ctx, q.Clock, q.cfg.PollInterval, func() { q.claimAll(ctx, names) })
 }
 
 // claimAll claims and carries out requests of names until none is left, a
 // run ends in a release, or ctx ends.
-func (q *rebuildQueue) claimAll(ctx context.Context, names []string) {
+func (q *Queue) claimAll(ctx context.Context, names []string) {
 	const op = "claiming rebuild requests"
 	for ctx.Err() == nil {
-		res, err := q.backend.Rebuilds.RebuildClaim(ctx, &ports.RebuildClaimParams{
-			InstanceID: q.opts.InstanceID, Perspectives: names, ClaimDuration: q.opts.Rewind.LockTimeout, Now: q.ParamNow(),
+		res, err := q.cfg.Rebuilds.RebuildClaim(ctx, &ports.RebuildClaimParams{
+			InstanceID: q.cfg.InstanceID, Perspectives: names, ClaimDuration: q.cfg.LockTimeout, Now: q.ParamNow(),
 		})
 		if err != nil {
 			if ctx.Err() == nil {
@@ -95,7 +146,7 @@ func (q *rebuildQueue) claimAll(ctx context.Context, names []string) {
 // run carries out the claimed request req and reports whether the next
 // one may be claimed at once (false after a release: what stopped it may
 // stop the next, and the poll interval is its backoff).
-func (q *rebuildQueue) run(ctx context.Context, req ports.RebuildRequest) bool {
+func (q *Queue) run(ctx context.Context, req ports.RebuildRequest) bool {
 	log := q.Log.With(slog.String("rebuild_id", req.ID.String()), slog.String("perspective", req.Perspective), slog.Int("attempt", req.Attempt))
 	log.InfoContext(ctx, "rebuild request claimed", slog.Int("streams", len(req.StreamIDs)),
 		slog.Int64("streams_done", req.StreamsDone), slog.String("resume_after", req.ResumeAfter.String()))
@@ -123,7 +174,7 @@ func (q *rebuildQueue) run(ctx context.Context, req ports.RebuildRequest) bool {
 		return true
 	case err == nil:
 		return q.finish(ctx, log, req, "")
-	case rebuildFailed(err):
+	case q.cfg.Rebuilder.Failed(err):
 		return q.finish(ctx, log, req, err.Error())
 	default:
 		log.WarnContext(ctx, "rebuild request interrupted", slog.Any("error", err))
@@ -134,18 +185,18 @@ func (q *rebuildQueue) run(ctx context.Context, req ports.RebuildRequest) bool {
 
 // carryOut rebuilds the streams of req after its ResumeAfter, recording
 // each in tr.
-func (q *rebuildQueue) carryOut(ctx context.Context, req ports.RebuildRequest, tr *rebuildTracker) error {
-	p, err := q.rewind.rebuildable(req.Perspective)
+func (q *Queue) carryOut(ctx context.Context, req ports.RebuildRequest, tr *rebuildTracker) error {
+	streams, err := q.cfg.Rebuilder.Open(req.Perspective)
 	if err != nil {
 		return err
 	}
-	total, err := q.rewind.countRebuildStreams(ctx, p, req.StreamIDs)
+	total, err := streams.Count(ctx, req.StreamIDs)
 	if err != nil {
 		return err
 	}
 	tr.total(total)
-	return q.rewind.eachRebuildStream(ctx, p, req.StreamIDs, req.ResumeAfter, func(stream uuid.UUID) error {
-		replayed, err := q.rewind.rebuildStream(ctx, p, stream)
+	return streams.Each(ctx, req.StreamIDs, req.ResumeAfter, func(stream uuid.UUID) error {
+		replayed, err := streams.Rebuild(ctx, stream)
 		if err != nil {
 			return err
 		}
@@ -154,23 +205,14 @@ func (q *rebuildQueue) carryOut(ctx context.Context, req ports.RebuildRequest, t
 	})
 }
 
-// rebuildFailed reports whether err ends a request for good: an event the
-// perspective cannot replay, or a request the backend refuses. Anything
-// else may pass, and the request is resumed later.
-func rebuildFailed(err error) bool {
-	var rf *replayFailure
-	return errors.As(err, &rf) || errors.Is(err, errPairAbandoned) ||
-		errors.Is(err, ports.ErrInvalidArgument) || errors.Is(err, ports.ErrNotFound)
-}
-
 // keepClaim reports the figures of tr once per rebuildProgressEvery when
-// they moved on, and every Rewind.KeepAlive when not, renewing req's claim,
+// they moved on, and every Config.KeepAlive when not, renewing req's claim,
 // until ctx ends. It calls lost when a report is refused because the claim
 // no longer stands, or when reports kept failing until the claim was about
 // to expire.
-func (q *rebuildQueue) keepClaim(ctx context.Context, log *slog.Logger, req ports.RebuildRequest, tr *rebuildTracker, lost context.CancelCauseFunc) {
+func (q *Queue) keepClaim(ctx context.Context, log *slog.Logger, req ports.RebuildRequest, tr *rebuildTracker, lost context.CancelCauseFunc) {
 	const op = "reporting rebuild progress"
-	o := q.opts.Rewind
+	o := q.cfg
 	reported := req.RebuildFigures
 	last := q.Now()
 	t := q.Clock.NewTimer(rebuildProgressEvery)
@@ -184,8 +226,8 @@ func (q *rebuildQueue) keepClaim(ctx context.Context, log *slog.Logger, req port
 		now := q.Now()
 		figures := tr.get()
 		if figures != reported || now.Sub(last) >= o.KeepAlive {
-			err := q.backend.Rebuilds.RebuildProgress(ctx, &ports.RebuildProgressParams{
-				ID: req.ID, InstanceID: q.opts.InstanceID, Attempt: req.Attempt, RebuildFigures: figures,
+			err := q.cfg.Rebuilds.RebuildProgress(ctx, &ports.RebuildProgressParams{
+				ID: req.ID, InstanceID: q.cfg.InstanceID, Attempt: req.Attempt, RebuildFigures: figures,
 				ClaimDuration: o.LockTimeout, Now: q.ParamNow(),
 			})
 			switch {
@@ -213,9 +255,9 @@ func (q *rebuildQueue) keepClaim(ctx context.Context, log *slog.Logger, req port
 
 // finish records the end of req, done with an empty errText, failed with
 // it, and reports whether the next request may be claimed.
-func (q *rebuildQueue) finish(ctx context.Context, log *slog.Logger, req ports.RebuildRequest, errText string) bool {
-	err := q.backend.Rebuilds.RebuildFinish(ctx, &ports.RebuildFinishParams{
-		ID: req.ID, InstanceID: q.opts.InstanceID, Attempt: req.Attempt, RebuildFigures: req.RebuildFigures, Error: errText, Now: q.ParamNow(),
+func (q *Queue) finish(ctx context.Context, log *slog.Logger, req ports.RebuildRequest, errText string) bool {
+	err := q.cfg.Rebuilds.RebuildFinish(ctx, &ports.RebuildFinishParams{
+		ID: req.ID, InstanceID: q.cfg.InstanceID, Attempt: req.Attempt, RebuildFigures: req.RebuildFigures, Error: errText, Now: q.ParamNow(),
 	})
 	attrs := []any{slog.Int64("streams_done", req.StreamsDone), slog.Int64("events_replayed", req.EventsReplayed)}
 	switch {
@@ -243,11 +285,11 @@ func (q *rebuildQueue) finish(ctx context.Context, log *slog.Logger, req ports.R
 // release gives req's claim up with its figures, so that the next claim,
 // by any instance, resumes it. It runs when ctx may be done (at Stop), so
 // it is bounded by its own timeout.
-func (q *rebuildQueue) release(ctx context.Context, log *slog.Logger, req ports.RebuildRequest, msg string) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deregisterTimeout)
+func (q *Queue) release(ctx context.Context, log *slog.Logger, req ports.RebuildRequest, msg string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	err := q.backend.Rebuilds.RebuildProgress(rctx, &ports.RebuildProgressParams{
-		ID: req.ID, InstanceID: q.opts.InstanceID, Attempt: req.Attempt, RebuildFigures: req.RebuildFigures, Release: true, Now: q.ParamNow(),
+	err := q.cfg.Rebuilds.RebuildProgress(rctx, &ports.RebuildProgressParams{
+		ID: req.ID, InstanceID: q.cfg.InstanceID, Attempt: req.Attempt, RebuildFigures: req.RebuildFigures, Release: true, Now: q.ParamNow(),
 	})
 	attrs := []any{slog.Int64("streams_done", req.StreamsDone), slog.String("resume_after", req.ResumeAfter.String())}
 	switch {
@@ -262,9 +304,9 @@ func (q *rebuildQueue) release(ctx context.Context, log *slog.Logger, req ports.
 	}
 }
 
-// notify calls the OnRebuildRequest hook with req.
-func (q *rebuildQueue) notify(req ports.RebuildRequest) {
-	if h := q.opts.Hooks.OnRebuildRequest; h != nil {
+// notify calls OnRequest with req.
+func (q *Queue) notify(req ports.RebuildRequest) {
+	if h := q.cfg.OnRequest; h != nil {
 		h(req)
 	}
 }
