@@ -9,7 +9,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/vantage-go/vantage/adapters/postgres"
 	"github.com/vantage-go/vantage/core"
+	"github.com/vantage-go/vantage/internal/pgtest"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -122,9 +124,12 @@ func TestCoreAppendTx(t *testing.T) {
 		require.NoError(t, tx.Rollback(ctx))
 
 		require.Empty(t, streamVersions(t, b, stream))
-		for _, table := range []string{"vantage_events", "vantage_work", "vantage_subscriptions"} {
+		for _, table := range []string{"vantage_events", "vantage_work"} {
 			require.Zero(t, rowCount(t, b, table), "%s is empty", table)
 		}
+		// Recorded outside the transaction (see AppendTx): the registry's
+		// facts, which a worker would record anyway.
+		require.Equal(t, 2, rowCount(t, b, "vantage_subscriptions"), "the subscriptions stay recorded")
 	})
 
 	t.Run("WorkerAppliesAfterCommit", func(t *testing.T) {
@@ -164,4 +169,60 @@ func TestCoreAppendTx(t *testing.T) {
 			require.Equal(t, txModel{Total: 12, Metadata: md}, m, "perspective %s", perspective)
 		}
 	})
+}
+
+// An AppendTx that carries a subscription not recorded yet (a perspective
+// new to the schema, or revived after a retirement) records it outside
+// the caller's transaction: recorded inside, its row would stay
+// uncommitted as long as the application keeps the transaction open, and
+// every other append carrying the subscription would wait for it. An
+// application that keeps such a transaction open until another append
+// returns (appends on two connections at once) would stand still.
+func TestAppendTxHoldsNoAppendBehindItsSubscriptions(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t)
+	subs := []ports.Subscription{{EventType: testType, Perspective: "fresh"}}
+
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(ctx)) })
+	res, err := b.store.AppendTx(ctx, tx, &ports.EventsAppendParams{StreamID: newUUID(t), Events: newEvents(1), Subscriptions: subs, Now: base})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.WorkRows)
+
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	res, err = b.backend.Events.EventsAppend(actx, &ports.EventsAppendParams{StreamID: newUUID(t), Events: newEvents(1), Subscriptions: subs, Now: base})
+	require.NoError(t, err, "an append while the transaction is open")
+	require.Equal(t, 1, res.WorkRows)
+	require.NoError(t, tx.Rollback(ctx))
+
+	// Recorded although the transaction rolled back: an append of another
+	// service, which carries no subscription, fans out to it.
+	res, err = b.backend.Events.EventsAppend(ctx, &ports.EventsAppendParams{StreamID: newUUID(t), Events: newEvents(1), Now: base})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.WorkRows, "the subscription is recorded")
+}
+
+// When the store's pool has no connection to record a missing
+// subscription with (the caller's transaction holds the last one), AppendTx
+// records it in the caller's transaction rather than wait on the pool.
+func TestAppendTxRecordsSubscriptionsInTxWhenThePoolIsFull(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := newStoreWith(t, pgtest.PoolOptions{MaxConns: 1}, postgres.Options{Schema: pgtest.Schema(t)})
+	subs := []ports.Subscription{{EventType: testType, Perspective: "fresh"}}
+
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(ctx)) })
+	res, err := b.store.AppendTx(ctx, tx, &ports.EventsAppendParams{StreamID: newUUID(t), Events: newEvents(1), Subscriptions: subs, Now: base})
+	require.NoError(t, err, "the append goes through without a second connection")
+	require.Equal(t, 1, res.WorkRows)
+	require.NoError(t, tx.Commit(ctx))
+
+	res, err = b.backend.Events.EventsAppend(ctx, &ports.EventsAppendParams{StreamID: newUUID(t), Events: newEvents(1), Now: base})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.WorkRows, "the subscription was recorded with the transaction")
 }

@@ -43,7 +43,9 @@ func (s *Store) appendLockClass() string { return "vantage_append:" + s.opts.Sch
 // registers the subscriptions the call carries. Parameters: $1 stream, $2
 // now, $3 expected version, $4 event ids, $5 types, $6 explicit versions (0
 // for none), $7 data, $8 metadata, $9 NOTIFY channel, $10 and $11 the
-// carried subscriptions (event types, perspectives).
+// carried subscriptions (event types, perspectives), $12 whether to record
+// those missing (EventsAppend; AppendTx records them before, outside the
+// caller's transaction: see AppendTx).
 //
 //   - known are the events of the call whose id is stored already (a
 //     primary key probe per event: the LATERAL ... LIMIT 1 keeps it one
@@ -161,7 +163,7 @@ carried AS MATERIALIZED (
 ),
 registered AS MATERIALIZED (
     SELECT /* SCHEMA */.vantage_subscriptions_add($10::text[], $11::text[]) AS added
-    WHERE EXISTS (SELECT 1 FROM ok)
+    WHERE $12::boolean AND EXISTS (SELECT 1 FROM ok)
       AND EXISTS (
           SELECT 1 FROM carried c
           WHERE NOT EXISTS (
@@ -299,7 +301,7 @@ func (s *Store) EventsAppend(ctx context.Context, params *ports.EventsAppendPara
 		return nil, fmt.Errorf("appending to stream %s: %w", params.StreamID, translate(err))
 	}
 	defer conn.Release()
-	res, err := s.append(ctx, conn, params, "", true)
+	res, err := s.append(ctx, conn, params, "", true, true)
 	if pc := conn.Conn().PgConn(); err != nil && !pc.IsClosed() && pc.TxStatus() != 'I' {
 		// The batch opened the transaction and failed before its COMMIT:
 		// end it, so the connection goes back to the pool usable.
@@ -318,7 +320,7 @@ var _ ports.TxEventStore[pgx.Tx] = (*Store)(nil)
 
 // AppendTx is EventsAppend inside the caller's transaction, so business
 // writes and events commit together; the wake notification is sent when tx
-// commits, and nothing is stored if it rolls back. To append registered
+// commits, and no event nor work row is stored if it rolls back. To append registered
 // events, call core.AppendTx with the Store: it adds what
 // core.Registry.Append adds (event ids, the metadata of the context, the
 // registry's subscriptions). The stream's lock is held until tx ends: keep
@@ -328,11 +330,72 @@ var _ ports.TxEventStore[pgx.Tx] = (*Store)(nil)
 // repeated append (AlreadyStored) and a stored event id leave the
 // transaction usable; after a taken version the transaction is aborted (a
 // unique violation): roll it back.
+//
+// The subscriptions params carries that are not recorded yet are recorded
+// first, in a transaction of their own on the Store's pool, and stay
+// recorded whatever becomes of tx: recorded in tx, their rows would stay
+// uncommitted while the application keeps tx open, and every other append
+// carrying them would wait for tx, an application that keeps tx open until
+// another of its appends returns standing still. The events fan out to
+// them in any case.
 func (s *Store) AppendTx(ctx context.Context, tx pgx.Tx, params *ports.EventsAppendParams) (*ports.EventsAppendResult, error) {
 	if err := s.appendReady(ctx, params); err != nil {
 		return nil, err
 	}
-	return s.append(ctx, tx, params, s.channel, false)
+	// When the pool cannot record them at once (every connection taken,
+	// perhaps by transactions like tx), they are recorded in tx, as
+	// before: an append never waits on the pool for good.
+	rctx, cancel := context.WithTimeout(ctx, recordSubscriptionsTimeout)
+	err := s.recordSubscriptions(rctx, params.Subscriptions)
+	cancel()
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("appending to stream %s: %w", params.StreamID, translate(ctx.Err()))
+	}
+	return s.append(ctx, tx, params, s.channel, false, err != nil)
+}
+
+// recordSubscriptionsTimeout bounds AppendTx's recording of missing
+// subscriptions on the pool.
+const recordSubscriptionsTimeout = 250 * time.Millisecond
+
+// subscriptionsRecheck is how long the Store trusts that a subscription it
+// recorded, or found recorded, still is: a retirement deletes it, and a
+// revival leaves it to be recorded again.
+const subscriptionsRecheck = time.Minute
+
+// sqlSubscriptionsRecordMissing records the subscriptions $1, $2 that are
+// not recorded yet, as vantage_subscriptions_add does, calling it only
+// when one is missing.
+const sqlSubscriptionsRecordMissing = `SELECT /* SCHEMA */.vantage_subscriptions_add($1::text[], $2::text[])
+WHERE EXISTS (
+    SELECT 1 FROM unnest($1::text[], $2::text[]) AS x(event_type, perspective)
+    WHERE NOT EXISTS (SELECT 1 FROM /* SCHEMA */.vantage_subscriptions s
+                      WHERE s.event_type = x.event_type AND s.perspective = x.perspective)
+      AND NOT EXISTS (SELECT 1 FROM /* SCHEMA */.vantage_retired_perspectives r WHERE r.perspective = x.perspective))`
+
+// recordSubscriptions records those of subs not recorded yet, on the pool,
+// unless the Store recorded or found each recorded within
+// subscriptionsRecheck.
+func (s *Store) recordSubscriptions(ctx context.Context, subs []ports.Subscription) error {
+	now := time.Now()
+	fresh := true
+	for _, sub := range subs {
+		if until, ok := s.subscribed.Load(sub); !ok || now.After(until.(time.Time)) {
+			fresh = false
+			break
+		}
+	}
+	if fresh {
+		return nil
+	}
+	types, perspectives := subscriptionColumns(subs)
+	if _, err := s.pool.Exec(ctx, s.sql(sqlSubscriptionsRecordMissing), types, perspectives); err != nil {
+		return fmt.Errorf("recording subscriptions: %w", translate(err))
+	}
+	for _, sub := range subs {
+		s.subscribed.Store(sub, now.Add(subscriptionsRecheck))
+	}
+	return nil
 }
 
 // appendReady returns the error of an append of params before it is sent:
@@ -355,13 +418,14 @@ type appendRow struct {
 	same     pgtype.Bool
 }
 
-// append stores the events of params through db (see EventsAppend). With
+// append stores the events of params through db (see EventsAppend),
+// recording the missing subscriptions it carries when record is set. With
 // own set, db is a connection outside any transaction: the batch wraps
 // the append in a transaction of its own and notifies s.channel after its
 // commit (see EventsAppend). Without it, db is the caller's transaction and
 // channel, when set, is notified when that transaction commits. The caller
 // checked appendReady.
-func (s *Store) append(ctx context.Context, db batchSender, params *ports.EventsAppendParams, channel string, own bool) (*ports.EventsAppendResult, error) {
+func (s *Store) append(ctx context.Context, db batchSender, params *ports.EventsAppendParams, channel string, own, record bool) (*ports.EventsAppendResult, error) {
 	subTypes, subPerspectives := subscriptionColumns(params.Subscriptions)
 	n := len(params.Events)
 	var (
@@ -414,7 +478,7 @@ func (s *Store) append(ctx context.Context, db batchSender, params *ports.Events
 		workRows      int
 	)
 	err := s.sendAppend(ctx, db, params.StreamID, own, s.sql(sqlAppend), []any{uuidArg(params.StreamID), nowArg(params.Now), params.ExpectedVersion,
-		ids, types, versions, data, metadata, textArg(channel), subTypes, subPerspectives},
+		ids, types, versions, data, metadata, textArg(channel), subTypes, subPerspectives, record},
 		func(rows pgx.Rows) error {
 			var (
 				r                         appendRow

@@ -98,7 +98,7 @@ ANALYZE `+s+`.vantage_events; ANALYZE `+s+`.vantage_work; ANALYZE `+s+`.vantage_
 		"FailCursors":        {nil, streams, names, ids, nums, texts, ids, []bool{true, true, false}, id},
 		"FailEvents":         {nil, streams, names, ids, nums, texts, times},
 		"FlagFailedEvents":   {nil, streams, names, ids, nums},
-		"Append":             {streams[0], nil, int64(0), ids, texts, nums, []string{"{}", "{}", "{}"}, []string{"{}", "{}", "{}"}, channel, texts, names},
+		"Append":             {streams[0], nil, int64(0), ids, texts, nums, []string{"{}", "{}", "{}"}, []string{"{}", "{}", "{}"}, channel, texts, names, true},
 		"AppendImplicit":     {streams[0], nil, int64(0), ids, texts, []string{"{}", "{}", "{}"}, []string{"{}", "{}", "{}"}, texts, names},
 		"ModelLoad":          {streams[0], "a"},
 		"ModelLoadMany":      {streams, names},
@@ -129,13 +129,14 @@ ANALYZE `+s+`.vantage_events; ANALYZE `+s+`.vantage_work; ANALYZE `+s+`.vantage_
 		"LifecycleReady":        {[]string{"T", "T"}, []string{"a", "b"}, ids},
 		"LifecycleOrphans":      {[]string{"T", "T"}, []string{"a", "b"}, nil, 10},
 
-		"SubscriptionsRegister": {texts, names},
-		"Retire":                {"a"},
-		"RetireRows":            {"a", true},
-		"PerspectiveRevive":     {"a"},
-		"PerspectivesRetired":   {},
-		"PerspectivesLag":       {nil},
-		"PerspectivesStatus":    {nil},
+		"SubscriptionsRegister":      {texts, names},
+		"SubscriptionsRecordMissing": {texts, names},
+		"Retire":                     {"a"},
+		"RetireRows":                 {"a", true},
+		"PerspectiveRevive":          {"a"},
+		"PerspectivesRetired":        {},
+		"PerspectivesLag":            {nil},
+		"PerspectivesStatus":         {nil},
 
 		"RebuildRequest":  {id, nil, "a", ids, "ops"},
 		"RebuildGet":      {id},
@@ -302,7 +303,7 @@ func TestWorkStatementsReadBoundedRows(t *testing.T) {
 		persps  = ten("a")
 	)
 	cases := map[string][]any{
-		"Append":           {stream, nil, int64(0), []uuid.UUID{uuid.New()}, []string{"T"}, []int64{0}, []string{"{}"}, []string{"{}"}, b.store.Channel(), []string{"T"}, []string{"a"}},
+		"Append":           {stream, nil, int64(0), []uuid.UUID{uuid.New()}, []string{"T"}, []int64{0}, []string{"{}"}, []string{"{}"}, b.store.Channel(), []string{"T"}, []string{"a"}, true},
 		"Claim":            {instance, nil, minute, minute, 10, 100, "lock"},
 		"ClaimHeld":        {instance, nil, 10},
 		"CompleteCursors":  {nil, []uuid.UUID{stream}, []string{"a"}, []uuid.UUID{uuid.New()}, []int64{10}},
@@ -866,7 +867,7 @@ func TestAppendProbesEventsWithoutStatistics(t *testing.T) {
 		SELECT gen_random_uuid(), gen_random_uuid(), 'T', 1, '{}' FROM generate_series(1, 50)`)
 	require.NoError(t, err)
 	args := []string{"'" + uuid.NewString() + "'::uuid", "NULL", "0", "ARRAY['" + uuid.NewString() + "']::uuid[]",
-		"ARRAY['T']", "ARRAY[0]::bigint[]", "ARRAY['{}']", "ARRAY['{}']", "'" + b.store.Channel() + "'", "ARRAY['T']", "ARRAY['a']"}
+		"ARRAY['T']", "ARRAY[0]::bigint[]", "ARRAY['{}']", "ARRAY['{}']", "'" + b.store.Channel() + "'", "ARRAY['T']", "ARRAY['a']", "true"}
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 		rolledBack(t, b, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = `+mode); err != nil {

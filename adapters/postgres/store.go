@@ -90,6 +90,10 @@ type Store struct {
 	opts     Options
 	channel  string   // NOTIFY channel of the schema
 	rendered sync.Map // query text -> text with the schema filled in
+	// subscribed holds the subscriptions AppendTx recorded or found
+	// recorded, with the time until which it trusts them to be (see
+	// recordSubscriptions).
+	subscribed sync.Map // ports.Subscription -> time.Time
 
 	notifier *notifier
 
