@@ -208,6 +208,22 @@ func TestListStopGivesUpWaitingForAStartWithItsContext(t *testing.T) {
 	require.Equal(t, []string{"start a", "stop a"}, log.list())
 }
 
+// A Stop whose ctx ended already, while no Start is in progress, still
+// stops every started service (each with the ended ctx): a Worker stopped
+// past its deadline must not leave them running.
+func TestListStopWithAnEndedContextStopsTheStartedOnes(t *testing.T) {
+	t.Parallel()
+	for range 200 { // a choice between the two would fail about half the time
+		log := &calls{}
+		l := startstop.NewList(&record{name: "a", log: log}, &record{name: "b", log: log})
+		require.NoError(t, l.Start(t.Context()))
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		require.NoError(t, l.Stop(ctx))
+		require.Equal(t, []string{"start a", "start b", "stop b", "stop a"}, log.list())
+	}
+}
+
 func TestFuncRunsItsSteps(t *testing.T) {
 	t.Parallel()
 	var got []string
