@@ -7,7 +7,6 @@ import (
 	"reflect"
 
 	"github.com/vantage-go/vantage/core/internal/stage"
-	"github.com/vantage-go/vantage/core/internal/telemetry"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -133,26 +132,3 @@ func (s stageRegistry) HasReceptors(stages ...Stage) bool { return s.r.hasRecept
 func (s stageRegistry) Decode(e ports.Event) (any, error) { return s.r.Decode(e) }
 
 func (s stageRegistry) Subscribers() map[string][]string { return s.r.subscribers() }
-
-// stageTelemetry records the lifecycle's stages in the engine's traces
-// and metrics.
-type stageTelemetry struct {
-	tracing telemetry.Tracing
-	metrics *telemetry.Metrics
-}
-
-func (t stageTelemetry) StartStage(ctx context.Context, at Stage, perspective string, events []ports.Event) (context.Context, func(int, error)) {
-	ctx, span := t.tracing.StartStage(ctx, at, perspective, events)
-	return ctx, func(claimed int, err error) { telemetry.EndStage(span, claimed, err) }
-}
-
-func (t stageTelemetry) StageRan(ctx context.Context, at Stage, claimed int, err error) {
-	t.metrics.StageRan(ctx, at, claimed, err)
-}
-
-func (t stageTelemetry) ReceptorFailed(ctx context.Context, at Stage, receptor int, inline bool, err error) {
-	if inline {
-		telemetry.ReceptorFailed(ctx, receptor, err)
-	}
-	t.metrics.ReceptorFailed(ctx, at)
-}

@@ -19,7 +19,6 @@ import (
 	"github.com/vantage-go/vantage/core/internal/complete"
 	"github.com/vantage-go/vantage/core/internal/consume"
 	"github.com/vantage-go/vantage/core/internal/dedup"
-	"github.com/vantage-go/vantage/core/internal/faultlog"
 	"github.com/vantage-go/vantage/core/internal/heartbeat"
 	"github.com/vantage-go/vantage/core/internal/lease"
 	"github.com/vantage-go/vantage/core/internal/modelstore"
@@ -116,10 +115,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		backend: backend,
 		reg:     registry,
 		opts:    o,
-		Env: &base.Env{
-			Clock: clock, InjectedClock: o.Clock != nil, Log: log,
-			Faults: faultlog.New(log, clock), Signals: &base.Signals{},
-		},
+		Env:     base.NewEnv(clock, o.Clock != nil, log),
 		tracing: telemetry.NewTracing(o.TracerProvider),
 	}
 	e.stats = newStatsCache(e)
@@ -235,7 +231,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		Registry:       stageRegistry{registry},
 		Scope:          scopes.establish,
 		Completer:      w.completer,
-		Telemetry:      stageTelemetry{tracing: e.tracing, metrics: e.metrics},
+		Telemetry:      telemetry.Stages{Tracing: e.tracing, Metrics: e.metrics},
 		OnCompleted:    o.Hooks.OnLifecycleCompleted,
 	})
 	fail := &failures{engine: e, parking: w.parking, completer: w.completer, cache: cache}

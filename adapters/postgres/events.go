@@ -363,16 +363,6 @@ const recordSubscriptionsTimeout = 250 * time.Millisecond
 // revival leaves it to be recorded again.
 const subscriptionsRecheck = time.Minute
 
-// sqlSubscriptionsRecordMissing records the subscriptions $1, $2 that are
-// not recorded yet, as vantage_subscriptions_add does, calling it only
-// when one is missing.
-const sqlSubscriptionsRecordMissing = `SELECT /* SCHEMA */.vantage_subscriptions_add($1::text[], $2::text[])
-WHERE EXISTS (
-    SELECT 1 FROM unnest($1::text[], $2::text[]) AS x(event_type, perspective)
-    WHERE NOT EXISTS (SELECT 1 FROM /* SCHEMA */.vantage_subscriptions s
-                      WHERE s.event_type = x.event_type AND s.perspective = x.perspective)
-      AND NOT EXISTS (SELECT 1 FROM /* SCHEMA */.vantage_retired_perspectives r WHERE r.perspective = x.perspective))`
-
 // recordSubscriptions records those of subs not recorded yet, on the pool,
 // unless the Store recorded or found each recorded within
 // subscriptionsRecheck.
@@ -388,9 +378,8 @@ func (s *Store) recordSubscriptions(ctx context.Context, subs []ports.Subscripti
 	if fresh {
 		return nil
 	}
-	types, perspectives := subscriptionColumns(subs)
-	if _, err := s.pool.Exec(ctx, s.sql(sqlSubscriptionsRecordMissing), types, perspectives); err != nil {
-		return fmt.Errorf("recording subscriptions: %w", translate(err))
+	if err := s.SubscriptionsRegister(ctx, &ports.SubscriptionsRegisterParams{Subscriptions: subs}); err != nil {
+		return err
 	}
 	for _, sub := range subs {
 		s.subscribed.Store(sub, now.Add(subscriptionsRecheck))

@@ -34,6 +34,13 @@ type Env struct {
 	Signals *Signals
 }
 
+// NewEnv returns the Env of services on clock (injected: given by the
+// host, see ParamNow) logging to log, with a fault log on log and no test
+// signals set.
+func NewEnv(clock ports.Clock, injected bool, log *slog.Logger) *Env {
+	return &Env{Clock: clock, InjectedClock: injected, Log: log, Faults: faultlog.New(log, clock), Signals: &Signals{}}
+}
+
 // Now is the engine's time.
 func (e *Env) Now() time.Time { return e.Clock.Now() }
 

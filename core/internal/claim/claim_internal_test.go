@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/core/internal/base"
-	"github.com/vantage-go/vantage/core/internal/faultlog"
 	"github.com/vantage-go/vantage/core/internal/heartbeat"
 	"github.com/vantage-go/vantage/core/internal/queue"
 	"github.com/vantage-go/vantage/internal/clocktest"
@@ -70,7 +69,7 @@ type bundle struct {
 func setup(t *testing.T, clock ports.Clock, interval time.Duration) *bundle {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
-	env := &base.Env{Clock: clock, InjectedClock: true, Log: log, Faults: faultlog.New(log, clock), Signals: &base.Signals{}}
+	env := base.NewEnv(clock, true, log)
 	spy := &spyClaimer{}
 	heart := heartbeat.New(env, heartbeat.Config{Claimer: spy, Interval: time.Second, StaleThreshold: 10 * time.Second})
 	q := queue.New(queue.Hooks{})

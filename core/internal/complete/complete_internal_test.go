@@ -14,7 +14,6 @@ import (
 	"github.com/vantage-go/vantage/core/completion"
 	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/core/internal/dedup"
-	"github.com/vantage-go/vantage/core/internal/faultlog"
 	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/core/internal/retry"
 	"github.com/vantage-go/vantage/internal/clocktest"
@@ -89,7 +88,7 @@ func newHarness(t *testing.T, strategy completion.Factory) *harness {
 	h := &harness{cursors: &cursors{}, clock: clock, ev: &events{}}
 	h.cache = dedup.New(dedup.Options{Retention: time.Minute, Clock: clock})
 	log := slog.New(slog.DiscardHandler)
-	env := &base.Env{Clock: clock, InjectedClock: true, Log: log, Faults: faultlog.New(log, clock), Signals: &base.Signals{}}
+	env := base.NewEnv(clock, true, log)
 	ev := h.ev
 	var err error
 	h.c, err = New(env, h.cache, Config{

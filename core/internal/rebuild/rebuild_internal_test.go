@@ -15,7 +15,6 @@ import (
 
 	"github.com/vantage-go/vantage/adapters/memory"
 	"github.com/vantage-go/vantage/core/internal/base"
-	"github.com/vantage-go/vantage/core/internal/faultlog"
 	"github.com/vantage-go/vantage/internal/clocktest"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -77,7 +76,7 @@ func queue(t *testing.T, rb *rebuilder) (*Queue, *memory.Store, ports.RebuildReq
 	req, err := store.RebuildRequest(t.Context(), &ports.RebuildRequestParams{Perspective: "p", Now: clock.Now()})
 	require.NoError(t, err)
 	log := slog.New(slog.DiscardHandler)
-	q := New(&base.Env{Clock: clock, InjectedClock: true, Log: log, Faults: faultlog.New(log, clock), Signals: &base.Signals{}}, Config{
+	q := New(base.NewEnv(clock, true, log), Config{
 		Rebuilds: store, InstanceID: uuid.New(), PollInterval: time.Hour, LockTimeout: time.Minute, KeepAlive: 10 * time.Second,
 		Perspectives: func() []string { return []string{"p"} }, Rebuilder: rb,
 	})

@@ -15,7 +15,6 @@ import (
 
 	"github.com/vantage-go/vantage/adapters/memory"
 	"github.com/vantage-go/vantage/core/internal/base"
-	"github.com/vantage-go/vantage/core/internal/faultlog"
 	"github.com/vantage-go/vantage/internal/clocktest"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -103,7 +102,7 @@ func newHarness(t *testing.T, store ports.LifecycleStore, n int) *harness {
 	clock := clocktest.NewFake()
 	log := slog.New(slog.DiscardHandler)
 	h := &harness{reg: &registry{}, store: store, clock: clock, tel: &telemetry{}}
-	h.l = New(&base.Env{Clock: clock, InjectedClock: true, Log: log, Faults: faultlog.New(log, clock), Signals: &base.Signals{}}, Config{
+	h.l = New(base.NewEnv(clock, true, log), Config{
 		Lifecycle: store, InstanceID: uuid.New(), StaleThreshold: time.Minute, Registry: h.reg,
 		Scope: func(ctx context.Context, _ ports.Event) (context.Context, error) { return ctx, nil }, Telemetry: h.tel,
 	})

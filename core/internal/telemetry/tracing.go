@@ -292,3 +292,31 @@ func AppendedSpanContext(md *ports.Metadata) (sc trace.SpanContext, ok bool) {
 	sc = trace.SpanContextFromContext(traceContext.Extract(context.Background(), metadataCarrier{md}))
 	return sc, sc.IsValid()
 }
+
+// Stages records the lifecycle's stages in the engine's traces and
+// metrics (stage.Telemetry).
+type Stages struct {
+	Tracing Tracing
+	Metrics *Metrics
+}
+
+// StartStage implements stage.Telemetry.
+func (t Stages) StartStage(ctx context.Context, at stage.Stage, perspective string, events []ports.Event) (context.Context, func(int, error)) {
+	ctx, span := t.Tracing.StartStage(ctx, at, perspective, events)
+	return ctx, func(claimed int, err error) { EndStage(span, claimed, err) }
+}
+
+// StageRan implements stage.Telemetry.
+func (t Stages) StageRan(ctx context.Context, at stage.Stage, claimed int, err error) {
+	t.Metrics.StageRan(ctx, at, claimed, err)
+}
+
+// ReceptorFailed implements stage.Telemetry.
+func (t Stages) ReceptorFailed(ctx context.Context, at stage.Stage, receptor int, inline bool, err error) {
+	if inline {
+		ReceptorFailed(ctx, receptor, err)
+	}
+	t.Metrics.ReceptorFailed(ctx, at)
+}
+
+var _ stage.Telemetry = Stages{}
