@@ -30,7 +30,7 @@ type benchEvent struct {
 }
 
 // newBenchPerspective registers benchEvent and a perspective folding it.
-func newBenchPerspective(b *testing.B) (*Registry, perspective) {
+func newBenchPerspective(b *testing.B) (*Registry, registered) {
 	b.Helper()
 	reg := NewRegistry()
 	require.NoError(b, RegisterEvent[benchEvent](reg, "bench.event"))

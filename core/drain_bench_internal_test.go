@@ -69,7 +69,7 @@ func (db *drainBench) run(b *testing.B, streams, events, perspectives int) {
 			require.NoError(b, err)
 		}
 		b.StartTimer()
-		db.w.drain.processBatch(b.Context(), ids)
+		db.w.drain.ProcessBatch(b.Context(), ids)
 		require.NoError(b, db.w.completer.FlushNow(b.Context()))
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*streams*events*perspectives), "ns/apply")

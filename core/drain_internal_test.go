@@ -25,8 +25,8 @@ import (
 // until their drain releases them.
 func (bb *batchBundle) take(t *testing.T, ids ...uuid.UUID) []uuid.UUID {
 	t.Helper()
-	bb.w.drain.queue.Push(ids...)
-	taken := bb.w.drain.queue.Take(len(ids))
+	bb.w.drainQ.Push(ids...)
+	taken := bb.w.drainQ.Take(len(ids))
 	require.ElementsMatch(t, ids, taken)
 	return taken
 }
@@ -65,7 +65,7 @@ func (bb *batchBundle) appendOnFirst(t *testing.T, stream uuid.UUID, perPass, la
 		if _, err := bb.w.reg.Append(ctx, bb.backend.Events, stream, 0, evs...); err != nil {
 			t.Errorf("appending while draining: %v", err)
 		}
-		bb.w.drain.queue.Push(stream)
+		bb.w.drainQ.Push(stream)
 	}
 	bb.onApply.Store(&f)
 }
@@ -95,12 +95,12 @@ func TestDrainLoopRefetchesStreamPushedWhileDrained(t *testing.T) {
 	stream := bb.appendStreams(t, 1, placed{ID: "1-first"}, placed{ID: "1-1"})[0]
 	bb.appendOnFirst(t, stream, 2, 2)
 
-	bb.w.drain.processBatch(t.Context(), bb.take(t, stream))
+	bb.w.drain.ProcessBatch(t.Context(), bb.take(t, stream))
 	require.Equal(t, BatchCycle{Streams: 1, Applied: 4}, recv(t, cycles, "the batch"), "one batch applied the events appended meanwhile")
 	require.Equal(t, int64(2), bb.spy.fetches.Load(), "a fetch and a refetch")
 	bb.settle(t)
-	require.False(t, bb.w.drain.queue.IsInFlight(stream), "released")
-	require.Zero(t, bb.w.drain.queue.Len(), "the push was consumed by the refetch")
+	require.False(t, bb.w.drainQ.IsInFlight(stream), "released")
+	require.Zero(t, bb.w.drainQ.Len(), "the push was consumed by the refetch")
 }
 
 // The drain loop stops after DrainLoopMaxIterations passes, however many
@@ -114,11 +114,11 @@ func TestDrainLoopStopsAtMaxIterations(t *testing.T) {
 	stream := bb.appendStreams(t, 1, placed{ID: "1-first"}, placed{ID: "1-1"})[0]
 	bb.appendOnFirst(t, stream, 2, 100)
 
-	bb.w.drain.processBatch(t.Context(), bb.take(t, stream))
+	bb.w.drain.ProcessBatch(t.Context(), bb.take(t, stream))
 	require.Equal(t, BatchCycle{Streams: 1, Applied: 6}, recv(t, cycles, "the batch"), "three passes of two events")
 	require.Equal(t, int64(3), bb.spy.fetches.Load())
 	bb.settle(t)
-	require.Equal(t, []uuid.UUID{stream}, bb.w.drain.queue.Take(10), "queued again for the events of the last push")
+	require.Equal(t, []uuid.UUID{stream}, bb.w.drainQ.Take(10), "queued again for the events of the last push")
 }
 
 // A pass that applied fewer than DrainLoopRefetchMinBatch events ends the
@@ -133,11 +133,11 @@ func TestDrainLoopNeedsRefetchMinBatch(t *testing.T) {
 	stream := bb.appendStreams(t, 1, placed{ID: "1-first"})[0]
 	bb.appendOnFirst(t, stream, 1, 100)
 
-	bb.w.drain.processBatch(t.Context(), bb.take(t, stream))
+	bb.w.drain.ProcessBatch(t.Context(), bb.take(t, stream))
 	require.Equal(t, BatchCycle{Streams: 1, Applied: 2}, recv(t, cycles, "the batch"), "one event, two perspectives")
 	require.Equal(t, int64(1), bb.spy.fetches.Load(), "one event is too few to refetch for")
 	bb.settle(t)
-	require.Equal(t, []uuid.UUID{stream}, bb.w.drain.queue.Take(10), "queued again for the next batch")
+	require.Equal(t, []uuid.UUID{stream}, bb.w.drainQ.Take(10), "queued again for the next batch")
 }
 
 // The perspectives of a stream are drained in parallel, never more than
@@ -170,7 +170,7 @@ func TestStreamPerspectivesDrainInParallel(t *testing.T) {
 	stream := bb.appendStreams(t, 1, placed{ID: "a"})[0]
 
 	done := make(chan struct{})
-	go func() { defer close(done); bb.w.drain.processBatch(t.Context(), bb.take(t, stream)) }()
+	go func() { defer close(done); bb.w.drain.ProcessBatch(t.Context(), bb.take(t, stream)) }()
 	first := []string{recv(t, started, "a first perspective"), recv(t, started, "a second perspective while the first applies")}
 	recv(t, slotWaits, "the stream to wait for a free perspective slot")
 	require.Equal(t, int64(2), inside.Load(), "two perspectives apply at once")
@@ -251,7 +251,7 @@ func TestHungApplyHoldsOnlyItsPair(t *testing.T) {
 	})
 
 	done := make(chan struct{})
-	go func() { defer close(done); bb.w.drain.processBatch(t.Context(), bb.take(t, hung, other)) }()
+	go func() { defer close(done); bb.w.drain.ProcessBatch(t.Context(), bb.take(t, hung, other)) }()
 	recv(t, started, "the apply that hangs")
 	require.ElementsMatch(t, []string{"b", "c"}, []string{recv(t, loads.blocked, "another perspective"), recv(t, loads.blocked, "another perspective")},
 		"the other perspectives of the stream drain while one apply hangs")
@@ -267,7 +267,7 @@ func TestHungApplyHoldsOnlyItsPair(t *testing.T) {
 	require.Equal(t, "a", recv(t, abandoned, "the abandonment").Perspective)
 	bb.w.monitor.WaitAbandons() // the abandonment handed its pair back
 	bb.settle(t)
-	require.True(t, bb.w.drain.queue.IsInFlight(hung), "not released while a perspective still drains")
+	require.True(t, bb.w.drainQ.IsInFlight(hung), "not released while a perspective still drains")
 	require.True(t, bb.w.renewer.Renewing(hung), "its leases are still renewed")
 	select {
 	case <-done:
@@ -279,7 +279,7 @@ func TestHungApplyHoldsOnlyItsPair(t *testing.T) {
 	require.Equal(t, pair.Key{Stream: hung, Perspective: "c"}, recv(t, processed, "the last pair"))
 	recv(t, done, "the batch, once every pair ended or was abandoned")
 	bb.settle(t)
-	require.False(t, bb.w.drain.queue.IsInFlight(hung), "released")
+	require.False(t, bb.w.drainQ.IsInFlight(hung), "released")
 	require.False(t, bb.w.renewer.Renewing(hung))
 }
 
@@ -317,7 +317,7 @@ func TestPrePerspectiveRunsBeforeParallelApplies(t *testing.T) {
 	bb.onApply.Store(&f)
 	stream := bb.appendStreams(t, 1, placed{ID: "a"})[0]
 
-	bb.w.drain.processBatch(t.Context(), bb.take(t, stream))
+	bb.w.drain.ProcessBatch(t.Context(), bb.take(t, stream))
 	require.Equal(t, int64(2), bb.applied.Load())
 	require.Equal(t, int64(1), fired.Load(), "once per event")
 }
@@ -337,7 +337,7 @@ func TestLateRowBelowAModelPastTheFetchedCursor(t *testing.T) {
 	appendAt := func(versions ...int64) []ports.NewEvent { return appendPlaced(t, b, stream, versions...) }
 	fetch := func() *ports.EventsFetchPendingResult { return fetchStream(t, b, bb.w.InstanceID(), stream, 100) }
 	appendAt(1, 3)
-	bb.w.drain.processBatch(t.Context(), bb.take(t, stream))
+	bb.w.drain.ProcessBatch(t.Context(), bb.take(t, stream))
 	bb.settle(t)
 	require.Equal(t, int64(2), bb.applied.Load())
 	appendAt(2) // late: below the cursor at 3
@@ -461,7 +461,7 @@ func TestRewindWithLateRowsAnotherRewindAppliedSince(t *testing.T) {
 	stream := uuid.New()
 	appendAt := func(versions ...int64) []ports.NewEvent { return appendPlaced(t, b, stream, versions...) }
 	appendAt(1, 3)
-	bb.w.drain.processBatch(t.Context(), bb.take(t, stream))
+	bb.w.drain.ProcessBatch(t.Context(), bb.take(t, stream))
 	bb.settle(t)
 	appendAt(2) // late: below the cursor at 3
 
@@ -475,12 +475,12 @@ func TestRewindWithLateRowsAnotherRewindAppliedSince(t *testing.T) {
 	require.Equal(t, []int{1}, news, "the first rewind applied the late event")
 
 	key := pair.Key{Stream: stream, Perspective: "c"}
-	p, ok := bb.w.reg.perspective("c")
+	p, ok := bb.w.reg.lookup("c")
 	require.True(t, ok)
 	cs, err := b.Cursors.CursorsGet(t.Context(), &ports.CursorsGetParams{StreamIDs: []uuid.UUID{stream}, Perspective: "c"})
 	require.NoError(t, err)
 	require.Len(t, cs, 1)
-	fresh, err := bb.w.rewind.rewindPair(t.Context(), p, key, stale, nil, cs[0], true, nil)
+	fresh, err := bb.w.rewind.RewindPair(t.Context(), p, key, stale, nil, cs[0], true, nil)
 	require.NoError(t, err)
 	require.Empty(t, fresh, "the late event was applied by the first rewind")
 	require.Equal(t, []int{1, 0}, news)

@@ -160,13 +160,7 @@ func (bb *batchBundle) appendStreams(t *testing.T, n int, evs ...any) []uuid.UUI
 // of applications.
 func (bb *batchBundle) drainFetched(t *testing.T, res *ports.EventsFetchPendingResult, seq uint64) int {
 	t.Helper()
-	n := 0
-	for _, sw := range splitByStream(res, seq, bb.w.opts.FetchMaxRows) {
-		task := &streamTask{dr: bb.w.drain, id: sw.id, rows: newRowsInFlight()}
-		bb.w.drain.drainStream(t.Context(), task, &sw, cursorsByPair(res.Cursors))
-		n += task.applied
-	}
-	return n
+	return bb.w.drain.DrainFetched(t.Context(), res, seq)
 }
 
 // An idle tick pushes a pending completion to the backend and
@@ -190,7 +184,7 @@ func TestBatchWithEmptyStream(t *testing.T) {
 	t.Parallel()
 
 	bb := setupBatch(t)
-	bb.w.drain.processBatch(t.Context(), []uuid.UUID{uuid.New()})
+	bb.w.drain.ProcessBatch(t.Context(), []uuid.UUID{uuid.New()})
 	require.Equal(t, int64(1), bb.spy.fetches.Load())
 	require.Zero(t, bb.spy.claims.Load())
 	require.Zero(t, bb.applied.Load())
@@ -202,14 +196,14 @@ func TestBatchDrainsStream(t *testing.T) {
 
 	bb := setupBatch(t)
 	stream := bb.appendStreams(t, 1, placed{ID: "a"}, placed{ID: "b"})[0]
-	bb.w.drain.processBatch(t.Context(), []uuid.UUID{stream})
+	bb.w.drain.ProcessBatch(t.Context(), []uuid.UUID{stream})
 	require.GreaterOrEqual(t, bb.spy.fetches.Load(), int64(1))
 	require.Equal(t, int64(2), bb.applied.Load())
 	require.NoError(t, bb.w.completer.Flush(t.Context()))
 	require.Equal(t, int64(1), bb.spy.completes.Load())
 
 	// A second batch for the same stream sees nothing new: no double apply.
-	bb.w.drain.processBatch(t.Context(), []uuid.UUID{stream})
+	bb.w.drain.ProcessBatch(t.Context(), []uuid.UUID{stream})
 	require.Equal(t, int64(2), bb.applied.Load())
 }
 
@@ -222,7 +216,7 @@ func TestBatchDrainsPastFetchLimit(t *testing.T) {
 
 	bb := setupBatchWith(t, &Options{FetchMaxRows: 3})
 	streams := bb.appendStreams(t, 5, placed{ID: "a"}, placed{ID: "b"}, placed{ID: "c"}, placed{ID: "d"})
-	bb.w.drain.processBatch(t.Context(), streams)
+	bb.w.drain.ProcessBatch(t.Context(), streams)
 	require.Equal(t, int64(20), bb.applied.Load())
 	require.NoError(t, bb.w.completer.Flush(t.Context()))
 	for _, stream := range streams {
@@ -231,7 +225,7 @@ func TestBatchDrainsPastFetchLimit(t *testing.T) {
 		require.Equal(t, int64(4), m.LastVersion)
 	}
 
-	bb.w.drain.processBatch(t.Context(), streams)
+	bb.w.drain.ProcessBatch(t.Context(), streams)
 	require.Equal(t, int64(20), bb.applied.Load(), "nothing is applied twice")
 }
 
@@ -262,7 +256,7 @@ func TestBatchBoundsRowsInFlight(t *testing.T) {
 		}
 	}
 
-	bb.w.drain.processBatch(t.Context(), streams)
+	bb.w.drain.ProcessBatch(t.Context(), streams)
 	require.Equal(t, int64(27), bb.applied.Load())
 	require.Less(t, worst.Load(), int64(2*limit), "fetched rows waiting to be drained when a later fetch started")
 }
@@ -296,7 +290,7 @@ func TestBatchBoundsUnacknowledgedRows(t *testing.T) {
 	}
 	bb.spy.afterFetch = func(rows int) { fetched.Add(int64(rows)) }
 
-	bb.w.drain.processBatch(t.Context(), streams)
+	bb.w.drain.ProcessBatch(t.Context(), streams)
 	release()
 	// When a fetch starts, fewer than limit rows are held by drains and
 	// fewer than limit drained rows are unacknowledged; the fetch adds at
@@ -315,11 +309,11 @@ func TestDedupSkipsUnacknowledgedRows(t *testing.T) {
 
 	bb := setupBatch(t)
 	stream := bb.appendStreams(t, 1, placed{ID: "a"})[0]
-	res, seq, err := bb.w.drain.fetch(t.Context(), []uuid.UUID{stream})
+	res, seq, err := bb.w.fetcher.Fetch(t.Context(), []uuid.UUID{stream})
 	require.NoError(t, err)
 	require.Equal(t, 1, bb.drainFetched(t, res, seq))
 	// Same rows again (the completion is still only buffered).
-	res, seq, err = bb.w.drain.fetch(t.Context(), []uuid.UUID{stream})
+	res, seq, err = bb.w.fetcher.Fetch(t.Context(), []uuid.UUID{stream})
 	require.NoError(t, err)
 	require.Len(t, res.Work, 1, "the row is still pending in the backend")
 	require.Zero(t, bb.drainFetched(t, res, seq))
@@ -347,21 +341,21 @@ func TestEventsBehindAnAcknowledgementHurryTheFlush(t *testing.T) {
 	t.Parallel()
 
 	bb, flushed, stream := setupFlushWatch(t)
-	bb.w.drain.processBatch(t.Context(), bb.take(t, stream))
+	bb.w.drain.ProcessBatch(t.Context(), bb.take(t, stream))
 	require.Equal(t, int64(1), bb.applied.Load())
 	select {
 	case <-flushed:
 		t.Fatal("the completion was sent before its window elapsed or anything waited for it")
 	default:
 	}
-	require.True(t, bb.w.drain.queue.IsInFlight(stream), "released only once acknowledged")
+	require.True(t, bb.w.drainQ.IsInFlight(stream), "released only once acknowledged")
 
-	bb.w.drain.queue.Push(stream) // a notified claim: an event arrived
+	bb.w.drainQ.Push(stream) // a notified claim: an event arrived
 	recv(t, flushed, "the completion, sent at once")
 	released := make(chan struct{})
 	bb.w.completer.AfterSettled(func() { close(released) }) // after the stream's own
 	recv(t, released, "the stream's release")
-	require.Equal(t, []uuid.UUID{stream}, bb.w.drain.queue.Take(1), "queued again")
+	require.Equal(t, []uuid.UUID{stream}, bb.w.drainQ.Take(1), "queued again")
 }
 
 // A worker left with nothing to drain sends the completions its last batch
@@ -376,7 +370,7 @@ func TestIdleWorkerSendsItsCompletionsAtOnce(t *testing.T) {
 	require.NoError(t, bb.w.consumers.Start(ctx, ctx))
 	t.Cleanup(func() { cancel(); require.NoError(t, bb.w.consumers.Stop(context.Background())) })
 
-	bb.w.drain.queue.Push(stream)
+	bb.w.drainQ.Push(stream)
 	f := recv(t, flushed, "the completion, sent once the batch ended")
 	require.Len(t, f.Completions, 1)
 	require.Equal(t, stream, f.Completions[0].StreamID)

@@ -282,7 +282,7 @@ func (w *Worker) startupScanCheck(phase runPhase) HealthCheck {
 		return c
 	}
 	select {
-	case <-w.rewind.startupDone:
+	case <-w.rewind.StartupDone():
 		c.Status, c.Message = HealthOK, "done"
 	default:
 		c.Status, c.Message = HealthFailing, "running: reconciling lifecycles and repairing interrupted rewinds"

@@ -126,3 +126,12 @@ type DedupObserver interface {
 	// OnEventsDeduped reports work ids skipped as already processed.
 	OnEventsDeduped(workIDs []uuid.UUID, perspective string, streamID uuid.UUID)
 }
+
+// dedupedHook returns the report of rows the processed-event cache passed
+// over to o, nil for none.
+func dedupedHook(o DedupObserver) func([]uuid.UUID, string, uuid.UUID) {
+	if o == nil {
+		return nil
+	}
+	return o.OnEventsDeduped
+}

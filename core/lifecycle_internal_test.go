@@ -48,7 +48,7 @@ func TestPrePerspectiveClaimWithLostAckSettled(t *testing.T) {
 	bb.w.lifecycle.Start(t.Context()) // as Start does: stages outlive their callers' contexts
 	stream := bb.appendStreams(t, 1, placed{ID: "a"})[0]
 
-	bb.w.drain.processBatch(t.Context(), bb.take(t, stream))
+	bb.w.drain.ProcessBatch(t.Context(), bb.take(t, stream))
 	require.True(t, lost.lost.Load(), "the claim's acknowledgement was lost")
 	require.Zero(t, bb.applied.Load(), "nothing applied before the stage ran")
 	require.NoError(t, bb.w.lifecycle.Wait(t.Context()))

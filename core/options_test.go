@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/vantage-go/vantage/core/internal/failure"
 )
 
 func TestOptionsDefaults(t *testing.T) {
@@ -122,18 +124,18 @@ func TestFailureRetryDelay(t *testing.T) {
 
 	o, err := (*Options)(nil).withDefaults()
 	require.NoError(t, err)
-	w := &failures{engine: &engine{opts: o}}
+	w := failure.New(nil, failure.Config{Retry: o.EventRetry.internal(0)}, nil, nil, nil)
 	// The delay after the n-th failed attempt of an event.
 	want := []time.Duration{60, 120, 240, 300, 300, 300}
 	for i, secs := range want {
-		require.Equal(t, secs*time.Second, w.failureRetryDelay(i+1), "attempt %d", i+1)
+		require.Equal(t, secs*time.Second, w.RetryDelay(i+1), "attempt %d", i+1)
 	}
-	require.Equal(t, 300*time.Second, w.failureRetryDelay(1_000_000), "capped, never overflowed")
+	require.Equal(t, 300*time.Second, w.RetryDelay(1_000_000), "capped, never overflowed")
 
 	o, err = (&Options{EventRetry: Backoff{Initial: time.Second, Max: time.Minute, Multiplier: 1}}).withDefaults()
 	require.NoError(t, err)
-	w = &failures{engine: &engine{opts: o}}
+	w = failure.New(nil, failure.Config{Retry: o.EventRetry.internal(0)}, nil, nil, nil)
 	for attempts := 1; attempts <= 5; attempts++ {
-		require.Equal(t, time.Second, w.failureRetryDelay(attempts), "Multiplier 1: attempt %d", attempts)
+		require.Equal(t, time.Second, w.RetryDelay(attempts), "Multiplier 1: attempt %d", attempts)
 	}
 }

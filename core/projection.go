@@ -1,21 +1,19 @@
 package core
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"reflect"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/vantage-go/vantage/core/internal/modelstore"
 	"github.com/vantage-go/vantage/core/internal/pair"
+	"github.com/vantage-go/vantage/core/internal/perspective"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -125,42 +123,27 @@ func (p *Projection) eventTypes() []string {
 // Indexes returns nil: a projection has no model to index.
 func (p *Projection) Indexes() []ports.ModelIndex { return nil }
 
-// projectionModel is the "model" of a projection: the events applied since
-// the last save, whose writes run when the save's transaction is open. It
-// is a value; each apply returns a longer copy, so a run's model is
-// exactly its unsaved events.
-type projectionModel []pendingWrite
+// The model of a projection is the events applied since its last save,
+// whose writes run when the save's transaction is open (a
+// perspective.Writes); it stores perspective.TableData.
 
-// pendingWrite is one event waiting for its projection's transaction.
-type pendingWrite struct {
-	// ectx carries the event's values (EventFromContext, its scope); the
-	// transaction's context supplies cancellation.
-	ectx  context.Context //nolint:containedctx // values only, read while the save that owns it runs
-	typ   string
-	event any
-}
+func (p *Projection) decodeModel([]byte) (any, error) { return perspective.Writes(nil), nil }
 
-// projectionData is what a projection stores as its model: the cursor
-// position is what counts.
-var projectionData = []byte(`{}`)
+func (p *Projection) encodeModel(any) ([]byte, error) { return perspective.TableData, nil }
 
-func (p *Projection) decodeModel([]byte) (any, error) { return projectionModel(nil), nil }
-
-func (p *Projection) encodeModel(any) ([]byte, error) { return projectionData, nil }
-
-// apply defers the event's writes to the save (see projectionModel).
+// apply defers the event's writes to the save (see perspective.Writes).
 func (p *Projection) apply(ctx context.Context, model any, typ string, event any) (any, error) {
 	if _, ok := p.byName[typ]; !ok { // immutable after bind
 		return model, fmt.Errorf("projection %q, event type %q: %w", p.name, typ, ErrNoHandler)
 	}
-	m := model.(projectionModel)
-	return append(m[:len(m):len(m)], pendingWrite{ectx: ctx, typ: typ, event: event}), nil
+	m := model.(perspective.Writes)
+	return append(m[:len(m):len(m)], perspective.Write{Values: ctx, Type: typ, Event: event}), nil
 }
 
 // writes returns the Apply of a ModelSaveTx that runs the reset of stream
 // when reset is set, then the pending writes of m in order, each within
 // limit. A write's error, panic or deadline is returned as a *modelstore.WriteFailure.
-func (p *Projection) writes(m projectionModel, stream uuid.UUID, reset bool, limit modelstore.WriteLimit) func(ctx context.Context, tx ports.Tx) error {
+func (p *Projection) writes(m perspective.Writes, stream uuid.UUID, reset bool, limit modelstore.WriteLimit) func(ctx context.Context, tx ports.Tx) error {
 	key := pair.Key{Stream: stream, Perspective: p.name}
 	return func(ctx context.Context, tx ports.Tx) error {
 		if reset {
@@ -169,8 +152,8 @@ func (p *Projection) writes(m projectionModel, stream uuid.UUID, reset bool, lim
 			}
 		}
 		for i, w := range m {
-			h := p.byName[w.typ]
-			if err := p.call(&valuesContext{Context: ctx, values: w.ectx}, limit, func(ctx context.Context) error { return h(ctx, tx, w.event) }); err != nil {
+			h := p.byName[w.Type]
+			if err := p.call(&valuesContext{Context: ctx, values: w.Values}, limit, func(ctx context.Context) error { return h(ctx, tx, w.Event) }); err != nil {
 				return &modelstore.WriteFailure{Key: key, Index: i, Cause: err}
 			}
 		}
@@ -217,153 +200,7 @@ func checkProjections(backend ports.Backend, reg *Registry) error {
 	return nil
 }
 
-func isProjection(p perspective) bool {
+func isProjection(p registered) bool {
 	_, ok := p.(*Projection)
 	return ok
-}
-
-// saveProjection is save for a table projection: the cursor moves and the
-// unsaved events' writes run in one transaction. When the write of one
-// event fails, the transaction rolls back, the events before it are saved
-// again without it, and the failure is charged to that event (failAt); if
-// it was dead-lettered, the events after it stay unsaved and the run goes
-// on. A write the backend failed (modelstore.BackendFailedWrite) is charged to no
-// event: the pair is retried after the infrastructure backoff, as after
-// any failed save. The save is shared with those of other pairs (see
-// modelstore.GroupPatience) unless the pair is saved alone or one of the unsaved
-// events was tried before; writes cut at the patience of a shared save are
-// charged to no event either: the pair is drained again at once and saved
-// alone. It reports false when the run must stop.
-func (r *pairRun) saveProjection(ctx context.Context, p *Projection) bool {
-	pending := r.model.(projectionModel)
-	_, savedVersion := r.position()
-	// The position after the unsaved events: r.last may be past them when
-	// a failed write left only those before it to save.
-	last := r.last
-	if ei := r.sw.event(r.rows[r.unsaved[len(r.unsaved)-1]], 0); ei >= 0 {
-		last = &r.sw.events[ei]
-	}
-	apply := p.writes(pending, r.key.Stream, false, r.dr.writeLimit())
-	// An event that failed before (or whose instance died) may be the one
-	// whose writes hang: it is saved alone, not shared.
-	alone := r.dr.parking.SavesAlone(r.key) || slices.ContainsFunc(r.unsaved, func(i int) bool { return r.rows[i].Attempts > 0 })
-	var took time.Duration // how long the writes of a save alone ran
-	if alone {
-		writes := apply
-		apply = func(ctx context.Context, tx ports.Tx) error {
-			start := r.dr.Now()
-			defer func() { took = r.dr.Now().Sub(start) }()
-			return writes(ctx, tx)
-		}
-	}
-	err := r.dr.store.SaveTx(ctx, alone, &ports.ModelSaveTxParams{
-		Apply: apply,
-		Save: ports.ModelSaveParams{
-			StreamID:        r.key.Stream,
-			Perspective:     r.key.Perspective,
-			Data:            projectionData,
-			LastEventID:     last.ID,
-			LastVersion:     last.Version,
-			ExpectedVersion: savedVersion,
-			ExpectedEpoch:   r.stored.Epoch,
-			AppliedLate:     r.appliedLate(),
-			InstanceID:      r.dr.opts.InstanceID,
-			Now:             r.dr.ParamNow(),
-		},
-	})
-	var wf *modelstore.WriteFailure
-	switch {
-	case err == nil:
-		if alone {
-			r.dr.parking.SavedAlone(r.key, took)
-		}
-	case errors.Is(err, ports.ErrLeaseLost):
-		r.unsaved, r.model = nil, projectionModel(nil)
-		r.lost(ctx, err)
-		return false
-	case errors.As(err, &wf) && wf.Key == r.key && errors.Is(err, modelstore.ErrGroupPatience):
-		r.stop(ctx)
-		r.dr.parking.SaveAloneFor(r.key)
-		r.dr.parking.RetrySoon(r.key)
-		r.dr.Log.WarnContext(ctx, "a table projection's writes ran past the patience of the save they shared with other pairs; saving the pair alone",
-			append(pair.Attrs(r.key.Stream, r.key.Perspective), slog.Duration("patience", r.dr.savePatience()), slog.Any("error", err))...)
-		return false
-	case errors.As(err, &wf) && wf.Key == r.key && wf.Index >= 0 && wf.Index < len(r.unsaved) && !modelstore.BackendFailedWrite(err):
-		k := wf.Index
-		failed, after := r.unsaved[k], slices.Clone(r.unsaved[k+1:])
-		r.unsaved, r.model = r.unsaved[:k], pending[:k:k]
-		if !r.failAt(ctx, failed, wf.Cause) {
-			return false
-		}
-		// Dead-lettered: the events after it are saved without it.
-		r.unsaved, r.model = append(r.unsaved, after...), slices.Clone(pending[k+1:])
-		return len(r.unsaved) == 0 || r.save(ctx)
-	case errors.Is(err, ports.ErrInvalidArgument):
-		return r.saveRefused(ctx, err)
-	case errors.Is(err, ports.ErrVersionConflict):
-		r.dr.Log.WarnContext(ctx, "projection moved under this run; dropping its unsaved part",
-			append(pair.Attrs(r.key.Stream, r.key.Perspective), slog.Int64("expected_version", savedVersion), slog.Any("error", err))...)
-		r.unsaved, r.model = nil, projectionModel(nil)
-		r.complete(ctx)
-		r.dr.parking.RetrySoon(r.key) // see pairRun.moved
-		return false
-	default:
-		if ctx.Err() == nil {
-			r.stop(ctx)
-			r.dr.parking.InfraFailed(ctx, r.key, "saving projection", err)
-		}
-		return false
-	}
-	r.lastSaved = last
-	for _, i := range r.unsaved {
-		r.done = append(r.done, r.rows[i].WorkID)
-	}
-	r.saved = append(r.saved, r.unsaved...)
-	r.unsaved = r.unsaved[:0]
-	r.model = projectionModel(nil)
-	return true
-}
-
-// saveProjection is replayRun.save for a table projection: one transaction
-// moves the cursor, resets the stream's rows and runs the writes of every
-// replayed event, so the tables end as a clean replay leaves them or
-// unchanged. A failed write is a *replayFailure of its event. A failed
-// reset is one too, of the earliest pending event (the late one that
-// triggered a rewind), or of the first replayed event for a rebuild: the
-// projection's code failed, not the backend, so it must not be retried
-// forever; the event is retried, then dead-lettered, with the reset's
-// error. A write or reset the backend failed (modelstore.BackendFailedWrite) is the
-// backend's error, charged to no event. The save goes alone, never shared
-// with those of other pairs: its writes are the reset and every event of
-// the stream, whose time grows with the stream, so no patience fit for a
-// drain's save applies to them (see modelstore.GroupPatience).
-func (r *replayRun) saveProjection(ctx context.Context, p *Projection, toReplay []ports.Event) error {
-	pending := r.model.(projectionModel)
-	if r.lastVer < r.stored.LastVersion {
-		r.lastID, r.lastVer = r.stored.LastEventID, r.stored.LastVersion
-	}
-	err := r.rw.store.SaveTx(ctx, true, &ports.ModelSaveTxParams{
-		Apply: p.writes(pending, r.key.Stream, true, r.rw.writeLimit()),
-		Save: ports.ModelSaveParams{
-			StreamID: r.key.Stream, Perspective: r.key.Perspective, Data: projectionData,
-			LastEventID: r.lastID, LastVersion: r.lastVer, ExpectedVersion: r.stored.LastVersion,
-			ExpectedEpoch: r.stored.Epoch, Rebase: true, AppliedLate: r.appliedLate(toReplay), Now: r.rw.ParamNow(),
-		},
-	})
-	var wf *modelstore.WriteFailure
-	if errors.As(err, &wf) && wf.Key == r.key && !modelstore.BackendFailedWrite(err) {
-		switch {
-		case wf.Index >= 0 && wf.Index < len(toReplay):
-			return &replayFailure{event: toReplay[wf.Index], cause: wf.Cause}
-		case wf.Index < 0 && len(r.rows) > 0:
-			first := slices.MinFunc(r.rows, func(a, b ports.WorkItem) int { return cmp.Compare(a.EventVersion, b.EventVersion) })
-			return &replayFailure{event: ports.Event{ID: first.EventID, StreamID: first.StreamID, Version: first.EventVersion}, cause: wf.Cause}
-		case wf.Index < 0 && len(toReplay) > 0:
-			return &replayFailure{event: toReplay[0], cause: wf.Cause}
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("saving rewound projection: %w", err)
-	}
-	return nil
 }

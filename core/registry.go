@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vantage-go/vantage/core/internal/perspective"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -21,14 +22,14 @@ import (
 var (
 	// ErrUnknownEventType reports an event type name or Go type that was not
 	// registered with RegisterEvent.
-	ErrUnknownEventType = errors.New("unknown event type")
+	ErrUnknownEventType = perspective.ErrUnknownEventType
 	// ErrDuplicate reports a second registration of the same name or type.
 	ErrDuplicate = errors.New("duplicate registration")
 	// ErrNoHandler reports an event a perspective has no apply function for.
-	ErrNoHandler = errors.New("no apply function")
+	ErrNoHandler = perspective.ErrNoHandler
 	// ErrUndecodable reports a stored payload that does not decode into its
 	// registered Go type.
-	ErrUndecodable = errors.New("undecodable event")
+	ErrUndecodable = perspective.ErrUndecodable
 )
 
 // Registry holds the event types and perspectives of an application. Register
@@ -37,7 +38,9 @@ type Registry struct {
 	mu           sync.RWMutex
 	byName       map[string]*eventType
 	byGoType     map[reflect.Type]*eventType
-	perspectives map[string]perspective
+	perspectives map[string]registered
+	// views are the perspectives as the engine runs them (see view).
+	views map[string]perspective.Perspective
 
 	receptors []receptor
 	// receptorStages has bit 1<<stage set once a receptor of that stage is
@@ -91,7 +94,8 @@ func NewRegistry() *Registry {
 	return &Registry{
 		byName:       map[string]*eventType{},
 		byGoType:     map[reflect.Type]*eventType{},
-		perspectives: map[string]perspective{},
+		perspectives: map[string]registered{},
+		views:        map[string]perspective.Perspective{},
 	}
 }
 
@@ -288,8 +292,8 @@ func MustHandle[M, E any](p *Perspective[M], apply func(ctx context.Context, mod
 	}
 }
 
-// perspective is the type-erased view of a Perspective the engine runs.
-type perspective interface {
+// registered is what a registry holds of a Perspective or a Projection.
+type registered interface {
 	Name() string
 	bind(r *Registry) ([]string, error)
 	eventTypes() []string
@@ -301,7 +305,7 @@ type perspective interface {
 
 // Registrable is implemented by *Perspective[M] for every M.
 type Registrable interface {
-	perspective
+	registered
 }
 
 func (p *Perspective[M]) bind(r *Registry) ([]string, error) {
@@ -386,6 +390,7 @@ func (r *Registry) AddPerspective(p Registrable) error {
 		return fmt.Errorf("adding perspective: %w", err)
 	}
 	r.perspectives[p.Name()] = p
+	r.views[p.Name()] = viewOf(p)
 	r.byType.Store(nil)
 	return nil
 }
@@ -417,7 +422,7 @@ func (r *Registry) subscriptionsLocked() []ports.Subscription {
 	return subs
 }
 
-func (r *Registry) perspective(name string) (perspective, bool) {
+func (r *Registry) perspective(name string) (registered, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	p, ok := r.perspectives[name]

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"sync"
 	"testing"
 	"time"
 
@@ -210,61 +209,6 @@ func TestImmutable(t *testing.T) {
 		reflect.TypeFor[withInterface](), reflect.TypeFor[nested](), reflect.TypeFor[json.RawMessage](),
 	} {
 		require.False(t, immutable(typ), typ.String())
-	}
-}
-
-// A decoded value is shared by the perspectives applying the event only
-// when nothing in it can be mutated through a copy.
-func TestStreamWorkDecodeSharing(t *testing.T) {
-	t.Parallel()
-
-	type tagged struct{ Tags []string }
-	r := newTestRegistry(t)
-	require.NoError(t, RegisterEvent[tagged](r, "tagged"))
-	sw := &streamWork{events: []ports.Event{
-		{ID: uuid.New(), Type: "placed", Version: 1, Data: []byte(`{"id":"a"}`)},
-		{ID: uuid.New(), Type: "tagged", Version: 2, Data: []byte(`{"Tags":["x"]}`)},
-	}, decoded: make([]decodedEvent, 2)}
-	a, err := sw.decode(r, 0)
-	require.NoError(t, err)
-	b, err := sw.decode(r, 0)
-	require.NoError(t, err)
-	require.Equal(t, placed{ID: "a"}, b)
-	require.True(t, sw.decoded[0].shareable, "placed holds only a string: decoded once")
-	require.Equal(t, a, b)
-
-	first, err := sw.decode(r, 1)
-	require.NoError(t, err)
-	first.(tagged).Tags[0] = "mutated by a handler"
-	second, err := sw.decode(r, 1)
-	require.NoError(t, err)
-	require.Equal(t, tagged{Tags: []string{"x"}}, second, "a slice is decoded afresh for each perspective")
-}
-
-// The perspectives of a stream decode its events concurrently, sharing what
-// the first of them computed.
-func TestStreamWorkDecodeConcurrently(t *testing.T) {
-	t.Parallel()
-
-	r := newTestRegistry(t)
-	ev := ports.Event{ID: uuid.New(), Type: "placed", Version: 1, Data: []byte(`{"id":"a"}`)}
-	sw := &streamWork{events: []ports.Event{ev}, decoded: make([]decodedEvent, 1)}
-	type got struct {
-		value any
-		err   error
-	}
-	results := make([]got, 8)
-	var wg sync.WaitGroup
-	for i := range results {
-		wg.Go(func() {
-			v, err := sw.decode(r, 0)
-			results[i] = got{value: v, err: err}
-		})
-	}
-	wg.Wait()
-	for _, g := range results {
-		require.NoError(t, g.err)
-		require.Equal(t, placed{ID: "a"}, g.value)
 	}
 }
 

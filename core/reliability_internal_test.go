@@ -2,42 +2,19 @@ package core
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/adapters/memory"
-	"github.com/vantage-go/vantage/core/internal/monitor"
 	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/internal/clocktest"
 	"github.com/vantage-go/vantage/internal/logtest"
 	"github.com/vantage-go/vantage/ports"
 )
-
-func TestFailureReason(t *testing.T) {
-	t.Parallel()
-
-	for _, tc := range []struct {
-		err  error
-		want string
-	}{
-		{errors.New("boom"), ports.ReasonFailed},
-		{fmt.Errorf("%w of 1m0s", monitor.ErrDeadline), ports.ReasonTimedOut},
-		{fmt.Errorf("wrapped: %w", monitor.ErrAbandoned), ports.ReasonTimedOut},
-		{fmt.Errorf("%w: decoding x", ErrUndecodable), ports.ReasonUndecodable},
-		{fmt.Errorf("%w: \"x\"", ErrUnknownEventType), ports.ReasonUnknownType},
-		{fmt.Errorf("perspective p: %w", ErrNoHandler), ports.ReasonUnknownType},
-	} {
-		require.Equal(t, tc.want, failureReason(tc.err), tc.err.Error())
-	}
-}
 
 // ctxSpy records whether the context of each lease-taking call was done.
 type ctxSpy struct {
@@ -85,112 +62,9 @@ func TestLeaseCallsOutliveCancellation(t *testing.T) {
 
 	_, err = w.heartbeat.Beat(stopped)
 	require.NoError(t, err)
-	_, _, err = w.drain.fetch(stopped, []uuid.UUID{uuid.New()})
+	_, _, err = w.fetcher.Fetch(stopped, []uuid.UUID{uuid.New()})
 	require.NoError(t, err)
 	require.Equal(t, map[string]bool{"heartbeat": false, "fetch": false}, spy.done)
-}
-
-// downRewind fails the rewinds' backend calls while down is set.
-type downRewind struct {
-	ports.RewindStore
-	ports.SnapshotStore
-	ports.CursorStore
-	down *atomic.Bool
-}
-
-var errDown = fmt.Errorf("connection refused: %w", ports.ErrTransient)
-
-func (d downRewind) StreamLockAcquire(ctx context.Context, p *ports.StreamLockParams) (bool, error) {
-	if d.down.Load() {
-		return false, errDown
-	}
-	return d.RewindStore.StreamLockAcquire(ctx, p)
-}
-
-func (d downRewind) StreamLockRelease(ctx context.Context, p *ports.StreamLockParams) error {
-	if d.down.Load() {
-		return errDown
-	}
-	return d.RewindStore.StreamLockRelease(ctx, p)
-}
-
-func (d downRewind) SnapshotSave(ctx context.Context, p *ports.SnapshotSaveParams) error {
-	if d.down.Load() {
-		return errDown
-	}
-	return d.SnapshotStore.SnapshotSave(ctx, p)
-}
-
-func (d downRewind) CursorsGet(ctx context.Context, p *ports.CursorsGetParams) ([]ports.Cursor, error) {
-	if d.down.Load() {
-		return nil, errDown
-	}
-	return d.CursorStore.CursorsGet(ctx, p)
-}
-
-// The rewinds' backend calls (their locks, the cursor reads of the
-// start-up repair, snapshots) log an outage like any background
-// operation: its first failure, then its recovery, not a line per call.
-func TestRewindFailuresLoggedOncePerOutage(t *testing.T) {
-	t.Parallel()
-
-	mem := memory.New(memory.Options{}).Backend()
-	var down atomic.Bool
-	d := downRewind{RewindStore: mem.Rewind, SnapshotStore: mem.Snapshots, down: &down}
-	b := mem
-	b.Rewind, b.Snapshots = d, d
-	recs := &logtest.Records{}
-	bb := setupBatchNamed(t, &Options{Logger: slog.New(recs), Rewind: RewindOptions{SnapshotEvery: 1}}, b, "c")
-	d.CursorStore = bb.backend.Cursors
-	bb.w.backend.Cursors = d
-	rw := bb.w.rewind
-	ctx := t.Context()
-	key := pair.Key{Stream: uuid.New(), Perspective: "c"}
-	event := ports.Event{ID: uuid.New(), StreamID: key.Stream, Version: 1}
-
-	outage := func(n int, call func()) {
-		down.Store(true)
-		for range n {
-			call()
-		}
-		down.Store(false)
-	}
-	lock := func() {
-		if unlock, ok := rw.lockPair(ctx, key, lockReasonRewind); ok {
-			unlock()
-		}
-	}
-	outage(10, func() {
-		lock()
-		rw.cursorsOf(ctx, []uuid.UUID{key.Stream})
-		rw.maybeSnapshot(ctx, key, 0, event, 0, []byte(`{}`))
-	})
-	lock()
-	rw.cursorsOf(ctx, []uuid.UUID{key.Stream})
-	rw.maybeSnapshot(ctx, key, 0, event, 0, []byte(`{}`))
-	for range 10 { // the releases fail
-		unlock, ok := rw.lockPair(ctx, key, lockReasonRewind)
-		require.True(t, ok)
-		outage(1, unlock)
-	}
-	lock()
-
-	var lines []string
-	for _, l := range recs.Lines() {
-		if !strings.HasPrefix(l, "DEBUG") {
-			lines = append(lines, l)
-		}
-	}
-	require.Equal(t, []string{
-		"WARN acquiring stream locks failed; retrying",
-		"WARN reading cursors for rewinds failed; retrying",
-		"WARN saving snapshots failed; retrying",
-		"INFO acquiring stream locks recovered",
-		"INFO reading cursors for rewinds recovered",
-		"INFO saving snapshots recovered",
-		"WARN releasing stream locks failed; retrying",
-		"INFO releasing stream locks recovered",
-	}, lines)
 }
 
 // Work rows of a perspective this instance does not have (removed from the
@@ -225,7 +99,7 @@ func TestUnknownPerspectiveLoggedOncePerInterval(t *testing.T) {
 	// the 3 events of each stream are skipped for "gone".
 	const rounds = 11
 	for range rounds {
-		bb.w.drain.processBatch(ctx, streams)
+		bb.w.drain.ProcessBatch(ctx, streams)
 		clock.Advance(pair.UnknownPerspectiveRetry)
 	}
 

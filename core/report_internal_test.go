@@ -68,7 +68,7 @@ func setupReports(t *testing.T, mode completion.Factory, err error) *reportBundl
 	b.Cursors = reports
 	bb := setupBatchNamed(t, &Options{Clock: clock, Completion: mode}, b, "c")
 	stream := bb.appendStreams(t, 1, placed{ID: "a"})[0]
-	res, seq, ferr := bb.w.drain.fetch(t.Context(), []uuid.UUID{stream})
+	res, seq, ferr := bb.w.fetcher.Fetch(t.Context(), []uuid.UUID{stream})
 	require.NoError(t, ferr)
 	require.Len(t, res.Work, 1)
 	rb := &reportBundle{batchBundle: bb, clock: clock, mem: mem, reports: reports, key: pair.Key{Stream: stream, Perspective: "c"}, row: res.Work[0]}
@@ -81,7 +81,7 @@ func setupReports(t *testing.T, mode completion.Factory, err error) *reportBundl
 
 // held reports whether the dedup cache holds the bundle's row back.
 func (rb *reportBundle) held() bool {
-	return rb.w.drain.cache.Contains(rb.key.Dedup(), rb.row.WorkID)
+	return rb.w.cache.Contains(rb.key.Dedup(), rb.row.WorkID)
 }
 
 // kept returns how many outcomes the strategy keeps, Pending or Sent.
@@ -126,7 +126,7 @@ func TestRefusedCompletionReleasesItsRows(t *testing.T) {
 			rb.reports.heal()
 			rb.clock.Advance(time.Second) // past the first backoff, jitter included
 			require.False(t, rb.w.parking.IsParked(rb.key))
-			res, seq, err := rb.w.drain.fetch(t.Context(), []uuid.UUID{rb.key.Stream})
+			res, seq, err := rb.w.fetcher.Fetch(t.Context(), []uuid.UUID{rb.key.Stream})
 			require.NoError(t, err)
 			require.Equal(t, []ports.WorkItem{rb.row}, res.Work, "the row is re-delivered")
 			require.Zero(t, rb.drainFetched(t, res, seq), "it is not applied again")
@@ -172,7 +172,7 @@ func TestRefusedFailureUnparksItsPair(t *testing.T) {
 			applied := []uuid.UUID{uuid.New()}
 			rb.reports.fail(errRefusedReport)
 			retryAt := rb.clock.Now().Add(time.Hour)
-			rb.w.drain.fail.failed(t.Context(), k, ports.Failure{
+			rb.w.failures.Failed(t.Context(), k, ports.Failure{
 				StreamID: k.Stream, Perspective: k.Perspective, AppliedWorkIDs: applied, FailedWorkIDs: []uuid.UUID{uuid.New()},
 				Error: "boom", RetryAt: retryAt,
 			}, 2, 1, errors.New("boom"))
@@ -183,7 +183,7 @@ func TestRefusedFailureUnparksItsPair(t *testing.T) {
 				require.NoError(t, err, "the report met the refusal: nothing to flush")
 			}
 
-			require.False(t, rb.w.drain.cache.Contains(k.Dedup(), applied[0]), "the applied rows are released")
+			require.False(t, rb.w.cache.Contains(k.Dedup(), applied[0]), "the applied rows are released")
 			require.Zero(t, rb.kept(), "nothing is sent again")
 			until, acked, _ := rb.w.parking.Held(k)
 			require.True(t, acked, "the pair no longer waits for an acknowledgement")

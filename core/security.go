@@ -194,3 +194,31 @@ func copyScope(s ports.Scope) ports.Scope {
 	s.Extras = maps.Clone(s.Extras)
 	return s
 }
+
+// applyContext returns the context an apply function gets for event, as
+// establish builds it. The common case, no SecurityProvider and no scope on
+// the event, takes one allocation instead of a chain of context.WithValue.
+func (c *scopeCache) applyContext(ctx context.Context, event *ports.Event) (context.Context, error) {
+	if c.sec.Provider != nil || event.Metadata.Scope != nil {
+		return c.establish(ctx, *event)
+	}
+	return &unscopedEventContext{Context: ctx, event: event}, nil
+}
+
+// unscopedEventContext carries the event being applied and no scope or
+// security context: both read as absent, whatever the parent holds (see
+// establish).
+type unscopedEventContext struct {
+	context.Context
+	event *ports.Event // what withEvent stores: the event itself, never changed
+}
+
+func (c *unscopedEventContext) Value(key any) any {
+	switch key.(type) {
+	case eventKey:
+		return c.event
+	case scopeKey, securityKey:
+		return nil
+	}
+	return c.Context.Value(key)
+}

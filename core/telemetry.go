@@ -2,11 +2,9 @@ package core
 
 import (
 	"context"
-	"errors"
 
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/vantage-go/vantage/core/internal/monitor"
 	"github.com/vantage-go/vantage/core/internal/telemetry"
 )
 
@@ -34,13 +32,4 @@ func (w *Worker) observeGauges() metric.Registration {
 		}
 	}
 	return w.metrics.Observe(src)
-}
-
-// spanError is the error a span records for err: an abandoned pair is
-// what monitor.ErrAbandoned says to a reader.
-func spanError(err error) error {
-	if errors.Is(err, errPairAbandoned) {
-		return monitor.ErrAbandoned
-	}
-	return err
 }

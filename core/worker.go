@@ -19,6 +19,8 @@ import (
 	"github.com/vantage-go/vantage/core/internal/complete"
 	"github.com/vantage-go/vantage/core/internal/consume"
 	"github.com/vantage-go/vantage/core/internal/dedup"
+	"github.com/vantage-go/vantage/core/internal/drain"
+	"github.com/vantage-go/vantage/core/internal/failure"
 	"github.com/vantage-go/vantage/core/internal/heartbeat"
 	"github.com/vantage-go/vantage/core/internal/lease"
 	"github.com/vantage-go/vantage/core/internal/modelstore"
@@ -27,6 +29,7 @@ import (
 	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/core/internal/queue"
 	"github.com/vantage-go/vantage/core/internal/rebuild"
+	"github.com/vantage-go/vantage/core/internal/rewind"
 	"github.com/vantage-go/vantage/core/internal/stage"
 	"github.com/vantage-go/vantage/core/internal/startstop"
 	"github.com/vantage-go/vantage/core/internal/telemetry"
@@ -61,9 +64,15 @@ type Worker struct {
 	monitor    *monitor.Monitor
 	lifecycle  *stage.Lifecycle
 
-	drain    *drainer
-	rewind   *rewinder
+	fetcher  *drain.Fetcher
+	failures *failure.Failures
+	rewind   *rewind.Rewinder
+	drain    *drain.Drainer
 	rebuilds *rebuild.Queue
+	// drainQ and cache are the queue of streams to drain and the
+	// processed-event cache the services share.
+	drainQ *queue.Queue
+	cache  *dedup.Cache
 
 	run runState
 }
@@ -234,18 +243,55 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		Telemetry:      telemetry.Stages{Tracing: e.tracing, Metrics: e.metrics},
 		OnCompleted:    o.Hooks.OnLifecycleCompleted,
 	})
-	fail := &failures{engine: e, parking: w.parking, completer: w.completer, cache: cache}
-	w.drain = &drainer{
-		engine: e, queue: drainQ, activity: act, cache: cache, completer: w.completer, parking: w.parking,
-		renewer: w.renewer, monitor: w.monitor, lifecycle: w.lifecycle, gates: gates, scopes: scopes, store: store, fail: fail,
-		rows: newRowsInFlight(),
+	fetcher := drain.NewFetcher(e.Env, drain.FetchConfig{
+		Fetcher: backend.Fetcher, InstanceID: o.InstanceID, LeaseDuration: o.LeaseDuration,
+		StaleThreshold: o.StaleInstanceThreshold, MaxRows: o.FetchMaxRows, Metrics: e.metrics,
+		OnDeduped: dedupedHook(o.Hooks.DedupObserver),
+	}, w.parking, cache)
+	w.failures = failure.New(e.Env, failure.Config{
+		DeadLetters: backend.DeadLetters, InstanceID: o.InstanceID, Generation: o.Generation,
+		MaxAttempts: o.MaxPerspectiveEventAttempts, Retry: o.EventRetry.internal(0), Metrics: e.metrics,
+		OnDeadLettered: o.Hooks.OnDeadLettered, OnFailure: o.Hooks.OnFailure,
+	}, w.parking, w.completer, cache)
+	var onRewind func(rewind.Info)
+	if h := o.Hooks.OnRewind; h != nil {
+		onRewind = func(info rewind.Info) { h(RewindInfo(info)) }
 	}
-	w.rewind = &rewinder{
-		engine: e, parking: w.parking, lifecycle: w.lifecycle, monitor: w.monitor, completer: w.completer, cache: cache,
-		gates: gates, scopes: scopes, store: store, fail: fail, drain: w.drain,
-		sem: make(chan struct{}, o.Rewind.MaxConcurrentRewinds), startupDone: make(chan struct{}),
+	w.rewind = rewind.New(e.Env, rewind.Config{
+		Rewind: backend.Rewind, Cursors: backend.Cursors, Models: backend.Models, Snapshots: backend.Snapshots,
+		Events: backend.Fetcher, DeadLetters: backend.DeadLetters, StagesRecorded: backend.Lifecycle != nil,
+		InstanceID: o.InstanceID, DebugMode: o.DebugMode,
+		Disabled: o.Rewind.Disabled, StartupScan: rewind.ScanMode(o.Rewind.StartupScan), MaxConcurrent: o.Rewind.MaxConcurrentRewinds,
+		Debounce: o.Rewind.Debounce, MaxDebounce: o.Rewind.MaxDebounce, LockTimeout: o.Rewind.LockTimeout, KeepAlive: o.Rewind.KeepAlive,
+		SnapshotEvery: o.Rewind.SnapshotEvery, PollInterval: o.PollingInterval, WriteLimit: e.writeLimit(),
+		Registry: engineRegistry{registry}, Scope: scopes.establish, Tracing: e.tracing, Metrics: e.metrics,
+		OnRewind: onRewind, OnStartupScanComplete: o.Hooks.OnStartupScanComplete,
+	}, rewind.Deps{
+		Parking: w.parking, Gates: gates, Lifecycle: w.lifecycle, Monitor: w.monitor, Completer: w.completer,
+		Cache: cache, Store: store, Failures: w.failures, Pending: fetcher,
+	})
+	var onBatch func(streams, applied int)
+	if h := o.Hooks.OnBatchCycleComplete; h != nil {
+		onBatch = func(streams, applied int) { h(BatchCycle{Streams: streams, Applied: applied}) }
 	}
-	w.drain.rewind = w.rewind
+	var onProcessed func(string, uuid.UUID, int, int64)
+	if h := o.Hooks.OnPerspectiveEventProcessed; h != nil {
+		onProcessed = func(p string, stream uuid.UUID, n int, last int64) {
+			h(PerspectiveEventProcessed{Perspective: p, StreamID: stream, EventCount: n, LastVersion: last})
+		}
+	}
+	w.drain = drain.New(e.Env, drain.Config{
+		InstanceID: o.InstanceID, FetchMaxRows: o.FetchMaxRows,
+		MaxConcurrentStreams: o.MaxConcurrentStreams, MaxPerspectivesPerStream: o.MaxPerspectivesPerStream, MaxRowsInFlight: o.MaxRowsInFlight,
+		MaxPasses: o.DrainLoopMaxIterations, RefetchMinEvents: o.DrainLoopRefetchMinBatch, InfraRetryMax: o.InfraRetry.Max,
+		StagesRecorded: backend.Lifecycle != nil, WriteLimit: e.writeLimit(), SavePatience: e.savePatience(),
+		Registry: engineRegistry{registry}, ApplyContext: scopes.applyContext, Tracing: e.tracing, Metrics: e.metrics,
+		OnBatchCycleComplete: onBatch, OnEventsProcessed: onProcessed,
+	}, drain.Deps{
+		Queue: drainQ, Activity: act, Fetcher: fetcher, Cache: cache, Completer: w.completer, Parking: w.parking, Gates: gates,
+		Renewer: w.renewer, Monitor: w.monitor, Lifecycle: w.lifecycle, Store: store, Failures: w.failures, Rewinder: w.rewind,
+	})
+	w.fetcher, w.drainQ, w.cache = fetcher, drainQ, cache
 	rebuilds := backend.Rebuilds
 	if backend.Rewind == nil {
 		rebuilds = nil // a rebuild replays under the rewind's lock
@@ -253,7 +299,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	w.rebuilds = rebuild.New(e.Env, rebuild.Config{
 		Rebuilds: rebuilds, InstanceID: o.InstanceID, PollInterval: o.RebuildPollInterval,
 		LockTimeout: o.Rewind.LockTimeout, KeepAlive: o.Rewind.KeepAlive,
-		Perspectives: registry.Perspectives, Rebuilder: rebuilder{w.rewind}, OnRequest: o.Hooks.OnRebuildRequest,
+		Perspectives: registry.Perspectives, Rebuilder: w.rewind.Rebuilder(), OnRequest: o.Hooks.OnRebuildRequest,
 	})
 	var onIdleTick func()
 	if h := o.Hooks.OnBatchCycleComplete; h != nil {
@@ -267,7 +313,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		MaxWait:                      o.DrainBatcher.MaxWait,
 		Coalesce:                     w.completer.Coalesce(),
 		OnIdleTick:                   onIdleTick,
-	}, consume.Funcs{Drain: w.drain.processBatch, Tick: w.completer.Sweep, SendHeld: w.completer.SendHeld},
+	}, consume.Funcs{Drain: w.drain.ProcessBatch, Tick: w.completer.Sweep, SendHeld: w.completer.SendHeld},
 		drainQ, w.listener, consumerWakes, arrivals, act)
 	w.run.gauges = w.observeGauges()
 	return w, nil
@@ -443,7 +489,7 @@ func (w *Worker) services(runCtx, workCtx context.Context, cancelWork context.Ca
 				return nil
 			},
 			OnStop: func(ctx context.Context) error {
-				w.rewind.finishStartupScan()
+				w.rewind.FinishStartupScan()
 				return w.lifecycle.Wait(ctx)
 			},
 		},
@@ -452,7 +498,7 @@ func (w *Worker) services(runCtx, workCtx context.Context, cancelWork context.Ca
 			Name: "maintenance loops",
 			OnStart: func(context.Context) error {
 				w.run.loops.Go(func() { w.deadLetterRecovery(runCtx) })
-				w.run.loops.Go(func() { w.rewind.startupScan(runCtx) })
+				w.run.loops.Go(func() { w.rewind.StartupScan(runCtx) })
 				w.run.loops.Go(func() { w.lifecycle.ReconcileLoop(runCtx) })
 				w.run.loops.Go(func() { w.resubscribeLoop(runCtx) })
 				w.run.loops.Go(func() { w.rebuilds.Run(runCtx) })
@@ -493,6 +539,22 @@ func (w *Worker) deregister(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Rebuild replays one perspective from scratch for the given streams (every
+// stream with events it handles when none is given) while the worker keeps
+// serving everything else. Each stream is rebuilt under its pair's gate and
+// rebuild lock; handlers do not fire (nothing is new). It needs a backend
+// with a RewindStore. To have a running worker rebuild a perspective
+// without calling it in-process (an operator's tool, say), store a request
+// with ports.Admin.RebuildRequest instead (see Options.RebuildPollInterval).
+func (w *Worker) Rebuild(ctx context.Context, perspectiveName string, streams ...uuid.UUID) (int, error) {
+	return w.rewind.Rebuild(ctx, perspectiveName, streams)
+}
+
+// StartupScanComplete returns a channel closed once the startup
+// reconciliation of interrupted lifecycles and the rewind scan finished (in
+// StartupScanBackground mode: once the scan started).
+func (w *Worker) StartupScanComplete() <-chan struct{} { return w.rewind.StartupDone() }
 
 // WaitLifecycle blocks until the lifecycle work started so far (the latest
 // batch's PostAllPerspectives/PostLifecycle task and every detached
@@ -555,7 +617,7 @@ func (w *Worker) caughtUp(ctx context.Context, streamID uuid.UUID, targets map[s
 	for _, c := range cursors {
 		// Without rewinds a late event is never applied (it is moved to
 		// dead letters): the model is final as it is.
-		if w.rewind.rewindEnabled() && c.Status.Has(ports.CursorRewindRequired) {
+		if w.rewind.Enabled() && c.Status.Has(ports.CursorRewindRequired) {
 			late[c.Perspective] = c.RewindTriggerVersion
 		}
 	}

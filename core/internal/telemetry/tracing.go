@@ -5,6 +5,7 @@ package telemetry
 
 import (
 	"context"
+	"errors"
 	"slices"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -12,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/vantage-go/vantage/core/internal/monitor"
 	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/core/internal/stage"
 	"github.com/vantage-go/vantage/ports"
@@ -135,7 +137,7 @@ func EndApply(span trace.Span, err error) {
 		return
 	}
 	if err != nil {
-		FailSpan(span, err)
+		FailSpan(span, spanError(err))
 	}
 	span.End()
 }
@@ -163,9 +165,18 @@ func EndRewind(span trace.Span, from int64, replayed int, fresh []ports.Event, e
 		}
 	}
 	if err != nil {
-		FailSpan(span, err)
+		FailSpan(span, spanError(err))
 	}
 	span.End()
+}
+
+// spanError is the error a span records for err: a run abandoned is what
+// monitor.ErrAbandoned says to a reader.
+func spanError(err error) error {
+	if errors.Is(err, pair.ErrRunAbandoned) {
+		return monitor.ErrAbandoned
+	}
+	return err
 }
 
 // StartStage starts the span of a lifecycle stage run for events (of

@@ -1,4 +1,4 @@
-package core
+package drain
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/vantage-go/vantage/core/internal/pair"
+	"github.com/vantage-go/vantage/core/internal/perspective"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -38,7 +39,7 @@ type streamWork struct {
 	id     uuid.UUID
 	events []ports.Event    // ordered by version
 	work   []ports.WorkItem // ordered by perspective, version
-	seq    uint64           // the fetch's sequence number (see parking.nextFetch)
+	seq    uint64           // the fetch's sequence number (see pair.Parking.NextFetch)
 	cut    bool             // the fetch may have stopped inside this stream's rows
 	// decoded caches, by index in events, what every perspective applying
 	// an event may share. It is allocated with the streamWork (one array
@@ -57,10 +58,10 @@ type decodedEvent struct {
 }
 
 // decode returns the decoded value of events[i]. A value of a shareable
-// type (see eventType.shareable) is decoded once for all the perspectives
+// type (see perspective.Registry.Decode) is decoded once for all the perspectives
 // applying it; others are decoded afresh for each but the first, since a
 // handler may mutate what its value refers to.
-func (sw *streamWork) decode(reg *Registry, i int) (any, error) {
+func (sw *streamWork) decode(reg perspective.Registry, i int) (any, error) {
 	d := &sw.decoded[i]
 	var (
 		v     any
@@ -69,7 +70,7 @@ func (sw *streamWork) decode(reg *Registry, i int) (any, error) {
 	)
 	d.decodeOnce.Do(func() {
 		first = true
-		v, d.shareable, err = reg.decode(sw.events[i])
+		v, d.shareable, err = reg.Decode(sw.events[i])
 		if d.shareable {
 			d.value, d.err = v, err
 		}
@@ -80,7 +81,7 @@ func (sw *streamWork) decode(reg *Registry, i int) (any, error) {
 	case d.shareable:
 		return d.value, d.err
 	}
-	v, _, err = reg.decode(sw.events[i])
+	v, _, err = reg.Decode(sw.events[i])
 	return v, err
 }
 
@@ -197,13 +198,13 @@ func groupByPerspective(work []ports.WorkItem) [][]ports.WorkItem {
 // applied is acknowledged, else the refetch would return it again. The
 // task notes when rows past the fetch limit may be left. A pass in which an
 // apply was abandoned ends the drain: the abandoned pair is retried later.
-func (dr *drainer) drainStream(ctx context.Context, t *streamTask, sw *streamWork, cursors map[pair.Key]*ports.Cursor) {
+func (dr *Drainer) drainStream(ctx context.Context, t *streamTask, sw *streamWork, cursors map[pair.Key]*ports.Cursor) {
 	for iter := 1; ; iter++ {
 		pass, abandoned := dr.drainPass(ctx, t, sw, cursors)
 		if abandoned {
 			return
 		}
-		if !pass.enough || iter >= dr.opts.DrainLoopMaxIterations || ctx.Err() != nil {
+		if !pass.enough || iter >= dr.cfg.MaxPasses || ctx.Err() != nil {
 			t.more = sw.cut && ctx.Err() == nil
 			return
 		}
@@ -215,15 +216,15 @@ func (dr *drainer) drainStream(ctx context.Context, t *streamTask, sw *streamWor
 		if err := dr.completer.FlushNow(ctx); err != nil && ctx.Err() != nil {
 			return
 		}
-		res, seq, err := dr.fetch(ctx, []uuid.UUID{sw.id})
+		res, seq, err := dr.fetcher.Fetch(ctx, []uuid.UUID{sw.id})
 		if err != nil {
 			if ctx.Err() == nil {
-				dr.parking.WakeAt(sw.id, dr.Now().Add(dr.opts.InfraRetry.Max))
+				dr.parking.WakeAt(sw.id, dr.Now().Add(dr.cfg.InfraRetryMax))
 			}
 			return
 		}
 		t.refetched(len(res.Work))
-		next := splitByStream(res, seq, dr.opts.FetchMaxRows)
+		next := splitByStream(res, seq, dr.cfg.FetchMaxRows)
 		if len(next) == 0 || next[0].id != sw.id {
 			return
 		}
@@ -240,7 +241,7 @@ func (dr *drainer) drainStream(ctx context.Context, t *streamTask, sw *streamWor
 // on the task what the pairs applied, in the order of the perspectives
 // whatever the order they ended in, and reports the events the pass
 // applied and whether an apply was abandoned.
-func (dr *drainer) drainPass(ctx context.Context, t *streamTask, sw *streamWork, cursors map[pair.Key]*ports.Cursor) (passEvents, bool) {
+func (dr *Drainer) drainPass(ctx context.Context, t *streamTask, sw *streamWork, cursors map[pair.Key]*ports.Cursor) (passEvents, bool) {
 	groups := groupByPerspective(sw.work)
 	outcomes := make([]pairOutcome, len(groups))
 	ended := make(chan pairEnd, len(groups)) // an ending pair never waits
@@ -251,7 +252,7 @@ func (dr *drainer) drainPass(ctx context.Context, t *streamTask, sw *streamWork,
 		running--
 	}
 	for i, rows := range groups {
-		if running == dr.opts.MaxPerspectivesPerStream {
+		if running == dr.cfg.MaxPerspectivesPerStream {
 			dr.Signals.OnPairSlotWait()
 			wait()
 		}
@@ -267,7 +268,7 @@ func (dr *drainer) drainPass(ctx context.Context, t *streamTask, sw *streamWork,
 	for running > 0 {
 		wait()
 	}
-	pass := passEvents{limit: dr.opts.DrainLoopRefetchMinBatch}
+	pass := passEvents{limit: dr.cfg.RefetchMinEvents}
 	abandoned := false
 	for _, o := range outcomes {
 		t.add(o.applied, o.events)
@@ -314,9 +315,9 @@ func (pt *pairTask) abandon(n int, events []ports.Event) {
 
 // newPairOutcome returns the outcome of a pair that applied n events (and
 // events, when it kept them); version(i) is the version of the i-th.
-func (dr *drainer) newPairOutcome(n int, events []ports.Event, version func(i int) int64) pairOutcome {
+func (dr *Drainer) newPairOutcome(n int, events []ports.Event, version func(i int) int64) pairOutcome {
 	o := pairOutcome{applied: n, events: events}
-	if n < dr.opts.DrainLoopRefetchMinBatch {
+	if n < dr.cfg.RefetchMinEvents {
 		for i := range n {
 			o.versions = append(o.versions, version(i))
 		}

@@ -1,4 +1,4 @@
-package core
+package rewind
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/vantage-go/vantage/core/internal/monitor"
 	"github.com/vantage-go/vantage/core/internal/pair"
+	"github.com/vantage-go/vantage/core/internal/perspective"
 	"github.com/vantage-go/vantage/core/internal/rebuild"
 	"github.com/vantage-go/vantage/ports"
 )
@@ -19,18 +20,9 @@ import (
 var errStreamLockHeld = errors.New("its lock is held by another instance")
 
 // Rebuild replays one perspective from scratch for the given streams (every
-// stream with events it handles when none is given) while the worker keeps
-// serving everything else. Each stream is rebuilt under its pair's gate and
-// rebuild lock; handlers do not fire (nothing is new). It needs a backend
-// with a RewindStore. To have a running worker rebuild a perspective
-// without calling it in-process (an operator's tool, say), store a request
-// with ports.Admin.RebuildRequest instead (see Options.RebuildPollInterval).
-func (w *Worker) Rebuild(ctx context.Context, perspectiveName string, streams ...uuid.UUID) (int, error) {
-	return w.rewind.rebuild(ctx, perspectiveName, streams)
-}
-
-// rebuild carries out Worker.Rebuild.
-func (rw *rewinder) rebuild(ctx context.Context, perspectiveName string, streams []uuid.UUID) (int, error) {
+// stream with events it handles when none is given). Each stream is
+// rebuilt under its pair's gate and rebuild lock; handlers do not fire.
+func (rw *Rewinder) Rebuild(ctx context.Context, perspectiveName string, streams []uuid.UUID) (int, error) {
 	p, err := rw.rebuildable(perspectiveName)
 	if err != nil {
 		return 0, err
@@ -48,11 +40,11 @@ func (rw *rewinder) rebuild(ctx context.Context, perspectiveName string, streams
 
 // rebuildable returns the registered perspective named perspectiveName, or
 // why it cannot be rebuilt.
-func (rw *rewinder) rebuildable(perspectiveName string) (perspective, error) {
-	if rw.backend.Rewind == nil {
+func (rw *Rewinder) rebuildable(perspectiveName string) (perspective.Perspective, error) {
+	if rw.cfg.Rewind == nil {
 		return nil, errors.New("rebuilding: the backend has no RewindStore")
 	}
-	p, ok := rw.reg.perspective(perspectiveName)
+	p, ok := rw.cfg.Registry.Lookup(perspectiveName)
 	if !ok {
 		return nil, fmt.Errorf("rebuilding: no perspective named %q", perspectiveName)
 	}
@@ -64,7 +56,7 @@ func (rw *rewinder) rebuildable(perspectiveName string) (perspective, error) {
 // none, every stream with events p handles, in byte order of the ids, a
 // page at a time. A stream at or below after (byte order) is skipped: a
 // resumed rebuild passes the last stream done.
-func (rw *rewinder) eachRebuildStream(ctx context.Context, p perspective, streams []uuid.UUID, after uuid.UUID, fn func(stream uuid.UUID) error) error {
+func (rw *Rewinder) eachRebuildStream(ctx context.Context, p perspective.Perspective, streams []uuid.UUID, after uuid.UUID, fn func(stream uuid.UUID) error) error {
 	if len(streams) > 0 {
 		for _, s := range streams {
 			if after != uuid.Nil && bytes.Compare(s[:], after[:]) <= 0 {
@@ -88,7 +80,7 @@ func (rw *rewinder) eachRebuildStream(ctx context.Context, p perspective, stream
 
 // countRebuildStreams counts the streams a rebuild of p covers: the given
 // streams, or every stream with events p handles (a pass over their ids).
-func (rw *rewinder) countRebuildStreams(ctx context.Context, p perspective, streams []uuid.UUID) (int64, error) {
+func (rw *Rewinder) countRebuildStreams(ctx context.Context, p perspective.Perspective, streams []uuid.UUID) (int64, error) {
 	if len(streams) > 0 {
 		return int64(len(streams)), nil
 	}
@@ -102,10 +94,10 @@ func (rw *rewinder) countRebuildStreams(ctx context.Context, p perspective, stre
 
 // rebuildPages calls fn with each page of the streams with events p
 // handles, above after in byte order, until the last page or an error.
-func (rw *rewinder) rebuildPages(ctx context.Context, p perspective, after uuid.UUID, fn func(page []uuid.UUID) error) error {
-	types := p.eventTypes()
+func (rw *Rewinder) rebuildPages(ctx context.Context, p perspective.Perspective, after uuid.UUID, fn func(page []uuid.UUID) error) error {
+	types := p.EventTypes()
 	for {
-		page, err := rw.backend.Rewind.StreamsWithEventTypes(ctx, &ports.StreamsWithEventTypesParams{EventTypes: types, After: after, Limit: rebuildPageSize})
+		page, err := rw.cfg.Rewind.StreamsWithEventTypes(ctx, &ports.StreamsWithEventTypesParams{EventTypes: types, After: after, Limit: rebuildPageSize})
 		if err != nil {
 			return fmt.Errorf("rebuilding: listing streams: %w", err)
 		}
@@ -123,7 +115,7 @@ func (rw *rewinder) rebuildPages(ctx context.Context, p perspective, after uuid.
 // save the model while it is replayed (the gate and the lock are not
 // its): the replay's save then fails its check and the stream is replayed
 // again from the model saved meanwhile, up to replayMovedRetries times.
-func (rw *rewinder) rebuildStream(ctx context.Context, p perspective, stream uuid.UUID) (int, error) {
+func (rw *Rewinder) rebuildStream(ctx context.Context, p perspective.Perspective, stream uuid.UUID) (int, error) {
 	key := pair.Key{Stream: stream, Perspective: p.Name()}
 	release, err := rw.gates.Acquire(ctx, key, nil)
 	if err != nil {
@@ -140,8 +132,8 @@ func (rw *rewinder) rebuildStream(ctx context.Context, p perspective, stream uui
 	for try := 1; ; try++ {
 		// The snapshots go on every try: the holder may have stored one
 		// with the model its save replaced.
-		if rw.backend.Snapshots != nil {
-			if _, err := rw.backend.Snapshots.SnapshotsDeleteFrom(ctx, &ports.SnapshotsDeleteFromParams{StreamID: stream, Perspective: key.Perspective}); err != nil {
+		if rw.cfg.Snapshots != nil {
+			if _, err := rw.cfg.Snapshots.SnapshotsDeleteFrom(ctx, &ports.SnapshotsDeleteFromParams{StreamID: stream, Perspective: key.Perspective}); err != nil {
 				return 0, fmt.Errorf("rebuilding stream %s: %w", stream, err)
 			}
 		}
@@ -153,18 +145,20 @@ func (rw *rewinder) rebuildStream(ctx context.Context, p perspective, stream uui
 			return 0, fmt.Errorf("rebuilding stream %s: %w", stream, err)
 		}
 	}
-	rw.metrics.Rewound(ctx, key.Perspective, true, rw.Now().Sub(start), res.replayed, 0)
-	if h := rw.opts.Hooks.OnRewind; h != nil {
-		h(RewindInfo{StreamID: stream, Perspective: key.Perspective, Replayed: res.replayed, Duration: rw.Now().Sub(start), Rebuild: true})
+	rw.cfg.Metrics.Rewound(ctx, key.Perspective, true, rw.Now().Sub(start), res.replayed, 0)
+	if h := rw.cfg.OnRewind; h != nil {
+		h(Info{StreamID: stream, Perspective: key.Perspective, Replayed: res.replayed, Duration: rw.Now().Sub(start), Rebuild: true})
 	}
 	return res.replayed, nil
 }
 
-// rebuilder is the rewinder as the queue of rebuild requests reads it.
-type rebuilder struct{ rw *rewinder }
+// Rebuilder returns the rewinder as the queue of rebuild requests reads it.
+func (rw *Rewinder) Rebuilder() rebuild.Rebuilder { return rebuilder{rw} }
 
-func (r rebuilder) Open(perspective string) (rebuild.Streams, error) {
-	p, err := r.rw.rebuildable(perspective)
+type rebuilder struct{ rw *Rewinder }
+
+func (r rebuilder) Open(name string) (rebuild.Streams, error) {
+	p, err := r.rw.rebuildable(name)
 	if err != nil {
 		return nil, err
 	}
@@ -176,14 +170,14 @@ func (r rebuilder) Open(perspective string) (rebuild.Streams, error) {
 // else may pass, and the request is resumed later.
 func (rebuilder) Failed(err error) bool {
 	var rf *replayFailure
-	return errors.As(err, &rf) || errors.Is(err, errPairAbandoned) ||
+	return errors.As(err, &rf) || errors.Is(err, pair.ErrRunAbandoned) ||
 		errors.Is(err, ports.ErrInvalidArgument) || errors.Is(err, ports.ErrNotFound)
 }
 
 // rebuildStreams are the streams of one perspective to rebuild.
 type rebuildStreams struct {
-	rw *rewinder
-	p  perspective
+	rw *Rewinder
+	p  perspective.Perspective
 }
 
 func (s rebuildStreams) Count(ctx context.Context, streams []uuid.UUID) (int64, error) {

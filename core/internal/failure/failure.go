@@ -1,4 +1,8 @@
-package core
+// Package failure decides what a failed apply costs: an attempt and a
+// retry after a backoff while its pair waits, or, once its attempts are
+// used up (or it cannot be applied at all), the move to dead letters. The
+// drain and the rewinder charge their failures through it.
+package failure
 
 import (
 	"context"
@@ -10,133 +14,161 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/core/internal/complete"
 	"github.com/vantage-go/vantage/core/internal/dedup"
 	"github.com/vantage-go/vantage/core/internal/modelstore"
 	"github.com/vantage-go/vantage/core/internal/monitor"
 	"github.com/vantage-go/vantage/core/internal/pair"
+	"github.com/vantage-go/vantage/core/internal/perspective"
+	"github.com/vantage-go/vantage/core/internal/retry"
+	"github.com/vantage-go/vantage/core/internal/telemetry"
 	"github.com/vantage-go/vantage/ports"
 )
 
-// failures decides what a failed apply costs: an attempt and a retry
-// after a backoff while its pair waits, or, once its attempts are used up
-// (or it cannot be applied at all), the move to dead letters.
-type failures struct {
-	*engine
+// Unlimited is the MaxAttempts of events retried forever.
+const Unlimited = -1
+
+// Config is what the failure handling reads.
+type Config struct {
+	DeadLetters ports.DeadLetterStore
+	InstanceID  uuid.UUID
+	Generation  string
+	// MaxAttempts is how many attempts an event gets before it is
+	// dead-lettered; Unlimited retries forever.
+	MaxAttempts int
+	// Retry spaces the retries of a failed event.
+	Retry   retry.Backoff
+	Metrics *telemetry.Metrics
+	// OnDeadLettered and OnFailure announce a dead letter and a reported
+	// failure; nil for none.
+	OnDeadLettered func(ports.DeadLetter)
+	OnFailure      func(ports.Failure)
+}
+
+// Failures charges failed applies (see the package doc).
+type Failures struct {
+	*base.Env
+	cfg       Config
 	parking   *pair.Parking
 	completer *complete.Completer
 	cache     *dedup.Cache
 }
 
-// failureRetryDelay is the wait of Options.EventRetry before the retry of
-// an event that failed attempts times: 60s, 120s, 240s, 300s … with the
-// defaults.
-func (fl *failures) failureRetryDelay(attempts int) time.Duration {
-	return fl.opts.EventRetry.internal(0).Delay(attempts - 1)
+// New returns the failure handling of a worker: it parks pairs on
+// parking, reports through completer and records applied rows in cache.
+func New(env *base.Env, cfg Config, parking *pair.Parking, completer *complete.Completer, cache *dedup.Cache) *Failures {
+	return &Failures{Env: env, cfg: cfg, parking: parking, completer: completer, cache: cache}
 }
 
-// failureOutcome is what eventFailed made of a failed apply.
-type failureOutcome int
+// RetryDelay is the wait before the retry of an event that failed
+// attempts times.
+func (fl *Failures) RetryDelay(attempts int) time.Duration {
+	return fl.cfg.Retry.Delay(attempts - 1)
+}
+
+// Outcome is what EventFailed made of a failed apply.
+type Outcome int
 
 const (
-	// failureRetry: the event has attempts left; report the failure.
-	failureRetry failureOutcome = iota
-	// failureDeadLettered: it used up its attempts and was moved to dead
+	// Retry: the event has attempts left; report the failure.
+	Retry Outcome = iota
+	// DeadLettered: it used up its attempts and was moved to dead
 	// letters (or is gone already); its pair goes on with the next event.
-	failureDeadLettered
-	// failureInfra: moving it to dead letters failed; the pair retries.
-	failureInfra
-	// failureLeaseLost: the move was refused because another instance
+	DeadLettered
+	// Infra: moving it to dead letters failed; the pair retries.
+	Infra
+	// LeaseLost: the move was refused because another instance
 	// took the stream (or it was released): that instance applies the
 	// pair now, and may have applied the event already. Nothing was
 	// charged; the pair's run stops and leaves the stream to its holder.
-	failureLeaseLost
+	LeaseLost
 )
 
-// eventFailed decides what a failed apply of row costs: one attempt, and
+// EventFailed decides what a failed apply of row costs: one attempt, and
 // when that was the last, the move to dead letters with the cause, at once,
 // so the pair goes on without waiting for a retry.
-func (fl *failures) eventFailed(ctx context.Context, k pair.Key, row ports.WorkItem, cause error) failureOutcome {
-	fl.metrics.ApplyFailed(ctx, k.Perspective)
+func (fl *Failures) EventFailed(ctx context.Context, k pair.Key, row ports.WorkItem, cause error) Outcome {
+	fl.cfg.Metrics.ApplyFailed(ctx, k.Perspective)
 	attempts := row.Attempts + 1
-	limit := fl.opts.MaxPerspectiveEventAttempts
+	limit := fl.cfg.MaxAttempts
 	if limit == Unlimited || attempts < limit {
-		return failureRetry
+		return Retry
 	}
-	reason := failureReason(cause)
-	res, err := fl.backend.DeadLetters.DeadLetterMove(ctx, &ports.DeadLetterMoveParams{
+	reason := Reason(cause)
+	res, err := fl.cfg.DeadLetters.DeadLetterMove(ctx, &ports.DeadLetterMoveParams{
 		WorkID:     row.WorkID,
-		InstanceID: fl.opts.InstanceID,
-		Generation: fl.opts.Generation,
+		InstanceID: fl.cfg.InstanceID,
+		Generation: fl.cfg.Generation,
 		Reason:     reason,
 		Error:      cause.Error(),
 		Attempts:   attempts,
 		Now:        fl.ParamNow(),
 	})
 	if err != nil {
-		if fl.moveFailed(ctx, k, "moving work to dead letters", err) {
-			return failureLeaseLost
+		if fl.MoveFailed(ctx, k, "moving work to dead letters", err) {
+			return LeaseLost
 		}
-		return failureInfra
+		return Infra
 	}
 	if res.Moved {
 		fl.deadLettered(ctx, res.DeadLetter)
 	}
-	return failureDeadLettered
+	return DeadLettered
 }
 
-// moveFailed handles a move to dead letters of the pair k that returned
+// MoveFailed handles a move to dead letters of the pair k that returned
 // err: an infrastructure error is retried after a backoff (op names the
 // call); a refusal because the stream is another instance's now
 // (ports.ErrLeaseLost) costs nothing and is only noted. It reports true for
 // the refusal.
-func (fl *failures) moveFailed(ctx context.Context, k pair.Key, op string, err error) bool {
+func (fl *Failures) MoveFailed(ctx context.Context, k pair.Key, op string, err error) bool {
 	if !errors.Is(err, ports.ErrLeaseLost) {
 		fl.parking.InfraFailed(ctx, k, op, err)
 		return false
 	}
-	fl.leaseLost(ctx, k, err)
+	fl.LeaseLost(ctx, k, err)
 	return true
 }
 
-// leaseLost notes that a write of the pair k was refused because the
+// LeaseLost notes that a write of the pair k was refused because the
 // stream is another instance's now (ports.ErrLeaseLost): it costs nothing,
 // and the pair is left to that instance.
-func (fl *failures) leaseLost(ctx context.Context, k pair.Key, err error) {
+func (fl *Failures) LeaseLost(ctx context.Context, k pair.Key, err error) {
 	fl.Log.InfoContext(ctx, "stream taken by another instance; leaving its pair to it",
 		append(pair.Attrs(k.Stream, k.Perspective), slog.Any("error", err))...)
 }
 
 // deadLettered logs and announces a dead letter.
-func (fl *failures) deadLettered(ctx context.Context, dl ports.DeadLetter) {
-	fl.metrics.DeadLettered(ctx, dl)
+func (fl *Failures) deadLettered(ctx context.Context, dl ports.DeadLetter) {
+	fl.cfg.Metrics.DeadLettered(ctx, dl)
 	fl.Log.WarnContext(ctx, "event dead-lettered; its pair goes on with the next event",
 		append(pair.Attrs(dl.StreamID, dl.Perspective), slog.Int64("version", dl.EventVersion), slog.String("event_id", dl.EventID.String()),
 			slog.Int("attempts", dl.Attempts), slog.String("reason", dl.Reason), slog.String("error", dl.Error))...)
-	if h := fl.opts.Hooks.OnDeadLettered; h != nil {
+	if h := fl.cfg.OnDeadLettered; h != nil {
 		h(dl)
 	}
 }
 
-// failureReason classifies the cause of a failed apply for its dead letter.
-func failureReason(cause error) string {
+// Reason classifies the cause of a failed apply for its dead letter.
+func Reason(cause error) string {
 	switch {
 	case errors.Is(cause, monitor.ErrDeadline), errors.Is(cause, monitor.ErrAbandoned), errors.Is(cause, modelstore.ErrWriteDeadline):
 		return ports.ReasonTimedOut
-	case errors.Is(cause, ErrUnknownEventType), errors.Is(cause, ErrNoHandler):
+	case errors.Is(cause, perspective.ErrUnknownEventType), errors.Is(cause, perspective.ErrNoHandler):
 		return ports.ReasonUnknownType
-	case errors.Is(cause, ErrUndecodable):
+	case errors.Is(cause, perspective.ErrUndecodable):
 		return ports.ReasonUndecodable
 	}
 	return ports.ReasonFailed
 }
 
-// reportFailure reports that row failed, after the rows in applied
+// ReportFailure reports that row failed, after the rows in applied
 // completed: the failed row is released and retried after a backoff, and
 // the pair is held back until then.
-func (fl *failures) reportFailure(ctx context.Context, k pair.Key, row ports.WorkItem, applied []uuid.UUID, lastID uuid.UUID, lastVersion int64, cause error) {
+func (fl *Failures) ReportFailure(ctx context.Context, k pair.Key, row ports.WorkItem, applied []uuid.UUID, lastID uuid.UUID, lastVersion int64, cause error) {
 	attempts := row.Attempts + 1
-	retryAt := fl.Now().Add(fl.failureRetryDelay(attempts))
+	retryAt := fl.Now().Add(fl.RetryDelay(attempts))
 	f := ports.Failure{
 		StreamID:       k.Stream,
 		Perspective:    k.Perspective,
@@ -148,41 +180,41 @@ func (fl *failures) reportFailure(ctx context.Context, k pair.Key, row ports.Wor
 		Error:          cause.Error(),
 		RetryAt:        retryAt,
 	}
-	fl.failed(ctx, k, f, row.EventVersion, attempts, cause)
+	fl.Failed(ctx, k, f, row.EventVersion, attempts, cause)
 }
 
-// failed parks the pair and reports f.
-func (fl *failures) failed(ctx context.Context, k pair.Key, f ports.Failure, version int64, attempts int, cause error) {
+// Failed parks the pair and reports f.
+func (fl *Failures) Failed(ctx context.Context, k pair.Key, f ports.Failure, version int64, attempts int, cause error) {
 	ctx = context.WithoutCancel(ctx)
 	if len(f.AppliedWorkIDs) > 0 {
 		fl.cache.AddRange(k.Dedup(), f.AppliedWorkIDs)
 	}
 	fl.parking.Park(k, f.RetryAt)
-	fl.metrics.FailureReported(ctx, k.Perspective, failureReason(cause))
+	fl.cfg.Metrics.FailureReported(ctx, k.Perspective, Reason(cause))
 	fl.Log.WarnContext(ctx, "perspective failed on event; will retry",
 		append(pair.Attrs(k.Stream, k.Perspective), slog.Int64("version", version), slog.Int("attempts", attempts),
-			slog.Int("max_attempts", fl.opts.MaxPerspectiveEventAttempts), slog.Time("retry_at", f.RetryAt), slog.Any("error", cause))...)
+			slog.Int("max_attempts", fl.cfg.MaxAttempts), slog.Time("retry_at", f.RetryAt), slog.Any("error", cause))...)
 	// The pair stays parked until the failure is acknowledged: the strategy
 	// keeps it until then. One that cannot be reported is given up on and
 	// the pair drained again after a backoff.
 	fl.completer.ReportFailure(ctx, f)
-	if h := fl.opts.Hooks.OnFailure; h != nil {
+	if h := fl.cfg.OnFailure; h != nil {
 		h(f)
 	}
 }
 
-// deadLetterExhausted moves rows whose attempts are used up (by takeovers
+// DeadLetterExhausted moves rows whose attempts are used up (by takeovers
 // from dead instances: a failure that uses up the last attempt
 // dead-letters its row at once) to dead letters before paying for decoding
 // and applying, and returns the others. A row at or below position (the
 // pair's cursor) that is not late was applied and saved, its completion
 // lost (the takeover that charged it took the stream of an instance that
 // died before completing): it is returned, to complete as a re-delivery.
-// An error of the backend is returned (see moveFailed): the pair retries,
+// An error of the backend is returned (see MoveFailed): the pair retries,
 // or, when the stream is another instance's now, leaves it to that
 // instance.
-func (fl *failures) deadLetterExhausted(ctx context.Context, rows []ports.WorkItem, position int64) ([]ports.WorkItem, error) {
-	limit := fl.opts.MaxPerspectiveEventAttempts
+func (fl *Failures) DeadLetterExhausted(ctx context.Context, rows []ports.WorkItem, position int64) ([]ports.WorkItem, error) {
+	limit := fl.cfg.MaxAttempts
 	exhausted := func(r ports.WorkItem) bool {
 		return r.Attempts >= limit && (r.Late || r.EventVersion > position)
 	}
@@ -194,12 +226,12 @@ func (fl *failures) deadLetterExhausted(ctx context.Context, rows []ports.WorkIt
 	})
 }
 
-// deadLetterLate moves the late rows below position to dead letters, when
+// DeadLetterLate moves the late rows below position to dead letters, when
 // the engine cannot rewind: completing them would drop their events
 // silently, and applying them out of order would corrupt the model. A
 // requeue applies them in order once rewinds are on. It returns the other
 // rows.
-func (fl *failures) deadLetterLate(ctx context.Context, rows []ports.WorkItem, position int64) ([]ports.WorkItem, error) {
+func (fl *Failures) DeadLetterLate(ctx context.Context, rows []ports.WorkItem, position int64) ([]ports.WorkItem, error) {
 	return fl.deadLetterRows(ctx, rows, func(r ports.WorkItem) (string, string, bool) {
 		return ports.ReasonLate, fmt.Sprintf("event stored below the cursor (version %d, cursor at %d) while rewinds are off; requeue it once rewinds are on",
 			r.EventVersion, position), r.Late && r.EventVersion <= position
@@ -209,8 +241,8 @@ func (fl *failures) deadLetterLate(ctx context.Context, rows []ports.WorkItem, p
 // deadLetterRows moves the rows that match selects to dead letters, with
 // the reason and error it gives, and returns the other rows. An error of
 // the backend is returned at the first row it refuses, ports.ErrLeaseLost
-// included (see moveFailed).
-func (fl *failures) deadLetterRows(ctx context.Context, rows []ports.WorkItem, match func(ports.WorkItem) (reason, cause string, ok bool)) ([]ports.WorkItem, error) {
+// included (see MoveFailed).
+func (fl *Failures) deadLetterRows(ctx context.Context, rows []ports.WorkItem, match func(ports.WorkItem) (reason, cause string, ok bool)) ([]ports.WorkItem, error) {
 	keep := rows[:0:0]
 	for _, r := range rows {
 		reason, cause, ok := match(r)
@@ -218,10 +250,10 @@ func (fl *failures) deadLetterRows(ctx context.Context, rows []ports.WorkItem, m
 			keep = append(keep, r)
 			continue
 		}
-		res, err := fl.backend.DeadLetters.DeadLetterMove(ctx, &ports.DeadLetterMoveParams{
+		res, err := fl.cfg.DeadLetters.DeadLetterMove(ctx, &ports.DeadLetterMoveParams{
 			WorkID:     r.WorkID,
-			InstanceID: fl.opts.InstanceID,
-			Generation: fl.opts.Generation,
+			InstanceID: fl.cfg.InstanceID,
+			Generation: fl.cfg.Generation,
 			Reason:     reason,
 			Error:      cause,
 			Attempts:   r.Attempts,

@@ -1,4 +1,4 @@
-package core
+package rewind
 
 import (
 	"context"
@@ -10,22 +10,22 @@ import (
 	"github.com/vantage-go/vantage/ports"
 )
 
-// startupScan reconciles interrupted lifecycles and repairs interrupted
+// StartupScan reconciles interrupted lifecycles and repairs interrupted
 // rewinds, then closes the startup signal.
-func (rw *rewinder) startupScan(ctx context.Context) {
-	defer rw.finishStartupScan()
+func (rw *Rewinder) StartupScan(ctx context.Context) {
+	defer rw.FinishStartupScan()
 	rw.lifecycle.Reconcile(ctx)
-	if !rw.rewindEnabled() || rw.opts.Rewind.StartupScan == StartupScanDisabled {
+	if !rw.Enabled() || rw.cfg.StartupScan == ScanDisabled {
 		return
 	}
-	if rw.opts.Rewind.StartupScan == StartupScanBackground {
-		rw.finishStartupScan()
+	if rw.cfg.StartupScan == ScanBackground {
+		rw.FinishStartupScan()
 	}
 	// Pairs whose pending rows are leased elsewhere are left to their
 	// holder: rewinding them here would only re-flag them.
 	skip := map[pair.Key]bool{}
-	for range rewindStartupPolls {
-		cursors, err := rw.backend.Rewind.CursorsRewindRequired(ctx, &ports.CursorsRewindRequiredParams{Limit: 1000})
+	for range startupPolls {
+		cursors, err := rw.cfg.Rewind.CursorsRewindRequired(ctx, &ports.CursorsRewindRequiredParams{Limit: 1000})
 		if err != nil {
 			if ctx.Err() == nil {
 				rw.Log.ErrorContext(ctx, "startup rewind scan", slog.Any("error", err))
@@ -51,7 +51,7 @@ func (rw *rewinder) startupScan(ctx context.Context) {
 				skip[key] = true
 			}
 		}
-		t := rw.Clock.NewTimer(rw.opts.PollingInterval)
+		t := rw.Clock.NewTimer(rw.cfg.PollInterval)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -66,8 +66,8 @@ func (rw *rewinder) startupScan(ctx context.Context) {
 // carrying on (its applied rows await their acknowledgement) and one whose
 // flag was cleared since the poll. It reports false when the pair stays
 // flagged because its rows are held elsewhere (or it is unknown here).
-func (rw *rewinder) repairRewind(ctx context.Context, key pair.Key) bool {
-	p, ok := rw.reg.perspective(key.Perspective)
+func (rw *Rewinder) repairRewind(ctx context.Context, key pair.Key) bool {
+	p, ok := rw.cfg.Registry.Lookup(key.Perspective)
 	if !ok {
 		return false
 	}
@@ -76,7 +76,7 @@ func (rw *rewinder) repairRewind(ctx context.Context, key pair.Key) bool {
 		return false
 	}
 	defer release()
-	res, _, err := rw.drain.fetch(ctx, []uuid.UUID{key.Stream})
+	res, _, err := rw.pending.Fetch(ctx, []uuid.UUID{key.Stream})
 	if err != nil {
 		return false
 	}
@@ -86,7 +86,7 @@ func (rw *rewinder) repairRewind(ctx context.Context, key pair.Key) bool {
 			rows = append(rows, r)
 		}
 	}
-	rows, applied := rw.drain.notApplied(ctx, key, rows)
+	rows, applied := rw.pending.NotApplied(ctx, key, rows)
 	if len(applied) > 0 {
 		// A drain of this instance applied rows of the pair and waits for
 		// their acknowledgement, which carries the pair on (a rewind's
@@ -101,12 +101,12 @@ func (rw *rewinder) repairRewind(ctx context.Context, key pair.Key) bool {
 	if !ok || !c.Status.Has(ports.CursorRewindRequired) {
 		return true
 	}
-	rows, err = rw.fail.deadLetterExhausted(ctx, rows, c.LastVersion)
+	rows, err = rw.fail.DeadLetterExhausted(ctx, rows, c.LastVersion)
 	if err != nil {
 		// Held elsewhere now when the move was refused: left to its holder.
-		return !rw.fail.moveFailed(ctx, key, "moving work to dead letters", err)
+		return !rw.fail.MoveFailed(ctx, key, "moving work to dead letters", err)
 	}
-	fresh, _ := rw.rewindPair(ctx, p, key, rows, nil, c, true, nil)
+	fresh, _ := rw.RewindPair(ctx, p, key, rows, nil, c, true, nil)
 	rw.lifecycle.AfterBatch(ctx, fresh, nil)
 	// Flush now, so the next poll sees the flag cleared.
 	if err := rw.completer.FlushNow(ctx); err != nil && ctx.Err() == nil {
@@ -122,7 +122,7 @@ func (rw *rewinder) repairRewind(ctx context.Context, key pair.Key) bool {
 // currentCursor returns the pair's cursor as a fetch read it, or reads it
 // when the fetch had no work of the pair. It reports false when the cursor
 // could not be read.
-func (rw *rewinder) currentCursor(ctx context.Context, key pair.Key, fetched []ports.Cursor) (ports.Cursor, bool) {
+func (rw *Rewinder) currentCursor(ctx context.Context, key pair.Key, fetched []ports.Cursor) (ports.Cursor, bool) {
 	for _, c := range fetched {
 		if c.StreamID == key.Stream && c.Perspective == key.Perspective {
 			return c, true
@@ -132,16 +132,17 @@ func (rw *rewinder) currentCursor(ctx context.Context, key pair.Key, fetched []p
 	return c, ok
 }
 
-func (rw *rewinder) finishStartupScan() {
+// StartupDone returns a channel closed once the startup scan finished (in
+// ScanBackground mode: once it started).
+func (rw *Rewinder) StartupDone() <-chan struct{} { return rw.startupDone }
+
+// FinishStartupScan closes the startup signal, once; a worker that runs no
+// scan calls it at start.
+func (rw *Rewinder) FinishStartupScan() {
 	rw.startupOnce.Do(func() {
 		close(rw.startupDone)
-		if h := rw.opts.Hooks.OnStartupScanComplete; h != nil {
+		if h := rw.cfg.OnStartupScanComplete; h != nil {
 			h()
 		}
 	})
 }
-
-// StartupScanComplete returns a channel closed once the startup
-// reconciliation of interrupted lifecycles and the rewind scan finished (in
-// StartupScanBackground mode: once the scan started).
-func (w *Worker) StartupScanComplete() <-chan struct{} { return w.rewind.startupDone }

@@ -1,4 +1,4 @@
-package core
+package drain
 
 import (
 	"context"
@@ -7,20 +7,20 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 
-	"github.com/vantage-go/vantage/core/internal/dedup"
+	"github.com/vantage-go/vantage/core/internal/failure"
+	"github.com/vantage-go/vantage/core/internal/modelstore"
 	"github.com/vantage-go/vantage/core/internal/monitor"
 	"github.com/vantage-go/vantage/core/internal/pair"
+	"github.com/vantage-go/vantage/core/internal/perspective"
+	"github.com/vantage-go/vantage/core/internal/rewind"
+	"github.com/vantage-go/vantage/core/internal/stage"
 	"github.com/vantage-go/vantage/core/internal/telemetry"
 	"github.com/vantage-go/vantage/ports"
 )
-
-// errPairAbandoned is returned up the run of a pair whose apply the engine
-// abandoned: the abandonment took the pair over, so its run must stop at
-// once and touch nothing.
-var errPairAbandoned = errors.New("pair abandoned")
 
 // errModelBehindCursor is the error of a pair whose cursor is past its
 // stored model: its state was lost, and only a rebuild repairs it.
@@ -32,8 +32,8 @@ var errModelBehindCursor = errors.New("model behind its cursor")
 // events at or below its position, apply the rest, save model and cursor
 // every PerspectiveBatchSize events and at the end, and buffer the
 // completion (or the failure). It returns what it applied, and
-// errPairAbandoned when an apply was abandoned.
-func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork, rows []ports.WorkItem, cursor *ports.Cursor) (pairOutcome, error) {
+// pair.ErrRunAbandoned when an apply was abandoned.
+func (dr *Drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork, rows []ports.WorkItem, cursor *ports.Cursor) (pairOutcome, error) {
 	key := pair.Key{Stream: sw.id, Perspective: rows[0].Perspective}
 	if dr.parking.IsParked(key) {
 		return pairOutcome{}, nil
@@ -58,7 +58,7 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 	if cursor != nil {
 		position, epoch, flags = cursor.LastVersion, cursor.Epoch, *cursor
 	}
-	flagged := dr.rewind.rewindEnabled() && flags.Status.Has(ports.CursorRewindRequired)
+	flagged := dr.rewind.Enabled() && flags.Status.Has(ports.CursorRewindRequired)
 	rows, held, ok := dr.toApply(ctx, key, rows, position)
 	// A flagged pair whose rows are all gone now (dead-lettered: their
 	// attempts were used up) has nothing left for a rewind to apply, but
@@ -70,7 +70,7 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 		return pairOutcome{}, nil
 	}
 
-	p, ok := dr.reg.perspective(key.Perspective)
+	p, ok := dr.cfg.Registry.Lookup(key.Perspective)
 	if !ok {
 		dr.parking.UnknownPerspective(ctx, key, len(rows))
 		return pairOutcome{}, nil
@@ -78,13 +78,13 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 	// A late row below the position was never applied: only a rewind
 	// applies it in order, whether or not the cursor still carries the flag.
 	late := slices.ContainsFunc(rows, func(r ports.WorkItem) bool { return r.Late && r.EventVersion <= position })
-	if dr.rewind.rewindEnabled() && (late || flagged) {
-		evs, err := dr.rewind.rewindPair(ctx, p, key, rows, held, flags, emptyRewind, &rewindOwner{task: task, release: release})
+	if dr.rewind.Enabled() && (late || flagged) {
+		evs, err := dr.rewind.RewindPair(ctx, p, key, rows, held, flags, emptyRewind, &rewind.Owner{Release: release, Abandon: func() { task.abandon(0, nil) }})
 		return dr.newPairOutcome(len(evs), evs, func(i int) int64 { return evs[i].Version }), err
 	}
 	if late {
-		if rows, err = dr.fail.deadLetterLate(ctx, rows, position); err != nil {
-			dr.fail.moveFailed(ctx, key, "moving late work to dead letters", err)
+		if rows, err = dr.fail.DeadLetterLate(ctx, rows, position); err != nil {
+			dr.fail.MoveFailed(ctx, key, "moving late work to dead letters", err)
 			return pairOutcome{}, nil
 		}
 		if len(rows) == 0 {
@@ -107,10 +107,10 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 		// the cursor passed and those whose rows the retirement deleted
 		// are applied in order, before the pending ones. Without, the
 		// pair waits for a rebuild.
-		if dr.rewind.rewindEnabled() {
+		if dr.rewind.Enabled() {
 			// From the first event: a snapshot may copy the dropped state.
 			flags.RewindTriggerVersion = 1
-			evs, err := dr.rewind.rewindPair(ctx, p, key, rows, held, flags, true, &rewindOwner{task: task, release: release})
+			evs, err := dr.rewind.RewindPair(ctx, p, key, rows, held, flags, true, &rewind.Owner{Release: release, Abandon: func() { task.abandon(0, nil) }})
 			return dr.newPairOutcome(len(evs), evs, func(i int) int64 { return evs[i].Version }), err
 		}
 		dr.parking.InfraFailed(ctx, key, "loading model", fmt.Errorf("%w: the stored model is at version %d, its cursor at %d; rebuild the perspective",
@@ -126,7 +126,7 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 		dr.parking.RetrySoon(key)
 		return pairOutcome{}, nil
 	}
-	model, err := p.decodeModel(stored.Data)
+	model, err := p.DecodeModel(stored.Data)
 	if err != nil {
 		dr.parking.InfraFailed(ctx, key, "decoding the stored model", err)
 		return pairOutcome{}, nil
@@ -137,7 +137,7 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 	run := &pairRun{
 		dr: dr, p: p, key: key, task: task, sw: sw, rows: rows, stored: stored, model: model,
 		parent: ctx, actx: actx, cancel: cancel, release: release, batchSize: batchSize,
-		attrs: dr.metrics.Perspective(key.Perspective), traced: telemetry.Recording(ctx),
+		attrs: dr.cfg.Metrics.Perspective(key.Perspective), traced: telemetry.Recording(ctx),
 		// Sized for the usual run, which applies and completes every row,
 		// so that they are not grown row by row.
 		done:    make([]uuid.UUID, 0, len(rows)),
@@ -166,33 +166,20 @@ func (dr *drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 // the pair's cursor, and are not late (applied: they complete); when that
 // move fails, nothing is applied and ok is false: the pair is retried, or
 // left to the instance that took its stream.
-func (dr *drainer) toApply(ctx context.Context, key pair.Key, rows []ports.WorkItem, position int64) (_ []ports.WorkItem, held []uuid.UUID, ok bool) {
-	fresh, held := dr.notApplied(ctx, key, rows)
-	rows, err := dr.fail.deadLetterExhausted(ctx, fresh, position)
+func (dr *Drainer) toApply(ctx context.Context, key pair.Key, rows []ports.WorkItem, position int64) (_ []ports.WorkItem, held []uuid.UUID, ok bool) {
+	fresh, held := dr.fetcher.NotApplied(ctx, key, rows)
+	rows, err := dr.fail.DeadLetterExhausted(ctx, fresh, position)
 	if err != nil {
-		dr.fail.moveFailed(ctx, key, "moving work to dead letters", err)
+		dr.fail.MoveFailed(ctx, key, "moving work to dead letters", err)
 		return nil, nil, false
 	}
 	return rows, held, true
 }
 
-// notApplied splits the rows of a pair into those the processed-event
-// cache does not hold and the ids of those it holds (applied, their
-// completion not acknowledged yet, or acknowledged recently), which it
-// reports to the metrics and the DedupObserver.
-func (dr *drainer) notApplied(ctx context.Context, key pair.Key, rows []ports.WorkItem) ([]ports.WorkItem, []uuid.UUID) {
-	fresh, deduped := dedup.Partition(dr.cache, key.Dedup(), rows, workID)
-	dr.metrics.Deduped(ctx, key.Perspective, len(deduped))
-	if len(deduped) > 0 && dr.opts.Hooks.DedupObserver != nil {
-		dr.opts.Hooks.DedupObserver.OnEventsDeduped(deduped, key.Perspective, key.Stream)
-	}
-	return fresh, deduped
-}
-
 // prePerspective runs the PrePerspective stage for the rows' events past
 // the stored position, when any receptor listens.
-func (dr *drainer) prePerspective(ctx context.Context, sw *streamWork, rows []ports.WorkItem, position int64) error {
-	if !dr.reg.hasReceptors(PrePerspective) {
+func (dr *Drainer) prePerspective(ctx context.Context, sw *streamWork, rows []ports.WorkItem, position int64) error {
+	if !dr.cfg.Registry.HasReceptors(stage.PrePerspective) {
 		return nil
 	}
 	var events []ports.Event
@@ -207,8 +194,8 @@ func (dr *drainer) prePerspective(ctx context.Context, sw *streamWork, rows []po
 // pairRun is the state of one drainPair. Its rows are in version order and
 // processed front to back.
 type pairRun struct {
-	dr      *drainer
-	p       perspective
+	dr      *Drainer
+	p       perspective.Perspective
 	key     pair.Key
 	task    *pairTask
 	sw      *streamWork
@@ -253,7 +240,7 @@ type pairRun struct {
 	held []uuid.UUID
 }
 
-// run applies the rows. It returns errPairAbandoned when an apply was
+// run applies the rows. It returns pair.ErrRunAbandoned when an apply was
 // abandoned; every other outcome (completion, failure, retry) is recorded
 // on the run and reported by it.
 func (r *pairRun) run(ctx context.Context) error {
@@ -273,7 +260,7 @@ func (r *pairRun) run(ctx context.Context) error {
 			return nil
 		}
 		err := r.apply(ei)
-		if errors.Is(err, errPairAbandoned) {
+		if errors.Is(err, pair.ErrRunAbandoned) {
 			return err
 		}
 		if err != nil {
@@ -310,40 +297,40 @@ func (r *pairRun) run(ctx context.Context) error {
 }
 
 // apply applies sw.events[i], the event of the next row, under the apply
-// monitor and in a span of its own. It returns errPairAbandoned when the
+// monitor and in a span of its own. It returns pair.ErrRunAbandoned when the
 // apply was abandoned.
 func (r *pairRun) apply(i int) error {
 	if !r.traced {
 		return r.applyIn(r.actx, i)
 	}
-	ctx, span := r.dr.tracing.StartApply(r.actx, r.key.Perspective, &r.sw.events[i])
+	ctx, span := r.dr.cfg.Tracing.StartApply(r.actx, r.key.Perspective, &r.sw.events[i])
 	err := r.applyIn(ctx, i)
-	telemetry.EndApply(span, spanError(err))
+	telemetry.EndApply(span, err)
 	return err
 }
 
 // applyIn is apply under ctx, the applies' context with the apply's span.
 func (r *pairRun) applyIn(ctx context.Context, i int) error {
 	ev := &r.sw.events[i]
-	decoded, err := r.sw.decode(r.dr.reg, i)
+	decoded, err := r.sw.decode(r.dr.cfg.Registry, i)
 	if err != nil {
 		return err
 	}
-	actx, err := r.dr.applyContext(ctx, r.sw, i)
+	actx, err := r.dr.cfg.ApplyContext(ctx, ev)
 	if err != nil {
 		return err
 	}
 	started := r.watch.Begin(ev.ID, ev.Version)
-	measured := r.dr.metrics.SampleApply(r.attrs, started)
-	next, err := r.p.apply(actx, r.model, ev.Type, decoded)
+	measured := r.dr.cfg.Metrics.SampleApply(r.attrs, started)
+	next, err := r.p.Apply(actx, r.model, ev.Type, decoded)
 	if measured {
 		// ctx holds the apply's span for an exemplar, without the layers
 		// the apply's own context adds.
-		r.dr.metrics.ApplyTook(ctx, r.attrs, started)
+		r.dr.cfg.Metrics.ApplyTook(ctx, r.attrs, started)
 	}
 	switch r.watch.End() {
 	case monitor.AbandonedApply:
-		return errPairAbandoned
+		return pair.ErrRunAbandoned
 	case monitor.Late:
 		return context.Cause(r.actx)
 	}
@@ -358,10 +345,10 @@ func (r *pairRun) applyIn(ctx context.Context, i int) error {
 // save saves the model and cursor after the unsaved rows. It reports false
 // when the run must stop (the failure or the retry is recorded).
 func (r *pairRun) save(ctx context.Context) bool {
-	if tp, ok := r.p.(*Projection); ok {
+	if tp, ok := r.p.(perspective.Table); ok {
 		return r.saveProjection(ctx, tp)
 	}
-	data, err := r.p.encodeModel(r.model)
+	data, err := r.p.EncodeModel(r.model)
 	if err != nil {
 		return r.saveRefused(ctx, err)
 	}
@@ -375,7 +362,7 @@ func (r *pairRun) save(ctx context.Context) bool {
 		ExpectedVersion: savedVersion,
 		ExpectedEpoch:   r.stored.Epoch,
 		AppliedLate:     r.appliedLate(),
-		InstanceID:      r.dr.opts.InstanceID,
+		InstanceID:      r.dr.cfg.InstanceID,
 		Now:             r.dr.ParamNow(),
 	}
 	err = r.dr.store.Save(ctx, params)
@@ -396,7 +383,7 @@ func (r *pairRun) save(ctx context.Context) bool {
 		}
 		return false
 	}
-	r.dr.rewind.maybeSnapshot(ctx, r.key, savedVersion, *r.last, params.Epoch(), data)
+	r.dr.rewind.MaybeSnapshot(ctx, r.key, savedVersion, *r.last, params.Epoch(), data)
 	r.lastSaved = r.last
 	for _, i := range r.unsaved {
 		r.done = append(r.done, r.rows[i].WorkID)
@@ -444,7 +431,7 @@ func (r *pairRun) moved(ctx context.Context, msg string, expected int64, err err
 // what this run saved before completes, and the pair is left to the
 // holder. Nothing is charged, as when a move to dead letters is refused.
 func (r *pairRun) lost(ctx context.Context, err error) {
-	r.dr.fail.leaseLost(ctx, r.key, err)
+	r.dr.fail.LeaseLost(ctx, r.key, err)
 	r.stop(ctx)
 }
 
@@ -469,41 +456,12 @@ func (r *pairRun) saveRefused(ctx context.Context, err error) bool {
 	return false
 }
 
-// applyContext returns the context an apply function gets for sw.events[i], as
-// establishSecurity builds it. The common case, no SecurityProvider and no
-// scope on the event, takes one allocation instead of a chain of
-// context.WithValue.
-func (dr *drainer) applyContext(ctx context.Context, sw *streamWork, i int) (context.Context, error) {
-	if dr.opts.Security.Provider != nil || sw.events[i].Metadata.Scope != nil {
-		return dr.scopes.establish(ctx, sw.events[i])
-	}
-	return &unscopedEventContext{Context: ctx, event: &sw.events[i]}, nil
-}
-
-// unscopedEventContext carries the event being applied and no scope or
-// security context: both read as absent, whatever the parent holds (see
-// establishSecurity).
-type unscopedEventContext struct {
-	context.Context
-	event *ports.Event // what withEvent stores: the event itself, never changed
-}
-
-func (c *unscopedEventContext) Value(key any) any {
-	switch key.(type) {
-	case eventKey:
-		return c.event
-	case scopeKey, securityKey:
-		return nil
-	}
-	return c.Context.Value(key)
-}
-
 // finish returns the number of events the run saved and, when the stream
 // collects them or PostPerspective listens, the events.
 func (r *pairRun) finish(ctx context.Context) (int, []ports.Event) {
 	n := len(r.saved)
-	r.dr.metrics.PairRan(ctx, r.key.Perspective, n, len(r.redelivered))
-	if n == 0 || !r.dr.reg.hasReceptors(PostPerspective) && !r.task.stream.collect {
+	r.dr.cfg.Metrics.PairRan(ctx, r.key.Perspective, n, len(r.redelivered))
+	if n == 0 || !r.dr.cfg.Registry.HasReceptors(stage.PostPerspective) && !r.task.stream.collect {
 		return n, nil
 	}
 	return n, r.eventsSaved()
@@ -541,12 +499,12 @@ func (r *pairRun) savedEvents(indexes []int) []ports.Event {
 // failing: the report is dropped, and the rows come back to the drain that
 // leases them next, which runs the stage.
 func (r *pairRun) postPerspective(ctx context.Context) bool {
-	if !r.dr.reg.hasReceptors(PostPerspective) {
+	if !r.dr.cfg.Registry.HasReceptors(stage.PostPerspective) {
 		return true
 	}
 	saved := r.eventsSaved()
 	events := slices.Clone(saved[r.posted:])
-	redelivered := !r.redeliveredPosted && r.dr.backend.Lifecycle != nil
+	redelivered := !r.redeliveredPosted && r.dr.cfg.StagesRecorded
 	if redelivered {
 		for _, i := range r.redelivered {
 			if ei := r.sw.event(r.rows[i], 0); ei >= 0 {
@@ -582,25 +540,7 @@ func (r *pairRun) position() (uuid.UUID, int64) {
 // save that reached it moved it.
 func (r *pairRun) reportPosition() (uuid.UUID, int64) {
 	id, version := r.position()
-	return capToRows(id, version, r.rows)
-}
-
-// capToRows returns the position (id, version) a report listing rows may
-// name: the position, or the newest of rows when all lie below it.
-func capToRows(id uuid.UUID, version int64, rows []ports.WorkItem) (uuid.UUID, int64) {
-	if len(rows) == 0 {
-		return id, version
-	}
-	newest := rows[0]
-	for _, row := range rows[1:] {
-		if row.EventVersion > newest.EventVersion {
-			newest = row
-		}
-	}
-	if newest.EventVersion >= version {
-		return id, version
-	}
-	return newest.EventID, newest.EventVersion
+	return pair.ReportPosition(id, version, r.rows)
 }
 
 // stop ends the run without a failure: what was saved completes, the
@@ -653,8 +593,8 @@ func (r *pairRun) announceSaved(lastVersion int64) {
 		return
 	}
 	r.dr.completer.SignalProgress()
-	if h := r.dr.opts.Hooks.OnPerspectiveEventProcessed; h != nil {
-		h(PerspectiveEventProcessed{Perspective: r.key.Perspective, StreamID: r.key.Stream, EventCount: n, LastVersion: lastVersion})
+	if h := r.dr.cfg.OnEventsProcessed; h != nil {
+		h(r.key.Perspective, r.key.Stream, n, lastVersion)
 	}
 }
 
@@ -668,10 +608,10 @@ func (r *pairRun) failAt(ctx context.Context, i int, cause error) bool {
 	if len(r.unsaved) > 0 && !r.save(ctx) {
 		return false // the save's own failure is recorded
 	}
-	switch r.dr.fail.eventFailed(ctx, r.key, r.rows[i], cause) {
-	case failureDeadLettered:
+	switch r.dr.fail.EventFailed(ctx, r.key, r.rows[i], cause) {
+	case failure.DeadLettered:
 		return true
-	case failureInfra, failureLeaseLost:
+	case failure.Infra, failure.LeaseLost:
 		r.stop(ctx)
 		return false
 	}
@@ -682,7 +622,7 @@ func (r *pairRun) failAt(ctx context.Context, i int, cause error) bool {
 	}
 	lastID, lastVersion := r.reportPosition()
 	r.announceSaved(lastVersion)
-	r.dr.fail.reportFailure(ctx, r.key, r.rows[i], r.applied(), lastID, lastVersion, cause)
+	r.dr.fail.ReportFailure(ctx, r.key, r.rows[i], r.applied(), lastID, lastVersion, cause)
 	r.done = nil
 	return false
 }
@@ -708,18 +648,18 @@ func (r *pairRun) abandon(info monitor.Abandoned, late bool) {
 	// The model the apply holds may be changing under it: nothing unsaved
 	// is saved; those rows come back.
 	r.unsaved = nil
-	outcome := failureInfra // stopping: nothing is charged
+	outcome := failure.Infra // stopping: nothing is charged
 	cause := fmt.Errorf("%w (after %s)", monitor.ErrAbandoned, info.Elapsed)
 	if late {
-		outcome = dr.fail.eventFailed(ctx, r.key, r.rows[i], cause)
+		outcome = dr.fail.EventFailed(ctx, r.key, r.rows[i], cause)
 	}
 	switch {
-	case outcome != failureRetry:
+	case outcome != failure.Retry:
 		r.complete(ctx)
 	case r.postPerspective(ctx):
 		lastID, lastVersion := r.reportPosition()
 		r.announceSaved(lastVersion)
-		dr.fail.reportFailure(ctx, r.key, r.rows[i], r.applied(), lastID, lastVersion, cause)
+		dr.fail.ReportFailure(ctx, r.key, r.rows[i], r.applied(), lastID, lastVersion, cause)
 		r.done = nil
 	default:
 		r.done = nil // the worker stopped before the stage ran: the rows come back
@@ -729,4 +669,104 @@ func (r *pairRun) abandon(info monitor.Abandoned, late bool) {
 	r.task.abandon(n, events)
 }
 
-func workID(r *ports.WorkItem) uuid.UUID { return r.WorkID }
+// saveProjection is save for a table projection: the cursor moves and the
+// unsaved events' writes run in one transaction. When the write of one
+// event fails, the transaction rolls back, the events before it are saved
+// again without it, and the failure is charged to that event (failAt); if
+// it was dead-lettered, the events after it stay unsaved and the run goes
+// on. A write the backend failed (modelstore.BackendFailedWrite) is charged to no
+// event: the pair is retried after the infrastructure backoff, as after
+// any failed save. The save is shared with those of other pairs (see
+// modelstore.GroupPatience) unless the pair is saved alone or one of the unsaved
+// events was tried before; writes cut at the patience of a shared save are
+// charged to no event either: the pair is drained again at once and saved
+// alone. It reports false when the run must stop.
+func (r *pairRun) saveProjection(ctx context.Context, p perspective.Table) bool {
+	pending := r.model.(perspective.Writes)
+	_, savedVersion := r.position()
+	// The position after the unsaved events: r.last may be past them when
+	// a failed write left only those before it to save.
+	last := r.last
+	if ei := r.sw.event(r.rows[r.unsaved[len(r.unsaved)-1]], 0); ei >= 0 {
+		last = &r.sw.events[ei]
+	}
+	apply := p.Writes(pending, r.key.Stream, false, r.dr.cfg.WriteLimit)
+	// An event that failed before (or whose instance died) may be the one
+	// whose writes hang: it is saved alone, not shared.
+	alone := r.dr.parking.SavesAlone(r.key) || slices.ContainsFunc(r.unsaved, func(i int) bool { return r.rows[i].Attempts > 0 })
+	var took time.Duration // how long the writes of a save alone ran
+	if alone {
+		writes := apply
+		apply = func(ctx context.Context, tx ports.Tx) error {
+			start := r.dr.Now()
+			defer func() { took = r.dr.Now().Sub(start) }()
+			return writes(ctx, tx)
+		}
+	}
+	err := r.dr.store.SaveTx(ctx, alone, &ports.ModelSaveTxParams{
+		Apply: apply,
+		Save: ports.ModelSaveParams{
+			StreamID:        r.key.Stream,
+			Perspective:     r.key.Perspective,
+			Data:            perspective.TableData,
+			LastEventID:     last.ID,
+			LastVersion:     last.Version,
+			ExpectedVersion: savedVersion,
+			ExpectedEpoch:   r.stored.Epoch,
+			AppliedLate:     r.appliedLate(),
+			InstanceID:      r.dr.cfg.InstanceID,
+			Now:             r.dr.ParamNow(),
+		},
+	})
+	var wf *modelstore.WriteFailure
+	switch {
+	case err == nil:
+		if alone {
+			r.dr.parking.SavedAlone(r.key, took)
+		}
+	case errors.Is(err, ports.ErrLeaseLost):
+		r.unsaved, r.model = nil, perspective.Writes(nil)
+		r.lost(ctx, err)
+		return false
+	case errors.As(err, &wf) && wf.Key == r.key && errors.Is(err, modelstore.ErrGroupPatience):
+		r.stop(ctx)
+		r.dr.parking.SaveAloneFor(r.key)
+		r.dr.parking.RetrySoon(r.key)
+		r.dr.Log.WarnContext(ctx, "a table projection's writes ran past the patience of the save they shared with other pairs; saving the pair alone",
+			append(pair.Attrs(r.key.Stream, r.key.Perspective), slog.Duration("patience", r.dr.cfg.SavePatience), slog.Any("error", err))...)
+		return false
+	case errors.As(err, &wf) && wf.Key == r.key && wf.Index >= 0 && wf.Index < len(r.unsaved) && !modelstore.BackendFailedWrite(err):
+		k := wf.Index
+		failed, after := r.unsaved[k], slices.Clone(r.unsaved[k+1:])
+		r.unsaved, r.model = r.unsaved[:k], pending[:k:k]
+		if !r.failAt(ctx, failed, wf.Cause) {
+			return false
+		}
+		// Dead-lettered: the events after it are saved without it.
+		r.unsaved, r.model = append(r.unsaved, after...), slices.Clone(pending[k+1:])
+		return len(r.unsaved) == 0 || r.save(ctx)
+	case errors.Is(err, ports.ErrInvalidArgument):
+		return r.saveRefused(ctx, err)
+	case errors.Is(err, ports.ErrVersionConflict):
+		r.dr.Log.WarnContext(ctx, "projection moved under this run; dropping its unsaved part",
+			append(pair.Attrs(r.key.Stream, r.key.Perspective), slog.Int64("expected_version", savedVersion), slog.Any("error", err))...)
+		r.unsaved, r.model = nil, perspective.Writes(nil)
+		r.complete(ctx)
+		r.dr.parking.RetrySoon(r.key) // see pairRun.moved
+		return false
+	default:
+		if ctx.Err() == nil {
+			r.stop(ctx)
+			r.dr.parking.InfraFailed(ctx, r.key, "saving projection", err)
+		}
+		return false
+	}
+	r.lastSaved = last
+	for _, i := range r.unsaved {
+		r.done = append(r.done, r.rows[i].WorkID)
+	}
+	r.saved = append(r.saved, r.unsaved...)
+	r.unsaved = r.unsaved[:0]
+	r.model = perspective.Writes(nil)
+	return true
+}

@@ -1,6 +1,7 @@
-package core
+package rewind
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,8 +9,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/vantage-go/vantage/core/internal/modelstore"
 	"github.com/vantage-go/vantage/core/internal/monitor"
 	"github.com/vantage-go/vantage/core/internal/pair"
+	"github.com/vantage-go/vantage/core/internal/perspective"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -23,8 +26,8 @@ type replayResult struct {
 // replayRun is the state of one replay: the model being rebuilt and the
 // position it reached.
 type replayRun struct {
-	rw      *rewinder
-	p       perspective
+	rw      *Rewinder
+	p       perspective.Perspective
 	key     pair.Key
 	rows    []ports.WorkItem
 	held    []uuid.UUID // rows applied before whose completion is on its way
@@ -47,9 +50,9 @@ type replayRun struct {
 // drain did), saves it and, for a rewind, completes rows (a rebuild, run by
 // any instance, completes nothing: see complete). Each apply runs under the
 // apply monitor; abandon takes over an abandoned one (replay then returns
-// errPairAbandoned). An event that fails to decode or apply stops it with a
+// pair.ErrRunAbandoned). An event that fails to decode or apply stops it with a
 // *replayFailure; any other error is the backend's.
-func (rw *rewinder) replay(ctx context.Context, p perspective, key pair.Key, trigger int64, rows []ports.WorkItem, held []uuid.UUID, rebuild bool, abandon monitor.AbandonFunc) (replayResult, error) {
+func (rw *Rewinder) replay(ctx context.Context, p perspective.Perspective, key pair.Key, trigger int64, rows []ports.WorkItem, held []uuid.UUID, rebuild bool, abandon monitor.AbandonFunc) (replayResult, error) {
 	run := &replayRun{rw: rw, p: p, key: key, rows: rows, held: held, rebuild: rebuild}
 	if err := run.start(ctx, trigger); err != nil {
 		return run.res, err
@@ -80,24 +83,24 @@ func (r *replayRun) start(ctx context.Context, trigger int64) error {
 	// A rewind reads the store, not the cache: it starts from the truth.
 	rw.store.Forget(r.key)
 	var err error
-	r.stored, err = rw.backend.Models.ModelLoad(ctx, &ports.ModelLoadParams{StreamID: r.key.Stream, Perspective: r.key.Perspective})
+	r.stored, err = rw.cfg.Models.ModelLoad(ctx, &ports.ModelLoadParams{StreamID: r.key.Stream, Perspective: r.key.Perspective})
 	if err != nil && !errors.Is(err, ports.ErrNotFound) {
 		return fmt.Errorf("loading model: %w", err)
 	}
 	if err := r.fenceAtCursor(ctx); err != nil {
 		return err
 	}
-	if r.model, err = r.p.decodeModel(nil); err != nil {
+	if r.model, err = r.p.DecodeModel(nil); err != nil {
 		return err
 	}
-	snaps := rw.backend.Snapshots
-	if snaps == nil || trigger <= 0 || isProjection(r.p) {
+	snaps := rw.cfg.Snapshots
+	if snaps == nil || trigger <= 0 || perspective.IsTable(r.p) {
 		return nil // a projection replays from the start, after its reset
 	}
 	snap, err := snaps.SnapshotLatestBefore(ctx, &ports.SnapshotLatestBeforeParams{StreamID: r.key.Stream, Perspective: r.key.Perspective, Version: trigger, Epoch: r.stored.Epoch})
 	switch {
 	case err == nil:
-		if r.model, err = r.p.decodeModel(snap.Data); err != nil {
+		if r.model, err = r.p.DecodeModel(snap.Data); err != nil {
 			return err
 		}
 		r.res.from, r.lastID, r.lastVer = snap.Version, snap.EventID, snap.Version
@@ -119,7 +122,7 @@ func (r *replayRun) start(ctx context.Context, trigger int64) error {
 // from the model's position would be refused forever; from the cursor's,
 // it rebuilds every event up to it and repairs the pair.
 func (r *replayRun) fenceAtCursor(ctx context.Context) error {
-	cs, err := r.rw.backend.Cursors.CursorsGet(ctx, &ports.CursorsGetParams{StreamIDs: []uuid.UUID{r.key.Stream}, Perspective: r.key.Perspective})
+	cs, err := r.rw.cfg.Cursors.CursorsGet(ctx, &ports.CursorsGetParams{StreamIDs: []uuid.UUID{r.key.Stream}, Perspective: r.key.Perspective})
 	if err != nil {
 		return fmt.Errorf("reading cursor: %w", err)
 	}
@@ -140,7 +143,7 @@ func (r *replayRun) events(ctx context.Context) (toReplay, toFire []ports.Event,
 	if err != nil {
 		return nil, nil, err
 	}
-	events, err := r.rw.backend.Fetcher.EventsReadStream(ctx, &ports.EventsReadStreamParams{StreamID: r.key.Stream, AfterVersion: r.res.from})
+	events, err := r.rw.cfg.Events.EventsReadStream(ctx, &ports.EventsReadStreamParams{StreamID: r.key.Stream, AfterVersion: r.res.from})
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading stream: %w", err)
 	}
@@ -157,7 +160,7 @@ func (r *replayRun) events(ctx context.Context) (toReplay, toFire []ports.Event,
 		fresh[row.EventID] = neverApplied(row, late[row.WorkID], r.stored.LastVersion)
 	}
 	handles := map[string]bool{}
-	for _, t := range r.p.eventTypes() {
+	for _, t := range r.p.EventTypes() {
 		handles[t] = true
 	}
 	for _, e := range events {
@@ -193,7 +196,7 @@ func (r *replayRun) events(ctx context.Context) (toReplay, toFire []ports.Event,
 // or the move to dead letters would name an event the model holds. It
 // returns the work ids of the pair's late rows.
 func (r *replayRun) leaveLateOut(ctx context.Context, skip map[uuid.UUID]bool) (map[uuid.UUID]bool, error) {
-	late, err := r.rw.backend.Rewind.WorkLate(ctx, &ports.WorkLateParams{StreamID: r.key.Stream, Perspective: r.key.Perspective})
+	late, err := r.rw.cfg.Rewind.WorkLate(ctx, &ports.WorkLateParams{StreamID: r.key.Stream, Perspective: r.key.Perspective})
 	if err != nil {
 		return nil, fmt.Errorf("listing late rows: %w", err)
 	}
@@ -233,7 +236,7 @@ func neverApplied(row ports.WorkItem, stillLate bool, position int64) bool {
 
 // apply runs the PrePerspective stage of the pending events, and of the
 // other events to replay that no perspective applied yet (see
-// lifecycle.firstApplies), then applies every event to replay in order
+// stage.Lifecycle.FirstApplies), then applies every event to replay in order
 // under the apply monitor, taking snapshots on the way.
 func (r *replayRun) apply(ctx context.Context, toReplay, toFire []ports.Event, abandon monitor.AbandonFunc) error {
 	rw := r.rw
@@ -254,19 +257,19 @@ func (r *replayRun) apply(ctx context.Context, toReplay, toFire []ports.Event, a
 	}
 	prevVersion := r.res.from
 	for _, e := range toReplay {
-		decoded, err := rw.reg.Decode(e)
+		decoded, _, err := rw.cfg.Registry.Decode(e)
 		if err != nil {
 			return &replayFailure{event: e, cause: err}
 		}
-		ectx, err := rw.scopes.establish(actx, e)
+		ectx, err := rw.cfg.Scope(actx, e)
 		if err != nil {
 			return &replayFailure{event: e, cause: err}
 		}
 		watch.Begin(e.ID, e.Version)
-		next, err := r.p.apply(ectx, r.model, e.Type, decoded)
+		next, err := r.p.Apply(ectx, r.model, e.Type, decoded)
 		switch watch.End() {
 		case monitor.AbandonedApply:
-			return errPairAbandoned
+			return pair.ErrRunAbandoned
 		case monitor.Late:
 			err = context.Cause(actx)
 		}
@@ -292,11 +295,11 @@ func (r *replayRun) apply(ctx context.Context, toReplay, toFire []ports.Event, a
 // save moves the pair to: it copies the replayed model, not the one the
 // pair holds until then.
 func (r *replayRun) snapshot(ctx context.Context, prev int64, e ports.Event) error {
-	snaps := r.rw.backend.Snapshots
-	if snaps == nil || !r.rw.snapshotDue(prev, e.Version) || isProjection(r.p) {
+	snaps := r.rw.cfg.Snapshots
+	if snaps == nil || !r.rw.snapshotDue(prev, e.Version) || perspective.IsTable(r.p) {
 		return nil
 	}
-	data, err := r.p.encodeModel(r.model)
+	data, err := r.p.EncodeModel(r.model)
 	if err != nil {
 		return &replayFailure{event: e, cause: err}
 	}
@@ -334,10 +337,10 @@ func (r *replayRun) epoch() int64 {
 // there), can no longer be saved over it. When the pair moved since the
 // load, it returns an error wrapping ports.ErrVersionConflict.
 func (r *replayRun) save(ctx context.Context, toReplay []ports.Event) error {
-	if p, ok := r.p.(*Projection); ok {
+	if p, ok := r.p.(perspective.Table); ok {
 		return r.saveProjection(ctx, p, toReplay)
 	}
-	data, err := r.p.encodeModel(r.model)
+	data, err := r.p.EncodeModel(r.model)
 	if err != nil {
 		if len(toReplay) > 0 {
 			return &replayFailure{event: toReplay[len(toReplay)-1], cause: err}
@@ -401,7 +404,7 @@ func (r *replayRun) complete(ctx context.Context) error {
 	// a drain's does; when ctx ends first, nothing is reported, and the
 	// pair's rewind runs again.
 	fired := r.res.fresh
-	if len(r.redelivered) > 0 && rw.backend.Lifecycle != nil {
+	if len(r.redelivered) > 0 && rw.cfg.StagesRecorded {
 		fired = append(slices.Clone(fired), r.redelivered...)
 	}
 	if err := rw.lifecycle.PostPerspective(ctx, r.key.Perspective, fired); err != nil {
@@ -426,11 +429,11 @@ func (r *replayRun) complete(ctx context.Context) error {
 	// them to complete them.
 	ids = append(ids, r.held...)
 	if len(ids) > 0 {
-		// Named no further than the rows listed (see pairRun.reportPosition):
+		// Named no further than the rows listed (see pair.ReportPosition):
 		// the save moved the cursor to the replay's position, and the rows
 		// pending between the two, which the fetch left for the next one,
 		// are re-deliveries of events the model holds, not stragglers.
-		lastID, lastVer := capToRows(r.lastID, r.lastVer, listed)
+		lastID, lastVer := pair.ReportPosition(r.lastID, r.lastVer, listed)
 		rw.completer.ReportCompletion(ctx, ports.Completion{StreamID: r.key.Stream, Perspective: r.key.Perspective, LastEventID: lastID, LastVersion: lastVer, WorkIDs: ids})
 	} else {
 		// Nothing pending here: clear the flag directly. The save moved
@@ -440,7 +443,7 @@ func (r *replayRun) complete(ctx context.Context) error {
 		// holds (their late flag taken off by a rewind's save) or late
 		// rows that stay late whatever the flag.
 		clear := ports.Completion{StreamID: r.key.Stream, Perspective: r.key.Perspective}
-		if _, err := rw.backend.Cursors.WorkComplete(ctx, &ports.WorkCompleteParams{InstanceID: rw.opts.InstanceID, Completions: []ports.Completion{clear}, DebugMode: rw.opts.DebugMode, Now: rw.ParamNow()}); err != nil {
+		if _, err := rw.cfg.Cursors.WorkComplete(ctx, &ports.WorkCompleteParams{InstanceID: rw.cfg.InstanceID, Completions: []ports.Completion{clear}, DebugMode: rw.cfg.DebugMode, Now: rw.ParamNow()}); err != nil {
 			return fmt.Errorf("clearing the rewind flag: %w", err)
 		}
 	}
@@ -451,8 +454,8 @@ func (r *replayRun) complete(ctx context.Context) error {
 // deadLetteredEvents returns the events of a pair that are dead-lettered
 // (waiting or ignored): a replay leaves them out, as their drain did. A
 // requeued one is pending again and is replayed.
-func (rw *rewinder) deadLetteredEvents(ctx context.Context, key pair.Key) (map[uuid.UUID]bool, error) {
-	dls, err := rw.backend.DeadLetters.DeadLettersList(ctx, &ports.DeadLettersListParams{StreamID: key.Stream, Perspective: key.Perspective})
+func (rw *Rewinder) deadLetteredEvents(ctx context.Context, key pair.Key) (map[uuid.UUID]bool, error) {
+	dls, err := rw.cfg.DeadLetters.DeadLettersList(ctx, &ports.DeadLettersListParams{StreamID: key.Stream, Perspective: key.Perspective})
 	if err != nil {
 		return nil, fmt.Errorf("listing dead letters: %w", err)
 	}
@@ -465,13 +468,13 @@ func (rw *rewinder) deadLetteredEvents(ctx context.Context, key pair.Key) (map[u
 	return skip, nil
 }
 
-// maybeSnapshot stores a snapshot when a save moved the model across a
+// MaybeSnapshot stores a snapshot when a save moved the model across a
 // multiple of SnapshotEvery stream versions, with the epoch the model was
 // saved at: should a rewind or a rebuild replace the model before the
 // snapshot is stored, the replay passes it over. A failed snapshot only
 // costs a longer replay later, so it is logged, not returned.
-func (rw *rewinder) maybeSnapshot(ctx context.Context, key pair.Key, from int64, last ports.Event, epoch int64, data []byte) {
-	if rw.backend.Snapshots == nil || !rw.snapshotDue(from, last.Version) {
+func (rw *Rewinder) MaybeSnapshot(ctx context.Context, key pair.Key, from int64, last ports.Event, epoch int64, data []byte) {
+	if rw.cfg.Snapshots == nil || !rw.snapshotDue(from, last.Version) {
 		return
 	}
 	rw.storeSnapshot(ctx, ports.Snapshot{
@@ -482,8 +485,8 @@ func (rw *rewinder) maybeSnapshot(ctx context.Context, key pair.Key, from int64,
 
 // storeSnapshot saves s, logging a failure: a missing snapshot only costs
 // a longer replay later.
-func (rw *rewinder) storeSnapshot(ctx context.Context, s ports.Snapshot) {
-	if err := rw.backend.Snapshots.SnapshotSave(ctx, &ports.SnapshotSaveParams{Snapshot: s}); err != nil {
+func (rw *Rewinder) storeSnapshot(ctx context.Context, s ports.Snapshot) {
+	if err := rw.cfg.Snapshots.SnapshotSave(ctx, &ports.SnapshotSaveParams{Snapshot: s}); err != nil {
 		if ctx.Err() == nil {
 			rw.Faults.Fail(ctx, "saving snapshots", err, pair.Attrs(s.StreamID, s.Perspective)...)
 		}
@@ -494,7 +497,51 @@ func (rw *rewinder) storeSnapshot(ctx context.Context, s ports.Snapshot) {
 
 // snapshotDue reports whether a model moving from version from to version
 // to crossed a multiple of SnapshotEvery.
-func (rw *rewinder) snapshotDue(from, to int64) bool {
-	every := int64(rw.opts.Rewind.SnapshotEvery)
+func (rw *Rewinder) snapshotDue(from, to int64) bool {
+	every := int64(rw.cfg.SnapshotEvery)
 	return every > 0 && to/every > from/every
+}
+
+// saveProjection is replayRun.save for a table projection: one transaction
+// moves the cursor, resets the stream's rows and runs the writes of every
+// replayed event, so the tables end as a clean replay leaves them or
+// unchanged. A failed write is a *replayFailure of its event. A failed
+// reset is one too, of the earliest pending event (the late one that
+// triggered a rewind), or of the first replayed event for a rebuild: the
+// projection's code failed, not the backend, so it must not be retried
+// forever; the event is retried, then dead-lettered, with the reset's
+// error. A write or reset the backend failed (modelstore.BackendFailedWrite) is the
+// backend's error, charged to no event. The save goes alone, never shared
+// with those of other pairs: its writes are the reset and every event of
+// the stream, whose time grows with the stream, so no patience fit for a
+// drain's save applies to them (see modelstore.GroupPatience).
+func (r *replayRun) saveProjection(ctx context.Context, p perspective.Table, toReplay []ports.Event) error {
+	pending := r.model.(perspective.Writes)
+	if r.lastVer < r.stored.LastVersion {
+		r.lastID, r.lastVer = r.stored.LastEventID, r.stored.LastVersion
+	}
+	err := r.rw.store.SaveTx(ctx, true, &ports.ModelSaveTxParams{
+		Apply: p.Writes(pending, r.key.Stream, true, r.rw.cfg.WriteLimit),
+		Save: ports.ModelSaveParams{
+			StreamID: r.key.Stream, Perspective: r.key.Perspective, Data: perspective.TableData,
+			LastEventID: r.lastID, LastVersion: r.lastVer, ExpectedVersion: r.stored.LastVersion,
+			ExpectedEpoch: r.stored.Epoch, Rebase: true, AppliedLate: r.appliedLate(toReplay), Now: r.rw.ParamNow(),
+		},
+	})
+	var wf *modelstore.WriteFailure
+	if errors.As(err, &wf) && wf.Key == r.key && !modelstore.BackendFailedWrite(err) {
+		switch {
+		case wf.Index >= 0 && wf.Index < len(toReplay):
+			return &replayFailure{event: toReplay[wf.Index], cause: wf.Cause}
+		case wf.Index < 0 && len(r.rows) > 0:
+			first := slices.MinFunc(r.rows, func(a, b ports.WorkItem) int { return cmp.Compare(a.EventVersion, b.EventVersion) })
+			return &replayFailure{event: ports.Event{ID: first.EventID, StreamID: first.StreamID, Version: first.EventVersion}, cause: wf.Cause}
+		case wf.Index < 0 && len(toReplay) > 0:
+			return &replayFailure{event: toReplay[0], cause: wf.Cause}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("saving rewound projection: %w", err)
+	}
+	return nil
 }

@@ -1,8 +1,19 @@
-package core
+// Package drain drains batches of streams: it fetches each stream's
+// pending events, applies them pair by pair through the perspectives,
+// saves model and cursor together and hands the outcomes to the completer.
+// A failed apply goes to the failure handling, a pair below its events to
+// the rewinder; the lifecycle stages run around the applies.
+//
+// A batch runs its streams in parallel (MaxConcurrentStreams), a stream its
+// perspectives in parallel (MaxPerspectivesPerStream), each pair under its
+// gate; a stream is fetched again within its batch while it keeps getting
+// events (MaxPasses, RefetchMinEvents).
+package drain
 
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -10,25 +21,85 @@ import (
 	"github.com/vantage-go/vantage/core/internal/complete"
 	"github.com/vantage-go/vantage/core/internal/consume"
 	"github.com/vantage-go/vantage/core/internal/dedup"
+	"github.com/vantage-go/vantage/core/internal/failure"
 	"github.com/vantage-go/vantage/core/internal/lease"
 	"github.com/vantage-go/vantage/core/internal/modelstore"
 	"github.com/vantage-go/vantage/core/internal/monitor"
 	"github.com/vantage-go/vantage/core/internal/pair"
+	"github.com/vantage-go/vantage/core/internal/perspective"
 	"github.com/vantage-go/vantage/core/internal/queue"
+	"github.com/vantage-go/vantage/core/internal/rewind"
 	"github.com/vantage-go/vantage/core/internal/stage"
 	"github.com/vantage-go/vantage/core/internal/telemetry"
 	"github.com/vantage-go/vantage/ports"
 )
 
-// drainer drains batches of streams: it fetches each stream's pending
-// events, applies them pair by pair through the perspectives, saves model
-// and cursor together and hands the outcomes to the completer. A failed
-// apply goes to the failure handling, a pair below its events to the
-// rewinder; the lifecycle stages run around the applies.
-type drainer struct {
-	*engine
+// Config is what the drainer reads.
+type Config struct {
+	InstanceID uuid.UUID
+	// FetchMaxRows is the row limit of a fetch (0: none).
+	FetchMaxRows int
+	// MaxConcurrentStreams bounds the streams of a batch drained at once,
+	// MaxPerspectivesPerStream the perspectives of a stream, and
+	// MaxRowsInFlight the rows fetched and not drained, and applied and
+	// not acknowledged, across batches.
+	MaxConcurrentStreams     int
+	MaxPerspectivesPerStream int
+	MaxRowsInFlight          int
+	// MaxPasses bounds the fetches of a stream within a batch; a stream is
+	// fetched again while its last pass applied at least RefetchMinEvents
+	// events.
+	MaxPasses        int
+	RefetchMinEvents int
+	// InfraRetryMax is the wait before a stream whose fetch failed is
+	// drained again.
+	InfraRetryMax time.Duration
+	// StagesRecorded is whether the backend records lifecycle stages (see
+	// rewind.Config).
+	StagesRecorded bool
+	// WriteLimit bounds each write of a table projection, SavePatience the
+	// writes of a save shared by several pairs (see
+	// modelstore.GroupPatience).
+	WriteLimit   modelstore.WriteLimit
+	SavePatience time.Duration
+
+	Registry perspective.Registry
+	// ApplyContext returns the context an apply of event gets: the event
+	// and its security scope.
+	ApplyContext func(ctx context.Context, event *ports.Event) (context.Context, error)
+	Tracing      telemetry.Tracing
+	Metrics      *telemetry.Metrics
+	// OnBatchCycleComplete announces a drained batch once its terminal
+	// stages ran, and OnEventsProcessed the events a pair's run saved,
+	// once their completion is buffered; nil for none.
+	OnBatchCycleComplete func(streams, applied int)
+	OnEventsProcessed    func(perspective string, stream uuid.UUID, count int, lastVersion int64)
+}
+
+// Deps are the services the drainer calls.
+type Deps struct {
+	Queue     *queue.Queue
+	Activity  *consume.Activity
+	Fetcher   *Fetcher
+	Cache     *dedup.Cache
+	Completer *complete.Completer
+	Parking   *pair.Parking
+	Gates     *pair.Gates
+	Renewer   *lease.Renewer
+	Monitor   *monitor.Monitor
+	Lifecycle *stage.Lifecycle
+	Store     *modelstore.Store
+	Failures  *failure.Failures
+	Rewinder  *rewind.Rewinder
+}
+
+// Drainer drains batches of streams (see the package doc).
+type Drainer struct {
+	*base.Env
+	cfg       Config
 	queue     *queue.Queue
 	activity  *consume.Activity
+	fetcher   *Fetcher
 	cache     *dedup.Cache
 	completer *complete.Completer
 	parking   *pair.Parking
@@ -36,16 +107,37 @@ type drainer struct {
 	monitor   *monitor.Monitor
 	lifecycle *stage.Lifecycle
 	gates     *pair.Gates
-	scopes    *scopeCache
 	store     *modelstore.Store
-	fail      *failures
-	rewind    *rewinder
+	fail      *failure.Failures
+	rewind    *rewind.Rewinder
 	// rows counts the fetched rows of the streams being drained, across
 	// batches (see drainBatch).
 	rows *rowsInFlight
 }
 
-// processBatch drains a batch of streams: flush what is buffered, fetch and
+// New returns a drainer.
+func New(env *base.Env, cfg Config, d Deps) *Drainer {
+	return &Drainer{
+		Env: env, cfg: cfg, queue: d.Queue, activity: d.Activity, fetcher: d.Fetcher, cache: d.Cache, completer: d.Completer,
+		parking: d.Parking, renewer: d.Renewer, monitor: d.Monitor, lifecycle: d.Lifecycle, gates: d.Gates, store: d.Store,
+		fail: d.Failures, rewind: d.Rewinder, rows: newRowsInFlight(),
+	}
+}
+
+// DrainFetched drains the streams of a result Fetch returned (seq is its
+// sequence number), as a batch does after its fetch, without releasing
+// them, and returns the number of (event, perspective) applications.
+func (dr *Drainer) DrainFetched(ctx context.Context, res *ports.EventsFetchPendingResult, seq uint64) int {
+	n := 0
+	for _, sw := range splitByStream(res, seq, dr.cfg.FetchMaxRows) {
+		task := &streamTask{dr: dr, id: sw.id, rows: newRowsInFlight()}
+		dr.drainStream(ctx, task, &sw, cursorsByPair(res.Cursors))
+		n += task.applied
+	}
+	return n
+}
+
+// ProcessBatch drains a batch of streams: flush what is buffered, fetch and
 // drain the streams (see drainBatch), flush again, then start the batch's
 // terminal lifecycle stages; OnBatchCycleComplete fires once they ran.
 //
@@ -56,8 +148,8 @@ type drainer struct {
 // for another stream of its batch. A stream pushed meanwhile, by a claim or
 // a notification, is fetched again by its own drain (see drainStream), or
 // drained again after its release when its drain loop ended.
-func (dr *drainer) processBatch(ctx context.Context, ids []uuid.UUID) {
-	ctx, span := dr.tracing.StartBatch(ctx, len(ids))
+func (dr *Drainer) ProcessBatch(ctx context.Context, ids []uuid.UUID) {
+	ctx, span := dr.cfg.Tracing.StartBatch(ctx, len(ids))
 	dr.completer.Sweep(ctx)
 	defer dr.activity.BatchStarted()()
 
@@ -65,39 +157,13 @@ func (dr *drainer) processBatch(ctx context.Context, ids []uuid.UUID) {
 	applied, events := dr.drainBatch(ctx, ids)
 	dr.completer.FlushPending(ctx)
 	telemetry.EndBatch(span, applied)
-	dr.metrics.BatchDrained(ctx, len(ids), applied, dr.Now().Sub(start))
+	dr.cfg.Metrics.BatchDrained(ctx, len(ids), applied, dr.Now().Sub(start))
 	// The cycle is complete once its terminal lifecycle stages ran.
 	dr.lifecycle.AfterBatch(ctx, events, func() {
-		if h := dr.opts.Hooks.OnBatchCycleComplete; h != nil {
-			h(BatchCycle{Streams: len(ids), Applied: applied})
+		if h := dr.cfg.OnBatchCycleComplete; h != nil {
+			h(len(ids), applied)
 		}
 	})
-}
-
-// fetch claims and fetches the pending events of streams. It returns the
-// fetch's sequence number, taken before the call: results of a fetch that
-// started before a failure of a pair was acknowledged are stale for that
-// pair (see staleFetch).
-func (dr *drainer) fetch(ctx context.Context, ids []uuid.UUID) (*ports.EventsFetchPendingResult, uint64, error) {
-	seq := dr.parking.NextFetch()
-	cctx, cancel := base.LeaseCallContext(ctx)
-	defer cancel()
-	res, err := dr.backend.Fetcher.EventsFetchPending(cctx, &ports.EventsFetchPendingParams{
-		InstanceID:     dr.opts.InstanceID,
-		StreamIDs:      ids,
-		LeaseDuration:  dr.opts.LeaseDuration,
-		StaleThreshold: dr.opts.StaleInstanceThreshold,
-		MaxRows:        dr.opts.FetchMaxRows,
-		Now:            dr.ParamNow(),
-	})
-	if err != nil {
-		if ctx.Err() == nil {
-			dr.Faults.Fail(ctx, "fetching pending events", err, "streams", len(ids))
-		}
-		return nil, seq, err
-	}
-	dr.Faults.OK(ctx, "fetching pending events")
-	return res, seq, nil
 }
 
 // drainBatch fetches the pending events of streams and drains every stream
@@ -107,15 +173,15 @@ func (dr *drainer) fetch(ctx context.Context, ids []uuid.UUID) (*ports.EventsFet
 // every stream was fetched. It returns the number of (event, perspective)
 // applications and, when terminal lifecycle stages have receptors, the
 // events applied.
-func (dr *drainer) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []ports.Event) {
+func (dr *Drainer) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []ports.Event) {
 	var (
 		mu      sync.Mutex
 		applied int
 		events  []ports.Event
 		wg      sync.WaitGroup
 	)
-	collect := dr.reg.hasReceptors(PostAllPerspectives, PostLifecycle)
-	sem := make(chan struct{}, dr.opts.MaxConcurrentStreams)
+	collect := dr.cfg.Registry.HasReceptors(stage.PostAllPerspectives, stage.PostLifecycle)
+	sem := make(chan struct{}, dr.cfg.MaxConcurrentStreams)
 	// What a worker holds while it catches up is its fetched rows, until
 	// their streams' drains end, and the applied rows whose completions
 	// wait for the backend's acknowledgement. Both are bounded across
@@ -130,13 +196,13 @@ func (dr *drainer) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []port
 	// drained, or the rest of a stream cut at the fetch limit.
 	remaining := ids
 	for len(remaining) > 0 && ctx.Err() == nil {
-		dr.rows.waitBelow(dr.opts.MaxRowsInFlight, dr.Signals.OnFetchWait)
-		dr.completer.WaitUnackedBelow(ctx, dr.opts.MaxRowsInFlight)
-		res, seq, err := dr.fetch(ctx, remaining)
+		dr.rows.waitBelow(dr.cfg.MaxRowsInFlight, dr.Signals.OnFetchWait)
+		dr.completer.WaitUnackedBelow(ctx, dr.cfg.MaxRowsInFlight)
+		res, seq, err := dr.fetcher.Fetch(ctx, remaining)
 		if err != nil {
 			break
 		}
-		streams := splitByStream(res, seq, dr.opts.FetchMaxRows)
+		streams := splitByStream(res, seq, dr.cfg.FetchMaxRows)
 		dr.releaseIdle(ctx, remaining, streams)
 		cursors := cursorsByPair(res.Cursors)
 		now := dr.Now()
@@ -165,7 +231,7 @@ func (dr *drainer) drainBatch(ctx context.Context, ids []uuid.UUID) (int, []port
 	for _, id := range remaining {
 		dr.releaseStream(ctx, id, false)
 		if ctx.Err() == nil {
-			dr.parking.WakeAt(id, dr.Now().Add(dr.opts.InfraRetry.Max))
+			dr.parking.WakeAt(id, dr.Now().Add(dr.cfg.InfraRetryMax))
 		}
 	}
 	wg.Wait()
@@ -211,7 +277,7 @@ func (r *rowsInFlight) waitBelow(limit int, waiting func()) {
 
 // releaseIdle releases the streams a fetch covered that came back without
 // work: their rows are held elsewhere, parked behind a retry time, or gone.
-func (dr *drainer) releaseIdle(ctx context.Context, requested []uuid.UUID, streams []streamWork) {
+func (dr *Drainer) releaseIdle(ctx context.Context, requested []uuid.UUID, streams []streamWork) {
 	if len(streams) == len(requested) {
 		return
 	}
@@ -234,7 +300,7 @@ func (dr *drainer) releaseIdle(ctx context.Context, requested []uuid.UUID, strea
 // completions buffered so far are acknowledged, the stream may be drained
 // again (at once when more is set, or when it was pushed meanwhile), and
 // the leases of its fetched rows are no longer renewed.
-func (dr *drainer) releaseStream(ctx context.Context, id uuid.UUID, more bool) {
+func (dr *Drainer) releaseStream(ctx context.Context, id uuid.UUID, more bool) {
 	if more {
 		dr.queue.Push(id) // in flight: queued again once done
 	}
@@ -265,7 +331,7 @@ func cursorsByPair(cs []ports.Cursor) map[pair.Key]*ports.Cursor {
 // drain returned: every pair of its last pass ended or was abandoned (see
 // drainPass).
 type streamTask struct {
-	dr       *drainer
+	dr       *Drainer
 	id       uuid.UUID
 	collect  bool // keep the events applied, for the terminal stages
 	onFinish func(applied int, events []ports.Event)
