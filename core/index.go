@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"maps"
 	"slices"
 	"strings"
 
-	"github.com/vantage-go/vantage/core/internal/base"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -161,54 +158,5 @@ func (p *Perspective[M]) kindLocked(field string) (ports.ModelFieldKind, bool) {
 func sameIndex(a, b ports.ModelIndex) bool {
 	return slices.EqualFunc(a.Fields, b.Fields, func(x, y ports.ModelField) bool {
 		return x.Kind == y.Kind && slices.Equal(x.Path, y.Path)
-	})
-}
-
-// ensureIndexesLoop hands the indexes of the registered perspectives to
-// the backend's ModelQuery, at start, then again every resubscribeEvery
-// for those whose indexes it failed to ensure, until it succeeds for all.
-// A build may take long: the loop ends with ctx (a cancelled build leaves
-// an index the next start rebuilds).
-func (w *Worker) ensureIndexesLoop(ctx context.Context) {
-	pending := map[string][]ports.ModelIndex{}
-	for _, name := range w.reg.Perspectives() {
-		p, _ := w.reg.perspective(name)
-		if idx := p.Indexes(); len(idx) > 0 {
-			pending[name] = idx
-		}
-	}
-	if len(pending) == 0 {
-		return
-	}
-	if w.backend.ModelQuery == nil {
-		w.Log.InfoContext(ctx, "the backend has no ModelQuery port: declared indexes are not built")
-		return
-	}
-	try := func() {
-		for _, name := range slices.Sorted(maps.Keys(pending)) {
-			start := w.Clock.Now()
-			err := ensureIndexes(ctx, w.backend.ModelQuery, name, pending[name])
-			if err != nil {
-				if ctx.Err() == nil {
-					w.Faults.Fail(ctx, "ensuring model indexes", err, slog.String("perspective", name))
-				}
-				continue
-			}
-			w.Faults.OK(ctx, "ensuring model indexes")
-			w.Log.InfoContext(ctx, "model indexes ready", slog.String("perspective", name),
-				slog.Int("indexes", len(pending[name])), slog.Duration("duration", w.Clock.Now().Sub(start)))
-			delete(pending, name)
-		}
-	}
-	try()
-	if len(pending) == 0 {
-		return
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	base.Every(ctx, w.Clock, resubscribeEvery, func() {
-		if try(); len(pending) == 0 {
-			cancel()
-		}
 	})
 }

@@ -8,6 +8,12 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
+	"log/slog"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/vantage-go/vantage/core/internal/pair"
+	"github.com/vantage-go/vantage/core/internal/telemetry"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -124,3 +130,55 @@ func (e *engine) lagReport(at time.Time, lags []ports.PerspectiveLag) LagReport 
 // (see ports.Stats); it returns ErrNoStats when the backend has none. Lag
 // works whether or not the worker runs.
 func (w *Worker) Lag(ctx context.Context) (LagReport, error) { return w.stats.lag(ctx) }
+
+// observeGauges registers the callback of the worker's observable
+// instruments: live instances and heartbeat age, listener health, stuck
+// applies and, when the backend has a Stats port, the lag of each
+// perspective.
+func (w *Worker) observeGauges() metric.Registration {
+	src := telemetry.GaugeSources{
+		Heartbeat: w.heartbeat.Last,
+		Listening: w.listener.Healthy,
+		Stuck:     func() int { return len(w.monitor.List()) },
+	}
+	if w.backend.Stats != nil {
+		src.Lag = func(ctx context.Context) ([]telemetry.Lag, error) {
+			report, err := w.stats.lag(ctx)
+			if err != nil {
+				return nil, err
+			}
+			lags := make([]telemetry.Lag, len(report.Perspectives))
+			for i, l := range report.Perspectives {
+				lags[i] = telemetry.Lag{Perspective: l.Perspective, Pending: l.Pending, OldestAge: l.OldestAge}
+			}
+			return lags, nil
+		}
+	}
+	return w.metrics.Observe(src)
+}
+
+// noteAbandoned logs, counts and announces an abandoned apply.
+func (e *engine) noteAbandoned(ctx context.Context, info AbandonedApply) {
+	e.metrics.ApplyAbandoned(ctx, info.Perspective)
+	e.Log.ErrorContext(ctx, "apply abandoned: it ran past its deadline and ignored its cancelled context; its pair is retried while it runs on",
+		append(pair.Attrs(info.StreamID, info.Perspective), slog.String("event_id", info.EventID.String()), slog.Int64("version", info.Version),
+			slog.Duration("elapsed", info.Elapsed), slog.Duration("apply_timeout", e.opts.ApplyTimeout))...)
+	if h := e.opts.Hooks.OnApplyAbandoned; h != nil {
+		h(info)
+	}
+}
+
+// AbandonedApplies returns the applies the engine abandoned (see
+// Options.ApplyAbandonGrace) that are still running, oldest first.
+func (w *Worker) AbandonedApplies() []AbandonedApply {
+	list := w.monitor.List()
+	out := make([]AbandonedApply, len(list))
+	for i, a := range list {
+		out[i] = AbandonedApply(a)
+	}
+	return out
+}
+
+// AbandonedAppliesTotal returns how many applies this worker abandoned since
+// it started.
+func (w *Worker) AbandonedAppliesTotal() int64 { return w.monitor.AbandonedTotal() }

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/metric"
@@ -641,44 +640,4 @@ func (w *Worker) caughtUp(ctx context.Context, streamID uuid.UUID, targets map[s
 		}
 	}
 	return true, nil
-}
-
-// warnRetired warns about the perspectives of the registry that are retired
-// in the backend: they get no work, which an operator may not expect of a
-// perspective still in the code.
-func (w *Worker) warnRetired(ctx context.Context) {
-	if w.backend.Admin == nil {
-		return
-	}
-	retired, err := w.backend.Admin.PerspectivesRetired(ctx)
-	if err != nil {
-		w.Log.WarnContext(ctx, "listing retired perspectives", slog.Any("error", err))
-		return
-	}
-	for _, name := range retired {
-		if _, ok := w.reg.perspective(name); ok {
-			w.Log.WarnContext(ctx, "perspective is retired in the backend; it gets no work until revived",
-				slog.String("perspective", name))
-		}
-	}
-}
-
-// resubscribeEvery is how often a worker registers its subscriptions again.
-const resubscribeEvery = time.Minute
-
-// resubscribeLoop registers the registry's subscriptions again now and
-// then. Appends through a Registry carry their subscriptions; this heals
-// the store for producers that append by other means, should its
-// subscriptions have been lost (a schema dropped and recreated while
-// instances ran). Retired perspectives stay retired.
-func (w *Worker) resubscribeLoop(ctx context.Context) {
-	base.Every(ctx, w.Clock, resubscribeEvery, func() {
-		if err := w.reg.RegisterSubscriptions(ctx, w.backend.Events); err != nil {
-			if ctx.Err() == nil {
-				w.Faults.Fail(ctx, "registering subscriptions", err)
-			}
-			return
-		}
-		w.Faults.OK(ctx, "registering subscriptions")
-	})
 }
