@@ -230,7 +230,6 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		CacheSize: o.ModelCacheSize, Clock: e.Clock,
 		CallTimeout: base.BackendCallTimeout, ApplyTimeout: o.ApplyTimeout,
 	})
-	gates := pair.NewGates()
 	w.lifecycle = stage.New(e.Env, stage.Config{
 		Lifecycle:      backend.Lifecycle,
 		Cursors:        backend.Cursors,
@@ -266,7 +265,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		Registry: engineRegistry{registry}, Scope: scopes.establish, Tracing: e.tracing, Metrics: e.metrics,
 		OnRewind: onRewind, OnStartupScanComplete: o.Hooks.OnStartupScanComplete,
 	}, rewind.Deps{
-		Parking: w.parking, Gates: gates, Lifecycle: w.lifecycle, Monitor: w.monitor, Completer: w.completer,
+		Parking: w.parking, Lifecycle: w.lifecycle, Monitor: w.monitor, Completer: w.completer,
 		Cache: cache, Store: store, Failures: w.failures, Pending: fetcher,
 	})
 	var onBatch func(streams, applied int)
@@ -287,7 +286,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		Registry: engineRegistry{registry}, ApplyContext: scopes.applyContext, Tracing: e.tracing, Metrics: e.metrics,
 		OnBatchCycleComplete: onBatch, OnEventsProcessed: onProcessed,
 	}, drain.Deps{
-		Queue: drainQ, Activity: act, Fetcher: fetcher, Cache: cache, Completer: w.completer, Parking: w.parking, Gates: gates,
+		Queue: drainQ, Activity: act, Fetcher: fetcher, Cache: cache, Completer: w.completer, Parking: w.parking,
 		Renewer: w.renewer, Monitor: w.monitor, Lifecycle: w.lifecycle, Store: store, Failures: w.failures, Rewinder: w.rewind,
 	})
 	w.fetcher, w.drainQ, w.cache = fetcher, drainQ, cache

@@ -84,7 +84,6 @@ type Deps struct {
 	Cache     *dedup.Cache
 	Completer *complete.Completer
 	Parking   *pair.Parking
-	Gates     *pair.Gates
 	Renewer   *lease.Renewer
 	Monitor   *monitor.Monitor
 	Lifecycle *stage.Lifecycle
@@ -106,7 +105,6 @@ type Drainer struct {
 	renewer   *lease.Renewer
 	monitor   *monitor.Monitor
 	lifecycle *stage.Lifecycle
-	gates     *pair.Gates
 	store     *modelstore.Store
 	fail      *failure.Failures
 	rewind    *rewind.Rewinder
@@ -119,7 +117,7 @@ type Drainer struct {
 func New(env *base.Env, cfg Config, d Deps) *Drainer {
 	return &Drainer{
 		Env: env, cfg: cfg, queue: d.Queue, activity: d.Activity, fetcher: d.Fetcher, cache: d.Cache, completer: d.Completer,
-		parking: d.Parking, renewer: d.Renewer, monitor: d.Monitor, lifecycle: d.Lifecycle, gates: d.Gates, store: d.Store,
+		parking: d.Parking, renewer: d.Renewer, monitor: d.Monitor, lifecycle: d.Lifecycle, store: d.Store,
 		fail: d.Failures, rewind: d.Rewinder, rows: newRowsInFlight(),
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -16,7 +15,6 @@ import (
 	"github.com/vantage-go/vantage/core/internal/monitor"
 	"github.com/vantage-go/vantage/core/internal/pair"
 	"github.com/vantage-go/vantage/core/internal/perspective"
-	"github.com/vantage-go/vantage/core/internal/rewind"
 	"github.com/vantage-go/vantage/core/internal/stage"
 	"github.com/vantage-go/vantage/core/internal/telemetry"
 	"github.com/vantage-go/vantage/ports"
@@ -27,30 +25,32 @@ import (
 var errModelBehindCursor = errors.New("model behind its cursor")
 
 // drainPair runs one perspective over one stream's rows (version order)
-// under the pair's gate: dedup, dead-letter rows whose attempts are used
-// up, load the model (checked against the cursor the fetch read), skip
-// events at or below its position, apply the rest, save model and cursor
-// every PerspectiveBatchSize events and at the end, and buffer the
-// completion (or the failure). It returns what it applied, and
-// pair.ErrRunAbandoned when an apply was abandoned.
+// on the pair's turn (see pair.Parking.Enter): dedup, dead-letter rows
+// whose attempts are used up, load the model (checked against the cursor
+// the fetch read), skip events at or below its position, apply the rest,
+// save model and cursor every PerspectiveBatchSize events and at the end,
+// and buffer the completion (or the failure). The run hands the turn back
+// with how it ended, which the pair's state records. It returns what it
+// applied, and pair.ErrRunAbandoned when an apply was abandoned: the
+// abandonment took the pair over, and the turn is left to it.
 func (dr *Drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork, rows []ports.WorkItem, cursor *ports.Cursor) (pairOutcome, error) {
-	key := pair.Key{Stream: sw.id, Perspective: rows[0].Perspective}
-	if dr.parking.IsParked(key) {
+	turn, ok := dr.parking.Enter(ctx, pair.Key{Stream: sw.id, Perspective: rows[0].Perspective}, sw.seq)
+	if !ok {
 		return pairOutcome{}, nil
 	}
-	release, err := dr.gates.Acquire(ctx, key, nil)
+	defer turn.Release()
+	o, end, err := dr.runPair(ctx, turn, task, sw, rows, cursor)
 	if err != nil {
-		return pairOutcome{}, nil
+		return o, err
 	}
-	release = sync.OnceFunc(release) // an abandonment releases it early
-	defer release()
-	// Check again: a run that held the gate may just have parked the pair;
-	// and rows fetched before its failure was acknowledged are stale (the
-	// backend released the failed row since).
-	if dr.parking.IsParked(key) || dr.parking.StaleFetch(key, sw.seq) {
-		return pairOutcome{}, nil
-	}
+	turn.End(ctx, end)
+	return o, nil
+}
 
+// runPair is drainPair on the pair's turn. It returns what the run applied
+// and how it ended.
+func (dr *Drainer) runPair(ctx context.Context, turn *pair.Turn, task *pairTask, sw *streamWork, rows []ports.WorkItem, cursor *ports.Cursor) (pairOutcome, pair.Ending, error) {
+	key := turn.Key
 	var (
 		position, epoch int64
 		flags           ports.Cursor
@@ -59,42 +59,42 @@ func (dr *Drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 		position, epoch, flags = cursor.LastVersion, cursor.Epoch, *cursor
 	}
 	flagged := dr.rewind.Enabled() && flags.Status.Has(ports.CursorRewindRequired)
-	rows, held, ok := dr.toApply(ctx, key, rows, position)
+	rows, held, err := dr.toApply(ctx, key, rows, position)
+	if err != nil {
+		return pairOutcome{}, dr.moveFailed(ctx, key, "moving work to dead letters", err), nil
+	}
 	// A flagged pair whose rows are all gone now (dead-lettered: their
 	// attempts were used up) has nothing left for a rewind to apply, but
 	// it would wait for one forever: no row is left to bring it back to a
 	// drain. The rewind runs at once, without them, and clears the flag;
 	// unless rows of the pair await their acknowledgement, which clears it.
-	emptyRewind := ok && len(rows) == 0 && flagged && len(held) == 0
+	emptyRewind := len(rows) == 0 && flagged && len(held) == 0
 	if len(rows) == 0 && !emptyRewind {
-		return pairOutcome{}, nil
+		return pairOutcome{}, pair.Stopped(), nil
 	}
 
 	p, ok := dr.cfg.Registry.Lookup(key.Perspective)
 	if !ok {
-		dr.parking.UnknownPerspective(ctx, key, len(rows))
-		return pairOutcome{}, nil
+		return pairOutcome{}, pair.UnknownPerspective(len(rows)), nil
 	}
 	// A late row below the position was never applied: only a rewind
 	// applies it in order, whether or not the cursor still carries the flag.
 	late := slices.ContainsFunc(rows, func(r ports.WorkItem) bool { return r.Late && r.EventVersion <= position })
 	if dr.rewind.Enabled() && (late || flagged) {
-		evs, err := dr.rewind.RewindPair(ctx, p, key, rows, held, flags, emptyRewind, &rewind.Owner{Release: release, Abandon: func() { task.abandon(0, nil) }})
-		return dr.newPairOutcome(len(evs), evs, func(i int) int64 { return evs[i].Version }), err
+		evs, end, err := dr.rewind.RewindPair(ctx, p, turn, rows, held, flags, emptyRewind, func() { task.abandon(0, nil) })
+		return dr.newPairOutcome(len(evs), evs, func(i int) int64 { return evs[i].Version }), end, err
 	}
 	if late {
 		if rows, err = dr.fail.DeadLetterLate(ctx, rows, position); err != nil {
-			dr.fail.MoveFailed(ctx, key, "moving late work to dead letters", err)
-			return pairOutcome{}, nil
+			return pairOutcome{}, dr.moveFailed(ctx, key, "moving late work to dead letters", err), nil
 		}
 		if len(rows) == 0 {
-			return pairOutcome{}, nil
+			return pairOutcome{}, pair.Stopped(), nil
 		}
 	}
 	stored, err := dr.store.Load(ctx, key, position, epoch)
 	if err != nil && !errors.Is(err, ports.ErrNotFound) {
-		dr.parking.InfraFailed(ctx, key, "loading model", err)
-		return pairOutcome{}, nil
+		return pairOutcome{}, pair.InfraFailed("loading model", err), nil
 	}
 	if stored.LastVersion < position {
 		// Every save moves the model and the cursor together, and a
@@ -110,12 +110,11 @@ func (dr *Drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 		if dr.rewind.Enabled() {
 			// From the first event: a snapshot may copy the dropped state.
 			flags.RewindTriggerVersion = 1
-			evs, err := dr.rewind.RewindPair(ctx, p, key, rows, held, flags, true, &rewind.Owner{Release: release, Abandon: func() { task.abandon(0, nil) }})
-			return dr.newPairOutcome(len(evs), evs, func(i int) int64 { return evs[i].Version }), err
+			evs, end, err := dr.rewind.RewindPair(ctx, p, turn, rows, held, flags, true, func() { task.abandon(0, nil) })
+			return dr.newPairOutcome(len(evs), evs, func(i int) int64 { return evs[i].Version }), end, err
 		}
-		dr.parking.InfraFailed(ctx, key, "loading model", fmt.Errorf("%w: the stored model is at version %d, its cursor at %d; rebuild the perspective",
-			errModelBehindCursor, stored.LastVersion, position))
-		return pairOutcome{}, nil
+		return pairOutcome{}, pair.InfraFailed("loading model", fmt.Errorf("%w: the stored model is at version %d, its cursor at %d; rebuild the perspective",
+			errModelBehindCursor, stored.LastVersion, position)), nil
 	}
 	if stored.LastVersion > position && slices.ContainsFunc(rows, func(r ports.WorkItem) bool { return r.Late && r.EventVersion <= stored.LastVersion }) {
 		// The model moved past the cursor the fetch read (a save since),
@@ -123,20 +122,18 @@ func (dr *Drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 		// run would take it for a re-delivery at or below the model. A
 		// drain that reads the cursor as it is now sends it down the late
 		// path.
-		dr.parking.RetrySoon(key)
-		return pairOutcome{}, nil
+		return pairOutcome{}, pair.Again(), nil
 	}
 	model, err := p.DecodeModel(stored.Data)
 	if err != nil {
-		dr.parking.InfraFailed(ctx, key, "decoding the stored model", err)
-		return pairOutcome{}, nil
+		return pairOutcome{}, pair.InfraFailed("decoding the stored model", err), nil
 	}
 
 	actx, cancel := context.WithCancelCause(ctx)
-	batchSize := dr.parking.SaveBatchSize(key)
+	batchSize := turn.BatchSize
 	run := &pairRun{
 		dr: dr, p: p, key: key, task: task, sw: sw, rows: rows, stored: stored, model: model,
-		parent: ctx, actx: actx, cancel: cancel, release: release, batchSize: batchSize,
+		parent: ctx, actx: actx, cancel: cancel, turn: turn, batchSize: batchSize,
 		attrs: dr.cfg.Metrics.Perspective(key.Perspective), traced: telemetry.Recording(ctx),
 		// Sized for the usual run, which applies and completes every row,
 		// so that they are not grown row by row.
@@ -149,14 +146,13 @@ func (dr *Drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 	run.watch = dr.monitor.Watch(key.Stream, key.Perspective, cancel, run.abandon)
 	defer run.watch.Done()
 	if err := dr.prePerspective(actx, sw, rows, stored.LastVersion); err != nil {
-		dr.parking.InfraFailed(ctx, key, "running PrePerspective", err)
-		return pairOutcome{}, nil
+		return pairOutcome{}, pair.InfraFailed("running PrePerspective", err), nil
 	}
 	if err := run.run(ctx); err != nil {
-		return pairOutcome{}, err
+		return pairOutcome{}, pair.Stopped(), err
 	}
 	n, events := run.finish(ctx)
-	return dr.newPairOutcome(n, events, func(i int) int64 { return run.rows[run.saved[i]].EventVersion }), nil
+	return dr.newPairOutcome(n, events, func(i int) int64 { return run.rows[run.saved[i]].EventVersion }), run.end, nil
 }
 
 // toApply returns the rows of a pair to apply now, and the ids of the rows
@@ -164,16 +160,27 @@ func (dr *Drainer) drainPair(ctx context.Context, task *pairTask, sw *streamWork
 // every fetch until their completion is acknowledged. Rows whose attempts
 // are used up go to dead letters, unless they lie at or below position,
 // the pair's cursor, and are not late (applied: they complete); when that
-// move fails, nothing is applied and ok is false: the pair is retried, or
-// left to the instance that took its stream.
-func (dr *Drainer) toApply(ctx context.Context, key pair.Key, rows []ports.WorkItem, position int64) (_ []ports.WorkItem, held []uuid.UUID, ok bool) {
+// move fails, nothing is applied and its error is returned (see
+// moveFailed).
+func (dr *Drainer) toApply(ctx context.Context, key pair.Key, rows []ports.WorkItem, position int64) (_ []ports.WorkItem, held []uuid.UUID, _ error) {
 	fresh, held := dr.fetcher.NotApplied(ctx, key, rows)
 	rows, err := dr.fail.DeadLetterExhausted(ctx, fresh, position)
 	if err != nil {
-		dr.fail.MoveFailed(ctx, key, "moving work to dead letters", err)
-		return nil, nil, false
+		return nil, nil, err
 	}
-	return rows, held, true
+	return rows, held, nil
+}
+
+// moveFailed is how a run ends whose move of rows to dead letters failed
+// with err: an infrastructure error holds the pair back for its backoff;
+// a refusal because the stream is another instance's now
+// (ports.ErrLeaseLost) costs nothing, and leaves the pair to its holder.
+func (dr *Drainer) moveFailed(ctx context.Context, key pair.Key, op string, err error) pair.Ending {
+	if errors.Is(err, ports.ErrLeaseLost) {
+		dr.fail.LeaseLost(ctx, key, err)
+		return pair.Stopped()
+	}
+	return pair.InfraFailed(op, err)
 }
 
 // prePerspective runs the PrePerspective stage for the rows' events past
@@ -194,19 +201,21 @@ func (dr *Drainer) prePerspective(ctx context.Context, sw *streamWork, rows []po
 // pairRun is the state of one drainPair. Its rows are in version order and
 // processed front to back.
 type pairRun struct {
-	dr      *Drainer
-	p       perspective.Perspective
-	key     pair.Key
-	task    *pairTask
-	sw      *streamWork
-	rows    []ports.WorkItem
-	stored  ports.StoredModel
-	model   any
-	parent  context.Context
-	actx    context.Context // the applies' context, cancelled at a deadline
-	cancel  context.CancelCauseFunc
-	watch   *monitor.Watch
-	release func() // the pair's gate, released once
+	dr     *Drainer
+	p      perspective.Perspective
+	key    pair.Key
+	task   *pairTask
+	sw     *streamWork
+	rows   []ports.WorkItem
+	stored ports.StoredModel
+	model  any
+	parent context.Context
+	actx   context.Context // the applies' context, cancelled at a deadline
+	cancel context.CancelCauseFunc
+	watch  *monitor.Watch
+	turn   *pair.Turn // the run's hold on the pair
+	// end is how the run ended, for the pair's state (see pair.Turn.End).
+	end pair.Ending
 	// attrs are the perspective's metric attributes; traced is whether
 	// the batch's span records, so that the applies' spans are started.
 	attrs  *telemetry.PerspectiveAttrs
@@ -256,7 +265,7 @@ func (r *pairRun) run(ctx context.Context) error {
 		}
 		if ei = r.sw.event(row, ei); ei < 0 {
 			r.stop(ctx)
-			r.dr.parking.InfraFailed(ctx, r.key, "fetching events", fmt.Errorf("event %s (version %d) of work row %s is missing from the fetch", row.EventID, row.EventVersion, row.WorkID))
+			r.end = pair.InfraFailed("fetching events", fmt.Errorf("event %s (version %d) of work row %s is missing from the fetch", row.EventID, row.EventVersion, row.WorkID))
 			return nil
 		}
 		err := r.apply(ei)
@@ -289,10 +298,7 @@ func (r *pairRun) run(ctx context.Context) error {
 		return nil
 	}
 	r.complete(ctx)
-	r.dr.parking.InfraRecovered(r.key)
-	if r.batchSize == 1 {
-		r.dr.parking.SaveEachDone(r.key)
-	}
+	r.end = pair.Done()
 	return nil
 }
 
@@ -379,7 +385,7 @@ func (r *pairRun) save(ctx context.Context) bool {
 	default:
 		if ctx.Err() == nil {
 			r.stop(ctx)
-			r.dr.parking.InfraFailed(ctx, r.key, "saving model", err)
+			r.end = pair.InfraFailed("saving model", err)
 		}
 		return false
 	}
@@ -422,7 +428,7 @@ func (r *pairRun) moved(ctx context.Context, msg string, expected int64, err err
 		slog.Int64("expected_version", expected), slog.Int64("expected_epoch", r.stored.Epoch), slog.Any("error", err))...)
 	r.unsaved = nil
 	r.complete(ctx)
-	r.dr.parking.RetrySoon(r.key)
+	r.end = pair.Again()
 }
 
 // lost handles a save refused because the stream is another instance's
@@ -449,8 +455,7 @@ func (r *pairRun) saveRefused(ctx context.Context, err error) bool {
 	}
 	r.unsaved = nil
 	r.stop(ctx)
-	r.dr.parking.SaveEachFor(r.key)
-	r.dr.parking.RetrySoon(r.key)
+	r.end = pair.SaveEach()
 	r.dr.Log.WarnContext(ctx, "the model of a batch of events cannot be stored; saving event by event to find the cause",
 		append(pair.Attrs(r.key.Stream, r.key.Perspective), slog.Any("error", err))...)
 	return false
@@ -665,7 +670,7 @@ func (r *pairRun) abandon(info monitor.Abandoned, late bool) {
 		r.done = nil // the worker stopped before the stage ran: the rows come back
 	}
 	n, events := r.finish(ctx)
-	r.release()
+	r.turn.Release()
 	r.task.abandon(n, events)
 }
 
@@ -693,7 +698,7 @@ func (r *pairRun) saveProjection(ctx context.Context, p perspective.Table) bool 
 	apply := p.Writes(pending, r.key.Stream, false, r.dr.cfg.WriteLimit)
 	// An event that failed before (or whose instance died) may be the one
 	// whose writes hang: it is saved alone, not shared.
-	alone := r.dr.parking.SavesAlone(r.key) || slices.ContainsFunc(r.unsaved, func(i int) bool { return r.rows[i].Attempts > 0 })
+	alone := r.turn.SaveAlone || slices.ContainsFunc(r.unsaved, func(i int) bool { return r.rows[i].Attempts > 0 })
 	var took time.Duration // how long the writes of a save alone ran
 	if alone {
 		writes := apply
@@ -722,7 +727,7 @@ func (r *pairRun) saveProjection(ctx context.Context, p perspective.Table) bool 
 	switch {
 	case err == nil:
 		if alone {
-			r.dr.parking.SavedAlone(r.key, took)
+			r.turn.SavedAlone(took)
 		}
 	case errors.Is(err, ports.ErrLeaseLost):
 		r.unsaved, r.model = nil, perspective.Writes(nil)
@@ -730,8 +735,7 @@ func (r *pairRun) saveProjection(ctx context.Context, p perspective.Table) bool 
 		return false
 	case errors.As(err, &wf) && wf.Key == r.key && errors.Is(err, modelstore.ErrGroupPatience):
 		r.stop(ctx)
-		r.dr.parking.SaveAloneFor(r.key)
-		r.dr.parking.RetrySoon(r.key)
+		r.end = pair.SaveAlone()
 		r.dr.Log.WarnContext(ctx, "a table projection's writes ran past the patience of the save they shared with other pairs; saving the pair alone",
 			append(pair.Attrs(r.key.Stream, r.key.Perspective), slog.Duration("patience", r.dr.cfg.SavePatience), slog.Any("error", err))...)
 		return false
@@ -752,12 +756,12 @@ func (r *pairRun) saveProjection(ctx context.Context, p perspective.Table) bool 
 			append(pair.Attrs(r.key.Stream, r.key.Perspective), slog.Int64("expected_version", savedVersion), slog.Any("error", err))...)
 		r.unsaved, r.model = nil, perspective.Writes(nil)
 		r.complete(ctx)
-		r.dr.parking.RetrySoon(r.key) // see pairRun.moved
+		r.end = pair.Again() // see pairRun.moved
 		return false
 	default:
 		if ctx.Err() == nil {
 			r.stop(ctx)
-			r.dr.parking.InfraFailed(ctx, r.key, "saving projection", err)
+			r.end = pair.InfraFailed("saving projection", err)
 		}
 		return false
 	}

@@ -1,7 +1,12 @@
 // Package pair holds the state this instance keeps per (stream,
-// perspective) pair: its key, the gate that serializes its load-apply-save,
-// and its parking (held back after a failure, a backend error or a
-// debounce, and drained again when due).
+// perspective) pair, and is its one owner: a run of a pair asks for its
+// Turn (refused while the pair is held back, or for rows fetched before
+// its failure was acknowledged), which holds the gate that serializes the
+// pair's load-apply-save and carries how the run saves (event by event, or
+// alone), and hands the turn back with how it ended (an Ending: done,
+// again, a backend error, save event by event, save alone, unknown
+// perspective). The Parking records it: holds the pair back after a
+// failure, a backend error or a debounce, and drains it again when due.
 package pair
 
 import (
@@ -46,6 +51,8 @@ type Parking struct {
 	// projections' pairs saved alone (see SaveAloneFor).
 	infraBackoff, givenUpBackoff counted[backoff.BackOff]
 	saveEach, saveAlone          counted[struct{}]
+	// gates serialize the runs of each pair (see Enter and Gate).
+	gates *Gates
 }
 
 // counted is a map of pairs, guarded by the Parking's mu, that counts its
@@ -124,6 +131,7 @@ func NewParking(env *base.Env, cfg Config, drainQ *queue.Queue) *Parking {
 		schedule:  newSchedule(env.Clock, drainQ),
 		parked:    map[Key]held{},
 		failAcked: map[Key]uint64{},
+		gates:     NewGates(),
 	}
 }
 

@@ -117,11 +117,11 @@ func (rw *Rewinder) rebuildPages(ctx context.Context, p perspective.Perspective,
 // again from the model saved meanwhile, up to replayMovedRetries times.
 func (rw *Rewinder) rebuildStream(ctx context.Context, p perspective.Perspective, stream uuid.UUID) (int, error) {
 	key := pair.Key{Stream: stream, Perspective: p.Name()}
-	release, err := rw.gates.Acquire(ctx, key, nil)
+	turn, err := rw.parking.Take(ctx, key)
 	if err != nil {
 		return 0, err
 	}
-	defer release()
+	defer turn.Release()
 	unlock, ok := rw.lockPair(ctx, key, lockReasonRB)
 	if !ok {
 		return 0, fmt.Errorf("rebuilding stream %s: %w", stream, errStreamLockHeld)

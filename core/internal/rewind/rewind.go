@@ -113,7 +113,6 @@ type Pending interface {
 // Deps are the services the rewinder calls.
 type Deps struct {
 	Parking   *pair.Parking
-	Gates     *pair.Gates
 	Lifecycle *stage.Lifecycle
 	Monitor   *monitor.Monitor
 	Completer *complete.Completer
@@ -144,7 +143,6 @@ type Rewinder struct {
 	monitor   *monitor.Monitor
 	completer *complete.Completer
 	cache     *dedup.Cache
-	gates     *pair.Gates
 	store     *modelstore.Store
 	fail      *failure.Failures
 	pending   Pending
@@ -159,7 +157,7 @@ type Rewinder struct {
 func New(env *base.Env, cfg Config, d Deps) *Rewinder {
 	return &Rewinder{
 		Env: env, cfg: cfg, parking: d.Parking, lifecycle: d.Lifecycle, monitor: d.Monitor, completer: d.Completer,
-		cache: d.Cache, gates: d.Gates, store: d.Store, fail: d.Failures, pending: d.Pending,
+		cache: d.Cache, store: d.Store, fail: d.Failures, pending: d.Pending,
 		sem: make(chan struct{}, cfg.MaxConcurrent), startupDone: make(chan struct{}),
 	}
 }
@@ -210,16 +208,6 @@ func (rw *Rewinder) rewindDue(c ports.Cursor) (bool, time.Time) {
 	return !now.Before(due), due
 }
 
-// Owner is what an abandoned apply of a rewind run by a drain hands back:
-// the pair's gate (Release) and the drain's pair task, ended by Abandon.
-// Rewinds run outside a drain (the startup repair) have none: a late apply
-// there is cancelled and, past its grace, logged, but its caller waits for
-// it.
-type Owner struct {
-	Release func()
-	Abandon func()
-}
-
 // rewindRetries bounds the replays of one rewind that restart at once
 // because a failing event used up its attempts and was dead-lettered.
 const rewindRetries = 3
@@ -255,26 +243,32 @@ func replayMoved(err error) bool {
 // dead-letters it the replay starts over without it, so the pair goes on.
 // A save refused because the pair moved during the replay (an instance
 // that lost the stream saved an apply it had in flight) replays again from
-// the model saved. The caller holds the pair's gate. It returns the new
-// events applied, and pair.ErrRunAbandoned when an apply was abandoned.
-func (rw *Rewinder) RewindPair(ctx context.Context, p perspective.Perspective, key pair.Key, rows []ports.WorkItem, held []uuid.UUID, cursor ports.Cursor, force bool, owner *Owner) ([]ports.Event, error) {
+// the model saved. It runs on the pair's turn, and returns the new events
+// applied and how the rewind ended, for the turn's End.
+//
+// abandoned, when set, ends the drain's task of a pair whose apply was
+// abandoned: the rewind lets go of the lock and the turn and calls it,
+// and RewindPair returns pair.ErrRunAbandoned (the turn is then the
+// abandonment's). A rewind run outside a drain (the start-up repair) has
+// none: a late apply there is cancelled and, past its grace, logged, but
+// its caller waits for it.
+func (rw *Rewinder) RewindPair(ctx context.Context, p perspective.Perspective, turn *pair.Turn, rows []ports.WorkItem, held []uuid.UUID, cursor ports.Cursor, force bool, abandoned func()) ([]ports.Event, pair.Ending, error) {
+	key := turn.Key
 	if !force {
 		if due, at := rw.rewindDue(cursor); !due {
-			rw.parking.ParkFor(key, at)
-			return nil, nil
+			return nil, pair.HoldUntil(at), nil
 		}
 	}
 	select {
 	case rw.sem <- struct{}{}:
 	case <-ctx.Done():
-		return nil, nil
+		return nil, pair.Stopped(), nil
 	}
 	freeSem := sync.OnceFunc(func() { <-rw.sem })
 	defer freeSem()
 	unlock, ok := rw.lockPair(ctx, key, lockReasonRewind)
 	if !ok {
-		rw.parking.ParkFor(key, rw.Now().Add(rewindLockRetryDelay))
-		return nil, nil
+		return nil, pair.HoldUntil(rw.Now().Add(rewindLockRetryDelay)), nil
 	}
 	unlock = sync.OnceFunc(unlock)
 	defer unlock()
@@ -301,7 +295,7 @@ func (rw *Rewinder) RewindPair(ctx context.Context, p perspective.Perspective, k
 	defer func() { telemetry.EndRewind(span, res.from, res.replayed, res.fresh, err) }()
 	for try, moves := 1, 1; ; {
 		abandon := func(info monitor.Abandoned, _ bool) { rw.monitor.NoteAbandoned(ctx, info) }
-		if owner != nil {
+		if abandoned != nil {
 			pending := rows
 			abandon = func(info monitor.Abandoned, late bool) {
 				actx := context.WithoutCancel(ctx)
@@ -309,8 +303,8 @@ func (rw *Rewinder) RewindPair(ctx context.Context, p perspective.Perspective, k
 				dead := late && rw.replayFailed(actx, key, pending, info.EventID, info.Version, fmt.Errorf("%w (after %s)", monitor.ErrAbandoned, info.Elapsed))
 				unlock()
 				freeSem()
-				owner.Release()
-				owner.Abandon()
+				turn.Release()
+				abandoned()
 				if dead {
 					// The event was dead-lettered: its row may have been the
 					// pair's last, and then no row brings the pair back to a
@@ -321,10 +315,9 @@ func (rw *Rewinder) RewindPair(ctx context.Context, p perspective.Perspective, k
 		}
 		res, err = rw.replay(ctx, p, key, trigger, rows, held, false, abandon)
 		if errors.Is(err, pair.ErrRunAbandoned) {
-			return nil, err
+			return nil, pair.Stopped(), err
 		}
 		if err == nil {
-			rw.parking.InfraRecovered(key)
 			rw.cfg.Metrics.Rewound(ctx, key.Perspective, false, rw.Now().Sub(start), res.replayed, len(res.fresh))
 			rw.Log.InfoContext(ctx, "rewound perspective", append(pair.Attrs(key.Stream, key.Perspective),
 				slog.Int64("trigger_version", trigger), slog.Int64("from_version", res.from), slog.Int("replayed", res.replayed),
@@ -332,10 +325,10 @@ func (rw *Rewinder) RewindPair(ctx context.Context, p perspective.Perspective, k
 			if h := rw.cfg.OnRewind; h != nil {
 				h(Info{StreamID: key.Stream, Perspective: key.Perspective, FromVersion: res.from, TriggerVersion: trigger, Replayed: res.replayed, New: len(res.fresh), Duration: rw.Now().Sub(start)})
 			}
-			return res.fresh, nil
+			return res.fresh, pair.Recovered(), nil
 		}
 		if ctx.Err() != nil {
-			return nil, nil
+			return nil, pair.Stopped(), nil
 		}
 		if replayMoved(err) && moves < replayMovedRetries {
 			// Replay again, from the model saved meanwhile.
@@ -344,11 +337,10 @@ func (rw *Rewinder) RewindPair(ctx context.Context, p perspective.Perspective, k
 		}
 		var rf *replayFailure
 		if !errors.As(err, &rf) {
-			rw.parking.InfraFailed(ctx, key, "rewinding", err)
-			return nil, nil
+			return nil, pair.InfraFailed("rewinding", err), nil
 		}
 		if !rw.replayFailed(ctx, key, rows, rf.event.ID, rf.event.Version, rf.cause) || try >= rewindRetries {
-			return nil, nil
+			return nil, pair.Stopped(), nil
 		}
 		// The event was dead-lettered: replay again, without it.
 		rows = slices.DeleteFunc(slices.Clone(rows), func(r ports.WorkItem) bool { return r.EventID == rf.event.ID })

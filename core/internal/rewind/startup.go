@@ -71,11 +71,11 @@ func (rw *Rewinder) repairRewind(ctx context.Context, key pair.Key) bool {
 	if !ok {
 		return false
 	}
-	release, err := rw.gates.Acquire(ctx, key, nil)
+	turn, err := rw.parking.Take(ctx, key)
 	if err != nil {
 		return false
 	}
-	defer release()
+	defer turn.Release()
 	res, _, err := rw.pending.Fetch(ctx, []uuid.UUID{key.Stream})
 	if err != nil {
 		return false
@@ -106,7 +106,8 @@ func (rw *Rewinder) repairRewind(ctx context.Context, key pair.Key) bool {
 		// Held elsewhere now when the move was refused: left to its holder.
 		return !rw.fail.MoveFailed(ctx, key, "moving work to dead letters", err)
 	}
-	fresh, _ := rw.RewindPair(ctx, p, key, rows, nil, c, true, nil)
+	fresh, end, _ := rw.RewindPair(ctx, p, turn, rows, nil, c, true, nil)
+	turn.End(ctx, end)
 	rw.lifecycle.AfterBatch(ctx, fresh, nil)
 	// Flush now, so the next poll sees the flag cleared.
 	if err := rw.completer.FlushNow(ctx); err != nil && ctx.Err() == nil {

@@ -1,0 +1,162 @@
+package pair
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Turn is one run's hold on a pair: a drain asks for it (Enter), runs the
+// pair under its gate with the save settings it carries, and hands back
+// how the run ended (End), which is what the pair's state records. The
+// run itself never parks, backs off or retries its pair: it says why it
+// stopped, and the Parking decides.
+type Turn struct {
+	p   *Parking
+	Key Key
+	// BatchSize is how many applied events one save of the run may cover:
+	// one while the pair is saved event by event to find the event whose
+	// model the store refuses.
+	BatchSize int
+	// SaveAlone is whether a table projection's saves go alone rather
+	// than shared with other pairs' (see Parking.SaveAloneFor).
+	SaveAlone bool
+	release   func()
+}
+
+// Enter takes the turn of pair k for a run of rows fetched by the fetch
+// numbered seq. It reports false, taking nothing, when the pair is to be
+// skipped: it is held back, ctx ended while another run held its gate,
+// or the rows are stale (a failure of the pair was acknowledged after the
+// fetch started: the backend released the failed row since). The turn
+// holds the pair's gate until End or Release.
+func (p *Parking) Enter(ctx context.Context, k Key, seq uint64) (*Turn, bool) {
+	if p.IsParked(k) {
+		return nil, false
+	}
+	release, err := p.gates.Acquire(ctx, k, nil)
+	if err != nil {
+		return nil, false
+	}
+	// Check again: the run that held the gate may just have parked the
+	// pair, or had its failure acknowledged.
+	if p.IsParked(k) || p.StaleFetch(k, seq) {
+		release()
+		return nil, false
+	}
+	return &Turn{p: p, Key: k, BatchSize: p.SaveBatchSize(k), SaveAlone: p.SavesAlone(k), release: sync.OnceFunc(release)}, true
+}
+
+// Take takes the turn of pair k for work outside a drain (a rebuild, the
+// start-up repair of a rewind), whatever its parking. It returns ctx's
+// error when ctx ended while another run held the pair.
+func (p *Parking) Take(ctx context.Context, k Key) (*Turn, error) {
+	release, err := p.gates.Acquire(ctx, k, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &Turn{p: p, Key: k, BatchSize: p.SaveBatchSize(k), SaveAlone: p.SavesAlone(k), release: sync.OnceFunc(release)}, nil
+}
+
+// Release lets go of the pair's gate (once; End releases it too). An
+// abandoned run releases it early, while its apply runs on.
+func (t *Turn) Release() { t.release() }
+
+// SavedAlone records how long the writes of a save that went alone took
+// (see Parking.SavedAlone).
+func (t *Turn) SavedAlone(took time.Duration) {
+	t.p.SavedAlone(t.Key, took)
+	t.SaveAlone = t.p.SavesAlone(t.Key)
+}
+
+// End records how the run ended and releases the gate.
+func (t *Turn) End(ctx context.Context, o Ending) {
+	defer t.release()
+	switch o.kind {
+	case endDone:
+		t.p.InfraRecovered(t.Key)
+		if t.BatchSize == 1 {
+			t.p.SaveEachDone(t.Key)
+		}
+	case endAgain:
+		t.p.RetrySoon(t.Key)
+	case endInfra:
+		t.p.InfraFailed(ctx, t.Key, o.op, o.err)
+	case endSaveEach:
+		t.p.SaveEachFor(t.Key)
+		t.p.RetrySoon(t.Key)
+	case endSaveAlone:
+		t.p.SaveAloneFor(t.Key)
+		t.p.RetrySoon(t.Key)
+	case endUnknown:
+		t.p.UnknownPerspective(ctx, t.Key, o.events)
+	case endRecovered:
+		t.p.InfraRecovered(t.Key)
+	case endHold:
+		t.p.ParkFor(t.Key, o.until)
+	}
+}
+
+// Ending is how a run of a pair ended, as its Turn reports it.
+type Ending struct {
+	kind   endingKind
+	op     string
+	err    error
+	events int
+	until  time.Time
+}
+
+type endingKind int
+
+const (
+	endStopped endingKind = iota
+	endDone
+	endAgain
+	endInfra
+	endSaveEach
+	endSaveAlone
+	endUnknown
+	endRecovered
+	endHold
+)
+
+// Stopped: the run ended with nothing for the pair's state to do (it had
+// no rows to apply, its failure was reported, the stream is another
+// instance's now, the worker is stopping). It is the zero Ending.
+func Stopped() Ending { return Ending{} }
+
+// Done: every row was applied and reported. The pair's infrastructure
+// backoff is over, and so is its saving event by event.
+func Done() Ending { return Ending{kind: endDone} }
+
+// Again: the pair moved under the run (another applier saved), or its
+// model must be read afresh: it is drained again at once.
+func Again() Ending { return Ending{kind: endAgain} }
+
+// InfraFailed: a backend call made for the pair (op) failed with err. The
+// pair is held back for its infrastructure backoff; its rows stay leased
+// and no attempt is counted.
+func InfraFailed(op string, err error) Ending { return Ending{kind: endInfra, op: op, err: err} }
+
+// SaveEach: the model of several events could not be stored; the pair is
+// drained again at once and saved event by event until a run of it is
+// done, which finds the event at fault.
+func SaveEach() Ending { return Ending{kind: endSaveEach} }
+
+// SaveAlone: a table projection's writes ran past the patience of a save
+// shared with other pairs; the pair is drained again at once and its
+// saves go alone.
+func SaveAlone() Ending { return Ending{kind: endSaveAlone} }
+
+// UnknownPerspective: the pair's perspective is not registered here; its
+// events rows are held back, never charged (see
+// Parking.UnknownPerspective).
+func UnknownPerspective(events int) Ending { return Ending{kind: endUnknown, events: events} }
+
+// Recovered: the run (a rewind) went through; the pair's infrastructure
+// backoff is over.
+func Recovered() Ending { return Ending{kind: endRecovered} }
+
+// HoldUntil: the pair waits until t (a rewind's debounce, or the lock of
+// its rewind held elsewhere), then is drained again.
+func HoldUntil(t time.Time) Ending { return Ending{kind: endHold, until: t} }
