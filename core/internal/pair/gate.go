@@ -2,29 +2,8 @@ package pair
 
 import (
 	"context"
-	"log/slog"
 	"sync"
-
-	"github.com/google/uuid"
-
-	"github.com/vantage-go/vantage/core/internal/dedup"
 )
-
-// Key identifies a (stream, perspective) pair.
-type Key struct {
-	Stream      uuid.UUID
-	Perspective string
-}
-
-// Attrs are the log attributes naming a (stream, perspective).
-func Attrs(stream uuid.UUID, perspective string) []any {
-	return []any{slog.String("stream_id", stream.String()), slog.String("perspective", perspective)}
-}
-
-// Dedup returns k as the dedup cache names pairs.
-func (k Key) Dedup() dedup.Key {
-	return dedup.Key{Stream: k.Stream, Perspective: k.Perspective}
-}
 
 // Gates serializes load-apply-save per (stream, perspective) within one
 // process, while different pairs run in parallel. Entries are reference
