@@ -61,9 +61,11 @@ func TestModuleRunsTheWorker(t *testing.T) {
 		app.Module,
 		fx.Provide(newRegistry),
 		fx.Supply(&core.Options{
-			PollingInterval: 10 * time.Millisecond,
-			ClaimInterval:   10 * time.Millisecond,
-			DrainBatcher:    core.DrainBatcherOptions{SlidingWindow: time.Millisecond, MaxWait: 5 * time.Millisecond},
+			Drain: core.DrainOptions{
+				PollingInterval: 10 * time.Millisecond,
+				Batcher:         core.DrainBatcherOptions{SlidingWindow: time.Millisecond, MaxWait: 5 * time.Millisecond},
+			},
+			Claims: core.ClaimOptions{Interval: 10 * time.Millisecond},
 			Hooks: core.Hooks{OnPerspectiveEventProcessed: func(e core.PerspectiveEventProcessed) {
 				processed <- e
 			}},
@@ -99,13 +101,13 @@ func TestModuleRejectsInvalidOptions(t *testing.T) {
 
 	// A rejected option proves the options were read, in either form.
 	for name, supply := range map[string]fx.Option{
-		"Pointer": fx.Supply(&core.Options{PartitionCount: -3}),
-		"Value":   fx.Supply(core.Options{PartitionCount: -3}),
+		"Pointer": fx.Supply(&core.Options{Claims: core.ClaimOptions{PartitionCount: -3}}),
+		"Value":   fx.Supply(core.Options{Claims: core.ClaimOptions{PartitionCount: -3}}),
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			err := fx.New(fx.NopLogger, memory.Module, app.Module, fx.Provide(newRegistry), supply).Err()
-			require.ErrorContains(t, err, "Options.PartitionCount must be positive")
+			require.ErrorContains(t, err, "Options.Claims.PartitionCount must be positive")
 		})
 	}
 }
@@ -114,7 +116,7 @@ func TestModuleRejectsOptionsInBothForms(t *testing.T) {
 	t.Parallel()
 
 	err := fx.New(fx.NopLogger, memory.Module, app.Module, fx.Provide(newRegistry),
-		fx.Supply(core.Options{PartitionCount: 3}, &core.Options{PartitionCount: 4}),
+		fx.Supply(core.Options{Claims: core.ClaimOptions{PartitionCount: 3}}, &core.Options{Claims: core.ClaimOptions{PartitionCount: 4}}),
 		fx.Invoke(func(*core.Worker) {}),
 	).Err()
 	require.ErrorContains(t, err, "core.Options is supplied both as a value and as a pointer")
@@ -167,9 +169,11 @@ func TestModuleLogger(t *testing.T) {
 		t.Helper()
 		b := &testBundle{fxRecords: make(chan slog.Record, 100), optionRecords: make(chan slog.Record, 100)}
 		opts := &core.Options{
-			PollingInterval: 10 * time.Millisecond,
-			ClaimInterval:   10 * time.Millisecond,
-			DrainBatcher:    core.DrainBatcherOptions{SlidingWindow: time.Millisecond, MaxWait: 5 * time.Millisecond},
+			Drain: core.DrainOptions{
+				PollingInterval: 10 * time.Millisecond,
+				Batcher:         core.DrainBatcherOptions{SlidingWindow: time.Millisecond, MaxWait: 5 * time.Millisecond},
+			},
+			Claims: core.ClaimOptions{Interval: 10 * time.Millisecond},
 		}
 		if withOptionsLogger {
 			opts.Logger = slog.New(recordHandler{b.optionRecords})

@@ -75,8 +75,8 @@ func ExampleModule() {
 		fx.Supply(core.Options{
 			// A single process's cadences: claim and drain an append at
 			// once. The defaults coalesce the appends of many writers.
-			ClaimInterval: time.Millisecond,
-			DrainBatcher:  core.DrainBatcherOptions{SlidingWindow: time.Millisecond},
+			Claims: core.ClaimOptions{Interval: time.Millisecond},
+			Drain:  core.DrainOptions{Batcher: core.DrainBatcherOptions{SlidingWindow: time.Millisecond}},
 		}),
 		fx.Supply(slog.New(slog.DiscardHandler)), // the worker's logger
 		fx.NopLogger,                             // fx's own

@@ -132,16 +132,22 @@ func newRegistry(t *testing.T, perspectives ...core.Registrable) *core.Registry 
 // scenarios behave alike whatever clock the backend would use on its own.
 func fastOptions() core.Options {
 	return core.Options{
-		Clock:                        clocktest.NewOffset(),
-		PollingInterval:              20 * time.Millisecond,
-		NotifyHealthyPollingInterval: 20 * time.Millisecond,
-		ClaimInterval:                10 * time.Millisecond,
-		ClaimNotifyHealthyInterval:   20 * time.Millisecond,
-		HeartbeatInterval:            50 * time.Millisecond,
-		StaleInstanceThreshold:       5 * time.Second,
-		EventRetry:                   core.Backoff{Initial: 20 * time.Millisecond, Max: 20 * time.Millisecond},
-		DrainBatcher:                 core.DrainBatcherOptions{SlidingWindow: 2 * time.Millisecond, MaxWait: 20 * time.Millisecond},
-		CompletionResend:             core.Backoff{Initial: 200 * time.Millisecond, Max: time.Second},
+		Clock: clocktest.NewOffset(),
+		Drain: core.DrainOptions{
+			PollingInterval:              20 * time.Millisecond,
+			NotifyHealthyPollingInterval: 20 * time.Millisecond,
+			Batcher:                      core.DrainBatcherOptions{SlidingWindow: 2 * time.Millisecond, MaxWait: 20 * time.Millisecond},
+		},
+		Claims: core.ClaimOptions{
+			Interval:               10 * time.Millisecond,
+			NotifyHealthyInterval:  20 * time.Millisecond,
+			HeartbeatInterval:      50 * time.Millisecond,
+			StaleInstanceThreshold: 5 * time.Second,
+		},
+		Retries: core.RetryOptions{
+			Event:            core.Backoff{Initial: 20 * time.Millisecond, Max: 20 * time.Millisecond},
+			CompletionResend: core.Backoff{Initial: 200 * time.Millisecond, Max: time.Second},
+		},
 	}
 }
 
@@ -525,8 +531,8 @@ func testStaleInstance(t *testing.T, newBackend NewBackendFunc) {
 	kill := &killable{}
 	var victimApplied atomic.Int64
 	opts := fastOptions()
-	opts.StaleInstanceThreshold = time.Second
-	opts.FlushRetry.MaxAttempts = 1
+	opts.Claims.StaleInstanceThreshold = time.Second
+	opts.Retries.Flush.MaxAttempts = 1
 
 	var (
 		backends []ports.Backend
@@ -589,7 +595,7 @@ func testPoisonEvent(t *testing.T, newBackend NewBackendFunc) {
 		return nil
 	}
 	opts := fastOptions()
-	opts.MaxPerspectiveEventAttempts = 3
+	opts.Retries.MaxEventAttempts = 3
 	opts.Hooks = pr.hooks(core.Hooks{
 		OnDeadLettered: func(ports.DeadLetter) { deadLettered.Add(1) },
 		OnFailure:      func(ports.Failure) { failures.Add(1) },
@@ -695,7 +701,7 @@ func testUndecodable(t *testing.T, newBackend NewBackendFunc) {
 	pr := newProgress()
 	var deadLettered atomic.Int64
 	opts := fastOptions()
-	opts.MaxPerspectiveEventAttempts = 1
+	opts.Retries.MaxEventAttempts = 1
 	opts.Hooks = pr.hooks(core.Hooks{OnDeadLettered: func(ports.DeadLetter) { deadLettered.Add(1) }})
 	reg := newRegistry(t, trailPerspective(t, "alpha", nil, nil))
 	startWorker(t, b, reg, opts)

@@ -255,7 +255,7 @@ func testRewindBeforeEveryLateRow(t *testing.T, newBackend NewBackendFunc) {
 	reg := newRegistry(t, trailPerspective(t, "alpha", nil, nil))
 	o := lifecycleOptions()
 	o.Rewind.SnapshotEvery = 2
-	o.PerspectiveBatchSize = 2 // a save, and a snapshot, every two events
+	o.Drain.PerspectiveBatchSize = 2 // a save, and a snapshot, every two events
 	ctx := t.Context()
 	encode := func(v int64) ports.NewEvent {
 		ne, err := reg.Encode(tick{N: int(v)})
@@ -311,7 +311,7 @@ func testLateEventRewind(t *testing.T, newBackend NewBackendFunc, snapshotEvery 
 	addStageReceptors(t, reg, b, log, []string{"alpha"}, &violations)
 	o := lifecycleOptions()
 	o.Rewind.SnapshotEvery = snapshotEvery
-	o.PerspectiveBatchSize = 2
+	o.Drain.PerspectiveBatchSize = 2
 	o.Hooks = pr.hooks(core.Hooks{OnRewind: func(i core.RewindInfo) { rewinds <- i; pr.poke() }})
 	startWorker(t, b, reg, o)
 

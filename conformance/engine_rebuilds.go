@@ -202,7 +202,7 @@ func (f *rebuildFixture) registry(t *testing.T) *core.Registry {
 // options are the workers' options: requests looked for every 10ms.
 func (f *rebuildFixture) options() core.Options {
 	o := lifecycleOptions()
-	o.RebuildPollInterval = 10 * time.Millisecond
+	o.Rewind.RebuildPollInterval = 10 * time.Millisecond
 	o.Hooks.OnRebuildRequest = func(r ports.RebuildRequest) {
 		select {
 		case f.requests <- r:
@@ -438,13 +438,13 @@ func setupHolder(t *testing.T, newBackend NewBackendFunc, modelCacheSize int) *h
 	f.factor.Store(1)
 	f.stream = newID(t)
 	o := lifecycleOptions()
-	o.ModelCacheSize = modelCacheSize
+	o.Drain.ModelCacheSize = modelCacheSize
 	o.Hooks = f.pr.hooks(o.Hooks)
 	f.holder = startWorker(t, f.open(t), f.registry(t, "holder"), o)
 	f.append(t, 1, 2, 3)
 	f.waitApplied(t, 3)
 	passive := lifecycleOptions()
-	passive.ClaimsDisabled = true
+	passive.Claims.Disabled = true
 	f.rebuilder = startWorker(t, f.open(t), f.registry(t, "rebuilder"), passive)
 	return f
 }
@@ -562,7 +562,7 @@ func testRebuildBeforeCompletion(t *testing.T, newBackend NewBackendFunc) {
 	})
 	reg := newRegistry(t, p)
 	o := lifecycleOptions()
-	o.ClaimsDisabled = true
+	o.Claims.Disabled = true
 	rebuilder := startWorker(t, open(t), reg, o)
 	clock := o.Clock
 	stream := newID(t)
@@ -623,7 +623,7 @@ func testRebuildLeavesLate(t *testing.T, newBackend NewBackendFunc) {
 	appendNew(t, b, stream, explicit(t, reg, map[int64]tick{3: {N: 3}}))
 
 	passive := lifecycleOptions()
-	passive.ClaimsDisabled = true
+	passive.Claims.Disabled = true
 	passive.Rewind.StartupScan = core.StartupScanDisabled // the rewind is the next worker's
 	rebuilder := startWorker(t, open(t), reg, passive)
 	rebuilt, err := rebuilder.Rebuild(t.Context(), "alpha", stream)

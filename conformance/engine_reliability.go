@@ -158,7 +158,7 @@ func testHungApplyIsolated(t *testing.T, newBackend NewBackendFunc) {
 		n[streams[i]] = 3
 	}
 	opts := fastOptions()
-	opts.ApplyTimeout = time.Hour
+	opts.Drain.ApplyTimeout = time.Hour
 	opts.Hooks = pr.hooks(core.Hooks{})
 	w := startWorker(t, b, reg, opts)
 
@@ -198,9 +198,9 @@ func testHungApplyAbandoned(t *testing.T, newBackend NewBackendFunc) {
 	var abandoned atomic.Int64
 	var dead atomic.Int64
 	opts := fastOptions()
-	opts.ApplyTimeout = 100 * time.Millisecond
-	opts.ApplyAbandonGrace = 100 * time.Millisecond
-	opts.MaxPerspectiveEventAttempts = 2
+	opts.Drain.ApplyTimeout = 100 * time.Millisecond
+	opts.Drain.ApplyAbandonGrace = 100 * time.Millisecond
+	opts.Retries.MaxEventAttempts = 2
 	opts.Hooks = pr.hooks(core.Hooks{
 		OnApplyAbandoned: func(core.AbandonedApply) { abandoned.Add(1); pr.poke() },
 		OnDeadLettered:   func(ports.DeadLetter) { dead.Add(1); pr.poke() },
@@ -252,8 +252,8 @@ func testApplyDeadline(t *testing.T, newBackend NewBackendFunc) {
 	pr := newProgress()
 	var abandoned, failures atomic.Int64
 	opts := fastOptions()
-	opts.ApplyTimeout = 50 * time.Millisecond
-	opts.MaxPerspectiveEventAttempts = 3
+	opts.Drain.ApplyTimeout = 50 * time.Millisecond
+	opts.Retries.MaxEventAttempts = 3
 	opts.Hooks = pr.hooks(core.Hooks{
 		OnApplyAbandoned: func(core.AbandonedApply) { abandoned.Add(1) },
 		OnFailure:        func(ports.Failure) { failures.Add(1) },
@@ -358,8 +358,8 @@ func testBackendErrorsFree(t *testing.T, newBackend NewBackendFunc) {
 	pr := newProgress()
 	var failures, dead atomic.Int64
 	opts := fastOptions()
-	opts.MaxPerspectiveEventAttempts = 1
-	opts.ModelCacheSize = core.Unlimited // every drain loads
+	opts.Retries.MaxEventAttempts = 1
+	opts.Drain.ModelCacheSize = core.Unlimited // every drain loads
 	opts.Hooks = pr.hooks(core.Hooks{
 		OnFailure:      func(ports.Failure) { failures.Add(1) },
 		OnDeadLettered: func(ports.DeadLetter) { dead.Add(1) },
@@ -403,7 +403,7 @@ func testDeadLetterSkippedByRewind(t *testing.T, newBackend NewBackendFunc) {
 	var fixed atomic.Bool
 	pr := newProgress()
 	opts := lifecycleOptions()
-	opts.MaxPerspectiveEventAttempts = 1
+	opts.Retries.MaxEventAttempts = 1
 	opts.Hooks = pr.hooks(core.Hooks{})
 	reg := newRegistry(t, strictPerspective(t, "alpha", poisonUnless(&fixed), nil))
 	startWorker(t, b, reg, opts)
@@ -442,7 +442,7 @@ func testExhaustedLateRow(t *testing.T, newBackend NewBackendFunc) {
 	requireRewindStore(t, b)
 	pr := newProgress()
 	opts := lifecycleOptions()
-	opts.MaxPerspectiveEventAttempts = 1
+	opts.Retries.MaxEventAttempts = 1
 	// The startup scan would repair the pair; a running drain must too.
 	opts.Rewind.StartupScan = core.StartupScanDisabled
 	opts.Hooks = pr.hooks(core.Hooks{})
@@ -546,7 +546,7 @@ func testLateAppliedByDrain(t *testing.T, newBackend NewBackendFunc) {
 	a.Cursors = dyingCursors{CursorStore: a.Cursors, k: kill}
 	optsA := lifecycleOptions()
 	optsA.Rewind.StartupScan = core.StartupScanDisabled
-	optsA.FlushRetry.MaxAttempts = 1
+	optsA.Retries.Flush.MaxAttempts = 1
 	optsA.Hooks = pr.hooks(core.Hooks{})
 	startWorker(t, kill.wrap(a), newRegistry(t, trailPerspective(t, "alpha", log, nil)), optsA)
 	pr.waitUntil(t, "A saved the three events and died", func() bool {
@@ -558,7 +558,7 @@ func testLateAppliedByDrain(t *testing.T, newBackend NewBackendFunc) {
 	// B takes the stream over.
 	rewound := make(chan core.RewindInfo, 4)
 	optsB := lifecycleOptions()
-	optsB.Clock = staleClock(optsB.StaleInstanceThreshold)
+	optsB.Clock = staleClock(optsB.Claims.StaleInstanceThreshold)
 	optsB.Hooks = pr.hooks(core.Hooks{OnRewind: func(i core.RewindInfo) {
 		select {
 		case rewound <- i:
@@ -619,9 +619,9 @@ func testLateAbandonedInRewind(t *testing.T, newBackend NewBackendFunc) {
 	}
 	pr := newProgress()
 	opts := lifecycleOptions()
-	opts.ApplyTimeout = 100 * time.Millisecond
-	opts.ApplyAbandonGrace = 100 * time.Millisecond
-	opts.MaxPerspectiveEventAttempts = 1
+	opts.Drain.ApplyTimeout = 100 * time.Millisecond
+	opts.Drain.ApplyAbandonGrace = 100 * time.Millisecond
+	opts.Retries.MaxEventAttempts = 1
 	// The drain's rewind must meet the late event, not a startup scan that
 	// runs late.
 	opts.Rewind.StartupScan = core.StartupScanDisabled
@@ -656,7 +656,7 @@ func testRequeueAfterFix(t *testing.T, newBackend NewBackendFunc) {
 	var fixed atomic.Bool
 	pr := newProgress()
 	opts := lifecycleOptions()
-	opts.MaxPerspectiveEventAttempts = 1
+	opts.Retries.MaxEventAttempts = 1
 	opts.Hooks = pr.hooks(core.Hooks{})
 	reg := newRegistry(t, strictPerspective(t, "alpha", poisonUnless(&fixed), nil))
 	startWorker(t, b, reg, opts)
@@ -694,7 +694,7 @@ func testGenerationRecovery(t *testing.T, newBackend NewBackendFunc) {
 	pr := newProgress()
 	var fixed atomic.Bool
 	opts := lifecycleOptions()
-	opts.MaxPerspectiveEventAttempts = 1
+	opts.Retries.MaxEventAttempts = 1
 	opts.Generation = "v1"
 	opts.Hooks = pr.hooks(core.Hooks{})
 	reg := newRegistry(t, strictPerspective(t, "alpha", poisonUnless(&fixed), nil))
@@ -747,7 +747,7 @@ func testReplayFailureCharged(t *testing.T, newBackend NewBackendFunc) {
 	}
 	pr := newProgress()
 	opts := lifecycleOptions()
-	opts.MaxPerspectiveEventAttempts = 2
+	opts.Retries.MaxEventAttempts = 2
 	opts.Hooks = pr.hooks(core.Hooks{})
 	reg := newRegistry(t, strictPerspective(t, "alpha", breaks, nil))
 	startWorker(t, b, reg, opts)
@@ -777,9 +777,9 @@ func testNoStaleModel(t *testing.T, newBackend NewBackendFunc) {
 	var stale atomic.Int64
 	kill := &killable{}
 	opts := fastOptions()
-	opts.StaleInstanceThreshold = time.Second
-	opts.HeartbeatInterval = 100 * time.Millisecond
-	opts.FlushRetry.MaxAttempts = 1
+	opts.Claims.StaleInstanceThreshold = time.Second
+	opts.Claims.HeartbeatInterval = 100 * time.Millisecond
+	opts.Retries.Flush.MaxAttempts = 1
 	opts.Hooks = pr.hooks(core.Hooks{})
 	first := open(t)
 	a := kill.wrap(first)

@@ -329,7 +329,7 @@ func testStageSurvivesCrash(t *testing.T, newBackend NewBackendFunc) {
 		return nil
 	}))
 	optsB := lifecycleOptions()
-	optsB.Clock = staleClock(optsB.StaleInstanceThreshold)
+	optsB.Clock = staleClock(optsB.Claims.StaleInstanceThreshold)
 	wB := startWorker(t, open(t), regB, optsB)
 	pr.waitUntil(t, "instance B ran the interrupted stage", func() bool { return len(got.of(info.DeliveryKey())) == 2 })
 	waitLifecycle(t, wB)
@@ -412,7 +412,7 @@ func testRepeatedRewind(t *testing.T, newBackend NewBackendFunc) {
 	regA := newRegistry(t, trailPerspective(t, "alpha", nil, nil))
 	receptors(regA)
 	optsA := lifecycleOptions()
-	optsA.FlushRetry.MaxAttempts = 1
+	optsA.Retries.Flush.MaxAttempts = 1
 	optsA.Hooks = pr.hooks(core.Hooks{})
 	startWorker(t, kill.wrap(a), regA, optsA)
 
@@ -436,7 +436,7 @@ func testRepeatedRewind(t *testing.T, newBackend NewBackendFunc) {
 	regB := newRegistry(t, trailPerspective(t, "alpha", nil, nil))
 	receptors(regB)
 	optsB := lifecycleOptions()
-	optsB.Clock = staleClock(optsB.StaleInstanceThreshold)
+	optsB.Clock = staleClock(optsB.Claims.StaleInstanceThreshold)
 	optsB.Hooks = pr.hooks(core.Hooks{OnRewind: func(i core.RewindInfo) {
 		select {
 		case rewound <- i:
@@ -614,7 +614,7 @@ func testBatchCycleAfterStages(t *testing.T, newBackend NewBackendFunc) {
 		}))
 	}
 	o := lifecycleOptions()
-	o.MaxConcurrentDrainConsumers = 1
+	o.Drain.Consumers = 1
 	o.Hooks = pr.hooks(core.Hooks{OnBatchCycleComplete: func(c core.BatchCycle) {
 		if c.Applied > 0 {
 			note("cycle")
@@ -949,7 +949,7 @@ func testLateDuringSave(t *testing.T, newBackend NewBackendFunc) {
 	pr := newProgress()
 	var completed atomic.Int64
 	optsA := lifecycleOptions()
-	optsA.FlushRetry.MaxAttempts = 1
+	optsA.Retries.Flush.MaxAttempts = 1
 	optsA.Hooks = pr.hooks(core.Hooks{OnCompletionsFlushed: func(f core.CompletionsFlushed) {
 		for _, c := range f.Completions {
 			if len(c.WorkIDs) > 0 {
@@ -967,7 +967,7 @@ func testLateDuringSave(t *testing.T, newBackend NewBackendFunc) {
 	require.Equal(t, []int64{1, 2, 4}, modelVersions(t, first, stream, "alpha"))
 
 	optsB := lifecycleOptions()
-	optsB.Clock = staleClock(optsB.StaleInstanceThreshold)
+	optsB.Clock = staleClock(optsB.Claims.StaleInstanceThreshold)
 	optsB.Hooks = pr.hooks(core.Hooks{})
 	startWorker(t, open(t), newRegistry(t, trailPerspective(t, "alpha", log, nil)), optsB)
 	pr.waitUntil(t, "instance B applied the late event", func() bool {
@@ -1217,7 +1217,7 @@ func testPostPerspectiveTakenOver(t *testing.T, newBackend NewBackendFunc) {
 	require.Zero(t, log.count(core.PostPerspective, "alpha", ne.ID), "the stage claimed by a live instance is not run here")
 
 	// The other instance's heartbeat goes stale.
-	clock.Jump(10 * o.StaleInstanceThreshold)
+	clock.Jump(10 * o.Claims.StaleInstanceThreshold)
 	pr.waitUntil(t, "the stage taken over", func() bool { return log.count(core.PostPerspective, "alpha", ne.ID) > 0 })
 	require.Equal(t, 1, log.count(core.PostPerspective, "alpha", ne.ID), "the stage ran once")
 	require.Equal(t, []int64{1}, modelVersions(t, b, stream, "alpha"))

@@ -160,7 +160,7 @@ func testApplySpans(t *testing.T, newBackend NewBackendFunc) {
 	})
 	reg := newRegistry(t, p)
 	opts := fastOptions()
-	opts.TracerProvider = spans
+	opts.Telemetry.TracerProvider = spans
 	opts.Hooks = pr.hooks(core.Hooks{})
 	startWorker(t, b, reg, opts)
 
@@ -224,8 +224,8 @@ func testFailedApplySpan(t *testing.T, newBackend NewBackendFunc) {
 	}
 	reg := newRegistry(t, trailPerspective(t, "alpha", nil, poison))
 	opts := fastOptions()
-	opts.TracerProvider = spans
-	opts.MaxPerspectiveEventAttempts = 1 // dead-lettered at once: the pair goes on
+	opts.Telemetry.TracerProvider = spans
+	opts.Retries.MaxEventAttempts = 1 // dead-lettered at once: the pair goes on
 	opts.Hooks = pr.hooks(core.Hooks{})
 	startWorker(t, b, reg, opts)
 
@@ -261,7 +261,7 @@ func testRewindSpan(t *testing.T, newBackend NewBackendFunc) {
 	spans := newRecordedSpans(t, pr)
 	reg := newRegistry(t, trailPerspective(t, "alpha", nil, nil))
 	opts := lifecycleOptions()
-	opts.TracerProvider = spans
+	opts.Telemetry.TracerProvider = spans
 	opts.Hooks = pr.hooks(core.Hooks{})
 	w := startWorker(t, b, reg, opts)
 
@@ -326,7 +326,7 @@ func testStageSpans(t *testing.T, newBackend NewBackendFunc) {
 		}))
 	}
 	opts := lifecycleOptions()
-	opts.TracerProvider = spans
+	opts.Telemetry.TracerProvider = spans
 	opts.Hooks = pr.hooks(core.Hooks{OnLifecycleCompleted: func([]ports.Event) { pr.poke() }})
 	waitStartupScan(t, startWorker(t, b, reg, opts)) // from then on the terminal stages run after a batch
 

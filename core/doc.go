@@ -34,8 +34,8 @@
 //     ([ports.WorkItem]); it is completed (deleted) once its event was
 //     applied, or failed and retried, or moved to dead letters.
 //   - Lease and pin: an instance claims work by leasing rows for
-//     [Options.LeaseDuration], renewed while it drains them, and pins their
-//     stream to itself: a stream is drained by one live instance at a
+//     [ClaimOptions.LeaseDuration], renewed while it drains them, and pins
+//     their stream to itself: a stream is drained by one live instance at a
 //     time, and an instance that stops heartbeating loses its leases and
 //     pins to the others.
 //   - Receptor and lifecycle stage: a function of yours ([AddReceptor])
@@ -48,7 +48,7 @@
 //     engine applies it by a rewind, which replays the pair from the latest
 //     snapshot before it or from the start ([RewindOptions]).
 //   - Dead letter: an event a pair gave up on ([ports.DeadLetter]): it
-//     used up its [Options.MaxPerspectiveEventAttempts] (applies or decodes
+//     used up its [RetryOptions.MaxEventAttempts] (applies or decodes
 //     that failed, takeovers from dead instances), or it is late while the
 //     engine cannot rewind. The pair goes on with its next event; an
 //     operator requeues or ignores the dead letter through the backend's
@@ -129,24 +129,24 @@
 // perspectives of its stream, and every other stream, flow meanwhile,
 // except that a batch holds its drain consumer until its slowest apply
 // ends or is abandoned: an instance whose every consumer
-// ([Options.MaxConcurrentDrainConsumers]) waits on a hung apply drains
+// ([DrainOptions.Consumers]) waits on a hung apply drains
 // nothing else until one of them ends.
 //
 //   - An apply that returns an error, panics or runs past
-//     [Options.ApplyTimeout] (its context is then cancelled) counts one
-//     attempt; the event is retried after [Options.EventRetry] while its
+//     [DrainOptions.ApplyTimeout] (its context is then cancelled) counts one
+//     attempt; the event is retried after [RetryOptions.Event] while its
 //     pair waits, and the failure that uses up
-//     [Options.MaxPerspectiveEventAttempts] moves it to dead letters at
+//     [RetryOptions.MaxEventAttempts] moves it to dead letters at
 //     once, keeping the error, the reason and the [Options.Generation]; the
 //     pair goes on with the next event.
 //   - An apply that ignores its cancelled context is abandoned after
-//     [Options.ApplyAbandonGrace]: logged, counted
+//     [DrainOptions.ApplyAbandonGrace]: logged, counted
 //     ([Worker.AbandonedApplies], [Hooks].OnApplyAbandoned), charged an
 //     attempt, and its pair retried while it runs on; what it returns is
 //     discarded.
 //   - An error of the backend (a lost connection, a timeout, a failover) is
 //     never the event's: the pair keeps its work and is drained again after
-//     [Options.InfraRetry]. Adapters report such errors as ports.ErrTransient.
+//     [RetryOptions.Infra]. Adapters report such errors as ports.ErrTransient.
 //   - The leases of the work being drained are renewed for as long as it
 //     runs.
 //
@@ -166,9 +166,9 @@
 // process. An operator with no engine at hand stores a request through the
 // backend's ports.Admin (RebuildRequest) instead: the running workers that
 // run the perspective look for requests every
-// [Options.RebuildPollInterval], one of them claims it and carries it out,
-// recording its progress (streams done of the total, events replayed) for
-// RebuildGet and RebuildsList to show, and [Hooks].OnRebuildRequest to
+// [RewindOptions.RebuildPollInterval], one of them claims it and carries it
+// out, recording its progress (streams done of the total, events replayed)
+// for RebuildGet and RebuildsList to show, and [Hooks].OnRebuildRequest to
 // report. Should that instance die, or stop (it hands the request back),
 // another resumes the request after the last stream recorded done. An
 // event the perspective cannot replay fails the request with the error; an
@@ -203,24 +203,25 @@
 // [Worker.Health] sums the state up for liveness and readiness probes, and
 // package health serves it over HTTP.
 //
-// Spans go to [Options.TracerProvider]: a root per drain batch, one per
-// apply (a child of its batch, linked to the span its event was appended
-// under, whose trace context [Registry.Append] stores with the event), per
-// rewind and per lifecycle stage. The observability guide
+// Spans go to [TelemetryOptions.TracerProvider]: a root per drain batch,
+// one per apply (a child of its batch, linked to the span its event was
+// appended under, whose trace context [Registry.Append] stores with the
+// event), per rewind and per lifecycle stage. The observability guide
 // (docs/observability.md) lists them with their attributes.
 //
 // # Metrics
 //
 // The engine records metrics through the OpenTelemetry metric API, on the
-// meter "github.com/vantage-go/vantage" of [Options.MeterProvider] (the
-// global provider by default, which records nothing until the application
-// installs an SDK): work rows applied, failed and skipped per perspective,
-// apply durations (sampled, see [Options.ApplyDurationInterval]), batches,
-// claims, completion flushes, failures and dead letters by reason, rewinds,
-// lifecycle stages, abandoned applies, and gauges of live instances,
-// listener health and, on a backend with a [ports.Stats] port, each
-// perspective's backlog, read at most once per [Options.StatsInterval].
-// The observability guide (docs/observability.md) lists every instrument
-// with its unit and attributes. The library depends on the API only; the application
-// chooses the SDK and the exporter.
+// meter "github.com/vantage-go/vantage" of [TelemetryOptions.MeterProvider]
+// (the global provider by default, which records nothing until the
+// application installs an SDK): work rows applied, failed and skipped per
+// perspective, apply durations (sampled, see
+// [TelemetryOptions.ApplyDurationInterval]), batches, claims, completion
+// flushes, failures and dead letters by reason, rewinds, lifecycle stages,
+// abandoned applies, and gauges of live instances, listener health and, on
+// a backend with a [ports.Stats] port, each perspective's backlog, read at
+// most once per [TelemetryOptions.StatsInterval]. The observability guide
+// (docs/observability.md) lists every instrument with its unit and
+// attributes. The library depends on the API only; the application chooses
+// the SDK and the exporter.
 package core

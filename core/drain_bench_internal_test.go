@@ -46,7 +46,7 @@ func newDrainBench(b *testing.B, n int, latency time.Duration, opts Options) *dr
 	require.NoError(b, w.completer.Start(b.Context()))
 	b.Cleanup(func() { require.NoError(b, w.completer.Stop(context.Background())) })
 	require.NoError(b, reg.RegisterSubscriptions(b.Context(), backend.Events))
-	_, err = backend.Claimer.InstanceHeartbeat(b.Context(), &ports.InstanceHeartbeatParams{InstanceID: w.InstanceID(), StaleThreshold: w.opts.StaleInstanceThreshold})
+	_, err = backend.Claimer.InstanceHeartbeat(b.Context(), &ports.InstanceHeartbeatParams{InstanceID: w.InstanceID(), StaleThreshold: w.opts.Claims.StaleInstanceThreshold})
 	require.NoError(b, err)
 	return &drainBench{w: w, backend: backend}
 }
@@ -93,7 +93,7 @@ func BenchmarkDrainBatch(b *testing.B) {
 func BenchmarkDrainBatchSlowApplies(b *testing.B) {
 	for _, mcp := range []int{1, 2, 4, 8} {
 		b.Run(fmt.Sprintf("maxConcurrentPerspectives=%d", mcp), func(b *testing.B) {
-			newDrainBench(b, 5, 200*time.Microsecond, Options{MaxPerspectivesPerStream: mcp}).run(b, 10, 10, 5)
+			newDrainBench(b, 5, 200*time.Microsecond, Options{Drain: DrainOptions{MaxPerspectivesPerStream: mcp}}).run(b, 10, 10, 5)
 		})
 	}
 }

@@ -103,12 +103,12 @@ func TestDrainLoopRefetchesStreamPushedWhileDrained(t *testing.T) {
 	require.Zero(t, bb.w.drainQ.Len(), "the push was consumed by the refetch")
 }
 
-// The drain loop stops after DrainLoopMaxIterations passes, however many
+// The drain loop stops after Drain.LoopMaxIterations passes, however many
 // events keep arriving; the stream, pushed meanwhile, is queued again.
 func TestDrainLoopStopsAtMaxIterations(t *testing.T) {
 	t.Parallel()
 
-	opts := &Options{DrainLoopMaxIterations: 3}
+	opts := &Options{Drain: DrainOptions{LoopMaxIterations: 3}}
 	cycles := batchCycles(opts)
 	bb := setupBatchWith(t, opts)
 	stream := bb.appendStreams(t, 1, placed{ID: "1-first"}, placed{ID: "1-1"})[0]
@@ -121,7 +121,7 @@ func TestDrainLoopStopsAtMaxIterations(t *testing.T) {
 	require.Equal(t, []uuid.UUID{stream}, bb.w.drainQ.Take(10), "queued again for the events of the last push")
 }
 
-// A pass that applied fewer than DrainLoopRefetchMinBatch events ends the
+// A pass that applied fewer than Drain.LoopRefetchMinBatch events ends the
 // drain loop: the stream, pushed meanwhile, waits for the next batch. The
 // events are counted once however many perspectives applied them.
 func TestDrainLoopNeedsRefetchMinBatch(t *testing.T) {
@@ -145,7 +145,7 @@ func TestDrainLoopNeedsRefetchMinBatch(t *testing.T) {
 func TestStreamPerspectivesDrainInParallel(t *testing.T) {
 	t.Parallel()
 
-	bb := setupBatchNamed(t, &Options{MaxPerspectivesPerStream: 2}, memory.New(memory.Options{}).Backend(), "a", "b", "c", "d")
+	bb := setupBatchNamed(t, &Options{Drain: DrainOptions{MaxPerspectivesPerStream: 2}}, memory.New(memory.Options{}).Backend(), "a", "b", "c", "d")
 	slotWaits := make(chan struct{}, 10)
 	bb.w.Signals.PairSlotWait = func() {
 		select {
@@ -214,7 +214,7 @@ func TestHungApplyHoldsOnlyItsPair(t *testing.T) {
 	processed := make(chan pair.Key, 10)
 	abandoned := make(chan AbandonedApply, 1)
 	opts := &Options{
-		Clock: clock, ApplyTimeout: time.Minute, ApplyAbandonGrace: 10 * time.Second, MaxPerspectivesPerStream: 3,
+		Clock: clock, Drain: DrainOptions{ApplyTimeout: time.Minute, ApplyAbandonGrace: 10 * time.Second, MaxPerspectivesPerStream: 3},
 		Hooks: Hooks{
 			OnPerspectiveEventProcessed: func(e PerspectiveEventProcessed) {
 				processed <- pair.Key{Stream: e.StreamID, Perspective: e.Perspective}
@@ -408,7 +408,7 @@ func TestExhaustedRowsAtOrBelowTheModelComplete(t *testing.T) {
 	clock := clocktest.NewFake()
 	b := memory.New(memory.Options{Clock: clock}).Backend()
 	var deadLettered atomic.Int64
-	opts := &Options{Clock: clock, MaxPerspectiveEventAttempts: 1, Hooks: Hooks{
+	opts := &Options{Clock: clock, Retries: RetryOptions{MaxEventAttempts: 1}, Hooks: Hooks{
 		OnDeadLettered: func(ports.DeadLetter) { deadLettered.Add(1) },
 	}}
 	bb := setupBatchNamed(t, opts, b, "c")

@@ -139,7 +139,7 @@ func setupBatchNamed(t *testing.T, opts *Options, b ports.Backend, names ...stri
 	require.NoError(t, w.completer.Start(t.Context()))
 	t.Cleanup(func() { require.NoError(t, w.completer.Stop(context.Background())) })
 	require.NoError(t, reg.RegisterSubscriptions(t.Context(), b.Events))
-	_, err = b.Claimer.InstanceHeartbeat(t.Context(), &ports.InstanceHeartbeatParams{InstanceID: w.InstanceID(), StaleThreshold: w.opts.StaleInstanceThreshold})
+	_, err = b.Claimer.InstanceHeartbeat(t.Context(), &ports.InstanceHeartbeatParams{InstanceID: w.InstanceID(), StaleThreshold: w.opts.Claims.StaleInstanceThreshold})
 	require.NoError(t, err)
 	return &batchBundle{w: w, spy: spy, cursors: cursors, backend: b, applied: applied, gate: gate, onApply: onApply}
 }
@@ -214,7 +214,7 @@ func TestBatchDrainsStream(t *testing.T) {
 func TestBatchDrainsPastFetchLimit(t *testing.T) {
 	t.Parallel()
 
-	bb := setupBatchWith(t, &Options{FetchMaxRows: 3})
+	bb := setupBatchWith(t, &Options{Drain: DrainOptions{FetchMaxRows: 3}})
 	streams := bb.appendStreams(t, 5, placed{ID: "a"}, placed{ID: "b"}, placed{ID: "c"}, placed{ID: "d"})
 	bb.w.drain.ProcessBatch(t.Context(), streams)
 	require.Equal(t, int64(20), bb.applied.Load())
@@ -236,7 +236,7 @@ func TestBatchBoundsRowsInFlight(t *testing.T) {
 	t.Parallel()
 
 	const limit = 3
-	bb := setupBatchWith(t, &Options{FetchMaxRows: limit})
+	bb := setupBatchWith(t, &Options{Drain: DrainOptions{FetchMaxRows: limit}})
 	streams := bb.appendStreams(t, 9, placed{ID: "a"}, placed{ID: "b"}, placed{ID: "c"})
 	// Applies wait until the batch either waits for drained rows (bounded)
 	// or fetches a third time regardless (unbounded); both release them.
@@ -272,7 +272,7 @@ func TestBatchBoundsUnacknowledgedRows(t *testing.T) {
 	// One pass per stream: a stream cut at the fetch limit does not wait
 	// for its acknowledgement to fetch its rest, so only the bound stops
 	// the batch.
-	bb := setupBatchWith(t, &Options{FetchMaxRows: fetchMax, MaxRowsInFlight: limit, DrainLoopMaxIterations: 1})
+	bb := setupBatchWith(t, &Options{Drain: DrainOptions{FetchMaxRows: fetchMax, MaxRowsInFlight: limit, LoopMaxIterations: 1}})
 	streams := bb.appendStreams(t, 12, placed{ID: "a"})
 	hold := make(chan struct{})
 	bb.cursors.hold.Store(&hold)

@@ -32,12 +32,14 @@ type engine struct {
 // writeLimit is the bound of each write of a table projection: the bound
 // of an apply, on the engine's clock.
 func (e *engine) writeLimit() modelstore.WriteLimit {
-	return modelstore.WriteLimit{Timeout: e.opts.ApplyTimeout, Clock: e.Clock}
+	return modelstore.WriteLimit{Timeout: e.opts.Drain.ApplyTimeout, Clock: e.Clock}
 }
 
 // savePatience is how long the writes of a table projection's shared save
 // may run (see modelstore.GroupPatience).
-func (e *engine) savePatience() time.Duration { return modelstore.GroupPatience(e.opts.ApplyTimeout) }
+func (e *engine) savePatience() time.Duration {
+	return modelstore.GroupPatience(e.opts.Drain.ApplyTimeout)
+}
 
 // identity are the log attributes naming this instance.
 func (e *engine) identity() []any {

@@ -84,9 +84,9 @@ func ExampleNew() {
 	w, err := core.New(backend, reg, &core.Options{
 		// A single process's cadences: claim and drain an append at once.
 		// The defaults coalesce the appends of many writers instead.
-		ClaimInterval: time.Millisecond,
-		DrainBatcher:  core.DrainBatcherOptions{SlidingWindow: time.Millisecond},
-		Logger:        slog.New(slog.DiscardHandler),
+		Claims: core.ClaimOptions{Interval: time.Millisecond},
+		Drain:  core.DrainOptions{Batcher: core.DrainBatcherOptions{SlidingWindow: time.Millisecond}},
+		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -165,9 +165,9 @@ func ExampleAddReceptor() {
 	}
 
 	w, err := core.New(backend, reg, &core.Options{
-		ClaimInterval: time.Millisecond,
-		DrainBatcher:  core.DrainBatcherOptions{SlidingWindow: time.Millisecond},
-		Logger:        slog.New(slog.DiscardHandler),
+		Claims: core.ClaimOptions{Interval: time.Millisecond},
+		Drain:  core.DrainOptions{Batcher: core.DrainBatcherOptions{SlidingWindow: time.Millisecond}},
+		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -234,8 +234,8 @@ func ExampleRewindOptions() {
 	rewound := make(chan core.RewindInfo, 1)
 	backend := memory.New(memory.Options{}).Backend()
 	w, err := core.New(backend, reg, &core.Options{
-		ClaimInterval: time.Millisecond,
-		DrainBatcher:  core.DrainBatcherOptions{SlidingWindow: time.Millisecond},
+		Claims: core.ClaimOptions{Interval: time.Millisecond},
+		Drain:  core.DrainOptions{Batcher: core.DrainBatcherOptions{SlidingWindow: time.Millisecond}},
 		// Rewind at once: the defaults wait for a burst of late events to
 		// end, so that it costs one rewind.
 		Rewind: core.RewindOptions{Debounce: time.Millisecond, MaxDebounce: 10 * time.Millisecond},
@@ -314,7 +314,7 @@ func ExampleRewindOptions() {
 
 // An event whose apply keeps failing is retried with backoff while the
 // rest of its (stream, perspective) waits, and moved to dead letters by
-// the failure that uses up Options.MaxPerspectiveEventAttempts; the pair
+// the failure that uses up Options.Retries.MaxEventAttempts; the pair
 // then goes on with the next event. The dead letter keeps the reason and
 // the last error, for an operator to requeue or ignore it.
 func ExampleOptions_deadLetters() {
@@ -325,12 +325,14 @@ func ExampleOptions_deadLetters() {
 
 	deadLettered := make(chan ports.DeadLetter, 1)
 	w, err := core.New(backend, reg, &core.Options{
-		ClaimInterval: time.Millisecond,
-		DrainBatcher:  core.DrainBatcherOptions{SlidingWindow: time.Millisecond},
-		// Three attempts, retried after 2ms and 4ms; the defaults retry
-		// for over half an hour before they give up.
-		MaxPerspectiveEventAttempts: 3,
-		EventRetry:                  core.Backoff{Initial: 2 * time.Millisecond, Max: 10 * time.Millisecond},
+		Claims: core.ClaimOptions{Interval: time.Millisecond},
+		Drain:  core.DrainOptions{Batcher: core.DrainBatcherOptions{SlidingWindow: time.Millisecond}},
+		Retries: core.RetryOptions{
+			// Three attempts, retried after 2ms and 4ms; the defaults retry
+			// for over half an hour before they give up.
+			MaxEventAttempts: 3,
+			Event:            core.Backoff{Initial: 2 * time.Millisecond, Max: 10 * time.Millisecond},
+		},
 		Hooks: core.Hooks{OnDeadLettered: func(dl ports.DeadLetter) {
 			select { // hooks run on the engine's loops: never block them
 			case deadLettered <- dl:
@@ -420,9 +422,9 @@ func ExampleRegistry_Append() {
 
 	backend := memory.New(memory.Options{}).Backend()
 	w, err := core.New(backend, reg, &core.Options{
-		ClaimInterval: time.Millisecond,
-		DrainBatcher:  core.DrainBatcherOptions{SlidingWindow: time.Millisecond},
-		Logger:        slog.New(slog.DiscardHandler),
+		Claims: core.ClaimOptions{Interval: time.Millisecond},
+		Drain:  core.DrainOptions{Batcher: core.DrainBatcherOptions{SlidingWindow: time.Millisecond}},
+		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -472,9 +474,9 @@ func ExampleWorker_Rebuild() {
 	store := memory.New(memory.Options{}) // both deploys share the backend
 	backend := store.Backend()
 	options := &core.Options{
-		ClaimInterval: time.Millisecond,
-		DrainBatcher:  core.DrainBatcherOptions{SlidingWindow: time.Millisecond},
-		Logger:        slog.New(slog.DiscardHandler),
+		Claims: core.ClaimOptions{Interval: time.Millisecond},
+		Drain:  core.DrainOptions{Batcher: core.DrainBatcherOptions{SlidingWindow: time.Millisecond}},
+		Logger: slog.New(slog.DiscardHandler),
 	}
 	start := func(reg *core.Registry) *core.Worker {
 		w, err := core.New(backend, reg, options)
@@ -568,9 +570,9 @@ func ExamplePerspective_Find() {
 
 	backend := memory.New(memory.Options{}).Backend()
 	w, err := core.New(backend, reg, &core.Options{
-		ClaimInterval: time.Millisecond,
-		DrainBatcher:  core.DrainBatcherOptions{SlidingWindow: time.Millisecond},
-		Logger:        slog.New(slog.DiscardHandler),
+		Claims: core.ClaimOptions{Interval: time.Millisecond},
+		Drain:  core.DrainOptions{Batcher: core.DrainBatcherOptions{SlidingWindow: time.Millisecond}},
+		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		log.Fatal(err)

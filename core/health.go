@@ -107,9 +107,9 @@ const stuckAppliesListed = 3
 // Health checks the worker and returns a report for a liveness probe, a
 // readiness probe and an operator. It reads nothing from the backend but
 // the backlog figures of the lag check, at most once per
-// Options.StatsInterval and shared with Worker.Lag and the metrics; ctx
-// bounds that read (past it the lag check warns and the report is made
-// anyway). Safe for concurrent use, before Start and after Stop.
+// Options.Telemetry.StatsInterval and shared with Worker.Lag and the
+// metrics; ctx bounds that read (past it the lag check warns and the report
+// is made anyway). Safe for concurrent use, before Start and after Stop.
 //
 // Liveness asks whether restarting the process would help. It fails only
 // when the worker itself is broken: it is not running (never started, or
@@ -119,8 +119,8 @@ const stuckAppliesListed = 3
 // its own, and the readiness checks say that it cannot work meanwhile.
 //
 // Readiness asks whether the worker does its share of the work now. It
-// fails when liveness fails, while the startup scan runs, when the
-// instance has not heartbeat successfully for Options.StaleInstanceThreshold
+// fails when liveness fails, while the startup scan runs, when the instance
+// has not heartbeat successfully for Options.Claims.StaleInstanceThreshold
 // (the other instances then consider it dead and take over its streams),
 // and when Options.Health.MaxPendingAge is set and the oldest pending
 // event waited longer. The lag is the backend's, shared by every instance:
@@ -230,7 +230,7 @@ func (w *Worker) runningCheck(now time.Time, phase runPhase) HealthCheck {
 	case phaseRunning:
 		age := now.Sub(w.heartbeat.LastAttempt())
 		c.Values["heartbeat_attempt_age_seconds"] = age.Seconds()
-		if limit := w.opts.StaleInstanceThreshold + heartbeatCallBound; age > limit {
+		if limit := w.opts.Claims.StaleInstanceThreshold + heartbeatCallBound; age > limit {
 			c.Status = HealthFailing
 			c.Message = fmt.Sprintf("the heartbeat loop stalled: no heartbeat returned for %s (limit %s)", short(age), limit)
 		} else {
@@ -248,7 +248,7 @@ func (w *Worker) heartbeatCheck(now time.Time, phase runPhase) HealthCheck {
 	}
 	at, live := w.heartbeat.Last()
 	age := now.Sub(at)
-	interval, stale := w.opts.HeartbeatInterval, w.opts.StaleInstanceThreshold
+	interval, stale := w.opts.Claims.HeartbeatInterval, w.opts.Claims.StaleInstanceThreshold
 	c.Values = map[string]any{
 		"age_seconds":             age.Seconds(),
 		"interval_seconds":        interval.Seconds(),
@@ -349,7 +349,7 @@ func (w *Worker) listenerCheck(phase runPhase) HealthCheck {
 		c.Status, c.Message = HealthOK, "notifications arrive"
 	default:
 		c.Status = HealthWarn
-		c.Message = fmt.Sprintf("notifications unavailable: polling every %s", w.opts.PollingInterval)
+		c.Message = fmt.Sprintf("notifications unavailable: polling every %s", w.opts.Drain.PollingInterval)
 	}
 	return c
 }

@@ -24,7 +24,7 @@ func TestHealthHeartbeatLoopStalled(t *testing.T) {
 	backend.Stats = nil
 	// No claim loop: a claim that finds this instance stale heartbeats
 	// again, which would race the checks below.
-	w, err := New(backend, newTestRegistry(t), &Options{Clock: clock, Logger: slog.New(slog.DiscardHandler), ClaimsDisabled: true})
+	w, err := New(backend, newTestRegistry(t), &Options{Clock: clock, Logger: slog.New(slog.DiscardHandler), Claims: ClaimOptions{Disabled: true}})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(t.Context()))
 	t.Cleanup(func() { require.NoError(t, w.Stop(context.WithoutCancel(t.Context()))) })

@@ -15,7 +15,7 @@ type Hooks struct {
 	// OnWorkProcessingStarted fires on the idle → active transition.
 	OnWorkProcessingStarted func()
 	// OnWorkProcessingIdle fires on the active → idle transition, after
-	// IdleThresholdPolls consecutive empty polls.
+	// Options.Drain.IdleThresholdPolls consecutive empty polls.
 	OnWorkProcessingIdle func()
 	// OnBatchCycleComplete fires after every consumer cycle, including idle
 	// ticks that found no work.
@@ -52,14 +52,15 @@ type Hooks struct {
 	// were renewed, with how many stream leases the backend renewed.
 	OnLeasesRenewed func(renewed int)
 	// OnApplyAbandoned fires when an apply that ignored its cancelled
-	// context was abandoned (see Options.ApplyAbandonGrace).
+	// context was abandoned (see Options.Drain.ApplyAbandonGrace).
 	OnApplyAbandoned func(AbandonedApply)
 	// DedupObserver observes the processed-event cache.
 	DedupObserver DedupObserver
 }
 
 // AbandonedApply describes an apply the engine abandoned: it ran past
-// Options.ApplyTimeout and then Options.ApplyAbandonGrace without returning.
+// Options.Drain.ApplyTimeout and then Options.Drain.ApplyAbandonGrace
+// without returning.
 type AbandonedApply struct {
 	StreamID    uuid.UUID
 	Perspective string

@@ -28,7 +28,7 @@ const (
 	HeartbeatIntervalDefault            = 5 * time.Second
 	StatsIntervalDefault                = 5 * time.Second
 	ApplyDurationIntervalDefault        = time.Millisecond
-	MaxPerspectiveEventAttemptsDefault  = 10
+	MaxEventAttemptsDefault             = 10
 	LeaseDurationDefault                = 300 * time.Second
 	ApplyTimeoutDefault                 = time.Minute
 	ApplyAbandonGraceDefault            = 10 * time.Second
@@ -37,7 +37,7 @@ const (
 	PerspectiveBatchSizeDefault         = 100
 	MaxConcurrentStreamsDefault         = 30
 	MaxPerspectivesPerStreamDefault     = 4
-	MaxConcurrentDrainConsumersDefault  = 4
+	DrainConsumersDefault               = 4
 	MaxStreamsPerBatchDefault           = 300
 	DrainLoopMaxIterationsDefault       = 5
 	DrainLoopRefetchMinBatchDefault     = 2
@@ -65,8 +65,196 @@ const (
 )
 
 // Unlimited disables a limit where an option documents it (for example
-// MaxPerspectiveEventAttempts).
+// Retries.MaxEventAttempts).
 const Unlimited = -1
+
+// Options configure a Worker. The zero value is valid: every zero field takes
+// its documented default. Negative values are rejected by New with an error
+// naming the field, except where Unlimited is documented. The fields are
+// grouped by concern: who the instance is, then how it claims work
+// (Claims), drains it (Drain) and retries what failed (Retries), then the
+// services around them.
+type Options struct {
+	// InstanceID identifies this engine instance; it must be unique per
+	// process. Defaults to a new UUIDv7.
+	InstanceID uuid.UUID
+	// ServiceName is recorded with the instance. Defaults to "vantage".
+	ServiceName string
+	// HostName is recorded with the instance. Defaults to os.Hostname().
+	HostName string
+	// InstanceMetadata is recorded with the instance's heartbeats.
+	InstanceMetadata map[string]string
+	// Generation names this instance's deploy generation: the service's
+	// version or build. Dead letters record the generation they failed on,
+	// and an instance with a Generation requeues, once, the dead letters
+	// that failed on other generations (see DeadLetterRecovery), so a
+	// deploy that fixes a handler retries what it failed on. Defaults to ""
+	// (no recovery).
+	Generation string
+
+	// Claims configure how work is leased across instances.
+	Claims ClaimOptions
+	// Drain configures how leased work is fetched and applied.
+	Drain DrainOptions
+	// Retries configure what a failure costs and when it is retried.
+	Retries RetryOptions
+	// Rewind configures rewinds of perspectives after late events, and
+	// rebuilds.
+	Rewind RewindOptions
+	// Completion builds the completion strategy, which decides when
+	// outcomes reach the backend: completion.BatchedFactory (the default)
+	// buffers them and flushes them in batches, acknowledged and retried;
+	// completion.InstantFactory reports each one at once (more round
+	// trips; every outcome visible at once), and keeps one whose report
+	// failed to send it again as batched ones are (Retries.Flush, then
+	// Retries.CompletionResend) until it is acknowledged. A factory of your
+	// own may build any Strategy. New calls it once per Worker.
+	Completion completion.Factory
+	// DeadLetterRecovery configures the requeue of dead letters by a new
+	// generation.
+	DeadLetterRecovery DeadLetterRecoveryOptions
+	// Health sets the thresholds of Worker.Health.
+	Health HealthOptions
+	// Security configures the security context every apply function and
+	// receptor runs under.
+	Security SecurityOptions
+	// Hooks are callbacks for monitoring and tests.
+	Hooks Hooks
+	// Telemetry configures the engine's metrics and traces.
+	Telemetry TelemetryOptions
+
+	// Clock is the time source. When set, the engine also passes its time to
+	// the backend (tests); when nil the real clock is used and the backend
+	// uses its own (the database clock on PostgreSQL).
+	Clock ports.Clock
+	// Logger receives the worker's lines (its start and stop, background
+	// failures, logged once and then summed up, and their recoveries), and
+	// is handed to the backend's Notifier for the lines about its
+	// subscription (ports.NotifierListenParams). The worker adds
+	// instance_id and a component to each line, so Logger should carry
+	// neither. Defaults to slog.Default().
+	Logger *slog.Logger
+	// DebugMode keeps completed work rows, marked, instead of deleting them.
+	DebugMode bool
+}
+
+// ClaimOptions configure how work is leased across instances: the claim
+// loop that leases streams to this instance, the leases themselves, and
+// the heartbeats that keep the instance live (see CLAIMING.md).
+type ClaimOptions struct {
+	// Interval is the claim loop's tight cadence. Defaults to 250ms.
+	// A notification claims at once while claims took less than half of
+	// the recent time (bursts of 10ms allowed); beyond that it waits, which
+	// coalesces the claims of a stream of appends, never longer than
+	// Interval (nor 250ms).
+	Interval time.Duration
+	// NotifyHealthyInterval is the claim loop's relaxed cadence while
+	// notifications are healthy. Defaults to 5s.
+	NotifyHealthyInterval time.Duration
+	// Disabled makes a passive instance: the claim loop does not run,
+	// so the instance claims no work, and its heartbeats declare it passive
+	// (ports.InstanceHeartbeatParams.Passive), so it takes no share of the
+	// streams either: the other instances claim every partition among them,
+	// while the streams it holds stay its own. Everything else runs: the
+	// heartbeat, the consumers (which drain what parking wakes and rewinds
+	// hand them; notifications and RequestImmediatePoll only wake them),
+	// rewinds, Rebuild and rebuild requests, the startup rewind scan,
+	// lifecycle reconciliation and dead-letter recovery. For operator
+	// instances, a rebuild box, or a deploy being drained. Defaults to
+	// false: the instance claims.
+	Disabled bool
+	// LeaseDuration is how long claimed work stays leased to this instance
+	// without renewal: the engine renews the leases of the work it is
+	// draining for as long as that takes. It is also the dedup retention.
+	// Defaults to 300s; must be at least 1s.
+	LeaseDuration time.Duration
+	// StaleInstanceThreshold is how long without a heartbeat before an
+	// instance is abandoned and its work reclaimed. Defaults to 30s.
+	StaleInstanceThreshold time.Duration
+	// HeartbeatInterval is how often the instance heartbeats. Defaults to 5s.
+	// Must be below StaleInstanceThreshold.
+	HeartbeatInterval time.Duration
+	// PartitionCount is the number of partitions work is distributed over.
+	// Defaults to ports.PartitionCountDefault (10000).
+	PartitionCount int
+	// MaxStreamsPerBatch bounds the streams one claim returns, those the
+	// instance holds already included. Defaults to 300.
+	MaxStreamsPerBatch int
+}
+
+// DrainOptions configure how leased work is fetched and applied: the
+// consumer loops that take the claimed streams, the batches they gather,
+// the passes and fetches of a batch, and the applies of its events.
+type DrainOptions struct {
+	// PollingInterval is the consumers' safety-net wake cadence when
+	// notifications are unhealthy. Defaults to 1s.
+	PollingInterval time.Duration
+	// NotifyHealthyPollingInterval is the consumers' cadence while
+	// notifications are healthy (the larger of it and PollingInterval is
+	// used). Defaults to 1s.
+	NotifyHealthyPollingInterval time.Duration
+	// IdleThresholdPolls is how many consecutive empty polls make the worker
+	// idle. Defaults to 2.
+	IdleThresholdPolls int
+	// Consumers is the number of consumer loops. Defaults to 4.
+	Consumers int
+	// Batcher bounds the gathering of streams into a batch.
+	Batcher DrainBatcherOptions
+	// MaxConcurrentStreams bounds the streams drained in parallel within
+	// one batch. Defaults to 30. (The original system calls this bound
+	// MaxConcurrentPerspectives.)
+	MaxConcurrentStreams int
+	// MaxPerspectivesPerStream bounds the perspectives of one stream
+	// drained in parallel: each runs its own events in order, under its
+	// own gate, and the stream is released once every one of them ended.
+	// With MaxConcurrentStreams streams at once, up to
+	// MaxConcurrentStreams × MaxPerspectivesPerStream applies run in
+	// parallel. Defaults to 4; 1 drains them one after another. The
+	// original system drains a stream's perspectives one after another.
+	MaxPerspectivesPerStream int
+	// PerspectiveBatchSize is how many events are applied before the model
+	// and cursor are saved (they are also saved at the end of each run).
+	// Defaults to 100.
+	PerspectiveBatchSize int
+	// FetchMaxRows bounds the work rows one fetch returns. Defaults to 10000.
+	FetchMaxRows int
+	// MaxRowsInFlight bounds the work rows a worker holds while it catches
+	// up, whatever the backlog: before each fetch a batch waits until fewer
+	// than MaxRowsInFlight fetched rows wait to be drained, across the
+	// worker's batches, and until the rows applied and not yet acknowledged
+	// by the backend are fewer than MaxRowsInFlight too. Each fetch may
+	// then add up to FetchMaxRows. Defaults to twice FetchMaxRows.
+	MaxRowsInFlight int
+	// LoopMaxIterations bounds the passes over one stream within a
+	// batch: a stream is fetched again, once what it applied is
+	// acknowledged, when its fetch was cut at FetchMaxRows or when events
+	// arrived while it was drained (a claim or a notification pushed it
+	// meanwhile). Defaults to 5; 1 means a single pass.
+	LoopMaxIterations int
+	// LoopRefetchMinBatch is the fewest events a pass must apply for
+	// the stream to be fetched again within the batch (an event applied by
+	// several perspectives counts once); below it, what arrived meanwhile
+	// waits for the next batch. Defaults to 2.
+	LoopRefetchMinBatch int
+	// ModelCacheSize is how many (stream, perspective) models this instance
+	// keeps, encoded, after saving them, so draining a pair it owns needs no
+	// load round trip. Defaults to 10000; Unlimited (-1) disables the cache.
+	ModelCacheSize int
+	// ApplyTimeout bounds one apply (one event through one perspective):
+	// past it the apply's context is cancelled and the event counts one
+	// failed attempt. It bounds each write of a table projection too, and
+	// sets the patience of a projection's save shared with others,
+	// min(ApplyTimeout/4, 1s) (see HandleTx). Defaults to 1m.
+	ApplyTimeout time.Duration
+	// ApplyAbandonGrace is how long an apply may run on past ApplyTimeout,
+	// ignoring its cancelled context, before the engine abandons it: it is
+	// logged at Error, counted (Worker.AbandonedApplies,
+	// Hooks.OnApplyAbandoned), its event counts a failed attempt and its
+	// pair is released for a retry while the apply runs on; whatever the
+	// apply returns then is discarded. Neither the other perspectives of
+	// its stream nor any other stream waits for it. Defaults to 10s.
+	ApplyAbandonGrace time.Duration
+}
 
 // DrainBatcherOptions bound how streams that arrive to be drained gather
 // into one batch. A batch starts at once while no other batch is being
@@ -83,6 +271,56 @@ type DrainBatcherOptions struct {
 	MaxWait time.Duration
 	// MaxSize is the most stream ids in one batch. Defaults to 1000.
 	MaxSize int
+}
+
+// ModelCacheSizeDefault is the default of Options.Drain.ModelCacheSize.
+const ModelCacheSizeDefault = 10_000
+
+// RetryOptions configure what a failure costs and when what failed is
+// tried again. Each Backoff says what it retries; an error that no retry
+// can fix is never retried in place (see Backoff).
+type RetryOptions struct {
+	// MaxEventAttempts is how many attempts an event gets before it moves
+	// to dead letters: an attempt is an apply that failed (an error, a
+	// panic, its deadline passed) or a takeover of the event from an
+	// instance that died holding it. Errors of the backend (a lost
+	// connection, say) are never attempts. The event is dead-lettered right
+	// after the failure that uses up its attempts, and its pair goes on
+	// with the next event. Defaults to 10; Unlimited retries forever.
+	MaxEventAttempts int
+	// Event is the delay before a failed event (its apply returned an
+	// error, panicked or timed out) is applied again: Initial after its
+	// first failure, Multiplier times longer after each next one, at most
+	// Max, until MaxEventAttempts moves it to dead letters. Its pair waits
+	// meanwhile. Only an apply's failure is retried this way: backend
+	// errors are never charged to the event (see Infra). Defaults to 60s,
+	// doubling, at most 300s (60s, 120s, 240s, 300s …).
+	Event Backoff
+	// Infra is the delay before a pair whose drain met a backend error
+	// (a fetch, a model load or a move to dead letters failed, say because
+	// the connection was lost) is drained again, for as long as it keeps
+	// failing. The pair keeps its rows and no attempt is counted: the event
+	// is not at fault. Each wait is spread at random by ±50%, so the pairs
+	// of one outage do not all come back at once. A model the store refuses
+	// as malformed (a permanent error) is not saved again as is: the event
+	// that produced it is found and charged a failed attempt (see Event).
+	// Defaults to 100ms, growing by 1.5, at most 5s.
+	Infra Backoff
+	// CompletionResend is when a completion or failure report the engine
+	// handed to the backend (with completion.InstantFactory, one whose report
+	// failed) is sent again because its acknowledgement has not come: a
+	// wait of Initial after the send, Multiplier times longer after each
+	// re-send, at most Max. It is what recovers an outcome whose batch the
+	// flusher dropped (see Flush), unless the backend refused it, since
+	// the outcome's rows stay leased to this instance until it is
+	// acknowledged. Multiplier 1 re-sends at a constant pace. Defaults to
+	// 1s, doubling, at most 60s (1s, 2s, 4s … 60s).
+	CompletionResend Backoff
+	// Flush configures the in-place retries of a batch whose flush to
+	// the backend failed. A permanent error is never retried: the batch is
+	// halved to drop only the outcomes the backend refuses. Defaults to
+	// 100ms, doubling, at most 5s, and 5 attempts.
+	Flush FlushRetryOptions
 }
 
 // Backoff configures the waits between the retries of something that
@@ -116,11 +354,12 @@ func (b Backoff) internal(jitter float64) retry.Backoff {
 // error (ports.ErrInvalidArgument, ports.ErrNotFound) is not sent again as
 // is: it is halved until the refused outcomes are alone, those are
 // given up on and the others land. An outcome dropped after its last
-// attempt is not lost: it is sent again on the CompletionResend schedule
-// until it is acknowledged. One given up on is not sent again, since it
-// would be refused again: its pair is drained again after the InfraRetry
-// backoff (its rows already in the stored model complete without being
-// applied again, and a failed event is applied again, uncharged).
+// attempt is not lost: it is sent again on the Retries.CompletionResend
+// schedule until it is acknowledged. One given up on is not sent again,
+// since it would be refused again: its pair is drained again after the
+// Retries.Infra backoff (its rows already in the stored model complete
+// without being applied again, and a failed event is applied again,
+// uncharged).
 type FlushRetryOptions struct {
 	// Backoff is the wait between two sends of one batch. Defaults to
 	// 100ms, doubling, at most 5s.
@@ -145,222 +384,16 @@ type DeadLetterRecoveryOptions struct {
 	BatchSize int
 }
 
-// ModelCacheSizeDefault is the default of Options.ModelCacheSize.
-const ModelCacheSizeDefault = 10_000
-
-// Options configure a Worker. The zero value is valid: every zero field takes
-// its documented default. Negative values are rejected by New with an error
-// naming the field, except where Unlimited is documented.
-type Options struct {
-	// InstanceID identifies this engine instance; it must be unique per
-	// process. Defaults to a new UUIDv7.
-	InstanceID uuid.UUID
-	// ServiceName is recorded with the instance. Defaults to "vantage".
-	ServiceName string
-	// HostName is recorded with the instance. Defaults to os.Hostname().
-	HostName string
-	// InstanceMetadata is recorded with the instance's heartbeats.
-	InstanceMetadata map[string]string
-
-	// PollingInterval is the consumers' safety-net wake cadence when
-	// notifications are unhealthy. Defaults to 1s.
-	PollingInterval time.Duration
-	// NotifyHealthyPollingInterval is the consumers' cadence while
-	// notifications are healthy (the larger of it and PollingInterval is
-	// used). Defaults to 1s.
-	NotifyHealthyPollingInterval time.Duration
-	// ClaimInterval is the claim loop's tight cadence. Defaults to 250ms.
-	// A notification claims at once while claims took less than half of
-	// the recent time (bursts of 10ms allowed); beyond that it waits, which
-	// coalesces the claims of a stream of appends, never longer than
-	// ClaimInterval (nor 250ms).
-	ClaimInterval time.Duration
-	// ClaimNotifyHealthyInterval is the claim loop's relaxed cadence while
-	// notifications are healthy. Defaults to 5s.
-	ClaimNotifyHealthyInterval time.Duration
-	// HeartbeatInterval is how often the instance heartbeats. Defaults to 5s.
-	// Must be below StaleInstanceThreshold.
-	HeartbeatInterval time.Duration
-	// ClaimsDisabled makes a passive instance: the claim loop does not run,
-	// so the instance claims no work, and its heartbeats declare it passive
-	// (ports.InstanceHeartbeatParams.Passive), so it takes no share of the
-	// streams either: the other instances claim every partition among them,
-	// while the streams it holds stay its own. Everything else runs: the
-	// heartbeat, the consumers (which drain what parking wakes and rewinds
-	// hand them; notifications and RequestImmediatePoll only wake them),
-	// rewinds, Rebuild and rebuild requests, the startup rewind scan,
-	// lifecycle reconciliation and dead-letter recovery. For operator instances, a rebuild box, or a
-	// deploy being drained. Defaults to false: the instance claims.
-	ClaimsDisabled bool
-
-	// MaxPerspectiveEventAttempts is how many attempts an event gets before
-	// it moves to dead letters: an attempt is an apply that failed (an
-	// error, a panic, its deadline passed) or a takeover of the event from
-	// an instance that died holding it. Errors of the backend (a lost
-	// connection, say) are never attempts. The event is dead-lettered right
-	// after the failure that uses up its attempts, and its pair goes on
-	// with the next event. Defaults to 10; Unlimited retries forever.
-	MaxPerspectiveEventAttempts int
-	// LeaseDuration is how long claimed work stays leased to this instance
-	// without renewal: the engine renews the leases of the work it is
-	// draining for as long as that takes. It is also the dedup retention.
-	// Defaults to 300s; must be at least 1s.
-	LeaseDuration time.Duration
-	// ApplyTimeout bounds one apply (one event through one perspective):
-	// past it the apply's context is cancelled and the event counts one
-	// failed attempt. It bounds each write of a table projection too, and
-	// sets the patience of a projection's save shared with others,
-	// min(ApplyTimeout/4, 1s) (see HandleTx). Defaults to 1m.
-	ApplyTimeout time.Duration
-	// ApplyAbandonGrace is how long an apply may run on past ApplyTimeout,
-	// ignoring its cancelled context, before the engine abandons it: it is
-	// logged at Error, counted (Worker.AbandonedApplies,
-	// Hooks.OnApplyAbandoned), its event counts a failed attempt and its
-	// pair is released for a retry while the apply runs on; whatever the
-	// apply returns then is discarded. Neither the other perspectives of
-	// its stream nor any other stream waits for it. Defaults to 10s.
-	ApplyAbandonGrace time.Duration
-	// StaleInstanceThreshold is how long without a heartbeat before an
-	// instance is abandoned and its work reclaimed. Defaults to 30s.
-	StaleInstanceThreshold time.Duration
-	// DebugMode keeps completed work rows, marked, instead of deleting them.
-	DebugMode bool
-	// PartitionCount is the number of partitions work is distributed over.
-	// Defaults to ports.PartitionCountDefault (10000).
-	PartitionCount int
-	// IdleThresholdPolls is how many consecutive empty polls make the worker
-	// idle. Defaults to 2.
-	IdleThresholdPolls int
-	// PerspectiveBatchSize is how many events are applied before the model
-	// and cursor are saved (they are also saved at the end of each run).
-	// Defaults to 100.
-	PerspectiveBatchSize int
-	// MaxConcurrentStreams bounds the streams drained in parallel within
-	// one batch. Defaults to 30. (The original system calls this bound
-	// MaxConcurrentPerspectives.)
-	MaxConcurrentStreams int
-	// MaxPerspectivesPerStream bounds the perspectives of one stream
-	// drained in parallel: each runs its own events in order, under its
-	// own gate, and the stream is released once every one of them ended.
-	// With MaxConcurrentStreams streams at once, up to
-	// MaxConcurrentStreams × MaxPerspectivesPerStream applies run in
-	// parallel. Defaults to 4; 1 drains them one after another. The
-	// original system drains a stream's perspectives one after another.
-	MaxPerspectivesPerStream int
-	// MaxConcurrentDrainConsumers is the number of consumer loops. Defaults to 4.
-	MaxConcurrentDrainConsumers int
-	// MaxStreamsPerBatch bounds the streams one claim returns, those the
-	// instance holds already included. Defaults to 300.
-	MaxStreamsPerBatch int
-	// DrainLoopMaxIterations bounds the passes over one stream within a
-	// batch: a stream is fetched again, once what it applied is
-	// acknowledged, when its fetch was cut at FetchMaxRows or when events
-	// arrived while it was drained (a claim or a notification pushed it
-	// meanwhile). Defaults to 5; 1 means a single pass.
-	DrainLoopMaxIterations int
-	// DrainLoopRefetchMinBatch is the fewest events a pass must apply for
-	// the stream to be fetched again within the batch (an event applied by
-	// several perspectives counts once); below it, what arrived meanwhile
-	// waits for the next batch. Defaults to 2.
-	DrainLoopRefetchMinBatch int
-	// ModelCacheSize is how many (stream, perspective) models this instance
-	// keeps, encoded, after saving them, so draining a pair it owns needs no
-	// load round trip. Defaults to 10000; Unlimited (-1) disables the cache.
-	ModelCacheSize int
-	// FetchMaxRows bounds the work rows one fetch returns. Defaults to 10000.
-	FetchMaxRows int
-	// MaxRowsInFlight bounds the work rows a worker holds while it catches
-	// up, whatever the backlog: before each fetch a batch waits until fewer
-	// than MaxRowsInFlight fetched rows wait to be drained, across the
-	// worker's batches, and until the rows applied and not yet acknowledged
-	// by the backend are fewer than MaxRowsInFlight too. Each fetch may
-	// then add up to FetchMaxRows. Defaults to twice FetchMaxRows.
-	MaxRowsInFlight int
-	// DrainBatcher bounds the gathering of streams into a batch.
-	DrainBatcher DrainBatcherOptions
-	// CompletionResend is when a completion or failure report the engine
-	// handed to the backend (with completion.InstantFactory, one whose report
-	// failed) is sent again because its acknowledgement has not come: a
-	// wait of Initial after the send, Multiplier times longer after each
-	// re-send, at most Max. It is what recovers an outcome whose batch the
-	// flusher dropped (see FlushRetry), unless the backend refused it,
-	// since the outcome's rows stay leased to this instance until it is
-	// acknowledged. Multiplier 1 re-sends at a constant pace. Defaults to
-	// 1s, doubling, at most 60s (1s, 2s, 4s … 60s).
-	CompletionResend Backoff
-	// FlushRetry configures the in-place retries of a batch whose flush to
-	// the backend failed. A permanent error is never retried: the batch is
-	// halved to drop only the outcomes the backend refuses. Defaults to
-	// 100ms, doubling, at most 5s, and 5 attempts.
-	FlushRetry FlushRetryOptions
-	// EventRetry is the delay before a failed event (its apply returned an
-	// error, panicked or timed out) is applied again: Initial after its
-	// first failure, Multiplier times longer after each next one, at most
-	// Max, until MaxPerspectiveEventAttempts moves it to dead letters. Its
-	// pair waits meanwhile. Only an apply's failure is retried this way:
-	// backend errors are never charged to the event (see InfraRetry).
-	// Defaults to 60s, doubling, at most 300s (60s, 120s, 240s, 300s …).
-	EventRetry Backoff
-	// InfraRetry is the delay before a pair whose drain met a backend error
-	// (a fetch, a model load or a move to dead letters failed, say because
-	// the connection was lost) is drained again, for as long as it keeps
-	// failing. The pair keeps its rows and no attempt is counted: the event
-	// is not at fault. Each wait is spread at random by ±50%, so the pairs
-	// of one outage do not all come back at once. A model the store refuses
-	// as malformed (a permanent error) is not saved again as is: the event
-	// that produced it is found and charged a failed attempt (see
-	// EventRetry). Defaults to 100ms, growing by 1.5, at most 5s.
-	InfraRetry Backoff
-	// Completion builds the completion strategy, which decides when
-	// outcomes reach the backend: completion.BatchedFactory (the default)
-	// buffers them and flushes them in batches, acknowledged and retried;
-	// completion.InstantFactory reports each one at once (more round
-	// trips; every outcome visible at once), and keeps one whose report
-	// failed to send it again as batched ones are (FlushRetry, then
-	// CompletionResend) until it is acknowledged. A factory of your own
-	// may build any Strategy. New calls it once per Worker.
-	Completion completion.Factory
-	// Generation names this instance's deploy generation: the service's
-	// version or build. Dead letters record the generation they failed on,
-	// and an instance with a Generation requeues, once, the dead letters
-	// that failed on other generations (see DeadLetterRecovery), so a
-	// deploy that fixes a handler retries what it failed on. Defaults to ""
-	// (no recovery).
-	Generation string
-	// DeadLetterRecovery configures the requeue of dead letters by a new
-	// generation.
-	DeadLetterRecovery DeadLetterRecoveryOptions
-	// RebuildPollInterval is how often the worker looks for rebuild
-	// requests of its perspectives (ports.Admin.RebuildRequest), which it
-	// claims and carries out one at a time, resuming those whose instance
-	// died or stopped (see Rebuilding in the package doc). Each look is one
-	// index probe of the backend's RebuildQueue; a backend without one, or
-	// without a RewindStore, has the worker look for none. A request's
-	// claim lasts Rewind.LockTimeout and is renewed every Rewind.KeepAlive,
-	// and whenever its progress is recorded (at most once a second).
-	// Defaults to 5s.
-	RebuildPollInterval time.Duration
-
-	// Clock is the time source. When set, the engine also passes its time to
-	// the backend (tests); when nil the real clock is used and the backend
-	// uses its own (the database clock on PostgreSQL).
-	Clock ports.Clock
-	// Logger receives the worker's lines (its start and stop, background
-	// failures, logged once and then summed up, and their recoveries), and
-	// is handed to the backend's Notifier for the lines about its
-	// subscription (ports.NotifierListenParams). The worker adds
-	// instance_id and a component to each line, so Logger should carry
-	// neither. Defaults to slog.Default().
-	Logger *slog.Logger
-	// MeterProvider creates the engine's instruments (see
-	// docs/observability.md). Defaults to otel.GetMeterProvider(), the
-	// global provider, which records nothing until the application installs
-	// one.
+// TelemetryOptions configure the engine's metrics and traces (see
+// docs/observability.md).
+type TelemetryOptions struct {
+	// MeterProvider creates the engine's instruments. Defaults to
+	// otel.GetMeterProvider(), the global provider, which records nothing
+	// until the application installs one.
 	MeterProvider metric.MeterProvider
-	// TracerProvider creates the engine's spans (see
-	// docs/observability.md). Defaults to otel.GetTracerProvider(), the
-	// global provider, which records nothing until the application
-	// installs one.
+	// TracerProvider creates the engine's spans. Defaults to
+	// otel.GetTracerProvider(), the global provider, which records nothing
+	// until the application installs one.
 	TracerProvider trace.TracerProvider
 	// StatsInterval is the least time between two reads of the backend's
 	// backlog figures (ports.Stats) for the lag metrics and Worker.Health:
@@ -380,15 +413,6 @@ type Options struct {
 	// number of applies (vantage.perspective.events is). Defaults to 1ms;
 	// a negative value measures every apply.
 	ApplyDurationInterval time.Duration
-	// Health sets the thresholds of Worker.Health.
-	Health HealthOptions
-	// Hooks are callbacks for monitoring and tests.
-	Hooks Hooks
-	// Rewind configures rewinds of perspectives after late events.
-	Rewind RewindOptions
-	// Security configures the security context every apply function and
-	// receptor runs under.
-	Security SecurityOptions
 }
 
 // withDefaults returns a copy of o with defaults applied, or an error naming
@@ -402,18 +426,15 @@ func (o *Options) withDefaults() (Options, error) {
 		return c, err
 	}
 	var errs []error
-	c.durationDefaults(&errs)
-	c.countDefaults(&errs)
+	c.Claims.withDefaults(&errs)
+	c.Drain.withDefaults(&errs)
+	c.Retries.withDefaults(&errs)
 	c.Rewind.withDefaults(&errs)
-	c.check(&errs)
+	c.Telemetry.withDefaults(&errs)
+	defaultDuration(&errs, "DeadLetterRecovery.Interval", &c.DeadLetterRecovery.Interval, DeadLetterRecoveryIntervalDefault)
+	defaultCount(&errs, "DeadLetterRecovery.BatchSize", &c.DeadLetterRecovery.BatchSize, DeadLetterRecoveryBatchDefault, false)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
-	}
-	if c.MeterProvider == nil {
-		c.MeterProvider = otel.GetMeterProvider()
-	}
-	if c.TracerProvider == nil {
-		c.TracerProvider = otel.GetTracerProvider()
 	}
 	if err := errors.Join(errs...); err != nil {
 		return c, fmt.Errorf("invalid options: %w", err)
@@ -440,74 +461,76 @@ func (c *Options) identityDefaults() error {
 	return nil
 }
 
-// durationDefaults fills the unset intervals and backoffs and records, by
-// field, those that are invalid.
-func (c *Options) durationDefaults(errs *[]error) {
-	dur := func(name string, v *time.Duration, def time.Duration) {
-		defaultDuration(errs, name, v, def)
+// withDefaults fills the unset claim options and records, by field, those
+// that are invalid.
+func (o *ClaimOptions) withDefaults(errs *[]error) {
+	defaultDuration(errs, "Claims.Interval", &o.Interval, ClaimIntervalDefault)
+	defaultDuration(errs, "Claims.NotifyHealthyInterval", &o.NotifyHealthyInterval, ClaimNotifyHealthyIntervalDefault)
+	defaultDuration(errs, "Claims.HeartbeatInterval", &o.HeartbeatInterval, HeartbeatIntervalDefault)
+	defaultDuration(errs, "Claims.LeaseDuration", &o.LeaseDuration, LeaseDurationDefault)
+	defaultDuration(errs, "Claims.StaleInstanceThreshold", &o.StaleInstanceThreshold, StaleInstanceThresholdDefault)
+	defaultCount(errs, "Claims.PartitionCount", &o.PartitionCount, ports.PartitionCountDefault, false)
+	defaultCount(errs, "Claims.MaxStreamsPerBatch", &o.MaxStreamsPerBatch, MaxStreamsPerBatchDefault, false)
+	if o.LeaseDuration < time.Second {
+		*errs = append(*errs, fmt.Errorf("Options.Claims.LeaseDuration must be at least 1s, got %s", o.LeaseDuration))
 	}
-	dur("PollingInterval", &c.PollingInterval, PollingIntervalDefault)
-	dur("NotifyHealthyPollingInterval", &c.NotifyHealthyPollingInterval, NotifyHealthyPollingIntervalDefault)
-	dur("ClaimInterval", &c.ClaimInterval, ClaimIntervalDefault)
-	dur("ClaimNotifyHealthyInterval", &c.ClaimNotifyHealthyInterval, ClaimNotifyHealthyIntervalDefault)
-	dur("HeartbeatInterval", &c.HeartbeatInterval, HeartbeatIntervalDefault)
-	dur("LeaseDuration", &c.LeaseDuration, LeaseDurationDefault)
-	dur("ApplyTimeout", &c.ApplyTimeout, ApplyTimeoutDefault)
-	dur("ApplyAbandonGrace", &c.ApplyAbandonGrace, ApplyAbandonGraceDefault)
-	dur("DeadLetterRecovery.Interval", &c.DeadLetterRecovery.Interval, DeadLetterRecoveryIntervalDefault)
-	dur("StaleInstanceThreshold", &c.StaleInstanceThreshold, StaleInstanceThresholdDefault)
-	dur("DrainBatcher.SlidingWindow", &c.DrainBatcher.SlidingWindow, SlidingWindowDefault)
-	dur("DrainBatcher.MaxWait", &c.DrainBatcher.MaxWait, MaxWaitDefault)
-	dur("StatsInterval", &c.StatsInterval, StatsIntervalDefault)
-	if c.ApplyDurationInterval == 0 {
-		c.ApplyDurationInterval = ApplyDurationIntervalDefault // negative: measure every apply
+	if o.HeartbeatInterval >= o.StaleInstanceThreshold {
+		*errs = append(*errs, fmt.Errorf("Options.Claims.HeartbeatInterval (%s) must be below Options.Claims.StaleInstanceThreshold (%s)", o.HeartbeatInterval, o.StaleInstanceThreshold))
 	}
-	dur("RebuildPollInterval", &c.RebuildPollInterval, RebuildPollIntervalDefault)
-	defaultBackoff(errs, "CompletionResend", &c.CompletionResend,
-		Backoff{CompletionResendInitialDefault, CompletionResendMaxDefault, CompletionResendMultiplierDefault})
-	defaultBackoff(errs, "FlushRetry", &c.FlushRetry.Backoff,
-		Backoff{FlushRetryInitialDefault, FlushRetryMaxDefault, FlushRetryMultiplierDefault})
-	defaultBackoff(errs, "EventRetry", &c.EventRetry,
+}
+
+// withDefaults fills the unset drain options and records, by field, those
+// that are invalid.
+func (o *DrainOptions) withDefaults(errs *[]error) {
+	defaultDuration(errs, "Drain.PollingInterval", &o.PollingInterval, PollingIntervalDefault)
+	defaultDuration(errs, "Drain.NotifyHealthyPollingInterval", &o.NotifyHealthyPollingInterval, NotifyHealthyPollingIntervalDefault)
+	defaultDuration(errs, "Drain.ApplyTimeout", &o.ApplyTimeout, ApplyTimeoutDefault)
+	defaultDuration(errs, "Drain.ApplyAbandonGrace", &o.ApplyAbandonGrace, ApplyAbandonGraceDefault)
+	defaultDuration(errs, "Drain.Batcher.SlidingWindow", &o.Batcher.SlidingWindow, SlidingWindowDefault)
+	defaultDuration(errs, "Drain.Batcher.MaxWait", &o.Batcher.MaxWait, MaxWaitDefault)
+	defaultCount(errs, "Drain.IdleThresholdPolls", &o.IdleThresholdPolls, IdleThresholdPollsDefault, false)
+	defaultCount(errs, "Drain.PerspectiveBatchSize", &o.PerspectiveBatchSize, PerspectiveBatchSizeDefault, false)
+	defaultCount(errs, "Drain.MaxConcurrentStreams", &o.MaxConcurrentStreams, MaxConcurrentStreamsDefault, false)
+	defaultCount(errs, "Drain.MaxPerspectivesPerStream", &o.MaxPerspectivesPerStream, MaxPerspectivesPerStreamDefault, false)
+	defaultCount(errs, "Drain.Consumers", &o.Consumers, DrainConsumersDefault, false)
+	defaultCount(errs, "Drain.LoopMaxIterations", &o.LoopMaxIterations, DrainLoopMaxIterationsDefault, false)
+	defaultCount(errs, "Drain.LoopRefetchMinBatch", &o.LoopRefetchMinBatch, DrainLoopRefetchMinBatchDefault, false)
+	defaultCount(errs, "Drain.FetchMaxRows", &o.FetchMaxRows, FetchMaxRowsDefault, false)
+	defaultCount(errs, "Drain.MaxRowsInFlight", &o.MaxRowsInFlight, 2*max(o.FetchMaxRows, 1), false)
+	defaultCount(errs, "Drain.ModelCacheSize", &o.ModelCacheSize, ModelCacheSizeDefault, true)
+	defaultCount(errs, "Drain.Batcher.MaxSize", &o.Batcher.MaxSize, MaxSizeDefault, false)
+	if o.Batcher.SlidingWindow > o.Batcher.MaxWait {
+		*errs = append(*errs, fmt.Errorf("Options.Drain.Batcher.SlidingWindow (%s) must not exceed Options.Drain.Batcher.MaxWait (%s)", o.Batcher.SlidingWindow, o.Batcher.MaxWait))
+	}
+}
+
+// withDefaults fills the unset retry options and records, by field, those
+// that are invalid.
+func (o *RetryOptions) withDefaults(errs *[]error) {
+	defaultCount(errs, "Retries.MaxEventAttempts", &o.MaxEventAttempts, MaxEventAttemptsDefault, true)
+	defaultBackoff(errs, "Retries.Event", &o.Event,
 		Backoff{EventRetryInitialDefault, EventRetryMaxDefault, EventRetryMultiplierDefault})
-	defaultBackoff(errs, "InfraRetry", &c.InfraRetry,
+	defaultBackoff(errs, "Retries.Infra", &o.Infra,
 		Backoff{InfraRetryInitialDefault, InfraRetryMaxDefault, InfraRetryMultiplierDefault})
+	defaultBackoff(errs, "Retries.CompletionResend", &o.CompletionResend,
+		Backoff{CompletionResendInitialDefault, CompletionResendMaxDefault, CompletionResendMultiplierDefault})
+	defaultBackoff(errs, "Retries.Flush", &o.Flush.Backoff,
+		Backoff{FlushRetryInitialDefault, FlushRetryMaxDefault, FlushRetryMultiplierDefault})
+	defaultCount(errs, "Retries.Flush.MaxAttempts", &o.Flush.MaxAttempts, FlushRetryMaxAttemptsDefault, false)
 }
 
-// countDefaults fills the unset counts and sizes and records, by field,
+// withDefaults fills the unset telemetry options and records, by field,
 // those that are invalid.
-func (c *Options) countDefaults(errs *[]error) {
-	num := func(name string, v *int, def int, allowUnlimited bool) {
-		defaultCount(errs, name, v, def, allowUnlimited)
+func (o *TelemetryOptions) withDefaults(errs *[]error) {
+	if o.MeterProvider == nil {
+		o.MeterProvider = otel.GetMeterProvider()
 	}
-	num("MaxPerspectiveEventAttempts", &c.MaxPerspectiveEventAttempts, MaxPerspectiveEventAttemptsDefault, true)
-	num("PartitionCount", &c.PartitionCount, ports.PartitionCountDefault, false)
-	num("IdleThresholdPolls", &c.IdleThresholdPolls, IdleThresholdPollsDefault, false)
-	num("PerspectiveBatchSize", &c.PerspectiveBatchSize, PerspectiveBatchSizeDefault, false)
-	num("MaxConcurrentStreams", &c.MaxConcurrentStreams, MaxConcurrentStreamsDefault, false)
-	num("MaxPerspectivesPerStream", &c.MaxPerspectivesPerStream, MaxPerspectivesPerStreamDefault, false)
-	num("MaxConcurrentDrainConsumers", &c.MaxConcurrentDrainConsumers, MaxConcurrentDrainConsumersDefault, false)
-	num("MaxStreamsPerBatch", &c.MaxStreamsPerBatch, MaxStreamsPerBatchDefault, false)
-	num("DrainLoopMaxIterations", &c.DrainLoopMaxIterations, DrainLoopMaxIterationsDefault, false)
-	num("DrainLoopRefetchMinBatch", &c.DrainLoopRefetchMinBatch, DrainLoopRefetchMinBatchDefault, false)
-	num("FetchMaxRows", &c.FetchMaxRows, FetchMaxRowsDefault, false)
-	num("MaxRowsInFlight", &c.MaxRowsInFlight, 2*max(c.FetchMaxRows, 1), false)
-	num("ModelCacheSize", &c.ModelCacheSize, ModelCacheSizeDefault, true)
-	num("DrainBatcher.MaxSize", &c.DrainBatcher.MaxSize, MaxSizeDefault, false)
-	num("FlushRetry.MaxAttempts", &c.FlushRetry.MaxAttempts, FlushRetryMaxAttemptsDefault, false)
-	num("DeadLetterRecovery.BatchSize", &c.DeadLetterRecovery.BatchSize, DeadLetterRecoveryBatchDefault, false)
-}
-
-// check records the options that are invalid together.
-func (c *Options) check(errs *[]error) {
-	add := func(err error) { *errs = append(*errs, err) }
-	if c.LeaseDuration < time.Second {
-		add(fmt.Errorf("Options.LeaseDuration must be at least 1s, got %s", c.LeaseDuration))
+	if o.TracerProvider == nil {
+		o.TracerProvider = otel.GetTracerProvider()
 	}
-	if c.HeartbeatInterval >= c.StaleInstanceThreshold {
-		add(fmt.Errorf("Options.HeartbeatInterval (%s) must be below Options.StaleInstanceThreshold (%s)", c.HeartbeatInterval, c.StaleInstanceThreshold))
-	}
-	if c.DrainBatcher.SlidingWindow > c.DrainBatcher.MaxWait {
-		add(fmt.Errorf("Options.DrainBatcher.SlidingWindow (%s) must not exceed Options.DrainBatcher.MaxWait (%s)", c.DrainBatcher.SlidingWindow, c.DrainBatcher.MaxWait))
+	defaultDuration(errs, "Telemetry.StatsInterval", &o.StatsInterval, StatsIntervalDefault)
+	if o.ApplyDurationInterval == 0 {
+		o.ApplyDurationInterval = ApplyDurationIntervalDefault // negative: measure every apply
 	}
 }
 
@@ -577,8 +600,9 @@ const (
 	MaxConcurrentRewindsDefault = 3
 )
 
-// RewindOptions configure rewinds: replaying a (stream, perspective) after
-// an event arrived below its cursor.
+// RewindOptions configure rewinds, replaying a (stream, perspective) after
+// an event arrived below its cursor, and the rebuild requests a worker
+// carries out.
 type RewindOptions struct {
 	// Disabled turns rewinds off. A late event (stored below its pair's
 	// cursor) is then moved to dead letters with reason "late", never
@@ -611,14 +635,26 @@ type RewindOptions struct {
 	// rebuild replaced since. A rewind keeps the snapshot it started from
 	// for the epoch it moves the pair to. 0 disables snapshots.
 	SnapshotEvery int
+	// RebuildPollInterval is how often the worker looks for rebuild
+	// requests of its perspectives (ports.Admin.RebuildRequest), which it
+	// claims and carries out one at a time, resuming those whose instance
+	// died or stopped (see Rebuilding in the package doc). Each look is one
+	// index probe of the backend's RebuildQueue; a backend without one, or
+	// without a RewindStore, has the worker look for none. A request's
+	// claim lasts LockTimeout and is renewed every KeepAlive, and whenever
+	// its progress is recorded (at most once a second). Defaults to 5s.
+	RebuildPollInterval time.Duration
 }
 
+// withDefaults fills the unset rewind options and records, by field, those
+// that are invalid.
 func (o *RewindOptions) withDefaults(errs *[]error) {
 	defaultDuration(errs, "Rewind.Debounce", &o.Debounce, RewindDebounceDefault)
 	defaultDuration(errs, "Rewind.MaxDebounce", &o.MaxDebounce, RewindMaxDebounceDefault)
 	defaultDuration(errs, "Rewind.LockTimeout", &o.LockTimeout, RewindLockTimeoutDefault)
 	defaultDuration(errs, "Rewind.KeepAlive", &o.KeepAlive, RewindKeepAliveDefault)
 	defaultCount(errs, "Rewind.MaxConcurrentRewinds", &o.MaxConcurrentRewinds, MaxConcurrentRewindsDefault, false)
+	defaultDuration(errs, "Rewind.RebuildPollInterval", &o.RebuildPollInterval, RebuildPollIntervalDefault)
 	if o.SnapshotEvery < 0 {
 		*errs = append(*errs, fmt.Errorf("Options.Rewind.SnapshotEvery must not be negative, got %d", o.SnapshotEvery))
 	}

@@ -6,6 +6,7 @@ import (
 	"go/token"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,22 +15,57 @@ import (
 
 // TestOptionsReference keeps the options reference honest: every exported
 // field of Options, and every field of the option structs options.go
-// declares for them (DrainBatcher.MaxWait, FlushRetry.MaxAttempts, the
-// Backoff fields of each retry), must be named in docs/options.md. A field
-// of Options counts as named when it appears in a code span or in the first
-// cell of a table row; a nested field, when it appears so in a row or
-// paragraph that names its parent field too, as in
-// "`DrainBatcher.SlidingWindow` / `MaxWait` / `MaxSize`". The option
-// structs declared beside their services (RewindOptions, SecurityOptions,
-// HealthOptions, Hooks) are not checked here.
+// declares for them, at any depth (Claims.LeaseDuration,
+// Drain.Batcher.MaxWait, Retries.Flush.MaxAttempts, the Backoff fields of
+// each retry), must be named in docs/options.md. A field of Options counts
+// as named when it appears in a code span or in the first cell of a table
+// row; a nested field, when it appears so in a row or paragraph that names
+// every field on its path too, as in
+// "`Drain.Batcher.SlidingWindow` / `MaxWait` / `MaxSize`". The option
+// structs declared beside their services (SecurityOptions, HealthOptions,
+// Hooks) are not checked here.
 func TestOptionsReference(t *testing.T) {
 	t.Parallel()
 
-	file, err := parser.ParseFile(token.NewFileSet(), "options.go", nil, parser.SkipObjectResolution)
-	require.NoError(t, err)
+	structs := optionStructs(t)
 	doc, err := os.ReadFile("../docs/options.md")
 	require.NoError(t, err)
 
+	for _, missing := range undocumentedOptions(structs, string(doc)) {
+		t.Errorf("docs/options.md does not mention %s: add a row with its default and meaning", missing)
+	}
+}
+
+// TestOptionsReferenceCatchesUndocumented checks the check: a reference
+// that never names a grouped field, or that leaves one nested field out of
+// a row, is reported.
+func TestOptionsReferenceCatchesUndocumented(t *testing.T) {
+	t.Parallel()
+
+	structs := optionStructs(t)
+	docBytes, err := os.ReadFile("../docs/options.md")
+	require.NoError(t, err)
+	doc := string(docBytes)
+	require.Empty(t, undocumentedOptions(structs, doc))
+
+	var kept []string
+	for line := range strings.SplitSeq(doc, "\n") {
+		if !strings.Contains(line, "LeaseDuration") {
+			kept = append(kept, line)
+		}
+	}
+	require.Equal(t, []string{"Options.Claims.LeaseDuration"}, undocumentedOptions(structs, strings.Join(kept, "\n")))
+
+	withoutMaxSize := strings.Replace(doc, "`Drain.Batcher.SlidingWindow` / `MaxWait` / `MaxSize` |", "`Drain.Batcher.SlidingWindow` / `MaxWait` |", 1)
+	require.NotEqual(t, doc, withoutMaxSize, "the reference has the row of Drain.Batcher")
+	require.Equal(t, []string{"Options.Drain.Batcher.MaxSize"}, undocumentedOptions(structs, withoutMaxSize))
+}
+
+// optionStructs returns the struct types options.go declares, by name.
+func optionStructs(t *testing.T) map[string]*ast.StructType {
+	t.Helper()
+	file, err := parser.ParseFile(token.NewFileSet(), "options.go", nil, parser.SkipObjectResolution)
+	require.NoError(t, err)
 	structs := map[string]*ast.StructType{}
 	ast.Inspect(file, func(n ast.Node) bool {
 		if ts, ok := n.(*ast.TypeSpec); ok {
@@ -40,23 +76,29 @@ func TestOptionsReference(t *testing.T) {
 		return true
 	})
 	require.Contains(t, structs, "Options", "options.go declares Options")
+	return structs
+}
 
-	units := referenceUnits(string(doc))
-	for _, f := range exportedFields(structs, structs["Options"]) {
-		if !anyUnitNames(units, f.name) {
-			t.Errorf("docs/options.md does not mention Options.%s: add a row with its default and meaning", f.name)
-			continue
-		}
-		nested, ok := structs[typeName(f.typ)]
-		if !ok {
-			continue
-		}
-		for _, nf := range exportedFields(structs, nested) {
-			if !anyUnitNames(units, f.name, nf.name) {
-				t.Errorf("docs/options.md does not mention Options.%s.%s beside %s", f.name, nf.name, f.name)
+// undocumentedOptions returns the paths (Options.Drain.Batcher.MaxWait) of
+// the fields of Options and of its option structs that doc does not name.
+func undocumentedOptions(structs map[string]*ast.StructType, doc string) []string {
+	units := referenceUnits(doc)
+	var missing []string
+	var walk func(path []string, st *ast.StructType)
+	walk = func(path []string, st *ast.StructType) {
+		for _, f := range exportedFields(structs, st) {
+			p := append(slices.Clone(path), f.name)
+			if !anyUnitNames(units, p...) {
+				missing = append(missing, "Options."+strings.Join(p, "."))
+				continue
+			}
+			if nested, ok := structs[typeName(f.typ)]; ok {
+				walk(p, nested)
 			}
 		}
 	}
+	walk(nil, structs["Options"])
+	return missing
 }
 
 type structField struct {
@@ -66,7 +108,7 @@ type structField struct {
 
 // exportedFields returns the exported fields of st, with the fields of an
 // embedded struct that structs declares in its place (they are promoted:
-// FlushRetry.Initial is set as such).
+// Retries.Flush.Initial is set as such).
 func exportedFields(structs map[string]*ast.StructType, st *ast.StructType) []structField {
 	var fields []structField
 	for _, f := range st.Fields.List {

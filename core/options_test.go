@@ -15,26 +15,26 @@ func TestOptionsDefaults(t *testing.T) {
 
 	o, err := (*Options)(nil).withDefaults()
 	require.NoError(t, err)
-	require.Equal(t, PollingIntervalDefault, o.PollingInterval)
-	require.Equal(t, NotifyHealthyPollingIntervalDefault, o.NotifyHealthyPollingInterval)
-	require.Equal(t, MaxPerspectiveEventAttemptsDefault, o.MaxPerspectiveEventAttempts)
-	require.Equal(t, 300*time.Second, o.LeaseDuration)
-	require.Equal(t, 30*time.Second, o.StaleInstanceThreshold)
-	require.Equal(t, 10_000, o.PartitionCount)
-	require.Equal(t, 2, o.IdleThresholdPolls)
-	require.Equal(t, 100, o.PerspectiveBatchSize)
-	require.Equal(t, 30, o.MaxConcurrentStreams)
-	require.Equal(t, 4, o.MaxPerspectivesPerStream)
-	require.Equal(t, 4, o.MaxConcurrentDrainConsumers)
-	require.Equal(t, 300, o.MaxStreamsPerBatch)
-	require.Equal(t, 5, o.DrainLoopMaxIterations)
-	require.Equal(t, 2, o.DrainLoopRefetchMinBatch)
-	require.Equal(t, 5*time.Second, o.RebuildPollInterval)
-	require.Equal(t, DrainBatcherOptions{SlidingWindow: 300 * time.Millisecond, MaxWait: 3 * time.Second, MaxSize: 1000}, o.DrainBatcher)
-	require.Equal(t, Backoff{Initial: time.Second, Max: 60 * time.Second, Multiplier: 2}, o.CompletionResend)
-	require.Equal(t, FlushRetryOptions{Backoff: Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}, MaxAttempts: 5}, o.FlushRetry)
-	require.Equal(t, Backoff{Initial: 60 * time.Second, Max: 300 * time.Second, Multiplier: 2}, o.EventRetry)
-	require.Equal(t, Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Multiplier: 1.5}, o.InfraRetry)
+	require.Equal(t, PollingIntervalDefault, o.Drain.PollingInterval)
+	require.Equal(t, NotifyHealthyPollingIntervalDefault, o.Drain.NotifyHealthyPollingInterval)
+	require.Equal(t, MaxEventAttemptsDefault, o.Retries.MaxEventAttempts)
+	require.Equal(t, 300*time.Second, o.Claims.LeaseDuration)
+	require.Equal(t, 30*time.Second, o.Claims.StaleInstanceThreshold)
+	require.Equal(t, 10_000, o.Claims.PartitionCount)
+	require.Equal(t, 2, o.Drain.IdleThresholdPolls)
+	require.Equal(t, 100, o.Drain.PerspectiveBatchSize)
+	require.Equal(t, 30, o.Drain.MaxConcurrentStreams)
+	require.Equal(t, 4, o.Drain.MaxPerspectivesPerStream)
+	require.Equal(t, 4, o.Drain.Consumers)
+	require.Equal(t, 300, o.Claims.MaxStreamsPerBatch)
+	require.Equal(t, 5, o.Drain.LoopMaxIterations)
+	require.Equal(t, 2, o.Drain.LoopRefetchMinBatch)
+	require.Equal(t, 5*time.Second, o.Rewind.RebuildPollInterval)
+	require.Equal(t, DrainBatcherOptions{SlidingWindow: 300 * time.Millisecond, MaxWait: 3 * time.Second, MaxSize: 1000}, o.Drain.Batcher)
+	require.Equal(t, Backoff{Initial: time.Second, Max: 60 * time.Second, Multiplier: 2}, o.Retries.CompletionResend)
+	require.Equal(t, FlushRetryOptions{Backoff: Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2}, MaxAttempts: 5}, o.Retries.Flush)
+	require.Equal(t, Backoff{Initial: 60 * time.Second, Max: 300 * time.Second, Multiplier: 2}, o.Retries.Event)
+	require.Equal(t, Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Multiplier: 1.5}, o.Retries.Infra)
 	require.NotZero(t, o.InstanceID)
 	require.NotNil(t, o.Logger)
 }
@@ -45,7 +45,7 @@ func TestOptionsDoNotMutateCaller(t *testing.T) {
 	in := &Options{}
 	_, err := in.withDefaults()
 	require.NoError(t, err)
-	require.Zero(t, in.PollingInterval)
+	require.Zero(t, in.Drain.PollingInterval)
 	require.Zero(t, in.InstanceID)
 }
 
@@ -57,23 +57,23 @@ func TestOptionsInvalid(t *testing.T) {
 		opts Options
 		want string
 	}{
-		{"negative polling", Options{PollingInterval: -time.Second}, "Options.PollingInterval must not be negative"},
-		{"negative attempts", Options{MaxPerspectiveEventAttempts: -2}, "Options.MaxPerspectiveEventAttempts must be positive"},
-		{"negative consumers", Options{MaxConcurrentDrainConsumers: -1}, "Options.MaxConcurrentDrainConsumers must be positive"},
-		{"negative perspectives", Options{MaxPerspectivesPerStream: -1}, "Options.MaxPerspectivesPerStream must be positive, got -1"},
-		{"unlimited perspectives", Options{MaxPerspectivesPerStream: Unlimited}, "Options.MaxPerspectivesPerStream must be positive, got -1"},
-		{"negative batch size", Options{PerspectiveBatchSize: -5}, "Options.PerspectiveBatchSize must be positive"},
-		{"negative lease", Options{LeaseDuration: -1}, "Options.LeaseDuration must not be negative"},
-		{"window above max wait", Options{DrainBatcher: DrainBatcherOptions{SlidingWindow: 5 * time.Second}}, "Options.DrainBatcher.SlidingWindow (5s) must not exceed"},
-		{"heartbeat not below stale", Options{HeartbeatInterval: time.Minute}, "Options.HeartbeatInterval (1m0s) must be below Options.StaleInstanceThreshold"},
-		{"multiplier below one", Options{CompletionResend: Backoff{Multiplier: 0.5}}, "Options.CompletionResend.Multiplier must be at least 1, got 0.5"},
-		{"multiplier NaN", Options{InfraRetry: Backoff{Multiplier: math.NaN()}}, "Options.InfraRetry.Multiplier must be at least 1, got NaN"},
-		{"negative resend max", Options{CompletionResend: Backoff{Max: -time.Second}}, "Options.CompletionResend.Max must not be negative, got -1s"},
-		{"negative flush retry", Options{FlushRetry: FlushRetryOptions{Backoff: Backoff{Initial: -1}}}, "Options.FlushRetry.Initial must not be negative"},
-		{"negative flush attempts", Options{FlushRetry: FlushRetryOptions{MaxAttempts: -1}}, "Options.FlushRetry.MaxAttempts must be positive, got -1"},
-		{"event retry above max", Options{EventRetry: Backoff{Initial: time.Hour}}, "Options.EventRetry.Initial (1h0m0s) must not exceed Options.EventRetry.Max (5m0s)"},
-		{"infra retry above max", Options{InfraRetry: Backoff{Initial: time.Second, Max: time.Millisecond}}, "Options.InfraRetry.Initial (1s) must not exceed Options.InfraRetry.Max (1ms)"},
-		{"negative max size", Options{DrainBatcher: DrainBatcherOptions{MaxSize: -1}}, "Options.DrainBatcher.MaxSize must be positive"},
+		{"negative polling", Options{Drain: DrainOptions{PollingInterval: -time.Second}}, "Options.Drain.PollingInterval must not be negative"},
+		{"negative attempts", Options{Retries: RetryOptions{MaxEventAttempts: -2}}, "Options.Retries.MaxEventAttempts must be positive"},
+		{"negative consumers", Options{Drain: DrainOptions{Consumers: -1}}, "Options.Drain.Consumers must be positive"},
+		{"negative perspectives", Options{Drain: DrainOptions{MaxPerspectivesPerStream: -1}}, "Options.Drain.MaxPerspectivesPerStream must be positive, got -1"},
+		{"unlimited perspectives", Options{Drain: DrainOptions{MaxPerspectivesPerStream: Unlimited}}, "Options.Drain.MaxPerspectivesPerStream must be positive, got -1"},
+		{"negative batch size", Options{Drain: DrainOptions{PerspectiveBatchSize: -5}}, "Options.Drain.PerspectiveBatchSize must be positive"},
+		{"negative lease", Options{Claims: ClaimOptions{LeaseDuration: -1}}, "Options.Claims.LeaseDuration must not be negative"},
+		{"window above max wait", Options{Drain: DrainOptions{Batcher: DrainBatcherOptions{SlidingWindow: 5 * time.Second}}}, "Options.Drain.Batcher.SlidingWindow (5s) must not exceed"},
+		{"heartbeat not below stale", Options{Claims: ClaimOptions{HeartbeatInterval: time.Minute}}, "Options.Claims.HeartbeatInterval (1m0s) must be below Options.Claims.StaleInstanceThreshold"},
+		{"multiplier below one", Options{Retries: RetryOptions{CompletionResend: Backoff{Multiplier: 0.5}}}, "Options.Retries.CompletionResend.Multiplier must be at least 1, got 0.5"},
+		{"multiplier NaN", Options{Retries: RetryOptions{Infra: Backoff{Multiplier: math.NaN()}}}, "Options.Retries.Infra.Multiplier must be at least 1, got NaN"},
+		{"negative resend max", Options{Retries: RetryOptions{CompletionResend: Backoff{Max: -time.Second}}}, "Options.Retries.CompletionResend.Max must not be negative, got -1s"},
+		{"negative flush retry", Options{Retries: RetryOptions{Flush: FlushRetryOptions{Backoff: Backoff{Initial: -1}}}}, "Options.Retries.Flush.Initial must not be negative"},
+		{"negative flush attempts", Options{Retries: RetryOptions{Flush: FlushRetryOptions{MaxAttempts: -1}}}, "Options.Retries.Flush.MaxAttempts must be positive, got -1"},
+		{"event retry above max", Options{Retries: RetryOptions{Event: Backoff{Initial: time.Hour}}}, "Options.Retries.Event.Initial (1h0m0s) must not exceed Options.Retries.Event.Max (5m0s)"},
+		{"infra retry above max", Options{Retries: RetryOptions{Infra: Backoff{Initial: time.Second, Max: time.Millisecond}}}, "Options.Retries.Infra.Initial (1s) must not exceed Options.Retries.Infra.Max (1ms)"},
+		{"negative max size", Options{Drain: DrainOptions{Batcher: DrainBatcherOptions{MaxSize: -1}}}, "Options.Drain.Batcher.MaxSize must be positive"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -87,33 +87,35 @@ func TestOptionsInvalid(t *testing.T) {
 func TestOptionsUnlimitedAttempts(t *testing.T) {
 	t.Parallel()
 
-	o, err := (&Options{MaxPerspectiveEventAttempts: Unlimited}).withDefaults()
+	o, err := (&Options{Retries: RetryOptions{MaxEventAttempts: Unlimited}}).withDefaults()
 	require.NoError(t, err)
-	require.Equal(t, Unlimited, o.MaxPerspectiveEventAttempts)
+	require.Equal(t, Unlimited, o.Retries.MaxEventAttempts)
 }
 
 func TestOptionsReportEveryInvalidField(t *testing.T) {
 	t.Parallel()
 
-	_, err := (&Options{PollingInterval: -1, PartitionCount: -1}).withDefaults()
-	require.ErrorContains(t, err, "Options.PollingInterval")
-	require.ErrorContains(t, err, "Options.PartitionCount")
+	_, err := (&Options{Drain: DrainOptions{PollingInterval: -1}, Claims: ClaimOptions{PartitionCount: -1}}).withDefaults()
+	require.ErrorContains(t, err, "Options.Drain.PollingInterval")
+	require.ErrorContains(t, err, "Options.Claims.PartitionCount")
 }
 
 func TestOptionsNameEveryBadRetryField(t *testing.T) {
 	t.Parallel()
 
 	_, err := (&Options{
-		CompletionResend: Backoff{Initial: -1},
-		FlushRetry:       FlushRetryOptions{Backoff: Backoff{Multiplier: 0.5}},
-		EventRetry:       Backoff{Max: -1},
-		InfraRetry:       Backoff{Initial: time.Minute},
+		Retries: RetryOptions{
+			CompletionResend: Backoff{Initial: -1},
+			Flush:            FlushRetryOptions{Backoff: Backoff{Multiplier: 0.5}},
+			Event:            Backoff{Max: -1},
+			Infra:            Backoff{Initial: time.Minute},
+		},
 	}).withDefaults()
 	for _, want := range []string{
-		"Options.CompletionResend.Initial must not be negative",
-		"Options.FlushRetry.Multiplier must be at least 1",
-		"Options.EventRetry.Max must not be negative",
-		"Options.InfraRetry.Initial (1m0s) must not exceed Options.InfraRetry.Max (5s)",
+		"Options.Retries.CompletionResend.Initial must not be negative",
+		"Options.Retries.Flush.Multiplier must be at least 1",
+		"Options.Retries.Event.Max must not be negative",
+		"Options.Retries.Infra.Initial (1m0s) must not exceed Options.Retries.Infra.Max (5s)",
 	} {
 		require.ErrorContains(t, err, want)
 	}
@@ -124,7 +126,7 @@ func TestFailureRetryDelay(t *testing.T) {
 
 	o, err := (*Options)(nil).withDefaults()
 	require.NoError(t, err)
-	w := failure.New(nil, failure.Config{Retry: o.EventRetry.internal(0)}, nil, nil, nil)
+	w := failure.New(nil, failure.Config{Retry: o.Retries.Event.internal(0)}, nil, nil, nil)
 	// The delay after the n-th failed attempt of an event.
 	want := []time.Duration{60, 120, 240, 300, 300, 300}
 	for i, secs := range want {
@@ -132,9 +134,9 @@ func TestFailureRetryDelay(t *testing.T) {
 	}
 	require.Equal(t, 300*time.Second, w.RetryDelay(1_000_000), "capped, never overflowed")
 
-	o, err = (&Options{EventRetry: Backoff{Initial: time.Second, Max: time.Minute, Multiplier: 1}}).withDefaults()
+	o, err = (&Options{Retries: RetryOptions{Event: Backoff{Initial: time.Second, Max: time.Minute, Multiplier: 1}}}).withDefaults()
 	require.NoError(t, err)
-	w = failure.New(nil, failure.Config{Retry: o.EventRetry.internal(0)}, nil, nil, nil)
+	w = failure.New(nil, failure.Config{Retry: o.Retries.Event.internal(0)}, nil, nil, nil)
 	for attempts := 1; attempts <= 5; attempts++ {
 		require.Equal(t, time.Second, w.RetryDelay(attempts), "Multiplier 1: attempt %d", attempts)
 	}

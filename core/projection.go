@@ -55,7 +55,7 @@ func (p *Projection) Name() string { return p.name }
 // share a transaction. An error or a panic fails the event: the whole
 // transaction rolls back, what came before the event is saved again
 // without it, and the event is retried with backoff, then dead-lettered.
-// Each write is bounded by Options.ApplyTimeout: past it its context is
+// Each write is bounded by Options.Drain.ApplyTimeout: past it its context is
 // cancelled and the event counts a failed attempt, as a slow apply does.
 // While the save shares a commit (or a sender) with the saves of other
 // pairs, its writes together get min(ApplyTimeout/4, 1s): past that they

@@ -281,7 +281,7 @@ func TestWorkerEnsuresDeclaredIndexes(t *testing.T) {
 	plain := NewPerspective[counter]("plain")
 	MustHandle(plain, func(_ context.Context, m counter, _ placed) (counter, error) { return m, nil })
 	require.NoError(t, reg.AddPerspective(plain))
-	w, err := New(backend, reg, &Options{Clock: clock, Logger: slog.New(slog.DiscardHandler), ClaimsDisabled: true})
+	w, err := New(backend, reg, &Options{Clock: clock, Logger: slog.New(slog.DiscardHandler), Claims: ClaimOptions{Disabled: true}})
 	require.NoError(t, err)
 
 	ctx, cancel := context.WithCancel(t.Context())

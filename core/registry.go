@@ -269,7 +269,7 @@ func (p *Perspective[M]) Name() string { return p.name }
 // the model so far and returns the next one: the events of a stream come in
 // version order, each with the model that reflects exactly the events
 // before it (the dead-lettered ones excepted), and each once. An error, a
-// panic, or running past Options.ApplyTimeout (the context is then
+// panic, or running past Options.Drain.ApplyTimeout (the context is then
 // cancelled) fails the event: it is retried with backoff, then
 // dead-lettered. Use EventFromContext for the event's id, stream, version
 // and metadata. Handle returns ErrDuplicate if E already has a function.

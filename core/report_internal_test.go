@@ -195,7 +195,7 @@ func TestRefusedFailureUnparksItsPair(t *testing.T) {
 }
 
 // The wait of a pair whose reports are given up on grows with each one, as
-// InfraRetry's does, and starts anew once a report of the pair lands: the
+// Retries.Infra's does, and starts anew once a report of the pair lands: the
 // drains in between, which go through, do not reset it, so a backend that
 // refuses every report of a pair is not asked again at the pace of the
 // first wait.
@@ -204,7 +204,7 @@ func TestGivenUpReportsBackOff(t *testing.T) {
 
 	bb := setupBatchWith(t, &Options{Clock: clocktest.NewFake()})
 	k := pair.Key{Stream: uuid.New(), Perspective: "c"}
-	// InfraRetry's first wait: 100ms, spread by half.
+	// Retries.Infra's first wait: 100ms, spread by half.
 	require.LessOrEqual(t, bb.w.parking.ReportGivenUp(k), 150*time.Millisecond)
 	var last time.Duration
 	for range 6 {

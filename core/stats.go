@@ -66,9 +66,9 @@ type statsCache struct {
 
 func newStatsCache(e *engine) *statsCache { return &statsCache{engine: e} }
 
-// lag returns figures at most Options.StatsInterval old, reading them from
-// the backend when the kept ones are older. Concurrent callers share one
-// read.
+// lag returns figures at most Options.Telemetry.StatsInterval old, reading
+// them from the backend when the kept ones are older. Concurrent callers
+// share one read.
 func (c *statsCache) lag(ctx context.Context) (LagReport, error) {
 	stats := c.engine.backend.Stats
 	if stats == nil {
@@ -76,7 +76,7 @@ func (c *statsCache) lag(ctx context.Context) (LagReport, error) {
 	}
 	now := c.engine.Now()
 	c.mu.Lock()
-	if c.read && now.Sub(c.last.At) < c.engine.opts.StatsInterval {
+	if c.read && now.Sub(c.last.At) < c.engine.opts.Telemetry.StatsInterval {
 		report := c.last
 		c.mu.Unlock()
 		return report, nil
@@ -124,11 +124,11 @@ func (e *engine) lagReport(at time.Time, lags []ports.PerspectiveLag) LagReport 
 	return report
 }
 
-// Lag returns the backlog of every perspective of the registry: pending work
-// rows and the age of the oldest pending event, across all instances. The
-// figures are read from the backend at most once per Options.StatsInterval
-// (see ports.Stats); it returns ErrNoStats when the backend has none. Lag
-// works whether or not the worker runs.
+// Lag returns the backlog of every perspective of the registry: pending
+// work rows and the age of the oldest pending event, across all instances.
+// The figures are read from the backend at most once per
+// Options.Telemetry.StatsInterval (see ports.Stats); it returns ErrNoStats
+// when the backend has none. Lag works whether or not the worker runs.
 func (w *Worker) Lag(ctx context.Context) (LagReport, error) { return w.stats.lag(ctx) }
 
 // observeGauges registers the callback of the worker's observable
@@ -162,14 +162,14 @@ func (e *engine) noteAbandoned(ctx context.Context, info AbandonedApply) {
 	e.metrics.ApplyAbandoned(ctx, info.Perspective)
 	e.Log.ErrorContext(ctx, "apply abandoned: it ran past its deadline and ignored its cancelled context; its pair is retried while it runs on",
 		append(pair.Attrs(info.StreamID, info.Perspective), slog.String("event_id", info.EventID.String()), slog.Int64("version", info.Version),
-			slog.Duration("elapsed", info.Elapsed), slog.Duration("apply_timeout", e.opts.ApplyTimeout))...)
+			slog.Duration("elapsed", info.Elapsed), slog.Duration("apply_timeout", e.opts.Drain.ApplyTimeout))...)
 	if h := e.opts.Hooks.OnApplyAbandoned; h != nil {
 		h(info)
 	}
 }
 
 // AbandonedApplies returns the applies the engine abandoned (see
-// Options.ApplyAbandonGrace) that are still running, oldest first.
+// Options.Drain.ApplyAbandonGrace) that are still running, oldest first.
 func (w *Worker) AbandonedApplies() []AbandonedApply {
 	list := w.monitor.List()
 	out := make([]AbandonedApply, len(list))

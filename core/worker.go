@@ -46,9 +46,9 @@ var ErrStopped = startstop.ErrStopped
 // Construct it with New, then Start it; Stop drains in-flight work, flushes
 // completions, deregisters the instance and waits for every goroutine. A
 // Worker runs once: after Stop, build a new one. Its methods are safe for
-// concurrent use. Its observable instruments (see Options.MeterProvider)
-// report from New until Stop: call Stop on a Worker you drop, started or
-// not.
+// concurrent use. Its observable instruments (see
+// Options.Telemetry.MeterProvider) report from New until Stop: call Stop on
+// a Worker you drop, started or not.
 type Worker struct {
 	*engine
 
@@ -124,33 +124,33 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		reg:     registry,
 		opts:    o,
 		Env:     base.NewEnv(clock, o.Clock != nil, log),
-		tracing: telemetry.NewTracing(o.TracerProvider),
+		tracing: telemetry.NewTracing(o.Telemetry.TracerProvider),
 	}
 	e.stats = newStatsCache(e)
 	e.metrics = telemetry.NewMetrics(telemetry.MetricsConfig{
-		Provider: o.MeterProvider, Clock: clock, Log: log, ApplyEvery: o.ApplyDurationInterval,
+		Provider: o.Telemetry.MeterProvider, Clock: clock, Log: log, ApplyEvery: o.Telemetry.ApplyDurationInterval,
 		Lag: backend.Stats != nil, Perspectives: registry.Perspectives(),
 	})
 	w := &Worker{engine: e, run: runState{done: make(chan struct{})}}
-	cache := dedup.New(dedup.Options{Retention: o.LeaseDuration, Clock: clock, Observer: o.Hooks.DedupObserver})
-	arrivals := consume.NewArrivals(o.DrainBatcher.MaxWait)
+	cache := dedup.New(dedup.Options{Retention: o.Claims.LeaseDuration, Clock: clock, Observer: o.Hooks.DedupObserver})
+	arrivals := consume.NewArrivals(o.Drain.Batcher.MaxWait)
 	drainQ := queue.New(queue.Hooks{
 		Arrived: func() { arrivals.Arrived(e.Now()) },
 		// Events wait behind a stream's acknowledgement: the completer,
 		// built below, sends what it holds.
 		Waiting: func() { w.completer.SendHeld() },
 	})
-	act := consume.NewActivity(o.IdleThresholdPolls, o.Hooks.OnWorkProcessingStarted, o.Hooks.OnWorkProcessingIdle)
+	act := consume.NewActivity(o.Drain.IdleThresholdPolls, o.Hooks.OnWorkProcessingStarted, o.Hooks.OnWorkProcessingIdle)
 	w.parking = pair.NewParking(e.Env, pair.Config{
-		InfraRetry: o.InfraRetry.internal(0), BatchSize: o.PerspectiveBatchSize,
+		InfraRetry: o.Retries.Infra.internal(0), BatchSize: o.Drain.PerspectiveBatchSize,
 		SavePatience: e.savePatience(), OnBackendError: e.metrics.BackendError,
 	}, drainQ)
 	w.renewer = lease.New(e.Env, lease.Config{
-		Claimer: backend.Claimer, InstanceID: o.InstanceID, LeaseDuration: o.LeaseDuration,
+		Claimer: backend.Claimer, InstanceID: o.InstanceID, LeaseDuration: o.Claims.LeaseDuration,
 		OnRenewed: o.Hooks.OnLeasesRenewed,
 	})
 	w.monitor = monitor.New(e.Env, monitor.Config{
-		Timeout: o.ApplyTimeout, Grace: o.ApplyAbandonGrace,
+		Timeout: o.Drain.ApplyTimeout, Grace: o.Drain.ApplyAbandonGrace,
 		OnAbandoned: func(ctx context.Context, info monitor.Abandoned) { e.noteAbandoned(ctx, AbandonedApply(info)) },
 	})
 	w.heartbeat = heartbeat.New(e.Env, heartbeat.Config{
@@ -159,9 +159,9 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		ServiceName:    o.ServiceName,
 		HostName:       o.HostName,
 		Metadata:       o.InstanceMetadata,
-		Interval:       o.HeartbeatInterval,
-		StaleThreshold: o.StaleInstanceThreshold,
-		Passive:        o.ClaimsDisabled,
+		Interval:       o.Claims.HeartbeatInterval,
+		StaleThreshold: o.Claims.StaleInstanceThreshold,
+		Passive:        o.Claims.Disabled,
 		OnStall:        e.metrics.ClaimStalled,
 	})
 	// Notifications wake the claim loop and the consumers through these,
@@ -176,9 +176,9 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		InstanceID:     o.InstanceID,
 		DebugMode:      o.DebugMode,
 		Strategy:       o.Completion,
-		Resend:         completion.BatchedOptions{BaseTimeout: o.CompletionResend.Initial, Multiplier: o.CompletionResend.Multiplier, MaxTimeout: o.CompletionResend.Max},
-		FlushAttempts:  o.FlushRetry.MaxAttempts,
-		FlushRetry:     o.FlushRetry.internal(0),
+		Resend:         completion.BatchedOptions{BaseTimeout: o.Retries.CompletionResend.Initial, Multiplier: o.Retries.CompletionResend.Multiplier, MaxTimeout: o.Retries.CompletionResend.Max},
+		FlushAttempts:  o.Retries.Flush.MaxAttempts,
+		FlushRetry:     o.Retries.Flush.internal(0),
 		Metrics:        e.metrics,
 		OnAcknowledged: onFlushed,
 		OnFailureAcked: w.parking.ParkAcked,
@@ -192,7 +192,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	}); err != nil {
 		return nil, fmt.Errorf("building worker: %w", err)
 	}
-	consumerWakes := make([]chan struct{}, o.MaxConcurrentDrainConsumers)
+	consumerWakes := make([]chan struct{}, o.Drain.Consumers)
 	for i := range consumerWakes {
 		consumerWakes[i] = make(chan struct{}, 1)
 	}
@@ -215,26 +215,26 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 	w.claims = claim.New(e.Env, claim.Config{
 		Claimer:               backend.Claimer,
 		InstanceID:            o.InstanceID,
-		MaxStreams:            o.MaxStreamsPerBatch,
-		PartitionCount:        o.PartitionCount,
-		LeaseDuration:         o.LeaseDuration,
-		StaleThreshold:        o.StaleInstanceThreshold,
-		Interval:              o.ClaimInterval,
-		NotifyHealthyInterval: o.ClaimNotifyHealthyInterval,
+		MaxStreams:            o.Claims.MaxStreamsPerBatch,
+		PartitionCount:        o.Claims.PartitionCount,
+		LeaseDuration:         o.Claims.LeaseDuration,
+		StaleThreshold:        o.Claims.StaleInstanceThreshold,
+		Interval:              o.Claims.Interval,
+		NotifyHealthyInterval: o.Claims.NotifyHealthyInterval,
 		OnClaimed:             e.metrics.Claimed,
 	}, claimWakes, drainQ, w.heartbeat, w.listener)
 	w.claimWakes = claimWakes
 	scopes := newScopeCache(o.Security)
 	store := modelstore.New(modelstore.Config{
 		Models: backend.Models, Batch: backend.ModelBatch, Tx: backend.ModelTx,
-		CacheSize: o.ModelCacheSize, Clock: e.Clock,
-		CallTimeout: base.BackendCallTimeout, ApplyTimeout: o.ApplyTimeout,
+		CacheSize: o.Drain.ModelCacheSize, Clock: e.Clock,
+		CallTimeout: base.BackendCallTimeout, ApplyTimeout: o.Drain.ApplyTimeout,
 	})
 	w.lifecycle = stage.New(e.Env, stage.Config{
 		Lifecycle:      backend.Lifecycle,
 		Cursors:        backend.Cursors,
 		InstanceID:     o.InstanceID,
-		StaleThreshold: o.StaleInstanceThreshold,
+		StaleThreshold: o.Claims.StaleInstanceThreshold,
 		Registry:       stageRegistry{registry},
 		Scope:          scopes.establish,
 		Completer:      w.completer,
@@ -242,13 +242,13 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		OnCompleted:    o.Hooks.OnLifecycleCompleted,
 	})
 	fetcher := drain.NewFetcher(e.Env, drain.FetchConfig{
-		Fetcher: backend.Fetcher, InstanceID: o.InstanceID, LeaseDuration: o.LeaseDuration,
-		StaleThreshold: o.StaleInstanceThreshold, MaxRows: o.FetchMaxRows, Metrics: e.metrics,
+		Fetcher: backend.Fetcher, InstanceID: o.InstanceID, LeaseDuration: o.Claims.LeaseDuration,
+		StaleThreshold: o.Claims.StaleInstanceThreshold, MaxRows: o.Drain.FetchMaxRows, Metrics: e.metrics,
 		OnDeduped: dedupedHook(o.Hooks.DedupObserver),
 	}, w.parking, cache)
 	w.failures = failure.New(e.Env, failure.Config{
 		DeadLetters: backend.DeadLetters, InstanceID: o.InstanceID, Generation: o.Generation,
-		MaxAttempts: o.MaxPerspectiveEventAttempts, Retry: o.EventRetry.internal(0), Metrics: e.metrics,
+		MaxAttempts: o.Retries.MaxEventAttempts, Retry: o.Retries.Event.internal(0), Metrics: e.metrics,
 		OnDeadLettered: o.Hooks.OnDeadLettered, OnFailure: o.Hooks.OnFailure,
 	}, w.parking, w.completer, cache)
 	var onRewind func(rewind.Info)
@@ -261,7 +261,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		InstanceID: o.InstanceID, DebugMode: o.DebugMode,
 		Disabled: o.Rewind.Disabled, StartupScan: rewind.ScanMode(o.Rewind.StartupScan), MaxConcurrent: o.Rewind.MaxConcurrentRewinds,
 		Debounce: o.Rewind.Debounce, MaxDebounce: o.Rewind.MaxDebounce, LockTimeout: o.Rewind.LockTimeout, KeepAlive: o.Rewind.KeepAlive,
-		SnapshotEvery: o.Rewind.SnapshotEvery, PollInterval: o.PollingInterval, WriteLimit: e.writeLimit(),
+		SnapshotEvery: o.Rewind.SnapshotEvery, PollInterval: o.Drain.PollingInterval, WriteLimit: e.writeLimit(),
 		Registry: engineRegistry{registry}, Scope: scopes.establish, Tracing: e.tracing, Metrics: e.metrics,
 		OnRewind: onRewind, OnStartupScanComplete: o.Hooks.OnStartupScanComplete,
 	}, rewind.Deps{
@@ -279,9 +279,9 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		}
 	}
 	w.drain = drain.New(e.Env, drain.Config{
-		InstanceID: o.InstanceID, FetchMaxRows: o.FetchMaxRows,
-		MaxConcurrentStreams: o.MaxConcurrentStreams, MaxPerspectivesPerStream: o.MaxPerspectivesPerStream, MaxRowsInFlight: o.MaxRowsInFlight,
-		MaxPasses: o.DrainLoopMaxIterations, RefetchMinEvents: o.DrainLoopRefetchMinBatch, InfraRetryMax: o.InfraRetry.Max,
+		InstanceID: o.InstanceID, FetchMaxRows: o.Drain.FetchMaxRows,
+		MaxConcurrentStreams: o.Drain.MaxConcurrentStreams, MaxPerspectivesPerStream: o.Drain.MaxPerspectivesPerStream, MaxRowsInFlight: o.Drain.MaxRowsInFlight,
+		MaxPasses: o.Drain.LoopMaxIterations, RefetchMinEvents: o.Drain.LoopRefetchMinBatch, InfraRetryMax: o.Retries.Infra.Max,
 		StagesRecorded: backend.Lifecycle != nil, WriteLimit: e.writeLimit(), SavePatience: e.savePatience(),
 		Registry: engineRegistry{registry}, ApplyContext: scopes.applyContext, Tracing: e.tracing, Metrics: e.metrics,
 		OnBatchCycleComplete: onBatch, OnEventsProcessed: onProcessed,
@@ -295,7 +295,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		rebuilds = nil // a rebuild replays under the rewind's lock
 	}
 	w.rebuilds = rebuild.New(e.Env, rebuild.Config{
-		Rebuilds: rebuilds, InstanceID: o.InstanceID, PollInterval: o.RebuildPollInterval,
+		Rebuilds: rebuilds, InstanceID: o.InstanceID, PollInterval: o.Rewind.RebuildPollInterval,
 		LockTimeout: o.Rewind.LockTimeout, KeepAlive: o.Rewind.KeepAlive,
 		Perspectives: registry.Perspectives, Rebuilder: w.rewind.Rebuilder(), OnRequest: o.Hooks.OnRebuildRequest,
 	})
@@ -304,11 +304,11 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		onIdleTick = func() { h(BatchCycle{}) }
 	}
 	w.consumers = consume.New(e.Env, consume.Config{
-		PollingInterval:              o.PollingInterval,
-		NotifyHealthyPollingInterval: o.NotifyHealthyPollingInterval,
-		MaxSize:                      o.DrainBatcher.MaxSize,
-		SlidingWindow:                o.DrainBatcher.SlidingWindow,
-		MaxWait:                      o.DrainBatcher.MaxWait,
+		PollingInterval:              o.Drain.PollingInterval,
+		NotifyHealthyPollingInterval: o.Drain.NotifyHealthyPollingInterval,
+		MaxSize:                      o.Drain.Batcher.MaxSize,
+		SlidingWindow:                o.Drain.Batcher.SlidingWindow,
+		MaxWait:                      o.Drain.Batcher.MaxWait,
 		Coalesce:                     w.completer.Coalesce(),
 		OnIdleTick:                   onIdleTick,
 	}, consume.Funcs{Drain: w.drain.ProcessBatch, Tick: w.completer.Sweep, SendHeld: w.completer.SendHeld},
@@ -320,8 +320,9 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 // InstanceID returns the id this worker heartbeats and claims under.
 func (w *Worker) InstanceID() uuid.UUID { return w.opts.InstanceID }
 
-// IsIdle reports whether the worker is idle (no work for IdleThresholdPolls
-// consecutive polls). A new worker is idle.
+// IsIdle reports whether the worker is idle (no work for
+// Options.Drain.IdleThresholdPolls consecutive polls). A new worker is
+// idle.
 func (w *Worker) IsIdle() bool { return w.consumers.Activity().Idle() }
 
 // ConsecutiveEmptyPolls returns the number of consecutive polls that found no
@@ -329,7 +330,7 @@ func (w *Worker) IsIdle() bool { return w.consumers.Activity().Idle() }
 func (w *Worker) ConsecutiveEmptyPolls() int { return w.consumers.Activity().EmptyPolls() }
 
 // RequestImmediatePoll wakes the claim loop and every consumer now instead of
-// at their next interval; with Options.ClaimsDisabled it wakes the consumers
+// at their next interval; with Options.Claims.Disabled it wakes the consumers
 // only. Safe from any goroutine; redundant calls coalesce.
 func (w *Worker) RequestImmediatePoll() {
 	w.claimWakes.Now()
@@ -338,7 +339,7 @@ func (w *Worker) RequestImmediatePoll() {
 
 // Start registers the perspectives' subscriptions and the instance with the
 // backend, then launches the heartbeat, claim (unless
-// Options.ClaimsDisabled), listener and consumer loops, and the
+// Options.Claims.Disabled), listener and consumer loops, and the
 // housekeeping loops (dead-letter recovery, the startup rewind scan,
 // lifecycle reconciliation, rebuild requests, and the indexes the
 // perspectives declare, built in the background: see Perspective.Index).
@@ -379,8 +380,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.run.cancelRun, w.run.cancelWork, w.run.services = cancelRun, cancelWork, services
 	w.run.started = true
 	w.run.running.Store(true)
-	attrs := append(w.identity(), slog.Int("consumers", w.opts.MaxConcurrentDrainConsumers))
-	if w.opts.ClaimsDisabled {
+	attrs := append(w.identity(), slog.Int("consumers", w.opts.Drain.Consumers))
+	if w.opts.Claims.Disabled {
 		attrs = append(attrs, slog.Bool("claims_disabled", true))
 	}
 	w.Log.InfoContext(ctx, "worker started", attrs...)
@@ -510,7 +511,7 @@ func (w *Worker) services(runCtx, workCtx context.Context, cancelWork context.Ca
 		},
 		startstop.Func{Name: "consumers", OnStart: func(context.Context) error { return w.consumers.Start(runCtx, workCtx) }, OnStop: waiting(w.consumers)},
 	}
-	if !w.opts.ClaimsDisabled {
+	if !w.opts.Claims.Disabled {
 		list = append(list, startstop.Func{
 			Name:    "claims",
 			OnStart: func(context.Context) error { return w.claims.Start(runCtx) },
@@ -544,7 +545,8 @@ func (w *Worker) deregister(ctx context.Context) error {
 // rebuild lock; handlers do not fire (nothing is new). It needs a backend
 // with a RewindStore. To have a running worker rebuild a perspective
 // without calling it in-process (an operator's tool, say), store a request
-// with ports.Admin.RebuildRequest instead (see Options.RebuildPollInterval).
+// with ports.Admin.RebuildRequest instead (see
+// Options.Rewind.RebuildPollInterval).
 func (w *Worker) Rebuild(ctx context.Context, perspectiveName string, streams ...uuid.UUID) (int, error) {
 	return w.rewind.Rebuild(ctx, perspectiveName, streams)
 }
@@ -591,7 +593,7 @@ func (w *Worker) WaitForStream(ctx context.Context, streamID uuid.UUID, version 
 		if err != nil || ok {
 			return err
 		}
-		t := w.Clock.NewTimer(w.opts.PollingInterval)
+		t := w.Clock.NewTimer(w.opts.Drain.PollingInterval)
 		select {
 		case <-ctx.Done():
 			t.Stop()

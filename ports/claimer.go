@@ -186,13 +186,12 @@ type InstanceHeartbeatResult struct {
 	Live int
 }
 
-// PartitionCountDefault is the number of partitions stream ids hash into
-// to spread the streams nobody holds over the live instances (see
-// WorkClaim): the
-// engine's default Options.PartitionCount, and what an adapter uses when
-// WorkClaimParams.PartitionCount is not positive. Every instance sharing a
-// backend must use the same count; a change re-buckets the streams
-// nobody holds.
+// PartitionCountDefault is the number of partitions stream ids hash into to
+// spread the streams nobody holds over the live instances (see WorkClaim):
+// the engine's default Options.Claims.PartitionCount, and what an adapter
+// uses when WorkClaimParams.PartitionCount is not positive. Every instance
+// sharing a backend must use the same count; a change re-buckets the
+// streams nobody holds.
 const PartitionCountDefault = 10_000
 
 // WorkClaimParams are the inputs of WorkClaim.

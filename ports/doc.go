@@ -32,8 +32,8 @@
 //
 // The others are optional; without each, the engine:
 //
-//   - Notifier: polls at Options.PollingInterval and ClaimInterval instead
-//     of being woken by appends.
+//   - Notifier: polls at Options.Drain.PollingInterval and Claims.Interval
+//     instead of being woken by appends.
 //   - ModelBatch (ModelBatchStore): loads and saves models one pair per
 //     call instead of grouping concurrent ones.
 //   - ModelTx (TxModelStore): refuses to build a worker whose registry has

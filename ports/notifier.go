@@ -10,8 +10,8 @@ import (
 
 // Notifier carries wake-up hints. Notifications are best effort: polling is
 // the correctness floor. Optional: without it the engine polls at
-// Options.PollingInterval and claims at Options.ClaimInterval, never at
-// their relaxed notify-healthy cadences.
+// Options.Drain.PollingInterval and claims at Options.Claims.Interval,
+// never at their relaxed notify-healthy cadences.
 type Notifier interface {
 	// NotifierListen subscribes to wake signals. The returned channel has a
 	// buffer of one and coalesces bursts (a wake sent while one is buffered

@@ -8,8 +8,8 @@ import (
 // Stats is the optional port of backlog figures for metrics and health
 // checks. Its reads must stay cheap on a large backlog (an index-only scan
 // on PostgreSQL): the engine calls them at most once per
-// Options.StatsInterval, and only while something asks for the figures.
-// Without it the engine reports no lag.
+// Options.Telemetry.StatsInterval, and only while something asks for the
+// figures. Without it the engine reports no lag.
 type Stats interface {
 	// PerspectivesLag returns, for each perspective with pending work rows,
 	// how many there are and the age of the oldest one, ordered by

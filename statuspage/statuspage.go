@@ -19,7 +19,7 @@ import (
 // Defaults and limits of Options.
 const (
 	// LiveWithinDefault is the default of Options.LiveWithin, the engine's
-	// default StaleInstanceThreshold.
+	// default core.Options.Claims.StaleInstanceThreshold.
 	LiveWithinDefault = 30 * time.Second
 	// PageSizeDefault is the default of Options.PageSize.
 	PageSizeDefault = 50
@@ -57,9 +57,10 @@ type Options struct {
 	// refused as cross-origin (Warn) and every backend error (Error), each
 	// with the component "statuspage". Defaults to slog.Default().
 	Logger *slog.Logger
-	// LiveWithin is the age below which an instance's last heartbeat
-	// shows it live: set it to the engines' StaleInstanceThreshold.
-	// Defaults to LiveWithinDefault. Must not be negative.
+	// LiveWithin is the age below which an instance's last heartbeat shows
+	// it live: set it to the engines'
+	// core.Options.Claims.StaleInstanceThreshold. Defaults to
+	// LiveWithinDefault. Must not be negative.
 	LiveWithin time.Duration
 	// PageSize is how many dead letters a page lists. Defaults to
 	// PageSizeDefault. Must be between 0 and PageSizeMax.

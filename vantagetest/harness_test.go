@@ -99,7 +99,7 @@ func TestDeadLetterOfAnApplyThatAlwaysFails(t *testing.T) {
 	if dl.Reason != ports.ReasonFailed || dl.Error != "carrier unknown" {
 		t.Fatalf("dead letter reason %q, error %q; want %q, %q", dl.Reason, dl.Error, ports.ReasonFailed, "carrier unknown")
 	}
-	if want := vantagetest.Options(t).MaxPerspectiveEventAttempts; dl.Attempts != want {
+	if want := vantagetest.Options(t).Retries.MaxEventAttempts; dl.Attempts != want {
 		t.Fatalf("dead letter after %d attempts, want %d", dl.Attempts, want)
 	}
 	if dl.EventVersion != 2 {
@@ -121,7 +121,7 @@ func TestUserHooksKeepFiring(t *testing.T) {
 	})
 	var processed, deadLettered, idle atomic.Int64
 	opts := vantagetest.Options(t)
-	opts.MaxPerspectiveEventAttempts = 1
+	opts.Retries.MaxEventAttempts = 1
 	opts.Hooks.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) { processed.Add(int64(e.EventCount)) }
 	opts.Hooks.OnDeadLettered = func(ports.DeadLetter) { deadLettered.Add(1) }
 	opts.Hooks.OnWorkProcessingIdle = func() { idle.Add(1) }
@@ -209,7 +209,7 @@ func TestOffsetClockMakesARetryDue(t *testing.T) {
 	failures := make(chan ports.Failure, 1)
 	opts := vantagetest.Options(t)
 	opts.Clock = clock
-	opts.EventRetry = core.Backoff{Initial: time.Hour, Max: time.Hour}
+	opts.Retries.Event = core.Backoff{Initial: time.Hour, Max: time.Hour}
 	opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
 	h := vantagetest.Start(t, b.reg, &opts)
 

@@ -35,23 +35,29 @@ func Options(tb testing.TB) core.Options {
 	return core.Options{
 		Logger: Logger(tb),
 
-		PollingInterval:              10 * time.Millisecond,
-		NotifyHealthyPollingInterval: 10 * time.Millisecond,
-		ClaimInterval:                time.Millisecond,
-		ClaimNotifyHealthyInterval:   10 * time.Millisecond,
-		HeartbeatInterval:            100 * time.Millisecond,
-		DrainBatcher: core.DrainBatcherOptions{
-			SlidingWindow: time.Millisecond,
-			MaxWait:       5 * time.Millisecond,
+		Drain: core.DrainOptions{
+			PollingInterval:              10 * time.Millisecond,
+			NotifyHealthyPollingInterval: 10 * time.Millisecond,
+			Batcher: core.DrainBatcherOptions{
+				SlidingWindow: time.Millisecond,
+				MaxWait:       5 * time.Millisecond,
+			},
+			ApplyTimeout:      time.Second,
+			ApplyAbandonGrace: 500 * time.Millisecond,
+		},
+		Claims: core.ClaimOptions{
+			Interval:              time.Millisecond,
+			NotifyHealthyInterval: 10 * time.Millisecond,
+			HeartbeatInterval:     100 * time.Millisecond,
 		},
 
-		MaxPerspectiveEventAttempts: 3,
-		EventRetry:                  core.Backoff{Initial: 2 * time.Millisecond, Max: 10 * time.Millisecond},
-		ApplyTimeout:                time.Second,
-		ApplyAbandonGrace:           500 * time.Millisecond,
-		CompletionResend: core.Backoff{
-			Initial: 100 * time.Millisecond,
-			Max:     time.Second,
+		Retries: core.RetryOptions{
+			MaxEventAttempts: 3,
+			Event:            core.Backoff{Initial: 2 * time.Millisecond, Max: 10 * time.Millisecond},
+			CompletionResend: core.Backoff{
+				Initial: 100 * time.Millisecond,
+				Max:     time.Second,
+			},
 		},
 
 		Rewind: core.RewindOptions{

@@ -139,8 +139,10 @@ func TestCoreAppendTx(t *testing.T) {
 		// Default intervals: the commit's NOTIFY wakes the worker, a short
 		// drain window applies the events at once.
 		w, err := core.New(b.backend, reg, &core.Options{
-			Logger:       testLogger(t),
-			DrainBatcher: core.DrainBatcherOptions{SlidingWindow: time.Millisecond, MaxWait: 5 * time.Millisecond},
+			Logger: testLogger(t),
+			Drain: core.DrainOptions{
+				Batcher: core.DrainBatcherOptions{SlidingWindow: time.Millisecond, MaxWait: 5 * time.Millisecond},
+			},
 		})
 		require.NoError(t, err)
 		require.NoError(t, w.Start(t.Context()))

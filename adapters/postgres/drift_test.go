@@ -65,13 +65,17 @@ func TestSchemaRecreatedUnderARunningWorker(t *testing.T) {
 	})
 	require.NoError(t, reg.AddPerspective(p))
 	w, err := core.New(b.backend, reg, &core.Options{
-		Logger:                       slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
-		PollingInterval:              10 * time.Millisecond,
-		NotifyHealthyPollingInterval: 10 * time.Millisecond,
-		ClaimInterval:                10 * time.Millisecond,
-		ClaimNotifyHealthyInterval:   10 * time.Millisecond,
-		HeartbeatInterval:            100 * time.Millisecond,
-		DrainBatcher:                 core.DrainBatcherOptions{SlidingWindow: time.Millisecond, MaxWait: 5 * time.Millisecond},
+		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Drain: core.DrainOptions{
+			PollingInterval:              10 * time.Millisecond,
+			NotifyHealthyPollingInterval: 10 * time.Millisecond,
+			Batcher:                      core.DrainBatcherOptions{SlidingWindow: time.Millisecond, MaxWait: 5 * time.Millisecond},
+		},
+		Claims: core.ClaimOptions{
+			Interval:              10 * time.Millisecond,
+			NotifyHealthyInterval: 10 * time.Millisecond,
+			HeartbeatInterval:     100 * time.Millisecond,
+		},
 	})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(ctx))

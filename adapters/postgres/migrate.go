@@ -191,7 +191,7 @@ type RevertParams struct {
 	// LiveWithin tells live instances from stale ones: an instance is live
 	// while its last heartbeat (vantage_instances.last_heartbeat_at) is
 	// newer than the database's now() minus LiveWithin. Set it to the
-	// engine's Options.StaleInstanceThreshold. Defaults to
+	// engine's Options.Claims.StaleInstanceThreshold. Defaults to
 	// LiveWithinDefault. Must not be negative.
 	LiveWithin time.Duration
 }

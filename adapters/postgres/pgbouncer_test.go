@@ -79,7 +79,7 @@ func TestWorkerThroughPgBouncer(t *testing.T) {
 		b := newStoreWith(t, pgtest.PoolOptions{ConnString: bouncer.ConnString(), QueryExecMode: bouncerExecMode}, opts)
 		reg := txRegistry(t)
 		workerOpts.Logger = slog.New(logs)
-		workerOpts.DrainBatcher = core.DrainBatcherOptions{SlidingWindow: time.Millisecond, MaxWait: 5 * time.Millisecond}
+		workerOpts.Drain.Batcher = core.DrainBatcherOptions{SlidingWindow: time.Millisecond, MaxWait: 5 * time.Millisecond}
 		w, err := core.New(b.backend, reg, &workerOpts)
 		require.NoError(t, err)
 		require.NoError(t, w.Start(t.Context()))
@@ -109,10 +109,14 @@ func TestWorkerThroughPgBouncer(t *testing.T) {
 		// Every poll a minute apart: within the test's wait, only a
 		// notification can make the worker claim and apply the event.
 		b := setup(t, bouncer, postgres.Options{ConnString: pgtest.ConnString(t)}, core.Options{
-			PollingInterval:              time.Minute,
-			NotifyHealthyPollingInterval: time.Minute,
-			ClaimInterval:                time.Minute,
-			ClaimNotifyHealthyInterval:   time.Minute,
+			Drain: core.DrainOptions{
+				PollingInterval:              time.Minute,
+				NotifyHealthyPollingInterval: time.Minute,
+			},
+			Claims: core.ClaimOptions{
+				Interval:              time.Minute,
+				NotifyHealthyInterval: time.Minute,
+			},
 		})
 		require.True(t, b.store.NotifierHealthy(), "the listener is up once the worker started")
 		appendAndWait(t, b)
@@ -125,10 +129,14 @@ func TestWorkerThroughPgBouncer(t *testing.T) {
 		bouncer := pgtest.RequirePgBouncer(t, pgtest.PgBouncerOptions{})
 		session := pgtest.RequirePgBouncer(t, pgtest.PgBouncerOptions{PoolMode: pgtest.PoolModeSession})
 		b := setup(t, bouncer, postgres.Options{ConnString: session.ConnString()}, core.Options{
-			PollingInterval:              time.Minute,
-			NotifyHealthyPollingInterval: time.Minute,
-			ClaimInterval:                time.Minute,
-			ClaimNotifyHealthyInterval:   time.Minute,
+			Drain: core.DrainOptions{
+				PollingInterval:              time.Minute,
+				NotifyHealthyPollingInterval: time.Minute,
+			},
+			Claims: core.ClaimOptions{
+				Interval:              time.Minute,
+				NotifyHealthyInterval: time.Minute,
+			},
 		})
 		appendAndWait(t, b)
 		require.True(t, b.store.NotifierHealthy())
@@ -138,8 +146,8 @@ func TestWorkerThroughPgBouncer(t *testing.T) {
 		t.Parallel()
 		bouncer := pgtest.RequirePgBouncer(t, pgtest.PgBouncerOptions{})
 		b := setup(t, bouncer, postgres.Options{PollOnly: true}, core.Options{
-			PollingInterval: 20 * time.Millisecond,
-			ClaimInterval:   20 * time.Millisecond,
+			Drain:  core.DrainOptions{PollingInterval: 20 * time.Millisecond},
+			Claims: core.ClaimOptions{Interval: 20 * time.Millisecond},
 		})
 		// Two events, each applied after polls: the line is logged once,
 		// at start, not per poll.

@@ -158,15 +158,21 @@ func (b *projectionBundle) appliesOf(sku string) int {
 // projectionOptions are quick options for one worker of the tests.
 func projectionOptions(t *testing.T) core.Options {
 	return core.Options{
-		Logger:                       testLogger(t),
-		PollingInterval:              10 * time.Millisecond,
-		NotifyHealthyPollingInterval: 10 * time.Millisecond,
-		ClaimInterval:                10 * time.Millisecond,
-		ClaimNotifyHealthyInterval:   10 * time.Millisecond,
-		HeartbeatInterval:            100 * time.Millisecond,
-		DrainBatcher:                 core.DrainBatcherOptions{SlidingWindow: time.Millisecond, MaxWait: 5 * time.Millisecond},
-		EventRetry:                   core.Backoff{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond, Multiplier: 1},
-		Rewind:                       core.RewindOptions{Debounce: 20 * time.Millisecond, MaxDebounce: 100 * time.Millisecond, LockTimeout: 5 * time.Second, KeepAlive: time.Second},
+		Logger: testLogger(t),
+		Drain: core.DrainOptions{
+			PollingInterval:              10 * time.Millisecond,
+			NotifyHealthyPollingInterval: 10 * time.Millisecond,
+			Batcher:                      core.DrainBatcherOptions{SlidingWindow: time.Millisecond, MaxWait: 5 * time.Millisecond},
+		},
+		Claims: core.ClaimOptions{
+			Interval:              10 * time.Millisecond,
+			NotifyHealthyInterval: 10 * time.Millisecond,
+			HeartbeatInterval:     100 * time.Millisecond,
+		},
+		Retries: core.RetryOptions{
+			Event: core.Backoff{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond, Multiplier: 1},
+		},
+		Rewind: core.RewindOptions{Debounce: 20 * time.Millisecond, MaxDebounce: 100 * time.Millisecond, LockTimeout: 5 * time.Second, KeepAlive: time.Second},
 	}
 }
 
@@ -209,7 +215,7 @@ func TestProjection(t *testing.T) {
 			b.appendLines(t, s, nil, events...)
 		}
 		opts := projectionOptions(t)
-		opts.PerspectiveBatchSize = 3 // several transactions per stream
+		opts.Drain.PerspectiveBatchSize = 3 // several transactions per stream
 		w := startProjectionWorker(t, b.backend, b.reg, opts)
 
 		for _, s := range streams {
@@ -276,7 +282,7 @@ func TestProjection(t *testing.T) {
 			b.appendLines(t, stream, nil, lineSet{SKU: "a", Qty: 1}, lineSet{SKU: "b", Qty: 2},
 				lineSet{SKU: "poison", Qty: 3}, lineSet{SKU: "c", Qty: 4})
 			opts := projectionOptions(t)
-			opts.MaxPerspectiveEventAttempts = 3
+			opts.Retries.MaxEventAttempts = 3
 			failures := make(chan ports.Failure, 8)
 			dead := make(chan ports.DeadLetter, 1)
 			opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
@@ -317,8 +323,8 @@ func TestProjection(t *testing.T) {
 			b.appendLines(t, s, nil, lineSet{SKU: "x", Qty: 1}, lineSet{SKU: "y", Qty: 2})
 		}
 		opts := projectionOptions(t)
-		opts.ApplyTimeout = 200 * time.Millisecond
-		opts.MaxPerspectiveEventAttempts = 2
+		opts.Drain.ApplyTimeout = 200 * time.Millisecond
+		opts.Retries.MaxEventAttempts = 2
 		dead := make(chan ports.DeadLetter, 1)
 		opts.Hooks.OnDeadLettered = func(d ports.DeadLetter) { dead <- d }
 		w := startProjectionWorker(t, b.backend, b.reg, opts)
@@ -359,8 +365,8 @@ func TestProjection(t *testing.T) {
 			b.appendLines(t, s, nil, lineSet{SKU: "x", Qty: 1}, lineSet{SKU: "y", Qty: 2})
 		}
 		opts := projectionOptions(t)
-		opts.ApplyTimeout = 2 * time.Second // a patience of 500ms
-		opts.MaxPerspectiveEventAttempts = 1
+		opts.Drain.ApplyTimeout = 2 * time.Second // a patience of 500ms
+		opts.Retries.MaxEventAttempts = 1
 		failures := make(chan ports.Failure, 8)
 		dead := make(chan ports.DeadLetter, 8)
 		opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
@@ -403,7 +409,7 @@ func TestProjection(t *testing.T) {
 			b.appendLines(t, s, nil, lineSet{SKU: "x", Qty: 1}, lineSet{SKU: "y", Qty: 2})
 		}
 		opts := projectionOptions(t)
-		opts.MaxPerspectiveEventAttempts = 1
+		opts.Retries.MaxEventAttempts = 1
 		failures := make(chan ports.Failure, 8)
 		dead := make(chan ports.DeadLetter, 8)
 		opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
@@ -441,7 +447,7 @@ func TestProjection(t *testing.T) {
 			return err
 		}
 		opts := projectionOptions(t)
-		opts.MaxPerspectiveEventAttempts = 1
+		opts.Retries.MaxEventAttempts = 1
 		failures := make(chan ports.Failure, 8)
 		dead := make(chan ports.DeadLetter, 8)
 		opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
@@ -471,7 +477,7 @@ func TestProjection(t *testing.T) {
 		stream := newUUID(t)
 		b.appendLines(t, stream, []int64{1, 3}, lineSet{SKU: "a", Qty: 1}, lineSet{SKU: "a", Qty: 3})
 		opts := projectionOptions(t)
-		opts.MaxPerspectiveEventAttempts = 2
+		opts.Retries.MaxEventAttempts = 2
 		dead := make(chan ports.DeadLetter, 1)
 		opts.Hooks.OnDeadLettered = func(d ports.DeadLetter) { dead <- d }
 		rewinds := make(chan core.RewindInfo, 4)
@@ -481,7 +487,7 @@ func TestProjection(t *testing.T) {
 
 		// Each attempt of the rewind fails; once the event is
 		// dead-lettered, the rewind goes on without it.
-		b.resetFailures.Store(int32(opts.MaxPerspectiveEventAttempts))
+		b.resetFailures.Store(int32(opts.Retries.MaxEventAttempts))
 		b.appendLines(t, stream, []int64{2}, lineSet{SKU: "b", Qty: 2})
 		d := wait(t, dead, "the late event dead-lettered")
 		require.Equal(t, int64(2), d.EventVersion)

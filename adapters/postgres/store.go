@@ -65,7 +65,7 @@ type Options struct {
 	Logger *slog.Logger
 	// PollOnly makes a Store without a notification listener: Backend
 	// leaves Notifier nil, so the engine polls (at core's PollingInterval
-	// and ClaimInterval) and logs once, when it starts, that it polls
+	// and Claims.Interval) and logs once, when it starts, that it polls
 	// only, and NotifierListen returns ErrPollOnly. Set it when the pool
 	// goes through a connection pooler in transaction mode and the server
 	// cannot be reached directly for ConnString: a listener dialing the

@@ -128,7 +128,7 @@ type Config struct {
 	// Pending for the engine's flushers ignores it.
 	Reporter Reporter
 	// Resend are the timeouts after which outcomes sent and never
-	// acknowledged are re-queued (core.Options.CompletionResend).
+	// acknowledged are re-queued (core.Options.Retries.CompletionResend).
 	Resend BatchedOptions
 }
 

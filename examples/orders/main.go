@@ -175,10 +175,12 @@ func runDemo(ctx context.Context, cfg config, reg *core.Registry, backends []por
 	workers := make([]*core.Worker, 0, len(backends))
 	for _, b := range backends {
 		w, err := core.New(b, reg, &core.Options{
-			Logger:         logger,
-			MeterProvider:  tel.meters,
-			TracerProvider: tel.tracers,
-			StatsInterval:  50 * time.Millisecond, // the demo waits on the backlog below
+			Logger: logger,
+			Telemetry: core.TelemetryOptions{
+				MeterProvider:  tel.meters,
+				TracerProvider: tel.tracers,
+				StatsInterval:  50 * time.Millisecond, // the demo waits on the backlog below
+			},
 			Hooks: core.Hooks{OnPerspectiveEventProcessed: func(e core.PerspectiveEventProcessed) {
 				if i, ok := perspectiveIndex[e.Perspective]; ok { // the models; order_lines is checked in its table
 					applied[i].Add(int64(e.EventCount))
@@ -426,8 +428,9 @@ func openPostgres(ctx context.Context, cfg config, backends []ports.Backend) (fu
 			return nil, fmt.Errorf("parsing -postgres: %w", err)
 		}
 		if !strings.Contains(cfg.postgres, "pool_max_conns") {
-			// The engine drains up to MaxConcurrentStreams streams at
-			// once; pgxpool's default (4 connections) would serialize them.
+			// The engine drains up to Options.Drain.MaxConcurrentStreams
+			// streams at once; pgxpool's default (4 connections) would
+			// serialize them.
 			pc.MaxConns = 16
 		}
 		pool, err := pgxpool.NewWithConfig(ctx, pc)

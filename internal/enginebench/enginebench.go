@@ -70,11 +70,9 @@ func Rewind(b *testing.B, backend ports.Backend, n int64, snapshotEvery int) {
 	processed := make(chan core.PerspectiveEventProcessed, 1000)
 	rewinds := make(chan core.RewindInfo, 10)
 	opts := core.Options{
-		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
-		PollingInterval: 5 * time.Millisecond, ClaimInterval: 5 * time.Millisecond, ClaimNotifyHealthyInterval: 5 * time.Millisecond,
-		DrainBatcher:         core.DrainBatcherOptions{SlidingWindow: time.Millisecond, MaxWait: 2 * time.Millisecond},
-		PerspectiveBatchSize: 1000,
-		Rewind:               core.RewindOptions{Debounce: time.Millisecond, MaxDebounce: time.Millisecond, SnapshotEvery: snapshotEvery},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Drain:  core.DrainOptions{PollingInterval: 5 * time.Millisecond, Batcher: core.DrainBatcherOptions{SlidingWindow: time.Millisecond, MaxWait: 2 * time.Millisecond}, PerspectiveBatchSize: 1000}, Claims: core.ClaimOptions{Interval: 5 * time.Millisecond, NotifyHealthyInterval: 5 * time.Millisecond},
+		Rewind: core.RewindOptions{Debounce: time.Millisecond, MaxDebounce: time.Millisecond, SnapshotEvery: snapshotEvery},
 		Hooks: core.Hooks{
 			OnPerspectiveEventProcessed: func(e core.PerspectiveEventProcessed) { processed <- e },
 			OnRewind:                    func(i core.RewindInfo) { rewinds <- i },

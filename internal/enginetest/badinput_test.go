@@ -49,7 +49,7 @@ func TestUnknownTypesAreDeadLettered(t *testing.T) {
 	deadLetters := make(chan ports.DeadLetter, 20)
 	done := make(chan struct{})
 	opts := quietOptions(t)
-	opts.MaxPerspectiveEventAttempts = 1
+	opts.Retries.MaxEventAttempts = 1
 	opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
 	opts.Hooks.OnDeadLettered = func(d ports.DeadLetter) { deadLetters <- d }
 	opts.Hooks.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) {
@@ -112,7 +112,7 @@ func TestNullPayloadIsUndecodable(t *testing.T) {
 	stream := uuid.New()
 	appendAdded(t, reg, mem, stream, 1, 2, 4)
 	opts := quietOptions(t)
-	opts.MaxPerspectiveEventAttempts = 1
+	opts.Retries.MaxEventAttempts = 1
 	deadLetters := make(chan ports.DeadLetter, 4)
 	opts.Hooks.OnDeadLettered = func(d ports.DeadLetter) { deadLetters <- d }
 	processed := reportProcessed(&opts, 10)

@@ -203,10 +203,10 @@ func TestRedeliveredUnacknowledgedWorkIsDeduplicated(t *testing.T) {
 		return m, nil
 	})
 	opts := quietOptions(t)
-	opts.ModelCacheSize = core.Unlimited // no model cache: every drain of the pair loads its model
-	opts.LeaseDuration = time.Second     // the unacknowledged rows come back soon
-	opts.FlushRetry.MaxAttempts = 1
-	opts.CompletionResend = core.Backoff{Initial: 20 * time.Millisecond, Max: 50 * time.Millisecond}
+	opts.Drain.ModelCacheSize = core.Unlimited // no model cache: every drain of the pair loads its model
+	opts.Claims.LeaseDuration = time.Second    // the unacknowledged rows come back soon
+	opts.Retries.Flush.MaxAttempts = 1
+	opts.Retries.CompletionResend = core.Backoff{Initial: 20 * time.Millisecond, Max: 50 * time.Millisecond}
 	opts.Hooks.DedupObserver = observer
 	drained := deduplicatedAfter(&opts, fetches, observer)
 	flushed := make(chan core.CompletionsFlushed, 10)
@@ -256,9 +256,9 @@ func TestRewoundWorkRedeliveredIsNotReplayed(t *testing.T) {
 		return m, nil
 	})
 	opts := rewindOptions(t)
-	opts.LeaseDuration = time.Second
-	opts.FlushRetry.MaxAttempts = 1
-	opts.CompletionResend = core.Backoff{Initial: 20 * time.Millisecond, Max: 50 * time.Millisecond}
+	opts.Claims.LeaseDuration = time.Second
+	opts.Retries.Flush.MaxAttempts = 1
+	opts.Retries.CompletionResend = core.Backoff{Initial: 20 * time.Millisecond, Max: 50 * time.Millisecond}
 	opts.Hooks.DedupObserver = observer
 	rewinds := make(chan core.RewindInfo, 10)
 	var late atomic.Pointer[ports.Event]

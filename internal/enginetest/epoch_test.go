@@ -55,7 +55,7 @@ func (s *scaledTotal) registry(t *testing.T) *core.Registry {
 // so it never holds a stream.
 func passiveOptions(t *testing.T) core.Options {
 	o := wakeOnlyOptions(t)
-	o.ClaimsDisabled = true
+	o.Claims.Disabled = true
 	return o
 }
 
@@ -73,7 +73,7 @@ func TestRefusedSaveDrainsThePairAgain(t *testing.T) {
 	t.Cleanup(func() { _ = store.Close() })
 	scaled := newScaledTotal()
 	o := wakeOnlyOptions(t)
-	o.ModelCacheSize = core.Unlimited
+	o.Drain.ModelCacheSize = core.Unlimited
 	var charged atomic.Int64
 	o.Hooks.OnFailure = func(ports.Failure) { charged.Add(1) }
 	o.Hooks.OnDeadLettered = func(ports.DeadLetter) { charged.Add(1) }

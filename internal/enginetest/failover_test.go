@@ -115,8 +115,8 @@ func TestStaleInstanceTakenOverAtThreshold(t *testing.T) {
 	// hour, so a claim after the takeover comes from the heartbeat's wake.
 	opts := wakeOnlyOptions(t)
 	opts.Clock = timers
-	opts.HeartbeatInterval = interval
-	opts.StaleInstanceThreshold = threshold
+	opts.Claims.HeartbeatInterval = interval
+	opts.Claims.StaleInstanceThreshold = threshold
 	// quietOptions' sliding window stays on: the streams of an abandoned
 	// instance must not wait for it (it would wait on the stopped clock).
 	processed := reportProcessed(&opts, 10)

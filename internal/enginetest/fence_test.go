@@ -72,7 +72,7 @@ func TestLostStreamIsNotDeadLettered(t *testing.T) {
 	logged := newWarnings()
 	opts := quietOptions(t)
 	opts.Logger = slog.New(logged)
-	opts.MaxPerspectiveEventAttempts = 1
+	opts.Retries.MaxEventAttempts = 1
 	failures := make(chan ports.Failure, 10)
 	opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
 	w := startWorker(t, b, reg, opts)

@@ -37,7 +37,7 @@ func TestFailureCarriesLastAppliedEvent(t *testing.T) {
 	failures := make(chan ports.Failure, 10)
 	flushed := make(chan core.CompletionsFlushed, 10)
 	opts := quietOptions(t)
-	opts.EventRetry = core.Backoff{Initial: time.Hour, Max: time.Hour} // one failure is enough here
+	opts.Retries.Event = core.Backoff{Initial: time.Hour, Max: time.Hour} // one failure is enough here
 	opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
 	opts.Hooks.OnCompletionsFlushed = func(c core.CompletionsFlushed) {
 		if len(c.Failures) > 0 {
@@ -78,8 +78,8 @@ func TestHungApplyHitsItsDeadline(t *testing.T) {
 	failures := make(chan ports.Failure, 10)
 	opts := quietOptions(t)
 	opts.Clock = clock
-	opts.ApplyTimeout = time.Minute
-	opts.EventRetry = core.Backoff{Initial: time.Hour, Max: time.Hour}
+	opts.Drain.ApplyTimeout = time.Minute
+	opts.Retries.Event = core.Backoff{Initial: time.Hour, Max: time.Hour}
 	opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
 	appendAdded(t, reg, b, uuid.New(), 1) // the start-up claim takes it: the clock stands still
 	startWorker(t, b, reg, opts)
@@ -155,9 +155,9 @@ func TestManyConsumersOneStream(t *testing.T) {
 	var applied atomic.Int64
 	const n = 200
 	opts := quietOptions(t)
-	opts.MaxConcurrentDrainConsumers = 8
-	opts.DrainLoopMaxIterations = 1
-	opts.PerspectiveBatchSize = 7
+	opts.Drain.Consumers = 8
+	opts.Drain.LoopMaxIterations = 1
+	opts.Drain.PerspectiveBatchSize = 7
 	opts.Hooks.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) {
 		if applied.Add(int64(e.EventCount)) == n {
 			close(done)
@@ -213,7 +213,7 @@ func TestBackendErrorRetriedAfterShortBackoff(t *testing.T) {
 	appendAdded(t, reg, mem, stream, 1, 2) // the start-up claim takes them: the clock stands still
 	opts := quietOptions(t)
 	opts.Clock = clock
-	opts.MaxPerspectiveEventAttempts = 1
+	opts.Retries.MaxEventAttempts = 1
 	failures := make(chan ports.Failure, 1)
 	opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
 	processed := reportProcessed(&opts, 10)

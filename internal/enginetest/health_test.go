@@ -257,7 +257,7 @@ func TestHealth(t *testing.T) {
 			"perspectives":               []map[string]any{{"perspective": "pings", "pending": int64(7), "oldest_age_seconds": 120.0}},
 		}, lag.Values)
 
-		// The figures are read at most once per StatsInterval.
+		// The figures are read at most once per Telemetry.StatsInterval.
 		b.stats.set(nil, ports.PerspectiveLag{Perspective: "pings", Pending: 1, OldestAge: time.Second})
 		require.False(t, b.worker.Health(t.Context()).Ready, "the figures of the first read still stand")
 		require.Equal(t, 1, b.stats.readCount())
@@ -351,9 +351,11 @@ func TestHealthWarnsOfStuckApplies(t *testing.T) {
 	backend.Stats = nil
 	abandoned := make(chan core.AbandonedApply, 1)
 	w, err := core.New(backend, reg, &core.Options{
-		Logger:            slog.New(slog.DiscardHandler),
-		ApplyTimeout:      10 * time.Millisecond,
-		ApplyAbandonGrace: 10 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler),
+		Drain: core.DrainOptions{
+			ApplyTimeout:      10 * time.Millisecond,
+			ApplyAbandonGrace: 10 * time.Millisecond,
+		},
 		Hooks: core.Hooks{OnApplyAbandoned: func(a core.AbandonedApply) {
 			select {
 			case abandoned <- a:

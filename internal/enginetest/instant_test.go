@@ -96,7 +96,7 @@ func (rb *reportBundle) start(t *testing.T, mode completion.Factory, edit func(*
 	t.Helper()
 	opts := quietOptions(t)
 	opts.Completion = mode
-	opts.EventRetry = core.Backoff{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond}
+	opts.Retries.Event = core.Backoff{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond}
 	opts.Hooks.OnFailure = func(f ports.Failure) { rb.failures <- f }
 	opts.Hooks.OnCompletionsFlushed = func(core.CompletionsFlushed) { rb.poke() }
 	opts.Hooks.OnBatchCycleComplete = func(core.BatchCycle) { rb.poke() }
@@ -235,7 +235,7 @@ func TestRefusedReportDrainedAgain(t *testing.T) {
 			rb.cursors.fails.Store(1000) // every failure report is refused
 			rb.start(t, mode, func(o *core.Options) {
 				// A charged attempt would dead-letter the event.
-				o.MaxPerspectiveEventAttempts = 2
+				o.Retries.MaxEventAttempts = 2
 			})
 			stream := uuid.New()
 			events := appendAdded(t, rb.reg, rb.b, stream, 1).Events
@@ -275,8 +275,8 @@ func TestOvertakingCompletionCompletesTheRowsBelowIt(t *testing.T) {
 	rb := setupReports(t, errReportTransient, nil)
 	rb.cursors.completes.Store(2) // the instant report and the flusher's only attempt
 	rb.start(t, completion.InstantFactory, func(o *core.Options) {
-		o.FlushRetry.MaxAttempts = 1
-		o.CompletionResend = core.Backoff{Initial: time.Hour, Max: time.Hour} // not sent again during the test
+		o.Retries.Flush.MaxAttempts = 1
+		o.Retries.CompletionResend = core.Backoff{Initial: time.Hour, Max: time.Hour} // not sent again during the test
 	})
 	stream := uuid.New()
 	events := appendAdded(t, rb.reg, rb.b, stream, 1).Events

@@ -38,8 +38,8 @@ func TestLogLinesHaveEachKeyOnce(t *testing.T) {
 	opts := quietOptions(t)
 	opts.Logger = logger
 	opts.Generation = "v2"
-	opts.FlushRetry = core.FlushRetryOptions{MaxAttempts: 2, Backoff: core.Backoff{Initial: time.Millisecond, Max: time.Millisecond, Multiplier: 1}}
-	opts.CompletionResend = core.Backoff{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond, Multiplier: 1}
+	opts.Retries.Flush = core.FlushRetryOptions{MaxAttempts: 2, Backoff: core.Backoff{Initial: time.Millisecond, Max: time.Millisecond, Multiplier: 1}}
+	opts.Retries.CompletionResend = core.Backoff{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond, Multiplier: 1}
 	flushed := make(chan core.CompletionsFlushed, 10)
 	opts.Hooks.OnCompletionsFlushed = func(c core.CompletionsFlushed) { flushed <- c }
 	w, err := core.New(b, reg, &opts)

@@ -49,7 +49,7 @@ func TestMetricsRewindAndRebuild(t *testing.T) {
 	reg := testRegistry(t)
 	provider, reader := meterProvider(t)
 	opts := rewindOptions(t)
-	opts.MeterProvider = provider
+	opts.Telemetry.MeterProvider = provider
 	processed := reportProcessed(&opts, 100)
 	rewinds := make(chan core.RewindInfo, 10)
 	opts.Hooks.OnRewind = func(i core.RewindInfo) { rewinds <- i }
@@ -94,10 +94,10 @@ func TestMetricsAbandonedApply(t *testing.T) {
 	})
 	provider, reader := meterProvider(t)
 	opts := quietOptions(t)
-	opts.MeterProvider = provider
-	opts.ApplyTimeout = 20 * time.Millisecond
-	opts.ApplyAbandonGrace = 20 * time.Millisecond
-	opts.EventRetry = core.Backoff{Initial: time.Hour, Max: time.Hour}
+	opts.Telemetry.MeterProvider = provider
+	opts.Drain.ApplyTimeout = 20 * time.Millisecond
+	opts.Drain.ApplyAbandonGrace = 20 * time.Millisecond
+	opts.Retries.Event = core.Backoff{Initial: time.Hour, Max: time.Hour}
 	abandoned := make(chan core.AbandonedApply, 1)
 	opts.Hooks.OnApplyAbandoned = func(a core.AbandonedApply) { abandoned <- a }
 	startWorker(t, b, reg, opts)
@@ -128,8 +128,8 @@ func TestMetricsFlushRetriesAndBackendErrors(t *testing.T) {
 	reg := testRegistry(t)
 	provider, reader := meterProvider(t)
 	opts := quietOptions(t)
-	opts.MeterProvider = provider
-	opts.FlushRetry.Backoff = core.Backoff{Initial: time.Millisecond, Max: time.Millisecond}
+	opts.Telemetry.MeterProvider = provider
+	opts.Retries.Flush.Backoff = core.Backoff{Initial: time.Millisecond, Max: time.Millisecond}
 	flushed := make(chan core.CompletionsFlushed, 10)
 	opts.Hooks.OnCompletionsFlushed = func(c core.CompletionsFlushed) { flushed <- c }
 	startWorker(t, b, reg, opts)

@@ -53,12 +53,14 @@ func TestNotifiedStreamsDrainWithoutClaim(t *testing.T) {
 			processed := make(chan int64, 4)
 			reg := pingRegistry(t, nil)
 			w, err := core.New(b, reg, &core.Options{
-				// No claim but the first and the notified ones while the
-				// test runs; the heartbeat at Start is the only one.
-				ClaimInterval:              time.Hour,
-				ClaimNotifyHealthyInterval: time.Hour,
-				HeartbeatInterval:          time.Hour,
-				StaleInstanceThreshold:     2 * time.Hour,
+				Claims: core.ClaimOptions{
+					// No claim but the first and the notified ones while the
+					// test runs; the heartbeat at Start is the only one.
+					Interval:               time.Hour,
+					NotifyHealthyInterval:  time.Hour,
+					HeartbeatInterval:      time.Hour,
+					StaleInstanceThreshold: 2 * time.Hour,
+				},
 				Hooks: core.Hooks{OnPerspectiveEventProcessed: func(e core.PerspectiveEventProcessed) {
 					processed <- e.LastVersion
 				}},

@@ -249,7 +249,7 @@ func testOutageLogged(t *testing.T, mode completion.Factory, down *outage) {
 	clock := clocktest.NewFake()
 	mem := memory.New(memory.Options{Clock: clock}).Backend()
 	b := mem
-	b.Notifier = nil // claims every ClaimInterval
+	b.Notifier = nil // claims every Claims.Interval
 	b.Fetcher = outageFetcher{EventFetcher: mem.Fetcher, o: down}
 	b.Cursors = outageCursors{CursorStore: mem.Cursors, o: down}
 	b.DeadLetters = outageDeadLetters{DeadLetterStore: mem.DeadLetters, o: down}
@@ -300,7 +300,7 @@ func testOutageLogged(t *testing.T, mode completion.Factory, down *outage) {
 		require.NoError(t, core.AddReceptor(reg, stage, core.Inline, func(context.Context, added, core.StageInfo) error { return nil }))
 	}
 	appendAdded(t, reg, mem, held, 1)
-	appendAdded(t, reg, mem, sent, 1, 2) // enough for a refetch (DrainLoopRefetchMinBatch)
+	appendAdded(t, reg, mem, sent, 1, 2) // enough for a refetch (Drain.LoopRefetchMinBatch)
 	appendAdded(t, reg, mem, refused, 1)
 	for _, s := range alsoSent {
 		appendAdded(t, reg, mem, s, 1)
@@ -311,13 +311,13 @@ func testOutageLogged(t *testing.T, mode completion.Factory, down *outage) {
 	opts.Logger = logger
 	opts.Clock = clock
 	opts.Completion = mode
-	opts.ClaimInterval = tick
-	opts.ClaimNotifyHealthyInterval = tick
-	opts.HeartbeatInterval = time.Second
-	opts.PollingInterval = time.Second
-	opts.NotifyHealthyPollingInterval = time.Second
-	opts.LeaseDuration = 20 * time.Second // renewed every 5s
-	opts.ApplyTimeout = time.Hour
+	opts.Claims.Interval = tick
+	opts.Claims.NotifyHealthyInterval = tick
+	opts.Claims.HeartbeatInterval = time.Second
+	opts.Drain.PollingInterval = time.Second
+	opts.Drain.NotifyHealthyPollingInterval = time.Second
+	opts.Claims.LeaseDuration = 20 * time.Second // renewed every 5s
+	opts.Drain.ApplyTimeout = time.Hour
 	opts.Generation = "v2"
 	opts.DeadLetterRecovery = core.DeadLetterRecoveryOptions{Interval: time.Second}
 	startWorker(t, b, reg, opts)

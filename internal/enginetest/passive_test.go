@@ -14,7 +14,7 @@ import (
 )
 
 // TestClaimsDisabledTakesNoShare runs two workers on one backend, one with
-// ClaimsDisabled: the active one applies a backlog spread over every
+// Claims.Disabled: the active one applies a backlog spread over every
 // partition, the passive one none of it (had it taken a rank, the streams
 // of its partitions would never be claimed), and the passive one still
 // rebuilds.
@@ -30,8 +30,8 @@ func TestClaimsDisabledTakesNoShare(t *testing.T) {
 	reg := testRegistry(t)
 
 	passiveOpts := quietOptions(t)
-	passiveOpts.PartitionCount = 8
-	passiveOpts.ClaimsDisabled = true
+	passiveOpts.Claims.PartitionCount = 8
+	passiveOpts.Claims.Disabled = true
 	records := make(chan slog.Record, 1000)
 	passiveOpts.Logger = slog.New(recordHandler{records})
 	var passiveApplied atomic.Int64
@@ -45,7 +45,7 @@ func TestClaimsDisabledTakesNoShare(t *testing.T) {
 	// one claims anything.
 
 	activeOpts := quietOptions(t)
-	activeOpts.PartitionCount = 8
+	activeOpts.Claims.PartitionCount = 8
 	processed := reportProcessed(&activeOpts, 10*streams*perStream)
 	startWorker(t, store.Backend(), reg, activeOpts)
 
@@ -92,7 +92,7 @@ func TestClaimsDisabledLogged(t *testing.T) {
 	t.Parallel()
 
 	opts := quietOptions(t)
-	opts.ClaimsDisabled = true
+	opts.Claims.Disabled = true
 	records := make(chan slog.Record, 1000)
 	opts.Logger = slog.New(recordHandler{records})
 	startWorker(t, memory.New(memory.Options{}).Backend(), testRegistry(t), opts)

@@ -222,8 +222,8 @@ func TestProjectionWriteBackendErrorNotCharged(t *testing.T) {
 	appendAdded(t, reg, mem, stream, 1, 2, 3) // the start-up claim takes them: the clock stands still
 	opts := quietOptions(t)
 	opts.Clock = clock
-	opts.MaxPerspectiveEventAttempts = 1
-	opts.InfraRetry = core.Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}
+	opts.Retries.MaxEventAttempts = 1
+	opts.Retries.Infra = core.Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}
 	failures := make(chan ports.Failure, 1)
 	opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
 	dead := make(chan ports.DeadLetter, 1)
@@ -268,8 +268,8 @@ func TestProjectionReplayBackendErrorNotCharged(t *testing.T) {
 		return nil
 	})
 	opts := rewindOptions(t)
-	opts.MaxPerspectiveEventAttempts = 1
-	opts.InfraRetry = core.Backoff{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond, Multiplier: 1}
+	opts.Retries.MaxEventAttempts = 1
+	opts.Retries.Infra = core.Backoff{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond, Multiplier: 1}
 	failures := make(chan ports.Failure, 1)
 	opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
 	dead := make(chan ports.DeadLetter, 1)
@@ -294,7 +294,7 @@ func TestProjectionReplayBackendErrorNotCharged(t *testing.T) {
 
 // A table projection's write that hangs until its context is cancelled is
 // cut at the patience of the save it shared, which charges nothing, and
-// saved alone, where it times out at Options.ApplyTimeout: its event is
+// saved alone, where it times out at Options.Drain.ApplyTimeout: its event is
 // dead-lettered as timed out (its one attempt allowed, which the cut did
 // not take), with an error that says the write ran past ApplyTimeout,
 // whatever the write returned, even an error the backend marks as
@@ -326,8 +326,8 @@ func TestProjectionHungWriteTimesOut(t *testing.T) {
 			appendAdded(t, reg, mem, stream, 1, 2, 3) // the start-up claim takes them: the clock stands still
 			opts := quietOptions(t)
 			opts.Clock = clock
-			opts.ApplyTimeout = time.Minute
-			opts.MaxPerspectiveEventAttempts = 1
+			opts.Drain.ApplyTimeout = time.Minute
+			opts.Retries.MaxEventAttempts = 1
 			dead := make(chan ports.DeadLetter, 1)
 			opts.Hooks.OnDeadLettered = func(d ports.DeadLetter) { dead <- d }
 			processed := reportProcessed(&opts, 10)
@@ -366,9 +366,9 @@ func slowWriteBackend(t *testing.T, clock *clocktest.Fake) (ports.Backend, *txTa
 	b.ModelTx = table
 	opts := quietOptions(t)
 	opts.Clock = clock
-	opts.ApplyTimeout = slowApplyTimeout
-	opts.StaleInstanceThreshold = time.Hour
-	opts.LeaseDuration = time.Hour
+	opts.Drain.ApplyTimeout = slowApplyTimeout
+	opts.Claims.StaleInstanceThreshold = time.Hour
+	opts.Claims.LeaseDuration = time.Hour
 	return b, table, opts
 }
 
@@ -464,8 +464,8 @@ func TestProjectionSlowWriteSavedAlone(t *testing.T) {
 	})
 	stream := uuid.New()
 	appendAdded(t, reg, b, stream, 1, 2) // the start-up claim takes them: the clock stands still
-	opts.PerspectiveBatchSize = 1        // a save per event
-	opts.MaxPerspectiveEventAttempts = 1
+	opts.Drain.PerspectiveBatchSize = 1  // a save per event
+	opts.Retries.MaxEventAttempts = 1
 	failures := make(chan ports.Failure, 4)
 	opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }
 	dead := make(chan ports.DeadLetter, 1)
@@ -514,8 +514,8 @@ func TestProjectionRetriedEventSavedAlone(t *testing.T) {
 	})
 	stream := uuid.New()
 	appendAdded(t, reg, b, stream, 1, 2, 3) // the start-up claim takes them: the clock stands still
-	opts.MaxPerspectiveEventAttempts = 2
-	opts.EventRetry = core.Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}
+	opts.Retries.MaxEventAttempts = 2
+	opts.Retries.Event = core.Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}
 	opts.Completion = completion.InstantFactory // the failure is reported without waiting on the clock
 	failed := make(chan ports.Failure, 4)
 	opts.Hooks.OnCompletionsFlushed = func(f core.CompletionsFlushed) {

@@ -179,9 +179,9 @@ func (f *rebuildQueueFixture) start(t *testing.T) *core.Worker {
 	t.Helper()
 	opts := wakeOnlyOptions(t)
 	opts.Clock = f.timers
-	opts.RebuildPollInterval = rebuildPollInterval
+	opts.Rewind.RebuildPollInterval = rebuildPollInterval
 	opts.Rewind.LockTimeout, opts.Rewind.KeepAlive = rebuildClaimDuration, rebuildKeepAlive
-	opts.CompletionResend = core.Backoff{Initial: 3 * time.Second, Max: 3 * time.Second}
+	opts.Retries.CompletionResend = core.Backoff{Initial: 3 * time.Second, Max: 3 * time.Second}
 	opts.Hooks.OnRebuildRequest = func(r ports.RebuildRequest) {
 		switch {
 		case r.Status == ports.RebuildRunning && r.StreamsDone == 0:

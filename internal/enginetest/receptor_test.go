@@ -196,7 +196,7 @@ func TestStopRunsStagesTheStartupRepairQueued(t *testing.T) {
 	b2.Cursors = held
 	scanned := make(chan struct{})
 	opts2 := rewindOptions(t)
-	opts2.ClaimsDisabled = true // only the startup scan takes up the pair
+	opts2.Claims.Disabled = true // only the startup scan takes up the pair
 	opts2.Hooks.OnStartupScanComplete = func() { close(scanned) }
 	second := startWorker(t, b2, reg, opts2)
 	waitFor(t, held.entered, "the repair's completion to reach the backend")
@@ -299,7 +299,7 @@ func TestStopRunsPostPerspectiveOfTheStartupRepair(t *testing.T) {
 	b2 := b
 	b2.Lifecycle, b2.Notifier = held, watcher
 	opts := rewindOptions(t)
-	opts.ClaimsDisabled = true // only the startup scan takes up the pair
+	opts.Claims.Disabled = true // only the startup scan takes up the pair
 	second := startWorker(t, b2, reg, opts)
 	waitFor(t, held.entered, "the repair's PostPerspective claim")
 

@@ -239,7 +239,7 @@ func TestRewindRetriedAfterReplayFailureCountsOnlyNewEvents(t *testing.T) {
 	}
 	stream := uuid.New()
 	opts := rewindOptions(t)
-	opts.EventRetry = core.Backoff{Initial: 20 * time.Millisecond, Max: 20 * time.Millisecond, Multiplier: 1}
+	opts.Retries.Event = core.Backoff{Initial: 20 * time.Millisecond, Max: 20 * time.Millisecond, Multiplier: 1}
 	processed := reportProcessed(&opts, 100)
 	failures := make(chan ports.Failure, 10)
 	opts.Hooks.OnFailure = func(f ports.Failure) { failures <- f }

@@ -50,7 +50,7 @@ func TestSecurityContextPerEvent(t *testing.T) {
 	done := make(chan struct{})
 	var applied atomic.Int64
 	opts := quietOptions(t)
-	opts.MaxConcurrentStreams = 30
+	opts.Drain.MaxConcurrentStreams = 30
 	opts.Hooks.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) {
 		if applied.Add(int64(e.EventCount)) == streams*perStream {
 			close(done)

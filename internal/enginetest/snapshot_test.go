@@ -113,7 +113,7 @@ func TestRewindIgnoresASnapshotOfAReplacedModel(t *testing.T) {
 	startWorker(t, hb, reg, o)
 	rebuilder := startWorker(t, store.Backend(), scaledRegistry(t, &factor), func() core.Options {
 		p := snapshotOptions(t)
-		p.ClaimsDisabled = true
+		p.Claims.Disabled = true
 		return p
 	}())
 	stream := uuid.New()

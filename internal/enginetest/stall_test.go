@@ -98,7 +98,7 @@ func TestStalledClaimLoopHandsItsStreamsOver(t *testing.T) {
 		)
 		clock := clocktest.NewFake()
 		mem := memory.New(memory.Options{Clock: clock}).Backend()
-		mem.Notifier = nil // claims every ClaimInterval; no wake names a stream
+		mem.Notifier = nil // claims every Claims.Interval; no wake names a stream
 		// The apply of the stream's first event waits for applying, so
 		// that A still drains the stream when its claims stall.
 		applying, entered := make(chan struct{}), make(chan struct{}, 1)
@@ -112,10 +112,10 @@ func TestStalledClaimLoopHandsItsStreamsOver(t *testing.T) {
 		provider, reader := meterProvider(t)
 		optsA := opts
 		optsA.Logger = logger
-		optsA.MeterProvider = provider
+		optsA.Telemetry.MeterProvider = provider
 		// A claims only when the test wakes it, so that no claim marks
 		// the stream it drains to be fetched again when its drain ends.
-		optsA.ClaimInterval, optsA.ClaimNotifyHealthyInterval = time.Hour, time.Hour
+		optsA.Claims.Interval, optsA.Claims.NotifyHealthyInterval = time.Hour, time.Hour
 		processedA := reportProcessed(&optsA, 100)
 		wa := startWorker(t, a, reg, optsA)
 		t.Cleanup(func() { // before the workers' Stop
@@ -226,10 +226,10 @@ func heldFirstRegistry(t *testing.T, applying <-chan struct{}, entered chan<- st
 func tickedOptions(t *testing.T, clock ports.Clock, tick, interval, threshold time.Duration) core.Options {
 	opts := quietOptions(t)
 	opts.Clock = clock
-	opts.ClaimInterval, opts.ClaimNotifyHealthyInterval = tick, tick
-	opts.PollingInterval, opts.NotifyHealthyPollingInterval = tick, tick
-	opts.HeartbeatInterval = interval
-	opts.StaleInstanceThreshold = threshold
+	opts.Claims.Interval, opts.Claims.NotifyHealthyInterval = tick, tick
+	opts.Drain.PollingInterval, opts.Drain.NotifyHealthyPollingInterval = tick, tick
+	opts.Claims.HeartbeatInterval = interval
+	opts.Claims.StaleInstanceThreshold = threshold
 	return opts
 }
 

@@ -36,7 +36,7 @@ func TestStoppingWorkerHeartbeatsUntilItsDrainsEnd(t *testing.T) {
 		applying, entered := make(chan struct{}), make(chan struct{}, 1)
 		reg := heldFirstRegistry(t, applying, entered)
 		opts := tickedOptions(t, clock, tick, interval, threshold)
-		opts.ApplyTimeout = time.Hour // the apply runs as long as the test holds it
+		opts.Drain.ApplyTimeout = time.Hour // the apply runs as long as the test holds it
 
 		claims := &stallingClaimer{WorkClaimer: mem.Claimer, clock: clock, release: make(chan struct{})}
 		a := mem

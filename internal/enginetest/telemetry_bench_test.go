@@ -83,7 +83,7 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 			p, shutdown := v.new()
 			store := memory.New(memory.Options{})
 			d, c := enginebench.CatchUpCPU(b, store.Backend(), perspectives, streams, perStream,
-				core.Options{MeterProvider: p.meter, TracerProvider: p.tracer})
+				core.Options{Telemetry: core.TelemetryOptions{MeterProvider: p.meter, TracerProvider: p.tracer}})
 			took[i] = append(took[i], d)
 			cpu[i] = append(cpu[i], c)
 			if best[i] == 0 || d < best[i] {

@@ -70,13 +70,17 @@ func appendAdded(t *testing.T, reg *core.Registry, b ports.Backend, stream uuid.
 
 func quietOptions(t *testing.T) core.Options {
 	return core.Options{
-		Logger:                       slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
-		PollingInterval:              10 * time.Millisecond,
-		NotifyHealthyPollingInterval: 10 * time.Millisecond,
-		ClaimInterval:                10 * time.Millisecond,
-		ClaimNotifyHealthyInterval:   10 * time.Millisecond,
-		HeartbeatInterval:            100 * time.Millisecond,
-		DrainBatcher:                 core.DrainBatcherOptions{SlidingWindow: time.Millisecond, MaxWait: 5 * time.Millisecond},
+		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Drain: core.DrainOptions{
+			PollingInterval:              10 * time.Millisecond,
+			NotifyHealthyPollingInterval: 10 * time.Millisecond,
+			Batcher:                      core.DrainBatcherOptions{SlidingWindow: time.Millisecond, MaxWait: 5 * time.Millisecond},
+		},
+		Claims: core.ClaimOptions{
+			Interval:              10 * time.Millisecond,
+			NotifyHealthyInterval: 10 * time.Millisecond,
+			HeartbeatInterval:     100 * time.Millisecond,
+		},
 	}
 }
 
@@ -86,13 +90,13 @@ func quietOptions(t *testing.T) core.Options {
 // something wakes it.
 func wakeOnlyOptions(t *testing.T) core.Options {
 	o := quietOptions(t)
-	o.PollingInterval = time.Hour
-	o.NotifyHealthyPollingInterval = time.Hour
-	o.ClaimInterval = time.Hour
-	o.ClaimNotifyHealthyInterval = time.Hour
-	o.HeartbeatInterval = time.Minute
-	o.StaleInstanceThreshold = time.Hour
-	o.RebuildPollInterval = time.Hour
+	o.Drain.PollingInterval = time.Hour
+	o.Drain.NotifyHealthyPollingInterval = time.Hour
+	o.Claims.Interval = time.Hour
+	o.Claims.NotifyHealthyInterval = time.Hour
+	o.Claims.HeartbeatInterval = time.Minute
+	o.Claims.StaleInstanceThreshold = time.Hour
+	o.Rewind.RebuildPollInterval = time.Hour
 	return o
 }
 
@@ -159,8 +163,8 @@ func TestNewValidates(t *testing.T) {
 	_, err = core.New(b, nil, nil)
 	require.ErrorContains(t, err, "nil registry")
 
-	_, err = core.New(b, reg, &core.Options{MaxStreamsPerBatch: -1})
-	require.ErrorContains(t, err, "Options.MaxStreamsPerBatch must be positive")
+	_, err = core.New(b, reg, &core.Options{Claims: core.ClaimOptions{MaxStreamsPerBatch: -1}})
+	require.ErrorContains(t, err, "Options.Claims.MaxStreamsPerBatch must be positive")
 }
 
 func TestStartStopLifecycle(t *testing.T) {
@@ -321,7 +325,7 @@ func TestPerspectiveBatchSizeChunksSaves(t *testing.T) {
 	// Appended before the worker starts, so one fetch sees all ten.
 	appendAdded(t, reg, b, stream, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9)
 	opts := quietOptions(t)
-	opts.PerspectiveBatchSize = 3
+	opts.Drain.PerspectiveBatchSize = 3
 	processed := reportProcessed(&opts, 10)
 	startWorker(t, b, reg, opts)
 	e := waitFor(t, processed, "the stream to be applied")
@@ -372,8 +376,8 @@ func TestStopFlushesCompletions(t *testing.T) {
 	b := memory.New(memory.Options{}).Backend()
 	opts := quietOptions(t)
 	// Nothing flushes before Stop: idle ticks are an hour apart.
-	opts.PollingInterval = time.Hour
-	opts.NotifyHealthyPollingInterval = time.Hour
+	opts.Drain.PollingInterval = time.Hour
+	opts.Drain.NotifyHealthyPollingInterval = time.Hour
 	processed := reportProcessed(&opts, 10)
 	reg := testRegistry(t)
 	w := startWorker(t, b, reg, opts)

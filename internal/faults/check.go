@@ -33,7 +33,7 @@ const (
 	CheckHealthyDeadLettered = "healthy-dead-lettered"
 	// CheckDeadLetterRecord: the dead letter of a fault event does not say
 	// what happened: its reason, its error, its attempts (all of them,
-	// MaxPerspectiveEventAttempts) or the generation it failed on.
+	// Retries.MaxEventAttempts) or the generation it failed on.
 	CheckDeadLetterRecord = "dead-letter-record"
 	// CheckFaultOutcome: a fault event that should have been dead-lettered
 	// (its apply fails, or outlives its deadline) was applied.

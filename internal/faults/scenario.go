@@ -102,7 +102,7 @@ var scenarios = []scenario{
 	},
 	{
 		// A cut costs the pair one infrastructure retry: the default
-		// InfraRetry waits about 100ms, 150ms, 225ms (±50%) for the three
+		// Retries.Infra waits about 100ms, 150ms, 225ms (±50%) for the three
 		// cuts, under 1s in all; then the write itself takes slowWrite;
 		// plus the margin of the event faults.
 		name: "projection-cut", about: fmt.Sprintf("pg_terminate_backend of the connection of %d healthy events' projection writes, %d times each", slowEvents, cutsPerEvent),
@@ -143,7 +143,7 @@ const (
 	// delays measure their streams).
 	slowEvents = 3
 	// cutsPerEvent is how many times the suite cuts each slow write's
-	// connection: MaxPerspectiveEventAttempts, so an engine that charges
+	// connection: Retries.MaxEventAttempts, so an engine that charges
 	// the cuts to the event dead-letters it.
 	cutsPerEvent = maxAttempts
 	// cutPoll is how often the suite looks for slow writes in flight.

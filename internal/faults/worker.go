@@ -144,7 +144,7 @@ const (
 	// staleThreshold is StaleInstanceThreshold: a killed worker's streams
 	// wait that long for a survivor.
 	staleThreshold = 5 * time.Second
-	// maxAttempts is MaxPerspectiveEventAttempts: the attempts a dead
+	// maxAttempts is Retries.MaxEventAttempts: the attempts a dead
 	// letter of a fault event records.
 	maxAttempts = 3
 )
@@ -158,22 +158,27 @@ func workerOptions(generation string, logger *slog.Logger) *core.Options {
 		Generation:  generation,
 		Logger:      logger,
 
-		StaleInstanceThreshold:      staleThreshold,
-		HeartbeatInterval:           time.Second,
-		LeaseDuration:               20 * time.Second,
-		ApplyTimeout:                2 * time.Second,
-		ApplyAbandonGrace:           2 * time.Second,
-		MaxPerspectiveEventAttempts: maxAttempts,
-		EventRetry:                  core.Backoff{Initial: 400 * time.Millisecond, Max: time.Second},
-
-		PollingInterval:              500 * time.Millisecond,
-		NotifyHealthyPollingInterval: time.Second,
-		ClaimInterval:                100 * time.Millisecond,
-		ClaimNotifyHealthyInterval:   time.Second,
-		// The sliding window would otherwise slide up to 3s under the
-		// suite's steady appends and hide a fault's lag in its own.
-		DrainBatcher:     core.DrainBatcherOptions{SlidingWindow: 50 * time.Millisecond, MaxWait: 200 * time.Millisecond},
-		CompletionResend: core.Backoff{Initial: 500 * time.Millisecond, Max: 2 * time.Second},
+		Claims: core.ClaimOptions{
+			StaleInstanceThreshold: staleThreshold,
+			HeartbeatInterval:      time.Second,
+			LeaseDuration:          20 * time.Second,
+			Interval:               100 * time.Millisecond,
+			NotifyHealthyInterval:  time.Second,
+		},
+		Drain: core.DrainOptions{
+			ApplyTimeout:                 2 * time.Second,
+			ApplyAbandonGrace:            2 * time.Second,
+			PollingInterval:              500 * time.Millisecond,
+			NotifyHealthyPollingInterval: time.Second,
+			// The sliding window would otherwise slide up to 3s under the
+			// suite's steady appends and hide a fault's lag in its own.
+			Batcher: core.DrainBatcherOptions{SlidingWindow: 50 * time.Millisecond, MaxWait: 200 * time.Millisecond},
+		},
+		Retries: core.RetryOptions{
+			MaxEventAttempts: maxAttempts,
+			Event:            core.Backoff{Initial: 400 * time.Millisecond, Max: time.Second},
+			CompletionResend: core.Backoff{Initial: 500 * time.Millisecond, Max: 2 * time.Second},
+		},
 
 		DeadLetterRecovery: core.DeadLetterRecoveryOptions{Interval: time.Second},
 		Rewind: core.RewindOptions{

@@ -94,19 +94,27 @@ func Run(t *testing.T, newBackend func(t *testing.T) ports.Backend, f Features) 
 		}
 	}
 	w, err := core.New(b, reg, &core.Options{
-		Clock:                        clock,
-		Logger:                       slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError + 1})),
-		MeterProvider:                provider,
-		StatsInterval:                time.Nanosecond, // every Collection reads the backlog
-		ApplyDurationInterval:        -1,              // every apply's duration, to count them
-		MaxPerspectiveEventAttempts:  attempts,
-		EventRetry:                   core.Backoff{Initial: 20 * time.Millisecond, Max: 20 * time.Millisecond},
-		PollingInterval:              20 * time.Millisecond,
-		NotifyHealthyPollingInterval: 20 * time.Millisecond,
-		ClaimInterval:                10 * time.Millisecond,
-		ClaimNotifyHealthyInterval:   20 * time.Millisecond,
-		HeartbeatInterval:            50 * time.Millisecond,
-		DrainBatcher:                 core.DrainBatcherOptions{SlidingWindow: 2 * time.Millisecond, MaxWait: 20 * time.Millisecond},
+		Clock:  clock,
+		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError + 1})),
+		Telemetry: core.TelemetryOptions{
+			MeterProvider:         provider,
+			StatsInterval:         time.Nanosecond, // every Collection reads the backlog
+			ApplyDurationInterval: -1,              // every apply's duration, to count them
+		},
+		Retries: core.RetryOptions{
+			MaxEventAttempts: attempts,
+			Event:            core.Backoff{Initial: 20 * time.Millisecond, Max: 20 * time.Millisecond},
+		},
+		Drain: core.DrainOptions{
+			PollingInterval:              20 * time.Millisecond,
+			NotifyHealthyPollingInterval: 20 * time.Millisecond,
+			Batcher:                      core.DrainBatcherOptions{SlidingWindow: 2 * time.Millisecond, MaxWait: 20 * time.Millisecond},
+		},
+		Claims: core.ClaimOptions{
+			Interval:              10 * time.Millisecond,
+			NotifyHealthyInterval: 20 * time.Millisecond,
+			HeartbeatInterval:     50 * time.Millisecond,
+		},
 		Hooks: core.Hooks{
 			OnBatchCycleComplete:  func(core.BatchCycle) { poke() },
 			OnCompletionsFlushed:  func(core.CompletionsFlushed) { poke() },

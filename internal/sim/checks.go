@@ -256,7 +256,7 @@ func (w *world) checkQuiet(t *truth) []Violation {
 // busy for a moment, which is not work left undone.
 func (w *world) settlesIdle(in *instance) bool {
 	o := &w.opts
-	gap := max(o.PollingInterval, o.NotifyHealthyPollingInterval, o.ClaimInterval, o.ClaimNotifyHealthyInterval) + o.DrainBatcher.MaxWait
+	gap := max(o.Drain.PollingInterval, o.Drain.NotifyHealthyPollingInterval, o.Claims.Interval, o.Claims.NotifyHealthyInterval) + o.Drain.Batcher.MaxWait
 	for range 5 {
 		if in.worker.IsIdle() {
 			return true
@@ -286,7 +286,7 @@ func failureExplained(t *truth, k pairKey, c ports.Cursor) bool {
 func (w *world) checkDeadLetters(t *truth) []Violation {
 	var vs []Violation
 	takeovers := w.crashLikes()
-	attempts := w.opts.MaxPerspectiveEventAttempts
+	attempts := w.opts.Retries.MaxEventAttempts
 	for _, dl := range t.dls {
 		e, ok := eventAt(t, dl.StreamID, dl.EventVersion)
 		if !ok {
@@ -398,7 +398,7 @@ func (w *world) checkDelays(t *truth, H time.Duration) []Violation {
 	}
 	Q := w.quietBound()
 	o := &w.opts
-	healBound := o.StaleInstanceThreshold + o.HeartbeatInterval + o.LeaseDuration + o.Rewind.LockTimeout + w.settle() + time.Second
+	healBound := o.Claims.StaleInstanceThreshold + o.Claims.HeartbeatInterval + o.Claims.LeaseDuration + o.Rewind.LockTimeout + w.settle() + time.Second
 	var vs []Violation
 	for _, s := range w.streamsOf("clean") {
 		for _, e := range t.events[s.id] {
@@ -465,9 +465,9 @@ func pairKey3(e ports.Event, p string) pvKey { return pvKey{e.StreamID, p, e.Ver
 // running as it has drain consumers: each holds a consumer for its whole
 // batch, so the streams the instance claims meanwhile wait for one.
 func (w *world) consumersHeld(applies []applyRec) []window {
-	consumers := w.opts.MaxConcurrentDrainConsumers
+	consumers := w.opts.Drain.Consumers
 	if consumers == 0 {
-		consumers = core.MaxConcurrentDrainConsumersDefault
+		consumers = core.DrainConsumersDefault
 	}
 	type edge struct {
 		at    time.Duration

@@ -133,7 +133,7 @@
 //     disturbed the instances (no fault, hung apply, restart, rebuild of
 //     its perspective, until its bound) is applied by every perspective
 //     within a quiet bound (the claim and poll cadences, the drain window,
-//     InfraRetry.Max and a second); one still waiting when the faults
+//     Retries.Infra.Max and a second); one still waiting when the faults
 //     ended, within the thresholds (StaleInstanceThreshold, heartbeat,
 //     LeaseDuration, the rewind lock, the settle time of retries) after
 //     the heal. A hung apply disturbs its instance's other streams only
@@ -143,8 +143,8 @@
 //     their end. The worst delay is reported. Once calls of an instance
 //     that a block or a lock held are let go during the fault phase, the
 //     instance calls WorkClaim again, and then at least as often, within
-//     its claim cadence (the longer of ClaimInterval and
-//     ClaimNotifyHealthyInterval), the drain window and half a second,
+//     its claim cadence (the longer of Claims.Interval and
+//     Claims.NotifyHealthyInterval), the drain window and half a second,
 //     for three such spans, unless something else happens to it or the
 //     clock jumps meanwhile: the time a claim was held counts against
 //     none of the claims after it, and the claim loop does not stall.

@@ -94,10 +94,10 @@ func (w *world) healAndCheck() []Violation {
 // whose faults end in dead letters, the thresholds.
 func (w *world) healBound() time.Duration {
 	o := &w.opts
-	perEvent := o.ApplyTimeout + o.ApplyAbandonGrace + o.EventRetry.Max
+	perEvent := o.Drain.ApplyTimeout + o.Drain.ApplyAbandonGrace + o.Retries.Event.Max
 	// Generous: the hung events of one pair time out one after another;
 	// waitQuiescent gives up early when nothing moves.
-	return 120*time.Second + 4*time.Duration(o.MaxPerspectiveEventAttempts)*perEvent
+	return 120*time.Second + 4*time.Duration(o.Retries.MaxEventAttempts)*perEvent
 }
 
 // heartbeatLapse notes a live instance whose heartbeats went through at
@@ -106,7 +106,7 @@ func (w *world) healBound() time.Duration {
 // simulator imposed): peers may have taken it for dead meanwhile, taken
 // its streams and its lifecycle claims, as after a crash.
 func (w *world) heartbeatLapse(in *instance, prev, at time.Duration) {
-	if prev == 0 || at-prev < w.opts.StaleInstanceThreshold {
+	if prev == 0 || at-prev < w.opts.Claims.StaleInstanceThreshold {
 		return
 	}
 	w.disturb(window{from: prev, to: at + w.settle(), what: fmt.Sprintf("heartbeats of %s lapsed for %s", in.name, (at - prev).Round(time.Millisecond)), crashLike: true})
@@ -152,7 +152,7 @@ func (w *world) crashLikes() int {
 			// makes it live again, and holding streams, until it goes
 			// stale once more. Each time, a peer that takes a stream over
 			// charges the rows handed out to it.
-			n += 1 + int((win.to-win.from)/w.opts.StaleInstanceThreshold)
+			n += 1 + int((win.to-win.from)/w.opts.Claims.StaleInstanceThreshold)
 		}
 	}
 	return n
@@ -216,8 +216,8 @@ func (w *world) fastForward(d time.Duration) {
 func (w *world) waitQuiescent(bound time.Duration) (bool, string) {
 	deadline := w.now() + bound
 	o := &w.opts
-	gap := 2*max(o.PollingInterval, o.NotifyHealthyPollingInterval, o.ClaimInterval, o.ClaimNotifyHealthyInterval) + o.DrainBatcher.MaxWait
-	stuckAfter := 2*(o.ApplyTimeout+o.ApplyAbandonGrace) + o.LeaseDuration + o.StaleInstanceThreshold + 5*time.Second
+	gap := 2*max(o.Drain.PollingInterval, o.Drain.NotifyHealthyPollingInterval, o.Claims.Interval, o.Claims.NotifyHealthyInterval) + o.Drain.Batcher.MaxWait
+	stuckAfter := 2*(o.Drain.ApplyTimeout+o.Drain.ApplyAbandonGrace) + o.Claims.LeaseDuration + o.Claims.StaleInstanceThreshold + 5*time.Second
 	streak := 0
 	why := ""
 	lastMove, lastSig := w.now(), ""
@@ -406,7 +406,7 @@ func (w *world) waitStreams(t *truth) []Violation {
 	if in == nil {
 		return []Violation{{3, "no live instance at the end"}}
 	}
-	bound := 5*time.Second + 4*max(w.opts.PollingInterval, w.opts.NotifyHealthyPollingInterval)
+	bound := 5*time.Second + 4*max(w.opts.Drain.PollingInterval, w.opts.Drain.NotifyHealthyPollingInterval)
 	ctx, cancel := context.WithCancel(context.WithValue(w.ctx, instKey{}, in))
 	defer cancel()
 	var (

@@ -120,45 +120,44 @@ func newOptions(rng *rand.Rand, p *params) core.Options {
 	lease := between(rng, time.Second, 1500*time.Millisecond)
 	p.jumpMax = max(stale+hb, lease) + 300*time.Millisecond
 	lock := between(rng, time.Second, 2*time.Second)
-	o := core.Options{
-		ServiceName:                  "sim",
-		HostName:                     "sim",
-		PollingInterval:              pick(rng, 20*time.Millisecond, 50*time.Millisecond, 200*time.Millisecond),
-		NotifyHealthyPollingInterval: pick(rng, 50*time.Millisecond, 200*time.Millisecond, 500*time.Millisecond),
-		ClaimInterval:                pick(rng, 5*time.Millisecond, 50*time.Millisecond, 250*time.Millisecond),
-		ClaimNotifyHealthyInterval:   pick(rng, 20*time.Millisecond, 100*time.Millisecond, 500*time.Millisecond),
-		HeartbeatInterval:            hb,
-		StaleInstanceThreshold:       stale,
-		LeaseDuration:                lease,
-		ApplyTimeout:                 p.jumpMax + between(rng, 300*time.Millisecond, time.Second),
-		ApplyAbandonGrace:            between(rng, 200*time.Millisecond, 600*time.Millisecond),
-		MaxPerspectiveEventAttempts:  2 + rng.IntN(3),
-		EventRetry:                   core.Backoff{Initial: between(rng, 10*time.Millisecond, 50*time.Millisecond), Max: between(rng, 50*time.Millisecond, 300*time.Millisecond), Multiplier: 2},
-		InfraRetry:                   core.Backoff{Initial: between(rng, 10*time.Millisecond, 50*time.Millisecond), Max: between(rng, 100*time.Millisecond, 500*time.Millisecond), Multiplier: 1.5},
-		CompletionResend:             core.Backoff{Initial: between(rng, 50*time.Millisecond, 200*time.Millisecond), Max: between(rng, 200*time.Millisecond, time.Second), Multiplier: 2},
-		FlushRetry:                   core.FlushRetryOptions{Backoff: core.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond, Multiplier: 2}, MaxAttempts: 2 + rng.IntN(4)},
-		DrainBatcher:                 core.DrainBatcherOptions{SlidingWindow: between(rng, time.Millisecond, 10*time.Millisecond), MaxWait: between(rng, 10*time.Millisecond, 100*time.Millisecond)},
-		PerspectiveBatchSize:         pick(rng, 2, 5, 0),
-		ModelCacheSize:               pick(rng, core.Unlimited, 2, 0, 0),
-		Completion:                   p.completion(pick(rng, false, true)),
-		RebuildPollInterval:          between(rng, 100*time.Millisecond, 500*time.Millisecond),
-		StatsInterval:                50 * time.Millisecond,
-		MaxConcurrentStreams:         pick(rng, 0, 3),
-		MaxPerspectivesPerStream:     pick(rng, 0, 1, 2),
-		MaxConcurrentDrainConsumers:  pick(rng, 0, 1, 2),
-		FetchMaxRows:                 pick(rng, 0, 0, 7),
-		Rewind: core.RewindOptions{
-			Disabled:      rng.IntN(5) == 0,
-			Debounce:      between(rng, 5*time.Millisecond, 50*time.Millisecond),
-			MaxDebounce:   between(rng, 50*time.Millisecond, 200*time.Millisecond),
-			LockTimeout:   lock,
-			KeepAlive:     lock / 4,
-			SnapshotEvery: pick(rng, 0, 0, 2, 3, 5),
-		},
-		DeadLetterRecovery: core.DeadLetterRecoveryOptions{Interval: between(rng, 200*time.Millisecond, time.Second)},
-	}
-	if o.ModelCacheSize == 0 {
-		o.ModelCacheSize = core.ModelCacheSizeDefault
+	// One field at a time, in a fixed order: the draws of a seed follow
+	// the order of these statements, so that a seed names its options.
+	var o core.Options
+	o.ServiceName = "sim"
+	o.HostName = "sim"
+	o.Drain.PollingInterval = pick(rng, 20*time.Millisecond, 50*time.Millisecond, 200*time.Millisecond)
+	o.Drain.NotifyHealthyPollingInterval = pick(rng, 50*time.Millisecond, 200*time.Millisecond, 500*time.Millisecond)
+	o.Claims.Interval = pick(rng, 5*time.Millisecond, 50*time.Millisecond, 250*time.Millisecond)
+	o.Claims.NotifyHealthyInterval = pick(rng, 20*time.Millisecond, 100*time.Millisecond, 500*time.Millisecond)
+	o.Claims.HeartbeatInterval = hb
+	o.Claims.StaleInstanceThreshold = stale
+	o.Claims.LeaseDuration = lease
+	o.Drain.ApplyTimeout = p.jumpMax + between(rng, 300*time.Millisecond, time.Second)
+	o.Drain.ApplyAbandonGrace = between(rng, 200*time.Millisecond, 600*time.Millisecond)
+	o.Retries.MaxEventAttempts = 2 + rng.IntN(3)
+	o.Retries.Event = core.Backoff{Initial: between(rng, 10*time.Millisecond, 50*time.Millisecond), Max: between(rng, 50*time.Millisecond, 300*time.Millisecond), Multiplier: 2}
+	o.Retries.Infra = core.Backoff{Initial: between(rng, 10*time.Millisecond, 50*time.Millisecond), Max: between(rng, 100*time.Millisecond, 500*time.Millisecond), Multiplier: 1.5}
+	o.Retries.CompletionResend = core.Backoff{Initial: between(rng, 50*time.Millisecond, 200*time.Millisecond), Max: between(rng, 200*time.Millisecond, time.Second), Multiplier: 2}
+	o.Retries.Flush = core.FlushRetryOptions{Backoff: core.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond, Multiplier: 2}, MaxAttempts: 2 + rng.IntN(4)}
+	o.Drain.Batcher = core.DrainBatcherOptions{SlidingWindow: between(rng, time.Millisecond, 10*time.Millisecond), MaxWait: between(rng, 10*time.Millisecond, 100*time.Millisecond)}
+	o.Drain.PerspectiveBatchSize = pick(rng, 2, 5, 0)
+	o.Drain.ModelCacheSize = pick(rng, core.Unlimited, 2, 0, 0)
+	o.Completion = p.completion(pick(rng, false, true))
+	o.Rewind.RebuildPollInterval = between(rng, 100*time.Millisecond, 500*time.Millisecond)
+	o.Telemetry.StatsInterval = 50 * time.Millisecond
+	o.Drain.MaxConcurrentStreams = pick(rng, 0, 3)
+	o.Drain.MaxPerspectivesPerStream = pick(rng, 0, 1, 2)
+	o.Drain.Consumers = pick(rng, 0, 1, 2)
+	o.Drain.FetchMaxRows = pick(rng, 0, 0, 7)
+	o.Rewind.Disabled = rng.IntN(5) == 0
+	o.Rewind.Debounce = between(rng, 5*time.Millisecond, 50*time.Millisecond)
+	o.Rewind.MaxDebounce = between(rng, 50*time.Millisecond, 200*time.Millisecond)
+	o.Rewind.LockTimeout = lock
+	o.Rewind.KeepAlive = lock / 4
+	o.Rewind.SnapshotEvery = pick(rng, 0, 0, 2, 3, 5)
+	o.DeadLetterRecovery = core.DeadLetterRecoveryOptions{Interval: between(rng, 200*time.Millisecond, time.Second)}
+	if o.Drain.ModelCacheSize == 0 {
+		o.Drain.ModelCacheSize = core.ModelCacheSizeDefault
 	}
 	return o
 }
@@ -176,13 +175,13 @@ func describeOptions(o core.Options, p params) string {
 	fmt.Fprintf(&b, "instances=%d phase=%s gap=%s clean=%d dirty=%d imports=%d faultP=%.2f episodes=%d rebuilds=%d requeues=%d retire=%t tx=%d generation=%t\n",
 		p.instances, p.faultPhase, p.appendGap, p.clean, p.dirty, p.imports, p.faultP, p.episodes, p.rebuilds, p.requeues, p.retire, p.txAppends, p.generation)
 	fmt.Fprintf(&b, "completion=%s attempts=%d stale=%s heartbeat=%s lease=%s applyTimeout=%s grace=%s claim=%s/%s poll=%s/%s window=%s/%s batch=%d cache=%d fetchMax=%d\n",
-		reports, o.MaxPerspectiveEventAttempts, o.StaleInstanceThreshold, o.HeartbeatInterval, o.LeaseDuration, o.ApplyTimeout, o.ApplyAbandonGrace,
-		o.ClaimInterval, o.ClaimNotifyHealthyInterval, o.PollingInterval, o.NotifyHealthyPollingInterval, o.DrainBatcher.SlidingWindow, o.DrainBatcher.MaxWait,
-		o.PerspectiveBatchSize, o.ModelCacheSize, o.FetchMaxRows)
-	fmt.Fprintf(&b, "consumers=%d streams=%d perspectives=%d\n", o.MaxConcurrentDrainConsumers, o.MaxConcurrentStreams, o.MaxPerspectivesPerStream)
+		reports, o.Retries.MaxEventAttempts, o.Claims.StaleInstanceThreshold, o.Claims.HeartbeatInterval, o.Claims.LeaseDuration, o.Drain.ApplyTimeout, o.Drain.ApplyAbandonGrace,
+		o.Claims.Interval, o.Claims.NotifyHealthyInterval, o.Drain.PollingInterval, o.Drain.NotifyHealthyPollingInterval, o.Drain.Batcher.SlidingWindow, o.Drain.Batcher.MaxWait,
+		o.Drain.PerspectiveBatchSize, o.Drain.ModelCacheSize, o.Drain.FetchMaxRows)
+	fmt.Fprintf(&b, "consumers=%d streams=%d perspectives=%d\n", o.Drain.Consumers, o.Drain.MaxConcurrentStreams, o.Drain.MaxPerspectivesPerStream)
 	fmt.Fprintf(&b, "eventRetry=%s..%s infraRetry=%s..%s resend=%s..%s rewinds=%s snapshotEvery=%d debounce=%s/%s lock=%s rebuildPoll=%s",
-		o.EventRetry.Initial, o.EventRetry.Max, o.InfraRetry.Initial, o.InfraRetry.Max, o.CompletionResend.Initial, o.CompletionResend.Max,
-		map[bool]string{true: "off", false: "on"}[o.Rewind.Disabled], o.Rewind.SnapshotEvery, o.Rewind.Debounce, o.Rewind.MaxDebounce, o.Rewind.LockTimeout, o.RebuildPollInterval)
+		o.Retries.Event.Initial, o.Retries.Event.Max, o.Retries.Infra.Initial, o.Retries.Infra.Max, o.Retries.CompletionResend.Initial, o.Retries.CompletionResend.Max,
+		map[bool]string{true: "off", false: "on"}[o.Rewind.Disabled], o.Rewind.SnapshotEvery, o.Rewind.Debounce, o.Rewind.MaxDebounce, o.Rewind.LockTimeout, o.Rewind.RebuildPollInterval)
 	return b.String()
 }
 
@@ -200,5 +199,5 @@ func shape(o core.Options, p params) string {
 	if p.focus != "" {
 		focus = " focus=" + p.focus
 	}
-	return fmt.Sprintf("%s rewinds=%s cache=%d instances=%d episodes=%d rebuilds=%d retire=%t%s", reports, rewinds, o.ModelCacheSize, p.instances, p.episodes, p.rebuilds, p.retire, focus)
+	return fmt.Sprintf("%s rewinds=%s cache=%d instances=%d episodes=%d rebuilds=%d retire=%t%s", reports, rewinds, o.Drain.ModelCacheSize, p.instances, p.episodes, p.rebuilds, p.retire, focus)
 }

@@ -96,7 +96,7 @@ func (w *world) pauseAtMove(ctx context.Context, in *instance, p *ports.DeadLett
 
 	from := w.now()
 	o := &w.opts
-	limit := o.StaleInstanceThreshold + o.HeartbeatInterval + o.LeaseDuration + 2*max(o.ClaimInterval, o.ClaimNotifyHealthyInterval) + time.Second
+	limit := o.Claims.StaleInstanceThreshold + o.Claims.HeartbeatInterval + o.Claims.LeaseDuration + 2*max(o.Claims.Interval, o.Claims.NotifyHealthyInterval) + time.Second
 	w.rec.tracef("%s paused before its move of k%d to dead letters (work %s), for at most %s", in.name, k, short(p.WorkID), limit)
 	timer := w.clock.NewTimer(limit)
 	why, ended, taken := "nobody fetched the row", false, pz.taken
@@ -244,7 +244,7 @@ func (w *world) claimGate(ctx context.Context, in *instance) {
 	if pz == nil {
 		return
 	}
-	timer := w.clock.NewTimer(w.opts.StaleInstanceThreshold / 4)
+	timer := w.clock.NewTimer(w.opts.Claims.StaleInstanceThreshold / 4)
 	defer timer.Stop()
 	select {
 	case <-timer.C():

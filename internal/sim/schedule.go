@@ -233,7 +233,7 @@ func (w *world) drawFault(typ string) eventFault {
 		}
 	}
 	persp := persps[rng.IntN(len(persps))]
-	attempts := w.opts.MaxPerspectiveEventAttempts
+	attempts := w.opts.Retries.MaxEventAttempts
 	some := func() int { return 1 + rng.IntN(attempts-1) } // fewer failures than attempts
 	// maybe is Times for a fault that is permanent one time in three.
 	maybe := func() int {
@@ -282,7 +282,7 @@ func (w *world) drawFault(typ string) eventFault {
 	case k < 21:
 		return eventFault{Kind: hangCtx, Persp: persp, Times: maybe(), Inst: -1}
 	default:
-		return eventFault{Kind: hangIgnore, Persp: persp, Times: maybe(), Inst: -1, Hold: w.opts.ApplyTimeout + w.opts.ApplyAbandonGrace + between(rng, 200*time.Millisecond, time.Second)}
+		return eventFault{Kind: hangIgnore, Persp: persp, Times: maybe(), Inst: -1, Hold: w.opts.Drain.ApplyTimeout + w.opts.Drain.ApplyAbandonGrace + between(rng, 200*time.Millisecond, time.Second)}
 	}
 }
 
@@ -468,7 +468,7 @@ func (w *world) crashOne() int {
 	from := w.now()
 	w.crash(in)
 	o := &w.opts
-	w.disturb(window{from: from, to: from + o.StaleInstanceThreshold + o.HeartbeatInterval + w.settle(), what: "crash " + in.name, infra: true, crashLike: true})
+	w.disturb(window{from: from, to: from + o.Claims.StaleInstanceThreshold + o.Claims.HeartbeatInterval + w.settle(), what: "crash " + in.name, infra: true, crashLike: true})
 	return in.slot
 }
 
@@ -530,7 +530,7 @@ func (w *world) failOne(dur time.Duration, failP, afterP float64) {
 	from := w.now()
 	in.faults.set(modeFailing, failP, afterP)
 	w.rec.tracef("backend of %s failing for %s (p=%.1f, after the effect %.1f)", in.name, dur, failP, afterP)
-	w.disturb(window{from: from, to: from + dur + w.settle(), what: "failing " + in.name, infra: true, crashLike: dur+w.opts.HeartbeatInterval >= w.opts.StaleInstanceThreshold})
+	w.disturb(window{from: from, to: from + dur + w.settle(), what: "failing " + in.name, infra: true, crashLike: dur+w.opts.Claims.HeartbeatInterval >= w.opts.Claims.StaleInstanceThreshold})
 	w.ops.Go(func() {
 		w.sleep(dur)
 		w.heal(in)
@@ -568,7 +568,7 @@ func (w *world) blockOne(dur time.Duration) {
 	from := w.now()
 	in.faults.set(modeBlocked, 0, 0)
 	w.rec.tracef("backend of %s blocked for %s", in.name, dur)
-	w.disturb(window{from: from, to: from + dur + w.settleHeld(), what: "blocked " + in.name, infra: true, crashLike: dur+w.opts.HeartbeatInterval >= w.opts.StaleInstanceThreshold})
+	w.disturb(window{from: from, to: from + dur + w.settleHeld(), what: "blocked " + in.name, infra: true, crashLike: dur+w.opts.Claims.HeartbeatInterval >= w.opts.Claims.StaleInstanceThreshold})
 	w.ops.Go(func() {
 		w.sleep(dur)
 		w.heal(in)
@@ -589,7 +589,7 @@ func (w *world) lockLeases(dur time.Duration) {
 		in.faults.blockOnly(leaseOps...)
 	}
 	w.rec.tracef("lease table locked for %s", dur)
-	w.disturb(window{from: from, to: from + dur + w.settleHeld(), what: "lease lock", infra: true, crashLike: dur+w.opts.HeartbeatInterval >= w.opts.StaleInstanceThreshold})
+	w.disturb(window{from: from, to: from + dur + w.settleHeld(), what: "lease lock", infra: true, crashLike: dur+w.opts.Claims.HeartbeatInterval >= w.opts.Claims.StaleInstanceThreshold})
 	w.ops.Go(func() {
 		w.sleep(dur)
 		for _, in := range live {
@@ -619,7 +619,7 @@ func (w *world) heal(in *instance) {
 // margin for the goroutines to wake.
 func (w *world) claimBound() time.Duration {
 	o := &w.opts
-	return max(o.ClaimInterval, o.ClaimNotifyHealthyInterval) + o.DrainBatcher.MaxWait + 500*time.Millisecond
+	return max(o.Claims.Interval, o.Claims.NotifyHealthyInterval) + o.Drain.Batcher.MaxWait + 500*time.Millisecond
 }
 
 // watchClaims checks that in calls WorkClaim again within claimBound
@@ -687,7 +687,7 @@ func (w *world) jump(d time.Duration) {
 	w.jumps.Add(1)
 	w.clock.Advance(d)
 	w.rec.tracef("clock jumped %s ahead", d)
-	w.disturb(window{from: from, to: w.now() + w.settle(), what: "jump " + d.String(), crashLike: d+w.opts.HeartbeatInterval >= w.opts.StaleInstanceThreshold})
+	w.disturb(window{from: from, to: w.now() + w.settle(), what: "jump " + d.String(), crashLike: d+w.opts.Claims.HeartbeatInterval >= w.opts.Claims.StaleInstanceThreshold})
 }
 
 // rebuild deploys new apply functions (the code version goes up) and

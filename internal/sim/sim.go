@@ -600,29 +600,30 @@ func (w *world) stop(in *instance) {
 
 // settle is how long after a disturbance ends the engine may take to be
 // back to its quiet pace: a pair that met backend errors retries after
-// InfraRetry, an unacknowledged outcome is re-sent after CompletionResend,
-// a flush retries in place, the claim and poll cadences run.
+// Retries.Infra, an unacknowledged outcome is re-sent after
+// Retries.CompletionResend, a flush retries in place, the claim and poll
+// cadences run.
 func (w *world) settle() time.Duration {
 	o := &w.opts
-	flush := time.Duration(o.FlushRetry.MaxAttempts) * o.FlushRetry.Max
-	return o.InfraRetry.Max*3/2 + o.CompletionResend.Max + flush + max(o.ClaimInterval, o.ClaimNotifyHealthyInterval) +
-		max(o.PollingInterval, o.NotifyHealthyPollingInterval) + o.DrainBatcher.MaxWait + 300*time.Millisecond
+	flush := time.Duration(o.Retries.Flush.MaxAttempts) * o.Retries.Flush.Max
+	return o.Retries.Infra.Max*3/2 + o.Retries.CompletionResend.Max + flush + max(o.Claims.Interval, o.Claims.NotifyHealthyInterval) +
+		max(o.Drain.PollingInterval, o.Drain.NotifyHealthyPollingInterval) + o.Drain.Batcher.MaxWait + 300*time.Millisecond
 }
 
 // settleHeld is settle after calls that were held, not failed: nothing
 // retries, the claim and poll cadences run.
 func (w *world) settleHeld() time.Duration {
 	o := &w.opts
-	return max(o.ClaimInterval, o.ClaimNotifyHealthyInterval) + max(o.PollingInterval, o.NotifyHealthyPollingInterval) +
-		o.DrainBatcher.MaxWait + 300*time.Millisecond
+	return max(o.Claims.Interval, o.Claims.NotifyHealthyInterval) + max(o.Drain.PollingInterval, o.Drain.NotifyHealthyPollingInterval) +
+		o.Drain.Batcher.MaxWait + 300*time.Millisecond
 }
 
 // quietBound is how long an event of a clean stream may wait for a
 // perspective while nothing disturbs the instances.
 func (w *world) quietBound() time.Duration {
 	o := &w.opts
-	return max(o.ClaimInterval, o.ClaimNotifyHealthyInterval) + max(o.PollingInterval, o.NotifyHealthyPollingInterval) +
-		o.DrainBatcher.MaxWait + time.Second
+	return max(o.Claims.Interval, o.Claims.NotifyHealthyInterval) + max(o.Drain.PollingInterval, o.Drain.NotifyHealthyPollingInterval) +
+		o.Drain.Batcher.MaxWait + time.Second
 }
 
 func (w *world) note(n string) {

@@ -124,11 +124,11 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.IntVar(&c.appenders, "appenders", 4, "concurrent appenders (seeding, live)")
 	fs.StringVar(&settings, "settings", settingDefaults+","+settingLowLatency+","+settingNoEngine,
 		"live and idle: engine settings to measure (defaults, low-latency; no-engine: a live run of the appends alone, which idle skips)")
-	fs.DurationVar(&c.stale, "stale", 0, "failover: Options.StaleInstanceThreshold (0: the engine's default, 30s)")
+	fs.DurationVar(&c.stale, "stale", 0, "failover: Options.Claims.StaleInstanceThreshold (0: the engine's default, 30s)")
 	fs.DurationVar(&c.killAfter, "kill-after", 10*time.Second, "failover: appending time before one instance is killed")
 	fs.DurationVar(&c.drainWait, "drain-wait", 2*time.Minute, "live and failover: how long to wait, after the appends, for every event to be applied")
 	fs.DurationVar(&c.timeout, "timeout", 15*time.Minute, "give up on one run after this long")
-	fs.StringVar(&options, "opt", "", "override core.Options of every Vantage run: Field=value[,Struct.Field=value...], e.g. FetchMaxRows=50000,DrainBatcher.SlidingWindow=20ms")
+	fs.StringVar(&options, "opt", "", "override core.Options of every Vantage run: Field=value[,Struct.Field=value...], e.g. Drain.FetchMaxRows=50000,Drain.Batcher.SlidingWindow=20ms")
 	fs.StringVar(&c.pgLog, "pglog", "/var/log/postgresql/postgresql-15-main.log", "PostgreSQL server log, read for auto_explain plans when profiling")
 	fs.StringVar(&c.profileDir, "profile", "", "write a CPU profile and a SQL/PostgreSQL report of each run into this directory")
 	if err := fs.Parse(args); err != nil {

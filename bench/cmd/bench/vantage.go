@@ -159,7 +159,7 @@ func (v *vantage) options(hooks core.Hooks) (*core.Options, error) {
 		lowLatency(o)
 	}
 	if v.spec.Stale > 0 {
-		o.StaleInstanceThreshold = v.spec.Stale
+		o.Claims.StaleInstanceThreshold = v.spec.Stale
 	}
 	return o, applyOverrides(o, v.spec.Options)
 }
@@ -170,11 +170,11 @@ func (v *vantage) options(hooks core.Hooks) (*core.Options, error) {
 // 250ms); the safety-net polls run every 100ms, and so do the claims while
 // notifications are healthy (every 10ms while they are not).
 func lowLatency(o *core.Options) {
-	o.DrainBatcher = core.DrainBatcherOptions{SlidingWindow: 2 * time.Millisecond, MaxWait: 10 * time.Millisecond}
-	o.PollingInterval = 100 * time.Millisecond
-	o.NotifyHealthyPollingInterval = 100 * time.Millisecond
-	o.ClaimInterval = 10 * time.Millisecond
-	o.ClaimNotifyHealthyInterval = 100 * time.Millisecond
+	o.Drain.Batcher = core.DrainBatcherOptions{SlidingWindow: 2 * time.Millisecond, MaxWait: 10 * time.Millisecond}
+	o.Drain.PollingInterval = 100 * time.Millisecond
+	o.Drain.NotifyHealthyPollingInterval = 100 * time.Millisecond
+	o.Claims.Interval = 10 * time.Millisecond
+	o.Claims.NotifyHealthyInterval = 100 * time.Millisecond
 }
 
 func (v *vantage) startWorkers(ctx context.Context, hooks func(i int) core.Hooks) error {
@@ -485,7 +485,7 @@ func (v *vantage) live(ctx context.Context) (*result, error) {
 		if err != nil {
 			return r, err
 		}
-		staleThreshold = o.StaleInstanceThreshold
+		staleThreshold = o.Claims.StaleInstanceThreshold
 		if staleThreshold == 0 {
 			staleThreshold = core.StaleInstanceThresholdDefault
 		}

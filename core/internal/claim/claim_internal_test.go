@@ -202,7 +202,7 @@ func TestClaimLoopNotificationsNeverPostponeAClaim(t *testing.T) {
 		require.Equal(t, int64(9), claims)
 		bb.wakes.Notified()
 		synctest.Wait()
-		require.Equal(t, []time.Duration{interval}, waits.take(), "the notification waits for the budget, at most ClaimInterval")
+		require.Equal(t, []time.Duration{interval}, waits.take(), "the notification waits for the budget, at most Claims.Interval")
 		due := clock.Now().Add(interval)
 
 		for clock.Now().Add(every).Before(due) {
@@ -223,7 +223,7 @@ func TestClaimLoopNotificationsNeverPostponeAClaim(t *testing.T) {
 
 // A notification claims at once while claims took little of the recent
 // time, and waits for the budget when they took more than half of it
-// (never longer than ClaimInterval). RequestImmediatePoll-style wakes
+// (never longer than Claims.Interval). RequestImmediatePoll-style wakes
 // claim at once.
 func TestClaimLoopPacesNotifications(t *testing.T) {
 	t.Parallel()

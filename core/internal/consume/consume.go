@@ -193,7 +193,7 @@ func (c *Consumers) wantWindow(n int, lastWakes *uint64) bool {
 
 // collectWindow extends a batch with the streams that arrive for at most
 // wait, until ended is closed (the batch it waited behind ended), and
-// within the DrainBatcher bounds: SlidingWindow after the latest arrival,
+// within the Drain.Batcher bounds: SlidingWindow after the latest arrival,
 // MaxWait after the first, at most MaxSize ids.
 func (c *Consumers) collectWindow(ctx context.Context, ids []uuid.UUID, wait time.Duration, ended <-chan struct{}) []uuid.UUID {
 	first := c.Now()

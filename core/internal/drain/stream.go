@@ -191,9 +191,9 @@ func groupByPerspective(work []ports.WorkItem) [][]ports.WorkItem {
 // what one fetch returned (see drainPass). The stream is fetched again
 // within the batch when its fetch may have been cut at FetchMaxRows, or
 // when it was pushed to the drain queue while it was drained (a claim or a
-// notification saw events appended meanwhile): up to DrainLoopMaxIterations
+// notification saw events appended meanwhile): up to Drain.LoopMaxIterations
 // passes in all, while the last pass applied at least
-// DrainLoopRefetchMinBatch events. A pass that found less to do leaves the
+// Drain.LoopRefetchMinBatch events. A pass that found less to do leaves the
 // rest to the next batch, which the push queues. Before a refetch what was
 // applied is acknowledged, else the refetch would return it again. The
 // task notes when rows past the fetch limit may be left. A pass in which an
@@ -283,7 +283,7 @@ type pairOutcome struct {
 	applied int           // events applied and saved
 	events  []ports.Event // those events, when the stream collects them
 	// versions are the versions of the events applied when they are fewer
-	// than DrainLoopRefetchMinBatch (see passEvents).
+	// than Drain.LoopRefetchMinBatch (see passEvents).
 	versions []int64
 	// abandoned is set when an apply of the run was abandoned.
 	abandoned bool

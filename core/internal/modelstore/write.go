@@ -11,7 +11,7 @@ import (
 )
 
 // ErrWriteDeadline is the cause of a projection write's context cancelled
-// at Options.ApplyTimeout.
+// at Options.Drain.ApplyTimeout.
 var ErrWriteDeadline = errors.New("projection write ran past its deadline")
 
 // ErrGroupPatience is the cause of the writes of a shared save cut at its

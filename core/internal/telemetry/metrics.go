@@ -56,18 +56,19 @@ var (
 )
 
 // Metrics holds the engine's instruments, created from
-// Options.MeterProvider at New. Its methods are the engine's measurement
-// points; each is one call at its site. Hot paths pass precomputed
-// attribute sets (see attrs), so that a measurement allocates nothing, and
-// count once per pair run or batch rather than per event. With the default
-// provider, before the application installs one, every instrument is a
-// no-op and the per-event duration does not even read the clock.
+// Options.Telemetry.MeterProvider at New. Its methods are the engine's
+// measurement points; each is one call at its site. Hot paths pass
+// precomputed attribute sets (see attrs), so that a measurement allocates
+// nothing, and count once per pair run or batch rather than per event. With
+// the default provider, before the application installs one, every
+// instrument is a no-op and the per-event duration does not even read the
+// clock.
 type Metrics struct {
 	clock ports.Clock
 	log   *slog.Logger
 	meter metric.Meter
 	// applyEvery spaces the recorded apply durations of a perspective
-	// (Options.ApplyDurationInterval).
+	// (Options.Telemetry.ApplyDurationInterval).
 	applyEvery time.Duration
 
 	// Per perspective.
@@ -226,9 +227,9 @@ func NewMetrics(cfg MetricsConfig) *Metrics {
 		"Work rows a perspective handled, by outcome: applied (applied and saved), failed (the apply failed), skipped (already in the stored model).")
 	m.applyDuration = seconds("vantage.perspective.apply.duration", "Duration of one apply function call.")
 	m.dedupHits = counter("vantage.dedup.hits", "{event}", "Work rows skipped because they were applied and their completion is not acknowledged yet.")
-	m.failures = counter("vantage.perspective.failures", "{failure}", "Failed applies reported for a retry after EventRetry, by reason.")
+	m.failures = counter("vantage.perspective.failures", "{failure}", "Failed applies reported for a retry after Retries.Event, by reason.")
 	m.deadLetters = counter("vantage.perspective.dead_letters", "{event}", "Work rows moved to dead letters, by reason.")
-	m.backendErrors = counter("vantage.perspective.backend_errors", "{error}", "Drains of a pair set back by a backend error and retried after InfraRetry, at no attempt.")
+	m.backendErrors = counter("vantage.perspective.backend_errors", "{error}", "Drains of a pair set back by a backend error and retried after Retries.Infra, at no attempt.")
 	m.abandoned = counter("vantage.apply.abandoned", "{apply}", "Applies abandoned after ignoring their cancelled context past ApplyAbandonGrace.")
 	m.batchStreams = histogram("vantage.batch.streams", "{stream}", "Streams drained by one batch.", countBuckets)
 	m.batchEvents = histogram("vantage.batch.events", "{event}", "Events applied by one batch, counted once per perspective.", countBuckets)
@@ -239,7 +240,7 @@ func NewMetrics(cfg MetricsConfig) *Metrics {
 		"Stalls of the claim loop: no claim answered for half of StaleInstanceThreshold past its time; the instance skips its heartbeats until one is.")
 	m.flushSize = histogram("vantage.completion.flush.size", "{item}", "Completions or failures sent to the backend in one call.", countBuckets)
 	m.flushDuration = seconds("vantage.completion.flush.duration", "Duration of one call sending completions or failures to the backend, by outcome.")
-	m.flushRetries = counter("vantage.completion.flush.retries", "{retry}", "Flush calls repeated in place after a failure (FlushRetry).")
+	m.flushRetries = counter("vantage.completion.flush.retries", "{retry}", "Flush calls repeated in place after a failure (Retries.Flush).")
 	m.flushDropped = counter("vantage.completion.flush.dropped", "{item}", "Completions or failures given up on after their last flush attempt; their rows are re-delivered.")
 	m.rewinds = counter("vantage.rewinds", "{rewind}", "Rewinds and rebuilds of a (stream, perspective) that finished.")
 	m.rewindDuration = seconds("vantage.rewind.duration", "Duration of one rewind or rebuild of a (stream, perspective).")

@@ -50,7 +50,7 @@ const (
 	rewindSpanPrefix = "vantage.rewind "
 )
 
-// tracing starts the engine's spans, from Options.TracerProvider.
+// tracing starts the engine's spans, from Options.Telemetry.TracerProvider.
 //
 // A drain batch is a root span: it is background work that no request
 // waits for, and it serves the events of many requests. The apply of each

@@ -76,12 +76,12 @@ func process(t *testing.T, b ports.Backend, opts core.Options, wait func()) {
 func processWith(t *testing.T, b ports.Backend, reg *core.Registry, opts core.Options, wait func()) {
 	t.Helper()
 	opts.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError}))
-	opts.PollingInterval = 10 * time.Millisecond
-	opts.NotifyHealthyPollingInterval = 10 * time.Millisecond
-	opts.ClaimInterval = 10 * time.Millisecond
-	opts.ClaimNotifyHealthyInterval = 10 * time.Millisecond
-	opts.HeartbeatInterval = 100 * time.Millisecond
-	opts.DrainBatcher = core.DrainBatcherOptions{SlidingWindow: time.Millisecond, MaxWait: 5 * time.Millisecond}
+	opts.Drain.PollingInterval = 10 * time.Millisecond
+	opts.Drain.NotifyHealthyPollingInterval = 10 * time.Millisecond
+	opts.Claims.Interval = 10 * time.Millisecond
+	opts.Claims.NotifyHealthyInterval = 10 * time.Millisecond
+	opts.Claims.HeartbeatInterval = 100 * time.Millisecond
+	opts.Drain.Batcher = core.DrainBatcherOptions{SlidingWindow: time.Millisecond, MaxWait: 5 * time.Millisecond}
 	w, err := core.New(b, reg, &opts)
 	require.NoError(t, err)
 	require.NoError(t, w.Start(t.Context()))
@@ -113,7 +113,7 @@ func deadLetters(t *testing.T, b ports.Backend) []ports.DeadLetter {
 	appendOrders(t, b, 0, orderPlaced{Amount: 10}, paymentFailed{Reason: "card"}, orderPlaced{Amount: 20}, paymentFailed{Reason: "fraud"})
 	dead := make(chan ports.DeadLetter, 2)
 	applied := make(chan core.PerspectiveEventProcessed, 16)
-	opts := core.Options{MaxPerspectiveEventAttempts: 1}
+	opts := core.Options{Retries: core.RetryOptions{MaxEventAttempts: 1}}
 	opts.Hooks.OnDeadLettered = func(dl ports.DeadLetter) { dead <- dl }
 	opts.Hooks.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) { applied <- e }
 	process(t, b, opts, func() {

@@ -35,9 +35,10 @@ for the streams --stream names or else every stream with events it
 handles, while everything else flows. vantage runs no engine: it stores a
 durable request (Admin.RebuildRequest), which one of the running engine
 instances that run the perspective claims at its next look (every
-RebuildPollInterval, 5s by default) and carries out, recording its
-progress. Should that instance stop or die, another resumes the request
-after the last stream recorded done. The request's id is printed.
+Options.Rewind.RebuildPollInterval, 5s by default) and carries out,
+recording its progress. Should that instance stop or die, another
+resumes the request after the last stream recorded done. The request's id
+is printed.
 
 With --wait the command follows the request, reading it every --interval
 and printing a line whenever it moved on (streams done of the total,

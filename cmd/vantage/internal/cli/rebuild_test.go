@@ -96,7 +96,7 @@ func TestRebuild(t *testing.T) {
 		}))
 
 		ended := make(chan ports.RebuildRequest, 1)
-		opts := core.Options{RebuildPollInterval: 10 * time.Millisecond}
+		opts := core.Options{Rewind: core.RewindOptions{RebuildPollInterval: 10 * time.Millisecond}}
 		opts.Hooks.OnRebuildRequest = func(r ports.RebuildRequest) {
 			if r.Status == ports.RebuildDone || r.Status == ports.RebuildFailed {
 				ended <- r
@@ -151,7 +151,7 @@ func TestRebuild(t *testing.T) {
 		require.NoError(t, broken.AddPerspective(stats))
 
 		var res result
-		processWith(t, tb.b, broken, core.Options{RebuildPollInterval: 10 * time.Millisecond}, func() {
+		processWith(t, tb.b, broken, core.Options{Rewind: core.RewindOptions{RebuildPollInterval: 10 * time.Millisecond}}, func() {
 			res = tb.run(t, "rebuild", "customer_stats", "--wait", "--interval", "10ms", "--json")
 		})
 		require.Equal(t, cli.ExitFailed, res.code)
