@@ -44,8 +44,6 @@ type Registry struct {
 	byName       map[string]*eventType
 	byGoType     map[reflect.Type]*eventType
 	perspectives map[string]registered
-	// views are the perspectives as the engine runs them (see view).
-	views map[string]perspective.Perspective
 
 	receptors []receptor
 	// receptorStages has bit 1<<stage set once a receptor of that stage is
@@ -100,7 +98,6 @@ func NewRegistry() *Registry {
 		byName:       map[string]*eventType{},
 		byGoType:     map[reflect.Type]*eventType{},
 		perspectives: map[string]registered{},
-		views:        map[string]perspective.Perspective{},
 	}
 }
 
@@ -395,7 +392,6 @@ func (r *Registry) AddPerspective(p Registrable) error {
 		return fmt.Errorf("adding perspective: %w", err)
 	}
 	r.perspectives[p.Name()] = p
-	r.views[p.Name()] = viewOf(p)
 	r.byType.Store(nil)
 	return nil
 }

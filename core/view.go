@@ -48,10 +48,11 @@ func viewOf(p registered) perspective.Perspective {
 // lookup returns the engine's view of the perspective registered under
 // name.
 func (r *Registry) lookup(name string) (perspective.Perspective, bool) {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	v, ok := r.views[name]
-	return v, ok
+	p, ok := r.perspective(name)
+	if !ok {
+		return nil, false
+	}
+	return viewOf(p), true
 }
 
 // engineRegistry is the registry as the drain and the rewinder read it.

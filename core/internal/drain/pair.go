@@ -61,7 +61,7 @@ func (dr *Drainer) runPair(ctx context.Context, turn *pair.Turn, task *pairTask,
 	flagged := dr.rewind.Enabled() && flags.Status.Has(ports.CursorRewindRequired)
 	rows, held, err := dr.toApply(ctx, key, rows, position)
 	if err != nil {
-		return pairOutcome{}, dr.moveFailed(ctx, key, "moving work to dead letters", err), nil
+		return pairOutcome{}, dr.fail.MoveEnding(ctx, key, "moving work to dead letters", err), nil
 	}
 	// A flagged pair whose rows are all gone now (dead-lettered: their
 	// attempts were used up) has nothing left for a rewind to apply, but
@@ -86,7 +86,7 @@ func (dr *Drainer) runPair(ctx context.Context, turn *pair.Turn, task *pairTask,
 	}
 	if late {
 		if rows, err = dr.fail.DeadLetterLate(ctx, rows, position); err != nil {
-			return pairOutcome{}, dr.moveFailed(ctx, key, "moving late work to dead letters", err), nil
+			return pairOutcome{}, dr.fail.MoveEnding(ctx, key, "moving late work to dead letters", err), nil
 		}
 		if len(rows) == 0 {
 			return pairOutcome{}, pair.Stopped(), nil
@@ -161,7 +161,7 @@ func (dr *Drainer) runPair(ctx context.Context, turn *pair.Turn, task *pairTask,
 // are used up go to dead letters, unless they lie at or below position,
 // the pair's cursor, and are not late (applied: they complete); when that
 // move fails, nothing is applied and its error is returned (see
-// moveFailed).
+// failure.Failures.MoveEnding).
 func (dr *Drainer) toApply(ctx context.Context, key pair.Key, rows []ports.WorkItem, position int64) (_ []ports.WorkItem, held []uuid.UUID, _ error) {
 	fresh, held := dr.fetcher.NotApplied(ctx, key, rows)
 	rows, err := dr.fail.DeadLetterExhausted(ctx, fresh, position)
@@ -169,18 +169,6 @@ func (dr *Drainer) toApply(ctx context.Context, key pair.Key, rows []ports.WorkI
 		return nil, nil, err
 	}
 	return rows, held, nil
-}
-
-// moveFailed is how a run ends whose move of rows to dead letters failed
-// with err: an infrastructure error holds the pair back for its backoff;
-// a refusal because the stream is another instance's now
-// (ports.ErrLeaseLost) costs nothing, and leaves the pair to its holder.
-func (dr *Drainer) moveFailed(ctx context.Context, key pair.Key, op string, err error) pair.Ending {
-	if errors.Is(err, ports.ErrLeaseLost) {
-		dr.fail.LeaseLost(ctx, key, err)
-		return pair.Stopped()
-	}
-	return pair.InfraFailed(op, err)
 }
 
 // prePerspective runs the PrePerspective stage for the rows' events past

@@ -106,9 +106,11 @@ func (fl *Failures) EventFailed(ctx context.Context, k pair.Key, row ports.WorkI
 		Now:        fl.ParamNow(),
 	})
 	if err != nil {
-		if fl.MoveFailed(ctx, k, "moving work to dead letters", err) {
+		end := fl.MoveEnding(ctx, k, "moving work to dead letters", err)
+		if end.IsStopped() {
 			return LeaseLost
 		}
+		fl.parking.Record(ctx, k, end)
 		return Infra
 	}
 	if res.Moved {
@@ -117,18 +119,17 @@ func (fl *Failures) EventFailed(ctx context.Context, k pair.Key, row ports.WorkI
 	return DeadLettered
 }
 
-// MoveFailed handles a move to dead letters of the pair k that returned
-// err: an infrastructure error is retried after a backoff (op names the
-// call); a refusal because the stream is another instance's now
-// (ports.ErrLeaseLost) costs nothing and is only noted. It reports true for
-// the refusal.
-func (fl *Failures) MoveFailed(ctx context.Context, k pair.Key, op string, err error) bool {
-	if !errors.Is(err, ports.ErrLeaseLost) {
-		fl.parking.InfraFailed(ctx, k, op, err)
-		return false
+// MoveEnding is how a run of the pair k ends whose move to dead letters
+// returned err: an infrastructure error holds the pair back for its
+// backoff (op names the call); a refusal because the stream is another
+// instance's now (ports.ErrLeaseLost) costs nothing, is only noted, and
+// leaves the pair to that instance (Stopped).
+func (fl *Failures) MoveEnding(ctx context.Context, k pair.Key, op string, err error) pair.Ending {
+	if errors.Is(err, ports.ErrLeaseLost) {
+		fl.LeaseLost(ctx, k, err)
+		return pair.Stopped()
 	}
-	fl.LeaseLost(ctx, k, err)
-	return true
+	return pair.InfraFailed(op, err)
 }
 
 // LeaseLost notes that a write of the pair k was refused because the
@@ -210,7 +211,7 @@ func (fl *Failures) Failed(ctx context.Context, k pair.Key, f ports.Failure, ver
 // pair's cursor) that is not late was applied and saved, its completion
 // lost (the takeover that charged it took the stream of an instance that
 // died before completing): it is returned, to complete as a re-delivery.
-// An error of the backend is returned (see MoveFailed): the pair retries,
+// An error of the backend is returned (see MoveEnding): the pair retries,
 // or, when the stream is another instance's now, leaves it to that
 // instance.
 func (fl *Failures) DeadLetterExhausted(ctx context.Context, rows []ports.WorkItem, position int64) ([]ports.WorkItem, error) {
@@ -241,7 +242,7 @@ func (fl *Failures) DeadLetterLate(ctx context.Context, rows []ports.WorkItem, p
 // deadLetterRows moves the rows that match selects to dead letters, with
 // the reason and error it gives, and returns the other rows. An error of
 // the backend is returned at the first row it refuses, ports.ErrLeaseLost
-// included (see MoveFailed).
+// included (see MoveEnding).
 func (fl *Failures) deadLetterRows(ctx context.Context, rows []ports.WorkItem, match func(ports.WorkItem) (reason, cause string, ok bool)) ([]ports.WorkItem, error) {
 	keep := rows[:0:0]
 	for _, r := range rows {

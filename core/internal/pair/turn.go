@@ -44,7 +44,7 @@ func (p *Parking) Enter(ctx context.Context, k Key, seq uint64) (*Turn, bool) {
 		release()
 		return nil, false
 	}
-	return &Turn{p: p, Key: k, BatchSize: p.SaveBatchSize(k), SaveAlone: p.SavesAlone(k), release: sync.OnceFunc(release)}, true
+	return p.turn(k, release), true
 }
 
 // Take takes the turn of pair k for work outside a drain (a rebuild, the
@@ -55,7 +55,12 @@ func (p *Parking) Take(ctx context.Context, k Key) (*Turn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Turn{p: p, Key: k, BatchSize: p.SaveBatchSize(k), SaveAlone: p.SavesAlone(k), release: sync.OnceFunc(release)}, nil
+	return p.turn(k, release), nil
+}
+
+// turn returns the turn of pair k, whose gate release lets go of.
+func (p *Parking) turn(k Key, release func()) *Turn {
+	return &Turn{p: p, Key: k, BatchSize: p.SaveBatchSize(k), SaveAlone: p.SavesAlone(k), release: sync.OnceFunc(release)}
 }
 
 // Release lets go of the pair's gate (once; End releases it too). An
@@ -69,31 +74,37 @@ func (t *Turn) SavedAlone(took time.Duration) {
 	t.SaveAlone = t.p.SavesAlone(t.Key)
 }
 
-// End records how the run ended and releases the gate.
+// End records how the run ended (see Parking.Record) and releases the
+// gate.
 func (t *Turn) End(ctx context.Context, o Ending) {
 	defer t.release()
+	t.p.Record(ctx, t.Key, o)
+}
+
+// Record records how a run of pair k ended. A run that holds a Turn ends
+// it instead; Record serves those that act on a pair outside one (the
+// failure handling, which has no turn of its own).
+func (p *Parking) Record(ctx context.Context, k Key, o Ending) {
 	switch o.kind {
 	case endDone:
-		t.p.InfraRecovered(t.Key)
-		if t.BatchSize == 1 {
-			t.p.SaveEachDone(t.Key)
-		}
+		p.InfraRecovered(k)
+		p.SaveEachDone(k)
 	case endAgain:
-		t.p.RetrySoon(t.Key)
+		p.RetrySoon(k)
 	case endInfra:
-		t.p.InfraFailed(ctx, t.Key, o.op, o.err)
+		p.InfraFailed(ctx, k, o.op, o.err)
 	case endSaveEach:
-		t.p.SaveEachFor(t.Key)
-		t.p.RetrySoon(t.Key)
+		p.SaveEachFor(k)
+		p.RetrySoon(k)
 	case endSaveAlone:
-		t.p.SaveAloneFor(t.Key)
-		t.p.RetrySoon(t.Key)
+		p.SaveAloneFor(k)
+		p.RetrySoon(k)
 	case endUnknown:
-		t.p.UnknownPerspective(ctx, t.Key, o.events)
+		p.UnknownPerspective(ctx, k, o.events)
 	case endRecovered:
-		t.p.InfraRecovered(t.Key)
+		p.InfraRecovered(k)
 	case endHold:
-		t.p.ParkFor(t.Key, o.until)
+		p.ParkFor(k, o.until)
 	}
 }
 
@@ -124,6 +135,9 @@ const (
 // no rows to apply, its failure was reported, the stream is another
 // instance's now, the worker is stopping). It is the zero Ending.
 func Stopped() Ending { return Ending{} }
+
+// IsStopped reports whether o is Stopped.
+func (o Ending) IsStopped() bool { return o.kind == endStopped }
 
 // Done: every row was applied and reported. The pair's infrastructure
 // backoff is over, and so is its saving event by event.

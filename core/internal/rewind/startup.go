@@ -104,7 +104,9 @@ func (rw *Rewinder) repairRewind(ctx context.Context, key pair.Key) bool {
 	rows, err = rw.fail.DeadLetterExhausted(ctx, rows, c.LastVersion)
 	if err != nil {
 		// Held elsewhere now when the move was refused: left to its holder.
-		return !rw.fail.MoveFailed(ctx, key, "moving work to dead letters", err)
+		end := rw.fail.MoveEnding(ctx, key, "moving work to dead letters", err)
+		turn.End(ctx, end)
+		return !end.IsStopped()
 	}
 	fresh, end, _ := rw.RewindPair(ctx, p, turn, rows, nil, c, true, nil)
 	turn.End(ctx, end)
