@@ -3,6 +3,7 @@ package enginetest_test
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/uuid"
@@ -78,9 +79,20 @@ func (t *reportingTimer) Reset(d time.Duration) {
 // stale, not up to a HeartbeatInterval later: the survivor times a heartbeat
 // just after the peer's last heartbeat + StaleInstanceThreshold, abandons it
 // there and claims its stream at once.
+//
+// The worker runs in a synctest bubble on a fake clock: before each move of
+// the clock, synctest.Wait returns once every goroutine of the worker is
+// blocked, so its claim loop has answered its first claim, however slowly
+// the machine schedules it. A claim still in flight while the clock runs
+// half a threshold past it is a stall of the claim loop, which stops the
+// heartbeats (see heartbeat.Watch).
 func TestStaleInstanceTakenOverAtThreshold(t *testing.T) {
 	t.Parallel()
 
+	synctest.Test(t, testStaleInstanceTakenOverAtThreshold)
+}
+
+func testStaleInstanceTakenOverAtThreshold(t *testing.T) {
 	const (
 		interval  = 5 * time.Second
 		threshold = 30 * time.Second
@@ -127,9 +139,10 @@ func TestStaleInstanceTakenOverAtThreshold(t *testing.T) {
 	require.True(t, lastBeat.Add(threshold).Equal(started.result.NextStaleAt), "NextStaleAt %s", started.result.NextStaleAt)
 
 	// Run the clock from one armed heartbeat to the next until the survivor
-	// abandons the crashed instance.
+	// abandons the crashed instance, each time once every loop waits.
 	var takeover observedBeat
 	for takeover.now.IsZero() {
+		synctest.Wait()
 		next := waitFor(t, timers.armed, "the next heartbeat to be armed")
 		require.True(t, next.Before(lastBeat.Add(threshold+interval)), "heartbeat armed for %s, past the old worst case", next)
 		require.Empty(t, processed, "the crashed instance's stream is drained only after its abandonment")
