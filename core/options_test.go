@@ -126,7 +126,7 @@ func TestFailureRetryDelay(t *testing.T) {
 
 	o, err := (*Options)(nil).withDefaults()
 	require.NoError(t, err)
-	w := failure.New(nil, failure.Config{Retry: o.Retries.Event.internal(0)}, nil, nil, nil)
+	w := failure.New(nil, failure.Config{Retry: o.Retries.Event.internal(0)}, nil, nil)
 	// The delay after the n-th failed attempt of an event.
 	want := []time.Duration{60, 120, 240, 300, 300, 300}
 	for i, secs := range want {
@@ -136,7 +136,7 @@ func TestFailureRetryDelay(t *testing.T) {
 
 	o, err = (&Options{Retries: RetryOptions{Event: Backoff{Initial: time.Second, Max: time.Minute, Multiplier: 1}}}).withDefaults()
 	require.NoError(t, err)
-	w = failure.New(nil, failure.Config{Retry: o.Retries.Event.internal(0)}, nil, nil, nil)
+	w = failure.New(nil, failure.Config{Retry: o.Retries.Event.internal(0)}, nil, nil)
 	for attempts := 1; attempts <= 5; attempts++ {
 		require.Equal(t, time.Second, w.RetryDelay(attempts), "Multiplier 1: attempt %d", attempts)
 	}

@@ -172,10 +172,12 @@ func TestRefusedFailureUnparksItsPair(t *testing.T) {
 			applied := []uuid.UUID{uuid.New()}
 			rb.reports.fail(errRefusedReport)
 			retryAt := rb.clock.Now().Add(time.Hour)
-			rb.w.failures.Failed(t.Context(), k, ports.Failure{
+			turn, err := rb.w.parking.Take(t.Context(), k)
+			require.NoError(t, err)
+			turn.End(t.Context(), rb.w.failures.Failed(t.Context(), k, ports.Failure{
 				StreamID: k.Stream, Perspective: k.Perspective, AppliedWorkIDs: applied, FailedWorkIDs: []uuid.UUID{uuid.New()},
 				Error: "boom", RetryAt: retryAt,
-			}, 2, 1, errors.New("boom"))
+			}, 2, 1, errors.New("boom")))
 			rb.w.completer.FlushPending(t.Context())
 			if err := rb.w.completer.Flush(t.Context()); name == "Batched" {
 				require.ErrorIs(t, err, ports.ErrInvalidArgument, "the flusher met the refusal")

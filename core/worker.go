@@ -250,7 +250,7 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		DeadLetters: backend.DeadLetters, InstanceID: o.InstanceID, Generation: o.Generation,
 		MaxAttempts: o.Retries.MaxEventAttempts, Retry: o.Retries.Event.internal(0), Metrics: e.metrics,
 		OnDeadLettered: o.Hooks.OnDeadLettered, OnFailure: o.Hooks.OnFailure,
-	}, w.parking, w.completer, cache)
+	}, w.completer, cache)
 	var onRewind func(rewind.Info)
 	if h := o.Hooks.OnRewind; h != nil {
 		onRewind = func(info rewind.Info) { h(RewindInfo(info)) }

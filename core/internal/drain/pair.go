@@ -601,11 +601,13 @@ func (r *pairRun) failAt(ctx context.Context, i int, cause error) bool {
 	if len(r.unsaved) > 0 && !r.save(ctx) {
 		return false // the save's own failure is recorded
 	}
-	switch r.dr.fail.EventFailed(ctx, r.key, r.rows[i], cause) {
+	outcome, end := r.dr.fail.EventFailed(ctx, r.key, r.rows[i], cause)
+	switch outcome {
 	case failure.DeadLettered:
 		return true
 	case failure.Infra, failure.LeaseLost:
 		r.stop(ctx)
+		r.end = end
 		return false
 	}
 	if !r.postPerspective(ctx) {
@@ -615,7 +617,7 @@ func (r *pairRun) failAt(ctx context.Context, i int, cause error) bool {
 	}
 	lastID, lastVersion := r.reportPosition()
 	r.announceSaved(lastVersion)
-	r.dr.fail.ReportFailure(ctx, r.key, r.rows[i], r.applied(), lastID, lastVersion, cause)
+	r.end = r.dr.fail.ReportFailure(ctx, r.key, r.rows[i], r.applied(), lastID, lastVersion, cause)
 	r.done = nil
 	return false
 }
@@ -641,10 +643,10 @@ func (r *pairRun) abandon(info monitor.Abandoned, late bool) {
 	// The model the apply holds may be changing under it: nothing unsaved
 	// is saved; those rows come back.
 	r.unsaved = nil
-	outcome := failure.Infra // stopping: nothing is charged
+	outcome, end := failure.Infra, pair.Stopped() // stopping: nothing is charged
 	cause := fmt.Errorf("%w (after %s)", monitor.ErrAbandoned, info.Elapsed)
 	if late {
-		outcome = dr.fail.EventFailed(ctx, r.key, r.rows[i], cause)
+		outcome, end = dr.fail.EventFailed(ctx, r.key, r.rows[i], cause)
 	}
 	switch {
 	case outcome != failure.Retry:
@@ -652,13 +654,13 @@ func (r *pairRun) abandon(info monitor.Abandoned, late bool) {
 	case r.postPerspective(ctx):
 		lastID, lastVersion := r.reportPosition()
 		r.announceSaved(lastVersion)
-		dr.fail.ReportFailure(ctx, r.key, r.rows[i], r.applied(), lastID, lastVersion, cause)
+		end = dr.fail.ReportFailure(ctx, r.key, r.rows[i], r.applied(), lastID, lastVersion, cause)
 		r.done = nil
 	default:
 		r.done = nil // the worker stopped before the stage ran: the rows come back
 	}
 	n, events := r.finish(ctx)
-	r.turn.Release()
+	r.turn.End(ctx, end)
 	r.task.abandon(n, events)
 }
 

@@ -1,7 +1,8 @@
 // Package failure decides what a failed apply costs: an attempt and a
 // retry after a backoff while its pair waits, or, once its attempts are
 // used up (or it cannot be applied at all), the move to dead letters. The
-// drain and the rewinder charge their failures through it.
+// drain and the rewinder charge their failures through it, and end their
+// turn of the pair with the ending it returns.
 package failure
 
 import (
@@ -46,19 +47,20 @@ type Config struct {
 	OnFailure      func(ports.Failure)
 }
 
-// Failures charges failed applies (see the package doc).
+// Failures charges failed applies (see the package doc). What a failure
+// does to its pair it returns as the run's pair.Ending: the pair's owner
+// holds the pair back, and only then is a failure reported.
 type Failures struct {
 	*base.Env
 	cfg       Config
-	parking   *pair.Parking
 	completer *complete.Completer
 	cache     *dedup.Cache
 }
 
-// New returns the failure handling of a worker: it parks pairs on
-// parking, reports through completer and records applied rows in cache.
-func New(env *base.Env, cfg Config, parking *pair.Parking, completer *complete.Completer, cache *dedup.Cache) *Failures {
-	return &Failures{Env: env, cfg: cfg, parking: parking, completer: completer, cache: cache}
+// New returns the failure handling of a worker: it reports through
+// completer and records applied rows in cache.
+func New(env *base.Env, cfg Config, completer *complete.Completer, cache *dedup.Cache) *Failures {
+	return &Failures{Env: env, cfg: cfg, completer: completer, cache: cache}
 }
 
 // RetryDelay is the wait before the retry of an event that failed
@@ -87,13 +89,15 @@ const (
 
 // EventFailed decides what a failed apply of row costs: one attempt, and
 // when that was the last, the move to dead letters with the cause, at once,
-// so the pair goes on without waiting for a retry.
-func (fl *Failures) EventFailed(ctx context.Context, k pair.Key, row ports.WorkItem, cause error) Outcome {
+// so the pair goes on without waiting for a retry. With Infra, the ending
+// is the run's (the pair is held back for its backoff); with any other
+// outcome it is Stopped.
+func (fl *Failures) EventFailed(ctx context.Context, k pair.Key, row ports.WorkItem, cause error) (Outcome, pair.Ending) {
 	fl.cfg.Metrics.ApplyFailed(ctx, k.Perspective)
 	attempts := row.Attempts + 1
 	limit := fl.cfg.MaxAttempts
 	if limit == Unlimited || attempts < limit {
-		return Retry
+		return Retry, pair.Stopped()
 	}
 	reason := Reason(cause)
 	res, err := fl.cfg.DeadLetters.DeadLetterMove(ctx, &ports.DeadLetterMoveParams{
@@ -108,15 +112,14 @@ func (fl *Failures) EventFailed(ctx context.Context, k pair.Key, row ports.WorkI
 	if err != nil {
 		end := fl.MoveEnding(ctx, k, "moving work to dead letters", err)
 		if end.IsStopped() {
-			return LeaseLost
+			return LeaseLost, end
 		}
-		fl.parking.Record(ctx, k, end)
-		return Infra
+		return Infra, end
 	}
 	if res.Moved {
 		fl.deadLettered(ctx, res.DeadLetter)
 	}
-	return DeadLettered
+	return DeadLettered, pair.Stopped()
 }
 
 // MoveEnding is how a run of the pair k ends whose move to dead letters
@@ -164,10 +167,11 @@ func Reason(cause error) string {
 	return ports.ReasonFailed
 }
 
-// ReportFailure reports that row failed, after the rows in applied
-// completed: the failed row is released and retried after a backoff, and
-// the pair is held back until then.
-func (fl *Failures) ReportFailure(ctx context.Context, k pair.Key, row ports.WorkItem, applied []uuid.UUID, lastID uuid.UUID, lastVersion int64, cause error) {
+// ReportFailure returns the ending of a run whose row failed with
+// attempts left, after the rows in applied completed: the pair is held
+// back until the failure is acknowledged (which releases the failed row,
+// retried after a backoff) and its retry time, and the failure reported.
+func (fl *Failures) ReportFailure(ctx context.Context, k pair.Key, row ports.WorkItem, applied []uuid.UUID, lastID uuid.UUID, lastVersion int64, cause error) pair.Ending {
 	attempts := row.Attempts + 1
 	retryAt := fl.Now().Add(fl.RetryDelay(attempts))
 	f := ports.Failure{
@@ -181,27 +185,29 @@ func (fl *Failures) ReportFailure(ctx context.Context, k pair.Key, row ports.Wor
 		Error:          cause.Error(),
 		RetryAt:        retryAt,
 	}
-	fl.Failed(ctx, k, f, row.EventVersion, attempts, cause)
+	return fl.Failed(ctx, k, f, row.EventVersion, attempts, cause)
 }
 
-// Failed parks the pair and reports f.
-func (fl *Failures) Failed(ctx context.Context, k pair.Key, f ports.Failure, version int64, attempts int, cause error) {
-	ctx = context.WithoutCancel(ctx)
+// Failed returns the ending of a run that failed with f: the pair is held
+// back until f is acknowledged and its retry time, and f is reported once
+// it is (see pair.Failed).
+func (fl *Failures) Failed(ctx context.Context, k pair.Key, f ports.Failure, version int64, attempts int, cause error) pair.Ending {
 	if len(f.AppliedWorkIDs) > 0 {
 		fl.cache.AddRange(k.Dedup(), f.AppliedWorkIDs)
 	}
-	fl.parking.Park(k, f.RetryAt)
 	fl.cfg.Metrics.FailureReported(ctx, k.Perspective, Reason(cause))
 	fl.Log.WarnContext(ctx, "perspective failed on event; will retry",
 		append(pair.Attrs(k.Stream, k.Perspective), slog.Int64("version", version), slog.Int("attempts", attempts),
 			slog.Int("max_attempts", fl.cfg.MaxAttempts), slog.Time("retry_at", f.RetryAt), slog.Any("error", cause))...)
-	// The pair stays parked until the failure is acknowledged: the strategy
-	// keeps it until then. One that cannot be reported is given up on and
-	// the pair drained again after a backoff.
-	fl.completer.ReportFailure(ctx, f)
-	if h := fl.cfg.OnFailure; h != nil {
-		h(f)
-	}
+	return pair.Failed(f.RetryAt, func(ctx context.Context) {
+		// The strategy keeps the failure until it is acknowledged; one
+		// that cannot be reported is given up on, and the pair drained
+		// again after a backoff.
+		fl.completer.ReportFailure(ctx, f)
+		if h := fl.cfg.OnFailure; h != nil {
+			h(f)
+		}
+	})
 }
 
 // DeadLetterExhausted moves rows whose attempts are used up (by takeovers

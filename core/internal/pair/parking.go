@@ -4,9 +4,10 @@
 // its failure was acknowledged), which holds the gate that serializes the
 // pair's load-apply-save and carries how the run saves (event by event, or
 // alone), and hands the turn back with how it ended (an Ending: done,
-// again, a backend error, save event by event, save alone, unknown
-// perspective). The Parking records it: holds the pair back after a
-// failure, a backend error or a debounce, and drains it again when due.
+// again, a failure to report, a backend error, save event by event, save
+// alone, unknown perspective, hold until). The Parking records it: holds
+// the pair back after a failure (and only then lets its report go), a
+// backend error or a debounce, and drains it again when due.
 package pair
 
 import (
@@ -199,9 +200,9 @@ func (p *Parking) Held(k Key) (until time.Time, acked, ok bool) {
 	return h.until, h.acked, ok
 }
 
-// Park holds a pair back until its failure is acknowledged and until has
-// passed.
-func (p *Parking) Park(k Key, until time.Time) {
+// park holds a pair back until its failure is acknowledged and until has
+// passed (see Failed).
+func (p *Parking) park(k Key, until time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.parked[k] = held{until: until}
@@ -342,6 +343,12 @@ func (p *Parking) UnknownPerspective(ctx context.Context, k Key, events int) {
 		Key: "unknown perspective " + k.Perspective, Every: unknownPerspectiveLogEvery, Level: slog.LevelWarn, CountKey: "events_skipped",
 		Msg: "skipping the work of a perspective this instance does not have; it waits for an instance that has it",
 	}, events, slog.String("perspective", k.Perspective))
+}
+
+// turn returns the turn of pair k, whose gate release lets go of, with
+// the pair's save settings.
+func (p *Parking) turn(k Key, release func()) *Turn {
+	return &Turn{p: p, Key: k, BatchSize: p.SaveBatchSize(k), SaveAlone: p.SavesAlone(k), release: sync.OnceFunc(release)}
 }
 
 // SaveBatchSize is how many applied events one save of the pair may cover:

@@ -21,7 +21,7 @@ func TestStaleFetchAfterFailureAck(t *testing.T) {
 	p := NewParking(&base.Env{Clock: clock}, Config{BatchSize: 1}, queue.New(queue.Hooks{}))
 	k := Key{Stream: uuid.New(), Perspective: "c"}
 	before := p.NextFetch()
-	p.Park(k, clock.Now())
+	p.park(k, clock.Now())
 	p.ParkAcked(k)
 	require.True(t, p.StaleFetch(k, before), "fetched before the acknowledgement")
 	after := p.NextFetch()

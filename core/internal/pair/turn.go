@@ -2,7 +2,6 @@ package pair
 
 import (
 	"context"
-	"sync"
 	"time"
 )
 
@@ -58,11 +57,6 @@ func (p *Parking) Take(ctx context.Context, k Key) (*Turn, error) {
 	return p.turn(k, release), nil
 }
 
-// turn returns the turn of pair k, whose gate release lets go of.
-func (p *Parking) turn(k Key, release func()) *Turn {
-	return &Turn{p: p, Key: k, BatchSize: p.SaveBatchSize(k), SaveAlone: p.SavesAlone(k), release: sync.OnceFunc(release)}
-}
-
 // Release lets go of the pair's gate (once; End releases it too). An
 // abandoned run releases it early, while its apply runs on.
 func (t *Turn) Release() { t.release() }
@@ -105,16 +99,23 @@ func (p *Parking) Record(ctx context.Context, k Key, o Ending) {
 		p.InfraRecovered(k)
 	case endHold:
 		p.ParkFor(k, o.until)
+	case endFailed:
+		// Held back before the report goes: its acknowledgement, however
+		// quick, must find the pair held (see ParkAcked).
+		p.park(k, o.until)
+		o.report(context.WithoutCancel(ctx))
 	}
 }
 
-// Ending is how a run of a pair ended, as its Turn reports it.
+// Ending is how a run of a pair ended, as its Turn reports it. The
+// endings are the functions below; the zero Ending is Stopped.
 type Ending struct {
 	kind   endingKind
 	op     string
 	err    error
 	events int
 	until  time.Time
+	report func(context.Context)
 }
 
 type endingKind int
@@ -129,6 +130,7 @@ const (
 	endUnknown
 	endRecovered
 	endHold
+	endFailed
 )
 
 // Stopped: the run ended with nothing for the pair's state to do (it had
@@ -174,3 +176,11 @@ func Recovered() Ending { return Ending{kind: endRecovered} }
 // HoldUntil: the pair waits until t (a rewind's debounce, or the lock of
 // its rewind held elsewhere), then is drained again.
 func HoldUntil(t time.Time) Ending { return Ending{kind: endHold, until: t} }
+
+// Failed: an event of the run failed and has attempts left. The pair is
+// held back until the backend acknowledged the failure (which releases
+// the failed row: rows fetched before are stale, see Enter) and retryAt
+// passed; report, called once the pair is held, sends the failure.
+func Failed(retryAt time.Time, report func(context.Context)) Ending {
+	return Ending{kind: endFailed, until: retryAt, report: report}
+}

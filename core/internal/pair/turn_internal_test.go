@@ -46,7 +46,9 @@ func TestTurnEnter(t *testing.T) {
 	require.False(t, ok, "the gate is held: a run whose context ends while it waits gets no turn")
 	turn.End(t.Context(), Stopped())
 
-	p.Park(k, clock.Now().Add(time.Minute))
+	turn, ok = p.Enter(t.Context(), k, p.NextFetch())
+	require.True(t, ok)
+	turn.End(t.Context(), Failed(clock.Now().Add(time.Minute), func(context.Context) {}))
 	_, ok = p.Enter(t.Context(), k, p.NextFetch())
 	require.False(t, ok, "parked")
 	p.ParkAcked(k)
@@ -143,6 +145,35 @@ func TestTurnEnd(t *testing.T) {
 		enter(t, p, k).End(ctx, Recovered())
 		_, ok := p.infraBackoff.get(k)
 		require.False(t, ok)
+	})
+
+	t.Run("Failed holds the pair back before its report goes, until acknowledged and due", func(t *testing.T) {
+		t.Parallel()
+		p, clock := newTestParking(t)
+		k := Key{Stream: uuid.New(), Perspective: "c"}
+		fetched := p.NextFetch()
+		retryAt := clock.Now().Add(time.Minute)
+		reported := 0
+		turn := enter(t, p, k)
+		stopping, cancel := context.WithCancel(ctx)
+		cancel()
+		turn.End(stopping, Failed(retryAt, func(ctx context.Context) {
+			reported++
+			require.NoError(t, ctx.Err(), "the report outlives the run's context")
+			until, acked, held := p.Held(k)
+			require.True(t, held, "held back before the report goes")
+			require.False(t, acked)
+			require.Equal(t, retryAt, until)
+			// An acknowledgement as quick as an Instant report's.
+			p.ParkAcked(k)
+		}))
+		require.Equal(t, 1, reported)
+		_, ok := p.Enter(ctx, k, p.NextFetch())
+		require.False(t, ok, "acknowledged, but its retry time has not come")
+		clock.Set(retryAt)
+		_, ok = p.Enter(ctx, k, fetched)
+		require.False(t, ok, "rows fetched before the acknowledgement are stale")
+		enter(t, p, k).End(ctx, Stopped())
 	})
 
 	t.Run("Again drains the stream again at once and holds nothing back", func(t *testing.T) {

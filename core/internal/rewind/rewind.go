@@ -300,10 +300,13 @@ func (rw *Rewinder) RewindPair(ctx context.Context, p perspective.Perspective, t
 			abandon = func(info monitor.Abandoned, late bool) {
 				actx := context.WithoutCancel(ctx)
 				rw.monitor.NoteAbandoned(actx, info)
-				dead := late && rw.replayFailed(actx, key, pending, info.EventID, info.Version, fmt.Errorf("%w (after %s)", monitor.ErrAbandoned, info.Elapsed))
+				dead, end := false, pair.Stopped()
+				if late {
+					dead, end = rw.replayFailed(actx, key, pending, info.EventID, info.Version, fmt.Errorf("%w (after %s)", monitor.ErrAbandoned, info.Elapsed))
+				}
 				unlock()
 				freeSem()
-				turn.Release()
+				turn.End(actx, end)
 				abandoned()
 				if dead {
 					// The event was dead-lettered: its row may have been the
@@ -339,8 +342,9 @@ func (rw *Rewinder) RewindPair(ctx context.Context, p perspective.Perspective, t
 		if !errors.As(err, &rf) {
 			return nil, pair.InfraFailed("rewinding", err), nil
 		}
-		if !rw.replayFailed(ctx, key, rows, rf.event.ID, rf.event.Version, rf.cause) || try >= rewindRetries {
-			return nil, pair.Stopped(), nil
+		dead, end := rw.replayFailed(ctx, key, rows, rf.event.ID, rf.event.Version, rf.cause)
+		if !dead || try >= rewindRetries {
+			return nil, end, nil
 		}
 		// The event was dead-lettered: replay again, without it.
 		rows = slices.DeleteFunc(slices.Clone(rows), func(r ports.WorkItem) bool { return r.EventID == rf.event.ID })
@@ -353,19 +357,20 @@ func (rw *Rewinder) RewindPair(ctx context.Context, p perspective.Perspective, t
 // row the backend stores for it (it was applied and completed long ago).
 // It reports true when the event was dead-lettered, so a replay without it
 // may go on at once; false too when the stream is another instance's now
-// (nothing is charged: that instance rewinds the pair).
-func (rw *Rewinder) replayFailed(ctx context.Context, key pair.Key, rows []ports.WorkItem, eventID uuid.UUID, version int64, cause error) bool {
+// (nothing is charged: that instance rewinds the pair). The ending is the
+// rewind's when it stops there (see failure.Failures.EventFailed and
+// Failed).
+func (rw *Rewinder) replayFailed(ctx context.Context, key pair.Key, rows []ports.WorkItem, eventID uuid.UUID, version int64, cause error) (bool, pair.Ending) {
 	if i := slices.IndexFunc(rows, func(r ports.WorkItem) bool { return r.EventID == eventID }); i >= 0 {
-		switch rw.fail.EventFailed(ctx, key, rows[i], cause) {
+		switch outcome, end := rw.fail.EventFailed(ctx, key, rows[i], cause); outcome {
 		case failure.DeadLettered:
-			return true
+			return true, end
 		case failure.Infra, failure.LeaseLost:
-			return false
+			return false, end
 		}
-		rw.fail.ReportFailure(ctx, key, rows[i], nil, uuid.Nil, 0, cause)
-		return false
+		return false, rw.fail.ReportFailure(ctx, key, rows[i], nil, uuid.Nil, 0, cause)
 	}
-	rw.fail.Failed(ctx, key, ports.Failure{
+	return false, rw.fail.Failed(ctx, key, ports.Failure{
 		StreamID:           key.Stream,
 		Perspective:        key.Perspective,
 		FailedEventID:      eventID,
@@ -373,7 +378,6 @@ func (rw *Rewinder) replayFailed(ctx context.Context, key pair.Key, rows []ports
 		Error:              cause.Error(),
 		RetryAt:            rw.Now().Add(rw.fail.RetryDelay(1)),
 	}, version, 1, cause)
-	return false
 }
 
 // replayFailure is a replay that stopped because an event failed to decode
