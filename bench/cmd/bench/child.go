@@ -237,14 +237,14 @@ func (e *env) startPhase(ctx context.Context) (*phase, error) {
 		fmt.Fprintf(os.Stderr, "  (cannot reset the peak RSS: %v; it includes seeding)\n", err)
 	}
 	p := &phase{e: e}
-	if e.spec.ProfileDir != "" {
-		if e.admin != nil {
-			e.flushStats(ctx) // the seeding's counters, before the baseline
-			var err error
-			if p.snap0, err = measure.TakePGSnapshot(ctx, e.admin, e.spec.Schema); err != nil {
-				return nil, fmt.Errorf("reading PostgreSQL statistics: %w", err)
-			}
+	if e.admin != nil && (e.spec.ProfileDir != "" || e.countsWrites()) {
+		e.flushStats(ctx) // the seeding's and the start-up's counters, before the baseline
+		var err error
+		if p.snap0, err = measure.TakePGSnapshot(ctx, e.admin, e.spec.Schema); err != nil {
+			return nil, fmt.Errorf("reading PostgreSQL statistics: %w", err)
 		}
+	}
+	if e.spec.ProfileDir != "" {
 		f, err := os.Create(filepath.Join(e.spec.ProfileDir, e.spec.name()+".cpu.pprof"))
 		if err != nil {
 			return nil, err
@@ -322,8 +322,39 @@ func (p *phase) report(ctx context.Context, events int64) {
 	}
 }
 
+// countsWrites reports whether the run records the rows its tables wrote
+// during the measured phase (see phase.writes).
+func (e *env) countsWrites() bool {
+	return e.admin != nil && e.spec.Scenario == scenarioLive
+}
+
+// writes records into r the rows each table of the run's schema inserted,
+// updated and deleted since the phase started, from pg_stat_user_tables.
+// Call it once the workers stopped: flushStats then reaches every
+// connection of the run, idle in its pool.
+//
+// What the counters cannot tell apart: the writes of the workers' Stop
+// (releasing what they hold, deregistering) are in the figures, a few rows
+// per run rather than per event; so are the start-up writes of a
+// connection that was in use when the baseline was read, and the rows of
+// transactions that rolled back. A connection closed during the phase publishes its
+// counters as it exits, which may be after the reading.
+func (p *phase) writes(ctx context.Context, r *result) error {
+	p.e.flushStats(ctx)
+	snap, err := measure.TakePGSnapshot(ctx, p.e.admin, p.e.spec.Schema)
+	if err != nil {
+		return fmt.Errorf("reading PostgreSQL statistics: %w", err)
+	}
+	r.TableWrites = tableWrites(p.snap0.Tables, snap.Tables)
+	return nil
+}
+
 // flushStats makes every idle connection of the run publish its pending
-// statistics (a backend otherwise does so up to 10s later when idle).
+// statistics. A PostgreSQL 15 backend publishes them when a transaction
+// ends at least a second after its previous report, or once it has been
+// idle for 10 seconds; pg_stat_force_next_flush() forces the report the
+// backend makes as it goes idle after the call, before it answers. A
+// connection in use is not reached, and its counters may publish late.
 func (e *env) flushStats(ctx context.Context) {
 	for _, pool := range append([]*pgxpool.Pool{e.admin}, e.pools...) {
 		for _, c := range pool.AcquireAllIdle(ctx) {

@@ -343,6 +343,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	compareResults(results)
+	compareLive(results)
 	if c.json {
 		enc := json.NewEncoder(stdout)
 		for _, r := range results {
@@ -478,8 +479,9 @@ func printTable(w io.Writer, rs []*result) {
 // printMoving writes the lines of the scenarios that move events:
 // catch-up, live and failover.
 func printMoving(w io.Writer, rs []*result) {
-	fmt.Fprintf(w, "\n%-9s %-8s %-8s %-11s %4s %5s %5s %8s %9s %8s %10s %11s %9s %9s %8s %7s %8s  %s\n",
-		"scenario", "backend", "impl", "setting", "inst", "persp", "rate", "events", "work_rows", "seconds", "events/s", "work_rows/s", "p50_ms", "p99_ms", "rss_mb", "vs_raw", "vs_river", "notes")
+	fmt.Fprintf(w, "\n%-9s %-8s %-8s %-11s %4s %5s %5s %8s %9s %8s %10s %11s %9s %9s %8s %12s %9s %7s %8s  %s\n",
+		"scenario", "backend", "impl", "setting", "inst", "persp", "rate", "events", "work_rows", "seconds", "events/s", "work_rows/s", "p50_ms", "p99_ms", "rss_mb",
+		"cpu_ms/event", "x_appends", "vs_raw", "vs_river", "notes")
 	for _, r := range rs {
 		notes := ""
 		switch {
@@ -505,6 +507,9 @@ func printMoving(w io.Writer, rs []*result) {
 			notes += fmt.Sprintf(" p99_target=%.0fms append_p50=%.1fms append_p99=%.1fms", r.TargetMs, r.AppendP50Ms, r.AppendP99Ms)
 		}
 		notes += cpuNote(r, 1)
+		if n := writesNote(r.TableWrites, r.Events); n != "" {
+			notes += " " + n
+		}
 		if r.Deferred > 0 {
 			notes += fmt.Sprintf(" deferred=%d", r.Deferred)
 		}
@@ -515,9 +520,13 @@ func printMoving(w io.Writer, rs []*result) {
 		if r.Rate > 0 {
 			rate = strconv.Itoa(r.Rate)
 		}
-		fmt.Fprintf(w, "%-9s %-8s %-8s %-11s %4d %5d %5s %8d %9d %8.2f %10.0f %11.0f %9.1f %9.1f %8.1f %7s %8s  %s\n",
+		cpuPerEvent := "-"
+		if r.CPUMsPerEvent > 0 {
+			cpuPerEvent = fmt.Sprintf("%.3f", r.CPUMsPerEvent)
+		}
+		fmt.Fprintf(w, "%-9s %-8s %-8s %-11s %4d %5d %5s %8d %9d %8.2f %10.0f %11.0f %9.1f %9.1f %8.1f %12s %9s %7s %8s  %s\n",
 			r.Scenario, r.Backend, r.Impl, setting, r.Instances, r.Perspectives, rate, r.Events, r.WorkRows, r.Seconds, r.EventsPerS, r.WorkRowsPerS,
-			r.P50Ms, r.P99Ms, r.PeakRSSMB, ratio(r.RatioVsRaw), ratio(r.RatioVsRiver), strings.TrimSpace(notes))
+			r.P50Ms, r.P99Ms, r.PeakRSSMB, cpuPerEvent, ratio(r.CPUVsAppends), ratio(r.RatioVsRaw), ratio(r.RatioVsRiver), strings.TrimSpace(notes))
 	}
 }
 

@@ -111,6 +111,17 @@ type result struct {
 	OtherCPUSeconds   float64 `json:"other_cpu_s"`
 	MachineCPUPercent float64 `json:"machine_cpu_pct"`
 
+	// Live: the CPU of the process and of its PostgreSQL backends over the
+	// measured phase, per event appended in it (warm-up included, as the
+	// phase's CPU is); and, with an engine, its ratio to the no-engine line
+	// of the same rate (compareLive).
+	CPUMsPerEvent float64 `json:"cpu_ms_per_event,omitempty"`
+	CPUVsAppends  float64 `json:"cpu_vs_appends,omitempty"`
+	// Live on PostgreSQL: the rows each table of the run's schema wrote
+	// over the measured phase (phase.writes), and their sum per event.
+	TableWrites       map[string]rowWrites `json:"table_writes,omitempty"`
+	RowWritesPerEvent float64              `json:"row_writes_per_event,omitempty"`
+
 	// Seeding (appends before a catch-up; not part of Seconds).
 	SeedSeconds    float64 `json:"seed_s,omitempty"`
 	SeedEventsPerS float64 `json:"seed_events_per_s,omitempty"`
@@ -166,10 +177,15 @@ func newResult(s spec) *result {
 	}
 }
 
-// finish fills the rates from the counts and the seconds.
+// finish fills the rates from the counts and the seconds, and the live
+// scenario's figures per event.
 func (r *result) finish() {
 	if r.Seconds > 0 {
 		r.EventsPerS = float64(r.Events) / r.Seconds
 		r.WorkRowsPerS = float64(r.WorkRows) / r.Seconds
+	}
+	if r.Scenario == scenarioLive {
+		r.CPUMsPerEvent = cpuMsPerEvent(r.GoCPUSeconds, r.PGCPUSeconds, r.Events)
+		r.RowWritesPerEvent = rowWritesPerEvent(r.TableWrites, r.Events)
 	}
 }

@@ -716,6 +716,11 @@ func (v *vantage) live(ctx context.Context) (*result, error) {
 	}
 	// Survivors stop gracefully; the victim's Stop gives up quickly.
 	v.stopWorkers(15 * time.Second)
+	if v.countsWrites() {
+		if err := ph.writes(ctx, r); err != nil {
+			fmt.Fprintf(os.Stderr, "  (no table writes: %v)\n", err)
+		}
+	}
 	ph.report(ctx, r.Events)
 	if noEngine {
 		return r, nil // nothing was applied to check

@@ -264,12 +264,29 @@ type DBStat struct {
 	Commits, Rollbacks, BlksRead, BlksHit, TempBytes int64
 }
 
-// TakePGSnapshot reads the statistics of the tables in schema. PostgreSQL
-// publishes a backend's counters up to a second late: wait before the
-// final snapshot.
+// TakePGSnapshot reads the statistics of the tables in schema, on one
+// connection of pool whose statistics snapshot it clears first.
+//
+// The figures are those the backends published: a PostgreSQL 15 backend
+// keeps its counters to itself until a transaction ends at least a second
+// after its previous report, or until it has been idle for 10 seconds, or
+// until it exits. Make the backends of interest publish first (the
+// benchmark has each idle connection call pg_stat_force_next_flush(), whose
+// forced report runs before the backend answers).
 func TakePGSnapshot(ctx context.Context, pool *pgxpool.Pool, schemas ...string) (PGSnapshot, error) {
 	snap := PGSnapshot{Tables: map[string]TableStat{}}
-	rows, err := pool.Query(ctx, `SELECT schemaname || '.' || relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del,
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return snap, err
+	}
+	defer conn.Release()
+	// Outside a transaction block each statement reads afresh under the
+	// default stats_fetch_consistency (cache); clearing makes it so under
+	// any setting.
+	if _, err := conn.Exec(ctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
+		return snap, err
+	}
+	rows, err := conn.Query(ctx, `SELECT schemaname || '.' || relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del,
        coalesce(seq_scan, 0), coalesce(seq_tup_read, 0), coalesce(idx_scan, 0), coalesce(idx_tup_fetch, 0)
 FROM pg_stat_user_tables WHERE schemaname = ANY($1)`, schemas)
 	if err != nil {
@@ -288,12 +305,12 @@ FROM pg_stat_user_tables WHERE schemaname = ANY($1)`, schemas)
 	if err := rows.Err(); err != nil {
 		return snap, err
 	}
-	err = pool.QueryRow(ctx, `SELECT wal_records, wal_fpi, wal_bytes::bigint, wal_write, wal_sync FROM pg_stat_wal`).
+	err = conn.QueryRow(ctx, `SELECT wal_records, wal_fpi, wal_bytes::bigint, wal_write, wal_sync FROM pg_stat_wal`).
 		Scan(&snap.WAL.Records, &snap.WAL.FPI, &snap.WAL.Bytes, &snap.WAL.Writes, &snap.WAL.Syncs)
 	if err != nil {
 		return snap, err
 	}
-	err = pool.QueryRow(ctx, `SELECT xact_commit, xact_rollback, blks_read, blks_hit, temp_bytes FROM pg_stat_database WHERE datname = current_database()`).
+	err = conn.QueryRow(ctx, `SELECT xact_commit, xact_rollback, blks_read, blks_hit, temp_bytes FROM pg_stat_database WHERE datname = current_database()`).
 		Scan(&snap.DB.Commits, &snap.DB.Rollbacks, &snap.DB.BlksRead, &snap.DB.BlksHit, &snap.DB.TempBytes)
 	return snap, err
 }
