@@ -176,6 +176,38 @@ func runCursors(t *testing.T, newBackend NewBackendFunc) {
 			requireNoRewind(t, cur)
 			require.Equal(t, ports.CursorCompleted, cur.Status)
 		},
+		"ACompletionThatChangesNothingLeavesTheCursor": func(t *testing.T) {
+			f := setupDrain(t, newBackend, 4)
+			f.a.complete(t, at(time.Second), f.completion(1, 1))
+			// The save moves the cursor first; the completion of its rows
+			// then finds it where it names, completed, without an error
+			// or a rewind: a cursor that does not change is not written,
+			// and its UpdatedAt stays that of the save.
+			require.NoError(t, f.tb.backend.Models.ModelSave(t.Context(), &ports.ModelSaveParams{
+				StreamID: f.stream, Perspective: perspective, Data: []byte(`{}`),
+				LastEventID: f.events[2].ID, LastVersion: 3, ExpectedVersion: 1, Now: at(2 * time.Second),
+			}))
+			saved := f.cursor(t)
+			requireTime(t, at(2*time.Second), saved.UpdatedAt, "UpdatedAt of the save")
+
+			res := f.a.complete(t, at(3*time.Second), f.completion(3, 2, 3))
+
+			require.Equal(t, 2, res.Completed)
+			require.Equal(t, saved, f.cursor(t), "unchanged")
+			// One that changes something still writes it.
+			f.a.complete(t, at(4*time.Second), f.completion(2))
+			require.Equal(t, saved, f.cursor(t), "a position behind the cursor changes nothing")
+			f.a.fail(t, at(5*time.Second), ports.Failure{
+				StreamID: f.stream, Perspective: perspective, LastEventID: f.events[2].ID, LastVersion: 3,
+				FailedWorkIDs: workIDs(f.work[3:]), Error: "boom", RetryAt: at(5 * time.Second),
+			})
+			require.True(t, f.cursor(t).Status.Has(ports.CursorFailed))
+			f.a.complete(t, at(6*time.Second), f.completion(3))
+			cur := f.cursor(t)
+			require.Equal(t, ports.CursorCompleted, cur.Status)
+			require.Empty(t, cur.Error)
+			requireTime(t, at(6*time.Second), cur.UpdatedAt, "UpdatedAt of a completion that cleared a failure")
+		},
 		"CompletesOnlyListedRows": func(t *testing.T) {
 			f := setupDrain(t, newBackend, 4)
 

@@ -45,6 +45,26 @@ func (s *Store) CursorsGet(ctx context.Context, params *ports.CursorsGetParams) 
 	return out, nil
 }
 
+// completeCursor applies completion c to cur at now: the position moves
+// forward only, the status becomes exactly Completed, the error and the
+// rewind columns are cleared. A cursor that is so already (the save of the
+// completed events moved it) is left as it is, UpdatedAt included.
+func completeCursor(cur *ports.Cursor, c ports.Completion, now time.Time) {
+	if c.LastVersion <= cur.LastVersion && cur.Status == ports.CursorCompleted && cur.Error == "" &&
+		cur.RewindTriggerEventID == uuid.Nil && cur.RewindTriggerVersion == 0 &&
+		cur.RewindFlaggedAt.IsZero() && cur.RewindFirstFlaggedAt.IsZero() {
+		return
+	}
+	if c.LastVersion > cur.LastVersion {
+		cur.LastEventID, cur.LastVersion = c.LastEventID, c.LastVersion
+	}
+	cur.Status = ports.CursorCompleted
+	cur.Error = ""
+	cur.RewindTriggerEventID, cur.RewindTriggerVersion = uuid.Nil, 0
+	cur.RewindFlaggedAt, cur.RewindFirstFlaggedAt = time.Time{}, time.Time{}
+	cur.UpdatedAt = now
+}
+
 // WorkComplete implements ports.CursorStore. A completion's rows count only
 // when they belong to its (stream, perspective) and are pending, and the
 // caller holds the stream's lease, whether or not it has expired since
@@ -79,14 +99,7 @@ func (s *Store) WorkComplete(ctx context.Context, params *ports.WorkCompletePara
 		if cur == nil {
 			continue
 		}
-		if c.LastVersion > cur.LastVersion {
-			cur.LastEventID, cur.LastVersion = c.LastEventID, c.LastVersion
-		}
-		cur.Status = ports.CursorCompleted
-		cur.Error = ""
-		cur.RewindTriggerEventID, cur.RewindTriggerVersion = uuid.Nil, 0
-		cur.RewindFlaggedAt, cur.RewindFirstFlaggedAt = time.Time{}, time.Time{}
-		cur.UpdatedAt = now
+		completeCursor(cur, c, now)
 		k := pairKey{c.StreamID, c.Perspective}
 		if _, seen := reported[k]; !seen {
 			pairs = append(pairs, k)

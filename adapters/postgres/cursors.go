@@ -225,12 +225,20 @@ const sqlListedRow = `w.ctid = l.row_id AND ` + sqlStillPending
 // position only moves forward; status becomes exactly Completed and the
 // error and rewind columns are cleared. A missing cursor of a retired
 // perspective is not created (see sqlNoCursorOfRetired).
+//
+// A cursor that is so already is not written: the save of the completed
+// events moved it to their position, and a completed pair's completion
+// usually finds nothing to change. Those pairs are left out before the
+// insert, which would lock their rows, and the update checks again on the
+// row it locked (a concurrent write may have flagged or failed it).
 var sqlCompleteCursors = `WITH ` + sqlClock1 + `
 INSERT INTO /* SCHEMA */.vantage_cursors AS c
     (stream_id, perspective, last_event_id, last_version, status, updated_at)
 SELECT u.stream_id, u.perspective, nullif(u.last_event_id, '00000000-0000-0000-0000-000000000000'), u.last_version, ` + sqlStatusCompleted + `, clock.now
 FROM unnest($2::uuid[], $3::text[], $4::uuid[], $5::bigint[]) AS u(stream_id, perspective, last_event_id, last_version), clock
 WHERE ` + sqlNoCursorOfRetired("u") + `
+  AND NOT EXISTS (SELECT 1 FROM /* SCHEMA */.vantage_cursors x
+                  WHERE x.stream_id = u.stream_id AND x.perspective = u.perspective AND ` + sqlCursorCompleted("x", "u") + `)
 ON CONFLICT (stream_id, perspective) DO UPDATE
 SET last_event_id = CASE WHEN excluded.last_version > c.last_version THEN excluded.last_event_id ELSE c.last_event_id END,
     last_version = greatest(c.last_version, excluded.last_version),
@@ -240,7 +248,17 @@ SET last_event_id = CASE WHEN excluded.last_version > c.last_version THEN exclud
     rewind_trigger_version = NULL,
     rewind_flagged_at = NULL,
     rewind_first_flagged_at = NULL,
-    updated_at = excluded.updated_at`
+    updated_at = excluded.updated_at
+WHERE NOT ` + sqlCursorCompleted("c", "excluded")
+
+// sqlCursorCompleted is true for cursor c that completion u (with its
+// last_version) would not change: at or past u's position, exactly
+// Completed, without an error or a rewind.
+func sqlCursorCompleted(c, u string) string {
+	return `(` + c + `.last_version >= ` + u + `.last_version AND ` + c + `.status = ` + sqlStatusCompleted + `
+       AND ` + c + `.error IS NULL AND ` + c + `.rewind_trigger_event_id IS NULL AND ` + c + `.rewind_trigger_version IS NULL
+       AND ` + c + `.rewind_flagged_at IS NULL AND ` + c + `.rewind_first_flagged_at IS NULL)`
+}
 
 // sqlNoCursorOfRetired is true for a reported pair r (stream_id,
 // perspective) whose cursor a completion or a failure may write: one that
