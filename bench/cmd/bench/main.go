@@ -10,6 +10,7 @@
 //	go run ./cmd/bench -scenario live -rate 1000,100 -duration 30s
 //	go run ./cmd/bench -scenario failover
 //	go run ./cmd/bench -scenario idle -idle-duration 60s
+//	go run ./cmd/bench -scenario ramp -ramp-start 250 -ramp-step 1.25x -ramp-max 8000
 //
 // Every run executes in a child process of its own (the same binary,
 // re-executed), so its peak RSS (VmHWM) is its own; the child seeds a fresh
@@ -90,11 +91,22 @@ type config struct {
 	profileDir    string
 	pgLog         string
 	options       map[string]string
+	ramp          rampConfig
+}
+
+// rampConfig is what the ramp flags ask.
+type rampConfig struct {
+	start, top int
+	growth     rampGrowth
+	step       time.Duration
+	p99        time.Duration
+	appenders  int
+	impls      []string
 }
 
 func parseFlags(args []string, out io.Writer) (config, error) {
 	var c config
-	var events, instances, rates, settings, options string
+	var events, instances, rates, settings, options, rampGrowthFlag, rampImpls string
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(out)
 	defaultDB := os.Getenv("DATABASE_URL")
@@ -103,7 +115,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	}
 	fs.StringVar(&c.backend, "backend", "", "memory or postgres; empty: postgres, plus the memory catch-up under -scenario all")
 	fs.StringVar(&c.database, "database", defaultDB, "PostgreSQL connection URL (default $DATABASE_URL)")
-	fs.StringVar(&c.scenario, "scenario", "all", "catchup, live, failover, idle or all")
+	fs.StringVar(&c.scenario, "scenario", "all", "catchup, live, failover, idle, all (the four), or ramp (on its own)")
 	fs.StringVar(&events, "events", "200000", "catch-up backlog: events already appended (comma list allowed)")
 	fs.IntVar(&c.streams, "streams", 1000, "streams the events are spread over")
 	fs.IntVar(&c.perspectives, "perspectives", 2, "perspectives applying every event (work rows = events × perspectives)")
@@ -131,6 +143,13 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&options, "opt", "", "override core.Options of every Vantage run: Field=value[,Struct.Field=value...], e.g. Drain.FetchMaxRows=50000,Drain.Batcher.SlidingWindow=20ms")
 	fs.StringVar(&c.pgLog, "pglog", "/var/log/postgresql/postgresql-15-main.log", "PostgreSQL server log, read for auto_explain plans when profiling")
 	fs.StringVar(&c.profileDir, "profile", "", "write a CPU profile and a SQL/PostgreSQL report of each run into this directory")
+	fs.IntVar(&c.ramp.start, "ramp-start", 250, "ramp: the first step's rate, events/s")
+	fs.StringVar(&rampGrowthFlag, "ramp-step", "1.25x", "ramp: how the rate rises from a step to the next: a factor (1.25x) or an increment (+250)")
+	fs.DurationVar(&c.ramp.step, "ramp-step-duration", 10*time.Second, "ramp: how long each step appends")
+	fs.IntVar(&c.ramp.top, "ramp-max", 8000, "ramp: the last step's rate, events/s")
+	fs.DurationVar(&c.ramp.p99, "ramp-p99", 100*time.Millisecond, "ramp: the largest p99 of append-to-applied of a sustainable step")
+	fs.IntVar(&c.ramp.appenders, "ramp-appenders", 16, "ramp: concurrent appenders, one connection each, one event (River: one job) per call")
+	fs.StringVar(&rampImpls, "ramp-impls", implVantage+","+implRiver+","+implRaw, "ramp: the implementations to ramp, in order")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -167,9 +186,28 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 		return c, fmt.Errorf("-backend must be memory or postgres, got %q", c.backend)
 	}
 	switch c.scenario {
-	case "all", scenarioCatchup, scenarioLive, scenarioFailover, scenarioIdle:
+	case "all", scenarioCatchup, scenarioLive, scenarioFailover, scenarioIdle, scenarioRamp:
 	default:
-		return c, fmt.Errorf("-scenario must be catchup, live, failover, idle or all, got %q", c.scenario)
+		return c, fmt.Errorf("-scenario must be catchup, live, failover, idle, all or ramp, got %q", c.scenario)
+	}
+	if c.ramp.growth, err = parseRampGrowth(rampGrowthFlag); err != nil {
+		return c, err
+	}
+	if c.ramp.start < 1 || c.ramp.top < c.ramp.start {
+		return c, fmt.Errorf("-ramp-start must be at least 1 and -ramp-max at least -ramp-start, got %d and %d", c.ramp.start, c.ramp.top)
+	}
+	if c.ramp.p99 <= 0 || c.ramp.step < time.Second || c.ramp.step <= c.ramp.p99 {
+		return c, fmt.Errorf("-ramp-p99 must be positive and -ramp-step-duration at least 1s and longer than it, got %s and %s", c.ramp.p99, c.ramp.step)
+	}
+	if c.ramp.appenders < 1 {
+		return c, fmt.Errorf("-ramp-appenders must be at least 1, got %d", c.ramp.appenders)
+	}
+	for _, impl := range strings.Split(rampImpls, ",") {
+		impl = strings.TrimSpace(impl)
+		if impl != implVantage && impl != implRiver && impl != implRaw {
+			return c, fmt.Errorf("-ramp-impls: unknown implementation %q", impl)
+		}
+		c.ramp.impls = append(c.ramp.impls, impl)
 	}
 	if c.idleDuration <= 0 {
 		return c, fmt.Errorf("-idle-duration must be positive, got %s", c.idleDuration)
@@ -274,6 +312,26 @@ func plan(c config) []spec {
 		s.Instances, s.Rate, s.Stale, s.KillAfter = 3, c.failoverRate, c.stale, c.killAfter
 		out = append(out, s)
 	}
+	if c.scenario == scenarioRamp && backend == "postgres" {
+		// Not part of all: a ramp takes minutes per implementation.
+		rs := &rampSpec{Rates: rampRates(c.ramp.start, c.ramp.top, c.ramp.growth), Step: c.ramp.step, P99: c.ramp.p99, Appenders: c.ramp.appenders}
+		for _, impl := range c.ramp.impls {
+			s := base
+			s.Scenario, s.Impl, s.Backend, s.Instances, s.Ramp = scenarioRamp, impl, backend, c.instances[0], rs
+			switch impl {
+			case implVantage:
+				s.Setting = settingDefaults
+			case implRiver:
+				s.Workers, s.RiverDefaults, s.Setting = c.riverWorkers, c.riverDefaults, riverSetting(c.riverDefaults)
+			case implRaw:
+				s.Workers = c.rawWorkers
+				if s.Workers == 0 {
+					s.Workers = s.Instances * c.pool
+				}
+			}
+			out = append(out, s)
+		}
+	}
 	if (all || c.scenario == scenarioIdle) && backend == "postgres" {
 		for _, setting := range c.settings {
 			if setting == settingNoEngine {
@@ -298,7 +356,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	runs := plan(c)
 	if len(runs) == 0 {
-		return errors.New("nothing to run (failover and idle need -backend postgres)")
+		return errors.New("nothing to run (failover, idle and ramp need -backend postgres)")
 	}
 	if c.profileDir != "" {
 		if err := os.MkdirAll(c.profileDir, 0o755); err != nil {
@@ -344,6 +402,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	compareResults(results)
 	compareLive(results)
+	compareRamp(results)
 	if c.json {
 		enc := json.NewEncoder(stdout)
 		for _, r := range results {
@@ -458,13 +517,17 @@ func compareResults(rs []*result) {
 }
 
 // printTable writes the result lines: those of the scenarios that move
-// events, then those of the idle scenario, whose figures are its own.
+// events, then those of the idle and ramp scenarios, whose figures are
+// their own.
 func printTable(w io.Writer, rs []*result) {
-	var moving, idle []*result
+	var moving, idle, ramp []*result
 	for _, r := range rs {
-		if r.Scenario == scenarioIdle {
+		switch r.Scenario {
+		case scenarioIdle:
 			idle = append(idle, r)
-		} else {
+		case scenarioRamp:
+			ramp = append(ramp, r)
+		default:
 			moving = append(moving, r)
 		}
 	}
@@ -473,6 +536,9 @@ func printTable(w io.Writer, rs []*result) {
 	}
 	if len(idle) > 0 {
 		printIdle(w, idle)
+	}
+	if len(ramp) > 0 {
+		printRamp(w, ramp)
 	}
 }
 

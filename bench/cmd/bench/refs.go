@@ -39,10 +39,13 @@ func (e *env) recordCheck(r *result, check workload.Check, pending int64) {
 	fmt.Fprintf(e.report, "\ncheck: %s, %d work rows pending\n", check, pending)
 }
 
-// runRaw measures the raw SQL pipeline's catch-up.
+// runRaw measures the raw SQL pipeline's catch-up or ramp.
 func runRaw(ctx context.Context, s spec) (*result, error) {
+	if s.Scenario == scenarioRamp && s.Backend == "postgres" {
+		return rampRaw(ctx, s)
+	}
 	if s.Scenario != scenarioCatchup || s.Backend != "postgres" {
-		return nil, fmt.Errorf("the raw pipeline runs the PostgreSQL catch-up only")
+		return nil, fmt.Errorf("the raw pipeline runs the PostgreSQL catch-up and ramp only")
 	}
 	e, err := newEnv(ctx, s)
 	if err != nil {
@@ -102,10 +105,14 @@ func runRaw(ctx context.Context, s spec) (*result, error) {
 	return r, nil
 }
 
-// runRiver measures River working one no-op job per work row.
+// runRiver measures River working one no-op job per work row, in the
+// catch-up or the ramp.
 func runRiver(ctx context.Context, s spec) (*result, error) {
+	if s.Scenario == scenarioRamp && s.Backend == "postgres" {
+		return rampRiver(ctx, s)
+	}
 	if s.Scenario != scenarioCatchup || s.Backend != "postgres" {
-		return nil, fmt.Errorf("the River reference runs the PostgreSQL catch-up only")
+		return nil, fmt.Errorf("the River reference runs the PostgreSQL catch-up and ramp only")
 	}
 	e, err := newEnv(ctx, s)
 	if err != nil {

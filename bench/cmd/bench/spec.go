@@ -18,6 +18,7 @@ const (
 	scenarioLive     = "live"
 	scenarioFailover = "failover"
 	scenarioIdle     = "idle"
+	scenarioRamp     = "ramp"
 )
 
 // Engine settings of the live, failover and idle scenarios. settingNoEngine
@@ -59,6 +60,8 @@ type spec struct {
 	PGLog         string        `json:"pg_log,omitempty"`
 	// Options override core.Options fields by name (-opt).
 	Options map[string]string `json:"options,omitempty"`
+	// Ramp is the plan of a ramp run.
+	Ramp *rampSpec `json:"ramp,omitempty"`
 }
 
 // name is a short identifier of the run for progress lines and files.
@@ -149,6 +152,7 @@ type result struct {
 	Deferred int64 `json:"deferred,omitempty"`
 
 	Idle *idleFigures `json:"idle,omitempty"`
+	Ramp *rampFigures `json:"ramp,omitempty"`
 
 	Error string `json:"error,omitempty"`
 }
@@ -178,13 +182,13 @@ func newResult(s spec) *result {
 }
 
 // finish fills the rates from the counts and the seconds, and the live
-// scenario's figures per event.
+// and ramp scenarios' figures per event.
 func (r *result) finish() {
 	if r.Seconds > 0 {
 		r.EventsPerS = float64(r.Events) / r.Seconds
 		r.WorkRowsPerS = float64(r.WorkRows) / r.Seconds
 	}
-	if r.Scenario == scenarioLive {
+	if r.Scenario == scenarioLive || r.Scenario == scenarioRamp {
 		r.CPUMsPerEvent = cpuMsPerEvent(r.GoCPUSeconds, r.PGCPUSeconds, r.Events)
 		r.RowWritesPerEvent = rowWritesPerEvent(r.TableWrites, r.Events)
 	}

@@ -278,8 +278,12 @@ func (v *vantage) check(ctx context.Context, r *result, streams []uuid.UUID, hea
 
 // appenders is the number of concurrent appenders: the spec's when seeding,
 // at least 16 when appending at a fixed rate (one event per call), so the
-// rate holds while single appends wait on commits.
+// rate holds while single appends wait on commits, and the ramp's own
+// (-ramp-appenders) on a ramp.
 func appenders(s spec) int {
+	if s.Ramp != nil {
+		return s.Ramp.Appenders
+	}
 	if s.Scenario == scenarioCatchup {
 		return s.Appenders
 	}
@@ -299,6 +303,8 @@ func runVantage(ctx context.Context, s spec) (*result, error) {
 		return v.live(ctx)
 	case scenarioIdle:
 		return v.idle(ctx)
+	case scenarioRamp:
+		return v.ramp(ctx)
 	default:
 		return nil, fmt.Errorf("unknown scenario %q", s.Scenario)
 	}
@@ -643,7 +649,7 @@ func (v *vantage) live(ctx context.Context) (*result, error) {
 	// Wait until every perspective reached every stream's head.
 	waitLimit := s.DrainWait
 	deadline := time.Now().Add(min(waitLimit, runLimit(ctx)))
-	for !noEngine && !v.allApplied(state) {
+	for !noEngine && !allApplied(state) {
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			r.Error = fmt.Sprintf("not every event was applied %s after the appends ended", waitLimit)
 			break
@@ -736,7 +742,7 @@ func (v *vantage) live(ctx context.Context) (*result, error) {
 }
 
 // allApplied reports whether every perspective reached every stream's head.
-func (v *vantage) allApplied(state []*liveStream) bool {
+func allApplied(state []*liveStream) bool {
 	for _, ls := range state {
 		ls.mu.Lock()
 		for p := range ls.progress {

@@ -17,9 +17,14 @@
 // of a pair whose earlier rows another worker holds are left for later (the
 // claim's lock is released at COMMIT and they are claimed again). Rows at or
 // below the model's version are deleted without being applied.
+//
+// Run drains a backlog (the catch-up) or, with Options.Stop, keeps claiming
+// while events are appended one at a time by an Appender (the ramp); an
+// idle worker polls every Options.IdlePoll.
 package raw
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -77,16 +82,11 @@ CREATE TABLE %[1]s.models (
 	return err
 }
 
-// Seed appends events over streams in round-robin batches of batch events
-// with appenders concurrent connections, fanning out one work row per
-// perspective, and returns the stream ids.
-func Seed(ctx context.Context, pool *pgxpool.Pool, schema string, events, streams, perspectives, batch, appenders int) ([]uuid.UUID, error) {
-	ids := make([]uuid.UUID, streams)
-	for i := range ids {
-		ids[i] = uuid.Must(uuid.NewV7())
-	}
-	names := workload.Perspectives(perspectives)
-	q := fmt.Sprintf(`WITH ev AS (
+// appendSQL inserts events of one stream and, per event, one work row per
+// perspective, in one statement: $1 stream, $2 type, $3 ids, $4 versions,
+// $5 payloads, $6 perspective names.
+func appendSQL(schema string) string {
+	return fmt.Sprintf(`WITH ev AS (
     INSERT INTO %[1]s.events (id, stream_id, version, type, data)
     SELECT u.id, $1, u.version, $2, u.data::jsonb
     FROM unnest($3::uuid[], $4::bigint[], $5::text[]) AS u(id, version, data)
@@ -96,6 +96,18 @@ INSERT INTO %[1]s.work (stream_id, perspective, event_id, version)
 SELECT $1, p.name, ev.id, ev.version
 FROM ev CROSS JOIN unnest($6::text[]) AS p(name)
 ORDER BY ev.version, p.name`, pgx.Identifier{schema}.Sanitize())
+}
+
+// Seed appends events over streams in round-robin batches of batch events
+// with appenders concurrent connections, fanning out one work row per
+// perspective, and returns the stream ids.
+func Seed(ctx context.Context, pool *pgxpool.Pool, schema string, events, streams, perspectives, batch, appenders int) ([]uuid.UUID, error) {
+	ids := make([]uuid.UUID, streams)
+	for i := range ids {
+		ids[i] = uuid.Must(uuid.NewV7())
+	}
+	names := workload.Perspectives(perspectives)
+	q := appendSQL(schema)
 	var wg sync.WaitGroup
 	errs := make([]error, appenders)
 	for a := range appenders {
@@ -122,6 +134,33 @@ ORDER BY ev.version, p.name`, pgx.Identifier{schema}.Sanitize())
 	return ids, errors.Join(errs...)
 }
 
+// Appender appends one event per call, as an application appending live
+// does: the event and its work rows in one statement. It is safe for
+// concurrent use.
+type Appender struct {
+	pool  *pgxpool.Pool
+	sql   string
+	names []string
+}
+
+// NewAppender returns an Appender writing to schema through pool.
+func NewAppender(pool *pgxpool.Pool, schema string, perspectives int) *Appender {
+	return &Appender{pool: pool, sql: appendSQL(schema), names: workload.Perspectives(perspectives)}
+}
+
+// Append appends the event at version of stream. The caller numbers the
+// versions: the pipeline applies a pair's versions one after the other,
+// so a version appended before the one below it waits for it.
+func (a *Appender) Append(ctx context.Context, stream uuid.UUID, version int64) error {
+	payload, err := json.Marshal(workload.NewIncremented(version))
+	if err != nil {
+		return err
+	}
+	_, err = a.pool.Exec(ctx, a.sql, stream, workload.EventType,
+		[]uuid.UUID{uuid.Must(uuid.NewV7())}, []int64{version}, []string{string(payload)}, a.names)
+	return err
+}
+
 // Options configure Run.
 type Options struct {
 	// Pool serves the workers; it needs Workers connections.
@@ -134,7 +173,21 @@ type Options struct {
 	Perspectives int
 	// Workers is the number of concurrent claim loops (connections).
 	Workers int
+	// Stop, when not nil, runs the pipeline live: a worker whose claim
+	// found nothing waits IdlePoll and claims again, until Stop is closed
+	// and the table is empty. When nil, Run returns once the table is
+	// empty (the catch-up).
+	Stop <-chan struct{}
+	// IdlePoll is how long a live worker waits after an empty claim.
+	// Defaults to IdlePollDefault.
+	IdlePoll time.Duration
+	// OnApplied, when not nil, is called once the transaction that
+	// applied a pair's rows committed, with the version the pair reached.
+	OnApplied func(stream uuid.UUID, perspective string, version int64)
 }
+
+// IdlePollDefault is the wait of a live worker after an empty claim.
+const IdlePollDefault = 20 * time.Millisecond
 
 // Stats are the counters of a Run, safe to read while it runs.
 type Stats struct {
@@ -148,7 +201,8 @@ type Stats struct {
 }
 
 // Run drains the work table with opts.Workers workers and returns, per
-// stream, the time from the start at which its last pair reached its head.
+// stream of opts.Heads, the time from the start at which its last pair
+// reached its head.
 func Run(ctx context.Context, opts Options, stats *Stats) ([]time.Duration, error) {
 	s := pgx.Identifier{opts.Schema}.Sanitize()
 	claimSQL := fmt.Sprintf(`WITH c AS (
@@ -190,13 +244,17 @@ SET data = excluded.data, last_version = excluded.last_version, updated_at = exc
 	w := worker{
 		claimSQL: claimSQL, deleteSQL: deleteSQL, cursorsSQL: cursorsSQL, modelsSQL: modelsSQL,
 		stats: stats,
-		onPair: func(stream uuid.UUID, version int64) {
-			i := index[stream]
-			if version == opts.Heads[i] && int(pairsDone[i].Add(1)) == opts.Perspectives {
+		onPair: func(stream uuid.UUID, perspective string, version int64) {
+			if opts.OnApplied != nil {
+				opts.OnApplied(stream, perspective, version)
+			}
+			i, ok := index[stream]
+			if ok && i < len(opts.Heads) && version == opts.Heads[i] && int(pairsDone[i].Add(1)) == opts.Perspectives {
 				doneAt[i] = time.Since(start)
 			}
 		},
 	}
+	idle := cmp.Or(opts.IdlePoll, IdlePollDefault)
 	var wg sync.WaitGroup
 	errs := make([]error, opts.Workers)
 	for i := range opts.Workers {
@@ -214,6 +272,26 @@ SET data = excluded.data, last_version = excluded.last_version, updated_at = exc
 					return
 				}
 				if n > 0 {
+					continue
+				}
+				if opts.Stop != nil {
+					// Live: nothing claimable now; claim again after
+					// IdlePoll, or end once stopped with nothing left.
+					select {
+					case <-opts.Stop:
+						var more bool
+						if err := conn.QueryRow(ctx, remainingSQL).Scan(&more); err != nil {
+							errs[i] = err
+							return
+						}
+						if !more {
+							return
+						}
+					case <-ctx.Done():
+						errs[i] = ctx.Err()
+						return
+					case <-time.After(idle):
+					}
 					continue
 				}
 				var more bool
@@ -236,7 +314,7 @@ SET data = excluded.data, last_version = excluded.last_version, updated_at = exc
 type worker struct {
 	claimSQL, deleteSQL, cursorsSQL, modelsSQL string
 	stats                                      *Stats
-	onPair                                     func(stream uuid.UUID, version int64)
+	onPair                                     func(stream uuid.UUID, perspective string, version int64)
 }
 
 type claimed struct {
@@ -372,7 +450,7 @@ func (w *worker) cycle(ctx context.Context, conn *pgx.Conn) (int, error) {
 		return 0, fmt.Errorf("completing: %w", err)
 	}
 	for _, p := range moved {
-		w.onPair(p.stream, p.version)
+		w.onPair(p.stream, p.perspective, p.version)
 	}
 	return len(rows), nil
 }

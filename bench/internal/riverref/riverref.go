@@ -1,9 +1,11 @@
 // Package riverref is the job-queue reference of the benchmark: River with
-// one no-op job per work row (per event and perspective), inserted with
-// InsertMany in batches before the clients start, worked by the clients'
-// workers until every job is completed in the database. It measures the
-// queue alone: the jobs read no event and save no model, so River's figure
-// is an upper bound of what a job-per-event design can do.
+// one no-op job per work row (per event and perspective). In the catch-up
+// (Seed, Run) the jobs are inserted with InsertMany in batches before the
+// clients start and worked until every one is completed in the database;
+// live (NewInserter, Start) they are inserted one per Insert call while a
+// client works them. It measures the queue alone: the jobs read no event
+// and save no model, so River's figure is an upper bound of what a
+// job-per-event design can do.
 package riverref
 
 import (
@@ -35,7 +37,8 @@ type NoopArgs struct {
 // Kind implements river.JobArgs.
 func (NoopArgs) Kind() string { return "bench_noop" }
 
-// noopWorker does nothing but count.
+// noopWorker does nothing but report the job to worked, as its Work
+// begins.
 type noopWorker struct {
 	river.WorkerDefaults[NoopArgs]
 	worked func(NoopArgs)
@@ -211,4 +214,65 @@ func Run(ctx context.Context, opts Options, total int, stats *Stats, completed f
 			return doneAt, nil
 		}
 	}
+}
+
+// Inserter inserts jobs one per Insert call, as an application enqueuing
+// work as it happens does. Its client is never started: it only inserts.
+type Inserter struct {
+	client *river.Client[pgx.Tx]
+}
+
+// NewInserter returns an Inserter on pool.
+func NewInserter(pool *pgxpool.Pool, opts Options) (*Inserter, error) {
+	c, err := newClient(opts, pool, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &Inserter{client: c}, nil
+}
+
+// Insert inserts the job of one work row in a transaction of its own.
+func (in *Inserter) Insert(ctx context.Context, args NoopArgs) error {
+	_, err := in.client.Insert(ctx, args, nil)
+	return err
+}
+
+// Start starts one client per pool of opts, each calling started as the
+// Work of a job begins, and returns a stop that stops them and returns once
+// they stopped (River records the last completions as it stops). Calls of
+// stop after the first return at once.
+func Start(ctx context.Context, opts Options, started func(NoopArgs)) (stop func(), err error) {
+	var clients []*river.Client[pgx.Tx]
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			var wg sync.WaitGroup
+			for _, c := range clients {
+				wg.Go(func() { _ = c.Stop(stopCtx) })
+			}
+			wg.Wait()
+		})
+	}
+	for _, pool := range opts.Pools {
+		c, err := newClient(opts, pool, started)
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		if err := c.Start(ctx); err != nil {
+			stop()
+			return nil, err
+		}
+		clients = append(clients, c)
+	}
+	return stop, nil
+}
+
+// Unfinished returns the jobs of schema not completed in the database.
+func Unfinished(ctx context.Context, pool *pgxpool.Pool, schema string) (int64, error) {
+	var n int64
+	err := pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s.river_job WHERE state <> 'completed'`, pgx.Identifier{schema}.Sanitize())).Scan(&n)
+	return n, err
 }
