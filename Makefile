@@ -67,6 +67,18 @@ BENCH_FLAGS ?=
 bench: ## benchmark Vantage against River and the raw SQL pipeline (bench/, see BENCHMARKS.md)
 	cd bench && $(GO) run ./cmd/bench -scenario all -events 20000 -instances 1,2 -rate 1000,100 -duration 15s -stale 10s -kill-after 5s -drain-wait 60s -idle-duration 20s -timeout 5m $(BENCH_FLAGS)
 
+# make soak: the soak scenario (bench/, see BENCHMARKS.md), apart from make
+# bench: 2 instances with default options apply events appended at a
+# constant 500/s for 30 minutes on a private PostgreSQL cluster (initdb and pg_ctl
+# of /usr/lib/postgresql/15/bin, initdb's settings, autovacuum on, removed
+# afterwards), sampled every minute; exits non-zero when a verdict fails.
+# The rate is meant to be half the sustainable rate the ramp scenario finds.
+# Extra flags: make soak SOAK_FLAGS='-rate 400 -json -pg-bin /usr/lib/postgresql/16/bin'
+SOAK_FLAGS ?=
+.PHONY: soak
+soak: ## 30-minute soak on a private PostgreSQL cluster: latency, table sizes and memory over time (BENCHMARKS.md)
+	cd bench && $(GO) run ./cmd/bench -scenario soak $(SOAK_FLAGS)
+
 bench-go: ## run the Go benchmarks of the hot core pieces
 	$(GO) test -run '^$$' -bench . -benchmem ./core/...
 

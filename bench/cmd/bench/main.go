@@ -11,6 +11,7 @@
 //	go run ./cmd/bench -scenario failover
 //	go run ./cmd/bench -scenario idle -idle-duration 60s
 //	go run ./cmd/bench -scenario ramp -ramp-start 250 -ramp-step 1.25x -ramp-max 8000
+//	go run ./cmd/bench -scenario soak                      # make soak, 30 minutes
 //
 // Every run executes in a child process of its own (the same binary,
 // re-executed), so its peak RSS (VmHWM) is its own; the child seeds a fresh
@@ -32,6 +33,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -40,7 +42,7 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if len(os.Args) == 3 && os.Args[1] == childFlag {
 		if err := runChild(ctx, os.Args[2], os.Stdout); err != nil {
@@ -92,6 +94,13 @@ type config struct {
 	pgLog         string
 	options       map[string]string
 	ramp          rampConfig
+
+	// soak
+	rateSet      bool // -rate given: the soak's rate instead of its default
+	soakCluster  bool
+	pgBin        string
+	soakDuration time.Duration
+	soakSample   time.Duration
 }
 
 // rampConfig is what the ramp flags ask.
@@ -115,7 +124,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	}
 	fs.StringVar(&c.backend, "backend", "", "memory or postgres; empty: postgres, plus the memory catch-up under -scenario all")
 	fs.StringVar(&c.database, "database", defaultDB, "PostgreSQL connection URL (default $DATABASE_URL)")
-	fs.StringVar(&c.scenario, "scenario", "all", "catchup, live, failover, idle, all (the four), or ramp (on its own)")
+	fs.StringVar(&c.scenario, "scenario", "all", "catchup, live, failover, idle, all (the four), or ramp or soak (each on its own)")
 	fs.StringVar(&events, "events", "200000", "catch-up backlog: events already appended (comma list allowed)")
 	fs.IntVar(&c.streams, "streams", 1000, "streams the events are spread over")
 	fs.IntVar(&c.perspectives, "perspectives", 2, "perspectives applying every event (work rows = events × perspectives)")
@@ -150,9 +159,14 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.DurationVar(&c.ramp.p99, "ramp-p99", 100*time.Millisecond, "ramp: the largest p99 of append-to-applied of a sustainable step")
 	fs.IntVar(&c.ramp.appenders, "ramp-appenders", 16, "ramp: concurrent appenders, one connection each, one event (River: one job) per call")
 	fs.StringVar(&rampImpls, "ramp-impls", implVantage+","+implRiver+","+implRaw, "ramp: the implementations to ramp, in order")
+	fs.BoolVar(&c.soakCluster, "soak-cluster", true, "soak: run on a private PostgreSQL cluster made for the run (initdb's settings, autovacuum on) and removed after it; false: on -database")
+	fs.StringVar(&c.pgBin, "pg-bin", "/usr/lib/postgresql/15/bin", "soak: directory of the initdb and pg_ctl of the private cluster")
+	fs.DurationVar(&c.soakDuration, "soak-duration", 30*time.Minute, "soak: measured appending time (after -warmup), at -rate (default 500 for the soak)")
+	fs.DurationVar(&c.soakSample, "soak-sample", time.Minute, "soak: sample interval")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	fs.Visit(func(f *flag.Flag) { c.rateSet = c.rateSet || f.Name == "rate" })
 	var err error
 	if c.events, err = intList("events", events); err != nil {
 		return c, err
@@ -187,8 +201,12 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	}
 	switch c.scenario {
 	case "all", scenarioCatchup, scenarioLive, scenarioFailover, scenarioIdle, scenarioRamp:
+	case scenarioSoak:
+		if err := checkSoakFlags(c); err != nil {
+			return c, err
+		}
 	default:
-		return c, fmt.Errorf("-scenario must be catchup, live, failover, idle, all or ramp, got %q", c.scenario)
+		return c, fmt.Errorf("-scenario must be catchup, live, failover, idle, all, ramp or soak, got %q", c.scenario)
 	}
 	if c.ramp.growth, err = parseRampGrowth(rampGrowthFlag); err != nil {
 		return c, err
@@ -343,6 +361,9 @@ func plan(c config) []spec {
 			out = append(out, s)
 		}
 	}
+	if c.scenario == scenarioSoak {
+		out = append(out, soakSpec(c, base))
+	}
 	return out
 }
 
@@ -353,6 +374,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return nil
 		}
 		return err
+	}
+	if c.scenario == scenarioSoak && c.soakCluster {
+		cl, err := startSoakCluster(ctx, c.pgBin)
+		if err != nil {
+			return fmt.Errorf("starting the soak's cluster: %w", err)
+		}
+		defer func() {
+			if err := cl.stop(); err != nil {
+				fmt.Fprintf(stderr, "bench: stopping the soak's cluster: %v\n", err)
+			}
+		}()
+		fmt.Fprintf(stderr, "bench: private cluster on port %d in %s\n", cl.port, cl.dir)
+		c.database, c.pgLog = cl.url(), cl.log
 	}
 	runs := plan(c)
 	if len(runs) == 0 {
@@ -539,6 +573,11 @@ func printTable(w io.Writer, rs []*result) {
 	}
 	if len(ramp) > 0 {
 		printRamp(w, ramp)
+	}
+	for _, r := range rs {
+		if r.Soak != nil {
+			printSoak(w, r)
+		}
 	}
 }
 

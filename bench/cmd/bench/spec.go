@@ -19,6 +19,7 @@ const (
 	scenarioFailover = "failover"
 	scenarioIdle     = "idle"
 	scenarioRamp     = "ramp"
+	scenarioSoak     = "soak"
 )
 
 // Engine settings of the live, failover and idle scenarios. settingNoEngine
@@ -62,6 +63,9 @@ type spec struct {
 	Options map[string]string `json:"options,omitempty"`
 	// Ramp is the plan of a ramp run.
 	Ramp *rampSpec `json:"ramp,omitempty"`
+
+	// SoakSample is the soak's sample interval.
+	SoakSample time.Duration `json:"soak_sample,omitempty"`
 }
 
 // name is a short identifier of the run for progress lines and files.
@@ -153,6 +157,9 @@ type result struct {
 
 	Idle *idleFigures `json:"idle,omitempty"`
 	Ramp *rampFigures `json:"ramp,omitempty"`
+
+	// Soak: every sample and the verdicts.
+	Soak *soakFigures `json:"soak,omitempty"`
 
 	Error string `json:"error,omitempty"`
 }

@@ -305,6 +305,8 @@ func runVantage(ctx context.Context, s spec) (*result, error) {
 		return v.idle(ctx)
 	case scenarioRamp:
 		return v.ramp(ctx)
+	case scenarioSoak:
+		return v.soak(ctx)
 	default:
 		return nil, fmt.Errorf("unknown scenario %q", s.Scenario)
 	}

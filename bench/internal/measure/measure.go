@@ -58,6 +58,9 @@ func (l *Latencies) Percentiles(ps ...float64) []float64 {
 // PeakRSSMB returns the process's peak resident set size (VmHWM) in MiB.
 func PeakRSSMB() (float64, error) { return statusMiB("VmHWM:") }
 
+// RSSMB returns the process's resident set size (VmRSS) in MiB.
+func RSSMB() (float64, error) { return statusMiB("VmRSS:") }
+
 func statusMiB(field string) (float64, error) {
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
