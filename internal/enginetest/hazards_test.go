@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/uuid"
@@ -64,9 +65,18 @@ func TestFailureCarriesLastAppliedEvent(t *testing.T) {
 
 // An apply that waits for its context is cancelled at its deadline, on the
 // engine's clock, and reported as a failure that says so.
+//
+// The worker runs in a synctest bubble: the clock moves once every loop
+// waits, the claim that found the stream answered. A claim still in flight
+// while the clock jumps a minute is a stall of the claim loop, which stops
+// the heartbeats and gives the stream up.
 func TestHungApplyHitsItsDeadline(t *testing.T) {
 	t.Parallel()
 
+	synctest.Test(t, testHungApplyHitsItsDeadline)
+}
+
+func testHungApplyHitsItsDeadline(t *testing.T) {
 	clock := clocktest.NewFake()
 	b := memory.New(memory.Options{Clock: clock}).Backend()
 	started := make(chan struct{}, 1)
@@ -84,6 +94,7 @@ func TestHungApplyHitsItsDeadline(t *testing.T) {
 	appendAdded(t, reg, b, uuid.New(), 1) // the start-up claim takes it: the clock stands still
 	startWorker(t, b, reg, opts)
 	waitFor(t, started, "the apply to start")
+	synctest.Wait()
 	require.Empty(t, failures)
 	clock.Advance(time.Minute)
 	f := waitFor(t, failures, "the deadline failure")
