@@ -280,35 +280,7 @@ func (d *rampDriver) run(ctx context.Context, e *env, ph *phase, r *result) erro
 
 	// The pacer releases event i once the schedule has released i+1
 	// events; appenders append one event per call.
-	jobs := make(chan int, 2*top)
-	go func() {
-		defer close(jobs)
-		t := time.NewTicker(time.Millisecond)
-		defer t.Stop()
-		next := 0
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-stopAppends:
-				return
-			case now := <-t.C:
-				elapsed := now.Sub(start)
-				if elapsed >= total {
-					return
-				}
-				for due := rampDue(schedule, elapsed); next < due; next++ {
-					select {
-					case jobs <- next:
-					case <-ctx.Done():
-						return
-					case <-stopAppends:
-						return
-					}
-				}
-			}
-		}
-	}()
+	jobs := pace(ctx, start, total, 2*top, stopAppends, func(elapsed time.Duration) int { return rampDue(schedule, elapsed) })
 	var appended, appendErrs atomic.Int64
 	var wg sync.WaitGroup
 	for range rs.Appenders {

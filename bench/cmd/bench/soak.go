@@ -251,25 +251,9 @@ func intervalSample(origin time.Time, prev, cur soakCounters, lat []time.Duratio
 	if s.Seconds > 0 {
 		s.AchievedRate = float64(s.Appended) / s.Seconds
 	}
-	ps := percentiles(lat, 0.5, 0.99, 1)
+	ps := measure.Percentiles(lat, 0.5, 0.99, 1)
 	s.P50Ms, s.P99Ms, s.MaxMs = ps[0], ps[1], ps[2]
 	return s
-}
-
-// percentiles returns the p-quantiles of ds (nearest rank, as
-// measure.Latencies) in milliseconds; zeros when ds is empty. It sorts ds.
-func percentiles(ds []time.Duration, ps ...float64) []float64 {
-	slices.Sort(ds)
-	out := make([]float64, len(ps))
-	if len(ds) == 0 {
-		return out
-	}
-	for i, p := range ps {
-		rank := int(p*float64(len(ds))+0.999999) - 1
-		rank = min(max(rank, 0), len(ds)-1)
-		out[i] = float64(ds[rank]) / float64(time.Millisecond)
-	}
-	return out
 }
 
 // soakSampleCount is the number of whole sample intervals in duration.
@@ -327,36 +311,13 @@ func (v *vantage) soak(ctx context.Context) (*result, error) {
 	// The pacer releases event i at start + i/rate, as in the live
 	// scenario; appenders append one event per call to stream i mod
 	// streams, with no version check.
-	jobs := make(chan int, s.Rate*2)
-	go func() {
-		defer close(jobs)
-		t := time.NewTicker(time.Millisecond)
-		defer t.Stop()
-		next := 0
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case now := <-t.C:
-				elapsed := now.Sub(ph.start)
-				if elapsed >= total {
-					return
-				}
-				for due := int(elapsed.Seconds() * float64(s.Rate)); next < due; next++ {
-					select {
-					case jobs <- next % s.Streams:
-					case <-ctx.Done():
-						return
-					}
-				}
-			}
-		}
-	}()
+	jobs := pace(ctx, ph.start, total, s.Rate*2, nil, steady(s.Rate))
 	var appendErrs atomic.Int64
 	var wg sync.WaitGroup
 	for range appenders(s) {
 		wg.Go(func() {
-			for i := range jobs {
+			for n := range jobs {
+				i := n % s.Streams
 				at := time.Now()
 				res, err := v.reg.Append(ctx, v.events, streams[i], 0, workload.NewIncremented(int64(i)))
 				if err != nil {

@@ -555,37 +555,14 @@ func (v *vantage) live(ctx context.Context) (*result, error) {
 	// The pacer releases event i at start + i/rate; appenders append one
 	// event per call to stream i mod streams, with no version check (several
 	// appenders may write one stream).
-	jobs := make(chan int, s.Rate*2)
+	jobs := pace(ctx, ph.start, total, s.Rate*2, nil, steady(s.Rate))
 	var appended, appendErrs atomic.Int64
-	go func() {
-		defer close(jobs)
-		t := time.NewTicker(time.Millisecond)
-		defer t.Stop()
-		next := 0
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case now := <-t.C:
-				elapsed := now.Sub(ph.start)
-				if elapsed >= total {
-					return
-				}
-				for due := int(elapsed.Seconds() * float64(s.Rate)); next < due; next++ {
-					select {
-					case jobs <- next % s.Streams:
-					case <-ctx.Done():
-						return
-					}
-				}
-			}
-		}
-	}()
 	appenders := appenders(s)
 	var wg sync.WaitGroup
 	for range appenders {
 		wg.Go(func() {
-			for i := range jobs {
+			for n := range jobs {
+				i := n % s.Streams
 				at := time.Now()
 				res, err := v.reg.Append(ctx, v.events, streams[i], 0, workload.NewIncremented(int64(i)))
 				if err != nil {

@@ -42,6 +42,12 @@ func (l *Latencies) Percentiles(ps ...float64) []float64 {
 	l.mu.Lock()
 	ds := slices.Clone(l.ds)
 	l.mu.Unlock()
+	return Percentiles(ds, ps...)
+}
+
+// Percentiles returns the p-quantiles (0 < p ≤ 1, nearest rank) of ds in
+// milliseconds; zeros when ds is empty. It sorts ds.
+func Percentiles(ds []time.Duration, ps ...float64) []float64 {
 	slices.Sort(ds)
 	out := make([]float64, len(ps))
 	if len(ds) == 0 {
