@@ -605,7 +605,7 @@ func (r *pairRun) failAt(ctx context.Context, i int, cause error) bool {
 	switch outcome {
 	case failure.DeadLettered:
 		return true
-	case failure.Infra, failure.LeaseLost:
+	case failure.Stop:
 		r.stop(ctx)
 		r.end = end
 		return false
@@ -643,7 +643,7 @@ func (r *pairRun) abandon(info monitor.Abandoned, late bool) {
 	// The model the apply holds may be changing under it: nothing unsaved
 	// is saved; those rows come back.
 	r.unsaved = nil
-	outcome, end := failure.Infra, pair.Stopped() // stopping: nothing is charged
+	outcome, end := failure.Stop, pair.Stopped() // stopping: nothing is charged
 	cause := fmt.Errorf("%w (after %s)", monitor.ErrAbandoned, info.Elapsed)
 	if late {
 		outcome, end = dr.fail.EventFailed(ctx, r.key, r.rows[i], cause)

@@ -78,20 +78,18 @@ const (
 	// DeadLettered: it used up its attempts and was moved to dead
 	// letters (or is gone already); its pair goes on with the next event.
 	DeadLettered
-	// Infra: moving it to dead letters failed; the pair retries.
-	Infra
-	// LeaseLost: the move was refused because another instance
-	// took the stream (or it was released): that instance applies the
-	// pair now, and may have applied the event already. Nothing was
-	// charged; the pair's run stops and leaves the stream to its holder.
-	LeaseLost
+	// Stop: moving it to dead letters failed, and the run stops with the
+	// ending EventFailed returns: after a backend error the pair retries
+	// after its backoff; after a refusal because another instance took
+	// the stream (or it was released), nothing was charged and the pair
+	// is left to that instance, which may have applied the event already.
+	Stop
 )
 
 // EventFailed decides what a failed apply of row costs: one attempt, and
 // when that was the last, the move to dead letters with the cause, at once,
-// so the pair goes on without waiting for a retry. With Infra, the ending
-// is the run's (the pair is held back for its backoff); with any other
-// outcome it is Stopped.
+// so the pair goes on without waiting for a retry. With Stop, the ending
+// is the run's (see MoveEnding); with any other outcome it is Stopped.
 func (fl *Failures) EventFailed(ctx context.Context, k pair.Key, row ports.WorkItem, cause error) (Outcome, pair.Ending) {
 	fl.cfg.Metrics.ApplyFailed(ctx, k.Perspective)
 	attempts := row.Attempts + 1
@@ -110,11 +108,7 @@ func (fl *Failures) EventFailed(ctx context.Context, k pair.Key, row ports.WorkI
 		Now:        fl.ParamNow(),
 	})
 	if err != nil {
-		end := fl.MoveEnding(ctx, k, "moving work to dead letters", err)
-		if end.IsStopped() {
-			return LeaseLost, end
-		}
-		return Infra, end
+		return Stop, fl.MoveEnding(ctx, k, "moving work to dead letters", err)
 	}
 	if res.Moved {
 		fl.deadLettered(ctx, res.DeadLetter)

@@ -68,17 +68,16 @@ func (t *Turn) SavedAlone(took time.Duration) {
 	t.SaveAlone = t.p.SavesAlone(t.Key)
 }
 
-// End records how the run ended (see Parking.Record) and releases the
+// End records how the run ended (see Parking.record) and releases the
 // gate.
 func (t *Turn) End(ctx context.Context, o Ending) {
 	defer t.release()
-	t.p.Record(ctx, t.Key, o)
+	t.p.record(ctx, t.Key, o)
 }
 
-// Record records how a run of pair k ended. A run that holds a Turn ends
-// it instead; Record serves those that act on a pair outside one (the
-// failure handling, which has no turn of its own).
-func (p *Parking) Record(ctx context.Context, k Key, o Ending) {
+// record records how a run of pair k ended: the switch from each ending
+// to what the Parking does with the pair.
+func (p *Parking) record(ctx context.Context, k Key, o Ending) {
 	switch o.kind {
 	case endDone:
 		p.InfraRecovered(k)

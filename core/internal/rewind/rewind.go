@@ -365,7 +365,7 @@ func (rw *Rewinder) replayFailed(ctx context.Context, key pair.Key, rows []ports
 		switch outcome, end := rw.fail.EventFailed(ctx, key, rows[i], cause); outcome {
 		case failure.DeadLettered:
 			return true, end
-		case failure.Infra, failure.LeaseLost:
+		case failure.Stop:
 			return false, end
 		}
 		return false, rw.fail.ReportFailure(ctx, key, rows[i], nil, uuid.Nil, 0, cause)
