@@ -14,7 +14,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/vantage-go/vantage/bench/internal/measure"
-	"github.com/vantage-go/vantage/bench/internal/workload"
 	"github.com/vantage-go/vantage/core"
 )
 
@@ -313,23 +312,7 @@ func (v *vantage) soak(ctx context.Context) (*result, error) {
 	// streams, with no version check.
 	jobs := pace(ctx, ph.start, total, s.Rate*2, nil, steady(s.Rate))
 	var appendErrs atomic.Int64
-	var wg sync.WaitGroup
-	for range appenders(s) {
-		wg.Go(func() {
-			for n := range jobs {
-				i := n % s.Streams
-				at := time.Now()
-				res, err := v.reg.Append(ctx, v.events, streams[i], 0, workload.NewIncremented(int64(i)))
-				if err != nil {
-					if appendErrs.Add(1) == 1 && ctx.Err() == nil {
-						fmt.Fprintf(os.Stderr, "  append failed: %v\n", err)
-					}
-					continue
-				}
-				tr.appendedEvent(i, res.Events[0].Version, at)
-			}
-		})
-	}
+	wg := v.appendSteady(ctx, jobs, streams, &appendErrs, tr.appendedEvent)
 
 	// The warm-up's latencies are dropped with the first take.
 	select {

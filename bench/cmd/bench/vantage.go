@@ -276,6 +276,33 @@ func (v *vantage) check(ctx context.Context, r *result, streams []uuid.UUID, hea
 	return nil
 }
 
+// appendSteady starts the appenders of a run paced by jobs: for each
+// number n the pacer releases, one of them appends an event to stream n mod
+// len(streams), with no version check (several appenders may write one
+// stream), counts a failed append in errs (printing the first) and hands
+// what it stored to stored. The WaitGroup's wait ends once jobs is closed
+// and drained.
+func (v *vantage) appendSteady(ctx context.Context, jobs <-chan int, streams []uuid.UUID, errs *atomic.Int64, stored func(i int, version int64, at time.Time)) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for range appenders(v.spec) {
+		wg.Go(func() {
+			for n := range jobs {
+				i := n % len(streams)
+				at := time.Now()
+				res, err := v.reg.Append(ctx, v.events, streams[i], 0, workload.NewIncremented(int64(i)))
+				if err != nil {
+					if errs.Add(1) == 1 && ctx.Err() == nil {
+						fmt.Fprintf(os.Stderr, "  append failed: %v\n", err)
+					}
+					continue
+				}
+				stored(i, res.Events[0].Version, at)
+			}
+		})
+	}
+	return &wg
+}
+
 // appenders is the number of concurrent appenders: the spec's when seeding,
 // at least 16 when appending at a fixed rate (one event per call), so the
 // rate holds while single appends wait on commits, and the ramp's own
@@ -557,30 +584,14 @@ func (v *vantage) live(ctx context.Context) (*result, error) {
 	// appenders may write one stream).
 	jobs := pace(ctx, ph.start, total, s.Rate*2, nil, steady(s.Rate))
 	var appended, appendErrs atomic.Int64
-	appenders := appenders(s)
-	var wg sync.WaitGroup
-	for range appenders {
-		wg.Go(func() {
-			for n := range jobs {
-				i := n % s.Streams
-				at := time.Now()
-				res, err := v.reg.Append(ctx, v.events, streams[i], 0, workload.NewIncremented(int64(i)))
-				if err != nil {
-					if appendErrs.Add(1) == 1 && ctx.Err() == nil {
-						fmt.Fprintf(os.Stderr, "  append failed: %v\n", err)
-					}
-					continue
-				}
-				appended.Add(1)
-				ls := state[i]
-				ls.mu.Lock()
-				ver := res.Events[0].Version
-				ls.appended = append(ls.appended, appendRecord{version: ver, at: at, took: time.Since(at), measured: !at.Before(measureFrom)})
-				ls.head = max(ls.head, ver)
-				ls.mu.Unlock()
-			}
-		})
-	}
+	wg := v.appendSteady(ctx, jobs, streams, &appendErrs, func(i int, ver int64, at time.Time) {
+		appended.Add(1)
+		ls := state[i]
+		ls.mu.Lock()
+		ls.appended = append(ls.appended, appendRecord{version: ver, at: at, took: time.Since(at), measured: !at.Before(measureFrom)})
+		ls.head = max(ls.head, ver)
+		ls.mu.Unlock()
+	})
 	stop := make(chan struct{})
 	go progress(ctx, stop, s.name(), func() string {
 		return fmt.Sprintf("appended %d (%d errors)", appended.Load(), appendErrs.Load())
