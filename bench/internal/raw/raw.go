@@ -279,20 +279,12 @@ SET data = excluded.data, last_version = excluded.last_version, updated_at = exc
 					// IdlePoll, or end once stopped with nothing left.
 					select {
 					case <-opts.Stop:
-						var more bool
-						if err := conn.QueryRow(ctx, remainingSQL).Scan(&more); err != nil {
-							errs[i] = err
-							return
-						}
-						if !more {
-							return
-						}
 					case <-ctx.Done():
 						errs[i] = ctx.Err()
 						return
 					case <-time.After(idle):
+						continue
 					}
-					continue
 				}
 				var more bool
 				if err := conn.QueryRow(ctx, remainingSQL).Scan(&more); err != nil {

@@ -184,15 +184,7 @@ func Run(ctx context.Context, opts Options, total int, stats *Stats, completed f
 		}
 		clients = append(clients, c)
 	}
-	defer func() {
-		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		var wg sync.WaitGroup
-		for _, c := range clients {
-			wg.Go(func() { _ = c.Stop(stopCtx) })
-		}
-		wg.Wait()
-	}()
+	defer stopAll(ctx, clients)
 	q := fmt.Sprintf(`SELECT count(*) FROM %s.river_job WHERE state <> 'completed'`, pgx.Identifier{opts.Schema}.Sanitize())
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
@@ -245,15 +237,7 @@ func Start(ctx context.Context, opts Options, started func(NoopArgs)) (stop func
 	var clients []*river.Client[pgx.Tx]
 	var once sync.Once
 	stop = func() {
-		once.Do(func() {
-			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			var wg sync.WaitGroup
-			for _, c := range clients {
-				wg.Go(func() { _ = c.Stop(stopCtx) })
-			}
-			wg.Wait()
-		})
+		once.Do(func() { stopAll(ctx, clients) })
 	}
 	for _, pool := range opts.Pools {
 		c, err := newClient(opts, pool, started)
@@ -275,4 +259,17 @@ func Unfinished(ctx context.Context, pool *pgxpool.Pool, schema string) (int64, 
 	var n int64
 	err := pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s.river_job WHERE state <> 'completed'`, pgx.Identifier{schema}.Sanitize())).Scan(&n)
 	return n, err
+}
+
+// stopAll stops clients together and returns once they stopped (River
+// records the last completions as it stops), within 30 seconds whatever
+// becomes of ctx.
+func stopAll(ctx context.Context, clients []*river.Client[pgx.Tx]) {
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		wg.Go(func() { _ = c.Stop(stopCtx) })
+	}
+	wg.Wait()
 }
