@@ -63,7 +63,10 @@ func (p *Projection) Name() string { return p.name }
 // and saved alone, under ApplyTimeout only, until a save of it alone takes
 // less than that; so a hung write delays the saves sharing with it by that
 // much at most. The retry of a failed event is saved alone too. A write
-// that ignores its context holds the transaction until it returns.
+// that ignores its context holds the transaction until it returns, or
+// until the transaction has idled for ApplyTimeout plus ApplyAbandonGrace:
+// past that the backend may end it (see ports.ModelSaveTxParams.IdleTimeout),
+// and the save fails as the backend's failure, charged to no event.
 // Use EventFromContext for the event's id, stream, version and metadata.
 // HandleTx returns ErrDuplicate if E already has a function.
 func HandleTx[E any](p *Projection, apply func(ctx context.Context, tx ports.Tx, event E) error) error {

@@ -229,6 +229,11 @@ func New(backend ports.Backend, registry *Registry, opts *Options) (*Worker, err
 		Models: backend.Models, Batch: backend.ModelBatch, Tx: backend.ModelTx,
 		CacheSize: o.Drain.ModelCacheSize, Clock: e.Clock,
 		CallTimeout: base.BackendCallTimeout, ApplyTimeout: o.Drain.ApplyTimeout,
+		// A write is cancelled at ApplyTimeout, and one that ignores its
+		// cancellation gets ApplyAbandonGrace more, as an apply does, before
+		// its transaction may be ended under it; an instance frozen in the
+		// middle of a save then holds its stream no longer than that.
+		TxIdleTimeout: o.Drain.ApplyTimeout + o.Drain.ApplyAbandonGrace,
 	})
 	w.lifecycle = stage.New(e.Env, stage.Config{
 		Lifecycle:      backend.Lifecycle,

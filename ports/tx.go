@@ -1,6 +1,9 @@
 package ports
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // TxEventStore is implemented by event stores that can append inside a
 // transaction the caller owns, so that the caller's business writes and its
@@ -48,9 +51,11 @@ type TxModelStore interface {
 	// if Apply returns
 	// an error, it rolls back and returns an error wrapping Apply's. When
 	// Apply failed because the backend did rather than Apply's own code
-	// (the transaction's connection was lost, or the database refused a
-	// statement for a reason a retry may not meet again: a serialization
-	// failure, a deadlock), the error wraps ErrTransient too, so that the
+	// (the transaction's connection was lost, the backend ended the
+	// transaction once it idled past params.IdleTimeout, or the database
+	// refused a statement for a reason a retry may not meet again: a
+	// serialization failure, a deadlock), the error wraps ErrTransient too,
+	// and so does a commit that failed for one of those reasons, so that the
 	// engine retries without charging the event; the adapter tells by
 	// Apply's error (the driver's error in its chain) and by the
 	// transaction (a rollback that finds the connection lost). Apply's own
@@ -86,4 +91,19 @@ type ModelSaveTxParams struct {
 	Apply func(ctx context.Context, tx Tx) error
 	// Save is the model and cursor move, as ModelSave takes them.
 	Save ModelSaveParams
+	// IdleTimeout, when positive, bounds how long the transaction may stay
+	// idle, the caller sending it nothing (while Apply runs code of its own
+	// between statements, say): past it the backend may end the
+	// transaction, which releases its locks, and the call then fails as
+	// after a lost connection, wrapping ErrTransient. It bounds what a
+	// process frozen in the middle of the call (a long pause of its
+	// runtime, a suspended virtual machine, SIGSTOP) costs others: its
+	// transaction holds the stream's lease fence, which keeps the instances
+	// taking over from it off the stream until it resumes. It must exceed
+	// the longest Apply may go without a statement; the engine sets it to
+	// Options.Drain.ApplyTimeout plus ApplyAbandonGrace. Zero leaves the
+	// backend's own bound, if any. ModelSaveTxMany bounds its transaction
+	// by the largest IdleTimeout of its entries, and not at all when one
+	// of them is zero.
+	IdleTimeout time.Duration
 }

@@ -168,7 +168,7 @@ func (s *Store) PerspectiveRetire(ctx context.Context, params *ports.Perspective
 	}
 	result := &ports.RetireResult{}
 	err := backoff.Retry(func() error {
-		err := withTx(ctx, s.pool, func(tx pgx.Tx) error {
+		err := withTx(ctx, s.txBeginner(ctx, ownTxIdleTimeout), func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", retireLockTimeout.Milliseconds())); err != nil {
 				return err
 			}

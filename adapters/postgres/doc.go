@@ -41,6 +41,30 @@
 // below an event already processed. AppendTx appends inside the caller's
 // transaction, so business writes and events commit together.
 //
+// # Frozen processes
+//
+// The explicit transactions the Store opens (a table projection's save, a
+// retirement) bound how long they may stay idle, their process sending
+// nothing: each begins with SET LOCAL idle_in_transaction_session_timeout,
+// in the round trip of its BEGIN. A save takes its
+// ports.ModelSaveTxParams.IdleTimeout (the engine sets
+// Options.Drain.ApplyTimeout plus ApplyAbandonGrace), lowered to the time
+// left to its context's deadline plus a quarter of a second; the adapter's
+// own transactions take 10 seconds. Without the bound, a process frozen
+// in the middle of one (a long pause of its runtime, a suspended virtual
+// machine, SIGSTOP) would keep its locks until it resumed: a save
+// share-locks its stream's row of vantage_active_streams (the lease
+// fence), abandonment passes over a locked stream row and keeps its holder
+// registered, and so the instances taking over from the frozen one could
+// not take that stream. Past the bound the server ends the session, the
+// others take the stream, and the resumed process finds its connection
+// closed: pgx drops it from the pool, and the call fails with
+// ports.ErrTransient, which the engine charges to no event. A save whose
+// IdleTimeout is zero and whose context has no deadline keeps the
+// server's setting. The implicit transactions of the batches need no
+// bound: a batch reaches the server whole, and the server runs and
+// commits it whether or not its client reads the answer.
+//
 // # Stream leases
 //
 // Work is leased per stream: vantage_active_streams has a row for every
@@ -171,7 +195,8 @@
 // which lends each transaction whichever server connection is free.
 // Every call is one statement, one batch (an implicit transaction) or one
 // explicit transaction that leaves nothing on its server connection: the
-// batches' planner settings are set_config(..., true), local to their
+// batches' planner settings are set_config(..., true) and the idle bound
+// of the explicit transactions is SET LOCAL, each local to its
 // transaction, and the append and migration locks are
 // pg_advisory_xact_lock. Parameters encode in every pgx query exec mode
 // (uuids as pgtype.UUID, JSON as text). Two settings remain the
@@ -198,7 +223,8 @@
 // that may pass wrap ports.ErrTransient around the driver's error: a lost,
 // refused or timed-out connection, connection exceptions (SQLSTATE class
 // 08), serialization failures and deadlocks, a server shutting down,
-// starting up or out of connection slots, a lock not available. The caller's
+// starting up or out of connection slots, a lock not available, a session
+// the server ended for idling (SQLSTATE 25P03, 25P04, 57P05). The caller's
 // own cancellation or deadline stays context.Canceled or
 // context.DeadlineExceeded.
 package postgres

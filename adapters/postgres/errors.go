@@ -36,6 +36,13 @@ const (
 	pgCannotConnectNow         = "57P03"
 	pgTooManyConnections       = "53300"
 	pgLockNotAvailable         = "55P03"
+	// The server ended the session for idling past
+	// idle_in_transaction_session_timeout (see txidle.go), past
+	// transaction_timeout (PostgreSQL 17), or, outside a transaction,
+	// past idle_session_timeout.
+	pgIdleInTransactionTimeout = "25P03"
+	pgTransactionTimeout       = "25P04"
+	pgIdleSessionTimeout       = "57P05"
 )
 
 // translate maps driver errors to ports sentinels at the adapter's edge; the
@@ -121,12 +128,14 @@ func isTransient(err error) bool {
 // isTransientCode reports whether a server error code is transient: a
 // connection exception (class 08), a serialization failure or deadlock (the
 // transaction lost to another and may win when run again), the server
-// shutting down, starting up or out of connection slots, or a lock it could
-// not take at once.
+// shutting down, starting up or out of connection slots, a lock it could
+// not take at once, or a session it ended for idling (the process that
+// opened it went quiet, frozen perhaps: no statement of it failed).
 func isTransientCode(code string) bool {
 	switch code {
 	case pgSerializationFailure, pgDeadlockDetected, pgAdminShutdown, pgCrashShutdown,
-		pgCannotConnectNow, pgTooManyConnections, pgLockNotAvailable:
+		pgCannotConnectNow, pgTooManyConnections, pgLockNotAvailable,
+		pgIdleInTransactionTimeout, pgTransactionTimeout, pgIdleSessionTimeout:
 		return true
 	}
 	return strings.HasPrefix(code, pgConnectionExceptionClass)

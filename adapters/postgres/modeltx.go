@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -35,7 +36,10 @@ func TxOf(t ports.Tx) pgx.Tx {
 // concurrent save of the same pair (an instance that lost its lease, say)
 // waits on the cursor's row lock and then fails the version and epoch
 // check before its Apply writes anything. Apply's error is classified by
-// applyFailure, with the rollback's when the rollback failed too.
+// applyFailure, with the rollback's when the rollback failed too. The
+// transaction's idle time is bounded by params.IdleTimeout and ctx's
+// deadline (see idleBound); a transaction the server ended for idling
+// fails the call with ports.ErrTransient.
 func (s *Store) ModelSaveTx(ctx context.Context, params *ports.ModelSaveTxParams) error {
 	save := &params.Save
 	if err := checkSaveTx(params); err != nil {
@@ -48,7 +52,7 @@ func (s *Store) ModelSaveTx(ctx context.Context, params *ports.ModelSaveTxParams
 		stage    saveTxStage
 		entryErr error
 	)
-	err := withTx(ctx, s.pool, func(t pgx.Tx) error {
+	err := withTx(ctx, s.txBeginner(ctx, params.IdleTimeout), func(t pgx.Tx) error {
 		stage, entryErr = s.saveTxIn(ctx, t, params)
 		return entryErr
 	})
@@ -119,7 +123,9 @@ func (s *Store) saveTxIn(ctx context.Context, t pgx.Tx, params *ports.ModelSaveT
 // database call fails the whole call, and so does an Apply that left the
 // transaction unusable (applyFailure classifies its error with the
 // rollback's). An entry's savepoint, the release of the one before it and
-// its save go in one round trip.
+// its save go in one round trip. The transaction's idle time is bounded as
+// ModelSaveTx's, by the largest IdleTimeout of the entries (none when one
+// is zero).
 func (s *Store) ModelSaveTxMany(ctx context.Context, p *ports.ModelSaveTxManyParams) ([]error, error) {
 	params := p.Saves
 	errs := make([]error, len(params))
@@ -139,8 +145,16 @@ func (s *Store) ModelSaveTxMany(ctx context.Context, p *ports.ModelSaveTxManyPar
 		return comparePair(pairKey{params[a].Save.StreamID, params[a].Save.Perspective}, pairKey{params[b].Save.StreamID, params[b].Save.Perspective})
 	})
 	const savepoint, release, rollback = "SAVEPOINT vantage_save", "RELEASE SAVEPOINT vantage_save", "ROLLBACK TO SAVEPOINT vantage_save"
+	var idle time.Duration
+	for _, i := range order {
+		if params[i].IdleTimeout <= 0 {
+			idle = 0
+			break
+		}
+		idle = max(idle, params[i].IdleTimeout)
+	}
 	var broken error // the error of an entry that left the transaction unusable
-	err := withTx(ctx, s.pool, func(t pgx.Tx) error {
+	err := withTx(ctx, s.txBeginner(ctx, idle), func(t pgx.Tx) error {
 		prelude := []string{savepoint}
 		for _, i := range order {
 			stage, entryErr := s.saveTxIn(ctx, t, params[i], prelude...)

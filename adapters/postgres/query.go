@@ -440,7 +440,7 @@ func (s *Store) indexState(ctx context.Context, name string) (indexState, error)
 // modelsUnlocked reports whether vantage_models could be locked in SHARE
 // UPDATE EXCLUSIVE mode just now: no index build (nor vacuum) holds it.
 func (s *Store) modelsUnlocked(ctx context.Context) (bool, error) {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := withTx(ctx, s.txBeginner(ctx, ownTxIdleTimeout), func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `LOCK TABLE `+quoteSchema(s.opts.Schema)+`.vantage_models IN SHARE UPDATE EXCLUSIVE MODE NOWAIT`)
 		return err
 	})

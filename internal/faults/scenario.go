@@ -347,8 +347,8 @@ func injectPause(ctx context.Context, r *run) error {
 		return fmt.Errorf("reading the paused worker's registration: %w", err)
 	}
 	if registered > 0 || held > 0 {
-		r.find(Finding{Check: CheckTakeover, Detail: fmt.Sprintf("after %s frozen (stale threshold %s), %s is still registered (%t) or holds %d streams",
-			pauseFor, staleThreshold, p.name, registered > 0, held)})
+		r.find(Finding{Check: CheckTakeover, Detail: fmt.Sprintf("after %s frozen (stale threshold %s), %s is still registered (%t) or holds %d streams; its connections: %s",
+			pauseFor, staleThreshold, p.name, registered > 0, held, r.sessionsOf(ctx, p))})
 	}
 	if err := p.resume(); err != nil {
 		return err
@@ -367,6 +367,46 @@ func injectPause(ctx context.Context, r *run) error {
 	}
 	r.note("%s saved again %s after its resume", p.name, first.Sub(at).Round(10*time.Millisecond))
 	return nil
+}
+
+// sessionsOf describes p's connections as the server sees them, for a
+// finding: state, the age of the transaction and of the state, the locks
+// held on the lease table (a row lock shows as the table's RowShareLock or
+// RowExclusiveLock) and the last statement, cut short (the clock CTE
+// that opens most of the adapter's statements left out). A connection idle
+// in transaction that holds such a lock is what keeps the others from
+// taking p's streams while it is frozen (abandonment skips locked rows).
+func (r *run) sessionsOf(ctx context.Context, p *process) string {
+	rows, err := r.suite.pool.Query(ctx, `SELECT s.pid, coalesce(s.state, ''),
+			coalesce(extract(epoch FROM clock_timestamp() - s.xact_start), -1)::float8,
+			coalesce(extract(epoch FROM clock_timestamp() - s.state_change), -1)::float8,
+			coalesce((SELECT string_agg(l.mode, ',' ORDER BY l.mode) FROM pg_locks l
+			          WHERE l.pid = s.pid AND l.granted AND l.relation = to_regclass($2)), ''),
+			left(regexp_replace(regexp_replace(s.query, '\s+', ' ', 'g'), '^WITH clock AS \(.*? AS now\), ', 'WITH clock AS (...), '), 160)
+		FROM pg_stat_activity s WHERE s.application_name = $1 ORDER BY s.pid`, p.name, r.table("vantage_active_streams"))
+	if err != nil {
+		return fmt.Sprintf("(reading pg_stat_activity: %v)", err)
+	}
+	var (
+		b                  strings.Builder
+		pid                int
+		state, locks, text string
+		xactAge, stateAge  float64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&pid, &state, &xactAge, &stateAge, &locks, &text}, func() error {
+		if state == "idle" {
+			return nil // no transaction, no lock
+		}
+		fmt.Fprintf(&b, " [pid %d %s for %.1fs, transaction %.1fs, locks on vantage_active_streams %q: %s]", pid, state, stateAge, xactAge, locks, text)
+		return nil
+	})
+	if err != nil {
+		return fmt.Sprintf("(reading pg_stat_activity: %v)", err)
+	}
+	if b.Len() == 0 {
+		return "none in a transaction"
+	}
+	return b.String()[1:]
 }
 
 // awaitClaim watches p's connections until one runs a claim (the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -134,4 +135,49 @@ func TestTxSavesCutWritesPastThePatience(t *testing.T) {
 	r = <-sent
 	require.NoError(t, r.err)
 	require.ErrorIs(t, r.res[0], ErrGroupPatience, "a save sent alone by the combiner")
+}
+
+// idleStore is a TxModelStore that records the IdleTimeout of each save.
+type idleStore struct {
+	mu    sync.Mutex
+	idles []time.Duration
+}
+
+func (s *idleStore) ModelSaveTx(_ context.Context, p *ports.ModelSaveTxParams) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.idles = append(s.idles, p.IdleTimeout)
+	return nil
+}
+
+func (s *idleStore) ModelSaveTxMany(_ context.Context, p *ports.ModelSaveTxManyParams) ([]error, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range p.Saves {
+		s.idles = append(s.idles, e.IdleTimeout)
+	}
+	return make([]error, len(p.Saves)), nil
+}
+
+// A save of a table projection that sets no IdleTimeout is sent with the
+// Store's, alone or shared; one that sets its own keeps it, and the
+// caller's params are left as they were.
+func TestSaveTxBoundsTheIdleTime(t *testing.T) {
+	t.Parallel()
+	tx := &idleStore{}
+	s := New(Config{Tx: tx, Clock: clocktest.NewFake(), CallTimeout: time.Minute, ApplyTimeout: 2 * time.Second, TxIdleTimeout: 4 * time.Second})
+	params := func(idle time.Duration) *ports.ModelSaveTxParams {
+		return &ports.ModelSaveTxParams{
+			Save:        ports.ModelSaveParams{StreamID: uuid.New(), Perspective: "lines", LastVersion: 1},
+			Apply:       func(context.Context, ports.Tx) error { return nil },
+			IdleTimeout: idle,
+		}
+	}
+
+	unset := params(0)
+	require.NoError(t, s.SaveTx(t.Context(), true, unset))
+	require.NoError(t, s.SaveTx(t.Context(), false, params(0)))
+	require.NoError(t, s.SaveTx(t.Context(), true, params(time.Second)))
+	require.Equal(t, []time.Duration{4 * time.Second, 4 * time.Second, time.Second}, tx.idles)
+	require.Zero(t, unset.IdleTimeout, "the caller's params stay as they are")
 }

@@ -33,11 +33,15 @@ type Config struct {
 	// ApplyTimeout bounds each write of a table projection; the writes of
 	// a shared save get GroupPatience(ApplyTimeout) all together.
 	ApplyTimeout time.Duration
+	// TxIdleTimeout is the ports.ModelSaveTxParams.IdleTimeout of the saves
+	// of table projections that set none: how long a save's transaction
+	// may idle before the backend may end it.
+	TxIdleTimeout time.Duration
 }
 
 // New returns a Store.
 func New(cfg Config) *Store {
-	s := &Store{backend: cfg.Models, cache: newModelCache(cfg.CacheSize), batches: newModelBatches(cfg.Batch, cfg.CallTimeout), tx: cfg.Tx}
+	s := &Store{backend: cfg.Models, cache: newModelCache(cfg.CacheSize), batches: newModelBatches(cfg.Batch, cfg.CallTimeout), tx: cfg.Tx, txIdle: cfg.TxIdleTimeout}
 	s.txSaves = newTxSaves(cfg.Tx, cfg.Clock, GroupPatience(cfg.ApplyTimeout), cfg.CallTimeout+cfg.ApplyTimeout)
 	return s
 }
@@ -103,6 +107,7 @@ type Store struct {
 	batches *modelBatches                              // nil unless the model store batches
 	tx      ports.TxModelStore                         // nil unless the backend runs table projections
 	txSaves *combiner[*ports.ModelSaveTxParams, error] // groups tx's saves; nil with tx
+	txIdle  time.Duration                              // IdleTimeout of tx's saves that set none
 }
 
 // Load returns the pair's model at position and epoch, those of the cursor
@@ -148,9 +153,15 @@ func (s *Store) Save(ctx context.Context, p *ports.ModelSaveParams) error {
 // transaction (ModelSaveTxMany), each in a savepoint of its own, and the
 // writes of each get the patience of a shared save (see newTxSaves). A
 // save alone is sent by its caller in a transaction of its own, its
-// writes bounded by ApplyTimeout only.
+// writes bounded by ApplyTimeout only. A save that sets no IdleTimeout
+// gets Config.TxIdleTimeout.
 func (s *Store) SaveTx(ctx context.Context, alone bool, p *ports.ModelSaveTxParams) error {
 	k := pair.Key{Stream: p.Save.StreamID, Perspective: p.Save.Perspective}
+	if p.IdleTimeout == 0 && s.txIdle > 0 {
+		bounded := *p // the caller's params stay as they are
+		bounded.IdleTimeout = s.txIdle
+		p = &bounded
+	}
 	save := s.tx.ModelSaveTx
 	if s.txSaves != nil && !alone {
 		save = func(ctx context.Context, p *ports.ModelSaveTxParams) error {
