@@ -386,6 +386,43 @@ func runModelBatch(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 			require.Equal(t, int64(1), m.Epoch)
 			require.Equal(t, int64(1), mustCursor(t, tb.backend, streams[1], perspective).Epoch)
 		},
+		"EachPairChecksItsPositionAlone": func(t *testing.T) {
+			tb := setup(t, newBackend)
+			streams := newIDs(t, 4)
+			last := newID(t)
+			for _, s := range streams[:2] {
+				require.NoError(t, saveModel(t, tb.backend, s, 0, last, 2, `{"n":2}`))
+				require.NoError(t, tb.backend.Models.ModelSave(t.Context(), withEpoch(modelParams(s, perspective, 2, last, 2, `{"n":20}`), 0, true)))
+			}
+
+			errs, err := batch(t, tb.backend).ModelSaveMany(t.Context(), &ports.ModelSaveManyParams{Saves: []*ports.ModelSaveParams{
+				modelParams(streams[0], perspective, 2, last, 3, `{"n":3}`),                       // stale epoch
+				withEpoch(modelParams(streams[1], perspective, 2, last, 3, `{"n":30}`), 1, false), // current epoch
+				withEpoch(modelParams(streams[2], perspective, 0, last, 1, `{"m":1}`), 0, true),   // a new pair rebased
+				modelParams(streams[3], perspective, 1, last, 2, `{"k":2}`),                       // no cursor at 1
+				modelParams(streams[0], perspective2, 0, last, 1, `{"p":1}`),                      // the stale entry's stream
+			}})
+			require.NoError(t, err)
+			require.Len(t, errs, 5)
+			require.ErrorIs(t, errs[0], ports.ErrVersionConflict)
+			require.NoError(t, errs[1])
+			require.NoError(t, errs[2])
+			require.ErrorIs(t, errs[3], ports.ErrVersionConflict)
+			require.NoError(t, errs[4], "a conflict of one pair does not hold back another of its stream")
+
+			require.JSONEq(t, `{"n":20}`, string(mustModel(t, tb.backend, streams[0], perspective).Data), "a conflict stores nothing")
+			require.Equal(t, int64(2), mustCursor(t, tb.backend, streams[0], perspective).LastVersion)
+			m := mustModel(t, tb.backend, streams[1], perspective)
+			require.JSONEq(t, `{"n":30}`, string(m.Data))
+			require.Equal(t, int64(3), m.LastVersion)
+			require.Equal(t, int64(1), m.Epoch)
+			m = mustModel(t, tb.backend, streams[2], perspective)
+			require.Equal(t, int64(1), m.Epoch)
+			require.Equal(t, int64(1), mustCursor(t, tb.backend, streams[2], perspective).Epoch)
+			_, err = tb.backend.Models.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: streams[3], Perspective: perspective})
+			require.ErrorIs(t, err, ports.ErrNotFound, "a conflict stores nothing")
+			require.JSONEq(t, `{"p":1}`, string(mustModel(t, tb.backend, streams[0], perspective2).Data))
+		},
 		"EachEntryFencedToTheStreamHolder": func(t *testing.T) {
 			tb := setup(t, newBackend)
 			a, b := tb.pair(t)
@@ -396,14 +433,17 @@ func runModelBatch(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 				heldBy(a, modelParams(mine, perspective, 0, mineEvents[0].ID, 1, `{"n":1}`)),
 				heldBy(a, modelParams(theirs, perspective, 0, theirEvents[0].ID, 1, `{"m":1}`)),
 				heldBy(a, withEpoch(modelParams(theirs, perspective2, 0, theirEvents[0].ID, 1, `{"r":1}`), 0, true)),
+				heldBy(a, modelParams(mine, perspective2, 0, mineEvents[0].ID, 1, `{"n2":1}`)),
 			}})
 			require.NoError(t, err)
-			require.Len(t, errs, 3)
+			require.Len(t, errs, 4)
 			require.NoError(t, errs[0])
 			require.ErrorIs(t, errs[1], ports.ErrLeaseLost)
 			require.NoError(t, errs[2], "a rebase is fenced by the epoch, not the lease")
+			require.NoError(t, errs[3])
 
 			require.JSONEq(t, `{"n":1}`, string(mustModel(t, tb.backend, mine, perspective).Data))
+			require.JSONEq(t, `{"n2":1}`, string(mustModel(t, tb.backend, mine, perspective2).Data))
 			_, err = tb.backend.Models.ModelLoad(t.Context(), &ports.ModelLoadParams{StreamID: theirs, Perspective: perspective})
 			require.ErrorIs(t, err, ports.ErrNotFound, "a refused entry stores nothing")
 			require.JSONEq(t, `{"r":1}`, string(mustModel(t, tb.backend, theirs, perspective2).Data))

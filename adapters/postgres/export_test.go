@@ -48,6 +48,7 @@ var Queries = map[string]string{
 	"ModelLoad":          sqlModelLoad,
 	"ModelLoadMany":      sqlModelLoadMany,
 	"ModelSave":          sqlModelSave,
+	"ModelSaveSet":       sqlModelSaveSet,
 	"DeadLetterMove":     sqlDeadLetterMove,
 	"DeadLetterRefused":  sqlDeadLetterRefused,
 	"DeadLettersList":    sqlDeadLettersList,
@@ -93,3 +94,12 @@ var Queries = map[string]string{
 
 // WorkSettings is the statement that opens every batch of work statements.
 const WorkSettings = sqlWorkSettings
+
+// SetSaveSetMin sets the fewest entries ModelSaveMany saves in one
+// statement, for benchmarks comparing it with a statement per entry, and
+// returns a function restoring it.
+func SetSaveSetMin(n int) (restore func()) {
+	old := saveSetMin
+	saveSetMin = n
+	return func() { saveSetMin = old }
+}

@@ -87,3 +87,70 @@ func BenchmarkModelSaveMany(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkModelSaveManyShapes compares the two shapes of ModelSaveMany on
+// batches of the sizes a live drain and a catch-up make: a statement per
+// entry in one batch, or one statement for every entry. Each save moves an
+// existing model of 2,000 to its next version.
+//
+//	go test -run '^$' -bench ModelSaveManyShapes ./adapters/postgres/
+func BenchmarkModelSaveManyShapes(b *testing.B) {
+	ctx := b.Context()
+	schema := pgtest.NewSchemaName(b)
+	pool := pgtest.NewPool(b, 4)
+	m, err := postgres.NewMigrator(nil, schema)
+	require.NoError(b, err)
+	require.NoError(b, m.Up(ctx, pool))
+	b.Cleanup(func() { _, _ = pgtest.Pool(b).Exec(ctx, `DROP SCHEMA `+schema+` CASCADE`) })
+	store, err := postgres.New(pool, postgres.Options{Schema: schema, PollOnly: true})
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = store.Close() })
+	backend := store.Backend()
+
+	const models = 2000
+	streams := make([]uuid.UUID, models)
+	versions := make([]int64, models)
+	for i := range streams {
+		streams[i] = uuid.New()
+	}
+	save := func(b *testing.B, from, batch int) {
+		saves := make([]*ports.ModelSaveParams, 0, batch)
+		for i := from; i < from+batch; i++ {
+			v := versions[i]
+			saves = append(saves, &ports.ModelSaveParams{
+				StreamID: streams[i], Perspective: "orders", LastEventID: uuid.New(),
+				LastVersion: v + 1, ExpectedVersion: v, Data: fmt.Appendf(nil, `{"status": "open", "total": %d}`, v),
+			})
+			versions[i] = v + 1
+		}
+		errs, err := backend.ModelBatch.ModelSaveMany(ctx, &ports.ModelSaveManyParams{Saves: saves})
+		require.NoError(b, err)
+		for _, err := range errs {
+			require.NoError(b, err)
+		}
+	}
+	for from := 0; from < models; from += 100 {
+		save(b, from, 100)
+	}
+	for _, table := range []string{"vantage_models", "vantage_cursors"} {
+		_, err = pool.Exec(ctx, `VACUUM ANALYZE `+schema+`.`+table)
+		require.NoError(b, err)
+	}
+
+	for _, batch := range []int{1, 4, 32, 256} {
+		for _, shape := range []struct {
+			name string
+			min  int
+		}{{"StatementEach", models + 1}, {"OneStatement", 1}} {
+			b.Run(fmt.Sprintf("Batch%d/%s", batch, shape.name), func(b *testing.B) {
+				defer postgres.SetSaveSetMin(shape.min)()
+				from := 0
+				for b.Loop() {
+					save(b, from, batch)
+					from = (from + batch) % (models - batch)
+				}
+				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*batch), "µs/save")
+			})
+		}
+	}
+}

@@ -103,6 +103,7 @@ ANALYZE `+s+`.vantage_events; ANALYZE `+s+`.vantage_work; ANALYZE `+s+`.vantage_
 		"ModelLoad":          {streams[0], "a"},
 		"ModelLoadMany":      {streams, names},
 		"ModelSave":          {streams[0], nil, "a", "{}", ids[0], int64(1), int64(0), int64(0), int64(0), id, []int64{1}},
+		"ModelSaveSet":       {streams, names, []string{"{}", "{}", "{}"}, ids, nums, nums, nums, nums, ids, times, streams, []uuid.UUID{id}},
 		"DeadLetterMove":     {id, nil, ids[0], id, "reason", "error", 3, "g1"},
 		"DeadLetterRefused":  {ids[0], id},
 		"DeadLettersList":    {"a", streams[0], nil, "dead", nil, times[0], id},
