@@ -12,6 +12,7 @@
 //	go run ./cmd/bench -scenario idle -idle-duration 60s
 //	go run ./cmd/bench -scenario ramp -ramp-start 250 -ramp-step 1.25x -ramp-max 8000
 //	go run ./cmd/bench -scenario soak                      # make soak, 30 minutes
+//	go run ./cmd/bench -scenario rebuild -events 5000000 -timeout 60m
 //
 // Every run executes in a child process of its own (the same binary,
 // re-executed), so its peak RSS (VmHWM) is its own; the child seeds a fresh
@@ -101,6 +102,9 @@ type config struct {
 	pgBin        string
 	soakDuration time.Duration
 	soakSample   time.Duration
+
+	// rebuild
+	rebuildSample time.Duration
 }
 
 // rampConfig is what the ramp flags ask.
@@ -124,7 +128,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	}
 	fs.StringVar(&c.backend, "backend", "", "memory or postgres; empty: postgres, plus the memory catch-up under -scenario all")
 	fs.StringVar(&c.database, "database", defaultDB, "PostgreSQL connection URL (default $DATABASE_URL)")
-	fs.StringVar(&c.scenario, "scenario", "all", "catchup, live, failover, idle, all (the four), or ramp or soak (each on its own)")
+	fs.StringVar(&c.scenario, "scenario", "all", "catchup, live, failover, idle, all (the four), or ramp, soak or rebuild (each on its own)")
 	fs.StringVar(&events, "events", "200000", "catch-up backlog: events already appended (comma list allowed)")
 	fs.IntVar(&c.streams, "streams", 1000, "streams the events are spread over")
 	fs.IntVar(&c.perspectives, "perspectives", 2, "perspectives applying every event (work rows = events × perspectives)")
@@ -163,6 +167,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&c.pgBin, "pg-bin", "/usr/lib/postgresql/15/bin", "soak: directory of the initdb and pg_ctl of the private cluster")
 	fs.DurationVar(&c.soakDuration, "soak-duration", 30*time.Minute, "soak: measured appending time (after -warmup), at -rate (default 500 for the soak)")
 	fs.DurationVar(&c.soakSample, "soak-sample", time.Minute, "soak: sample interval")
+	fs.DurationVar(&c.rebuildSample, "rebuild-sample", 5*time.Second, "rebuild: how often the rebuild request's progress is read")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -200,13 +205,13 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 		return c, fmt.Errorf("-backend must be memory or postgres, got %q", c.backend)
 	}
 	switch c.scenario {
-	case "all", scenarioCatchup, scenarioLive, scenarioFailover, scenarioIdle, scenarioRamp:
+	case "all", scenarioCatchup, scenarioLive, scenarioFailover, scenarioIdle, scenarioRamp, scenarioRebuild:
 	case scenarioSoak:
 		if err := checkSoakFlags(c); err != nil {
 			return c, err
 		}
 	default:
-		return c, fmt.Errorf("-scenario must be catchup, live, failover, idle, all, ramp or soak, got %q", c.scenario)
+		return c, fmt.Errorf("-scenario must be catchup, live, failover, idle, all, ramp, soak or rebuild, got %q", c.scenario)
 	}
 	if c.ramp.growth, err = parseRampGrowth(rampGrowthFlag); err != nil {
 		return c, err
@@ -229,6 +234,9 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	}
 	if c.idleDuration <= 0 {
 		return c, fmt.Errorf("-idle-duration must be positive, got %s", c.idleDuration)
+	}
+	if c.rebuildSample <= 0 {
+		return c, fmt.Errorf("-rebuild-sample must be positive, got %s", c.rebuildSample)
 	}
 	switch c.compare {
 	case "auto", "on", "off":
@@ -364,6 +372,14 @@ func plan(c config) []spec {
 	if c.scenario == scenarioSoak {
 		out = append(out, soakSpec(c, base))
 	}
+	if c.scenario == scenarioRebuild && backend == "postgres" {
+		// Not part of all: it catches a backlog up, then replays it.
+		for _, events := range c.events {
+			s := base
+			s.Scenario, s.Impl, s.Backend, s.Events, s.Instances, s.Sample = scenarioRebuild, implVantage, backend, events, 1, c.rebuildSample
+			out = append(out, s)
+		}
+	}
 	return out
 }
 
@@ -390,7 +406,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	runs := plan(c)
 	if len(runs) == 0 {
-		return errors.New("nothing to run (failover, idle and ramp need -backend postgres)")
+		return errors.New("nothing to run (failover, idle, ramp and rebuild need -backend postgres)")
 	}
 	if c.profileDir != "" {
 		if err := os.MkdirAll(c.profileDir, 0o755); err != nil {
@@ -551,16 +567,18 @@ func compareResults(rs []*result) {
 }
 
 // printTable writes the result lines: those of the scenarios that move
-// events, then those of the idle and ramp scenarios, whose figures are
-// their own.
+// events, then those of the idle, ramp and rebuild scenarios, whose figures
+// are their own.
 func printTable(w io.Writer, rs []*result) {
-	var moving, idle, ramp []*result
+	var moving, idle, ramp, rebuilds []*result
 	for _, r := range rs {
 		switch r.Scenario {
 		case scenarioIdle:
 			idle = append(idle, r)
 		case scenarioRamp:
 			ramp = append(ramp, r)
+		case scenarioRebuild:
+			rebuilds = append(rebuilds, r)
 		default:
 			moving = append(moving, r)
 		}
@@ -573,6 +591,9 @@ func printTable(w io.Writer, rs []*result) {
 	}
 	if len(ramp) > 0 {
 		printRamp(w, ramp)
+	}
+	if len(rebuilds) > 0 {
+		printRebuilds(w, rebuilds)
 	}
 	for _, r := range rs {
 		if r.Soak != nil {

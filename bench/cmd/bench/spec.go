@@ -20,6 +20,7 @@ const (
 	scenarioIdle     = "idle"
 	scenarioRamp     = "ramp"
 	scenarioSoak     = "soak"
+	scenarioRebuild  = "rebuild"
 )
 
 // Engine settings of the live, failover and idle scenarios. settingNoEngine
@@ -66,6 +67,9 @@ type spec struct {
 
 	// SoakSample is the soak's sample interval.
 	SoakSample time.Duration `json:"soak_sample,omitempty"`
+	// Sample is how often the rebuild scenario reads its request's
+	// progress.
+	Sample time.Duration `json:"sample,omitempty"`
 }
 
 // name is a short identifier of the run for progress lines and files.
@@ -121,7 +125,7 @@ type result struct {
 	// Live: the CPU of the process and of its PostgreSQL backends over the
 	// measured phase, per event appended in it (warm-up included, as the
 	// phase's CPU is); and, with an engine, its ratio to the no-engine line
-	// of the same rate (compareLive).
+	// of the same rate (compareLive). Rebuild: the same per event replayed.
 	CPUMsPerEvent float64 `json:"cpu_ms_per_event,omitempty"`
 	CPUVsAppends  float64 `json:"cpu_vs_appends,omitempty"`
 	// Live on PostgreSQL: the rows each table of the run's schema wrote
@@ -160,6 +164,8 @@ type result struct {
 
 	// Soak: every sample and the verdicts.
 	Soak *soakFigures `json:"soak,omitempty"`
+	// Rebuild: the catch-up before it, its progress and its check.
+	Rebuild *rebuildFigures `json:"rebuild,omitempty"`
 
 	Error string `json:"error,omitempty"`
 }
@@ -188,15 +194,18 @@ func newResult(s spec) *result {
 	}
 }
 
-// finish fills the rates from the counts and the seconds, and the live
-// and ramp scenarios' figures per event.
+// finish fills the rates from the counts and the seconds, and the live,
+// ramp and rebuild scenarios' figures per event.
 func (r *result) finish() {
 	if r.Seconds > 0 {
 		r.EventsPerS = float64(r.Events) / r.Seconds
 		r.WorkRowsPerS = float64(r.WorkRows) / r.Seconds
 	}
-	if r.Scenario == scenarioLive || r.Scenario == scenarioRamp {
+	switch r.Scenario {
+	case scenarioLive, scenarioRamp:
 		r.CPUMsPerEvent = cpuMsPerEvent(r.GoCPUSeconds, r.PGCPUSeconds, r.Events)
 		r.RowWritesPerEvent = rowWritesPerEvent(r.TableWrites, r.Events)
+	case scenarioRebuild:
+		r.CPUMsPerEvent = cpuMsPerEvent(r.GoCPUSeconds, r.PGCPUSeconds, r.Events)
 	}
 }

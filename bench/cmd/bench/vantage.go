@@ -311,8 +311,8 @@ func appenders(s spec) int {
 	if s.Ramp != nil {
 		return s.Ramp.Appenders
 	}
-	if s.Scenario == scenarioCatchup {
-		return s.Appenders
+	if s.Scenario == scenarioCatchup || s.Scenario == scenarioRebuild {
+		return s.Appenders // seeding
 	}
 	return max(s.Appenders, 16)
 }
@@ -334,6 +334,8 @@ func runVantage(ctx context.Context, s spec) (*result, error) {
 		return v.ramp(ctx)
 	case scenarioSoak:
 		return v.soak(ctx)
+	case scenarioRebuild:
+		return v.rebuild(ctx)
 	default:
 		return nil, fmt.Errorf("unknown scenario %q", s.Scenario)
 	}
@@ -343,18 +345,46 @@ func runVantage(ctx context.Context, s spec) (*result, error) {
 // perspective applied every event of the backlog and every completion was
 // acknowledged (every work row deleted).
 func (v *vantage) catchup(ctx context.Context) (*result, error) {
+	r := newResult(v.spec)
+	b, ph, err := v.catchUp(ctx, r, core.Hooks{})
+	v.stopWorkers(30 * time.Second)
+	if ph != nil {
+		ph.report(ctx, r.Events)
+	}
+	if err != nil {
+		return r, err
+	}
+	streamLatencies(r, b.doneAt)
+	return r, v.check(ctx, r, b.streams, b.heads)
+}
+
+// backlog is what catchUp seeded: the streams, their heads, and when each
+// stream was caught up, from the start of the measured phase (zero for
+// none).
+type backlog struct {
+	streams []uuid.UUID
+	heads   []int64
+	doneAt  []time.Duration
+}
+
+// catchUp seeds the backlog, starts the workers with hooks (its own
+// OnPerspectiveEventProcessed and OnCompletionsFlushed replacing those of
+// hooks) and records into r the measured phase from their start until they
+// caught the backlog up; it returns the phase, ended, once it started, and
+// leaves the workers running: the caller stops them, then calls
+// phase.report.
+func (v *vantage) catchUp(ctx context.Context, r *result, hooks core.Hooks) (backlog, *phase, error) {
 	s := v.spec
-	r := newResult(s)
 	t0 := time.Now()
 	streams, err := v.seed(ctx)
 	if err != nil {
-		return r, fmt.Errorf("seeding: %w", err)
+		return backlog{}, nil, fmt.Errorf("seeding: %w", err)
 	}
 	r.SeedSeconds = time.Since(t0).Seconds()
 	r.SeedEventsPerS = float64(s.Events) / r.SeedSeconds
 	if v.admin != nil {
 		if _, err := v.admin.Exec(ctx, "ANALYZE "+quoted(s.Schema)+".vantage_work, "+quoted(s.Schema)+".vantage_events"); err != nil {
-			return r, err
+			return backlog{}, nil, err
 		}
 	}
 	hs := heads(s)
@@ -414,37 +444,36 @@ func (v *vantage) catchup(ctx context.Context) (*result, error) {
 			}
 		}()
 	}
-	hooks := core.Hooks{
-		OnPerspectiveEventProcessed: func(e core.PerspectiveEventProcessed) {
-			applied.Add(int64(e.EventCount))
-			i, ok := index[e.StreamID]
-			if ok && e.LastVersion >= hs[i] && int(pairsDone[i].Add(1)) == s.Perspectives {
-				doneAt[i] = time.Since(start)
-			}
-			checkDone()
-		},
-		OnCompletionsFlushed: func(c core.CompletionsFlushed) {
-			for _, cc := range c.Completions {
-				acked.Add(int64(len(cc.WorkIDs)))
-			}
-			checkDone()
-		},
+	hooks.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) {
+		applied.Add(int64(e.EventCount))
+		i, ok := index[e.StreamID]
+		if ok && e.LastVersion >= hs[i] && int(pairsDone[i].Add(1)) == s.Perspectives {
+			doneAt[i] = time.Since(start)
+		}
+		checkDone()
+	}
+	hooks.OnCompletionsFlushed = func(c core.CompletionsFlushed) {
+		for _, cc := range c.Completions {
+			acked.Add(int64(len(cc.WorkIDs)))
+		}
+		checkDone()
 	}
 	stop := make(chan struct{})
 	go progress(ctx, stop, s.name(), func() string {
 		return fmt.Sprintf("applied %d/%d work rows, %d acknowledged", applied.Load(), target, acked.Load())
 	})
 	defer close(stop)
+	b := backlog{streams: streams, heads: hs, doneAt: doneAt}
 	if err := warm(ctx, v.enginePools...); err != nil {
-		return r, err
+		return b, nil, err
 	}
 	ph, err := v.startPhase(ctx)
 	if err != nil {
-		return r, err
+		return b, nil, err
 	}
 	start = ph.start
 	if err := v.startWorkers(ctx, func(int) core.Hooks { return hooks }); err != nil {
-		return r, err
+		return b, nil, err
 	}
 	// Leave a minute of the run's timeout for stopping and checking; a run
 	// cut short still reports the rates it reached.
@@ -455,16 +484,11 @@ func (v *vantage) catchup(ctx context.Context) (*result, error) {
 	case <-limit.C:
 		r.Events, r.WorkRows = applied.Load()/int64(s.Perspectives), applied.Load()
 		ph.end(r, r.Events)
-		v.stopWorkers(30 * time.Second)
-		ph.report(ctx, r.Events)
-		return r, fmt.Errorf("not caught up after %.0fs (-timeout): applied %d and acknowledged %d of %d work rows; the rates are those reached", r.Seconds, applied.Load(), acked.Load(), target)
+		return b, ph, fmt.Errorf("not caught up after %.0fs (-timeout): applied %d and acknowledged %d of %d work rows; the rates are those reached", r.Seconds, applied.Load(), acked.Load(), target)
 	}
 	r.Events, r.WorkRows = int64(s.Events), applied.Load()
 	ph.end(r, r.Events)
-	v.stopWorkers(30 * time.Second)
-	ph.report(ctx, r.Events)
-	streamLatencies(r, doneAt)
-	return r, v.check(ctx, r, streams, hs)
+	return b, ph, nil
 }
 
 // liveStream is what the live scenario knows of one stream.
