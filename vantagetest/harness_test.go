@@ -120,11 +120,18 @@ func TestUserHooksKeepFiring(t *testing.T) {
 		return nil
 	})
 	var processed, deadLettered, idle atomic.Int64
+	idled := make(chan struct{}, 1)
 	opts := vantagetest.Options(t)
 	opts.Retries.MaxEventAttempts = 1
 	opts.Hooks.OnPerspectiveEventProcessed = func(e core.PerspectiveEventProcessed) { processed.Add(int64(e.EventCount)) }
 	opts.Hooks.OnDeadLettered = func(ports.DeadLetter) { deadLettered.Add(1) }
-	opts.Hooks.OnWorkProcessingIdle = func() { idle.Add(1) }
+	opts.Hooks.OnWorkProcessingIdle = func() {
+		idle.Add(1)
+		select {
+		case idled <- struct{}{}:
+		default:
+		}
+	}
 	h := vantagetest.Start(t, b.reg, &opts)
 
 	order := uuid.New()
@@ -132,6 +139,12 @@ func TestUserHooksKeepFiring(t *testing.T) {
 	h.WaitDeadLetter("order_summary", order)
 	h.WaitCaughtUp(order)
 	h.WaitIdle()
+	// The worker reads as idle as it turns so, just before the hook runs.
+	select {
+	case <-idled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the idle hook did not fire within 10s of the worker turning idle")
+	}
 	if processed.Load() != 2 || deadLettered.Load() != 1 || idle.Load() == 0 {
 		t.Fatalf("hooks saw %d applied, %d dead letters, %d idle transitions; want 2, 1, at least 1",
 			processed.Load(), deadLettered.Load(), idle.Load())
