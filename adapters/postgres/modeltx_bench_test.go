@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vantage-go/vantage/adapters/postgres"
-	"github.com/vantage-go/vantage/internal/pgtest"
 	"github.com/vantage-go/vantage/ports"
 )
 
@@ -29,14 +28,9 @@ func BenchmarkModelSaveTx(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			ctx := b.Context()
-			schema := pgtest.NewSchemaName(b)
-			pool := pgtest.NewPool(b, 4)
-			m, err := postgres.NewMigrator(nil, schema)
-			require.NoError(b, err)
-			require.NoError(b, m.Up(ctx, pool))
-			b.Cleanup(func() { _, _ = pgtest.Pool(b).Exec(ctx, `DROP SCHEMA `+schema+` CASCADE`) })
+			pool, schema := benchSchema(b)
 			table := pgx.Identifier{schema, "order_lines"}.Sanitize()
-			_, err = pool.Exec(ctx, `CREATE TABLE `+table+` (stream_id uuid PRIMARY KEY, qty bigint NOT NULL)`)
+			_, err := pool.Exec(ctx, `CREATE TABLE `+table+` (stream_id uuid PRIMARY KEY, qty bigint NOT NULL)`)
 			require.NoError(b, err)
 			store, err := postgres.New(pool, postgres.Options{Schema: schema, PollOnly: true})
 			require.NoError(b, err)
