@@ -39,8 +39,9 @@ import (
 //   - saved upserts the model of each entry whose cursor was moved or
 //     created.
 //   - the result is one row per entry, in the order of the arrays: whether
-//     its model was saved, whether its fence passed, and its cursor's
-//     version and epoch for the error of a failed check.
+//     its model was saved, whether its fence passed, and, for the error of
+//     a failed check, its cursor's version and epoch as locked (none when
+//     the fence failed, which needs none, or there was no cursor).
 const sqlModelSaveSet = `WITH entries AS MATERIALIZED (
     SELECT e.*
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::uuid[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::uuid[], $10::timestamptz[])
@@ -105,14 +106,9 @@ saved AS (
 )
 SELECT EXISTS (SELECT 1 FROM saved s WHERE s.stream_id = e.stream_id AND s.perspective = e.perspective),
        EXISTS (SELECT 1 FROM passing p WHERE p.ord = e.ord),
-       c.last_version, c.epoch
+       l.last_version, l.epoch
 FROM entries e
-LEFT JOIN LATERAL (
-    SELECT c.last_version, c.epoch
-    FROM /* SCHEMA */.vantage_cursors c
-    WHERE c.stream_id = e.stream_id AND c.perspective = e.perspective
-    LIMIT 1
-) c ON true
+LEFT JOIN locked l ON l.stream_id = e.stream_id AND l.perspective = e.perspective
 ORDER BY e.ord`
 
 // setSavable reports whether the entries of params listed in order (valid,
