@@ -34,10 +34,7 @@ func BenchmarkModelSaveMany(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			ctx := b.Context()
-			pool, schema := benchSchema(b)
-			store, err := postgres.New(pool, postgres.Options{Schema: schema, PollOnly: true})
-			require.NoError(b, err)
-			b.Cleanup(func() { _ = store.Close() })
+			pool, schema, store := benchStore(b)
 			backend := store.Backend()
 
 			const models, batch = 20_000, 100
@@ -70,7 +67,7 @@ func BenchmarkModelSaveMany(b *testing.B) {
 			if c.indexes != nil {
 				require.NoError(b, backend.ModelQuery.ModelIndexesEnsure(ctx, &ports.ModelIndexesEnsureParams{Perspective: "orders", Indexes: c.indexes}))
 			}
-			_, err = pool.Exec(ctx, `VACUUM ANALYZE `+schema+`.vantage_models`)
+			_, err := pool.Exec(ctx, `VACUUM ANALYZE `+schema+`.vantage_models`)
 			require.NoError(b, err)
 
 			from := 0
@@ -91,10 +88,7 @@ func BenchmarkModelSaveMany(b *testing.B) {
 //	go test -run '^$' -bench ModelSaveManyShapes ./adapters/postgres/
 func BenchmarkModelSaveManyShapes(b *testing.B) {
 	ctx := b.Context()
-	pool, schema := benchSchema(b)
-	store, err := postgres.New(pool, postgres.Options{Schema: schema, PollOnly: true})
-	require.NoError(b, err)
-	b.Cleanup(func() { _ = store.Close() })
+	pool, schema, store := benchStore(b)
 	backend := store.Backend()
 
 	const models = 2000
@@ -123,7 +117,7 @@ func BenchmarkModelSaveManyShapes(b *testing.B) {
 		save(b, from, 100)
 	}
 	for _, table := range []string{"vantage_models", "vantage_cursors"} {
-		_, err = pool.Exec(ctx, `VACUUM ANALYZE `+schema+`.`+table)
+		_, err := pool.Exec(ctx, `VACUUM ANALYZE `+schema+`.`+table)
 		require.NoError(b, err)
 	}
 
@@ -145,9 +139,10 @@ func BenchmarkModelSaveManyShapes(b *testing.B) {
 	}
 }
 
-// benchSchema returns a pool of 4 connections and a new schema migrated to
-// the latest version; the schema is dropped when b ends.
-func benchSchema(b *testing.B) (*pgxpool.Pool, string) {
+// benchStore returns a pool of 4 connections, a new schema migrated to the
+// latest version on it and a Store of that schema (polling only); the
+// schema is dropped and the store closed when b ends.
+func benchStore(b *testing.B) (*pgxpool.Pool, string, *postgres.Store) {
 	b.Helper()
 	ctx := b.Context()
 	schema := pgtest.NewSchemaName(b)
@@ -157,5 +152,8 @@ func benchSchema(b *testing.B) (*pgxpool.Pool, string) {
 	require.NoError(b, m.Up(ctx, pool))
 	// b's context is done by the time cleanups run.
 	b.Cleanup(func() { _, _ = pgtest.Pool(b).Exec(context.WithoutCancel(ctx), `DROP SCHEMA `+schema+` CASCADE`) })
-	return pool, schema
+	store, err := postgres.New(pool, postgres.Options{Schema: schema, PollOnly: true})
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = store.Close() })
+	return pool, schema, store
 }

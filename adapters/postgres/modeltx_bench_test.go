@@ -28,13 +28,10 @@ func BenchmarkModelSaveTx(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			ctx := b.Context()
-			pool, schema := benchSchema(b)
+			pool, schema, store := benchStore(b)
 			table := pgx.Identifier{schema, "order_lines"}.Sanitize()
 			_, err := pool.Exec(ctx, `CREATE TABLE `+table+` (stream_id uuid PRIMARY KEY, qty bigint NOT NULL)`)
 			require.NoError(b, err)
-			store, err := postgres.New(pool, postgres.Options{Schema: schema, PollOnly: true})
-			require.NoError(b, err)
-			b.Cleanup(func() { _ = store.Close() })
 
 			streams := make([]uuid.UUID, pairs)
 			for i := range streams {
