@@ -221,7 +221,9 @@ var saveSetMin = 4
 // they are few, a pair comes twice or an entry holds late rows, as a batch of
 // sqlModelSave statements in one implicit transaction. They are ordered by
 // pair (entries of the same pair keep their order), so concurrent calls
-// lock cursors in the same order and cannot deadlock.
+// lock cursors in the same order and cannot deadlock. Both shapes run under
+// the work settings (sendWork): a statement each is otherwise planned anew
+// for each call whenever its call's values look cheaper to the planner.
 func (s *Store) ModelSaveMany(ctx context.Context, p *ports.ModelSaveManyParams) ([]error, error) {
 	params := p.Saves
 	errs := make([]error, len(params))
@@ -250,7 +252,7 @@ func (s *Store) ModelSaveMany(ctx context.Context, p *ports.ModelSaveManyParams)
 	for _, i := range order {
 		b.Queue(s.sql(sqlModelSave), modelSaveArgs(params[i])...)
 	}
-	err := sendBatch(ctx, s.pool, b, func(br pgx.BatchResults) error {
+	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error {
 		for _, i := range order {
 			var r modelSaveRow
 			if err := br.QueryRow().Scan(r.dest()...); err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -1023,19 +1024,33 @@ ORDER BY v, st.id, x.p
 // PostgreSQL plans again on every execution (it does so when the plan for
 // the call's values looks cheaper than the generic one, as it does for
 // small arrays) spends more on planning than on running: 0.7 ms for each
-// fetch. Past the planner's five trial plans, every statement of the cycle
-// runs its generic plan.
+// fetch. Whether it does depends on the tables' sizes and statistics, so
+// the worker's connection here runs with plan_cache_mode at
+// force_custom_plan, where every statement would be planned for its call:
+// each statement of the cycle must choose its generic plan itself. The
+// events are appended through another connection, as an application's
+// would be.
 func TestDrainStatementsKeepTheirPlans(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	b := newStoreWith(t, pgtest.PoolOptions{MaxConns: 1}, postgres.Options{Schema: pgtest.Schema(t), PollOnly: true})
+	u, err := url.Parse(pgtest.ConnString(t))
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("plan_cache_mode", "force_custom_plan")
+	u.RawQuery = q.Encode()
+	schema := pgtest.Schema(t)
+	b := newStoreWith(t, pgtest.PoolOptions{MaxConns: 1, ConnString: u.String()}, postgres.Options{Schema: schema, PollOnly: true})
+	app := newStoreWith(t, pgtest.PoolOptions{MaxConns: 1}, postgres.Options{Schema: schema, PollOnly: true})
+	var mode string
+	require.NoError(t, b.pool.QueryRow(ctx, `SHOW plan_cache_mode`).Scan(&mode))
+	require.Equal(t, "force_custom_plan", mode, "the worker's connection plans every call unless told otherwise")
 	subscribe(t, b, "a", "b")
 	instance := uuid.New()
 	streams := []uuid.UUID{uuid.New(), uuid.New(), uuid.New()}
 	const rounds = 15
 	for round := range rounds {
 		stream := streams[round%len(streams)]
-		_, err := b.backend.Events.EventsAppend(ctx, &ports.EventsAppendParams{StreamID: stream, Events: newEvents(1)})
+		_, err := app.backend.Events.EventsAppend(ctx, &ports.EventsAppendParams{StreamID: stream, Events: newEvents(1)})
 		require.NoError(t, err)
 		res, err := b.backend.Fetcher.EventsFetchPending(ctx, &ports.EventsFetchPendingParams{
 			InstanceID: instance, StreamIDs: []uuid.UUID{stream}, LeaseDuration: time.Minute, StaleThreshold: time.Minute, MaxRows: 100,
