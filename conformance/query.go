@@ -294,6 +294,7 @@ func runModelQuery(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 					By: ports.ModelOrderField, Field: ports.ModelField{Path: []string{"total"}, Kind: ports.ModelFieldNumber}, Desc: true,
 				}},
 				{Order: ports.ModelOrder{By: ports.ModelOrderUpdatedAt, Desc: true}},
+				{Filters: equal(`"open"`, "status").Filters, Order: ports.ModelOrder{By: ports.ModelOrderUpdatedAt}},
 			}
 			before := make([][]uuid.UUID, len(queries))
 			for i, q := range queries {
@@ -375,6 +376,9 @@ func runModelQuery(t *testing.T, newBackend NewBackendFunc, implemented bool) {
 				"TooManyFields": {Perspective: perspective, Indexes: []ports.ModelIndex{{Fields: []ports.ModelField{
 					text("a"), text("b"), text("c"), text("d"), text("e"), text("f"), text("g"), text("h"), text("i"),
 				}}}},
+				"TooManyFieldsAndUpdatedAt": {Perspective: perspective, Indexes: []ports.ModelIndex{{Fields: []ports.ModelField{
+					text("a"), text("b"), text("c"), text("d"), text("e"), text("f"), text("g"), text("h"), text("i"),
+				}, UpdatedAt: true}}},
 				"FieldTwice":   {Perspective: perspective, Indexes: []ports.ModelIndex{{Fields: []ports.ModelField{text("a", "b"), text("a", "b")}}}},
 				"UnknownKind":  {Perspective: perspective, Indexes: []ports.ModelIndex{{Fields: []ports.ModelField{{Path: []string{"a"}, Kind: "date"}}}}},
 				"InvalidPath":  {Perspective: perspective, Indexes: []ports.ModelIndex{{Fields: []ports.ModelField{text("a b")}}}},
@@ -393,6 +397,8 @@ var queryIndexes = []ports.ModelIndex{
 	{Fields: []ports.ModelField{{Path: []string{"status"}, Kind: ports.ModelFieldText}, {Path: []string{"total"}, Kind: ports.ModelFieldNumber}}},
 	{Fields: []ports.ModelField{{Path: []string{"customer", "tier"}, Kind: ports.ModelFieldText}}},
 	{Fields: []ports.ModelField{{Path: []string{"created"}, Kind: ports.ModelFieldTime}}},
+	{UpdatedAt: true},
+	{Fields: []ports.ModelField{{Path: []string{"status"}, Kind: ports.ModelFieldText}}, UpdatedAt: true},
 }
 
 // queryFixture holds five models of perspective, named a to e in the

@@ -12,12 +12,17 @@ import (
 
 // IndexField is a field of an index a perspective declares with
 // Perspective.Index: its name, as Eq takes it ("status", "customer.id"),
-// and the kind its values compare as. Make it with TextField, NumberField
-// or TimeField.
+// and the kind its values compare as, or the models' update time. Make it
+// with TextField, NumberField, TimeField or UpdatedAt.
 type IndexField struct {
-	field string
-	kind  ports.ModelFieldKind
+	field   string
+	kind    ports.ModelFieldKind
+	updated bool
 }
+
+// UpdatedAt is the time a model was last saved, the key of ByUpdatedAt:
+// the last field of an index, after those that Eq fixes.
+func UpdatedAt() IndexField { return IndexField{updated: true} }
 
 // TextField is a field of JSON strings, ordered by their UTF-8 bytes ("B"
 // before "a").
@@ -37,11 +42,18 @@ func TimeField(field string) IndexField { return IndexField{field: field, kind: 
 // then by stream id: the fields it is queried by (Find), as a composite
 // index in SQL. It serves a Query whose Eq filters fix the first fields
 // (to strings for a TextField, numbers for a NumberField) and whose order
-// is ByField of the next one, or ByStreamID once all are fixed; and it
-// declares each field's kind, which ByField needs:
+// is ByField of the next one (ByUpdatedAt when it is UpdatedAt), or
+// ByStreamID once all are fixed; and it declares each field's kind, which
+// ByField needs:
 //
 //	summary.Index(core.TextField("customer_id"))                       // a customer's orders
 //	summary.Index(core.TextField("status"), core.TimeField("created_at")) // the newest shipped ones
+//	summary.Index(core.UpdatedAt())                                     // the ones saved last
+//
+// Orders by stream id need no index. An order by update time without one
+// reads all of the perspective's models; with one, every save of a model
+// writes an index entry (a save otherwise rewrites the model in place,
+// without touching any index, when it can: see the PostgreSQL adapter).
 //
 // A Worker hands the declarations to the backend when it starts (see
 // ports.ModelQuery.ModelIndexesEnsure): on PostgreSQL each becomes a
@@ -52,15 +64,25 @@ func TimeField(field string) IndexField { return IndexField{field: field, kind: 
 //
 // Declare indexes before the perspective is registered, like its apply
 // functions. Index returns an error for no fields or more than
-// ports.ModelIndexFieldsMax, an invalid field name, a field twice, a field
-// declared before with another kind, or a registered perspective.
-// Declaring the same index again changes nothing.
+// ports.ModelIndexFieldsMax besides UpdatedAt, UpdatedAt anywhere but
+// last, an invalid field name, a field twice, a field declared before with
+// another kind, or a registered perspective. Declaring the same index
+// again changes nothing.
 func (p *Perspective[M]) Index(fields ...IndexField) error {
-	if n := len(fields); n == 0 || n > ports.ModelIndexFieldsMax {
-		return fmt.Errorf("perspective %q: an index has from 1 to %d fields, got %d", p.name, ports.ModelIndexFieldsMax, n)
+	var idx ports.ModelIndex
+	if n := len(fields); n > 0 && fields[n-1].updated {
+		idx.UpdatedAt, fields = true, fields[:n-1]
 	}
-	idx := ports.ModelIndex{Fields: make([]ports.ModelField, len(fields))}
+	if n := len(fields); (n == 0 && !idx.UpdatedAt) || n > ports.ModelIndexFieldsMax {
+		return fmt.Errorf("perspective %q: an index has from 1 to %d fields besides UpdatedAt, got %d", p.name, ports.ModelIndexFieldsMax, n)
+	}
+	if len(fields) > 0 {
+		idx.Fields = make([]ports.ModelField, len(fields))
+	}
 	for i, f := range fields {
+		if f.updated {
+			return fmt.Errorf("perspective %q: index field %d: UpdatedAt comes last in an index", p.name, i)
+		}
 		path, err := fieldPath(f.field)
 		if err == nil && f.kind == "" {
 			err = errors.New("make index fields with TextField, NumberField or TimeField")
@@ -97,11 +119,14 @@ func (p *Perspective[M]) Indexes() []ports.ModelIndex {
 	defer p.mu.Unlock()
 	out := make([]ports.ModelIndex, len(p.indexes))
 	for i, idx := range p.indexes {
-		fields := make([]ports.ModelField, len(idx.Fields))
+		var fields []ports.ModelField
+		if len(idx.Fields) > 0 {
+			fields = make([]ports.ModelField, len(idx.Fields))
+		}
 		for j, f := range idx.Fields {
 			fields[j] = ports.ModelField{Path: slices.Clone(f.Path), Kind: f.Kind}
 		}
-		out[i] = ports.ModelIndex{Fields: fields}
+		out[i] = ports.ModelIndex{Fields: fields, UpdatedAt: idx.UpdatedAt}
 	}
 	return out
 }
@@ -156,7 +181,7 @@ func (p *Perspective[M]) kindLocked(field string) (ports.ModelFieldKind, bool) {
 }
 
 func sameIndex(a, b ports.ModelIndex) bool {
-	return slices.EqualFunc(a.Fields, b.Fields, func(x, y ports.ModelField) bool {
+	return a.UpdatedAt == b.UpdatedAt && slices.EqualFunc(a.Fields, b.Fields, func(x, y ports.ModelField) bool {
 		return x.Kind == y.Kind && slices.Equal(x.Path, y.Path)
 	})
 }

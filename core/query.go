@@ -98,7 +98,9 @@ type Order struct {
 func ByStreamID() Order { return Order{} }
 
 // ByUpdatedAt orders models by the time they were last saved, then by
-// stream id.
+// stream id. Declare an index ending in UpdatedAt for it (see
+// Perspective.Index): without one, each query reads all of the
+// perspective's models.
 func ByUpdatedAt() Order { return Order{by: ports.ModelOrderUpdatedAt} }
 
 // ByField orders models by their value of field, a field the perspective

@@ -216,12 +216,17 @@ func TestPerspectiveIndex(t *testing.T) {
 		require.NoError(t, p.Index(TextField("status"), TimeField("created_at")))
 		require.NoError(t, p.Index(TextField("status"), TimeField("created_at")), "again: no change")
 		require.NoError(t, p.Index(NumberField("total"), TextField("status")))
+		require.NoError(t, p.Index(UpdatedAt()))
+		require.NoError(t, p.Index(TextField("status"), UpdatedAt()))
+		require.NoError(t, p.Index(TextField("status"), UpdatedAt()), "again: no change")
 
 		got := p.Indexes()
 		require.Equal(t, []ports.ModelIndex{
 			{Fields: []ports.ModelField{{Path: []string{"customer", "id"}, Kind: ports.ModelFieldText}}},
 			{Fields: []ports.ModelField{{Path: []string{"status"}, Kind: ports.ModelFieldText}, {Path: []string{"created_at"}, Kind: ports.ModelFieldTime}}},
 			{Fields: []ports.ModelField{{Path: []string{"total"}, Kind: ports.ModelFieldNumber}, {Path: []string{"status"}, Kind: ports.ModelFieldText}}},
+			{UpdatedAt: true},
+			{Fields: []ports.ModelField{{Path: []string{"status"}, Kind: ports.ModelFieldText}}, UpdatedAt: true},
 		}, got)
 		got[0].Fields[0].Path[0] = "changed"
 		require.Equal(t, []string{"customer", "id"}, p.Indexes()[0].Fields[0].Path, "a copy")
@@ -232,14 +237,17 @@ func TestPerspectiveIndex(t *testing.T) {
 		p := NewPerspective[counter]("counts")
 		require.NoError(t, p.Index(TextField("status")))
 		for name, fields := range map[string][]IndexField{
-			"NoField":      nil,
-			"TooMany":      {TextField("a"), TextField("b"), TextField("c"), TextField("d"), TextField("e"), TextField("f"), TextField("g"), TextField("h"), TextField("i")},
-			"BadName":      {TextField("a b")},
-			"EmptyKey":     {TextField("a.")},
-			"ZeroField":    {{}},
-			"Twice":        {TextField("a"), NumberField("a")},
-			"OtherKind":    {NumberField("status")},
-			"OtherKindToo": {TextField("x"), TimeField("status")},
+			"NoField":           nil,
+			"TooMany":           {TextField("a"), TextField("b"), TextField("c"), TextField("d"), TextField("e"), TextField("f"), TextField("g"), TextField("h"), TextField("i")},
+			"BadName":           {TextField("a b")},
+			"EmptyKey":          {TextField("a.")},
+			"ZeroField":         {{}},
+			"Twice":             {TextField("a"), NumberField("a")},
+			"OtherKind":         {NumberField("status")},
+			"OtherKindToo":      {TextField("x"), TimeField("status")},
+			"UpdatedFirst":      {UpdatedAt(), TextField("a")},
+			"UpdatedTwice":      {UpdatedAt(), UpdatedAt()},
+			"TooManyAndUpdated": {TextField("a"), TextField("b"), TextField("c"), TextField("d"), TextField("e"), TextField("f"), TextField("g"), TextField("h"), TextField("i"), UpdatedAt()},
 		} {
 			require.Error(t, p.Index(fields...), name)
 		}

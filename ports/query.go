@@ -226,10 +226,16 @@ type ModelIndexesEnsureParams struct {
 }
 
 // ModelIndex is an index over the models of a perspective: by its fields
-// in order, then by stream id.
+// in order, then by update time when UpdatedAt is set, then by stream id.
 type ModelIndex struct {
-	// Fields are from 1 to ModelIndexFieldsMax fields, each at most once.
+	// Fields are up to ModelIndexFieldsMax fields, each at most once; at
+	// least one unless UpdatedAt is set.
 	Fields []ModelField
+	// UpdatedAt orders the index by the time the models were saved after
+	// its fields: it serves a ModelsFind ordered by ModelOrderUpdatedAt
+	// whose Equal filters fix every field (any such query when there is
+	// none).
+	UpdatedAt bool
 }
 
 // Validate reports the first field every ModelQuery rejects with
@@ -310,17 +316,18 @@ func (p *ModelsFindParams) validateOrder() error {
 }
 
 // Validate reports the first field every ModelQuery rejects with
-// ErrInvalidArgument: an empty Perspective, an index without fields or
-// with more than ModelIndexFieldsMax, a field with an invalid path (see
-// ValidateModelPath) or an unknown kind, or a path twice in one index.
+// ErrInvalidArgument: an empty Perspective, an index with neither fields
+// nor UpdatedAt or with more than ModelIndexFieldsMax fields, a field with
+// an invalid path (see ValidateModelPath) or an unknown kind, or a path
+// twice in one index.
 func (p *ModelIndexesEnsureParams) Validate() error {
 	if err := checkName("ModelIndexesEnsureParams.Perspective", p.Perspective); err != nil {
 		return err
 	}
 	for i, idx := range p.Indexes {
 		at := fmt.Sprintf("ModelIndexesEnsureParams.Indexes[%d].Fields", i)
-		if n := len(idx.Fields); n == 0 || n > ModelIndexFieldsMax {
-			return invalidParam(at, "must hold from 1 to %d fields, got %d", ModelIndexFieldsMax, n)
+		if n := len(idx.Fields); n > ModelIndexFieldsMax || (n == 0 && !idx.UpdatedAt) {
+			return invalidParam(at, "must hold from 1 to %d fields, or up to %d with UpdatedAt, got %d", ModelIndexFieldsMax, ModelIndexFieldsMax, n)
 		}
 		seen := map[string]bool{}
 		for j, f := range idx.Fields {

@@ -1103,3 +1103,58 @@ func TestDrainStatementsKeepTheirPlans(t *testing.T) {
 	}
 	require.Empty(t, replanned, "statements planned for every call")
 }
+
+// TestModelSavesRewriteInPlace checks that a save of a model changes no
+// indexed column of vantage_models, so that PostgreSQL rewrites the model
+// on its page (a heap-only update) instead of adding an entry to each of
+// the table's indexes: saved one by one, in a batch of a statement each,
+// and set-wise.
+func TestModelSavesRewriteInPlace(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	schema := pgtest.Schema(t)
+	b := newStoreWith(t, pgtest.PoolOptions{MaxConns: 1}, postgres.Options{Schema: schema, PollOnly: true})
+	streams := make([]uuid.UUID, 4)
+	for i := range streams {
+		streams[i] = uuid.New()
+	}
+	saves := func(version int64, n int) []*ports.ModelSaveParams {
+		out := make([]*ports.ModelSaveParams, n)
+		for i := range out {
+			out[i] = &ports.ModelSaveParams{
+				StreamID: streams[i], Perspective: "p", Data: []byte(fmt.Sprintf(`{"v": %d}`, version)),
+				LastEventID: uuid.New(), LastVersion: version, ExpectedVersion: version - 1,
+			}
+		}
+		return out
+	}
+	saveMany := func(version int64, n int) {
+		t.Helper()
+		errs, err := b.backend.ModelBatch.ModelSaveMany(ctx, &ports.ModelSaveManyParams{Saves: saves(version, n)})
+		require.NoError(t, err)
+		for _, err := range errs {
+			require.NoError(t, err)
+		}
+	}
+	// updates returns the updates of vantage_models counted so far, and
+	// how many of them were heap-only. The pool's one connection reports
+	// its counts when its next statement ends.
+	updates := func() (all, hot int64) {
+		t.Helper()
+		_, err := b.pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
+		require.NoError(t, err)
+		_, err = b.pool.Exec(ctx, `SELECT 1`)
+		require.NoError(t, err)
+		require.NoError(t, pgtest.Pool(t).QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'vantage_models'`, schema).Scan(&all, &hot))
+		return all, hot
+	}
+
+	saveMany(1, 4) // creates the models
+	all0, hot0 := updates()
+	saveMany(2, 4) // set-wise
+	require.NoError(t, b.backend.Models.ModelSave(ctx, saves(3, 1)[0]))
+	saveMany(4, 1) // a statement each
+	all, hot := updates()
+	require.Equal(t, int64(6), all-all0, "six saves of existing models")
+	require.Equal(t, all-all0, hot-hot0, "every save rewrote its model in place")
+}

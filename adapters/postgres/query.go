@@ -25,10 +25,14 @@ var _ ports.ModelQuery = (*Store)(nil)
 //
 // Every perspective's models share vantage_models; their documents are the
 // data column. A declared index is a partial expression index, one per
-// (perspective, fields):
+// (perspective, fields, update time or not):
 //
 //	CREATE INDEX vantage_model_<name>_<hash> ON vantage_models
-//	    (<field expression>, ..., stream_id) WHERE perspective = '<perspective>'
+//	    (<field expression>, ..., [updated_at,] stream_id) WHERE perspective = '<perspective>'
+//
+// The table has no index of its own on a column a save changes, so that a
+// save of a model is a heap-only update while no perspective declares an
+// index (see migration 015).
 //
 // The planner uses an index on an expression only for a query that holds
 // the very same expression, and a partial index only for a query whose
@@ -281,17 +285,22 @@ LIMIT ` + q.arg(limit+1)
 	return text, q.args, nil
 }
 
-// modelIndexName is the name of the index of fields over perspective's
-// models: the prefix, what fits of a readable form of the perspective and
-// the paths, and a hash of the whole definition, so that names are
-// deterministic, distinct and at most 63 bytes (PostgreSQL's limit).
-func modelIndexName(perspective string, fields []ports.ModelField) string {
+// modelIndexName is the name of index idx over perspective's models: the
+// prefix, what fits of a readable form of the perspective and the paths,
+// and a hash of the whole definition, so that names are deterministic,
+// distinct and at most 63 bytes (PostgreSQL's limit).
+func modelIndexName(perspective string, idx ports.ModelIndex) string {
 	h := fnv.New64a()
 	parts := []string{modelIndexVersion, perspective}
 	readable := []string{perspective}
-	for _, f := range fields {
+	for _, f := range idx.Fields {
 		parts = append(parts, string(f.Kind), strings.Join(f.Path, "\x1f"))
 		readable = append(readable, strings.Join(f.Path, "_"))
+	}
+	if idx.UpdatedAt {
+		// No path holds a NUL byte: this part is no field's.
+		parts = append(parts, "\x00updated_at")
+		readable = append(readable, "updated_at")
 	}
 	_, _ = h.Write([]byte(strings.Join(parts, "\x00")))
 	suffix := fmt.Sprintf("_%016x", h.Sum64())
@@ -307,12 +316,15 @@ func modelIndexName(perspective string, fields []ports.ModelField) string {
 	return modelIndexPrefix + string(slug) + suffix
 }
 
-// modelIndexDDL is the statement that builds the index of fields over
-// perspective's models, named name.
-func (s *Store) modelIndexDDL(name, perspective string, fields []ports.ModelField) string {
-	exprs := make([]string, 0, len(fields)+1)
-	for _, f := range fields {
+// modelIndexDDL is the statement that builds index idx over perspective's
+// models, named name.
+func (s *Store) modelIndexDDL(name, perspective string, idx ports.ModelIndex) string {
+	exprs := make([]string, 0, len(idx.Fields)+2)
+	for _, f := range idx.Fields {
 		exprs = append(exprs, s.fieldExpr(f))
+	}
+	if idx.UpdatedAt {
+		exprs = append(exprs, "updated_at")
 	}
 	exprs = append(exprs, "stream_id")
 	return fmt.Sprintf(`CREATE INDEX CONCURRENTLY IF NOT EXISTS %s ON %s.vantage_models (%s) WHERE perspective = %s`,
@@ -320,11 +332,11 @@ func (s *Store) modelIndexDDL(name, perspective string, fields []ports.ModelFiel
 }
 
 // ModelIndexDefinition returns the name of the index ModelIndexesEnsure
-// builds for fields over perspective's models, and the statement that
-// builds it (for review, or to build it by hand ahead of a deploy).
-func (s *Store) ModelIndexDefinition(perspective string, fields []ports.ModelField) (name, ddl string) {
-	name = modelIndexName(perspective, fields)
-	return name, s.modelIndexDDL(name, perspective, fields)
+// builds for idx over perspective's models, and the statement that builds
+// it (for review, or to build it by hand ahead of a deploy).
+func (s *Store) ModelIndexDefinition(perspective string, idx ports.ModelIndex) (name, ddl string) {
+	name = modelIndexName(perspective, idx)
+	return name, s.modelIndexDDL(name, perspective, idx)
 }
 
 // Waits between the attempts of ModelIndexesEnsure while another build
@@ -364,7 +376,7 @@ func (s *Store) ModelIndexesEnsure(ctx context.Context, params *ports.ModelIndex
 		return err
 	}
 	for _, idx := range params.Indexes {
-		name, ddl := s.ModelIndexDefinition(params.Perspective, idx.Fields)
+		name, ddl := s.ModelIndexDefinition(params.Perspective, idx)
 		if err := s.ensureIndex(ctx, name, ddl); err != nil {
 			return fmt.Errorf("ensuring model index %s of perspective %q: %w", name, params.Perspective, translate(err))
 		}

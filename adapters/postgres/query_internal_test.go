@@ -19,15 +19,23 @@ func TestModelIndexName(t *testing.T) {
 
 	t.Run("ReadableWhenShort", func(t *testing.T) {
 		t.Parallel()
-		name := modelIndexName("orders", []ports.ModelField{text("customer", "id")})
+		name := modelIndexName("orders", ports.ModelIndex{Fields: []ports.ModelField{text("customer", "id")}})
 		require.Regexp(t, `^vantage_model_orders_customer_id_[0-9a-f]{16}$`, name)
-		require.Equal(t, name, modelIndexName("orders", []ports.ModelField{text("customer", "id")}), "deterministic")
+		require.Equal(t, name, modelIndexName("orders", ports.ModelIndex{Fields: []ports.ModelField{text("customer", "id")}}), "deterministic")
+	})
+
+	t.Run("StableAcrossReleases", func(t *testing.T) {
+		t.Parallel()
+		// The name is how ModelIndexesEnsure finds an index it built
+		// before: a field index keeps its name when the definitions grow.
+		require.Equal(t, "vantage_model_orders_customer_id_2d684962f1e75850",
+			modelIndexName("orders", ports.ModelIndex{Fields: []ports.ModelField{text("customer", "id")}}))
 	})
 
 	t.Run("AtMost63BytesWhenLong", func(t *testing.T) {
 		t.Parallel()
 		long := strings.Repeat("Ä", 60)
-		name := modelIndexName(long+"'\\", []ports.ModelField{text(long), text("b", long)})
+		name := modelIndexName(long+"'\\", ports.ModelIndex{Fields: []ports.ModelField{text(long), text("b", long)}, UpdatedAt: true})
 		require.LessOrEqual(t, len(name), 63)
 		require.Regexp(t, `^vantage_model_[a-z0-9_]+_[0-9a-f]{16}$`, name, "a plain identifier")
 	})
@@ -37,18 +45,22 @@ func TestModelIndexName(t *testing.T) {
 		names := map[string]bool{}
 		for _, def := range []struct {
 			perspective string
-			fields      []ports.ModelField
+			idx         ports.ModelIndex
 		}{
-			{"orders", []ports.ModelField{text("a_b")}},
-			{"orders", []ports.ModelField{text("a", "b")}},
-			{"orders", []ports.ModelField{text("a"), text("b")}},
-			{"orders", []ports.ModelField{text("b"), text("a")}},
-			{"orders", []ports.ModelField{{Path: []string{"a_b"}, Kind: ports.ModelFieldNumber}}},
-			{"orders", []ports.ModelField{{Path: []string{"a_b"}, Kind: ports.ModelFieldTime}}},
-			{"orders_a", []ports.ModelField{text("b")}},
-			{"Orders", []ports.ModelField{text("a_b")}},
+			{"orders", ports.ModelIndex{Fields: []ports.ModelField{text("a_b")}}},
+			{"orders", ports.ModelIndex{Fields: []ports.ModelField{text("a", "b")}}},
+			{"orders", ports.ModelIndex{Fields: []ports.ModelField{text("a"), text("b")}}},
+			{"orders", ports.ModelIndex{Fields: []ports.ModelField{text("b"), text("a")}}},
+			{"orders", ports.ModelIndex{Fields: []ports.ModelField{{Path: []string{"a_b"}, Kind: ports.ModelFieldNumber}}}},
+			{"orders", ports.ModelIndex{Fields: []ports.ModelField{{Path: []string{"a_b"}, Kind: ports.ModelFieldTime}}}},
+			{"orders_a", ports.ModelIndex{Fields: []ports.ModelField{text("b")}}},
+			{"Orders", ports.ModelIndex{Fields: []ports.ModelField{text("a_b")}}},
+			{"orders", ports.ModelIndex{Fields: []ports.ModelField{text("a_b")}, UpdatedAt: true}},
+			{"orders", ports.ModelIndex{Fields: []ports.ModelField{text("updated_at")}}},
+			{"orders", ports.ModelIndex{UpdatedAt: true}},
+			{"orders_updated_at", ports.ModelIndex{UpdatedAt: true}},
 		} {
-			name := modelIndexName(def.perspective, def.fields)
+			name := modelIndexName(def.perspective, def.idx)
 			require.False(t, names[name], "%s is another definition's", name)
 			names[name] = true
 		}

@@ -33,6 +33,7 @@ var ordersIndexes = []ports.ModelIndex{
 	{Fields: []ports.ModelField{statusField, createdField}},
 	{Fields: []ports.ModelField{totalField}},
 	{Fields: []ports.ModelField{tierField}},
+	{UpdatedAt: true},
 }
 
 // seedOrders stores n models of perspective "orders" and n of "other" in
@@ -89,7 +90,7 @@ var orderQueries = []struct {
 	}, "total", true},
 	{"RecentlyUpdatedNextPage", ports.ModelsFindParams{
 		Order: ports.ModelOrder{By: ports.ModelOrderUpdatedAt, Desc: true}, Limit: 50,
-	}, "vantage_models_updated_idx", true},
+	}, "updated_at", true},
 	{"ByStreamNextPage", ports.ModelsFindParams{Limit: 100}, "vantage_models_pkey", true},
 }
 
@@ -101,8 +102,7 @@ func equalFilter(value string, path ...string) ports.ModelFilter {
 // the schema.
 func indexNames(store *postgres.Store) map[string]string {
 	names := map[string]string{
-		"vantage_models_updated_idx": "vantage_models_updated_idx",
-		"vantage_models_pkey":        "vantage_models_pkey",
+		"vantage_models_pkey": "vantage_models_pkey",
 	}
 	for _, idx := range ordersIndexes {
 		key := ""
@@ -117,7 +117,10 @@ func indexNames(store *postgres.Store) map[string]string {
 				key += p
 			}
 		}
-		names[key], _ = store.ModelIndexDefinition("orders", idx.Fields)
+		if idx.UpdatedAt {
+			key += "updated_at"
+		}
+		names[key], _ = store.ModelIndexDefinition("orders", idx)
 	}
 	return names
 }
@@ -248,7 +251,7 @@ func TestModelIndexesEnsureRebuildsAFailedBuild(t *testing.T) {
 	b := newStore(t, schema)
 	q := pgx.Identifier{schema}.Sanitize()
 	fields := []ports.ModelField{statusField, createdField}
-	name, _ := b.store.ModelIndexDefinition("orders", fields)
+	name, _ := b.store.ModelIndexDefinition("orders", ports.ModelIndex{Fields: fields})
 	for version, doc := range []string{`{"status": "open"}`, `{"status": "shipped", "created_at": "2026-01-01T00:00:00Z"}`} {
 		require.NoError(t, b.backend.Models.ModelSave(ctx, &ports.ModelSaveParams{
 			StreamID: uuid.New(), Perspective: "orders", Data: []byte(doc), LastEventID: uuid.New(), LastVersion: int64(version + 1), Now: base,
@@ -291,7 +294,7 @@ func TestModelIndexesEnsureWaitsForABuildInFlight(t *testing.T) {
 	b := newStore(t, schema)
 	seedOrders(t, schema, 100)
 	params := &ports.ModelIndexesEnsureParams{Perspective: "orders", Indexes: []ports.ModelIndex{{Fields: []ports.ModelField{createdField}}}}
-	name, _ := b.store.ModelIndexDefinition("orders", params.Indexes[0].Fields)
+	name, _ := b.store.ModelIndexDefinition("orders", params.Indexes[0])
 	exists := func() bool {
 		t.Helper()
 		var ok bool
@@ -410,7 +413,7 @@ func TestPerspectiveFind(t *testing.T) {
 	summary := core.NewPerspective[order]("order_summary")
 	require.NoError(t, summary.Index(core.TextField("status"), core.TimeField("created_at")))
 	require.NoError(t, summary.EnsureIndexes(ctx, b.backend.ModelQuery))
-	name, _ := b.store.ModelIndexDefinition("order_summary", summary.Indexes()[0].Fields)
+	name, _ := b.store.ModelIndexDefinition("order_summary", summary.Indexes()[0])
 	var valid bool
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass($1)`,
 		pgx.Identifier{b.schema, name}.Sanitize()).Scan(&valid))

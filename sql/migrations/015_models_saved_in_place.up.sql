@@ -1,0 +1,17 @@
+-- 015_models_saved_in_place: a save of a model writes no index entry.
+--
+-- vantage_models_updated_idx (migration 008) held updated_at, which every
+-- save of a model changes: no save could be a heap-only update, so each
+-- one wrote a new entry into the primary key and this index, and both
+-- grew well past the size of their live entries under steady traffic.
+-- Without it, a save that changes no indexed column rewrites the model on
+-- its page, and the table's indexes are written when models are created.
+--
+-- A perspective whose queries order its models by update time declares
+-- an index for them (core.UpdatedAt, ports.ModelIndex.UpdatedAt): a
+-- partial index of its own models that ModelIndexesEnsure builds when a
+-- worker starts. Until then, and for perspectives that declare none, such
+-- a query reads the perspective's models and sorts them.
+--
+-- Dropping the index takes the table's lock for an instant.
+DROP INDEX IF EXISTS /* SCHEMA */.vantage_models_updated_idx;
