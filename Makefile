@@ -70,13 +70,15 @@ bench: ## benchmark Vantage against River and the raw SQL pipeline (bench/, see 
 # make soak: the soak scenario (bench/, see BENCHMARKS.md), apart from make
 # bench: 2 instances with default options apply events appended at a
 # constant 500/s for 30 minutes on a private PostgreSQL cluster (initdb and pg_ctl
-# of /usr/lib/postgresql/15/bin, initdb's settings, autovacuum on, removed
-# afterwards), sampled every minute; exits non-zero when a verdict fails.
+# of /usr/lib/postgresql/15/bin, initdb's settings, autovacuum on,
+# pg_stat_statements when installed, removed afterwards), sampled every
+# minute (latency, sizes, memory, CPU, top statements); exits non-zero when
+# a verdict fails.
 # The rate is meant to be half the sustainable rate the ramp scenario finds.
 # Extra flags: make soak SOAK_FLAGS='-rate 400 -json -pg-bin /usr/lib/postgresql/16/bin'
 SOAK_FLAGS ?=
 .PHONY: soak
-soak: ## 30-minute soak on a private PostgreSQL cluster: latency, table sizes and memory over time (BENCHMARKS.md)
+soak: ## 30-minute soak on a private PostgreSQL cluster: latency, table sizes, memory, CPU and statement costs over time (BENCHMARKS.md)
 	cd bench && $(GO) run ./cmd/bench -scenario soak $(SOAK_FLAGS)
 
 bench-go: ## run the Go benchmarks of the hot core pieces

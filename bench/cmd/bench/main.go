@@ -163,10 +163,10 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.DurationVar(&c.ramp.p99, "ramp-p99", 100*time.Millisecond, "ramp: the largest p99 of append-to-applied of a sustainable step")
 	fs.IntVar(&c.ramp.appenders, "ramp-appenders", 16, "ramp: concurrent appenders, one connection each, one event (River: one job) per call")
 	fs.StringVar(&rampImpls, "ramp-impls", implVantage+","+implRiver+","+implRaw, "ramp: the implementations to ramp, in order")
-	fs.BoolVar(&c.soakCluster, "soak-cluster", true, "soak: run on a private PostgreSQL cluster made for the run (initdb's settings, autovacuum on) and removed after it; false: on -database")
+	fs.BoolVar(&c.soakCluster, "soak-cluster", true, "soak: run on a private PostgreSQL cluster made for the run (initdb's settings, autovacuum on, pg_stat_statements loaded when installed) and removed after it; false: on -database, whose statement costs are read if it has pg_stat_statements")
 	fs.StringVar(&c.pgBin, "pg-bin", "/usr/lib/postgresql/15/bin", "soak: directory of the initdb and pg_ctl of the private cluster")
 	fs.DurationVar(&c.soakDuration, "soak-duration", 30*time.Minute, "soak: measured appending time (after -warmup), at -rate (default 500 for the soak)")
-	fs.DurationVar(&c.soakSample, "soak-sample", time.Minute, "soak: sample interval")
+	fs.DurationVar(&c.soakSample, "soak-sample", time.Minute, "soak: sample interval; each sample holds the latency, backlog, table sizes, memory, the CPU of the process, the server and the rest of the machine, and the costs of the top statements")
 	fs.DurationVar(&c.rebuildSample, "rebuild-sample", 5*time.Second, "rebuild: how often the rebuild request's progress is read")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -401,7 +401,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				fmt.Fprintf(stderr, "bench: stopping the soak's cluster: %v\n", err)
 			}
 		}()
-		fmt.Fprintf(stderr, "bench: private cluster on port %d in %s\n", cl.port, cl.dir)
+		loaded := ""
+		if cl.statements {
+			loaded = ", pg_stat_statements loaded" // else the soak says the statements' costs are missing
+		}
+		fmt.Fprintf(stderr, "bench: private cluster on port %d in %s%s\n", cl.port, cl.dir, loaded)
 		c.database, c.pgLog = cl.url(), cl.log
 	}
 	runs := plan(c)

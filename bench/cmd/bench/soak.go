@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,9 +22,14 @@ import (
 // fixed interval, that shows whether the engine stays flat over time on
 // PostgreSQL with production settings: the latency, the sizes of the
 // tables whose rows come and go with every event, and the memory of the
-// process running the instances. Unlike the live scenario it keeps no
-// record per event: what it holds does not grow with the run, so that
-// the heap it reports is the engine's.
+// process running the instances. So that a drift can be explained, each
+// sample also holds the CPU time the interval cost (this process, the
+// database server's processes, the rest of the machine) and, when the
+// server has pg_stat_statements, what the statements of most execution
+// time cost in it (soakstatements.go); the report compares their mean
+// times in the first and the last verdict windows. Unlike the live
+// scenario it keeps no record per event: what it holds does not grow with
+// the run, so that the heap it reports is the engine's.
 
 // Soak defaults and fixed figures.
 const (
@@ -55,9 +61,16 @@ type soakFigures struct {
 	// Origin is the end of the warm-up, where sample times count from.
 	Origin time.Time `json:"origin"`
 	// Window is the number of samples of each verdict window (soakWindow).
-	Window   int           `json:"window"`
-	Samples  []soakSample  `json:"samples"`
-	Verdicts []soakVerdict `json:"verdicts"`
+	Window int `json:"window"`
+	// ServerPID is the postmaster of the database server, whose processes'
+	// CPU time the samples count; 0 when the server does not run on this
+	// machine, and the samples' PGCPUS are then 0.
+	ServerPID int `json:"server_pid,omitempty"`
+	// StatementsError says why the samples hold no statement costs:
+	// pg_stat_statements could not be read at the start.
+	StatementsError string        `json:"statements_error,omitempty"`
+	Samples         []soakSample  `json:"samples"`
+	Verdicts        []soakVerdict `json:"verdicts"`
 }
 
 // soakSample is one sample interval of the soak.
@@ -90,7 +103,22 @@ type soakSample struct {
 	HeapInuseMB float64 `json:"heap_inuse_mb"`
 	LiveHeapMB  float64 `json:"live_heap_mb"`
 	RSSMB       float64 `json:"rss_mb"`
-	// Error says why the table readings are missing.
+	// GoCPUS is the CPU time (user and system) this process used in the
+	// interval, in seconds; PGCPUS that of the database server's
+	// processes: its postmaster and every child, so the backends of every
+	// connection (other sessions' too, on a shared server), autovacuum,
+	// the WAL writer, the checkpointer; OtherCPUS that of the rest of the
+	// machine (its busy time less the two, the server's included when it
+	// cannot be read).
+	GoCPUS    float64 `json:"go_cpu_s"`
+	PGCPUS    float64 `json:"pg_cpu_s"`
+	OtherCPUS float64 `json:"other_cpu_s"`
+	// Statements are the soakTopStatements statement labels of most
+	// execution time in the interval, most first; none without
+	// pg_stat_statements or without a reading at the start of the
+	// interval.
+	Statements []soakStatement `json:"statements,omitempty"`
+	// Error says why readings are missing.
 	Error string `json:"error,omitempty"`
 }
 
@@ -224,10 +252,27 @@ func (t *soakTracker) heads() []int64 {
 	return out
 }
 
-// soakCounters is a reading of the tracker's counters.
+// soakCounters is a reading of the tracker's counters, and of the CPU
+// time used so far.
 type soakCounters struct {
 	at                time.Time
 	appended, applied int64
+	cpu               soakCPU
+}
+
+// soakCPU is a reading of the CPU time used so far by this process, by the
+// database server's processes, and by the whole machine (busy time).
+type soakCPU struct {
+	goCPU, server, busy time.Duration
+}
+
+// readSoakCPU reads the CPU times; the server's when postmaster is not 0.
+func readSoakCPU(postmaster int) soakCPU {
+	c := soakCPU{goCPU: measure.ProcessCPU(), busy: measure.MachineBusy()}
+	if postmaster != 0 {
+		c.server = measure.ServerCPU(postmaster)
+	}
+	return c
 }
 
 func (t *soakTracker) counters(at time.Time) soakCounters {
@@ -238,7 +283,7 @@ func (t *soakTracker) counters(at time.Time) soakCounters {
 }
 
 // intervalSample fills the figures of the interval from prev to cur, with
-// its latencies, origin being the end of the warm-up.
+// its latencies and CPU times, origin being the end of the warm-up.
 func intervalSample(origin time.Time, prev, cur soakCounters, lat []time.Duration) soakSample {
 	s := soakSample{
 		AtS:      cur.at.Sub(origin).Seconds(),
@@ -250,6 +295,10 @@ func intervalSample(origin time.Time, prev, cur soakCounters, lat []time.Duratio
 	if s.Seconds > 0 {
 		s.AchievedRate = float64(s.Appended) / s.Seconds
 	}
+	goCPU := max(cur.cpu.goCPU-prev.cpu.goCPU, 0)
+	server := max(cur.cpu.server-prev.cpu.server, 0)
+	s.GoCPUS, s.PGCPUS = goCPU.Seconds(), server.Seconds()
+	s.OtherCPUS = max(cur.cpu.busy-prev.cpu.busy-goCPU-server, 0).Seconds()
 	ps := measure.Percentiles(lat, 0.5, 0.99, 1)
 	s.P50Ms, s.P99Ms, s.MaxMs = ps[0], ps[1], ps[2]
 	return s
@@ -265,7 +314,8 @@ func soakSampleCount(duration, every time.Duration) int {
 
 // soak appends at the spec's rate to the spec's instances (engine
 // defaults) for the warm-up, then for SoakSample-long intervals over
-// Duration, and records a sample at the end of each; then it waits until
+// Duration, and records a sample at the end of each (with the CPU times
+// and the statements' costs since the previous one); then it waits until
 // every event is applied, checks the models and judges the samples
 // (soakVerdicts).
 func (v *vantage) soak(ctx context.Context) (*result, error) {
@@ -299,6 +349,10 @@ func (v *vantage) soak(ctx context.Context) (*result, error) {
 	if err := v.startWorkers(ctx, hooks); err != nil {
 		return r, err
 	}
+	fig.ServerPID = v.serverPID(ctx)
+	if fig.ServerPID == 0 {
+		fmt.Fprintf(os.Stderr, "  [%s] the database server's CPU is unavailable: its processes are not on this machine\n", s.name())
+	}
 	ph, err := v.startPhase(ctx)
 	if err != nil {
 		return r, err
@@ -321,6 +375,12 @@ func (v *vantage) soak(ctx context.Context) (*result, error) {
 	}
 	_ = tr.take()
 	prev := tr.counters(time.Now())
+	prev.cpu = readSoakCPU(fig.ServerPID)
+	stmts, err := readStatements(ctx, v.admin, s.Schema)
+	if err != nil {
+		fig.StatementsError = err.Error()
+		fmt.Fprintf(os.Stderr, "  [%s] statement costs unavailable (the soak's cluster loads pg_stat_statements when -pg-bin's PostgreSQL has it): %v\n", s.name(), err)
+	}
 	for k := 1; k <= n && ctx.Err() == nil; k++ {
 		select {
 		case <-time.After(time.Until(origin.Add(time.Duration(k) * s.SoakSample))):
@@ -328,9 +388,13 @@ func (v *vantage) soak(ctx context.Context) (*result, error) {
 			continue
 		}
 		cur := tr.counters(time.Now())
+		cur.cpu = readSoakCPU(fig.ServerPID)
 		smp := intervalSample(origin, prev, cur, tr.take())
 		prev = cur
 		v.soakReadings(ctx, &smp)
+		if fig.StatementsError == "" {
+			stmts = v.soakStatements(ctx, &smp, stmts)
+		}
 		fig.Samples = append(fig.Samples, smp)
 		fmt.Fprintf(os.Stderr, "  [%s] sample %d/%d %s\n", s.name(), k, n, soakProgressLine(smp))
 	}
@@ -395,6 +459,35 @@ func (v *vantage) soakReadings(ctx context.Context, smp *soakSample) {
 	smp.Tables = tables
 }
 
+// soakStatements adds to smp the costs of its interval's statements, from
+// prev, the previous reading (nil if it failed), and returns the reading
+// the next sample starts from. A failed reading leaves the sample and the
+// next one without statements: a delta over two intervals would not
+// compare with the others.
+func (v *vantage) soakStatements(ctx context.Context, smp *soakSample, prev map[int64]statementReading) map[int64]statementReading {
+	cur, err := readStatements(ctx, v.admin, v.spec.Schema)
+	if err != nil {
+		smp.Error = strings.TrimPrefix(smp.Error+"; "+err.Error(), "; ")
+		return nil
+	}
+	if prev != nil {
+		smp.Statements = topStatements(prev, cur, soakTopStatements)
+	}
+	return cur
+}
+
+// serverPID returns the pid of the database server's postmaster, found
+// from a backend of the admin pool; 0 when the server does not run on this
+// machine.
+func (v *vantage) serverPID(ctx context.Context) int {
+	var backend int32
+	if err := v.admin.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&backend); err != nil {
+		return 0
+	}
+	pid, _ := measure.Postmaster(int(backend))
+	return pid
+}
+
 // readSoakTables reads the sizes and the vacuum statistics of soakTables.
 func readSoakTables(ctx context.Context, v *vantage, schema string) (map[string]soakTable, error) {
 	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -437,10 +530,14 @@ func soakSummary(r *result, samples []soakSample) {
 
 // soakProgressLine is a sample's progress line.
 func soakProgressLine(smp soakSample) string {
-	line := fmt.Sprintf("at %s: p50=%.1fms p99=%.1fms rate=%.0f/s backlog=%d heap=%.1fMiB live=%.1fMiB rss=%.1fMiB",
-		clock(smp.AtS), smp.P50Ms, smp.P99Ms, smp.AchievedRate, smp.Backlog, smp.HeapInuseMB, smp.LiveHeapMB, smp.RSSMB)
+	line := fmt.Sprintf("at %s: p50=%.1fms p99=%.1fms rate=%.0f/s backlog=%d heap=%.1fMiB live=%.1fMiB rss=%.1fMiB cpu: go=%.1fs pg=%.1fs others=%.1fs",
+		clock(smp.AtS), smp.P50Ms, smp.P99Ms, smp.AchievedRate, smp.Backlog, smp.HeapInuseMB, smp.LiveHeapMB, smp.RSSMB, smp.GoCPUS, smp.PGCPUS, smp.OtherCPUS)
 	if w, ok := smp.Tables["vantage_work"]; ok {
 		line += fmt.Sprintf(" work=%dKiB dead=%d autovacuums=%d", w.TotalBytes>>10, w.DeadTuples, w.Autovacuums)
+	}
+	if len(smp.Statements) > 0 {
+		st := smp.Statements[0]
+		line += fmt.Sprintf(" top=%q %.3fms x %d", st.Label, st.MeanMs, st.Calls)
 	}
 	if smp.Error != "" {
 		line += " (" + smp.Error + ")"

@@ -96,8 +96,10 @@ func TestIntervalSample(t *testing.T) {
 	t.Parallel()
 
 	origin := time.Unix(1000, 0)
-	prev := soakCounters{at: origin.Add(30 * time.Second), appended: 9000, applied: 8990}
-	cur := soakCounters{at: origin.Add(60 * time.Second), appended: 18000, applied: 17950}
+	prev := soakCounters{at: origin.Add(30 * time.Second), appended: 9000, applied: 8990,
+		cpu: soakCPU{goCPU: 100 * time.Second, server: 200 * time.Second, busy: 900 * time.Second}}
+	cur := soakCounters{at: origin.Add(60 * time.Second), appended: 18000, applied: 17950,
+		cpu: soakCPU{goCPU: 112 * time.Second, server: 230 * time.Second, busy: 950 * time.Second}}
 	lat := make([]time.Duration, 0, 100)
 	for i := 100; i >= 1; i-- {
 		lat = append(lat, time.Duration(i)*time.Millisecond)
@@ -112,8 +114,17 @@ func TestIntervalSample(t *testing.T) {
 	if s.Applied != 100 || s.P50Ms != 50 || s.P99Ms != 99 || s.MaxMs != 100 {
 		t.Errorf("latencies applied=%d p50=%v p99=%v max=%v, want 100, 50, 99, 100 (nearest rank)", s.Applied, s.P50Ms, s.P99Ms, s.MaxMs)
 	}
-	if e := intervalSample(origin, prev, prev, nil); e.P99Ms != 0 || e.AchievedRate != 0 || e.Applied != 0 {
+	if s.GoCPUS != 12 || s.PGCPUS != 30 || s.OtherCPUS != 8 {
+		t.Errorf("cpu go=%v pg=%v others=%v, want 12, 30 and 8: the machine's 50 busy seconds less the process's and the server's", s.GoCPUS, s.PGCPUS, s.OtherCPUS)
+	}
+	if e := intervalSample(origin, prev, prev, nil); e.P99Ms != 0 || e.AchievedRate != 0 || e.Applied != 0 || e.GoCPUS != 0 || e.OtherCPUS != 0 {
 		t.Errorf("empty interval %+v, want zeros", e)
+	}
+	// The server's processes not found: 0 for it, its CPU in the others'.
+	noServer := cur
+	noServer.cpu.server = 0
+	if e := intervalSample(origin, soakCounters{at: prev.at, cpu: soakCPU{goCPU: prev.cpu.goCPU, busy: prev.cpu.busy}}, noServer, nil); e.PGCPUS != 0 || e.OtherCPUS != 38 {
+		t.Errorf("no server reading: pg=%v others=%v, want 0 and 38", e.PGCPUS, e.OtherCPUS)
 	}
 }
 
@@ -160,11 +171,40 @@ func TestFlatVerdict(t *testing.T) {
 		}
 		return out
 	}
-	// 30 samples, windows of 5: the reference is samples 6-18.
+	// 30 samples, windows of 5: the reference is samples 6-25.
 	growing := flat(30, func(i int) float64 { return 1000 + 100*float64(i) })
 	v := flatVerdict("t", "KiB", growing, 5, 256)
-	if v.Pass || v.Value != 3900 || math.Abs(v.Limit-2970) > 1e-9 || !strings.Contains(v.Rule, "samples 6-18") {
-		t.Errorf("steady growth: %+v, want a failure, 3900 against 1.1 x 2700 (sample 18)", v)
+	if v.Pass || v.Value != 3900 || math.Abs(v.Limit-3740) > 1e-9 || !strings.Contains(v.Rule, "samples 6-25") {
+		t.Errorf("steady growth: %+v, want a failure, 3900 against 1.1 x 3400 (sample 25)", v)
+	}
+	// A late step to a plateau, as the work table's indexes of the second
+	// 30-minute soak (1,928 to 2,256 KiB at minute 19): the reference
+	// holds the plateau.
+	lateStep := flat(30, func(i int) float64 {
+		if i >= 18 {
+			return 2256
+		}
+		return 1928
+	})
+	if v := flatVerdict("t", "KiB", lateStep, 5, 256); !v.Pass || v.Limit != 2512 {
+		t.Errorf("a step to a plateau at sample 19: %+v, want a pass against 2256 + 256", v)
+	}
+	// The same step in the last window, as the models' indexes at minute
+	// 27 (3,160 to 4,152 KiB): growth at the end, not told from a plateau.
+	endStep := flat(30, func(i int) float64 {
+		if i >= 26 {
+			return 4152
+		}
+		return 3160
+	})
+	if v := flatVerdict("t", "KiB", endStep, 5, 256); v.Pass || math.Abs(v.Limit-3476) > 1e-9 {
+		t.Errorf("a step at sample 27, in the last window: %+v, want a failure against 1.1 x 3160", v)
+	}
+	// Growth that starts in the last window fails however flat the run
+	// was before it.
+	lateGrowth := flat(30, func(i int) float64 { return 1000 + 60*float64(max(i-24, 0)) })
+	if v := flatVerdict("t", "KiB", lateGrowth, 5, 0); v.Pass || v.Value != 1300 || math.Abs(v.Limit-1100) > 1e-9 {
+		t.Errorf("growth over the last window: %+v, want a failure, 1300 against 1100", v)
 	}
 	// Growth in the warm-up window only, then flat with noise.
 	settles := flat(30, func(i int) float64 { return min(float64(i), 5)*1000 + float64(i%3)*50 })
@@ -292,5 +332,155 @@ func TestClock(t *testing.T) {
 		if got := clock(s); got != want {
 			t.Errorf("clock(%v) = %q, want %q", s, got, want)
 		}
+	}
+}
+
+func TestTopStatements(t *testing.T) {
+	t.Parallel()
+
+	prev := map[int64]statementReading{
+		1: {label: "model: save (model + cursor)", calls: 1000, execMs: 500, rows: 1000},
+		2: {label: "COMMIT", calls: 5000, execMs: 4000},
+		3: {label: "claim: liveness", calls: 10, execMs: 1},
+		4: {label: "fetch: rows + events", calls: 800, execMs: 900, rows: 4000},
+		5: {label: "fetch: rows + events", calls: 100, execMs: 50, rows: 500},
+		6: {label: "heartbeat: upsert", calls: 90000, execMs: 9000},
+	}
+	cur := map[int64]statementReading{
+		1: {label: "model: save (model + cursor)", calls: 1600, execMs: 1400, rows: 1600}, // 600 calls, 900ms
+		2: {label: "COMMIT", calls: 6000, execMs: 5200},                                   // 1000 calls, 1200ms
+		3: {label: "claim: liveness", calls: 10, execMs: 1},                               // no call: left out
+		// Two statements of one label: added up, 300 calls, 400ms.
+		4: {label: "fetch: rows + events", calls: 1000, execMs: 1200, rows: 5000},
+		5: {label: "fetch: rows + events", calls: 200, execMs: 150, rows: 1000},
+		// Fewer calls than before: evicted and counted anew, 50 calls, 20ms.
+		6: {label: "heartbeat: upsert", calls: 50, execMs: 20},
+		// Not in prev: all of it, 4 calls, 600ms.
+		7: {label: "rewind: scan", calls: 4, execMs: 600, rows: 8},
+		8: {label: "append: stream lock", calls: 70, execMs: 7},
+	}
+	got := topStatements(prev, cur, 5)
+	want := []soakStatement{
+		{Label: "COMMIT", Calls: 1000, TotalMs: 1200, MeanMs: 1.2},
+		{Label: "model: save (model + cursor)", Calls: 600, TotalMs: 900, MeanMs: 1.5, Rows: 600},
+		{Label: "rewind: scan", Calls: 4, TotalMs: 600, MeanMs: 150, Rows: 8},
+		{Label: "fetch: rows + events", Calls: 300, TotalMs: 400, MeanMs: 400.0 / 300, Rows: 1500},
+		{Label: "heartbeat: upsert", Calls: 50, TotalMs: 20, MeanMs: 0.4},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("top statements\n got %+v\nwant %+v", got, want)
+	}
+	if got := topStatements(cur, cur, 5); len(got) != 0 {
+		t.Fatalf("no call between two equal readings, got %+v", got)
+	}
+	if got := topStatements(nil, cur, 2); len(got) != 2 || got[0].Label != "COMMIT" || got[0].Calls != 6000 {
+		t.Fatalf("from no reading: %+v, want the cumulative figures, COMMIT first", got)
+	}
+}
+
+func TestStatementLabel(t *testing.T) {
+	t.Parallel()
+
+	schema := "bench_vantage_0a1b2c3d"
+	for _, c := range []struct{ query, want string }{
+		// The run's schema dropped, whitespace collapsed.
+		{"SELECT pg_advisory_xact_lock(hashtext($1),\n\t hashtext($2))", "SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))"},
+		{"SELECT   count(*)\n  FROM " + quoted(schema) + ".vantage_work WHERE instance_id = $1", "SELECT count(*) FROM vantage_work WHERE instance_id = $1"},
+		// Statements that start alike told apart by their common table
+		// expressions: materialized, recursive, with column lists,
+		// nested parentheses and quoted parentheses.
+		{"WITH clock AS (SELECT coalesce($2::timestamptz, now()) AS now),\n drainable AS (SELECT a.stream_id FROM t a, clock WHERE f(a.x, (clock.now)))\nSELECT d.stream_id FROM drainable d",
+			"WITH clock, drainable: SELECT d.stream_id FROM drainable d"},
+		{"WITH clock AS (SELECT coalesce($2::timestamptz, now()) AS now), held AS MATERIALIZED (SELECT $1 FROM h), moved AS NOT MATERIALIZED (SELECT ')(' FROM \"a)\") UPDATE m SET x = $3",
+			"WITH clock, held, moved: UPDATE m SET x = $3"},
+		{"with recursive walk(id, depth) as (select $1, $2 union all select id, depth + 1 from walk) select * from walk",
+			"WITH walk: select * from walk"},
+		// A WITH it cannot follow: the text.
+		{"WITH broken AS (SELECT 1", "WITH broken AS (SELECT 1"},
+		{"-- 001_init: the tables\n-- of the worker.\nCREATE TABLE vantage_work (id bigint)", "CREATE TABLE vantage_work (id bigint)"},
+	} {
+		if got := statementLabel(c.query, schema); got != c.want {
+			t.Errorf("statementLabel(%q) = %q, want %q", c.query, got, c.want)
+		}
+	}
+	long := "SELECT aaaaaaaaaa, bbbbbbbbbb, cccccccccc, dddddddddd, eeeeeeeeee, ffffffffff, gggggggggg FROM t"
+	if got := statementLabel(long, schema); len([]rune(got)) != soakLabelMax || !strings.HasSuffix(got, "…") {
+		t.Errorf("label %q, want %d characters ending in …", got, soakLabelMax)
+	}
+}
+
+// stmtSample returns a sample, with events applied, whose top holds sts.
+func stmtSample(sts ...soakStatement) soakSample {
+	return soakSample{P99Ms: 10, Applied: 1, Statements: sts}
+}
+
+func TestStatementTrends(t *testing.T) {
+	t.Parallel()
+
+	save := func(calls int64, ms float64) soakStatement {
+		return soakStatement{Label: "save", Calls: calls, TotalMs: ms}
+	}
+	commit := func(calls int64, ms float64) soakStatement {
+		return soakStatement{Label: "COMMIT", Calls: calls, TotalMs: ms}
+	}
+	samples := []soakSample{
+		stmtSample(save(100, 50), commit(100, 100)),
+		stmtSample(save(100, 70), commit(100, 100)),
+		stmtSample(save(100, 80), soakStatement{Label: "vacuum", Calls: 1, TotalMs: 900}), // the middle only
+		stmtSample(commit(100, 100)),
+		stmtSample(save(100, 130), commit(100, 110)),
+		stmtSample(save(100, 110), commit(100, 90)),
+	}
+	trends := statementTrends(samples, 2)
+	var labels []string
+	for _, tr := range trends {
+		labels = append(labels, tr.Label)
+	}
+	// By time in the last window, then in the run.
+	if want := []string{"save", "COMMIT", "vacuum"}; !slices.Equal(labels, want) {
+		t.Fatalf("labels %q, want %q", labels, want)
+	}
+	s := trends[0]
+	if s.First != (statementWindow{Samples: 2, Calls: 200, TotalMs: 120}) || s.Last != (statementWindow{Samples: 2, Calls: 200, TotalMs: 240}) {
+		t.Errorf("save's windows first %+v last %+v, want 2 samples, 200 calls, 120ms and 240ms", s.First, s.Last)
+	}
+	if s.Run.Samples != 5 || s.First.MeanMs() != 0.6 || s.Last.MeanMs() != 1.2 {
+		t.Errorf("save in %d samples, means %v and %v, want 5, 0.6ms and 1.2ms", s.Run.Samples, s.First.MeanMs(), s.Last.MeanMs())
+	}
+	if v := trends[2]; v.First.Samples != 0 || v.Last.Samples != 0 || v.Run.Samples != 1 || v.First.MeanMs() != 0 {
+		t.Errorf("vacuum %+v, want in one sample of the middle only", v)
+	}
+}
+
+func TestPrintSoakShowsCPUAndStatements(t *testing.T) {
+	t.Parallel()
+
+	samples := []soakSample{
+		stmtSample(soakStatement{Label: "model: save (model + cursor)", Calls: 100, TotalMs: 50}),
+		stmtSample(soakStatement{Label: "model: save (model + cursor)", Calls: 100, TotalMs: 60}),
+		stmtSample(soakStatement{Label: "model: save (model + cursor)", Calls: 100, TotalMs: 90}),
+		stmtSample(soakStatement{Label: "model: save (model + cursor)", Calls: 100, TotalMs: 100}),
+	}
+	for i := range samples {
+		samples[i].GoCPUS, samples[i].PGCPUS, samples[i].OtherCPUS = 1.5, 2.5, 0.5
+	}
+	r := &result{Instances: 2, Rate: 100, Soak: &soakFigures{SampleS: 30, Window: 1, ServerPID: 1, Samples: samples}}
+	var b strings.Builder
+	printSoak(&b, r)
+	out := b.String()
+	for _, want := range []string{"go_cpu", "pg_cpu", "oth_cpu", "    1.5     2.5     0.5", "first = sample 1, last = sample 4", "2.00x"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the report lacks %q:\n%s", want, out)
+		}
+	}
+	r.Soak.ServerPID, r.Soak.StatementsError = 0, "reading pg_stat_statements: no such relation"
+	b.Reset()
+	printSoak(&b, r)
+	out = b.String()
+	if !strings.Contains(out, "statements: unavailable: reading pg_stat_statements: no such relation") || strings.Contains(out, "2.00x") {
+		t.Errorf("without pg_stat_statements the report should say so once, and list none:\n%s", out)
+	}
+	if !strings.Contains(out, "    1.5       -     0.5") {
+		t.Errorf("without the server's processes the pg_cpu column should read -:\n%s", out)
 	}
 }

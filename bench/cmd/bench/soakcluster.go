@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // soakMaxConnections is the soak cluster's max_connections: the soak's
@@ -20,14 +22,23 @@ import (
 // instances' listeners, with room to spare.
 const soakMaxConnections = 200
 
+// soakStatementsSettings make the soak cluster's server count the
+// statements' costs (pg_stat_statements, a contrib module shipped with
+// PostgreSQL) when the module is installed: the samples read them. Only
+// top-level statements are tracked: the engine's and the appenders', not
+// those run by functions they call.
+const soakStatementsSettings = "-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=top"
+
 // soakCluster is the soak's own PostgreSQL server, made with initdb and
 // pg_ctl of one installation in a temporary directory and listening on a
 // free port of 127.0.0.1 and on a socket in that directory, with user
 // postgres and trust authentication. Its settings are initdb's, so those
 // of a fresh production install (autovacuum on, fsync and
 // synchronous_commit on, the default checkpoints), but for
-// max_connections. When the benchmark runs as root the binaries run as
-// the postgres user, since initdb and pg_ctl refuse root.
+// max_connections and, when the installation has it,
+// soakStatementsSettings, with the extension created in the postgres
+// database. When the benchmark runs as root the binaries run as the
+// postgres user, since initdb and pg_ctl refuse root.
 type soakCluster struct {
 	dir   string // data, log and socket
 	data  string
@@ -35,6 +46,9 @@ type soakCluster struct {
 	pgctl string
 	port  int
 	asPG  bool // run the binaries as the postgres user
+	// statements says the server preloads pg_stat_statements and the
+	// postgres database has the extension.
+	statements bool
 }
 
 // startSoakCluster creates and starts a cluster with the binaries of
@@ -74,13 +88,63 @@ func startSoakCluster(ctx context.Context, pgBin string) (_ *soakCluster, err er
 		return nil, err
 	}
 	opts := fmt.Sprintf("-p %d -k '%s' -c listen_addresses=127.0.0.1 -c max_connections=%d", c.port, dir, soakMaxConnections)
+	statements := statementsInstalled(ctx, pgBin)
+	if statements {
+		opts += " " + soakStatementsSettings
+	}
 	// pg_ctl starts the server in a session of its own, so an interrupt
 	// at the terminal reaches the benchmark, which stops it, and not the
 	// server.
 	if err := c.run(ctx, pgctl, "-D", c.data, "-l", c.log, "-o", opts, "-w", "-t", "120", "start"); err != nil {
 		return nil, fmt.Errorf("%w\n%s", err, c.logTail(20))
 	}
+	if statements {
+		// Without the extension the soak runs as before, and its child
+		// says that the statements' costs are missing.
+		if err := c.createStatementsExtension(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: creating pg_stat_statements on the soak's cluster: %v\n", err)
+		} else {
+			c.statements = true
+		}
+	}
 	return c, nil
+}
+
+// statementsInstalled reports whether the PostgreSQL installation of pgBin
+// has the pg_stat_statements module: its library and its extension
+// control file, where pg_config says they belong.
+func statementsInstalled(ctx context.Context, pgBin string) bool {
+	out, err := exec.CommandContext(ctx, filepath.Join(pgBin, "pg_config"), "--pkglibdir", "--sharedir").Output()
+	if err != nil {
+		return false
+	}
+	dirs := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(dirs) != 2 {
+		return false
+	}
+	for _, f := range []string{
+		filepath.Join(dirs[0], "pg_stat_statements.so"),
+		filepath.Join(dirs[1], "extension", "pg_stat_statements.control"),
+	} {
+		if _, err := os.Stat(f); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// createStatementsExtension creates pg_stat_statements in the postgres
+// database, the soak's.
+func (c *soakCluster) createStatementsExtension(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, c.url())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(cctx)
+	_, err = conn.Exec(cctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+	return err
 }
 
 // url is the connection URL of the cluster's postgres database.

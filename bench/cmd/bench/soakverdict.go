@@ -11,7 +11,8 @@ import (
 // The soak's verdicts. Each compares the start of the run with its end,
 // over windows of samples: the first window is the warm-up of the flat
 // rules and the baseline of the latency rule, the last window the end the
-// latency rule judges.
+// latency rule judges and the growth the flat rules look for, the
+// samples between them the flat rules' reference.
 const (
 	// soakWindowSpan is the time each verdict window covers, when the run
 	// is long enough (soakWindow). As the warm-up of the flat rules it
@@ -27,7 +28,8 @@ const (
 	// mean p99 of the first.
 	soakLatencyRatio = 1.25
 	// soakFlatRatio bounds a size or a memory figure at the end against
-	// the largest of the first half of the run after the warm-up.
+	// the largest of the samples between the warm-up and the last
+	// window.
 	soakFlatRatio = 1.10
 	// soakTableSlackKiB is the growth allowed to a table of any size, 32
 	// pages: room for the free-space maps (three pages each) and the
@@ -124,12 +126,18 @@ func latencyVerdict(samples []soakSample, w int) soakVerdict {
 
 // flatVerdict: the value of the last sample is at most the larger of
 // soakFlatRatio times the reference and the reference plus slack, the
-// reference being the largest value of the first half (rounded up) of the
-// samples after the first w. NaN values (readings that failed) are left
-// out of the reference; a NaN at the end fails.
+// reference being the largest value of the samples after the first w and
+// before the last w. A figure that settles on a plateau at any time before
+// the last window passes, however late; one that grows by more than the
+// ratio or the slack within the last window fails, whether it grows
+// steadily or steps up. A slower growth passes: only a longer run, or a
+// longer window, tells it from a plateau. NaN values (readings that
+// failed) are left out of the reference; a NaN at the end fails. The
+// caller keeps n > 2w (soakWindow takes at most a quarter of the
+// samples).
 func flatVerdict(target, unit string, values []float64, w int, slack float64) soakVerdict {
 	n := len(values)
-	from, to := w, w+(n-w+1)/2 // indices of the reference: [from, to)
+	from, to := w, max(n-w, w) // indices of the reference: [from, to)
 	ref := math.NaN()
 	for _, x := range values[from:to] {
 		if !math.IsNaN(x) && (math.IsNaN(ref) || x > ref) {
@@ -139,7 +147,7 @@ func flatVerdict(target, unit string, values []float64, w int, slack float64) so
 	v := soakVerdict{Target: target, Unit: unit, Value: values[n-1]}
 	v.Limit = max(soakFlatRatio*ref, ref+slack)
 	v.Pass = !math.IsNaN(v.Value) && !math.IsNaN(v.Limit) && v.Value <= v.Limit
-	v.Rule = fmt.Sprintf("sample %d <= max(%.2f x, +%g%s) the largest of %s (%.1f%s)",
+	v.Rule = fmt.Sprintf("sample %d <= max(%.2f x, +%g%s) the largest of %s, between the warm-up and the last window (%.1f%s)",
 		n, soakFlatRatio, slack, unit, span(from+1, to), ref, unit)
 	return v
 }
@@ -173,14 +181,16 @@ func clock(seconds float64) string {
 	return fmt.Sprintf("%s%d:%02d", sign, s/60, s%60)
 }
 
-// printSoak writes a soak's samples, one line each, and its verdicts.
+// printSoak writes a soak's samples, one line each, the statements' costs
+// in the first and the last windows, and its verdicts.
 func printSoak(w io.Writer, r *result) {
 	f := r.Soak
 	fmt.Fprintf(w, "\nsoak: %d instances, %d events/s asked, %d samples of %s after a %s warm-up, verdict windows of %d samples\n",
 		r.Instances, r.Rate, len(f.Samples), time.Duration(f.SampleS*float64(time.Second)), time.Duration(f.WarmupS*float64(time.Second)), f.Window)
-	fmt.Fprintf(w, "%6s %6s %7s %7s %8s %8s %7s %7s %7s %7s %7s %7s %7s %7s %7s %7s %9s %13s %8s %8s %8s\n",
+	fmt.Fprintf(w, "%6s %6s %7s %7s %8s %8s %7s %7s %7s %7s %7s %7s %7s %7s %7s %7s %9s %13s %8s %8s %8s %7s %7s %7s\n",
 		"sample", "at", "applied", "p50_ms", "p99_ms", "max_ms", "rate/s", "backlog",
-		"work_t", "work_i", "curs_t", "curs_i", "mod_t", "mod_i", "act_t", "act_i", "work_dead", "autovac", "heap_mb", "live_mb", "rss_mb")
+		"work_t", "work_i", "curs_t", "curs_i", "mod_t", "mod_i", "act_t", "act_i", "work_dead", "autovac", "heap_mb", "live_mb", "rss_mb",
+		"go_cpu", "pg_cpu", "oth_cpu")
 	for i, smp := range f.Samples {
 		kib := func(table string, index bool) string {
 			t, ok := smp.Tables[table]
@@ -201,12 +211,17 @@ func printSoak(w io.Writer, r *result) {
 				vac += " @" + clock(t.LastAutovacuum.Sub(f.Origin).Seconds())
 			}
 		}
-		fmt.Fprintf(w, "%6d %6s %7d %7.1f %8.1f %8.1f %7.0f %7d %7s %7s %7s %7s %7s %7s %7s %7s %9s %13s %8.1f %8.1f %8.1f\n",
+		pg := "-"
+		if f.ServerPID != 0 {
+			pg = fmt.Sprintf("%.1f", smp.PGCPUS)
+		}
+		fmt.Fprintf(w, "%6d %6s %7d %7.1f %8.1f %8.1f %7.0f %7d %7s %7s %7s %7s %7s %7s %7s %7s %9s %13s %8.1f %8.1f %8.1f %7.1f %7s %7.1f\n",
 			i+1, clock(smp.AtS), smp.Applied, smp.P50Ms, smp.P99Ms, smp.MaxMs, smp.AchievedRate, smp.Backlog,
 			kib("vantage_work", false), kib("vantage_work", true), kib("vantage_cursors", false), kib("vantage_cursors", true),
 			kib("vantage_models", false), kib("vantage_models", true), kib("vantage_active_streams", false), kib("vantage_active_streams", true),
-			dead, vac, smp.HeapInuseMB, smp.LiveHeapMB, smp.RSSMB)
+			dead, vac, smp.HeapInuseMB, smp.LiveHeapMB, smp.RSSMB, smp.GoCPUS, pg, smp.OtherCPUS)
 	}
+	printStatements(w, f)
 	fmt.Fprintln(w, "verdicts:")
 	for _, v := range f.Verdicts {
 		mark := "PASS"

@@ -1,6 +1,6 @@
 // Package measure holds the benchmark's instruments: latency percentiles,
 // the process's peak resident set size and CPU time, and the CPU time of
-// PostgreSQL backend processes.
+// PostgreSQL's processes, its backends' or a whole server's.
 package measure
 
 import (
@@ -111,24 +111,103 @@ const clockTicks = 100
 // PIDCPU returns the CPU time (user + system) of process pid, read from
 // /proc/<pid>/stat; 0 if it is gone.
 func PIDCPU(pid int) time.Duration {
+	st, ok := readProcStat(pid)
+	if !ok {
+		return 0
+	}
+	return st.cpu
+}
+
+// ServerCPU returns the CPU time (user + system) that server process pid
+// and its children used: its own, that of the children it has reaped
+// (for a PostgreSQL postmaster, the backends and workers that ended, such
+// as autovacuum's), and that of its children still running. It reads
+// every /proc/<pid>/stat of the machine, a few hundred files; a child that
+// ends during the reading may be counted twice or not at all. 0 if pid is
+// gone.
+func ServerCPU(pid int) time.Duration {
+	st, ok := readProcStat(pid)
+	if !ok {
+		return 0
+	}
+	total := st.cpu + st.childrenCPU
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return total
+	}
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil || child == pid {
+			continue
+		}
+		if cs, ok := readProcStat(child); ok && cs.ppid == pid {
+			total += cs.cpu
+		}
+	}
+	return total
+}
+
+// Postmaster returns the pid of the PostgreSQL server of which backendPID
+// (pg_backend_pid() of a connection) is a backend, when the server runs on
+// this machine: the parent of backendPID, provided both are named
+// postgres. ok is false otherwise, for a server on another machine for
+// instance, whose pids mean nothing here.
+func Postmaster(backendPID int) (pid int, ok bool) {
+	b, ok := readProcStat(backendPID)
+	if !ok || b.name != "postgres" {
+		return 0, false
+	}
+	pm, ok := readProcStat(b.ppid)
+	if !ok || (pm.name != "postgres" && pm.name != "postmaster") {
+		return 0, false
+	}
+	return b.ppid, true
+}
+
+// procStat holds the fields of /proc/<pid>/stat the package reads.
+type procStat struct {
+	name        string
+	ppid        int
+	cpu         time.Duration // utime + stime
+	childrenCPU time.Duration // cutime + cstime: the children waited for
+}
+
+func readProcStat(pid int) (procStat, bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0
+		return procStat{}, false
 	}
-	// The command name is in parentheses and may hold spaces: split after it.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
+	return parseProcStat(string(b))
+}
+
+// parseProcStat parses the text of /proc/<pid>/stat.
+func parseProcStat(s string) (procStat, bool) {
+	// The command name is in parentheses and may hold spaces and
+	// parentheses: it ends at the last ')'.
+	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || end < open {
+		return procStat{}, false
 	}
-	f := strings.Fields(s[i+1:])
-	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
-	if len(f) < 13 {
-		return 0
+	f := strings.Fields(s[end+1:])
+	// f[0] is field 3 (state), f[1] field 4 (ppid); utime, stime, cutime
+	// and cstime are fields 14 to 17.
+	if len(f) < 15 {
+		return procStat{}, false
 	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * time.Second / clockTicks
+	var n [5]int64
+	for i, k := range []int{1, 11, 12, 13, 14} {
+		v, err := strconv.ParseInt(f[k], 10, 64)
+		if err != nil {
+			return procStat{}, false
+		}
+		n[i] = v
+	}
+	return procStat{
+		name:        s[open+1 : end],
+		ppid:        int(n[0]),
+		cpu:         time.Duration(n[1]+n[2]) * time.Second / clockTicks,
+		childrenCPU: time.Duration(n[3]+n[4]) * time.Second / clockTicks,
+	}, true
 }
 
 // PostgresAuxCPU returns the summed CPU time of the PostgreSQL processes
