@@ -306,18 +306,10 @@ func (s *Store) InstancesList(ctx context.Context) ([]ports.Instance, error) {
 	return out, nil
 }
 
-// sqlClaimAlive reports whether the caller ($1) is live at now ($2) given the
-// stale threshold ($3). A passive caller is live: its claim serves the
-// streams it holds.
-const sqlClaimAlive = `WITH ` + sqlClock + `
-SELECT EXISTS (
-    SELECT 1 FROM /* SCHEMA */.vantage_instances i, clock
-    WHERE i.instance_id = $1 AND i.last_heartbeat_at > clock.now - $3::interval
-)`
-
-// sqlClaim leases streams to the caller ($1). Parameters: $2 now, $3 stale
-// threshold, $4 lease duration, $5 MaxStreams, $6 partition count, $7 the
-// append lock class (see vantage_release_drained).
+// sqlClaim leases streams to the caller ($1) and lists those it can drain,
+// in one statement. Parameters: $2 now, $3 stale threshold, $4 lease
+// duration, $5 MaxStreams, $6 partition count, $7 the append lock class
+// (see vantage_release_drained).
 //
 //   - held are the streams the caller holds, when it is live
 //     (vantage_active_streams_instance_idx), each with whether it is
@@ -341,6 +333,23 @@ SELECT EXISTS (
 //     no other instance holds them under a live lease, leases them, and
 //     charges the rows handed out under a lease taken from a holder that is
 //     not live (sqlCharge).
+//   - drain is the result: the held streams the caller can drain under its
+//     live lease, and those it just leased (found drainable on the way).
+//     Each stream's drainability is checked once: a claim runs about once
+//     per event under live traffic, and its cost grows with the streams
+//     the caller holds.
+//
+// It returns one row per stream of drain, at most MaxStreams of them,
+// smallest backlog (pending rows of the stream, counted up to
+// sqlBacklogCap) first, each with the figures of the whole claim: whether
+// the caller is live, whether candidates were left out, how many streams
+// it leased and released, and how many streams drain holds in all; and
+// one row of those figures alone, the stream NULL, when drain is empty.
+// The backlog count reads the stream's rows in vantage_work_pending_idx
+// order, so that it is a bounded range scan of that index whatever the
+// statistics say (a limited sequential scan looks as cheap to a planner
+// that sees few rows, and reads the whole table for a stream with fewer
+// rows than the cap).
 var sqlClaim = `WITH ` + sqlClock + `,
 ` + sqlLive + `,
 held AS MATERIALIZED (
@@ -367,8 +376,38 @@ picked AS (
     UNION
     SELECT h.stream_id FROM held h, clock WHERE h.drainable AND h.lease_expiry <= clock.now
 ),
-` + sqlTake + `
-SELECT (SELECT count(*) FROM ranked) > (SELECT n FROM room), (SELECT count(*) FROM leased), (SELECT n FROM emptied)`
+` + sqlTake + `,
+drain AS MATERIALIZED (
+    SELECT h.stream_id FROM held h, clock WHERE h.drainable AND h.lease_expiry > clock.now
+    UNION
+    SELECT l.stream_id FROM leased l
+),
+figures AS (
+    SELECT EXISTS (SELECT 1 FROM live l WHERE l.instance_id = $1) AS alive,
+           (SELECT count(*) FROM ranked) > (SELECT n FROM room) AS unselected,
+           (SELECT count(*) FROM leased) AS leased,
+           (SELECT n FROM emptied) AS released,
+           (SELECT count(*) FROM drain) AS drainable
+)
+SELECT f.alive, f.unselected, f.leased, f.released, f.drainable, d.stream_id
+FROM figures f
+LEFT JOIN LATERAL (
+    SELECT d.stream_id, b.pending
+    FROM drain d
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS pending
+        FROM (
+            SELECT 1
+            FROM /* SCHEMA */.vantage_work p
+            WHERE p.stream_id = d.stream_id AND p.processed_at IS NULL
+            ORDER BY p.perspective, p.event_version
+            LIMIT ` + sqlBacklogCap + `
+        ) p
+    ) b
+    ORDER BY b.pending, d.stream_id
+    LIMIT $5
+) d ON true
+ORDER BY d.pending, d.stream_id`
 
 // sqlTake leases the streams of the CTE picked to the caller ($1) until
 // clock.now + $4. taken locks their rows FOR UPDATE (a change of holder is
@@ -402,44 +441,14 @@ leased AS (
 const sqlClaimChunk = `64`
 
 // sqlBacklogCap bounds the count of a stream's pending rows by which
-// sqlClaimHeld orders its result, so that ordering costs at most this many
+// sqlClaim orders its result, so that ordering costs at most this many
 // index entries per stream however long the backlog: streams with at least
 // this many pending rows rank as equally long, by stream id.
 const sqlBacklogCap = `100`
 
-// sqlClaimHeld lists the streams the caller can drain: held under its live
-// lease (vantage_active_streams_instance_idx) and drainable
-// (vantage_stream_drainable), smallest backlog (pending rows of the
-// stream, counted up to sqlBacklogCap) first, with how many there are in
-// all. The count reads the stream's rows in vantage_work_pending_idx
-// order, so that it is a bounded range scan of that index whatever the
-// statistics say (a limited sequential scan looks as cheap to a planner
-// that sees few rows, and reads the whole table for a stream with fewer
-// rows than the cap). Parameters: $1 caller, $2 now, $3 MaxStreams.
-var sqlClaimHeld = `WITH ` + sqlClock + `,
-drainable AS (
-    SELECT a.stream_id
-    FROM /* SCHEMA */.vantage_active_streams a, clock
-    WHERE a.instance_id = $1 AND a.lease_expiry > clock.now
-      AND /* SCHEMA */.vantage_stream_drainable(a.stream_id, clock.now)
-)
-SELECT d.stream_id, count(*) OVER ()
-FROM drainable d
-CROSS JOIN LATERAL (
-    SELECT count(*) AS pending
-    FROM (
-        SELECT 1
-        FROM /* SCHEMA */.vantage_work p
-        WHERE p.stream_id = d.stream_id AND p.processed_at IS NULL
-        ORDER BY p.perspective, p.event_version
-        LIMIT ` + sqlBacklogCap + `
-    ) p
-) b
-ORDER BY b.pending, d.stream_id
-LIMIT $3`
-
-// WorkClaim implements ports.WorkClaimer in one round trip: a batch of three
-// statements in one implicit transaction (liveness check, claim, result).
+// WorkClaim implements ports.WorkClaimer in one round trip: one statement
+// (sqlClaim) that checks the caller's liveness, leases and lists the
+// streams.
 //
 // The result lists the streams the caller can drain now: held under its
 // live lease, with a perspective whose first pending row is not scheduled
@@ -472,35 +481,25 @@ func (s *Store) WorkClaim(ctx context.Context, params *ports.WorkClaimParams) (*
 	}
 	now := nowArg(params.Now)
 	b := &pgx.Batch{}
-	b.Queue(s.sql(sqlClaimAlive), params.InstanceID, now, params.StaleThreshold)
 	b.Queue(s.sql(sqlClaim), params.InstanceID, now, params.StaleThreshold, params.LeaseDuration, params.MaxStreams, partitions, s.appendLockClass())
-	b.Queue(s.sql(sqlClaimHeld), params.InstanceID, now, params.MaxStreams)
-
 	var (
-		alive, unselected bool
-		leased, released  int
-		result            = &ports.WorkClaimResult{}
+		alive, unselected         bool
+		leased, released, streams int
+		result                    = &ports.WorkClaimResult{}
 	)
 	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error {
-		if err := br.QueryRow().Scan(&alive); err != nil {
-			return err
-		}
-		if err := br.QueryRow().Scan(&unselected, &leased, &released); err != nil {
-			return err
-		}
 		rows, err := br.Query()
 		if err != nil {
 			return err
 		}
-		var (
-			id   uuid.UUID
-			held int
-		)
-		_, err = pgx.ForEachRow(rows, []any{&id, &held}, func() error {
-			result.StreamIDs = append(result.StreamIDs, id)
+		var id pgtype.UUID
+		_, err = pgx.ForEachRow(rows, []any{&alive, &unselected, &leased, &released, &streams, &id}, func() error {
+			if id.Valid {
+				result.StreamIDs = append(result.StreamIDs, uuid.UUID(id.Bytes))
+			}
 			return nil
 		})
-		result.HasMore = unselected || held > params.MaxStreams
+		result.HasMore = unselected || streams > params.MaxStreams
 		return err
 	})
 	if err != nil {

@@ -18,9 +18,7 @@ func (s *Store) Render(text string) string { return s.sql(text) }
 
 // Queries of the package, by name.
 var Queries = map[string]string{
-	"ClaimAlive":         sqlClaimAlive,
 	"Claim":              sqlClaim,
-	"ClaimHeld":          sqlClaimHeld,
 	"HeartbeatLock":      sqlHeartbeatLock,
 	"Heartbeat":          sqlHeartbeat,
 	"AbandonLeases":      sqlAbandonLeases,

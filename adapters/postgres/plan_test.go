@@ -74,9 +74,7 @@ ANALYZE `+s+`.vantage_events; ANALYZE `+s+`.vantage_work; ANALYZE `+s+`.vantage_
 		channel = b.store.Channel()
 	)
 	cases := map[string][]any{
-		"ClaimAlive":         {id, nil, minute},
 		"Claim":              {id, nil, minute, minute, 10, 100, "lock"},
-		"ClaimHeld":          {id, nil, 10},
 		"HeartbeatLock":      {id, nil, minute},
 		"Heartbeat":          {id, nil, "svc", "host", 1, []byte(`{}`), false},
 		"AbandonLeases":      {id, nil, minute},
@@ -306,7 +304,6 @@ func TestWorkStatementsReadBoundedRows(t *testing.T) {
 	cases := map[string][]any{
 		"Append":           {stream, nil, int64(0), []uuid.UUID{uuid.New()}, []string{"T"}, []int64{0}, []string{"{}"}, []string{"{}"}, b.store.Channel(), []string{"T"}, []string{"a"}, true},
 		"Claim":            {instance, nil, minute, minute, 10, 100, "lock"},
-		"ClaimHeld":        {instance, nil, 10},
 		"CompleteCursors":  {nil, []uuid.UUID{stream}, []string{"a"}, []uuid.UUID{uuid.New()}, []int64{10}},
 		"FailCursors":      {nil, []uuid.UUID{stream}, []string{"a"}, []uuid.UUID{uuid.New()}, []int64{10}, []string{"boom"}, []uuid.UUID{uuid.New()}, []bool{true}, uuid.New()},
 		"FailRows":         {instance, first, streams, persps, ten("boom"), ten(pgtype.Timestamptz{}), ten(int32(1))},
@@ -602,15 +599,14 @@ func TestClaimReadsBoundedRowsWithStaleStatistics(t *testing.T) {
 	require.NoError(t, b.pool.SendBatch(ctx, seed).Close())
 
 	// The claim has room for two new streams, and writes their stream rows,
-	// not their work rows; the held-streams count reads up to 100 rows per
-	// held stream (4,000). A sort of the caller's rows per held stream
+	// not their work rows; its result's backlog count reads up to 100 rows
+	// per held stream (4,000). A sort of the caller's rows per held stream
 	// reads held × held × 2 × versions = 320,000, a limited sequential scan
 	// per held stream 20,000.
-	bounds := map[string]float64{"Claim": 40000, "ClaimHeld": 10000}
+	bounds := map[string]float64{"Claim": 40000}
 	id := "'" + instance.String() + "'::uuid"
 	for name, args := range map[string][]string{
-		"Claim":     {id, "NULL", "'1 minute'", "'1 minute'", strconv.Itoa(held + 2), "100", "'lock'"},
-		"ClaimHeld": {id, "NULL", strconv.Itoa(held + 2)},
+		"Claim": {id, "NULL", "'1 minute'", "'1 minute'", strconv.Itoa(held + 2), "100", "'lock'"},
 	} {
 		for _, c := range []struct{ generic, work bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
 			rolledBack(t, b, func(tx pgx.Tx) error {
