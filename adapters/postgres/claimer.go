@@ -343,8 +343,10 @@ func (s *Store) InstancesList(ctx context.Context) ([]ports.Instance, error) {
 // smallest backlog (pending rows of the stream, counted up to
 // sqlBacklogCap) first, each with the figures of the whole claim: whether
 // the caller is live, whether candidates were left out, how many streams
-// it leased and released, and how many streams drain holds in all; and
-// one row of those figures alone, the stream NULL, when drain is empty.
+// it released (the column that makes emptied run: a CTE without a
+// reference is not run unless it writes) and how many streams drain holds
+// in all; and one row of those figures alone, the stream NULL, when drain
+// is empty.
 // The backlog count reads the stream's rows in vantage_work_pending_idx
 // order, so that it is a bounded range scan of that index whatever the
 // statistics say (a limited sequential scan looks as cheap to a planner
@@ -385,11 +387,10 @@ drain AS MATERIALIZED (
 figures AS (
     SELECT EXISTS (SELECT 1 FROM live l WHERE l.instance_id = $1) AS alive,
            (SELECT count(*) FROM ranked) > (SELECT n FROM room) AS unselected,
-           (SELECT count(*) FROM leased) AS leased,
            (SELECT n FROM emptied) AS released,
            (SELECT count(*) FROM drain) AS drainable
 )
-SELECT f.alive, f.unselected, f.leased, f.released, f.drainable, d.stream_id
+SELECT f.alive, f.unselected, f.released, f.drainable, d.stream_id
 FROM figures f
 LEFT JOIN LATERAL (
     SELECT d.stream_id, b.pending
@@ -483,9 +484,9 @@ func (s *Store) WorkClaim(ctx context.Context, params *ports.WorkClaimParams) (*
 	b := &pgx.Batch{}
 	b.Queue(s.sql(sqlClaim), params.InstanceID, now, params.StaleThreshold, params.LeaseDuration, params.MaxStreams, partitions, s.appendLockClass())
 	var (
-		alive, unselected         bool
-		leased, released, streams int
-		result                    = &ports.WorkClaimResult{}
+		alive, unselected bool
+		streams           int
+		result            = &ports.WorkClaimResult{}
 	)
 	err := s.sendWork(ctx, b, func(br pgx.BatchResults) error {
 		rows, err := br.Query()
@@ -493,7 +494,8 @@ func (s *Store) WorkClaim(ctx context.Context, params *ports.WorkClaimParams) (*
 			return err
 		}
 		var id pgtype.UUID
-		_, err = pgx.ForEachRow(rows, []any{&alive, &unselected, &leased, &released, &streams, &id}, func() error {
+		// nil skips the count of released streams.
+		_, err = pgx.ForEachRow(rows, []any{&alive, &unselected, nil, &streams, &id}, func() error {
 			if id.Valid {
 				result.StreamIDs = append(result.StreamIDs, uuid.UUID(id.Bytes))
 			}

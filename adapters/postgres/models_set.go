@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -147,10 +146,7 @@ func (s *Store) saveSet(ctx context.Context, params []*ports.ModelSaveParams, or
 		streams[j], names[j], data[j] = uuidElem(p.StreamID), p.Perspective, string(p.Data)
 		events[j], versions[j] = uuidArg(p.LastEventID), p.LastVersion
 		expVersions[j], expEpochs[j], epochs[j] = p.ExpectedVersion, p.ExpectedEpoch, p.Epoch()
-		holders[j] = uuidArg(p.Holder())
-		if !p.Now.IsZero() {
-			nows[j] = pgtype.Timestamptz{Time: p.Now.Truncate(time.Microsecond), Valid: true}
-		}
+		holders[j], nows[j] = uuidArg(p.Holder()), timestamptz(p.Now)
 		if holders[j].Valid {
 			// In pair order, a stream's entries are next to each other.
 			if k := len(fenced); k == 0 || fenced[k-1] != streams[j] {

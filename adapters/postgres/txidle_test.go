@@ -142,31 +142,30 @@ func TestTxIdleBound(t *testing.T) {
 		requireSavesAgain(t, b)
 	})
 
-	t.Run("ApplyStatement", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		entered, done := make(chan uint32), make(chan error, 1)
-		apply, resume := frozen(t, entered, true)
-		go func() { done <- b.store.ModelSaveTx(t.Context(), save(t, b, bound, apply)) }()
-		requireFenceFreed(t, b, wait(t, entered, "the save's Apply"))
-		resume()
-		err := wait(t, done, "the save")
-		require.ErrorIs(t, err, ports.ErrTransient, "Apply's statement found the session ended: the backend's failure, charged to no event: %v", err)
-		requireSavesAgain(t, b)
-	})
-
-	t.Run("Commit", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		entered, done := make(chan uint32), make(chan error, 1)
-		apply, resume := frozen(t, entered, false)
-		go func() { done <- b.store.ModelSaveTx(t.Context(), save(t, b, bound, apply)) }()
-		requireFenceFreed(t, b, wait(t, entered, "the save's Apply"))
-		resume()
-		err := wait(t, done, "the save")
-		require.ErrorIs(t, err, ports.ErrTransient, "the commit found the session ended: the backend's failure: %v", err)
-		requireSavesAgain(t, b)
-	})
+	// The resumed save finds the session ended at Apply's next statement,
+	// or at its commit when Apply sends none: the backend's failure,
+	// charged to no event.
+	for _, c := range []struct {
+		name  string
+		query bool
+		msg   string
+	}{
+		{"ApplyStatement", true, "Apply's statement found the session ended: the backend's failure, charged to no event: %v"},
+		{"Commit", false, "the commit found the session ended: the backend's failure: %v"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			entered, done := make(chan uint32), make(chan error, 1)
+			apply, resume := frozen(t, entered, c.query)
+			go func() { done <- b.store.ModelSaveTx(t.Context(), save(t, b, bound, apply)) }()
+			requireFenceFreed(t, b, wait(t, entered, "the save's Apply"))
+			resume()
+			err := wait(t, done, "the save")
+			require.ErrorIs(t, err, ports.ErrTransient, c.msg, err)
+			requireSavesAgain(t, b)
+		})
+	}
 
 	t.Run("ModelSaveTxMany", func(t *testing.T) {
 		t.Parallel()

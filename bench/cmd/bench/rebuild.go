@@ -263,11 +263,9 @@ func (v *vantage) rebuild(ctx context.Context) (*result, error) {
 		// again: they are the rebuild's.
 		cph.report(ctx, cr.Events)
 	}
+	cr.finish()
 	f.CatchupSeconds, f.CatchupPeakRSSMB = cr.Seconds, cr.PeakRSSMB
-	if cr.Seconds > 0 {
-		f.CatchupEventsPerS = float64(cr.Events) / cr.Seconds
-	}
-	f.CatchupCPUMsPerEvent = cpuMsPerEvent(cr.GoCPUSeconds, cr.PGCPUSeconds, cr.Events)
+	f.CatchupEventsPerS, f.CatchupCPUMsPerEvent = cr.EventsPerS, cr.CPUMsPerEvent
 	if err != nil {
 		return r, fmt.Errorf("catching up: %w", err)
 	}

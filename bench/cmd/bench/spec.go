@@ -203,8 +203,8 @@ func (r *result) finish() {
 	}
 	switch r.Scenario {
 	case scenarioLive, scenarioRamp:
-		r.CPUMsPerEvent = cpuMsPerEvent(r.GoCPUSeconds, r.PGCPUSeconds, r.Events)
 		r.RowWritesPerEvent = rowWritesPerEvent(r.TableWrites, r.Events)
+		fallthrough
 	case scenarioRebuild:
 		r.CPUMsPerEvent = cpuMsPerEvent(r.GoCPUSeconds, r.PGCPUSeconds, r.Events)
 	}
